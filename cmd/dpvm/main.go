@@ -1,0 +1,79 @@
+// Command dpvm runs and controls dpvm virtual machines.
+//
+// See the README at the repository's root for a tour; every command has
+// --help.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run executes the dpvm command line args and returns the process exit
+// status. It is separate from main so tests can drive the whole command.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	args = reorderArgs(app, args)
+	if err := app.Run(args); err != nil {
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			if msg := err.Error(); msg != "" {
+				fmt.Fprintf(stderr, "dpvm: %s\n", msg)
+			}
+			return ec.ExitCode()
+		}
+		fmt.Fprintf(stderr, "dpvm: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// newApp builds the command tree. Each command lives in its own file and is
+// returned by a constructor named after it.
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:                 "dpvm",
+		Usage:                "run message-passing parallel programs whose tasks migrate between hosts",
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: false,
+		HideHelpCommand:      false,
+		ExitErrHandler:       func(*cli.Context, error) {}, // run() reports errors
+		OnUsageError:         usageError,
+		Commands: []*cli.Command{
+			runCommand(),
+		},
+	}
+	setUsageErrors(app.Commands)
+	return app
+}
+
+// usageError turns a flag-parsing failure into a one-line error instead of
+// urfave/cli's default of an error followed by the full help text.
+func usageError(c *cli.Context, err error, _ bool) error {
+	name := c.App.Name
+	if c.Command != nil && c.Command.Name != "" {
+		name = c.Command.FullName()
+		if name != c.App.Name {
+			name = c.App.Name + " " + name
+		}
+	}
+	return cli.Exit(fmt.Sprintf("%v (see '%s --help')", err, name), 2)
+}
+
+func setUsageErrors(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageError
+		}
+		setUsageErrors(c.Subcommands)
+	}
+}

@@ -1,0 +1,409 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Status describes a received or probed message.
+type Status struct {
+	From TID      // the sender
+	Tag  int      // the message tag
+	Len  int      // the encoded body's size in bytes
+	Enc  Encoding // how the body is encoded
+}
+
+// Message is a received message with its encoded body.
+type Message struct {
+	From TID
+	Tag  int
+	Payload
+}
+
+// Status returns the message's status.
+func (m *Message) Status() Status {
+	return Status{From: m.From, Tag: m.Tag, Len: len(m.Data), Enc: m.Enc}
+}
+
+// NotifyKind is what a Notify registration watches for. Wire values: append
+// only.
+type NotifyKind uint8
+
+// Notification kinds.
+const (
+	// TaskExit: the listed tasks exit, are killed, or are lost with their
+	// host.
+	TaskExit NotifyKind = 1
+	// HostDelete: the listed tasks' hosts (or, with no tasks listed, any
+	// host) leave the virtual machine.
+	HostDelete NotifyKind = 2
+	// HostAdd: a host joins the virtual machine.
+	HostAdd NotifyKind = 3
+)
+
+func (k NotifyKind) String() string {
+	switch k {
+	case TaskExit:
+		return "task-exit"
+	case HostDelete:
+		return "host-delete"
+	case HostAdd:
+		return "host-add"
+	}
+	return fmt.Sprintf("notify(%d)", uint8(k))
+}
+
+// Notice is the body of a notification message. For TaskExit, the message's
+// source is the exited task, so Recv(tid, tag, &n) waits for that task.
+type Notice struct {
+	Kind   NotifyKind `msgpack:"k"`
+	TID    TID        `msgpack:"t,omitempty"` // the exited task (TaskExit)
+	Host   HostID     `msgpack:"h,omitempty"` // the host added or deleted
+	Status int        `msgpack:"s,omitempty"` // exit status (TaskExit)
+	Err    string     `msgpack:"e,omitempty"` // why the task ended, if not cleanly
+	Name   string     `msgpack:"n,omitempty"` // the host's name (host notices)
+}
+
+// SpawnRequest asks the runtime to start Count tasks of a registered type,
+// each with its state decoded from State.
+type SpawnRequest struct {
+	Type  string
+	State []byte
+	Count int
+	// Host places the tasks on the named host; empty means anywhere (the
+	// runtime's placement policy decides).
+	Host string
+}
+
+// SpawnOption adjusts a spawn.
+type SpawnOption func(*SpawnRequest)
+
+// OnHost places spawned tasks on the named host.
+func OnHost(name string) SpawnOption { return func(r *SpawnRequest) { r.Host = name } }
+
+// Anywhere lets the runtime's placement policy choose the hosts (the
+// default).
+func Anywhere() SpawnOption { return func(r *SpawnRequest) { r.Host = "" } }
+
+// Endpoint is what a Ctx needs from the daemon hosting its task. Package
+// daemon implements it; tests may implement it too. Methods taking a
+// context return ErrKilled (wrapped) once the task is killed, and the
+// context's error when it is cancelled.
+type Endpoint interface {
+	// Self and Parent are the task's and its spawner's TIDs.
+	Self() TID
+	Parent() TID
+	// HostName is the name of the host the task runs on now.
+	HostName() string
+	// Context is cancelled when the task is killed or the VM halts.
+	Context() context.Context
+
+	// Send delivers p to every task in to, in order per receiver.
+	Send(ctx context.Context, to []TID, tag int, p Payload) error
+	// Recv removes and returns the first message in the mailbox matching
+	// from and tag (wildcards allowed). With wait false it returns
+	// ok == false at once when none matches.
+	Recv(ctx context.Context, from TID, tag int, wait bool) (m Message, ok bool, err error)
+	// Probe reports the first matching message without removing it.
+	Probe(from TID, tag int) (Status, bool)
+
+	Spawn(ctx context.Context, req SpawnRequest) ([]TID, error)
+	Kill(ctx context.Context, tid TID) error
+	// Exit records the status of a task ending through Ctx.Exit.
+	Exit(status int)
+	Notify(ctx context.Context, kind NotifyKind, tag int, tids []TID) error
+
+	// Join adds the task to group and returns its instance number, the
+	// lowest free one.
+	Join(ctx context.Context, group string) (int, error)
+	Leave(ctx context.Context, group string) error
+	// Members lists the group's members indexed by instance number; a
+	// free instance holds the zero TID.
+	Members(ctx context.Context, group string) ([]TID, error)
+	// Barrier blocks until count members of group have called it.
+	Barrier(ctx context.Context, group string, count int) error
+
+	// SafePoint is called outside critical sections; it returns
+	// ErrSuspended when the runtime has checkpointed the task.
+	SafePoint(t Task) error
+
+	// Output is where the task's printed output goes (the job's console).
+	Output() io.Writer
+	Logger() *slog.Logger
+}
+
+// Ctx is a task's handle on the runtime. The runtime creates one per task
+// and passes it to Run. Its methods may be called from the task's own
+// goroutine and from goroutines it starts; Recv calls made concurrently with
+// different patterns each get their own messages.
+type Ctx struct {
+	ep       Endpoint
+	task     Task
+	critical atomic.Int32
+}
+
+// NewCtx returns the Ctx for task t hosted through ep. It is for runtimes;
+// programs receive their Ctx in Run.
+func NewCtx(ep Endpoint, t Task) *Ctx { return &Ctx{ep: ep, task: t} }
+
+// MyTID is the calling task's TID.
+func (c *Ctx) MyTID() TID { return c.ep.Self() }
+
+// Parent is the TID of the task that spawned this one, or the zero TID for a
+// task started by the runtime (a program's root task).
+func (c *Ctx) Parent() TID { return c.ep.Parent() }
+
+// HostName is the name of the host the task runs on now; it changes when the
+// task migrates.
+func (c *Ctx) HostName() string { return c.ep.HostName() }
+
+// Context is cancelled when the task is killed or the virtual machine halts.
+// Pass it to long operations that take a context.
+func (c *Ctx) Context() context.Context { return c.ep.Context() }
+
+// Log returns the task's logger.
+func (c *Ctx) Log() *slog.Logger { return c.ep.Logger() }
+
+// Output is the job's output: what a task writes there appears on the
+// console of whoever started the program.
+func (c *Ctx) Output() io.Writer { return c.ep.Output() }
+
+// Printf writes a formatted line to the job's output. A newline is added if
+// format does not end with one.
+func (c *Ctx) Printf(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if len(s) == 0 || s[len(s)-1] != '\n' {
+		s += "\n"
+	}
+	_, _ = io.WriteString(c.ep.Output(), s)
+}
+
+// enter and leave bracket a critical section.
+func (c *Ctx) enter() { c.critical.Add(1) }
+func (c *Ctx) leave() { c.critical.Add(-1) }
+
+// Critical runs f as a critical section: no checkpoint is taken while it
+// runs (SafePoint calls inside it do nothing). Every IPC call is already
+// one; use Critical for larger units that must not be split, such as a
+// sequence of sends that only makes sense together.
+func (c *Ctx) Critical(f func() error) error {
+	c.enter()
+	defer c.leave()
+	return f()
+}
+
+// SafePoint marks a point where the task may be checkpointed: its state is
+// fully described by its fields. When the runtime has a checkpoint or
+// migration pending, SafePoint takes it and returns ErrSuspended, which Run
+// must return at once, unchanged; the runtime calls Run again on the
+// restored state (possibly on another host). It returns ErrKilled when the
+// task has been killed. Inside a critical section it does nothing.
+//
+// Tasks that compute for long between messages should call SafePoint
+// regularly (at least once per iteration): a task that never reaches one
+// cannot move, and a killed task ends only at its next SafePoint or IPC
+// call.
+func (c *Ctx) SafePoint() error {
+	if c.critical.Load() > 0 {
+		return nil
+	}
+	return c.ep.SafePoint(c.task)
+}
+
+// Spawn starts n tasks of proto's registered type, each with its state
+// initialised from a copy of proto, and returns their TIDs. By default the
+// runtime places them (Anywhere); OnHost names a host. On error it returns
+// the TIDs of the tasks that did start.
+func (c *Ctx) Spawn(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", n)
+	}
+	typ, state, err := EncodeState(proto)
+	if err != nil {
+		return nil, fmt.Errorf("spawn: %w", err)
+	}
+	req := SpawnRequest{Type: typ, State: state, Count: n}
+	for _, o := range opts {
+		o(&req)
+	}
+	c.enter()
+	defer c.leave()
+	tids, err := c.ep.Spawn(c.ep.Context(), req)
+	if err != nil {
+		return tids, fmt.Errorf("spawn %d %s: %w", n, typ, err)
+	}
+	return tids, nil
+}
+
+// Kill ends the task tid. Its mailbox is discarded and notifications of its
+// exit fire at once; the task's goroutine ends at its next IPC call or
+// SafePoint.
+func (c *Ctx) Kill(tid TID) error {
+	c.enter()
+	defer c.leave()
+	if err := c.ep.Kill(c.ep.Context(), tid); err != nil {
+		return fmt.Errorf("kill %v: %w", tid, err)
+	}
+	return nil
+}
+
+// Exit ends the calling task at once with the given status, like returning
+// Exit(status) from Run: deferred calls run, and the task's goroutine ends.
+// It must be called from the task's own goroutine.
+func (c *Ctx) Exit(status int) {
+	c.ep.Exit(status)
+	runtime.Goexit()
+}
+
+func checkTag(tag int) error {
+	if tag < 0 {
+		return fmt.Errorf("tag %d: %w", tag, ErrBadTag)
+	}
+	return nil
+}
+
+// Send sends v to task to with the given tag. v is encoded before Send
+// returns, so the caller may reuse it. Messages from one task to another
+// arrive in the order sent. Send to a task that has exited fails with
+// ErrNoSuchTask.
+func (c *Ctx) Send(to TID, tag int, v any) error {
+	return c.SendContext(c.ep.Context(), to, tag, v)
+}
+
+// SendContext is Send with a context: a send that must wait for buffer
+// space gives up when ctx is done.
+func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
+	if err := checkTag(tag); err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	p, err := Encode(v)
+	if err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	c.enter()
+	defer c.leave()
+	if err := c.ep.Send(ctx, []TID{to}, tag, p); err != nil {
+		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
+	}
+	return nil
+}
+
+// Mcast sends v with the given tag to every task in to, encoding it once.
+// It fails with ErrNoSuchTask if a receiver does not exist; the others
+// still get the message.
+func (c *Ctx) Mcast(to []TID, tag int, v any) error {
+	if err := checkTag(tag); err != nil {
+		return fmt.Errorf("mcast: %w", err)
+	}
+	p, err := Encode(v)
+	if err != nil {
+		return fmt.Errorf("mcast: %w", err)
+	}
+	c.enter()
+	defer c.leave()
+	if err := c.ep.Send(c.ep.Context(), to, tag, p); err != nil {
+		return fmt.Errorf("mcast tag %d: %w", tag, err)
+	}
+	return nil
+}
+
+// RecvMsg blocks until a message matching from and tag arrives (AnyTask and
+// AnyTag are wildcards) or ctx is done, and returns it undecoded.
+func (c *Ctx) RecvMsg(ctx context.Context, from TID, tag int) (*Message, error) {
+	c.enter()
+	defer c.leave()
+	m, _, err := c.ep.Recv(ctx, from, tag, true)
+	if err != nil {
+		return nil, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
+	}
+	return &m, nil
+}
+
+// Recv blocks until a message matching from and tag arrives (AnyTask and
+// AnyTag are wildcards), decodes it into v (a pointer, or nil to discard
+// the body) and reports its source and tag. Messages match in arrival order.
+// A message that cannot be decoded into v is consumed and the error wraps
+// ErrDecode.
+func (c *Ctx) Recv(from TID, tag int, v any) (Status, error) {
+	return c.RecvContext(c.ep.Context(), from, tag, v)
+}
+
+// RecvContext is Recv that gives up when ctx is done, returning ctx's error.
+func (c *Ctx) RecvContext(ctx context.Context, from TID, tag int, v any) (Status, error) {
+	m, err := c.RecvMsg(ctx, from, tag)
+	if err != nil {
+		return Status{}, err
+	}
+	return m.Status(), decodeInto(m, v)
+}
+
+// RecvTimeout is Recv that gives up after d with an error wrapping
+// ErrTimeout.
+func (c *Ctx) RecvTimeout(from TID, tag int, v any, d time.Duration) (Status, error) {
+	ctx, cancel := context.WithTimeout(c.ep.Context(), d)
+	defer cancel()
+	st, err := c.RecvContext(ctx, from, tag, v)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return st, fmt.Errorf("recv from %v tag %d after %v: %w", from, tag, d, ErrTimeout)
+	}
+	return st, err
+}
+
+// TryRecv is a non-blocking Recv: ok is false when no message matches.
+func (c *Ctx) TryRecv(from TID, tag int, v any) (st Status, ok bool, err error) {
+	c.enter()
+	m, ok, err := c.ep.Recv(c.ep.Context(), from, tag, false)
+	c.leave()
+	if err != nil {
+		return Status{}, false, fmt.Errorf("tryrecv from %v tag %d: %w", from, tag, err)
+	}
+	if !ok {
+		return Status{}, false, nil
+	}
+	return m.Status(), true, decodeInto(&m, v)
+}
+
+// Probe reports whether a message matching from and tag is waiting, without
+// receiving it.
+func (c *Ctx) Probe(from TID, tag int) (Status, bool) {
+	c.enter()
+	defer c.leave()
+	return c.ep.Probe(from, tag)
+}
+
+func decodeInto(m *Message, v any) error {
+	if v == nil {
+		return nil
+	}
+	if err := m.Decode(v); err != nil {
+		return fmt.Errorf("message from %v tag %d: %w", m.From, m.Tag, err)
+	}
+	return nil
+}
+
+// Notify asks for a message with the given tag when something happens:
+// TaskExit for each of tids (at once if one has already exited), HostDelete
+// for the hosts of tids (or any host when tids is empty), HostAdd for any
+// host joining. The message's body is a Notice.
+func (c *Ctx) Notify(kind NotifyKind, tag int, tids ...TID) error {
+	if err := checkTag(tag); err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	switch kind {
+	case TaskExit, HostDelete, HostAdd:
+	default:
+		return fmt.Errorf("notify: unknown kind %v", kind)
+	}
+	c.enter()
+	defer c.leave()
+	if err := c.ep.Notify(c.ep.Context(), kind, tag, tids); err != nil {
+		return fmt.Errorf("notify %v: %w", kind, err)
+	}
+	return nil
+}

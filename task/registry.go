@@ -1,0 +1,162 @@
+package task
+
+import (
+	"flag"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Task is the code of a task type. The value implementing it is a pointer to
+// a struct whose exported fields are the task's state.
+//
+// Run is called once when the task starts and again, on the restored state,
+// after each migration; it must read where it is from its own fields. It
+// returns nil on success, ErrSuspended unchanged when SafePoint returned it,
+// or an error (which makes the task exit with status 1, or the status of an
+// ExitError).
+type Task interface {
+	Run(c *Ctx) error
+}
+
+var registry = struct {
+	sync.RWMutex
+	byName map[string]reflect.Type
+	byType map[reflect.Type]string
+}{byName: map[string]reflect.Type{}, byType: map[reflect.Type]string{}}
+
+// Register makes a task type known under name, so any daemon running this
+// binary can start, restore and receive tasks of that type. proto is a
+// pointer to a struct (its value is ignored). Register is meant for init
+// functions; it panics on a duplicate name or type, or on a proto that is not
+// a pointer to a struct.
+func Register(name string, proto Task) {
+	t := reflect.TypeOf(proto)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		panic(fmt.Sprintf("task.Register(%q): %T is not a pointer to a struct", name, proto))
+	}
+	if name == "" {
+		panic("task.Register: empty name")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, dup := registry.byName[name]; dup {
+		panic(fmt.Sprintf("task.Register: duplicate task type name %q", name))
+	}
+	if old, dup := registry.byType[t]; dup {
+		panic(fmt.Sprintf("task.Register(%q): %v is already registered as %q", name, t, old))
+	}
+	registry.byName[name] = t
+	registry.byType[t] = name
+}
+
+// TypeName returns the registered name of t's type.
+func TypeName(t Task) (string, error) {
+	registry.RLock()
+	name, ok := registry.byType[reflect.TypeOf(t)]
+	registry.RUnlock()
+	if !ok {
+		return "", fmt.Errorf("type %T: %w (call task.Register in an init function)", t, ErrUnknownType)
+	}
+	return name, nil
+}
+
+// Types lists the registered task type names, sorted.
+func Types() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	names := make([]string, 0, len(registry.byName))
+	for n := range registry.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns a task of the named type with its state decoded from state (a
+// msgpack encoding of the struct, as EncodeState produces). Empty state gives
+// the zero value.
+func New(typeName string, state []byte) (Task, error) {
+	registry.RLock()
+	t, ok := registry.byName[typeName]
+	registry.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("task type %q: %w", typeName, ErrUnknownType)
+	}
+	v := reflect.New(t.Elem()).Interface().(Task)
+	if len(state) > 0 {
+		if err := msgpack.Unmarshal(state, v); err != nil {
+			return nil, fmt.Errorf("task type %q: decode state: %w: %v", typeName, ErrDecode, err)
+		}
+	}
+	return v, nil
+}
+
+// EncodeState returns the registered type name of t and its state encoded
+// with msgpack.
+func EncodeState(t Task) (typeName string, state []byte, err error) {
+	typeName, err = TypeName(t)
+	if err != nil {
+		return "", nil, err
+	}
+	state, err = msgpack.Marshal(t)
+	if err != nil {
+		return "", nil, fmt.Errorf("task type %q: encode state: %w: %v", typeName, ErrEncode, err)
+	}
+	return typeName, state, nil
+}
+
+// Program is a parallel program that `dpvm run` can start by name: it
+// defines its command-line flags and builds the root task from them.
+type Program struct {
+	// Name is what users type after `dpvm run`.
+	Name string
+	// Summary is a one-line description for listings.
+	Summary string
+	// Setup defines the program's flags on fs and returns a function that,
+	// called after fs has been parsed (with the positional arguments that
+	// remain), builds the root task. It reports bad values as errors.
+	Setup func(fs *flag.FlagSet) func(args []string) (Task, error)
+}
+
+var programs = struct {
+	sync.RWMutex
+	m map[string]Program
+}{m: map[string]Program{}}
+
+// RegisterProgram makes p known to `dpvm run`. It panics on a duplicate
+// name or a Program without Name or Setup.
+func RegisterProgram(p Program) {
+	if p.Name == "" || p.Setup == nil {
+		panic("task.RegisterProgram: Name and Setup are required")
+	}
+	programs.Lock()
+	defer programs.Unlock()
+	if _, dup := programs.m[p.Name]; dup {
+		panic(fmt.Sprintf("task.RegisterProgram: duplicate program %q", p.Name))
+	}
+	programs.m[p.Name] = p
+}
+
+// LookupProgram returns the program registered under name.
+func LookupProgram(name string) (Program, bool) {
+	programs.RLock()
+	defer programs.RUnlock()
+	p, ok := programs.m[name]
+	return p, ok
+}
+
+// Programs lists the registered programs, sorted by name.
+func Programs() []Program {
+	programs.RLock()
+	defer programs.RUnlock()
+	out := make([]Program, 0, len(programs.m))
+	for _, p := range programs.m {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

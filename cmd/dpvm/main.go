@@ -48,8 +48,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		ExitErrHandler:       func(*cli.Context, error) {}, // run() reports errors
 		OnUsageError:         usageError,
+		Flags:                []cli.Flag{logLevelFlag},
 		Commands: []*cli.Command{
 			runCommand(),
+			schedCommand(),
 		},
 	}
 	setUsageErrors(app.Commands)

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"dpvm/daemon"
+	_ "dpvm/examples" // registers the example programs
+	"dpvm/task"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a registered program on an embedded virtual machine",
+		ArgsUsage: "PROGRAM [program flags and arguments]",
+		Description: "Starts a virtual machine inside this process, runs PROGRAM's root task to\n" +
+			"completion, prints the tasks' output and exits with the root task's status.\n" +
+			"Everything after PROGRAM belongs to the program: 'dpvm run hello --help'\n" +
+			"shows its flags. 'dpvm run --list' lists the programs.",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
+			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
+		},
+		Action: func(c *cli.Context) error {
+			out := c.App.Writer
+			if c.Bool("list") {
+				listPrograms(out)
+				return nil
+			}
+			if c.NArg() == 0 {
+				return cli.Exit("run: no program named; known programs: "+programNames(), 2)
+			}
+			name := c.Args().First()
+			prog, ok := task.LookupProgram(name)
+			if !ok {
+				return cli.Exit(fmt.Sprintf("run: unknown program %q; known programs: %s", name, programNames()), 2)
+			}
+			root, err := setupProgram(prog, c.Args().Tail(), out)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("run %s: %v (see 'dpvm run %s --help')", name, err, name), 2)
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = daemon.Run(ctx, root, daemon.RunOptions{
+				Hosts:  c.Int("hosts"),
+				Output: out,
+				Logger: loggerFrom(c),
+			})
+			return exitFor("run "+name, err)
+		},
+	}
+}
+
+// setupProgram parses a program's flags and builds its root task. --help
+// prints the program's usage to out and returns flag.ErrHelp.
+func setupProgram(p task.Program, args []string, out io.Writer) (task.Task, error) {
+	fs := flag.NewFlagSet("dpvm run "+p.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	build := p.Setup(fs)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(out, "%s — %s\n\nUsage: dpvm run [run flags] %s [flags]\n\nFlags:\n", p.Name, p.Summary, p.Name)
+			fs.SetOutput(out)
+			fs.PrintDefaults()
+		}
+		return nil, err
+	}
+	return build(fs.Args())
+}
+
+func listPrograms(out io.Writer) {
+	for _, p := range task.Programs() {
+		fmt.Fprintf(out, "%-12s %s\n", p.Name, p.Summary)
+	}
+}
+
+func programNames() string {
+	var names []string
+	for _, p := range task.Programs() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// exitFor maps a program's result to the command's: the root task's exit
+// status becomes the process's.
+func exitFor(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	status := 1
+	var ee *task.ExitError
+	if errors.As(err, &ee) && ee.Status > 0 && ee.Status < 256 {
+		status = ee.Status
+	}
+	if errors.Is(err, context.Canceled) {
+		return cli.Exit(what+": interrupted", 130)
+	}
+	return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
+}

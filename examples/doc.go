@@ -1,0 +1,25 @@
+// Package examples holds small parallel programs written against the task
+// API, registered with `dpvm run`:
+//
+//   - hello: a parent spawns N children and collects their greetings;
+//   - pingpong: two tasks bounce a message back and forth and time it;
+//   - ring: a token goes K laps around a ring of N tasks;
+//   - pi: master/worker Monte Carlo estimate of π with a reduce.
+//
+// Each keeps its whole progress in its exported fields and calls SafePoint
+// in its loops, so its tasks can be checkpointed and moved mid-run without
+// changing the result. The NAS Parallel Benchmark kernels live in
+// examples/npb.
+package examples
+
+// Message tags used by the examples.
+const (
+	tagGreeting = 1
+	tagPing     = 2
+	tagPong     = 3
+	tagSetup    = 4
+	tagToken    = 5
+	tagDone     = 6
+	tagHits     = 7
+	tagExit     = 8
+)

@@ -1,0 +1,86 @@
+package examples
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+
+	"dpvm/task"
+)
+
+// Hello is the root task of the hello program: it spawns N children and
+// prints their greetings in TID order.
+type Hello struct {
+	N        int
+	Children []task.TID
+	Greeting []string // by child index
+	Got      int
+}
+
+// HelloChild greets its parent.
+type HelloChild struct {
+	Sent bool
+}
+
+func init() {
+	task.Register("examples.hello", &Hello{})
+	task.Register("examples.hello.child", &HelloChild{})
+	task.RegisterProgram(task.Program{
+		Name:    "hello",
+		Summary: "a parent spawns N children and collects their greetings",
+		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+			n := fs.Int("n", 4, "number of children")
+			return func([]string) (task.Task, error) {
+				if *n < 1 {
+					return nil, fmt.Errorf("-n must be at least 1, got %d", *n)
+				}
+				return &Hello{N: *n}, nil
+			}
+		},
+	})
+}
+
+// Run spawns the children (once), then receives a greeting from each.
+func (h *Hello) Run(c *task.Ctx) error {
+	if h.Children == nil {
+		tids, err := c.Spawn(&HelloChild{}, h.N)
+		if err != nil {
+			return err
+		}
+		h.Children = tids
+		h.Greeting = make([]string, h.N)
+	}
+	for h.Got < h.N {
+		var g string
+		st, err := c.Recv(task.AnyTask, tagGreeting, &g)
+		if err != nil {
+			return err
+		}
+		i := slices.Index(h.Children, st.From)
+		if i < 0 || h.Greeting[i] != "" {
+			return fmt.Errorf("unexpected greeting from %v", st.From)
+		}
+		h.Greeting[i] = g
+		h.Got++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	c.Printf("%v: %d children said hello:", c.MyTID(), h.N)
+	for _, g := range h.Greeting {
+		c.Printf("  %s", g)
+	}
+	return nil
+}
+
+// Run sends one greeting to the parent.
+func (h *HelloChild) Run(c *task.Ctx) error {
+	if h.Sent {
+		return nil
+	}
+	if err := c.Send(c.Parent(), tagGreeting, fmt.Sprintf("hello from %v on %s", c.MyTID(), c.HostName())); err != nil {
+		return err
+	}
+	h.Sent = true
+	return nil
+}

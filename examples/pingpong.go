@@ -1,0 +1,115 @@
+package examples
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"time"
+
+	"dpvm/task"
+)
+
+// Ping is the root task of the pingpong program: it sends N messages of
+// Size bytes to a partner, which echoes each back, checks every echo and
+// reports the mean round-trip time.
+type Ping struct {
+	N       int
+	Size    int
+	I       int
+	Partner task.TID
+	Start   time.Time
+	Elapsed time.Duration // time spent in completed runs of Run
+}
+
+// Pong echoes every message back to its sender until told to stop.
+type Pong struct {
+	Echoed int
+}
+
+func init() {
+	task.Register("examples.ping", &Ping{})
+	task.Register("examples.pong", &Pong{})
+	task.RegisterProgram(task.Program{
+		Name:    "pingpong",
+		Summary: "two tasks bounce a message back and forth and time the round trips",
+		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+			n := fs.Int("n", 1000, "number of round trips")
+			size := fs.Int("size", 8, "message size in bytes")
+			return func([]string) (task.Task, error) {
+				if *n < 1 || *size < 0 {
+					return nil, fmt.Errorf("need -n >= 1 and -size >= 0, got %d and %d", *n, *size)
+				}
+				return &Ping{N: *n, Size: *size}, nil
+			}
+		},
+	})
+}
+
+// pattern is the content of round trip i: every byte names i, so an echo of
+// the wrong message or a corrupted one is noticed.
+func pattern(buf []byte, i int) []byte {
+	buf = buf[:0]
+	for j := range cap(buf) {
+		buf = append(buf, byte(i+j))
+	}
+	return buf
+}
+
+// Run spawns the partner (once) and does the remaining round trips.
+func (p *Ping) Run(c *task.Ctx) error {
+	if p.Partner.IsZero() {
+		tids, err := c.Spawn(&Pong{}, 1)
+		if err != nil {
+			return err
+		}
+		p.Partner = tids[0]
+	}
+	start := time.Now()
+	out := make([]byte, 0, p.Size)
+	var in []byte
+	for ; p.I < p.N; p.I++ {
+		out = pattern(out, p.I)
+		if err := c.Send(p.Partner, tagPing, out); err != nil {
+			return err
+		}
+		if _, err := c.Recv(p.Partner, tagPong, &in); err != nil {
+			return err
+		}
+		if !bytes.Equal(in, out) {
+			return fmt.Errorf("round trip %d: echo differs from what was sent", p.I)
+		}
+		if err := c.SafePoint(); err != nil {
+			p.I++ // this round trip is complete
+			p.Elapsed += time.Since(start)
+			return err
+		}
+	}
+	p.Elapsed += time.Since(start)
+	if err := c.Send(p.Partner, tagDone, nil); err != nil {
+		return err
+	}
+	c.Printf("pingpong: %d round trips of %d B verified, mean round trip %.2f µs",
+		p.N, p.Size, float64(p.Elapsed.Nanoseconds())/1e3/float64(p.N))
+	return nil
+}
+
+// Run echoes messages until the stop message arrives.
+func (p *Pong) Run(c *task.Ctx) error {
+	var buf []byte
+	for {
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &buf)
+		if err != nil {
+			return err
+		}
+		if st.Tag == tagDone {
+			return nil
+		}
+		if err := c.Send(st.From, tagPong, buf); err != nil {
+			return err
+		}
+		p.Echoed++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package examples
+
+import (
+	"flag"
+	"fmt"
+
+	"dpvm/task"
+)
+
+// Ring is the root task of the ring program: it spawns N ring members,
+// tells each its successor, and waits for the token to come back after K
+// laps. Every hop adds one to the token, so it must return as N·K.
+type Ring struct {
+	N, Laps int
+	Members []task.TID
+	Result  int
+}
+
+// RingMember passes the token to its successor. Member 0 starts each lap
+// and, after the last, hands the token to the root.
+type RingMember struct {
+	Index, Laps int
+	Next        task.TID
+	Lap         int
+}
+
+// ringSetup tells a member its place in the ring.
+type ringSetup struct {
+	Index int
+	Next  task.TID
+}
+
+func init() {
+	task.Register("examples.ring", &Ring{})
+	task.Register("examples.ring.member", &RingMember{})
+	task.RegisterProgram(task.Program{
+		Name:    "ring",
+		Summary: "a token goes K laps around a ring of N tasks",
+		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+			n := fs.Int("n", 4, "number of tasks in the ring")
+			laps := fs.Int("laps", 3, "laps the token makes")
+			return func([]string) (task.Task, error) {
+				if *n < 1 || *laps < 1 {
+					return nil, fmt.Errorf("need -n >= 1 and -laps >= 1, got %d and %d", *n, *laps)
+				}
+				return &Ring{N: *n, Laps: *laps}, nil
+			}
+		},
+	})
+}
+
+// Run builds the ring (once) and waits for the token.
+func (r *Ring) Run(c *task.Ctx) error {
+	if r.Members == nil {
+		tids, err := c.Spawn(&RingMember{Laps: r.Laps}, r.N)
+		if err != nil {
+			return err
+		}
+		for i, t := range tids {
+			if err := c.Send(t, tagSetup, ringSetup{Index: i, Next: tids[(i+1)%len(tids)]}); err != nil {
+				return err
+			}
+		}
+		r.Members = tids
+	}
+	if _, err := c.Recv(r.Members[0], tagDone, &r.Result); err != nil {
+		return err
+	}
+	if want := r.N * r.Laps; r.Result != want {
+		return fmt.Errorf("ring: token came back as %d, want %d", r.Result, want)
+	}
+	c.Printf("ring: token made %d laps around %d tasks: %d hops", r.Laps, r.N, r.Result)
+	return nil
+}
+
+// Run passes the token on until the laps are done.
+func (m *RingMember) Run(c *task.Ctx) error {
+	if m.Next.IsZero() {
+		var s ringSetup
+		if _, err := c.Recv(c.Parent(), tagSetup, &s); err != nil {
+			return err
+		}
+		m.Index, m.Next = s.Index, s.Next
+		if m.Index == 0 {
+			if err := c.Send(m.Next, tagToken, 1); err != nil {
+				return err
+			}
+		}
+	}
+	for m.Lap < m.Laps {
+		var token int
+		if _, err := c.Recv(task.AnyTask, tagToken, &token); err != nil {
+			return err
+		}
+		m.Lap++
+		switch {
+		case m.Index != 0:
+			token++
+			if err := c.Send(m.Next, tagToken, token); err != nil {
+				return err
+			}
+		case m.Lap == m.Laps:
+			if err := c.Send(c.Parent(), tagDone, token); err != nil {
+				return err
+			}
+		default:
+			token++
+			if err := c.Send(m.Next, tagToken, token); err != nil {
+				return err
+			}
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package share
 import (
 	"fmt"
 	"math/rand/v2"
-	"sort"
 )
 
 // State is a host's state under the load acceptance index policy.
@@ -213,14 +212,23 @@ func (q *RecipientQueue) Sample(rng *rand.Rand, k, exclude int, buf []int) []int
 
 // SortByIndex orders candidates by decreasing load index (most available
 // first), ties by host number. index returns a host's current index.
+// The few candidates are sorted by insertion, without allocating.
 func SortByIndex(cands []int, index func(h int) float64) {
-	sort.SliceStable(cands, func(a, b int) bool {
-		ia, ib := index(cands[a]), index(cands[b])
-		if ia != ib {
-			return ia > ib
+	for i := 1; i < len(cands); i++ {
+		h := cands[i]
+		ih := index(h)
+		j := i
+		for j > 0 {
+			p := cands[j-1]
+			ip := index(p)
+			if ip > ih || (ip == ih && p < h) {
+				break
+			}
+			cands[j] = p
+			j--
 		}
-		return cands[a] < cands[b]
-	})
+		cands[j] = h
+	}
 }
 
 // snapshotQueue builds the recipient queue a snapshot implies, in host order.

@@ -218,27 +218,27 @@ type lsNode struct {
 }
 
 type lsSim struct {
-	cfg    LoadShareConfig
-	q      eventQueue
-	now    float64
-	nodes  []lsNode
-	jobs   []lsJob
-	free   []int32
-	rng    *rand.Rand // policy stream: probes and transfer times
-	si     share.SenderInitiated
-	ri     share.ReceiverInitiated
-	ip     share.IndexPolicy
-	rq     *share.RecipientQueue
-	probe  uint8 // what Probe checks
-	self   int
-	cands  []int
-	index  func(h int) float64 // s.indexOf, bound once
-	rr     bool
-	start  float64 // measurement start
-	end    float64
-	sum    []float64
-	cnt    []int64
-	events int64
+	cfg                            LoadShareConfig
+	q                              eventQueue
+	now                            float64
+	nodes                          []lsNode
+	jobs                           []lsJob
+	free                           []int32
+	rng                            *rand.Rand // policy stream: probes and transfer times
+	si                             share.SenderInitiated
+	ri                             share.ReceiverInitiated
+	ip                             share.IndexPolicy
+	rq                             *share.RecipientQueue
+	probe                          uint8 // what Probe checks
+	self                           int
+	cands                          []int
+	index                          func(h int) float64 // s.indexOf, bound once
+	rr                             bool
+	start                          float64 // measurement start
+	end                            float64
+	sum                            []float64
+	cnt                            []int64
+	events                         int64
 	arrMeasured, transfers, probes int64
 }
 

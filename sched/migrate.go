@@ -150,19 +150,19 @@ type Location struct {
 func (l Location) String() string {
 	switch l.Rule {
 	case RuleUsersMemory:
-		return fmt.Sprintf("to %s: users on %s; lowest delay %s among user-free hosts with >= %s MiB free and delay < d_max %s",
+		return fmt.Sprintf("to %s: users on %s; lowest delay %s among user-free hosts with >= %s free and delay < d_max %s",
 			l.To, l.From, num(l.DestDelay), mib(l.MemNeed), num(l.DMax))
 	case RuleUsersAnyMemory:
-		return fmt.Sprintf("to %s: users on %s; no user-free host has %s MiB free, so lowest delay %s below d_max %s without the memory condition",
+		return fmt.Sprintf("to %s: users on %s; no user-free host has %s free, so lowest delay %s below d_max %s without the memory condition",
 			l.To, l.From, mib(l.MemNeed), num(l.DestDelay), num(l.DMax))
 	case RuleImprove:
-		return fmt.Sprintf("to %s: delay %s -> %s, better by more than alpha %s, with >= %s MiB free",
+		return fmt.Sprintf("to %s: delay %s -> %s, better by more than alpha %s, with >= %s free",
 			l.To, num(l.OriginDelay), num(l.DestDelay), num(l.OriginAlpha), mib(l.MemNeed))
 	}
 	if l.Users {
 		return fmt.Sprintf("stay: users on %s but no user-free host with more than mem_min free has delay < d_max %s", l.From, num(l.DMax))
 	}
-	return fmt.Sprintf("stay: no user-free host with >= %s MiB free has delay below %s - alpha %s",
+	return fmt.Sprintf("stay: no user-free host with >= %s free has delay below %s - alpha %s",
 		mib(l.MemNeed), num(l.OriginDelay), num(l.OriginAlpha))
 }
 

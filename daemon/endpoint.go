@@ -43,9 +43,10 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 	var errs []error
 	for i, t := range to {
 		body := p
-		if i > 0 && p.Enc == task.EncBytes {
+		if i < len(to)-1 && p.Enc == task.EncBytes {
 			// Receivers of a []byte own the bytes they get: copy for all
-			// but the first.
+			// but the last, which gets the original once no copy is left
+			// to make from it.
 			body.Data = bytes.Clone(p.Data)
 		}
 		if err := h.d.deliver(h.tid, t, tag, body); err != nil {

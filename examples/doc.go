@@ -4,7 +4,8 @@
 //   - hello: a parent spawns N children and collects their greetings;
 //   - pingpong: two tasks bounce a message back and forth and time it;
 //   - ring: a token goes K laps around a ring of N tasks;
-//   - pi: master/worker Monte Carlo estimate of π with a reduce.
+//   - pi: master/worker Monte Carlo estimate of π with a reduce;
+//   - squares: the README's walk-through, a sum of squares with a reduce.
 //
 // Each keeps its whole progress in its exported fields and calls SafePoint
 // in its loops, so its tasks can be checkpointed and moved mid-run without
@@ -22,4 +23,6 @@ const (
 	tagDone     = 6
 	tagHits     = 7
 	tagExit     = 8
+	tagWork     = 9
+	tagSum      = 10
 )

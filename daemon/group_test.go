@@ -1,0 +1,309 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"dpvm/task"
+)
+
+func TestGroupMembership(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		if _, err := c.Members("g"); !errors.Is(err, task.ErrNoSuchGroup) {
+			return fmt.Errorf("members of an empty group: %v", err)
+		}
+		inst, err := c.Join("g")
+		if err != nil || inst != 0 {
+			return fmt.Errorf("first join = %d, %v", inst, err)
+		}
+		if _, err := c.Join("g"); err == nil {
+			return errors.New("joining twice succeeded")
+		}
+		// Three children join as 1, 2, 3; the middle one leaves; a fourth
+		// takes the freed instance.
+		joiner := fn(t, func(c *task.Ctx, _ int) error {
+			inst, err := c.Join("g")
+			if err != nil {
+				return err
+			}
+			if err := c.Send(c.Parent(), 1, inst); err != nil {
+				return err
+			}
+			var leave bool
+			if _, err := c.Recv(c.Parent(), 2, &leave); err != nil {
+				return err
+			}
+			if leave {
+				if err := c.Leave("g"); err != nil {
+					return err
+				}
+				if err := c.Leave("g"); !errors.Is(err, task.ErrNotInGroup) {
+					return fmt.Errorf("second leave: %v", err)
+				}
+			}
+			return c.Send(c.Parent(), 3, nil)
+		})
+		var kids []task.TID
+		for want := 1; want <= 3; want++ {
+			id, err := c.Spawn(joiner, 1)
+			if err != nil {
+				return err
+			}
+			var got int
+			if _, err := c.Recv(id[0], 1, &got); err != nil || got != want {
+				return fmt.Errorf("child joined as %d, want %d (%v)", got, want, err)
+			}
+			kids = append(kids, id[0])
+		}
+		if n, err := c.GroupSize("g"); err != nil || n != 4 {
+			return fmt.Errorf("size = %d, %v", n, err)
+		}
+		if tid, err := c.GroupTID("g", 2); err != nil || tid != kids[1] {
+			return fmt.Errorf("GroupTID(2) = %v, %v", tid, err)
+		}
+		if inst, err := c.GroupInst("g", kids[2]); err != nil || inst != 3 {
+			return fmt.Errorf("GroupInst = %d, %v", inst, err)
+		}
+		if _, err := c.GroupInst("g", task.NewTID(1, 999)); !errors.Is(err, task.ErrNotInGroup) {
+			return fmt.Errorf("GroupInst of a stranger: %v", err)
+		}
+		if err := c.Send(kids[1], 2, true); err != nil {
+			return err
+		}
+		if _, err := c.Recv(kids[1], 3, nil); err != nil {
+			return err
+		}
+		if _, err := c.GroupTID("g", 2); !errors.Is(err, task.ErrNoSuchTask) {
+			return fmt.Errorf("GroupTID of a freed instance: %v", err)
+		}
+		id, err := c.Spawn(joiner, 1)
+		if err != nil {
+			return err
+		}
+		var got int
+		if _, err := c.Recv(id[0], 1, &got); err != nil || got != 2 {
+			return fmt.Errorf("new member joined as %d, want the freed 2 (%v)", got, err)
+		}
+		// Exiting members leave their groups.
+		for _, k := range []task.TID{kids[0], kids[2], id[0]} {
+			if err := c.Notify(task.TaskExit, 9, k); err != nil {
+				return err
+			}
+			if err := c.Send(k, 2, false); err != nil {
+				return err
+			}
+			if _, err := c.Recv(k, 9, nil); err != nil {
+				return err
+			}
+		}
+		m, err := c.Members("g")
+		if err != nil || !slices.Equal(m, []task.TID{c.MyTID()}) {
+			return fmt.Errorf("members after exits = %v, %v", m, err)
+		}
+		return nil
+	})
+}
+
+// collective runs n members of group "c"; each joins, waits until all
+// have joined, runs body with its instance number, and waits until all are
+// done before leaving. The root collects every member's result.
+func collective(t *testing.T, n int, body func(c *task.Ctx, inst int) error) {
+	t.Helper()
+	d, _ := newTestDaemon(t)
+	member := fn(t, func(c *task.Ctx, _ int) error {
+		inst, err := c.Join("c")
+		if err != nil {
+			return err
+		}
+		if err := c.Barrier("c", n); err != nil {
+			return err
+		}
+		err = body(c, inst)
+		if err == nil {
+			err = c.Barrier("c", n)
+		}
+		return c.Send(c.Parent(), 2, fmt.Sprint(err))
+	})
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		kids, err := c.Spawn(member, n)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for range kids {
+			var s string
+			st, err := c.Recv(task.AnyTask, 2, &s)
+			if err != nil {
+				return err
+			}
+			if s != "<nil>" {
+				errs = append(errs, fmt.Errorf("member %v: %s", st.From, s))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func TestBarrierGenerations(t *testing.T) {
+	const n, rounds = 6, 50
+	collective(t, n, func(c *task.Ctx, inst int) error {
+		// Everyone sends its round number to instance 0 between barriers:
+		// instance 0 must never see a message from a later round before
+		// it has all of the current one.
+		for r := range rounds {
+			if inst != 0 {
+				root, err := c.GroupTID("c", 0)
+				if err != nil {
+					return err
+				}
+				if err := c.Send(root, 20, r); err != nil {
+					return err
+				}
+			} else {
+				for range n - 1 {
+					var got int
+					if _, err := c.Recv(task.AnyTask, 20, &got); err != nil {
+						return err
+					}
+					if got != r {
+						return fmt.Errorf("round %d: got a message of round %d", r, got)
+					}
+				}
+			}
+			if err := c.Barrier("c", 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func TestBcastReduceGatherScatter(t *testing.T) {
+	const n = 5
+	collective(t, n, func(c *task.Ctx, inst int) error {
+		const root = 2
+		// Bcast from the root reaches everyone else.
+		if inst == root {
+			if err := c.Bcast("c", 30, "hi"); err != nil {
+				return err
+			}
+		} else {
+			var s string
+			if _, err := c.Recv(task.AnyTask, 30, &s); err != nil || s != "hi" {
+				return fmt.Errorf("bcast got %q, %v", s, err)
+			}
+		}
+		// Built-in reductions over numeric slices.
+		x := float64(inst + 1)
+		sum := []float64{x, 2 * x}
+		prod := []int64{int64(inst + 1)}
+		mn := []float64{x}
+		mx := []int32{int32(inst * 10)}
+		if err := task.Reduce(c, task.Sum[float64], sum, "c", 31, root); err != nil {
+			return err
+		}
+		if err := task.Reduce(c, task.Product[int64], prod, "c", 32, root); err != nil {
+			return err
+		}
+		if err := task.Reduce(c, task.Min[float64], mn, "c", 33, root); err != nil {
+			return err
+		}
+		if err := task.Reduce(c, task.Max[int32], mx, "c", 34, root); err != nil {
+			return err
+		}
+		// A user function: keep the instance numbers seen, as a bitmask.
+		mask := []uint64{1 << inst}
+		or := func(acc, in []uint64) {
+			for i := range acc {
+				acc[i] |= in[i]
+			}
+		}
+		if err := task.Reduce(c, or, mask, "c", 35, root); err != nil {
+			return err
+		}
+		if inst == root {
+			if sum[0] != 15 || sum[1] != 30 || prod[0] != 120 || mn[0] != 1 || mx[0] != 40 || mask[0] != 1<<n-1 {
+				return fmt.Errorf("reductions at root: sum %v prod %v min %v max %v mask %b", sum, prod, mn, mx, mask[0])
+			}
+		} else if sum[0] != x || prod[0] != int64(inst+1) {
+			return fmt.Errorf("non-root data changed: %v %v", sum, prod)
+		}
+		// Gather in instance order, of structs (msgpack path).
+		type rec struct{ Inst int }
+		all, err := task.Gather(c, []rec{{inst}, {inst}}, "c", 36, root)
+		if err != nil {
+			return err
+		}
+		if inst == root {
+			for i, r := range all {
+				if r.Inst != i/2 {
+					return fmt.Errorf("gather: %v", all)
+				}
+			}
+			if len(all) != 2*n {
+				return fmt.Errorf("gather: %d elements", len(all))
+			}
+		} else if all != nil {
+			return fmt.Errorf("gather returned %v at a non-root", all)
+		}
+		// Scatter 3 ints per member.
+		var data []int
+		if inst == root {
+			for i := range 3 * n {
+				data = append(data, i)
+			}
+		}
+		mine, err := task.Scatter(c, data, 3, "c", 37, root)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(mine, []int{3 * inst, 3*inst + 1, 3*inst + 2}) {
+			return fmt.Errorf("scatter gave instance %d %v", inst, mine)
+		}
+		return nil
+	})
+}
+
+func TestCollectiveErrors(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		if err := task.Reduce(c, task.Sum[int], []int{1}, "none", 1, 0); !errors.Is(err, task.ErrNoSuchGroup) {
+			return fmt.Errorf("reduce on a missing group: %v", err)
+		}
+		if _, err := c.Join("solo"); err != nil {
+			return err
+		}
+		if err := task.Reduce(c, task.Sum[int], []int{1}, "solo", 1, 3); !errors.Is(err, task.ErrNoSuchTask) {
+			return fmt.Errorf("reduce with a missing root: %v", err)
+		}
+		if err := c.Barrier("none", 1); !errors.Is(err, task.ErrNoSuchGroup) {
+			return fmt.Errorf("barrier on a missing group: %v", err)
+		}
+		// A one-member group: collectives complete on their own.
+		v := []int{4}
+		if err := task.Reduce(c, task.Sum[int], v, "solo", 1, 0); err != nil || v[0] != 4 {
+			return fmt.Errorf("solo reduce = %v, %v", v, err)
+		}
+		if err := c.Barrier("solo", 0); err != nil {
+			return err
+		}
+		if _, err := task.Scatter(c, []int{1}, 2, "solo", 1, 0); err == nil {
+			return errors.New("scatter with too little data succeeded")
+		}
+		other := fn(t, func(c *task.Ctx, _ int) error {
+			err := c.Barrier("solo", 1)
+			return c.Send(c.Parent(), 1, errors.Is(err, task.ErrNotInGroup))
+		})
+		if _, err := c.Spawn(other, 1); err != nil {
+			return err
+		}
+		var ok bool
+		if _, err := c.Recv(task.AnyTask, 1, &ok); err != nil || !ok {
+			return fmt.Errorf("barrier by a non-member was not refused (%v)", err)
+		}
+		return nil
+	})
+}

@@ -227,16 +227,23 @@ func TestSpawnErrors(t *testing.T) {
 		t.Error("count 0 accepted")
 	}
 	runRoot(t, d, func(c *task.Ctx, _ int) error {
-		ids, err := c.Spawn(fn(t, func(c *task.Ctx, arg int) error {
-			if arg != 7 {
-				return fmt.Errorf("state not copied: arg %d", arg)
-			}
+		ids, err := c.Spawn(fn(t, func(c *task.Ctx, _ int) error {
 			return c.Send(c.Parent(), 1, c.HostName())
 		}), 1, task.OnHost("h1"))
 		if err != nil {
 			return err
 		}
-		_ = ids
+		here := fn(t, func(c *task.Ctx, _ int) error { return c.Send(c.Parent(), 1, c.HostName()) })
+		ids2, err := c.Spawn(here, 2, task.Here())
+		if err != nil {
+			return err
+		}
+		for _, id := range append(ids, ids2...) {
+			var host string
+			if _, err := c.Recv(id, 1, &host); err != nil || host != c.HostName() {
+				return fmt.Errorf("%v runs on %q (%v), want %q", id, host, err, c.HostName())
+			}
+		}
 		return nil
 	})
 }

@@ -79,6 +79,8 @@ type SpawnRequest struct {
 	// Host places the tasks on the named host; empty means anywhere (the
 	// runtime's placement policy decides).
 	Host string
+	// here asks for the spawning task's own host; Ctx.Spawn resolves it.
+	here bool
 }
 
 // SpawnOption adjusts a spawn.
@@ -89,7 +91,10 @@ func OnHost(name string) SpawnOption { return func(r *SpawnRequest) { r.Host = n
 
 // Anywhere lets the runtime's placement policy choose the hosts (the
 // default).
-func Anywhere() SpawnOption { return func(r *SpawnRequest) { r.Host = "" } }
+func Anywhere() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = "", false } }
+
+// Here places spawned tasks on the spawning task's own host.
+func Here() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = "", true } }
 
 // Endpoint is what a Ctx needs from the daemon hosting its task. Package
 // daemon implements it; tests may implement it too. Methods taking a
@@ -218,7 +223,8 @@ func (c *Ctx) SafePoint() error {
 
 // Spawn starts n tasks of proto's registered type, each with its state
 // initialised from a copy of proto, and returns their TIDs. By default the
-// runtime places them (Anywhere); OnHost names a host. On error it returns
+// runtime places them (Anywhere); OnHost names a host, Here picks the
+// caller's. On error it returns
 // the TIDs of the tasks that did start.
 func (c *Ctx) Spawn(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
 	if n < 1 {
@@ -231,6 +237,9 @@ func (c *Ctx) Spawn(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
 	req := SpawnRequest{Type: typ, State: state, Count: n}
 	for _, o := range opts {
 		o(&req)
+	}
+	if req.here {
+		req.Host, req.here = c.ep.HostName(), false
 	}
 	c.enter()
 	defer c.leave()

@@ -52,6 +52,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			schedCommand(),
+			simCommand(),
 		},
 	}
 	setUsageErrors(app.Commands)

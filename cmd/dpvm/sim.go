@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"dpvm/sched/sim"
+)
+
+// simCommand builds `dpvm sim`: the policy simulator, reproducing the load
+// sharing, load index, WAL-FC and Dynamic-SED studies.
+func simCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "sim",
+		Usage: "simulate scheduling policies (deterministic, seeded discrete-event simulation)",
+		Subcommands: []*cli.Command{
+			simLoadShareCommand(),
+		},
+	}
+}
+
+func simLoadShareCommand() *cli.Command {
+	d := sim.DefaultLoadShare()
+	return &cli.Command{
+		Name:      "loadshare",
+		Usage:     "mean response time of load-sharing policies on N identical nodes (Dandamudi's model)",
+		ArgsUsage: " ",
+		Description: "Runs every combination of --policy, --sched, --util, --ca and --cs. Lists are\n" +
+			"comma-separated; numbers may also be ranges start:stop:step. Defaults are\n" +
+			"the paper's Appendix A: 32 nodes, mean service time 1, T=2, T_R=1, P_l=3,\n" +
+			"T_probe=0.003, T_jx=0.02, transfer time U(0.009,0.011), Q=0.1, 1% context\n" +
+			"switch, reinitiation period 1, 30 batches.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Value: "nls,si,ri", Usage: "policies: nls, si, ri, ri-reinit, index"},
+			&cli.StringFlag{Name: "sched", Value: "fcfs", Usage: "node scheduling: fcfs, rr (or both)"},
+			&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "number of nodes"},
+			&cli.StringFlag{Name: "util", Value: "0.1:0.9:0.1", Usage: "system utilizations λ/μ"},
+			&cli.StringFlag{Name: "ca", Value: "1", Usage: "inter-arrival time coefficients of variation"},
+			&cli.StringFlag{Name: "cs", Value: "1", Usage: "service time coefficients of variation"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "random seed"},
+			&cli.IntFlag{Name: "batches", Value: d.Batches, Usage: "number of batches"},
+			&cli.Float64Flag{Name: "batch-length", Value: d.BatchLength, Usage: "simulated time per batch"},
+			&cli.Float64Flag{Name: "warmup", Value: d.Warmup, Usage: "simulated time discarded first"},
+			&cli.IntFlag{Name: "threshold", Value: d.Threshold, Usage: "transfer threshold T (= T_S = T_M)"},
+			&cli.IntFlag{Name: "receiver-threshold", Value: d.ReceiverThreshold, Usage: "receiver threshold T_R"},
+			&cli.IntFlag{Name: "probe-limit", Value: d.ProbeLimit, Usage: "probe limit P_l"},
+			&cli.Float64Flag{Name: "reinit", Value: d.Reinit, Usage: "reinitiation period δ of ri-reinit"},
+			&cli.Float64Flag{Name: "quantum", Value: d.Quantum, Usage: "round-robin quantum Q"},
+			&cli.Float64Flag{Name: "context-switch", Value: d.ContextSwitch, Usage: "round-robin context switch cost"},
+			&cli.Float64Flag{Name: "probe-cost", Value: d.ProbeCost, Usage: "CPU cost of sending or receiving a probe"},
+			&cli.Float64Flag{Name: "transfer-cost", Value: d.TransferCost, Usage: "CPU cost of sending or receiving a job"},
+			&cli.IntFlag{Name: "parallel", Value: 0, Usage: "runs simulated at once (0: one per CPU)"},
+			&cli.BoolFlag{Name: "json", Usage: "print {\"results\":[...]} as JSON"},
+			&cli.BoolFlag{Name: "csv", Usage: "print CSV"},
+			&cli.StringFlag{Name: "plot", Usage: "also write an SVG line chart to `FILE`"},
+			&cli.StringFlag{Name: "title", Usage: "chart title"},
+		},
+		Action: simLoadShareAction,
+	}
+}
+
+func simLoadShareAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("sim loadshare: unexpected argument %q", c.Args().First()), 2)
+	}
+	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim loadshare: %v", err), 1) }
+	var g sim.Grid
+	for _, s := range splitList(c.String("policy")) {
+		p, err := sim.ParsePolicy(s)
+		if err != nil {
+			return fail(err)
+		}
+		g.Policies = append(g.Policies, p)
+	}
+	for _, s := range splitList(c.String("sched")) {
+		p, err := sim.ParseSched(s)
+		if err != nil {
+			return fail(err)
+		}
+		g.Scheds = append(g.Scheds, p)
+	}
+	if len(g.Policies) == 0 || len(g.Scheds) == 0 {
+		return fail(fmt.Errorf("%w: no policy or scheduling discipline given", sim.ErrBadConfig))
+	}
+	var err error
+	for _, f := range []struct {
+		name string
+		dst  *[]float64
+	}{{"util", &g.Utils}, {"ca", &g.CAs}, {"cs", &g.CSs}} {
+		if *f.dst, err = sim.ParseValues(c.String(f.name)); err != nil {
+			return fail(fmt.Errorf("--%s: %w", f.name, err))
+		}
+	}
+	if c.Bool("json") && c.Bool("csv") {
+		return cli.Exit("sim loadshare: --json and --csv exclude each other", 2)
+	}
+	base := sim.DefaultLoadShare()
+	base.Nodes = c.Int("nodes")
+	base.Seed = c.Uint64("seed")
+	base.Batches = c.Int("batches")
+	base.BatchLength = c.Float64("batch-length")
+	base.Warmup = c.Float64("warmup")
+	base.Threshold = c.Int("threshold")
+	base.ReceiverThreshold = c.Int("receiver-threshold")
+	base.ProbeLimit = c.Int("probe-limit")
+	base.Reinit = c.Float64("reinit")
+	base.Quantum = c.Float64("quantum")
+	base.ContextSwitch = c.Float64("context-switch")
+	base.ProbeCost = c.Float64("probe-cost")
+	base.TransferCost = c.Float64("transfer-cost")
+	cfgs := g.Configs(base)
+	if len(cfgs) > 100000 {
+		return fail(fmt.Errorf("%w: %d runs requested (at most 100000)", sim.ErrBadConfig, len(cfgs)))
+	}
+	rs, err := sim.Sweep(cfgs, c.Int("parallel"))
+	if err != nil {
+		return fail(err)
+	}
+	out := c.App.Writer
+	if p := c.String("plot"); p != "" {
+		title := c.String("title")
+		if title == "" {
+			title = fmt.Sprintf("Load sharing, %d nodes", base.Nodes)
+		}
+		ch, err := sim.ChartFor(g, rs, title)
+		if err != nil {
+			return fail(err)
+		}
+		if err := writeSVGFile(p, ch); err != nil {
+			return fail(err)
+		}
+	}
+	switch {
+	case c.Bool("json"):
+		for i := range rs {
+			rs[i].Batches = nil
+		}
+		return writeJSON(out, map[string]any{"results": rs})
+	case c.Bool("csv"):
+		return sim.WriteCSV(out, rs)
+	}
+	if err := sim.WriteTable(out, rs); err != nil {
+		return err
+	}
+	for _, s := range sim.Crossovers(rs) {
+		fmt.Fprintln(out, s)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// writeJSON prints v as indented JSON followed by a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeSVGFile draws ch into the file at path.
+func writeSVGFile(path string, ch sim.Chart) error {
+	var b bytes.Buffer
+	if err := sim.WriteSVG(&b, ch); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func simCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(append([]string{"dpvm", "sim"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestSimLoadShareJSON(t *testing.T) {
+	code, out, errOut := simCLI(t, "loadshare", "--policy", "nls,si", "--util", "0.3,0.9", "--batches", "3",
+		"--batch-length", "100", "--warmup", "10", "--json")
+	if code != 0 {
+		t.Fatalf("status %d: %s", code, errOut)
+	}
+	var doc struct {
+		Results []struct {
+			Policy       string  `json:"policy"`
+			Sched        string  `json:"sched"`
+			Util         float64 `json:"util"`
+			MeanResponse float64 `json:"mean_response"`
+			CI95         float64 `json:"ci95"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(doc.Results) != 4 {
+		t.Fatalf("%d results, want 4:\n%s", len(doc.Results), out)
+	}
+	want := []struct {
+		p string
+		u float64
+	}{{"nls", 0.3}, {"nls", 0.9}, {"si", 0.3}, {"si", 0.9}}
+	for i, r := range doc.Results {
+		if r.Policy != want[i].p || r.Util != want[i].u || r.Sched != "fcfs" || !(r.MeanResponse >= 1) || !(r.CI95 > 0) {
+			t.Errorf("result %d: %+v", i, r)
+		}
+	}
+	if strings.Contains(out, "batches") {
+		t.Error("JSON should not carry per-batch means")
+	}
+}
+
+func TestSimLoadShareTableCSVAndPlot(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "fig.svg")
+	// Flags after the subcommand name in any order; a range of utilisations.
+	code, out, errOut := simCLI(t, "loadshare", "--policy", "si,ri", "--sched", "rr", "--util", "0.5:0.9:0.4",
+		"--batches", "2", "--batch-length", "50", "--warmup", "0", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("status %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "mean response") || strings.Count(out, "\n") < 5 || !strings.Contains(out, "better than si") {
+		t.Fatalf("table:\n%s", out)
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte(">SI<")) || !bytes.Contains(svg, []byte(">RI<")) {
+		t.Fatalf("plot: %v\n%.300s", err, svg)
+	}
+	code, out, _ = simCLI(t, "loadshare", "--policy", "ri-reinit", "--util", "0.5", "--ca", "0:2:1",
+		"--batches", "2", "--batch-length", "50", "--csv")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "policy,sched,util,ca,cs,mean_response,ci95") {
+		t.Fatalf("csv status %d:\n%s", code, out)
+	}
+}
+
+func TestSimLoadShareErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"loadshare", "--policy", "magic"}, 1, "unknown policy"},
+		{[]string{"loadshare", "--sched", "lifo"}, 1, "unknown node scheduling"},
+		{[]string{"loadshare", "--util", "1.5"}, 1, "utilisation"},
+		{[]string{"loadshare", "--util", "0.9:0.1:0.1"}, 1, "range"},
+		{[]string{"loadshare", "--ca", "-1", "--util", "0.5"}, 1, "CV"},
+		{[]string{"loadshare", "--json", "--csv"}, 2, "exclude"},
+		{[]string{"loadshare", "extra"}, 2, "unexpected argument"},
+		{[]string{"loadshare", "--nodes", "1"}, 1, "nodes"},
+		{[]string{"loadshare", "--util", "0.5", "--batches", "2", "--plot", "/nonexistent/dir/x.svg"}, 1, "plot"},
+	}
+	for _, c := range cases {
+		code, _, errOut := simCLI(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: status %d, stderr %q; want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ func simCommand() *cli.Command {
 		Usage: "simulate scheduling policies (deterministic, seeded discrete-event simulation)",
 		Subcommands: []*cli.Command{
 			simLoadShareCommand(),
+			simIndexCommand(),
 		},
 	}
 }
@@ -179,6 +180,137 @@ func writeSVGFile(path string, ch sim.Chart) error {
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+func simIndexCommand() *cli.Command {
+	d := sim.DefaultIndex()
+	return &cli.Command{
+		Name:      "index",
+		Usage:     "load acceptance index on a heterogeneous cluster against an even static distribution (Bosque et al.)",
+		ArgsUsage: " ",
+		Description: "Runs Table 1's 10-node cluster (or --nodes name:power:cores,...) with --tasks\n" +
+			"tasks submitted to --origin, balanced by the load index policy, and the same\n" +
+			"tasks spread evenly with no balancing; prints tasks per node, both makespans\n" +
+			"and the speedup. --seeds N repeats with seeds seed..seed+N-1 and reports the\n" +
+			"mean speedup.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "nodes", Usage: "cluster as name:power:cores,... (default: the paper's Table 1)"},
+			&cli.StringFlag{Name: "origin", Value: strings.Join(d.Origins, ","), Usage: "nodes the tasks are submitted to (split evenly)"},
+			&cli.IntFlag{Name: "tasks", Value: d.Tasks, Usage: "number of tasks"},
+			&cli.Float64Flag{Name: "task-mean", Value: d.TaskMean, Usage: "mean task work, in seconds on the most powerful core"},
+			&cli.Float64Flag{Name: "task-spread", Value: d.TaskSpread, Usage: "task works are uniform in mean·[1-spread, 1+spread]"},
+			&cli.Float64Flag{Name: "spacing", Value: d.Spacing, Usage: "seconds between two submissions at an origin"},
+			&cli.Float64Flag{Name: "interval", Value: d.Interval, Usage: "load measurement interval in seconds"},
+			&cli.Float64Flag{Name: "recipient", Value: d.Policy.RecipientThreshold, Usage: "recipient↔neutral threshold"},
+			&cli.Float64Flag{Name: "emitter", Value: d.Policy.EmitterThreshold, Usage: "neutral↔emitter threshold"},
+			&cli.IntFlag{Name: "candidates", Value: d.Policy.Candidates, Usage: "recipients asked per balancing operation"},
+			&cli.Float64Flag{Name: "transfer-delay", Value: d.TransferDelay, Usage: "seconds a task takes to reach a remote node"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "random seed"},
+			&cli.IntFlag{Name: "seeds", Value: 1, Usage: "repeat with this many consecutive seeds"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.StringFlag{Name: "plot", Usage: "write the load indexes of the balanced run over time as SVG to `FILE`"},
+		},
+		Action: simIndexAction,
+	}
+}
+
+func parseNodes(s string) ([]sim.Node, error) {
+	var out []sim.Node
+	for _, f := range splitList(s) {
+		p := strings.Split(f, ":")
+		if len(p) != 3 {
+			return nil, fmt.Errorf("%w: node %q is not name:power:cores", sim.ErrBadConfig, f)
+		}
+		var n sim.Node
+		n.Name = p[0]
+		if _, err := fmt.Sscanf(p[1]+" "+p[2], "%g %d", &n.Power, &n.Cores); err != nil {
+			return nil, fmt.Errorf("%w: node %q: %v", sim.ErrBadConfig, f, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func simIndexAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("sim index: unexpected argument %q", c.Args().First()), 2)
+	}
+	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim index: %v", err), 1) }
+	cfg := sim.DefaultIndex()
+	if s := c.String("nodes"); s != "" {
+		nodes, err := parseNodes(s)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Nodes = nodes
+	}
+	cfg.Origins = splitList(c.String("origin"))
+	cfg.Tasks = c.Int("tasks")
+	cfg.TaskMean = c.Float64("task-mean")
+	cfg.TaskSpread = c.Float64("task-spread")
+	cfg.Spacing = c.Float64("spacing")
+	cfg.Interval = c.Float64("interval")
+	cfg.Policy.RecipientThreshold = c.Float64("recipient")
+	cfg.Policy.EmitterThreshold = c.Float64("emitter")
+	cfg.Policy.Candidates = c.Int("candidates")
+	cfg.TransferDelay = c.Float64("transfer-delay")
+	cfg.Seed = c.Uint64("seed")
+	seeds := c.Int("seeds")
+	if seeds < 1 || seeds > 10000 {
+		return fail(fmt.Errorf("%w: --seeds %d (1..10000)", sim.ErrBadConfig, seeds))
+	}
+	var runs []sim.IndexResult
+	for k := 0; k < seeds; k++ {
+		cc := cfg
+		cc.Seed = cfg.Seed + uint64(k)
+		r, err := sim.RunIndex(cc)
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, r)
+	}
+	r := runs[0]
+	speedups := make([]float64, len(runs))
+	for i, x := range runs {
+		speedups[i] = x.Speedup
+	}
+	mean, ci := sim.BatchMeans(speedups)
+	if p := c.String("plot"); p != "" {
+		ch := sim.Chart{Title: fmt.Sprintf("Load index per node, %d tasks on %s (thresholds %g/%g)", cfg.Tasks, strings.Join(cfg.Origins, ","), cfg.Policy.RecipientThreshold, cfg.Policy.EmitterThreshold),
+			XLabel: "time (s)", YLabel: "load index", YMin: 0, YMax: 1}
+		for i, n := range r.Nodes {
+			ch.Series = append(ch.Series, sim.Series{Name: n.Name, X: r.Dynamic.Times, Y: r.Dynamic.Index[i]})
+		}
+		if err := writeSVGFile(p, ch); err != nil {
+			return fail(err)
+		}
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		doc := map[string]any{"result": r, "speedups": speedups, "mean_speedup": mean}
+		if len(runs) > 1 {
+			doc["ci95"] = ci
+		}
+		return writeJSON(out, doc)
+	}
+	fmt.Fprintf(out, "%-8s %5s %9s %8s %7s %8s\n", "node", "cores", "power", "P/Pmax", "static", "balanced")
+	pmax := 0.0
+	for _, n := range r.Nodes {
+		pmax = max(pmax, n.Power)
+	}
+	for i, n := range r.Nodes {
+		fmt.Fprintf(out, "%-8s %5d %9.2f %8.3f %7d %8d\n", n.Name, n.Cores, n.Power, n.Power/pmax, r.Static.TasksPerNode[i], r.Dynamic.TasksPerNode[i])
+	}
+	fmt.Fprintf(out, "makespan: even static distribution %.1f s, load index %.1f s: speedup %.2f\n", r.Static.Makespan, r.Dynamic.Makespan, r.Speedup)
+	fmt.Fprintf(out, "balancing: %d operations, %d messages, %d tasks sent away from their origin\n", r.Dynamic.Operations, r.Dynamic.Messages, r.Dynamic.Remote)
+	if len(runs) > 1 {
+		lo, hi := speedups[0], speedups[0]
+		for _, s := range speedups {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		fmt.Fprintf(out, "over %d seeds: mean speedup %.2f ± %.2f (95%%), range %.2f..%.2f\n", len(runs), mean, ci, lo, hi)
 	}
 	return nil
 }

@@ -97,3 +97,41 @@ func TestSimLoadShareErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSimIndex(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "ix.svg")
+	code, out, errOut := simCLI(t, "index", "--seeds", "3", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("status %d: %s", code, errOut)
+	}
+	for _, want := range []string{"c2-35", "speedup", "over 3 seeds: mean speedup"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte(">c0-0<")) {
+		t.Errorf("plot: %v", err)
+	}
+	code, out, _ = simCLI(t, "index", "--nodes", "a:1:1,b:2:2", "--origin", "b", "--tasks", "10", "--json")
+	var doc struct {
+		Result struct {
+			Speedup float64 `json:"speedup"`
+			Dynamic struct {
+				TasksPerNode []int `json:"tasks_per_node"`
+			} `json:"dynamic"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Result.Dynamic.TasksPerNode) != 2 || !(doc.Result.Speedup > 0) {
+		t.Fatalf("json status %d err %v:\n%s", code, err, out)
+	}
+	for _, bad := range [][]string{
+		{"index", "--nodes", "a:1"},
+		{"index", "--origin", "nowhere"},
+		{"index", "--seeds", "0"},
+		{"index", "--emitter", "0.9"},
+	} {
+		if code, _, errOut := simCLI(t, bad...); code != 1 || !strings.HasPrefix(errOut, "dpvm: sim index: ") {
+			t.Errorf("%v: status %d, %q", bad, code, errOut)
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package npb
+
+import (
+	"fmt"
+	"math"
+
+	"dpvm/task"
+)
+
+// CGWorker is one task of CG. The matrix's rows are split into consecutive
+// blocks, one per task; each task owns its block of every vector and
+// gathers the whole search direction p before each matrix-vector product.
+type CGWorker struct {
+	Place
+	Warm bool      // the untimed warm-up iteration is done
+	It   int       // timed iterations done
+	X    []float64 // this task's block of x
+	Zeta float64
+	Rn   float64 // ||r|| of the last iteration
+
+	// Derived from the class and rank, rebuilt after a restore.
+	m       *csr
+	r0, r1  int
+	bounds  []int
+	pFull   []float64
+	q, r, z []float64
+}
+
+func (w *CGWorker) place() *Place { return &w.Place }
+
+// Run executes the worker as a dpvm task.
+func (w *CGWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
+
+// csr is a block of rows of a sparse matrix in compressed-row form, with
+// global column indices.
+type csr struct {
+	rowstr []int32
+	colidx []int32
+	a      []float64
+}
+
+// cgMakeA generates CG's matrix (makea and sparse of NPB) and keeps rows
+// [first, last) of it. Every task generates the same random stream; only
+// the outer products' entries that fall in its rows are stored.
+func cgMakeA(p CGParams, first, last int) *csr {
+	n, nonzer := p.NA, p.Nonzer
+	nn1 := 1
+	for nn1 < n {
+		nn1 *= 2
+	}
+	tran := Seed
+	Randlc(&tran, cgAmult) // the reference draws once before makea
+	// Generate the sparse vectors of the outer products.
+	w := nonzer + 1
+	arow := make([]int32, n)
+	acol := make([]int32, n*w)
+	aelt := make([]float64, n*w)
+	iv := make([]int32, w)
+	v := make([]float64, w)
+	for io := range n {
+		nzv := 0
+		for nzv < nonzer {
+			vecelt := Randlc(&tran, cgAmult)
+			vecloc := Randlc(&tran, cgAmult)
+			i := int32(int(float64(nn1)*vecloc) + 1)
+			if int(i) > n {
+				continue
+			}
+			dup := false
+			for _, x := range iv[:nzv] {
+				if x == i {
+					dup = true
+					break
+				}
+			}
+			if dup {
+				continue
+			}
+			v[nzv], iv[nzv] = vecelt, i
+			nzv++
+		}
+		// vecset: element iouter gets 0.5.
+		set := false
+		for k := range nzv {
+			if iv[k] == int32(io+1) {
+				v[k], set = 0.5, true
+			}
+		}
+		if !set {
+			v[nzv], iv[nzv] = 0.5, int32(io+1)
+			nzv++
+		}
+		arow[io] = int32(nzv)
+		for k := range nzv {
+			acol[io*w+k] = iv[k] - 1
+			aelt[io*w+k] = v[k]
+		}
+	}
+	// sparse: count the triples of each local row.
+	nrows := last - first
+	rowstr := make([]int32, nrows+1)
+	for i := range n {
+		for k := range int(arow[i]) {
+			j := int(acol[i*w+k])
+			if j >= first && j < last {
+				rowstr[j-first+1] += arow[i]
+			}
+		}
+	}
+	for j := 1; j <= nrows; j++ {
+		rowstr[j] += rowstr[j-1]
+	}
+	nza := int(rowstr[nrows])
+	a := make([]float64, nza)
+	colidx := make([]int32, nza)
+	for k := range colidx {
+		colidx[k] = -1
+	}
+	nzloc := make([]int32, nrows)
+	size := 1.0
+	ratio := math.Pow(cgRcond, 1/float64(n))
+	for i := range n {
+		ni := int(arow[i])
+		for nz := range ni {
+			j := int(acol[i*w+nz])
+			if j < first || j >= last {
+				continue
+			}
+			lj := j - first
+			scale := size * aelt[i*w+nz]
+			lo, hi := int(rowstr[lj]), int(rowstr[lj+1])
+			for nzrow := range ni {
+				jcol := acol[i*w+nzrow]
+				va := aelt[i*w+nzrow] * scale
+				if int(jcol) == j && j == i {
+					va += cgRcond - p.Shift
+				}
+				k := lo
+				for ; k < hi; k++ {
+					if colidx[k] > jcol {
+						// Insert in order: shift the used entries up.
+						for kk := hi - 2; kk >= k; kk-- {
+							if colidx[kk] > -1 {
+								a[kk+1] = a[kk]
+								colidx[kk+1] = colidx[kk]
+							}
+						}
+						colidx[k] = jcol
+						a[k] = 0
+						break
+					} else if colidx[k] == -1 {
+						colidx[k] = jcol
+						break
+					} else if colidx[k] == jcol {
+						nzloc[lj]++
+						break
+					}
+				}
+				if k == hi {
+					panic(fmt.Sprintf("cg: internal error in sparse: row %d is full", j))
+				}
+				a[k] += va
+			}
+		}
+		size *= ratio
+	}
+	// Remove the empty entries.
+	for j := 1; j < nrows; j++ {
+		nzloc[j] += nzloc[j-1]
+	}
+	for j := range nrows {
+		j1 := int32(0)
+		if j > 0 {
+			j1 = rowstr[j] - nzloc[j-1]
+		}
+		j2 := rowstr[j+1] - nzloc[j]
+		src := rowstr[j]
+		for k := j1; k < j2; k++ {
+			a[k] = a[src]
+			colidx[k] = colidx[src]
+			src++
+		}
+	}
+	for j := 1; j <= nrows; j++ {
+		rowstr[j] -= nzloc[j-1]
+	}
+	nza = int(rowstr[nrows])
+	return &csr{rowstr: rowstr, colidx: colidx[:nza:nza], a: a[:nza:nza]}
+}
+
+// spmv computes y = A·x for the block's rows.
+func (m *csr) spmv(y, x []float64) {
+	rowstr, colidx, a := m.rowstr, m.colidx, m.a
+	y = y[:len(rowstr)-1]
+	for j := range y {
+		lo, hi := rowstr[j], rowstr[j+1]
+		cols := colidx[lo:hi]
+		vals := a[lo:hi]
+		vals = vals[:len(cols)]
+		var sum float64
+		for k, c := range cols {
+			sum += vals[k] * x[c]
+		}
+		y[j] = sum
+	}
+}
+
+func dot(x, y []float64) float64 {
+	y = y[:len(x)]
+	var s float64
+	for i, v := range x {
+		s += v * y[i]
+	}
+	return s
+}
+
+// allsum sums v over all ranks.
+func allsum(cm comm, v ...float64) ([]float64, error) {
+	if err := allreduce(cm, v, sumOp[float64]); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// conjGrad runs NPB's 25 CG steps from x, leaving the result in w.z, and
+// returns ||x - A·z||.
+func (w *CGWorker) conjGrad(cm comm) (float64, error) {
+	x, z, r, q := w.X, w.z, w.r, w.q
+	p := w.pFull[w.r0:w.r1]
+	for j := range x {
+		q[j] = 0
+		z[j] = 0
+		r[j] = x[j]
+		p[j] = x[j]
+	}
+	if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+		return 0, err
+	}
+	s, err := allsum(cm, dot(r, r))
+	if err != nil {
+		return 0, err
+	}
+	rho := s[0]
+	for range cgItMax {
+		w.m.spmv(q, w.pFull)
+		s, err := allsum(cm, dot(p, q))
+		if err != nil {
+			return 0, err
+		}
+		alpha := rho / s[0]
+		rho0 := rho
+		q, r, z := q[:len(p)], r[:len(p)], z[:len(p)]
+		for j, pj := range p {
+			z[j] += alpha * pj
+			r[j] -= alpha * q[j]
+		}
+		if s, err = allsum(cm, dot(r, r)); err != nil {
+			return 0, err
+		}
+		rho = s[0]
+		beta := rho / rho0
+		for j, rj := range r {
+			p[j] = rj + beta*p[j]
+		}
+		if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+			return 0, err
+		}
+	}
+	// ||r|| = ||x - A·z||, with z gathered into pFull.
+	copy(p, z)
+	if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+		return 0, err
+	}
+	w.m.spmv(r, w.pFull)
+	var sum float64
+	for j, xj := range x {
+		d := xj - r[j]
+		sum += d * d
+	}
+	if s, err = allsum(cm, sum); err != nil {
+		return 0, err
+	}
+	return math.Sqrt(s[0]), nil
+}
+
+// iterate does one iteration of the inverse power method: conj_grad, zeta
+// and x = z/||z||.
+func (w *CGWorker) iterate(cm comm, shift float64) error {
+	rn, err := w.conjGrad(cm)
+	if err != nil {
+		return err
+	}
+	s, err := allsum(cm, dot(w.X, w.z), dot(w.z, w.z))
+	if err != nil {
+		return err
+	}
+	w.Rn = rn
+	w.Zeta = shift + 1/s[0]
+	n2 := 1 / math.Sqrt(s[1])
+	for j, zj := range w.z {
+		w.X[j] = n2 * zj
+	}
+	return nil
+}
+
+func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
+	p, err := CGParamsFor(w.Class)
+	if err != nil {
+		return nil, err
+	}
+	w.bounds = blockBounds(p.NA, cm.size())
+	w.r0, w.r1 = w.bounds[cm.rank()], w.bounds[cm.rank()+1]
+	nloc := w.r1 - w.r0
+	w.m = cgMakeA(p, w.r0, w.r1)
+	w.pFull = make([]float64, p.NA)
+	w.q, w.r, w.z = make([]float64, nloc), make([]float64, nloc), make([]float64, nloc)
+	if w.X == nil {
+		w.X = make([]float64, nloc)
+		for j := range w.X {
+			w.X[j] = 1
+		}
+	}
+	if len(w.X) != nloc {
+		return nil, fmt.Errorf("CG state: x has %d elements, want %d", len(w.X), nloc)
+	}
+	if !w.Warm {
+		// One untimed iteration, then x = 1 again.
+		if err := w.iterate(cm, p.Shift); err != nil {
+			return nil, err
+		}
+		for j := range w.X {
+			w.X[j] = 1
+		}
+		w.Zeta, w.Warm = 0, true
+		if err := barrier(cm); err != nil {
+			return nil, err
+		}
+		w.startTimer(cm, h)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+	}
+	for w.It < p.Niter {
+		if err := w.iterate(cm, p.Shift); err != nil {
+			return nil, err
+		}
+		w.It++
+		h.report(w.It, p.Niter)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+	}
+	if cm.rank() != 0 {
+		return nil, nil
+	}
+	t := w.elapsed(h)
+	zeta := w.Zeta
+	ok := math.Abs(zeta-p.Zeta)/p.Zeta <= cgEpsRef
+	r := w.finish("cg", p.Niter, t, p.Mop())
+	r.Verified = verdict(p.HasRef, ok)
+	r.Values.Zeta = &zeta
+	return r, nil
+}

@@ -1,0 +1,164 @@
+package npb
+
+import (
+	"fmt"
+
+	"dpvm/task"
+)
+
+// comm is what a kernel's code needs from its surroundings: its rank among
+// np peers and point-to-point messages between ranks. Workers running as
+// dpvm tasks use taskComm; the serial reference form uses soloComm (np = 1,
+// no messages ever). The collectives below are built on it, so a kernel's
+// communication pattern is the same whatever carries it.
+type comm interface {
+	rank() int
+	size() int
+	// send delivers v (encoded before send returns) to rank to.
+	send(to, tag int, v any) error
+	// recv receives the next message with tag from rank from into v.
+	recv(from, tag int, v any) error
+}
+
+// soloComm is a single rank with nobody to talk to.
+type soloComm struct{}
+
+func (soloComm) rank() int { return 0 }
+func (soloComm) size() int { return 1 }
+func (soloComm) send(to, tag int, _ any) error {
+	return fmt.Errorf("send to rank %d tag %d: a serial run has no peers", to, tag)
+}
+func (soloComm) recv(from, tag int, _ any) error {
+	return fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
+}
+
+// taskComm carries a worker's messages through the task API; ranks map to
+// TIDs through peers.
+type taskComm struct {
+	c     *task.Ctx
+	me    int
+	peers []task.TID
+}
+
+func (t *taskComm) rank() int { return t.me }
+func (t *taskComm) size() int { return len(t.peers) }
+func (t *taskComm) send(to, tag int, v any) error {
+	return t.c.Send(t.peers[to], tag, v)
+}
+func (t *taskComm) recv(from, tag int, v any) error {
+	_, err := t.c.Recv(t.peers[from], tag, v)
+	return err
+}
+
+// Message tags. Messages between two tasks arrive in order, so every
+// collective can reuse its tag from one call to the next.
+const (
+	tagSetup = 1 + iota
+	tagProgress
+	tagResult
+	tagExit
+	tagReduce
+	tagBcast
+	tagGather
+	tagHalo
+	tagTranspose
+	tagKeys
+	tagCounts
+)
+
+// allreduce combines data element-wise over all ranks with op (applied at
+// rank 0 in rank order, so the result is the same on every run) and leaves
+// the result in data on every rank.
+func allreduce[T any](cm comm, data []T, op func(acc, in []T)) error {
+	n := cm.size()
+	if n == 1 {
+		return nil
+	}
+	if cm.rank() != 0 {
+		if err := cm.send(0, tagReduce, data); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		buf := data[:0:len(data)]
+		if err := cm.recv(0, tagBcast, &buf); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		if len(buf) != len(data) {
+			return fmt.Errorf("allreduce: got %d elements, want %d", len(buf), len(data))
+		}
+		return nil
+	}
+	in := make([]T, 0, len(data))
+	for r := 1; r < n; r++ {
+		if err := cm.recv(r, tagReduce, &in); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		if len(in) != len(data) {
+			return fmt.Errorf("allreduce: rank %d sent %d elements, want %d", r, len(in), len(data))
+		}
+		op(data, in)
+	}
+	for r := 1; r < n; r++ {
+		if err := cm.send(r, tagBcast, data); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+	}
+	return nil
+}
+
+func sumOp[T int32 | int64 | float64](acc, in []T) {
+	for i, v := range in {
+		acc[i] += v
+	}
+}
+
+func maxOp(acc, in []float64) {
+	for i, v := range in {
+		acc[i] = max(acc[i], v)
+	}
+}
+
+// barrier returns once every rank has entered it.
+func barrier(cm comm) error {
+	if cm.size() == 1 {
+		return nil
+	}
+	return allreduce(cm, []int64{0}, sumOp[int64])
+}
+
+// allgatherv fills full, split into consecutive blocks bounds[r]..bounds[r+1]
+// (one per rank), from every rank's own block, which it already holds in
+// place.
+func allgatherv(cm comm, full []float64, bounds []int) error {
+	n, me := cm.size(), cm.rank()
+	if n == 1 {
+		return nil
+	}
+	mine := full[bounds[me]:bounds[me+1]]
+	for k := 1; k < n; k++ {
+		if err := cm.send((me+k)%n, tagGather, mine); err != nil {
+			return fmt.Errorf("allgather: %w", err)
+		}
+	}
+	for k := 1; k < n; k++ {
+		r := (me - k + n) % n
+		lo, hi := bounds[r], bounds[r+1]
+		dst := full[lo:lo:hi]
+		if err := cm.recv(r, tagGather, &dst); err != nil {
+			return fmt.Errorf("allgather: %w", err)
+		}
+		if len(dst) != hi-lo || (hi > lo && &dst[0] != &full[lo]) {
+			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(dst), hi-lo)
+		}
+	}
+	return nil
+}
+
+// blockBounds splits n items into np consecutive blocks as evenly as
+// possible: block r is [b[r], b[r+1]).
+func blockBounds(n, np int) []int {
+	b := make([]int, np+1)
+	for r := 0; r <= np; r++ {
+		b[r] = int(int64(n) * int64(r) / int64(np))
+	}
+	return b
+}

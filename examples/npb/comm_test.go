@@ -1,0 +1,96 @@
+package npb
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"dpvm/task"
+)
+
+// localNet connects np ranks inside one process through the task API's
+// payload codec, so a kernel's decomposition can be tested without a
+// runtime.
+type localNet struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	boxes [][]localMsg // per receiver
+}
+
+type localMsg struct {
+	from, tag int
+	p         task.Payload
+}
+
+type localComm struct {
+	net *localNet
+	me  int
+}
+
+func newLocalNet(np int) *localNet {
+	n := &localNet{boxes: make([][]localMsg, np)}
+	n.cond = sync.NewCond(&n.mu)
+	return n
+}
+
+func (c *localComm) rank() int { return c.me }
+func (c *localComm) size() int { return len(c.net.boxes) }
+func (c *localComm) send(to, tag int, v any) error {
+	p, err := task.Encode(v)
+	if err != nil {
+		return err
+	}
+	c.net.mu.Lock()
+	c.net.boxes[to] = append(c.net.boxes[to], localMsg{c.me, tag, p})
+	c.net.mu.Unlock()
+	c.net.cond.Broadcast()
+	return nil
+}
+func (c *localComm) recv(from, tag int, v any) error {
+	n := c.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for {
+		box := n.boxes[c.me]
+		for i, m := range box {
+			if m.from == from && m.tag == tag {
+				n.boxes[c.me] = append(box[:i:i], box[i+1:]...)
+				return m.p.Decode(v)
+			}
+		}
+		n.cond.Wait()
+	}
+}
+
+// runLocal runs kernel on np ranks connected by a localNet and returns rank
+// 0's report.
+func runLocal(t testing.TB, kernel, class string, np int) *Report {
+	t.Helper()
+	net := newLocalNet(np)
+	reps := make([]*Report, np)
+	errs := make([]error, np)
+	var wg sync.WaitGroup
+	for r := range np {
+		w, err := newWorker(kernel, class, np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.place().Rank = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[r], errs[r] = w.run(&localComm{net, r}, &hooks{now: time.Now})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s class %s np %d rank %d: %v", kernel, class, np, r, err)
+		}
+	}
+	if reps[0] == nil {
+		t.Fatalf("%s class %s np %d: rank 0 returned no report", kernel, class, np)
+	}
+	return reps[0]
+}
+

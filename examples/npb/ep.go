@@ -1,0 +1,98 @@
+package npb
+
+import (
+	"fmt"
+	"math"
+
+	"dpvm/task"
+)
+
+// EPWorker is one task of EP: it generates its share of the batches of
+// Gaussian pairs and tallies them.
+type EPWorker struct {
+	Place
+	Started bool
+	Next    int // next batch to generate (global index)
+	SX, SY  float64
+	Q       []float64 // counts per annulus
+}
+
+func (w *EPWorker) place() *Place { return &w.Place }
+
+// Run executes the worker as a dpvm task.
+func (w *EPWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
+
+// epBatch generates batch k (0-based) of EP's stream and adds its Gaussian
+// deviates to sx, sy and q. an is a^(2·NK), the stream's stride per batch.
+func epBatch(k int, an uint64, q *[epNQ]float64, sx, sy *float64) {
+	s := (SeedEP * Pow46(an, uint64(k))) & mask46
+	const a = RandA
+	lsx, lsy := *sx, *sy
+	for range epNK {
+		s = (s * a) & mask46
+		x1 := 2*(float64(s)*r46) - 1
+		s = (s * a) & mask46
+		x2 := 2*(float64(s)*r46) - 1
+		t1 := x1*x1 + x2*x2
+		if t1 <= 1 {
+			t2 := math.Sqrt(-2 * math.Log(t1) / t1)
+			t3 := x1 * t2
+			t4 := x2 * t2
+			l := int(max(math.Abs(t3), math.Abs(t4)))
+			q[l]++
+			lsx += t3
+			lsy += t4
+		}
+	}
+	*sx, *sy = lsx, lsy
+}
+
+func (w *EPWorker) run(cm comm, h *hooks) (*Report, error) {
+	p, err := EPParamsFor(w.Class)
+	if err != nil {
+		return nil, err
+	}
+	nn := p.Batches()
+	b := blockBounds(nn, cm.size())
+	lo, hi := b[cm.rank()], b[cm.rank()+1]
+	if !w.Started {
+		if err := barrier(cm); err != nil {
+			return nil, err
+		}
+		w.startTimer(cm, h)
+		w.Next, w.Q, w.Started = lo, make([]float64, epNQ), true
+	}
+	if len(w.Q) != epNQ {
+		return nil, fmt.Errorf("EP state: %d counts, want %d", len(w.Q), epNQ)
+	}
+	// an = a^(2^(MK+1)): the reference squares a MK+1 times.
+	an := Pow46(RandA, 2*epNK)
+	var q [epNQ]float64
+	copy(q[:], w.Q)
+	step := max(1, (hi-lo)/64)
+	for w.Next < hi {
+		epBatch(w.Next, an, &q, &w.SX, &w.SY)
+		w.Next++
+		copy(w.Q, q[:])
+		if (w.Next-lo)%step == 0 || w.Next == hi {
+			h.report(w.Next-lo, hi-lo)
+		}
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+	}
+	sums := append([]float64{w.SX, w.SY}, w.Q...)
+	if err := allreduce(cm, sums, sumOp[float64]); err != nil {
+		return nil, err
+	}
+	if cm.rank() != 0 {
+		return nil, nil
+	}
+	t := w.elapsed(h)
+	sx, sy := sums[0], sums[1]
+	ok := math.Abs((sx-p.SX)/p.SX) <= 1e-8 && math.Abs((sy-p.SY)/p.SY) <= 1e-8
+	r := w.finish("ep", nn, t, p.Mop())
+	r.Verified = verdict(p.HasRef, ok)
+	r.Values.SX, r.Values.SY = &sx, &sy
+	return r, nil
+}

@@ -1,0 +1,428 @@
+package npb
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"dpvm/task"
+)
+
+// FTWorker is one task of FT. The grid is split into slabs of z-planes
+// (layout A: x fastest, then y, then z); the x and y transforms run on the
+// slab, and with more than one task the z transforms run after a transpose
+// into slabs of y-planes (layout B: x fastest, then z, then y), where the
+// spectrum then lives. With one task the z transforms run in place. The
+// evolving spectrum is the worker's state.
+type FTWorker struct {
+	Place
+	Warm bool         // the untimed warm-up is done
+	Init bool         // the timed region's set-up and forward FFT are done
+	It   int          // iterations done
+	U0   []float64    // the spectrum (complex, re/im interleaved)
+	Sums [][2]float64 // checksums of the iterations done
+
+	p          FTParams
+	nzl, nyl   int // local planes in layouts A and B
+	z0, y0     int
+	spec       bool // true: the spectrum is in layout B
+	u1         []complex128
+	tw         []float64 // the evolution factors, in the spectrum's layout
+	roots      map[int][]complex128
+	x, y       []complex128 // transform scratch
+	sendBuf    []complex128
+	recvBuf    []complex128
+	transposed []complex128
+}
+
+func (w *FTWorker) place() *Place { return &w.Place }
+
+// Run executes the worker as a dpvm task.
+func (w *FTWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
+
+// cplx views interleaved re/im floats as complex numbers.
+func cplx(f []float64) []complex128 {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*complex128)(unsafe.Pointer(&f[0])), len(f)/2)
+}
+
+// ftBlock is how many lines are transformed together.
+const ftBlock = 16
+
+// rootsFor returns ω_n^k = exp(-2πi k/n) for k < n/2.
+func (w *FTWorker) rootsFor(n int) []complex128 {
+	if r, ok := w.roots[n]; ok {
+		return r
+	}
+	r := make([]complex128, max(n/2, 1))
+	for k := range r {
+		s, c := math.Sincos(-2 * math.Pi * float64(k) / float64(n))
+		r[k] = complex(c, s)
+	}
+	w.roots[n] = r
+	return r
+}
+
+// fftLines transforms nl lines of length n in place: line l's element t is
+// u[off + l*lineStep + t*stride]. inverse selects the conjugate roots (no
+// scaling, as in the reference).
+func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, inverse bool) {
+	roots := w.rootsFor(n)
+	for l0 := 0; l0 < nl; l0 += ftBlock {
+		b := min(ftBlock, nl-l0)
+		x, y := w.x[:n*b], w.y[:n*b]
+		base := off + l0*lineStep
+		for t := range n {
+			row := x[t*b : t*b+b]
+			o := base + t*stride
+			if lineStep == 1 {
+				copy(row, u[o:o+b])
+			} else {
+				for l := range row {
+					row[l] = u[o+l*lineStep]
+				}
+			}
+		}
+		res := stockham(x, y, n, b, roots, inverse)
+		for t := range n {
+			row := res[t*b : t*b+b]
+			o := base + t*stride
+			if lineStep == 1 {
+				copy(u[o:o+b], row)
+			} else {
+				for l, v := range row {
+					u[o+l*lineStep] = v
+				}
+			}
+		}
+	}
+}
+
+// stockham transforms b interleaved sequences of length n (element t of
+// sequence l at x[t*b+l]) with the radix-2 Stockham autosort algorithm,
+// using y as scratch, and returns the buffer holding the result.
+func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []complex128 {
+	for m, s := n/2, 1; m >= 1; m, s = m/2, s*2 {
+		run := s * b
+		for p := range m {
+			wp := roots[p*s]
+			if inverse {
+				wp = complex(real(wp), -imag(wp))
+			}
+			a := x[run*p : run*p+run]
+			c := x[run*(p+m) : run*(p+m)+run]
+			c = c[:len(a)]
+			y0 := y[run*2*p : run*2*p+run]
+			y1 := y[run*(2*p+1) : run*(2*p+1)+run]
+			y0, y1 = y0[:len(a)], y1[:len(a)]
+			wr, wi := real(wp), imag(wp)
+			for q, av := range a {
+				cv := c[q]
+				y0[q] = av + cv
+				d := av - cv
+				dr, di := real(d), imag(d)
+				y1[q] = complex(dr*wr-di*wi, dr*wi+di*wr)
+			}
+		}
+		x, y = y, x
+	}
+	return x
+}
+
+// fft3d transforms u in place: forward leaves the spectrum in w.spec's
+// layout (in w.transposed when that is B); inverse takes it from there and
+// leaves the result in layout A in u.
+func (w *FTWorker) forward(cm comm, u []complex128) ([]complex128, error) {
+	p := w.p
+	nx, ny, nz := p.NX, p.NY, p.NZ
+	for k := range w.nzl {
+		w.fftLines(u, nx*ny*k, nx, 1, nx, ny, false)
+		w.fftLines(u, nx*ny*k, 1, nx, ny, nx, false)
+	}
+	if !w.spec {
+		for j := range ny {
+			w.fftLines(u, nx*j, 1, nx*ny, nz, nx, false)
+		}
+		return u, nil
+	}
+	v := w.transposed
+	if err := w.transposeAB(cm, u, v); err != nil {
+		return nil, err
+	}
+	for j := range w.nyl {
+		w.fftLines(v, nx*nz*j, 1, nx, nz, nx, false)
+	}
+	return v, nil
+}
+
+func (w *FTWorker) inverse(cm comm, s []complex128, out []complex128) error {
+	p := w.p
+	nx, ny, nz := p.NX, p.NY, p.NZ
+	if !w.spec {
+		for j := range ny {
+			w.fftLines(s, nx*j, 1, nx*ny, nz, nx, true)
+		}
+	} else {
+		for j := range w.nyl {
+			w.fftLines(s, nx*nz*j, 1, nx, nz, nx, true)
+		}
+		if err := w.transposeBA(cm, s, out); err != nil {
+			return err
+		}
+	}
+	for k := range w.nzl {
+		w.fftLines(out, nx*ny*k, 1, nx, ny, nx, true)
+		w.fftLines(out, nx*ny*k, nx, 1, nx, ny, true)
+	}
+	return nil
+}
+
+// transposeAB redistributes u (layout A, z-slabs) into v (layout B,
+// y-slabs).
+func (w *FTWorker) transposeAB(cm comm, u, v []complex128) error {
+	np, me := cm.size(), cm.rank()
+	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
+	nzl, nyl := w.nzl, w.nyl
+	blk := nx * nyl * nzl
+	pack := func(q int, buf []complex128) {
+		for jl := range nyl {
+			for kl := range nzl {
+				src := nx * ((q*nyl + jl) + ny*kl)
+				copy(buf[nx*(kl+nzl*jl):][:nx], u[src:src+nx])
+			}
+		}
+	}
+	unpack := func(r int, buf []complex128) {
+		for jl := range nyl {
+			for kl := range nzl {
+				dst := nx * ((r*nzl + kl) + nz*jl)
+				copy(v[dst:dst+nx], buf[nx*(kl+nzl*jl):][:nx])
+			}
+		}
+	}
+	return w.alltoall(cm, np, me, blk, pack, unpack)
+}
+
+// transposeBA is the inverse of transposeAB.
+func (w *FTWorker) transposeBA(cm comm, v, u []complex128) error {
+	np, me := cm.size(), cm.rank()
+	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
+	nzl, nyl := w.nzl, w.nyl
+	blk := nx * nyl * nzl
+	pack := func(q int, buf []complex128) {
+		for jl := range nyl {
+			for kl := range nzl {
+				src := nx * ((q*nzl + kl) + nz*jl)
+				copy(buf[nx*(kl+nzl*jl):][:nx], v[src:src+nx])
+			}
+		}
+	}
+	unpack := func(r int, buf []complex128) {
+		for jl := range nyl {
+			for kl := range nzl {
+				dst := nx * ((r*nyl + jl) + ny*kl)
+				copy(u[dst:dst+nx], buf[nx*(kl+nzl*jl):][:nx])
+			}
+		}
+	}
+	return w.alltoall(cm, np, me, blk, pack, unpack)
+}
+
+func (w *FTWorker) alltoall(cm comm, np, me, blk int, pack func(int, []complex128), unpack func(int, []complex128)) error {
+	if cap(w.sendBuf) < blk {
+		w.sendBuf, w.recvBuf = make([]complex128, blk), make([]complex128, blk)
+	}
+	sb := w.sendBuf[:blk]
+	for k := 1; k < np; k++ {
+		to := (me + k) % np
+		pack(to, sb)
+		if err := cm.send(to, tagTranspose, sb); err != nil {
+			return fmt.Errorf("FT transpose: %w", err)
+		}
+	}
+	pack(me, sb)
+	unpack(me, sb)
+	for k := 1; k < np; k++ {
+		from := (me - k + np) % np
+		rb := w.recvBuf[:0:blk]
+		if err := cm.recv(from, tagTranspose, &rb); err != nil {
+			return fmt.Errorf("FT transpose: %w", err)
+		}
+		if len(rb) != blk {
+			return fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(rb), from, blk)
+		}
+		unpack(from, rb)
+	}
+	return nil
+}
+
+// initialConditions fills u (layout A) with the reference's random field:
+// one stream, 2·nx numbers per x-line.
+func (w *FTWorker) initialConditions(u []complex128) {
+	nx, ny := w.p.NX, w.p.NY
+	f := unsafe.Slice((*float64)(unsafe.Pointer(&u[0])), 2*len(u))
+	for kl := range w.nzl {
+		x := Skip(Seed, 2*uint64(nx)*uint64(ny)*uint64(w.z0+kl))
+		Vranlc(&x, RandA, f[2*nx*ny*kl:2*nx*ny*(kl+1)])
+	}
+}
+
+// indexMap computes the evolution factors exp(-4απ²(i²+j²+k²)) for the
+// spectrum's layout, with frequencies folded to [-n/2, n/2).
+func (w *FTWorker) indexMap() {
+	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
+	ap := -4 * ftAlpha * math.Pi * math.Pi
+	fold := func(i, n int) int { v := (i+n/2)%n - n/2; return v * v }
+	idx := 0
+	if w.spec {
+		for jl := range w.nyl {
+			jj := fold(w.y0+jl, ny)
+			for k := range nz {
+				kk := fold(k, nz)
+				for i := range nx {
+					w.tw[idx] = math.Exp(ap * float64(fold(i, nx)+jj+kk))
+					idx++
+				}
+			}
+		}
+		return
+	}
+	for kl := range w.nzl {
+		kk := fold(w.z0+kl, nz)
+		for j := range ny {
+			jj := fold(j, ny)
+			for i := range nx {
+				w.tw[idx] = math.Exp(ap * float64(fold(i, nx)+jj+kk))
+				idx++
+			}
+		}
+	}
+}
+
+// checksum sums the reference's 1024 sample points of u (layout A) over
+// all tasks, divided by the number of points.
+func (w *FTWorker) checksum(cm comm, u []complex128) (complex128, error) {
+	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
+	var s complex128
+	for j := 1; j <= 1024; j++ {
+		q, r, k := j%nx, (3*j)%ny, (5*j)%nz
+		if k >= w.z0 && k < w.z0+w.nzl {
+			s += u[q+nx*(r+ny*(k-w.z0))]
+		}
+	}
+	acc := []float64{real(s), imag(s)}
+	if err := allreduce(cm, acc, sumOp[float64]); err != nil {
+		return 0, err
+	}
+	n := float64(nx) * float64(ny) * float64(nz)
+	return complex(acc[0]/n, acc[1]/n), nil
+}
+
+func (w *FTWorker) setup(cm comm) error {
+	p, err := FTParamsFor(w.Class)
+	if err != nil {
+		return err
+	}
+	w.p = p
+	np, me := cm.size(), cm.rank()
+	w.nzl, w.nyl = p.NZ/np, p.NY/np
+	w.z0, w.y0 = me*w.nzl, me*w.nyl
+	w.spec = np > 1
+	local := p.NX * p.NY * w.nzl
+	w.u1 = make([]complex128, local)
+	if w.spec {
+		w.transposed = make([]complex128, p.NX*p.NZ*w.nyl)
+	}
+	w.tw = make([]float64, local)
+	w.roots = map[int][]complex128{}
+	nmax := max(p.NX, p.NY, p.NZ)
+	w.x, w.y = make([]complex128, nmax*ftBlock), make([]complex128, nmax*ftBlock)
+	return nil
+}
+
+// spectrum computes the forward transform of the initial conditions into
+// U0.
+func (w *FTWorker) spectrum(cm comm) error {
+	w.indexMap()
+	w.initialConditions(w.u1)
+	s, err := w.forward(cm, w.u1)
+	if err != nil {
+		return err
+	}
+	w.U0 = make([]float64, 2*len(s))
+	copy(cplx(w.U0), s)
+	return nil
+}
+
+func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
+	if err := w.setup(cm); err != nil {
+		return nil, err
+	}
+	p := w.p
+	if !w.Warm {
+		if err := w.spectrum(cm); err != nil {
+			return nil, err
+		}
+		w.Warm = true
+		if err := barrier(cm); err != nil {
+			return nil, err
+		}
+		w.startTimer(cm, h)
+	}
+	if !w.Init {
+		if err := w.spectrum(cm); err != nil {
+			return nil, err
+		}
+		w.Init, w.It, w.Sums = true, 0, nil
+	} else {
+		w.indexMap()
+	}
+	if want := 2 * len(w.tw); len(w.U0) != want {
+		return nil, fmt.Errorf("FT state: spectrum of %d values, want %d", len(w.U0), want)
+	}
+	for w.It < p.Niter {
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+		u0 := cplx(w.U0)
+		sp := w.u1
+		if w.spec {
+			sp = w.transposed
+		}
+		tw := w.tw[:len(u0)]
+		sp = sp[:len(u0)]
+		for i, t := range tw {
+			u0[i] = complex(real(u0[i])*t, imag(u0[i])*t)
+			sp[i] = u0[i]
+		}
+		if err := w.inverse(cm, sp, w.u1); err != nil {
+			return nil, err
+		}
+		s, err := w.checksum(cm, w.u1)
+		if err != nil {
+			return nil, err
+		}
+		w.Sums = append(w.Sums, [2]float64{real(s), imag(s)})
+		w.It++
+		h.report(w.It, p.Niter)
+	}
+	if cm.rank() != 0 {
+		return nil, nil
+	}
+	t := w.elapsed(h)
+	ok := p.Sums != nil && len(w.Sums) == len(p.Sums)
+	for i := range w.Sums {
+		if !ok {
+			break
+		}
+		got := complex(w.Sums[i][0], w.Sums[i][1])
+		d := (got - p.Sums[i]) / p.Sums[i]
+		ok = math.Hypot(real(d), imag(d)) <= 1e-12
+	}
+	r := w.finish("ft", p.Niter, t, p.Mop())
+	r.Verified = verdict(p.Sums != nil, ok)
+	r.Values.Checksums = append([][2]float64(nil), w.Sums...)
+	return r, nil
+}

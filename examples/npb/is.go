@@ -1,0 +1,304 @@
+package npb
+
+import (
+	"fmt"
+
+	"dpvm/task"
+)
+
+// ISWorker is one task of IS. Each task generates a block of the keys; every
+// ranking sends each key to the task that owns its bucket (buckets are
+// split among the tasks so each gets about the same number of keys), and
+// that task counts its key range. The keys themselves are derived data: a
+// restored worker regenerates them and reapplies the iterations' edits.
+type ISWorker struct {
+	Place
+	Warm   bool // the untimed ranking is done
+	It     int  // timed iterations done
+	Passed int  // partial checks this task passed
+
+	p      ISParams
+	k0     int     // global index of keys[0]
+	keys   []int32 // this task's block of the key array
+	send   []int32 // keys ordered by bucket
+	recv   []int32 // the keys of this task's buckets
+	counts []int32 // cumulative counts of this task's key range
+	minKey int
+	offset int // number of keys below minKey
+}
+
+func (w *ISWorker) place() *Place { return &w.Place }
+
+// Run executes the worker as a dpvm task.
+func (w *ISWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
+
+// isKeys fills keys with the keys of global indices start, start+1, …:
+// key = int(MAX_KEY/4 · (r1+r2+r3+r4)) with four draws per key.
+func isKeys(p ISParams, start int, keys []int32) {
+	x := Skip(Seed, 4*uint64(start))
+	k := float64(p.MaxKey() / 4)
+	const a = RandA
+	for i := range keys {
+		x = (x * a) & mask46
+		s := float64(x) * r46
+		x = (x * a) & mask46
+		s += float64(x) * r46
+		x = (x * a) & mask46
+		s += float64(x) * r46
+		x = (x * a) & mask46
+		s += float64(x) * r46
+		keys[i] = int32(k * s)
+	}
+}
+
+// edit applies iteration it's changes to the key array (the reference sets
+// key[it] = it and key[it+10] = MAX_KEY - it before ranking).
+func (w *ISWorker) edit(it int) {
+	for _, e := range [2][2]int{{it, it}, {it + isIterations, w.p.MaxKey() - it}} {
+		if i := e[0] - w.k0; i >= 0 && i < len(w.keys) {
+			w.keys[i] = int32(e[1])
+		}
+	}
+}
+
+// rank ranks the keys for iteration it and returns how many partial checks
+// this task passed.
+func (w *ISWorker) rank(cm comm, it int) (int, error) {
+	p := w.p
+	np, me := cm.size(), cm.rank()
+	nb := 1 << p.LogBuckets
+	shift := p.LogMaxKey - p.LogBuckets
+	w.edit(it)
+	// Local bucket counts, plus the test keys this task holds (each test
+	// index lives on exactly one task, the others contribute 0).
+	tot := make([]int64, nb+5)
+	keys := w.keys
+	for _, k := range keys {
+		tot[k>>shift]++
+	}
+	local := make([]int, nb+1) // bucket start offsets in send
+	for b := range nb {
+		local[b+1] = local[b] + int(tot[b])
+	}
+	for i, ti := range p.TestIndex {
+		if j := ti - w.k0; j >= 0 && j < len(keys) {
+			tot[nb+i] = int64(keys[j]) + 1 // +1: tell 0 from "not mine"
+		}
+	}
+	ptr := make([]int, nb)
+	copy(ptr, local[:nb])
+	send := w.send[:len(keys)]
+	for _, k := range keys {
+		b := k >> shift
+		send[ptr[b]] = k
+		ptr[b]++
+	}
+	if err := allreduce(cm, tot, sumOp[int64]); err != nil {
+		return 0, err
+	}
+	// Split the buckets: task q owns [bs[q], bs[q+1]).
+	bs := make([]int, np+1)
+	bs[np] = nb
+	acc, q := int64(0), 1
+	total := int64(p.Keys())
+	for b := 0; b < nb && q < np; b++ {
+		acc += tot[b]
+		for q < np && acc >= int64(q)*total/int64(np) {
+			bs[q] = b + 1
+			q++
+		}
+	}
+	for ; q < np; q++ {
+		bs[q] = nb
+	}
+	// Exchange the keys: my keys of task q's buckets go to q.
+	recv := send
+	if np > 1 {
+		for k := 1; k < np; k++ {
+			to := (me + k) % np
+			if err := cm.send(to, tagKeys, send[local[bs[to]]:local[bs[to+1]]]); err != nil {
+				return 0, err
+			}
+		}
+		n := 0
+		for b := bs[me]; b < bs[me+1]; b++ {
+			n += int(tot[b])
+		}
+		if cap(w.recv) < n {
+			w.recv = make([]int32, n)
+		}
+		recv = w.recv[:0]
+		recv = append(recv, send[local[bs[me]]:local[bs[me+1]]]...)
+		var in []int32
+		for k := 1; k < np; k++ {
+			from := (me - k + np) % np
+			if err := cm.recv(from, tagKeys, &in); err != nil {
+				return 0, err
+			}
+			recv = append(recv, in...)
+		}
+		if len(recv) != n {
+			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", len(recv), bs[me], bs[me+1], n)
+		}
+	}
+	w.recv = recv
+	// Count my key range and accumulate: counts[v-minKey] = number of keys
+	// <= v overall.
+	w.minKey = bs[me] << shift
+	maxKey := bs[me+1] << shift
+	w.offset = 0
+	for b := 0; b < bs[me]; b++ {
+		w.offset += int(tot[b])
+	}
+	nk := maxKey - w.minKey
+	if cap(w.counts) < nk {
+		w.counts = make([]int32, nk)
+	}
+	counts := w.counts[:nk]
+	clear(counts)
+	mk := int32(w.minKey)
+	for _, k := range recv {
+		counts[k-mk]++
+	}
+	run := int32(w.offset)
+	for i, c := range counts {
+		run += c
+		counts[i] = run
+	}
+	w.counts = counts
+	// Partial verification, by the owner of key k-1.
+	passed := 0
+	if p.HasRef {
+		for i := range 5 {
+			k := int(tot[nb+i]) - 1
+			if k <= 0 || k > p.Keys()-1 || k-1 < w.minKey || k-1 >= maxKey {
+				continue
+			}
+			if int(counts[k-1-w.minKey]) == p.expectedRank(i, it) {
+				passed++
+			}
+		}
+	}
+	return passed, nil
+}
+
+// fullVerify sorts this task's keys by their final ranks and checks the
+// order, across task boundaries too. It returns the number of keys out of
+// order.
+func (w *ISWorker) fullVerify(cm comm) (int64, error) {
+	np, me := cm.size(), cm.rank()
+	sorted := make([]int32, len(w.recv))
+	ptr := append([]int32(nil), w.counts...)
+	base := int32(w.offset)
+	mk := int32(w.minKey)
+	bad := int64(0)
+	for _, k := range w.recv {
+		i := k - mk
+		ptr[i]--
+		pos := ptr[i] - base
+		if pos < 0 || int(pos) >= len(sorted) {
+			bad++
+			continue
+		}
+		sorted[pos] = k
+	}
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i-1] > sorted[i] {
+			bad++
+		}
+	}
+	// Each task passes its largest key (or -1 when it has none) up.
+	if np > 1 {
+		last := []int32{-1}
+		if len(sorted) > 0 {
+			last[0] = sorted[len(sorted)-1]
+		}
+		if me+1 < np {
+			if err := cm.send(me+1, tagHalo, last); err != nil {
+				return 0, err
+			}
+		}
+		if me > 0 {
+			var prev []int32
+			if err := cm.recv(me-1, tagHalo, &prev); err != nil {
+				return 0, err
+			}
+			if len(prev) != 1 {
+				return 0, fmt.Errorf("IS: bad boundary message of %d keys", len(prev))
+			}
+			if len(sorted) > 0 && prev[0] > sorted[0] {
+				bad++
+			}
+		}
+	}
+	return bad, nil
+}
+
+func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
+	p, err := ISParamsFor(w.Class)
+	if err != nil {
+		return nil, err
+	}
+	w.p = p
+	b := blockBounds(p.Keys(), cm.size())
+	w.k0 = b[cm.rank()]
+	n := b[cm.rank()+1] - w.k0
+	if cm.rank() == 0 && n < 2*isIterations+1 {
+		return nil, fmt.Errorf("IS class %s: %d keys per task is too few: %w", p.Class, n, ErrBadNP)
+	}
+	w.keys = make([]int32, n)
+	w.send = make([]int32, n)
+	isKeys(p, w.k0, w.keys)
+	// Reapply the edits of the rankings already done.
+	if w.Warm {
+		w.edit(1)
+	}
+	for it := 1; it <= w.It; it++ {
+		w.edit(it)
+	}
+	if !w.Warm {
+		if _, err := w.rank(cm, 1); err != nil {
+			return nil, err
+		}
+		w.Warm = true
+		if err := barrier(cm); err != nil {
+			return nil, err
+		}
+		w.startTimer(cm, h)
+	}
+	for w.It < isIterations {
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+		passed, err := w.rank(cm, w.It+1)
+		if err != nil {
+			return nil, err
+		}
+		w.Passed += passed
+		w.It++
+		h.report(w.It, isIterations)
+	}
+	if err := barrier(cm); err != nil {
+		return nil, err
+	}
+	var t float64
+	if cm.rank() == 0 {
+		t = w.elapsed(h)
+	}
+	bad, err := w.fullVerify(cm)
+	if err != nil {
+		return nil, err
+	}
+	sums := []int64{int64(w.Passed), bad}
+	if err := allreduce(cm, sums, sumOp[int64]); err != nil {
+		return nil, err
+	}
+	if cm.rank() != 0 {
+		return nil, nil
+	}
+	partial, full := int(sums[0]), sums[1] == 0
+	r := w.finish("is", isIterations, t, p.Mop())
+	r.Verified = verdict(p.HasRef, partial == 5*isIterations && full)
+	r.Values.PartialVerified, r.Values.FullVerified = &partial, &full
+	return r, nil
+}

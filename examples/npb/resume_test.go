@@ -1,0 +1,102 @@
+package npb
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"dpvm/task"
+)
+
+// TestResumeIdentical stops every rank of a run at a safe point half-way,
+// round-trips each worker's state through the task codec (what a
+// checkpoint does), resumes the restored workers and checks that the
+// result is bit-identical to an uninterrupted run.
+func TestResumeIdentical(t *testing.T) {
+	for _, k := range Kernels {
+		t.Run(k, func(t *testing.T) {
+			const np = 2
+			want := runLocal(t, k, "S", np)
+			got := runInterrupted(t, k, "S", np, 2)
+			if !sameValues(want.Values, got.Values) || got.Verified != Successful {
+				t.Fatalf("resumed run: %s %+v, uninterrupted: %+v", got.Verified, got.Values, want.Values)
+			}
+		})
+	}
+}
+
+// runInterrupted runs kernel with every rank suspended at its stopAt-th
+// safe point, restored from its encoded state and run again.
+func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report {
+	t.Helper()
+	net := newLocalNet(np)
+	reps := make([]*Report, np)
+	errs := make([]error, np)
+	var wg sync.WaitGroup
+	for r := range np {
+		w, err := newWorker(kernel, class, np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.place().Rank = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			h := &hooks{now: time.Now, safePoint: func() error {
+				n++
+				if n == stopAt {
+					return task.ErrSuspended
+				}
+				return nil
+			}}
+			_, err := w.run(&localComm{net, r}, h)
+			if !errors.Is(err, task.ErrSuspended) {
+				errs[r] = fmt.Errorf("first run ended with %v, want a suspension", err)
+				return
+			}
+			typ, state, err := task.EncodeState(w)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			restored, err := task.New(typ, state)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			reps[r], errs[r] = restored.(worker).run(&localComm{net, r}, &hooks{now: time.Now})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s rank %d: %v", kernel, r, err)
+		}
+	}
+	return reps[0]
+}
+
+func sameValues(a, b Values) bool {
+	eq := func(x, y *float64) bool {
+		return (x == nil) == (y == nil) && (x == nil || math.Float64bits(*x) == math.Float64bits(*y))
+	}
+	if !eq(a.SX, b.SX) || !eq(a.SY, b.SY) || !eq(a.Zeta, b.Zeta) || !eq(a.Rnm2, b.Rnm2) {
+		return false
+	}
+	if len(a.Checksums) != len(b.Checksums) {
+		return false
+	}
+	for i := range a.Checksums {
+		if a.Checksums[i] != b.Checksums[i] {
+			return false
+		}
+	}
+	pa, pb := a.PartialVerified, b.PartialVerified
+	fa, fb := a.FullVerified, b.FullVerified
+	return (pa == nil) == (pb == nil) && (pa == nil || *pa == *pb) &&
+		(fa == nil) == (fb == nil) && (fa == nil || *fa == *fb)
+}

@@ -1,0 +1,199 @@
+package npb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"dpvm/daemon"
+	"dpvm/task"
+)
+
+// Root is the root task of an NPB run: it spawns NP workers of Kernel,
+// hands each its rank, relays rank 0's progress and prints the report.
+type Root struct {
+	Kernel string
+	Class  string
+	NP     int
+	// Lines makes the root print machine-readable progress and report
+	// lines (for Run) instead of the NPB-style text report.
+	Lines   bool
+	Workers []task.TID
+}
+
+func init() {
+	task.Register("npb.root", &Root{})
+	task.Register("npb.ep.worker", &EPWorker{})
+	task.Register("npb.cg.worker", &CGWorker{})
+	task.Register("npb.mg.worker", &MGWorker{})
+	task.Register("npb.ft.worker", &FTWorker{})
+	task.Register("npb.is.worker", &ISWorker{})
+	summaries := map[string]string{
+		"ep": "NPB EP: embarrassingly parallel Gaussian deviates",
+		"cg": "NPB CG: conjugate gradient, smallest eigenvalue of a sparse matrix",
+		"mg": "NPB MG: multigrid V-cycles on a 3-D Poisson problem",
+		"ft": "NPB FT: 3-D FFT solution of a diffusion equation",
+		"is": "NPB IS: integer sort by bucketed counting",
+	}
+	for _, k := range Kernels {
+		task.RegisterProgram(task.Program{
+			Name:    "npb-" + k,
+			Summary: summaries[k],
+			Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+				class := fs.String("class", "S", "problem class: S, W, A, B or C")
+				np := fs.Int("np", 1, "number of worker tasks")
+				return func(args []string) (task.Task, error) {
+					if len(args) > 0 {
+						return nil, fmt.Errorf("unexpected arguments %q", args)
+					}
+					return NewRoot(k, *class, *np)
+				}
+			},
+		})
+	}
+}
+
+// NewRoot returns the root task of a run of kernel for class on np tasks,
+// checking the parameters.
+func NewRoot(kernel, class string, np int) (*Root, error) {
+	k, err := NormKernel(kernel)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := NormClass(class)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := newWorker(k, cl, np); err != nil {
+		return nil, err
+	}
+	return &Root{Kernel: k, Class: cl, NP: np}, nil
+}
+
+// Run spawns the workers (once) and waits for rank 0's result, failing if a
+// worker fails first.
+func (r *Root) Run(c *task.Ctx) error {
+	if r.Workers == nil {
+		proto, err := newWorker(r.Kernel, r.Class, r.NP)
+		if err != nil {
+			return err
+		}
+		tids, err := c.Spawn(proto, r.NP)
+		if err != nil {
+			for _, t := range tids {
+				_ = c.Kill(t)
+			}
+			return fmt.Errorf("npb %s: %w", r.Kernel, err)
+		}
+		if err := c.Notify(task.TaskExit, tagExit, tids...); err != nil {
+			return fmt.Errorf("npb %s: %w", r.Kernel, err)
+		}
+		for i, t := range tids {
+			if err := c.Send(t, tagSetup, setupMsg{Rank: i, Peers: tids}); err != nil {
+				return fmt.Errorf("npb %s: %w", r.Kernel, err)
+			}
+		}
+		r.Workers = tids
+	}
+	for {
+		m, err := c.RecvMsg(c.Context(), task.AnyTask, task.AnyTag)
+		if err != nil {
+			return err
+		}
+		switch m.Tag {
+		case tagProgress:
+			var p Progress
+			if err := m.Decode(&p); err == nil && r.Lines {
+				b, _ := json.Marshal(p)
+				c.Printf("%s%s", progressPrefix, b)
+			}
+		case tagResult:
+			var rep Report
+			if err := m.Decode(&rep); err != nil {
+				return fmt.Errorf("npb %s: result: %w", r.Kernel, err)
+			}
+			if r.Lines {
+				b, err := json.Marshal(&rep)
+				if err != nil {
+					return fmt.Errorf("npb %s: %w", r.Kernel, err)
+				}
+				c.Printf("%s%s", reportPrefix, b)
+			} else {
+				var sb strings.Builder
+				_ = rep.WriteText(&sb)
+				c.Printf("%s", sb.String())
+			}
+			if !rep.Passed() {
+				return task.Exit(1)
+			}
+			return nil
+		case tagExit:
+			var n task.Notice
+			if err := m.Decode(&n); err != nil {
+				return fmt.Errorf("npb %s: exit notice: %w", r.Kernel, err)
+			}
+			if n.Status != 0 || n.Err != "" {
+				for _, t := range r.Workers {
+					if t != n.TID {
+						_ = c.Kill(t)
+					}
+				}
+				return fmt.Errorf("npb %s: worker %v failed (status %d): %s", r.Kernel, n.TID, n.Status, n.Err)
+			}
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
+// RunOptions configures Run.
+type RunOptions struct {
+	// Hosts is the number of hosts of the embedded virtual machine.
+	Hosts int
+	// Progress, when set, receives rank 0's progress.
+	Progress func(Progress)
+	// Output receives the job's other output lines (default: discarded).
+	Output io.Writer
+	// VM passes further options to the embedded virtual machine; its Hosts
+	// and Output are set by Run.
+	VM daemon.RunOptions
+}
+
+// ErrNoReport: the run ended without a report.
+var ErrNoReport = errors.New("npb: the run ended without a report")
+
+// Run runs kernel for class on np worker tasks in an embedded virtual
+// machine and returns the report. A run that completes but does not verify
+// returns its report (Verified Unsuccessful) and no error.
+func Run(ctx context.Context, kernel, class string, np int, opts RunOptions) (*Report, error) {
+	root, err := NewRoot(kernel, class, np)
+	if err != nil {
+		return nil, err
+	}
+	root.Lines = true
+	sink := &lineSink{progress: opts.Progress, other: opts.Output}
+	vm := opts.VM
+	vm.Hosts = max(opts.Hosts, 1)
+	vm.Output = sink
+	runErr := daemon.Run(ctx, root, vm)
+	if sink.err != nil {
+		return nil, sink.err
+	}
+	if sink.report == nil {
+		if runErr == nil {
+			runErr = ErrNoReport
+		}
+		return nil, fmt.Errorf("npb %s class %s np %d: %w", root.Kernel, root.Class, np, runErr)
+	}
+	var ee *task.ExitError
+	if runErr != nil && !errors.As(runErr, &ee) {
+		return nil, runErr
+	}
+	sink.report.Hosts = vm.Hosts
+	return sink.report, nil
+}

@@ -1,0 +1,222 @@
+package npb
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"dpvm/task"
+)
+
+// Place is a worker's position in its run, common to every kernel: its
+// class, rank and peers. The root task sends it once, after spawning.
+type Place struct {
+	Class string
+	NP    int
+	Rank  int
+	Peers []task.TID
+	Root  task.TID
+	// T0 is when the timed region started (Unix nanoseconds, rank 0 only).
+	T0 int64
+}
+
+// setupMsg is the root's first message to each worker.
+type setupMsg struct {
+	Rank  int
+	Peers []task.TID
+}
+
+// attach receives the worker's place from the root the first time Run is
+// called, and returns the comm that carries its messages.
+func (p *Place) attach(c *task.Ctx) (comm, error) {
+	if p.Peers == nil {
+		var s setupMsg
+		if _, err := c.Recv(c.Parent(), tagSetup, &s); err != nil {
+			return nil, fmt.Errorf("npb worker setup: %w", err)
+		}
+		if s.Rank < 0 || s.Rank >= len(s.Peers) || len(s.Peers) != p.NP {
+			return nil, fmt.Errorf("npb worker setup: rank %d of %d peers, want %d", s.Rank, len(s.Peers), p.NP)
+		}
+		p.Rank, p.Peers, p.Root = s.Rank, s.Peers, c.Parent()
+	}
+	return &taskComm{c: c, me: p.Rank, peers: p.Peers}, nil
+}
+
+// hooks connect a kernel's main loop to its surroundings.
+type hooks struct {
+	// safePoint is called once per iteration of the main loop (nil in
+	// serial runs). A non-nil error ends the run with that error.
+	safePoint func() error
+	// progress reports iterations done (rank 0; may be nil).
+	progress func(Progress)
+	// now is the clock timing the benchmark's timed region.
+	now func() time.Time
+}
+
+func (h *hooks) safe() error {
+	if h.safePoint == nil {
+		return nil
+	}
+	return h.safePoint()
+}
+
+func (h *hooks) report(done, total int) {
+	if h.progress != nil {
+		h.progress(Progress{Done: done, Total: total})
+	}
+}
+
+// startTimer records the start of the timed region on rank 0, once.
+func (p *Place) startTimer(cm comm, h *hooks) {
+	if cm.rank() == 0 && p.T0 == 0 {
+		p.T0 = h.now().UnixNano()
+	}
+}
+
+// elapsed is the time since the timed region started, in seconds.
+func (p *Place) elapsed(h *hooks) float64 {
+	return float64(h.now().UnixNano()-p.T0) / 1e9
+}
+
+// worker is a kernel task.s code: run executes the kernel (resuming from the
+// worker's fields) and returns, on rank 0, the report (without Hosts).
+type worker interface {
+	task.Task
+	place() *Place
+	run(cm comm, h *hooks) (*Report, error)
+}
+
+// runWorker is the body of every worker's Run.
+func runWorker(c *task.Ctx, k worker) error {
+	p := k.place()
+	cm, err := p.attach(c)
+	if err != nil {
+		return err
+	}
+	h := &hooks{safePoint: c.SafePoint, now: time.Now}
+	if p.Rank == 0 {
+		root := p.Root
+		h.progress = func(pr Progress) { _ = c.Send(root, tagProgress, pr) }
+	}
+	rep, err := k.run(cm, h)
+	if err != nil {
+		if errors.Is(err, task.ErrSuspended) {
+			return err
+		}
+		return fmt.Errorf("npb %s rank %d: %w", rep.kernelName(k), p.Rank, err)
+	}
+	if p.Rank == 0 {
+		if err := c.Send(p.Root, tagResult, rep); err != nil {
+			return fmt.Errorf("npb: send result: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *Report) kernelName(k worker) string {
+	if r != nil {
+		return r.Kernel
+	}
+	switch k.(type) {
+	case *EPWorker:
+		return "ep"
+	case *CGWorker:
+		return "cg"
+	case *MGWorker:
+		return "mg"
+	case *FTWorker:
+		return "ft"
+	case *ISWorker:
+		return "is"
+	}
+	return "?"
+}
+
+// newWorker returns the prototype worker of kernel for class and np tasks,
+// after checking that the decomposition supports np.
+func newWorker(kernel, class string, np int) (worker, error) {
+	if np < 1 {
+		return nil, fmt.Errorf("np %d: at least one task is needed: %w", np, ErrBadNP)
+	}
+	pl := Place{Class: class, NP: np}
+	switch kernel {
+	case "ep":
+		if _, err := EPParamsFor(class); err != nil {
+			return nil, err
+		}
+		return &EPWorker{Place: pl}, nil
+	case "cg":
+		p, err := CGParamsFor(class)
+		if err != nil {
+			return nil, err
+		}
+		if np > p.NA {
+			return nil, fmt.Errorf("CG class %s: np %d exceeds the %d rows: %w", class, np, p.NA, ErrBadNP)
+		}
+		return &CGWorker{Place: pl}, nil
+	case "mg":
+		p, err := MGParamsFor(class)
+		if err != nil {
+			return nil, err
+		}
+		if !isPow2(np) || np > p.N/2 {
+			return nil, fmt.Errorf("MG class %s: np %d: the grid is split into slabs of planes, so np must be a power of two up to %d: %w", class, np, p.N/2, ErrBadNP)
+		}
+		return &MGWorker{Place: pl}, nil
+	case "ft":
+		p, err := FTParamsFor(class)
+		if err != nil {
+			return nil, err
+		}
+		if !isPow2(np) || np > min(p.NY, p.NZ) {
+			return nil, fmt.Errorf("FT class %s: np %d: the grid is split into slabs and transposed, so np must be a power of two up to %d: %w", class, np, min(p.NY, p.NZ), ErrBadNP)
+		}
+		return &FTWorker{Place: pl}, nil
+	case "is":
+		p, err := ISParamsFor(class)
+		if err != nil {
+			return nil, err
+		}
+		if !isPow2(np) || np > 1<<p.LogBuckets {
+			return nil, fmt.Errorf("IS class %s: np %d: the key range is split by buckets, so np must be a power of two up to %d: %w", class, np, 1<<p.LogBuckets, ErrBadNP)
+		}
+		return &ISWorker{Place: pl}, nil
+	}
+	return nil, fmt.Errorf("%q: %w", kernel, ErrUnknownKernel)
+}
+
+// RunSerial runs kernel for class as a single task without the runtime:
+// the serial reference form, and the baseline of the runtime's overhead.
+// progress may be nil.
+func RunSerial(kernel, class string, progress func(Progress)) (*Report, error) {
+	k, err := NormKernel(kernel)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := NormClass(class)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorker(k, cl, 1)
+	if err != nil {
+		return nil, err
+	}
+	w.place().Peers = []task.TID{0}
+	return w.run(soloComm{}, &hooks{progress: progress, now: time.Now})
+}
+
+func mops(mop, t float64) float64 {
+	if t <= 0 {
+		return 0
+	}
+	return mop / t
+}
+
+// finish fills a report's common fields.
+func (p *Place) finish(kernel string, iters int, t, mop float64) *Report {
+	m := mops(mop, t)
+	return &Report{
+		Kernel: kernel, Class: p.Class, NP: p.NP, Iterations: iters,
+		TimeS: t, Mops: m, MopsPerTask: m / float64(p.NP),
+	}
+}

@@ -93,4 +93,3 @@ func runLocal(t testing.TB, kernel, class string, np int) *Report {
 	}
 	return reps[0]
 }
-

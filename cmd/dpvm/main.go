@@ -53,6 +53,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			runCommand(),
 			schedCommand(),
 			simCommand(),
+			npbCommand(),
 		},
 	}
 	setUsageErrors(app.Commands)

@@ -162,8 +162,8 @@ func (l Location) String() string {
 	if l.Users {
 		return fmt.Sprintf("stay: users on %s but no user-free host with more than mem_min free has delay < d_max %s", l.From, num(l.DMax))
 	}
-	return fmt.Sprintf("stay: no user-free host with >= %s free has delay below %s - alpha %s",
-		mib(l.MemNeed), num(l.OriginDelay), num(l.OriginAlpha))
+	return fmt.Sprintf("stay: no user-free host with >= %s free has delay below d' %s - alpha %s = %s",
+		mib(l.MemNeed), num(l.OriginDelay), num(l.OriginAlpha), num(l.OriginDelay-l.OriginAlpha))
 }
 
 // Locate applies the location policy to process p whose origin host is

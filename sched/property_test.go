@@ -409,9 +409,9 @@ func TestPropertyPlan(t *testing.T) {
 		if total != m.Size || m.Size < job.MinSize || (job.MaxSize > 0 && m.Size > job.MaxSize) {
 			t.Fatalf("seed %d: placement of %d for size %d, job %+v", seed, total, m.Size, job)
 		}
-		for _, sl := range m.Order {
-			if sl.Delay > s.Classes[m.Class-1].Max {
-				t.Fatalf("seed %d: a process on %s expects delay %g beyond class %d", seed, sl.Host, sl.Delay, m.Class)
+		for _, p := range m.Hosts {
+			if p.Delay > s.Classes[m.Class-1].Max || p.N != m.Placement[p.Host] {
+				t.Fatalf("seed %d: %d processes on %s, the last expecting delay %g, beyond class %d", seed, p.N, p.Host, p.Delay, m.Class)
 			}
 		}
 	}

@@ -68,8 +68,8 @@ func WritePlan(w io.Writer, s *Snapshot, job Job, m Mapping) error {
 	fmt.Fprintf(&b, "mapped to class %d (delta %s): %d processes, expected delay time %s\n\n",
 		m.Class, num(s.Classes[m.Class-1].Delta), m.Size, num(m.EDT))
 	worst := map[string]float64{}
-	for _, sl := range m.Order {
-		worst[sl.Host] = sl.Delay
+	for _, p := range m.Hosts {
+		worst[p.Host] = p.Delay
 	}
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tALPHA\tLOAD\tUSERS\tFREE\tDELAY\tCLASS\tPLACED\tDELAY AFTER")

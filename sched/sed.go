@@ -7,9 +7,10 @@ import (
 )
 
 // MaxVirtualNodes caps the virtual nodes one host contributes to one class,
-// so that a tiny α or a huge class bound cannot overflow the availability
-// vector or make a placement loop run for ever.
-const MaxVirtualNodes = 1 << 16
+// so that a tiny α or a huge class bound cannot blow up the availability
+// vector or the placement. Real hosts stay far below it: with Table 1 a
+// host offers at most 4.5/α nodes, 1024 only for α < 0.005.
+const MaxVirtualNodes = 1024
 
 // DelayFactor returns d = α(1 + load), the delay a new process sees on a
 // machine with speed factor alpha and load runnable processes.
@@ -118,16 +119,17 @@ type Mapping struct {
 	// Placement maps a host name to the number of processes placed there
 	// (hosts with none are left out); empty when Class is 0.
 	Placement map[string]int `json:"placement"`
-	// Order lists the placements one process at a time, fastest virtual
-	// node first, with the delay each process expects.
-	Order []Slot `json:"-"`
+	// Hosts lists the hosts that receive processes, in the snapshot's
+	// order, with the delay the last process placed on each expects.
+	Hosts []Placed `json:"-"`
 }
 
-// Slot is one process of a mapped job: the host it goes to and the delay
-// factor α(k + load) it expects there once the k processes placed on that
-// host so far are counted.
-type Slot struct {
+// Placed is the part of a mapped job one host receives: N processes, the
+// last of which expects delay Delay = α(N + load), load counting the
+// reservation for interactive users.
+type Placed struct {
 	Host  string
+	N     int
 	Delay float64
 }
 
@@ -176,33 +178,50 @@ func Plan(s *Snapshot, job Job) (Mapping, error) {
 		return m, nil
 	}
 	m.Class, m.Size, m.EDT = best, bestSize, bestEDT
-	m.Order = place(s, per, best-1, bestSize)
-	for _, sl := range m.Order {
-		m.Placement[sl.Host]++
+	for _, p := range place(s, per, best-1, bestSize) {
+		m.Placement[p.Host] = p.N
+		m.Hosts = append(m.Hosts, p)
 	}
 	return m, nil
 }
 
-// place picks n virtual nodes of class ci, fastest first.
-func place(s *Snapshot, per [][]int, ci, n int) []Slot {
+// place picks n virtual nodes of class ci, fastest first, and returns how
+// many each host receives, in the snapshot's host order.
+func place(s *Snapshot, per [][]int, ci, n int) []Placed {
 	q := make(slotHeap, 0, len(s.Hosts))
+	hosts := make([]*slotHost, 0, len(s.Hosts))
+	total := 0
 	for j, h := range s.Hosts {
 		if per[j][ci] == 0 {
 			continue
 		}
 		load, _ := s.Params.effective(h)
-		q = append(q, &slotHost{host: h, load: load, left: per[j][ci]})
+		sh := &slotHost{host: h, load: load, left: per[j][ci]}
+		hosts = append(hosts, sh)
+		total += sh.left
 	}
-	heap.Init(&q)
-	out := make([]Slot, 0, n)
-	for len(out) < n && len(q) > 0 {
-		top := q[0]
-		top.placed++
-		out = append(out, Slot{Host: top.host.Name, Delay: top.host.Alpha * (float64(top.placed) + top.load)})
-		if top.placed == top.left {
-			heap.Pop(&q)
-		} else {
-			heap.Fix(&q, 0)
+	if n >= total {
+		// Every node of the class is taken.
+		for _, sh := range hosts {
+			sh.placed = sh.left
+		}
+	} else {
+		q = append(q, hosts...)
+		heap.Init(&q)
+		for placed := 0; placed < n && len(q) > 0; placed++ {
+			top := q[0]
+			top.placed++
+			if top.placed == top.left {
+				heap.Pop(&q)
+			} else {
+				heap.Fix(&q, 0)
+			}
+		}
+	}
+	var out []Placed
+	for _, sh := range hosts {
+		if sh.placed > 0 {
+			out = append(out, Placed{Host: sh.host.Name, N: sh.placed, Delay: sh.host.Alpha * (float64(sh.placed) + sh.load)})
 		}
 	}
 	return out

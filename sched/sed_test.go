@@ -90,6 +90,7 @@ func TestVirtualNodes(t *testing.T) {
 		{2, 0, 2.5, 1},
 		{1, 0, 3, 3}, // the bound is inclusive
 		{1e-9, 0, 4.5, MaxVirtualNodes},
+		{1e-300, 1e300, 4.5, MaxVirtualNodes},
 	} {
 		if got := VirtualNodes(c.alpha, c.load, c.limit); got != c.want {
 			t.Errorf("VirtualNodes(α %g, load %g, limit %g) = %d, want %d", c.alpha, c.load, c.limit, got, c.want)
@@ -176,7 +177,7 @@ func TestPlanFastestNodesFirst(t *testing.T) {
 		job       Job
 		class     int
 		placement map[string]int
-		order     []Slot
+		hosts     []Placed
 	}{
 		// EDT 1, 2/3, 3/4, 4/6: classes 2 and 4 tie, class 2 wins.
 		{Job{}, 2, map[string]int{"a": 2, "b": 1}, nil},
@@ -187,7 +188,7 @@ func TestPlanFastestNodesFirst(t *testing.T) {
 		// a at 1, then a and b both at 2 (a has the smaller α), a at 3,
 		// then a and b both at 4 (a again).
 		{Job{MinSize: 5, MaxSize: 5}, 4, map[string]int{"a": 4, "b": 1},
-			[]Slot{{"a", 1}, {"a", 2}, {"b", 2}, {"a", 3}, {"a", 4}}},
+			[]Placed{{"b", 1, 2}, {"a", 4, 4}}},
 	} {
 		m, err := Plan(s, c.job)
 		if err != nil {
@@ -199,8 +200,8 @@ func TestPlanFastestNodesFirst(t *testing.T) {
 		if m.Class != c.class || !reflect.DeepEqual(m.Placement, c.placement) {
 			t.Errorf("Plan(%+v) = class %d placement %v, want class %d placement %v", c.job, m.Class, m.Placement, c.class, c.placement)
 		}
-		if c.order != nil && !reflect.DeepEqual(m.Order, c.order) {
-			t.Errorf("Plan(%+v) order = %v, want %v", c.job, m.Order, c.order)
+		if c.hosts != nil && !reflect.DeepEqual(m.Hosts, c.hosts) {
+			t.Errorf("Plan(%+v) hosts = %v, want %v", c.job, m.Hosts, c.hosts)
 		}
 	}
 }

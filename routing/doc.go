@@ -1,7 +1,23 @@
 // Package routing owns the pure data structures and decision functions that
-// route messages among the hosts of a virtual machine: the versioned
-// routing table (task → host, with an epoch that grows on every move), the
-// message envelope with its per-pair sequence numbers, and the rules for
-// holding, refusing and redelivering messages while a task migrates. It
-// performs no I/O; package daemon drives it.
+// route messages among the hosts of a virtual machine. It performs no I/O;
+// package daemon drives it.
+//
+//   - Frames (frame.go): every byte between daemons is a frame, a u32
+//     little-endian length (of what follows), a u8 Kind and a body. Message
+//     batches, acknowledgements, refusals and heartbeats have fixed binary
+//     layouts; control calls, replies and events are msgpack. Readers refuse
+//     frames over a configured maximum and unknown kinds.
+//   - Envelopes: a message between tasks carries its sender, receiver, tag,
+//     encoding and a sequence number per (sender, receiver) pair.
+//   - Table: the versioned routing table. A task lives on its origin host
+//     unless the table says otherwise; each move gives it a larger epoch,
+//     and older routes never replace newer ones.
+//   - Outbox and Inbox: reliable, ordered delivery. The sending daemon keeps
+//     each message until the receiving daemon acknowledges it, holds the
+//     messages of a task whose daemon refused them until a newer route is
+//     known, and retransmits what is overdue; the receiving daemon delivers
+//     each pair's messages in sequence order exactly once and drops
+//     duplicates. Together they keep the invariant that every message is
+//     delivered exactly once, in per-pair order, through losses,
+//     duplicates, reordering and moves of the receiver.
 package routing

@@ -270,8 +270,11 @@ func (c *Ctx) Exit(status int) {
 	runtime.Goexit()
 }
 
+// MaxTag is the largest message tag; tags travel as 32-bit integers.
+const MaxTag = 1<<31 - 1
+
 func checkTag(tag int) error {
-	if tag < 0 {
+	if tag < 0 || tag > MaxTag {
 		return fmt.Errorf("tag %d: %w", tag, ErrBadTag)
 	}
 	return nil

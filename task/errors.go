@@ -20,7 +20,8 @@ var (
 	ErrUnknownType = errors.New("unknown task type")
 	// ErrBadTID: a TID could not be parsed.
 	ErrBadTID = errors.New("malformed TID")
-	// ErrBadTag: a message tag is negative (only Recv may use AnyTag).
+	// ErrBadTag: a message tag is negative (only Recv may use AnyTag) or
+	// larger than MaxTag.
 	ErrBadTag = errors.New("bad message tag")
 	// ErrTimeout: a receive with a timeout found no matching message.
 	ErrTimeout = errors.New("timed out")

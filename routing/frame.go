@@ -1,0 +1,212 @@
+package routing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"dpvm/task"
+)
+
+// Kind is a frame's type. The values are part of the wire format: append
+// only, never renumber.
+type Kind uint8
+
+// Frame kinds.
+const (
+	KindHello   Kind = 1 // msgpack Hello: who is calling
+	KindMsgs    Kind = 2 // binary: a batch of envelopes
+	KindAcks    Kind = 3 // binary: a batch of cumulative acknowledgements
+	KindCall    Kind = 4 // msgpack Call: a control request
+	KindReply   Kind = 5 // msgpack Reply: the answer to a Call
+	KindEvent   Kind = 6 // msgpack Event: a broadcast (routes, hosts, notices)
+	KindRefuse  Kind = 7 // binary: envelopes refused, with where to go instead
+	KindPing    Kind = 8 // binary: heartbeat, with a sequence number
+	KindPong    Kind = 9 // binary: heartbeat answer
+	maxKind     Kind = 9
+	headerBytes      = 5 // u32 length (kind + body), u8 kind
+)
+
+var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong"}
+
+func (k Kind) String() string {
+	if k >= 1 && k <= maxKind {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// DefaultMaxFrame is the largest frame a daemon accepts unless configured
+// otherwise: 64 MiB, which bounds the largest message.
+const DefaultMaxFrame = 64 << 20
+
+// Frame errors.
+var (
+	ErrFrameTooLarge = errors.New("frame too large")
+	ErrUnknownKind   = errors.New("unknown frame kind")
+	ErrMalformed     = errors.New("malformed frame")
+)
+
+// Frame is one unit on the wire: a kind and its body.
+type Frame struct {
+	Kind Kind
+	Body []byte
+}
+
+// AppendFrame appends the encoding of a frame of kind k with the given body
+// to dst.
+func AppendFrame(dst []byte, k Kind, body []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(body)+1))
+	dst = append(dst, byte(k))
+	return append(dst, body...)
+}
+
+// BeginFrame appends a frame header for kind k with a placeholder length and
+// returns the offset to pass to EndFrame once the body has been appended.
+func BeginFrame(dst []byte, k Kind) ([]byte, int) {
+	off := len(dst)
+	dst = append(dst, 0, 0, 0, 0, byte(k))
+	return dst, off
+}
+
+// EndFrame fills in the length of the frame begun at off.
+func EndFrame(dst []byte, off int) {
+	binary.LittleEndian.PutUint32(dst[off:], uint32(len(dst)-off-4))
+}
+
+// Reader reads frames from a byte stream, refusing any larger than Max.
+type Reader struct {
+	r   io.Reader
+	max int
+	hdr [headerBytes]byte
+	buf []byte
+}
+
+// NewReader returns a frame reader on r accepting frames of at most max
+// bytes of body (DefaultMaxFrame if max <= 0).
+func NewReader(r io.Reader, max int) *Reader {
+	if max <= 0 {
+		max = DefaultMaxFrame
+	}
+	return &Reader{r: r, max: max}
+}
+
+// Next reads the next frame. The body is valid until the next call to Next
+// unless the caller copies it. Errors other than io.EOF are fatal for the
+// stream: the caller closes the connection.
+func (fr *Reader) Next() (Frame, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Frame{}, fmt.Errorf("frame header: %w", ErrMalformed)
+		}
+		return Frame{}, err
+	}
+	n := int(binary.LittleEndian.Uint32(fr.hdr[:4]))
+	k := Kind(fr.hdr[4])
+	if n < 1 {
+		return Frame{}, fmt.Errorf("frame length %d: %w", n, ErrMalformed)
+	}
+	if n-1 > fr.max {
+		return Frame{}, fmt.Errorf("%v frame of %d bytes, limit %d: %w", k, n-1, fr.max, ErrFrameTooLarge)
+	}
+	if k < 1 || k > maxKind {
+		return Frame{}, fmt.Errorf("%v: %w", k, ErrUnknownKind)
+	}
+	if cap(fr.buf) < n-1 {
+		fr.buf = make([]byte, n-1)
+	}
+	fr.buf = fr.buf[:n-1]
+	if _, err := io.ReadFull(fr.r, fr.buf); err != nil {
+		return Frame{}, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
+	}
+	return Frame{Kind: k, Body: fr.buf}, nil
+}
+
+// Envelope is a message between tasks as it travels between daemons.
+type Envelope struct {
+	From, To task.TID
+	Seq      uint64 // per (From, To) pair, from 1
+	Tag      int32
+	Body     task.Payload
+}
+
+// envHeader is the fixed size of an envelope's header: from, to, seq (u64
+// each), tag (i32), encoding (u8), body length (u32).
+const envHeader = 8 + 8 + 8 + 4 + 1 + 4
+
+// EnvelopeSize is the encoded size of e.
+func EnvelopeSize(e *Envelope) int { return envHeader + len(e.Body.Data) }
+
+// AppendEnvelope appends e's fixed binary encoding to dst.
+func AppendEnvelope(dst []byte, e *Envelope) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.From))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.To))
+	dst = binary.LittleEndian.AppendUint64(dst, e.Seq)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(e.Tag))
+	dst = append(dst, byte(e.Body.Enc))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.Body.Data)))
+	return append(dst, e.Body.Data...)
+}
+
+// DecodeEnvelopes decodes the body of a KindMsgs or KindRefuse frame: a
+// sequence of envelopes filling it exactly. Bodies are copied out of b.
+func DecodeEnvelopes(b []byte, fn func(Envelope) error) error {
+	for len(b) > 0 {
+		if len(b) < envHeader {
+			return fmt.Errorf("envelope header of %d bytes: %w", len(b), ErrMalformed)
+		}
+		e := Envelope{
+			From: task.TID(binary.LittleEndian.Uint64(b)),
+			To:   task.TID(binary.LittleEndian.Uint64(b[8:])),
+			Seq:  binary.LittleEndian.Uint64(b[16:]),
+			Tag:  int32(binary.LittleEndian.Uint32(b[24:])),
+		}
+		e.Body.Enc = task.Encoding(b[28])
+		n := binary.LittleEndian.Uint32(b[29:])
+		b = b[envHeader:]
+		if uint64(n) > uint64(len(b)) {
+			return fmt.Errorf("envelope body of %d bytes, %d left: %w", n, len(b), ErrMalformed)
+		}
+		if !e.Body.Enc.Valid() || e.Tag < 0 || e.Seq == 0 || e.From == 0 || e.To == 0 || e.To == task.AnyTask {
+			return fmt.Errorf("envelope %v→%v seq %d tag %d enc %d: %w", e.From, e.To, e.Seq, e.Tag, e.Body.Enc, ErrMalformed)
+		}
+		e.Body.Data = append([]byte(nil), b[:n]...)
+		b = b[n:]
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ack acknowledges every message of the pair (From, To) up to and including
+// Seq: the receiving daemon has taken them into the receiver's mailbox.
+type Ack struct {
+	From, To task.TID
+	Seq      uint64
+}
+
+const ackSize = 24
+
+// AppendAck appends a's binary encoding to dst.
+func AppendAck(dst []byte, a Ack) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(a.From))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(a.To))
+	return binary.LittleEndian.AppendUint64(dst, a.Seq)
+}
+
+// DecodeAcks decodes the body of a KindAcks frame.
+func DecodeAcks(b []byte, fn func(Ack)) error {
+	if len(b)%ackSize != 0 {
+		return fmt.Errorf("acks frame of %d bytes: %w", len(b), ErrMalformed)
+	}
+	for ; len(b) > 0; b = b[ackSize:] {
+		fn(Ack{
+			From: task.TID(binary.LittleEndian.Uint64(b)),
+			To:   task.TID(binary.LittleEndian.Uint64(b[8:])),
+			Seq:  binary.LittleEndian.Uint64(b[16:]),
+		})
+	}
+	return nil
+}

@@ -1,0 +1,384 @@
+package routing
+
+import (
+	"time"
+
+	"dpvm/task"
+)
+
+// Outbox is a daemon's sending side of reliable delivery. It numbers each
+// (sender, receiver) pair's messages, keeps every message sent to a remote
+// task until its receiving daemon acknowledges it, holds messages for tasks
+// whose daemon refused them until a newer route is known, and says what to
+// retransmit. It is pure: time is a parameter and it performs no I/O. An
+// Outbox is not safe for concurrent use.
+type Outbox struct {
+	next   map[task.TID]map[task.TID]uint64 // sender → receiver → last seq assigned
+	queues map[task.TID]*outQueue           // by receiver
+	bytes  int
+}
+
+type outQueue struct {
+	msgs  []outMsg // unacknowledged, in the order sent
+	bytes int
+	// route is where msgs were last sent; held means its daemon refused
+	// them (or the task is in transit) and nothing is sent until a route
+	// with a larger epoch arrives.
+	route Route
+	held  bool
+}
+
+type outMsg struct {
+	env    Envelope
+	sentAt time.Time
+}
+
+// NewOutbox returns an empty outbox.
+func NewOutbox() *Outbox {
+	return &Outbox{next: map[task.TID]map[task.TID]uint64{}, queues: map[task.TID]*outQueue{}}
+}
+
+// Seq assigns the next sequence number of the pair (from, to), starting at
+// 1. Every message gets one, local or remote, so numbering continues when
+// either task moves.
+func (o *Outbox) Seq(from, to task.TID) uint64 {
+	m := o.next[from]
+	if m == nil {
+		m = map[task.TID]uint64{}
+		o.next[from] = m
+	}
+	m[to]++
+	return m[to]
+}
+
+// Push records e, about to be sent along route r at now, as unacknowledged.
+// It reports whether to transmit it now: false when messages for e.To are
+// held, in which case it goes out with the others once a newer route is
+// known.
+func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
+	q := o.queues[e.To]
+	if q == nil {
+		q = &outQueue{route: r}
+		o.queues[e.To] = q
+	}
+	if !q.held && r.InTransit {
+		q.held = true
+	}
+	if !q.held && r.Epoch > q.route.Epoch {
+		q.route = r
+	}
+	n := EnvelopeSize(&e)
+	q.msgs = append(q.msgs, outMsg{env: e, sentAt: now})
+	q.bytes += n
+	o.bytes += n
+	return !q.held
+}
+
+// Route is where messages for to are currently sent, and whether they are
+// held.
+func (o *Outbox) Route(to task.TID) (Route, bool, bool) {
+	q := o.queues[to]
+	if q == nil {
+		return Route{}, false, false
+	}
+	return q.route, q.held, true
+}
+
+// Ack removes the messages of a's pair up to and including a.Seq and
+// returns how many bytes it freed.
+func (o *Outbox) Ack(a Ack) int {
+	q := o.queues[a.To]
+	if q == nil {
+		return 0
+	}
+	freed := 0
+	kept := q.msgs[:0]
+	for _, m := range q.msgs {
+		if m.env.From == a.From && m.env.Seq <= a.Seq {
+			freed += EnvelopeSize(&m.env)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(q.msgs[len(kept):])
+	q.msgs = kept
+	q.bytes -= freed
+	o.bytes -= freed
+	if len(q.msgs) == 0 && !q.held {
+		delete(o.queues, a.To)
+	}
+	return freed
+}
+
+// Refused handles a refusal from host from. If it names a route newer than
+// the one the messages went by, they are resent there at once (returned,
+// with the host to send them to). If it is stale — the refuser knew less
+// than we do now, or is no longer where we send — they are resent along the
+// current route (the receiving side drops duplicates). Otherwise the task
+// is moving away from the refuser and the messages are held until Reroute
+// brings a newer route.
+func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.HostID, []Envelope) {
+	q := o.queues[rf.To]
+	if q == nil {
+		return 0, nil
+	}
+	switch {
+	case rf.Route.Epoch > q.route.Epoch:
+		return o.Reroute(rf.To, rf.Route, now)
+	case rf.Route.Epoch < q.route.Epoch || from != q.route.Host:
+		if q.held {
+			return 0, nil
+		}
+		return q.route.Host, q.all(now)
+	}
+	q.held = true
+	return 0, nil
+}
+
+// all returns the queue's messages in order, marking them sent at now.
+func (q *outQueue) all(now time.Time) []Envelope {
+	out := make([]Envelope, len(q.msgs))
+	for i := range q.msgs {
+		q.msgs[i].sentAt = now
+		out[i] = q.msgs[i].env
+	}
+	return out
+}
+
+// Reroute applies a route learnt for to (from the master's broadcast or a
+// refusal). If it is newer than the route the held or unacknowledged
+// messages went by, they are all returned, in order, to be resent to its
+// host; an in-transit route holds them instead.
+func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []Envelope) {
+	q := o.queues[to]
+	if q == nil {
+		return 0, nil
+	}
+	newer := r.Epoch > q.route.Epoch || (r.Epoch == q.route.Epoch && q.held && !r.InTransit)
+	if !newer {
+		return 0, nil
+	}
+	q.route = r
+	if r.InTransit {
+		q.held = true
+		return 0, nil
+	}
+	q.held = false
+	return r.Host, q.all(now)
+}
+
+// Due returns the unacknowledged messages, not held, sent at or before
+// now−rto, grouped by the host to resend them to, and marks them sent at
+// now. Over QUIC this matters only after a connection is lost; on a lossy
+// transport it is what makes delivery reliable.
+func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelope {
+	var out map[task.HostID][]Envelope
+	cut := now.Add(-rto)
+	for _, q := range o.queues {
+		if q.held {
+			continue
+		}
+		for i := range q.msgs {
+			m := &q.msgs[i]
+			if m.sentAt.After(cut) {
+				continue
+			}
+			if out == nil {
+				out = map[task.HostID][]Envelope{}
+			}
+			out[q.route.Host] = append(out[q.route.Host], m.env)
+			m.sentAt = now
+		}
+	}
+	return out
+}
+
+// ForHost returns every unacknowledged message, not held, routed to host h,
+// in order per receiver: what to resend when a connection to h is
+// re-established.
+func (o *Outbox) ForHost(h task.HostID, now time.Time) []Envelope {
+	var out []Envelope
+	for _, q := range o.queues {
+		if q.held || q.route.Host != h {
+			continue
+		}
+		for i := range q.msgs {
+			q.msgs[i].sentAt = now
+			out = append(out, q.msgs[i].env)
+		}
+	}
+	return out
+}
+
+// DropReceiver discards the messages for to (it has exited or was lost) and
+// returns how many there were.
+func (o *Outbox) DropReceiver(to task.TID) int {
+	q := o.queues[to]
+	if q == nil {
+		return 0
+	}
+	delete(o.queues, to)
+	o.bytes -= q.bytes
+	return len(q.msgs)
+}
+
+// DropHost discards the messages routed to host h (it left the virtual
+// machine) and returns the receivers they were for.
+func (o *Outbox) DropHost(h task.HostID) []task.TID {
+	var gone []task.TID
+	for to, q := range o.queues {
+		if q.route.Host == h && !q.held {
+			gone = append(gone, to)
+			o.bytes -= q.bytes
+			delete(o.queues, to)
+		}
+	}
+	return gone
+}
+
+// ForgetSender drops the sequence state of a sender that has exited.
+func (o *Outbox) ForgetSender(from task.TID) { delete(o.next, from) }
+
+// Pending is the number of bytes unacknowledged or held for to.
+func (o *Outbox) Pending(to task.TID) int {
+	if q := o.queues[to]; q != nil {
+		return q.bytes
+	}
+	return 0
+}
+
+// Bytes is the total unacknowledged or held.
+func (o *Outbox) Bytes() int { return o.bytes }
+
+// SenderState returns from's last assigned sequence number per receiver, to
+// carry in its checkpoint.
+func (o *Outbox) SenderState(from task.TID) map[task.TID]uint64 {
+	return cloneSeqs(o.next[from])
+}
+
+// SetSenderState installs a restored sender's sequence state.
+func (o *Outbox) SetSenderState(from task.TID, s map[task.TID]uint64) {
+	if len(s) == 0 {
+		delete(o.next, from)
+		return
+	}
+	o.next[from] = cloneSeqs(s)
+}
+
+func cloneSeqs(m map[task.TID]uint64) map[task.TID]uint64 {
+	if m == nil {
+		return nil
+	}
+	c := make(map[task.TID]uint64, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Inbox is a daemon's receiving side of reliable delivery: per (sender,
+// receiver) pair it delivers messages in sequence order exactly once,
+// keeping early arrivals until the gap before them fills, and says what to
+// acknowledge. Not safe for concurrent use.
+type Inbox struct {
+	expected map[task.TID]map[task.TID]uint64              // receiver → sender → next seq
+	early    map[task.TID]map[task.TID]map[uint64]Envelope // receiver → sender → seq → message
+	earlyN   int
+}
+
+// NewInbox returns an empty inbox.
+func NewInbox() *Inbox {
+	return &Inbox{expected: map[task.TID]map[task.TID]uint64{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
+}
+
+// Accept takes in e for a receiver hosted here and calls deliver for every
+// message that is now in order (e and any early arrivals it unblocks). It
+// returns the acknowledgement to send: everything of the pair up to the
+// last message delivered in order. A duplicate is dropped and
+// acknowledged again.
+func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
+	exp := in.expected[e.To]
+	if exp == nil {
+		exp = map[task.TID]uint64{}
+		in.expected[e.To] = exp
+	}
+	next := exp[e.From]
+	if next == 0 {
+		next = 1
+	}
+	switch {
+	case e.Seq < next: // duplicate
+	case e.Seq > next: // early: keep it
+		byFrom := in.early[e.To]
+		if byFrom == nil {
+			byFrom = map[task.TID]map[uint64]Envelope{}
+			in.early[e.To] = byFrom
+		}
+		m := byFrom[e.From]
+		if m == nil {
+			m = map[uint64]Envelope{}
+			byFrom[e.From] = m
+		}
+		if _, dup := m[e.Seq]; !dup {
+			m[e.Seq] = e
+			in.earlyN++
+		}
+	default:
+		deliver(e)
+		next++
+		if m := in.early[e.To][e.From]; m != nil {
+			for {
+				x, ok := m[next]
+				if !ok {
+					break
+				}
+				delete(m, next)
+				in.earlyN--
+				deliver(x)
+				next++
+			}
+			if len(m) == 0 {
+				delete(in.early[e.To], e.From)
+			}
+		}
+	}
+	exp[e.From] = next
+	return Ack{From: e.From, To: e.To, Seq: next - 1}
+}
+
+// Early is the number of messages waiting for a gap to fill.
+func (in *Inbox) Early() int { return in.earlyN }
+
+// Forget drops a receiver's state (it has exited).
+func (in *Inbox) Forget(to task.TID) {
+	for _, m := range in.early[to] {
+		in.earlyN -= len(m)
+	}
+	delete(in.early, to)
+	delete(in.expected, to)
+}
+
+// ReceiverState returns the next sequence number to's inbox expects from
+// each sender, and its early arrivals, to carry in its checkpoint.
+func (in *Inbox) ReceiverState(to task.TID) (map[task.TID]uint64, []Envelope) {
+	var early []Envelope
+	for _, m := range in.early[to] {
+		for _, e := range m {
+			early = append(early, e)
+		}
+	}
+	return cloneSeqs(in.expected[to]), early
+}
+
+// SetReceiverState installs a restored receiver's inbox state; its early
+// arrivals are accepted again (none can be in order, or they would have
+// been delivered).
+func (in *Inbox) SetReceiverState(to task.TID, expected map[task.TID]uint64, early []Envelope) {
+	in.Forget(to)
+	if len(expected) > 0 {
+		in.expected[to] = cloneSeqs(expected)
+	}
+	for _, e := range early {
+		in.Accept(e, func(Envelope) {})
+	}
+}

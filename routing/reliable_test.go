@@ -1,0 +1,341 @@
+package routing
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"dpvm/task"
+)
+
+// simHost is one daemon in the simulated network: the tasks it hosts and
+// its reliable-delivery state.
+type simHost struct {
+	id     task.HostID
+	out    *Outbox
+	in     *Inbox
+	routes *Table
+	hosts  map[task.TID]bool // receivers hosted here
+}
+
+type simFrame struct {
+	from, to task.HostID
+	kind     Kind
+	env      Envelope
+	ack      Ack
+	ref      Refusal
+}
+
+type simNet struct {
+	t        *testing.T
+	rng      *rand.Rand
+	now      time.Time
+	hosts    map[task.HostID]*simHost
+	flight   []simFrame
+	got      map[Pair][]uint64 // delivered seqs per pair, in delivery order
+	loss     float64
+	dup      float64
+	epoch    map[task.TID]uint64
+	resent   int
+	refusals int
+}
+
+// Pair names a (sender, receiver) pair in tests.
+type Pair struct{ From, To task.TID }
+
+func newSimNet(t *testing.T, seed uint64, nhosts int, loss, dup float64) *simNet {
+	n := &simNet{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), now: time.Unix(0, 0),
+		hosts: map[task.HostID]*simHost{}, got: map[Pair][]uint64{}, loss: loss, dup: dup,
+		epoch: map[task.TID]uint64{}}
+	for i := 1; i <= nhosts; i++ {
+		id := task.HostID(i)
+		n.hosts[id] = &simHost{id: id, out: NewOutbox(), in: NewInbox(), routes: NewTable(), hosts: map[task.TID]bool{}}
+	}
+	return n
+}
+
+func (n *simNet) send(from task.HostID, to task.HostID, f simFrame) {
+	f.from, f.to = from, to
+	n.flight = append(n.flight, f)
+}
+
+// sendMsg is a task on host h sending to receiver to.
+func (n *simNet) sendMsg(h *simHost, from, to task.TID) {
+	e := Envelope{From: from, To: to, Seq: h.out.Seq(from, to), Tag: 1}
+	r := h.routes.Lookup(to)
+	if r.Host == h.id && h.hosts[to] {
+		h.in.Accept(e, n.deliver) // local: straight into the mailbox
+		return
+	}
+	if h.out.Push(e, r, n.now) {
+		n.send(h.id, r.Host, simFrame{kind: KindMsgs, env: e})
+	}
+}
+
+func (n *simNet) deliver(e Envelope) {
+	p := Pair{e.From, e.To}
+	n.got[p] = append(n.got[p], e.Seq)
+}
+
+// step delivers (or drops, or duplicates) one frame in flight, chosen at
+// random, so frames overtake each other.
+func (n *simNet) step() {
+	n.now = n.now.Add(time.Millisecond)
+	if len(n.flight) == 0 {
+		return
+	}
+	i := n.rng.IntN(len(n.flight))
+	f := n.flight[i]
+	n.flight[i] = n.flight[len(n.flight)-1]
+	n.flight = n.flight[:len(n.flight)-1]
+	if n.rng.Float64() < n.loss {
+		return
+	}
+	if n.rng.Float64() < n.dup {
+		n.flight = append(n.flight, f)
+	}
+	h := n.hosts[f.to]
+	switch f.kind {
+	case KindMsgs:
+		if !h.hosts[f.env.To] {
+			n.refusals++
+			n.send(h.id, f.from, simFrame{kind: KindRefuse, ref: Refusal{To: f.env.To, Route: h.routes.Lookup(f.env.To)}})
+			return
+		}
+		a := h.in.Accept(f.env, n.deliver)
+		n.send(h.id, f.from, simFrame{kind: KindAcks, ack: a})
+	case KindAcks:
+		h.out.Ack(f.ack)
+	case KindRefuse:
+		host, envs := h.out.Refused(f.ref, f.from, n.now)
+		n.resend(h, host, envs)
+	}
+}
+
+func (n *simNet) resend(h *simHost, to task.HostID, envs []Envelope) {
+	for _, e := range envs {
+		n.resent++
+		n.send(h.id, to, simFrame{kind: KindMsgs, env: e})
+	}
+}
+
+// tick retransmits what is overdue.
+func (n *simNet) tick(rto time.Duration) {
+	for _, h := range n.hosts {
+		for to, envs := range h.out.Due(n.now, rto) {
+			n.resend(h, to, envs)
+		}
+	}
+}
+
+// move migrates receiver r to host dst: its inbox state goes along, the new
+// route is known at once by the two hosts involved and reaches the others
+// later (when broadcast is called).
+func (n *simNet) move(r task.TID, dst task.HostID) Entry {
+	var src *simHost
+	for _, h := range n.hosts {
+		if h.hosts[r] {
+			src = h
+		}
+	}
+	if src.id == dst {
+		return Entry{}
+	}
+	exp, early := src.in.ReceiverState(r)
+	src.in.Forget(r)
+	delete(src.hosts, r)
+	d := n.hosts[dst]
+	d.in.SetReceiverState(r, exp, early)
+	d.hosts[r] = true
+	n.epoch[r]++
+	e := Entry{TID: r, Route: Route{Host: dst, Epoch: n.epoch[r]}}
+	src.routes.Update(r, e.Route)
+	d.routes.Update(r, e.Route)
+	return e
+}
+
+func (n *simNet) broadcast(e Entry) {
+	for _, h := range n.hosts {
+		if h.routes.Update(e.TID, e.Route) {
+			host, envs := h.out.Reroute(e.TID, e.Route, n.now)
+			n.resend(h, host, envs)
+		}
+	}
+}
+
+// TestReliableDeliveryUnderFaults sends numbered messages between tasks on
+// three hosts over a network that drops, duplicates and reorders frames
+// while receivers move between hosts, and checks every pair's messages are
+// delivered exactly once, in order. Many seeds.
+func TestReliableDeliveryUnderFaults(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 50
+	}
+	var refusals, resent int
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			n := runFaultySim(t, seed)
+			refusals += n.refusals
+			resent += n.resent
+		})
+	}
+	// The scenarios must exercise the refusal and resend paths.
+	if refusals == 0 || resent == 0 {
+		t.Fatalf("%d refusals and %d resends over all seeds", refusals, resent)
+	}
+	t.Logf("%d seeds: %d refusals, %d resends", seeds, refusals, resent)
+}
+
+func runFaultySim(t *testing.T, seed uint64) *simNet {
+	n := newSimNet(t, seed, 3, 0.1, 0.05)
+	senders := []task.TID{task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(3, 1)}
+	receivers := []task.TID{task.NewTID(1, 2), task.NewTID(2, 2), task.NewTID(3, 2)}
+	for _, r := range receivers {
+		n.hosts[r.Host()].hosts[r] = true
+	}
+	sent := map[Pair]uint64{}
+	var pendingBroadcasts []Entry
+	const perPair = 40
+	for round := 0; round < perPair*len(senders)*len(receivers) || len(n.flight) > 0 || n.pendingAny() || len(pendingBroadcasts) > 0; round++ {
+		if round > 200000 {
+			t.Fatalf("no progress: %d frames in flight", len(n.flight))
+		}
+		switch x := n.rng.IntN(100); {
+		case x < 40 && round < perPair*len(senders)*len(receivers)*2:
+			s := senders[n.rng.IntN(len(senders))]
+			r := receivers[n.rng.IntN(len(receivers))]
+			if sent[Pair{s, r}] < perPair {
+				sent[Pair{s, r}]++
+				n.sendMsg(n.hosts[s.Host()], s, r)
+			}
+		case x < 42 && round < perPair*len(senders)*len(receivers):
+			r := receivers[n.rng.IntN(len(receivers))]
+			if e := n.move(r, task.HostID(1+n.rng.IntN(3))); e.TID != 0 {
+				pendingBroadcasts = append(pendingBroadcasts, e)
+			}
+		case x < 47 && len(pendingBroadcasts) > 0:
+			n.broadcast(pendingBroadcasts[0])
+			pendingBroadcasts = pendingBroadcasts[1:]
+		case x < 50:
+			n.tick(20 * time.Millisecond)
+		default:
+			n.step()
+		}
+	}
+	for p, want := range sent {
+		got := n.got[p]
+		if uint64(len(got)) != want {
+			t.Fatalf("%v→%v: %d delivered, %d sent (seqs %v)", p.From, p.To, len(got), want, got)
+		}
+		for i, s := range got {
+			if s != uint64(i+1) {
+				t.Fatalf("%v→%v: delivery %d has seq %d: %v", p.From, p.To, i, s, got)
+			}
+		}
+	}
+	for _, h := range n.hosts {
+		if h.out.Bytes() != 0 || h.in.Early() != 0 {
+			t.Fatalf("host %v left %d bytes unacknowledged, %d early", h.id, h.out.Bytes(), h.in.Early())
+		}
+	}
+	return n
+}
+
+func (n *simNet) pendingAny() bool {
+	for _, h := range n.hosts {
+		if h.out.Bytes() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTableEpochs(t *testing.T) {
+	tb := NewTable()
+	tid := task.NewTID(2, 7)
+	if r := tb.Lookup(tid); r.Host != 2 || r.Epoch != 0 {
+		t.Fatalf("default route %+v", r)
+	}
+	steps := []struct {
+		r     Route
+		apply bool
+	}{
+		{Route{Host: 3, Epoch: 1, InTransit: true}, true},
+		{Route{Host: 1, Epoch: 1}, false},                  // same epoch, other host
+		{Route{Host: 3, Epoch: 1}, true},                   // commit
+		{Route{Host: 3, Epoch: 1}, false},                  // again
+		{Route{Host: 2, Epoch: 0}, false},                  // older
+		{Route{Host: 1, Epoch: 3}, true},                   // newer
+		{Route{Host: 2, Epoch: 2, InTransit: true}, false}, // older
+	}
+	for i, s := range steps {
+		if got := tb.Update(tid, s.r); got != s.apply {
+			t.Fatalf("step %d: Update(%+v) = %v, want %v", i, s.r, got, s.apply)
+		}
+	}
+	if r := tb.Lookup(tid); r.Host != 1 || r.Epoch != 3 || tb.Len() != 1 {
+		t.Fatalf("final route %+v", r)
+	}
+	tb.Forget(tid)
+	if tb.Len() != 0 {
+		t.Fatal("Forget left the entry")
+	}
+}
+
+func TestOutboxHoldAndFlowAccounting(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	now := time.Unix(0, 0)
+	r := Route{Host: 2}
+	for i := 0; i < 3; i++ {
+		e := Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1, Body: task.Payload{Data: make([]byte, 10)}}
+		if !o.Push(e, r, now) {
+			t.Fatal("message held without a refusal")
+		}
+	}
+	if o.Pending(b) != 3*(envHeader+10) || o.Bytes() != o.Pending(b) {
+		t.Fatalf("pending %d, total %d", o.Pending(b), o.Bytes())
+	}
+	// Refused with no newer route: held; new messages are held too.
+	if h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 2}}, 2, now); h != 0 || envs != nil {
+		t.Fatalf("refusal without a newer route resent to %v: %d", h, len(envs))
+	}
+	if o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}, r, now) {
+		t.Fatal("message sent while held")
+	}
+	if got := o.Due(now.Add(time.Hour), time.Second); len(got) != 0 {
+		t.Fatalf("held messages came due: %v", got)
+	}
+	// An in-transit route keeps holding; the committed one releases all.
+	if h, _ := o.Reroute(b, Route{Host: 3, Epoch: 1, InTransit: true}, now); h != 0 {
+		t.Fatal("released on an in-transit route")
+	}
+	h, envs := o.Reroute(b, Route{Host: 3, Epoch: 1}, now)
+	if h != 3 || len(envs) != 4 {
+		t.Fatalf("reroute sent %d to %v", len(envs), h)
+	}
+	for i, e := range envs {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("resent out of order: %v", envs)
+		}
+	}
+	if freed := o.Ack(Ack{From: a, To: b, Seq: 2}); freed != 2*(envHeader+10) {
+		t.Fatalf("ack freed %d", freed)
+	}
+	if got := o.ForHost(3, now); len(got) != 2 || got[0].Seq != 3 {
+		t.Fatalf("ForHost = %v", got)
+	}
+	o.Ack(Ack{From: a, To: b, Seq: 4})
+	if o.Bytes() != 0 {
+		t.Fatalf("%d bytes left after acking all", o.Bytes())
+	}
+	if st := o.SenderState(a); st[b] != 4 {
+		t.Fatalf("sender state %v", st)
+	}
+	o.ForgetSender(a)
+	if o.Seq(a, b) != 1 {
+		t.Fatal("ForgetSender kept the numbering")
+	}
+}

@@ -16,9 +16,8 @@ import (
 // a running virtual machine.
 func schedCommand() *cli.Command {
 	stateFlag := &cli.StringFlag{
-		Name:     "state",
-		Usage:    "cluster snapshot `FILE` (JSON; - for standard input)",
-		Required: true,
+		Name:  "state",
+		Usage: "cluster snapshot `FILE` (JSON; - for standard input); required",
 	}
 	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print the decision as one line of JSON"}
 	return &cli.Command{
@@ -77,6 +76,9 @@ func schedAction(c *cli.Context, name string, decide func(*sched.Snapshot, io.Wr
 		return cli.Exit(fmt.Sprintf("sched %s: unexpected argument %q (the snapshot is given with --state)", name, c.Args().First()), 2)
 	}
 	path := c.String("state")
+	if path == "" {
+		return cli.Exit(fmt.Sprintf("sched %s: --state FILE is required (a JSON snapshot; - for standard input)", name), 2)
+	}
 	data, err := readState(c, path)
 	if err != nil {
 		return cli.Exit(fmt.Sprintf("sched %s: %v", name, err), 1)

@@ -7,4 +7,38 @@
 // control). It performs no I/O: the master daemon feeds it snapshots and
 // carries out its decisions, and the simulator in sched/sim evaluates the
 // policies offline.
+//
+// # Dynamic-SED
+//
+// A Snapshot is what the master knows at one check: the delay classes
+// (DefaultClasses is the paper's Table 1), the parameters (DefaultParams are
+// the paper's, memory scaled to today's hosts), every host's speed factor α,
+// load, free memory, interactive users, and every parallel process with the
+// class it was started in and its selection counter. ParseSnapshot reads the
+// JSON form used by `dpvm sched plan|step`; Validate checks one built in Go.
+//
+// Plan maps a new job (minsize, maxsize) onto the delay class with the
+// shortest expected delay time and says how many processes go to each host.
+// The master spawns them and records the class in each Process.
+//
+// Step is one check period, run every δT (Params.DeltaT). The master builds
+// a Snapshot with the counters of the previous StepResult, calls Step, and
+// carries out StepResult.Migrations in order; each Decision says why (the
+// Definition 1 Reason, the counter against its limit, the Location rule with
+// its figures) so that every decision can be logged. A migration that cannot
+// be carried out (the task never reaches a safe point) is simply absent from
+// the next snapshot's picture: the process is still on its origin, and the
+// master may keep its counter at the limit so that it is retried.
+//
+// The building blocks are exported for logs and status displays: DelayFactor,
+// ClassOf, VirtualNodes, HostAvailability, Availability, Candidate,
+// UpdateCounter, CounterLimit and Locate.
+//
+// Where the paper leaves a choice open the package takes one and says so in
+// the documentation of the function concerned: the load and memory a
+// candidate test reads (raw, without reservation), which virtual nodes a job
+// smaller than its class takes (the fastest), that the location policy
+// without interactive users has no fallback and no d_max (as in the paper),
+// the order of moves within one check (ascending tid, each seeing the moves
+// before it), and that free memory never goes below zero after a move.
 package sched

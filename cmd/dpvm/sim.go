@@ -22,6 +22,7 @@ func simCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			simLoadShareCommand(),
 			simIndexCommand(),
+			simWALCommand(),
 		},
 	}
 }
@@ -311,6 +312,146 @@ func simIndexAction(c *cli.Context) error {
 			lo, hi = min(lo, s), max(hi, s)
 		}
 		fmt.Fprintf(out, "over %d seeds: mean speedup %.2f ± %.2f (95%%), range %.2f..%.2f\n", len(runs), mean, ci, lo, hi)
+	}
+	return nil
+}
+
+func simWALCommand() *cli.Command {
+	d := sim.DefaultWAL()
+	return &cli.Command{
+		Name:      "wal",
+		Usage:     "WAL and WAL-FC on a memory- and I/O-intensive cluster (Qin et al.)",
+		ArgsUsage: " ",
+		Description: "Simulates six nodes with 640 MB of RAM, a shared I/O buffer (initially\n" +
+			"160 MB) and one disk each, under every --policy and page-fault rate (--pf,\n" +
+			"page faults per CPU second of a job on a fully over-committed node), and\n" +
+			"prints the mean job slowdown. With both wal and wal-fc, it reports how much\n" +
+			"the feedback controller reduces WAL's slowdown at each rate. --seeds N runs\n" +
+			"seeds seed..seed+N-1 and averages.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "policy", Value: "nlb,wal,wal-fc", Usage: "policies: nlb, nlb-fc, cpu, io, io-fc, wal, wal-fc"},
+			&cli.StringFlag{Name: "pf", Value: "30,60,120,180,240", Usage: "page-fault rates"},
+			&cli.IntFlag{Name: "nodes", Value: d.Nodes, Usage: "number of nodes"},
+			&cli.Float64Flag{Name: "arrival-rate", Value: d.ArrivalRate, Usage: "jobs per second per node"},
+			&cli.Float64Flag{Name: "io-rate", Value: d.IORate, Usage: "mean explicit I/O accesses per CPU second"},
+			&cli.Float64Flag{Name: "buffer", Value: d.Buffer, Usage: "initial buffer share of memory"},
+			&cli.Float64Flag{Name: "wio", Value: d.WIO, Usage: "W_IO of wal (wal-fc's starting weight)"},
+			&cli.Float64Flag{Name: "overload", Value: d.Overload, Usage: "WAL load above which new jobs move"},
+			&cli.IntFlag{Name: "history", Value: 20, Usage: "controller: slowdowns averaged into s_avg"},
+			&cli.IntFlag{Name: "recent", Value: 1, Usage: "controller: jobs per control step (1: the paper's rule)"},
+			&cli.IntFlag{Name: "jobs", Value: d.Jobs, Usage: "jobs simulated"},
+			&cli.IntFlag{Name: "warmup", Value: d.Warmup, Usage: "first jobs not counted"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "random seed"},
+			&cli.IntFlag{Name: "seeds", Value: 1, Usage: "average over this many consecutive seeds"},
+			&cli.BoolFlag{Name: "json", Usage: "print {\"results\":[...]} as JSON"},
+			&cli.StringFlag{Name: "plot", Usage: "write mean slowdown against page-fault rate as SVG to `FILE`"},
+		},
+		Action: simWALAction,
+	}
+}
+
+func simWALAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("sim wal: unexpected argument %q", c.Args().First()), 2)
+	}
+	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim wal: %v", err), 1) }
+	var pols []sim.WALPolicy
+	for _, s := range splitList(c.String("policy")) {
+		p, err := sim.ParseWALPolicy(s)
+		if err != nil {
+			return fail(err)
+		}
+		pols = append(pols, p)
+	}
+	if len(pols) == 0 {
+		return fail(fmt.Errorf("%w: no policy given", sim.ErrBadConfig))
+	}
+	pfs, err := sim.ParseValues(c.String("pf"))
+	if err != nil {
+		return fail(fmt.Errorf("--pf: %w", err))
+	}
+	seeds := c.Int("seeds")
+	if seeds < 1 || seeds > 1000 || len(pols)*len(pfs)*seeds > 100000 {
+		return fail(fmt.Errorf("%w: --seeds %d (1..1000, at most 100000 runs)", sim.ErrBadConfig, seeds))
+	}
+	base := sim.DefaultWAL()
+	base.Nodes = c.Int("nodes")
+	base.ArrivalRate = c.Float64("arrival-rate")
+	base.IORate = c.Float64("io-rate")
+	base.Buffer = c.Float64("buffer")
+	base.WIO = c.Float64("wio")
+	base.Overload = c.Float64("overload")
+	base.Controller.History = c.Int("history")
+	base.Controller.Recent = c.Int("recent")
+	base.Jobs = c.Int("jobs")
+	base.Warmup = c.Int("warmup")
+	var results []sim.WALResult
+	for _, p := range pols {
+		for _, pf := range pfs {
+			var agg sim.WALResult
+			var means []float64
+			for k := 0; k < seeds; k++ {
+				cfg := base
+				cfg.Policy, cfg.PageFaultRate, cfg.Seed = p, pf, c.Uint64("seed")+uint64(k)
+				r, err := sim.RunWAL(cfg)
+				if err != nil {
+					return fail(err)
+				}
+				means = append(means, r.MeanSlowdown)
+				agg.Migrations += r.Migrations / float64(seeds)
+				agg.HitRate += r.HitRate / float64(seeds)
+				agg.WIO += r.WIO / float64(seeds)
+				agg.Buffer += r.Buffer / float64(seeds)
+				if seeds == 1 {
+					agg.CI95 = r.CI95
+				}
+			}
+			agg.Policy, agg.PageFaultRate = p, pf
+			if seeds == 1 {
+				agg.MeanSlowdown = means[0]
+			} else {
+				agg.MeanSlowdown, agg.CI95 = sim.BatchMeans(means)
+			}
+			results = append(results, agg)
+		}
+	}
+	if p := c.String("plot"); p != "" {
+		ch := sim.Chart{Title: fmt.Sprintf("Mean slowdown, %d nodes, memory- and I/O-intensive", base.Nodes),
+			XLabel: "page faults per CPU second (memory fully over-committed)", YLabel: "mean slowdown", LogY: true}
+		idx := map[sim.WALPolicy]int{}
+		for _, r := range results {
+			i, ok := idx[r.Policy]
+			if !ok {
+				i = len(ch.Series)
+				idx[r.Policy] = i
+				ch.Series = append(ch.Series, sim.Series{Name: strings.ToUpper(string(r.Policy))})
+			}
+			ch.Series[i].X = append(ch.Series[i].X, r.PageFaultRate)
+			ch.Series[i].Y = append(ch.Series[i].Y, r.MeanSlowdown)
+		}
+		if err := writeSVGFile(p, ch); err != nil {
+			return fail(err)
+		}
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		return writeJSON(out, map[string]any{"results": results})
+	}
+	fmt.Fprintf(out, "%-7s %6s %13s %8s %10s %8s %6s %6s\n", "policy", "pf", "mean slowdown", "±95%", "migrations", "hit rate", "W_IO", "buffer")
+	for _, r := range results {
+		fmt.Fprintf(out, "%-7s %6g %13.3f %8.3f %10.3f %8.3f %6.2f %6.2f\n", r.Policy, r.PageFaultRate, r.MeanSlowdown, r.CI95, r.Migrations, r.HitRate, r.WIO, r.Buffer)
+	}
+	for _, pair := range [][2]sim.WALPolicy{{sim.WALP, sim.WALFC}, {sim.IO, sim.IOFC}, {sim.NLB, sim.NLBFC}} {
+		for _, a := range results {
+			if a.Policy != pair[0] {
+				continue
+			}
+			for _, b := range results {
+				if b.Policy == pair[1] && b.PageFaultRate == a.PageFaultRate {
+					fmt.Fprintf(out, "pf %g: %s reduces the slowdown of %s by %.1f%%\n", a.PageFaultRate, b.Policy, a.Policy, 100*(a.MeanSlowdown-b.MeanSlowdown)/a.MeanSlowdown)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -135,3 +135,34 @@ func TestSimIndex(t *testing.T) {
 		}
 	}
 }
+
+func TestSimWAL(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "wal.svg")
+	code, out, errOut := simCLI(t, "wal", "--pf", "60,240", "--jobs", "2000", "--warmup", "200", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("status %d: %s", code, errOut)
+	}
+	for _, want := range []string{"nlb", "wal-fc", "pf 240: wal-fc reduces the slowdown of wal by"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte(">WAL-FC<")) {
+		t.Errorf("plot: %v", err)
+	}
+	code, out, _ = simCLI(t, "wal", "--policy", "io,io-fc", "--pf", "120", "--jobs", "1000", "--warmup", "100", "--seeds", "2", "--json")
+	var doc struct {
+		Results []struct {
+			Policy       string  `json:"policy"`
+			MeanSlowdown float64 `json:"mean_slowdown"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Results) != 2 || doc.Results[1].Policy != "io-fc" || !(doc.Results[0].MeanSlowdown >= 1) {
+		t.Fatalf("json status %d err %v:\n%s", code, err, out)
+	}
+	for _, bad := range [][]string{{"wal", "--policy", "x"}, {"wal", "--pf", "a"}, {"wal", "--seeds", "0"}, {"wal", "--buffer", "1"}} {
+		if code, _, errOut := simCLI(t, bad...); code != 1 || !strings.HasPrefix(errOut, "dpvm: sim wal: ") {
+			t.Errorf("%v: status %d, %q", bad, code, errOut)
+		}
+	}
+}

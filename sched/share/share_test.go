@@ -299,3 +299,27 @@ func TestControllerFollowsSlowdown(t *testing.T) {
 		t.Fatalf("bad weight: %v", err)
 	}
 }
+
+func TestControllerRecentSmoothing(t *testing.T) {
+	c, err := NewController(ControllerConfig{History: 6, Recent: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0 := c.WIO()
+	c.Observe(1)
+	c.Observe(100)
+	if c.WIO() != w0 {
+		t.Fatal("acted before Recent observations")
+	}
+	// Third observation: mean of {1, 100, 1} = 34 equals s_avg: hold.
+	c.Observe(1)
+	if c.WIO() != w0 {
+		t.Fatalf("no signal should hold: %g", c.WIO())
+	}
+	// Next three are all lower than the history mean: improvement, step up.
+	c.Observe(0.5)
+	c.Observe(0.5)
+	if w, _ := c.Observe(0.5); w <= w0 {
+		t.Fatalf("improvement should step W_IO up: %g", w)
+	}
+}

@@ -122,8 +122,15 @@ type ControllerConfig struct {
 	MinWIO, MaxWIO float64
 	// MinBuffer and MaxBuffer bound the buffer share (defaults 0.05 and 0.6).
 	MinBuffer, MaxBuffer float64
-	// History is the number of recent slowdowns averaged (default 20).
+	// History is the number of recent slowdowns averaged into s_avg
+	// (default 20).
 	History int
+	// Recent is how many completed jobs make one control step: the
+	// controller acts once every Recent observations, comparing the mean of
+	// those Recent slowdowns with s_avg. The default 1 is the paper's rule
+	// (every job, its own slowdown); a larger value smooths the signal when
+	// job slowdowns are noisy. It must not exceed History.
+	Recent int
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -143,6 +150,9 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	if c.History == 0 {
 		c.History = 20
 	}
+	if c.Recent == 0 {
+		c.Recent = 1
+	}
 	return c
 }
 
@@ -151,7 +161,7 @@ func (c ControllerConfig) Validate() error {
 	c = c.withDefaults()
 	ok := c.MinWIO >= 0 && c.MinWIO <= c.MaxWIO && c.MaxWIO <= 1 && c.WIO >= c.MinWIO && c.WIO <= c.MaxWIO &&
 		c.MinBuffer >= 0 && c.MinBuffer <= c.MaxBuffer && c.MaxBuffer < 1 && c.Buffer >= c.MinBuffer && c.Buffer <= c.MaxBuffer &&
-		c.WeightStep > 0 && c.BufferStep > 0 && c.History >= 1
+		c.WeightStep > 0 && c.BufferStep > 0 && c.History >= 1 && c.Recent >= 1 && c.Recent <= c.History
 	if !ok {
 		return fmt.Errorf("%w: controller %+v", ErrBadParam, c)
 	}
@@ -170,6 +180,8 @@ type Controller struct {
 	hist       []float64
 	next       int
 	sum        float64
+	recentSum  float64
+	recentN    int
 }
 
 // NewController returns a controller starting from cfg's initial weight and
@@ -188,9 +200,9 @@ func (c *Controller) WIO() float64 { return c.wio }
 // Buffer is the current buffer share of memory.
 func (c *Controller) Buffer() float64 { return c.buf }
 
-// Observe takes the slowdown of a newly completed job and applies one control
-// action; it returns the new W_IO and buffer share. Slowdowns that are not
-// finite or below zero are ignored.
+// Observe takes the slowdown of a newly completed job and, every Recent
+// jobs, applies one control action; it returns the current W_IO and buffer
+// share. Slowdowns that are not finite or below zero are ignored.
 func (c *Controller) Observe(slowdown float64) (wio, buf float64) {
 	if !(slowdown >= 0) || math.IsInf(slowdown, 0) {
 		return c.wio, c.buf
@@ -203,11 +215,18 @@ func (c *Controller) Observe(slowdown float64) (wio, buf float64) {
 		c.next = (c.next + 1) % c.cfg.History
 	}
 	c.sum += slowdown
+	c.recentSum += slowdown
+	c.recentN++
+	if c.recentN < c.cfg.Recent {
+		return c.wio, c.buf
+	}
+	sj := c.recentSum / float64(c.recentN)
+	c.recentSum, c.recentN = 0, 0
 	avg := c.sum / float64(len(c.hist))
 	switch {
-	case avg < slowdown: // worse: reverse the last actions
+	case avg < sj: // worse: reverse the last actions
 		c.dirW, c.dirB = -c.dirW, -c.dirB
-	case avg == slowdown: // no signal: hold
+	case avg == sj: // no signal: hold
 		return c.wio, c.buf
 	}
 	c.wio = clamp(c.wio+c.dirW*c.cfg.WeightStep, c.cfg.MinWIO, c.cfg.MaxWIO)

@@ -1,0 +1,229 @@
+// Package transport carries bytes between dpvm daemons and clients. Every
+// connection is QUIC with mutual TLS under the cluster key (package pki):
+// one connection per pair of endpoints, multiplexing long-lived streams.
+//
+// The daemon sees connections through the small Conn and Stream
+// interfaces defined here, so the protocol code does not depend on
+// quic-go's concrete types.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"dpvm/daemon/pki"
+)
+
+// Stream is a bidirectional byte stream within a connection. Close closes
+// the sending direction.
+type Stream interface {
+	io.Reader
+	io.Writer
+	Close() error
+}
+
+// Conn is a connection to one peer.
+type Conn interface {
+	// OpenStream opens a new stream to the peer.
+	OpenStream(ctx context.Context) (Stream, error)
+	// AcceptStream waits for the peer to open a stream.
+	AcceptStream(ctx context.Context) (Stream, error)
+	// Peer is who the peer's verified certificate says it is.
+	Peer() pki.Peer
+	// RemoteAddr is the peer's network address.
+	RemoteAddr() string
+	// Close ends the connection, telling the peer why.
+	Close(reason string) error
+	// Done is closed when the connection has ended, for any reason.
+	Done() <-chan struct{}
+}
+
+// Config tunes the QUIC transport. The zero value is usable.
+type Config struct {
+	// IdleTimeout closes a connection that has been silent this long
+	// (default 30s; daemons send heartbeats well within it).
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds connection set-up (default 5s).
+	HandshakeTimeout time.Duration
+	// StreamWindow and ConnWindow are the largest flow-control windows
+	// (defaults 16 MiB and 32 MiB).
+	StreamWindow, ConnWindow uint64
+}
+
+func (c Config) quic() *quic.Config {
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.StreamWindow == 0 {
+		c.StreamWindow = 16 << 20
+	}
+	if c.ConnWindow == 0 {
+		c.ConnWindow = 32 << 20
+	}
+	return &quic.Config{
+		HandshakeIdleTimeout:           c.HandshakeTimeout,
+		MaxIdleTimeout:                 c.IdleTimeout,
+		InitialStreamReceiveWindow:     1 << 20,
+		MaxStreamReceiveWindow:         c.StreamWindow,
+		InitialConnectionReceiveWindow: 2 << 20,
+		MaxConnectionReceiveWindow:     c.ConnWindow,
+		MaxIncomingStreams:             1 << 12,
+		MaxIncomingUniStreams:          -1,
+		KeepAlivePeriod:                c.IdleTimeout / 3,
+	}
+}
+
+// QUIC is one endpoint's QUIC transport: a single UDP socket that listens
+// (if asked to) and dials.
+type QUIC struct {
+	udp  *net.UDPConn
+	tr   *quic.Transport
+	ln   *quic.Listener
+	id   *pki.Identity
+	conf *quic.Config
+}
+
+// Listen opens a UDP socket on addr ("127.0.0.1:0" for any port) and
+// accepts connections from holders of the cluster key.
+func Listen(addr string, id *pki.Identity, cfg Config) (*QUIC, error) {
+	q, err := open(addr, id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	q.ln, err = q.tr.Listen(id.ServerConfig(), q.conf)
+	if err != nil {
+		q.Close()
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return q, nil
+}
+
+// Dialer opens a UDP socket on local for dialing only (clients). LocalFor
+// picks a suitable local address for reaching a given peer.
+func Dialer(local string, id *pki.Identity, cfg Config) (*QUIC, error) {
+	return open(local, id, cfg)
+}
+
+// LocalFor is the local address to dial peer from: the loopback interface
+// of the same family for a loopback peer, any interface otherwise.
+func LocalFor(peer string) string {
+	host, _, err := net.SplitHostPort(peer)
+	if err != nil {
+		return ":0"
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "localhost" || (ip != nil && ip.To4() != nil && ip.IsLoopback()):
+		return "127.0.0.1:0"
+	case ip != nil && ip.IsLoopback():
+		return "[::1]:0"
+	}
+	return ":0"
+}
+
+func open(addr string, id *pki.Identity, cfg Config) (*QUIC, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: %w", addr, err)
+	}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("open UDP socket on %s: %w", addr, err)
+	}
+	// Larger socket buffers help QUIC's throughput; failing to get them is
+	// not fatal.
+	_ = udp.SetReadBuffer(8 << 20)
+	_ = udp.SetWriteBuffer(8 << 20)
+	return &QUIC{udp: udp, tr: &quic.Transport{Conn: udp}, id: id, conf: cfg.quic()}, nil
+}
+
+// Addr is the local UDP address.
+func (q *QUIC) Addr() string { return q.udp.LocalAddr().String() }
+
+// ErrClosed is returned by Accept after Close.
+var ErrClosed = errors.New("transport closed")
+
+// Accept waits for the next incoming connection.
+func (q *QUIC) Accept(ctx context.Context) (Conn, error) {
+	if q.ln == nil {
+		return nil, errors.New("transport is not listening")
+	}
+	for {
+		c, err := q.ln.Accept(ctx)
+		if err != nil {
+			if errors.Is(err, quic.ErrServerClosed) || errors.Is(err, quic.ErrTransportClosed) {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+		qc, err := wrap(c)
+		if err != nil {
+			_ = c.CloseWithError(1, err.Error())
+			continue
+		}
+		return qc, nil
+	}
+}
+
+// Dial connects to the endpoint at addr.
+func (q *QUIC) Dial(ctx context.Context, addr string) (Conn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c, err := q.tr.Dial(ctx, ua, q.id.ClientConfig(), q.conf)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	qc, err := wrap(c)
+	if err != nil {
+		_ = c.CloseWithError(1, err.Error())
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return qc, nil
+}
+
+// Close stops listening, closes every connection and the socket.
+func (q *QUIC) Close() error {
+	if q.ln != nil {
+		_ = q.ln.Close()
+	}
+	err := q.tr.Close()
+	_ = q.udp.Close()
+	return err
+}
+
+type quicConn struct {
+	c    *quic.Conn
+	peer pki.Peer
+}
+
+func wrap(c *quic.Conn) (*quicConn, error) {
+	p, err := pki.PeerOf(c.ConnectionState().TLS)
+	if err != nil {
+		return nil, err
+	}
+	return &quicConn{c: c, peer: p}, nil
+}
+
+func (c *quicConn) OpenStream(ctx context.Context) (Stream, error) {
+	return c.c.OpenStreamSync(ctx)
+}
+
+func (c *quicConn) AcceptStream(ctx context.Context) (Stream, error) {
+	return c.c.AcceptStream(ctx)
+}
+
+func (c *quicConn) Peer() pki.Peer            { return c.peer }
+func (c *quicConn) RemoteAddr() string        { return c.c.RemoteAddr().String() }
+func (c *quicConn) Done() <-chan struct{}     { return c.c.Context().Done() }
+func (c *quicConn) Close(reason string) error { return c.c.CloseWithError(0, reason) }

@@ -1,0 +1,112 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"dpvm/daemon/pki"
+)
+
+func identity(t *testing.T, k *pki.ClusterKey, role pki.Role, name string) *pki.Identity {
+	t.Helper()
+	id, err := k.Issue(role, name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestMutualTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key, _ := pki.Generate(time.Now())
+	other, _ := pki.Generate(time.Now())
+	srv, err := Listen("127.0.0.1:0", identity(t, key, pki.RoleDaemon, "h1"), Config{HandshakeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+
+	accepted := make(chan Conn, 1)
+	go func() {
+		for {
+			c, err := srv.Accept(ctx)
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+
+	// A client holding the cluster key gets through, and each side sees
+	// the other's role and name.
+	cli, err := Dialer(LocalFor(srv.Addr()), identity(t, key, pki.RoleClient, "cli"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c, err := cli.Dial(ctx, srv.Addr())
+	if err != nil {
+		t.Fatalf("dial with the cluster key: %v", err)
+	}
+	if p := c.Peer(); p.Role != pki.RoleDaemon || p.Name != "h1" {
+		t.Fatalf("client sees %+v", p)
+	}
+	sc := <-accepted
+	if p := sc.Peer(); p.Role != pki.RoleClient || p.Name != "cli" {
+		t.Fatalf("server sees %+v", p)
+	}
+	st, err := c.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	ss, err := sc.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(ss)
+	if err != nil || string(b) != "ping" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+
+	// A client with another key is refused.
+	bad, err := Dialer(LocalFor(srv.Addr()), identity(t, other, pki.RoleDaemon, "intruder"), Config{HandshakeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := bad.Dial(ctx, srv.Addr()); err == nil {
+		t.Fatal("a client without the cluster key connected")
+	}
+	// And a server with another key is not trusted by our client.
+	rogue, err := Listen("127.0.0.1:0", identity(t, other, pki.RoleDaemon, "rogue"), Config{HandshakeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	if _, err := cli.Dial(ctx, rogue.Addr()); err == nil {
+		t.Fatal("connected to a server without the cluster key")
+	}
+}
+
+func TestLocalFor(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:9000": "127.0.0.1:0",
+		"127.3.2.1:1":    "127.0.0.1:0",
+		"localhost:5":    "127.0.0.1:0",
+		"[::1]:7":        "[::1]:0",
+		"10.1.2.3:4":     ":0",
+		"garbage":        ":0",
+	} {
+		if got := LocalFor(in); got != want {
+			t.Errorf("LocalFor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

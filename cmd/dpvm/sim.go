@@ -23,6 +23,7 @@ func simCommand() *cli.Command {
 			simLoadShareCommand(),
 			simIndexCommand(),
 			simWALCommand(),
+			simSEDCommand(),
 		},
 	}
 }
@@ -451,6 +452,143 @@ func simWALAction(c *cli.Context) error {
 					fmt.Fprintf(out, "pf %g: %s reduces the slowdown of %s by %.1f%%\n", a.PageFaultRate, b.Policy, a.Policy, 100*(a.MeanSlowdown-b.MeanSlowdown)/a.MeanSlowdown)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+func simSEDCommand() *cli.Command {
+	d := sim.DefaultSynthetic()
+	return &cli.Command{
+		Name:      "sed",
+		Usage:     "trace-driven Dynamic-SED: applications A_greedy, A_70, A_50 on a workstation pool (Schnor and Gehrke)",
+		ArgsUsage: " ",
+		Description: "Replays a trace (per host and time step: load, free memory, interactive\n" +
+			"users) or a synthetic pool with day/night and weekday patterns, maps each\n" +
+			"application with SED at the start and runs Dynamic-SED's check every δT\n" +
+			"(3 min) for --hours hours. The night experiment starts at the trace's first\n" +
+			"00:00, the day experiment at its first 16:00. Prints the rows of the paper's\n" +
+			"Tables 2 and 3 (size, MDC, MDT, EDT, slowdown) and migrations per hour.\n" +
+			"Trace format: see --write-trace, or the package documentation of sched/sim.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "trace", Usage: "read the trace from `FILE` (- for standard input)"},
+			&cli.BoolFlag{Name: "synthetic", Usage: "use a synthetic workstation pool (the default without --trace)"},
+			&cli.IntFlag{Name: "hosts", Value: d.Hosts, Usage: "synthetic pool: workstations"},
+			&cli.IntFlag{Name: "days", Value: d.Days, Usage: "synthetic pool: days sampled"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "synthetic pool: random seed"},
+			&cli.StringFlag{Name: "write-trace", Usage: "also write the trace used to `FILE`"},
+			&cli.StringFlag{Name: "experiment", Value: "night,day", Usage: "night (start 00:00), day (start 16:00), or HH:MM"},
+			&cli.Float64Flag{Name: "hours", Value: 96, Usage: "hours each application is followed"},
+			&cli.BoolFlag{Name: "json", Usage: "print {\"experiments\":[...]} as JSON"},
+			&cli.StringFlag{Name: "plot", Usage: "write migrations per hour as SVG to `FILE`"},
+		},
+		Action: simSEDAction,
+	}
+}
+
+func simSEDAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("sim sed: unexpected argument %q", c.Args().First()), 2)
+	}
+	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim sed: %v", err), 1) }
+	path := c.String("trace")
+	if path != "" && c.Bool("synthetic") {
+		return cli.Exit("sim sed: --trace and --synthetic exclude each other", 2)
+	}
+	var tr *sim.Trace
+	var err error
+	if path != "" {
+		var r io.Reader = os.Stdin
+		if path != "-" {
+			f, err := os.Open(path)
+			if err != nil {
+				return fail(fmt.Errorf("trace: %w", err))
+			}
+			defer f.Close()
+			r = f
+		}
+		if tr, err = sim.ReadTrace(r); err != nil {
+			return fail(fmt.Errorf("%s: %w", path, err))
+		}
+	} else {
+		sc := sim.DefaultSynthetic()
+		sc.Hosts, sc.Days, sc.Seed = c.Int("hosts"), c.Int("days"), c.Uint64("seed")
+		if tr, err = sim.SyntheticTrace(sc); err != nil {
+			return fail(err)
+		}
+	}
+	if p := c.String("write-trace"); p != "" {
+		var b bytes.Buffer
+		if err := sim.WriteTrace(&b, tr); err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			return fail(fmt.Errorf("write trace: %w", err))
+		}
+	}
+	hours := c.Float64("hours")
+	if !(hours > 0) || hours > 1e6 {
+		return fail(fmt.Errorf("%w: --hours %g (> 0)", sim.ErrBadConfig, hours))
+	}
+	var results []sim.SEDResult
+	for _, e := range splitList(c.String("experiment")) {
+		var h float64
+		switch e {
+		case "night":
+			h = 0
+		case "day":
+			h = 16
+		default:
+			var hh, mm int
+			if n, err := fmt.Sscanf(e, "%d:%d", &hh, &mm); err != nil || n != 2 || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+				return fail(fmt.Errorf("%w: experiment %q is not night, day or HH:MM", sim.ErrBadConfig, e))
+			}
+			h = float64(hh) + float64(mm)/60
+		}
+		start := sim.StartAt(tr, h)
+		if start < 0 {
+			return fail(fmt.Errorf("%w: the trace has no step at %s", sim.ErrBadConfig, e))
+		}
+		cfg := sim.DefaultSEDConfig(e, start, tr.Step)
+		cfg.Steps = max(1, int(hours*3600/tr.Step))
+		r, err := sim.RunSED(tr, cfg)
+		if err != nil {
+			return fail(err)
+		}
+		results = append(results, r)
+	}
+	if len(results) == 0 {
+		return fail(fmt.Errorf("%w: no experiment given", sim.ErrBadConfig))
+	}
+	if p := c.String("plot"); p != "" {
+		ch := sim.Chart{Title: "Dynamic-SED: migrations per hour", XLabel: "hours since the start", YLabel: "migrations per hour"}
+		for _, r := range results {
+			for _, a := range r.Apps {
+				s := sim.Series{Name: a.App.Name + " (" + r.Name + ")"}
+				for i, n := range a.PerHour {
+					s.X = append(s.X, float64(i))
+					s.Y = append(s.Y, float64(n))
+				}
+				ch.Series = append(ch.Series, s)
+			}
+		}
+		if err := writeSVGFile(p, ch); err != nil {
+			return fail(err)
+		}
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		return writeJSON(out, map[string]any{"hosts": len(tr.Hosts), "experiments": results})
+	}
+	for i, r := range results {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "%s experiment: %d hosts, start %s, %.0f hours\n", r.Name, len(tr.Hosts), r.Start, r.Hours)
+		fmt.Fprintf(out, "%-9s %5s %5s %7s %7s %7s %7s %8s %9s %9s %6s\n", "appl.", "size", "class", "MDC", "MDT", "EDT", "sd %", "in class", "max mig/h", "mean mig/h", "stays")
+		for _, a := range r.Apps {
+			fmt.Fprintf(out, "%-9s %5d %5d %7.2f %7.3f %7.3f %7.0f %8.2f %9d %9.2f %6d\n",
+				a.App.Name, a.Size, a.Class, a.MDC, a.MDT, a.EDT, a.Slowdown, a.InClass, a.MaxPerHour, a.MeanPerHour, a.Stays)
 		}
 	}
 	return nil

@@ -166,3 +166,58 @@ func TestSimWAL(t *testing.T) {
 		}
 	}
 }
+
+func TestSimSED(t *testing.T) {
+	dir := t.TempDir()
+	tracePath, plot := filepath.Join(dir, "pool.trace"), filepath.Join(dir, "sed.svg")
+	code, out, errOut := simCLI(t, "sed", "--synthetic", "--hosts", "8", "--days", "2", "--hours", "12",
+		"--write-trace", tracePath, "--plot", plot)
+	if code != 0 {
+		t.Fatalf("status %d: %s", code, errOut)
+	}
+	for _, want := range []string{"night experiment: 8 hosts, start thu 00:00, 12 hours", "day experiment", "A_greedy", "A_70", "A_50", "MDC"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !bytes.Contains(svg, []byte("A_50 (day)")) {
+		t.Errorf("plot: %v", err)
+	}
+	// The written trace reads back and gives the same figures.
+	code, out2, errOut := simCLI(t, "sed", "--trace", tracePath, "--hours", "12")
+	if code != 0 || out2 != out {
+		t.Fatalf("replayed trace: status %d %s\n%s\nvs\n%s", code, errOut, out2, out)
+	}
+	code, js, _ := simCLI(t, "sed", "--trace", tracePath, "--experiment", "08:30", "--hours", "6", "--json")
+	var doc struct {
+		Experiments []struct {
+			Start string `json:"start"`
+			Apps  []struct {
+				Size       int `json:"size"`
+				MaxPerHour int `json:"max_per_hour"`
+			} `json:"apps"`
+		} `json:"experiments"`
+	}
+	if err := json.Unmarshal([]byte(js), &doc); code != 0 || err != nil || len(doc.Experiments) != 1 || doc.Experiments[0].Start != "thu 08:30" || len(doc.Experiments[0].Apps) != 3 {
+		t.Fatalf("json status %d err %v:\n%s", code, err, js)
+	}
+	bad := filepath.Join(dir, "bad.trace")
+	os.WriteFile(bad, []byte("dpvm-trace 1\nstep 60\nhost a 1 0\n0 a x 0 0\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"sed", "--trace", bad}, 1, "line 4"},
+		{[]string{"sed", "--trace", filepath.Join(dir, "none")}, 1, "no such file"},
+		{[]string{"sed", "--trace", bad, "--synthetic"}, 2, "exclude"},
+		{[]string{"sed", "--experiment", "noon"}, 1, "HH:MM"},
+		{[]string{"sed", "--hours", "0"}, 1, "hours"},
+		{[]string{"sed", "--hosts", "0"}, 1, "hosts"},
+	} {
+		code, _, errOut := simCLI(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: status %d, %q", c.args, code, errOut)
+		}
+	}
+}

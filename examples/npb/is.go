@@ -18,11 +18,12 @@ type ISWorker struct {
 	Passed int  // partial checks this task passed
 
 	p      ISParams
-	k0     int     // global index of keys[0]
-	keys   []int32 // this task's block of the key array
-	send   []int32 // keys ordered by bucket
-	recv   []int32 // the keys of this task's buckets
-	counts []int32 // cumulative counts of this task's key range
+	k0     int       // global index of keys[0]
+	keys   []int32   // this task's block of the key array
+	send   []int32   // keys ordered by bucket
+	segs   [][]int32 // the keys of this task's buckets, by sender
+	bufs   [][]int32 // receive buffers, by sender
+	counts []int32   // cumulative counts of this task's key range
 	minKey int
 	offset int // number of keys below minKey
 }
@@ -111,8 +112,9 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	for ; q < np; q++ {
 		bs[q] = nb
 	}
-	// Exchange the keys: my keys of task q's buckets go to q.
-	recv := send
+	// Exchange the keys: my keys of task q's buckets go to q. The keys of
+	// my buckets stay in segments: mine, then one per sender.
+	segs := append(w.segs[:0], send[local[bs[me]]:local[bs[me+1]]])
 	if np > 1 {
 		for k := 1; k < np; k++ {
 			to := (me + k) % np
@@ -120,28 +122,29 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 				return 0, err
 			}
 		}
-		n := 0
+		want := 0
 		for b := bs[me]; b < bs[me+1]; b++ {
-			n += int(tot[b])
+			want += int(tot[b])
 		}
-		if cap(w.recv) < n {
-			w.recv = make([]int32, n)
+		if len(w.bufs) < np {
+			w.bufs = make([][]int32, np)
 		}
-		recv = w.recv[:0]
-		recv = append(recv, send[local[bs[me]]:local[bs[me+1]]]...)
-		var in []int32
+		got := len(segs[0])
 		for k := 1; k < np; k++ {
 			from := (me - k + np) % np
+			in := w.bufs[from][:0]
 			if err := cm.recv(from, tagKeys, &in); err != nil {
 				return 0, err
 			}
-			recv = append(recv, in...)
+			w.bufs[from] = in
+			segs = append(segs, in)
+			got += len(in)
 		}
-		if len(recv) != n {
-			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", len(recv), bs[me], bs[me+1], n)
+		if got != want {
+			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", got, bs[me], bs[me+1], want)
 		}
 	}
-	w.recv = recv
+	w.segs = segs
 	// Count my key range and accumulate: counts[v-minKey] = number of keys
 	// <= v overall.
 	w.minKey = bs[me] << shift
@@ -157,8 +160,10 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	counts := w.counts[:nk]
 	clear(counts)
 	mk := int32(w.minKey)
-	for _, k := range recv {
-		counts[k-mk]++
+	for _, seg := range segs {
+		for _, k := range seg {
+			counts[k-mk]++
+		}
 	}
 	run := int32(w.offset)
 	for i, c := range counts {
@@ -187,20 +192,26 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 // order.
 func (w *ISWorker) fullVerify(cm comm) (int64, error) {
 	np, me := cm.size(), cm.rank()
-	sorted := make([]int32, len(w.recv))
+	n := 0
+	for _, seg := range w.segs {
+		n += len(seg)
+	}
+	sorted := make([]int32, n)
 	ptr := append([]int32(nil), w.counts...)
 	base := int32(w.offset)
 	mk := int32(w.minKey)
 	bad := int64(0)
-	for _, k := range w.recv {
-		i := k - mk
-		ptr[i]--
-		pos := ptr[i] - base
-		if pos < 0 || int(pos) >= len(sorted) {
-			bad++
-			continue
+	for _, seg := range w.segs {
+		for _, k := range seg {
+			i := k - mk
+			ptr[i]--
+			pos := ptr[i] - base
+			if pos < 0 || int(pos) >= len(sorted) {
+				bad++
+				continue
+			}
+			sorted[pos] = k
 		}
-		sorted[pos] = k
 	}
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i-1] > sorted[i] {

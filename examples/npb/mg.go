@@ -112,24 +112,30 @@ func (w *MGWorker) comm3(cm comm, l *mgLevel, x []float64) error {
 func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
-	u1, u2 := w.t1[:m1], w.t2[:m1]
+	ps := m1 * m2
 	for i3 := 1; i3 < m3-1; i3++ {
 		for i2 := 1; i2 < m2-1; i2++ {
 			o := m1 * (i2 + m2*i3)
-			ps := m1 * m2
-			uc := u[o : o+m1]
-			um, up := u[o-m1:o-m1+m1], u[o+m1:o+m1+m1]
-			uzm, uzp := u[o-ps:o-ps+m1], u[o+ps:o+ps+m1]
-			umm, upm := u[o-ps-m1:o-ps-m1+m1], u[o-ps+m1:o-ps+m1+m1]
-			ump, upp := u[o+ps-m1:o+ps-m1+m1], u[o+ps+m1:o+ps+m1+m1]
-			for i1 := range u1 {
-				u1[i1] = um[i1] + up[i1] + uzm[i1] + uzp[i1]
-				u2[i1] = umm[i1] + upm[i1] + ump[i1] + upp[i1]
-			}
 			rr := r[o : o+m1]
-			vv := v[o : o+m1]
-			for i1 := 1; i1 < m1-1; i1++ {
-				rr[i1] = vv[i1] - a0*uc[i1] - a2*(u2[i1]+u1[i1-1]+u1[i1+1]) - a3*(u2[i1-1]+u2[i1+1])
+			n := len(rr)
+			vv := v[o : o+n]
+			uc := u[o : o+n]
+			um, up := u[o-m1:][:n], u[o+m1:][:n]
+			uzm, uzp := u[o-ps:][:n], u[o+ps:][:n]
+			umm, upm := u[o-ps-m1:][:n], u[o-ps+m1:][:n]
+			ump, upp := u[o+ps-m1:][:n], u[o+ps+m1:][:n]
+			// u1 and u2 of NPB's resid, kept in registers for i1-1, i1,
+			// i1+1.
+			u1m := um[0] + up[0] + uzm[0] + uzp[0]
+			u2m := umm[0] + upm[0] + ump[0] + upp[0]
+			u1c := um[1] + up[1] + uzm[1] + uzp[1]
+			u2c := umm[1] + upm[1] + ump[1] + upp[1]
+			for i1 := 2; i1 < n; i1++ {
+				u1p := um[i1] + up[i1] + uzm[i1] + uzp[i1]
+				u2p := umm[i1] + upm[i1] + ump[i1] + upp[i1]
+				rr[i1-1] = vv[i1-1] - a0*uc[i1-1] - a2*(u2c+u1m+u1p) - a3*(u2m+u2p)
+				u1m, u1c = u1c, u1p
+				u2m, u2c = u2c, u2p
 			}
 		}
 	}
@@ -140,23 +146,27 @@ func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
-	r1, r2 := w.t1[:m1], w.t2[:m1]
+	ps := m1 * m2
 	for i3 := 1; i3 < m3-1; i3++ {
 		for i2 := 1; i2 < m2-1; i2++ {
 			o := m1 * (i2 + m2*i3)
-			ps := m1 * m2
-			rc := r[o : o+m1]
-			rm, rp := r[o-m1:o-m1+m1], r[o+m1:o+m1+m1]
-			rzm, rzp := r[o-ps:o-ps+m1], r[o+ps:o+ps+m1]
-			rmm, rpm := r[o-ps-m1:o-ps-m1+m1], r[o-ps+m1:o-ps+m1+m1]
-			rmp, rpp := r[o+ps-m1:o+ps-m1+m1], r[o+ps+m1:o+ps+m1+m1]
-			for i1 := range r1 {
-				r1[i1] = rm[i1] + rp[i1] + rzm[i1] + rzp[i1]
-				r2[i1] = rmm[i1] + rpm[i1] + rmp[i1] + rpp[i1]
-			}
 			uu := u[o : o+m1]
-			for i1 := 1; i1 < m1-1; i1++ {
-				uu[i1] = uu[i1] + c0*rc[i1] + c1*(rc[i1-1]+rc[i1+1]+r1[i1]) + c2*(r2[i1]+r1[i1-1]+r1[i1+1])
+			n := len(uu)
+			rc := r[o : o+n]
+			rm, rp := r[o-m1:][:n], r[o+m1:][:n]
+			rzm, rzp := r[o-ps:][:n], r[o+ps:][:n]
+			rmm, rpm := r[o-ps-m1:][:n], r[o-ps+m1:][:n]
+			rmp, rpp := r[o+ps-m1:][:n], r[o+ps+m1:][:n]
+			// r1 and r2 of NPB's psinv, kept in registers.
+			r1m := rm[0] + rp[0] + rzm[0] + rzp[0]
+			r1c := rm[1] + rp[1] + rzm[1] + rzp[1]
+			r2c := rmm[1] + rpm[1] + rmp[1] + rpp[1]
+			for i1 := 2; i1 < n; i1++ {
+				r1p := rm[i1] + rp[i1] + rzm[i1] + rzp[i1]
+				r2p := rmm[i1] + rpm[i1] + rmp[i1] + rpp[i1]
+				uu[i1-1] = uu[i1-1] + c0*rc[i1-1] + c1*(rc[i1-2]+rc[i1]+r1c) + c2*(r2c+r1m+r1p)
+				r1m, r1c = r1c, r1p
+				r2c = r2p
 			}
 		}
 	}

@@ -585,9 +585,9 @@ func simSEDAction(c *cli.Context) error {
 			fmt.Fprintln(out)
 		}
 		fmt.Fprintf(out, "%s experiment: %d hosts, start %s, %.0f hours\n", r.Name, len(tr.Hosts), r.Start, r.Hours)
-		fmt.Fprintf(out, "%-9s %5s %5s %7s %7s %7s %7s %8s %9s %9s %6s\n", "appl.", "size", "class", "MDC", "MDT", "EDT", "sd %", "in class", "max mig/h", "mean mig/h", "stays")
+		fmt.Fprintf(out, "%-9s %5s %5s %7s %7s %7s %7s %8s %10s %10s %6s\n", "appl.", "size", "class", "MDC", "MDT", "EDT", "sd %", "in class", "max mig/h", "mean mig/h", "stays")
 		for _, a := range r.Apps {
-			fmt.Fprintf(out, "%-9s %5d %5d %7.2f %7.3f %7.3f %7.0f %8.2f %9d %9.2f %6d\n",
+			fmt.Fprintf(out, "%-9s %5d %5d %7.2f %7.3f %7.3f %7.0f %8.2f %10d %10.2f %6d\n",
 				a.App.Name, a.Size, a.Class, a.MDC, a.MDT, a.EDT, a.Slowdown, a.InClass, a.MaxPerHour, a.MeanPerHour, a.Stays)
 		}
 	}

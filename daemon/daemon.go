@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
 
+	"dpvm/daemon/pki"
+	"dpvm/daemon/transport"
+	"dpvm/routing"
 	"dpvm/task"
 )
 
@@ -27,6 +31,35 @@ type Config struct {
 	Logger *slog.Logger
 	// KeepExited is how many exited tasks `ps -a` remembers (default 4096).
 	KeepExited int
+
+	// Listen is the UDP address to listen on for other daemons and
+	// clients. Empty: a standalone daemon without a network.
+	Listen string
+	// Master makes this daemon the master of a new virtual machine
+	// (host ID 1). Otherwise Join names the master to join.
+	Master bool
+	Join   string
+	// Key is the cluster key every connection is authenticated with
+	// (required with Listen).
+	Key *pki.ClusterKey
+	// Transport tunes QUIC.
+	Transport transport.Config
+	// Heartbeat is how often a daemon pings the master (default 1s);
+	// DeadAfter is how long without a word before the master deletes a
+	// host, or a host gives up on the master (default 5s).
+	Heartbeat, DeadAfter time.Duration
+	// MaxFrame is the largest frame accepted (default 64 MiB).
+	MaxFrame int
+	// Window is how many bytes may be unacknowledged for one receiving
+	// task before its senders wait (default 8 MiB).
+	Window int
+	// Placer places tasks spawned anywhere (master; default round-robin).
+	Placer Placer
+	// Cores, Speed and MemMiB describe the host (defaults: the machine's
+	// CPU count, 1, 0 for unknown).
+	Cores  int
+	Speed  float64
+	MemMiB int64
 }
 
 func (c *Config) setDefaults() {
@@ -36,7 +69,7 @@ func (c *Config) setDefaults() {
 	if c.Name == "" {
 		c.Name = c.HostID.String()
 	}
-	if c.Output == nil {
+	if c.Output == nil && c.Join == "" {
 		c.Output = io.Discard
 	}
 	if c.Logger == nil {
@@ -44,6 +77,27 @@ func (c *Config) setDefaults() {
 	}
 	if c.KeepExited <= 0 {
 		c.KeepExited = 4096
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = routing.DefaultMaxFrame
+	}
+	if c.Window <= 0 {
+		c.Window = 8 << 20
+	}
+	if c.Placer == nil {
+		c.Placer = &RoundRobin{}
+	}
+	if c.Cores <= 0 {
+		c.Cores = runtime.NumCPU()
+	}
+	if c.Speed <= 0 {
+		c.Speed = 1
 	}
 }
 
@@ -75,6 +129,17 @@ func (s TaskState) String() string {
 // MarshalText prints the state by name in JSON.
 func (s TaskState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText parses a state's name.
+func (s *TaskState) UnmarshalText(b []byte) error {
+	for x := Running; x <= Killed; x++ {
+		if x.String() == string(b) {
+			*s = x
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown task state %q", b)
+}
+
 // TaskInfo describes a task for listings.
 type TaskInfo struct {
 	TID     task.TID  `json:"tid"`
@@ -92,6 +157,9 @@ type TaskInfo struct {
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
 // messages among them.
+//
+// Lock order: rmu, then mu, then nw.mu; groups and mailboxes lock on their
+// own and call nothing that locks.
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
@@ -99,7 +167,24 @@ type Daemon struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	groups *groups
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // task goroutines
+	bg     sync.WaitGroup // network goroutines
+	self   HostInfo
+	nw     *network // nil for a standalone daemon
+
+	// Routing state, guarded by rmu: the route cache (authoritative at the
+	// master), and reliable delivery's sending and receiving sides.
+	rmu    sync.Mutex
+	routes *routing.Table
+	outbox *routing.Outbox
+	inbox  *routing.Inbox
+	acked  chan struct{} // closed and replaced whenever acknowledgements free window
+
+	placeMu  sync.Mutex // serialises the Placer
+	stopOnce sync.Once
+	done     chan struct{} // closed when the daemon has stopped
+	stopErr  error
+	lostErr  error
 
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted // running tasks
@@ -108,7 +193,10 @@ type Daemon struct {
 	nextNum uint32
 	watch   map[task.TID][]watcher // TaskExit registrations by watched task
 	hostW   []hostWatcher          // HostAdd/HostDelete registrations
-	halted  bool
+	// lossWatch (master) holds TaskExit registrations so they fire when a
+	// task is lost with its host.
+	lossWatch map[task.TID][]watcher
+	halted    bool
 }
 
 type watcher struct {
@@ -122,21 +210,126 @@ type hostWatcher struct {
 	host task.HostID // 0: any
 }
 
-// New returns a daemon hosting no tasks.
+// New returns a standalone daemon hosting no tasks: a one-host virtual
+// machine without a network. Start makes daemons that form a virtual
+// machine of many hosts.
 func New(cfg Config) *Daemon {
+	cfg.Listen, cfg.Join, cfg.Master = "", "", false
+	return newDaemon(cfg)
+}
+
+func newDaemon(cfg Config) *Daemon {
+	if cfg.Join != "" && cfg.HostID == 0 && cfg.Name == "" {
+		cfg.Name = "h0" // until the master assigns an ID
+	}
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Daemon{
-		cfg:    cfg,
-		log:    cfg.Logger.With("host", cfg.Name),
-		out:    &lockedWriter{w: cfg.Output},
-		ctx:    ctx,
-		cancel: cancel,
-		groups: newGroups(),
-		tasks:  map[task.TID]*hosted{},
-		gone:   map[task.TID]*hosted{},
-		watch:  map[task.TID][]watcher{},
+	d := &Daemon{
+		cfg:       cfg,
+		log:       cfg.Logger.With("host", cfg.Name),
+		ctx:       ctx,
+		cancel:    cancel,
+		groups:    newGroups(),
+		tasks:     map[task.TID]*hosted{},
+		gone:      map[task.TID]*hosted{},
+		watch:     map[task.TID][]watcher{},
+		lossWatch: map[task.TID][]watcher{},
+		routes:    routing.NewTable(),
+		outbox:    routing.NewOutbox(),
+		inbox:     routing.NewInbox(),
+		acked:     make(chan struct{}),
+		done:      make(chan struct{}),
+		self:      HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
 	}
+	w := cfg.Output
+	if w == nil {
+		w = &forwarder{d: d}
+	}
+	d.out = &lockedWriter{w: w}
+	return d
+}
+
+// Start starts a daemon of a virtual machine: the master (cfg.Master) or a
+// host joining the master at cfg.Join. It listens on cfg.Listen, with
+// every connection authenticated by cfg.Key. Without cfg.Listen it returns
+// a standalone daemon, as New does.
+func Start(ctx context.Context, cfg Config) (*Daemon, error) {
+	if cfg.Listen == "" {
+		return New(cfg), nil
+	}
+	if cfg.Key == nil {
+		return nil, fmt.Errorf("start daemon: %w", pki.ErrNoKey)
+	}
+	if cfg.Master == (cfg.Join != "") {
+		return nil, errors.New("start daemon: give either Master or Join")
+	}
+	if cfg.Master {
+		cfg.HostID = MasterID
+	} else {
+		cfg.HostID = 0
+	}
+	d := newDaemon(cfg)
+	if err := d.startNetwork(ctx); err != nil {
+		d.cancel()
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	return d, nil
+}
+
+// Addr is the address the daemon listens on ("" for a standalone daemon).
+func (d *Daemon) Addr() string { return d.self.Addr }
+
+// Done is closed when the daemon has stopped: halted, deleted, or cut off
+// from its master. Err then says why.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// Err is why the daemon stopped (nil while it runs, or after a clean halt).
+func (d *Daemon) Err() error {
+	select {
+	case <-d.done:
+		if errors.Is(d.stopErr, task.ErrHalted) {
+			return nil
+		}
+		return d.stopErr
+	default:
+		return nil
+	}
+}
+
+// stop shuts the daemon down (see shutdown) with a bounded wait for task
+// goroutines.
+func (d *Daemon) stop(why error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = d.shutdown(ctx, why)
+}
+
+// shutdown kills every task, waits for their goroutines until ctx is done,
+// closes every connection and marks the daemon done with why, once.
+func (d *Daemon) shutdown(ctx context.Context, why error) error {
+	var err error
+	d.stopOnce.Do(func() {
+		d.stopErr = why
+		err = d.halt(ctx)
+		if d.nw != nil {
+			d.nw.mu.Lock()
+			var ps []*peer
+			for _, p := range d.nw.peers {
+				ps = append(ps, p)
+			}
+			for p := range d.nw.clients {
+				ps = append(ps, p)
+			}
+			d.nw.mu.Unlock()
+			for _, p := range ps {
+				p.close(nil)
+			}
+			_ = d.nw.tr.Close()
+			d.bg.Wait()
+		}
+		close(d.done)
+	})
+	return err
 }
 
 // HostID is the daemon's host ID.
@@ -167,12 +360,21 @@ type hosted struct {
 	exitCalled bool
 }
 
-// Spawn starts req.Count tasks of req.Type on this daemon with parent as
-// their parent (the zero TID for root tasks).
+// Spawn starts req.Count tasks of req.Type with parent as their parent (the
+// zero TID for root tasks): on the host req.Host names, or where the
+// master's placement puts them.
 func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
-	if req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
-		return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
+	if d.isMaster() {
+		if d.nw == nil {
+			return d.spawn(ctx, parent, req)
+		}
+		return d.spawnAnywhere(ctx, parent, req)
 	}
+	return d.spawn(ctx, parent, req)
+}
+
+// startLocal starts tasks on this daemon.
+func (d *Daemon) startLocal(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
 	if req.Count < 1 {
 		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
 	}
@@ -277,40 +479,49 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 
 	h.mb.close()
 	h.cancel()
-	d.groups.leaveAll(h.tid)
 	close(h.done)
 	if state == Exited && status == 0 {
 		d.log.Debug("task exited", "tid", h.tid, "type", h.typ)
 	} else {
 		d.log.Info("task ended", "tid", h.tid, "type", h.typ, "state", state, "status", status, "error", msg)
 	}
+	// Exit notices travel as the task's last messages to their watchers,
+	// so they arrive after everything it sent.
 	n := task.Notice{Kind: task.TaskExit, TID: h.tid, Status: status, Err: msg}
 	for _, w := range ws {
-		d.notify(h.tid, w, n)
+		d.notify(h.tid, w, n, true)
+	}
+	d.rmu.Lock()
+	d.inbox.Forget(h.tid)
+	d.outbox.ForgetSender(h.tid)
+	d.rmu.Unlock()
+	switch {
+	case d.isMaster():
+		d.taskGone(h.tid)
+	default:
+		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
+			d.log.Warn("report exit", "tid", h.tid, "error", err)
+		}
 	}
 }
 
-// notify delivers a notice to w as a message from from.
-func (d *Daemon) notify(from task.TID, w watcher, n task.Notice) {
+// notify delivers a notice to w as a message from from: sequenced (from's
+// last message to w) or as an unsequenced system message (for tasks that
+// are gone, and host events).
+func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool) {
 	p, err := task.Encode(n)
 	if err != nil {
 		d.log.Error("encode notice", "error", err)
 		return
 	}
-	if err := d.deliver(from, w.who, w.tag, p); err != nil {
+	if sequenced {
+		err = d.send(d.ctx, from, w.who, w.tag, p)
+	} else {
+		err = d.sendSystem(from, w.who, w.tag, p)
+	}
+	if err != nil {
 		d.log.Debug("notice not delivered", "to", w.who, "error", err)
 	}
-}
-
-// deliver puts a message into a local task's mailbox.
-func (d *Daemon) deliver(from, to task.TID, tag int, p task.Payload) error {
-	d.mu.Lock()
-	h := d.tasks[to]
-	d.mu.Unlock()
-	if h == nil || !h.mb.put(envelope{from: from, tag: tag, body: p}) {
-		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
-	}
-	return nil
 }
 
 // Kill ends task tid: its mailbox is discarded, its exit is notified at
@@ -377,10 +588,16 @@ func (d *Daemon) Tasks(all bool) []TaskInfo {
 	return out
 }
 
-// Halt kills every task and waits until their goroutines have ended or ctx
-// is done. Tasks that compute without reaching an IPC call or safe point
-// keep their goroutine until they do.
+// Halt stops the daemon: it kills every task, waits until their goroutines
+// have ended or ctx is done, and closes its connections. Tasks that compute
+// without reaching an IPC call or safe point keep their goroutine until
+// they do.
 func (d *Daemon) Halt(ctx context.Context) error {
+	return d.shutdown(ctx, task.ErrHalted)
+}
+
+// halt kills every task and waits for their goroutines.
+func (d *Daemon) halt(ctx context.Context) error {
 	d.mu.Lock()
 	d.halted = true
 	live := make([]*hosted, 0, len(d.tasks))
@@ -413,4 +630,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// forwarder sends a host daemon's task output to the master, which prints
+// it on its console.
+type forwarder struct{ d *Daemon }
+
+func (f *forwarder) Write(p []byte) (int, error) {
+	b := append([]byte(nil), p...)
+	if err := f.d.sendEvent(f.d.ctx, MasterID, &event{Kind: evOutput, Output: b}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -49,7 +49,10 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 			// to make from it.
 			body.Data = bytes.Clone(p.Data)
 		}
-		if err := h.d.deliver(h.tid, t, tag, body); err != nil {
+		if err := h.d.send(ctx, h.tid, t, tag, body); err != nil {
+			if h.ctx.Err() != nil {
+				return task.ErrKilled
+			}
 			errs = append(errs, err)
 		}
 	}
@@ -74,14 +77,14 @@ func (h *hosted) Spawn(ctx context.Context, req task.SpawnRequest) ([]task.TID, 
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	return h.d.Spawn(ctx, h.tid, req)
+	return h.d.spawn(ctx, h.tid, req)
 }
 
 func (h *hosted) Kill(ctx context.Context, tid task.TID) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
-	return h.d.Kill(tid)
+	return h.d.KillTask(ctx, tid)
 }
 
 func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids []task.TID) error {
@@ -92,33 +95,25 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 	w := watcher{who: h.tid, tag: tag}
 	switch kind {
 	case task.TaskExit:
-		for _, t := range tids {
-			d.mu.Lock()
-			_, live := d.tasks[t]
-			if live {
-				d.watch[t] = append(d.watch[t], w)
+		a := notifyArgs{Kind: kind, Watcher: h.tid, Tag: tag, TIDs: tids}
+		if d.isMaster() {
+			if d.nw == nil {
+				d.watchLocal(a)
+				return nil
 			}
-			old := d.gone[t]
-			d.mu.Unlock()
-			if !live {
-				// Already gone (or never existed): PVM tells at once.
-				n := task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}
-				if old != nil {
-					d.mu.Lock()
-					n.Status, n.Err = old.status, old.err
-					d.mu.Unlock()
-				}
-				d.notify(t, w, n)
-			}
+			return d.registerExitWatch(ctx, a)
 		}
+		return d.callMaster(ctx, mNotify, a, nil)
 	case task.HostDelete:
-		d.mu.Lock()
+		var ws []hostWatcher
 		if len(tids) == 0 {
-			d.hostW = append(d.hostW, hostWatcher{watcher: w, kind: kind})
+			ws = append(ws, hostWatcher{watcher: w, kind: kind})
 		}
 		for _, t := range tids {
-			d.hostW = append(d.hostW, hostWatcher{watcher: w, kind: kind, host: t.Host()})
+			ws = append(ws, hostWatcher{watcher: w, kind: kind, host: d.routeHost(t)})
 		}
+		d.mu.Lock()
+		d.hostW = append(d.hostW, ws...)
 		d.mu.Unlock()
 	case task.HostAdd:
 		d.mu.Lock()
@@ -134,28 +129,49 @@ func (h *hosted) Join(ctx context.Context, group string) (int, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return -1, err
 	}
-	return h.d.groups.join(group, h.tid)
+	if h.d.isMaster() {
+		return h.d.groups.join(group, h.tid)
+	}
+	var rep intReply
+	err := h.d.callMaster(ctx, mJoin, groupArgs{Group: group, TID: h.tid}, &rep)
+	if err != nil {
+		return -1, err
+	}
+	return rep.N, nil
 }
 
 func (h *hosted) Leave(ctx context.Context, group string) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
-	return h.d.groups.leave(group, h.tid)
+	if h.d.isMaster() {
+		return h.d.groups.leave(group, h.tid)
+	}
+	return h.d.callMaster(ctx, mLeave, groupArgs{Group: group, TID: h.tid}, nil)
 }
 
 func (h *hosted) Members(ctx context.Context, group string) ([]task.TID, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	return h.d.groups.members(group)
+	if h.d.isMaster() {
+		return h.d.groups.members(group)
+	}
+	var rep tidsReply
+	err := h.d.callMaster(ctx, mMembers, groupArgs{Group: group, TID: h.tid}, &rep)
+	return rep.TIDs, err
 }
 
 func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
-	err := h.d.groups.wait(ctx, h.dead(), group, h.tid, count)
+	var err error
+	if h.d.isMaster() {
+		err = h.d.groups.wait(ctx, h.dead(), group, h.tid, count)
+	} else {
+		err = h.d.callMaster(ctx, mBarrier, groupArgs{Group: group, TID: h.tid, Count: count}, nil)
+	}
 	if err != nil && h.ctx.Err() != nil {
 		err = task.ErrKilled
 	}

@@ -173,3 +173,20 @@ func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, ti
 	delete(b.arrived, tid)
 	return err
 }
+
+// all lists every task that is a member of some group.
+func (g *groups) all() []task.TID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[task.TID]bool{}
+	var out []task.TID
+	for _, gr := range g.m {
+		for _, t := range gr.members {
+			if !t.IsZero() && !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"dpvm/daemon/pki"
 	"dpvm/task"
 )
 
@@ -35,20 +36,30 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	if opts.Hosts == 0 {
 		opts.Hosts = 1
 	}
-	if opts.Hosts != 1 {
-		return fmt.Errorf("run on %d hosts: embedded multi-host machines: %w", opts.Hosts, ErrUnsupported)
+	if opts.Hosts < 1 {
+		return fmt.Errorf("run on %d hosts: need at least one", opts.Hosts)
 	}
 	if opts.HaltTimeout <= 0 {
 		opts.HaltTimeout = 5 * time.Second
 	}
-	d := New(Config{Output: opts.Output, Logger: opts.Logger})
-	defer func() {
-		hctx, cancel := context.WithTimeout(context.Background(), opts.HaltTimeout)
-		defer cancel()
-		if err := d.Halt(hctx); err != nil {
-			d.log.Warn("halt", "error", err)
+	var d *Daemon
+	if opts.Hosts == 1 {
+		d = New(Config{Output: opts.Output, Logger: opts.Logger})
+		defer func() {
+			hctx, cancel := context.WithTimeout(context.Background(), opts.HaltTimeout)
+			defer cancel()
+			if err := d.Halt(hctx); err != nil {
+				d.log.Warn("halt", "error", err)
+			}
+		}()
+	} else {
+		vm, err := StartLocalVM(ctx, opts.Hosts, Config{Output: opts.Output, Logger: opts.Logger})
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
 		}
-	}()
+		defer vm.Halt(opts.HaltTimeout)
+		d = vm.Master()
+	}
 	tid, err := d.SpawnTask(root)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
@@ -74,4 +85,52 @@ func exitError(info TaskInfo) error {
 		msg = info.State.String()
 	}
 	return fmt.Errorf("task %v (%s) %s: %w", info.TID, info.Type, msg, err)
+}
+
+// LocalVM is a virtual machine of several daemons in one process, talking
+// real QUIC over loopback, as `dpvm run --hosts N` starts it.
+type LocalVM struct {
+	Daemons []*Daemon // Daemons[0] is the master
+	Key     *pki.ClusterKey
+}
+
+// StartLocalVM starts a master and hosts-1 daemons joining it on
+// 127.0.0.1, with a fresh cluster key. cfg supplies the settings common to
+// all (output, logger, heartbeats); its network fields are set here.
+func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) {
+	key := cfg.Key
+	if key == nil {
+		var err error
+		if key, err = pki.Generate(time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	vm := &LocalVM{Key: key}
+	for i := range hosts {
+		c := cfg
+		c.Key, c.Listen = key, "127.0.0.1:0"
+		c.Master, c.Join, c.Name = i == 0, "", ""
+		if i > 0 {
+			c.Join = vm.Daemons[0].Addr()
+		}
+		d, err := Start(ctx, c)
+		if err != nil {
+			vm.Halt(5 * time.Second)
+			return nil, fmt.Errorf("start host %d of %d: %w", i+1, hosts, err)
+		}
+		vm.Daemons = append(vm.Daemons, d)
+	}
+	return vm, nil
+}
+
+// Master is the master daemon.
+func (vm *LocalVM) Master() *Daemon { return vm.Daemons[0] }
+
+// Halt stops every daemon, hosts first, waiting at most timeout for each.
+func (vm *LocalVM) Halt(timeout time.Duration) {
+	for i := len(vm.Daemons) - 1; i >= 0; i-- {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_ = vm.Daemons[i].Halt(ctx)
+		cancel()
+	}
 }

@@ -126,9 +126,12 @@ func (fr *Reader) Next() (Frame, error) {
 // Envelope is a message between tasks as it travels between daemons.
 type Envelope struct {
 	From, To task.TID
-	Seq      uint64 // per (From, To) pair, from 1
-	Tag      int32
-	Body     task.Payload
+	// Seq numbers the messages of the (From, To) pair from 1. Seq 0 marks
+	// an unsequenced system message (a notification), delivered as it
+	// comes and never acknowledged; only those may have a zero From.
+	Seq  uint64
+	Tag  int32
+	Body task.Payload
 }
 
 // envHeader is the fixed size of an envelope's header: from, to, seq (u64
@@ -168,7 +171,7 @@ func DecodeEnvelopes(b []byte, fn func(Envelope) error) error {
 		if uint64(n) > uint64(len(b)) {
 			return fmt.Errorf("envelope body of %d bytes, %d left: %w", n, len(b), ErrMalformed)
 		}
-		if !e.Body.Enc.Valid() || e.Tag < 0 || e.Seq == 0 || e.From == 0 || e.To == 0 || e.To == task.AnyTask {
+		if !e.Body.Enc.Valid() || e.Tag < 0 || e.To == 0 || e.To == task.AnyTask || (e.From == 0 && e.Seq != 0) {
 			return fmt.Errorf("envelope %v→%v seq %d tag %d enc %d: %w", e.From, e.To, e.Seq, e.Tag, e.Body.Enc, ErrMalformed)
 		}
 		e.Body.Data = append([]byte(nil), b[:n]...)
@@ -179,6 +182,9 @@ func DecodeEnvelopes(b []byte, fn func(Envelope) error) error {
 	}
 	return nil
 }
+
+// Pair names a (sender, receiver) pair of tasks.
+type Pair struct{ From, To task.TID }
 
 // Ack acknowledges every message of the pair (From, To) up to and including
 // Seq: the receiving daemon has taken them into the receiver's mailbox.

@@ -89,8 +89,8 @@ func TestFrameErrors(t *testing.T) {
 	}
 	bad := [][]byte{
 		make([]byte, envHeader-1),                              // short envelope
-		AppendEnvelope(nil, &Envelope{From: 1, To: 2, Seq: 0}), // seq 0
-		AppendEnvelope(nil, &Envelope{From: 0, To: 2, Seq: 1}), // no sender
+		AppendEnvelope(nil, &Envelope{From: 0, To: 2, Seq: 1}), // sequenced without a sender
+		AppendEnvelope(nil, &Envelope{From: 1, To: 0, Seq: 1}), // no receiver
 		AppendEnvelope(nil, &Envelope{From: 1, To: 2, Seq: 1, Tag: -1}),
 		AppendEnvelope(nil, &Envelope{From: 1, To: 2, Seq: 1, Body: task.Payload{Enc: 99}}),
 		AppendEnvelope(nil, &Envelope{From: 1, To: 2, Seq: 1, Body: task.Payload{Data: []byte("abc")}})[:envHeader+2],

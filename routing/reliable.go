@@ -123,6 +123,9 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 		return 0, nil
 	}
 	switch {
+	case rf.Route.Host == 0:
+		o.DropReceiver(rf.To)
+		return 0, nil
 	case rf.Route.Epoch > q.route.Epoch:
 		return o.Reroute(rf.To, rf.Route, now)
 	case rf.Route.Epoch < q.route.Epoch || from != q.route.Host:

@@ -41,9 +41,6 @@ type simNet struct {
 	refusals int
 }
 
-// Pair names a (sender, receiver) pair in tests.
-type Pair struct{ From, To task.TID }
-
 func newSimNet(t *testing.T, seed uint64, nhosts int, loss, dup float64) *simNet {
 	n := &simNet{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), now: time.Unix(0, 0),
 		hosts: map[task.HostID]*simHost{}, got: map[Pair][]uint64{}, loss: loss, dup: dup,

@@ -77,7 +77,8 @@ type Entry struct {
 
 // Refusal tells a sender that the daemon it sent to does not host To: it
 // names the newest route the refusing daemon knows (Epoch 0 when it knows
-// none). The sender holds its messages for To until it learns a route with
+// none), or Host 0 when To no longer exists (it has exited), in which case
+// the sender drops its messages for To. The sender holds its messages for To until it learns a route with
 // a larger epoch than the one it used, then resends them.
 type Refusal struct {
 	To    task.TID

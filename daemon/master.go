@@ -1,0 +1,518 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"dpvm/daemon/pki"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// Placer chooses hosts for new tasks spawned "anywhere". The scheduler
+// installs its own; the default is round-robin over the hosts, PVM's
+// policy.
+type Placer interface {
+	// Place returns one host per task for n new tasks.
+	Place(hosts []HostInfo, n int) ([]task.HostID, error)
+}
+
+// RoundRobin places tasks on the hosts in turn, continuing where the
+// previous spawn stopped.
+type RoundRobin struct{ next int }
+
+// Place implements Placer.
+func (r *RoundRobin) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("place %d tasks: %w", n, task.ErrNoSuchHost)
+	}
+	out := make([]task.HostID, n)
+	for i := range out {
+		out[i] = hosts[r.next%len(hosts)].ID
+		r.next++
+	}
+	return out, nil
+}
+
+// admit registers a joining daemon and assigns its host ID (master only).
+func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) {
+	d.rmu.Lock()
+	routes := d.routes.Entries()
+	d.rmu.Unlock()
+	self := d.selfInfo()
+	n := d.nw
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	name := h.Name
+	if name == "" {
+		name = n.nextHost.String()
+	}
+	for _, x := range n.hosts {
+		if x.Name == name {
+			return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
+		}
+	}
+	if h.Addr == "" {
+		return HostInfo{}, nil, nil, errors.New("joining daemon gave no address")
+	}
+	info := h.Info
+	info.ID = n.nextHost
+	info.Name = name
+	info.Addr = h.Addr
+	info.Master = false
+	n.nextHost++ // host IDs are never reused
+	n.hosts[info.ID] = &info
+	n.joined[info.ID] = time.Now()
+	var hosts []HostInfo
+	for _, x := range n.hosts {
+		if x.ID == MasterID {
+			hosts = append(hosts, self)
+		} else {
+			hosts = append(hosts, *x)
+		}
+	}
+	return info, hosts, routes, nil
+}
+
+// removeHost deletes a host from the virtual machine (master), or forgets
+// it (other daemons, on the master's broadcast): its connection is closed,
+// messages for it dropped, and notifications fire.
+func (d *Daemon) removeHost(id task.HostID, why string) {
+	n := d.nw
+	n.mu.Lock()
+	hi := n.hosts[id]
+	delete(n.hosts, id)
+	delete(n.joined, id)
+	p := n.peers[id]
+	delete(n.peers, id)
+	n.mu.Unlock()
+	if hi == nil {
+		return
+	}
+	if p != nil {
+		p.close(fmt.Errorf("host deleted: %s", why))
+	}
+	d.rmu.Lock()
+	lost := d.outbox.DropHost(id)
+	d.rmu.Unlock()
+	_ = lost
+	d.log.Warn("host deleted", "host", id, "name", hi.Name, "reason", why)
+	if d.cfg.Master {
+		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
+		d.taskLossNotices(id)
+	}
+	d.hostNotice(task.HostDelete, *hi)
+}
+
+// taskLossNotices fires the exit notifications of tasks lost with host id
+// (master), and removes them from their groups.
+func (d *Daemon) taskLossNotices(id task.HostID) {
+	d.mu.Lock()
+	watched := make(map[task.TID][]watcher, len(d.lossWatch))
+	for tid, ws := range d.lossWatch {
+		watched[tid] = ws
+	}
+	d.mu.Unlock()
+	for tid, ws := range watched {
+		if d.routeHost(tid) != id {
+			continue
+		}
+		d.mu.Lock()
+		delete(d.lossWatch, tid)
+		d.mu.Unlock()
+		for _, w := range ws {
+			d.notify(tid, w, task.Notice{Kind: task.TaskExit, TID: tid, Status: -1, Err: "lost with its host"}, false)
+		}
+	}
+	for _, tid := range d.groups.all() {
+		if d.routeHost(tid) == id {
+			d.groups.leaveAll(tid)
+		}
+	}
+}
+
+// routeHost is where the routing table says tid lives.
+func (d *Daemon) routeHost(tid task.TID) task.HostID {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	return d.routes.Lookup(tid).Host
+}
+
+// hostNotice fires this daemon's HostAdd/HostDelete registrations for h.
+func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
+	d.mu.Lock()
+	var ws []watcher
+	for _, w := range d.hostW {
+		if w.kind == kind && (w.host == 0 || w.host == h.ID) {
+			ws = append(ws, w.watcher)
+		}
+	}
+	d.mu.Unlock()
+	for _, w := range ws {
+		d.notify(0, w, task.Notice{Kind: kind, Host: h.ID, Name: h.Name}, false)
+	}
+}
+
+// clientMethods are the control methods a client (CLI, console) may call.
+var clientMethods = map[string]bool{mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+
+// masterMethods are served by the master only.
+var masterMethods = map[string]bool{mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
+
+// handle runs a control request. p is the connection it came from, nil for
+// calls this daemon makes to itself.
+func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte) (any, error) {
+	if p != nil && p.role == pki.RoleClient && !clientMethods[method] {
+		return nil, fmt.Errorf("method %q is not open to clients", method)
+	}
+	if masterMethods[method] && !d.isMaster() {
+		return nil, fmt.Errorf("method %q: this daemon is not the master", method)
+	}
+	switch method {
+	case mSendCheck:
+		return nil, nil
+	case mSpawn:
+		var a spawnArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Req)
+		return tidsReply{TIDs: tids}, err
+	case mStart:
+		var a spawnArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		tids, err := d.startLocal(ctx, a.Parent, a.Req)
+		return tidsReply{TIDs: tids}, err
+	case mKill:
+		var a tidArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return nil, d.KillTask(ctx, a.TID)
+	case mJoin, mLeave, mMembers, mBarrier, mLeaveAll:
+		var a groupArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return d.groupOp(ctx, method, a)
+	case mNotify:
+		var a notifyArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return nil, d.registerExitWatch(ctx, a)
+	case mWatch:
+		var a notifyArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		d.watchLocal(a)
+		return nil, nil
+	case mPS:
+		var a psArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		if a.Gather && d.isMaster() {
+			ts, err := d.AllTasks(ctx, a.All)
+			return psReply{Tasks: ts}, err
+		}
+		return psReply{Tasks: d.Tasks(a.All)}, nil
+	case mConf:
+		return confReply{Hosts: d.Hosts()}, nil
+	case mDelete:
+		var a hostArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return nil, d.DeleteHost(ctx, a.Host)
+	case mHalt:
+		go d.HaltVM()
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown method %q", method)
+}
+
+func (d *Daemon) isMaster() bool { return d.nw == nil || d.cfg.Master }
+
+// handleEvent applies an event from p.
+func (d *Daemon) handleEvent(p *peer, e *event) error {
+	fromMaster := p.info.ID == MasterID && !d.cfg.Master
+	switch e.Kind {
+	case evHostAdd:
+		if !fromMaster || e.Host == nil {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		h := *e.Host
+		d.nw.mu.Lock()
+		d.nw.hosts[h.ID] = &h
+		d.nw.mu.Unlock()
+		d.hostNotice(task.HostAdd, h)
+	case evHostDel:
+		if !fromMaster || e.Host == nil {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		if e.Host.ID == d.cfg.HostID {
+			go d.stop(fmt.Errorf("deleted from the virtual machine: %s", e.Reason))
+			return nil
+		}
+		d.removeHost(e.Host.ID, e.Reason)
+	case evRoute:
+		if !fromMaster {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		d.applyRoutes(e.Routes)
+	case evHalt:
+		if !fromMaster {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		go d.stop(fmt.Errorf("%w by the master: %s", task.ErrHalted, e.Reason))
+	case evExited:
+		if !d.cfg.Master {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		d.taskGone(e.TID)
+	case evOutput:
+		if !d.cfg.Master {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		_, _ = d.out.Write(e.Output)
+	case evLoad:
+		if !d.cfg.Master || e.Load == nil {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		d.nw.mu.Lock()
+		if h := d.nw.hosts[p.info.ID]; h != nil {
+			h.Load, h.Tasks = e.Load.Load, e.Load.Tasks
+		}
+		d.nw.mu.Unlock()
+	default:
+		return fmt.Errorf("unknown event %q", e.Kind)
+	}
+	return nil
+}
+
+// taskGone is the master's bookkeeping when a task ends anywhere.
+func (d *Daemon) taskGone(tid task.TID) {
+	d.groups.leaveAll(tid)
+	d.mu.Lock()
+	delete(d.lossWatch, tid)
+	d.mu.Unlock()
+	d.rmu.Lock()
+	d.routes.Forget(tid)
+	d.rmu.Unlock()
+}
+
+// spawnAnywhere places and starts tasks (master).
+func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
+	if req.Count < 1 {
+		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	}
+	if _, err := task.New(req.Type, nil); err != nil {
+		return nil, err
+	}
+	var places []task.HostID
+	if req.Host != "" {
+		h, err := d.hostByName(req.Host)
+		if err != nil {
+			return nil, err
+		}
+		places = make([]task.HostID, req.Count)
+		for i := range places {
+			places[i] = h
+		}
+	} else {
+		hosts := d.Hosts()
+		d.placeMu.Lock()
+		var err error
+		places, err = d.cfg.Placer.Place(hosts, req.Count)
+		d.placeMu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Start the tasks host by host, keeping the spawn's order in the result.
+	var hosts []task.HostID
+	count := map[task.HostID]int{}
+	for _, h := range places {
+		if count[h] == 0 {
+			hosts = append(hosts, h)
+		}
+		count[h]++
+	}
+	got := map[task.HostID][]task.TID{}
+	var errs []error
+	for _, h := range hosts {
+		r := req
+		r.Count, r.Host = count[h], ""
+		var rep tidsReply
+		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Req: r}, &rep)
+		got[h] = rep.TIDs
+		if err != nil {
+			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
+		}
+	}
+	tids := make([]task.TID, 0, req.Count)
+	for _, h := range places {
+		if len(got[h]) > 0 {
+			tids = append(tids, got[h][0])
+			got[h] = got[h][1:]
+		}
+	}
+	return tids, errors.Join(errs...)
+}
+
+// spawn starts tasks for a local parent: on this host directly when asked
+// to, otherwise through the master's placement.
+func (d *Daemon) spawn(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
+	if d.nw == nil || (req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())) {
+		if d.nw == nil && req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
+			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
+		}
+		return d.startLocal(ctx, parent, req)
+	}
+	var rep tidsReply
+	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Req: req}, &rep)
+	return rep.TIDs, err
+}
+
+// KillTask kills tid wherever it runs.
+func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
+	h := d.routeHost(tid)
+	if h == d.cfg.HostID {
+		return d.Kill(tid)
+	}
+	if d.nw == nil || !d.hostKnown(h) {
+		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
+	}
+	return d.callHost(ctx, h, mKill, tidArgs{TID: tid}, nil)
+}
+
+// groupOp runs a group server request (master).
+func (d *Daemon) groupOp(ctx context.Context, method string, a groupArgs) (any, error) {
+	switch method {
+	case mJoin:
+		inst, err := d.groups.join(a.Group, a.TID)
+		return intReply{N: inst}, err
+	case mLeave:
+		return nil, d.groups.leave(a.Group, a.TID)
+	case mMembers:
+		m, err := d.groups.members(a.Group)
+		return tidsReply{TIDs: m}, err
+	case mBarrier:
+		return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count)
+	case mLeaveAll:
+		d.groups.leaveAll(a.TID)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown group method %q", method)
+}
+
+// registerExitWatch records a TaskExit registration (master): for the loss
+// of the task's host here, and for its ordinary exit at its daemon.
+func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
+	w := watcher{who: a.Watcher, tag: a.Tag}
+	var errs []error
+	for _, t := range a.TIDs {
+		h := d.routeHost(t)
+		if !d.hostKnown(h) {
+			d.notify(t, w, task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}, false)
+			continue
+		}
+		d.mu.Lock()
+		d.lossWatch[t] = append(d.lossWatch[t], w)
+		d.mu.Unlock()
+		if err := d.callHost(ctx, h, mWatch, notifyArgs{Kind: task.TaskExit, Watcher: a.Watcher, Tag: a.Tag, TIDs: []task.TID{t}}, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// watchLocal registers TaskExit watchers for tasks of this daemon; a task
+// already gone is notified at once.
+func (d *Daemon) watchLocal(a notifyArgs) {
+	w := watcher{who: a.Watcher, tag: a.Tag}
+	for _, t := range a.TIDs {
+		d.mu.Lock()
+		_, live := d.tasks[t]
+		if live {
+			d.watch[t] = append(d.watch[t], w)
+		}
+		old := d.gone[t]
+		d.mu.Unlock()
+		if live {
+			continue
+		}
+		n := task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}
+		if old != nil {
+			d.mu.Lock()
+			n.Status, n.Err = old.status, old.err
+			d.mu.Unlock()
+		}
+		d.notify(t, w, n, false)
+	}
+}
+
+// AllTasks gathers the task lists of every host (master).
+func (d *Daemon) AllTasks(ctx context.Context, all bool) ([]TaskInfo, error) {
+	out := d.Tasks(all)
+	if d.nw == nil {
+		return out, nil
+	}
+	var errs []error
+	for _, h := range d.Hosts() {
+		if h.ID == d.cfg.HostID {
+			continue
+		}
+		var rep psReply
+		if err := d.callHost(ctx, h.ID, mPS, psArgs{All: all}, &rep); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", h.Name, err))
+			continue
+		}
+		out = append(out, rep.Tasks...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TID < out[j].TID })
+	return out, errors.Join(errs...)
+}
+
+// DeleteHost removes a host from the virtual machine (master): the host's
+// daemon is told to stop and everyone forgets it.
+func (d *Daemon) DeleteHost(ctx context.Context, name string) error {
+	id, err := d.hostByName(name)
+	if err != nil {
+		return err
+	}
+	if id == MasterID {
+		return errors.New("the master cannot be deleted; halt the virtual machine instead")
+	}
+	_ = d.sendEvent(ctx, id, &event{Kind: evHalt, Reason: "deleted by an operator"})
+	d.removeHost(id, "deleted by an operator")
+	return nil
+}
+
+// HaltVM stops the whole virtual machine (master): every daemon is told to
+// stop, then the master stops.
+func (d *Daemon) HaltVM() {
+	if d.nw != nil {
+		d.broadcast(&event{Kind: evHalt, Reason: "halt requested"}, 0)
+	}
+	d.stop(task.ErrHalted)
+}
+
+// selfInfo is this host's information with its current load.
+func (d *Daemon) selfInfo() HostInfo {
+	h := d.self
+	d.mu.Lock()
+	h.Tasks = len(d.tasks)
+	d.mu.Unlock()
+	h.Load = float64(h.Tasks)
+	h.ID, h.Name = d.cfg.HostID, d.cfg.Name
+	return h
+}

@@ -1,0 +1,675 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"dpvm/daemon/pki"
+	"dpvm/daemon/transport"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// MasterID is the host ID of the master daemon.
+const MasterID task.HostID = 1
+
+// Network errors.
+var (
+	// ErrMasterLost: the connection to the master daemon was lost; the
+	// daemon stops.
+	ErrMasterLost = errors.New("lost the master daemon")
+	// ErrRefused: the master refused to let this daemon join.
+	ErrRefused = errors.New("refused by the master")
+	// ErrNotConnected: no connection to the host could be made.
+	ErrNotConnected = errors.New("host unreachable")
+)
+
+// network is a daemon's connections to the other daemons and its view of
+// the virtual machine's hosts.
+type network struct {
+	tr *transport.QUIC
+	id *pki.Identity
+
+	mu       sync.Mutex
+	peers    map[task.HostID]*peer
+	dialing  map[task.HostID]chan struct{}
+	clients  map[*peer]bool
+	hosts    map[task.HostID]*HostInfo
+	master   *peer // hosts: the connection to the master
+	calls    map[uint64]chan *reply
+	nextCall uint64
+	// Master only.
+	nextHost task.HostID
+	joined   map[task.HostID]time.Time
+	rr       int
+	lost     chan struct{} // closed when the master is lost (hosts)
+	lostOnce sync.Once
+}
+
+// startNetwork listens and, for a host daemon, joins the master.
+func (d *Daemon) startNetwork(ctx context.Context) error {
+	c := &d.cfg
+	id, err := c.Key.Issue(pki.RoleDaemon, c.Name, time.Now())
+	if err != nil {
+		return err
+	}
+	tr, err := transport.Listen(c.Listen, id, c.Transport)
+	if err != nil {
+		return err
+	}
+	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, dialing: map[task.HostID]chan struct{}{},
+		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{}, calls: map[uint64]chan *reply{},
+		joined: map[task.HostID]time.Time{},
+		lost: make(chan struct{})}
+	d.nw = n
+	d.self.Addr = tr.Addr()
+	if c.Master {
+		d.self.Master = true
+		n.nextHost = MasterID + 1
+		self := d.self
+		n.hosts[MasterID] = &self
+	} else if err := d.join(ctx); err != nil {
+		tr.Close()
+		return err
+	}
+	d.goFunc(d.acceptLoop)
+	d.goFunc(d.heartbeatLoop)
+	return nil
+}
+
+// join connects to the master and takes the host ID it assigns.
+func (d *Daemon) join(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Heartbeat*10)
+	defer cancel()
+	conn, err := d.nw.tr.Dial(ctx, d.cfg.Join)
+	if err != nil {
+		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
+	}
+	st, err := conn.OpenStream(ctx)
+	if err != nil {
+		conn.Close("handshake failed")
+		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
+	}
+	name := d.cfg.Name
+	if name == "h0" {
+		name = "" // the master names us after our host ID
+	}
+	if err := writeHello(st, &hello{Name: name, Addr: d.self.Addr, Join: true, Info: d.self}); err != nil {
+		conn.Close("handshake failed")
+		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
+	}
+	r := routing.NewReader(st, d.cfg.MaxFrame)
+	h, err := readHello(ctx, r)
+	if err != nil {
+		conn.Close("handshake failed")
+		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
+	}
+	if h.Err != "" {
+		conn.Close("refused")
+		return fmt.Errorf("join %s: %w: %s", d.cfg.Join, ErrRefused, h.Err)
+	}
+	if h.Version != protocolVersion || h.Assigned == 0 || h.Host != MasterID {
+		conn.Close("bad handshake")
+		return fmt.Errorf("join %s: unexpected answer (version %d, host %v): %w", d.cfg.Join, h.Version, h.Assigned, ErrRefused)
+	}
+	d.cfg.HostID = h.Assigned
+	d.self.ID = h.Assigned
+	if d.cfg.Name == "" || d.cfg.Name == "h0" {
+		d.cfg.Name = h.Assigned.String()
+	}
+	d.self.Name = d.cfg.Name
+	d.log = d.cfg.Logger.With("host", d.cfg.Name)
+	n := d.nw
+	n.mu.Lock()
+	for i := range h.Hosts {
+		hi := h.Hosts[i]
+		n.hosts[hi.ID] = &hi
+	}
+	self := d.self
+	n.hosts[d.self.ID] = &self
+	n.mu.Unlock()
+	d.rmu.Lock()
+	for _, e := range h.Routes {
+		d.routes.Update(e.TID, e.Route)
+	}
+	d.rmu.Unlock()
+	p := newPeer(d, conn, st, true)
+	p.info = h.Info
+	n.mu.Lock()
+	n.master = p
+	n.peers[MasterID] = p
+	n.mu.Unlock()
+	d.startPeer(p, r)
+	d.log.Info("joined the virtual machine", "master", d.cfg.Join, "host", d.self.ID)
+	return nil
+}
+
+func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
+	d.goFunc(p.writeLoop)
+	d.goFunc(func() { p.readLoop(r) })
+}
+
+// goFunc runs f in a goroutine the daemon waits for when it stops.
+func (d *Daemon) goFunc(f func()) {
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		f()
+	}()
+}
+
+func (d *Daemon) acceptLoop() {
+	for {
+		conn, err := d.nw.tr.Accept(d.ctx)
+		if err != nil {
+			if d.ctx.Err() == nil && !errors.Is(err, transport.ErrClosed) {
+				d.log.Warn("accept", "error", err)
+			}
+			return
+		}
+		d.goFunc(func() { d.handshake(conn) })
+	}
+}
+
+// handshake answers a new connection's hello: a joining daemon gets a host
+// ID (at the master), a known daemon is attached as a peer, a client gets a
+// control connection.
+func (d *Daemon) handshake(conn transport.Conn) {
+	ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
+	defer cancel()
+	st, err := conn.AcceptStream(ctx)
+	if err != nil {
+		conn.Close("no stream")
+		return
+	}
+	r := routing.NewReader(st, d.cfg.MaxFrame)
+	h, err := readHello(ctx, r)
+	if err != nil {
+		d.log.Warn("handshake", "from", conn.RemoteAddr(), "error", err)
+		conn.Close(err.Error())
+		return
+	}
+	refuse := func(why string) {
+		_ = writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Err: why})
+		d.log.Warn("refused a connection", "from", conn.RemoteAddr(), "reason", why)
+		conn.Close(why)
+	}
+	if h.Version != protocolVersion {
+		refuse(fmt.Sprintf("protocol version %d, this daemon speaks %d", h.Version, protocolVersion))
+		return
+	}
+	role := conn.Peer().Role
+	n := d.nw
+	p := newPeer(d, conn, st, false)
+	switch {
+	case role == pki.RoleClient:
+		p.info = HostInfo{Name: "client " + conn.Peer().Name}
+		if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Info: d.self}); err != nil {
+			conn.Close("handshake failed")
+			return
+		}
+		n.mu.Lock()
+		n.clients[p] = true
+		n.mu.Unlock()
+	case h.Join:
+		if !d.cfg.Master {
+			refuse("this daemon is not the master")
+			return
+		}
+		info, hosts, routes, err := d.admit(h)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		p.info = info
+		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.self, Assigned: info.ID, Hosts: hosts, Routes: routes}); err != nil {
+			conn.Close("handshake failed")
+			d.removeHost(info.ID, "handshake failed")
+			return
+		}
+		if !d.attach(p) {
+			return
+		}
+		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
+		d.hostNotice(task.HostAdd, info)
+		d.log.Info("host joined", "host", info.ID, "name", info.Name, "addr", info.Addr)
+	default:
+		n.mu.Lock()
+		hi := n.hosts[h.Host]
+		n.mu.Unlock()
+		if hi == nil || h.Host == d.cfg.HostID {
+			refuse(fmt.Sprintf("unknown host %v", h.Host))
+			return
+		}
+		p.info = *hi
+		if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Info: d.self}); err != nil {
+			conn.Close("handshake failed")
+			return
+		}
+		if !d.attach(p) {
+			return
+		}
+	}
+	d.startPeer(p, r)
+}
+
+// attach records p as the connection to its host. If there already is one
+// (both daemons dialled at once), the connection dialled by the smaller
+// host ID wins; unacknowledged messages are resent on the winner.
+func (d *Daemon) attach(p *peer) bool {
+	n := d.nw
+	n.mu.Lock()
+	old := n.peers[p.info.ID]
+	keep := old == nil
+	if old != nil {
+		dialer := func(q *peer) task.HostID {
+			if q.dialr {
+				return d.cfg.HostID
+			}
+			return q.info.ID
+		}
+		keep = dialer(p) < dialer(old)
+	}
+	if keep {
+		n.peers[p.info.ID] = p
+	}
+	n.mu.Unlock()
+	if !keep {
+		p.close(errors.New("duplicate connection"))
+		return false
+	}
+	if old != nil {
+		old.close(errors.New("replaced by a newer connection"))
+	}
+	d.resendTo(p.info.ID, p)
+	return true
+}
+
+// peerFor returns the connection to host h, dialling it if need be.
+func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
+	n := d.nw
+	for {
+		n.mu.Lock()
+		if p := n.peers[h]; p != nil {
+			n.mu.Unlock()
+			return p, nil
+		}
+		hi := n.hosts[h]
+		if hi == nil {
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%v: %w", h, task.ErrNoSuchHost)
+		}
+		if wait, busy := n.dialing[h]; busy {
+			n.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		n.dialing[h] = done
+		addr := hi.Addr
+		n.mu.Unlock()
+		p, err := d.dial(ctx, h, addr)
+		n.mu.Lock()
+		delete(n.dialing, h)
+		close(done)
+		n.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("%v at %s: %w: %v", h, addr, ErrNotConnected, err)
+		}
+		if p != nil {
+			return p, nil
+		}
+	}
+}
+
+func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := d.nw.tr.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	st, err := conn.OpenStream(ctx)
+	if err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self}); err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	r := routing.NewReader(st, d.cfg.MaxFrame)
+	hh, err := readHello(ctx, r)
+	if err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	if hh.Err != "" || hh.Host != h {
+		conn.Close("refused")
+		return nil, fmt.Errorf("%w: %s (host %v)", ErrRefused, hh.Err, hh.Host)
+	}
+	p := newPeer(d, conn, st, true)
+	p.info = hh.Info
+	if !d.attach(p) {
+		return nil, nil // the other side's connection won: use it
+	}
+	d.startPeer(p, r)
+	return p, nil
+}
+
+// peerGone cleans up after a connection ends.
+func (d *Daemon) peerGone(p *peer) {
+	p.close(nil)
+	n := d.nw
+	n.mu.Lock()
+	delete(n.clients, p)
+	wasCurrent := p.role == pki.RoleDaemon && n.peers[p.info.ID] == p
+	if wasCurrent {
+		delete(n.peers, p.info.ID)
+	}
+	isMaster := n.master == p
+	n.mu.Unlock()
+	if isMaster && d.ctx.Err() == nil {
+		d.masterLost(fmt.Errorf("connection closed: %v", p.err))
+		return
+	}
+	if wasCurrent && d.cfg.Master && d.ctx.Err() == nil && p.err == nil {
+		// A daemon that closes its connection to the master has left.
+		d.removeHost(p.info.ID, "left the virtual machine")
+	}
+}
+
+// masterLost stops a host daemon whose master is gone.
+func (d *Daemon) masterLost(cause error) {
+	d.nw.lostOnce.Do(func() {
+		d.log.Error("lost the master daemon; stopping", "cause", cause)
+		d.lostErr = fmt.Errorf("%w: %v", ErrMasterLost, cause)
+		close(d.nw.lost)
+		go d.stop(d.lostErr)
+	})
+}
+
+// dispatch handles one frame from p.
+func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
+	if p.role == pki.RoleClient && f.Kind != routing.KindCall && f.Kind != routing.KindPing {
+		return fmt.Errorf("a client may not send %v frames", f.Kind)
+	}
+	switch f.Kind {
+	case routing.KindMsgs:
+		return d.receiveMsgs(p, f.Body)
+	case routing.KindAcks:
+		return d.receiveAcks(f.Body)
+	case routing.KindRefuse:
+		return d.receiveRefusals(p, f.Body)
+	case routing.KindCall:
+		var c call
+		if err := decodeMsg(f.Body, &c); err != nil {
+			return err
+		}
+		d.goFunc(func() { d.serveCall(p, &c) })
+	case routing.KindReply:
+		var r reply
+		if err := decodeMsg(f.Body, &r); err != nil {
+			return err
+		}
+		d.nw.mu.Lock()
+		ch := d.nw.calls[r.ID]
+		delete(d.nw.calls, r.ID)
+		d.nw.mu.Unlock()
+		if ch != nil {
+			ch <- &r
+		}
+	case routing.KindEvent:
+		var e event
+		if err := decodeMsg(f.Body, &e); err != nil {
+			return err
+		}
+		return d.handleEvent(p, &e)
+	case routing.KindPing:
+		p.frame(routing.KindPong, f.Body)
+	case routing.KindPong:
+	case routing.KindHello:
+		return fmt.Errorf("hello after the handshake: %w", routing.ErrMalformed)
+	default:
+		return fmt.Errorf("%v: %w", f.Kind, routing.ErrUnknownKind)
+	}
+	return nil
+}
+
+// callPeer sends a control request to p and waits for its reply, decoding
+// the reply's body into out (if not nil).
+func (d *Daemon) callPeer(ctx context.Context, p *peer, method string, args, out any) error {
+	body, err := encodeMsg(args)
+	if err != nil {
+		return err
+	}
+	n := d.nw
+	ch := make(chan *reply, 1)
+	n.mu.Lock()
+	n.nextCall++
+	id := n.nextCall
+	n.calls[id] = ch
+	n.mu.Unlock()
+	b, err := encodeMsg(&call{ID: id, Method: method, Body: body})
+	if err != nil {
+		return err
+	}
+	p.frame(routing.KindCall, b)
+	forget := func() {
+		n.mu.Lock()
+		delete(n.calls, id)
+		n.mu.Unlock()
+	}
+	select {
+	case r := <-ch:
+		if err := replyError(r); err != nil {
+			return err
+		}
+		if out != nil && len(r.Body) > 0 {
+			return decodeMsg(r.Body, out)
+		}
+		return nil
+	case <-p.closed:
+		forget()
+		return fmt.Errorf("%s to %s: connection lost: %w", method, p.name(), ErrNotConnected)
+	case <-ctx.Done():
+		forget()
+		return ctx.Err()
+	}
+}
+
+// callHost sends a control request to host h (this daemon itself included).
+func (d *Daemon) callHost(ctx context.Context, h task.HostID, method string, args, out any) error {
+	if h == d.cfg.HostID {
+		body, err := encodeMsg(args)
+		if err != nil {
+			return err
+		}
+		res, err := d.handle(ctx, nil, method, body)
+		if err != nil {
+			return err
+		}
+		if out != nil && res != nil {
+			// Round-trip through msgpack so local and remote calls behave
+			// alike.
+			b, err := encodeMsg(res)
+			if err != nil {
+				return err
+			}
+			return decodeMsg(b, out)
+		}
+		return nil
+	}
+	if d.nw == nil {
+		return fmt.Errorf("%v: %w", h, task.ErrNoSuchHost)
+	}
+	p, err := d.peerFor(ctx, h)
+	if err != nil {
+		return err
+	}
+	return d.callPeer(ctx, p, method, args, out)
+}
+
+// callMaster sends a control request to the master daemon.
+func (d *Daemon) callMaster(ctx context.Context, method string, args, out any) error {
+	return d.callHost(ctx, MasterID, method, args, out)
+}
+
+// serveCall runs a control request and sends the reply.
+func (d *Daemon) serveCall(p *peer, c *call) {
+	res, err := d.handle(d.ctx, p, c.Method, c.Body)
+	r := reply{ID: c.ID}
+	if err != nil {
+		r.Err, r.Code = err.Error(), codeOf(err)
+	} else if res != nil {
+		b, err := encodeMsg(res)
+		if err != nil {
+			r.Err = err.Error()
+		} else {
+			r.Body = msgpack.RawMessage(b)
+		}
+	}
+	b, err := encodeMsg(&r)
+	if err != nil {
+		d.log.Error("encode reply", "error", err)
+		return
+	}
+	p.frame(routing.KindReply, b)
+}
+
+// sendEvent sends e to host h (not to this daemon).
+func (d *Daemon) sendEvent(ctx context.Context, h task.HostID, e *event) error {
+	p, err := d.peerFor(ctx, h)
+	if err != nil {
+		return err
+	}
+	b, err := encodeMsg(e)
+	if err != nil {
+		return err
+	}
+	p.frame(routing.KindEvent, b)
+	return nil
+}
+
+// broadcast sends e to every connected daemon but except.
+func (d *Daemon) broadcast(e *event, except task.HostID) {
+	b, err := encodeMsg(e)
+	if err != nil {
+		d.log.Error("encode event", "error", err)
+		return
+	}
+	n := d.nw
+	n.mu.Lock()
+	var ps []*peer
+	for id, p := range n.peers {
+		if id != except {
+			ps = append(ps, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range ps {
+		p.frame(routing.KindEvent, b)
+	}
+}
+
+// Hosts lists the hosts this daemon knows, by ID.
+func (d *Daemon) Hosts() []HostInfo {
+	if d.nw == nil {
+		return []HostInfo{d.selfInfo()}
+	}
+	n := d.nw
+	n.mu.Lock()
+	out := make([]HostInfo, 0, len(n.hosts))
+	for _, h := range n.hosts {
+		out = append(out, *h)
+	}
+	n.mu.Unlock()
+	for i := range out {
+		if out[i].ID == d.cfg.HostID {
+			out[i] = d.selfInfo()
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// hostByName resolves a host name, or "h<ID>", to its ID.
+func (d *Daemon) hostByName(name string) (task.HostID, error) {
+	for _, h := range d.Hosts() {
+		if h.Name == name || h.ID.String() == name {
+			return h.ID, nil
+		}
+	}
+	return 0, fmt.Errorf("host %q: %w", name, task.ErrNoSuchHost)
+}
+
+// heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
+// master) every Heartbeat, and reports load.
+func (d *Daemon) heartbeatLoop() {
+	t := time.NewTicker(d.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if d.cfg.Master {
+			d.checkHosts(now)
+			continue
+		}
+		n := d.nw
+		n.mu.Lock()
+		m := n.master
+		n.mu.Unlock()
+		if m == nil {
+			continue
+		}
+		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {
+			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
+			return
+		}
+		info := d.selfInfo()
+		b, err := encodeMsg(&event{Kind: evLoad, Load: &info})
+		if err == nil {
+			m.frame(routing.KindEvent, b)
+		}
+		m.frame(routing.KindPing, nil)
+	}
+}
+
+// checkHosts deletes the hosts the master has not heard from for DeadAfter.
+func (d *Daemon) checkHosts(now time.Time) {
+	n := d.nw
+	n.mu.Lock()
+	var dead []task.HostID
+	for id := range n.hosts {
+		if id == MasterID {
+			continue
+		}
+		last := n.joined[id]
+		if p := n.peers[id]; p != nil {
+			if t := time.Unix(0, p.lastHeard.Load()); t.After(last) {
+				last = t
+			}
+		}
+		if now.Sub(last) > d.cfg.DeadAfter {
+			dead = append(dead, id)
+		}
+	}
+	n.mu.Unlock()
+	for _, id := range dead {
+		d.removeHost(id, fmt.Sprintf("no heartbeat for %v", d.cfg.DeadAfter))
+	}
+}

@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"dpvm/daemon/pki"
+	"dpvm/daemon/transport"
+	"dpvm/routing"
+)
+
+// maxBatch is the largest message batch frame the writer builds; larger
+// messages travel in a frame of their own.
+const maxBatch = 64 << 10
+
+// peer is a connection to another daemon or a client, with one long-lived
+// stream carrying frames both ways. Writes are buffered and flushed by the
+// peer's writer goroutine, so concurrent senders' small messages are batched
+// into few frames and stream writes.
+type peer struct {
+	d     *Daemon
+	info  HostInfo // for daemons; Name only for clients
+	role  pki.Role
+	conn  transport.Conn
+	st    transport.Stream
+	dialr bool // we dialled this connection
+
+	wmu     sync.Mutex
+	buf     []byte // frames waiting for the writer
+	spare   []byte
+	msgsOff int // offset of an open message batch frame in buf, or -1
+	kick    chan struct{}
+	closed  chan struct{}
+	once    sync.Once
+	err     error
+
+	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
+}
+
+func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
+	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role,
+		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+	p.lastHeard.Store(time.Now().UnixNano())
+	return p
+}
+
+// close ends the connection once, recording why.
+func (p *peer) close(err error) {
+	p.once.Do(func() {
+		p.err = err
+		close(p.closed)
+		reason := "closed"
+		if err != nil {
+			reason = err.Error()
+		}
+		_ = p.conn.Close(reason)
+	})
+}
+
+// frame queues a whole frame of kind k.
+func (p *peer) frame(k routing.Kind, body []byte) {
+	p.wmu.Lock()
+	p.buf = routing.AppendFrame(p.buf, k, body)
+	p.msgsOff = -1
+	p.wmu.Unlock()
+	p.signal()
+}
+
+// envelope queues a message, batching it into the open message frame when
+// there is room.
+func (p *peer) envelope(e *routing.Envelope) {
+	p.wmu.Lock()
+	if p.msgsOff < 0 || len(p.buf)-p.msgsOff+routing.EnvelopeSize(e) > maxBatch {
+		p.buf, p.msgsOff = routing.BeginFrame(p.buf, routing.KindMsgs)
+	}
+	p.buf = routing.AppendEnvelope(p.buf, e)
+	routing.EndFrame(p.buf, p.msgsOff)
+	if len(p.buf)-p.msgsOff >= maxBatch {
+		p.msgsOff = -1
+	}
+	p.wmu.Unlock()
+	p.signal()
+}
+
+func (p *peer) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop flushes queued frames to the stream until the connection ends.
+func (p *peer) writeLoop() {
+	for {
+		select {
+		case <-p.kick:
+		case <-p.closed:
+			return
+		}
+		p.wmu.Lock()
+		out := p.buf
+		p.buf, p.spare = p.spare[:0], nil
+		p.msgsOff = -1
+		p.wmu.Unlock()
+		if len(out) == 0 {
+			continue
+		}
+		if _, err := p.st.Write(out); err != nil {
+			p.close(fmt.Errorf("write to %s: %w", p.name(), err))
+			return
+		}
+		p.wmu.Lock()
+		if cap(out) <= 4<<20 {
+			p.spare = out[:0]
+		}
+		p.wmu.Unlock()
+	}
+}
+
+func (p *peer) name() string {
+	if p.info.Name != "" {
+		return p.info.Name
+	}
+	return p.conn.RemoteAddr()
+}
+
+// readLoop reads and dispatches frames until the connection ends. Any
+// malformed or forbidden frame closes the connection.
+func (p *peer) readLoop(r *routing.Reader) {
+	defer p.d.peerGone(p)
+	for {
+		f, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			select {
+			case <-p.closed:
+				return
+			default:
+			}
+			if err != nil {
+				p.d.log.Info("connection ended", "peer", p.name(), "error", err)
+			}
+			p.close(err)
+			return
+		}
+		p.lastHeard.Store(time.Now().UnixNano())
+		if err := p.d.dispatch(p, f); err != nil {
+			p.d.log.Warn("closing connection", "peer", p.name(), "frame", f.Kind, "error", err)
+			p.close(err)
+			return
+		}
+	}
+}
+
+// readHello reads the first frame of a connection, which must be a hello.
+func readHello(ctx context.Context, r *routing.Reader) (*hello, error) {
+	type res struct {
+		h   *hello
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		f, err := r.Next()
+		if err != nil {
+			ch <- res{nil, fmt.Errorf("handshake: %w", err)}
+			return
+		}
+		if f.Kind != routing.KindHello {
+			ch <- res{nil, fmt.Errorf("handshake: got a %v frame, want hello: %w", f.Kind, routing.ErrMalformed)}
+			return
+		}
+		var h hello
+		if err := decodeMsg(f.Body, &h); err != nil {
+			ch <- res{nil, fmt.Errorf("handshake: %w", err)}
+			return
+		}
+		ch <- res{&h, nil}
+	}()
+	select {
+	case x := <-ch:
+		return x.h, x.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("handshake: %w", ctx.Err())
+	}
+}
+
+// writeHello sends a hello frame directly (before the writer runs).
+func writeHello(st transport.Stream, h *hello) error {
+	h.Version = protocolVersion
+	b, err := encodeMsg(h)
+	if err != nil {
+		return err
+	}
+	if _, err := st.Write(routing.AppendFrame(nil, routing.KindHello, b)); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	return nil
+}

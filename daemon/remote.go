@@ -1,0 +1,274 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// send routes one message from a task to a task: into a local mailbox, or
+// to the daemon the routing table names. Every message gets the next
+// sequence number of its pair, so numbering survives moves. A message to a
+// remote task is kept until its daemon acknowledges it; when more than
+// Window bytes are unacknowledged for one receiver, send waits (a slow
+// receiver slows its senders) until ctx is done.
+func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload) error {
+	if to == 0 || to == task.AnyTask {
+		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+	}
+	if err := d.waitWindow(ctx, to); err != nil {
+		return err
+	}
+	d.rmu.Lock()
+	r := d.routes.Lookup(to)
+	if r.Host == d.cfg.HostID && !r.InTransit {
+		d.mu.Lock()
+		h := d.tasks[to]
+		d.mu.Unlock()
+		if h == nil {
+			d.rmu.Unlock()
+			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+		}
+		e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
+		ok := true
+		d.inbox.Accept(e, func(x routing.Envelope) {
+			ok = ok && h.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+		})
+		d.rmu.Unlock()
+		if !ok {
+			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+		}
+		return nil
+	}
+	if d.nw == nil {
+		d.rmu.Unlock()
+		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+	}
+	if !d.hostKnown(r.Host) {
+		d.rmu.Unlock()
+		return fmt.Errorf("%v on %v: %w", to, r.Host, task.ErrNoSuchTask)
+	}
+	if len(p.Data) > d.cfg.MaxFrame-64 {
+		d.rmu.Unlock()
+		return fmt.Errorf("message of %d bytes to %v: larger than the %d-byte frame limit", len(p.Data), to, d.cfg.MaxFrame)
+	}
+	e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
+	transmit := d.outbox.Push(e, r, time.Now())
+	d.rmu.Unlock()
+	if !transmit {
+		return nil
+	}
+	peer, err := d.peerFor(ctx, r.Host)
+	if err != nil {
+		// Kept in the outbox: resent when the host is reachable, dropped
+		// if it is deleted.
+		d.log.Warn("message held", "to", to, "host", r.Host, "error", err)
+		return nil
+	}
+	peer.envelope(&e)
+	return nil
+}
+
+func (d *Daemon) hostKnown(h task.HostID) bool {
+	if d.nw == nil {
+		return h == d.cfg.HostID
+	}
+	d.nw.mu.Lock()
+	defer d.nw.mu.Unlock()
+	return d.nw.hosts[h] != nil
+}
+
+// waitWindow blocks while too much is unacknowledged for to.
+func (d *Daemon) waitWindow(ctx context.Context, to task.TID) error {
+	for {
+		d.rmu.Lock()
+		full := d.outbox.Pending(to) >= d.cfg.Window
+		ch := d.acked
+		d.rmu.Unlock()
+		if !full {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.ctx.Done():
+			return task.ErrHalted
+		}
+	}
+}
+
+// receiveMsgs takes a batch of messages from another daemon into the
+// mailboxes of the tasks hosted here, acknowledging what was accepted and
+// refusing messages for tasks that are not here.
+func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
+	var acks, refusals []byte
+	last := map[routing.Pair]uint64{}
+	d.rmu.Lock()
+	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+		d.mu.Lock()
+		h := d.tasks[e.To]
+		_, gone := d.gone[e.To]
+		d.mu.Unlock()
+		if h == nil {
+			if e.Seq == 0 {
+				return nil // a notice for a task that is gone
+			}
+			r := d.routes.Lookup(e.To)
+			if gone || (r.Host == d.cfg.HostID && !r.InTransit) {
+				r = routing.Route{} // it has exited: the sender drops its messages
+			}
+			refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: r})
+			return nil
+		}
+		if e.Seq == 0 {
+			h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
+			return nil
+		}
+		a := d.inbox.Accept(e, func(x routing.Envelope) {
+			h.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+		})
+		last[routing.Pair{From: a.From, To: a.To}] = a.Seq
+		return nil
+	})
+	d.rmu.Unlock()
+	if err != nil {
+		return err
+	}
+	for pr, seq := range last {
+		acks = routing.AppendAck(acks, routing.Ack{From: pr.From, To: pr.To, Seq: seq})
+	}
+	if len(acks) > 0 {
+		p.frame(routing.KindAcks, acks)
+	}
+	if len(refusals) > 0 {
+		p.frame(routing.KindRefuse, refusals)
+	}
+	return nil
+}
+
+func (d *Daemon) receiveAcks(body []byte) error {
+	d.rmu.Lock()
+	freed := 0
+	err := routing.DecodeAcks(body, func(a routing.Ack) { freed += d.outbox.Ack(a) })
+	if freed > 0 {
+		close(d.acked)
+		d.acked = make(chan struct{})
+	}
+	d.rmu.Unlock()
+	return err
+}
+
+func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
+	type resend struct {
+		host task.HostID
+		envs []routing.Envelope
+	}
+	var todo []resend
+	now := time.Now()
+	d.rmu.Lock()
+	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
+		d.routes.Update(rf.To, rf.Route)
+		if h, envs := d.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
+			todo = append(todo, resend{h, envs})
+		}
+	})
+	d.rmu.Unlock()
+	for _, r := range todo {
+		d.transmit(r.host, r.envs)
+	}
+	return err
+}
+
+// transmit sends envelopes (resends) to host h.
+func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
+	if h == d.cfg.HostID {
+		// The receiver is here now: accept them locally.
+		d.rmu.Lock()
+		for _, e := range envs {
+			d.mu.Lock()
+			t := d.tasks[e.To]
+			d.mu.Unlock()
+			if t == nil {
+				continue
+			}
+			a := d.inbox.Accept(e, func(x routing.Envelope) {
+				t.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+			})
+			d.outbox.Ack(a)
+		}
+		d.rmu.Unlock()
+		return
+	}
+	p, err := d.peerFor(d.ctx, h)
+	if err != nil {
+		d.log.Warn("resend", "host", h, "error", err)
+		return
+	}
+	for i := range envs {
+		p.envelope(&envs[i])
+	}
+}
+
+// resendTo resends, on a new connection to host h, everything
+// unacknowledged that is routed there.
+func (d *Daemon) resendTo(h task.HostID, p *peer) {
+	d.rmu.Lock()
+	envs := d.outbox.ForHost(h, time.Now())
+	d.rmu.Unlock()
+	for i := range envs {
+		p.envelope(&envs[i])
+	}
+}
+
+// applyRoutes installs routes learnt from the master and resends what was
+// held for the tasks they concern.
+func (d *Daemon) applyRoutes(entries []routing.Entry) {
+	type resend struct {
+		host task.HostID
+		envs []routing.Envelope
+	}
+	var todo []resend
+	now := time.Now()
+	d.rmu.Lock()
+	for _, e := range entries {
+		if d.routes.Update(e.TID, e.Route) {
+			if h, envs := d.outbox.Reroute(e.TID, e.Route, now); len(envs) > 0 {
+				todo = append(todo, resend{h, envs})
+			}
+		}
+	}
+	d.rmu.Unlock()
+	for _, r := range todo {
+		d.transmit(r.host, r.envs)
+	}
+}
+
+// sendSystem delivers an unsequenced system message (a notification) to
+// to, wherever it lives.
+func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
+	d.rmu.Lock()
+	r := d.routes.Lookup(to)
+	d.rmu.Unlock()
+	if r.Host == d.cfg.HostID {
+		d.mu.Lock()
+		h := d.tasks[to]
+		d.mu.Unlock()
+		if h == nil || !h.mb.put(envelope{from: from, tag: tag, body: p}) {
+			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+		}
+		return nil
+	}
+	if d.nw == nil {
+		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+	}
+	peer, err := d.peerFor(d.ctx, r.Host)
+	if err != nil {
+		return err
+	}
+	peer.envelope(&routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
+	return nil
+}

@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// protocolVersion is checked in the handshake: daemons of different
+// versions do not form one virtual machine.
+const protocolVersion = 1
+
+// hello opens every connection, in both directions.
+type hello struct {
+	Version int         `msgpack:"v"`
+	Host    task.HostID `msgpack:"h"` // the sender's host ID (0: not yet assigned, or a client)
+	Name    string      `msgpack:"n"`
+	Addr    string      `msgpack:"a,omitempty"` // where the sender listens
+	Join    bool        `msgpack:"j,omitempty"` // a new daemon asking the master for a host ID
+	Info    HostInfo    `msgpack:"i"`
+	// Set by the master in its answer to a join.
+	Assigned task.HostID `msgpack:"as,omitempty"`
+	Hosts    []HostInfo  `msgpack:"hs,omitempty"`
+	Routes   []routing.Entry `msgpack:"rt,omitempty"`
+	Err      string      `msgpack:"e,omitempty"`
+}
+
+// HostInfo describes a host of the virtual machine.
+type HostInfo struct {
+	ID     task.HostID `msgpack:"id" json:"id"`
+	Name   string      `msgpack:"n" json:"name"`
+	Addr   string      `msgpack:"a" json:"addr"`
+	Cores  int         `msgpack:"c" json:"cores"`
+	Speed  float64     `msgpack:"s" json:"speed"`
+	MemMiB int64       `msgpack:"m" json:"mem_mib"`
+	// Reported in heartbeats.
+	Load  float64 `msgpack:"l" json:"load"`
+	Tasks int     `msgpack:"t" json:"tasks"`
+	// Master marks the master daemon.
+	Master bool `msgpack:"M" json:"master"`
+}
+
+// call is a control request; the answer is a reply with the same ID.
+type call struct {
+	ID     uint64             `msgpack:"i"`
+	Method string             `msgpack:"m"`
+	Body   msgpack.RawMessage `msgpack:"b"`
+}
+
+type reply struct {
+	ID   uint64             `msgpack:"i"`
+	Err  string             `msgpack:"e,omitempty"`
+	Code string             `msgpack:"c,omitempty"` // names a sentinel error
+	Body msgpack.RawMessage `msgpack:"b,omitempty"`
+}
+
+// event is a one-way notice: broadcasts from the master, reports to it.
+type event struct {
+	Kind   string          `msgpack:"k"`
+	Host   *HostInfo       `msgpack:"h,omitempty"` // host-add, host-delete
+	Routes []routing.Entry `msgpack:"r,omitempty"` // route
+	TID    task.TID        `msgpack:"t,omitempty"` // exited
+	Output []byte          `msgpack:"o,omitempty"` // output
+	Reason string          `msgpack:"why,omitempty"`
+	Load   *HostInfo       `msgpack:"l,omitempty"` // load report
+}
+
+// Event kinds.
+const (
+	evHostAdd = "host-add"
+	evHostDel = "host-delete"
+	evRoute   = "route"
+	evExited  = "exited" // a daemon tells the master a task has ended
+	evOutput  = "output" // task output forwarded to the master's console
+	evHalt    = "halt"   // the master tells a daemon to stop
+	evLoad    = "load"   // a daemon's periodic report to the master
+)
+
+// Error codes carry sentinel errors across the wire, so errors.Is works on
+// the caller's side. Append only.
+var errorCodes = map[string]error{
+	"no-such-task":  task.ErrNoSuchTask,
+	"no-such-host":  task.ErrNoSuchHost,
+	"no-such-group": task.ErrNoSuchGroup,
+	"not-in-group":  task.ErrNotInGroup,
+	"unknown-type":  task.ErrUnknownType,
+	"killed":        task.ErrKilled,
+	"halted":        task.ErrHalted,
+	"unsupported":   ErrUnsupported,
+}
+
+// codeOf returns the code of the sentinel err wraps, if any.
+func codeOf(err error) string {
+	for code, s := range errorCodes {
+		if errors.Is(err, s) {
+			return code
+		}
+	}
+	return ""
+}
+
+// remoteError is an error received in a reply.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+func replyError(r *reply) error {
+	if r.Err == "" {
+		return nil
+	}
+	return &remoteError{msg: r.Err, sentinel: errorCodes[r.Code]}
+}
+
+func encodeMsg(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return b, nil
+}
+
+func decodeMsg(b []byte, v any) error {
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %T: %w: %v", v, routing.ErrMalformed, err)
+	}
+	return nil
+}
+
+// Control request bodies.
+type (
+	spawnArgs struct {
+		Parent task.TID          `msgpack:"p"`
+		Req    task.SpawnRequest `msgpack:"r"`
+	}
+	tidsReply struct {
+		TIDs []task.TID `msgpack:"t"`
+	}
+	tidArgs struct {
+		TID task.TID `msgpack:"t"`
+	}
+	groupArgs struct {
+		Group string   `msgpack:"g"`
+		TID   task.TID `msgpack:"t"`
+		Count int      `msgpack:"c,omitempty"`
+	}
+	intReply struct {
+		N int `msgpack:"n"`
+	}
+	notifyArgs struct {
+		Kind    task.NotifyKind `msgpack:"k"`
+		Watcher task.TID        `msgpack:"w"`
+		Tag     int             `msgpack:"g"`
+		TIDs    []task.TID      `msgpack:"t"`
+	}
+	psArgs struct {
+		All    bool `msgpack:"a"`
+		Gather bool `msgpack:"g"` // at the master: every host's tasks
+	}
+	psReply struct {
+		Tasks []TaskInfo `msgpack:"t"`
+	}
+	confReply struct {
+		Hosts []HostInfo `msgpack:"h"`
+	}
+	hostArgs struct {
+		Host string `msgpack:"h"`
+	}
+)
+
+// Control methods.
+const (
+	mSpawn     = "spawn"      // at the master: place and start tasks
+	mStart     = "start"      // at a daemon: start tasks here
+	mKill      = "kill"       // anywhere: kill a task (forwarded to its host)
+	mJoin      = "group.join" // at the master: the group server
+	mLeave     = "group.leave"
+	mMembers   = "group.members"
+	mBarrier   = "group.barrier"
+	mLeaveAll  = "group.leaveall"
+	mNotify    = "notify"       // at the master: register a notification
+	mWatch     = "notify.watch" // at a daemon: watch a local task's exit
+	mPS        = "ps"           // anywhere: tasks (the master gathers all hosts')
+	mConf      = "conf"         // at the master: the hosts
+	mDelete    = "delete"       // at the master: remove a host
+	mHalt      = "halt"         // at the master: stop the virtual machine
+	mSendCheck = "ping"         // anywhere: a no-op round trip
+)

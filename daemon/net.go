@@ -66,7 +66,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, dialing: map[task.HostID]chan struct{}{},
 		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{}, calls: map[uint64]chan *reply{},
 		joined: map[task.HostID]time.Time{},
-		lost: make(chan struct{})}
+		lost:   make(chan struct{})}
 	d.nw = n
 	d.self.Addr = tr.Addr()
 	if c.Master {

@@ -23,10 +23,10 @@ type hello struct {
 	Join    bool        `msgpack:"j,omitempty"` // a new daemon asking the master for a host ID
 	Info    HostInfo    `msgpack:"i"`
 	// Set by the master in its answer to a join.
-	Assigned task.HostID `msgpack:"as,omitempty"`
-	Hosts    []HostInfo  `msgpack:"hs,omitempty"`
+	Assigned task.HostID     `msgpack:"as,omitempty"`
+	Hosts    []HostInfo      `msgpack:"hs,omitempty"`
 	Routes   []routing.Entry `msgpack:"rt,omitempty"`
-	Err      string      `msgpack:"e,omitempty"`
+	Err      string          `msgpack:"e,omitempty"`
 }
 
 // HostInfo describes a host of the virtual machine.

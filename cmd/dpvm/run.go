@@ -40,6 +40,9 @@ func runCommand() *cli.Command {
 			if c.NArg() == 0 {
 				return cli.Exit("run: no program named; known programs: "+programNames(), 2)
 			}
+			if c.Int("hosts") < 1 {
+				return cli.Exit(fmt.Sprintf("run: --hosts %d: need at least one", c.Int("hosts")), 2)
+			}
 			name := c.Args().First()
 			prog, ok := task.LookupProgram(name)
 			if !ok {

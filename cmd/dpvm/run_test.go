@@ -74,11 +74,17 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-// TestRunUnsupportedHosts checks that a run the runtime cannot start
-// fails with a clear message and a non-zero status.
-func TestRunUnsupportedHosts(t *testing.T) {
-	code, _, errOut := dpvm(t, "run", "--hosts", "2", "hello")
-	if code == 0 || !strings.Contains(errOut, "not supported") {
-		t.Errorf("status %d, stderr %q", code, errOut)
+// TestRunHosts runs a program on an embedded virtual machine of three
+// daemons talking QUIC over loopback, and refuses a machine of no hosts.
+func TestRunHosts(t *testing.T) {
+	code, out, errOut := dpvm(t, "run", "--hosts", "3", "hello", "-n", "3")
+	for _, want := range []string{"hello from t1:2 on h1", "hello from t2:1 on h2", "hello from t3:1 on h3"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status %d, missing %q\nstdout:\n%s\nstderr:\n%s", code, want, out, errOut)
+		}
+	}
+	code, _, errOut = dpvm(t, "run", "--hosts", "0", "hello")
+	if code == 0 || !strings.Contains(errOut, "need at least one") {
+		t.Errorf("--hosts 0: status %d, stderr %q", code, errOut)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -76,9 +75,6 @@ func npbAction(c *cli.Context, kernel string) error {
 	rep, err := npb.Run(ctx, kernel, class, np, opts)
 	if prog != nil {
 		prog.clear()
-	}
-	if errors.Is(err, daemon.ErrUnsupported) {
-		return cli.Exit(fmt.Sprintf("npb %s: %v (only --hosts 1 is supported by the embedded virtual machine for now)", kernel, err), 2)
 	}
 	if err != nil {
 		return exitFor("npb "+kernel, err)

@@ -51,12 +51,12 @@ func cplx(f []float64) []complex128 {
 // ftBlock is how many lines are transformed together.
 const ftBlock = 16
 
-// rootsFor returns ω_n^k = exp(-2πi k/n) for k < n/2.
+// rootsFor returns ω_n^k = exp(-2πi k/n) for k < n.
 func (w *FTWorker) rootsFor(n int) []complex128 {
 	if r, ok := w.roots[n]; ok {
 		return r
 	}
-	r := make([]complex128, max(n/2, 1))
+	r := make([]complex128, n)
 	for k := range r {
 		s, c := math.Sincos(-2 * math.Pi * float64(k) / float64(n))
 		r[k] = complex(c, s)
@@ -101,29 +101,71 @@ func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, in
 }
 
 // stockham transforms b interleaved sequences of length n (element t of
-// sequence l at x[t*b+l]) with the radix-2 Stockham autosort algorithm,
-// using y as scratch, and returns the buffer holding the result.
+// sequence l at x[t*b+l]) with the Stockham autosort algorithm (radix 4,
+// and one radix-2 pass when log2 n is odd), using y as scratch, and returns
+// the buffer holding the result. roots holds ω_n^k for k < n; inverse
+// uses their conjugates.
 func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []complex128 {
-	for m, s := n/2, 1; m >= 1; m, s = m/2, s*2 {
-		run := s * b
-		for p := range m {
-			wp := roots[p*s]
+	m, s := n, 1
+	if ilog2(n)%2 == 1 {
+		half := n / 2
+		run := b
+		for p := range half {
+			wr, wi := real(roots[p]), imag(roots[p])
 			if inverse {
-				wp = complex(real(wp), -imag(wp))
+				wi = -wi
 			}
-			a := x[run*p : run*p+run]
-			c := x[run*(p+m) : run*(p+m)+run]
-			c = c[:len(a)]
-			y0 := y[run*2*p : run*2*p+run]
-			y1 := y[run*(2*p+1) : run*(2*p+1)+run]
-			y0, y1 = y0[:len(a)], y1[:len(a)]
-			wr, wi := real(wp), imag(wp)
+			a := x[run*p:][:run]
+			c := x[run*(p+half):][:run]
+			y0 := y[run*2*p:][:run]
+			y1 := y[run*(2*p+1):][:run]
 			for q, av := range a {
 				cv := c[q]
 				y0[q] = av + cv
-				d := av - cv
-				dr, di := real(d), imag(d)
+				dr, di := real(av)-real(cv), imag(av)-imag(cv)
 				y1[q] = complex(dr*wr-di*wi, dr*wi+di*wr)
+			}
+		}
+		x, y = y, x
+		m, s = half, 2
+	}
+	sign := 1.0 // j·(b-d) with j = i forward, -i inverse
+	if inverse {
+		sign = -1
+	}
+	for ; m >= 4; m, s = m/4, s*4 {
+		q4 := m / 4
+		run := s * b
+		for p := range q4 {
+			w1, w2, w3 := roots[p*s], roots[2*p*s], roots[3*p*s]
+			w1r, w1i := real(w1), imag(w1)
+			w2r, w2i := real(w2), imag(w2)
+			w3r, w3i := real(w3), imag(w3)
+			if inverse {
+				w1i, w2i, w3i = -w1i, -w2i, -w3i
+			}
+			xa := x[run*p:][:run]
+			xb := x[run*(p+q4):][:run]
+			xc := x[run*(p+2*q4):][:run]
+			xd := x[run*(p+3*q4):][:run]
+			y0 := y[run*4*p:][:run]
+			y1 := y[run*(4*p+1):][:run]
+			y2 := y[run*(4*p+2):][:run]
+			y3 := y[run*(4*p+3):][:run]
+			for q, a := range xa {
+				bb, c, d := xb[q], xc[q], xd[q]
+				apcR, apcI := real(a)+real(c), imag(a)+imag(c)
+				amcR, amcI := real(a)-real(c), imag(a)-imag(c)
+				bpdR, bpdI := real(bb)+real(d), imag(bb)+imag(d)
+				// j·(b-d)
+				jR, jI := -sign*(imag(bb)-imag(d)), sign*(real(bb)-real(d))
+				y0[q] = complex(apcR+bpdR, apcI+bpdI)
+				t1R, t1I := amcR-jR, amcI-jI
+				y1[q] = complex(t1R*w1r-t1I*w1i, t1R*w1i+t1I*w1r)
+				t2R, t2I := apcR-bpdR, apcI-bpdI
+				y2[q] = complex(t2R*w2r-t2I*w2i, t2R*w2i+t2I*w2r)
+				t3R, t3I := amcR+jR, amcI+jI
+				y3[q] = complex(t3R*w3r-t3I*w3i, t3R*w3i+t3I*w3r)
 			}
 		}
 		x, y = y, x

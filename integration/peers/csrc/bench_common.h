@@ -1,0 +1,112 @@
+/*
+ * bench_common.h: timing, medians and JSON output shared by the PVM and
+ * Open MPI benchmark programs of the peer harness.
+ *
+ * Every figure is measured the way `dpvm bench pingpong` measures it:
+ *   - one-way latency: half the median round trip of many repetitions;
+ *   - bandwidth: message size divided by that one-way latency, in MB/s
+ *     (10^6 bytes per second);
+ *   - message rate: a one-way stream of 8-byte messages closed by an
+ *     acknowledgement from the receiver, in messages per second.
+ */
+#ifndef BENCH_COMMON_H
+#define BENCH_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Message sizes of the latency rows, in bytes. */
+static const int bench_sizes[] = {8, 1024, 65536, 1048576};
+#define BENCH_NSIZES ((int)(sizeof bench_sizes / sizeof bench_sizes[0]))
+
+/* Upper bounds on repetitions per size (the time cap may stop earlier). */
+static const int bench_reps[] = {4000, 4000, 600, 120};
+
+/* Small-message stream: at most this many messages, at most rate_secs. */
+#define BENCH_RATE_MAX 400000
+#define BENCH_RATE_SIZE 8
+
+/* Tags shared by the programs. */
+enum {
+	TAG_PING = 1,
+	TAG_PONG = 2,
+	TAG_DONE = 3,
+	TAG_RATE = 4,
+	TAG_RATE_END = 5,
+	TAG_RATE_ACK = 6,
+	TAG_HELLO = 7,
+	TAG_BYE = 8,
+	TAG_EXIT = 9,
+	TAG_CTL = 10,
+	TAG_BC = 11,
+	TAG_BC_ACK = 12,
+	TAG_RED = 13
+};
+
+/* now_us returns a monotonic clock reading in microseconds. */
+static inline double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* median sorts v[0..n) in place and returns its median (0 when n is 0). */
+static inline double median(double *v, int n)
+{
+	if (n <= 0)
+		return 0;
+	qsort(v, (size_t)n, sizeof v[0], cmp_double);
+	if (n % 2)
+		return v[n / 2];
+	return (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* fill writes a pattern naming round i into buf, so that a wrong or
+ * corrupted echo is noticed by check. */
+static inline void fill(unsigned char *buf, int n, int i)
+{
+	for (int j = 0; j < n; j++)
+		buf[j] = (unsigned char)(i + j);
+}
+
+static inline int check(const unsigned char *buf, int n, int i)
+{
+	for (int j = 0; j < n; j++)
+		if (buf[j] != (unsigned char)(i + j))
+			return 0;
+	return 1;
+}
+
+/* Results of the point-to-point part. */
+struct p2p_result {
+	double oneway_us[BENCH_NSIZES];
+	int reps[BENCH_NSIZES];
+	double rate;     /* messages per second */
+	long rate_msgs;  /* messages in the stream */
+};
+
+/* print_p2p_fields prints the fields of the dpvm pingpong JSON shape
+ * (without the braces), so that a peer line can be read by the same code. */
+static inline void print_p2p_fields(FILE *f, const char *system, const char *mode,
+			     const struct p2p_result *r)
+{
+	fprintf(f, "\"system\":\"%s\",\"mode\":\"%s\",\"results\":[", system, mode);
+	for (int k = 0; k < BENCH_NSIZES; k++) {
+		double ow = r->oneway_us[k];
+		fprintf(f, "%s{\"size\":%d,\"oneway_us\":%.3f,\"mbps\":%.1f,\"reps\":%d}",
+			k ? "," : "", bench_sizes[k], ow,
+			ow > 0 ? bench_sizes[k] / ow : 0.0, r->reps[k]);
+	}
+	fprintf(f, "],\"rate_msgs_per_s\":%.0f,\"rate_msgs\":%ld", r->rate, r->rate_msgs);
+}
+
+#endif

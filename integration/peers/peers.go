@@ -1,0 +1,421 @@
+package peers
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// ErrBadLine is returned (wrapped, with the line number) for a line that is
+// not a valid result.
+var ErrBadLine = errors.New("peers: bad result line")
+
+// Modes of a result line, as printed by `dpvm bench pingpong --json`.
+const (
+	ModeLocal  = "local"  // tasks on one host and one daemon (or shared memory)
+	ModeRemote = "remote" // tasks talking over a network transport
+)
+
+// SizeResult is one row of the latency table: a message size and its
+// one-way latency (half the median round trip), with the bandwidth it
+// implies (size / one-way latency, in 10^6 bytes per second).
+type SizeResult struct {
+	Size     int     `json:"size"`
+	OnewayUS float64 `json:"oneway_us"`
+	MBps     float64 `json:"mbps"`
+	Reps     int     `json:"reps,omitempty"`
+}
+
+// SpawnResult is the time from the spawn call until each of Tasks spawned
+// tasks has said hello, the median over Reps repetitions.
+type SpawnResult struct {
+	Tasks int     `json:"tasks"`
+	US    float64 `json:"us"`
+	Reps  int     `json:"reps,omitempty"`
+}
+
+// Line is one run of one configuration. Fields a run did not measure are
+// zero (no measured time or rate is ever zero).
+type Line struct {
+	Round        int           `json:"round,omitempty"`
+	System       string        `json:"system,omitempty"`
+	Mode         string        `json:"mode"`
+	Results      []SizeResult  `json:"results"`
+	RateMsgsPerS float64       `json:"rate_msgs_per_s,omitempty"`
+	Spawn        []SpawnResult `json:"spawn,omitempty"`
+	GroupSize    int           `json:"group_size,omitempty"`
+	BarrierUS    float64       `json:"barrier_us,omitempty"`
+	BcastUS      float64       `json:"bcast_us,omitempty"`
+	ReduceUS     float64       `json:"reduce_us,omitempty"`
+}
+
+// maxLine bounds one input line; a result line is well under 2 KiB.
+const maxLine = 1 << 20
+
+// ParseLines reads result lines, one JSON object a line. Blank lines and
+// lines starting with '#' are skipped. A line without a system is dpvm's
+// own and is named "dpvm-" followed by its mode.
+func ParseLines(r io.Reader) ([]Line, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	var lines []Line
+	for n := 1; sc.Scan(); n++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 || b[0] == '#' {
+			continue
+		}
+		l, err := ParseLine(b)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		lines = append(lines, l)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("peers: reading results: %w", err)
+	}
+	return lines, nil
+}
+
+// ParseLine decodes and checks one result line.
+func ParseLine(b []byte) (Line, error) {
+	var l Line
+	if err := json.Unmarshal(b, &l); err != nil {
+		return Line{}, fmt.Errorf("%w: %w", ErrBadLine, err)
+	}
+	if l.System == "" && l.Mode != "" {
+		l.System = "dpvm-" + l.Mode
+	}
+	if err := l.Validate(); err != nil {
+		return Line{}, err
+	}
+	return l, nil
+}
+
+// Validate reports the first thing wrong with l.
+func (l Line) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadLine, fmt.Sprintf(format, a...))
+	}
+	if l.Mode != ModeLocal && l.Mode != ModeRemote {
+		return bad("mode %q is neither %q nor %q", l.Mode, ModeLocal, ModeRemote)
+	}
+	if l.System == "" || strings.ContainsAny(l.System, " |\t\n") {
+		return bad("system %q is empty or has spaces or '|'", l.System)
+	}
+	if l.Round < 0 {
+		return bad("round %d is negative", l.Round)
+	}
+	seen := map[int]bool{}
+	for _, r := range l.Results {
+		if r.Size <= 0 {
+			return bad("size %d is not positive", r.Size)
+		}
+		if seen[r.Size] {
+			return bad("size %d appears twice", r.Size)
+		}
+		seen[r.Size] = true
+		if !finiteNonNeg(r.OnewayUS) || !finiteNonNeg(r.MBps) || r.Reps < 0 {
+			return bad("size %d: oneway_us %v, mbps %v, reps %d", r.Size, r.OnewayUS, r.MBps, r.Reps)
+		}
+	}
+	tasks := map[int]bool{}
+	for _, s := range l.Spawn {
+		if s.Tasks <= 0 || tasks[s.Tasks] || !finiteNonNeg(s.US) || s.Reps < 0 {
+			return bad("spawn of %d tasks: %v µs, %d reps (or repeated)", s.Tasks, s.US, s.Reps)
+		}
+		tasks[s.Tasks] = true
+	}
+	for name, v := range map[string]float64{
+		"rate_msgs_per_s": l.RateMsgsPerS, "barrier_us": l.BarrierUS,
+		"bcast_us": l.BcastUS, "reduce_us": l.ReduceUS,
+	} {
+		if !finiteNonNeg(v) {
+			return bad("%s is %v", name, v)
+		}
+	}
+	if l.GroupSize < 0 {
+		return bad("group_size %d is negative", l.GroupSize)
+	}
+	return nil
+}
+
+func finiteNonNeg(v float64) bool { return v >= 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// Metric is one row of the table: a figure every system may report.
+type Metric struct {
+	Key    string // stable name, e.g. "oneway_8"
+	Label  string // row label, with the unit
+	Higher bool   // larger is better (bandwidth, rate)
+	// Value returns the figure in the row's unit, or false when l has none.
+	Value func(l Line) (float64, bool)
+}
+
+func oneway(size int) func(Line) (float64, bool) {
+	return func(l Line) (float64, bool) {
+		for _, r := range l.Results {
+			if r.Size == size && r.OnewayUS > 0 {
+				return r.OnewayUS, true
+			}
+		}
+		return 0, false
+	}
+}
+
+func spawn(tasks int) func(Line) (float64, bool) {
+	return func(l Line) (float64, bool) {
+		for _, s := range l.Spawn {
+			if s.Tasks == tasks && s.US > 0 {
+				return s.US / 1e3, true
+			}
+		}
+		return 0, false
+	}
+}
+
+func positive(f func(Line) float64) func(Line) (float64, bool) {
+	return func(l Line) (float64, bool) {
+		v := f(l)
+		return v, v > 0
+	}
+}
+
+// Metrics are the table's rows, in order.
+var Metrics = []Metric{
+	{Key: "oneway_8", Label: "one-way 8 B (µs)", Value: oneway(8)},
+	{Key: "oneway_1k", Label: "one-way 1 KiB (µs)", Value: oneway(1024)},
+	{Key: "oneway_64k", Label: "one-way 64 KiB (µs)", Value: oneway(64 << 10)},
+	{Key: "oneway_1m", Label: "one-way 1 MiB (µs)", Value: oneway(1 << 20)},
+	{Key: "mbps_1m", Label: "bandwidth 1 MiB (MB/s)", Higher: true, Value: func(l Line) (float64, bool) {
+		v, ok := oneway(1 << 20)(l)
+		if !ok {
+			return 0, false
+		}
+		return float64(1<<20) / v, true
+	}},
+	{Key: "rate", Label: "8 B messages (k/s)", Higher: true, Value: positive(func(l Line) float64 { return l.RateMsgsPerS / 1e3 })},
+	{Key: "spawn_1", Label: "spawn 1 task (ms)", Value: spawn(1)},
+	{Key: "spawn_8", Label: "spawn 8 tasks (ms)", Value: spawn(8)},
+	{Key: "spawn_32", Label: "spawn 32 tasks (ms)", Value: spawn(32)},
+	{Key: "barrier", Label: "barrier, 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.BarrierUS })},
+	{Key: "bcast", Label: "bcast 8 B to 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.BcastUS })},
+	{Key: "reduce", Label: "reduce sum, 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.ReduceUS })},
+}
+
+// Stat is the summary of one figure over the rounds of one system.
+type Stat struct {
+	Median, Min, Max float64
+	N                int
+}
+
+// Summary is one system's figures over all its rounds.
+type Summary struct {
+	System string
+	Mode   string
+	Rounds int
+	Stats  map[string]Stat // by Metric.Key; absent when never measured
+}
+
+// systemOrder is the column order of the systems the harness knows.
+var systemOrder = []string{"dpvm-local", "pvm-daemon", "pvm-direct", "mpi-shm", "dpvm-remote", "mpi-tcp", "raw-tcp"}
+
+// Summarize groups lines by system and reduces every metric to its median
+// and range over the rounds. Systems come in the harness's column order, a
+// variant named after a known system ("pvm-direct-frag65536") right after
+// it, unknown ones last, ties in alphabetical order. A system whose
+// lines disagree on the mode is an error.
+func Summarize(lines []Line) ([]Summary, error) {
+	by := map[string][]Line{}
+	for _, l := range lines {
+		if prev, ok := by[l.System]; ok && prev[0].Mode != l.Mode {
+			return nil, fmt.Errorf("%w: system %s has modes %s and %s", ErrBadLine, l.System, prev[0].Mode, l.Mode)
+		}
+		by[l.System] = append(by[l.System], l)
+	}
+	names := make([]string, 0, len(by))
+	for name := range by {
+		names = append(names, name)
+	}
+	// A variant of a known system (pvm-direct-frag65536) sits beside it.
+	rank := func(s string) int {
+		for i, known := range systemOrder {
+			if s == known || strings.HasPrefix(s, known+"-") {
+				return i
+			}
+		}
+		return len(systemOrder)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		ri, rj := rank(names[i]), rank(names[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return names[i] < names[j]
+	})
+	out := make([]Summary, 0, len(names))
+	for _, name := range names {
+		ls := by[name]
+		s := Summary{System: name, Mode: ls[0].Mode, Rounds: len(ls), Stats: map[string]Stat{}}
+		for _, m := range Metrics {
+			var vs []float64
+			for _, l := range ls {
+				if v, ok := m.Value(l); ok {
+					vs = append(vs, v)
+				}
+			}
+			if len(vs) > 0 {
+				s.Stats[m.Key] = stat(vs)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func stat(vs []float64) Stat {
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	n := len(vs)
+	med := vs[n/2]
+	if n%2 == 0 {
+		med = (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return Stat{Median: med, Min: vs[0], Max: vs[n-1], N: n}
+}
+
+// Ratio is how many times better dpvm is than a peer on one metric: the
+// peer's median over dpvm's for times, dpvm's over the peer's for bandwidth
+// and rate. Above 1, dpvm is better.
+func Ratio(m Metric, dpvm, peer Stat) float64 {
+	if m.Higher {
+		return dpvm.Median / peer.Median
+	}
+	return peer.Median / dpvm.Median
+}
+
+// FormatValue prints v with three significant digits and no exponent.
+func FormatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+func cell(s Stat, ok bool) string {
+	if !ok {
+		return "–"
+	}
+	if s.N == 1 || s.Min == s.Max {
+		return FormatValue(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", FormatValue(s.Median), FormatValue(s.Min), FormatValue(s.Max))
+}
+
+// WriteTable prints the summaries as a Markdown table: one row per metric
+// that any system reports, one column per system, each cell the median over
+// the rounds with the range in parentheses. When dpvm's own systems are
+// present, a second table gives, for every peer, the ratio to dpvm in the
+// same mode (above 1: dpvm is better).
+func WriteTable(w io.Writer, sums []Summary) error {
+	if len(sums) == 0 {
+		return fmt.Errorf("peers: no results to tabulate")
+	}
+	var b strings.Builder
+	b.WriteString("| |")
+	for _, s := range sums {
+		fmt.Fprintf(&b, " %s |", s.System)
+	}
+	b.WriteString("\n|---|")
+	for range sums {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n| mode, rounds |")
+	for _, s := range sums {
+		fmt.Fprintf(&b, " %s, %d |", s.Mode, s.Rounds)
+	}
+	b.WriteString("\n")
+	for _, m := range Metrics {
+		if !anyHas(sums, m.Key) {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", m.Label)
+		for _, s := range sums {
+			st, ok := s.Stats[m.Key]
+			fmt.Fprintf(&b, " %s |", cell(st, ok))
+		}
+		b.WriteString("\n")
+	}
+	writeRatios(&b, sums)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func anyHas(sums []Summary, key string) bool {
+	for _, s := range sums {
+		if _, ok := s.Stats[key]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// writeRatios adds the dpvm-versus-peer table when dpvm's lines are there.
+func writeRatios(b *strings.Builder, sums []Summary) {
+	dpvm := map[string]Summary{}
+	var peers []Summary
+	for _, s := range sums {
+		if strings.HasPrefix(s.System, "dpvm-") {
+			dpvm[s.Mode] = s
+		} else {
+			peers = append(peers, s)
+		}
+	}
+	var cols []Summary
+	for _, p := range peers {
+		if _, ok := dpvm[p.Mode]; ok {
+			cols = append(cols, p)
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	b.WriteString("\ndpvm's advantage (peer ÷ dpvm for times, dpvm ÷ peer for bandwidth and rate; above 1, dpvm is better):\n\n| |")
+	for _, p := range cols {
+		fmt.Fprintf(b, " vs %s |", p.System)
+	}
+	b.WriteString("\n|---|")
+	for range cols {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, m := range Metrics {
+		row := make([]string, len(cols))
+		has := false
+		for i, p := range cols {
+			d, okd := dpvm[p.Mode].Stats[m.Key]
+			ps, okp := p.Stats[m.Key]
+			row[i] = "–"
+			if okd && okp && d.Median > 0 && ps.Median > 0 {
+				row[i] = FormatValue(Ratio(m, d, ps)) + "×"
+				has = true
+			}
+		}
+		if has {
+			name, _, _ := strings.Cut(m.Label, " (")
+			fmt.Fprintf(b, "| %s | %s |\n", name, strings.Join(row, " | "))
+		}
+	}
+}

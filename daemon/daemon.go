@@ -181,6 +181,8 @@ type Daemon struct {
 	acked  chan struct{} // closed and replaced whenever acknowledgements free window
 
 	placeMu  sync.Mutex // serialises the Placer
+	whyMu    sync.Mutex
+	why      error // the first reason given to stop
 	stopOnce sync.Once
 	done     chan struct{} // closed when the daemon has stopped
 	stopErr  error
@@ -304,12 +306,29 @@ func (d *Daemon) stop(why error) {
 	_ = d.shutdown(ctx, why)
 }
 
+// stopAsync records why the daemon stops (the first reason given wins) and
+// shuts it down in the background, so the caller — a connection's reader —
+// is not blocked by the shutdown it starts.
+func (d *Daemon) stopAsync(why error) {
+	d.whyMu.Lock()
+	if d.why == nil {
+		d.why = why
+	}
+	d.whyMu.Unlock()
+	go d.stop(why)
+}
+
 // shutdown kills every task, waits for their goroutines until ctx is done,
 // closes every connection and marks the daemon done with why, once.
 func (d *Daemon) shutdown(ctx context.Context, why error) error {
 	var err error
 	d.stopOnce.Do(func() {
-		d.stopErr = why
+		d.whyMu.Lock()
+		if d.why == nil {
+			d.why = why
+		}
+		d.stopErr = d.why
+		d.whyMu.Unlock()
 		err = d.halt(ctx)
 		if d.nw != nil {
 			d.nw.mu.Lock()
@@ -321,9 +340,15 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 				ps = append(ps, p)
 			}
 			d.nw.mu.Unlock()
+			var wg sync.WaitGroup
 			for _, p := range ps {
-				p.close(nil)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p.drain(2 * time.Second)
+				}()
 			}
+			wg.Wait()
 			_ = d.nw.tr.Close()
 			d.bg.Wait()
 		}

@@ -259,7 +259,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
 		if e.Host.ID == d.cfg.HostID {
-			go d.stop(fmt.Errorf("deleted from the virtual machine: %s", e.Reason))
+			d.stopAsync(fmt.Errorf("deleted from the virtual machine: %s", e.Reason))
 			return nil
 		}
 		d.removeHost(e.Host.ID, e.Reason)
@@ -272,7 +272,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !fromMaster {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
-		go d.stop(fmt.Errorf("%w by the master: %s", task.ErrHalted, e.Reason))
+		d.stopAsync(fmt.Errorf("%w by the master: %s", task.ErrHalted, e.Reason))
 	case evExited:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
@@ -492,8 +492,19 @@ func (d *Daemon) DeleteHost(ctx context.Context, name string) error {
 	if id == MasterID {
 		return errors.New("the master cannot be deleted; halt the virtual machine instead")
 	}
-	_ = d.sendEvent(ctx, id, &event{Kind: evHalt, Reason: "deleted by an operator"})
-	d.removeHost(id, "deleted by an operator")
+	const why = "deleted by an operator"
+	d.nw.mu.Lock()
+	hi := d.nw.hosts[id]
+	p := d.nw.peers[id]
+	d.nw.mu.Unlock()
+	if hi != nil && p != nil {
+		// Tell the host first; it stops and hangs up (or is cut off).
+		if b, err := encodeMsg(&event{Kind: evHostDel, Host: hi, Reason: why}); err == nil {
+			p.frame(routing.KindEvent, b)
+		}
+		p.drain(2 * time.Second)
+	}
+	d.removeHost(id, why)
 	return nil
 }
 

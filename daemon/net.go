@@ -380,7 +380,11 @@ func (d *Daemon) peerGone(p *peer) {
 	isMaster := n.master == p
 	n.mu.Unlock()
 	if isMaster && d.ctx.Err() == nil {
-		d.masterLost(fmt.Errorf("connection closed: %v", p.err))
+		cause := "the connection was closed"
+		if p.err != nil {
+			cause = p.err.Error()
+		}
+		d.masterLost(errors.New(cause))
 		return
 	}
 	if wasCurrent && d.cfg.Master && d.ctx.Err() == nil && p.err == nil {
@@ -391,11 +395,17 @@ func (d *Daemon) peerGone(p *peer) {
 
 // masterLost stops a host daemon whose master is gone.
 func (d *Daemon) masterLost(cause error) {
+	d.whyMu.Lock()
+	stopping := d.why != nil
+	d.whyMu.Unlock()
+	if stopping {
+		return // halted or deleted: the master hanging up is expected
+	}
 	d.nw.lostOnce.Do(func() {
 		d.log.Error("lost the master daemon; stopping", "cause", cause)
 		d.lostErr = fmt.Errorf("%w: %v", ErrMasterLost, cause)
 		close(d.nw.lost)
-		go d.stop(d.lostErr)
+		d.stopAsync(d.lostErr)
 	})
 }
 

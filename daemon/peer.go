@@ -34,8 +34,9 @@ type peer struct {
 	buf     []byte // frames waiting for the writer
 	spare   []byte
 	msgsOff int // offset of an open message batch frame in buf, or -1
-	kick    chan struct{}
-	closed  chan struct{}
+	kick     chan struct{}
+	draining bool // flush, then close the sending side
+	closed   chan struct{}
 	once    sync.Once
 	err     error
 
@@ -106,8 +107,14 @@ func (p *peer) writeLoop() {
 		out := p.buf
 		p.buf, p.spare = p.spare[:0], nil
 		p.msgsOff = -1
+		draining := p.draining
 		p.wmu.Unlock()
 		if len(out) == 0 {
+			if draining {
+				_ = p.st.Close() // FIN: the peer hangs up when it has read everything
+				<-p.closed
+				return
+			}
 			continue
 		}
 		if _, err := p.st.Write(out); err != nil {
@@ -119,7 +126,27 @@ func (p *peer) writeLoop() {
 			p.spare = out[:0]
 		}
 		p.wmu.Unlock()
+		if draining {
+			p.signal() // come back to finish
+		}
 	}
+}
+
+// drain flushes what is queued, closes the sending side, and waits until
+// the peer hangs up or timeout passes; then the connection is closed.
+// Frames queued before drain (a last reply, a halt event) reach the peer.
+func (p *peer) drain(timeout time.Duration) {
+	p.wmu.Lock()
+	p.draining = true
+	p.wmu.Unlock()
+	p.signal()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.closed:
+	case <-t.C:
+	}
+	p.close(nil)
 }
 
 func (p *peer) name() string {

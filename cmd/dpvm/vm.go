@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"dpvm/daemon"
+	"dpvm/daemon/pki"
+	"dpvm/task"
+)
+
+// Flags shared by the commands that talk to a running virtual machine.
+var (
+	masterAddrFlag = &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
+	clusterKeyFlag = &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
+	jsonFlag       = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
+)
+
+func keygenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "keygen",
+		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (mode 0600; never overwritten)"}},
+		Action: func(c *cli.Context) error {
+			k, err := pki.Generate(time.Now())
+			if err != nil {
+				return err
+			}
+			if err := k.WriteFile(c.String("out")); err != nil {
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), 1)
+			}
+			fmt.Fprintf(c.App.Writer, "wrote cluster key %s; give it to every daemon and client (--cluster-key or DPVM_CLUSTER_KEY)\n", c.String("out"))
+			return nil
+		},
+	}
+}
+
+func daemonCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "daemon",
+		Usage: "run a daemon: the master of a new virtual machine (--master) or a host joining one (--join)",
+		Description: "Start the master:  dpvm daemon --master --listen 0.0.0.0:7070 --cluster-key vm.key\n" +
+			"Join it:           dpvm daemon --join master.example:7070 --listen 0.0.0.0:7070 --name node2 --cluster-key vm.key\n" +
+			"The daemon runs until the virtual machine is halted ('dpvm halt'), it is deleted, it loses\n" +
+			"the master, or it gets SIGINT/SIGTERM. Tasks' output is printed by the master.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "master", Usage: "start a new virtual machine with this daemon as its master"},
+			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on"},
+			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
+			clusterKeyFlag,
+			&cli.Float64Flag{Name: "speed", Usage: "host speed factor (default 1)"},
+			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
+			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
+			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Bool("master") == (c.String("join") != "") {
+				return cli.Exit("daemon: give either --master or --join ADDR", 2)
+			}
+			key, err := pki.Load(c.String("cluster-key"))
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			d, err := daemon.Start(ctx, daemon.Config{
+				Name: c.String("name"), Listen: c.String("listen"), Master: c.Bool("master"), Join: c.String("join"),
+				Key: key, Speed: c.Float64("speed"), Cores: c.Int("cores"),
+				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
+				Output: masterOutput(c), Logger: loggerFrom(c),
+			})
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			role := "host"
+			if c.Bool("master") {
+				role = "master"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "dpvm daemon: %s %s (%v) listening on %s\n", role, d.Name(), d.HostID(), d.Addr())
+			select {
+			case <-d.Done():
+			case <-ctx.Done():
+				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = d.Halt(hctx)
+			}
+			if err := d.Err(); err != nil {
+				return cli.Exit("daemon: "+err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}
+
+// masterOutput is where a daemon prints tasks' output: the master prints
+// everyone's; a host forwards its tasks' output to the master.
+func masterOutput(c *cli.Context) io.Writer {
+	if c.Bool("master") {
+		return c.App.Writer
+	}
+	return nil
+}
+
+// connect dials the master named by --master with the key named by
+// --cluster-key.
+func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFunc, error) {
+	addr := c.String("master")
+	if addr == "" {
+		return nil, nil, nil, cli.Exit(c.Command.Name+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
+	}
+	key, err := pki.Load(c.String("cluster-key"))
+	if err != nil {
+		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 2)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	cl, err := daemon.Dial(ctx, addr, key)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 1)
+	}
+	return cl, ctx, cancel, nil
+}
+
+var timeoutFlag = &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+
+func vmFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{masterAddrFlag, clusterKeyFlag, timeoutFlag}, extra...)
+}
+
+// withClient runs f with a connection to the virtual machine, turning its
+// error into a one-line message.
+func withClient(f func(c *cli.Context, cl *daemon.Client, ctx context.Context) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		cl, ctx, cancel, err := connect(c)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		defer cl.Close()
+		if err := f(c, cl, ctx); err != nil {
+			var ec cli.ExitCoder
+			if errors.As(err, &ec) {
+				return err
+			}
+			return cli.Exit(c.Command.Name+": "+err.Error(), 1)
+		}
+		return nil
+	}
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func confCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "conf",
+		Usage: "list the hosts of a running virtual machine",
+		Flags: vmFlags(jsonFlag),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			hosts, err := cl.Hosts(ctx)
+			if err != nil {
+				return err
+			}
+			return printHosts(c.App.Writer, hosts, c.Bool("json"))
+		}),
+	}
+}
+
+func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
+	if asJSON {
+		if hosts == nil {
+			hosts = []daemon.HostInfo{}
+		}
+		return printJSON(w, hosts)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\t")
+	for _, h := range hosts {
+		name := h.Name
+		if h.Master {
+			name += " (master)"
+		}
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks)
+	}
+	return tw.Flush()
+}
+
+func psCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ps",
+		Usage: "list the tasks of a running virtual machine",
+		Flags: vmFlags(jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			ts, err := cl.Tasks(ctx, c.Bool("all"))
+			if err != nil {
+				return err
+			}
+			return printTasks(c.App.Writer, ts, c.Bool("json"))
+		}),
+	}
+}
+
+func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
+	if asJSON {
+		if ts == nil {
+			ts = []daemon.TaskInfo{}
+		}
+		return printJSON(w, ts)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\t")
+	for _, t := range ts {
+		st := ""
+		if t.State != daemon.Running {
+			st = fmt.Sprint(t.Status)
+			if t.Err != "" {
+				st += " (" + t.Err + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent)
+	}
+	return tw.Flush()
+}
+
+func spawnCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "spawn",
+		Usage:     "start tasks on a running virtual machine",
+		ArgsUsage: "TYPE [-- program flags | JSON state]",
+		Description: "TYPE is a program (as 'dpvm run --list' shows; its flags follow '--') or a\n" +
+			"registered task type (its initial state may follow as a JSON object of its fields).\n" +
+			"  dpvm spawn hello -- -n 8\n" +
+			"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
+			"Tasks' output is printed by the master daemon.",
+		Flags: vmFlags(jsonFlag,
+			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
+			&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
+		),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			if c.NArg() == 0 {
+				return cli.Exit("spawn: no task type named (see 'dpvm spawn --help')", 2)
+			}
+			typ, state, err := spawnState(c.Args().First(), c.Args().Tail())
+			if err != nil {
+				return cli.Exit("spawn: "+err.Error(), 2)
+			}
+			tids, err := cl.Spawn(ctx, typ, state, c.Int("count"), c.String("host"))
+			if len(tids) > 0 || err == nil {
+				if c.Bool("json") {
+					if tids == nil {
+						tids = []task.TID{}
+					}
+					_ = printJSON(c.App.Writer, map[string]any{"tids": tids})
+				} else {
+					for _, t := range tids {
+						fmt.Fprintln(c.App.Writer, t)
+					}
+				}
+			}
+			return err
+		}),
+	}
+}
+
+// spawnState resolves a spawn's TYPE and arguments: a program's root task
+// built from its flags, or a task type with an optional JSON state.
+func spawnState(name string, args []string) (string, []byte, error) {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if p, ok := task.LookupProgram(name); ok {
+		root, err := setupProgram(p, args, io.Discard)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return task.EncodeState(root)
+	}
+	t, err := task.New(name, nil)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w (programs: %s; task types: %s)", err, programNames(), strings.Join(task.Types(), ", "))
+	}
+	switch len(args) {
+	case 0:
+	case 1:
+		dec := json.NewDecoder(strings.NewReader(args[0]))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(t); err != nil {
+			return "", nil, fmt.Errorf("state of %s: %w", name, err)
+		}
+	default:
+		return "", nil, fmt.Errorf("a task type takes at most one argument, its state as JSON; got %d", len(args))
+	}
+	b, err := msgpack.Marshal(t)
+	return name, b, err
+}
+
+func killCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "kill",
+		Usage:     "kill tasks of a running virtual machine",
+		ArgsUsage: "TID...",
+		Flags:     vmFlags(),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			if c.NArg() == 0 {
+				return cli.Exit("kill: no TID given", 2)
+			}
+			var errs []error
+			for _, a := range c.Args().Slice() {
+				tid, err := task.ParseTID(a)
+				if err == nil {
+					err = cl.Kill(ctx, tid)
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		}),
+	}
+}
+
+func deleteCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "delete",
+		Usage:     "remove hosts from a running virtual machine (their daemons stop)",
+		ArgsUsage: "HOST...",
+		Flags:     vmFlags(),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			if c.NArg() == 0 {
+				return cli.Exit("delete: no host given", 2)
+			}
+			var errs []error
+			for _, h := range c.Args().Slice() {
+				if err := cl.Delete(ctx, h); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		}),
+	}
+}
+
+func haltCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "halt",
+		Usage: "stop a running virtual machine: every task and every daemon",
+		Flags: vmFlags(),
+		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			return cl.Halt(ctx)
+		}),
+	}
+}

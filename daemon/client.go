@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"dpvm/daemon/pki"
+	"dpvm/daemon/transport"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// Client controls a running virtual machine through its master daemon, as
+// the dpvm CLI and console do. It authenticates with the cluster key under
+// the client role, which may call control methods only: it can neither
+// join the machine nor inject messages.
+type Client struct {
+	tr   *transport.QUIC
+	conn transport.Conn
+	st   transport.Stream
+	info HostInfo // the master
+
+	wmu    sync.Mutex
+	mu     sync.Mutex
+	calls  map[uint64]chan *reply
+	next   uint64
+	closed chan struct{}
+	err    error
+}
+
+// Dial connects to the master daemon at addr.
+func Dial(ctx context.Context, addr string, key *pki.ClusterKey) (*Client, error) {
+	if key == nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, pki.ErrNoKey)
+	}
+	id, err := key.Issue(pki.RoleClient, "dpvm", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	tr, err := transport.Dialer(transport.LocalFor(addr), id, transport.Config{HandshakeTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{tr: tr, calls: map[uint64]chan *reply{}, closed: make(chan struct{})}
+	if err := c.handshake(ctx, addr); err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func (c *Client) handshake(ctx context.Context, addr string) error {
+	conn, err := c.tr.Dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	st, err := conn.OpenStream(ctx)
+	if err != nil {
+		conn.Close("handshake failed")
+		return err
+	}
+	if err := writeHello(st, &hello{Name: "dpvm"}); err != nil {
+		conn.Close("handshake failed")
+		return err
+	}
+	r := routing.NewReader(st, routing.DefaultMaxFrame)
+	h, err := readHello(ctx, r)
+	if err != nil {
+		conn.Close("handshake failed")
+		return err
+	}
+	if h.Err != "" {
+		conn.Close("refused")
+		return fmt.Errorf("%w: %s", ErrRefused, h.Err)
+	}
+	if h.Host != MasterID {
+		conn.Close("not the master")
+		return fmt.Errorf("%s is host %v, not the master: give the master's address", addr, h.Host)
+	}
+	c.conn, c.st, c.info = conn, st, h.Info
+	go c.readLoop(r)
+	return nil
+}
+
+func (c *Client) readLoop(r *routing.Reader) {
+	var err error
+	for {
+		var f routing.Frame
+		f, err = r.Next()
+		if err != nil {
+			break
+		}
+		if f.Kind != routing.KindReply {
+			continue // pongs and anything else a client does not need
+		}
+		var rep reply
+		if err = decodeMsg(f.Body, &rep); err != nil {
+			break
+		}
+		c.mu.Lock()
+		ch := c.calls[rep.ID]
+		delete(c.calls, rep.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- &rep
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("the master closed the connection")
+	}
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	close(c.closed)
+}
+
+// Close ends the connection.
+func (c *Client) Close() error {
+	if c.conn != nil {
+		c.conn.Close("client done")
+	}
+	return c.tr.Close()
+}
+
+// Master describes the master daemon.
+func (c *Client) Master() HostInfo { return c.info }
+
+func (c *Client) call(ctx context.Context, method string, args, out any) error {
+	body, err := encodeMsg(args)
+	if err != nil {
+		return err
+	}
+	ch := make(chan *reply, 1)
+	c.mu.Lock()
+	c.next++
+	id := c.next
+	c.calls[id] = ch
+	c.mu.Unlock()
+	b, err := encodeMsg(&call{ID: id, Method: method, Body: msgpack.RawMessage(body)})
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	_, err = c.st.Write(routing.AppendFrame(nil, routing.KindCall, b))
+	c.wmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case r := <-ch:
+		if err := replyError(r); err != nil {
+			return err
+		}
+		if out != nil && len(r.Body) > 0 {
+			return decodeMsg(r.Body, out)
+		}
+		return nil
+	case <-c.closed:
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		return fmt.Errorf("%s: %w: %v", method, ErrNotConnected, err)
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Hosts lists the virtual machine's hosts.
+func (c *Client) Hosts(ctx context.Context) ([]HostInfo, error) {
+	var rep confReply
+	err := c.call(ctx, mConf, struct{}{}, &rep)
+	return rep.Hosts, err
+}
+
+// Tasks lists the running tasks of every host, and the remembered exited
+// ones too with all.
+func (c *Client) Tasks(ctx context.Context, all bool) ([]TaskInfo, error) {
+	var rep psReply
+	err := c.call(ctx, mPS, psArgs{All: all, Gather: true}, &rep)
+	return rep.Tasks, err
+}
+
+// Spawn starts count tasks of a registered type with the given state
+// (msgpack of the task struct; nil for the zero value), on the named host
+// or anywhere ("").
+func (c *Client) Spawn(ctx context.Context, typ string, state []byte, count int, host string) ([]task.TID, error) {
+	var rep tidsReply
+	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: count, Host: host}}, &rep)
+	return rep.TIDs, err
+}
+
+// Kill kills a task.
+func (c *Client) Kill(ctx context.Context, tid task.TID) error {
+	return c.call(ctx, mKill, tidArgs{TID: tid}, nil)
+}
+
+// Delete removes a host (by name or "h<ID>") from the virtual machine.
+func (c *Client) Delete(ctx context.Context, host string) error {
+	return c.call(ctx, mDelete, hostArgs{Host: host}, nil)
+}
+
+// Halt stops the whole virtual machine. The master may hang up before its
+// answer arrives; that counts as done.
+func (c *Client) Halt(ctx context.Context) error {
+	err := c.call(ctx, mHalt, struct{}{}, nil)
+	if errors.Is(err, ErrNotConnected) {
+		return nil
+	}
+	return err
+}
+
+// Ping makes a round trip to the master.
+func (c *Client) Ping(ctx context.Context) error {
+	return c.call(ctx, mSendCheck, struct{}{}, nil)
+}

@@ -30,15 +30,15 @@ type peer struct {
 	st    transport.Stream
 	dialr bool // we dialled this connection
 
-	wmu     sync.Mutex
-	buf     []byte // frames waiting for the writer
-	spare   []byte
-	msgsOff int // offset of an open message batch frame in buf, or -1
+	wmu      sync.Mutex
+	buf      []byte // frames waiting for the writer
+	spare    []byte
+	msgsOff  int // offset of an open message batch frame in buf, or -1
 	kick     chan struct{}
 	draining bool // flush, then close the sending side
 	closed   chan struct{}
-	once    sync.Once
-	err     error
+	once     sync.Once
+	err      error
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 }

@@ -2,6 +2,7 @@ package npb
 
 import (
 	"context"
+	"runtime"
 	"testing"
 )
 
@@ -57,5 +58,33 @@ func BenchmarkRuntimeNP1(b *testing.B) {
 func BenchmarkRuntimeNP2(b *testing.B) {
 	for _, k := range Kernels {
 		b.Run(k, func(b *testing.B) { benchRun(b, k, "A", 2) })
+	}
+}
+
+// BenchmarkOverheadNP1 alternates the serial form and the runtime at np = 1
+// on class A, so both see the same machine load, and reports the runtime's
+// overhead on the kernel's own timed region (percent; negative is noise).
+func BenchmarkOverheadNP1(b *testing.B) {
+	for _, k := range Kernels {
+		b.Run(k, func(b *testing.B) {
+			var ts, tr float64
+			for b.Loop() {
+				// Collect the previous run's arrays first, so neither
+				// run pays for the other's garbage.
+				runtime.GC()
+				s, err := RunSerial(k, "A", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				r, err := Run(context.Background(), k, "A", 1, RunOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts += s.TimeS
+				tr += r.TimeS
+			}
+			b.ReportMetric(100*(tr/ts-1), "%overhead")
+		})
 	}
 }

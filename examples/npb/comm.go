@@ -74,6 +74,9 @@ func allreduce[T any](cm comm, data []T, op func(acc, in []T)) error {
 	if n == 1 {
 		return nil
 	}
+	if len(data) <= smallReduce {
+		return allreduceSmall(cm, data, op)
+	}
 	if cm.rank() != 0 {
 		if err := cm.send(0, tagReduce, data); err != nil {
 			return fmt.Errorf("allreduce: %w", err)
@@ -101,6 +104,39 @@ func allreduce[T any](cm comm, data []T, op func(acc, in []T)) error {
 		if err := cm.send(r, tagBcast, data); err != nil {
 			return fmt.Errorf("allreduce: %w", err)
 		}
+	}
+	return nil
+}
+
+// smallReduce is the largest vector allreduce exchanges directly between
+// all ranks (one message latency) rather than through rank 0 (two).
+const smallReduce = 16
+
+// allreduceSmall has every rank send data to every other and combine all
+// contributions in rank order, so every rank computes the same result.
+func allreduceSmall[T any](cm comm, data []T, op func(acc, in []T)) error {
+	n, me := cm.size(), cm.rank()
+	for k := 1; k < n; k++ {
+		if err := cm.send((me+k)%n, tagReduce, data); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+	}
+	parts := make([][]T, n)
+	parts[me] = append([]T(nil), data...)
+	for k := 1; k < n; k++ {
+		r := (me - k + n) % n
+		var in []T
+		if err := cm.recv(r, tagReduce, &in); err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		if len(in) != len(data) {
+			return fmt.Errorf("allreduce: rank %d sent %d elements, want %d", r, len(in), len(data))
+		}
+		parts[r] = in
+	}
+	copy(data, parts[0])
+	for r := 1; r < n; r++ {
+		op(data, parts[r])
 	}
 	return nil
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
+	// MailboxHigh is how many bytes a task's mailbox may hold before this
+	// daemon stops acknowledging messages for it, so that remote senders
+	// wait once their window is full (default 32 MiB). Acknowledgements
+	// resume when the task has drained its mailbox below half of it.
+	MailboxHigh int
 	// Placer places tasks spawned anywhere (master; default round-robin).
 	Placer Placer
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
@@ -89,6 +94,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 {
 		c.Window = 8 << 20
+	}
+	if c.MailboxHigh <= 0 {
+		c.MailboxHigh = 32 << 20
 	}
 	if c.Placer == nil {
 		c.Placer = &RoundRobin{}
@@ -383,6 +391,16 @@ type hosted struct {
 	// exitStatus is recorded by Ctx.Exit before the goroutine ends.
 	exitStatus int
 	exitCalled bool
+
+	// deferred holds acknowledgements withheld while the mailbox is over
+	// MailboxHigh, by pair, with the host to send each to.
+	defMu    sync.Mutex
+	deferred map[routing.Pair]deferredAck
+}
+
+type deferredAck struct {
+	host task.HostID
+	ack  routing.Ack
 }
 
 // Spawn starts req.Count tasks of req.Type with parent as their parent (the

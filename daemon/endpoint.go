@@ -70,6 +70,9 @@ func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (t
 		}
 		return task.Message{}, false, err
 	}
+	if h.hasDeferred() {
+		h.d.releaseAcks(h)
+	}
 	return task.Message{From: e.from, Tag: e.tag, Payload: e.body}, true, nil
 }
 
@@ -181,3 +184,9 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 // SafePoint is where a pending checkpoint would be taken. On a single host
 // nothing is ever pending; a killed task learns of it here.
 func (h *hosted) SafePoint(task.Task) error { return h.alive() }
+
+func (h *hosted) hasDeferred() bool {
+	h.defMu.Lock()
+	defer h.defMu.Unlock()
+	return len(h.deferred) > 0
+}

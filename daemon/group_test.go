@@ -113,6 +113,14 @@ func TestGroupMembership(t *testing.T) {
 func collective(t *testing.T, n int, body func(c *task.Ctx, inst int) error) {
 	t.Helper()
 	d, _ := newTestDaemon(t)
+	collectiveOn(t, d, n, func(c *task.Ctx, inst, _ int) error { return body(c, inst) })
+}
+
+// collectiveOn runs the collective scenario on daemon d (a standalone one,
+// or the master of a virtual machine, which places the members round
+// robin). body gets the member's instance and the group's size.
+func collectiveOn(t *testing.T, d *Daemon, n int, body func(c *task.Ctx, inst, n int) error) {
+	t.Helper()
 	member := fn(t, func(c *task.Ctx, _ int) error {
 		inst, err := c.Join("c")
 		if err != nil {
@@ -121,7 +129,7 @@ func collective(t *testing.T, n int, body func(c *task.Ctx, inst int) error) {
 		if err := c.Barrier("c", n); err != nil {
 			return err
 		}
-		err = body(c, inst)
+		err = body(c, inst, n)
 		if err == nil {
 			err = c.Barrier("c", n)
 		}
@@ -182,8 +190,13 @@ func TestBarrierGenerations(t *testing.T) {
 }
 
 func TestBcastReduceGatherScatter(t *testing.T) {
-	const n = 5
-	collective(t, n, func(c *task.Ctx, inst int) error {
+	d, _ := newTestDaemon(t)
+	collectiveOn(t, d, 5, bcastReduceGatherScatter)
+}
+
+// bcastReduceGatherScatter exercises every collective with n members.
+func bcastReduceGatherScatter(c *task.Ctx, inst, n int) error {
+	{
 		const root = 2
 		// Bcast from the root reaches everyone else.
 		if inst == root {
@@ -225,7 +238,11 @@ func TestBcastReduceGatherScatter(t *testing.T) {
 			return err
 		}
 		if inst == root {
-			if sum[0] != 15 || sum[1] != 30 || prod[0] != 120 || mn[0] != 1 || mx[0] != 40 || mask[0] != 1<<n-1 {
+			wantSum, wantProd := float64(n*(n+1)/2), int64(1)
+			for i := 2; i <= n; i++ {
+				wantProd *= int64(i)
+			}
+			if sum[0] != wantSum || sum[1] != 2*wantSum || prod[0] != wantProd || mn[0] != 1 || mx[0] != int32(10*(n-1)) || mask[0] != 1<<n-1 {
 				return fmt.Errorf("reductions at root: sum %v prod %v min %v max %v mask %b", sum, prod, mn, mx, mask[0])
 			}
 		} else if sum[0] != x || prod[0] != int64(inst+1) {
@@ -264,7 +281,7 @@ func TestBcastReduceGatherScatter(t *testing.T) {
 			return fmt.Errorf("scatter gave instance %d %v", inst, mine)
 		}
 		return nil
-	})
+	}
 }
 
 func TestCollectiveErrors(t *testing.T) {

@@ -228,12 +228,14 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		p.info = info
+		// Attach before answering: once the new host hears back it may be
+		// addressed, and it must find this connection.
+		if !d.attach(p) {
+			return
+		}
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.self, Assigned: info.ID, Hosts: hosts, Routes: routes}); err != nil {
 			conn.Close("handshake failed")
 			d.removeHost(info.ID, "handshake failed")
-			return
-		}
-		if !d.attach(p) {
 			return
 		}
 		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
@@ -278,6 +280,9 @@ func (d *Daemon) attach(p *peer) bool {
 	}
 	if keep {
 		n.peers[p.info.ID] = p
+		if p.info.ID == MasterID && !d.cfg.Master {
+			n.master = p
+		}
 	}
 	n.mu.Unlock()
 	if !keep {

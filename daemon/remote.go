@@ -139,7 +139,11 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		return err
 	}
 	for pr, seq := range last {
-		acks = routing.AppendAck(acks, routing.Ack{From: pr.From, To: pr.To, Seq: seq})
+		a := routing.Ack{From: pr.From, To: pr.To, Seq: seq}
+		if d.withhold(pr.To, p.info.ID, a) {
+			continue
+		}
+		acks = routing.AppendAck(acks, a)
 	}
 	if len(acks) > 0 {
 		p.frame(routing.KindAcks, acks)
@@ -271,4 +275,51 @@ func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 	}
 	peer.envelope(&routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
 	return nil
+}
+
+// withhold keeps a's acknowledgement back while the receiving task's
+// mailbox is over MailboxHigh: its remote senders then stop once their
+// window is full. It reports whether it did.
+func (d *Daemon) withhold(to task.TID, host task.HostID, a routing.Ack) bool {
+	d.mu.Lock()
+	h := d.tasks[to]
+	d.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	if _, bytes := h.mb.stats(); bytes <= d.cfg.MailboxHigh {
+		return false
+	}
+	h.defMu.Lock()
+	if h.deferred == nil {
+		h.deferred = map[routing.Pair]deferredAck{}
+	}
+	h.deferred[routing.Pair{From: a.From, To: a.To}] = deferredAck{host: host, ack: a}
+	h.defMu.Unlock()
+	return true
+}
+
+// releaseAcks sends the acknowledgements withheld for h once its mailbox
+// has drained below half of MailboxHigh.
+func (d *Daemon) releaseAcks(h *hosted) {
+	h.defMu.Lock()
+	if len(h.deferred) == 0 {
+		h.defMu.Unlock()
+		return
+	}
+	if _, bytes := h.mb.stats(); bytes > d.cfg.MailboxHigh/2 {
+		h.defMu.Unlock()
+		return
+	}
+	byHost := map[task.HostID][]byte{}
+	for _, da := range h.deferred {
+		byHost[da.host] = routing.AppendAck(byHost[da.host], da.ack)
+	}
+	h.deferred = nil
+	h.defMu.Unlock()
+	for host, b := range byHost {
+		if p, err := d.peerFor(d.ctx, host); err == nil {
+			p.frame(routing.KindAcks, b)
+		}
+	}
 }

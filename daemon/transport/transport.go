@@ -227,3 +227,10 @@ func (c *quicConn) Peer() pki.Peer            { return c.peer }
 func (c *quicConn) RemoteAddr() string        { return c.c.RemoteAddr().String() }
 func (c *quicConn) Done() <-chan struct{}     { return c.c.Context().Done() }
 func (c *quicConn) Close(reason string) error { return c.c.CloseWithError(0, reason) }
+
+// Abort closes the socket without telling any peer, as a crash would: the
+// peers notice only by silence. For tests of failure detection.
+func (q *QUIC) Abort() {
+	_ = q.udp.Close()
+	_ = q.tr.Close()
+}

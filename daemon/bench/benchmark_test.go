@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The benchmarks below time the steady state of each measurement: the
+// pair is started and warmed up before the timer runs. ns/op is one round
+// trip (one message for the streams, one spawn of 32 tasks, one barrier);
+// oneway-µs is half the median round trip, as `dpvm bench` reports it.
+// For profiles of the remote path:
+//
+//	go test -run '^$' -bench RemoteRoundTrip/8B -benchtime 20000x -cpuprofile cpu.out ./daemon/bench
+//	go tool pprof -top cpu.out
+
+func startRemote(b *testing.B) Pair { return startTasks(b, ModeRemote) }
+func startLocal(b *testing.B) Pair  { return startTasks(b, ModeLocal) }
+
+func startTasks(b *testing.B, mode string) Pair {
+	p, err := StartTasks(context.Background(), mode)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return p
+}
+
+func startQUIC(b *testing.B) Pair {
+	q, err := StartQUIC(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return q
+}
+
+func benchRoundTrip(b *testing.B, start func(*testing.B) Pair) {
+	for _, size := range DefaultSizes {
+		b.Run(strings.ReplaceAll(FormatSize(size), " ", ""), func(b *testing.B) {
+			ctx := context.Background()
+			p := start(b)
+			if _, err := p.RoundTrips(ctx, size, 20, 0); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(2 * size))
+			b.ResetTimer()
+			rtts, err := p.RoundTrips(ctx, size, b.N, 0)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(micros(Median(rtts))/2, "oneway-µs")
+		})
+	}
+}
+
+func BenchmarkRemoteRoundTrip(b *testing.B) { benchRoundTrip(b, startRemote) }
+func BenchmarkLocalRoundTrip(b *testing.B)  { benchRoundTrip(b, startLocal) }
+func BenchmarkQUICRoundTrip(b *testing.B)   { benchRoundTrip(b, startQUIC) }
+
+func benchStream(b *testing.B, start func(*testing.B) Pair) {
+	ctx := context.Background()
+	p := start(b)
+	if _, err := p.Stream(ctx, 10000, 4096, time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	st, err := p.Stream(ctx, b.N, 65536, time.Hour)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(st.Rate(), "msgs/s")
+}
+
+func BenchmarkRemoteStream(b *testing.B) { benchStream(b, startRemote) }
+func BenchmarkLocalStream(b *testing.B)  { benchStream(b, startLocal) }
+func BenchmarkQUICStream(b *testing.B)   { benchStream(b, startQUIC) }
+
+func benchSpawn(b *testing.B, mode string) {
+	ctx := context.Background()
+	p := startTasks(b, mode).(*TaskPair)
+	if _, err := p.Spawn(ctx, SpawnTasks); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := p.Spawn(ctx, SpawnTasks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/1e6, "ms/spawn32")
+}
+
+func BenchmarkRemoteSpawn32(b *testing.B) { benchSpawn(b, ModeRemote) }
+func BenchmarkLocalSpawn32(b *testing.B)  { benchSpawn(b, ModeLocal) }
+
+func benchBarrier(b *testing.B, mode string) {
+	p := startTasks(b, mode).(*TaskPair)
+	b.ResetTimer()
+	per, err := p.Barrier(context.Background(), BarrierTasks, 10, b.N)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(micros(per), "µs/barrier")
+}
+
+func BenchmarkRemoteBarrier8(b *testing.B) { benchBarrier(b, ModeRemote) }
+func BenchmarkLocalBarrier8(b *testing.B)  { benchBarrier(b, ModeLocal) }

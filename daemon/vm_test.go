@@ -1,0 +1,462 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"dpvm/daemon/pki"
+	"dpvm/daemon/transport"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// startVM starts an in-process virtual machine of n daemons talking QUIC
+// over loopback, halted when the test ends.
+func startVM(t testing.TB, n int, cfg Config) *LocalVM {
+	t.Helper()
+	if cfg.Output == nil {
+		cfg.Output = &syncBuffer{}
+	}
+	if cfg.Logger == nil && testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm, err := StartLocalVM(ctx, n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Halt(10 * time.Second) })
+	return vm
+}
+
+func TestVMHostsAndPlacement(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	m := vm.Master()
+	hosts := m.Hosts()
+	if len(hosts) != 3 || hosts[0].ID != 1 || !hosts[0].Master || hosts[2].ID != 3 || hosts[2].Name != "h3" {
+		t.Fatalf("hosts %+v", hosts)
+	}
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		echo := fn(t, func(c *task.Ctx, _ int) error {
+			return c.Send(c.Parent(), 1, c.HostName())
+		})
+		// Round-robin over the three hosts, in order.
+		tids, err := c.Spawn(echo, 6)
+		if err != nil {
+			return err
+		}
+		for i, tid := range tids {
+			var host string
+			if _, err := c.Recv(tid, 1, &host); err != nil {
+				return err
+			}
+			if want := fmt.Sprintf("h%d", (i%3)+1); tid.Host().String() != want || host != want {
+				return fmt.Errorf("task %d is %v on %s, want on %s", i, tid, host, want)
+			}
+		}
+		// Explicit placement, by name and by ID.
+		for _, h := range []string{"h3", "h2"} {
+			tid, err := c.Spawn(echo, 1, task.OnHost(h))
+			if err != nil {
+				return err
+			}
+			var host string
+			if _, err := c.Recv(tid[0], 1, &host); err != nil || host != h {
+				return fmt.Errorf("spawned on %s, ran on %s: %v", h, host, err)
+			}
+		}
+		if _, err := c.Spawn(echo, 1, task.OnHost("h9")); !errors.Is(err, task.ErrNoSuchHost) {
+			return fmt.Errorf("spawn on a missing host: %v", err)
+		}
+		if _, err := c.Spawn(&fnTask{}, 1, task.OnHost("h2")); err != nil {
+			return fmt.Errorf("a second spawn on h2: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestVMPerPairOrder streams numbered messages between tasks on different
+// hosts, many pairs at once, with wildcard receives.
+func TestVMPerPairOrder(t *testing.T) {
+	const pairs, msgs = 6, 1500
+	vm := startVM(t, 3, Config{})
+	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
+		recv := fn(t, func(c *task.Ctx, n int) error {
+			next := map[task.TID]int{}
+			for range 2 * n {
+				var v []int64
+				st, err := c.Recv(task.AnyTask, task.AnyTag, &v)
+				if err != nil {
+					return err
+				}
+				if int(v[0]) != next[st.From] || st.Tag != int(v[0]%3) || len(v) != 1+int(v[0]%50) {
+					return fmt.Errorf("from %v: got %d (tag %d, %d values), want %d", st.From, v[0], st.Tag, len(v), next[st.From])
+				}
+				next[st.From]++
+			}
+			return c.Send(c.Parent(), 1, len(next))
+		})
+		recv.Arg = msgs
+		send := fn(t, func(c *task.Ctx, n int) error {
+			var to task.TID
+			if _, err := c.Recv(c.Parent(), 2, &to); err != nil {
+				return err
+			}
+			for i := range n {
+				v := make([]int64, 1+i%50)
+				v[0] = int64(i)
+				if err := c.Send(to, i%3, v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		send.Arg = msgs
+		var recvs []task.TID
+		for i := range pairs {
+			r, err := c.Spawn(recv, 1, task.OnHost(fmt.Sprintf("h%d", 1+i%3)))
+			if err != nil {
+				return err
+			}
+			recvs = append(recvs, r...)
+		}
+		for i := range 2 * pairs {
+			s, err := c.Spawn(send, 1, task.OnHost(fmt.Sprintf("h%d", 1+(i+1)%3)))
+			if err != nil {
+				return err
+			}
+			if err := c.Send(s[0], 2, recvs[i%pairs]); err != nil {
+				return err
+			}
+		}
+		for range recvs {
+			var n int
+			if _, err := c.Recv(task.AnyTask, 1, &n); err != nil {
+				return err
+			}
+			if n != 2 {
+				return fmt.Errorf("a receiver heard from %d senders", n)
+			}
+		}
+		return nil
+	})
+}
+
+// TestVMSlowReceiverBlocksSender checks flow control: with a small window,
+// a sender to a receiver that does not read is held back, and released
+// when it reads.
+func TestVMSlowReceiverBlocksSender(t *testing.T) {
+	vm := startVM(t, 2, Config{Window: 64 << 10, MailboxHigh: 64 << 10})
+	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
+		sink := fn(t, func(c *task.Ctx, _ int) error {
+			if _, err := c.Join("slow"); err != nil {
+				return err
+			}
+			// Wait for the go-ahead, which comes through the group server:
+			// messages to this task are held back once its window is full.
+			if err := c.Barrier("slow", 2); err != nil {
+				return err
+			}
+			for i := range 200 {
+				var b []byte
+				if _, err := c.Recv(c.Parent(), 1, &b); err != nil || int(b[0]) != i%256 {
+					return fmt.Errorf("message %d: %v %v", i, b[:1], err)
+				}
+			}
+			return c.Send(c.Parent(), 2, nil)
+		})
+		if _, err := c.Join("slow"); err != nil {
+			return err
+		}
+		peer, err := c.Spawn(sink, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		msg := make([]byte, 4<<10)
+		blocked := false
+		for i := range 200 {
+			msg[0] = byte(i)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			err := c.SendContext(ctx, peer[0], 1, msg)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Let the receiver drain, then send this message for real.
+				if !blocked {
+					if err := c.Barrier("slow", 2); err != nil {
+						return err
+					}
+				}
+				blocked = true
+				if err := c.Send(peer[0], 1, msg); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if !blocked {
+			return errors.New("800 KiB went to a receiver that was not reading, through a 64 KiB window")
+		}
+		_, err = c.Recv(peer[0], 2, nil)
+		return err
+	})
+}
+
+func TestVMCollectivesAcrossHosts(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	collectiveOn(t, vm.Master(), 7, bcastReduceGatherScatter)
+}
+
+func TestVMNotifyKillAndPS(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	m := vm.Master()
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		wait := fn(t, func(c *task.Ctx, _ int) error {
+			if err := c.Send(c.Parent(), 3, nil); err != nil {
+				return err
+			}
+			_, err := c.Recv(task.AnyTask, 99, nil)
+			return err
+		})
+		done := fn(t, func(c *task.Ctx, _ int) error {
+			for i := range 5 {
+				if err := c.Send(c.Parent(), 4, i); err != nil {
+					return err
+				}
+			}
+			return task.Exit(7)
+		})
+		w, err := c.Spawn(wait, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		if _, err := c.Recv(w[0], 3, nil); err != nil {
+			return err
+		}
+		// ps on the master gathers every host's tasks.
+		ts, err := m.AllTasks(context.Background(), false)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(ts, func(ti TaskInfo) bool { return ti.TID == w[0] && ti.Host == "h2" && ti.State == Running }) {
+			return fmt.Errorf("ps lacks %v on h2: %+v", w[0], ts)
+		}
+		if err := c.Notify(task.TaskExit, 50, w[0]); err != nil {
+			return err
+		}
+		if err := c.Kill(w[0]); err != nil {
+			return err
+		}
+		var n task.Notice
+		if _, err := c.Recv(w[0], 50, &n); err != nil || n.Status != -1 || n.Err != "killed" {
+			return fmt.Errorf("kill notice %+v %v", n, err)
+		}
+		// The exit notice comes after the task's last messages.
+		d, err := c.Spawn(done, 1, task.OnHost("h3"))
+		if err != nil {
+			return err
+		}
+		if err := c.Notify(task.TaskExit, 51, d[0]); err != nil {
+			return err
+		}
+		for i := range 5 {
+			var v int
+			if _, err := c.Recv(d[0], task.AnyTag, &v); err != nil || v != i {
+				return fmt.Errorf("message %d from %v: %d %v (a notice overtook it?)", i, d[0], v, err)
+			}
+		}
+		if _, err := c.Recv(d[0], 51, &n); err != nil || n.Status != 7 {
+			return fmt.Errorf("exit notice %+v %v", n, err)
+		}
+		// Sending to the exited remote task fails once its host says so;
+		// notify on it answers at once.
+		if err := c.Notify(task.TaskExit, 52, d[0]); err != nil {
+			return err
+		}
+		if _, err := c.Recv(task.AnyTask, 52, &n); err != nil || n.Status != 7 {
+			return fmt.Errorf("late notice %+v %v", n, err)
+		}
+		return nil
+	})
+}
+
+// TestVMHostLoss crashes a host (its socket closed without a word): the
+// master deletes it after the heartbeat timeout, watchers get exit notices
+// for its tasks and a host-delete notice, and the rest of the machine goes
+// on.
+func TestVMHostLoss(t *testing.T) {
+	vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: 2 * time.Second})
+	m, victim := vm.Master(), vm.Daemons[2]
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		hang := fn(t, func(c *task.Ctx, _ int) error {
+			if err := c.Send(c.Parent(), 3, nil); err != nil {
+				return err
+			}
+			_, err := c.Recv(task.AnyTask, 99, nil)
+			return err
+		})
+		lost, err := c.Spawn(hang, 1, task.OnHost("h3"))
+		if err != nil {
+			return err
+		}
+		alive, err := c.Spawn(hang, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		for _, t := range append(lost, alive...) {
+			if _, err := c.Recv(t, 3, nil); err != nil {
+				return err
+			}
+		}
+		if err := c.Notify(task.TaskExit, 60, lost[0]); err != nil {
+			return err
+		}
+		if err := c.Notify(task.HostDelete, 61); err != nil {
+			return err
+		}
+		if err := c.Notify(task.HostAdd, 62); err != nil {
+			return err
+		}
+		victim.crash()
+		var n task.Notice
+		if _, err := c.Recv(lost[0], 60, &n); err != nil || n.Err != "lost with its host" {
+			return fmt.Errorf("loss notice %+v %v", n, err)
+		}
+		if _, err := c.Recv(task.AnyTask, 61, &n); err != nil || n.Kind != task.HostDelete || n.Host != 3 {
+			return fmt.Errorf("host-delete notice %+v %v", n, err)
+		}
+		if len(m.Hosts()) != 2 {
+			return fmt.Errorf("hosts after the loss: %+v", m.Hosts())
+		}
+		// The survivors go on.
+		if err := c.Send(alive[0], 99, nil); err != nil {
+			return err
+		}
+		// A new host joins with a new ID: IDs are never reused.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		nd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}})
+		if err != nil {
+			return err
+		}
+		defer nd.Halt(ctx)
+		if nd.HostID() != 4 {
+			return fmt.Errorf("new host got ID %v, want h4", nd.HostID())
+		}
+		if _, err := c.Recv(task.AnyTask, 62, &n); err != nil || n.Kind != task.HostAdd || n.Host != 4 {
+			return fmt.Errorf("host-add notice %+v %v", n, err)
+		}
+		return nil
+	})
+	select {
+	case <-victim.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the crashed daemon did not stop")
+	}
+}
+
+// crash makes the daemon vanish as a killed process would: its socket is
+// closed without telling anyone, then it stops.
+func (d *Daemon) crash() {
+	why := errors.New("crashed")
+	d.whyMu.Lock()
+	d.why = why
+	d.whyMu.Unlock()
+	d.nw.tr.Abort()
+	go d.stop(why)
+}
+
+// TestMasterLossStopsHosts: when the master disappears, every host stops
+// with ErrMasterLost.
+func TestMasterLossStopsHosts(t *testing.T) {
+	vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second})
+	vm.Master().crash()
+	for _, d := range vm.Daemons[1:] {
+		select {
+		case <-d.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s still runs without its master", d.Name())
+		}
+		if !errors.Is(d.Err(), ErrMasterLost) {
+			t.Errorf("%s stopped with %v, want ErrMasterLost", d.Name(), d.Err())
+		}
+	}
+}
+
+// TestRefusesStrangers checks that a daemon or client without the cluster
+// key cannot join or control the virtual machine, and that a client cannot
+// inject messages.
+func TestRefusesStrangers(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	other, err := pki.Generate(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: other, Transport: transport.Config{HandshakeTimeout: time.Second}}); err == nil {
+		t.Fatal("a daemon with another key joined")
+	}
+	if _, err := Dial(ctx, m.Addr(), other); err == nil {
+		t.Fatal("a client with another key connected")
+	}
+	cl, err := Dial(ctx, m.Addr(), vm.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if hs, err := cl.Hosts(ctx); err != nil || len(hs) != 2 {
+		t.Fatalf("client conf: %v %v", hs, err)
+	}
+	// A client may not call daemon-only methods...
+	if err := cl.call(ctx, mJoin, groupArgs{Group: "g", TID: task.NewTID(1, 1)}, nil); err == nil {
+		t.Fatal("a client joined a group")
+	}
+	// ...nor send messages: the connection is closed and nothing arrives.
+	victim := make(chan task.TID, 1)
+	got := make(chan error, 1)
+	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		victim <- c.MyTID()
+		_, err := c.RecvTimeout(task.AnyTask, task.AnyTag, nil, time.Second)
+		got <- err
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := <-victim
+	e := routing.Envelope{From: task.NewTID(2, 1), To: to, Seq: 1, Tag: 1, Body: task.Payload{Enc: task.EncBytes, Data: []byte("forged")}}
+	cl.wmu.Lock()
+	_, _ = cl.st.Write(routing.AppendFrame(nil, routing.KindMsgs, routing.AppendEnvelope(nil, &e)))
+	cl.wmu.Unlock()
+	select {
+	case <-cl.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the master kept a client connection that sent a message frame")
+	}
+	if err := <-got; !errors.Is(err, task.ErrTimeout) {
+		t.Fatalf("the forged message was delivered (recv: %v)", err)
+	}
+	if _, err := m.Wait(ctx, tid); err != nil {
+		t.Fatal(err)
+	}
+	// The master still serves others.
+	cl2, err := Dial(ctx, m.Addr(), vm.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	if err := cl2.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -59,6 +59,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			killCommand(),
 			deleteCommand(),
 			haltCommand(),
+			consoleCommand(),
 			schedCommand(),
 			simCommand(),
 			npbCommand(),

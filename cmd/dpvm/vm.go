@@ -142,7 +142,7 @@ func vmFlags(extra ...cli.Flag) []cli.Flag {
 
 // withClient runs f with a connection to the virtual machine, turning its
 // error into a one-line message.
-func withClient(f func(c *cli.Context, cl *daemon.Client, ctx context.Context) error) cli.ActionFunc {
+func withClient(f clientAction) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		cl, ctx, cancel, err := connect(c)
 		if err != nil {
@@ -161,24 +161,47 @@ func withClient(f func(c *cli.Context, cl *daemon.Client, ctx context.Context) e
 	}
 }
 
+// A controlCommand acts on a running virtual machine through a connected
+// client. The one-shot CLI form (command) dials the master for each run;
+// the console runs the same command on its own long-lived connection.
+type controlCommand struct {
+	cmd *cli.Command // name, usage and the command's own flags; no Action
+	act clientAction
+}
+
+// clientAction is what a control command does once connected.
+type clientAction func(c *cli.Context, cl *daemon.Client, ctx context.Context) error
+
+// command is the one-shot CLI form: the connection flags come first and
+// each run dials the master.
+func (cc controlCommand) command() *cli.Command {
+	cc.cmd.Flags = vmFlags(cc.cmd.Flags...)
+	cc.cmd.Action = withClient(cc.act)
+	return cc.cmd
+}
+
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-func confCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "conf",
-		Usage: "list the hosts of a running virtual machine",
-		Flags: vmFlags(jsonFlag),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func confCommand() *cli.Command { return confControl().command() }
+
+func confControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:  "conf",
+			Usage: "list the hosts of a running virtual machine",
+			Flags: []cli.Flag{jsonFlag},
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			hosts, err := cl.Hosts(ctx)
 			if err != nil {
 				return err
 			}
 			return printHosts(c.App.Writer, hosts, c.Bool("json"))
-		}),
+		},
 	}
 }
 
@@ -201,18 +224,22 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 	return tw.Flush()
 }
 
-func psCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "ps",
-		Usage: "list the tasks of a running virtual machine",
-		Flags: vmFlags(jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func psCommand() *cli.Command { return psControl().command() }
+
+func psControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:  "ps",
+			Usage: "list the tasks of a running virtual machine",
+			Flags: []cli.Flag{jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			ts, err := cl.Tasks(ctx, c.Bool("all"))
 			if err != nil {
 				return err
 			}
 			return printTasks(c.App.Writer, ts, c.Bool("json"))
-		}),
+		},
 	}
 }
 
@@ -238,21 +265,25 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 	return tw.Flush()
 }
 
-func spawnCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "spawn",
-		Usage:     "start tasks on a running virtual machine",
-		ArgsUsage: "TYPE [-- program flags | JSON state]",
-		Description: "TYPE is a program (as 'dpvm run --list' shows; its flags follow '--') or a\n" +
-			"registered task type (its initial state may follow as a JSON object of its fields).\n" +
-			"  dpvm spawn hello -- -n 8\n" +
-			"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
-			"Tasks' output is printed by the master daemon.",
-		Flags: vmFlags(jsonFlag,
-			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
-			&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
-		),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func spawnCommand() *cli.Command { return spawnControl().command() }
+
+func spawnControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:      "spawn",
+			Usage:     "start tasks on a running virtual machine",
+			ArgsUsage: "TYPE [-- program flags | JSON state]",
+			Description: "TYPE is a program (as 'dpvm run --list' shows; its flags follow '--') or a\n" +
+				"registered task type (its initial state may follow as a JSON object of its fields).\n" +
+				"  dpvm spawn hello -- -n 8\n" +
+				"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
+				"Tasks' output is printed by the master daemon.",
+			Flags: []cli.Flag{jsonFlag,
+				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
+				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
+			},
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
 				return cli.Exit("spawn: no task type named (see 'dpvm spawn --help')", 2)
 			}
@@ -274,7 +305,7 @@ func spawnCommand() *cli.Command {
 				}
 			}
 			return err
-		}),
+		},
 	}
 }
 
@@ -310,13 +341,16 @@ func spawnState(name string, args []string) (string, []byte, error) {
 	return name, b, err
 }
 
-func killCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "kill",
-		Usage:     "kill tasks of a running virtual machine",
-		ArgsUsage: "TID...",
-		Flags:     vmFlags(),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func killCommand() *cli.Command { return killControl().command() }
+
+func killControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:      "kill",
+			Usage:     "kill tasks of a running virtual machine",
+			ArgsUsage: "TID...",
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
 				return cli.Exit("kill: no TID given", 2)
 			}
@@ -331,17 +365,20 @@ func killCommand() *cli.Command {
 				}
 			}
 			return errors.Join(errs...)
-		}),
+		},
 	}
 }
 
-func deleteCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "delete",
-		Usage:     "remove hosts from a running virtual machine (their daemons stop)",
-		ArgsUsage: "HOST...",
-		Flags:     vmFlags(),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func deleteCommand() *cli.Command { return deleteControl().command() }
+
+func deleteControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:      "delete",
+			Usage:     "remove hosts from a running virtual machine (their daemons stop)",
+			ArgsUsage: "HOST...",
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
 				return cli.Exit("delete: no host given", 2)
 			}
@@ -352,17 +389,20 @@ func deleteCommand() *cli.Command {
 				}
 			}
 			return errors.Join(errs...)
-		}),
+		},
 	}
 }
 
-func haltCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "halt",
-		Usage: "stop a running virtual machine: every task and every daemon",
-		Flags: vmFlags(),
-		Action: withClient(func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+func haltCommand() *cli.Command { return haltControl().command() }
+
+func haltControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:  "halt",
+			Usage: "stop a running virtual machine: every task and every daemon",
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			return cl.Halt(ctx)
-		}),
+		},
 	}
 }

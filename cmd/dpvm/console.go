@@ -1,0 +1,624 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"dpvm/daemon"
+	"dpvm/daemon/pki"
+	"dpvm/task"
+)
+
+// historyMax bounds the console's history, in memory and in its file.
+const historyMax = 1000
+
+// Sentinel errors of the console.
+var (
+	// errUnterminated: a quote is not closed before the end of the line.
+	errUnterminated = errors.New("unterminated quote")
+	// errMigrationNotBuilt: the master cannot migrate tasks yet.
+	errMigrationNotBuilt = errors.New("not available yet: migration is not built")
+	// errInterrupted: the user typed ^C at the prompt.
+	errInterrupted = errors.New("interrupted")
+)
+
+func consoleCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "console",
+		Usage: "control a running virtual machine interactively (conf, ps, spawn, kill, delete, halt)",
+		Description: "The console connects once to the master and reads commands, one a line, with the\n" +
+			"same flags as the one-shot commands ('help' lists them). On a terminal it edits\n" +
+			"lines and keeps a history (up/down arrows); otherwise it reads a script from\n" +
+			"standard input without a prompt and exits with status 1 if a command failed:\n" +
+			"  echo 'ps -a' | dpvm console --master 127.0.0.1:7070 --cluster-key vm.key\n" +
+			"quit, exit or the end of input leaves; halt stops the virtual machine and leaves.",
+		Flags: vmFlags(&cli.StringFlag{
+			Name:    "history",
+			Value:   "~/.dpvm_history",
+			Usage:   "file keeping the history of commands typed on a terminal (\"\": none)",
+			EnvVars: []string{"DPVM_HISTORY"},
+		}),
+		Action: consoleAction,
+	}
+}
+
+func consoleAction(c *cli.Context) error {
+	addr := c.String("master")
+	if addr == "" {
+		return cli.Exit("console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
+	}
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("console: unexpected argument %q: commands are read from standard input", c.Args().First()), 2)
+	}
+	key, err := pki.Load(c.String("cluster-key"))
+	if err != nil {
+		return cli.Exit("console: "+err.Error(), 2)
+	}
+	ctx := c.Context
+	con := &console{addr: addr, key: key, timeout: c.Duration("timeout"), out: c.App.Writer, errOut: c.App.ErrWriter}
+	if err := con.connect(ctx); err != nil {
+		return cli.Exit("console: "+err.Error(), 1)
+	}
+	defer con.close()
+
+	stdin, _ := c.App.Reader.(*os.File)
+	if stdin == nil || !term.IsTerminal(int(stdin.Fd())) {
+		con.loop(ctx, plainLines{bufio.NewReader(c.App.Reader)}, nil)
+		if con.failed {
+			return cli.Exit("", 1)
+		}
+		return nil
+	}
+
+	// A terminal: raw mode while a line is typed, line editing, history,
+	// and ^C cancelling the command in progress.
+	hist := newHistory(historyMax)
+	if path := expandHome(c.String("history")); path != "" {
+		if err := hist.open(path); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "dpvm console: history not kept: %v\n", err)
+		}
+	}
+	defer hist.close()
+	tl := newTermLines(stdin, c.App.Writer, int(stdin.Fd()), hist)
+	con.out, con.errOut = tl, tl
+	fmt.Fprintf(tl, "connected to the master %s at %s; 'help' lists the commands, 'quit' leaves\n", con.cl.Master().Name, addr)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
+	con.loop(ctx, tl, sigs)
+	return nil
+}
+
+// A console runs commands against a running virtual machine through one
+// connection to its master, made anew when it is lost.
+type console struct {
+	addr    string
+	key     *pki.ClusterKey
+	timeout time.Duration // per command
+	out     io.Writer     // command output
+	errOut  io.Writer     // errors and notices
+
+	cl     *daemon.Client // nil after the connection was lost
+	failed bool           // a command failed
+	halted bool           // the virtual machine was halted
+}
+
+// lineReader reads the console's input, one line at a time without its end
+// of line. It may return a last line together with io.EOF.
+type lineReader interface {
+	ReadLine() (string, error)
+}
+
+// loop runs the commands read from lr until the input ends or a command
+// leaves the console. sigs, if not nil, delivers ^C, which cancels the
+// command in progress.
+func (con *console) loop(ctx context.Context, lr lineReader, sigs <-chan os.Signal) {
+	for {
+		line, err := lr.ReadLine()
+		if errors.Is(err, errInterrupted) {
+			continue
+		}
+		if err != nil && line == "" {
+			if !errors.Is(err, io.EOF) {
+				con.fail(fmt.Errorf("console: %w", err))
+			}
+			return
+		}
+		if con.execInterruptible(ctx, line, sigs) || err != nil {
+			return
+		}
+	}
+}
+
+func (con *console) execInterruptible(ctx context.Context, line string, sigs <-chan os.Signal) bool {
+	if sigs == nil {
+		return con.exec(ctx, line)
+	}
+	for len(sigs) > 0 { // a ^C from before this command is not for it
+		<-sigs
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+		}
+	}()
+	return con.exec(ctx, line)
+}
+
+// consoleCommands are the console's commands that act on the virtual
+// machine, in the order help lists them, with their synopses.
+var consoleCommands = []struct {
+	synopsis string
+	build    func() controlCommand
+}{
+	{"conf [--json]", confControl},
+	{"ps [-a] [--json]", psControl},
+	{"spawn TYPE [-n N] [--host H] [--json] [-- FLAGS | JSON]", spawnControl},
+	{"kill TID...", killControl},
+	{"delete HOST...", deleteControl},
+	{"migrate TID --to HOST [--via direct|indirect]", migrateControl},
+	{"halt", haltControl},
+}
+
+func lookupConsoleCommand(name string) (controlCommand, bool) {
+	for _, c := range consoleCommands {
+		if cc := c.build(); cc.cmd.HasName(name) {
+			return cc, true
+		}
+	}
+	return controlCommand{}, false
+}
+
+// exec runs one line of input and reports whether the console should
+// leave. Errors are printed as one line; the console goes on.
+func (con *console) exec(ctx context.Context, line string) (leave bool) {
+	words, err := splitWords(line)
+	if err != nil {
+		con.fail(err)
+		return false
+	}
+	if len(words) == 0 {
+		return false
+	}
+	name, args := words[0], words[1:]
+	switch name {
+	case "quit", "exit":
+		return true
+	case "help", "?":
+		if err := con.help(ctx, args); err != nil {
+			con.fail(err)
+		}
+		return false
+	}
+	cc, ok := lookupConsoleCommand(name)
+	if !ok {
+		con.fail(fmt.Errorf("unknown command %q ('help' lists the commands)", name))
+		return false
+	}
+	if err := con.run(ctx, cc, args); err != nil {
+		con.fail(err)
+		return false
+	}
+	if con.halted {
+		fmt.Fprintln(con.out, "virtual machine halted")
+		return true
+	}
+	return false
+}
+
+// run parses args with cc's flags, which may come before or after the
+// positional arguments, and runs cc on the console's connection.
+func (con *console) run(ctx context.Context, cc controlCommand, args []string) error {
+	cmd := cc.cmd
+	name := cmd.Name
+	cmd.CustomHelpTemplate = consoleCommandHelp
+	cmd.Description = strings.ReplaceAll(cmd.Description, "  dpvm ", "  ")
+	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+		return fmt.Errorf("%s: %w (see 'help %s')", name, err, name)
+	}
+	cmd.Action = func(c *cli.Context) error {
+		cl, err := con.client(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, con.timeout)
+		defer cancel()
+		err = cc.act(c, cl, cctx)
+		if errors.Is(err, daemon.ErrNotConnected) {
+			con.drop()
+		}
+		var ec cli.ExitCoder
+		if err != nil && !errors.As(err, &ec) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err == nil && name == "halt" {
+			con.halted = true
+		}
+		return err
+	}
+	app := &cli.App{
+		Name:            "dpvm console",
+		Writer:          con.out,
+		ErrWriter:       con.errOut,
+		Reader:          strings.NewReader(""),
+		HideVersion:     true,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		Commands:        []*cli.Command{cmd},
+	}
+	return app.RunContext(ctx, reorderArgs(app, append([]string{app.Name, name}, args...)))
+}
+
+// consoleCommandHelp is the template of 'help COMMAND' in the console.
+const consoleCommandHelp = `{{.Name}}: {{.Usage}}
+
+usage: {{.Name}}{{if .VisibleFlags}} [flags]{{end}}{{if .ArgsUsage}} {{.ArgsUsage}}{{end}}{{if .Description}}
+
+{{.Description}}{{end}}{{if .VisibleFlags}}
+
+flags:{{range .VisibleFlags}}
+   {{.}}{{end}}{{end}}
+`
+
+// help lists the commands, or describes the one named.
+func (con *console) help(ctx context.Context, args []string) error {
+	switch {
+	case len(args) > 1:
+		return fmt.Errorf("help: one command at most, got %d", len(args))
+	case len(args) == 1:
+		switch args[0] {
+		case "quit", "exit":
+			fmt.Fprintln(con.out, "quit, exit: leave the console (so does the end of input); the virtual machine runs on")
+			return nil
+		case "help", "?":
+			fmt.Fprintln(con.out, "help [COMMAND]: list the commands, or describe one")
+			return nil
+		}
+		cc, ok := lookupConsoleCommand(args[0])
+		if !ok {
+			return fmt.Errorf("help: unknown command %q", args[0])
+		}
+		return con.run(ctx, cc, []string{"--help"})
+	}
+	tw := tabwriter.NewWriter(con.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Commands (flags may come before or after the arguments):")
+	for _, c := range consoleCommands {
+		cc := c.build()
+		fmt.Fprintf(tw, "  %s\t%s\n", c.synopsis, cc.cmd.Usage)
+	}
+	fmt.Fprintf(tw, "  help [COMMAND]\tlist the commands, or describe one\n")
+	fmt.Fprintf(tw, "  quit, exit\tleave the console; the virtual machine runs on\n")
+	fmt.Fprintln(tw, "Words may be quoted with '...' or \"...\"; tasks' output is printed by the master daemon.")
+	return tw.Flush()
+}
+
+// fail reports a command's error as one line.
+func (con *console) fail(err error) {
+	con.failed = true
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	msg = strings.ReplaceAll(msg, "(see 'dpvm ", "(see '")
+	fmt.Fprintln(con.errOut, msg)
+}
+
+// connect dials the master.
+func (con *console) connect(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, con.timeout)
+	defer cancel()
+	cl, err := daemon.Dial(dctx, con.addr, con.key)
+	if err != nil {
+		return err
+	}
+	con.cl = cl
+	return nil
+}
+
+// client returns the connection to the master, checking first that it is
+// still up, and connects again when it was lost.
+func (con *console) client(ctx context.Context) (*daemon.Client, error) {
+	if con.cl != nil {
+		pctx, cancel := context.WithTimeout(ctx, con.timeout)
+		err := con.cl.Ping(pctx)
+		cancel()
+		if err == nil {
+			return con.cl, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		con.drop()
+		fmt.Fprintf(con.errOut, "connection to the master at %s lost (%v); reconnecting\n", con.addr, err)
+	} else {
+		fmt.Fprintf(con.errOut, "reconnecting to the master at %s\n", con.addr)
+	}
+	if err := con.connect(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(con.errOut, "reconnected to the master %s at %s\n", con.cl.Master().Name, con.addr)
+	return con.cl, nil
+}
+
+// drop forgets a lost connection; the next command connects again.
+func (con *console) drop() {
+	if con.cl != nil {
+		con.cl.Close()
+		con.cl = nil
+	}
+}
+
+func (con *console) close() { con.drop() }
+
+// migrateControl moves a task to another host.
+func migrateControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:      "migrate",
+			Usage:     "move a running task to another host",
+			ArgsUsage: "TID",
+			Description: "--via direct moves the task's state straight to the new host;\n" +
+				"--via indirect stages it through the master.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>)"},
+				&cli.StringFlag{Name: "via", Value: "direct", Usage: "direct or indirect"},
+			},
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit(fmt.Sprintf("migrate: give one TID, got %d arguments", c.NArg()), 2)
+			}
+			if _, err := task.ParseTID(c.Args().First()); err != nil {
+				return cli.Exit("migrate: "+err.Error(), 2)
+			}
+			if c.String("to") == "" {
+				return cli.Exit("migrate: no destination: give --to HOST", 2)
+			}
+			if v := c.String("via"); v != "direct" && v != "indirect" {
+				return cli.Exit(fmt.Sprintf("migrate: --via is direct or indirect, got %q", v), 2)
+			}
+			return cli.Exit("migrate: "+errMigrationNotBuilt.Error(), 1)
+		},
+	}
+}
+
+// splitWords splits a line into words as a POSIX shell does, without
+// expansions: blanks separate words; '...' quotes literally; "..." quotes
+// with \" and \\ as escapes; outside quotes a backslash escapes the next
+// character; a # at the start of a word begins a comment.
+func splitWords(line string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		switch ch := line[i]; ch {
+		case ' ', '\t', '\n', '\r', '\v', '\f':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case '#':
+			if !inWord {
+				return words, nil
+			}
+			cur.WriteByte(ch)
+		case '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, fmt.Errorf("%w: ' opened at column %d", errUnterminated, i+1)
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case '"':
+			start := i
+			for i++; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' && i+1 < len(line) && (line[i+1] == '"' || line[i+1] == '\\') {
+					i++
+				}
+				cur.WriteByte(line[i])
+			}
+			if i >= len(line) {
+				return nil, fmt.Errorf("%w: \" opened at column %d", errUnterminated, start+1)
+			}
+			inWord = true
+		case '\\':
+			if i+1 < len(line) {
+				i++
+			}
+			cur.WriteByte(line[i])
+			inWord = true
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// plainLines reads lines from a stream that is not a terminal.
+type plainLines struct{ r *bufio.Reader }
+
+func (p plainLines) ReadLine() (string, error) {
+	line, err := p.r.ReadString('\n')
+	line = strings.TrimSuffix(line, "\n")
+	line = strings.TrimSuffix(line, "\r")
+	return line, err
+}
+
+// termLines reads lines from a terminal with line editing and history.
+// Output written to it goes to the terminal too, out of the way of the
+// line being edited.
+type termLines struct {
+	rw   io.ReadWriter
+	in   *ctrlCWatch
+	hist term.History
+	fd   int // the terminal put in raw mode while a line is read; -1: none
+	t    *term.Terminal
+	intr int // ^Cs answered
+}
+
+func newTermLines(in io.Reader, out io.Writer, fd int, hist term.History) *termLines {
+	w := &ctrlCWatch{r: in}
+	tl := &termLines{rw: struct {
+		io.Reader
+		io.Writer
+	}{w, out}, in: w, hist: hist, fd: fd}
+	tl.reset()
+	return tl
+}
+
+// reset starts a fresh line editor, dropping the line being typed.
+func (tl *termLines) reset() {
+	tl.t = term.NewTerminal(tl.rw, "dpvm> ")
+	tl.t.History = tl.hist
+}
+
+func (tl *termLines) Write(p []byte) (int, error) { return tl.t.Write(p) }
+
+func (tl *termLines) ReadLine() (string, error) {
+	if tl.fd >= 0 {
+		if w, h, err := term.GetSize(tl.fd); err == nil && w > 0 {
+			_ = tl.t.SetSize(w, h)
+		}
+		old, err := term.MakeRaw(tl.fd)
+		if err != nil {
+			return "", fmt.Errorf("terminal: %w", err)
+		}
+		defer term.Restore(tl.fd, old)
+	}
+	line, err := tl.t.ReadLine()
+	switch {
+	case errors.Is(err, term.ErrPasteIndicator):
+		err = nil
+	case errors.Is(err, io.EOF) && tl.in.seen > tl.intr:
+		tl.intr = tl.in.seen
+		fmt.Fprint(tl.rw, "^C\r\n")
+		tl.reset()
+		return "", errInterrupted
+	case errors.Is(err, io.EOF):
+		fmt.Fprint(tl.rw, "\r\n")
+	}
+	return line, err
+}
+
+// ctrlCWatch counts the ^Cs typed, which the terminal reports as the end
+// of input: at the prompt a ^C only drops the line being typed.
+type ctrlCWatch struct {
+	r    io.Reader
+	seen int
+}
+
+func (w *ctrlCWatch) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	w.seen += bytes.Count(p[:n], []byte{3})
+	return n, err
+}
+
+// history is the console's bounded history of commands, kept in a file
+// across sessions. It implements term.History.
+type history struct {
+	lines []string // oldest first
+	max   int
+	f     *os.File // appended to as lines are added; nil: memory only
+}
+
+func newHistory(max int) *history { return &history{max: max} }
+
+// open loads the history kept in path (if any) and appends to it from now
+// on. A file grown past twice the bound is rewritten with its last lines.
+func (h *history) open(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("history: %w", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > h.max {
+		if len(lines) > 2*h.max {
+			keep := strings.Join(lines[len(lines)-h.max:], "\n") + "\n"
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, []byte(keep), 0o600); err != nil {
+				return fmt.Errorf("history: %w", err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				return fmt.Errorf("history: %w", err)
+			}
+		}
+		lines = lines[len(lines)-h.max:]
+	}
+	h.lines = append(h.lines[:0], lines...)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	h.f = f
+	return nil
+}
+
+// Add records a line typed, unless it is blank or repeats the last one.
+func (h *history) Add(line string) {
+	if strings.TrimSpace(line) == "" || strings.ContainsAny(line, "\n\r") ||
+		(len(h.lines) > 0 && h.lines[len(h.lines)-1] == line) {
+		return
+	}
+	h.lines = append(h.lines, line)
+	if len(h.lines) > h.max {
+		h.lines = append(h.lines[:0], h.lines[len(h.lines)-h.max:]...)
+	}
+	if h.f != nil {
+		if _, err := io.WriteString(h.f, line+"\n"); err != nil {
+			h.f.Close()
+			h.f = nil
+		}
+	}
+}
+
+// Len is the number of lines kept.
+func (h *history) Len() int { return len(h.lines) }
+
+// At returns a line: 0 is the most recent.
+func (h *history) At(i int) string { return h.lines[len(h.lines)-1-i] }
+
+func (h *history) close() {
+	if h.f != nil {
+		h.f.Close()
+		h.f = nil
+	}
+}
+
+// expandHome replaces a leading ~/ with the user's home directory.
+func expandHome(path string) string {
+	if rest, ok := strings.CutPrefix(path, "~/"); ok {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		return filepath.Join(home, rest)
+	}
+	return path
+}

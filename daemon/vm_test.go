@@ -2,10 +2,10 @@ package daemon
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"

@@ -18,6 +18,7 @@ import (
 func TestResumeIdentical(t *testing.T) {
 	for _, k := range Kernels {
 		t.Run(k, func(t *testing.T) {
+			t.Parallel()
 			const np = 2
 			want := runLocal(t, k, "S", np)
 			got := runInterrupted(t, k, "S", np, 2)

@@ -13,6 +13,7 @@ func TestRunS(t *testing.T) {
 	for _, k := range Kernels {
 		for _, np := range []int{1, 2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", k, np), func(t *testing.T) {
+				t.Parallel()
 				var prog []Progress
 				r, err := Run(context.Background(), k, "S", np, RunOptions{Progress: func(p Progress) { prog = append(prog, p) }})
 				if err != nil {
@@ -33,6 +34,7 @@ func TestRunS(t *testing.T) {
 func TestRunW(t *testing.T) {
 	for _, k := range Kernels {
 		t.Run(k, func(t *testing.T) {
+			t.Parallel()
 			r, err := Run(context.Background(), k, "W", 2, RunOptions{})
 			if err != nil {
 				t.Fatal(err)

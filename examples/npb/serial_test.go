@@ -7,6 +7,7 @@ import "testing"
 func TestSerialS(t *testing.T) {
 	for _, k := range Kernels {
 		t.Run(k, func(t *testing.T) {
+			t.Parallel()
 			r, err := RunSerial(k, "S", nil)
 			if err != nil {
 				t.Fatal(err)

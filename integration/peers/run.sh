@@ -26,8 +26,9 @@
 # (PVM_TMP in the work directory, so another pvmd of the same user is left
 # alone), runs every configuration, and halts the virtual machine on exit or
 # failure. Every configuration prints one JSON line; results.jsonl collects
-# them with their round, and table.md is the summary: the median of the
-# rounds with the range (min-max) under it.
+# them with their round, machine.txt describes the machine and its load, and
+# table.md is the summary: for every figure the median of the rounds with
+# their range (min-max) in parentheses.
 #
 # Everything runs on this host: PVM with one pvmd and no remote hosts, Open
 # MPI with its TCP interfaces restricted to loopback.
@@ -129,7 +130,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 	fi
 	echo "peers: installing ${need_pkgs[*]}" >&2
 	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
 		"${need_pkgs[@]}" >&2
 fi
 
@@ -253,6 +254,11 @@ failed=0
 
 run_one() { # system round
 	local sys=$1 round=$2 line rc=0
+	if [[ $sys == pvm-* ]] && ! kill -0 "$pvmd_pid" 2>/dev/null; then
+		echo "peers: $sys round $round not run: pvmd is no longer running" >&2
+		failed=$((failed + 1))
+		return 0
+	fi
 	case "$sys" in
 	raw-tcp)
 		line=$(timeout "$timeout_s" "$bin/raw_bench" -s "$scale") || rc=$?

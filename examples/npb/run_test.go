@@ -68,3 +68,19 @@ func TestRunBadParameters(t *testing.T) {
 		}
 	}
 }
+
+// TestRunTwoHosts spreads class S over a two-host embedded machine, so the
+// kernels' messages cross hosts.
+func TestRunTwoHosts(t *testing.T) {
+	for _, k := range Kernels {
+		t.Run(k, func(t *testing.T) {
+			r, err := Run(context.Background(), k, "S", 4, RunOptions{Hosts: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Verified != Successful || r.Hosts != 2 {
+				t.Fatalf("%s class S np 4 on 2 hosts: %s, hosts %d, values %+v", k, r.Verified, r.Hosts, r.Values)
+			}
+		})
+	}
+}

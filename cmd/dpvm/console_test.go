@@ -634,3 +634,33 @@ func isBlank(r rune) bool {
 	}
 	return false
 }
+
+// BenchmarkConsoleCommand measures one console line, from parsing to the
+// printed answer, on an embedded virtual machine of three daemons over
+// QUIC on loopback: the connection check and the command's round trips to
+// the master (ps also gathers every host's tasks).
+func BenchmarkConsoleCommand(b *testing.B) {
+	vm, err := daemon.StartLocalVM(context.Background(), 3, daemon.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vm.Halt(5 * time.Second)
+	con := &console{addr: vm.Master().Addr(), key: vm.Key, timeout: 10 * time.Second, out: io.Discard, errOut: io.Discard}
+	if err := con.connect(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer con.close()
+	if con.exec(context.Background(), "spawn examples.pong -n 6") || con.failed {
+		b.Fatal("spawn failed")
+	}
+	for _, line := range []string{"conf", "ps", "ps -a --json"} {
+		b.Run(strings.ReplaceAll(line, " ", "_"), func(b *testing.B) {
+			for b.Loop() {
+				con.exec(context.Background(), line)
+			}
+			if con.failed {
+				b.Fatalf("%s failed", line)
+			}
+		})
+	}
+}

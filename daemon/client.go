@@ -32,6 +32,7 @@ type Client struct {
 	next   uint64
 	closed chan struct{}
 	err    error
+	out    io.Writer // where a running job's output goes
 }
 
 // Dial connects to the master daemon at addr.
@@ -95,6 +96,21 @@ func (c *Client) readLoop(r *routing.Reader) {
 		f, err = r.Next()
 		if err != nil {
 			break
+		}
+		if f.Kind == routing.KindEvent {
+			var e event
+			if err = decodeMsg(f.Body, &e); err != nil {
+				break
+			}
+			if e.Kind == evOutput {
+				c.mu.Lock()
+				w := c.out
+				c.mu.Unlock()
+				if w != nil {
+					_, _ = w.Write(e.Output)
+				}
+			}
+			continue
 		}
 		if f.Kind != routing.KindReply {
 			continue // pongs and anything else a client does not need
@@ -222,3 +238,23 @@ func (c *Client) Halt(ctx context.Context) error {
 func (c *Client) Ping(ctx context.Context) error {
 	return c.call(ctx, mSendCheck, struct{}{}, nil)
 }
+
+// Run runs a program's root task (a registered type with its state) on the
+// virtual machine as a new job, copies the output of the job's tasks to out
+// as it arrives, and returns the root task's final state when it exits.
+// Closing the client (or cancelling ctx) kills the root task.
+func (c *Client) Run(ctx context.Context, typ string, state []byte, out io.Writer) (TaskInfo, error) {
+	c.mu.Lock()
+	c.out = out
+	c.mu.Unlock()
+	var rep runReply
+	err := c.call(ctx, mRun, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}}, &rep)
+	if ctx.Err() != nil {
+		c.Close() // the master kills the job
+	}
+	return rep.Info, err
+}
+
+// ExitError turns a root task's final state into an error carrying its exit
+// status, as Run does: nil for a clean exit.
+func ExitError(info TaskInfo) error { return exitError(info) }

@@ -207,6 +207,9 @@ type Daemon struct {
 	// task is lost with its host.
 	lossWatch map[task.TID][]watcher
 	halted    bool
+	// jobs (master) maps a job to the console its output goes to.
+	jobs    map[uint64]io.Writer
+	nextJob uint64
 }
 
 type watcher struct {
@@ -244,6 +247,7 @@ func newDaemon(cfg Config) *Daemon {
 		gone:      map[task.TID]*hosted{},
 		watch:     map[task.TID][]watcher{},
 		lossWatch: map[task.TID][]watcher{},
+		jobs:      map[uint64]io.Writer{},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),
@@ -253,7 +257,7 @@ func newDaemon(cfg Config) *Daemon {
 	}
 	w := cfg.Output
 	if w == nil {
-		w = &forwarder{d: d}
+		w = io.Discard
 	}
 	d.out = &lockedWriter{w: w}
 	return d
@@ -376,6 +380,7 @@ type hosted struct {
 	d       *Daemon
 	tid     task.TID
 	parent  task.TID
+	job     uint64 // the job whose output this task's output joins (0: the daemon's)
 	typ     string
 	t       task.Task
 	mb      mailbox
@@ -409,15 +414,15 @@ type deferredAck struct {
 func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
 	if d.isMaster() {
 		if d.nw == nil {
-			return d.spawn(ctx, parent, req)
+			return d.spawn(ctx, parent, 0, req)
 		}
-		return d.spawnAnywhere(ctx, parent, req)
+		return d.spawnAnywhere(ctx, parent, 0, req)
 	}
-	return d.spawn(ctx, parent, req)
+	return d.spawn(ctx, parent, 0, req)
 }
 
-// startLocal starts tasks on this daemon.
-func (d *Daemon) startLocal(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
+// startLocal starts tasks of job on this daemon.
+func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	if req.Count < 1 {
 		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
 	}
@@ -430,7 +435,7 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, req task.Spawn
 		if err != nil {
 			return tids, err
 		}
-		tid, err := d.start(parent, req.Type, t)
+		tid, err := d.start(parent, job, req.Type, t)
 		if err != nil {
 			return tids, err
 		}
@@ -446,10 +451,10 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.start(0, typ, t)
+	return d.start(0, 0, typ, t)
 }
 
-func (d *Daemon) start(parent task.TID, typ string, t task.Task) (task.TID, error) {
+func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (task.TID, error) {
 	d.mu.Lock()
 	if d.halted {
 		d.mu.Unlock()
@@ -458,7 +463,7 @@ func (d *Daemon) start(parent task.TID, typ string, t task.Task) (task.TID, erro
 	d.nextNum++
 	tid := task.NewTID(d.cfg.HostID, d.nextNum)
 	ctx, cancel := context.WithCancel(d.ctx)
-	h := &hosted{d: d, tid: tid, parent: parent, typ: typ, t: t, ctx: ctx, cancel: cancel,
+	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{})}
 	d.tasks[tid] = h
 	d.wg.Add(1)
@@ -675,13 +680,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// forwarder sends a host daemon's task output to the master, which prints
-// it on its console.
-type forwarder struct{ d *Daemon }
+// jobWriter is a task's output: printed by the master on the console of
+// whoever started the task's job (or the master's own output), wherever the
+// task runs.
+type jobWriter struct {
+	d   *Daemon
+	job uint64
+}
 
-func (f *forwarder) Write(p []byte) (int, error) {
+func (w jobWriter) Write(p []byte) (int, error) {
+	if w.d.isMaster() {
+		return w.d.jobOut(w.job, p)
+	}
 	b := append([]byte(nil), p...)
-	if err := f.d.sendEvent(f.d.ctx, MasterID, &event{Kind: evOutput, Output: b}); err != nil {
+	if err := w.d.sendEvent(w.d.ctx, MasterID, &event{Kind: evOutput, Job: w.job, Output: b}); err != nil {
 		return 0, err
 	}
 	return len(p), nil

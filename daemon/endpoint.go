@@ -18,7 +18,7 @@ func (h *hosted) Self() task.TID                                   { return h.ti
 func (h *hosted) Parent() task.TID                                 { return h.parent }
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
-func (h *hosted) Output() io.Writer                                { return h.d.out }
+func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job} }
 func (h *hosted) Logger() *slog.Logger                             { return h.d.log.With("tid", h.tid) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
 func (h *hosted) alive() error                                     { return h.ctxErr(nil) }
@@ -80,7 +80,7 @@ func (h *hosted) Spawn(ctx context.Context, req task.SpawnRequest) ([]task.TID, 
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	return h.d.spawn(ctx, h.tid, req)
+	return h.d.spawn(ctx, h.tid, h.job, req)
 }
 
 func (h *hosted) Kill(ctx context.Context, tid task.TID) error {

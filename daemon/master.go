@@ -157,10 +157,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -180,15 +180,25 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
-		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Req)
+		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Job, a.Req)
 		return tidsReply{TIDs: tids}, err
 	case mStart:
 		var a spawnArgs
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
-		tids, err := d.startLocal(ctx, a.Parent, a.Req)
+		tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
 		return tidsReply{TIDs: tids}, err
+	case mRun:
+		var a spawnArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		if p == nil {
+			return nil, fmt.Errorf("method %q is for clients", method)
+		}
+		info, err := d.runJob(ctx, p, a.Req)
+		return runReply{Info: info}, err
 	case mKill:
 		var a tidArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -282,7 +292,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
-		_, _ = d.out.Write(e.Output)
+		_, _ = d.jobOut(e.Job, e.Output)
 	case evLoad:
 		if !d.cfg.Master || e.Load == nil {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
@@ -310,7 +320,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 }
 
 // spawnAnywhere places and starts tasks (master).
-func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
+func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	if req.Count < 1 {
 		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
 	}
@@ -352,7 +362,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, req task.Sp
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
-		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Req: r}, &rep)
+		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		got[h] = rep.TIDs
 		if err != nil {
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
@@ -370,15 +380,15 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, req task.Sp
 
 // spawn starts tasks for a local parent: on this host directly when asked
 // to, otherwise through the master's placement.
-func (d *Daemon) spawn(ctx context.Context, parent task.TID, req task.SpawnRequest) ([]task.TID, error) {
+func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	if d.nw == nil || (req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())) {
 		if d.nw == nil && req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
 			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
 		}
-		return d.startLocal(ctx, parent, req)
+		return d.startLocal(ctx, parent, job, req)
 	}
 	var rep tidsReply
-	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Req: req}, &rep)
+	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Job: job, Req: req}, &rep)
 	return rep.TIDs, err
 }
 
@@ -526,4 +536,63 @@ func (d *Daemon) selfInfo() HostInfo {
 	h.Load = float64(h.Tasks)
 	h.ID, h.Name = d.cfg.HostID, d.cfg.Name
 	return h
+}
+
+// jobOut writes output of job to its console (master).
+func (d *Daemon) jobOut(job uint64, b []byte) (int, error) {
+	d.mu.Lock()
+	w := d.jobs[job]
+	d.mu.Unlock()
+	if w == nil {
+		return d.out.Write(b)
+	}
+	return w.Write(b)
+}
+
+// runJob runs a program's root task for a client (master): a new job whose
+// output goes to the client, answered when the root task has exited. If
+// the client goes away first, the root task is killed.
+func (d *Daemon) runJob(ctx context.Context, client *peer, req task.SpawnRequest) (TaskInfo, error) {
+	d.mu.Lock()
+	d.nextJob++
+	job := d.nextJob
+	d.jobs[job] = &clientOutput{p: client, job: job}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.jobs, job)
+		d.mu.Unlock()
+	}()
+	req.Count = 1
+	tids, err := d.startLocal(ctx, 0, job, req)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	root := tids[0]
+	d.log.Info("job started", "job", job, "root", root, "type", req.Type, "client", client.name())
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-client.closed:
+			_ = d.Kill(root)
+		case <-wctx.Done():
+		}
+	}()
+	return d.Wait(ctx, root)
+}
+
+// clientOutput sends a job's output to the client that runs it.
+type clientOutput struct {
+	p   *peer
+	job uint64
+}
+
+func (c *clientOutput) Write(b []byte) (int, error) {
+	e, err := encodeMsg(&event{Kind: evOutput, Job: c.job, Output: b})
+	if err != nil {
+		return 0, err
+	}
+	c.p.frame(routing.KindEvent, e)
+	return len(b), nil
 }

@@ -65,6 +65,7 @@ type event struct {
 	Routes []routing.Entry `msgpack:"r,omitempty"` // route
 	TID    task.TID        `msgpack:"t,omitempty"` // exited
 	Output []byte          `msgpack:"o,omitempty"` // output
+	Job    uint64          `msgpack:"j,omitempty"` // output
 	Reason string          `msgpack:"why,omitempty"`
 	Load   *HostInfo       `msgpack:"l,omitempty"` // load report
 }
@@ -138,7 +139,11 @@ func decodeMsg(b []byte, v any) error {
 type (
 	spawnArgs struct {
 		Parent task.TID          `msgpack:"p"`
+		Job    uint64            `msgpack:"j,omitempty"`
 		Req    task.SpawnRequest `msgpack:"r"`
+	}
+	runReply struct {
+		Info TaskInfo `msgpack:"i"`
 	}
 	tidsReply struct {
 		TIDs []task.TID `msgpack:"t"`
@@ -177,6 +182,7 @@ type (
 
 // Control methods.
 const (
+	mRun       = "run"        // at the master: run a program's root task for a client, with its output
 	mSpawn     = "spawn"      // at the master: place and start tasks
 	mStart     = "start"      // at a daemon: start tasks here
 	mKill      = "kill"       // anywhere: kill a task (forwarded to its host)

@@ -153,3 +153,12 @@ func TestReadmeWalkthrough(t *testing.T) {
 		t.Error("README.md's walk-through differs from examples/squares.go; copy the file into the README")
 	}
 }
+
+// TestWatchNothingLost runs the watch program expecting no loss: it starts
+// and stops its workers.
+func TestWatchNothingLost(t *testing.T) {
+	out := runProgram(t, "watch", "-workers", "3")
+	if !strings.Contains(out, "watch: 3 workers started") || !strings.HasSuffix(out, "watch: 0 workers lost, 3 stopped\n") {
+		t.Errorf("output:\n%s", out)
+	}
+}

@@ -14,6 +14,32 @@ type HostID uint32
 // String returns the host ID as "h3".
 func (h HostID) String() string { return "h" + strconv.FormatUint(uint64(h), 10) }
 
+// MarshalText implements encoding.TextMarshaler: host IDs print as "h3".
+func (h HostID) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (h *HostID) UnmarshalText(b []byte) error {
+	v, err := ParseHostID(string(b))
+	if err != nil {
+		return err
+	}
+	*h = v
+	return nil
+}
+
+// ParseHostID parses "h3" (and "h0", the zero host ID).
+func ParseHostID(s string) (HostID, error) {
+	rest, ok := strings.CutPrefix(s, "h")
+	if !ok {
+		return 0, fmt.Errorf("parse host ID %q: want h<number>", s)
+	}
+	n, err := strconv.ParseUint(rest, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("parse host ID %q: %w", s, err)
+	}
+	return HostID(n), nil
+}
+
 // TID identifies a task for its whole life. It names the task's origin host
 // (the host it was spawned on) and a number unique on that host; migrating a
 // task never changes its TID. TIDs are comparable and can be used as map

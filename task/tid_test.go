@@ -82,3 +82,19 @@ func TestExitStatus(t *testing.T) {
 		t.Errorf("plain error status = %d, want 1", got)
 	}
 }
+
+func TestHostIDText(t *testing.T) {
+	b, err := json.Marshal(map[string]HostID{"h": 12})
+	if err != nil || string(b) != `{"h":"h12"}` {
+		t.Fatalf("json %s %v", b, err)
+	}
+	var m map[string]HostID
+	if err := json.Unmarshal(b, &m); err != nil || m["h"] != 12 {
+		t.Fatalf("round trip %v %v", m, err)
+	}
+	for _, bad := range []string{"", "12", "hx", "h-1", "h99999999999"} {
+		if _, err := ParseHostID(bad); err == nil {
+			t.Errorf("ParseHostID(%q) succeeded", bad)
+		}
+	}
+}

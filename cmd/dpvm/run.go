@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"dpvm/daemon"
+	"dpvm/daemon/pki"
 	_ "dpvm/examples" // registers the example programs
 	"dpvm/task"
 )
@@ -30,6 +31,8 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
+			&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address instead of an embedded one"},
+			clusterKeyFlag,
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
@@ -57,6 +60,9 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if c.String("master") != "" {
+				return exitFor("run "+name, runRemote(ctx, c, root, out))
+			}
 			err = daemon.Run(ctx, root, daemon.RunOptions{
 				Hosts:  c.Int("hosts"),
 				Output: out,
@@ -114,4 +120,27 @@ func exitFor(what string, err error) error {
 		return cli.Exit(what+": interrupted", 130)
 	}
 	return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
+}
+
+// runRemote runs root as a job on the virtual machine named by --master,
+// printing its output as it comes.
+func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer) error {
+	key, err := pki.Load(c.String("cluster-key"))
+	if err != nil {
+		return err
+	}
+	cl, err := daemon.Dial(ctx, c.String("master"), key)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	typ, state, err := task.EncodeState(root)
+	if err != nil {
+		return err
+	}
+	info, err := cl.Run(ctx, typ, state, out)
+	if err != nil {
+		return err
+	}
+	return daemon.ExitError(info)
 }

@@ -1,0 +1,100 @@
+package examples
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+
+	"dpvm/task"
+)
+
+// Watch is the root task of the watch program, a demonstration of notify:
+// it spawns workers across the hosts, asks to be told when any of them
+// exits and when a host leaves, and waits until Expect of them are lost
+// and a host deletion has been reported (kill a host daemon to see it);
+// then it stops the others.
+type Watch struct {
+	Workers int
+	Expect  int
+	Tids    []task.TID
+	Lost    []task.TID
+	Hosts   int // host deletions seen
+}
+
+// WatchWorker waits to be told to stop.
+type WatchWorker struct{}
+
+func init() {
+	task.Register("examples.watch", &Watch{})
+	task.Register("examples.watch.worker", &WatchWorker{})
+	task.RegisterProgram(task.Program{
+		Name:    "watch",
+		Summary: "spawn workers across hosts and report, through notify, the ones lost with their host",
+		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+			w := fs.Int("workers", 3, "number of workers (placed round-robin over the hosts)")
+			e := fs.Int("expect", 0, "how many workers to see lost before stopping the others")
+			return func([]string) (task.Task, error) {
+				if *w < 1 || *e < 0 || *e > *w {
+					return nil, fmt.Errorf("need -workers >= 1 and 0 <= -expect <= -workers, got %d and %d", *w, *e)
+				}
+				return &Watch{Workers: *w, Expect: *e}, nil
+			}
+		},
+	})
+}
+
+// Run spawns and watches the workers.
+func (w *Watch) Run(c *task.Ctx) error {
+	if w.Tids == nil {
+		tids, err := c.Spawn(&WatchWorker{}, w.Workers)
+		if err != nil {
+			return err
+		}
+		w.Tids = tids
+		if err := c.Notify(task.TaskExit, tagExit, tids...); err != nil {
+			return err
+		}
+		if err := c.Notify(task.HostDelete, tagSetup); err != nil {
+			return err
+		}
+		c.Printf("watch: %d workers started: %v; waiting for %d to be lost", len(tids), tids, w.Expect)
+	}
+	for len(w.Lost) < w.Expect || (w.Expect > 0 && w.Hosts == 0) {
+		var n task.Notice
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n)
+		if err != nil {
+			return err
+		}
+		switch st.Tag {
+		case tagSetup:
+			c.Printf("watch: host %v (%s) deleted", n.Host, n.Name)
+			w.Hosts++
+		case tagExit:
+			c.Printf("watch: worker %v exited (status %d: %s)", n.TID, n.Status, n.Err)
+			if !slices.Contains(w.Lost, n.TID) {
+				w.Lost = append(w.Lost, n.TID)
+			}
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	stopped := 0
+	for _, t := range w.Tids {
+		if slices.Contains(w.Lost, t) {
+			continue
+		}
+		if err := c.Send(t, tagDone, nil); err != nil {
+			return err
+		}
+		stopped++
+	}
+	c.Printf("watch: %d workers lost, %d stopped", len(w.Lost), stopped)
+	return nil
+}
+
+// Run waits for the stop message.
+func (w *WatchWorker) Run(c *task.Ctx) error {
+	_, err := c.Recv(c.Parent(), tagDone, nil)
+	return err
+}

@@ -84,3 +84,20 @@ func TestRunTwoHosts(t *testing.T) {
 		})
 	}
 }
+
+// TestRunOddNP runs the kernels whose decomposition takes any np on three
+// tasks.
+func TestRunOddNP(t *testing.T) {
+	for _, k := range []string{"ep", "cg"} {
+		t.Run(k, func(t *testing.T) {
+			t.Parallel()
+			r, err := Run(context.Background(), k, "S", 3, RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Verified != Successful || r.NP != 3 {
+				t.Fatalf("%s class S np 3: %+v", k, r)
+			}
+		})
+	}
+}

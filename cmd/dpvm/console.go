@@ -150,14 +150,14 @@ func (con *console) execInterruptible(ctx context.Context, line string, sigs <-c
 	for len(sigs) > 0 { // a ^C from before this command is not for it
 		<-sigs
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		select {
 		case <-sigs:
-			cancel()
+			cancel(errInterrupted)
 		case <-done:
 		}
 	}()
@@ -236,22 +236,9 @@ func (con *console) run(ctx context.Context, cc controlCommand, args []string) e
 		return fmt.Errorf("%s: %w (see 'help %s')", name, err, name)
 	}
 	cmd.Action = func(c *cli.Context) error {
-		cl, err := con.client(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, con.timeout)
-		defer cancel()
-		err = cc.act(c, cl, cctx)
-		if errors.Is(err, daemon.ErrNotConnected) {
-			con.drop()
-		}
-		var ec cli.ExitCoder
-		if err != nil && !errors.As(err, &ec) {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if err == nil && name == "halt" {
-			con.halted = true
+		err := con.act(ctx, c, cc)
+		if err != nil && errors.Is(context.Cause(ctx), errInterrupted) {
+			return fmt.Errorf("%s: %w", name, errInterrupted)
 		}
 		return err
 	}
@@ -266,6 +253,30 @@ func (con *console) run(ctx context.Context, cc controlCommand, args []string) e
 		Commands:        []*cli.Command{cmd},
 	}
 	return app.RunContext(ctx, reorderArgs(app, append([]string{app.Name, name}, args...)))
+}
+
+// act runs cc's action on the console's connection, connecting again
+// first if it was lost.
+func (con *console) act(ctx context.Context, c *cli.Context, cc controlCommand) error {
+	name := cc.cmd.Name
+	cl, err := con.client(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, con.timeout)
+	defer cancel()
+	err = cc.act(c, cl, cctx)
+	if errors.Is(err, daemon.ErrNotConnected) {
+		con.drop()
+	}
+	var ec cli.ExitCoder
+	if err != nil && !errors.As(err, &ec) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err == nil && name == "halt" {
+		con.halted = true
+	}
+	return err
 }
 
 // consoleCommandHelp is the template of 'help COMMAND' in the console.

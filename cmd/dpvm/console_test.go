@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -334,6 +335,44 @@ func TestConsoleReconnects(t *testing.T) {
 	}
 	if strings.Count(errOut, "\n") != 2 { // the lost connection, then the failure
 		t.Fatalf("conf with the master gone printed %q", errOut)
+	}
+}
+
+// TestConsoleInterrupt checks that ^C cancels the command in progress, here
+// one waiting for a master that never answers, and the console goes on.
+func TestConsoleInterrupt(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	vm, _, _ := startVM(t, 1)
+	tc := newTestConsole(t, vm)
+	tc.con.drop()
+	tc.con.addr, tc.con.timeout = silent.LocalAddr().String(), time.Minute
+
+	sigs := make(chan os.Signal, 1)
+	sigs <- os.Interrupt // typed before the command: not for it
+	done := make(chan bool)
+	go func() {
+		done <- tc.con.execInterruptible(context.Background(), "conf", sigs)
+	}()
+	// ^C, again and again until the command ends.
+	var leave bool
+wait:
+	for {
+		select {
+		case sigs <- os.Interrupt:
+		case leave = <-done:
+			break wait
+		}
+	}
+	if leave {
+		t.Fatal("an interrupted command left the console")
+	}
+	want := "reconnecting to the master at " + tc.con.addr + "\nconf: interrupted\n"
+	if tc.out.String() != "" || tc.errOut.String() != want {
+		t.Fatalf("stdout %q, stderr %q; want stderr %q", tc.out.String(), tc.errOut.String(), want)
 	}
 }
 

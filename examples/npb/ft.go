@@ -173,9 +173,8 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []c
 	return x
 }
 
-// fft3d transforms u in place: forward leaves the spectrum in w.spec's
-// layout (in w.transposed when that is B); inverse takes it from there and
-// leaves the result in layout A in u.
+// forward transforms u (layout A) in 3-D and returns the spectrum: u itself
+// with one task, w.transposed (layout B) with more.
 func (w *FTWorker) forward(cm comm, u []complex128) ([]complex128, error) {
 	p := w.p
 	nx, ny, nz := p.NX, p.NY, p.NZ
@@ -199,6 +198,8 @@ func (w *FTWorker) forward(cm comm, u []complex128) ([]complex128, error) {
 	return v, nil
 }
 
+// inverse transforms the spectrum s back in 3-D, leaving the result in out
+// (layout A); s is overwritten.
 func (w *FTWorker) inverse(cm comm, s []complex128, out []complex128) error {
 	p := w.p
 	nx, ny, nz := p.NX, p.NY, p.NZ

@@ -238,9 +238,11 @@ type ISParams struct {
 	LogKeys    int // log2 of the number of keys
 	LogMaxKey  int
 	LogBuckets int
-	TestIndex  [5]int // nil-equivalent (HasRef false) for classes without reference
-	TestRank   [5]int
-	HasRef     bool
+	// TestIndex and TestRank are the partial verification's key indices
+	// and expected ranks; they are set only when HasRef.
+	TestIndex [5]int
+	TestRank  [5]int
+	HasRef    bool
 }
 
 const isIterations = 10

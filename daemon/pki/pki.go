@@ -11,6 +11,8 @@ package pki
 
 import (
 	"crypto/ecdsa"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -252,4 +254,13 @@ func PeerOf(cs tls.ConnectionState) (Peer, error) {
 		return Peer{}, fmt.Errorf("peer certificate has unknown role %q", r)
 	}
 	return Peer{Role: r, Name: c.Subject.CommonName}, nil
+}
+
+// Secret derives a 32-byte secret for label from the cluster key's private
+// key: every holder of the key derives the same one, nobody else can. Use
+// distinct labels for distinct purposes (e.g. "checkpoint-mac").
+func (k *ClusterKey) Secret(label string) []byte {
+	m := hmac.New(sha256.New, k.key.D.Bytes())
+	m.Write([]byte("dpvm secret: " + label))
+	return m.Sum(nil)
 }

@@ -60,3 +60,20 @@ func TestParseRejects(t *testing.T) {
 	leaf := id.cert.Certificate[0]
 	_ = leaf
 }
+
+func TestSecret(t *testing.T) {
+	k1, _ := Generate(time.Now())
+	k2, _ := Generate(time.Now())
+	p1, _ := k1.PEM()
+	k1b, err := Parse(p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := k1.Secret("checkpoint-mac"), k1b.Secret("checkpoint-mac")
+	if len(a) != 32 || string(a) != string(b) {
+		t.Fatal("the same key derived different secrets")
+	}
+	if string(a) == string(k1.Secret("other")) || string(a) == string(k2.Secret("checkpoint-mac")) {
+		t.Fatal("secrets do not depend on the label and the key")
+	}
+}

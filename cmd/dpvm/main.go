@@ -63,6 +63,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			schedCommand(),
 			simCommand(),
 			npbCommand(),
+			benchCommand(),
 		},
 	}
 	setUsageErrors(app.Commands)

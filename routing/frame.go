@@ -15,20 +15,21 @@ type Kind uint8
 
 // Frame kinds.
 const (
-	KindHello   Kind = 1 // msgpack Hello: who is calling
-	KindMsgs    Kind = 2 // binary: a batch of envelopes
-	KindAcks    Kind = 3 // binary: a batch of cumulative acknowledgements
-	KindCall    Kind = 4 // msgpack Call: a control request
-	KindReply   Kind = 5 // msgpack Reply: the answer to a Call
-	KindEvent   Kind = 6 // msgpack Event: a broadcast (routes, hosts, notices)
-	KindRefuse  Kind = 7 // binary: envelopes refused, with where to go instead
-	KindPing    Kind = 8 // binary: heartbeat, with a sequence number
-	KindPong    Kind = 9 // binary: heartbeat answer
-	maxKind     Kind = 9
+	KindHello   Kind = 1  // msgpack Hello: who is calling
+	KindMsgs    Kind = 2  // binary: a batch of envelopes
+	KindAcks    Kind = 3  // binary: a batch of cumulative acknowledgements
+	KindCall    Kind = 4  // msgpack Call: a control request
+	KindReply   Kind = 5  // msgpack Reply: the answer to a Call
+	KindEvent   Kind = 6  // msgpack Event: a broadcast (routes, hosts, notices)
+	KindRefuse  Kind = 7  // binary: envelopes refused, with where to go instead
+	KindPing    Kind = 8  // binary: heartbeat, with a sequence number
+	KindPong    Kind = 9  // binary: heartbeat answer
+	KindStream  Kind = 10 // msgpack: opens an extra stream (a direct checkpoint transfer)
+	maxKind     Kind = 10
 	headerBytes      = 5 // u32 length (kind + body), u8 kind
 )
 
-var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong"}
+var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream"}
 
 func (k Kind) String() string {
 	if k >= 1 && k <= maxKind {

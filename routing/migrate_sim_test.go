@@ -351,7 +351,7 @@ func runMigrationSim(t *testing.T, seed uint64) *mNet {
 		if round > 300000 {
 			for _, h := range n.hosts {
 				for to, q := range h.out.queues {
-					t.Logf("host %v queue to %v: route %+v held %v msgs %d presence here %v master %+v", h.id, to, q.route, q.held, len(q.msgs), h.tasks[to], n.master.Lookup(to))
+					t.Logf("host %v queue to %v: route %+v held %v msgs %d presence here %v master %+v", h.id, to, q.route, q.held, q.n, h.tasks[to], n.master.Lookup(to))
 				}
 			}
 			t.Fatalf("seed %d: no progress (%d frames in flight, %d moves open, sent %d)", seed, len(n.flight), len(n.moves), sent)

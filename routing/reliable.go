@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"slices"
 	"time"
 
 	"dpvm/task"
@@ -19,18 +20,46 @@ type Outbox struct {
 }
 
 type outQueue struct {
-	msgs  []outMsg // unacknowledged, in the order sent
+	pairs map[task.TID]*fifo // unacknowledged, by sender, each in the order sent
+	n     int                // messages in all the pairs
 	bytes int
-	// route is where msgs were last sent; held means its daemon refused
-	// them (or the task is in transit) and nothing is sent until a route
-	// with a larger epoch arrives.
+	// route is where the messages were last sent; held means its daemon
+	// refused them (or the task is in transit) and nothing is sent until a
+	// route with a larger epoch arrives.
 	route Route
 	held  bool
+}
+
+// fifo is one pair's unacknowledged messages, oldest first: acknowledgements
+// are cumulative, so they pop from the front.
+type fifo struct {
+	msgs []outMsg
+	head int
 }
 
 type outMsg struct {
 	env    Envelope
 	sentAt time.Time
+}
+
+// each calls fn on every message of q, pair by pair in sender order, each
+// pair's in the order sent: a deterministic order.
+func (q *outQueue) each(fn func(m *outMsg)) {
+	for _, from := range sortedKeys(q.pairs) {
+		f := q.pairs[from]
+		for i := f.head; i < len(f.msgs); i++ {
+			fn(&f.msgs[i])
+		}
+	}
+}
+
+func sortedKeys[V any](m map[task.TID]V) []task.TID {
+	keys := make([]task.TID, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // NewOutbox returns an empty outbox.
@@ -58,7 +87,7 @@ func (o *Outbox) Seq(from, to task.TID) uint64 {
 func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	q := o.queues[e.To]
 	if q == nil {
-		q = &outQueue{route: r}
+		q = &outQueue{route: r, pairs: map[task.TID]*fifo{}}
 		o.queues[e.To] = q
 	}
 	if !q.held && r.InTransit {
@@ -68,7 +97,13 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 		q.route = r
 	}
 	n := EnvelopeSize(&e)
-	q.msgs = append(q.msgs, outMsg{env: e, sentAt: now})
+	f := q.pairs[e.From]
+	if f == nil {
+		f = &fifo{}
+		q.pairs[e.From] = f
+	}
+	f.msgs = append(f.msgs, outMsg{env: e, sentAt: now})
+	q.n++
 	q.bytes += n
 	o.bytes += n
 	return !q.held
@@ -91,20 +126,28 @@ func (o *Outbox) Ack(a Ack) int {
 	if q == nil {
 		return 0
 	}
-	freed := 0
-	kept := q.msgs[:0]
-	for _, m := range q.msgs {
-		if m.env.From == a.From && m.env.Seq <= a.Seq {
-			freed += EnvelopeSize(&m.env)
-			continue
-		}
-		kept = append(kept, m)
+	f := q.pairs[a.From]
+	if f == nil {
+		return 0
 	}
-	clear(q.msgs[len(kept):])
-	q.msgs = kept
+	freed := 0
+	for f.head < len(f.msgs) && f.msgs[f.head].env.Seq <= a.Seq {
+		freed += EnvelopeSize(&f.msgs[f.head].env)
+		f.msgs[f.head] = outMsg{}
+		f.head++
+		q.n--
+	}
+	switch {
+	case f.head == len(f.msgs):
+		delete(q.pairs, a.From)
+	case f.head > 256 && f.head > len(f.msgs)/2:
+		k := copy(f.msgs, f.msgs[f.head:])
+		clear(f.msgs[k:])
+		f.msgs, f.head = f.msgs[:k], 0
+	}
 	q.bytes -= freed
 	o.bytes -= freed
-	if len(q.msgs) == 0 && !q.held {
+	if q.n == 0 && !q.held {
 		delete(o.queues, a.To)
 	}
 	return freed
@@ -138,13 +181,14 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 	return 0, nil
 }
 
-// all returns the queue's messages in order, marking them sent at now.
+// all returns the queue's messages in order per pair, marking them sent at
+// now.
 func (q *outQueue) all(now time.Time) []Envelope {
-	out := make([]Envelope, len(q.msgs))
-	for i := range q.msgs {
-		q.msgs[i].sentAt = now
-		out[i] = q.msgs[i].env
-	}
+	out := make([]Envelope, 0, q.n)
+	q.each(func(m *outMsg) {
+		m.sentAt = now
+		out = append(out, m.env)
+	})
 	return out
 }
 
@@ -177,21 +221,21 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelope {
 	var out map[task.HostID][]Envelope
 	cut := now.Add(-rto)
-	for _, q := range o.queues {
+	for _, to := range sortedKeys(o.queues) {
+		q := o.queues[to]
 		if q.held {
 			continue
 		}
-		for i := range q.msgs {
-			m := &q.msgs[i]
+		q.each(func(m *outMsg) {
 			if m.sentAt.After(cut) {
-				continue
+				return
 			}
 			if out == nil {
 				out = map[task.HostID][]Envelope{}
 			}
 			out[q.route.Host] = append(out[q.route.Host], m.env)
 			m.sentAt = now
-		}
+		})
 	}
 	return out
 }
@@ -201,14 +245,12 @@ func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelop
 // re-established.
 func (o *Outbox) ForHost(h task.HostID, now time.Time) []Envelope {
 	var out []Envelope
-	for _, q := range o.queues {
+	for _, to := range sortedKeys(o.queues) {
+		q := o.queues[to]
 		if q.held || q.route.Host != h {
 			continue
 		}
-		for i := range q.msgs {
-			q.msgs[i].sentAt = now
-			out = append(out, q.msgs[i].env)
-		}
+		out = append(out, q.all(now)...)
 	}
 	return out
 }
@@ -222,7 +264,7 @@ func (o *Outbox) DropReceiver(to task.TID) int {
 	}
 	delete(o.queues, to)
 	o.bytes -= q.bytes
-	return len(q.msgs)
+	return q.n
 }
 
 // DropHost discards the messages routed to host h (it left the virtual

@@ -1,0 +1,210 @@
+package ckpt
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+
+	"dpvm/task"
+)
+
+func saveTask(d Dir, name string, meta *Meta, state task.Task) (int64, error) {
+	return d.Save(name, func(w io.Writer) error {
+		_, err := Write(w, testKey, meta, state)
+		return err
+	})
+}
+
+func loadTask(t *testing.T, d Dir, name string) (*Meta, task.Task) {
+	t.Helper()
+	f, err := d.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, st, err := Read(f, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, st
+}
+
+// onlyFiles lists the directory, failing on leftover temporary files.
+func onlyFiles(t *testing.T, dir string, want ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+		t.Fatalf("directory holds %q, want %q", got, want)
+	}
+}
+
+func TestDirRoundTrip(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	state := randNumbers(rand.New(rand.NewPCG(20, 20)), 5000)
+	n, err := saveTask(d, "t1:5.ckpt", sampleMeta(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(d.Path, "t1:5.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != n {
+		t.Fatalf("Save returned %d, the file has %d bytes", n, fi.Size())
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	onlyFiles(t, d.Path, "t1:5.ckpt")
+	_, got := loadTask(t, d, "t1:5.ckpt")
+	if !reflect.DeepEqual(got, state) {
+		t.Fatal("restored state differs")
+	}
+	if err := d.Remove("t1:5.ckpt"); err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles(t, d.Path)
+	if err := d.Remove("t1:5.ckpt"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("removing a missing file: %v", err)
+	}
+	if _, err := d.Open("t1:5.ckpt"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("opening a missing file: %v", err)
+	}
+}
+
+// TestDirAtomicReplace: a failed save leaves the previous file whole; a
+// successful one replaces it.
+func TestDirAtomicReplace(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	v1 := &big{Iter: 1, Data: []float64{1, 2, 3}}
+	v2 := &big{Iter: 2, Data: make([]float64, 100000)}
+	if _, err := saveTask(d, "c", sampleMeta(), v1); err != nil {
+		t.Fatal(err)
+	}
+	// The disk fills up half-way through the second version.
+	_, err := d.Save("c", func(w io.Writer) error {
+		_, err := Write(&failWriter{w: w, left: 300000, err: syscall.ENOSPC}, testKey, sampleMeta(), v2)
+		return err
+	})
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "save c") {
+		t.Fatalf("full disk: %v", err)
+	}
+	onlyFiles(t, d.Path, "c")
+	if _, got := loadTask(t, d, "c"); !reflect.DeepEqual(got, v1) {
+		t.Fatal("the previous version was damaged by a failed save")
+	}
+	// A writer that fails outright, before writing anything.
+	if _, err := d.Save("c", func(io.Writer) error { return errors.New("no state") }); err == nil {
+		t.Fatal("a failing writer's save succeeded")
+	}
+	onlyFiles(t, d.Path, "c")
+	if _, err := saveTask(d, "c", sampleMeta(), v2); err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles(t, d.Path, "c")
+	if _, got := loadTask(t, d, "c"); !reflect.DeepEqual(got, v2) {
+		t.Fatal("the new version did not replace the old")
+	}
+}
+
+func TestDirUnwritable(t *testing.T) {
+	base := t.TempDir()
+	// A directory under a regular file cannot hold files, root or not.
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := saveTask(Dir{Path: filepath.Join(file, "sub")}, "c", sampleMeta(), &empty{}); err == nil {
+		t.Fatal("saved under a regular file")
+	}
+	if _, err := saveTask(Dir{Path: filepath.Join(base, "missing")}, "c", sampleMeta(), &empty{}); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing directory: %v", err)
+	}
+	// Permissions bind only non-root users.
+	if os.Geteuid() != 0 {
+		ro := filepath.Join(base, "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(ro, 0o700)
+		if _, err := saveTask(Dir{Path: ro}, "c", sampleMeta(), &empty{}); !errors.Is(err, fs.ErrPermission) {
+			t.Fatalf("read-only directory: %v", err)
+		}
+	}
+}
+
+func TestDirNames(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	for _, name := range []string{"", ".", "..", "a/b", "../x", ".hidden", "a\x00b", `a\b`} {
+		if _, err := saveTask(d, name, sampleMeta(), &empty{}); !errors.Is(err, ErrName) {
+			t.Errorf("Save(%q): %v, want ErrName", name, err)
+		}
+		if _, err := d.Open(name); !errors.Is(err, ErrName) {
+			t.Errorf("Open(%q): %v, want ErrName", name, err)
+		}
+		if err := d.Remove(name); !errors.Is(err, ErrName) {
+			t.Errorf("Remove(%q): %v, want ErrName", name, err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(d.Path, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Open("sub"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("opening a directory: %v", err)
+	}
+}
+
+func TestDirRemoveTemps(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	if _, err := saveTask(d, "keep", sampleMeta(), &empty{}); err != nil {
+		t.Fatal(err)
+	}
+	// What a Save interrupted by a crash leaves behind.
+	if err := os.WriteFile(filepath.Join(d.Path, tempPrefix+"c-123"), []byte("partial"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := d.RemoveTemps()
+	if err != nil || n != 1 {
+		t.Fatalf("RemoveTemps: %d, %v", n, err)
+	}
+	onlyFiles(t, d.Path, "keep")
+}
+
+// TestDirTampered: a checkpoint file altered on the shared disk is refused.
+func TestDirTampered(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	if _, err := saveTask(d, "c", sampleMeta(), &big{Data: make([]float64, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d.Path, "c")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-100] ^= 0x10
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := d.Open("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, _, err := Read(f, testKey); !errors.Is(err, ErrTampered) {
+		t.Fatalf("tampered file: %v", err)
+	}
+}

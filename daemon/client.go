@@ -258,3 +258,11 @@ func (c *Client) Run(ctx context.Context, typ string, state []byte, out io.Write
 // ExitError turns a root task's final state into an error carrying its exit
 // status, as Run does: nil for a clean exit.
 func ExitError(info TaskInfo) error { return exitError(info) }
+
+// Migrate moves a task to the named host, its checkpoint travelling via, and
+// returns when the move has committed.
+func (c *Client) Migrate(ctx context.Context, tid task.TID, to string, via Via) (MigrateResult, error) {
+	var res MigrateResult
+	err := c.call(ctx, mMigrate, migrateArgs{TID: tid, To: to, Via: via}, &res)
+	return res, err
+}

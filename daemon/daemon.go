@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"dpvm/daemon/pki"
@@ -60,6 +61,12 @@ type Config struct {
 	MailboxHigh int
 	// Placer places tasks spawned anywhere (master; default round-robin).
 	Placer Placer
+	// SharedDir is the directory all hosts share for indirect migration
+	// (and checkpoints); empty disables indirect migration.
+	SharedDir string
+	// MoveTimeout bounds the wait for a migrating task to reach a safe
+	// point (default 10s); past it the move fails and the task runs on.
+	MoveTimeout time.Duration
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int
@@ -100,6 +107,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Placer == nil {
 		c.Placer = &RoundRobin{}
+	}
+	if c.MoveTimeout <= 0 {
+		c.MoveTimeout = 10 * time.Second
 	}
 	if c.Cores <= 0 {
 		c.Cores = runtime.NumCPU()
@@ -189,6 +199,8 @@ type Daemon struct {
 	acked  chan struct{} // closed and replaced whenever acknowledgements free window
 
 	placeMu  sync.Mutex // serialises the Placer
+	migMu    sync.Mutex
+	migs     map[task.TID]bool // migrations under way (master)
 	whyMu    sync.Mutex
 	why      error // the first reason given to stop
 	stopOnce sync.Once
@@ -210,6 +222,10 @@ type Daemon struct {
 	// jobs (master) maps a job to the console its output goes to.
 	jobs    map[uint64]io.Writer
 	nextJob uint64
+	// Migration: tasks suspended here while they move away, and tasks
+	// prepared here that are on their way in.
+	moving   map[task.TID]*leaving
+	incoming map[task.TID]*arriving
 }
 
 type watcher struct {
@@ -248,6 +264,9 @@ func newDaemon(cfg Config) *Daemon {
 		watch:     map[task.TID][]watcher{},
 		lossWatch: map[task.TID][]watcher{},
 		jobs:      map[uint64]io.Writer{},
+		moving:    map[task.TID]*leaving{},
+		incoming:  map[task.TID]*arriving{},
+		migs:      map[task.TID]bool{},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),
@@ -397,6 +416,12 @@ type hosted struct {
 	exitStatus int
 	exitCalled bool
 
+	// moveReq is set when the task is to suspend at its next safe point
+	// for a move; moved once it has.
+	moveReq  atomic.Pointer[moveRequest]
+	moveKick chan struct{} // wakes a RecvSafe when a move is requested
+	moved    bool
+
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
 	defMu    sync.Mutex
@@ -464,7 +489,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	tid := task.NewTID(d.cfg.HostID, d.nextNum)
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
-		started: time.Now(), done: make(chan struct{})}
+		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()
@@ -483,6 +508,15 @@ func (d *Daemon) run(h *hosted) {
 			msg := fmt.Sprintf("panic: %v", r)
 			d.log.Error("task panicked", "tid", h.tid, "type", h.typ, "panic", r, "stack", string(debug.Stack()))
 			d.finish(h, Failed, 2, msg)
+			return
+		}
+		if h.moved {
+			// Suspended for a move: the task lives on elsewhere (or here
+			// again after an abort), with a goroutine of its own.
+			if !errors.Is(err, task.ErrSuspended) {
+				d.log.Error("task went on after it was suspended for a move; its Run must return the error SafePoint returned",
+					"tid", h.tid, "type", h.typ, "returned", err)
+			}
 			return
 		}
 		if !returned { // runtime.Goexit, through Ctx.Exit or t.FailNow-like calls
@@ -508,9 +542,12 @@ func (d *Daemon) run(h *hosted) {
 // task counts.
 func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	d.mu.Lock()
-	if _, ok := d.tasks[h.tid]; !ok {
+	if cur, ok := d.tasks[h.tid]; !ok || cur != h {
 		d.mu.Unlock()
 		return
+	}
+	if req := h.moveReq.Swap(nil); req != nil {
+		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.tasks, h.tid)
 	h.state, h.status, h.err = state, status, msg
@@ -589,24 +626,49 @@ func (d *Daemon) Kill(tid task.TID) error {
 var ErrNotExited = errors.New("task has not exited")
 
 // Wait blocks until task tid has exited and returns its final information.
+// It follows the task when it migrates.
 func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
-	d.mu.Lock()
-	h := d.tasks[tid]
-	if h == nil {
-		h = d.gone[tid]
+	for {
+		d.mu.Lock()
+		h := d.tasks[tid]
+		if h == nil {
+			h = d.gone[tid]
+		}
+		l := d.moving[tid]
+		d.mu.Unlock()
+		var wait <-chan struct{}
+		switch {
+		case h != nil:
+			wait = h.done
+		case l != nil:
+			wait = l.resolved // suspended here: wait for the move to commit or abort
+		default:
+			host := d.routeHost(tid)
+			if host != d.cfg.HostID && d.nw != nil && d.hostKnown(host) {
+				var info TaskInfo
+				if err := d.callHost(ctx, host, mWait, tidArgs{TID: tid}, &info); err != nil {
+					return info, fmt.Errorf("wait %v: %w", tid, err)
+				}
+				return info, nil
+			}
+			return TaskInfo{}, fmt.Errorf("wait %v: %w", tid, task.ErrNoSuchTask)
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return TaskInfo{}, fmt.Errorf("wait %v: %w: %w", tid, ErrNotExited, ctx.Err())
+		}
+		if h == nil {
+			continue
+		}
+		d.mu.Lock()
+		moved := h.moved
+		info := d.infoLocked(h)
+		d.mu.Unlock()
+		if !moved {
+			return info, nil
+		}
 	}
-	d.mu.Unlock()
-	if h == nil {
-		return TaskInfo{}, fmt.Errorf("wait %v: %w", tid, task.ErrNoSuchTask)
-	}
-	select {
-	case <-h.done:
-	case <-ctx.Done():
-		return TaskInfo{}, fmt.Errorf("wait %v: %w: %w", tid, ErrNotExited, ctx.Err())
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.infoLocked(h), nil
 }
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {

@@ -76,6 +76,37 @@ func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (t
 	return task.Message{From: e.from, Tag: e.tag, Payload: e.body}, true, nil
 }
 
+func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Message, bool, error) {
+	if err := h.ctxErr(ctx); err != nil {
+		return task.Message{}, false, err
+	}
+	if h.moveReq.Load() != nil {
+		return task.Message{}, false, nil
+	}
+	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
+	if err != nil || !ok {
+		if err != nil && h.ctx.Err() != nil {
+			err = task.ErrKilled
+		}
+		return task.Message{}, false, err
+	}
+	if h.hasDeferred() {
+		h.d.releaseAcks(h)
+	}
+	return task.Message{From: e.from, Tag: e.tag, Payload: e.body}, true, nil
+}
+
+func (h *hosted) Hosts(ctx context.Context) ([]task.Host, error) {
+	if err := h.ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	var out []task.Host
+	for _, x := range h.d.Hosts() {
+		out = append(out, task.Host{ID: x.ID, Name: x.Name, Cores: x.Cores, Speed: x.Speed})
+	}
+	return out, nil
+}
+
 func (h *hosted) Spawn(ctx context.Context, req task.SpawnRequest) ([]task.TID, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
@@ -181,9 +212,44 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	return err
 }
 
-// SafePoint is where a pending checkpoint would be taken. On a single host
-// nothing is ever pending; a killed task learns of it here.
-func (h *hosted) SafePoint(task.Task) error { return h.alive() }
+// SafePoint is where a pending move is carried out: the task is suspended
+// and its state captured (the goroutine then ends). A killed task learns of
+// it here.
+func (h *hosted) SafePoint(task.Task) error {
+	if err := h.alive(); err != nil {
+		return err
+	}
+	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
+		return h.d.suspend(h, req)
+	}
+	return nil
+}
+
+// Migrate asks the master to move tid to host. A task moving itself is
+// suspended at its next safe point after the call returns.
+func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) error {
+	if err := h.ctxErr(ctx); err != nil {
+		return err
+	}
+	v, err := ParseVia(via)
+	if err != nil {
+		return err
+	}
+	args := migrateArgs{TID: tid, To: host, Via: v}
+	if tid == h.tid {
+		// The move needs this task at a safe point: ask, and let it go on
+		// to one.
+		go func() {
+			var res MigrateResult
+			if err := h.d.callMaster(h.d.ctx, mMigrate, args, &res); err != nil {
+				h.d.log.Warn("self-migration", "tid", tid, "error", err)
+			}
+		}()
+		return nil
+	}
+	var res MigrateResult
+	return h.d.callMaster(ctx, mMigrate, args, &res)
+}
 
 func (h *hosted) hasDeferred() bool {
 	h.defMu.Lock()

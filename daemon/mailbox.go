@@ -94,6 +94,12 @@ func (m *mailbox) take(from task.TID, tag int) (envelope, bool) {
 // returns ok == false when none is there; otherwise it blocks until one
 // arrives, ctx or dead is done, or the mailbox is closed.
 func (m *mailbox) get(ctx context.Context, dead <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
+	return m.getOr(ctx, dead, nil, from, tag, wait)
+}
+
+// getOr is get that also gives up, with ok == false and no error, when
+// intr receives.
+func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
 	m.mu.Lock()
 	if e, ok := m.take(from, tag); ok {
 		m.mu.Unlock()
@@ -119,6 +125,7 @@ func (m *mailbox) get(ctx context.Context, dead <-chan struct{}, from task.TID, 
 		err = ctx.Err()
 	case <-dead:
 		err = task.ErrKilled
+	case <-intr:
 	}
 	m.mu.Lock()
 	for i, x := range m.waiters {
@@ -155,6 +162,16 @@ func (m *mailbox) close() {
 	clear(m.q)
 	m.q, m.head, m.bytes = nil, 0, 0
 	m.mu.Unlock()
+}
+
+// drain removes and returns every queued message, oldest first.
+func (m *mailbox) drain() []envelope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := append([]envelope(nil), m.q[m.head:]...)
+	clear(m.q)
+	m.q, m.head, m.bytes = m.q[:0], 0, 0
+	return out
 }
 
 // stats reports the number of queued messages and their size in bytes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -99,7 +100,11 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	lost := d.outbox.DropHost(id)
 	d.rmu.Unlock()
 	_ = lost
-	d.log.Warn("host deleted", "host", id, "name", hi.Name, "reason", why)
+	lvl := slog.LevelWarn
+	if why == reasonLeft {
+		lvl = slog.LevelInfo
+	}
+	d.log.Log(context.Background(), lvl, "host deleted", "host", id, "name", hi.Name, "reason", why)
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
 		d.taskLossNotices(id)
@@ -157,10 +162,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -245,6 +250,23 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 	case mHalt:
 		go d.HaltVM()
 		return nil, nil
+	case mMigrate:
+		var a migrateArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return d.Migrate(ctx, a.TID, a.To, a.Via)
+	case mWait:
+		var a tidArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return d.Wait(ctx, a.TID)
+	case mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop:
+		if p != nil && p.role == pki.RoleClient {
+			return nil, fmt.Errorf("method %q is not open to clients", method)
+		}
+		return d.handleMigration(ctx, p, method, body)
 	}
 	return nil, fmt.Errorf("unknown method %q", method)
 }

@@ -16,6 +16,9 @@ import (
 	"dpvm/task"
 )
 
+// reasonLeft is why a host that closed its connection cleanly is deleted.
+const reasonLeft = "left the virtual machine"
+
 // MasterID is the host ID of the master daemon.
 const MasterID task.HostID = 1
 
@@ -153,6 +156,9 @@ func (d *Daemon) join(ctx context.Context) error {
 func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
 	d.goFunc(p.writeLoop)
 	d.goFunc(func() { p.readLoop(r) })
+	if p.role == pki.RoleDaemon {
+		d.goFunc(func() { d.acceptStreams(p) })
+	}
 }
 
 // goFunc runs f in a goroutine the daemon waits for when it stops.
@@ -394,7 +400,7 @@ func (d *Daemon) peerGone(p *peer) {
 	}
 	if wasCurrent && d.cfg.Master && d.ctx.Err() == nil && p.err == nil {
 		// A daemon that closes its connection to the master has left.
-		d.removeHost(p.info.ID, "left the virtual machine")
+		d.removeHost(p.info.ID, reasonLeft)
 	}
 }
 

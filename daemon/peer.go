@@ -36,6 +36,9 @@ type peer struct {
 	msgsOff  int // offset of an open message batch frame in buf, or -1
 	kick     chan struct{}
 	draining bool // flush, then close the sending side
+	// acks waiting to go out with the next write (or after ackDelay).
+	acks     map[routing.Pair]uint64
+	ackTimer *time.Timer
 	closed   chan struct{}
 	once     sync.Once
 	err      error
@@ -61,6 +64,28 @@ func (p *peer) close(err error) {
 		}
 		_ = p.conn.Close(reason)
 	})
+}
+
+// ackDelay bounds how long an acknowledgement waits for a frame to ride
+// with: most go out with the answer the receiving task sends, in the same
+// packet.
+const ackDelay = time.Millisecond
+
+// ack queues a cumulative acknowledgement; it goes out with the next frame
+// written to the peer, or after ackDelay.
+func (p *peer) ack(a routing.Ack) {
+	p.wmu.Lock()
+	if p.acks == nil {
+		p.acks = map[routing.Pair]uint64{}
+	}
+	k := routing.Pair{From: a.From, To: a.To}
+	if a.Seq > p.acks[k] {
+		p.acks[k] = a.Seq
+	}
+	if p.ackTimer == nil {
+		p.ackTimer = time.AfterFunc(ackDelay, p.signal)
+	}
+	p.wmu.Unlock()
 }
 
 // frame queues a whole frame of kind k.
@@ -108,6 +133,19 @@ func (p *peer) writeLoop() {
 		p.buf, p.spare = p.spare[:0], nil
 		p.msgsOff = -1
 		draining := p.draining
+		if len(p.acks) > 0 {
+			var off int
+			out, off = routing.BeginFrame(out, routing.KindAcks)
+			for k, seq := range p.acks {
+				out = routing.AppendAck(out, routing.Ack{From: k.From, To: k.To, Seq: seq})
+			}
+			routing.EndFrame(out, off)
+			clear(p.acks)
+		}
+		if p.ackTimer != nil {
+			p.ackTimer.Stop()
+			p.ackTimer = nil
+		}
 		p.wmu.Unlock()
 		if len(out) == 0 {
 			if draining {

@@ -24,10 +24,21 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	}
 	d.rmu.Lock()
 	r := d.routes.Lookup(to)
+	d.mu.Lock()
+	h := d.tasks[to]
+	l, arr := d.moving[to], d.incoming[to]
+	d.mu.Unlock()
+	switch {
+	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
+		// Suspended here, moving away, its new route not yet broadcast:
+		// hold the message until it is.
+		r = l.dest
+		r.InTransit = true
+	case h == nil && arr != nil:
+		// On its way here: hold the message until it is restored.
+		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
+	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
-		d.mu.Lock()
-		h := d.tasks[to]
-		d.mu.Unlock()
 		if h == nil {
 			d.rmu.Unlock()
 			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
@@ -47,7 +58,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		d.rmu.Unlock()
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
-	if !d.hostKnown(r.Host) {
+	if !r.InTransit && !d.hostKnown(r.Host) {
 		d.rmu.Unlock()
 		return fmt.Errorf("%v on %v: %w", to, r.Host, task.ErrNoSuchTask)
 	}
@@ -105,14 +116,32 @@ func (d *Daemon) waitWindow(ctx context.Context, to task.TID) error {
 // mailboxes of the tasks hosted here, acknowledging what was accepted and
 // refusing messages for tasks that are not here.
 func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
-	var acks, refusals []byte
+	var refusals []byte
 	last := map[routing.Pair]uint64{}
 	d.rmu.Lock()
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
 		d.mu.Lock()
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]
+		l, arr := d.moving[e.To], d.incoming[e.To]
+		if h == nil && arr != nil {
+			// On its way here: keep it, unacknowledged, until restored.
+			arr.held = append(arr.held, heldMsg{host: p.info.ID, env: e})
+		}
 		d.mu.Unlock()
+		if h == nil && arr != nil {
+			return nil
+		}
+		if h == nil && l != nil {
+			if e.Seq == 0 { // a notice: pass it on once the move is settled
+				d.forwardLater(l, e)
+				return nil
+			}
+			r := l.dest
+			r.InTransit = true
+			refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: r})
+			return nil
+		}
 		if h == nil {
 			if e.Seq == 0 {
 				return nil // a notice for a task that is gone
@@ -143,10 +172,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		if d.withhold(pr.To, p.info.ID, a) {
 			continue
 		}
-		acks = routing.AppendAck(acks, a)
-	}
-	if len(acks) > 0 {
-		p.frame(routing.KindAcks, acks)
+		p.ack(a)
 	}
 	if len(refusals) > 0 {
 		p.frame(routing.KindRefuse, refusals)
@@ -195,6 +221,9 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 		for _, e := range envs {
 			d.mu.Lock()
 			t := d.tasks[e.To]
+			if arr := d.incoming[e.To]; t == nil && arr != nil {
+				arr.held = append(arr.held, heldMsg{host: d.cfg.HostID, env: e})
+			}
 			d.mu.Unlock()
 			if t == nil {
 				continue
@@ -240,6 +269,12 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 	d.rmu.Lock()
 	for _, e := range entries {
 		if d.routes.Update(e.TID, e.Route) {
+			d.mu.Lock()
+			arriving := d.incoming[e.TID] != nil
+			d.mu.Unlock()
+			if arriving && e.Route.Host == d.cfg.HostID {
+				continue // what is held here for it is released when it is restored
+			}
 			if h, envs := d.outbox.Reroute(e.TID, e.Route, now); len(envs) > 0 {
 				todo = append(todo, resend{h, envs})
 			}
@@ -260,8 +295,13 @@ func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 	if r.Host == d.cfg.HostID {
 		d.mu.Lock()
 		h := d.tasks[to]
+		l := d.moving[to]
 		d.mu.Unlock()
 		if h == nil || !h.mb.put(envelope{from: from, tag: tag, body: p}) {
+			if l != nil {
+				d.forwardLater(l, routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
+				return nil
+			}
 			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 		}
 		return nil
@@ -322,4 +362,18 @@ func (d *Daemon) releaseAcks(h *hosted) {
 			p.frame(routing.KindAcks, b)
 		}
 	}
+}
+
+// forwardLater passes a notice for a task suspended here on once its move
+// has committed or aborted.
+func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
+	d.goFunc(func() {
+		select {
+		case <-l.resolved:
+			if err := d.sendSystem(e.From, e.To, int(e.Tag), e.Body); err != nil {
+				d.log.Debug("notice not delivered", "to", e.To, "error", err)
+			}
+		case <-d.ctx.Done():
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"dpvm/daemon/pki"
@@ -23,6 +24,10 @@ type RunOptions struct {
 	// HaltTimeout bounds the wait for the remaining tasks' goroutines once
 	// the root task has exited (default 5s).
 	HaltTimeout time.Duration
+	// SharedDir is the shared directory for indirect migration; with
+	// several hosts and none given, a temporary directory serves (and is
+	// removed afterwards).
+	SharedDir string
 }
 
 // ErrUnsupported is returned for options this build cannot honour yet.
@@ -53,7 +58,15 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 			}
 		}()
 	} else {
-		vm, err := StartLocalVM(ctx, opts.Hosts, Config{Output: opts.Output, Logger: opts.Logger})
+		if opts.SharedDir == "" {
+			dir, err := os.MkdirTemp("", "dpvm-shared-")
+			if err != nil {
+				return fmt.Errorf("run: %w", err)
+			}
+			defer os.RemoveAll(dir)
+			opts.SharedDir = dir
+		}
+		vm, err := StartLocalVM(ctx, opts.Hosts, Config{Output: opts.Output, Logger: opts.Logger, SharedDir: opts.SharedDir})
 		if err != nil {
 			return fmt.Errorf("run: %w", err)
 		}

@@ -194,6 +194,7 @@ const (
 	mNotify    = "notify"       // at the master: register a notification
 	mWatch     = "notify.watch" // at a daemon: watch a local task's exit
 	mPS        = "ps"           // anywhere: tasks (the master gathers all hosts')
+	mWait      = "wait"         // anywhere: wait for a task to exit
 	mConf      = "conf"         // at the master: the hosts
 	mDelete    = "delete"       // at the master: remove a host
 	mHalt      = "halt"         // at the master: stop the virtual machine

@@ -52,7 +52,7 @@ func (h *Hello) Run(c *task.Ctx) error {
 	}
 	for h.Got < h.N {
 		var g string
-		st, err := c.Recv(task.AnyTask, tagGreeting, &g)
+		st, err := c.RecvSafe(task.AnyTask, tagGreeting, &g)
 		if err != nil {
 			return err
 		}

@@ -143,6 +143,6 @@ func (w *PiWorker) Run(c *task.Ctx) error {
 	if err := task.Reduce(c, task.Sum[int64], []int64{w.Hits}, piGroup, tagHits, 0); err != nil {
 		return err
 	}
-	_, err := c.Recv(c.Parent(), tagExit, nil)
+	_, err := c.RecvSafe(c.Parent(), tagExit, nil)
 	return err
 }

@@ -97,7 +97,7 @@ func (p *Ping) Run(c *task.Ctx) error {
 func (p *Pong) Run(c *task.Ctx) error {
 	var buf []byte
 	for {
-		st, err := c.Recv(task.AnyTask, task.AnyTag, &buf)
+		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &buf)
 		if err != nil {
 			return err
 		}

@@ -63,7 +63,7 @@ func (r *Ring) Run(c *task.Ctx) error {
 		}
 		r.Members = tids
 	}
-	if _, err := c.Recv(r.Members[0], tagDone, &r.Result); err != nil {
+	if _, err := c.RecvSafe(r.Members[0], tagDone, &r.Result); err != nil {
 		return err
 	}
 	if want := r.N * r.Laps; r.Result != want {
@@ -89,7 +89,7 @@ func (m *RingMember) Run(c *task.Ctx) error {
 	}
 	for m.Lap < m.Laps {
 		var token int
-		if _, err := c.Recv(task.AnyTask, tagToken, &token); err != nil {
+		if _, err := c.RecvSafe(task.AnyTask, tagToken, &token); err != nil {
 			return err
 		}
 		m.Lap++

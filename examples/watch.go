@@ -95,6 +95,6 @@ func (w *Watch) Run(c *task.Ctx) error {
 
 // Run waits for the stop message.
 func (w *WatchWorker) Run(c *task.Ctx) error {
-	_, err := c.Recv(c.Parent(), tagDone, nil)
+	_, err := c.RecvSafe(c.Parent(), tagDone, nil)
 	return err
 }

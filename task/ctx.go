@@ -59,6 +59,25 @@ func (k NotifyKind) String() string {
 	return fmt.Sprintf("notify(%d)", uint8(k))
 }
 
+// Host describes a host of the virtual machine.
+type Host struct {
+	ID    HostID
+	Name  string
+	Cores int
+	Speed float64
+}
+
+// Hosts lists the virtual machine's hosts, by ID (PVM's pvm_config).
+func (c *Ctx) Hosts() ([]Host, error) {
+	c.enter()
+	defer c.leave()
+	hs, err := c.ep.Hosts(c.ep.Context())
+	if err != nil {
+		return nil, fmt.Errorf("hosts: %w", err)
+	}
+	return hs, nil
+}
+
 // Notice is the body of a notification message. For TaskExit, the message's
 // source is the exited task, so Recv(tid, tag, &n) waits for that task.
 type Notice struct {
@@ -115,8 +134,14 @@ type Endpoint interface {
 	// from and tag (wildcards allowed). With wait false it returns
 	// ok == false at once when none matches.
 	Recv(ctx context.Context, from TID, tag int, wait bool) (m Message, ok bool, err error)
+	// RecvSafe is a blocking Recv that also returns, with ok == false and
+	// no error, when the runtime wants the task at a safe point (a move
+	// is pending).
+	RecvSafe(ctx context.Context, from TID, tag int) (m Message, ok bool, err error)
 	// Probe reports the first matching message without removing it.
 	Probe(from TID, tag int) (Status, bool)
+	// Hosts lists the virtual machine's hosts.
+	Hosts(ctx context.Context) ([]Host, error)
 
 	Spawn(ctx context.Context, req SpawnRequest) ([]TID, error)
 	Kill(ctx context.Context, tid TID) error
@@ -137,6 +162,9 @@ type Endpoint interface {
 	// SafePoint is called outside critical sections; it returns
 	// ErrSuspended when the runtime has checkpointed the task.
 	SafePoint(t Task) error
+	// Migrate asks the runtime to move task tid to host, its checkpoint
+	// travelling via "direct" or "indirect".
+	Migrate(ctx context.Context, tid TID, host, via string) error
 
 	// Output is where the task's printed output goes (the job's console).
 	Output() io.Writer
@@ -367,6 +395,28 @@ func (c *Ctx) RecvTimeout(from TID, tag int, v any, d time.Duration) (Status, er
 	return st, err
 }
 
+// RecvSafe is Recv for a task that may wait long: while no message has
+// come it is a safe point, so the task can be moved while it waits. Like
+// SafePoint, it returns ErrSuspended when the task has been checkpointed
+// (Run must return it); the task resumes in Run, so call RecvSafe where
+// Run's fields say the task is waiting.
+func (c *Ctx) RecvSafe(from TID, tag int, v any) (Status, error) {
+	for {
+		c.enter()
+		m, ok, err := c.ep.RecvSafe(c.ep.Context(), from, tag)
+		c.leave()
+		if err != nil {
+			return Status{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
+		}
+		if ok {
+			return m.Status(), decodeInto(&m, v)
+		}
+		if err := c.SafePoint(); err != nil {
+			return Status{}, err
+		}
+	}
+}
+
 // TryRecv is a non-blocking Recv: ok is false when no message matches.
 func (c *Ctx) TryRecv(from TID, tag int, v any) (st Status, ok bool, err error) {
 	c.enter()
@@ -416,6 +466,21 @@ func (c *Ctx) Notify(kind NotifyKind, tag int, tids ...TID) error {
 	defer c.leave()
 	if err := c.ep.Notify(c.ep.Context(), kind, tag, tids); err != nil {
 		return fmt.Errorf("notify %v: %w", kind, err)
+	}
+	return nil
+}
+
+// Migrate moves task tid to the named host, its checkpoint travelling
+// "direct" (daemon to daemon) or "indirect" (through the shared
+// directory); "" is direct. It returns once the task runs at the
+// destination, or with an error after the move was abandoned and the task
+// runs on where it was. A task may move itself: the call returns at once
+// and the task is suspended at its next safe point.
+func (c *Ctx) Migrate(tid TID, host, via string) error {
+	c.enter()
+	defer c.leave()
+	if err := c.ep.Migrate(c.ep.Context(), tid, host, via); err != nil {
+		return fmt.Errorf("migrate %v to %s: %w", tid, host, err)
 	}
 	return nil
 }

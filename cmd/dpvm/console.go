@@ -29,8 +29,6 @@ const historyMax = 1000
 var (
 	// errUnterminated: a quote is not closed before the end of the line.
 	errUnterminated = errors.New("unterminated quote")
-	// errMigrationNotBuilt: the master cannot migrate tasks yet.
-	errMigrationNotBuilt = errors.New("not available yet: migration is not built")
 	// errInterrupted: the user typed ^C at the prompt.
 	errInterrupted = errors.New("interrupted")
 )
@@ -384,11 +382,14 @@ func migrateControl() controlCommand {
 			Name:      "migrate",
 			Usage:     "move a running task to another host",
 			ArgsUsage: "TID",
-			Description: "--via direct moves the task's state straight to the new host;\n" +
-				"--via indirect stages it through the master.",
+			Description: "The task is suspended at its next safe point and its checkpoint moves\n" +
+				"--via direct (daemon to daemon over QUIC) or --via indirect (through the shared\n" +
+				"directory the daemons were started with, --shared-dir). Waits for the move to\n" +
+				"commit and prints the time it took and the checkpoint's size.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>)"},
 				&cli.StringFlag{Name: "via", Value: "direct", Usage: "direct or indirect"},
+				jsonFlag,
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -401,10 +402,21 @@ func migrateControl() controlCommand {
 			if c.String("to") == "" {
 				return cli.Exit("migrate: no destination: give --to HOST", 2)
 			}
-			if v := c.String("via"); v != "direct" && v != "indirect" {
-				return cli.Exit(fmt.Sprintf("migrate: --via is direct or indirect, got %q", v), 2)
+			via, err := daemon.ParseVia(c.String("via"))
+			if err != nil {
+				return cli.Exit("migrate: "+err.Error(), 2)
 			}
-			return cli.Exit("migrate: "+errMigrationNotBuilt.Error(), 1)
+			tid, _ := task.ParseTID(c.Args().First())
+			res, err := cl.Migrate(ctx, tid, c.String("to"), via)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, res)
+			}
+			fmt.Fprintf(c.App.Writer, "migrated %v from %v to %v %s in %.3f s (frozen %.1f ms, checkpoint %d bytes)\n",
+				res.TID, res.From, res.To, res.Via, res.Seconds, res.FreezeMS, res.CheckpointBytes)
+			return nil
 		},
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -243,11 +242,15 @@ func TestConsoleSession(t *testing.T) {
 	tc.bad(`spawn "hello`, "unterminated quote")
 	tc.bad("kill", "kill: no TID given")
 	tc.bad("help nosuch", `help: unknown command "nosuch"`)
-	if _, ok := reflect.TypeFor[*daemon.Client]().MethodByName("Migrate"); !ok {
-		tc.bad("migrate "+pongs[1].String()+" --to h1 --via indirect", "migrate: not available yet: migration is not built")
-	}
 	tc.bad("migrate "+pongs[1].String(), "migrate: no destination: give --to HOST")
-	tc.bad("migrate "+pongs[1].String()+" --to h1 --via carrier-pigeon", `--via is direct or indirect, got "carrier-pigeon"`)
+	tc.bad("migrate "+pongs[1].String()+" --to h1 --via carrier-pigeon", `migration mode "carrier-pigeon": want direct or indirect`)
+	// A pong waits in RecvSafe, a safe point: it moves.
+	if out := tc.ok("migrate " + pongs[1].String() + " --to h1"); !strings.Contains(out, "migrated "+pongs[1].String()+" from h2 to h1 direct") {
+		t.Fatalf("migrate: %q", out)
+	}
+	tc.waitFor("ps shows the moved pong on h1", func() bool {
+		return tc.tasks()[pongs[1]].Host == "h1"
+	})
 	if out, errOut, leave := tc.do("  # only a comment"); out != "" || errOut != "" || leave {
 		t.Fatalf("comment: %q %q %v", out, errOut, leave)
 	}

@@ -32,6 +32,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
 			&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address instead of an embedded one"},
+			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration on the embedded machine (default: a temporary one)"},
 			clusterKeyFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -64,9 +65,10 @@ func runCommand() *cli.Command {
 				return exitFor("run "+name, runRemote(ctx, c, root, out))
 			}
 			err = daemon.Run(ctx, root, daemon.RunOptions{
-				Hosts:  c.Int("hosts"),
-				Output: out,
-				Logger: loggerFrom(c),
+				Hosts:     c.Int("hosts"),
+				Output:    out,
+				Logger:    loggerFrom(c),
+				SharedDir: c.String("shared-dir"),
 			})
 			return exitFor("run "+name, err)
 		},

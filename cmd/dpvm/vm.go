@@ -65,6 +65,8 @@ func daemonCommand() *cli.Command {
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
 			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
+			&cli.StringFlag{Name: "shared-dir", Usage: "directory every host shares, for indirect migration"},
+			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.Bool("master") == (c.String("join") != "") {
@@ -80,6 +82,7 @@ func daemonCommand() *cli.Command {
 				Name: c.String("name"), Listen: c.String("listen"), Master: c.Bool("master"), Join: c.String("join"),
 				Key: key, Speed: c.Float64("speed"), Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
+				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Output: masterOutput(c), Logger: loggerFrom(c),
 			})
 			if err != nil {
@@ -406,3 +409,5 @@ func haltControl() controlCommand {
 		},
 	}
 }
+
+func migrateCommand() *cli.Command { return migrateControl().command() }

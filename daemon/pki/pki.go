@@ -11,10 +11,10 @@ package pki
 
 import (
 	"crypto/ecdsa"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"

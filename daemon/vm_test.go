@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -459,4 +460,147 @@ func TestRefusesStrangers(t *testing.T) {
 	if err := cl2.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mover is a task that receives numbered messages and checks their order;
+// it waits in RecvSafe, so it can be moved at any time. It reports the
+// count it got to its parent when told to stop.
+type mover struct {
+	Next int
+	Bad  int
+}
+
+func init() { task.Register("daemon.test.mover", &mover{}) }
+
+func (m *mover) Run(c *task.Ctx) error {
+	for {
+		var n int
+		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		if err != nil {
+			return err
+		}
+		if st.Tag == 2 {
+			return c.Send(c.Parent(), 3, [2]int{m.Next, m.Bad})
+		}
+		if n != m.Next {
+			m.Bad++
+		}
+		m.Next = n + 1
+	}
+}
+
+// spinner never reaches a safe point while it waits.
+type spinner struct{}
+
+func init() { task.Register("daemon.test.spinner", &spinner{}) }
+
+func (*spinner) Run(c *task.Ctx) error {
+	_, err := c.Recv(task.AnyTask, task.AnyTag, nil)
+	return err
+}
+
+func TestMigrateFailures(t *testing.T) {
+	vm := startVM(t, 3, Config{MoveTimeout: 200 * time.Millisecond})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		sp, err := c.Spawn(&spinner{}, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		// No safe point in time: the move fails and the task runs on.
+		if _, err := m.Migrate(ctx, sp[0], "h3", Direct); !errors.Is(err, ErrNoSafePoint) {
+			return fmt.Errorf("migrate a spinner: %v", err)
+		}
+		if err := c.Send(sp[0], 1, nil); err != nil {
+			return fmt.Errorf("the spinner is gone after the failed move: %v", err)
+		}
+		// Indirect without a shared directory, a missing host, a missing
+		// task, a move to where it is.
+		mv, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		if _, err := m.Migrate(ctx, mv[0], "h3", Indirect); !errors.Is(err, ErrNoSharedDir) {
+			return fmt.Errorf("indirect without a shared directory: %v", err)
+		}
+		if _, err := m.Migrate(ctx, mv[0], "h9", Direct); !errors.Is(err, task.ErrNoSuchHost) {
+			return fmt.Errorf("to a missing host: %v", err)
+		}
+		if _, err := m.Migrate(ctx, task.NewTID(2, 999), "h3", Direct); !errors.Is(err, task.ErrNoSuchTask) {
+			return fmt.Errorf("a missing task: %v", err)
+		}
+		if _, err := m.Migrate(ctx, mv[0], "h2", Direct); err == nil {
+			return errors.New("moved a task to where it is")
+		}
+		// It still works after all that.
+		for i := range 10 {
+			if err := c.Send(mv[0], 1, i); err != nil {
+				return err
+			}
+		}
+		if err := c.Send(mv[0], 2, 0); err != nil {
+			return err
+		}
+		var got [2]int
+		if _, err := c.Recv(mv[0], 3, &got); err != nil || got != [2]int{10, 0} {
+			return fmt.Errorf("mover after failed moves: %v %v", got, err)
+		}
+		return nil
+	})
+}
+
+// TestMigrateAbortRestoresAtOrigin makes the destination fail to read an
+// indirect checkpoint (its shared directory is not the origin's): the move
+// aborts, the task runs at its origin again, and no message sent around the
+// attempt is lost or reordered.
+func TestMigrateAbortRestoresAtOrigin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
+	m := vm.Master()
+	odd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}, SharedDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { odd.Halt(context.Background()) })
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		mv, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		sent := 0
+		for range 200 {
+			if err := c.Send(mv[0], 1, sent); err != nil {
+				return err
+			}
+			sent++
+		}
+		_, err = m.Migrate(ctx, mv[0], odd.Name(), Indirect)
+		if err == nil || !strings.Contains(err.Error(), "aborted") {
+			return fmt.Errorf("a move to a host that cannot read the checkpoint: %v", err)
+		}
+		for range 200 {
+			if err := c.Send(mv[0], 1, sent); err != nil {
+				return err
+			}
+			sent++
+		}
+		// And a good move afterwards, both ways.
+		if _, err := m.Migrate(ctx, mv[0], "h1", Indirect); err != nil {
+			return err
+		}
+		if _, err := m.Migrate(ctx, mv[0], "h2", Direct); err != nil {
+			return err
+		}
+		if err := c.Send(mv[0], 2, 0); err != nil {
+			return err
+		}
+		var got [2]int
+		if _, err := c.Recv(mv[0], 3, &got); err != nil || got != [2]int{sent, 0} {
+			return fmt.Errorf("mover saw %v after the abort, want [%d 0]: %v", got, sent, err)
+		}
+		return nil
+	})
 }

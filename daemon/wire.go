@@ -92,6 +92,9 @@ var errorCodes = map[string]error{
 	"killed":        task.ErrKilled,
 	"halted":        task.ErrHalted,
 	"unsupported":   ErrUnsupported,
+	"no-safe-point": ErrNoSafePoint,
+	"moving":        ErrMoving,
+	"no-shared-dir": ErrNoSharedDir,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

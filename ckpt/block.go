@@ -120,6 +120,9 @@ func getBlock(p *plan, ptr unsafe.Pointer, in []byte, n int) bool {
 	return true
 }
 
+// uintptrOf is the address of b's first byte.
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
 // dataPtr is the address of the first element of a slice or of an
 // addressable array.
 func dataPtr(v reflect.Value) unsafe.Pointer {

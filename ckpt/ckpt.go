@@ -91,7 +91,8 @@ func write(w io.Writer, key []byte, meta *Meta, state task.Task) (int64, error) 
 		return 0, fmt.Errorf("task type %q: %w", name, err)
 	}
 
-	s := &sink{w: w, mac: newMAC(key)}
+	s := newSink(w, key)
+	defer s.mac.stop()
 	var h [headerSize]byte
 	copy(h[:], magic)
 	binary.LittleEndian.PutUint16(h[8:], Format)
@@ -137,7 +138,7 @@ func write(w io.Writer, key []byte, meta *Meta, state task.Task) (int64, error) 
 	if err := s.write(t[:]); err != nil {
 		return s.n, fmt.Errorf("trailer: %w", err)
 	}
-	if err := s.writeUnauthenticated(s.mac.Sum(nil)); err != nil {
+	if err := s.writeUnauthenticated(s.mac.sum()); err != nil {
 		return s.n, fmt.Errorf("trailer: %w", err)
 	}
 	return s.n, nil
@@ -170,6 +171,7 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 		return nil, nil, errors.New("empty MAC key")
 	}
 	src := newSource(r, key)
+	defer src.mac.stop()
 	var h [headerSize]byte
 	if err := src.full(h[:], "header"); err != nil {
 		return nil, nil, err
@@ -245,7 +247,7 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 	if err := src.full(tr[:], "trailer"); err != nil {
 		return nil, nil, err
 	}
-	want := src.mac.Sum(nil)
+	want := src.mac.sum()
 	var got [macSize]byte
 	if err := src.fullUnauthenticated(got[:], "trailer"); err != nil {
 		return nil, nil, err

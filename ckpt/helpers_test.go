@@ -245,7 +245,8 @@ func layout(t testing.TB, b []byte) []region {
 func craft(t testing.TB, key []byte, wm *wireMeta, state []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	s := &sink{w: &buf, mac: newMAC(key)}
+	s := newSink(&buf, key)
+	defer s.mac.stop()
 	var h [headerSize]byte
 	copy(h[:], magic)
 	binary.LittleEndian.PutUint16(h[8:], Format)
@@ -266,7 +267,7 @@ func craft(t testing.TB, key []byte, wm *wireMeta, state []byte) []byte {
 	tr[0] = trailerTag
 	binary.LittleEndian.PutUint64(tr[1:], uint64(s.n))
 	must(t, s.write(tr[:]))
-	must(t, s.writeUnauthenticated(s.mac.Sum(nil)))
+	must(t, s.writeUnauthenticated(s.mac.sum()))
 	return buf.Bytes()
 }
 

@@ -165,7 +165,7 @@ func (e *stateEncoder) block(v reflect.Value, p *plan) error {
 	}
 	ptr := dataPtr(v)
 	if p.direct() {
-		_, err := e.w.Write(memBytes(ptr, n, p.msize))
+		_, err := e.w.write(memBytes(ptr, n, p.msize), true)
 		return err
 	}
 	if e.piece == nil {
@@ -413,6 +413,7 @@ func (d *stateDecoder) block(v reflect.Value, p *plan) error {
 	}
 	if mem <= d.prealloc || rem >= 0 {
 		s := reflect.MakeSlice(p.typ, n, n)
+		adviseHuge(memBytes(dataPtr(s), n, p.msize))
 		v.Set(s)
 		return d.fill(p, dataPtr(s), n)
 	}
@@ -430,6 +431,7 @@ func (d *stateDecoder) block(v reflect.Value, p *plan) error {
 			break
 		}
 		next := reflect.MakeSlice(p.typ, min(n, 2*have), min(n, 2*have))
+		adviseHuge(memBytes(dataPtr(next), next.Len(), p.msize))
 		reflect.Copy(next, s)
 		s = next
 	}
@@ -443,7 +445,7 @@ func (d *stateDecoder) fill(p *plan, ptr unsafe.Pointer, n int) error {
 		return nil
 	}
 	if p.direct() {
-		if _, err := io.ReadFull(d.r, memBytes(ptr, n, p.msize)); err != nil {
+		if err := d.r.readBlock(memBytes(ptr, n, p.msize)); err != nil {
 			return d.msgErr(err)
 		}
 		return nil

@@ -40,16 +40,36 @@ func putBuf(b []byte) { bufPool.Put(&b) }
 // byte it passes to the destination.
 type sink struct {
 	w   io.Writer
-	mac hash.Hash
+	mac *hasher
 	n   int64
 	err error
 }
+
+func newSink(w io.Writer, key []byte) *sink { return &sink{w: w, mac: newHasher(newMAC(key))} }
 
 func (s *sink) write(p []byte) error {
 	if s.err != nil {
 		return s.err
 	}
-	s.mac.Write(p)
+	s.mac.write(p)
+	return s.put(p)
+}
+
+// writeBlock writes the memory of a numeric block, hashing it alongside.
+func (s *sink) writeBlock(p []byte) error {
+	for off := 0; off < len(p) && s.err == nil; off += hashPiece {
+		piece := p[off:min(len(p), off+hashPiece)]
+		s.mac.writeAsync(piece)
+		s.put(piece)
+	}
+	return s.err
+}
+
+// put writes p to the destination.
+func (s *sink) put(p []byte) error {
+	if s.err != nil {
+		return s.err
+	}
 	n, err := s.w.Write(p)
 	s.n += int64(n)
 	if err == nil && n < len(p) {
@@ -63,20 +83,7 @@ func (s *sink) write(p []byte) error {
 
 // writeUnauthenticated writes p without adding it to the MAC (the MAC
 // itself).
-func (s *sink) writeUnauthenticated(p []byte) error {
-	if s.err != nil {
-		return s.err
-	}
-	n, err := s.w.Write(p)
-	s.n += int64(n)
-	if err == nil && n < len(p) {
-		err = io.ErrShortWrite
-	}
-	if err != nil {
-		s.err = fmt.Errorf("at offset %d: %w", s.n, err)
-	}
-	return s.err
-}
+func (s *sink) writeUnauthenticated(p []byte) error { return s.put(p) }
 
 // secWriter writes one section as a sequence of chunks. Small writes are
 // gathered in a buffer whose first four bytes are kept for the chunk
@@ -102,7 +109,11 @@ func (w *secWriter) release() {
 	}
 }
 
-func (w *secWriter) Write(p []byte) (int, error) {
+func (w *secWriter) Write(p []byte) (int, error) { return w.write(p, false) }
+
+// write writes p; block says p is a numeric block's memory, which stays
+// unchanged until the checkpoint is written and may be hashed alongside.
+func (w *secWriter) write(p []byte, block bool) (int, error) {
 	if len(w.buf)+len(p) <= cap(w.buf) {
 		w.buf = append(w.buf, p...)
 		return len(p), nil
@@ -121,7 +132,13 @@ func (w *secWriter) Write(p []byte) (int, error) {
 		if err := w.s.write(h[:]); err != nil {
 			return off, err
 		}
-		if err := w.s.write(p[off : off+n]); err != nil {
+		var err error
+		if block && len(p) >= asyncMin {
+			err = w.s.writeBlock(p[off : off+n])
+		} else {
+			err = w.s.write(p[off : off+n])
+		}
+		if err != nil {
 			return off, err
 		}
 		off += n
@@ -163,14 +180,14 @@ func (w *secWriter) close() error {
 // broken nothing further is read.
 type source struct {
 	r     io.Reader
-	mac   hash.Hash
+	mac   *hasher
 	n     int64
 	err   error
 	avail int64 // bytes the stream is known to hold at offset 0, or -1
 }
 
 func newSource(r io.Reader, key []byte) *source {
-	return &source{r: r, mac: newMAC(key), avail: knownLength(r)}
+	return &source{r: r, mac: newHasher(newMAC(key)), avail: knownLength(r)}
 }
 
 // knownLength is how many bytes r is known to hold from its current
@@ -228,7 +245,7 @@ func (s *source) full(p []byte, what string) error {
 		return s.err
 	}
 	n, err := io.ReadFull(s.r, p)
-	s.mac.Write(p[:n])
+	s.mac.write(p[:n])
 	s.n += int64(n)
 	if err != nil {
 		return s.readErr(err, what)
@@ -257,7 +274,7 @@ func (s *source) some(p []byte, what string) (int, error) {
 	for {
 		n, err := s.r.Read(p)
 		if n > 0 {
-			s.mac.Write(p[:n])
+			s.mac.write(p[:n])
 			s.n += int64(n)
 			return n, nil
 		}
@@ -266,6 +283,28 @@ func (s *source) some(p []byte, what string) (int, error) {
 		}
 		return 0, s.readErr(err, what)
 	}
+}
+
+// block reads exactly len(p) bytes of a numeric block's memory (within the
+// current chunk), hashing them alongside.
+func (s *source) block(p []byte, what string) error {
+	for len(p) > 0 {
+		if s.err != nil {
+			return s.err
+		}
+		n, err := s.r.Read(p[:min(len(p), hashPiece)])
+		if n > 0 {
+			s.mac.writeAsync(p[:n])
+			s.n += int64(n)
+			p = p[n:]
+			continue
+		}
+		if err == nil {
+			continue
+		}
+		return s.readErr(err, what)
+	}
+	return nil
 }
 
 // secReader reads the content of one section, hiding its chunk framing: it
@@ -372,6 +411,46 @@ func (sr *secReader) Read(p []byte) (int, error) {
 	n := copy(p, sr.buf[sr.r:sr.w])
 	sr.r += n
 	return n, nil
+}
+
+// readBlock fills p with section content, reading it straight from the
+// stream into p where it is large; p is a numeric block's memory, which
+// nothing else writes while the checkpoint is read, so it is hashed
+// alongside.
+func (sr *secReader) readBlock(p []byte) error {
+	async := len(p) >= asyncMin
+	for len(p) > 0 {
+		if sr.r < sr.w {
+			n := copy(p, sr.buf[sr.r:sr.w])
+			sr.r += n
+			p = p[n:]
+			continue
+		}
+		if len(p) < len(sr.buf) {
+			_, err := io.ReadFull(sr, p)
+			return err
+		}
+		if err := sr.avail(); err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		sr.r, sr.w = 0, 0
+		n := min(len(p), sr.left)
+		var err error
+		if async {
+			err = sr.s.block(p[:n], sr.name+" section")
+		} else {
+			err = sr.s.full(p[:n], sr.name+" section")
+		}
+		if err != nil {
+			return err
+		}
+		sr.left -= n
+		p = p[n:]
+	}
+	return nil
 }
 
 func (sr *secReader) ReadByte() (byte, error) {

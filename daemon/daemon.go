@@ -67,6 +67,10 @@ type Config struct {
 	// MoveTimeout bounds the wait for a migrating task to reach a safe
 	// point (default 10s); past it the move fails and the task runs on.
 	MoveTimeout time.Duration
+	// Fault injects a failure, for tests of failure handling:
+	// "exit-on-restore" makes the process exit at once, as if killed, when
+	// it is asked to restore a migrating task.
+	Fault string
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int

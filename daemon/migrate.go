@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"dpvm/ckpt"
@@ -485,6 +486,10 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	d.mu.Unlock()
 	if arr == nil {
 		return fmt.Errorf("%v is not prepared here", a.TID)
+	}
+	if d.cfg.Fault == "exit-on-restore" {
+		d.log.Error("fault injected: exiting in the middle of a migration", "tid", a.TID)
+		os.Exit(137)
 	}
 	var got transferred
 	if a.Via == Indirect {

@@ -138,6 +138,13 @@ func (s *Stream) Run(c *task.Ctx) error {
 		if err := c.Migrate(tid, to, via); err != nil {
 			c.Printf("stream: move %d of %v to %s failed: %v", s.Step, tid, to, err)
 			s.Failed++
+			// A host may have left: move among the ones there are now.
+			if hosts, err := c.Hosts(); err == nil && len(hosts) >= 2 {
+				s.Hosts = s.Hosts[:0]
+				for _, h := range hosts {
+					s.Hosts = append(s.Hosts, h.Name)
+				}
+			}
 			continue
 		}
 		s.Where[tid.String()] = to

@@ -37,6 +37,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // syncBuffer collects a process's output while it runs.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -83,7 +83,7 @@ func daemonCommand() *cli.Command {
 				Key: key, Speed: c.Float64("speed"), Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
-				Fault: os.Getenv("DPVM_FAULT"), // failure injection for tests
+				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
 				Output: masterOutput(c), Logger: loggerFrom(c),
 			})
 			if err != nil {

@@ -35,6 +35,7 @@ type peer struct {
 	spare    []byte
 	msgsOff  int // offset of an open message batch frame in buf, or -1
 	kick     chan struct{}
+	writing  bool // a goroutine is writing to the stream
 	draining bool // flush, then close the sending side
 	// acks waiting to go out with the next write (or after ackDelay).
 	acks     map[routing.Pair]uint64
@@ -44,6 +45,7 @@ type peer struct {
 	err      error
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
+	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
 }
 
 func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
@@ -94,7 +96,23 @@ func (p *peer) frame(k routing.Kind, body []byte) {
 	p.buf = routing.AppendFrame(p.buf, k, body)
 	p.msgsOff = -1
 	p.wmu.Unlock()
-	p.signal()
+	p.push()
+}
+
+// streaming is how soon after the last write a new frame counts as part of
+// a stream.
+const streaming = 50 * time.Microsecond
+
+// push gets queued frames going. After a pause, the caller writes them
+// itself, saving a hand-off to the writer goroutine (latency); in a stream
+// of frames, it leaves them to the writer, which batches what piles up
+// while it writes (throughput).
+func (p *peer) push() {
+	if time.Duration(time.Now().UnixNano()-p.lastWrite.Load()) < streaming {
+		p.signal()
+		return
+	}
+	_ = p.flush()
 }
 
 // envelope queues a message, batching it into the open message frame when
@@ -110,7 +128,7 @@ func (p *peer) envelope(e *routing.Envelope) {
 		p.msgsOff = -1
 	}
 	p.wmu.Unlock()
-	p.signal()
+	p.push()
 }
 
 func (p *peer) signal() {
@@ -120,19 +138,22 @@ func (p *peer) signal() {
 	}
 }
 
-// writeLoop flushes queued frames to the stream until the connection ends.
-func (p *peer) writeLoop() {
+// flush writes what is queued (and the pending acknowledgements) to the
+// stream, unless another goroutine is already writing — that one writes
+// what is queued meanwhile before it lets go. Senders call it directly, so
+// a message usually goes out from its sender's goroutine without a hand-off;
+// while a write is in progress, later messages pile up and go out together.
+func (p *peer) flush() error {
+	p.wmu.Lock()
+	if p.writing {
+		p.wmu.Unlock()
+		return nil
+	}
+	p.writing = true
 	for {
-		select {
-		case <-p.kick:
-		case <-p.closed:
-			return
-		}
-		p.wmu.Lock()
 		out := p.buf
 		p.buf, p.spare = p.spare[:0], nil
 		p.msgsOff = -1
-		draining := p.draining
 		if len(p.acks) > 0 {
 			var off int
 			out, off = routing.BeginFrame(out, routing.KindAcks)
@@ -146,26 +167,47 @@ func (p *peer) writeLoop() {
 			p.ackTimer.Stop()
 			p.ackTimer = nil
 		}
-		p.wmu.Unlock()
 		if len(out) == 0 {
-			if draining {
-				_ = p.st.Close() // FIN: the peer hangs up when it has read everything
-				<-p.closed
-				return
-			}
-			continue
+			p.writing = false
+			p.wmu.Unlock()
+			return nil
 		}
-		if _, err := p.st.Write(out); err != nil {
-			p.close(fmt.Errorf("write to %s: %w", p.name(), err))
-			return
-		}
+		p.wmu.Unlock()
+		_, err := p.st.Write(out)
+		p.lastWrite.Store(time.Now().UnixNano())
 		p.wmu.Lock()
 		if cap(out) <= 4<<20 {
 			p.spare = out[:0]
 		}
+		if err != nil {
+			p.writing = false
+			p.wmu.Unlock()
+			err = fmt.Errorf("write to %s: %w", p.name(), err)
+			p.close(err)
+			return err
+		}
+	}
+}
+
+// writeLoop flushes on demand (acknowledgement timers, frames queued
+// without a flush) and finishes a drain, until the connection ends.
+func (p *peer) writeLoop() {
+	for {
+		select {
+		case <-p.kick:
+		case <-p.closed:
+			return
+		}
+		if err := p.flush(); err != nil {
+			return
+		}
+		p.wmu.Lock()
+		done := p.draining && !p.writing && len(p.buf) == 0 && len(p.acks) == 0
 		p.wmu.Unlock()
-		if draining {
-			p.signal() // come back to finish
+		if done {
+			_ = p.st.Close() // FIN: the peer hangs up when it has read everything
+			<-p.closed
+			return
 		}
 	}
 }

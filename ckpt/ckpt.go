@@ -199,9 +199,12 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 	var meta *Meta
 	var wm wireMeta
 	start := src.n
-	metaErr := msgpack.NewDecoder(ms).Decode(&wm)
+	raw, metaErr := scanRaw(ms, lim.MaxMeta, nil)
 	if src.err != nil {
 		return nil, nil, src.err
+	}
+	if metaErr == nil {
+		metaErr = msgpack.Unmarshal(raw, &wm)
 	}
 	if metaErr != nil {
 		metaErr = fmt.Errorf("meta section at offset %d: %v: %w", start, metaErr, ErrCorrupt)
@@ -279,7 +282,7 @@ func decodeState(ss *secReader, src *source, t task.Task, lim Limits) error {
 		return err
 	}
 	dec := msgpack.NewDecoder(ss)
-	d := &stateDecoder{dec: dec, r: ss, src: src, budget: lim.MaxState, prealloc: lim.Prealloc}
+	d := &stateDecoder{dec: dec, leaf: msgpack.NewDecoder(nil), r: ss, src: src, budget: lim.MaxState, prealloc: lim.Prealloc}
 	if err := d.value(rv, p); err != nil {
 		return err
 	}

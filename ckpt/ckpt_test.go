@@ -329,6 +329,26 @@ func TestCrafted(t *testing.T) {
 			}
 		})
 	}
+	// A binary value in an interface field declaring 4 GiB.
+	wn := toWire(sampleMeta())
+	wn.Type = "ckpt-test.nested"
+	for _, raw := range [][]byte{
+		{msgpcode.Bin32, 0xff, 0xff, 0xff, 0xff, 1},
+		{msgpcode.Str32, 0xff, 0xff, 0xff, 0xff, 'a'},
+		{msgpcode.Ext32, 0xff, 0xff, 0xff, 0xff, 1},
+		bytes.Repeat([]byte{0x91}, maxDepth+10),
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, err := Read(bytes.NewReader(craft(t, testKey, wn, stateMap("Any", raw))), testKey)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("hostile leaf %x: %v", raw[:6], err)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+			t.Fatalf("hostile leaf %x: allocated %d bytes", raw[:6], alloc)
+		}
+	}
 	// A state over the limit.
 	b := encode(t, sampleMeta(), &big{Data: make([]float64, 1000)})
 	if _, _, err := ReadLimits(bytes.NewReader(b), testKey, Limits{MaxState: 4000}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "limit") {

@@ -82,6 +82,7 @@
 //     (keys of ordered kinds sorted, so equal states give equal bytes),
 //     pointers are nil or their target, each element, value and target in
 //     the state encoding.
+//   - A complex number is a msgpack array [real, imaginary] of floats.
 //   - Everything else — booleans, numbers, strings, interfaces, and types
 //     that encode themselves (msgpack.CustomEncoder, msgpack.Marshaler,
 //     encoding.BinaryMarshaler or TextMarshaler, a msgpack extension, like
@@ -104,5 +105,8 @@
 // state in all, and a numeric block is allocated in full only when the
 // stream is known to hold it (a regular file, an in-memory reader) or it
 // is at most Limits.Prealloc; otherwise it grows, doubling, as its bytes
-// arrive. Values nest at most 10000 deep.
+// arrive. A value msgpack would decode by allocating a declared length
+// (a binary, an interface, a type that decodes itself) is first copied as
+// its bytes arrive, then decoded from the copy. Values nest at most 10000
+// deep.
 package ckpt

@@ -32,6 +32,8 @@ type numbers struct {
 	Arr  [5]float64
 	Real []celsius
 	Iter int
+	Z    complex128
+	Z64  complex64
 }
 
 type celsius float64
@@ -126,7 +128,7 @@ func init() {
 }
 
 func randNumbers(r *rand.Rand, n int) *numbers {
-	s := &numbers{Iter: r.IntN(1000)}
+	s := &numbers{Iter: r.IntN(1000), Z: complex(r.Float64(), -1), Z64: complex(float32(r.Float64()), 2)}
 	for i := 0; i < n; i++ {
 		s.F64 = append(s.F64, r.NormFloat64())
 		s.F32 = append(s.F32, float32(r.NormFloat64()))

@@ -15,13 +15,14 @@ import (
 type planKind uint8
 
 const (
-	pLeaf   planKind = iota // encoded by msgpack itself
-	pBlock                  // slice or array of fixed-size numbers: a numeric block
-	pStruct                 // map of field name to value
-	pSlice                  // array of elements
-	pArray                  // array of exactly Len elements
-	pMap                    // map of msgpack key to value
-	pPtr                    // nil or the pointee
+	pLeaf    planKind = iota // encoded by msgpack itself
+	pBlock                   // slice or array of fixed-size numbers: a numeric block
+	pStruct                  // map of field name to value
+	pSlice                   // array of elements
+	pArray                   // array of exactly Len elements
+	pMap                     // map of msgpack key to value
+	pPtr                     // nil or the pointee
+	pComplex                 // a complex number: [real, imaginary]
 )
 
 // plan is the codec's compiled view of a type. Plans of recursive types
@@ -36,6 +37,9 @@ type plan struct {
 	code  byte // element code on the wire
 	wsize int  // element size on the wire
 	msize int  // element size in memory
+
+	// pMap: whether keys are plain scalars (see scalar)
+	keyScalar bool
 
 	// pStruct
 	fields []field
@@ -186,7 +190,10 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*plan, path string) (*p
 			return nil, fmt.Errorf("%s: map key %v cannot be checkpointed", path, t.Key())
 		}
 		p.kind = pMap
+		p.keyScalar = scalar(t.Key().Kind()) && !custom(t.Key())
 		p.elem, err = buildPlan(t.Elem(), building, path+"[key]")
+	case reflect.Complex64, reflect.Complex128:
+		p.kind = pComplex
 	case reflect.Pointer:
 		p.kind = pPtr
 		p.elem, err = buildPlan(t.Elem(), building, "*"+path)

@@ -1,6 +1,7 @@
 package ckpt
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -72,6 +73,21 @@ func (e *stateEncoder) value(v reflect.Value, p *plan) error {
 			return e.enc.EncodeNil()
 		}
 		return e.value(v.Elem(), p.elem)
+	case pComplex:
+		c := v.Complex()
+		if err := e.enc.EncodeArrayLen(2); err != nil {
+			return err
+		}
+		if v.Kind() == reflect.Complex64 {
+			if err := e.enc.EncodeFloat32(float32(real(c))); err != nil {
+				return err
+			}
+			return e.enc.EncodeFloat32(float32(imag(c)))
+		}
+		if err := e.enc.EncodeFloat64(real(c)); err != nil {
+			return err
+		}
+		return e.enc.EncodeFloat64(imag(c))
 	case pStruct:
 		if err := e.enc.EncodeMapLen(len(p.fields)); err != nil {
 			return err
@@ -189,12 +205,27 @@ func (e *stateEncoder) block(v reflect.Value, p *plan) error {
 // to hold grows as its bytes arrive.
 type stateDecoder struct {
 	dec      *msgpack.Decoder
+	leaf     *msgpack.Decoder // decodes leaves from raw
+	raw      []byte
+	rawR     bytes.Reader
 	r        *secReader
 	src      *source
 	depth    int
 	budget   int64
 	prealloc int64
 	piece    []byte
+}
+
+// scalar reports whether msgpack decodes a value of kind k without
+// allocating from a declared length.
+func scalar(k reflect.Kind) bool {
+	switch k {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.String:
+		return true
+	}
+	return false
 }
 
 func corrupt(format string, args ...any) error {
@@ -230,9 +261,24 @@ func (d *stateDecoder) value(v reflect.Value, p *plan) error {
 	}
 	switch p.kind {
 	case pLeaf:
-		if err := d.dec.DecodeValue(v); err != nil {
+		return d.leafValue(v, !p.custom && scalar(v.Kind()))
+	case pComplex:
+		n, err := d.dec.DecodeArrayLen()
+		if err != nil {
 			return d.msgErr(err)
 		}
+		if n != 2 {
+			return corrupt("%d numbers for a %v, want 2", n, p.typ)
+		}
+		re, err := d.dec.DecodeFloat64()
+		if err != nil {
+			return d.msgErr(err)
+		}
+		im, err := d.dec.DecodeFloat64()
+		if err != nil {
+			return d.msgErr(err)
+		}
+		v.SetComplex(complex(re, im))
 		return nil
 	case pPtr:
 		c, err := d.dec.PeekCode()
@@ -313,8 +359,8 @@ func (d *stateDecoder) value(v reflect.Value, p *plan) error {
 				return err
 			}
 			k := reflect.New(kt).Elem()
-			if err := d.dec.DecodeValue(k); err != nil {
-				return d.msgErr(err)
+			if err := d.leafValue(k, p.keyScalar); err != nil {
+				return err
 			}
 			e := reflect.New(et).Elem()
 			if err := d.value(e, p.elem); err != nil {
@@ -326,6 +372,32 @@ func (d *stateDecoder) value(v reflect.Value, p *plan) error {
 		return nil
 	}
 	return fmt.Errorf("plan kind %d", p.kind)
+}
+
+// leafValue has msgpack decode v. Unless the value is a plain scalar, which
+// msgpack decodes without allocating from a declared length, it is first
+// copied as its bytes arrive, then decoded from the copy.
+func (d *stateDecoder) leafValue(v reflect.Value, plainScalar bool) error {
+	if plainScalar {
+		if err := d.dec.DecodeValue(v); err != nil {
+			return d.msgErr(err)
+		}
+		return nil
+	}
+	raw, err := scanRaw(d.r, d.budget, d.raw)
+	d.raw = raw
+	if err != nil {
+		return d.msgErr(err)
+	}
+	if err := d.charge(int64(len(raw))); err != nil {
+		return err
+	}
+	d.rawR.Reset(raw)
+	d.leaf.Reset(&d.rawR)
+	if err := d.leaf.DecodeValue(v); err != nil {
+		return corrupt("%v", err)
+	}
+	return nil
 }
 
 // elements reads a msgpack array into a slice or an array. A slice grows

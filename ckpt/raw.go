@@ -138,4 +138,3 @@ func (s *rawScanner) value(depth int) error {
 	}
 	return corrupt("msgpack code %#x", c)
 }
-

@@ -27,6 +27,7 @@ func benchCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			benchPingpongCommand(),
 			benchQUICCommand(),
+			benchMigrateCommand(),
 		},
 	}
 }

@@ -24,3 +24,15 @@ func TestProcLive(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkProcSample measures the cost of one sample of this machine.
+func BenchmarkProcSample(b *testing.B) {
+	var p Proc
+	now := time.Unix(0, 0)
+	for b.Loop() {
+		now = now.Add(time.Second)
+		if _, err := p.Sample(now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

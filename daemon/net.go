@@ -333,7 +333,11 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 		n.mu.Lock()
 		delete(n.dialing, h)
 		close(done)
+		cur := n.peers[h]
 		n.mu.Unlock()
+		if err != nil && cur != nil {
+			return cur, nil // both ends dialled at once; the other connection won
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%v at %s: %w: %v", h, addr, ErrNotConnected, err)
 		}
@@ -646,6 +650,7 @@ func (d *Daemon) heartbeatLoop() {
 		case <-t.C:
 		}
 		now := time.Now()
+		d.retransmit(now)
 		if d.cfg.Master {
 			d.checkHosts(now)
 			continue

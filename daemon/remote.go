@@ -34,8 +34,10 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		// hold the message until it is.
 		r = l.dest
 		r.InTransit = true
-	case h == nil && arr != nil:
-		// On its way here: hold the message until it is restored.
+	case h == nil && arr != nil && r.Host == d.cfg.HostID:
+		// On its way here, and known to be (its new route is out): hold the
+		// message until it is restored. Before that it still runs at its
+		// origin, and messages go there.
 		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
 	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
@@ -376,4 +378,18 @@ func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
 		case <-d.ctx.Done():
 		}
 	})
+}
+
+// retransmit resends what has waited too long for an acknowledgement. Over
+// QUIC nothing is lost while a connection lives, so this only matters when
+// a message could not be handed to a connection (none could be made at the
+// time) or one broke; the receiving side drops duplicates.
+func (d *Daemon) retransmit(now time.Time) {
+	rto := max(2*time.Second, 2*d.cfg.Heartbeat)
+	d.rmu.Lock()
+	due := d.outbox.Due(now, rto)
+	d.rmu.Unlock()
+	for h, envs := range due {
+		d.transmit(h, envs)
+	}
 }

@@ -135,8 +135,11 @@ func (n *mNet) send(h *mHost, s, t task.TID) {
 		}
 		// The broadcast has come: send along the new route.
 	case arriving:
-		h.out.Push(e, Route{Host: h.id, Epoch: h.routes.Lookup(t).Epoch, InTransit: true}, n.now)
-		return
+		if r := h.routes.Lookup(t); r.Host == h.id {
+			h.out.Push(e, Route{Host: h.id, Epoch: r.Epoch, InTransit: true}, n.now)
+			return
+		}
+		// Not announced yet: the task still runs at its origin.
 	}
 	r := h.routes.Lookup(t)
 	if r.Host == h.id {

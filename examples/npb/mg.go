@@ -13,13 +13,19 @@ import (
 // planes along the third dimension, one per task, each with a ghost plane
 // on either side that the neighbours fill. When there are more than two
 // tasks, the coarse levels with fewer planes than tasks are gathered and
-// computed by every task alike (they are tiny). The finest u is the
-// worker's state; v, r and the coarse levels are derived from it.
+// computed by every task alike (they are tiny). The finest u, v and r are
+// the worker's state (with ghosts): v and r could be derived from u, but
+// only with communication, and a task resuming after a move must not
+// communicate what its peers, which did not move, will not mirror. The
+// coarse levels are rebuilt from r by the next V-cycle.
 type MGWorker struct {
 	Place
 	Warm bool      // the untimed warm-up V-cycle is done
 	It   int       // timed iterations done
 	U    []float64 // the finest level of u, this task's slab with ghosts
+	V    []float64 // the finest right-hand side (zran3's field)
+	R    []float64 // the finest residual, current at every safe point
+	Init bool      // V holds zran3's field
 
 	p    MGParams
 	lt   int
@@ -497,7 +503,16 @@ func (w *MGWorker) setup(cm comm) error {
 		return fmt.Errorf("MG state: u has %d points, want %d", len(w.U), len(fl.u))
 	}
 	fl.u = w.U
-	w.v = make([]float64, len(fl.u))
+	if w.V == nil {
+		w.V = make([]float64, len(fl.u))
+	}
+	if w.R == nil {
+		w.R = make([]float64, len(fl.u))
+	}
+	if len(w.V) != len(fl.u) || len(w.R) != len(fl.u) {
+		return fmt.Errorf("MG state: v and r have %d and %d points, want %d", len(w.V), len(w.R), len(fl.u))
+	}
+	w.v, fl.r = w.V, w.R
 	w.a = [4]float64{-8.0 / 3.0, 0, 1.0 / 6.0, 1.0 / 12.0}
 	w.c = p.Smoother()
 	w.t1 = make([]float64, fl.m1)
@@ -511,8 +526,11 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	p, fl := w.p, &w.lv[w.lt]
-	if err := w.zran3(cm); err != nil {
-		return nil, err
+	if !w.Init {
+		if err := w.zran3(cm); err != nil {
+			return nil, err
+		}
+		w.Init = true
 	}
 	if !w.Warm {
 		// Untimed: one V-cycle, then start again from u = 0.
@@ -534,10 +552,8 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		if _, _, err := w.norm2u3(cm, fl, fl.r); err != nil {
 			return nil, err
 		}
-	} else if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
-		// Restored: r is derived from u and v.
-		return nil, err
 	}
+	// Restored after a move: u, v and r came with the state.
 	for w.It < p.Nit {
 		if err := h.safe(); err != nil {
 			return nil, err

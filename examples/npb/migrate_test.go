@@ -1,0 +1,115 @@
+package npb
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"dpvm/daemon"
+)
+
+// TestKernelsVerifyUnderMigration runs every kernel on a virtual machine of
+// three daemons while a seeded mover migrates their worker tasks among the
+// hosts, directly and indirectly: the results must still verify.
+func TestKernelsVerifyUnderMigration(t *testing.T) {
+	for i, kernel := range []string{"cg", "mg", "ep", "ft", "is"} {
+		root, err := NewRoot(kernel, "S", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		root.Lines = true
+		sink := &lineSink{}
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		vm, err := daemon.StartLocalVM(ctx, 3, daemon.Config{Output: sink, SharedDir: t.TempDir(), MoveTimeout: 5 * time.Second, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := vm.Master()
+		rootTID, err := m.SpawnTask(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		moves := make(chan int, 1)
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			made := 0
+			defer func() { moves <- made }()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ts, err := m.AllTasks(ctx, false)
+				if err != nil {
+					continue
+				}
+				var workers []daemon.TaskInfo
+				for _, ti := range ts {
+					if ti.TID != rootTID && ti.State == daemon.Running {
+						workers = append(workers, ti)
+					}
+				}
+				if len(workers) == 0 {
+					select {
+					case <-done:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					continue
+				}
+				w := workers[rng.IntN(len(workers))]
+				to := []string{"h1", "h2", "h3"}[rng.IntN(3)]
+				if to == w.Host {
+					continue
+				}
+				via := []daemon.Via{daemon.Direct, daemon.Indirect}[rng.IntN(2)]
+				if os.Getenv("NPB_NOMOVE") != "" {
+					continue
+				}
+				if _, err := m.Migrate(ctx, w.TID, to, via); err == nil {
+					made++
+				} else if os.Getenv("NPB_DEBUG") != "" {
+					t.Logf("move %v to %s %s: %v", w.TID, to, via, err)
+				}
+			}
+		}()
+		info, err := m.Wait(ctx, rootTID)
+		if err != nil {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ts, _ := m.AllTasks(sctx, false)
+			scancel()
+			for _, ti := range ts {
+				t.Logf("%v %s on %s %v queued %d", ti.TID, ti.Type, ti.Host, ti.State, ti.Queued)
+			}
+		}
+		close(done)
+		made := <-moves
+		vm.Halt(10 * time.Second)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := daemon.ExitError(info); err != nil {
+			t.Fatalf("%s: %v", kernel, err)
+		}
+		if sink.report == nil || sink.report.Verified != Successful {
+			t.Fatalf("%s under migration: report %+v", kernel, sink.report)
+		}
+		if made == 0 {
+			t.Errorf("%s: no worker was moved while it ran", kernel)
+		}
+		t.Logf("%s class S np 4: %s with %d moves", kernel, sink.report.Verified, made)
+	}
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("NPB_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

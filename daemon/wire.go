@@ -38,8 +38,10 @@ type HostInfo struct {
 	Speed  float64     `msgpack:"s" json:"speed"`
 	MemMiB int64       `msgpack:"m" json:"mem_mib"`
 	// Reported in heartbeats.
-	Load  float64 `msgpack:"l" json:"load"`
-	Tasks int     `msgpack:"t" json:"tasks"`
+	Load       float64 `msgpack:"l" json:"load"`
+	Tasks      int     `msgpack:"t" json:"tasks"`
+	MemFreeMiB int64   `msgpack:"f,omitempty" json:"mem_free_mib,omitempty"` // 0: unknown
+	Users      int     `msgpack:"u,omitempty" json:"users,omitempty"`
 	// Master marks the master daemon.
 	Master bool `msgpack:"M" json:"master"`
 }

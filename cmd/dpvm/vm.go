@@ -66,6 +66,8 @@ func daemonCommand() *cli.Command {
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
 			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "directory every host shares, for indirect migration"},
+			&cli.StringFlag{Name: "placement", Value: "roundrobin", Usage: "master: where tasks spawned anywhere go: " + daemon.Placements},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "master: seed of the placement policies that probe random hosts"},
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 		},
 		Action: func(c *cli.Context) error {
@@ -73,6 +75,10 @@ func daemonCommand() *cli.Command {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
 			}
 			key, err := pki.Load(c.String("cluster-key"))
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			placer, err := daemon.NewPlacer(c.String("placement"), c.Uint64("seed"))
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
@@ -84,6 +90,7 @@ func daemonCommand() *cli.Command {
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
+				Placer: placer,
 				Output: masterOutput(c), Logger: loggerFrom(c),
 			})
 			if err != nil {

@@ -1,0 +1,133 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"dpvm/sched"
+	"dpvm/sched/share"
+	"dpvm/task"
+)
+
+// Placements lists the placement policies NewPlacer knows.
+const Placements = "roundrobin, sed, si, ri, index, local"
+
+// NewPlacer returns the placement policy for tasks spawned anywhere, by
+// name (the --placement flag):
+//
+//   - roundrobin: the hosts in turn, PVM's default;
+//   - sed: Dynamic-SED's mapping — the delay class with the smallest
+//     expected delay for the spawn's tasks, filling its fastest hosts first;
+//   - si, ri, index: sender-initiated and receiver-initiated load sharing
+//     and the heterogeneous load acceptance index (package sched/share),
+//     deciding task by task from the hosts' speeds, cores and task counts;
+//   - local: every task on the master.
+//
+// seed makes the policies that probe random hosts reproducible.
+func NewPlacer(name string, seed uint64) (Placer, error) {
+	switch strings.ToLower(name) {
+	case "", "roundrobin", "rr":
+		return &RoundRobin{}, nil
+	case "sed":
+		return &sedPlacer{}, nil
+	case "si", "ri", "index", "local":
+		p, err := share.New(name)
+		if err != nil {
+			return nil, err
+		}
+		return &sharePlacer{p: p, rng: rand.New(rand.NewPCG(seed, 0x9e3779b9))}, nil
+	}
+	return nil, fmt.Errorf("placement %q: want one of %s", name, Placements)
+}
+
+// sharePlacer adapts a load-sharing policy to placing a spawn's tasks: each
+// task is placed in turn, counting the ones placed before it. The spawn
+// originates at the master (the first host).
+type sharePlacer struct {
+	p   share.Placer
+	rng *rand.Rand
+}
+
+func (s *sharePlacer) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("place %d tasks: %w", n, task.ErrNoSuchHost)
+	}
+	snap := make([]share.Host, len(hosts))
+	for i, h := range hosts {
+		snap[i] = share.Host{Name: h.Name, Speed: max(h.Speed, 1e-9), Cores: max(h.Cores, 1), Tasks: h.Tasks}
+	}
+	out := make([]task.HostID, n)
+	for i := range out {
+		d, err := s.p.Place(0, snap, s.rng)
+		if err != nil {
+			return nil, fmt.Errorf("place with %s: %w", s.p.Name(), err)
+		}
+		out[i] = hosts[d.Host].ID
+		snap[d.Host].Tasks++
+	}
+	return out, nil
+}
+
+// sedPlacer maps a spawn of n tasks with Dynamic-SED (minsize = maxsize =
+// n). When no delay class offers n virtual nodes, the tasks go round-robin
+// over the hosts ordered fastest first.
+type sedPlacer struct{}
+
+func (sedPlacer) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("place %d tasks: %w", n, task.ErrNoSuchHost)
+	}
+	snap := sedSnapshot(hosts)
+	m, err := sched.Plan(snap, sched.Job{MinSize: n, MaxSize: n})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]task.HostID, 0, n)
+	byName := map[string]task.HostID{}
+	for _, h := range hosts {
+		byName[h.Name] = h.ID
+	}
+	if m.Class > 0 {
+		for _, h := range snap.Hosts { // the snapshot's order, for determinism
+			for range m.Placement[h.Name] {
+				out = append(out, byName[h.Name])
+			}
+		}
+	}
+	for i := 0; len(out) < n; i++ { // no class fits: fastest hosts first, in turn
+		best := fastest(snap.Hosts)
+		out = append(out, byName[best[i%len(best)].Name])
+	}
+	return out, nil
+}
+
+// sedSnapshot describes the hosts to the scheduler: α is the reciprocal of
+// the host's speed factor; the load is the tasks it runs plus what it
+// reports of other processes.
+func sedSnapshot(hosts []HostInfo) *sched.Snapshot {
+	s := &sched.Snapshot{Classes: sched.DefaultClasses(), Params: sched.DefaultParams()}
+	for _, h := range hosts {
+		speed := h.Speed
+		if speed <= 0 {
+			speed = 1
+		}
+		mem := math.Inf(1)
+		if h.MemFreeMiB > 0 {
+			mem = float64(h.MemFreeMiB)
+		}
+		s.Hosts = append(s.Hosts, sched.Host{Name: h.Name, Alpha: 1 / speed, Load: h.Load, MemFree: mem, Users: h.Users})
+	}
+	return s
+}
+
+func fastest(hs []sched.Host) []sched.Host {
+	out := append([]sched.Host(nil), hs...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Delay() < out[j-1].Delay(); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"dpvm/daemon"
+	"dpvm/daemon/pki"
 	"dpvm/examples/npb"
 )
 
@@ -35,6 +36,8 @@ func npbCommand() *cli.Command {
 				&cli.IntFlag{Name: "np", Value: 1, Usage: "number of worker tasks"},
 				&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of hosts of the embedded virtual machine"},
 				&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
+				&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address (DPVM_MASTER is not read: the embedded machine is the default)"},
+				clusterKeyFlag,
 			},
 			Action: func(c *cli.Context) error { return npbAction(c, k) },
 		})
@@ -43,8 +46,9 @@ func npbCommand() *cli.Command {
 		Name:  "npb",
 		Usage: "run an NAS Parallel Benchmark kernel (EP, CG, MG, FT, IS) and verify it",
 		Description: "Runs the kernel as a parallel program of --np tasks on an embedded virtual\n" +
-			"machine and prints the NPB-style report: time, Mop/s and verification. The\n" +
-			"exit status is 1 when verification fails. Example: dpvm npb cg --class A --np 2",
+			"machine (or, with --master, on a running one) and prints the NPB-style report:\n" +
+			"time, Mop/s and verification. The exit status is 1 when verification fails.\n" +
+			"Example: dpvm npb cg --class A --np 2",
 		Subcommands: subs,
 	}
 }
@@ -72,7 +76,22 @@ func npbAction(c *cli.Context, kernel string) error {
 	if prog != nil {
 		opts.Progress = prog.show
 	}
-	rep, err := npb.Run(ctx, kernel, class, np, opts)
+	var rep *npb.Report
+	var err error
+	if addr := c.String("master"); addr != "" {
+		var key *pki.ClusterKey
+		if key, err = pki.Load(c.String("cluster-key")); err != nil {
+			return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)
+		}
+		var cl *daemon.Client
+		if cl, err = daemon.Dial(ctx, addr, key); err != nil {
+			return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 1)
+		}
+		defer cl.Close()
+		rep, err = npb.RunOn(ctx, cl, kernel, class, np, opts)
+	} else {
+		rep, err = npb.Run(ctx, kernel, class, np, opts)
+	}
 	if prog != nil {
 		prog.clear()
 	}

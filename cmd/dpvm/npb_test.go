@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"dpvm/daemon"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"dpvm/examples/npb"
 )
@@ -59,5 +63,32 @@ func TestNPBCommandErrors(t *testing.T) {
 		if !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: stderr %q lacks %q", c.args, errb.String(), c.want)
 		}
+	}
+}
+
+// TestNPBOnRunningVM runs a kernel on a running virtual machine through its
+// master (--master), its workers spread over the hosts.
+func TestNPBOnRunningVM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm, err := daemon.StartLocalVM(ctx, 3, daemon.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Halt(10 * time.Second)
+	key := filepath.Join(t.TempDir(), "vm.key")
+	if err := vm.Key.WriteFile(key); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if st := run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "4", "--json", "--master", vm.Master().Addr(), "--cluster-key", key}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	rep, err := npb.ParseReport(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Hosts != 3 || rep.NP != 4 || rep.Verified != npb.Successful {
+		t.Fatalf("report %+v", rep)
 	}
 }

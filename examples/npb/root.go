@@ -164,6 +164,43 @@ type RunOptions struct {
 	VM daemon.RunOptions
 }
 
+// RunOn runs kernel for class on np worker tasks as a job on a running
+// virtual machine, through a client of its master, and returns the report.
+// hosts is reported as the number of hosts the machine has.
+func RunOn(ctx context.Context, cl *daemon.Client, kernel, class string, np int, opts RunOptions) (*Report, error) {
+	root, err := NewRoot(kernel, class, np)
+	if err != nil {
+		return nil, err
+	}
+	root.Lines = true
+	typ, state, err := task.EncodeState(root)
+	if err != nil {
+		return nil, err
+	}
+	sink := &lineSink{progress: opts.Progress, other: opts.Output}
+	info, runErr := cl.Run(ctx, typ, state, sink)
+	if runErr == nil {
+		runErr = daemon.ExitError(info)
+	}
+	if sink.err != nil {
+		return nil, sink.err
+	}
+	if sink.report == nil {
+		if runErr == nil {
+			runErr = ErrNoReport
+		}
+		return nil, fmt.Errorf("npb %s class %s np %d: %w", root.Kernel, root.Class, np, runErr)
+	}
+	var ee *task.ExitError
+	if runErr != nil && !errors.As(runErr, &ee) {
+		return nil, runErr
+	}
+	if hosts, err := cl.Hosts(ctx); err == nil {
+		sink.report.Hosts = len(hosts)
+	}
+	return sink.report, nil
+}
+
 // ErrNoReport: the run ended without a report.
 var ErrNoReport = errors.New("npb: the run ended without a report")
 

@@ -22,7 +22,8 @@ func benchCommand() *cli.Command {
 		Usage: "measure the runtime on this machine",
 		Description: "Measurements on loopback, inside this process: 'pingpong' between two tasks\n" +
 			"(on two daemons over QUIC, or --local on one daemon), 'quic' for raw quic-go\n" +
-			"on the same loopback, and 'pingpong --compare' for both side by side.\n" +
+			"on the same loopback, 'pingpong --compare' for both side by side, and\n" +
+			"'migrate' for direct against indirect migration by state size.\n" +
 			"The machine's load shows in the figures: compare only what ran in one run.",
 		Subcommands: []*cli.Command{
 			benchPingpongCommand(),

@@ -24,8 +24,8 @@ func benchMigrateCommand() *cli.Command {
 			"their baselines on the checkpoint's bytes: raw quic-go on one connection, and\n" +
 			"write+fsync+read of a file in the same directory. Prints the medians: seconds\n" +
 			"per move, the task's freeze time (suspension to resumption), the ratios and\n" +
-			"the targets. The default sizes take about a minute; adding 256 and 1024 MiB\n" +
-			"takes a few minutes more and about 3 GiB of memory.",
+			"the targets. The default sizes take 10-20 seconds; adding 256 and 1024 MiB\n" +
+			"makes it about two minutes and 5 GiB of memory.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "sizes", Value: "0,0.5,1,2,4,8,12,16,64", Usage: "state `sizes` in MiB, comma-separated (up to 4096)"},
 			&cli.StringFlag{Name: "via", Value: "direct,indirect", Usage: "migration `modes`: direct, indirect or both"},

@@ -20,8 +20,9 @@ import (
 
 // DefaultMigrateSizes are the state sizes, in MiB, that `dpvm bench
 // migrate` measures by default: DynamicPVM's Table 2 (0 to 16 MB) and
-// 64 MiB. 256 and 1024 MiB may be asked for with Sizes; they need memory
-// (about three times the size) and minutes.
+// 64 MiB (10-20 s on 2 cores). 256 and 1024 MiB may be asked for with
+// SizesMiB; with them a run takes about two minutes and needs about four
+// times the largest size in memory.
 var DefaultMigrateSizes = []float64{0, 0.5, 1, 2, 4, 8, 12, 16, 64}
 
 // Bounds of a migration benchmark.

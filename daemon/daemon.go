@@ -204,7 +204,7 @@ type Daemon struct {
 
 	placeMu  sync.Mutex // serialises the Placer
 	migMu    sync.Mutex
-	migs     map[task.TID]bool // migrations under way (master)
+	migs     map[task.TID]*migration // migrations under way (master)
 	whyMu    sync.Mutex
 	why      error // the first reason given to stop
 	stopOnce sync.Once
@@ -270,7 +270,7 @@ func newDaemon(cfg Config) *Daemon {
 		jobs:      map[uint64]io.Writer{},
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
-		migs:      map[task.TID]bool{},
+		migs:      map[task.TID]*migration{},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),

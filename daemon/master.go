@@ -82,6 +82,9 @@ func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) 
 // it (other daemons, on the master's broadcast): its connection is closed,
 // messages for it dropped, and notifications fire.
 func (d *Daemon) removeHost(id task.HostID, why string) {
+	if d.cfg.Master {
+		d.abortMovesTo(id)
+	}
 	n := d.nw
 	n.mu.Lock()
 	hi := n.hosts[id]

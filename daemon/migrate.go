@@ -170,11 +170,12 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		return fail(err)
 	}
 	d.migMu.Lock()
-	if d.migs[tid] {
+	if d.migs[tid] != nil {
 		d.migMu.Unlock()
 		return fail(ErrMoving)
 	}
-	d.migs[tid] = true
+	mig := &migration{tid: tid}
+	d.migs[tid] = mig
 	d.migMu.Unlock()
 	defer func() {
 		d.migMu.Lock()
@@ -213,15 +214,12 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	}
 	frozen := time.Now()
 	// From here on, a failure aborts back to the origin.
+	d.migMu.Lock()
+	mig.from, mig.to, mig.back = a, b, back
+	d.migMu.Unlock()
 	abort := func(cause error) (MigrateResult, error) {
 		d.log.Warn("migration aborted", "tid", tid, "from", a, "to", b, "cause", cause)
-		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := d.callHost(actx, a, mMigBack, migStep{TID: tid, Route: back}, nil); err != nil {
-			d.log.Error("resume after an aborted migration", "tid", tid, "error", err)
-		}
-		d.setRoute(tid, back)
-		_ = d.callHost(actx, b, mMigDrop, migStep{TID: tid, Route: back}, nil)
+		d.abortMove(mig)
 		return fail(fmt.Errorf("aborted, %v runs on %v again: %w", tid, a, cause))
 	}
 	d.setRoute(tid, routing.Route{Host: b, Epoch: epoch})
@@ -233,6 +231,13 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if err := d.callHost(ctx, b, mMigLoad, migStep{TID: tid, Host: a, Epoch: epoch, Via: via, Name: name, Timeout: timeout}, nil); err != nil {
 		return abort(fmt.Errorf("restore on %v: %w", b, err))
 	}
+	d.migMu.Lock()
+	if mig.aborted { // the destination was lost meanwhile; the task runs at its origin
+		d.migMu.Unlock()
+		return fail(fmt.Errorf("aborted, %v runs on %v again: the destination was lost", tid, a))
+	}
+	mig.restored = true // from now on the task lives at the destination
+	d.migMu.Unlock()
 	res.FreezeMS = float64(time.Since(frozen).Microseconds()) / 1e3
 	if err := d.callHost(ctx, a, mMigDone, migStep{TID: tid}, nil); err != nil {
 		d.log.Warn("commit at the origin", "tid", tid, "error", err)
@@ -660,5 +665,57 @@ func (d *Daemon) cancelArrival(tid task.TID, back routing.Route) {
 	}
 	if len(envs) > 0 {
 		d.transmit(h, envs)
+	}
+}
+
+// migration is a move under way, as the master tracks it.
+type migration struct {
+	tid      task.TID
+	from, to task.HostID // set once the task is suspended
+	back     routing.Route
+	aborted  bool
+	restored bool // the destination runs the task: too late to abort
+}
+
+// abortMove sends a suspended task back to its origin, once: the origin
+// resumes it, then the route back is broadcast, then the destination
+// drops what it held. The master calls it when a move fails, and when the
+// destination host is lost — before it tells anyone the host is gone, so
+// that messages held for the task follow the route back instead of being
+// dropped with the lost host.
+func (d *Daemon) abortMove(m *migration) {
+	d.migMu.Lock()
+	if m.aborted || m.restored || m.from == 0 {
+		d.migMu.Unlock()
+		return
+	}
+	m.aborted = true
+	d.migMu.Unlock()
+	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.callHost(actx, m.from, mMigBack, migStep{TID: m.tid, Route: m.back}, nil); err != nil {
+		d.log.Error("resume after an aborted migration", "tid", m.tid, "error", err)
+	}
+	d.setRoute(m.tid, m.back)
+	go func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.callHost(dctx, m.to, mMigDrop, migStep{TID: m.tid, Route: m.back}, nil)
+	}()
+}
+
+// abortMovesTo aborts the moves whose destination is host h (master).
+func (d *Daemon) abortMovesTo(h task.HostID) {
+	d.migMu.Lock()
+	var ms []*migration
+	for _, m := range d.migs {
+		if m.to == h && !m.aborted {
+			ms = append(ms, m)
+		}
+	}
+	d.migMu.Unlock()
+	for _, m := range ms {
+		d.log.Warn("migration aborted: its destination was lost", "tid", m.tid, "from", m.from, "to", h)
+		d.abortMove(m)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -47,45 +46,7 @@ func runMoving(t *testing.T, seed uint64, name string, args ...string) (string, 
 	}
 	done := make(chan struct{})
 	moves := make(chan int, 1)
-	go func() {
-		rng := rand.New(rand.NewPCG(seed, 7))
-		made := 0
-		defer func() { moves <- made }()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			ts, err := m.AllTasks(ctx, false)
-			if err != nil {
-				continue
-			}
-			var cands []daemon.TaskInfo
-			for _, ti := range ts {
-				if ti.TID != rootTID && ti.State == daemon.Running {
-					cands = append(cands, ti)
-				}
-			}
-			if len(cands) == 0 {
-				select {
-				case <-done:
-					return
-				case <-time.After(time.Millisecond):
-				}
-				continue
-			}
-			ti := cands[rng.IntN(len(cands))]
-			to := []string{"h1", "h2", "h3"}[rng.IntN(3)]
-			if to == ti.Host {
-				continue
-			}
-			via := []daemon.Via{daemon.Direct, daemon.Indirect}[rng.IntN(2)]
-			if _, err := m.Migrate(ctx, ti.TID, to, via); err == nil {
-				made++
-			}
-		}
-	}()
+	go func() { moves <- m.Shuffle(ctx, done, seed, daemon.KeepTask(rootTID)) }()
 	info, err := m.Wait(ctx, rootTID)
 	close(done)
 	made := <-moves

@@ -82,28 +82,7 @@ func (ns *netns) in(i int, args ...string) []string {
 // startIn starts a dpvm process inside host namespace i.
 func (ns *netns) startIn(t *testing.T, i int, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command("ip", ns.in(i, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\n%s stderr:\n%s", p.name, p.out.String(), p.name, p.err.String())
-		}
-	})
-	return p
+	return startCmd(t, name, exec.Command("ip", ns.in(i, args...)...))
 }
 
 // TestDaemonsInNetworkNamespaces puts the master and two hosts each in its

@@ -74,9 +74,16 @@ type proc struct {
 
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(dpvmBin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(dpvmBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return startCmd(t, name, cmd)
+}
+
+// startCmd starts cmd in the background, collecting its output; it is
+// killed, and its output logged if the test failed, when the test ends.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

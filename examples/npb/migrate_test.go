@@ -3,7 +3,6 @@ package npb
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -34,50 +33,7 @@ func TestKernelsVerifyUnderMigration(t *testing.T) {
 		}
 		done := make(chan struct{})
 		moves := make(chan int, 1)
-		go func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 11))
-			made := 0
-			defer func() { moves <- made }()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				ts, err := m.AllTasks(ctx, false)
-				if err != nil {
-					continue
-				}
-				var workers []daemon.TaskInfo
-				for _, ti := range ts {
-					if ti.TID != rootTID && ti.State == daemon.Running {
-						workers = append(workers, ti)
-					}
-				}
-				if len(workers) == 0 {
-					select {
-					case <-done:
-						return
-					case <-time.After(time.Millisecond):
-					}
-					continue
-				}
-				w := workers[rng.IntN(len(workers))]
-				to := []string{"h1", "h2", "h3"}[rng.IntN(3)]
-				if to == w.Host {
-					continue
-				}
-				via := []daemon.Via{daemon.Direct, daemon.Indirect}[rng.IntN(2)]
-				if os.Getenv("NPB_NOMOVE") != "" {
-					continue
-				}
-				if _, err := m.Migrate(ctx, w.TID, to, via); err == nil {
-					made++
-				} else if os.Getenv("NPB_DEBUG") != "" {
-					t.Logf("move %v to %s %s: %v", w.TID, to, via, err)
-				}
-			}
-		}()
+		go func() { moves <- m.Shuffle(ctx, done, uint64(i), daemon.KeepTask(rootTID)) }()
 		info, err := m.Wait(ctx, rootTID)
 		if err != nil {
 			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -455,3 +455,12 @@ func TestWriteMigrateSVG(t *testing.T) {
 		t.Error("an empty report was plotted")
 	}
 }
+
+func TestMigrateCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Migrate(ctx, MigrateOptions{SizesMiB: []float64{0}, Reps: 1, Dir: t.TempDir()})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled run: %v", err)
+	}
+}

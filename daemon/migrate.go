@@ -506,7 +506,8 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 		got.meta, got.t, got.err = ckpt.Read(f, d.ckptKey())
 		f.Close()
 		if got.err == nil {
-			defer dir.Remove(a.Name) //nolint:errcheck // deleted on commit; a leftover is harmless
+			// Deleted once read, outside the task's freeze.
+			defer d.goFunc(func() { _ = dir.Remove(a.Name) })
 		}
 	} else {
 		timeout := a.Timeout

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"dpvm/daemon/load"
 	"dpvm/daemon/pki"
 	"dpvm/daemon/transport"
 	"dpvm/routing"
@@ -265,4 +266,17 @@ func (c *Client) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	var res MigrateResult
 	err := c.call(ctx, mMigrate, migrateArgs{TID: tid, To: to, Via: via}, &res)
 	return res, err
+}
+
+// SchedStatus returns the master scheduler's last check.
+func (c *Client) SchedStatus(ctx context.Context) (SchedStatus, error) {
+	var st SchedStatus
+	err := c.call(ctx, mSchedStatus, struct{}{}, &st)
+	return st, err
+}
+
+// InjectLoad sets an overlay on a host's load figures (emulated interactive
+// users, load, free memory), or clears it.
+func (c *Client) InjectLoad(ctx context.Context, host string, o load.Overlay, clear bool) error {
+	return c.call(ctx, mInject, injectArgs{Host: host, Overlay: o, Clear: clear}, nil)
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"dpvm/daemon/load"
 	"dpvm/daemon/pki"
 	"dpvm/daemon/transport"
 	"dpvm/routing"
@@ -67,6 +68,19 @@ type Config struct {
 	// MoveTimeout bounds the wait for a migrating task to reach a safe
 	// point (default 10s); past it the move fails and the task runs on.
 	MoveTimeout time.Duration
+	// Load is where the host's situation comes from for the scheduler
+	// (default: a static source of no external load and unknown memory,
+	// right for several daemons on one machine; `dpvm daemon` uses procfs).
+	// Injected overlays (`dpvm load inject`) go on top of it.
+	Load load.Source
+	// Alpha is the host's speed factor α for the scheduler: 1 for the
+	// reference machine, 2 for one twice as slow (default 1).
+	Alpha float64
+	// MaxUsers is how many interactive users the host tolerates before
+	// its parallel tasks become migration candidates (default 0).
+	MaxUsers int
+	// Sched turns on the master's Dynamic-SED scheduler.
+	Sched SchedConfig
 	// Fault injects a failure, for tests of failure handling:
 	// "exit-on-restore" makes the process exit at once, as if killed, when
 	// it is asked to restore a migrating task.
@@ -114,6 +128,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MoveTimeout <= 0 {
 		c.MoveTimeout = 10 * time.Second
+	}
+	if c.Load == nil {
+		c.Load = load.Static{}
+	}
+	if c.Alpha <= 0 {
+		c.Alpha = 1
 	}
 	if c.Cores <= 0 {
 		c.Cores = runtime.NumCPU()
@@ -203,6 +223,10 @@ type Daemon struct {
 	acked  chan struct{} // closed and replaced whenever acknowledgements free window
 
 	placeMu  sync.Mutex // serialises the Placer
+	load     *load.Injected
+	sampled  load.Sample // the last sample, taken every heartbeat (guarded by mu)
+	schedMu  sync.Mutex
+	sched    *schedState
 	migMu    sync.Mutex
 	migs     map[task.TID]*migration // migrations under way (master)
 	whyMu    sync.Mutex
@@ -271,6 +295,8 @@ func newDaemon(cfg Config) *Daemon {
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
 		migs:      map[task.TID]*migration{},
+		load:      load.NewInjected(cfg.Load),
+		sched:     &schedState{counters: map[task.TID]int{}, classes: map[task.TID]int{}, backoff: map[task.TID]time.Time{}},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),

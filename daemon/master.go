@@ -165,10 +165,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -253,6 +253,20 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 	case mHalt:
 		go d.HaltVM()
 		return nil, nil
+	case mSchedStatus:
+		return d.SchedStatus(), nil
+	case mInject:
+		var a injectArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return nil, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
+	case mInjectHere:
+		var a injectArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return nil, d.InjectLoad(a.Overlay, a.Clear)
 	case mMigrate:
 		var a migrateArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -324,7 +338,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		d.nw.mu.Lock()
 		if h := d.nw.hosts[p.info.ID]; h != nil {
-			h.Load, h.Tasks = e.Load.Load, e.Load.Tasks
+			l := e.Load
+			h.Load, h.Tasks, h.External, h.MemFreeMiB, h.Users = l.Load, l.Tasks, l.External, l.MemFreeMiB, l.Users
+			h.Alpha, h.MaxUsers, h.Emulated, h.LoadSource = l.Alpha, l.MaxUsers, l.Emulated, l.LoadSource
 		}
 		d.nw.mu.Unlock()
 	default:
@@ -552,15 +568,30 @@ func (d *Daemon) HaltVM() {
 	d.stop(task.ErrHalted)
 }
 
-// selfInfo is this host's information with its current load.
+// selfInfo is this host's information with its current load: its tasks
+// now, the rest from the last sample.
 func (d *Daemon) selfInfo() HostInfo {
 	h := d.self
 	d.mu.Lock()
 	h.Tasks = len(d.tasks)
+	s := d.sampled
 	d.mu.Unlock()
-	h.Load = float64(h.Tasks)
+	h.Load = float64(h.Tasks) + s.External
+	h.External = s.External
+	h.MemFreeMiB = int64(s.MemFreeMiB)
+	h.Users = s.Users
+	h.Emulated, h.LoadSource = s.Emulated, s.Source
+	h.Alpha, h.MaxUsers = d.cfg.Alpha, d.cfg.MaxUsers
 	h.ID, h.Name = d.cfg.HostID, d.cfg.Name
 	return h
+}
+
+// refreshSample takes a new load sample for selfInfo.
+func (d *Daemon) refreshSample(now time.Time) {
+	s := d.sample(now)
+	d.mu.Lock()
+	d.sampled = s
+	d.mu.Unlock()
 }
 
 // jobOut writes output of job to its console (master).

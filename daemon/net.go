@@ -81,8 +81,12 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		tr.Close()
 		return err
 	}
+	d.refreshSample(time.Now())
 	d.goFunc(d.acceptLoop)
 	d.goFunc(d.heartbeatLoop)
+	if c.Master && c.Sched.Period > 0 {
+		d.goFunc(d.schedLoop)
+	}
 	return nil
 }
 
@@ -651,6 +655,7 @@ func (d *Daemon) heartbeatLoop() {
 		}
 		now := time.Now()
 		d.retransmit(now)
+		d.refreshSample(now)
 		if d.cfg.Master {
 			d.checkHosts(now)
 			continue

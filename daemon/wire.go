@@ -42,6 +42,11 @@ type HostInfo struct {
 	Tasks      int     `msgpack:"t" json:"tasks"`
 	MemFreeMiB int64   `msgpack:"f,omitempty" json:"mem_free_mib,omitempty"` // 0: unknown
 	Users      int     `msgpack:"u,omitempty" json:"users,omitempty"`
+	External   float64 `msgpack:"x,omitempty" json:"external_load,omitempty"` // runnable processes not the daemon's
+	Alpha      float64 `msgpack:"al,omitempty" json:"alpha,omitempty"`        // speed factor: 2 is twice as slow
+	MaxUsers   int     `msgpack:"mu,omitempty" json:"max_users,omitempty"`
+	Emulated   bool    `msgpack:"em,omitempty" json:"emulated,omitempty"` // some figures are emulated (static, trace, injected)
+	LoadSource string  `msgpack:"ls,omitempty" json:"load_source,omitempty"`
 	// Master marks the master daemon.
 	Master bool `msgpack:"M" json:"master"`
 }
@@ -187,21 +192,24 @@ type (
 
 // Control methods.
 const (
-	mRun       = "run"        // at the master: run a program's root task for a client, with its output
-	mSpawn     = "spawn"      // at the master: place and start tasks
-	mStart     = "start"      // at a daemon: start tasks here
-	mKill      = "kill"       // anywhere: kill a task (forwarded to its host)
-	mJoin      = "group.join" // at the master: the group server
-	mLeave     = "group.leave"
-	mMembers   = "group.members"
-	mBarrier   = "group.barrier"
-	mLeaveAll  = "group.leaveall"
-	mNotify    = "notify"       // at the master: register a notification
-	mWatch     = "notify.watch" // at a daemon: watch a local task's exit
-	mPS        = "ps"           // anywhere: tasks (the master gathers all hosts')
-	mWait      = "wait"         // anywhere: wait for a task to exit
-	mConf      = "conf"         // at the master: the hosts
-	mDelete    = "delete"       // at the master: remove a host
-	mHalt      = "halt"         // at the master: stop the virtual machine
-	mSendCheck = "ping"         // anywhere: a no-op round trip
+	mRun         = "run"        // at the master: run a program's root task for a client, with its output
+	mSpawn       = "spawn"      // at the master: place and start tasks
+	mStart       = "start"      // at a daemon: start tasks here
+	mKill        = "kill"       // anywhere: kill a task (forwarded to its host)
+	mJoin        = "group.join" // at the master: the group server
+	mLeave       = "group.leave"
+	mMembers     = "group.members"
+	mBarrier     = "group.barrier"
+	mLeaveAll    = "group.leaveall"
+	mNotify      = "notify"       // at the master: register a notification
+	mWatch       = "notify.watch" // at a daemon: watch a local task's exit
+	mPS          = "ps"           // anywhere: tasks (the master gathers all hosts')
+	mWait        = "wait"         // anywhere: wait for a task to exit
+	mSchedStatus = "sched.status" // at the master: the scheduler's last check
+	mInject      = "load.inject"  // at the master: inject load on a host
+	mInjectHere  = "load.here"    // at a daemon: inject load on this host
+	mConf        = "conf"         // at the master: the hosts
+	mDelete      = "delete"       // at the master: remove a host
+	mHalt        = "halt"         // at the master: stop the virtual machine
+	mSendCheck   = "ping"         // anywhere: a no-op round trip
 )

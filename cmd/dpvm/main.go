@@ -70,6 +70,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			haltCommand(),
 			consoleCommand(),
 			schedCommand(),
+			loadCommand(),
 			simCommand(),
 			npbCommand(),
 			benchCommand(),

@@ -65,6 +65,7 @@ func schedCommand() *cli.Command {
 					})
 				},
 			},
+			schedStatusCommand(),
 		},
 	}
 }

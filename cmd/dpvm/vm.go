@@ -17,6 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"dpvm/daemon"
+	"dpvm/daemon/load"
 	"dpvm/daemon/pki"
 	"dpvm/task"
 )
@@ -61,13 +62,17 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
 			clusterKeyFlag,
-			&cli.Float64Flag{Name: "speed", Usage: "host speed factor (default 1)"},
+			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
 			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "directory every host shares, for indirect migration"},
 			&cli.StringFlag{Name: "placement", Value: "roundrobin", Usage: "master: where tasks spawned anywhere go: " + daemon.Placements},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "master: seed of the placement policies that probe random hosts"},
+			&cli.DurationFlag{Name: "sched-period", Usage: "master: run the Dynamic-SED scheduler every δT (e.g. 3m, the paper's; 0: off)"},
+			&cli.StringFlag{Name: "sched-via", Value: "direct", Usage: "master: how the scheduler's migrations move checkpoints: direct or indirect"},
+			&cli.IntFlag{Name: "max-users", Usage: "interactive users tolerated before this host's tasks move away"},
+			&cli.StringFlag{Name: "load-source", Value: "proc", Usage: "where the host's load comes from: proc (measured) or static (none; emulate with 'dpvm load inject')"},
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 		},
 		Action: func(c *cli.Context) error {
@@ -82,15 +87,34 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
+			via, err := daemon.ParseVia(c.String("sched-via"))
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			var src load.Source
+			switch c.String("load-source") {
+			case "proc":
+				src = &load.Proc{}
+			case "static":
+				src = load.Static{}
+			default:
+				return cli.Exit(fmt.Sprintf("daemon: --load-source %q: want proc or static", c.String("load-source")), 2)
+			}
+			speed, err := load.ResolveSpeed(c.Float64("speed"), 200*time.Millisecond)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Master: c.Bool("master"), Join: c.String("join"),
-				Key: key, Speed: c.Float64("speed"), Cores: c.Int("cores"),
+				Key: key, Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
 				Placer: placer,
+				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),
+				Sched:  daemon.SchedConfig{Period: c.Duration("sched-period"), Via: via},
 				Output: masterOutput(c), Logger: loggerFrom(c),
 			})
 			if err != nil {

@@ -70,8 +70,8 @@ func (c Config) quic() *quic.Config {
 		c.ConnWindow = 32 << 20
 	}
 	return &quic.Config{
-		HandshakeIdleTimeout:           c.HandshakeTimeout,
-		MaxIdleTimeout:                 c.IdleTimeout,
+		HandshakeIdleTimeout: c.HandshakeTimeout,
+		MaxIdleTimeout:       c.IdleTimeout,
 		// Start with large windows: checkpoints travel on fresh streams,
 		// and growing the window from 1 MiB cost a 16 MiB move ~25%.
 		InitialStreamReceiveWindow:     c.StreamWindow,

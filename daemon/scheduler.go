@@ -1,0 +1,251 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sort"
+	"time"
+
+	"dpvm/daemon/load"
+	"dpvm/sched"
+	"dpvm/task"
+)
+
+// SchedConfig turns on the master's Dynamic-SED global scheduler.
+type SchedConfig struct {
+	// Period is δT, how often the master checks every process (0: the
+	// scheduler is off). The paper's is 3 minutes; tests use 100 ms.
+	Period time.Duration
+	// Via is how the scheduler's migrations move checkpoints (default
+	// direct).
+	Via Via
+	// Classes and Params configure the policy (defaults: the paper's).
+	Classes []sched.Class
+	Params  *sched.Params
+}
+
+// SchedStatus is what the master's scheduler saw and decided at its last
+// check (`dpvm sched status`).
+type SchedStatus struct {
+	Enabled      bool            `json:"enabled" msgpack:"on"`
+	Period       time.Duration   `json:"period_ns" msgpack:"p"`
+	Checks       int             `json:"checks" msgpack:"n"`
+	At           time.Time       `json:"at" msgpack:"t"`
+	Classes      []sched.Class   `json:"classes" msgpack:"c"`
+	Availability []int           `json:"availability" msgpack:"a"`
+	Hosts        []sched.Host    `json:"hosts" msgpack:"h"`
+	Processes    []ProcessStatus `json:"processes" msgpack:"ps"`
+	Migrations   int             `json:"migrations" msgpack:"m"` // made since the start
+	Failed       int             `json:"failed" msgpack:"f"`
+}
+
+// ProcessStatus is one process at the scheduler's last check.
+type ProcessStatus struct {
+	TID       task.TID `json:"tid" msgpack:"t"`
+	Host      string   `json:"host" msgpack:"h"`
+	Class     int      `json:"class" msgpack:"c"`
+	Counter   int      `json:"counter" msgpack:"n"`
+	Limit     int      `json:"limit" msgpack:"l"`
+	Candidate string   `json:"candidate,omitempty" msgpack:"r,omitempty"` // why it is a migration candidate
+	Decision  string   `json:"decision,omitempty" msgpack:"d,omitempty"`
+}
+
+// schedState is the master scheduler's memory between checks.
+type schedState struct {
+	counters map[task.TID]int
+	classes  map[task.TID]int
+	backoff  map[task.TID]time.Time
+	status   SchedStatus
+}
+
+func (c SchedConfig) classes() []sched.Class {
+	if len(c.Classes) > 0 {
+		return c.Classes
+	}
+	return sched.DefaultClasses()
+}
+
+func (c SchedConfig) params() sched.Params {
+	if c.Params != nil {
+		return *c.Params
+	}
+	return sched.DefaultParams()
+}
+
+// sample reads this host's situation: the load source (with any injected
+// overlay) plus the daemon's own tasks.
+func (d *Daemon) sample(now time.Time) load.Sample {
+	s, err := d.load.Sample(now)
+	if err != nil {
+		d.log.Warn("load sample", "error", err)
+		s = load.Sample{Time: now}
+	}
+	d.mu.Lock()
+	s.Tasks = len(d.tasks)
+	d.mu.Unlock()
+	return s
+}
+
+// InjectLoad sets (or, with clear, removes) an overlay on this host's load
+// figures: emulated interactive users, load or free memory, as `dpvm load
+// inject` asks.
+func (d *Daemon) InjectLoad(o load.Overlay, clear bool) error {
+	now := time.Now()
+	if clear {
+		d.load.Clear(now)
+	} else if err := d.load.Set(now, o); err != nil {
+		return err
+	}
+	d.log.Info("load injected (emulation)", "overlay", o.String(), "clear", clear)
+	return nil
+}
+
+// injectAt applies an overlay on host h (master: forwards to the host).
+func (d *Daemon) injectAt(ctx context.Context, h string, o load.Overlay, clear bool) error {
+	id, err := d.hostByName(h)
+	if err != nil {
+		return err
+	}
+	return d.callHost(ctx, id, mInjectHere, injectArgs{Overlay: o, Clear: clear}, nil)
+}
+
+// schedLoop runs the Dynamic-SED check every period (master).
+func (d *Daemon) schedLoop() {
+	t := time.NewTicker(d.cfg.Sched.Period)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.schedCheck(time.Now())
+	}
+}
+
+// schedCheck is one check period: build the snapshot, run the policy,
+// carry out its migrations one after the other, and log every decision
+// with its reason.
+func (d *Daemon) schedCheck(now time.Time) {
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Sched.Period+d.cfg.MoveTimeout)
+	defer cancel()
+	cfg := d.cfg.Sched
+	snap := &sched.Snapshot{Classes: cfg.classes(), Params: cfg.params()}
+	for _, h := range d.Hosts() {
+		mem := math.Inf(1)
+		if h.MemFreeMiB > 0 {
+			mem = float64(h.MemFreeMiB)
+		}
+		alpha := h.Alpha
+		if alpha <= 0 {
+			alpha = 1
+		}
+		snap.Hosts = append(snap.Hosts, sched.Host{Name: h.Name, Alpha: alpha, Load: h.Load, MemFree: mem,
+			Users: h.Users, MaxUsers: h.MaxUsers})
+	}
+	tasks, err := d.AllTasks(ctx, false)
+	if err != nil {
+		d.log.Warn("scheduler: task list incomplete", "error", err)
+	}
+	st := d.sched
+	byTID := map[string]task.TID{}
+	for _, ti := range tasks {
+		if ti.State != Running {
+			continue
+		}
+		if until, ok := st.backoff[ti.TID]; ok && now.Before(until) {
+			continue
+		}
+		byTID[ti.TID.String()] = ti.TID
+		snap.Processes = append(snap.Processes, sched.Process{TID: ti.TID.String(), Host: ti.Host,
+			Class: st.classes[ti.TID], Counter: st.counters[ti.TID]})
+	}
+	// A host's reported load may trail the task count the lists show: the
+	// policy needs the listed processes counted.
+	for i := range snap.Hosts {
+		n := 0
+		for _, p := range snap.Processes {
+			if p.Host == snap.Hosts[i].Name {
+				n++
+			}
+		}
+		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(n))
+	}
+	res, err := sched.Step(snap)
+	if err != nil {
+		d.log.Error("scheduler: step", "error", err)
+		return
+	}
+	counters := map[task.TID]int{}
+	for s, c := range res.Counters {
+		counters[byTID[s]] = c
+	}
+	st.counters = counters
+	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, At: now,
+		Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: snap.Hosts,
+		Migrations: st.status.Migrations, Failed: st.status.Failed}
+	for _, dec := range res.Decisions {
+		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class,
+			Counter: dec.Counter, Limit: dec.Limit}
+		if dec.Reason != 0 {
+			ps.Candidate = dec.Reason.String()
+		}
+		if dec.Selected {
+			ps.Decision = dec.Location.String()
+		}
+		status.Processes = append(status.Processes, ps)
+	}
+	sort.Slice(status.Processes, func(i, j int) bool { return status.Processes[i].TID < status.Processes[j].TID })
+	for _, s := range res.Stay {
+		d.log.Info("scheduler: selected, nowhere better to go: stays", "tid", s)
+	}
+	via := cfg.Via
+	if via == "" {
+		via = Direct
+	}
+	for _, m := range res.Migrations {
+		tid := byTID[m.TID]
+		d.log.Info("scheduler: migrating", "tid", tid, "from", m.From, "to", m.To, "rule", m.Location.String())
+		r, err := d.Migrate(ctx, tid, m.To, via)
+		if err != nil {
+			status.Failed++
+			if errors.Is(err, ErrNoSafePoint) {
+				// It cannot move now: leave it alone for a while.
+				st.backoff[tid] = now.Add(10 * cfg.Period)
+			}
+			d.log.Warn("scheduler: migration failed", "tid", tid, "to", m.To, "error", err)
+			continue
+		}
+		status.Migrations++
+		d.log.Info("scheduler: migrated", "tid", tid, "from", m.From, "to", m.To, "seconds", r.Seconds, "freeze_ms", r.FreezeMS)
+	}
+	for tid, until := range st.backoff {
+		if now.After(until) {
+			delete(st.backoff, tid)
+		}
+	}
+	d.schedMu.Lock()
+	st.status = status
+	d.schedMu.Unlock()
+}
+
+// SchedStatus returns the scheduler's last check (master).
+func (d *Daemon) SchedStatus() SchedStatus {
+	d.schedMu.Lock()
+	defer d.schedMu.Unlock()
+	s := d.sched.status
+	s.Enabled = d.cfg.Sched.Period > 0
+	s.Period = d.cfg.Sched.Period
+	if len(s.Classes) == 0 {
+		s.Classes = d.cfg.Sched.classes()
+	}
+	return s
+}
+
+// Request bodies for load injection.
+type injectArgs struct {
+	Host    string       `msgpack:"h,omitempty"`
+	Overlay load.Overlay `msgpack:"o"`
+	Clear   bool         `msgpack:"c,omitempty"`
+}

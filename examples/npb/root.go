@@ -162,6 +162,13 @@ type RunOptions struct {
 	// VM passes further options to the embedded virtual machine; its Hosts
 	// and Output are set by Run.
 	VM daemon.RunOptions
+	// MemAvailable reports the memory available to the run, in bytes; nil
+	// reads MemAvailable from /proc/meminfo. Run (not RunOn, whose tasks
+	// live elsewhere) refuses, with ErrNoMemory, a run whose MemoryNeed
+	// exceeds it. When it fails, the run goes ahead unchecked.
+	MemAvailable func() (int64, error)
+	// NoMemoryCheck skips the memory check.
+	NoMemoryCheck bool
 }
 
 // RunOn runs kernel for class on np worker tasks as a job on a running
@@ -206,11 +213,18 @@ var ErrNoReport = errors.New("npb: the run ended without a report")
 
 // Run runs kernel for class on np worker tasks in an embedded virtual
 // machine and returns the report. A run that completes but does not verify
-// returns its report (Verified Unsuccessful) and no error.
+// returns its report (Verified Unsuccessful) and no error. Every task runs
+// in this process, so a run whose estimated memory (MemoryNeed) exceeds the
+// memory available is refused with ErrNoMemory before it starts.
 func Run(ctx context.Context, kernel, class string, np int, opts RunOptions) (*Report, error) {
 	root, err := NewRoot(kernel, class, np)
 	if err != nil {
 		return nil, err
+	}
+	if !opts.NoMemoryCheck {
+		if err := checkMemory(root.Kernel, root.Class, np, opts.MemAvailable); err != nil {
+			return nil, err
+		}
 	}
 	root.Lines = true
 	sink := &lineSink{progress: opts.Progress, other: opts.Output}

@@ -1,0 +1,143 @@
+package npb
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const meminfoSample = `MemTotal:       24576000 kB
+MemFree:        20000000 kB
+MemAvailable:   22000000 kB
+Buffers:          100000 kB
+`
+
+func TestParseMemAvailable(t *testing.T) {
+	cases := []struct {
+		text string
+		want int64
+		ok   bool
+	}{
+		{meminfoSample, 22000000 << 10, true},
+		{"MemAvailable: 0 kB\n", 0, true},
+		{"MemAvailable:\t1024\n", 1024 << 10, true},
+		{"MemTotal: 100 kB\nMemFree: 50 kB\n", 0, false},
+		{"MemAvailable: lots kB\n", 0, false},
+		{"MemAvailable: -5 kB\n", 0, false},
+		{"MemAvailable: 5 MB\n", 0, false},
+		{"MemAvailable:\n", 0, false},
+		{"MemAvailable: 99999999999999999999 kB\n", 0, false},
+		{"", 0, false},
+	}
+	for _, c := range cases {
+		got, err := ParseMemAvailable([]byte(c.text))
+		if c.ok && (err != nil || got != c.want) {
+			t.Errorf("ParseMemAvailable(%q) = %d, %v; want %d", c.text, got, err, c.want)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("ParseMemAvailable(%q) = %d, want an error", c.text, got)
+		}
+	}
+}
+
+func FuzzParseMemAvailable(f *testing.F) {
+	f.Add([]byte(meminfoSample))
+	f.Add([]byte("MemAvailable: 12 kB"))
+	f.Add([]byte("MemAvailable: 12 kB extra\n"))
+	f.Add([]byte("MemAvailable::\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := ParseMemAvailable(b)
+		if err == nil && (n < 0 || n%1024 != 0) {
+			t.Fatalf("ParseMemAvailable(%q) = %d: not a whole number of kB", b, n)
+		}
+	})
+}
+
+// TestMemoryNeedGrows checks the estimate against the classes' sizes: it
+// grows from class S to A to C, and FT class C needs more on two tasks
+// (the transpose's buffers) than on one.
+func TestMemoryNeedGrows(t *testing.T) {
+	need := func(k, c string, np int) int64 {
+		t.Helper()
+		n, err := MemoryNeed(k, c, np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, k := range Kernels[1:] {
+		for _, np := range []int{1, 2, 4} {
+			s, a, c := need(k, "S", np), need(k, "A", np), need(k, "C", np)
+			if !(memBase < s && s < a && a < c) {
+				t.Errorf("%s np %d: need S %d, A %d, C %d: not increasing", k, np, s, a, c)
+			}
+		}
+	}
+	if one, two := need("ft", "C", 1), need("ft", "C", 2); two <= one {
+		t.Errorf("FT class C: np 2 needs %d, np 1 %d", two, one)
+	}
+	if _, err := MemoryNeed("mg", "S", 3); !errors.Is(err, ErrBadNP) {
+		t.Errorf("MemoryNeed(mg, S, 3): %v, want ErrBadNP", err)
+	}
+	if _, err := MemoryNeed("zz", "S", 1); !errors.Is(err, ErrUnknownKernel) {
+		t.Errorf("MemoryNeed(zz): %v, want ErrUnknownKernel", err)
+	}
+}
+
+// TestMemoryArraysTrackAllocations runs each kernel's class S serially and
+// compares the bytes it allocates with the arrays the estimate counts for
+// one task. The two differ (MG allocates finest-level arrays it replaces
+// before touching them; the estimate bounds CG's matrix from above), but
+// stay within a factor of two of each other, so the estimate follows the
+// code's sizes.
+func TestMemoryArraysTrackAllocations(t *testing.T) {
+	for _, k := range Kernels[1:] {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if _, err := RunSerial(k, "S", nil); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		alloc := float64(after.TotalAlloc - before.TotalAlloc)
+		live, traffic := memArrays(k, "S", 1)
+		if traffic != 0 {
+			t.Errorf("%s np 1: %g bytes of messages, want none", k, traffic)
+		}
+		t.Logf("%s class S: estimate %.0f bytes of arrays, allocated %.0f", k, live, alloc)
+		if live < alloc/2 || live > 2*alloc {
+			t.Errorf("%s class S: the estimate counts %.0f bytes of arrays, the run allocated %.0f", k, live, alloc)
+		}
+	}
+}
+
+// TestRunRefusesWithoutMemory: a run that needs more than is available is
+// refused before it starts, with an error naming both figures; when the
+// available memory is unknown, or the check is off, the run goes ahead.
+func TestRunRefusesWithoutMemory(t *testing.T) {
+	ctx := context.Background()
+	eight := func() (int64, error) { return 8 << 30, nil }
+	_, err := Run(ctx, "ft", "C", 2, RunOptions{MemAvailable: eight})
+	if !errors.Is(err, ErrNoMemory) {
+		t.Fatalf("FT class C np 2 with 8 GiB: %v, want ErrNoMemory", err)
+	}
+	need, _ := MemoryNeed("ft", "C", 2)
+	for _, s := range []string{"FT class C np 2: needs about " + gib(need), "reports 8.0 GiB available"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	unknown := func() (int64, error) { return 0, errors.New("no meminfo here") }
+	tiny := func() (int64, error) { return 1, nil }
+	for _, opts := range []RunOptions{{MemAvailable: unknown}, {MemAvailable: tiny, NoMemoryCheck: true}} {
+		r, err := Run(ctx, "is", "S", 2, opts)
+		if err != nil || r.Verified != Successful {
+			t.Fatalf("IS class S np 2: %v, %+v", err, r)
+		}
+	}
+	if _, err := Run(ctx, "is", "S", 2, RunOptions{MemAvailable: tiny}); !errors.Is(err, ErrNoMemory) {
+		t.Fatalf("IS class S np 2 with 1 byte: %v, want ErrNoMemory", err)
+	}
+}

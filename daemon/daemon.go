@@ -81,6 +81,13 @@ type Config struct {
 	MaxUsers int
 	// Sched turns on the master's Dynamic-SED scheduler.
 	Sched SchedConfig
+	// Emulate makes this host's tasks really run slower to match emulated
+	// figures, for experiments on one machine: Throttle times slower
+	// (a declared speed factor), and again (1 + the emulated load) times
+	// while load is injected or replayed. Tasks are slowed by pausing them
+	// at their safe points. Off by default.
+	Emulate  bool
+	Throttle float64
 	// Fault injects a failure, for tests of failure handling:
 	// "exit-on-restore" makes the process exit at once, as if killed, when
 	// it is asked to restore a migrating task.
@@ -451,6 +458,10 @@ type hosted struct {
 	moveReq  atomic.Pointer[moveRequest]
 	moveKick chan struct{} // wakes a RecvSafe when a move is requested
 	moved    bool
+	// Emulated slowness: when the task last left a safe point, and the
+	// pause owed but too short to take yet.
+	lastSafe time.Time
+	owed     time.Duration
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.

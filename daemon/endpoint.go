@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
+	"dpvm/daemon/load"
 	"dpvm/task"
 )
 
@@ -216,6 +218,46 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 // and its state captured (the goroutine then ends). A killed task learns of
 // it here.
 func (h *hosted) SafePoint(task.Task) error {
+	if err := h.alive(); err != nil {
+		return err
+	}
+	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
+		return h.d.suspend(h, req)
+	}
+	if h.d.cfg.Emulate {
+		return h.throttle()
+	}
+	return nil
+}
+
+// throttle pauses the task at a safe point so that it runs as much slower
+// as the host's emulated figures say (emulation on one machine). The pause
+// ends early for a kill or a pending move.
+func (h *hosted) throttle() error {
+	now := time.Now()
+	if h.lastSafe.IsZero() {
+		h.lastSafe = now
+		return nil
+	}
+	h.d.mu.Lock()
+	emulated := h.d.sampled.EmulatedLoad
+	h.d.mu.Unlock()
+	th := load.Throttle{Factor: load.EmulatedFactor(max(h.d.cfg.Throttle, 1), emulated)}
+	sleep, carry := th.Pause(h.owed, now.Sub(h.lastSafe))
+	h.owed = carry
+	if sleep > 0 {
+		t := time.NewTimer(min(sleep, time.Second))
+		select {
+		case <-t.C:
+		case <-h.ctx.Done():
+		case <-h.moveKick:
+			h.moveKick <- struct{}{} // leave it for the next safe point
+		}
+		t.Stop()
+		slept := time.Since(now)
+		h.owed = th.Settle(h.owed, sleep, slept)
+	}
+	h.lastSafe = time.Now()
 	if err := h.alive(); err != nil {
 		return err
 	}

@@ -671,11 +671,7 @@ func (d *Daemon) heartbeatLoop() {
 			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
 			return
 		}
-		info := d.selfInfo()
-		b, err := encodeMsg(&event{Kind: evLoad, Load: &info})
-		if err == nil {
-			m.frame(routing.KindEvent, b)
-		}
+		d.reportLoad()
 		m.frame(routing.KindPing, nil)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"dpvm/daemon/load"
 	"dpvm/daemon/pki"
 	"dpvm/task"
 )
@@ -146,4 +147,10 @@ func (vm *LocalVM) Halt(timeout time.Duration) {
 		_ = vm.Daemons[i].Halt(ctx)
 		cancel()
 	}
+}
+
+// InjectLoad sets an emulated overlay on host h's load figures (as `dpvm
+// load inject` does).
+func (vm *LocalVM) InjectLoad(ctx context.Context, h string, o load.Overlay) error {
+	return vm.Master().injectAt(ctx, h, o, false)
 }

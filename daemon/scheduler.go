@@ -98,7 +98,21 @@ func (d *Daemon) InjectLoad(o load.Overlay, clear bool) error {
 		return err
 	}
 	d.log.Info("load injected (emulation)", "overlay", o.String(), "clear", clear)
+	// Take it into account now, here and at the master.
+	d.refreshSample(now)
+	d.reportLoad()
 	return nil
+}
+
+// reportLoad sends this host's figures to the master (hosts).
+func (d *Daemon) reportLoad() {
+	if d.nw == nil || d.cfg.Master {
+		return
+	}
+	info := d.selfInfo()
+	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &info}); err != nil {
+		d.log.Debug("load report", "error", err)
+	}
 }
 
 // injectAt applies an overlay on host h (master: forwards to the host).

@@ -29,6 +29,7 @@ func benchCommand() *cli.Command {
 			benchPingpongCommand(),
 			benchQUICCommand(),
 			benchMigrateCommand(),
+			benchSEDCommand(),
 		},
 	}
 }

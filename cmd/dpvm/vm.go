@@ -72,6 +72,7 @@ func daemonCommand() *cli.Command {
 			&cli.DurationFlag{Name: "sched-period", Usage: "master: run the Dynamic-SED scheduler every δT (e.g. 3m, the paper's; 0: off)"},
 			&cli.StringFlag{Name: "sched-via", Value: "direct", Usage: "master: how the scheduler's migrations move checkpoints: direct or indirect"},
 			&cli.IntFlag{Name: "max-users", Usage: "interactive users tolerated before this host's tasks move away"},
+			&cli.BoolFlag{Name: "emulate", Usage: "really slow this host's tasks to match a declared --speed and injected load (emulation, for experiments on one machine)"},
 			&cli.StringFlag{Name: "load-source", Value: "proc", Usage: "where the host's load comes from: proc (measured) or static (none; emulate with 'dpvm load inject')"},
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 		},
@@ -114,6 +115,7 @@ func daemonCommand() *cli.Command {
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
 				Placer: placer,
 				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),
+				Emulate: c.Bool("emulate"), Throttle: speed.Throttle,
 				Sched:  daemon.SchedConfig{Period: c.Duration("sched-period"), Via: via},
 				Output: masterOutput(c), Logger: loggerFrom(c),
 			})

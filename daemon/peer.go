@@ -96,17 +96,21 @@ func (p *peer) frame(k routing.Kind, body []byte) {
 	p.buf = routing.AppendFrame(p.buf, k, body)
 	p.msgsOff = -1
 	p.wmu.Unlock()
-	p.push()
+	// Control frames (calls, replies, events) go through the writer
+	// goroutine: a write to a dead or stalled peer can block until the
+	// connection times out, and callers such as a broadcast must not.
+	p.signal()
 }
 
 // streaming is how soon after the last write a new frame counts as part of
 // a stream.
 const streaming = 50 * time.Microsecond
 
-// push gets queued frames going. After a pause, the caller writes them
-// itself, saving a hand-off to the writer goroutine (latency); in a stream
-// of frames, it leaves them to the writer, which batches what piles up
-// while it writes (throughput).
+// push gets a queued message going. After a pause, the sending task's
+// goroutine writes it itself, saving a hand-off to the writer goroutine
+// (latency; a task sending to a stalled peer waits, which is the
+// backpressure it would get anyway); in a stream of messages it leaves them
+// to the writer, which batches what piles up while it writes (throughput).
 func (p *peer) push() {
 	if time.Duration(time.Now().UnixNano()-p.lastWrite.Load()) < streaming {
 		p.signal()

@@ -89,7 +89,10 @@ func TestExamplesUnderMigration(t *testing.T) {
 			t.Errorf("%s under migration: %q, want %q", c.name, out, c.want)
 		}
 		t.Logf("%s: %d moves", c.name, made)
-		if c.name != "hello" && made == 0 {
+		// Ring and pingpong tasks wait in RecvSafe most of the time, so the
+		// mover always gets some; pi's and hello's may finish first on a
+		// fast machine.
+		if (c.name == "ring" || c.name == "pingpong") && made == 0 {
 			t.Errorf("%s: no task was moved while it ran", c.name)
 		}
 	}

@@ -2,6 +2,7 @@ package npb
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"testing"
@@ -55,6 +56,16 @@ func TestKernelsVerifyUnderMigration(t *testing.T) {
 		}
 		if sink.report == nil || sink.report.Verified != Successful {
 			t.Fatalf("%s under migration: report %+v", kernel, sink.report)
+		}
+		// Bit for bit the result of a run where nothing moves.
+		still, err := Run(context.Background(), kernel, "S", 4, RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved, _ := json.Marshal(sink.report.Values)
+		unmoved, _ := json.Marshal(still.Values)
+		if string(moved) != string(unmoved) {
+			t.Fatalf("%s: values under migration %s differ from a run without moves %s", kernel, moved, unmoved)
 		}
 		if made == 0 {
 			t.Errorf("%s: no worker was moved while it ran", kernel)

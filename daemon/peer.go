@@ -120,8 +120,11 @@ func (p *peer) push() {
 }
 
 // envelope queues a message, batching it into the open message frame when
-// there is room.
-func (p *peer) envelope(e *routing.Envelope) {
+// there is room. inline says the caller is a task's goroutine, which may
+// write the frame itself (see push); daemon-internal callers (resends from
+// a connection's reader, for one) leave writing to the writer goroutine, so
+// that two daemons' readers never wait on each other's full windows.
+func (p *peer) envelope(e *routing.Envelope, inline bool) {
 	p.wmu.Lock()
 	if p.msgsOff < 0 || len(p.buf)-p.msgsOff+routing.EnvelopeSize(e) > maxBatch {
 		p.buf, p.msgsOff = routing.BeginFrame(p.buf, routing.KindMsgs)
@@ -132,7 +135,11 @@ func (p *peer) envelope(e *routing.Envelope) {
 		p.msgsOff = -1
 	}
 	p.wmu.Unlock()
-	p.push()
+	if inline {
+		p.push()
+	} else {
+		p.signal()
+	}
 }
 
 func (p *peer) signal() {

@@ -81,7 +81,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		d.log.Warn("message held", "to", to, "host", r.Host, "error", err)
 		return nil
 	}
-	peer.envelope(&e)
+	peer.envelope(&e, true)
 	return nil
 }
 
@@ -244,7 +244,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 		return
 	}
 	for i := range envs {
-		p.envelope(&envs[i])
+		p.envelope(&envs[i], false)
 	}
 }
 
@@ -255,7 +255,7 @@ func (d *Daemon) resendTo(h task.HostID, p *peer) {
 	envs := d.outbox.ForHost(h, time.Now())
 	d.rmu.Unlock()
 	for i := range envs {
-		p.envelope(&envs[i])
+		p.envelope(&envs[i], false)
 	}
 }
 
@@ -315,7 +315,7 @@ func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 	if err != nil {
 		return err
 	}
-	peer.envelope(&routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
+	peer.envelope(&routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p}, false)
 	return nil
 }
 

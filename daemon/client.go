@@ -280,3 +280,12 @@ func (c *Client) SchedStatus(ctx context.Context) (SchedStatus, error) {
 func (c *Client) InjectLoad(ctx context.Context, host string, o load.Overlay, clear bool) error {
 	return c.call(ctx, mInject, injectArgs{Host: host, Overlay: o, Clear: clear}, nil)
 }
+
+// SpawnJob starts a parallel job of a registered type mapped with SED: at
+// least minSize and at most maxSize tasks (0: no bound) in the delay class
+// with the smallest expected delay.
+func (c *Client) SpawnJob(ctx context.Context, typ string, state []byte, minSize, maxSize int) ([]task.TID, error) {
+	var rep tidsReply
+	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}, MinSize: minSize, MaxSize: maxSize}, &rep)
+	return rep.TIDs, err
+}

@@ -188,6 +188,10 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
+		if a.MinSize > 0 || a.MaxSize > 0 {
+			tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
+			return tidsReply{TIDs: tids}, err
+		}
 		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Job, a.Req)
 		return tidsReply{TIDs: tids}, err
 	case mStart:

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -130,4 +131,46 @@ func fastest(hs []sched.Host) []sched.Host {
 		}
 	}
 	return out
+}
+
+// SpawnJob starts a parallel job of req.Type mapped with SED (master): the
+// delay class with the smallest expected delay time among those offering at
+// least minSize virtual nodes, and min(its availability, maxSize) tasks on
+// its fastest hosts. maxSize 0 means no upper bound.
+func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRequest, minSize, maxSize int) ([]task.TID, error) {
+	if minSize < 1 {
+		minSize = 1
+	}
+	if maxSize != 0 && maxSize < minSize {
+		return nil, fmt.Errorf("spawn job: max %d below min %d", maxSize, minSize)
+	}
+	if _, err := task.New(req.Type, nil); err != nil {
+		return nil, err
+	}
+	hosts := d.Hosts()
+	snap := sedSnapshot(hosts)
+	m, err := sched.Plan(snap, sched.Job{MinSize: minSize, MaxSize: maxSize})
+	if err != nil {
+		return nil, fmt.Errorf("spawn job: %w", err)
+	}
+	if m.Class == 0 {
+		return nil, fmt.Errorf("spawn job of at least %d tasks: no delay class offers that many (availability %v)", minSize, m.Availability)
+	}
+	d.log.Info("job mapped with SED", "type", req.Type, "class", m.Class, "size", m.Size, "edt", m.EDT, "placement", m.Placement)
+	var tids []task.TID
+	for _, h := range hosts {
+		n := m.Placement[h.Name]
+		if n == 0 {
+			continue
+		}
+		r := req
+		r.Count, r.Host = n, ""
+		var rep tidsReply
+		err := d.callHost(ctx, h.ID, mStart, spawnArgs{Parent: parent, Req: r}, &rep)
+		tids = append(tids, rep.TIDs...)
+		if err != nil {
+			return tids, fmt.Errorf("spawn job on %s: %w", h.Name, err)
+		}
+	}
+	return tids, nil
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -76,4 +77,31 @@ func TestPlacementInVM(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSpawnJob maps a parallel job with SED on a running machine: between
+// min and max tasks, on the hosts of the chosen class.
+func TestSpawnJob(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	ctx := context.Background()
+	cl, err := Dial(ctx, vm.Master().Addr(), vm.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tids, err := cl.SpawnJob(ctx, "daemon.test.mover", nil, 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tids) < 2 || len(tids) > 5 {
+		t.Fatalf("job of %d tasks, want 2 to 5: %v", len(tids), tids)
+	}
+	if _, err := cl.SpawnJob(ctx, "daemon.test.mover", nil, 1000, 0); err == nil {
+		t.Fatal("a job larger than any class was mapped")
+	}
+	for _, tid := range tids {
+		if err := cl.Kill(ctx, tid); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

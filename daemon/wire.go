@@ -151,6 +151,11 @@ type (
 		Parent task.TID          `msgpack:"p"`
 		Job    uint64            `msgpack:"j,omitempty"`
 		Req    task.SpawnRequest `msgpack:"r"`
+		// MinSize and MaxSize (> 0) ask for a parallel job mapped with
+		// SED: as many tasks as the fastest delay class offers, between
+		// them; Req.Count is then ignored.
+		MinSize int `msgpack:"mn,omitempty"`
+		MaxSize int `msgpack:"mx,omitempty"`
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`

@@ -317,6 +317,8 @@ func spawnControl() controlCommand {
 				"Tasks' output is printed by the master daemon.",
 			Flags: []cli.Flag{jsonFlag,
 				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
+				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
+				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
 			},
 		},
@@ -328,7 +330,12 @@ func spawnControl() controlCommand {
 			if err != nil {
 				return cli.Exit("spawn: "+err.Error(), 2)
 			}
-			tids, err := cl.Spawn(ctx, typ, state, c.Int("count"), c.String("host"))
+			var tids []task.TID
+			if c.Int("min") > 0 || c.Int("max") > 0 {
+				tids, err = cl.SpawnJob(ctx, typ, state, c.Int("min"), c.Int("max"))
+			} else {
+				tids, err = cl.Spawn(ctx, typ, state, c.Int("count"), c.String("host"))
+			}
 			if len(tids) > 0 || err == nil {
 				if c.Bool("json") {
 					if tids == nil {

@@ -73,7 +73,10 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "sched-via", Value: "direct", Usage: "master: how the scheduler's migrations move checkpoints: direct or indirect"},
 			&cli.IntFlag{Name: "max-users", Usage: "interactive users tolerated before this host's tasks move away"},
 			&cli.BoolFlag{Name: "emulate", Usage: "really slow this host's tasks to match a declared --speed and injected load (emulation, for experiments on one machine)"},
-			&cli.StringFlag{Name: "load-source", Value: "proc", Usage: "where the host's load comes from: proc (measured) or static (none; emulate with 'dpvm load inject')"},
+			&cli.StringFlag{Name: "load-source", Value: "proc", Usage: "where the host's load comes from: proc (measured), static (none; emulate with 'dpvm load inject') or trace (replay --load-trace)"},
+			&cli.StringFlag{Name: "load-trace", Usage: "trace file to replay (the simulator's format; 'dpvm sim sed --write-trace' makes one): emulation"},
+			&cli.StringFlag{Name: "trace-host", Usage: "which host of the trace this daemon plays (default: its --name)"},
+			&cli.Float64Flag{Name: "trace-speedup", Value: 1, Usage: "trace seconds per second of replay"},
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 		},
 		Action: func(c *cli.Context) error {
@@ -98,8 +101,18 @@ func daemonCommand() *cli.Command {
 				src = &load.Proc{}
 			case "static":
 				src = load.Static{}
+			case "trace":
+				host := c.String("trace-host")
+				if host == "" {
+					host = c.String("name")
+				}
+				tr, err := load.OpenTrace(c.String("load-trace"), load.TraceConfig{Host: host, Start: time.Now(), Speedup: c.Float64("trace-speedup"), Loop: true})
+				if err != nil {
+					return cli.Exit("daemon: --load-trace: "+err.Error(), 2)
+				}
+				src = tr
 			default:
-				return cli.Exit(fmt.Sprintf("daemon: --load-source %q: want proc or static", c.String("load-source")), 2)
+				return cli.Exit(fmt.Sprintf("daemon: --load-source %q: want proc, static or trace", c.String("load-source")), 2)
 			}
 			speed, err := load.ResolveSpeed(c.Float64("speed"), 200*time.Millisecond)
 			if err != nil {

@@ -234,6 +234,8 @@ type Daemon struct {
 	sampled  load.Sample // the last sample, taken every heartbeat (guarded by mu)
 	schedMu  sync.Mutex
 	sched    *schedState
+	bmu      sync.Mutex
+	bwait    map[task.TID]chan error // this host's tasks waiting in a barrier of the master
 	migMu    sync.Mutex
 	migs     map[task.TID]*migration // migrations under way (master)
 	whyMu    sync.Mutex
@@ -302,6 +304,7 @@ func newDaemon(cfg Config) *Daemon {
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
 		migs:      map[task.TID]*migration{},
+		bwait:     map[task.TID]chan error{},
 		load:      load.NewInjected(cfg.Load),
 		sched:     &schedState{counters: map[task.TID]int{}, classes: map[task.TID]int{}, backoff: map[task.TID]time.Time{}},
 		routes:    routing.NewTable(),

@@ -204,9 +204,9 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	}
 	var err error
 	if h.d.isMaster() {
-		err = h.d.groups.wait(ctx, h.dead(), group, h.tid, count)
+		err = h.d.groups.wait(ctx, h.dead(), group, h.tid, count, h.d.releaseBarrier)
 	} else {
-		err = h.d.callMaster(ctx, mBarrier, groupArgs{Group: group, TID: h.tid, Count: count}, nil)
+		err = h.d.remoteBarrier(ctx, h, group, count)
 	}
 	if err != nil && h.ctx.Err() != nil {
 		err = task.ErrKilled

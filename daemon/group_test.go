@@ -156,8 +156,22 @@ func collectiveOn(t *testing.T, d *Daemon, n int, body func(c *task.Ctx, inst, n
 }
 
 func TestBarrierGenerations(t *testing.T) {
-	const n, rounds = 6, 50
-	collective(t, n, func(c *task.Ctx, inst int) error {
+	d, _ := newTestDaemon(t)
+	collectiveOn(t, d, 6, barrierRounds)
+}
+
+// TestBarrierGenerationsAcrossHosts runs the same over three daemons:
+// arrivals from other hosts go to the master's group server as one
+// message each, and each host's members are released together.
+func TestBarrierGenerationsAcrossHosts(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	collectiveOn(t, vm.Master(), 6, barrierRounds)
+}
+
+// barrierRounds checks that barriers separate rounds of messages.
+func barrierRounds(c *task.Ctx, inst, n int) error {
+	const rounds = 50
+	{
 		// Everyone sends its round number to instance 0 between barriers:
 		// instance 0 must never see a message from a later round before
 		// it has all of the current one.
@@ -186,7 +200,7 @@ func TestBarrierGenerations(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}
 }
 
 func TestBcastReduceGatherScatter(t *testing.T) {

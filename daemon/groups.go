@@ -27,6 +27,9 @@ type barrier struct {
 	count   int
 	arrived map[task.TID]bool
 	done    chan struct{}
+	// remote are the members waiting on other hosts, released with one
+	// message per host.
+	remote map[task.HostID][]task.TID
 }
 
 func newGroups() *groups { return &groups{m: map[string]*group{}} }
@@ -114,22 +117,22 @@ func (g *groups) members(name string) ([]task.TID, error) {
 	return append([]task.TID(nil), gr.members...), nil
 }
 
-// wait blocks tid in the group's barrier until count members have arrived.
-// count <= 0 means all current members.
-func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, tid task.TID, count int) error {
+// arrive records tid's arrival at the group's barrier. It returns the
+// barrier, and whether this arrival completed it (the caller then releases
+// the remote waiters). host, when not zero, says tid waits on another host.
+func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) (*barrier, bool, error) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	gr := g.m[name]
 	if gr == nil {
-		g.mu.Unlock()
-		return task.ErrNoSuchGroup
+		return nil, false, task.ErrNoSuchGroup
 	}
 	member := false
 	for _, t := range gr.members {
 		member = member || t == tid
 	}
 	if !member {
-		g.mu.Unlock()
-		return task.ErrNotInGroup
+		return nil, false, task.ErrNotInGroup
 	}
 	if count <= 0 {
 		count = gr.live
@@ -139,21 +142,65 @@ func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, ti
 		b = &barrier{count: count, arrived: map[task.TID]bool{}, done: make(chan struct{})}
 		gr.barrier = b
 	} else if b.count != count {
-		g.mu.Unlock()
-		return fmt.Errorf("barrier count %d differs from the %d already waiting for", count, b.count)
+		return nil, false, fmt.Errorf("barrier count %d differs from the %d already waiting for", count, b.count)
 	}
 	if b.arrived[tid] {
-		g.mu.Unlock()
-		return fmt.Errorf("%v is already waiting in this barrier", tid)
+		return nil, false, fmt.Errorf("%v is already waiting in this barrier", tid)
 	}
 	b.arrived[tid] = true
+	if host != 0 {
+		if b.remote == nil {
+			b.remote = map[task.HostID][]task.TID{}
+		}
+		b.remote[host] = append(b.remote[host], tid)
+	}
 	if len(b.arrived) >= b.count {
 		gr.barrier = nil
 		close(b.done)
-		g.mu.Unlock()
+		return b, true, nil
+	}
+	return b, false, nil
+}
+
+// withdraw takes back a remote member's arrival (its wait was cancelled).
+func (g *groups) withdraw(name string, tid task.TID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr := g.m[name]
+	if gr == nil || gr.barrier == nil {
+		return
+	}
+	b := gr.barrier
+	delete(b.arrived, tid)
+	for h, ts := range b.remote {
+		for i, t := range ts {
+			if t == tid {
+				b.remote[h] = append(ts[:i], ts[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// wait blocks tid in the group's barrier until count members have arrived.
+// count <= 0 means all current members. release is called with the
+// barrier when this arrival completes it.
+func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, tid task.TID, count int, release func(*barrier)) error {
+	b, done, err := g.arrive(name, tid, 0, count)
+	if err != nil {
+		return err
+	}
+	if done {
+		if release != nil {
+			release(b)
+		}
 		return nil
 	}
-	g.mu.Unlock()
+	return g.await(ctx, dead, b, tid)
+}
+
+// await waits for a barrier tid has arrived at.
+func (g *groups) await(ctx context.Context, dead <-chan struct{}, b *barrier, tid task.TID) error {
 	var err error
 	select {
 	case <-b.done:
@@ -189,4 +236,78 @@ func (g *groups) all() []task.TID {
 		}
 	}
 	return out
+}
+
+// releaseBarrier tells the hosts of a completed barrier's remote members to
+// let them go: one message per host (master).
+func (d *Daemon) releaseBarrier(b *barrier) {
+	for h, tids := range b.remote {
+		if len(tids) > 0 {
+			d.sendRelease(h, "", tids, nil)
+		}
+	}
+}
+
+func (d *Daemon) sendRelease(h task.HostID, group string, tids []task.TID, failed error) {
+	e := &event{Kind: evBarrierRelease, Group: group, TIDs: tids}
+	if failed != nil {
+		e.Reason, e.Code = failed.Error(), codeOf(failed)
+	}
+	if err := d.sendEvent(d.ctx, h, e); err != nil {
+		d.log.Warn("barrier release", "host", h, "error", err)
+	}
+}
+
+// remoteBarrier waits in a barrier of the master's group server for a task
+// of this host: its arrival goes to the master as one message, and the
+// master releases all of this host's waiting members with one message.
+func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, count int) error {
+	ch := make(chan error, 1)
+	d.bmu.Lock()
+	d.bwait[h.tid] = ch
+	d.bmu.Unlock()
+	forget := func() {
+		d.bmu.Lock()
+		delete(d.bwait, h.tid)
+		d.bmu.Unlock()
+	}
+	if err := d.sendEvent(ctx, MasterID, &event{Kind: evBarrier, Group: group, TIDs: []task.TID{h.tid}, Count: count}); err != nil {
+		forget()
+		return err
+	}
+	var err error
+	select {
+	case err = <-ch:
+		return err
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-h.dead():
+		err = task.ErrKilled
+	case <-d.ctx.Done():
+		err = task.ErrHalted
+	}
+	forget()
+	_ = d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{h.tid}})
+	select {
+	case rerr := <-ch: // released while giving up: it passed
+		return rerr
+	default:
+	}
+	return err
+}
+
+// barrierReleased lets this host's members go.
+func (d *Daemon) barrierReleased(tids []task.TID, why, code string) {
+	var err error
+	if why != "" {
+		err = &remoteError{msg: why, sentinel: errorCodes[code]}
+	}
+	d.bmu.Lock()
+	defer d.bmu.Unlock()
+	for _, t := range tids {
+		if ch := d.bwait[t]; ch != nil {
+			delete(d.bwait, t)
+			ch <- err
+		}
+	}
 }

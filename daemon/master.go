@@ -336,6 +336,26 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
 		_, _ = d.jobOut(e.Job, e.Output)
+	case evBarrier:
+		if !d.cfg.Master || len(e.TIDs) != 1 {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		b, done, err := d.groups.arrive(e.Group, e.TIDs[0], p.info.ID, e.Count)
+		if err != nil {
+			d.sendRelease(p.info.ID, e.Group, e.TIDs, err)
+		} else if done {
+			d.releaseBarrier(b)
+		}
+	case evBarrierCancel:
+		if !d.cfg.Master || len(e.TIDs) != 1 {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		d.groups.withdraw(e.Group, e.TIDs[0])
+	case evBarrierRelease:
+		if !fromMaster {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		d.barrierReleased(e.TIDs, e.Reason, e.Code)
 	case evLoad:
 		if !d.cfg.Master || e.Load == nil {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
@@ -461,7 +481,7 @@ func (d *Daemon) groupOp(ctx context.Context, method string, a groupArgs) (any, 
 		m, err := d.groups.members(a.Group)
 		return tidsReply{TIDs: m}, err
 	case mBarrier:
-		return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count)
+		return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
 	case mLeaveAll:
 		d.groups.leaveAll(a.TID)
 		return nil, nil

@@ -73,6 +73,10 @@ type event struct {
 	TID    task.TID        `msgpack:"t,omitempty"` // exited
 	Output []byte          `msgpack:"o,omitempty"` // output
 	Job    uint64          `msgpack:"j,omitempty"` // output
+	Group  string          `msgpack:"g,omitempty"` // barrier events
+	TIDs   []task.TID      `msgpack:"ts,omitempty"`
+	Count  int             `msgpack:"c,omitempty"`
+	Code   string          `msgpack:"cd,omitempty"` // a sentinel error's code, with Reason
 	Reason string          `msgpack:"why,omitempty"`
 	Load   *HostInfo       `msgpack:"l,omitempty"` // load report
 }
@@ -86,6 +90,11 @@ const (
 	evOutput  = "output" // task output forwarded to the master's console
 	evHalt    = "halt"   // the master tells a daemon to stop
 	evLoad    = "load"   // a daemon's periodic report to the master
+	// Barriers between hosts: a member's arrival and its withdrawal (host
+	// to master), and the release of a host's members (master to host).
+	evBarrier        = "barrier"
+	evBarrierCancel  = "barrier-cancel"
+	evBarrierRelease = "barrier-release"
 )
 
 // Error codes carry sentinel errors across the wire, so errors.Is works on

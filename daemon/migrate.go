@@ -531,18 +531,19 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 		return fmt.Errorf("checkpoint is of %v epoch %d (%s), want %v epoch %d (%s)",
 			got.meta.TID, got.meta.Epoch, got.meta.Type, a.TID, arr.epoch, arr.typ)
 	}
-	d.mu.Lock()
-	delete(d.incoming, a.TID)
-	d.mu.Unlock()
-	d.install(got.meta, got.t, arr.held)
+	d.install(got.meta, got.t, arr, nil)
 	return nil
 }
 
 // install puts a task restored from meta and its state into service on
 // this daemon: its mailbox, sequence state and registrations, then the
 // messages held for it (through the inbox, in sequence order), then its
-// goroutine.
-func (d *Daemon) install(m *ckpt.Meta, t task.Task, held []heldMsg) {
+// goroutine. It takes the task out of the arriving (destination) or
+// leaving (origin, after an abort) state in the same critical section in
+// which it enters service, so that no message ever finds it in neither —
+// such a message would be refused as for a task that has exited, and its
+// sender would drop it.
+func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) {
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
@@ -555,6 +556,14 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, held []heldMsg) {
 	d.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
 	d.outbox.SetSenderState(m.TID, m.OutSeq)
 	d.mu.Lock()
+	var held []heldMsg
+	if arr != nil {
+		held = arr.held
+		delete(d.incoming, m.TID)
+	}
+	if left != nil {
+		delete(d.moving, m.TID)
+	}
 	d.tasks[m.TID] = h
 	for _, w := range m.Watchers {
 		d.watch[m.TID] = append(d.watch[m.TID], watcher{who: w.Who, tag: w.Tag})
@@ -620,7 +629,6 @@ func (d *Daemon) commitDeparture(tid task.TID) {
 func (d *Daemon) resumeDeparture(tid task.TID, back routing.Route) error {
 	d.mu.Lock()
 	l := d.moving[tid]
-	delete(d.moving, tid)
 	d.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("%v is not suspended here", tid)
@@ -632,7 +640,7 @@ func (d *Daemon) resumeDeparture(tid task.TID, back routing.Route) error {
 	d.routes.Update(tid, back)
 	d.rmu.Unlock()
 	m := l.meta
-	d.install(&m, l.h.t, nil)
+	d.install(&m, l.h.t, nil, l)
 	close(l.resolved)
 	return nil
 }

@@ -1,6 +1,10 @@
 // Package bench measures dpvm's message passing and sets it beside raw
 // quic-go on the same loopback, so the runtime's own cost shows as a ratio.
-// It backs `dpvm bench pingpong` and `dpvm bench quic`.
+// It backs `dpvm bench pingpong` and `dpvm bench quic`; Migrate backs `dpvm
+// bench migrate` (direct versus indirect migration against state size,
+// DynamicPVM's Table 2, with raw quic-go and write+fsync+read of the same
+// bytes as baselines), and SEDExperiment backs `dpvm bench sed` (a job with
+// and without the Dynamic-SED scheduler when a user arrives on a host).
 //
 // A TaskPair is two tasks of a running virtual machine: a pinger (a root
 // task that carries out the measurements handed to it by the caller) and

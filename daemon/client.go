@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"dpvm/daemon/load"
 	"dpvm/daemon/pki"
 	"dpvm/daemon/transport"
@@ -29,8 +27,7 @@ type Client struct {
 
 	wmu    sync.Mutex
 	mu     sync.Mutex
-	calls  map[uint64]chan *reply
-	next   uint64
+	calls  pendingCalls
 	closed chan struct{}
 	err    error
 	out    io.Writer // where a running job's output goes
@@ -49,7 +46,7 @@ func Dial(ctx context.Context, addr string, key *pki.ClusterKey) (*Client, error
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{tr: tr, calls: map[uint64]chan *reply{}, closed: make(chan struct{})}
+	c := &Client{tr: tr, closed: make(chan struct{})}
 	if err := c.handshake(ctx, addr); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -120,13 +117,7 @@ func (c *Client) readLoop(r *routing.Reader) {
 		if err = decodeMsg(f.Body, &rep); err != nil {
 			break
 		}
-		c.mu.Lock()
-		ch := c.calls[rep.ID]
-		delete(c.calls, rep.ID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- &rep
-		}
+		c.calls.deliver(&rep)
 	}
 	if errors.Is(err, io.EOF) {
 		err = errors.New("the master closed the connection")
@@ -149,17 +140,7 @@ func (c *Client) Close() error {
 func (c *Client) Master() HostInfo { return c.info }
 
 func (c *Client) call(ctx context.Context, method string, args, out any) error {
-	body, err := encodeMsg(args)
-	if err != nil {
-		return err
-	}
-	ch := make(chan *reply, 1)
-	c.mu.Lock()
-	c.next++
-	id := c.next
-	c.calls[id] = ch
-	c.mu.Unlock()
-	b, err := encodeMsg(&call{ID: id, Method: method, Body: msgpack.RawMessage(body)})
+	id, ch, b, err := c.calls.start(method, args)
 	if err != nil {
 		return err
 	}
@@ -167,28 +148,18 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 	_, err = c.st.Write(routing.AppendFrame(nil, routing.KindCall, b))
 	c.wmu.Unlock()
 	if err != nil {
+		c.calls.forget(id)
 		return fmt.Errorf("%s: %w", method, err)
 	}
-	select {
-	case r := <-ch:
-		if err := replyError(r); err != nil {
-			return err
-		}
-		if out != nil && len(r.Body) > 0 {
-			return decodeMsg(r.Body, out)
-		}
-		return nil
-	case <-c.closed:
+	err = c.calls.await(ctx, id, ch, c.closed, func() error {
 		c.mu.Lock()
-		err := c.err
-		c.mu.Unlock()
-		return fmt.Errorf("%s: %w: %v", method, ErrNotConnected, err)
-	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.calls, id)
-		c.mu.Unlock()
-		return ctx.Err()
+		defer c.mu.Unlock()
+		return c.err
+	}, out)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
 	}
+	return nil
 }
 
 // Hosts lists the virtual machine's hosts.

@@ -243,7 +243,6 @@ type Daemon struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the daemon has stopped
 	stopErr  error
-	lostErr  error
 
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted // running tasks

@@ -100,9 +100,11 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 		p.close(fmt.Errorf("host deleted: %s", why))
 	}
 	d.rmu.Lock()
-	lost := d.outbox.DropHost(id)
+	dropped := d.outbox.DropHost(id)
 	d.rmu.Unlock()
-	_ = lost
+	if len(dropped) > 0 {
+		d.log.Warn("messages for tasks lost with their host dropped", "host", id, "tasks", dropped)
+	}
 	lvl := slog.LevelWarn
 	if why == reasonLeft {
 		lvl = slog.LevelInfo

@@ -39,20 +39,17 @@ type network struct {
 	tr *transport.QUIC
 	id *pki.Identity
 
-	mu       sync.Mutex
-	peers    map[task.HostID]*peer
-	dialing  map[task.HostID]chan struct{}
-	clients  map[*peer]bool
-	hosts    map[task.HostID]*HostInfo
-	master   *peer // hosts: the connection to the master
-	calls    map[uint64]chan *reply
-	nextCall uint64
+	mu      sync.Mutex
+	peers   map[task.HostID]*peer
+	dialing map[task.HostID]chan struct{}
+	clients map[*peer]bool
+	hosts   map[task.HostID]*HostInfo
+	master  *peer // hosts: the connection to the master
+	calls   pendingCalls
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
 	rr       int
-	lost     chan struct{} // closed when the master is lost (hosts)
-	lostOnce sync.Once
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -67,9 +64,8 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		return err
 	}
 	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, dialing: map[task.HostID]chan struct{}{},
-		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{}, calls: map[uint64]chan *reply{},
-		joined: map[task.HostID]time.Time{},
-		lost:   make(chan struct{})}
+		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{},
+		joined: map[task.HostID]time.Time{}}
 	d.nw = n
 	d.self.Addr = tr.Addr()
 	if c.Master {
@@ -420,12 +416,8 @@ func (d *Daemon) masterLost(cause error) {
 	if stopping {
 		return // halted or deleted: the master hanging up is expected
 	}
-	d.nw.lostOnce.Do(func() {
-		d.log.Error("lost the master daemon; stopping", "cause", cause)
-		d.lostErr = fmt.Errorf("%w: %v", ErrMasterLost, cause)
-		close(d.nw.lost)
-		d.stopAsync(d.lostErr)
-	})
+	d.log.Error("lost the master daemon; stopping", "cause", cause)
+	d.stopAsync(fmt.Errorf("%w: %v", ErrMasterLost, cause))
 }
 
 // dispatch handles one frame from p.
@@ -451,13 +443,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		if err := decodeMsg(f.Body, &r); err != nil {
 			return err
 		}
-		d.nw.mu.Lock()
-		ch := d.nw.calls[r.ID]
-		delete(d.nw.calls, r.ID)
-		d.nw.mu.Unlock()
-		if ch != nil {
-			ch <- &r
-		}
+		d.nw.calls.deliver(&r)
 	case routing.KindEvent:
 		var e event
 		if err := decodeMsg(f.Body, &e); err != nil {
@@ -478,43 +464,18 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 // callPeer sends a control request to p and waits for its reply, decoding
 // the reply's body into out (if not nil).
 func (d *Daemon) callPeer(ctx context.Context, p *peer, method string, args, out any) error {
-	body, err := encodeMsg(args)
-	if err != nil {
-		return err
-	}
-	n := d.nw
-	ch := make(chan *reply, 1)
-	n.mu.Lock()
-	n.nextCall++
-	id := n.nextCall
-	n.calls[id] = ch
-	n.mu.Unlock()
-	b, err := encodeMsg(&call{ID: id, Method: method, Body: body})
+	id, ch, b, err := d.nw.calls.start(method, args)
 	if err != nil {
 		return err
 	}
 	p.frame(routing.KindCall, b)
-	forget := func() {
-		n.mu.Lock()
-		delete(n.calls, id)
-		n.mu.Unlock()
+	err = d.nw.calls.await(ctx, id, ch, p.closed, func() error {
+		return fmt.Errorf("connection to %s lost", p.name())
+	}, out)
+	if err != nil {
+		return fmt.Errorf("%s to %s: %w", method, p.name(), err)
 	}
-	select {
-	case r := <-ch:
-		if err := replyError(r); err != nil {
-			return err
-		}
-		if out != nil && len(r.Body) > 0 {
-			return decodeMsg(r.Body, out)
-		}
-		return nil
-	case <-p.closed:
-		forget()
-		return fmt.Errorf("%s to %s: connection lost: %w", method, p.name(), ErrNotConnected)
-	case <-ctx.Done():
-		forget()
-		return ctx.Err()
-	}
+	return nil
 }
 
 // callHost sends a control request to host h (this daemon itself included).

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"dpvm/sched"
@@ -124,12 +126,8 @@ func sedSnapshot(hosts []HostInfo) *sched.Snapshot {
 }
 
 func fastest(hs []sched.Host) []sched.Host {
-	out := append([]sched.Host(nil), hs...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Delay() < out[j-1].Delay(); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	out := slices.Clone(hs)
+	slices.SortStableFunc(out, func(a, b sched.Host) int { return cmp.Compare(a.Delay(), b.Delay()) })
 	return out
 }
 

@@ -19,10 +19,20 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
-	if err := d.waitWindow(ctx, to); err != nil {
-		return err
-	}
 	d.rmu.Lock()
+	for d.outbox.Pending(to) >= d.cfg.Window {
+		// Too much is unacknowledged for to: wait for acknowledgements.
+		ch := d.acked
+		d.rmu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.ctx.Done():
+			return task.ErrHalted
+		}
+		d.rmu.Lock()
+	}
 	r := d.routes.Lookup(to)
 	d.mu.Lock()
 	h := d.tasks[to]
@@ -92,26 +102,6 @@ func (d *Daemon) hostKnown(h task.HostID) bool {
 	d.nw.mu.Lock()
 	defer d.nw.mu.Unlock()
 	return d.nw.hosts[h] != nil
-}
-
-// waitWindow blocks while too much is unacknowledged for to.
-func (d *Daemon) waitWindow(ctx context.Context, to task.TID) error {
-	for {
-		d.rmu.Lock()
-		full := d.outbox.Pending(to) >= d.cfg.Window
-		ch := d.acked
-		d.rmu.Unlock()
-		if !full {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-d.ctx.Done():
-			return task.ErrHalted
-		}
-	}
 }
 
 // receiveMsgs takes a batch of messages from another daemon into the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestExamplesUnderMigration(t *testing.T) {
 		out, made := runMoving(t, uint64(i), c.name, c.args...)
 		if c.name == "pi" {
 			m := piLine.FindStringSubmatch(out)
-			if m == nil || m[3] != itoa(serial) {
+			if m == nil || m[3] != strconv.FormatInt(serial, 10) {
 				t.Errorf("pi under migration: %q, want %d hits", out, serial)
 			}
 		} else if !strings.HasPrefix(out, c.want) {
@@ -96,19 +97,6 @@ func TestExamplesUnderMigration(t *testing.T) {
 			t.Errorf("%s: no task was moved while it ran", c.name)
 		}
 	}
-}
-
-func itoa(n int64) string {
-	var b [20]byte
-	i := len(b)
-	for n >= 10 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	i--
-	b[i] = byte('0' + n)
-	return string(b[i:])
 }
 
 // TestStream runs the stream program on three hosts in each mode: every

@@ -66,6 +66,19 @@ func (c *localComm) recv(from, tag int, v any) error {
 // 0's report.
 func runLocal(t testing.TB, kernel, class string, np int) *Report {
 	t.Helper()
+	rep := runRanks(t, kernel, class, np, func(w worker, cm comm) (*Report, error) {
+		return w.run(cm, &hooks{now: time.Now})
+	})
+	if rep == nil {
+		t.Fatalf("%s class %s np %d: rank 0 returned no report", kernel, class, np)
+	}
+	return rep
+}
+
+// runRanks runs np workers of kernel, each with body on its own rank of a
+// localNet, and returns rank 0's report.
+func runRanks(t testing.TB, kernel, class string, np int, body func(w worker, cm comm) (*Report, error)) *Report {
+	t.Helper()
 	net := newLocalNet(np)
 	reps := make([]*Report, np)
 	errs := make([]error, np)
@@ -79,7 +92,7 @@ func runLocal(t testing.TB, kernel, class string, np int) *Report {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reps[r], errs[r] = w.run(&localComm{net, r}, &hooks{now: time.Now})
+			reps[r], errs[r] = body(w, &localComm{net, r})
 		}()
 	}
 	wg.Wait()
@@ -87,9 +100,6 @@ func runLocal(t testing.TB, kernel, class string, np int) *Report {
 		if err != nil {
 			t.Fatalf("%s class %s np %d rank %d: %v", kernel, class, np, r, err)
 		}
-	}
-	if reps[0] == nil {
-		t.Fatalf("%s class %s np %d: rank 0 returned no report", kernel, class, np)
 	}
 	return reps[0]
 }

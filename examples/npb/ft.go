@@ -225,52 +225,48 @@ func (w *FTWorker) inverse(cm comm, s []complex128, out []complex128) error {
 // transposeAB redistributes u (layout A, z-slabs) into v (layout B,
 // y-slabs).
 func (w *FTWorker) transposeAB(cm comm, u, v []complex128) error {
-	np, me := cm.size(), cm.rank()
-	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
-	nzl, nyl := w.nzl, w.nyl
-	blk := nx * nyl * nzl
-	pack := func(q int, buf []complex128) {
-		for jl := range nyl {
-			for kl := range nzl {
-				src := nx * ((q*nyl + jl) + ny*kl)
-				copy(buf[nx*(kl+nzl*jl):][:nx], u[src:src+nx])
-			}
-		}
-	}
-	unpack := func(r int, buf []complex128) {
-		for jl := range nyl {
-			for kl := range nzl {
-				dst := nx * ((r*nzl + kl) + nz*jl)
-				copy(v[dst:dst+nx], buf[nx*(kl+nzl*jl):][:nx])
-			}
-		}
-	}
-	return w.alltoall(cm, np, me, blk, pack, unpack)
+	return w.transpose(cm, u, v, w.lineA, w.lineB)
 }
 
 // transposeBA is the inverse of transposeAB.
 func (w *FTWorker) transposeBA(cm comm, v, u []complex128) error {
-	np, me := cm.size(), cm.rank()
-	nx, ny, nz := w.p.NX, w.p.NY, w.p.NZ
-	nzl, nyl := w.nzl, w.nyl
-	blk := nx * nyl * nzl
+	return w.transpose(cm, v, u, w.lineB, w.lineA)
+}
+
+// lineA is where x-line (jl, kl) of block q starts in layout A, whose
+// local planes are z-planes: global y = q·nyl + jl, local z = kl.
+func (w *FTWorker) lineA(q, jl, kl int) int {
+	return w.p.NX * ((q*w.nyl + jl) + w.p.NY*kl)
+}
+
+// lineB is the same in layout B, whose local planes are y-planes: global
+// z = q·nzl + kl, local y = jl.
+func (w *FTWorker) lineB(q, jl, kl int) int {
+	return w.p.NX * ((q*w.nzl + kl) + w.p.NZ*jl)
+}
+
+// transpose moves every x-line from src, laid out by from, to dst, laid
+// out by to, exchanging with every other task the block of lines it owns
+// in the other layout.
+func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl, kl int) int) error {
+	nx, nzl, nyl := w.p.NX, w.nzl, w.nyl
 	pack := func(q int, buf []complex128) {
 		for jl := range nyl {
 			for kl := range nzl {
-				src := nx * ((q*nzl + kl) + nz*jl)
-				copy(buf[nx*(kl+nzl*jl):][:nx], v[src:src+nx])
+				s := from(q, jl, kl)
+				copy(buf[nx*(kl+nzl*jl):][:nx], src[s:s+nx])
 			}
 		}
 	}
 	unpack := func(r int, buf []complex128) {
 		for jl := range nyl {
 			for kl := range nzl {
-				dst := nx * ((r*nyl + jl) + ny*kl)
-				copy(u[dst:dst+nx], buf[nx*(kl+nzl*jl):][:nx])
+				d := to(r, jl, kl)
+				copy(dst[d:d+nx], buf[nx*(kl+nzl*jl):][:nx])
 			}
 		}
 	}
-	return w.alltoall(cm, np, me, blk, pack, unpack)
+	return w.alltoall(cm, cm.size(), cm.rank(), nx*nyl*nzl, pack, unpack)
 }
 
 func (w *FTWorker) alltoall(cm comm, np, me, blk int, pack func(int, []complex128), unpack func(int, []complex128)) error {

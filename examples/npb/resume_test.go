@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,52 +32,28 @@ func TestResumeIdentical(t *testing.T) {
 // safe point, restored from its encoded state and run again.
 func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report {
 	t.Helper()
-	net := newLocalNet(np)
-	reps := make([]*Report, np)
-	errs := make([]error, np)
-	var wg sync.WaitGroup
-	for r := range np {
-		w, err := newWorker(kernel, class, np)
-		if err != nil {
-			t.Fatal(err)
+	return runRanks(t, kernel, class, np, func(w worker, cm comm) (*Report, error) {
+		n := 0
+		h := &hooks{now: time.Now, safePoint: func() error {
+			n++
+			if n == stopAt {
+				return task.ErrSuspended
+			}
+			return nil
+		}}
+		if _, err := w.run(cm, h); !errors.Is(err, task.ErrSuspended) {
+			return nil, fmt.Errorf("first run ended with %v, want a suspension", err)
 		}
-		w.place().Rank = r
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n := 0
-			h := &hooks{now: time.Now, safePoint: func() error {
-				n++
-				if n == stopAt {
-					return task.ErrSuspended
-				}
-				return nil
-			}}
-			_, err := w.run(&localComm{net, r}, h)
-			if !errors.Is(err, task.ErrSuspended) {
-				errs[r] = fmt.Errorf("first run ended with %v, want a suspension", err)
-				return
-			}
-			typ, state, err := task.EncodeState(w)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			restored, err := task.New(typ, state)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			reps[r], errs[r] = restored.(worker).run(&localComm{net, r}, &hooks{now: time.Now})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
+		typ, state, err := task.EncodeState(w)
 		if err != nil {
-			t.Fatalf("%s rank %d: %v", kernel, r, err)
+			return nil, err
 		}
-	}
-	return reps[0]
+		restored, err := task.New(typ, state)
+		if err != nil {
+			return nil, err
+		}
+		return restored.(worker).run(cm, &hooks{now: time.Now})
+	})
 }
 
 func sameValues(a, b Values) bool {

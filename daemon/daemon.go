@@ -305,7 +305,7 @@ func newDaemon(cfg Config) *Daemon {
 		migs:      map[task.TID]*migration{},
 		bwait:     map[task.TID]chan error{},
 		load:      load.NewInjected(cfg.Load),
-		sched:     &schedState{counters: map[task.TID]int{}, classes: map[task.TID]int{}, backoff: map[task.TID]time.Time{}},
+		sched:     &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),

@@ -54,7 +54,6 @@ type ProcessStatus struct {
 // schedState is the master scheduler's memory between checks.
 type schedState struct {
 	counters map[task.TID]int
-	classes  map[task.TID]int
 	backoff  map[task.TID]time.Time
 	status   SchedStatus
 }
@@ -173,7 +172,10 @@ func (d *Daemon) schedCheck(now time.Time) {
 		}
 		byTID[ti.TID.String()] = ti.TID
 		snap.Processes = append(snap.Processes, sched.Process{TID: ti.TID.String(), Host: ti.Host,
-			Class: st.classes[ti.TID], Counter: st.counters[ti.TID]})
+			// The delay class a task was started in is not recorded yet:
+			// class 0 is the slowest, so only users and memory make it a
+			// candidate, not its host's delay.
+			Counter: st.counters[ti.TID]})
 	}
 	// A host's reported load may trail the task count the lists show: the
 	// policy needs the listed processes counted.

@@ -87,30 +87,17 @@ func (p *Proc) Sample(now time.Time) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	statPath := or(p.StatPath, DefaultStatPath)
-	data, err := readCapped(statPath)
+	st, err := readParsed(or(p.StatPath, DefaultStatPath), ParseStat)
 	if err != nil {
 		return Sample{}, err
 	}
-	st, err := ParseStat(data)
+	mi, err := readParsed(or(p.MeminfoPath, DefaultMeminfoPath), ParseMeminfo)
 	if err != nil {
-		return Sample{}, fmt.Errorf("%s: %w", statPath, err)
-	}
-	memPath := or(p.MeminfoPath, DefaultMeminfoPath)
-	if data, err = readCapped(memPath); err != nil {
 		return Sample{}, err
 	}
-	mi, err := ParseMeminfo(data)
+	la, err := readParsed(or(p.LoadavgPath, DefaultLoadavgPath), ParseLoadavg)
 	if err != nil {
-		return Sample{}, fmt.Errorf("%s: %w", memPath, err)
-	}
-	laPath := or(p.LoadavgPath, DefaultLoadavgPath)
-	if data, err = readCapped(laPath); err != nil {
 		return Sample{}, err
-	}
-	la, err := ParseLoadavg(data)
-	if err != nil {
-		return Sample{}, fmt.Errorf("%s: %w", laPath, err)
 	}
 	users, err := p.users()
 	if err != nil {
@@ -377,4 +364,19 @@ func ParseTaskState(data []byte) (byte, error) {
 		return 0, fmt.Errorf("%w: task stat: state %q is not a letter", ErrMalformed, s)
 	}
 	return s, nil
+}
+
+// readParsed reads a procfs file (capped) and parses it, naming the file in
+// a parse error.
+func readParsed[T any](path string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	data, err := readCapped(path)
+	if err != nil {
+		return zero, err
+	}
+	v, err := parse(data)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
 }

@@ -30,6 +30,7 @@ func benchCommand() *cli.Command {
 			benchQUICCommand(),
 			benchMigrateCommand(),
 			benchSEDCommand(),
+			benchPeersCommand(),
 		},
 	}
 }

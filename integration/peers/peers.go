@@ -21,7 +21,14 @@ var ErrBadLine = errors.New("peers: bad result line")
 const (
 	ModeLocal  = "local"  // tasks on one host and one daemon (or shared memory)
 	ModeRemote = "remote" // tasks talking over a network transport
+	// ModeQUIC is the mode of `dpvm bench quic --json`: raw quic-go. A line
+	// of this mode without a system is named SystemQUIC and compared with
+	// the remote systems.
+	ModeQUIC = "quic"
 )
+
+// SystemQUIC names raw quic-go's lines.
+const SystemQUIC = "quic-go"
 
 // SizeResult is one row of the latency table: a message size and its
 // one-way latency (half the median round trip), with the bandwidth it
@@ -54,6 +61,11 @@ type Line struct {
 	BarrierUS    float64       `json:"barrier_us,omitempty"`
 	BcastUS      float64       `json:"bcast_us,omitempty"`
 	ReduceUS     float64       `json:"reduce_us,omitempty"`
+	// Spawn32MS and Barrier8US are the spawn and barrier figures of `dpvm
+	// bench pingpong --json` (32 tasks, in ms; 8 tasks, in µs); ParseLine
+	// moves them into Spawn and BarrierUS when those are empty.
+	Spawn32MS  float64 `json:"spawn32_ms,omitempty"`
+	Barrier8US float64 `json:"barrier8_us,omitempty"`
 }
 
 // maxLine bounds one input line; a result line is well under 2 KiB.
@@ -89,8 +101,20 @@ func ParseLine(b []byte) (Line, error) {
 	if err := json.Unmarshal(b, &l); err != nil {
 		return Line{}, fmt.Errorf("%w: %w", ErrBadLine, err)
 	}
-	if l.System == "" && l.Mode != "" {
+	switch {
+	case l.Mode == ModeQUIC:
+		if l.System == "" {
+			l.System = SystemQUIC
+		}
+		l.Mode = ModeRemote
+	case l.System == "" && l.Mode != "":
 		l.System = "dpvm-" + l.Mode
+	}
+	if l.Spawn32MS != 0 && len(l.Spawn) == 0 && finiteNonNeg(l.Spawn32MS) {
+		l.Spawn = []SpawnResult{{Tasks: 32, US: l.Spawn32MS * 1e3}}
+	}
+	if l.Barrier8US != 0 && l.BarrierUS == 0 && l.GroupSize == 0 {
+		l.BarrierUS, l.GroupSize = l.Barrier8US, 8
 	}
 	if err := l.Validate(); err != nil {
 		return Line{}, err
@@ -135,6 +159,7 @@ func (l Line) Validate() error {
 	for name, v := range map[string]float64{
 		"rate_msgs_per_s": l.RateMsgsPerS, "barrier_us": l.BarrierUS,
 		"bcast_us": l.BcastUS, "reduce_us": l.ReduceUS,
+		"spawn32_ms": l.Spawn32MS, "barrier8_us": l.Barrier8US,
 	} {
 		if !finiteNonNeg(v) {
 			return bad("%s is %v", name, v)
@@ -223,7 +248,7 @@ type Summary struct {
 }
 
 // systemOrder is the column order of the systems the harness knows.
-var systemOrder = []string{"dpvm-local", "pvm-daemon", "pvm-direct", "mpi-shm", "dpvm-remote", "mpi-tcp", "raw-tcp"}
+var systemOrder = []string{"dpvm-local", "pvm-daemon", "pvm-direct", "mpi-shm", "dpvm-remote", SystemQUIC, "mpi-tcp", "raw-tcp"}
 
 // Summarize groups lines by system and reduces every metric to its median
 // and range over the rounds. Systems come in the harness's column order, a

@@ -4,17 +4,28 @@
 # side.
 #
 #   integration/peers/run.sh [--rounds N] [--scale S] [--only LIST]
-#                            [--out DIR] [--dpvm FILE] [--no-install]
+#                            [--out DIR] [--dpvm FILE] [--dpvm-bin PATH]
+#                            [--no-install] [--no-table]
 #                            [--pvm-fragsize BYTES]
 #
 #   --rounds N    rounds over all systems, alternating their order (3)
 #   --scale S     repetitions and time caps multiplied by S (1; 0.1 is quick)
 #   --only LIST   comma-separated systems among raw-tcp, pvm-daemon,
-#                 pvm-direct, mpi-tcp, mpi-shm (all)
+#                 pvm-direct, mpi-tcp, mpi-shm, and with --dpvm-bin
+#                 dpvm-local, dpvm-remote, quic-go (all)
 #   --out DIR     where results.jsonl and table.md go (./peers-results)
 #   --dpvm FILE   also put the JSON lines of `dpvm bench pingpong --json`
 #                 in FILE into the table
+#   --dpvm-bin PATH
+#                 also measure dpvm in the same rounds, alternating with the
+#                 peers: PATH is a dpvm binary, run as
+#                 `PATH bench peers --line MODE --scale S` for the systems
+#                 dpvm-local (two tasks on one daemon, spawn, collectives),
+#                 dpvm-remote (two daemons over QUIC on loopback) and
+#                 quic-go (raw quic-go); `dpvm bench peers` passes itself
 #   --no-install  fail instead of installing missing packages
+#   --no-table    do not print the table at the end (`dpvm bench peers`
+#                 prints its own)
 #   --pvm-fragsize BYTES
 #                 also run PVM with this PvmFragSize (PVM's default is
 #                 4080 bytes); those runs are named pvm-daemon-fragBYTES and
@@ -42,6 +53,8 @@ scale=1
 only="raw-tcp,pvm-daemon,pvm-direct,mpi-tcp,mpi-shm"
 out=$PWD/peers-results
 dpvm_file=
+dpvm_bin=
+table=1
 install=1
 fragsize=0
 # Seconds one configuration may take before it is stopped (at scale 1).
@@ -74,8 +87,16 @@ while [ $# -gt 0 ]; do
 		dpvm_file=${2:?--dpvm needs a file}
 		shift 2
 		;;
+	--dpvm-bin)
+		dpvm_bin=${2:?--dpvm-bin needs a path}
+		shift 2
+		;;
 	--no-install)
 		install=0
+		shift
+		;;
+	--no-table)
+		table=0
 		shift
 		;;
 	--pvm-fragsize)
@@ -99,11 +120,18 @@ awk -v s="$scale" 'BEGIN { exit !(s > 0 && s <= 10) }' || die "--scale must be i
 for s in ${only//,/ }; do
 	case "$s" in
 	raw-tcp | pvm-daemon | pvm-direct | mpi-tcp | mpi-shm) ;;
+	dpvm-local | dpvm-remote | quic-go)
+		[ -n "$dpvm_bin" ] || die "--only: $s needs --dpvm-bin"
+		;;
 	*) die "--only: unknown system $s" ;;
 	esac
 done
 [[ $fragsize =~ ^[0-9]+$ ]] && [ "$fragsize" -le 16777216 ] ||
 	die "--pvm-fragsize must be an integer in [0, 16777216], not $fragsize"
+if [ -n "$dpvm_bin" ]; then
+	[ -x "$dpvm_bin" ] || die "--dpvm-bin: $dpvm_bin is not an executable"
+	[ "$only" = "raw-tcp,pvm-daemon,pvm-direct,mpi-tcp,mpi-shm" ] && only="$only,dpvm-local,dpvm-remote,quic-go"
+fi
 if [ -n "$dpvm_file" ] && [ ! -r "$dpvm_file" ]; then
 	die "--dpvm: cannot read $dpvm_file"
 fi
@@ -254,6 +282,7 @@ failed=0
 
 run_one() { # system round
 	local sys=$1 round=$2 line rc=0
+	rm -f "$work/mpi.err"
 	if [[ $sys == pvm-* ]] && ! kill -0 "$pvmd_pid" 2>/dev/null; then
 		echo "peers: $sys round $round not run: pvmd is no longer running" >&2
 		failed=$((failed + 1))
@@ -283,6 +312,11 @@ run_one() { # system round
 		line=$(timeout "$timeout_s" mpirun "${mpirun_args[@]}" --mca btl "$mpi_shm_btl,self" \
 			"$bin/mpi_bench" -n mpi-shm -m local -s "$scale" 2>"$work/mpi.err") || rc=$?
 		;;
+	dpvm-local | dpvm-remote | quic-go)
+		local mode=${sys#dpvm-}
+		[ "$sys" = quic-go ] && mode=quic
+		line=$(timeout "$timeout_s" "$dpvm_bin" bench peers --line "$mode" --scale "$scale") || rc=$?
+		;;
 	esac
 	line=$(printf '%s\n' "$line" | grep '^{' | tail -1 || true)
 	if [ "$rc" != 0 ] || [ -z "$line" ]; then
@@ -296,7 +330,7 @@ run_one() { # system round
 }
 
 systems=()
-for s in raw-tcp pvm-daemon pvm-direct mpi-tcp mpi-shm; do
+for s in raw-tcp pvm-daemon dpvm-local pvm-direct mpi-tcp dpvm-remote mpi-shm quic-go; do
 	want "$s" && systems+=("$s")
 	if [ "$fragsize" -gt 0 ] && [[ $s == pvm-* ]] && want "$s"; then
 		systems+=("$s-frag")
@@ -311,6 +345,7 @@ if want mpi-tcp || want mpi-shm; then mpi_setup; fi
 	echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "PVM $(dpkg-query -W -f '${Version}' pvm 2>/dev/null || echo '?'), Open MPI $(dpkg-query -W -f '${Version}' openmpi-bin 2>/dev/null || echo '?'), rounds $rounds, scale $scale"
+	[ -z "$dpvm_bin" ] || echo "dpvm: $dpvm_bin ($(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 } >"$out/machine.txt"
 cat "$out/machine.txt" >&2
 
@@ -329,7 +364,9 @@ echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt
 
 table_inputs=("$results")
 [ -n "$dpvm_file" ] && table_inputs+=("$dpvm_file")
-if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+if [ "$table" = 0 ]; then
+	:
+elif command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
 	PATH=$PATH:/usr/local/go/bin
 	(cd "$repo" && go run ./integration/peers/cmd/peertable "${table_inputs[@]}") >"$out/table.md"
 	{

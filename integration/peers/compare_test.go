@@ -1,0 +1,153 @@
+package peers
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func readLines(t *testing.T, name string) []Line {
+	t.Helper()
+	ls, err := ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
+}
+
+// TestParseLineDpvmForms: raw quic-go's line (mode quic) becomes the
+// remote system quic-go; the spawn and barrier fields of `dpvm bench
+// pingpong --json` become spawn and barrier rows.
+func TestParseLineDpvmForms(t *testing.T) {
+	q, err := ParseLine([]byte(`{"mode":"quic","results":[{"size":8,"oneway_us":20,"mbps":0.4}],"rate_msgs_per_s":3e6,"rounds":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.System != SystemQUIC || q.Mode != ModeRemote {
+		t.Errorf("quic line: system %q mode %q", q.System, q.Mode)
+	}
+	p, err := ParseLine([]byte(`{"mode":"remote","results":[],"spawn32_ms":4.5,"barrier8_us":98}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.System != "dpvm-remote" || len(p.Spawn) != 1 || p.Spawn[0] != (SpawnResult{Tasks: 32, US: 4500}) || p.BarrierUS != 98 || p.GroupSize != 8 {
+		t.Errorf("pingpong line: %+v", p)
+	}
+	for _, bad := range []string{
+		`{"mode":"remote","results":[],"spawn32_ms":-1}`,
+		`{"mode":"remote","results":[],"barrier8_us":-2}`,
+	} {
+		if _, err := ParseLine([]byte(bad)); !errors.Is(err, ErrBadLine) {
+			t.Errorf("%s: err %v, want ErrBadLine", bad, err)
+		}
+	}
+}
+
+func TestWriteSideBySideGolden(t *testing.T) {
+	sums, err := Summarize(readLines(t, "sidebyside.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WriteSideBySide(&b, sums); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "sidebyside.golden")
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != string(want) {
+		t.Errorf("table differs from %s (run with -update to rewrite):\n%s", golden, b.String())
+	}
+	// Spot checks independent of the golden file: dpvm-local's median 8 B
+	// one-way is 1.1 µs, pvm-daemon's 39 µs; the ratio is 35.5×.
+	if !strings.Contains(b.String(), "| one-way 8 B (µs) | 1.10 (1.00–1.20) | 39.0 (38.0–40.0) | 35.5× |") {
+		t.Errorf("8 B row wrong:\n%s", b.String())
+	}
+	// Between daemons, raw quic-go is faster than dpvm: the ratio is below 1.
+	if !strings.Contains(b.String(), "| one-way 8 B (µs) | 30.0 | 25.0 | 0.833× | 9.00 | 0.300× |") {
+		t.Errorf("remote 8 B row wrong:\n%s", b.String())
+	}
+}
+
+func TestWriteSideBySideNeedsBothSides(t *testing.T) {
+	all := readLines(t, "sidebyside.jsonl")
+	var peersOnly, dpvmOnly []Line
+	for _, l := range all {
+		if strings.HasPrefix(l.System, "dpvm-") {
+			dpvmOnly = append(dpvmOnly, l)
+		} else {
+			peersOnly = append(peersOnly, l)
+		}
+	}
+	for _, ls := range [][]Line{peersOnly, dpvmOnly} {
+		sums, err := Summarize(ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteSideBySide(&bytes.Buffer{}, sums); err == nil {
+			t.Errorf("a table of %d systems without both sides was written", len(sums))
+		}
+	}
+}
+
+func TestCharts(t *testing.T) {
+	sums, err := Summarize(readLines(t, "sidebyside.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lat, bw := Charts(sums, "test")
+	var names []string
+	for _, s := range lat.Series {
+		names = append(names, s.Name)
+		if len(s.X) != 4 || s.X[0] != 3 || s.X[3] != 20 {
+			t.Errorf("%s: x %v, want log2 sizes 3..20", s.Name, s.X)
+		}
+	}
+	if got := strings.Join(names, ","); got != "dpvm-local,dpvm-remote,pvm-daemon,mpi-shm,mpi-tcp,quic-go" {
+		t.Errorf("series %s", got)
+	}
+	// dpvm-local at 1 MiB: median one-way 210 µs, so 1048576/210 MB/s.
+	if got := bw.Series[0].Y[3]; got != float64(1<<20)/210 {
+		t.Errorf("dpvm-local 1 MiB bandwidth %v", got)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "peers.svg")
+	if err := WritePlots(path, sums, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, filepath.Join(dir, "peers-bandwidth.svg")} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte("<svg")) || !bytes.Contains(b, []byte("pvm-daemon")) {
+			t.Errorf("%s is not the chart: %.200s", p, b)
+		}
+	}
+	if err := WritePlots(path, nil, "none"); err == nil {
+		t.Error("a plot without data was written")
+	}
+}
+
+func TestFindScript(t *testing.T) {
+	got, err := FindScript("", filepath.Join("testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := filepath.Abs("run.sh"); got != want {
+		t.Errorf("FindScript = %s, want %s", got, want)
+	}
+	if _, err := FindScript(t.TempDir()); !errors.Is(err, ErrNoScript) {
+		t.Errorf("in an empty directory: %v, want ErrNoScript", err)
+	}
+}

@@ -31,6 +31,7 @@ func benchCommand() *cli.Command {
 			benchMigrateCommand(),
 			benchSEDCommand(),
 			benchPeersCommand(),
+			benchNPBLoadCommand(),
 		},
 	}
 }

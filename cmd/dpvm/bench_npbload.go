@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"dpvm/daemon"
+	"dpvm/daemon/bench"
+)
+
+// benchNPBLoadCommand is `dpvm bench npb-load`: DynamicPVM's Table 3.
+func benchNPBLoadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "npb-load",
+		Usage: "DynamicPVM's Table 3: NPB kernels with a host made busy mid-run, with and without Dynamic-SED",
+		Description: "Runs each NPB kernel on an embedded virtual machine of --hosts daemons talking QUIC\n" +
+			"over loopback whose hosts emulate their load (labelled as emulation: tasks are\n" +
+			"really slowed, by pausing them at safe points). When rank 0 has done --at of its\n" +
+			"iterations, --users interactive users arrive on a host that holds a worker, with\n" +
+			"background --load, so that host's tasks run 1+load times slower. Each kernel runs\n" +
+			"with migration disabled and with the Dynamic-SED scheduler for each checkpoint\n" +
+			"mode (--via), and twice on the idle machine, without and with the scheduler, for\n" +
+			"the overhead when nothing migrates. The table gives per kernel the times,\n" +
+			"migrations, the largest checkpoint and the speedup. Every run must verify.\n" +
+			"Example: dpvm bench npb-load --kernel cg,mg --class A",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kernel", Value: "ep,cg,mg,ft,is", Usage: "comma-separated NPB `kernels`"},
+			&cli.StringFlag{Name: "class", Value: "A", Usage: "problem class: S, W, A, B or C"},
+			&cli.IntFlag{Name: "hosts", Value: 4, Usage: "daemons"},
+			&cli.IntFlag{Name: "np", Usage: "worker tasks (default: half the hosts, so that some hosts hold no worker)"},
+			&cli.DurationFlag{Name: "period", Value: 200_000_000, Usage: "δT, the scheduler's check period"},
+			&cli.Float64Flag{Name: "at", Value: 0.2, Usage: "the user arrives once rank 0 has done this `fraction` of its iterations"},
+			&cli.IntFlag{Name: "users", Value: 1, Usage: "interactive users arriving"},
+			&cli.Float64Flag{Name: "load", Value: 2, Usage: "the background load they bring (the host's tasks run 1+load times slower)"},
+			&cli.StringFlag{Name: "host", Usage: "where they arrive (default: a host holding a worker, not the master)"},
+			&cli.StringFlag{Name: "via", Value: "both", Usage: "checkpoint mode of the Dynamic-SED runs: direct, indirect or both"},
+			&cli.BoolFlag{Name: "no-idle", Usage: "skip the two runs on the idle machine (the overhead)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			var vias []daemon.Via
+			switch v := strings.ToLower(c.String("via")); v {
+			case "both":
+				vias = []daemon.Via{daemon.Direct, daemon.Indirect}
+			default:
+				via, err := daemon.ParseVia(v)
+				if err != nil {
+					return cli.Exit("bench npb-load: --via: "+err.Error(), 2)
+				}
+				vias = []daemon.Via{via}
+			}
+			var kernels []string
+			for _, k := range strings.Split(c.String("kernel"), ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					kernels = append(kernels, k)
+				}
+			}
+			if len(kernels) == 0 {
+				return cli.Exit("bench npb-load: --kernel names no kernel", 2)
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			errw := c.App.ErrWriter
+			r, err := bench.NPBLoad(ctx, bench.NPBLoadOptions{
+				Kernels: kernels, Class: c.String("class"), Hosts: c.Int("hosts"), NP: c.Int("np"),
+				Period: c.Duration("period"), At: c.Float64("at"), Users: c.Int("users"), Load: c.Float64("load"),
+				Host: c.String("host"), Vias: vias, NoIdle: c.Bool("no-idle"),
+				Progress: func(run bench.NPBRun) {
+					fmt.Fprintf(errw, "bench npb-load: %s %s: %.2f s, %s, %d migration(s)\n",
+						run.Kernel, run.Name, run.Seconds, strings.ToLower(run.Verified), run.Migrations)
+				},
+			})
+			if r != nil { // what ran, even if a run failed or did not verify
+				var werr error
+				if c.Bool("json") {
+					werr = writeJSONLine(c.App.Writer, r)
+				} else {
+					benchHeader(c.App.Writer, "npb-load")
+					werr = bench.WriteNPBLoad(c.App.Writer, r)
+				}
+				if err == nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				if errors.Is(err, bench.ErrOptions) {
+					return benchUsage(err)
+				}
+				return cli.Exit("bench npb-load: "+err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestBenchNPBLoad runs the command small (IS class S, one checkpoint
+// mode, no idle runs) and reads its JSON.
+func TestBenchNPBLoad(t *testing.T) {
+	code, out, errOut := dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms",
+		"--at", "0.000001", "--load", "10", "--via", "direct", "--no-idle", "--json")
+	if code != 0 {
+		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
+	}
+	var r struct {
+		Class   string
+		Kernels []struct {
+			Kernel string
+			Busy   struct{ Verified string }
+			Sched  []struct {
+				Via        string
+				Verified   string
+				Migrations int
+			}
+			Speedups []float64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Class != "S" || len(r.Kernels) != 1 || r.Kernels[0].Kernel != "is" || len(r.Kernels[0].Sched) != 1 ||
+		r.Kernels[0].Sched[0].Via != "direct" || r.Kernels[0].Sched[0].Migrations < 1 ||
+		r.Kernels[0].Busy.Verified != "SUCCESSFUL" || r.Kernels[0].Sched[0].Verified != "SUCCESSFUL" || len(r.Kernels[0].Speedups) != 1 {
+		t.Errorf("result %s", out)
+	}
+	if !strings.Contains(errOut, "bench npb-load: is busy+sed-direct:") {
+		t.Errorf("no progress on stderr: %s", errOut)
+	}
+}
+
+func TestBenchNPBLoadUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--kernel", "lu"},
+		{"--via", "sideways"},
+		{"--kernel", ","},
+		{"--at", "1.5"},
+		{"--hosts", "1"},
+	} {
+		code, _, errOut := dpvm(t, append([]string{"bench", "npb-load"}, args...)...)
+		if code != 2 || errOut == "" {
+			t.Errorf("%v: status %d, stderr %q; want 2", args, code, errOut)
+		}
+	}
+}

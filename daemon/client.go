@@ -20,7 +20,7 @@ import (
 // the client role, which may call control methods only: it can neither
 // join the machine nor inject messages.
 type Client struct {
-	tr   *transport.QUIC
+	tr   transport.Endpoint
 	conn transport.Conn
 	st   transport.Stream
 	info HostInfo // the master
@@ -33,8 +33,13 @@ type Client struct {
 	out    io.Writer // where a running job's output goes
 }
 
-// Dial connects to the master daemon at addr.
+// Dial connects to the master daemon at addr over QUIC.
 func Dial(ctx context.Context, addr string, key *pki.ClusterKey) (*Client, error) {
+	return DialNetwork(ctx, transport.QUICNetwork{}, addr, key)
+}
+
+// DialNetwork connects to the master daemon at addr on the given network.
+func DialNetwork(ctx context.Context, nw transport.Network, addr string, key *pki.ClusterKey) (*Client, error) {
 	if key == nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, pki.ErrNoKey)
 	}
@@ -42,7 +47,7 @@ func Dial(ctx context.Context, addr string, key *pki.ClusterKey) (*Client, error
 	if err != nil {
 		return nil, err
 	}
-	tr, err := transport.Dialer(transport.LocalFor(addr), id, transport.Config{HandshakeTimeout: 5 * time.Second})
+	tr, err := nw.Dialer(addr, id, transport.Config{HandshakeTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,13 @@ type Config struct {
 	Key *pki.ClusterKey
 	// Transport tunes QUIC.
 	Transport transport.Config
+	// Network carries the connections (default QUIC over UDP); tests give
+	// an in-memory network (transport.Mem) with injected faults.
+	Network transport.Network
+	// RTO is how long a message waits for its acknowledgement before it
+	// is sent again (default the larger of 2s and two heartbeats). Over
+	// QUIC only a broken connection loses messages.
+	RTO time.Duration
 	// Heartbeat is how often a daemon pings the master (default 1s);
 	// DeadAfter is how long without a word before the master deletes a
 	// host, or a host gives up on the master (default 5s).
@@ -120,6 +127,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.RTO <= 0 {
+		c.RTO = max(2*time.Second, 2*c.Heartbeat)
+	}
+	if c.Network == nil {
+		c.Network = transport.QUICNetwork{}
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
@@ -236,6 +249,9 @@ type Daemon struct {
 	sched    *schedState
 	bmu      sync.Mutex
 	bwait    map[task.TID]chan error // this host's tasks waiting in a barrier of the master
+	barr     []arrival               // arrivals not yet sent to the master
+	bsending bool                    // an arriving task is sending arrivals
+	bsend    sync.Mutex              // held while arrivals are handed to the connection
 	migMu    sync.Mutex
 	migs     map[task.TID]*migration // migrations under way (master)
 	whyMu    sync.Mutex

@@ -36,7 +36,7 @@ var (
 // network is a daemon's connections to the other daemons and its view of
 // the virtual machine's hosts.
 type network struct {
-	tr *transport.QUIC
+	tr transport.Endpoint
 	id *pki.Identity
 
 	mu      sync.Mutex
@@ -59,7 +59,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tr, err := transport.Listen(c.Listen, id, c.Transport)
+	tr, err := c.Network.Listen(c.Listen, id, c.Transport)
 	if err != nil {
 		return err
 	}

@@ -375,7 +375,7 @@ func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
 // a message could not be handed to a connection (none could be made at the
 // time) or one broke; the receiving side drops duplicates.
 func (d *Daemon) retransmit(now time.Time) {
-	rto := max(2*time.Second, 2*d.cfg.Heartbeat)
+	rto := d.cfg.RTO
 	d.rmu.Lock()
 	due := d.outbox.Due(now, rto)
 	d.rmu.Unlock()

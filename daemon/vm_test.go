@@ -463,11 +463,13 @@ func TestRefusesStrangers(t *testing.T) {
 }
 
 // mover is a task that receives numbered messages and checks their order;
-// it waits in RecvSafe, so it can be moved at any time. It reports the
-// count it got to its parent when told to stop.
+// it waits in RecvSafe, so it can be moved at any time. Told to stop (tag
+// 2) with a count, it reports what it got to its parent once it has that
+// many (messages from other tasks may overtake its senders').
 type mover struct {
-	Next int
-	Bad  int
+	Next, Bad int
+	Want      int
+	Stopping  bool
 }
 
 func init() { task.Register("daemon.test.mover", &mover{}) }
@@ -480,12 +482,16 @@ func (m *mover) Run(c *task.Ctx) error {
 			return err
 		}
 		if st.Tag == 2 {
+			m.Stopping, m.Want = true, n
+		} else {
+			if n != m.Next {
+				m.Bad++
+			}
+			m.Next = n + 1
+		}
+		if m.Stopping && m.Next >= m.Want {
 			return c.Send(c.Parent(), 3, [2]int{m.Next, m.Bad})
 		}
-		if n != m.Next {
-			m.Bad++
-		}
-		m.Next = n + 1
 	}
 }
 

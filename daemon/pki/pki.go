@@ -264,3 +264,35 @@ func (k *ClusterKey) Secret(label string) []byte {
 	m.Write([]byte("dpvm secret: " + label))
 	return m.Sum(nil)
 }
+
+// Chain is the identity's certificate chain, leaf first, as the identity
+// presents it in a TLS handshake.
+func (id *Identity) Chain() [][]byte { return id.cert.Certificate }
+
+// VerifyChain checks a certificate chain a peer presented against the
+// identity's cluster key, as the TLS handshake does, and says whom it
+// names. Transports without TLS (the in-memory one of deterministic tests)
+// authenticate with it.
+func (id *Identity) VerifyChain(chain [][]byte, now time.Time) (Peer, error) {
+	if len(chain) == 0 {
+		return Peer{}, errors.New("peer presented no certificate")
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return Peer{}, fmt.Errorf("peer certificate: %w", err)
+	}
+	inter := x509.NewCertPool()
+	for _, der := range chain[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return Peer{}, fmt.Errorf("peer certificate chain: %w", err)
+		}
+		inter.AddCert(c)
+	}
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: id.ca.pool, Intermediates: inter,
+		CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil {
+		return Peer{}, fmt.Errorf("peer certificate: %w", err)
+	}
+	return PeerOf(tls.ConnectionState{VerifiedChains: chains})
+}

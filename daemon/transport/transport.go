@@ -44,6 +44,44 @@ type Conn interface {
 	Done() <-chan struct{}
 }
 
+// Endpoint is one daemon's or client's end of a transport: it accepts
+// connections (if it listens) and dials others.
+type Endpoint interface {
+	// Addr is the address peers dial to reach this endpoint.
+	Addr() string
+	// Accept waits for the next incoming connection; ErrClosed after Close.
+	Accept(ctx context.Context) (Conn, error)
+	// Dial connects to the endpoint at addr.
+	Dial(ctx context.Context, addr string) (Conn, error)
+	// Close stops listening and closes every connection, telling peers.
+	Close() error
+	// Abort stops at once without telling any peer, as a crash would.
+	Abort()
+}
+
+// Network makes endpoints. QUICNetwork (UDP sockets, the default) is the
+// real one; Mem is an in-memory network for deterministic tests.
+type Network interface {
+	// Listen makes an endpoint that accepts connections at addr.
+	Listen(addr string, id *pki.Identity, cfg Config) (Endpoint, error)
+	// Dialer makes an endpoint that only dials, suited to reaching peer.
+	Dialer(peer string, id *pki.Identity, cfg Config) (Endpoint, error)
+}
+
+// QUICNetwork is the real network: QUIC over UDP.
+type QUICNetwork struct{}
+
+// Listen opens a listening QUIC endpoint on addr.
+func (QUICNetwork) Listen(addr string, id *pki.Identity, cfg Config) (Endpoint, error) {
+	return Listen(addr, id, cfg)
+}
+
+// Dialer opens a dialing-only QUIC endpoint on a local address suited to
+// reaching peer.
+func (QUICNetwork) Dialer(peer string, id *pki.Identity, cfg Config) (Endpoint, error) {
+	return Dialer(LocalFor(peer), id, cfg)
+}
+
 // Config tunes the QUIC transport. The zero value is usable.
 type Config struct {
 	// IdleTimeout closes a connection that has been silent this long

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 
 	"dpvm/task"
@@ -271,10 +273,7 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 		delete(d.bwait, h.tid)
 		d.bmu.Unlock()
 	}
-	if err := d.sendEvent(ctx, MasterID, &event{Kind: evBarrier, Group: group, TIDs: []task.TID{h.tid}, Count: count}); err != nil {
-		forget()
-		return err
-	}
+	d.arrive(arrival{group: group, count: count, tid: h.tid})
 	var err error
 	select {
 	case err = <-ch:
@@ -287,13 +286,88 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 		err = task.ErrHalted
 	}
 	forget()
-	_ = d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{h.tid}})
+	if !d.unarrive(h.tid) {
+		_ = d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{h.tid}})
+	}
 	select {
 	case rerr := <-ch: // released while giving up: it passed
 		return rerr
 	default:
 	}
 	return err
+}
+
+// arrival is a task of this host arriving at a barrier of the master.
+type arrival struct {
+	group string
+	count int
+	tid   task.TID
+}
+
+// arrive sends an arrival to the master. Arrivals that come while one is
+// being sent wait for it and then go together, one event per barrier, so
+// a host's members arriving at once cost one message, not one each: the
+// first arriving task sends for everyone until nobody is left waiting.
+func (d *Daemon) arrive(a arrival) {
+	d.bmu.Lock()
+	d.barr = append(d.barr, a)
+	if d.bsending {
+		d.bmu.Unlock()
+		return
+	}
+	d.bsending = true
+	d.bmu.Unlock()
+	// Let the members released with this one arrive too.
+	runtime.Gosched()
+	for {
+		d.bmu.Lock()
+		batch := d.barr
+		d.barr = nil
+		if len(batch) == 0 {
+			d.bsending = false
+			d.bmu.Unlock()
+			return
+		}
+		d.bmu.Unlock()
+		for len(batch) > 0 {
+			g, c := batch[0].group, batch[0].count
+			var tids []task.TID
+			rest := batch[:0]
+			for _, a := range batch {
+				if a.group == g && a.count == c {
+					tids = append(tids, a.tid)
+				} else {
+					rest = append(rest, a)
+				}
+			}
+			batch = rest
+			d.bsend.Lock()
+			err := d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrier, Group: g, TIDs: tids, Count: c})
+			d.bsend.Unlock()
+			if err != nil {
+				d.barrierReleased(tids, err.Error(), codeOf(err))
+			}
+		}
+	}
+}
+
+// unarrive takes back an arrival that has not been sent yet and reports
+// whether it did. Otherwise the arrival has been sent, or is being sent,
+// and the withdrawal must follow it to the master (it will: it waits for
+// the send to finish).
+func (d *Daemon) unarrive(tid task.TID) bool {
+	d.bmu.Lock()
+	for i, a := range d.barr {
+		if a.tid == tid {
+			d.barr = slices.Delete(d.barr, i, i+1)
+			d.bmu.Unlock()
+			return true
+		}
+	}
+	d.bmu.Unlock()
+	d.bsend.Lock()
+	d.bsend.Unlock() //nolint:staticcheck // waits for a send in progress
+	return false
 }
 
 // barrierReleased lets this host's members go.

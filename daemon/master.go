@@ -339,14 +339,17 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		_, _ = d.jobOut(e.Job, e.Output)
 	case evBarrier:
-		if !d.cfg.Master || len(e.TIDs) != 1 {
+		if !d.cfg.Master || len(e.TIDs) == 0 {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
-		b, done, err := d.groups.arrive(e.Group, e.TIDs[0], p.info.ID, e.Count)
-		if err != nil {
-			d.sendRelease(p.info.ID, e.Group, e.TIDs, err)
-		} else if done {
-			d.releaseBarrier(b)
+		// Several of the host's members may arrive in one event.
+		for _, tid := range e.TIDs {
+			b, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
+			if err != nil {
+				d.sendRelease(p.info.ID, e.Group, []task.TID{tid}, err)
+			} else if done {
+				d.releaseBarrier(b)
+			}
 		}
 	case evBarrierCancel:
 		if !d.cfg.Master || len(e.TIDs) != 1 {

@@ -37,7 +37,6 @@ type faults struct {
 	dropped, held, delayed, cuts atomic.Int64
 }
 
-
 // roll returns a number in [0, n) determined by the seed, the unit's place
 // and what the number is for.
 func (f *faults) roll(u transport.Unit, what byte, n uint64) uint64 {

@@ -215,6 +215,9 @@ type TaskInfo struct {
 	// Queued and QueuedBytes describe the task's undelivered messages.
 	Queued      int `json:"queued"`
 	QueuedBytes int `json:"queued_bytes"`
+	// MemBytes estimates the memory the task's state holds, as measured
+	// when it started and at a recent safe point.
+	MemBytes int64 `json:"mem_bytes"`
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
@@ -321,7 +324,7 @@ func newDaemon(cfg Config) *Daemon {
 		migs:      map[task.TID]*migration{},
 		bwait:     map[task.TID]chan error{},
 		load:      load.NewInjected(cfg.Load),
-		sched:     &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}},
+		sched:     &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),
@@ -480,6 +483,9 @@ type hosted struct {
 	// pause owed but too short to take yet.
 	lastSafe time.Time
 	owed     time.Duration
+	// The state's estimated size, and whether a fresh figure is wanted.
+	memBytes   atomic.Int64
+	sizeWanted atomic.Bool
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
@@ -592,8 +598,17 @@ func (d *Daemon) run(h *hosted) {
 		}
 		d.finish(h, Exited, task.ExitStatus(err), msg)
 	}()
+	h.measure()
 	err = h.t.Run(task.NewCtx(h, h.t))
 	returned = true
+}
+
+// measure records the size of the task's state. Only the task's own
+// goroutine reads its state, before it runs and at safe points, when the
+// load monitor has asked (see Tasks).
+func (h *hosted) measure() {
+	h.sizeWanted.Store(false)
+	h.memBytes.Store(stateBytes(h.t))
 }
 
 // finish records that h has ended, discards its mailbox, removes it from its
@@ -735,6 +750,8 @@ func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 		State: h.state, Status: h.status, Err: h.err, Started: h.started}
 	if h.state == Running {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()
+		ti.MemBytes = h.memBytes.Load()
+		h.sizeWanted.Store(true) // measured again at its next safe point
 	}
 	return ti
 }

@@ -82,6 +82,9 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	if err := h.ctxErr(ctx); err != nil {
 		return task.Message{}, false, err
 	}
+	if h.sizeWanted.Load() {
+		h.measure()
+	}
 	if h.moveReq.Load() != nil {
 		return task.Message{}, false, nil
 	}
@@ -223,6 +226,9 @@ func (h *hosted) SafePoint(task.Task) error {
 	}
 	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
 		return h.d.suspend(h, req)
+	}
+	if h.sizeWanted.Load() {
+		h.measure()
 	}
 	if h.d.cfg.Emulate {
 		return h.throttle()

@@ -387,6 +387,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.rmu.Lock()
 	d.routes.Forget(tid)
 	d.rmu.Unlock()
+	d.forgetClass(tid)
 }
 
 // spawnAnywhere places and starts tasks (master).
@@ -428,12 +429,17 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 	}
 	got := map[task.HostID][]task.TID{}
 	var errs []error
+	info := map[task.HostID]HostInfo{}
+	for _, h := range d.Hosts() {
+		info[h.ID] = h
+	}
 	for _, h := range hosts {
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		got[h] = rep.TIDs
+		d.startedOn(info[h], rep.TIDs)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
 		}

@@ -82,7 +82,7 @@ func (sedPlacer) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("place %d tasks: %w", n, task.ErrNoSuchHost)
 	}
-	snap := sedSnapshot(hosts)
+	snap := hostSnapshot(hosts, SchedConfig{})
 	m, err := sched.Plan(snap, sched.Job{MinSize: n, MaxSize: n})
 	if err != nil {
 		return nil, err
@@ -106,21 +106,27 @@ func (sedPlacer) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
 	return out, nil
 }
 
-// sedSnapshot describes the hosts to the scheduler: α is the reciprocal of
-// the host's speed factor; the load is the tasks it runs plus what it
-// reports of other processes.
-func sedSnapshot(hosts []HostInfo) *sched.Snapshot {
-	s := &sched.Snapshot{Classes: sched.DefaultClasses(), Params: sched.DefaultParams()}
+// hostSnapshot describes the hosts to the scheduler, with the policy's
+// configuration: α is the host's speed factor as its daemon reports it
+// (the reciprocal of its speed when it reports none), the load all its
+// runnable processes, and the free memory unknown (infinite) when not
+// reported.
+func hostSnapshot(hosts []HostInfo, cfg SchedConfig) *sched.Snapshot {
+	s := &sched.Snapshot{Classes: cfg.classes(), Params: cfg.params()}
 	for _, h := range hosts {
-		speed := h.Speed
-		if speed <= 0 {
-			speed = 1
+		alpha := h.Alpha
+		if alpha <= 0 {
+			alpha = 1
+			if h.Speed > 0 {
+				alpha = 1 / h.Speed
+			}
 		}
 		mem := math.Inf(1)
 		if h.MemFreeMiB > 0 {
 			mem = float64(h.MemFreeMiB)
 		}
-		s.Hosts = append(s.Hosts, sched.Host{Name: h.Name, Alpha: 1 / speed, Load: h.Load, MemFree: mem, Users: h.Users})
+		s.Hosts = append(s.Hosts, sched.Host{Name: h.Name, Alpha: alpha, Load: h.Load, MemFree: mem,
+			Users: h.Users, MaxUsers: h.MaxUsers})
 	}
 	return s
 }
@@ -146,7 +152,7 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		return nil, err
 	}
 	hosts := d.Hosts()
-	snap := sedSnapshot(hosts)
+	snap := hostSnapshot(hosts, d.cfg.Sched)
 	m, err := sched.Plan(snap, sched.Job{MinSize: minSize, MaxSize: maxSize})
 	if err != nil {
 		return nil, fmt.Errorf("spawn job: %w", err)
@@ -166,6 +172,7 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		var rep tidsReply
 		err := d.callHost(ctx, h.ID, mStart, spawnArgs{Parent: parent, Req: r}, &rep)
 		tids = append(tids, rep.TIDs...)
+		d.startedInClass(rep.TIDs, m.Class)
 		if err != nil {
 			return tids, fmt.Errorf("spawn job on %s: %w", h.Name, err)
 		}

@@ -44,7 +44,8 @@ type SchedStatus struct {
 type ProcessStatus struct {
 	TID       task.TID `json:"tid" msgpack:"t"`
 	Host      string   `json:"host" msgpack:"h"`
-	Class     int      `json:"class" msgpack:"c"`
+	Class     int      `json:"class" msgpack:"c"` // the delay class it was started in (0: slower than every class)
+	MemMiB    float64  `json:"mem_mib" msgpack:"m"`
 	Counter   int      `json:"counter" msgpack:"n"`
 	Limit     int      `json:"limit" msgpack:"l"`
 	Candidate string   `json:"candidate,omitempty" msgpack:"r,omitempty"` // why it is a migration candidate
@@ -56,6 +57,58 @@ type schedState struct {
 	counters map[task.TID]int
 	backoff  map[task.TID]time.Time
 	status   SchedStatus
+	// class is the delay class each task was started in (under schedMu):
+	// its expected delay, which condition 1 of Definition 1 holds it to
+	// wherever it has moved since.
+	class map[task.TID]int
+}
+
+// startedInClass records the delay class tasks were started in (master).
+func (d *Daemon) startedInClass(tids []task.TID, class int) {
+	d.schedMu.Lock()
+	defer d.schedMu.Unlock()
+	for _, t := range tids {
+		d.sched.class[t] = class
+	}
+}
+
+// startedOn records the class of tasks placed on host h, in order: each
+// expects the delay of h with the tasks placed before it (master).
+func (d *Daemon) startedOn(h HostInfo, tids []task.TID) {
+	snap := hostSnapshot([]HostInfo{h}, d.cfg.Sched)
+	host := snap.Hosts[0]
+	d.schedMu.Lock()
+	defer d.schedMu.Unlock()
+	for i, t := range tids {
+		d.sched.class[t] = sched.ClassOf(snap.Classes, sched.DelayFactor(host.Alpha, host.Load+float64(i)))
+	}
+}
+
+// classOf is the delay class task ti was started in. A task the master did
+// not place (a task's spawn on its own host) is given, the first time the
+// scheduler sees it, the class of its host's delay then, not counting
+// itself.
+func (d *Daemon) classOf(ti TaskInfo, snap *sched.Snapshot) int {
+	d.schedMu.Lock()
+	defer d.schedMu.Unlock()
+	if c, ok := d.sched.class[ti.TID]; ok {
+		return c
+	}
+	c := 0
+	for _, h := range snap.Hosts {
+		if h.Name == ti.Host {
+			c = sched.ClassOf(snap.Classes, sched.DelayFactor(h.Alpha, max(h.Load-1, 0)))
+		}
+	}
+	d.sched.class[ti.TID] = c
+	return c
+}
+
+// forgetClass drops an ended task's class (master).
+func (d *Daemon) forgetClass(tid task.TID) {
+	d.schedMu.Lock()
+	delete(d.sched.class, tid)
+	d.schedMu.Unlock()
 }
 
 func (c SchedConfig) classes() []sched.Class {
@@ -144,19 +197,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Sched.Period+d.cfg.MoveTimeout)
 	defer cancel()
 	cfg := d.cfg.Sched
-	snap := &sched.Snapshot{Classes: cfg.classes(), Params: cfg.params()}
-	for _, h := range d.Hosts() {
-		mem := math.Inf(1)
-		if h.MemFreeMiB > 0 {
-			mem = float64(h.MemFreeMiB)
-		}
-		alpha := h.Alpha
-		if alpha <= 0 {
-			alpha = 1
-		}
-		snap.Hosts = append(snap.Hosts, sched.Host{Name: h.Name, Alpha: alpha, Load: h.Load, MemFree: mem,
-			Users: h.Users, MaxUsers: h.MaxUsers})
-	}
+	snap := hostSnapshot(d.Hosts(), cfg)
 	tasks, err := d.AllTasks(ctx, false)
 	if err != nil {
 		d.log.Warn("scheduler: task list incomplete", "error", err)
@@ -172,10 +213,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 		}
 		byTID[ti.TID.String()] = ti.TID
 		snap.Processes = append(snap.Processes, sched.Process{TID: ti.TID.String(), Host: ti.Host,
-			// The delay class a task was started in is not recorded yet:
-			// class 0 is the slowest, so only users and memory make it a
-			// candidate, not its host's delay.
-			Counter: st.counters[ti.TID]})
+			Class: d.classOf(ti, snap), Mem: float64(ti.MemBytes) / (1 << 20), Counter: st.counters[ti.TID]})
 	}
 	// A host's reported load may trail the task count the lists show: the
 	// policy needs the listed processes counted.
@@ -202,7 +240,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 		Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: snap.Hosts,
 		Migrations: st.status.Migrations, Failed: st.status.Failed}
 	for _, dec := range res.Decisions {
-		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class,
+		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,
 			Counter: dec.Counter, Limit: dec.Limit}
 		if dec.Reason != 0 {
 			ps.Candidate = dec.Reason.String()

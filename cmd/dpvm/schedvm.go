@@ -51,10 +51,10 @@ func writeSchedStatus(w io.Writer, st daemon.SchedStatus) error {
 	for _, h := range st.Hosts {
 		fmt.Fprintf(tw, "%s\t%g\t%.2f\t%.2f\t%d\t\n", h.Name, h.Alpha, h.Load, h.Delay(), h.Users)
 	}
-	fmt.Fprintln(tw, "\t\t\t\t\t")
-	fmt.Fprintln(tw, "TID\tHOST\tCLASS\tCOUNTER\tCANDIDATE\tDECISION")
+	fmt.Fprintln(tw, "\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "TID\tHOST\tCLASS\tMEM MiB\tCOUNTER\tCANDIDATE\tDECISION")
 	for _, p := range st.Processes {
-		fmt.Fprintf(tw, "%v\t%s\t%d\t%d/%d\t%s\t%s\n", p.TID, p.Host, p.Class, p.Counter, p.Limit, p.Candidate, p.Decision)
+		fmt.Fprintf(tw, "%v\t%s\t%d\t%.1f\t%d/%d\t%s\t%s\n", p.TID, p.Host, p.Class, p.MemMiB, p.Counter, p.Limit, p.Candidate, p.Decision)
 	}
 	return tw.Flush()
 }

@@ -301,7 +301,7 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 		return printJSON(w, ts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\t")
+	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tMEM\t")
 	for _, t := range ts {
 		st := ""
 		if t.State != daemon.Running {
@@ -310,7 +310,11 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 				st += " (" + t.Err + ")"
 			}
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent)
+		mem := ""
+		if t.State == daemon.Running {
+			mem = fmt.Sprintf("%.1f MiB", float64(t.MemBytes)/(1<<20))
+		}
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, mem)
 	}
 	return tw.Flush()
 }

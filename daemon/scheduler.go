@@ -34,10 +34,33 @@ type SchedStatus struct {
 	At           time.Time       `json:"at" msgpack:"t"`
 	Classes      []sched.Class   `json:"classes" msgpack:"c"`
 	Availability []int           `json:"availability" msgpack:"a"`
-	Hosts        []sched.Host    `json:"hosts" msgpack:"h"`
+	Hosts        []HostStatus    `json:"hosts" msgpack:"h"`
 	Processes    []ProcessStatus `json:"processes" msgpack:"ps"`
 	Migrations   int             `json:"migrations" msgpack:"m"` // made since the start
 	Failed       int             `json:"failed" msgpack:"f"`
+}
+
+// HostStatus is one host as the scheduler saw it at its last check.
+type HostStatus struct {
+	Name  string  `json:"name" msgpack:"n"`
+	Alpha float64 `json:"alpha" msgpack:"a"`
+	Load  float64 `json:"load" msgpack:"l"`
+	Delay float64 `json:"delay" msgpack:"d"` // α(1 + load)
+	// MemFreeMiB is the host's free memory; absent (0) when unknown.
+	MemFreeMiB float64 `json:"mem_free_mib,omitempty" msgpack:"f,omitempty"`
+	Users      int     `json:"users" msgpack:"u"`
+	MaxUsers   int     `json:"max_users" msgpack:"mu"`
+}
+
+func hostStatus(hs []sched.Host) []HostStatus {
+	out := make([]HostStatus, len(hs))
+	for i, h := range hs {
+		out[i] = HostStatus{Name: h.Name, Alpha: h.Alpha, Load: h.Load, Delay: h.Delay(), Users: h.Users, MaxUsers: h.MaxUsers}
+		if !math.IsInf(h.MemFree, 0) {
+			out[i].MemFreeMiB = h.MemFree
+		}
+	}
+	return out
 }
 
 // ProcessStatus is one process at the scheduler's last check.
@@ -237,7 +260,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 	}
 	st.counters = counters
 	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, At: now,
-		Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: snap.Hosts,
+		Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
 		Migrations: st.status.Migrations, Failed: st.status.Failed}
 	for _, dec := range res.Decisions {
 		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,

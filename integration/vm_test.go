@@ -175,7 +175,9 @@ type vm struct {
 	key    string
 }
 
-func startVM(t *testing.T, hosts int) *vm {
+// startVM starts a master and hosts host daemons, each given the extra
+// daemon flags too.
+func startVM(t *testing.T, hosts int, extra ...string) *vm {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "vm.key")
@@ -183,7 +185,7 @@ func startVM(t *testing.T, hosts int) *vm {
 		t.Fatalf("keygen: %d %s", code, errOut)
 	}
 	v := &vm{key: key}
-	common := []string{"--cluster-key", key, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}
+	common := append([]string{"--cluster-key", key, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}, extra...)
 	v.master = start(t, "master", nil, append([]string{"daemon", "--master"}, common...)...)
 	v.addr = v.master.waitFor(listening, true)[1]
 	for i := range hosts {

@@ -49,7 +49,7 @@ func writeSchedStatus(w io.Writer, st daemon.SchedStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tALPHA\tLOAD\tDELAY\tUSERS\t")
 	for _, h := range st.Hosts {
-		fmt.Fprintf(tw, "%s\t%g\t%.2f\t%.2f\t%d\t\n", h.Name, h.Alpha, h.Load, h.Delay(), h.Users)
+		fmt.Fprintf(tw, "%s\t%g\t%.2f\t%.2f\t%d\t\n", h.Name, h.Alpha, h.Load, h.Delay, h.Users)
 	}
 	fmt.Fprintln(tw, "\t\t\t\t\t\t")
 	fmt.Fprintln(tw, "TID\tHOST\tCLASS\tMEM MiB\tCOUNTER\tCANDIDATE\tDECISION")

@@ -1,0 +1,403 @@
+package jobset
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+const (
+	// FormatVersion is the manifest format this build writes and the
+	// newest it reads.
+	FormatVersion = 1
+	// KeySize is the length of the key that authenticates manifests.
+	KeySize = 32
+	// MaxManifestSize bounds a manifest file; a larger one is refused
+	// before it is read.
+	MaxManifestSize = 16 << 20
+
+	magic     = "DPVMJOBM"
+	headerLen = len(magic) + 2 + 2 + 4 // magic, version, flags, body length
+	macLen    = sha256.Size
+)
+
+// Entry describes one task checkpoint of a set.
+type Entry struct {
+	// TID names the task (its printed form, "t1:2").
+	TID string
+	// Type is the task's type name.
+	Type string
+	// Host is the host whose daemon wrote the checkpoint.
+	Host string
+	// File is the checkpoint's file name inside the set directory (see
+	// CheckFileName).
+	File string
+	// Bytes is the file's size.
+	Bytes int64
+	// SHA256 is the SHA-256 of the file's contents.
+	SHA256 [32]byte
+}
+
+// Manifest names every task checkpoint of a set. It is written last: a
+// set without one is incomplete.
+type Manifest struct {
+	// Version is the format version the manifest was read in; WriteManifest
+	// accepts 0 (meaning FormatVersion) or FormatVersion.
+	Version int
+	// Job is the job's name (see CheckJobName).
+	Job string
+	// Seq is the set's sequence number.
+	Seq uint64
+	// Created is when the checkpoint was taken (kept to the nanosecond, read
+	// back in UTC).
+	Created time.Time
+	// Root is the TID of the job's root task.
+	Root string
+	// Program and Args are the program the job runs and its arguments.
+	Program string
+	Args    []string
+	// Entries lists the task checkpoints, at least one; TIDs and file
+	// names are unique.
+	Entries []Entry
+}
+
+// wireManifest and wireEntry are the msgpack body of format version 1.
+// Field names are part of the format: never rename one, only add fields
+// with a new version.
+type wireManifest struct {
+	Job     string      `msgpack:"job"`
+	Seq     uint64      `msgpack:"seq"`
+	Created time.Time   `msgpack:"created"`
+	Root    string      `msgpack:"root"`
+	Program string      `msgpack:"program"`
+	Args    []string    `msgpack:"args"`
+	Entries []wireEntry `msgpack:"entries"`
+}
+
+type wireEntry struct {
+	TID    string `msgpack:"tid"`
+	Type   string `msgpack:"type"`
+	Host   string `msgpack:"host"`
+	File   string `msgpack:"file"`
+	Bytes  int64  `msgpack:"bytes"`
+	SHA256 []byte `msgpack:"sha256"`
+}
+
+func checkKey(key []byte) error {
+	if len(key) != KeySize {
+		return fmt.Errorf("key of %d bytes, want %d: %w", len(key), KeySize, ErrKey)
+	}
+	return nil
+}
+
+// validate checks what a manifest says, independently of where it lies.
+func (m *Manifest) validate() error {
+	if err := CheckJobName(m.Job); err != nil {
+		return err
+	}
+	if len(m.Entries) == 0 {
+		return errors.New("no task checkpoints")
+	}
+	tids := make(map[string]bool, len(m.Entries))
+	files := make(map[string]bool, len(m.Entries))
+	for i, e := range m.Entries {
+		if err := CheckFileName(e.File); err != nil {
+			return fmt.Errorf("entry %d: %w", i, err)
+		}
+		switch {
+		case e.TID == "":
+			return fmt.Errorf("entry %d (%s): no TID", i, e.File)
+		case e.Type == "":
+			return fmt.Errorf("entry %d (%s): no task type", i, e.File)
+		case e.Bytes < 0:
+			return fmt.Errorf("entry %d (%s): negative size %d", i, e.File, e.Bytes)
+		case tids[e.TID]:
+			return fmt.Errorf("entry %d (%s): TID %s listed twice", i, e.File, e.TID)
+		case files[e.File]:
+			return fmt.Errorf("entry %d: file %s listed twice", i, e.File)
+		}
+		tids[e.TID] = true
+		files[e.File] = true
+	}
+	return nil
+}
+
+// checkPlace refuses a manifest that does not belong in setDir: the set
+// directory's name must carry m.Seq and its parent's must be m.Job's.
+// This keeps an authentic manifest from being replayed in another set or
+// another job's directory.
+func checkPlace(setDir string, m *Manifest) error {
+	abs := filepath.Clean(setDir)
+	seq, ok := parseSetName(filepath.Base(abs))
+	if !ok {
+		return fmt.Errorf("%s is not a set directory (want %s<seq>)", setDir, setPrefix)
+	}
+	if seq != m.Seq {
+		return fmt.Errorf("manifest of set %d lies in %s: %w", m.Seq, setDir, ErrTampered)
+	}
+	if parent := filepath.Base(filepath.Dir(abs)); parent != jobPrefix+m.Job {
+		return fmt.Errorf("manifest of job %q lies in %s: %w", m.Job, filepath.Dir(abs), ErrTampered)
+	}
+	return nil
+}
+
+// EncodeManifest returns m's bytes in the current format, authenticated
+// under key.
+//
+// The format (integers little endian):
+//
+//	magic    8 bytes  "DPVMJOBM"
+//	version  uint16   FormatVersion (1)
+//	flags    uint16   0
+//	length   uint32   the body's length
+//	body     msgpack map: job, seq, created, root, program, args, entries
+//	         (each entry a map: tid, type, host, file, bytes, sha256)
+//	mac      32 bytes HMAC-SHA256 under key of every byte before it
+func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
+	}
+	if m.Version != 0 && m.Version != FormatVersion {
+		return nil, fmt.Errorf("jobset: encode manifest: version %d, this build writes %d", m.Version, FormatVersion)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
+	}
+	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args}
+	for _, e := range m.Entries {
+		w.Entries = append(w.Entries, wireEntry{TID: e.TID, Type: e.Type, Host: e.Host, File: e.File, Bytes: e.Bytes, SHA256: e.SHA256[:]})
+	}
+	body, err := msgpack.Marshal(&w)
+	if err != nil {
+		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
+	}
+	if headerLen+len(body)+macLen > MaxManifestSize {
+		return nil, fmt.Errorf("jobset: encode manifest: %d bytes exceed the limit of %d", headerLen+len(body)+macLen, MaxManifestSize)
+	}
+	return seal(FormatVersion, body, key), nil
+}
+
+// seal frames body under version and appends the MAC.
+func seal(version uint16, body, key []byte) []byte {
+	b := make([]byte, 0, headerLen+len(body)+macLen)
+	b = append(b, magic...)
+	b = binary.LittleEndian.AppendUint16(b, version)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
+	b = append(b, body...)
+	mac := hmac.New(sha256.New, key)
+	mac.Write(b)
+	return mac.Sum(b)
+}
+
+// DecodeManifest reads a manifest from its bytes, checking in turn the
+// magic and the version (ErrCorrupt, ErrVersion: a newer format is refused
+// before its MAC is looked at, as its framing may differ), the length
+// (ErrCorrupt), the MAC under key (ErrTampered), and the body (ErrCorrupt).
+// Nothing of the body is decoded unless its MAC is right.
+func DecodeManifest(data, key []byte) (*Manifest, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty file: %w", ErrCorrupt)
+	}
+	if len(data) < len(magic) || string(data[:len(magic)]) != magic {
+		return nil, fmt.Errorf("not a job manifest (bad magic): %w", ErrCorrupt)
+	}
+	if len(data) < headerLen {
+		return nil, fmt.Errorf("truncated header (%d bytes): %w", len(data), ErrCorrupt)
+	}
+	version := binary.LittleEndian.Uint16(data[8:])
+	switch {
+	case version == 0:
+		return nil, fmt.Errorf("format version 0: %w", ErrCorrupt)
+	case version > FormatVersion:
+		return nil, fmt.Errorf("format version %d is newer than this build reads (%d): %w", version, FormatVersion, ErrVersion)
+	}
+	if flags := binary.LittleEndian.Uint16(data[10:]); flags != 0 {
+		return nil, fmt.Errorf("unknown flags %#x: %w", flags, ErrCorrupt)
+	}
+	bodyLen := int64(binary.LittleEndian.Uint32(data[12:]))
+	if want := int64(headerLen) + bodyLen + macLen; int64(len(data)) != want {
+		what := "truncated"
+		if int64(len(data)) > want {
+			what = "trailing bytes"
+		}
+		return nil, fmt.Errorf("%s: %d bytes, the header announces %d: %w", what, len(data), want, ErrCorrupt)
+	}
+	signed, sum := data[:len(data)-macLen], data[len(data)-macLen:]
+	mac := hmac.New(sha256.New, key)
+	mac.Write(signed)
+	if !hmac.Equal(mac.Sum(nil), sum) {
+		return nil, fmt.Errorf("MAC mismatch (altered, or written under another key): %w", ErrTampered)
+	}
+	m, err := decodeBody(signed[headerLen:])
+	if err != nil {
+		return nil, err
+	}
+	m.Version = int(version)
+	return m, nil
+}
+
+// decodeBody decodes and validates an authenticated version 1 body.
+func decodeBody(body []byte) (*Manifest, error) {
+	r := bytes.NewReader(body)
+	dec := msgpack.NewDecoder(r)
+	dec.DisallowUnknownFields(true)
+	var w wireManifest
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("body: %v: %w", err, ErrCorrupt)
+	}
+	if r.Len() != 0 {
+		return nil, fmt.Errorf("body: %d bytes after the manifest: %w", r.Len(), ErrCorrupt)
+	}
+	m := &Manifest{Job: w.Job, Seq: w.Seq, Created: w.Created.UTC(), Root: w.Root, Program: w.Program, Args: w.Args}
+	m.Entries = make([]Entry, len(w.Entries))
+	for i, we := range w.Entries {
+		if len(we.SHA256) != sha256.Size {
+			return nil, fmt.Errorf("body: entry %d: SHA-256 of %d bytes: %w", i, len(we.SHA256), ErrCorrupt)
+		}
+		m.Entries[i] = Entry{TID: we.TID, Type: we.Type, Host: we.Host, File: we.File, Bytes: we.Bytes}
+		copy(m.Entries[i].SHA256[:], we.SHA256)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("body: %v: %w", err, ErrCorrupt)
+	}
+	return m, nil
+}
+
+// WriteManifest completes the set in setDir by writing m, authenticated
+// under key, as its manifest: a temporary file (mode 0600) is written,
+// synced, renamed to MANIFEST, and the directory synced. Before writing it
+// checks that m belongs in setDir (its Seq and Job match the directory's
+// names), that every entry's file is present with its recorded size (else
+// ErrIncomplete naming the file), and that the set has no manifest yet
+// (fs.ErrExist). On any error (a full disk, an unwritable directory) the
+// temporary file is removed and the set stays incomplete, so readers keep
+// using the previous set.
+func WriteManifest(setDir string, m *Manifest, key []byte) (err error) {
+	data, err := EncodeManifest(m, key)
+	if err != nil {
+		return err
+	}
+	if err := checkPlace(setDir, m); err != nil {
+		return fmt.Errorf("jobset: write manifest: %w", err)
+	}
+	for _, e := range m.Entries {
+		path := filepath.Join(setDir, e.File)
+		fi, err := os.Lstat(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("jobset: write manifest: task %s: %s is missing: %w", e.TID, path, ErrIncomplete)
+		case err != nil:
+			return fmt.Errorf("jobset: write manifest: task %s: %w", e.TID, err)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("jobset: write manifest: task %s: %s is not a regular file: %w", e.TID, path, ErrCorrupt)
+		case fi.Size() != e.Bytes:
+			return fmt.Errorf("jobset: write manifest: task %s: %s has %d bytes, the entry says %d: %w", e.TID, path, fi.Size(), e.Bytes, ErrIncomplete)
+		}
+	}
+	final := filepath.Join(setDir, ManifestName)
+	if _, err := os.Lstat(final); err == nil {
+		return fmt.Errorf("jobset: write manifest: %s: %w", final, fs.ErrExist)
+	}
+	f, err := os.CreateTemp(setDir, ".tmp-"+ManifestName+"-*")
+	if err != nil {
+		return fmt.Errorf("jobset: write manifest in %s: %w", setDir, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+			err = fmt.Errorf("jobset: write manifest %s: %w", final, err)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	if err := syncDir(setDir); err != nil {
+		// The manifest is in place and complete; only its durability is in
+		// doubt, and the caller hears of it.
+		return fmt.Errorf("fsync directory: %w", err)
+	}
+	return nil
+}
+
+// ReadManifest reads and authenticates the manifest of the set in setDir.
+// Errors name the manifest's path and wrap ErrIncomplete (no manifest),
+// ErrMode (readable by others), ErrCorrupt (not a regular file, larger
+// than MaxManifestSize, malformed), ErrVersion, or ErrTampered (bad MAC,
+// or an authentic manifest of another set or job). It does not look at the
+// task checkpoints: see Verify.
+func ReadManifest(setDir string, key []byte) (*Manifest, error) {
+	path := filepath.Join(setDir, ManifestName)
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("jobset: read %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("jobset: %s: no manifest: %w", path, ErrIncomplete)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobset: read manifest: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("jobset: read manifest: %w", err)
+	}
+	if err := checkFile(path, fi); err != nil {
+		return nil, fmt.Errorf("jobset: %w", err)
+	}
+	if fi.Size() > MaxManifestSize {
+		return nil, fmt.Errorf("jobset: %s: %d bytes exceed the limit of %d: %w", path, fi.Size(), MaxManifestSize, ErrCorrupt)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("jobset: read %s: %w", path, err)
+	}
+	m, err := DecodeManifest(data, key)
+	if err != nil {
+		return nil, fmt.Errorf("jobset: %s: %w", path, err)
+	}
+	if err := checkPlace(setDir, m); err != nil {
+		return nil, fmt.Errorf("jobset: %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// checkFile refuses a set's file that is not a regular file or whose mode
+// lets others than its owner read or write it.
+func checkFile(path string, fi fs.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s): %w", path, fi.Mode().Type(), ErrCorrupt)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%s has mode %#o, want 0600 or stricter: %w", path, perm, ErrMode)
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package jobset
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestRoundTrip(t *testing.T) {
+	jobDir := newJobDir(t)
+	setDir, want := makeSet(t, jobDir, 1, 5, true)
+	got, err := ReadManifest(setDir, testKey)
+	must(t, err)
+	want.Version = FormatVersion
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("read back\n%+v\nwant\n%+v", got, want)
+	}
+	must(t, Verify(setDir, got))
+
+	// Encoding is deterministic and decoding inverts it.
+	a, err := EncodeManifest(want, testKey)
+	must(t, err)
+	b, err := EncodeManifest(got, testKey)
+	must(t, err)
+	if !bytes.Equal(a, b) {
+		t.Error("re-encoding a manifest read back gives other bytes")
+	}
+	onDisk, err := os.ReadFile(filepath.Join(setDir, ManifestName))
+	must(t, err)
+	if !bytes.Equal(a, onDisk) {
+		t.Error("MANIFEST differs from EncodeManifest's bytes")
+	}
+	// Created is kept to the nanosecond whatever its location.
+	want.Created = want.Created.In(fixedZone)
+	c, err := EncodeManifest(want, testKey)
+	must(t, err)
+	if !bytes.Equal(a, c) {
+		t.Error("the creation time's location changes the bytes")
+	}
+	// No temporary file is left behind.
+	ents, err := os.ReadDir(setDir)
+	must(t, err)
+	if len(ents) != len(want.Entries)+1 {
+		t.Errorf("set holds %d files, want %d", len(ents), len(want.Entries)+1)
+	}
+}
+
+func TestTamperedManifest(t *testing.T) {
+	jobDir := newJobDir(t)
+	setDir, m := makeSet(t, jobDir, 1, 3, true)
+	path := filepath.Join(setDir, ManifestName)
+	data, err := os.ReadFile(path)
+	must(t, err)
+
+	otherKey := bytes.Repeat([]byte{1}, KeySize)
+	_, err = ReadManifest(setDir, otherKey)
+	wantErr(t, err, []error{ErrTampered}, path, "MAC")
+
+	for _, at := range []int{headerLen, headerLen + 20, len(data) - 1} {
+		must(t, os.WriteFile(path, data, 0o600))
+		flip(t, path, at)
+		_, err = ReadManifest(setDir, testKey)
+		wantErr(t, err, []error{ErrTampered}, path)
+	}
+	for name, b := range map[string][]byte{
+		"truncated":      data[:len(data)-5],
+		"trailing bytes": append(bytes.Clone(data), 0),
+		"bad magic":      append([]byte("DPVMCKPT"), data[8:]...),
+		"version 0":      append(append([]byte(magic), 0, 0), data[10:]...),
+		"unknown flags":  append(append([]byte(magic), 1, 0, 1, 0), data[12:]...),
+		"empty":          {},
+	} {
+		must(t, os.WriteFile(path, b, 0o600))
+		_, err = ReadManifest(setDir, testKey)
+		wantErr(t, err, []error{ErrCorrupt}, path, strings.Fields(name)[0])
+	}
+
+	// An authentic manifest in another set's or another job's directory.
+	must(t, os.WriteFile(path, data, 0o600))
+	other, err := NewSet(jobDir, 2)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(other, ManifestName), data, 0o600))
+	_, err = ReadManifest(other, testKey)
+	wantErr(t, err, []error{ErrTampered}, filepath.Join(other, ManifestName), "set 1")
+	otherJob, err := JobDir(filepath.Dir(jobDir), "other")
+	must(t, err)
+	moved, err := NewSet(otherJob, 1)
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(moved, ManifestName), data, 0o600))
+	_, err = ReadManifest(moved, testKey)
+	wantErr(t, err, []error{ErrTampered}, filepath.Join(moved, ManifestName), `job "pi"`)
+
+	// A manifest readable by others, or not a file.
+	must(t, os.Chmod(path, 0o644))
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrMode}, path, "0644")
+	must(t, os.Remove(path))
+	must(t, os.Mkdir(path, 0o700))
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrCorrupt}, path, "not a regular file")
+	must(t, os.Remove(path))
+
+	// Bounded: an absurd size is refused before reading.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	must(t, err)
+	must(t, f.Truncate(MaxManifestSize+1))
+	must(t, f.Close())
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrCorrupt}, path, "exceed")
+
+	// No manifest.
+	must(t, os.Remove(path))
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrIncomplete}, path)
+
+	_, err = ReadManifest(setDir, testKey[:16])
+	wantErr(t, err, []error{ErrKey}, "16 bytes")
+	_ = m
+}
+
+func TestNewerVersion(t *testing.T) {
+	jobDir := newJobDir(t)
+	setDir, m := makeSet(t, jobDir, 1, 2, false)
+	data, err := EncodeManifest(m, testKey)
+	must(t, err)
+	newer := seal(FormatVersion+1, data[headerLen:len(data)-macLen], testKey)
+	path := filepath.Join(setDir, ManifestName)
+	must(t, os.WriteFile(path, newer, 0o600))
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrVersion}, path, "version 2", "reads (1)")
+	// Refused whatever follows the version: its framing may differ.
+	must(t, os.WriteFile(path, newer[:headerLen], 0o600))
+	_, err = ReadManifest(setDir, testKey)
+	wantErr(t, err, []error{ErrVersion}, path)
+
+	m.Version = FormatVersion + 1
+	_, err = EncodeManifest(m, testKey)
+	if err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("encoding version 2: %v", err)
+	}
+}
+
+// A body with a valid MAC that does not decode or names bad entries is
+// refused as corrupt (only a writer's bug could produce one).
+func TestCorruptBody(t *testing.T) {
+	good := wireManifest{Job: "pi", Seq: 1, Created: created, Entries: []wireEntry{
+		{TID: "t1:1", Type: "w", File: "a", SHA256: make([]byte, 32)},
+		{TID: "t1:2", Type: "w", File: "b", SHA256: make([]byte, 32)},
+	}}
+	edit := func(f func(w *wireManifest)) []byte {
+		w := good
+		w.Entries = append([]wireEntry(nil), good.Entries...)
+		f(&w)
+		b, err := msgpack.Marshal(&w)
+		must(t, err)
+		return b
+	}
+	goodBody := edit(func(*wireManifest) {})
+	if _, err := DecodeManifest(seal(1, goodBody, testKey), testKey); err != nil {
+		t.Fatalf("the unedited body: %v", err)
+	}
+	for name, body := range map[string][]byte{
+		"not msgpack":    {0xc1},
+		"not a map":      {0x93, 1, 2, 3},
+		"trailing":       append(bytes.Clone(goodBody), 0xc0),
+		"unknown field":  []byte{0x81, 0xa1, 'x', 1},
+		"bad job":        edit(func(w *wireManifest) { w.Job = "../x" }),
+		"no entries":     edit(func(w *wireManifest) { w.Entries = nil }),
+		"duplicate TID":  edit(func(w *wireManifest) { w.Entries[1].TID = "t1:1" }),
+		"duplicate file": edit(func(w *wireManifest) { w.Entries[1].File = "a" }),
+		"path in file":   edit(func(w *wireManifest) { w.Entries[1].File = "../../etc/passwd" }),
+		"manifest file":  edit(func(w *wireManifest) { w.Entries[1].File = ManifestName }),
+		"no TID":         edit(func(w *wireManifest) { w.Entries[1].TID = "" }),
+		"no type":        edit(func(w *wireManifest) { w.Entries[1].Type = "" }),
+		"negative size":  edit(func(w *wireManifest) { w.Entries[1].Bytes = -1 }),
+		"short SHA-256":  edit(func(w *wireManifest) { w.Entries[1].SHA256 = []byte{1} }),
+	} {
+		_, err := DecodeManifest(seal(1, body, testKey), testKey)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func TestWriteManifestRefusals(t *testing.T) {
+	jobDir := newJobDir(t)
+	setDir, m := makeSet(t, jobDir, 1, 3, false)
+
+	bad := *m
+	bad.Entries = append([]Entry(nil), m.Entries...)
+	bad.Entries[1].File = "../escape"
+	wantErr(t, WriteManifest(setDir, &bad, testKey), []error{ErrName}, "../escape")
+	bad.Entries[1] = m.Entries[0]
+	wantErr(t, WriteManifest(setDir, &bad, testKey), nil, "listed twice")
+	bad.Entries = nil
+	wantErr(t, WriteManifest(setDir, &bad, testKey), nil, "no task checkpoints")
+	wantErr(t, WriteManifest(setDir, m, nil), []error{ErrKey})
+
+	// A manifest of another set or job does not go in this one.
+	wrong := *m
+	wrong.Seq = 2
+	wantErr(t, WriteManifest(setDir, &wrong, testKey), []error{ErrTampered}, "set 2")
+	wrong = *m
+	wrong.Job = "other"
+	wantErr(t, WriteManifest(setDir, &wrong, testKey), []error{ErrTampered}, `job "other"`)
+
+	// Every task checkpoint must be present, with its size, first.
+	missing := filepath.Join(setDir, m.Entries[2].File)
+	data, err := os.ReadFile(missing)
+	must(t, err)
+	must(t, os.Remove(missing))
+	wantErr(t, WriteManifest(setDir, m, testKey), []error{ErrIncomplete}, missing)
+	must(t, os.WriteFile(missing, data[1:], 0o600))
+	wantErr(t, WriteManifest(setDir, m, testKey), []error{ErrIncomplete}, missing, "bytes")
+	must(t, os.WriteFile(missing, data, 0o600))
+
+	if _, err := os.Stat(filepath.Join(setDir, ManifestName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused manifest was written: %v", err)
+	}
+	must(t, WriteManifest(setDir, m, testKey))
+	// A set is completed once.
+	wantErr(t, WriteManifest(setDir, m, testKey), []error{fs.ErrExist}, filepath.Join(setDir, ManifestName))
+}
+
+// The shared directory becoming unusable while a set is written: the
+// manifest fails cleanly, the set stays incomplete, and the previous set
+// is still the latest.
+func TestWriteManifestFails(t *testing.T) {
+	jobDir := newJobDir(t)
+	prevDir, _ := makeSet(t, jobDir, 1, 2, true)
+	setDir, m := makeSet(t, jobDir, 2, 2, false)
+	// The set directory replaced by a regular file (lost, or another
+	// file system mounted badly): creating the temporary file fails.
+	must(t, os.RemoveAll(setDir))
+	must(t, os.WriteFile(setDir, nil, 0o600))
+	err := WriteManifest(setDir, m, testKey)
+	if err == nil {
+		t.Fatal("WriteManifest into a file succeeded")
+	}
+	must(t, os.Remove(setDir))
+	_, err = NewSet(jobDir, 2)
+	must(t, err)
+	err = WriteManifest(setDir, m, testKey)
+	wantErr(t, err, []error{ErrIncomplete}, m.Entries[0].File)
+
+	dir, got, skipped, err := Latest(jobDir, testKey)
+	must(t, err)
+	if dir != prevDir || got.Seq != 1 || len(skipped) != 1 || !errors.Is(skipped[0], ErrIncomplete) {
+		t.Errorf("Latest = %s, %d, %v", dir, got.Seq, skipped)
+	}
+}

@@ -221,15 +221,39 @@ func (c *Client) Ping(ctx context.Context) error {
 // as it arrives, and returns the root task's final state when it exits.
 // Closing the client (or cancelling ctx) kills the root task.
 func (c *Client) Run(ctx context.Context, typ string, state []byte, out io.Writer) (TaskInfo, error) {
+	return c.RunJob(ctx, typ, state, JobOptions{}, out)
+}
+
+// RunJob is Run with the job's checkpoint options.
+func (c *Client) RunJob(ctx context.Context, typ string, state []byte, opts JobOptions, out io.Writer) (TaskInfo, error) {
+	return c.run(ctx, runArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}, Opts: opts}, out)
+}
+
+// Restart restarts a job from the newest complete checkpoint under dir (a
+// job's checkpoint directory in the shared directory, or one of its sets)
+// on the hosts the virtual machine has now, copies its output to out, and
+// returns its root task's final state when it exits, as Run does.
+func (c *Client) Restart(ctx context.Context, dir string, opts JobOptions, out io.Writer) (TaskInfo, error) {
+	return c.run(ctx, runArgs{Restart: dir, Opts: opts}, out)
+}
+
+func (c *Client) run(ctx context.Context, a runArgs, out io.Writer) (TaskInfo, error) {
 	c.mu.Lock()
 	c.out = out
 	c.mu.Unlock()
 	var rep runReply
-	err := c.call(ctx, mRun, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}}, &rep)
+	err := c.call(ctx, mRun, a, &rep)
 	if ctx.Err() != nil {
 		c.Close() // the master kills the job
 	}
 	return rep.Info, err
+}
+
+// Checkpoint takes a coordinated checkpoint of a job now.
+func (c *Client) Checkpoint(ctx context.Context, job uint64) (JobCheckpoint, error) {
+	var r JobCheckpoint
+	err := c.call(ctx, mCheckpoint, jobArgs{Job: job}, &r)
+	return r, err
 }
 
 // ExitError turns a root task's final state into an error carrying its exit

@@ -206,6 +206,7 @@ func (s *TaskState) UnmarshalText(b []byte) error {
 type TaskInfo struct {
 	TID     task.TID  `json:"tid"`
 	Parent  task.TID  `json:"parent"`
+	Job     uint64    `json:"job,omitempty"` // the job it belongs to (0: none)
 	Type    string    `json:"type"`
 	Host    string    `json:"host"`
 	State   TaskState `json:"state"`
@@ -275,8 +276,11 @@ type Daemon struct {
 	lossWatch map[task.TID][]watcher
 	halted    bool
 	// jobs (master) maps a job to the console its output goes to.
-	jobs    map[uint64]io.Writer
-	nextJob uint64
+	jobs     map[uint64]io.Writer
+	jobReg   map[uint64]*jobState   // master: jobs and their checkpoints
+	staged   map[task.TID]staged    // tasks read from a job checkpoint, waiting to start
+	tidFloor map[task.HostID]uint32 // master: restored TIDs of hosts not (yet) here
+	nextJob  uint64
 	// Migration: tasks suspended here while they move away, and tasks
 	// prepared here that are on their way in.
 	moving   map[task.TID]*leaving
@@ -319,6 +323,9 @@ func newDaemon(cfg Config) *Daemon {
 		watch:     map[task.TID][]watcher{},
 		lossWatch: map[task.TID][]watcher{},
 		jobs:      map[uint64]io.Writer{},
+		jobReg:    map[uint64]*jobState{},
+		staged:    map[task.TID]staged{},
+		tidFloor:  map[task.HostID]uint32{},
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
 		migs:      map[task.TID]*migration{},
@@ -483,6 +490,8 @@ type hosted struct {
 	// pause owed but too short to take yet.
 	lastSafe time.Time
 	owed     time.Duration
+	// pause holds the task at its next safe point for a job checkpoint.
+	pause atomic.Pointer[pauseReq]
 	// The state's estimated size, and whether a fresh figure is wanted.
 	memBytes   atomic.Int64
 	sizeWanted atomic.Bool
@@ -746,7 +755,7 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 }
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {
-	ti := TaskInfo{TID: h.tid, Parent: h.parent, Type: h.typ, Host: d.cfg.Name,
+	ti := TaskInfo{TID: h.tid, Parent: h.parent, Job: h.job, Type: h.typ, Host: d.cfg.Name,
 		State: h.state, Status: h.status, Err: h.err, Started: h.started}
 	if h.state == Running {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()

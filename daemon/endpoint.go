@@ -85,7 +85,7 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	if h.sizeWanted.Load() {
 		h.measure()
 	}
-	if h.moveReq.Load() != nil {
+	if h.moveReq.Load() != nil || h.pause.Load() != nil {
 		return task.Message{}, false, nil
 	}
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
@@ -229,6 +229,11 @@ func (h *hosted) SafePoint(task.Task) error {
 	}
 	if h.sizeWanted.Load() {
 		h.measure()
+	}
+	if p := h.pause.Load(); p != nil {
+		if err := h.pauseHere(p); err != nil {
+			return err
+		}
 	}
 	if h.d.cfg.Emulate {
 		return h.throttle()

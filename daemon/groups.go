@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"dpvm/ckpt"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"dpvm/task"
@@ -63,6 +65,49 @@ func (g *groups) join(name string, tid task.TID) (int, error) {
 	gr.members[free] = tid
 	gr.live++
 	return free, nil
+}
+
+// memberships lists the groups tid belongs to, with its instance in each,
+// by group name.
+func (g *groups) memberships(tid task.TID) []ckpt.Membership {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []ckpt.Membership
+	for name, gr := range g.m {
+		for i, t := range gr.members {
+			if t == tid {
+				out = append(out, ckpt.Membership{Group: name, Inst: i})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b ckpt.Membership) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
+
+// rejoin makes tid instance inst of the group again (a task restored from
+// a job checkpoint), failing if another task holds that instance.
+func (g *groups) rejoin(name string, tid task.TID, inst int) error {
+	if name == "" || inst < 0 {
+		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr := g.m[name]
+	if gr == nil {
+		gr = &group{}
+		g.m[name] = gr
+	}
+	for len(gr.members) <= inst {
+		gr.members = append(gr.members, 0)
+	}
+	if t := gr.members[inst]; !t.IsZero() && t != tid {
+		return fmt.Errorf("group %q instance %d is held by %v", name, inst, t)
+	}
+	if gr.members[inst].IsZero() {
+		gr.live++
+	}
+	gr.members[inst] = tid
+	return nil
 }
 
 func (g *groups) leave(name string, tid task.TID) error {

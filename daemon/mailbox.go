@@ -174,6 +174,14 @@ func (m *mailbox) drain() []envelope {
 	return out
 }
 
+// snapshot returns a copy of the queued messages, oldest first, leaving
+// them queued.
+func (m *mailbox) snapshot() []envelope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]envelope(nil), m.q[m.head:]...)
+}
+
 // stats reports the number of queued messages and their size in bytes.
 func (m *mailbox) stats() (n, bytes int) {
 	m.mu.Lock()

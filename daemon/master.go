@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"time"
@@ -167,10 +168,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -204,15 +205,31 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
 		return tidsReply{TIDs: tids}, err
 	case mRun:
-		var a spawnArgs
+		var a runArgs
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
 		if p == nil {
 			return nil, fmt.Errorf("method %q is for clients", method)
 		}
-		info, err := d.runJob(ctx, p, a.Req)
+		info, err := d.runJob(ctx, p, a)
 		return runReply{Info: info}, err
+	case mCheckpoint:
+		var a jobArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		return d.CheckpointJob(ctx, a.Job)
+	case mCkPause, mCkQuiet, mCkWrite, mCkResume:
+		if p != nil && p.role == pki.RoleClient {
+			return nil, fmt.Errorf("method %q is not open to clients", method)
+		}
+		return d.handleJobCkpt(ctx, method, body)
+	case mCkLoad, mCkGo, mCkDrop, mCkFloor:
+		if p != nil && p.role == pki.RoleClient {
+			return nil, fmt.Errorf("method %q is not open to clients", method)
+		}
+		return d.handleRestore(method, body)
 	case mKill:
 		var a tidArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -640,33 +657,50 @@ func (d *Daemon) jobOut(job uint64, b []byte) (int, error) {
 	return w.Write(b)
 }
 
-// runJob runs a program's root task for a client (master): a new job whose
-// output goes to the client, answered when the root task has exited. If
-// the client goes away first, the root task is killed.
-func (d *Daemon) runJob(ctx context.Context, client *peer, req task.SpawnRequest) (TaskInfo, error) {
-	d.mu.Lock()
-	d.nextJob++
-	job := d.nextJob
-	d.jobs[job] = &clientOutput{p: client, job: job}
-	d.mu.Unlock()
-	defer func() {
+// runJob runs a program's root task for a client (master), or restarts a
+// job from a checkpoint: a job whose output goes to the client, answered
+// when the root task has exited. If the client goes away first, the root
+// task is killed.
+func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo, error) {
+	var js *jobState
+	if a.Restart != "" {
+		var skipped []error
+		var err error
+		js, skipped, err = d.RestartJob(ctx, a.Restart, a.Opts, func(job uint64) io.Writer {
+			return &clientOutput{p: client, job: job}
+		})
+		for _, e := range skipped {
+			d.log.Warn("restart: checkpoint skipped", "error", e)
+			fmt.Fprintf(&clientOutput{p: client}, "dpvm: restart: skipped %v\n", e)
+		}
+		if err != nil {
+			return TaskInfo{}, err
+		}
+	} else {
+		js = d.newJob("", a.Req.Type, a.Opts)
 		d.mu.Lock()
-		delete(d.jobs, job)
+		d.jobs[js.id] = &clientOutput{p: client, job: js.id}
 		d.mu.Unlock()
-	}()
-	req.Count = 1
-	tids, err := d.startLocal(ctx, 0, job, req)
-	if err != nil {
-		return TaskInfo{}, err
+		a.Req.Count = 1
+		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
+		if err != nil {
+			d.endJob(js)
+			return TaskInfo{}, err
+		}
+		js.root = tids[0]
+		if js.opts.CheckpointEvery > 0 {
+			d.goFunc(func() { d.checkpointLoop(js) })
+		}
 	}
-	root := tids[0]
-	d.log.Info("job started", "job", job, "root", root, "type", req.Type, "client", client.name())
+	defer d.endJob(js)
+	root := js.root
+	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
 		case <-client.closed:
-			_ = d.Kill(root)
+			_ = d.KillTask(context.WithoutCancel(wctx), root)
 		case <-wctx.Done():
 		}
 	}()

@@ -123,6 +123,9 @@ func (d *Daemon) join(ctx context.Context) error {
 	}
 	d.cfg.HostID = h.Assigned
 	d.self.ID = h.Assigned
+	d.mu.Lock()
+	d.nextNum = max(d.nextNum, h.TIDFloor)
+	d.mu.Unlock()
 	if d.cfg.Name == "" || d.cfg.Name == "h0" {
 		d.cfg.Name = h.Assigned.String()
 	}
@@ -239,7 +242,10 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		if !d.attach(p) {
 			return
 		}
-		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.self, Assigned: info.ID, Hosts: hosts, Routes: routes}); err != nil {
+		d.mu.Lock()
+		floor := d.tidFloor[info.ID]
+		d.mu.Unlock()
+		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.self, Assigned: info.ID, Hosts: hosts, Routes: routes, TIDFloor: floor}); err != nil {
 			conn.Close("handshake failed")
 			d.removeHost(info.ID, "handshake failed")
 			return

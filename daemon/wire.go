@@ -26,7 +26,10 @@ type hello struct {
 	Assigned task.HostID     `msgpack:"as,omitempty"`
 	Hosts    []HostInfo      `msgpack:"hs,omitempty"`
 	Routes   []routing.Entry `msgpack:"rt,omitempty"`
-	Err      string          `msgpack:"e,omitempty"`
+	// TIDFloor is the largest task number of the new host's ID taken by
+	// tasks restored from a job checkpoint: its own tasks number above it.
+	TIDFloor uint32 `msgpack:"tf,omitempty"`
+	Err      string `msgpack:"e,omitempty"`
 }
 
 // HostInfo describes a host of the virtual machine.
@@ -168,6 +171,17 @@ type (
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`
+		Job  uint64   `msgpack:"j,omitempty"`
+	}
+	// runArgs runs a program's root task for a client, or (with Restart)
+	// restarts a job from a checkpoint.
+	runArgs struct {
+		Req     task.SpawnRequest `msgpack:"r"`
+		Opts    JobOptions        `msgpack:"o"`
+		Restart string            `msgpack:"rs,omitempty"`
+	}
+	jobArgs struct {
+		Job uint64 `msgpack:"j"`
 	}
 	tidsReply struct {
 		TIDs []task.TID `msgpack:"t"`
@@ -226,4 +240,5 @@ const (
 	mDelete      = "delete"       // at the master: remove a host
 	mHalt        = "halt"         // at the master: stop the virtual machine
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
+	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
 )

@@ -292,6 +292,18 @@ func (o *Outbox) Pending(to task.TID) int {
 	return 0
 }
 
+// PendingFrom is how many messages from sender are unacknowledged or held,
+// to any receiver.
+func (o *Outbox) PendingFrom(sender task.TID) int {
+	n := 0
+	for _, q := range o.queues {
+		if f := q.pairs[sender]; f != nil {
+			n += len(f.msgs) - f.head
+		}
+	}
+	return n
+}
+
 // Bytes is the total unacknowledged or held.
 func (o *Outbox) Bytes() int { return o.bytes }
 

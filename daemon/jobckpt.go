@@ -1,0 +1,289 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"dpvm/ckpt"
+	"dpvm/ckpt/jobset"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// Job checkpoints (DESIGN §7). A coordinated checkpoint of a job is taken
+// in four steps, each a call from the master to every host:
+//
+//  1. pause: every task of the job stops at its next safe point and waits
+//     there; its mailbox keeps receiving. A task that reaches no safe point
+//     in time fails the checkpoint, and every paused task goes on.
+//  2. quiet: the master waits until no host holds an unacknowledged message
+//     from a task of the job. With every task paused nothing new is sent,
+//     so every message in flight ends in its receiver's mailbox: the cut is
+//     consistent, and no message is in the wire.
+//  3. write: each host writes a checkpoint of each of its paused tasks into
+//     the set's directory under the shared directory (state, mailbox,
+//     sequence state, registrations, group memberships), and the master
+//     writes the manifest last, which completes the set.
+//  4. resume: the tasks go on from their safe points.
+
+// ErrNoJob is returned for a job that does not run (or has no task left).
+var ErrNoJob = errors.New("no such job")
+
+// pauseReq holds a task at its safe point during a job checkpoint.
+type pauseReq struct {
+	paused  chan struct{} // closed when the task has stopped at a safe point
+	once    sync.Once
+	resume  chan struct{} // closed to let it go on
+	resumed sync.Once
+}
+
+func (p *pauseReq) arrived() { p.once.Do(func() { close(p.paused) }) }
+func (p *pauseReq) release() { p.resumed.Do(func() { close(p.resume) }) }
+
+// pauseHere is called by the task's own goroutine at a safe point while a
+// pause is pending: it waits there until released or killed.
+func (h *hosted) pauseHere(p *pauseReq) error {
+	p.arrived()
+	select {
+	case <-p.resume:
+		return nil
+	case <-h.ctx.Done():
+		return task.ErrKilled
+	}
+}
+
+// Control request bodies for job checkpoints.
+type (
+	ckStep struct {
+		Job     uint64        `msgpack:"j"`
+		Timeout time.Duration `msgpack:"to,omitempty"`
+		Dir     string        `msgpack:"d,omitempty"`
+		// Groups are the group memberships of the job's tasks (write).
+		Groups map[task.TID][]ckpt.Membership `msgpack:"g,omitempty"`
+	}
+	ckReply struct {
+		TIDs    []task.TID `msgpack:"t,omitempty"` // the job's tasks here
+		Pending int        `msgpack:"p,omitempty"` // unacknowledged messages from them
+		Running int        `msgpack:"r,omitempty"` // job tasks here not paused
+		Files   []ckFile   `msgpack:"f,omitempty"`
+	}
+	ckFile struct {
+		TID    task.TID `msgpack:"t"`
+		Type   string   `msgpack:"y"`
+		File   string   `msgpack:"f"`
+		Bytes  int64    `msgpack:"b"`
+		SHA256 [32]byte `msgpack:"s"`
+	}
+)
+
+// Job checkpoint control methods (master to hosts).
+const (
+	mCkPause  = "ckpt.pause"
+	mCkQuiet  = "ckpt.quiet"
+	mCkWrite  = "ckpt.write"
+	mCkResume = "ckpt.resume"
+)
+
+// jobTasks lists this daemon's running tasks of job.
+func (d *Daemon) jobTasks(job uint64) []*hosted {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var hs []*hosted
+	for _, h := range d.tasks {
+		if h.job == job && h.state == Running {
+			hs = append(hs, h)
+		}
+	}
+	slices.SortFunc(hs, func(a, b *hosted) int { return cmpTID(a.tid, b.tid) })
+	return hs
+}
+
+func cmpTID(a, b task.TID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// handleJobCkpt serves the job checkpoint steps on a host.
+func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
+	var a ckStep
+	if err := decodeMsg(body, &a); err != nil {
+		return nil, err
+	}
+	switch method {
+	case mCkPause:
+		return d.pauseJob(ctx, a)
+	case mCkQuiet:
+		return d.quietJob(a), nil
+	case mCkWrite:
+		return d.writeJob(a)
+	case mCkResume:
+		d.resumeJob(a.Job)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown method %q", method)
+}
+
+// pauseJob stops every local task of the job at its next safe point. If
+// one does not get there within the timeout, or is moving, the ones that
+// did go on and the call fails.
+func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
+	d.mu.Lock()
+	for _, l := range d.moving {
+		if l.h.job == a.Job {
+			d.mu.Unlock()
+			return ckReply{}, fmt.Errorf("%v of job %d: %w", l.h.tid, a.Job, ErrMoving)
+		}
+	}
+	d.mu.Unlock()
+	hs := d.jobTasks(a.Job)
+	var rep ckReply
+	var reqs []*pauseReq
+	for _, h := range hs {
+		p := h.pause.Load()
+		if p == nil {
+			p = &pauseReq{paused: make(chan struct{}), resume: make(chan struct{})}
+			if !h.pause.CompareAndSwap(nil, p) {
+				p = h.pause.Load()
+			}
+		}
+		if h.moveReq.Load() != nil {
+			d.resumeJob(a.Job)
+			return rep, fmt.Errorf("%v of job %d: %w", h.tid, a.Job, ErrMoving)
+		}
+		select { // wake the task if it waits in RecvSafe
+		case h.moveKick <- struct{}{}:
+		default:
+		}
+		reqs = append(reqs, p)
+		rep.TIDs = append(rep.TIDs, h.tid)
+	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = d.cfg.MoveTimeout
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for i, p := range reqs {
+		select {
+		case <-p.paused:
+		case <-hs[i].done: // it exited meanwhile: nothing to save
+		case <-t.C:
+			d.resumeJob(a.Job)
+			return rep, fmt.Errorf("%v of job %d within %v: %w", hs[i].tid, a.Job, timeout, ErrNoSafePoint)
+		case <-ctx.Done():
+			d.resumeJob(a.Job)
+			return rep, ctx.Err()
+		}
+	}
+	return rep, nil
+}
+
+// quietJob reports the job's tasks here that are not paused (spawned
+// since the pause) and the messages from its tasks not yet acknowledged.
+func (d *Daemon) quietJob(a ckStep) ckReply {
+	var rep ckReply
+	for _, h := range d.jobTasks(a.Job) {
+		rep.TIDs = append(rep.TIDs, h.tid)
+		p := h.pause.Load()
+		if p == nil {
+			rep.Running++
+			continue
+		}
+		select {
+		case <-p.paused:
+		default:
+			rep.Running++
+		}
+	}
+	d.rmu.Lock()
+	for _, tid := range rep.TIDs {
+		rep.Pending += d.outbox.PendingFrom(tid)
+	}
+	d.rmu.Unlock()
+	return rep
+}
+
+// writeJob writes a checkpoint of each paused local task of the job into
+// the directory a.Dir (a set of the shared directory).
+func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
+	var rep ckReply
+	if d.cfg.SharedDir == "" {
+		return rep, ErrNoSharedDir
+	}
+	dir := ckpt.Dir{Path: a.Dir}
+	key := d.ckptKey()
+	for _, h := range d.jobTasks(a.Job) {
+		p := h.pause.Load()
+		if p == nil {
+			return rep, fmt.Errorf("%v of job %d is not paused", h.tid, a.Job)
+		}
+		m := d.captureMeta(h)
+		m.Groups = a.Groups[h.tid]
+		name := ckptFileName(h.tid)
+		var sum *jobset.Summer
+		n, err := dir.Save(name, func(w io.Writer) error {
+			sum = jobset.NewSummer(w)
+			_, err := ckpt.Write(sum, key, &m, h.t)
+			return err
+		})
+		if err != nil {
+			return rep, fmt.Errorf("checkpoint %v: %w", h.tid, err)
+		}
+		rep.Files = append(rep.Files, ckFile{TID: h.tid, Type: h.typ, File: name, Bytes: n, SHA256: sum.Sum()})
+	}
+	return rep, nil
+}
+
+// ckptFileName is the file of a task's checkpoint in a set.
+func ckptFileName(tid task.TID) string { return fmt.Sprintf("task-%d-%d.ckpt", tid.Host(), tid.Num()) }
+
+// captureMeta describes a paused task for its checkpoint, leaving it as
+// it is: a copy of its mailbox, its sequence state and registrations.
+func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
+	d.rmu.Lock()
+	d.mu.Lock()
+	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now()}
+	for _, e := range h.mb.snapshot() {
+		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
+	}
+	m.InSeq, m.Early = d.inbox.ReceiverState(h.tid)
+	m.OutSeq = d.outbox.SenderState(h.tid)
+	for _, w := range d.watch[h.tid] {
+		m.Watchers = append(m.Watchers, ckpt.Watcher{Who: w.who, Tag: w.tag})
+	}
+	for _, w := range d.hostW {
+		if w.who == h.tid {
+			m.HostWatches = append(m.HostWatches, ckpt.HostWatch{Kind: w.kind, Host: w.host, Tag: w.tag})
+		}
+	}
+	d.mu.Unlock()
+	d.rmu.Unlock()
+	return m
+}
+
+// resumeJob lets the job's paused tasks here go on.
+func (d *Daemon) resumeJob(job uint64) {
+	d.mu.Lock()
+	var hs []*hosted
+	for _, h := range d.tasks {
+		if h.job == job {
+			hs = append(hs, h)
+		}
+	}
+	d.mu.Unlock()
+	for _, h := range hs {
+		if p := h.pause.Swap(nil); p != nil {
+			p.release()
+		}
+	}
+}

@@ -1,0 +1,549 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"dpvm/ckpt"
+	"dpvm/ckpt/jobset"
+	"dpvm/routing"
+	"dpvm/task"
+)
+
+// JobOptions are what a job's starter asks of its checkpoints.
+type JobOptions struct {
+	// CheckpointEvery takes a coordinated checkpoint of the job this often
+	// (0: only when asked, with `dpvm checkpoint`).
+	CheckpointEvery time.Duration `msgpack:"e,omitempty" json:"checkpoint_every,omitempty"`
+	// Keep is how many complete checkpoints are kept (default 2).
+	Keep int `msgpack:"k,omitempty" json:"keep,omitempty"`
+}
+
+// jobState is the master's record of a job: a program's root task and
+// everything spawned from it.
+type jobState struct {
+	id   uint64
+	name string // its checkpoints' directory name; kept across restarts
+	root task.TID
+	typ  string
+	opts JobOptions
+
+	ck   sync.Mutex // one checkpoint or restore of the job at a time
+	seq  uint64     // the newest checkpoint's sequence number
+	done chan struct{}
+}
+
+// JobCheckpoint describes a completed job checkpoint.
+type JobCheckpoint struct {
+	Job     uint64  `json:"job" msgpack:"j"`
+	Name    string  `json:"name" msgpack:"n"`
+	Seq     uint64  `json:"seq" msgpack:"s"`
+	Dir     string  `json:"dir" msgpack:"d"`
+	Tasks   int     `json:"tasks" msgpack:"t"`
+	Bytes   int64   `json:"bytes" msgpack:"b"`
+	Seconds float64 `json:"seconds" msgpack:"sec"`
+	// PausedMS is how long the job's tasks were held at their safe points.
+	PausedMS float64 `json:"paused_ms" msgpack:"p"`
+}
+
+// newJob registers a job (master).
+func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextJob++
+	js := &jobState{id: d.nextJob, name: name, typ: typ, opts: opts, done: make(chan struct{})}
+	if js.name == "" {
+		js.name = fmt.Sprintf("j%d", js.id)
+	}
+	if js.opts.Keep <= 0 {
+		js.opts.Keep = 2
+	}
+	d.jobReg[js.id] = js
+	return js
+}
+
+// endJob forgets a job whose root task has ended (master).
+func (d *Daemon) endJob(js *jobState) {
+	d.mu.Lock()
+	delete(d.jobReg, js.id)
+	delete(d.jobs, js.id)
+	d.mu.Unlock()
+	close(js.done)
+}
+
+// job finds a registered job by its number (master).
+func (d *Daemon) job(id uint64) (*jobState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	js := d.jobReg[id]
+	if js == nil {
+		return nil, fmt.Errorf("job %d: %w", id, ErrNoJob)
+	}
+	return js, nil
+}
+
+// checkpointLoop takes the job's periodic checkpoints until it ends. A
+// failed checkpoint is logged; the job keeps its previous one.
+func (d *Daemon) checkpointLoop(js *jobState) {
+	t := time.NewTicker(js.opts.CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-js.done:
+			return
+		case <-d.ctx.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+js.opts.CheckpointEvery)
+		r, err := d.checkpointJob(ctx, js)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrNoJob) {
+				return
+			}
+			d.log.Warn("job checkpoint failed; the previous one stands", "job", js.id, "error", err)
+			continue
+		}
+		d.log.Info("job checkpointed", "job", js.id, "seq", r.Seq, "tasks", r.Tasks, "bytes", r.Bytes, "paused_ms", r.PausedMS)
+	}
+}
+
+// CheckpointJob takes a coordinated checkpoint of job into the shared
+// directory (master).
+func (d *Daemon) CheckpointJob(ctx context.Context, job uint64) (JobCheckpoint, error) {
+	js, err := d.job(job)
+	if err != nil {
+		return JobCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	return d.checkpointJob(ctx, js)
+}
+
+func (d *Daemon) checkpointJob(ctx context.Context, js *jobState) (res JobCheckpoint, err error) {
+	res = JobCheckpoint{Job: js.id, Name: js.name}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
+		}
+	}()
+	if d.cfg.SharedDir == "" {
+		return res, ErrNoSharedDir
+	}
+	js.ck.Lock()
+	defer js.ck.Unlock()
+	start := time.Now()
+	hosts := d.hostIDs()
+	step := ckStep{Job: js.id, Timeout: d.cfg.MoveTimeout}
+	resume := func() {
+		_, _ = d.allHosts(context.WithoutCancel(ctx), hosts, mCkResume, step)
+	}
+	// 1. Pause every task of the job at a safe point.
+	if _, err := d.allHosts(ctx, hosts, mCkPause, step); err != nil {
+		resume()
+		return res, err
+	}
+	paused := time.Now()
+	// 2. Wait until every message between them has been delivered. Tasks
+	// spawned just before the pause, on a host already asked, are paused
+	// in turn.
+	var tids []task.TID
+	deadline := time.Now().Add(d.cfg.MoveTimeout)
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		reps, err := d.allHosts(ctx, hosts, mCkQuiet, step)
+		if err != nil {
+			resume()
+			return res, err
+		}
+		pending, running := 0, 0
+		tids = tids[:0]
+		for i, r := range reps {
+			pending += r.Pending
+			running += r.Running
+			tids = append(tids, r.TIDs...)
+			if r.Running > 0 {
+				if _, err := d.allHosts(ctx, hosts[i:i+1], mCkPause, step); err != nil {
+					resume()
+					return res, err
+				}
+			}
+		}
+		if pending == 0 && running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			resume()
+			return res, fmt.Errorf("%d messages of the job still unacknowledged after %v", pending, d.cfg.MoveTimeout)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			resume()
+			return res, ctx.Err()
+		}
+	}
+	if len(tids) == 0 {
+		resume()
+		return res, ErrNoJob
+	}
+	// 3. Write the tasks' checkpoints, then the manifest.
+	jobDir, err := jobset.JobDir(d.cfg.SharedDir, js.name)
+	if err != nil {
+		resume()
+		return res, err
+	}
+	setDir, err := jobset.NewSet(jobDir, js.seq+1)
+	if err != nil {
+		resume()
+		return res, err
+	}
+	fail := func(err error) (JobCheckpoint, error) {
+		resume()
+		_ = os.RemoveAll(setDir) // incomplete: the previous set stands
+		return res, err
+	}
+	step.Dir = setDir
+	step.Groups = map[task.TID][]ckpt.Membership{}
+	for _, t := range tids {
+		if ms := d.groups.memberships(t); len(ms) > 0 {
+			step.Groups[t] = ms
+		}
+	}
+	reps, err := d.allHosts(ctx, hosts, mCkWrite, step)
+	if err != nil {
+		return fail(err)
+	}
+	m := &jobset.Manifest{Job: js.name, Seq: js.seq + 1, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ}
+	for i, r := range reps {
+		for _, f := range r.Files {
+			m.Entries = append(m.Entries, jobset.Entry{TID: f.TID.String(), Type: f.Type, Host: hosts[i].String(),
+				File: f.File, Bytes: f.Bytes, SHA256: f.SHA256})
+			res.Bytes += f.Bytes
+		}
+	}
+	if err := jobset.WriteManifest(setDir, m, d.manifestKey()); err != nil {
+		return fail(err)
+	}
+	// 4. Go on.
+	resume()
+	res.PausedMS = float64(time.Since(paused).Microseconds()) / 1e3
+	js.seq++
+	res.Seq, res.Dir, res.Tasks = js.seq, setDir, len(m.Entries)
+	res.Seconds = time.Since(start).Seconds()
+	if _, err := jobset.Prune(jobDir, js.opts.Keep, d.manifestKey()); err != nil {
+		d.log.Warn("pruning old job checkpoints", "job", js.id, "error", err)
+	}
+	return res, nil
+}
+
+// manifestKey authenticates job checkpoint manifests.
+func (d *Daemon) manifestKey() []byte {
+	if d.cfg.Key == nil {
+		return nil
+	}
+	return d.cfg.Key.Secret("job-manifest")
+}
+
+// hostIDs lists the hosts of the virtual machine (master).
+func (d *Daemon) hostIDs() []task.HostID {
+	var ids []task.HostID
+	for _, h := range d.Hosts() {
+		ids = append(ids, h.ID)
+	}
+	return ids
+}
+
+// allHosts calls method on every host at once and returns their replies
+// in the hosts' order; the first error wins.
+func (d *Daemon) allHosts(ctx context.Context, hosts []task.HostID, method string, args ckStep) ([]ckReply, error) {
+	reps := make([]ckReply, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.callHost(ctx, h, method, args, &reps[i]); err != nil {
+				errs[i] = fmt.Errorf("%v: %w", h, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return reps, errors.Join(errs...)
+}
+
+// Restarting a job from a checkpoint.
+
+// restoreArgs asks a host to stage (load) or start (go) restored tasks.
+type restoreArgs struct {
+	Job   uint64   `msgpack:"j"`
+	Dir   string   `msgpack:"d"`
+	Files []string `msgpack:"f"`
+	Epoch uint64   `msgpack:"e"`
+	Floor uint32   `msgpack:"fl,omitempty"`
+}
+
+const (
+	mCkLoad  = "ckpt.load"  // at a host: read and verify checkpoints, hold messages for their tasks
+	mCkGo    = "ckpt.go"    // at a host: start the staged tasks
+	mCkDrop  = "ckpt.drop"  // at a host: forget staged tasks (a failed restart)
+	mCkFloor = "ckpt.floor" // at a host: never number a new task at or below Floor
+)
+
+// staged is a task read from a job checkpoint, waiting to start.
+type staged struct {
+	meta *ckpt.Meta
+	t    task.Task
+}
+
+// handleRestore serves the restart steps on a host.
+func (d *Daemon) handleRestore(method string, body []byte) (any, error) {
+	var a restoreArgs
+	if err := decodeMsg(body, &a); err != nil {
+		return nil, err
+	}
+	switch method {
+	case mCkFloor:
+		d.mu.Lock()
+		d.nextNum = max(d.nextNum, a.Floor)
+		d.mu.Unlock()
+		return nil, nil
+	case mCkLoad:
+		return d.loadStaged(a)
+	case mCkGo:
+		d.startStaged(a)
+		return nil, nil
+	case mCkDrop:
+		d.dropStaged(a)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown method %q", method)
+}
+
+// loadStaged reads and verifies task checkpoints and readies this host to
+// receive their tasks: messages for them are held from now on. It returns
+// the tasks' group memberships.
+func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
+	var rep ckStep
+	dir := ckpt.Dir{Path: a.Dir}
+	var got []staged
+	for _, name := range a.Files {
+		f, err := dir.Open(name)
+		if err != nil {
+			return rep, fmt.Errorf("restore %s: %w", filepath.Join(a.Dir, name), err)
+		}
+		m, t, err := ckpt.Read(f, d.ckptKey())
+		f.Close()
+		if err != nil {
+			return rep, fmt.Errorf("restore %s: %w", filepath.Join(a.Dir, name), err)
+		}
+		got = append(got, staged{meta: m, t: t})
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range got {
+		tid := s.meta.TID
+		if _, here := d.tasks[tid]; here || d.incoming[tid] != nil || d.moving[tid] != nil {
+			return rep, fmt.Errorf("restore %v: a task of that id is here already", tid)
+		}
+	}
+	rep.Groups = map[task.TID][]ckpt.Membership{}
+	for _, s := range got {
+		s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
+		d.incoming[s.meta.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
+		d.staged[s.meta.TID] = s
+		if len(s.meta.Groups) > 0 {
+			rep.Groups[s.meta.TID] = s.meta.Groups
+		}
+	}
+	return rep, nil
+}
+
+// startStaged puts the staged tasks of a restart into service.
+func (d *Daemon) startStaged(a restoreArgs) {
+	d.mu.Lock()
+	var todo []staged
+	var arrs []*arriving
+	for tid, s := range d.staged {
+		if s.meta.Job == a.Job {
+			todo = append(todo, s)
+			arrs = append(arrs, d.incoming[tid])
+			delete(d.staged, tid)
+		}
+	}
+	d.mu.Unlock()
+	for i, s := range todo {
+		d.install(s.meta, s.t, arrs[i], nil)
+	}
+}
+
+// dropStaged forgets the staged tasks of a failed restart.
+func (d *Daemon) dropStaged(a restoreArgs) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for tid, s := range d.staged {
+		if s.meta.Job == a.Job {
+			delete(d.staged, tid)
+			delete(d.incoming, tid)
+		}
+	}
+}
+
+// RestartJob starts a job again from the newest complete checkpoint under
+// dir (a job's checkpoint directory, or one set in it), on the hosts there
+// are now, and returns the new job and its root task (master). Every task
+// keeps its TID; a task goes back to the host it was checkpointed on when
+// that host is still here, and is placed as spawns are otherwise.
+//
+// The job's output goes to out(job) (out nil: the master's output).
+func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, out func(job uint64) io.Writer) (*jobState, []error, error) {
+	setDir, m, skipped, err := d.findSet(dir)
+	if err != nil {
+		return nil, skipped, fmt.Errorf("restart from %s: %w", dir, err)
+	}
+	root, err := task.ParseTID(m.Root)
+	if err != nil {
+		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
+	}
+	js := d.newJob(m.Job, m.Program, opts)
+	js.root, js.seq = root, m.Seq
+	if out != nil {
+		d.mu.Lock()
+		d.jobs[js.id] = out(js.id)
+		d.mu.Unlock()
+	}
+	fail := func(err error) (*jobState, []error, error) {
+		d.endJob(js)
+		return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
+	}
+	// Where each task goes.
+	hosts := d.Hosts()
+	here := map[task.HostID]bool{}
+	for _, h := range hosts {
+		here[h.ID] = true
+	}
+	var away []int
+	place := make([]task.HostID, len(m.Entries))
+	tids := make([]task.TID, len(m.Entries))
+	floor := map[task.HostID]uint32{}
+	for i, e := range m.Entries {
+		tid, err := task.ParseTID(e.TID)
+		if err != nil {
+			return fail(fmt.Errorf("manifest entry %q: %w", e.TID, err))
+		}
+		tids[i] = tid
+		floor[tid.Host()] = max(floor[tid.Host()], tid.Num())
+		if here[tid.Host()] {
+			place[i] = tid.Host()
+		} else {
+			away = append(away, i)
+		}
+	}
+	if len(away) > 0 {
+		d.placeMu.Lock()
+		ps, err := d.cfg.Placer.Place(hosts, len(away))
+		d.placeMu.Unlock()
+		if err != nil {
+			return fail(err)
+		}
+		for k, i := range away {
+			place[i] = ps[k]
+		}
+	}
+	// No new task may take a restored TID: raise the hosts' counters, and
+	// remember the floor of host IDs not (yet) in the machine.
+	for h, n := range floor {
+		if here[h] {
+			if err := d.callHost(ctx, h, mCkFloor, restoreArgs{Floor: n}, nil); err != nil {
+				return fail(err)
+			}
+		} else {
+			d.mu.Lock()
+			d.tidFloor[h] = max(d.tidFloor[h], n)
+			d.mu.Unlock()
+		}
+	}
+	// Stage everywhere, then route, then start: a task that starts first
+	// finds the others' messages held, not refused.
+	files := map[task.HostID][]string{}
+	var order []task.HostID
+	for i, e := range m.Entries {
+		if files[place[i]] == nil {
+			order = append(order, place[i])
+		}
+		files[place[i]] = append(files[place[i]], e.File)
+	}
+	epoch := d.restartEpoch(tids)
+	var staged []task.HostID
+	drop := func() {
+		for _, h := range staged {
+			_ = d.callHost(context.WithoutCancel(ctx), h, mCkDrop, restoreArgs{Job: js.id}, nil)
+		}
+	}
+	groups := map[task.TID][]ckpt.Membership{}
+	for _, h := range order {
+		var rep ckStep
+		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Epoch: epoch}, &rep); err != nil {
+			drop()
+			return fail(fmt.Errorf("on %v: %w", h, err))
+		}
+		staged = append(staged, h)
+		for t, ms := range rep.Groups {
+			groups[t] = ms
+		}
+	}
+	for t, ms := range groups {
+		for _, g := range ms {
+			if err := d.groups.rejoin(g.Group, t, g.Inst); err != nil {
+				drop()
+				return fail(err)
+			}
+		}
+	}
+	entries := make([]routing.Entry, len(tids))
+	for i, tid := range tids {
+		entries[i] = routing.Entry{TID: tid, Route: routing.Route{Host: place[i], Epoch: epoch}}
+	}
+	d.applyRoutes(entries)
+	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
+	for _, h := range order {
+		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
+			d.log.Error("restart: start restored tasks", "host", h, "error", err)
+		}
+	}
+	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(tids), "root", root)
+	if js.opts.CheckpointEvery > 0 {
+		d.goFunc(func() { d.checkpointLoop(js) })
+	}
+	return js, skipped, nil
+}
+
+// restartEpoch is a route epoch above any the tasks had.
+func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	var e uint64
+	for _, t := range tids {
+		e = max(e, d.routes.Lookup(t).Epoch)
+	}
+	return e + 1
+}
+
+// findSet resolves dir to a verified checkpoint set: dir itself if it is
+// one, else the newest complete one in it.
+func (d *Daemon) findSet(dir string) (string, *jobset.Manifest, []error, error) {
+	if _, err := os.Stat(filepath.Join(dir, jobset.ManifestName)); err == nil {
+		m, err := jobset.ReadManifest(dir, d.manifestKey())
+		if err == nil {
+			err = jobset.Verify(dir, m)
+		}
+		return dir, m, nil, err
+	}
+	setDir, m, skipped, err := jobset.Latest(dir, d.manifestKey())
+	return setDir, m, skipped, err
+}

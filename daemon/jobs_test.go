@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"dpvm/ckpt/jobset"
+	"dpvm/task"
+)
+
+// ringRoot passes a token around a ring of workers for Laps laps; halfway
+// it waits for a word from outside (tag 99), which gives tests a moment
+// when the whole job sits at safe points. Its result depends only on its
+// state, so a run restarted from a checkpoint prints what an uninterrupted
+// one does.
+type ringRoot struct {
+	N, Laps int
+	Workers []task.TID
+	Lap     int
+	Sum     int64
+	Poked   bool
+}
+
+type ringWorker struct {
+	Next task.TID
+	Hops int
+	Seed int64
+}
+
+type ringToken struct {
+	Lap int
+	Sum int64
+}
+
+// ringMid hears when a ring's root waits halfway.
+var ringMid = make(chan task.TID, 16)
+
+func init() {
+	task.Register("daemon.test.ringroot", &ringRoot{})
+	task.Register("daemon.test.ringworker", &ringWorker{})
+}
+
+func (r *ringRoot) Run(c *task.Ctx) error {
+	if r.Workers == nil {
+		ws := make([]*ringWorker, r.N)
+		for i := range ws {
+			ws[i] = &ringWorker{Seed: int64(i + 1)}
+		}
+		for i := range ws {
+			tids, err := c.Spawn(ws[i], 1)
+			if err != nil {
+				return err
+			}
+			r.Workers = append(r.Workers, tids...)
+		}
+		for i, w := range r.Workers {
+			next := c.MyTID()
+			if i+1 < len(r.Workers) {
+				next = r.Workers[i+1]
+			}
+			if err := c.Send(w, 1, next); err != nil {
+				return err
+			}
+		}
+	}
+	for r.Lap < r.Laps {
+		if r.Lap == r.Laps/2 && !r.Poked {
+			ringMid <- c.MyTID()
+			if _, err := c.RecvSafe(task.AnyTask, 99, nil); err != nil {
+				return err
+			}
+			r.Poked = true
+		}
+		if err := c.Send(r.Workers[0], 2, ringToken{Lap: r.Lap, Sum: r.Sum}); err != nil {
+			return err
+		}
+		var tok ringToken
+		if _, err := c.RecvSafe(r.Workers[len(r.Workers)-1], 2, &tok); err != nil {
+			return err
+		}
+		r.Sum = tok.Sum
+		r.Lap++
+	}
+	if err := c.Mcast(r.Workers, 3, nil); err != nil {
+		return err
+	}
+	c.Printf("ring of %d, %d laps: sum %d\n", r.N, r.Laps, r.Sum)
+	return nil
+}
+
+func (w *ringWorker) Run(c *task.Ctx) error {
+	if w.Next.IsZero() {
+		if _, err := c.RecvSafe(c.Parent(), 1, &w.Next); err != nil {
+			return err
+		}
+	}
+	for {
+		var tok ringToken
+		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &tok)
+		if err != nil {
+			return err
+		}
+		if st.Tag == 3 {
+			return nil
+		}
+		w.Hops++
+		w.Seed = w.Seed*6364136223846793005 + 1442695040888963407
+		tok.Sum += w.Seed>>40 + int64(w.Hops)
+		if err := c.Send(w.Next, 2, tok); err != nil {
+			return err
+		}
+	}
+}
+
+// poke tells a waiting ring root to go on.
+func poke(t *testing.T, d *Daemon, root task.TID) {
+	t.Helper()
+	if _, err := d.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(root, 99, nil) })); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var ringSum = regexp.MustCompile(`ring of \d+, \d+ laps: sum (-?\d+)`)
+
+// TestJobCheckpointAndRestart checkpoints a job running on three hosts
+// twice while it waits halfway, lets it finish, then restarts it from its
+// checkpoint on another virtual machine of two hosts: it finishes with the
+// same result. A tampered newest checkpoint is passed over, naming the bad
+// file, for the one before.
+func TestJobCheckpointAndRestart(t *testing.T) {
+	shared := t.TempDir()
+	out := &syncBuffer{}
+	vm := startVM(t, 3, Config{SharedDir: shared, Output: out})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	js := m.newJob("ring", "daemon.test.ringroot", JobOptions{Keep: 3})
+	tids, err := m.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: "daemon.test.ringroot", Count: 1,
+		State: mustState(t, &ringRoot{N: 5, Laps: 40})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.root = tids[0]
+	<-ringMid
+	var cks []JobCheckpoint
+	for range 2 {
+		ck, err := m.CheckpointJob(ctx, js.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cks = append(cks, ck)
+	}
+	if cks[0].Tasks != 6 || cks[1].Seq != 2 || cks[0].Bytes == 0 {
+		t.Fatalf("checkpoints %+v", cks)
+	}
+	for _, ck := range cks {
+		ents, err := os.ReadDir(ck.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if fi, err := e.Info(); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("%s: mode %v, %v", e.Name(), fi.Mode(), err)
+			}
+		}
+	}
+	poke(t, m, js.root)
+	info, err := m.Wait(ctx, js.root)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("ring: %+v %v\n%s", info, err, out)
+	}
+	first := ringSum.FindStringSubmatch(out.String())
+	if first == nil {
+		t.Fatalf("no result: %q", out)
+	}
+
+	// Tamper with one task file of the newest set.
+	bad := filepath.Join(cks[1].Dir, ckptFileName(js.root))
+	b, err := os.ReadFile(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(bad, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another virtual machine, two hosts, the same key and directory.
+	out2 := &syncBuffer{}
+	vm2 := startVM(t, 2, Config{SharedDir: shared, Output: out2, Key: vm.Key})
+	m2 := vm2.Master()
+	jobDir, _ := jobset.JobDir(shared, "ring")
+	js2, skipped, err := m2.RestartJob(ctx, jobDir, JobOptions{}, func(uint64) io.Writer { return out2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(skipped) != 1 || !errors.Is(skipped[0], jobset.ErrTampered) || !strings.Contains(skipped[0].Error(), filepath.Base(bad)) {
+		t.Fatalf("skipped %v, want the tampered %s", skipped, bad)
+	}
+	if js2.root != js.root || js2.seq != 1 {
+		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq)
+	}
+	if got := <-ringMid; got != js.root {
+		t.Fatalf("restored root %v waits, want %v", got, js.root)
+	}
+	poke(t, m2, js2.root)
+	info, err = m2.Wait(ctx, js2.root)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("restarted ring: %+v %v\n%s", info, err, out2)
+	}
+	second := ringSum.FindStringSubmatch(out2.String())
+	if second == nil || second[1] != first[1] {
+		t.Fatalf("restarted ring printed %q, the first run %q", out2, first[0])
+	}
+	// A new task of a host whose ID restored tasks carry takes a number
+	// above theirs.
+	man, err := jobset.ReadManifest(cks[0].Dir, m.manifestKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top uint32
+	for _, e := range man.Entries {
+		if tid, _ := task.ParseTID(e.TID); tid.Host() == 1 {
+			top = max(top, tid.Num())
+		}
+	}
+	tid, err := m2.SpawnTask(fn(t, func(*task.Ctx, int) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top < 2 || tid.Num() <= top {
+		t.Fatalf("a new task on h1 is %v; restored tasks of h1 go up to number %d", tid, top)
+	}
+}
+
+// TestJobCheckpointFailures: no shared directory, no such job, a task that
+// never reaches a safe point (the job runs on), an unwritable directory
+// (the job runs on, no set is left).
+func TestJobCheckpointFailures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm := startVM(t, 2, Config{MoveTimeout: 200 * time.Millisecond})
+	if _, err := vm.Master().CheckpointJob(ctx, 42); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("a missing job: %v", err)
+	}
+	js := vm.Master().newJob("", "x", JobOptions{})
+	if _, err := vm.Master().CheckpointJob(ctx, js.id); !errors.Is(err, ErrNoSharedDir) {
+		t.Fatalf("no shared directory: %v", err)
+	}
+
+	shared := t.TempDir()
+	vm = startVM(t, 2, Config{MoveTimeout: 200 * time.Millisecond, SharedDir: shared})
+	m := vm.Master()
+	js = m.newJob("spin", "daemon.test.spinner", JobOptions{})
+	tids, err := m.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: "daemon.test.spinner", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CheckpointJob(ctx, js.id); !errors.Is(err, ErrNoSafePoint) {
+		t.Fatalf("a task without safe points: %v", err)
+	}
+	if err := m.Kill(tids[0]); err != nil {
+		t.Fatalf("the spinner is gone after the failed checkpoint: %v", err)
+	}
+
+	js = m.newJob("ring2", "daemon.test.ringroot", JobOptions{})
+	tids, err = m.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: "daemon.test.ringroot", Count: 1,
+		State: mustState(t, &ringRoot{N: 2, Laps: 4})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.root = tids[0]
+	<-ringMid
+	// The job's directory is a file: nothing can be written under it.
+	if err := os.WriteFile(filepath.Join(shared, "job-ring2"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CheckpointJob(ctx, js.id); err == nil {
+		t.Fatal("checkpointed into a file")
+	}
+	poke(t, m, js.root)
+	if info, err := m.Wait(ctx, js.root); err != nil || info.Status != 0 {
+		t.Fatalf("the job after a failed checkpoint: %+v %v", info, err)
+	}
+}
+
+func mustState(t *testing.T, v task.Task) []byte {
+	t.Helper()
+	_, b, err := task.EncodeState(v)
+	if err != nil {
+		t.Fatal(fmt.Errorf("encode state: %w", err))
+	}
+	return b
+}

@@ -26,7 +26,8 @@ func benchNPBLoadCommand() *cli.Command {
 			"background --load, so that host's tasks run 1+load times slower. Each kernel runs\n" +
 			"with migration disabled and with the Dynamic-SED scheduler for each checkpoint\n" +
 			"mode (--via), and twice on the idle machine, without and with the scheduler, for\n" +
-			"the overhead when nothing migrates. The table gives per kernel the times,\n" +
+			"the overhead when nothing migrates; an untimed run of each kernel comes first.\n" +
+			"The table gives per kernel the times (medians over --rounds, with the range),\n" +
 			"migrations, the largest checkpoint and the speedup. Every run must verify.\n" +
 			"Example: dpvm bench npb-load --kernel cg,mg --class A",
 		Flags: []cli.Flag{
@@ -41,9 +42,13 @@ func benchNPBLoadCommand() *cli.Command {
 			&cli.StringFlag{Name: "host", Usage: "where they arrive (default: a host holding a worker, not the master)"},
 			&cli.StringFlag{Name: "via", Value: "both", Usage: "checkpoint mode of the Dynamic-SED runs: direct, indirect or both"},
 			&cli.BoolFlag{Name: "no-idle", Usage: "skip the two runs on the idle machine (the overhead)"},
+			&cli.IntFlag{Name: "rounds", Value: 1, Usage: "make every run `N` times in alternating order and report medians and ranges"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Int("rounds") < 1 {
+				return cli.Exit(fmt.Sprintf("bench npb-load: --rounds %d: need at least one", c.Int("rounds")), 2)
+			}
 			var vias []daemon.Via
 			switch v := strings.ToLower(c.String("via")); v {
 			case "both":
@@ -70,7 +75,7 @@ func benchNPBLoadCommand() *cli.Command {
 			r, err := bench.NPBLoad(ctx, bench.NPBLoadOptions{
 				Kernels: kernels, Class: c.String("class"), Hosts: c.Int("hosts"), NP: c.Int("np"),
 				Period: c.Duration("period"), At: c.Float64("at"), Users: c.Int("users"), Load: c.Float64("load"),
-				Host: c.String("host"), Vias: vias, NoIdle: c.Bool("no-idle"),
+				Host: c.String("host"), Vias: vias, NoIdle: c.Bool("no-idle"), Rounds: c.Int("rounds"),
 				Progress: func(run bench.NPBRun) {
 					fmt.Fprintf(errw, "bench npb-load: %s %s: %.2f s, %s, %d migration(s)\n",
 						run.Kernel, run.Name, run.Seconds, strings.ToLower(run.Verified), run.Migrations)

@@ -56,6 +56,11 @@ type NPBLoadOptions struct {
 	Vias []daemon.Via
 	// NoIdle skips the two runs on the idle machine (the overhead).
 	NoIdle bool
+	// Rounds is how many times each run is made, in alternating order
+	// (default 1); the table gives medians and ranges. One untimed run of
+	// each kernel precedes them, so that no timed run is the first to
+	// touch the kernel's memory.
+	Rounds int
 	// Progress, when set, is told of every run as it ends.
 	Progress func(NPBRun)
 }
@@ -120,6 +125,12 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	if !(o.Load > 0 && o.Load <= 1000) {
 		return bad("load %v is outside (0, 1000]", o.Load)
 	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
+	}
+	if o.Rounds < 1 || o.Rounds > 100 {
+		return bad("%d rounds is outside 1..100", o.Rounds)
+	}
 	if len(o.Vias) == 0 {
 		o.Vias = []daemon.Via{daemon.Direct, daemon.Indirect}
 	}
@@ -171,21 +182,106 @@ func (r NPBRun) CheckpointBytes() int64 {
 	return m
 }
 
+// NPBStat is one kind of run of a kernel over the rounds.
+type NPBStat struct {
+	Name string `json:"name"`
+	Via  string `json:"via,omitempty"`
+	// Seconds is the median wall time over the rounds, Min and Max its
+	// range.
+	Seconds float64 `json:"seconds"`
+	Min     float64 `json:"min"`
+	Max     float64 `json:"max"`
+	Rounds  int     `json:"rounds"`
+	// MinMigrations and MaxMigrations range over the rounds;
+	// CheckpointBytes is the largest checkpoint of any round's moves.
+	MinMigrations   int   `json:"min_migrations"`
+	MaxMigrations   int   `json:"max_migrations"`
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
+	// Verified: every round verified.
+	Verified bool `json:"verified"`
+}
+
 // NPBKernelResult is one kernel's row of the table.
 type NPBKernelResult struct {
 	Kernel string `json:"kernel"`
+	// Runs are all the timed runs, in the order they were made.
+	Runs []NPBRun `json:"runs"`
 	// Idle and IdleSched are the runs on the idle machine without and
 	// with the scheduler (absent with NoIdle); Busy is the run with the
 	// user arriving and migration disabled; Sched the runs with
 	// Dynamic-SED, one per checkpoint mode.
-	Idle      *NPBRun  `json:"idle,omitempty"`
-	IdleSched *NPBRun  `json:"idle_sched,omitempty"`
-	Busy      NPBRun   `json:"busy"`
-	Sched     []NPBRun `json:"sched"`
-	// Speedups are Busy's time over each Sched run's; Overhead is
-	// IdleSched's time over Idle's, minus 1.
+	Idle      *NPBStat  `json:"idle,omitempty"`
+	IdleSched *NPBStat  `json:"idle_sched,omitempty"`
+	Busy      NPBStat   `json:"busy"`
+	Sched     []NPBStat `json:"sched"`
+	// Speedups are Busy's median time over each Sched's; Overhead is
+	// IdleSched's median time over Idle's, minus 1.
 	Speedups []float64 `json:"speedups"`
 	Overhead float64   `json:"overhead"`
+}
+
+// npbStat summarises the runs named name.
+func npbStat(runs []NPBRun, name string) NPBStat {
+	st := NPBStat{Name: name, Verified: true}
+	var secs []float64
+	for _, r := range runs {
+		if r.Name != name {
+			continue
+		}
+		if st.Rounds == 0 {
+			st.Via, st.MinMigrations, st.MaxMigrations = r.Via, r.Migrations, r.Migrations
+		}
+		st.Rounds++
+		secs = append(secs, r.Seconds)
+		st.MinMigrations, st.MaxMigrations = min(st.MinMigrations, r.Migrations), max(st.MaxMigrations, r.Migrations)
+		st.CheckpointBytes = max(st.CheckpointBytes, r.CheckpointBytes())
+		st.Verified = st.Verified && r.Verified == npb.Successful
+	}
+	if st.Rounds == 0 {
+		st.Verified = false
+		return st
+	}
+	st.Seconds, st.Min, st.Max = medianFloat(secs), slices.Min(secs), slices.Max(secs)
+	return st
+}
+
+// summarizeKernel builds a kernel's row from its runs.
+func summarizeKernel(kernel string, runs []NPBRun, idle bool, vias []daemon.Via) NPBKernelResult {
+	kr := NPBKernelResult{Kernel: kernel, Runs: runs}
+	if idle {
+		i, is := npbStat(runs, "idle"), npbStat(runs, "idle+sed")
+		kr.Idle, kr.IdleSched = &i, &is
+		if i.Seconds > 0 {
+			kr.Overhead = is.Seconds/i.Seconds - 1
+		}
+	}
+	kr.Busy = npbStat(runs, "busy")
+	for _, v := range vias {
+		st := npbStat(runs, "busy+sed-"+string(v))
+		kr.Sched = append(kr.Sched, st)
+		sp := 0.0
+		if st.Seconds > 0 {
+			sp = kr.Busy.Seconds / st.Seconds
+		}
+		kr.Speedups = append(kr.Speedups, sp)
+	}
+	return kr
+}
+
+// runOrder is the order of the runs in round r (from 0): round r starts
+// with run r (mod n), and odd rounds go backwards from it, so no run is
+// always first or always after the same one.
+func runOrder[T any](runs []T, r int) []T {
+	n := len(runs)
+	out := make([]T, n)
+	for i := range n {
+		j := (r + i) % n
+		if r%2 == 1 {
+			j = ((r-i)%n + n) % n
+		}
+		out[i] = runs[j]
+	}
+	return out
 }
 
 // NPBLoadResult is the whole experiment.
@@ -197,6 +293,7 @@ type NPBLoadResult struct {
 	At      float64           `json:"at"`
 	Users   int               `json:"users"`
 	Load    float64           `json:"load"`
+	Rounds  int               `json:"rounds"`
 	Kernels []NPBKernelResult `json:"kernels"`
 }
 
@@ -214,47 +311,50 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 		return nil, fmt.Errorf("npb-load: shared directory: %w", err)
 	}
 	defer os.RemoveAll(shared)
-	res := &NPBLoadResult{Class: o.Class, Hosts: o.Hosts, NP: o.NP, Period: o.Period, At: o.At, Users: o.Users, Load: o.Load}
+	res := &NPBLoadResult{Class: o.Class, Hosts: o.Hosts, NP: o.NP, Period: o.Period, At: o.At, Users: o.Users, Load: o.Load, Rounds: o.Rounds}
 	var unverified []string
+	type kind struct {
+		name        string
+		busy, sched bool
+		via         daemon.Via
+	}
+	var kinds []kind
+	if !o.NoIdle {
+		kinds = append(kinds, kind{"idle", false, false, ""}, kind{"idle+sed", false, true, daemon.Direct})
+	}
+	kinds = append(kinds, kind{"busy", true, false, ""})
+	for _, via := range o.Vias {
+		kinds = append(kinds, kind{"busy+sed-" + string(via), true, true, via})
+	}
 	for _, k := range o.Kernels {
-		kr := NPBKernelResult{Kernel: k}
-		run := func(name string, busy, sched bool, via daemon.Via) (NPBRun, error) {
-			r, err := npbRun(ctx, o, shared, k, name, busy, sched, via)
+		run := func(kd kind) (NPBRun, error) {
+			r, err := npbRun(ctx, o, shared, k, kd.name, kd.busy, kd.sched, kd.via)
 			if err != nil {
-				return r, fmt.Errorf("npb-load %s %s: %w", k, name, err)
+				return r, fmt.Errorf("npb-load %s %s: %w", k, kd.name, err)
 			}
 			if r.Verified == npb.Unsuccessful {
-				unverified = append(unverified, k+" "+name)
+				unverified = append(unverified, k+" "+kd.name)
 			}
 			if o.Progress != nil {
 				o.Progress(r)
 			}
 			return r, nil
 		}
-		if !o.NoIdle {
-			idle, err := run("idle", false, false, "")
-			if err != nil {
-				return res, err
-			}
-			idleSched, err := run("idle+sed", false, true, daemon.Direct)
-			if err != nil {
-				return res, err
-			}
-			kr.Idle, kr.IdleSched = &idle, &idleSched
-			kr.Overhead = idleSched.Seconds/idle.Seconds - 1
-		}
-		if kr.Busy, err = run("busy", true, false, ""); err != nil {
+		// Untimed: the first run of a kernel touches its memory first.
+		if _, err := run(kind{name: "warm-up"}); err != nil {
 			return res, err
 		}
-		for _, via := range o.Vias {
-			r, err := run("busy+sed-"+string(via), true, true, via)
-			if err != nil {
-				return res, err
+		var runs []NPBRun
+		for round := range o.Rounds {
+			for _, kd := range runOrder(kinds, round) {
+				r, err := run(kd)
+				if err != nil {
+					return res, err
+				}
+				runs = append(runs, r)
 			}
-			kr.Sched = append(kr.Sched, r)
-			kr.Speedups = append(kr.Speedups, kr.Busy.Seconds/r.Seconds)
 		}
-		res.Kernels = append(res.Kernels, kr)
+		res.Kernels = append(res.Kernels, summarizeKernel(k, runs, !o.NoIdle, o.Vias))
 	}
 	if len(unverified) > 0 {
 		return res, fmt.Errorf("%w: %s", ErrNotVerified, strings.Join(unverified, ", "))
@@ -266,10 +366,13 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy, sched bool, via daemon.Via) (NPBRun, error) {
 	r := NPBRun{Kernel: k, Name: name, Busy: busy, Sched: sched}
 	moves := &moveLog{}
-	// Heartbeats carry the load reports, so they follow δT; a host is
-	// declared lost only after far longer, whatever δT, since the machine
-	// is shared and a run may be starved for a while.
-	cfg := daemon.Config{Emulate: true, Load: load.Static{}, Heartbeat: o.Period / 2, DeadAfter: max(10*time.Second, 5*o.Period),
+	// Heartbeats carry the periodic load reports, so they follow δT, but
+	// not below 250 ms: a daemon's join waits ten heartbeats, and the
+	// user's arrival is reported at once anyway. A host is declared lost
+	// only after far longer, since the machine is shared and a run may be
+	// starved for a while.
+	hb := max(o.Period/2, 250*time.Millisecond)
+	cfg := daemon.Config{Emulate: true, Load: load.Static{}, Heartbeat: hb, DeadAfter: max(10*time.Second, 5*hb),
 		SharedDir: shared, Logger: slog.New(moves)}
 	if sched {
 		r.Via = string(via)
@@ -425,18 +528,34 @@ func formatBytes(b int64) string {
 	return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
 }
 
+// secs prints a median time with its range when there are several rounds.
+func secs(st NPBStat) string {
+	if st.Rounds > 1 && st.Min != st.Max {
+		return fmt.Sprintf("%.2f (%.2f–%.2f)", st.Seconds, st.Min, st.Max)
+	}
+	return fmt.Sprintf("%.2f", st.Seconds)
+}
+
+func migrations(st NPBStat) string {
+	if st.MinMigrations == st.MaxMigrations {
+		return fmt.Sprint(st.MinMigrations)
+	}
+	return fmt.Sprintf("%d–%d", st.MinMigrations, st.MaxMigrations)
+}
+
 // WriteNPBLoad prints the experiment as DynamicPVM's Table 3: per kernel,
 // the time with migration disabled, and for each checkpoint mode the time
 // with Dynamic-SED, its migrations, the largest checkpoint and the
-// speedup; then the idle runs and the overhead.
+// speedup; then the idle runs and the overhead. Times are medians over the
+// rounds, with their range.
 func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 	var b strings.Builder
 	when := fmt.Sprintf("when rank 0 has done %.3g%% of its iterations", 100*r.At)
 	if r.At < 0.01 {
 		when = "at rank 0's first progress report"
 	}
-	fmt.Fprintf(&b, "NPB class %s, %d workers on %d daemons (QUIC on loopback, emulated load); %s, %d interactive user(s) arrive on a host holding a worker, with background load %g (its tasks run %g× slower). δT %v. Times are wall seconds of the whole job.\n\n",
-		r.Class, r.NP, r.Hosts, when, r.Users, r.Load, 1+r.Load, r.Period)
+	fmt.Fprintf(&b, "NPB class %s, %d workers on %d daemons (QUIC on loopback, emulated load); %s, %d interactive user(s) arrive on a host holding a worker, with background load %g (its tasks run %g× slower). δT %v. Times are wall seconds of the whole job: the median of %d round(s) in alternating order, with the range.\n\n",
+		r.Class, r.NP, r.Hosts, when, r.Users, r.Load, 1+r.Load, r.Period, r.Rounds)
 	var vias []string
 	if len(r.Kernels) > 0 {
 		for _, s := range r.Kernels[0].Sched {
@@ -453,11 +572,11 @@ func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 	}
 	b.WriteString("---|\n")
 	for _, k := range r.Kernels {
-		fmt.Fprintf(&b, "| %s | %.2f |", strings.ToUpper(k.Kernel), k.Busy.Seconds)
-		verified := k.Busy.Verified == npb.Successful
+		fmt.Fprintf(&b, "| %s | %s |", strings.ToUpper(k.Kernel), secs(k.Busy))
+		verified := k.Busy.Verified
 		for i, s := range k.Sched {
-			fmt.Fprintf(&b, " %.2f | %d | %s | %.2f |", s.Seconds, s.Migrations, formatBytes(s.CheckpointBytes()), k.Speedups[i])
-			verified = verified && s.Verified == npb.Successful
+			fmt.Fprintf(&b, " %s | %s | %s | %.2f |", secs(s), migrations(s), formatBytes(s.CheckpointBytes), k.Speedups[i])
+			verified = verified && s.Verified
 		}
 		v := "all runs"
 		if !verified {
@@ -475,7 +594,7 @@ func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 			if k.Idle == nil {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %d | %+.1f%% |\n", strings.ToUpper(k.Kernel), k.Idle.Seconds, k.IdleSched.Seconds, k.IdleSched.Migrations, 100*k.Overhead)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% |\n", strings.ToUpper(k.Kernel), secs(*k.Idle), secs(*k.IdleSched), migrations(*k.IdleSched), 100*k.Overhead)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

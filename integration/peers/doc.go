@@ -17,10 +17,18 @@
 // dpvm-local or dpvm-remote after its mode, so dpvm's lines can be read by
 // the same code and put beside the peers.
 //
+// A line of mode "quic" (raw quic-go, `dpvm bench quic --json`) is named
+// quic-go and counts as remote. With --dpvm-bin, run.sh measures dpvm in the
+// same alternating rounds (`dpvm bench peers --line MODE`, whose lines carry
+// their system: dpvm-local, dpvm-remote, quic-go).
+//
 // ParseLines reads such lines, Summarize reduces the rounds of each system
 // to medians and ranges, and WriteTable prints them as a Markdown table,
 // with the ratio of each peer to dpvm in the same mode when dpvm's lines are
-// present. cmd/peertable is the command run.sh uses.
+// present. cmd/peertable is the command run.sh uses. WriteSideBySide is the
+// one table of `dpvm bench peers` (dpvm beside each peer with the ratio
+// after it), WritePlots its latency and bandwidth charts, and FindScript
+// how it finds run.sh.
 //
 // Nothing here needs PVM or Open MPI installed: the tests use recorded lines.
 package peers

@@ -250,31 +250,129 @@ func DecodeManifest(data, key []byte) (*Manifest, error) {
 	return m, nil
 }
 
-// decodeBody decodes and validates an authenticated version 1 body.
+// decodeBody decodes and validates an authenticated version 1 body. It
+// decodes field by field rather than through reflection, so that an array
+// length is checked against the bytes left before anything is allocated
+// for it (the body is authentic, but a writer's bug or a leaked key must
+// not make a reader allocate without bound).
 func decodeBody(body []byte) (*Manifest, error) {
 	r := bytes.NewReader(body)
 	dec := msgpack.NewDecoder(r)
-	dec.DisallowUnknownFields(true)
-	var w wireManifest
-	if err := dec.Decode(&w); err != nil {
+	m, err := decodeManifest(dec, r)
+	if err != nil {
 		return nil, fmt.Errorf("body: %v: %w", err, ErrCorrupt)
 	}
 	if r.Len() != 0 {
 		return nil, fmt.Errorf("body: %d bytes after the manifest: %w", r.Len(), ErrCorrupt)
 	}
-	m := &Manifest{Job: w.Job, Seq: w.Seq, Created: w.Created.UTC(), Root: w.Root, Program: w.Program, Args: w.Args}
-	m.Entries = make([]Entry, len(w.Entries))
-	for i, we := range w.Entries {
-		if len(we.SHA256) != sha256.Size {
-			return nil, fmt.Errorf("body: entry %d: SHA-256 of %d bytes: %w", i, len(we.SHA256), ErrCorrupt)
-		}
-		m.Entries[i] = Entry{TID: we.TID, Type: we.Type, Host: we.Host, File: we.File, Bytes: we.Bytes}
-		copy(m.Entries[i].SHA256[:], we.SHA256)
-	}
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("body: %v: %w", err, ErrCorrupt)
 	}
 	return m, nil
+}
+
+// arrayLen decodes an array's length (nil counts as empty) and refuses
+// one with more elements than bytes are left.
+func arrayLen(dec *msgpack.Decoder, r *bytes.Reader, what string) (int, error) {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if n > r.Len() {
+		return 0, fmt.Errorf("%s: %d elements in %d bytes", what, n, r.Len())
+	}
+	return max(n, 0), nil
+}
+
+func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader) (*Manifest, error) {
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifest{}
+	for range n {
+		key, err := dec.DecodeString()
+		if err != nil {
+			return nil, fmt.Errorf("field name: %w", err)
+		}
+		switch key {
+		case "job":
+			m.Job, err = dec.DecodeString()
+		case "seq":
+			m.Seq, err = dec.DecodeUint64()
+		case "created":
+			m.Created, err = dec.DecodeTime()
+			m.Created = m.Created.UTC()
+		case "root":
+			m.Root, err = dec.DecodeString()
+		case "program":
+			m.Program, err = dec.DecodeString()
+		case "args":
+			var k int
+			if k, err = arrayLen(dec, r, "args"); err == nil && k > 0 {
+				m.Args = make([]string, k)
+				for i := range m.Args {
+					if m.Args[i], err = dec.DecodeString(); err != nil {
+						break
+					}
+				}
+			}
+		case "entries":
+			var k int
+			if k, err = arrayLen(dec, r, "entries"); err == nil {
+				m.Entries = make([]Entry, k)
+				for i := range m.Entries {
+					if err = decodeEntry(dec, &m.Entries[i]); err != nil {
+						err = fmt.Errorf("entry %d: %w", i, err)
+						break
+					}
+				}
+			}
+		default:
+			return nil, fmt.Errorf("unknown field %q", key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("field %s: %w", key, err)
+		}
+	}
+	return m, nil
+}
+
+func decodeEntry(dec *msgpack.Decoder, e *Entry) error {
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	for range n {
+		key, err := dec.DecodeString()
+		if err != nil {
+			return fmt.Errorf("field name: %w", err)
+		}
+		switch key {
+		case "tid":
+			e.TID, err = dec.DecodeString()
+		case "type":
+			e.Type, err = dec.DecodeString()
+		case "host":
+			e.Host, err = dec.DecodeString()
+		case "file":
+			e.File, err = dec.DecodeString()
+		case "bytes":
+			e.Bytes, err = dec.DecodeInt64()
+		case "sha256":
+			var b []byte
+			if b, err = dec.DecodeBytes(); err == nil && len(b) != sha256.Size {
+				err = fmt.Errorf("%d bytes, want %d", len(b), sha256.Size)
+			}
+			copy(e.SHA256[:], b)
+		default:
+			return fmt.Errorf("unknown field %q", key)
+		}
+		if err != nil {
+			return fmt.Errorf("field %s: %w", key, err)
+		}
+	}
+	return nil
 }
 
 // WriteManifest completes the set in setDir by writing m, authenticated

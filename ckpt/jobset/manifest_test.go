@@ -54,7 +54,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestTamperedManifest(t *testing.T) {
 	jobDir := newJobDir(t)
-	setDir, m := makeSet(t, jobDir, 1, 3, true)
+	setDir, _ := makeSet(t, jobDir, 1, 3, true)
 	path := filepath.Join(setDir, ManifestName)
 	data, err := os.ReadFile(path)
 	must(t, err)
@@ -122,7 +122,6 @@ func TestTamperedManifest(t *testing.T) {
 
 	_, err = ReadManifest(setDir, testKey[:16])
 	wantErr(t, err, []error{ErrKey}, "16 bytes")
-	_ = m
 }
 
 func TestNewerVersion(t *testing.T) {

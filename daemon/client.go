@@ -249,10 +249,11 @@ func (c *Client) run(ctx context.Context, a runArgs, out io.Writer) (TaskInfo, e
 	return rep.Info, err
 }
 
-// Checkpoint takes a coordinated checkpoint of a job now.
-func (c *Client) Checkpoint(ctx context.Context, job uint64) (JobCheckpoint, error) {
+// Checkpoint takes a coordinated checkpoint of a job now, into dir (every
+// host must reach it; empty: the shared directory).
+func (c *Client) Checkpoint(ctx context.Context, job uint64, dir string) (JobCheckpoint, error) {
 	var r JobCheckpoint
-	err := c.call(ctx, mCheckpoint, jobArgs{Job: job}, &r)
+	err := c.call(ctx, mCheckpoint, jobArgs{Job: job, Dir: dir}, &r)
 	return r, err
 }
 

@@ -217,9 +217,6 @@ func (d *Daemon) quietJob(a ckStep) ckReply {
 // the directory a.Dir (a set of the shared directory).
 func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	var rep ckReply
-	if d.cfg.SharedDir == "" {
-		return rep, ErrNoSharedDir
-	}
 	dir := ckpt.Dir{Path: a.Dir}
 	key := d.ckptKey()
 	for _, h := range d.jobTasks(a.Job) {

@@ -68,6 +68,31 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	return js
 }
 
+// StartJob starts root as the root task of a new job on this daemon (the
+// master of a virtual machine), with the job's checkpoints as opts asks.
+// The job ends when its root task does.
+func (d *Daemon) StartJob(ctx context.Context, root task.Task, opts JobOptions) (uint64, task.TID, error) {
+	typ, state, err := task.EncodeState(root)
+	if err != nil {
+		return 0, 0, err
+	}
+	js := d.newJob("", typ, opts)
+	tids, err := d.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 1})
+	if err != nil {
+		d.endJob(js)
+		return 0, 0, err
+	}
+	js.root = tids[0]
+	if opts.CheckpointEvery > 0 {
+		d.goFunc(func() { d.checkpointLoop(js) })
+	}
+	d.goFunc(func() {
+		_, _ = d.Wait(d.ctx, js.root)
+		d.endJob(js)
+	})
+	return js.id, js.root, nil
+}
+
 // endJob forgets a job whose root task has ended (master).
 func (d *Daemon) endJob(js *jobState) {
 	d.mu.Lock()
@@ -102,7 +127,7 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+js.opts.CheckpointEvery)
-		r, err := d.checkpointJob(ctx, js)
+		r, err := d.checkpointJob(ctx, js, "")
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrNoJob) {
@@ -115,24 +140,28 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 	}
 }
 
-// CheckpointJob takes a coordinated checkpoint of job into the shared
-// directory (master).
-func (d *Daemon) CheckpointJob(ctx context.Context, job uint64) (JobCheckpoint, error) {
+// CheckpointJob takes a coordinated checkpoint of job into the directory
+// root, which every host must reach (master). Empty root is the shared
+// directory.
+func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (JobCheckpoint, error) {
 	js, err := d.job(job)
 	if err != nil {
 		return JobCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
-	return d.checkpointJob(ctx, js)
+	return d.checkpointJob(ctx, js, root)
 }
 
-func (d *Daemon) checkpointJob(ctx context.Context, js *jobState) (res JobCheckpoint, err error) {
+func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (res JobCheckpoint, err error) {
 	res = JobCheckpoint{Job: js.id, Name: js.name}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
 		}
 	}()
-	if d.cfg.SharedDir == "" {
+	if root == "" {
+		root = d.cfg.SharedDir
+	}
+	if root == "" {
 		return res, ErrNoSharedDir
 	}
 	js.ck.Lock()
@@ -192,7 +221,7 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState) (res JobCheckp
 		return res, ErrNoJob
 	}
 	// 3. Write the tasks' checkpoints, then the manifest.
-	jobDir, err := jobset.JobDir(d.cfg.SharedDir, js.name)
+	jobDir, err := jobset.JobDir(root, js.name)
 	if err != nil {
 		resume()
 		return res, err

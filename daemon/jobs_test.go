@@ -153,7 +153,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 	<-ringMid
 	var cks []JobCheckpoint
 	for range 2 {
-		ck, err := m.CheckpointJob(ctx, js.id)
+		ck, err := m.CheckpointJob(ctx, js.id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,11 +249,11 @@ func TestJobCheckpointFailures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	vm := startVM(t, 2, Config{MoveTimeout: 200 * time.Millisecond})
-	if _, err := vm.Master().CheckpointJob(ctx, 42); !errors.Is(err, ErrNoJob) {
+	if _, err := vm.Master().CheckpointJob(ctx, 42, ""); !errors.Is(err, ErrNoJob) {
 		t.Fatalf("a missing job: %v", err)
 	}
 	js := vm.Master().newJob("", "x", JobOptions{})
-	if _, err := vm.Master().CheckpointJob(ctx, js.id); !errors.Is(err, ErrNoSharedDir) {
+	if _, err := vm.Master().CheckpointJob(ctx, js.id, ""); !errors.Is(err, ErrNoSharedDir) {
 		t.Fatalf("no shared directory: %v", err)
 	}
 
@@ -265,7 +265,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.CheckpointJob(ctx, js.id); !errors.Is(err, ErrNoSafePoint) {
+	if _, err := m.CheckpointJob(ctx, js.id, ""); !errors.Is(err, ErrNoSafePoint) {
 		t.Fatalf("a task without safe points: %v", err)
 	}
 	if err := m.Kill(tids[0]); err != nil {
@@ -284,7 +284,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(shared, "job-ring2"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.CheckpointJob(ctx, js.id); err == nil {
+	if _, err := m.CheckpointJob(ctx, js.id, ""); err == nil {
 		t.Fatal("checkpointed into a file")
 	}
 	poke(t, m, js.root)

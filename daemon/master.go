@@ -219,7 +219,7 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
-		return d.CheckpointJob(ctx, a.Job)
+		return d.CheckpointJob(ctx, a.Job, a.Dir)
 	case mCkPause, mCkQuiet, mCkWrite, mCkResume:
 		if p != nil && p.role == pki.RoleClient {
 			return nil, fmt.Errorf("method %q is not open to clients", method)

@@ -25,6 +25,9 @@ type RunOptions struct {
 	// HaltTimeout bounds the wait for the remaining tasks' goroutines once
 	// the root task has exited (default 5s).
 	HaltTimeout time.Duration
+	// Job asks for periodic checkpoints of the program's job (several
+	// hosts only; into SharedDir).
+	Job JobOptions
 	// SharedDir is the shared directory for indirect migration; with
 	// several hosts and none given, a temporary directory serves (and is
 	// removed afterwards).
@@ -74,7 +77,13 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 		defer vm.Halt(opts.HaltTimeout)
 		d = vm.Master()
 	}
-	tid, err := d.SpawnTask(root)
+	var tid task.TID
+	var err error
+	if opts.Hosts > 1 {
+		_, tid, err = d.StartJob(ctx, root, opts.Job)
+	} else {
+		tid, err = d.SpawnTask(root)
+	}
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}

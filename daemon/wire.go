@@ -182,6 +182,7 @@ type (
 	}
 	jobArgs struct {
 		Job uint64 `msgpack:"j"`
+		Dir string `msgpack:"d,omitempty"`
 	}
 	tidsReply struct {
 		TIDs []task.TID `msgpack:"t"`

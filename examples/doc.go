@@ -26,4 +26,5 @@ const (
 	tagExit     = 8
 	tagWork     = 9
 	tagSum      = 10
+	tagReady    = 11
 )

@@ -16,6 +16,8 @@ type Pi struct {
 	Workers int
 	Samples int64
 	Started bool
+	Joined  int // workers that have joined the group
+	Ready   int // workers that have counted their samples
 	Hits    int64
 	Done    bool
 }
@@ -26,6 +28,7 @@ type PiWorker struct {
 	Next   int64 // next sample to draw
 	Hits   int64
 	Joined bool
+	Ready  bool // told the master its samples are counted
 }
 
 const piGroup = "examples.pi"
@@ -91,13 +94,22 @@ func (p *Pi) Run(c *task.Ctx) error {
 			tids = append(tids, t...)
 		}
 		p.Started = true
-		// The reduce needs every worker in the group: wait until they have
-		// all joined.
-		for range tids {
-			if _, err := c.Recv(task.AnyTask, tagSetup, nil); err != nil {
-				return err
-			}
+	}
+	// The reduce needs every worker in the group: wait until they have all
+	// joined, and then until they have counted their samples, at safe
+	// points (a job checkpoint or a move may come meanwhile), so that the
+	// reduce itself does not wait long.
+	for p.Joined < p.Workers {
+		if _, err := c.RecvSafe(task.AnyTask, tagSetup, nil); err != nil {
+			return err
 		}
+		p.Joined++
+	}
+	for p.Ready < p.Workers {
+		if _, err := c.RecvSafe(task.AnyTask, tagReady, nil); err != nil {
+			return err
+		}
+		p.Ready++
 	}
 	if !p.Done {
 		hits := []int64{0}
@@ -139,6 +151,12 @@ func (w *PiWorker) Run(c *task.Ctx) error {
 		if err := c.SafePoint(); err != nil {
 			return err
 		}
+	}
+	if !w.Ready {
+		if err := c.Send(c.Parent(), tagReady, nil); err != nil {
+			return err
+		}
+		w.Ready = true
 	}
 	if err := task.Reduce(c, task.Sum[int64], []int64{w.Hits}, piGroup, tagHits, 0); err != nil {
 		return err

@@ -179,10 +179,18 @@ type vm struct {
 // daemon flags too.
 func startVM(t *testing.T, hosts int, extra ...string) *vm {
 	t.Helper()
-	dir := t.TempDir()
-	key := filepath.Join(dir, "vm.key")
-	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-		t.Fatalf("keygen: %d %s", code, errOut)
+	return startVMWithKey(t, hosts, "", extra...)
+}
+
+// startVMWithKey is startVM with the cluster key in the file key (a new
+// one when key is empty).
+func startVMWithKey(t *testing.T, hosts int, key string, extra ...string) *vm {
+	t.Helper()
+	if key == "" {
+		key = filepath.Join(t.TempDir(), "vm.key")
+		if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
+			t.Fatalf("keygen: %d %s", code, errOut)
+		}
 	}
 	v := &vm{key: key}
 	common := append([]string{"--cluster-key", key, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}, extra...)

@@ -174,6 +174,7 @@ var consoleCommands = []struct {
 	{"kill TID...", killControl},
 	{"delete HOST...", deleteControl},
 	{"migrate TID --to HOST [--via direct|indirect]", migrateControl},
+	{"checkpoint JOB [--dir DIR] [--json]", checkpointControl},
 	{"halt", haltControl},
 }
 

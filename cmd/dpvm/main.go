@@ -66,6 +66,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			spawnCommand(),
 			killCommand(),
 			migrateCommand(),
+			checkpointCommand(),
+			restartCommand(),
 			deleteCommand(),
 			haltCommand(),
 			consoleCommand(),

@@ -32,7 +32,9 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
 			&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address instead of an embedded one"},
-			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration on the embedded machine (default: a temporary one)"},
+			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
+			checkpointEveryFlag,
+			keepFlag,
 			clusterKeyFlag,
 		},
 		Action: func(c *cli.Context) error {
@@ -59,6 +61,13 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("run %s: %v (see 'dpvm run %s --help')", name, err, name), 2)
 			}
+			opts, err := jobOptions(c)
+			if err != nil {
+				return cli.Exit("run: "+err.Error(), 2)
+			}
+			if opts.CheckpointEvery > 0 && c.String("master") == "" && c.Int("hosts") < 2 {
+				return cli.Exit("run: --checkpoint-every needs a virtual machine of several hosts (--hosts N or --master ADDR)", 2)
+			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if c.String("master") != "" {
@@ -69,6 +78,7 @@ func runCommand() *cli.Command {
 				Output:    out,
 				Logger:    loggerFrom(c),
 				SharedDir: c.String("shared-dir"),
+				Job:       opts,
 			})
 			return exitFor("run "+name, err)
 		},
@@ -140,7 +150,11 @@ func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Write
 	if err != nil {
 		return err
 	}
-	info, err := cl.Run(ctx, typ, state, out)
+	opts, err := jobOptions(c)
+	if err != nil {
+		return err
+	}
+	info, err := cl.RunJob(ctx, typ, state, opts, out)
 	if err != nil {
 		return err
 	}

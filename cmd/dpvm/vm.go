@@ -301,7 +301,7 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 		return printJSON(w, ts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tMEM\t")
+	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tJOB\tMEM\t")
 	for _, t := range ts {
 		st := ""
 		if t.State != daemon.Running {
@@ -314,7 +314,11 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 		if t.State == daemon.Running {
 			mem = fmt.Sprintf("%.1f MiB", float64(t.MemBytes)/(1<<20))
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, mem)
+		job := ""
+		if t.Job != 0 {
+			job = fmt.Sprintf("j%d", t.Job)
+		}
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, job, mem)
 	}
 	return tw.Flush()
 }

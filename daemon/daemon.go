@@ -276,11 +276,13 @@ type Daemon struct {
 	lossWatch map[task.TID][]watcher
 	halted    bool
 	// jobs (master) maps a job to the console its output goes to.
-	jobs     map[uint64]io.Writer
-	jobReg   map[uint64]*jobState   // master: jobs and their checkpoints
-	staged   map[task.TID]staged    // tasks read from a job checkpoint, waiting to start
-	tidFloor map[task.HostID]uint32 // master: restored TIDs of hosts not (yet) here
-	nextJob  uint64
+	jobs      map[uint64]io.Writer
+	jobReg    map[uint64]*jobState            // master: jobs and their checkpoints
+	staged    map[task.TID]staged             // tasks read from a job checkpoint, waiting to start
+	tidFloor  map[task.HostID]uint32          // master: restored TIDs of hosts not (yet) here
+	hostJobs  map[task.HostID]map[uint64]bool // master: the jobs with tasks on each host
+	rollbacks atomic.Int64                    // master: job rollbacks made
+	nextJob   uint64
 	// Migration: tasks suspended here while they move away, and tasks
 	// prepared here that are on their way in.
 	moving   map[task.TID]*leaving
@@ -326,6 +328,7 @@ func newDaemon(cfg Config) *Daemon {
 		jobReg:    map[uint64]*jobState{},
 		staged:    map[task.TID]staged{},
 		tidFloor:  map[task.HostID]uint32{},
+		hostJobs:  map[task.HostID]map[uint64]bool{},
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
 		migs:      map[task.TID]*migration{},
@@ -490,6 +493,9 @@ type hosted struct {
 	// pause owed but too short to take yet.
 	lastSafe time.Time
 	owed     time.Duration
+	// quiet marks a task killed to roll its job back: its end notifies
+	// nobody (the job restarts from a checkpoint).
+	quiet atomic.Bool
 	// pause holds the task at its next safe point for a job checkpoint.
 	pause atomic.Pointer[pauseReq]
 	// The state's estimated size, and whether a fresh figure is wanted.
@@ -657,7 +663,9 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// so they arrive after everything it sent.
 	n := task.Notice{Kind: task.TaskExit, TID: h.tid, Status: status, Err: msg}
 	for _, w := range ws {
-		d.notify(h.tid, w, n, true)
+		if !h.quiet.Load() {
+			d.notify(h.tid, w, n, true)
+		}
 	}
 	d.rmu.Lock()
 	d.inbox.Forget(h.tid)

@@ -87,6 +87,7 @@ const (
 	mCkQuiet  = "ckpt.quiet"
 	mCkWrite  = "ckpt.write"
 	mCkResume = "ckpt.resume"
+	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
 // jobTasks lists this daemon's running tasks of job.
@@ -128,6 +129,9 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 		return d.writeJob(a)
 	case mCkResume:
 		d.resumeJob(a.Job)
+		return nil, nil
+	case mCkKill:
+		d.killJob(ctx, a)
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown method %q", method)

@@ -37,6 +37,42 @@ type jobState struct {
 	ck   sync.Mutex // one checkpoint or restore of the job at a time
 	seq  uint64     // the newest checkpoint's sequence number
 	done chan struct{}
+
+	ended sync.Once
+
+	rmu     sync.Mutex
+	rolling chan struct{} // while the job rolls back: closed when it is over
+	gen     int           // rollbacks so far
+}
+
+// rollingBack returns a channel closed when the job's rollback is over, or
+// nil when none is under way, and the number of rollbacks so far.
+func (js *jobState) rollingBack() (chan struct{}, int) {
+	js.rmu.Lock()
+	defer js.rmu.Unlock()
+	return js.rolling, js.gen
+}
+
+// waitJob waits for the job's root task to exit, following it through
+// rollbacks (its old incarnation is killed and a new one restored).
+func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
+	for {
+		_, gen := js.rollingBack()
+		info, err := d.Wait(ctx, js.root)
+		ch, now := js.rollingBack()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return info, fmt.Errorf("wait for job %d: %w", js.id, ctx.Err())
+			}
+			continue
+		}
+		if now != gen {
+			continue
+		}
+		return info, err
+	}
 }
 
 // JobCheckpoint describes a completed job checkpoint.
@@ -86,20 +122,27 @@ func (d *Daemon) StartJob(ctx context.Context, root task.Task, opts JobOptions) 
 	if opts.CheckpointEvery > 0 {
 		d.goFunc(func() { d.checkpointLoop(js) })
 	}
-	d.goFunc(func() {
-		_, _ = d.Wait(d.ctx, js.root)
-		d.endJob(js)
-	})
+	d.endWithRoot(js)
 	return js.id, js.root, nil
 }
 
 // endJob forgets a job whose root task has ended (master).
 func (d *Daemon) endJob(js *jobState) {
-	d.mu.Lock()
-	delete(d.jobReg, js.id)
-	delete(d.jobs, js.id)
-	d.mu.Unlock()
-	close(js.done)
+	js.ended.Do(func() {
+		d.mu.Lock()
+		delete(d.jobReg, js.id)
+		delete(d.jobs, js.id)
+		d.mu.Unlock()
+		close(js.done)
+	})
+}
+
+// endWithRoot ends the job when its root task exits.
+func (d *Daemon) endWithRoot(js *jobState) {
+	d.goFunc(func() {
+		_, _ = d.waitJob(d.ctx, js)
+		d.endJob(js)
+	})
 }
 
 // job finds a registered job by its number (master).
@@ -446,10 +489,21 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		d.jobs[js.id] = out(js.id)
 		d.mu.Unlock()
 	}
-	fail := func(err error) (*jobState, []error, error) {
+	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
 		d.endJob(js)
 		return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
 	}
+	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
+	if js.opts.CheckpointEvery > 0 {
+		d.goFunc(func() { d.checkpointLoop(js) })
+	}
+	d.endWithRoot(js)
+	return js, skipped, nil
+}
+
+// restoreSet starts the tasks of a checkpoint set as job js, on the hosts
+// there are now (master).
+func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m *jobset.Manifest) error {
 	// Where each task goes.
 	hosts := d.Hosts()
 	here := map[task.HostID]bool{}
@@ -463,7 +517,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	for i, e := range m.Entries {
 		tid, err := task.ParseTID(e.TID)
 		if err != nil {
-			return fail(fmt.Errorf("manifest entry %q: %w", e.TID, err))
+			return fmt.Errorf("manifest entry %q: %w", e.TID, err)
 		}
 		tids[i] = tid
 		floor[tid.Host()] = max(floor[tid.Host()], tid.Num())
@@ -478,7 +532,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		ps, err := d.cfg.Placer.Place(hosts, len(away))
 		d.placeMu.Unlock()
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		for k, i := range away {
 			place[i] = ps[k]
@@ -489,7 +543,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	for h, n := range floor {
 		if here[h] {
 			if err := d.callHost(ctx, h, mCkFloor, restoreArgs{Floor: n}, nil); err != nil {
-				return fail(err)
+				return err
 			}
 		} else {
 			d.mu.Lock()
@@ -519,7 +573,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		var rep ckStep
 		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Epoch: epoch}, &rep); err != nil {
 			drop()
-			return fail(fmt.Errorf("on %v: %w", h, err))
+			return fmt.Errorf("on %v: %w", h, err)
 		}
 		staged = append(staged, h)
 		for t, ms := range rep.Groups {
@@ -530,26 +584,23 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		for _, g := range ms {
 			if err := d.groups.rejoin(g.Group, t, g.Inst); err != nil {
 				drop()
-				return fail(err)
+				return err
 			}
 		}
 	}
 	entries := make([]routing.Entry, len(tids))
 	for i, tid := range tids {
 		entries[i] = routing.Entry{TID: tid, Route: routing.Route{Host: place[i], Epoch: epoch}}
+		d.jobsOn(place[i], []uint64{js.id}, false)
 	}
 	d.applyRoutes(entries)
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
-			d.log.Error("restart: start restored tasks", "host", h, "error", err)
+			d.log.Error("restore: start restored tasks", "host", h, "error", err)
 		}
 	}
-	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(tids), "root", root)
-	if js.opts.CheckpointEvery > 0 {
-		d.goFunc(func() { d.checkpointLoop(js) })
-	}
-	return js, skipped, nil
+	return nil
 }
 
 // restartEpoch is a route epoch above any the tasks had.
@@ -576,3 +627,157 @@ func (d *Daemon) findSet(dir string) (string, *jobset.Manifest, []error, error) 
 	setDir, m, skipped, err := jobset.Latest(dir, d.manifestKey())
 	return setDir, m, skipped, err
 }
+
+// Rolling a job back when a host is lost.
+
+// localJobs lists the jobs this daemon runs tasks of.
+func (d *Daemon) localJobs() []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[uint64]bool{}
+	var out []uint64
+	for _, h := range d.tasks {
+		if h.job != 0 && !seen[h.job] {
+			seen[h.job] = true
+			out = append(out, h.job)
+		}
+	}
+	return out
+}
+
+// jobsOn records that host h runs tasks of jobs (master): as its report
+// says (replace), or as a spawn placed them.
+func (d *Daemon) jobsOn(h task.HostID, jobs []uint64, replace bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	set := d.hostJobs[h]
+	if set == nil || replace {
+		set = map[uint64]bool{}
+		d.hostJobs[h] = set
+	}
+	for _, j := range jobs {
+		set[j] = true
+	}
+}
+
+// rollBackJobsOf rolls back every checkpointed job that had tasks on the
+// lost host h (master). Jobs without a checkpoint get PVM's behaviour: the
+// lost tasks are reported exited to whoever asked.
+func (d *Daemon) rollBackJobsOf(h task.HostID) {
+	d.whyMu.Lock()
+	stopping := d.why != nil
+	d.whyMu.Unlock()
+	if stopping || d.ctx.Err() != nil {
+		return // the machine is halting: its hosts leave with their jobs
+	}
+	d.mu.Lock()
+	var jss []*jobState
+	for j := range d.hostJobs[h] {
+		if js := d.jobReg[j]; js != nil {
+			jss = append(jss, js)
+		}
+	}
+	delete(d.hostJobs, h)
+	d.mu.Unlock()
+	for _, js := range jss {
+		d.goFunc(func() { d.rollBack(js, h) })
+	}
+}
+
+// rollBack restarts job js from its newest complete checkpoint after it
+// lost tasks with host h: its surviving tasks are killed without notices,
+// and all of them start again from the checkpoint on the hosts left.
+func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
+	js.ck.Lock()
+	defer js.ck.Unlock()
+	if js.seq == 0 {
+		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "host", lost)
+		return
+	}
+	root := d.cfg.SharedDir
+	jobDir, err := jobset.JobDir(root, js.name)
+	if err != nil {
+		d.log.Error("job rollback", "job", js.id, "error", err)
+		return
+	}
+	setDir, m, skipped, err := jobset.Latest(jobDir, d.manifestKey())
+	for _, e := range skipped {
+		d.log.Warn("job rollback: checkpoint skipped", "job", js.id, "error", e)
+	}
+	if err != nil {
+		d.log.Error("job rollback: no checkpoint to go back to", "job", js.id, "error", err)
+		return
+	}
+	ch := make(chan struct{})
+	js.rmu.Lock()
+	js.rolling = ch
+	js.gen++
+	js.rmu.Unlock()
+	defer func() {
+		js.rmu.Lock()
+		js.rolling = nil
+		js.rmu.Unlock()
+		close(ch)
+	}()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(d.ctx, 4*d.cfg.MoveTimeout)
+	defer cancel()
+	if _, err := d.allHosts(ctx, d.hostIDs(), mCkKill, ckStep{Job: js.id, Timeout: d.cfg.MoveTimeout}); err != nil {
+		d.log.Error("job rollback: stopping the surviving tasks", "job", js.id, "error", err)
+	}
+	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
+		d.log.Error("job rollback failed; the job is lost", "job", js.id, "set", setDir, "error", err)
+		return
+	}
+	js.seq = m.Seq
+	d.rollbacks.Add(1)
+	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "host", lost,
+		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
+}
+
+// killJob ends this host's tasks of a job that is rolling back, without
+// notices, drops messages for them, and makes sure every frame sent
+// before reaches its peer first (a host).
+func (d *Daemon) killJob(ctx context.Context, a ckStep) {
+	hs := d.jobTasks(a.Job)
+	for _, h := range hs {
+		h.quiet.Store(true)
+		if p := h.pause.Swap(nil); p != nil {
+			p.release()
+		}
+		_ = d.Kill(h.tid)
+	}
+	t := time.NewTimer(max(a.Timeout, time.Second))
+	defer t.Stop()
+	for _, h := range hs {
+		select {
+		case <-h.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	d.rmu.Lock()
+	for _, h := range hs {
+		d.outbox.DropReceiver(h.tid)
+	}
+	d.rmu.Unlock()
+	for _, id := range d.peerHosts() {
+		_ = d.callHost(ctx, id, mSendCheck, struct{}{}, nil)
+	}
+}
+
+// peerHosts lists the other hosts this daemon knows.
+func (d *Daemon) peerHosts() []task.HostID {
+	d.nw.mu.Lock()
+	defer d.nw.mu.Unlock()
+	var ids []task.HostID
+	for id := range d.nw.hosts {
+		if id != d.cfg.HostID {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// Rollbacks is how many job rollbacks the master has made.
+func (d *Daemon) Rollbacks() int64 { return d.rollbacks.Load() }

@@ -150,6 +150,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	js.root = tids[0]
+	m.endWithRoot(js)
 	<-ringMid
 	var cks []JobCheckpoint
 	for range 2 {
@@ -256,6 +257,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if _, err := vm.Master().CheckpointJob(ctx, js.id, ""); !errors.Is(err, ErrNoSharedDir) {
 		t.Fatalf("no shared directory: %v", err)
 	}
+	vm.Master().endJob(js)
 
 	shared := t.TempDir()
 	vm = startVM(t, 2, Config{MoveTimeout: 200 * time.Millisecond, SharedDir: shared})
@@ -265,6 +267,8 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	js.root = tids[0]
+	m.endWithRoot(js)
 	if _, err := m.CheckpointJob(ctx, js.id, ""); !errors.Is(err, ErrNoSafePoint) {
 		t.Fatalf("a task without safe points: %v", err)
 	}
@@ -279,6 +283,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	js.root = tids[0]
+	m.endWithRoot(js)
 	<-ringMid
 	// The job's directory is a file: nothing can be written under it.
 	if err := os.WriteFile(filepath.Join(shared, "job-ring2"), nil, 0o600); err != nil {
@@ -300,4 +305,73 @@ func mustState(t *testing.T, v task.Task) []byte {
 		t.Fatal(fmt.Errorf("encode state: %w", err))
 	}
 	return b
+}
+
+// TestJobRollsBackWhenAHostIsLost: a job with a checkpoint loses a host
+// that ran some of its workers (it crashes); the master rolls the job back
+// to its checkpoint on the hosts left, and it finishes with the result of
+// an uninterrupted run.
+func TestJobRollsBackWhenAHostIsLost(t *testing.T) {
+	shared := t.TempDir()
+	out := &syncBuffer{}
+	vm := startVM(t, 4, Config{SharedDir: shared, Output: out, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ring := &ringRoot{N: 6, Laps: 20}
+
+	// The reference: uninterrupted.
+	_, root, err := m.StartJob(ctx, ring, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ringMid
+	poke(t, m, root)
+	if info, err := m.Wait(ctx, root); err != nil || info.Status != 0 {
+		t.Fatalf("reference ring: %+v %v", info, err)
+	}
+	want := ringSum.FindStringSubmatch(out.String())
+	if want == nil {
+		t.Fatalf("no result: %q", out)
+	}
+
+	job, root, err := m.StartJob(ctx, ring, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ringMid
+	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+		t.Fatal(err)
+	}
+	js, err := m.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// h2 runs workers of the job (placed round robin); it crashes.
+	before := strings.Count(out.String(), "sum")
+	vm.Daemons[1].crash()
+	if got := <-ringMid; got != root {
+		t.Fatalf("after the rollback %v waits halfway, want the root %v", got, root)
+	}
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.Host == "h2" {
+			t.Fatalf("%v restored on the lost host", ti.TID)
+		}
+	}
+	poke(t, m, root)
+	info, err := m.waitJob(ctx, js)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("rolled-back ring: %+v %v\n%s", info, err, out)
+	}
+	if m.Rollbacks() != 1 {
+		t.Fatalf("%d rollbacks", m.Rollbacks())
+	}
+	all := ringSum.FindAllStringSubmatch(out.String(), -1)
+	if len(all) != before+1 || all[len(all)-1][1] != want[1] {
+		t.Fatalf("results %v, want a second %s", all, want[1])
+	}
 }

@@ -114,6 +114,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
 		d.taskLossNotices(id)
+		d.rollBackJobsOf(id)
 	}
 	d.hostNotice(task.HostDelete, *hi)
 }
@@ -220,7 +221,7 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			return nil, err
 		}
 		return d.CheckpointJob(ctx, a.Job, a.Dir)
-	case mCkPause, mCkQuiet, mCkWrite, mCkResume:
+	case mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill:
 		if p != nil && p.role == pki.RoleClient {
 			return nil, fmt.Errorf("method %q is not open to clients", method)
 		}
@@ -389,6 +390,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			h.Alpha, h.MaxUsers, h.Emulated, h.LoadSource = l.Alpha, l.MaxUsers, l.Emulated, l.LoadSource
 		}
 		d.nw.mu.Unlock()
+		d.jobsOn(p.info.ID, e.Jobs, true)
 	default:
 		return fmt.Errorf("unknown event %q", e.Kind)
 	}
@@ -454,6 +456,9 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
+		if job != 0 {
+			d.jobsOn(h, []uint64{job}, false)
+		}
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
@@ -700,11 +705,11 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 	go func() {
 		select {
 		case <-client.closed:
-			_ = d.KillTask(context.WithoutCancel(wctx), root)
+			_ = d.KillTask(context.WithoutCancel(wctx), js.root)
 		case <-wctx.Done():
 		}
 	}()
-	return d.Wait(ctx, root)
+	return d.waitJob(ctx, js)
 }
 
 // clientOutput sends a job's output to the client that runs it.

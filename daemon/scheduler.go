@@ -185,7 +185,7 @@ func (d *Daemon) reportLoad() {
 		return
 	}
 	info := d.selfInfo()
-	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &info}); err != nil {
+	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &info, Jobs: d.localJobs()}); err != nil {
 		d.log.Debug("load report", "error", err)
 	}
 }

@@ -81,7 +81,8 @@ type event struct {
 	Count  int             `msgpack:"c,omitempty"`
 	Code   string          `msgpack:"cd,omitempty"` // a sentinel error's code, with Reason
 	Reason string          `msgpack:"why,omitempty"`
-	Load   *HostInfo       `msgpack:"l,omitempty"` // load report
+	Load   *HostInfo       `msgpack:"l,omitempty"`  // load report
+	Jobs   []uint64        `msgpack:"js,omitempty"` // load report: the jobs with tasks on the host
 }
 
 // Event kinds.

@@ -231,3 +231,33 @@ func BenchmarkRawFileRoundTrip(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAuth writes (to io.Discard) and reads back (from memory, into a
+// new task) 16 MiB of []float64 under each authentication.
+func BenchmarkAuth(b *testing.B) {
+	s := bigState(16)
+	for _, a := range []Auth{AuthHMAC, AuthGMAC, AuthChannel} {
+		o := WriteOptions{Auth: a}
+		b.Run(a.String()+"/write", func(b *testing.B) {
+			b.SetBytes(16 << 20)
+			for b.Loop() {
+				if _, err := WriteWith(io.Discard, testKey, sampleMeta(), s, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		var buf bytes.Buffer
+		if _, err := WriteWith(&buf, testKey, sampleMeta(), s, o); err != nil {
+			b.Fatal(err)
+		}
+		enc := buf.Bytes()
+		b.Run(a.String()+"/read", func(b *testing.B) {
+			b.SetBytes(16 << 20)
+			for b.Loop() {
+				if _, _, err := ReadLimits(bytes.NewReader(enc), testKey, Limits{Channel: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

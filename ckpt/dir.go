@@ -15,6 +15,11 @@ import (
 // are written atomically and readable by their owner only (0600).
 type Dir struct {
 	Path string
+	// Transient says the files live only until they are read (a
+	// migration's checkpoint, deleted once restored): Save does not sync
+	// the directory after the rename. The file's data is still synced
+	// before the rename.
+	Transient bool
 }
 
 // tempPrefix starts the names of files being written; checkpoint names
@@ -35,21 +40,37 @@ func checkName(name string) error {
 	return nil
 }
 
-// countWriter counts the bytes that reach w.
-type countWriter struct {
-	w io.Writer
-	n int64
+// writebackEvery is how many bytes Save writes before it asks the kernel
+// to start writing them to the disk.
+const writebackEvery = 8 << 20
+
+// saveBuf is the buffer of Save's small writes; larger ones (the pieces of
+// numeric blocks) go to the file without a copy.
+const saveBuf = 64 << 10
+
+// fileWriter writes to a new file, counting the bytes and starting their
+// writeback every writebackEvery bytes so that the final sync overlaps the
+// encoding.
+type fileWriter struct {
+	f      *os.File
+	n      int64
+	synced int64 // writeback started up to here
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+func (c *fileWriter) Write(p []byte) (int, error) {
+	n, err := c.f.Write(p)
 	c.n += int64(n)
+	if c.n-c.synced >= writebackEvery {
+		startWriteback(c.f, c.synced, c.n-c.synced)
+		c.synced = c.n
+	}
 	return n, err
 }
 
 // Save writes name atomically: write (typically a call of Write) fills a
-// temporary file (mode 0600) in the directory, which is synced, renamed to
-// name, and the directory synced. It returns the file's size. On any error
+// temporary file (mode 0600) in the directory, which is synced (its
+// writeback started as it is written, then fdatasync), renamed to name, and
+// the directory synced (unless Transient). It returns the file's size. On any error
 // (a full disk, an unwritable directory, write failing) the temporary file
 // is removed and the error returned; an existing file of that name is
 // untouched until the rename replaces it.
@@ -72,22 +93,25 @@ func (d Dir) Save(name string, write func(w io.Writer) error) (n int64, err erro
 	if err := f.Chmod(0o600); err != nil {
 		return 0, err
 	}
-	cw := &countWriter{w: f}
-	bw := bufio.NewWriterSize(cw, 1<<20)
+	cw := &fileWriter{f: f}
+	bw := bufio.NewWriterSize(cw, saveBuf)
 	if err := write(bw); err != nil {
 		return 0, err
 	}
 	if err := bw.Flush(); err != nil {
 		return 0, err
 	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("fsync: %w", err)
+	if err := datasync(f); err != nil {
+		return 0, fmt.Errorf("fdatasync: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return 0, err
 	}
 	if err := os.Rename(tmp, filepath.Join(d.Path, name)); err != nil {
 		return 0, err
+	}
+	if d.Transient {
+		return cw.n, nil
 	}
 	if err := syncDir(d.Path); err != nil {
 		// The file is in place and complete; only its durability is in

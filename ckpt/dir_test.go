@@ -208,3 +208,39 @@ func TestDirTampered(t *testing.T) {
 		t.Fatalf("tampered file: %v", err)
 	}
 }
+
+// TestDirTransientGMAC saves a GMAC checkpoint of 20 MiB (beyond the point
+// where Save starts writeback) in a Transient directory and reads it back;
+// the file then flipped in its state is refused as tampered.
+func TestDirTransientGMAC(t *testing.T) {
+	d := Dir{Path: t.TempDir(), Transient: true}
+	st := &big{Iter: 3, Data: make([]float64, 20<<20/8)}
+	for i := range st.Data {
+		st.Data[i] = float64(i) * 0.5
+	}
+	n, err := d.Save("g.ckpt", func(w io.Writer) error {
+		_, err := WriteWith(w, testKey, sampleMeta(), st, WriteOptions{Auth: AuthGMAC, Rand: seededRand(21)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles(t, d.Path, "g.ckpt")
+	_, got := loadTask(t, d, "g.ckpt")
+	if !reflect.DeepEqual(got, st) {
+		t.Fatal("restored state differs")
+	}
+	path := filepath.Join(d.Path, "g.ckpt")
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) != n {
+		t.Fatalf("file of %d bytes (%v), Save said %d", len(b), err, n)
+	}
+	b[n/2] ^= 0x10
+	must(t, os.WriteFile(path, b, 0o600))
+	f, err := d.Open("g.ckpt")
+	must(t, err)
+	defer f.Close()
+	if _, _, err := Read(f, testKey); !errors.Is(err, ErrTampered) {
+		t.Fatalf("flipped file: %v", err)
+	}
+}

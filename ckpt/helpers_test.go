@@ -247,7 +247,7 @@ func layout(t testing.TB, b []byte) []region {
 func craft(t testing.TB, key []byte, wm *wireMeta, state []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	s := newSink(&buf, key)
+	s := newSink(&buf, newHasher(newMAC(key)))
 	defer s.mac.stop()
 	var h [headerSize]byte
 	copy(h[:], magic)

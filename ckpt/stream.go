@@ -40,12 +40,12 @@ func putBuf(b []byte) { bufPool.Put(&b) }
 // byte it passes to the destination.
 type sink struct {
 	w   io.Writer
-	mac *hasher
+	mac mac
 	n   int64
 	err error
 }
 
-func newSink(w io.Writer, key []byte) *sink { return &sink{w: w, mac: newHasher(newMAC(key))} }
+func newSink(w io.Writer, m mac) *sink { return &sink{w: w, mac: m} }
 
 func (s *sink) write(p []byte) error {
 	if s.err != nil {
@@ -180,14 +180,14 @@ func (w *secWriter) close() error {
 // broken nothing further is read.
 type source struct {
 	r     io.Reader
-	mac   *hasher
+	mac   mac // set once the header has said which
 	n     int64
 	err   error
 	avail int64 // bytes the stream is known to hold at offset 0, or -1
 }
 
-func newSource(r io.Reader, key []byte) *source {
-	return &source{r: r, mac: newHasher(newMAC(key)), avail: knownLength(r)}
+func newSource(r io.Reader) *source {
+	return &source{r: r, avail: knownLength(r)}
 }
 
 // knownLength is how many bytes r is known to hold from its current

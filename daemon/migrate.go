@@ -406,8 +406,13 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		if d.cfg.SharedDir == "" {
 			return 0, ErrNoSharedDir
 		}
-		n, err := ckpt.Dir{Path: d.cfg.SharedDir}.Save(a.Name, func(w io.Writer) error {
-			_, err := ckpt.Write(w, key, &l.meta, l.h.t)
+		// At rest in a directory other hosts can write, the checkpoint
+		// carries a MAC: GMAC tags computed on all cores (ckpt.AuthGMAC).
+		// The file lives only until the destination has read it, so the
+		// directory is not synced after the rename (Transient); a lost
+		// file aborts the move, and the task resumes here.
+		n, err := ckpt.Dir{Path: d.cfg.SharedDir, Transient: true}.Save(a.Name, func(w io.Writer) error {
+			_, err := ckpt.WriteWith(w, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthGMAC})
 			return err
 		})
 		if err != nil {
@@ -433,7 +438,10 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if _, err := st.Write(routing.AppendFrame(nil, routing.KindStream, hdr)); err != nil {
 		return 0, fmt.Errorf("send the checkpoint to %v: %w", a.Host, err)
 	}
-	n, err := ckpt.Write(st, key, &l.meta, l.h.t)
+	// The stream is authenticated and protected by the connection (mutual
+	// TLS under the cluster key, AEAD): the checkpoint carries no MAC of
+	// its own, only a CRC-32C (ckpt.AuthChannel).
+	n, err := ckpt.WriteWith(st, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthChannel})
 	if err != nil {
 		return n, fmt.Errorf("send the checkpoint to %v: %w", a.Host, err)
 	}
@@ -476,7 +484,11 @@ func (d *Daemon) receiveCheckpoint(p *peer, st io.ReadWriteCloser) {
 		d.log.Warn("refused a checkpoint for a task not prepared here", "tid", h.TID, "peer", p.name())
 		return
 	}
-	meta, t, err := ckpt.Read(st, d.ckptKey())
+	// The peer is an authenticated daemon of the cluster: its stream may
+	// carry a checkpoint without a MAC, and its numeric blocks are
+	// allocated in full as their headers arrive (up to MaxState) instead of
+	// growing by doubling.
+	meta, t, err := ckpt.ReadLimits(st, d.ckptKey(), ckpt.Limits{Channel: true, Prealloc: ckpt.DefaultMaxState})
 	select {
 	case arr.received <- transferred{meta: meta, t: t, err: err}:
 	default:

@@ -25,7 +25,10 @@ func benchMigrateCommand() *cli.Command {
 			"write+fsync+read of a file in the same directory. Prints the medians: seconds\n" +
 			"per move, the task's freeze time (suspension to resumption), the ratios and\n" +
 			"the targets. The default sizes take 10-20 seconds; adding 256 and 1024 MiB\n" +
-			"makes it about two minutes and 5 GiB of memory.",
+			"makes it about two minutes and 5 GiB of memory. With --criu FILE, CRIU's\n" +
+			"same-host dump+restore of a process holding the same state, as\n" +
+			"integration/criu/run.sh measured it, is printed and plotted beside them and\n" +
+			"replaces the feature's CRIU figures in the targets.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "sizes", Value: "0,0.5,1,2,4,8,12,16,64", Usage: "state `sizes` in MiB, comma-separated (up to 4096)"},
 			&cli.StringFlag{Name: "via", Value: "direct,indirect", Usage: "migration `modes`: direct, indirect or both"},
@@ -39,6 +42,7 @@ func benchMigrateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object"},
 			&cli.BoolFlag{Name: "csv", Usage: "print the results as CSV"},
 			&cli.StringFlag{Name: "plot", Usage: "also draw seconds against size as an SVG `FILE`"},
+			&cli.StringFlag{Name: "criu", Usage: "CRIU dump+restore figures to set beside the moves: the JSON lines of integration/criu/run.sh in `FILE`"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
 		Action: func(c *cli.Context) error {
@@ -109,6 +113,16 @@ func benchMigrateOptions(c *cli.Context) (bench.MigrateOptions, error) {
 		Seed:        c.Uint64("seed"),
 		MoveTimeout: c.Duration("move-timeout"),
 		Timeout:     c.Duration("timeout"),
+	}
+	if p := c.String("criu"); p != "" {
+		f, err := os.Open(p)
+		if err != nil {
+			return o, fmt.Errorf("%w: --criu: %w", bench.ErrOptions, err)
+		}
+		defer f.Close()
+		if o.CRIU, err = bench.ReadCRIU(f); err != nil {
+			return o, fmt.Errorf("--criu %s: %w", p, err)
+		}
 	}
 	if _, err := o.WithDefaults(); err != nil {
 		return o, err

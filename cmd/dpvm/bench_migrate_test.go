@@ -128,11 +128,36 @@ func TestBenchMigrateErrors(t *testing.T) {
 		{[]string{"--json", "--csv"}, "dpvm: bench: bad option: --json and --csv together", 2},
 		{[]string{"--sizes", "0", "--dir", file}, "dpvm: bench: bad option: shared directory " + file + " is not a directory", 2},
 		{[]string{"--sizes", "0", "--dir", filepath.Join(file, "x")}, "dpvm: bench migrate: shared directory: ", 1},
+		{[]string{"--criu", filepath.Join(file, "x")}, "dpvm: bench: bad option: --criu: open ", 2},
+		{[]string{"--criu", file}, "dpvm: --criu " + file + ": bench: bad option: CRIU results: no result lines", 2},
 	}
 	for _, c := range cases {
 		code, _, errOut := benchMigrate(t, append(c.args, "-q")...)
 		if code != c.code || !strings.HasPrefix(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: status %d, stderr %q, want %d and one line starting %q", c.args, code, errOut, c.code, c.want)
 		}
+	}
+}
+
+// TestBenchMigrateCRIU: measured CRIU figures given with --criu are printed
+// beside the moves and judge the CRIU target.
+func TestBenchMigrateCRIU(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "criu.jsonl")
+	line := `{"tool":"criu","version":"4.1.1","size_mib":0.25,"dump_s":0.2,"restore_s":0.3,"seconds":0.5,"image_bytes":1000000,"reps":3,"verified":true}` + "\n"
+	if err := os.WriteFile(file, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := benchMigrate(t, "--sizes", "0.25", "--via", "indirect", "--reps", "1", "--warmup", "0", "--criu", file, "-q")
+	if code != 0 || errOut != "" {
+		t.Fatalf("status %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"CRIU's same-host dump+restore", "0.25 MiB", "0.200", "0.300", "0.500", "1000000 B"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = benchMigrate(t, "--sizes", "0.25", "--via", "indirect", "--reps", "1", "--warmup", "0", "--criu", file, "--json", "-q")
+	if code != 0 || errOut != "" || !strings.Contains(out, `"criu":[{"size_mib":0.25,"dump_s":0.2`) {
+		t.Errorf("status %d, stderr %q, JSON without the CRIU figures:\n%s", code, errOut, out)
 	}
 }

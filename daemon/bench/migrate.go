@@ -77,6 +77,9 @@ type MigrateOptions struct {
 	Progress io.Writer
 	// Logger receives the daemons' logs (default: discarded).
 	Logger *slog.Logger
+	// CRIU are measured CRIU dump+restore figures (ReadCRIU) to set beside
+	// the moves; sizes without one use the feature's figures.
+	CRIU []CRIURow
 }
 
 // WithDefaults returns o with its zero fields set to their defaults, and
@@ -246,9 +249,11 @@ type MigrateReport struct {
 	Results   []MigrateRow      `json:"results"`
 	Baselines []MigrateBaseline `json:"baselines,omitempty"`
 	Targets   []MigrateTarget   `json:"targets,omitempty"`
-	Reps      int               `json:"reps"`
-	Warmup    int               `json:"warmup"`
-	Dir       string            `json:"dir"`
+	// CRIU are the measured CRIU figures the run was given.
+	CRIU   []CRIURow `json:"criu,omitempty"`
+	Reps   int       `json:"reps"`
+	Warmup int       `json:"warmup"`
+	Dir    string    `json:"dir"`
 	// Seconds is how long the whole run took.
 	Seconds float64 `json:"seconds"`
 }
@@ -314,7 +319,7 @@ func Migrate(ctx context.Context, o MigrateOptions) (*MigrateReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench migrate: %w", err)
 	}
-	rep := &MigrateReport{Reps: o.Reps, Warmup: o.warmups(), Dir: o.Dir}
+	rep := &MigrateReport{Reps: o.Reps, Warmup: o.warmups(), Dir: o.Dir, CRIU: o.CRIU}
 	for i, s := range o.SizesMiB {
 		rows, bases, err := b.size(ctx, s, o.Seed+uint64(i))
 		if err != nil {

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// CRIURow is CRIU's same-host checkpoint and restore of a process holding
+// SizeMiB of state, as integration/criu/run.sh measures it and prints it
+// (one JSON line per size): medians of Reps wall-clock times of `criu dump`
+// and `criu restore`.
+type CRIURow struct {
+	SizeMiB    float64 `json:"size_mib"`
+	DumpS      float64 `json:"dump_s"`
+	RestoreS   float64 `json:"restore_s"`
+	Seconds    float64 `json:"seconds"`
+	ImageBytes int64   `json:"image_bytes"`
+	Reps       int     `json:"reps"`
+	// Version is CRIU's, as it reports it.
+	Version string `json:"version,omitempty"`
+}
+
+// criuLine is a line of integration/criu's output.
+type criuLine struct {
+	CRIURow
+	Tool     string `json:"tool"`
+	Verified bool   `json:"verified"`
+}
+
+// ReadCRIU reads the JSON lines integration/criu/run.sh prints. Blank lines
+// are skipped; a line that is not such a result, a size outside
+// 0..MaxMigrateMiB or given twice, a time that is not a positive number,
+// or a run whose restored state was not verified is an error wrapping
+// ErrOptions that names the line.
+func ReadCRIU(r io.Reader) ([]CRIURow, error) {
+	var out []CRIURow
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		bad := func(format string, a ...any) ([]CRIURow, error) {
+			return nil, fmt.Errorf("%w: CRIU results, line %d: %s", ErrOptions, n, fmt.Sprintf(format, a...))
+		}
+		var l criuLine
+		dec := json.NewDecoder(strings.NewReader(text))
+		if err := dec.Decode(&l); err != nil {
+			return bad("not a JSON object: %v", err)
+		}
+		if dec.More() {
+			return bad("more than one JSON value")
+		}
+		switch {
+		case l.Tool != "criu":
+			return bad("tool %q, want \"criu\"", l.Tool)
+		case math.IsNaN(l.SizeMiB) || l.SizeMiB < 0 || l.SizeMiB > MaxMigrateMiB:
+			return bad("size %v MiB is outside 0..%d MiB", l.SizeMiB, MaxMigrateMiB)
+		case !(l.Seconds > 0) || math.IsInf(l.Seconds, 0) || l.DumpS < 0 || l.RestoreS < 0:
+			return bad("times dump %v s, restore %v s, total %v s: want positive numbers", l.DumpS, l.RestoreS, l.Seconds)
+		case l.Reps < 1:
+			return bad("reps %d: want at least one", l.Reps)
+		case !l.Verified:
+			return bad("the restored state of %v MiB was not verified", l.SizeMiB)
+		}
+		for _, x := range out {
+			if x.SizeMiB == l.SizeMiB {
+				return bad("size %v MiB is given twice", l.SizeMiB)
+			}
+		}
+		out = append(out, l.CRIURow)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("CRIU results: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: CRIU results: no result lines", ErrOptions)
+	}
+	return out, nil
+}
+
+// CRIUAt returns the measured CRIU row of one size.
+func (r *MigrateReport) CRIUAt(sizeMiB float64) (CRIURow, bool) {
+	for _, x := range r.CRIU {
+		if x.SizeMiB == sizeMiB {
+			return x, true
+		}
+	}
+	return CRIURow{}, false
+}

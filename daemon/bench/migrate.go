@@ -451,12 +451,13 @@ func (b *migBench) size(ctx context.Context, sizeMiB float64, seed uint64) ([]Mi
 	}
 	mv := &migMover{b: b, tid: holder}
 	var (
-		ops     = b.ops()
-		secs    = map[migOp][]float64{}
-		freezes = map[daemon.Via][]float64{}
-		sizes   = map[daemon.Via]int64{}
-		bytes   int64  // the last checkpoint's size
-		src     []byte // the baselines' bytes
+		ops       = b.ops()
+		secs      = map[migOp][]float64{}
+		freezes   = map[daemon.Via][]float64{}
+		sizes     = map[daemon.Via]int64{}
+		bytes     int64 // the last checkpoint's size
+		baseBytes = map[string]int64{}
+		src       []byte // the baselines' bytes
 	)
 	run := func(op migOp) (seconds, freezeMS float64, err error) {
 		runtime.GC() // garbage of the previous op is not this one's cost
@@ -469,17 +470,28 @@ func (b *migBench) size(ctx context.Context, sizeMiB float64, seed uint64) ([]Mi
 			sizes[op.via] = r.CheckpointBytes
 			return r.Seconds, r.FreezeMS, nil
 		}
-		if int64(len(src)) != bytes {
-			src = make([]byte, bytes)
+		// Each baseline moves as many bytes as its mode's checkpoint (an
+		// indirect one carries a salt more than a direct one).
+		n := bytes
+		via := daemon.Direct
+		if op.base == BaselineFile {
+			via = daemon.Indirect
+		}
+		if v, ok := sizes[via]; ok {
+			n = v
+		}
+		baseBytes[op.base] = n
+		if int64(cap(src)) < n {
+			src = make([]byte, n)
 			for i := range src {
 				src[i] = byte(i*7 + 3)
 			}
 		}
 		var d time.Duration
 		if op.base == BaselineQUIC {
-			d, err = b.q.Bulk(ctx, src)
+			d, err = b.q.Bulk(ctx, src[:n])
 		} else {
-			d, err = FileRoundTrip(b.o.Dir, src)
+			d, err = FileRoundTrip(b.o.Dir, src[:n])
 		}
 		return d.Seconds(), 0, err
 	}
@@ -511,8 +523,9 @@ func (b *migBench) size(ctx context.Context, sizeMiB float64, seed uint64) ([]Mi
 	for _, op := range ops {
 		med := medianFloat(secs[op])
 		if op.base != "" {
-			bases = append(bases, MigrateBaseline{SizeMiB: sizeMiB, Kind: op.base, Seconds: med, Bytes: bytes,
-				MBps: mbps(bytes, med), Reps: len(secs[op])})
+			n := baseBytes[op.base]
+			bases = append(bases, MigrateBaseline{SizeMiB: sizeMiB, Kind: op.base, Seconds: med, Bytes: n,
+				MBps: mbps(n, med), Reps: len(secs[op])})
 			continue
 		}
 		row := MigrateRow{SizeMiB: sizeMiB, Via: string(op.via), Seconds: med, FreezeMS: medianFloat(freezes[op.via]),

@@ -493,6 +493,10 @@ type hosted struct {
 	// pause owed but too short to take yet.
 	lastSafe time.Time
 	owed     time.Duration
+	// ended is set when the task's goroutine is over, its exit reported.
+	endMu sync.Mutex
+	ended bool
+	endCh chan struct{}
 	// quiet marks a task killed to roll its job back: its end notifies
 	// nobody (the job restarts from a checkpoint).
 	quiet atomic.Bool
@@ -581,6 +585,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 // run is the task's goroutine.
 func (d *Daemon) run(h *hosted) {
 	defer d.wg.Done()
+	defer h.markEnded() // after finish has reported the exit
 	returned := false
 	var err error
 	defer func() {
@@ -616,6 +621,30 @@ func (d *Daemon) run(h *hosted) {
 	h.measure()
 	err = h.t.Run(task.NewCtx(h, h.t))
 	returned = true
+}
+
+// markEnded records that the task's goroutine is over.
+func (h *hosted) markEnded() {
+	h.endMu.Lock()
+	h.ended = true
+	if h.endCh != nil {
+		close(h.endCh)
+	}
+	h.endMu.Unlock()
+}
+
+// whenEnded returns a channel closed once the task's goroutine is over and
+// its exit has been reported (to the master, or handled here).
+func (h *hosted) whenEnded() <-chan struct{} {
+	h.endMu.Lock()
+	defer h.endMu.Unlock()
+	if h.endCh == nil {
+		h.endCh = make(chan struct{})
+		if h.ended {
+			close(h.endCh)
+		}
+	}
+	return h.endCh
 }
 
 // measure records the size of the task's state. Only the task's own

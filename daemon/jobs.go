@@ -43,6 +43,18 @@ type jobState struct {
 	rmu     sync.Mutex
 	rolling chan struct{} // while the job rolls back: closed when it is over
 	gen     int           // rollbacks so far
+	// broken is set when the job loses tasks with a host, until it has
+	// rolled back; losses counts such events. No checkpoint may be taken
+	// of a broken job, nor one that spans a loss.
+	broken bool
+	losses int
+}
+
+// damage returns whether the job is broken and how many losses it has had.
+func (js *jobState) damage() (bool, int) {
+	js.rmu.Lock()
+	defer js.rmu.Unlock()
+	return js.broken, js.losses
 }
 
 // rollingBack returns a channel closed when the job's rollback is over, or
@@ -209,6 +221,10 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	}
 	js.ck.Lock()
 	defer js.ck.Unlock()
+	broken, losses := js.damage()
+	if broken {
+		return res, fmt.Errorf("it lost tasks with a host and has not rolled back yet")
+	}
 	start := time.Now()
 	hosts := d.hostIDs()
 	step := ckStep{Job: js.id, Timeout: d.cfg.MoveTimeout}
@@ -297,6 +313,9 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 				File: f.File, Bytes: f.Bytes, SHA256: f.SHA256})
 			res.Bytes += f.Bytes
 		}
+	}
+	if _, now := js.damage(); now != losses {
+		return fail(errors.New("it lost tasks with a host meanwhile"))
 	}
 	if err := jobset.WriteManifest(setDir, m, d.manifestKey()); err != nil {
 		return fail(err)
@@ -680,6 +699,10 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) {
 	delete(d.hostJobs, h)
 	d.mu.Unlock()
 	for _, js := range jss {
+		js.rmu.Lock()
+		js.broken = true
+		js.losses++
+		js.rmu.Unlock()
 		d.goFunc(func() { d.rollBack(js, h) })
 	}
 }
@@ -730,6 +753,9 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 		return
 	}
 	js.seq = m.Seq
+	js.rmu.Lock()
+	js.broken = false
+	js.rmu.Unlock()
 	d.rollbacks.Add(1)
 	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "host", lost,
 		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
@@ -749,9 +775,12 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	}
 	t := time.NewTimer(max(a.Timeout, time.Second))
 	defer t.Stop()
+	// Wait until each has ended and reported its exit to the master: the
+	// report travels before this call's answer, so the master forgets the
+	// old incarnations before it restores the new ones.
 	for _, h := range hs {
 		select {
-		case <-h.done:
+		case <-h.whenEnded():
 		case <-t.C:
 		case <-ctx.Done():
 		}

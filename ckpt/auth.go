@@ -158,8 +158,9 @@ type gmacMAC struct {
 }
 
 type gmacJob struct {
-	i   uint64
-	seg []byte
+	i      uint64
+	seg    []byte
+	pooled bool
 }
 
 var segPool = sync.Pool{New: func() any { b := make([]byte, 0, gmacSegment); return &b }}
@@ -195,36 +196,59 @@ func (m *gmacMAC) write(p []byte) {
 	}
 }
 
-func (m *gmacMAC) writeAsync(p []byte) { m.write(p) }
+// writeAsync tags the whole pieces inside p where they are (p does not
+// change until sum or stop) and copies only the rest.
+func (m *gmacMAC) writeAsync(p []byte) {
+	for len(p) > 0 {
+		if len(m.seg) == 0 && len(p) >= gmacSegment {
+			m.send(p[:gmacSegment], false)
+			m.n += gmacSegment
+			p = p[gmacSegment:]
+			continue
+		}
+		c := min(len(p), gmacSegment-len(m.seg))
+		m.write(p[:c])
+		p = p[c:]
+	}
+}
 
-// dispatch hands the full piece to the workers.
+// dispatch hands the full piece being filled to the workers.
 func (m *gmacMAC) dispatch() {
+	m.send(m.seg, true)
+	m.seg = nil
+}
+
+// send hands piece m.next to the workers; pooled says its buffer goes back
+// to segPool once tagged.
+func (m *gmacMAC) send(seg []byte, pooled bool) {
 	if m.jobs == nil {
 		workers := min(max(runtime.GOMAXPROCS(0), 1), 4)
 		m.jobs = make(chan gmacJob, 2*workers)
 		for range workers {
 			go func(jobs <-chan gmacJob) {
 				for j := range jobs {
-					m.tag(j.i, j.seg)
+					m.tag(j.i, j.seg, j.pooled)
 					m.wg.Done()
 				}
 			}(m.jobs)
 		}
 	}
 	m.wg.Add(1)
-	m.jobs <- gmacJob{i: m.next, seg: m.seg}
-	m.seg = nil
+	m.jobs <- gmacJob{i: m.next, seg: seg, pooled: pooled}
 	m.next++
 }
 
-// tag computes piece i's tag and returns its buffer to the pool.
-func (m *gmacMAC) tag(i uint64, seg []byte) {
+// tag computes piece i's tag and, if pooled, returns its buffer to the
+// pool.
+func (m *gmacMAC) tag(i uint64, seg []byte, pooled bool) {
 	var nonce [12]byte
 	binary.LittleEndian.PutUint64(nonce[:], i)
 	var t [16]byte
 	m.aead.Seal(t[:0], nonce[:], nil, seg)
-	seg = seg[:0]
-	segPool.Put(&seg)
+	if pooled {
+		seg = seg[:0]
+		segPool.Put(&seg)
+	}
 	m.mu.Lock()
 	if need := int(i+1) * 16; len(m.tags) < need {
 		m.tags = append(m.tags, make([]byte, need-len(m.tags))...)
@@ -235,7 +259,7 @@ func (m *gmacMAC) tag(i uint64, seg []byte) {
 
 func (m *gmacMAC) sum() []byte {
 	if len(m.seg) > 0 {
-		m.tag(m.next, m.seg)
+		m.tag(m.next, m.seg, true)
 		m.seg = nil
 		m.next++
 	}

@@ -5,9 +5,10 @@ import (
 	"sync"
 )
 
-// hashPiece is how much of a numeric block is read or written before its
-// MAC computation is handed to the hashing goroutine, so that the copy of
-// one piece overlaps the hashing of the one before.
+// hashPiece is how much of a numeric block is read before its MAC
+// computation is handed on (to the hashing goroutine, or GMAC's workers),
+// so that the reading of one piece overlaps the hashing of the one before.
+// A block being written is handed on whole: the hashing overlaps its write.
 const hashPiece = 256 << 10
 
 // asyncMin is the smallest numeric block hashed alongside: below it, the

@@ -55,14 +55,15 @@ func (s *sink) write(p []byte) error {
 	return s.put(p)
 }
 
-// writeBlock writes the memory of a numeric block, hashing it alongside.
+// writeBlock writes the memory of a numeric block, hashing it alongside:
+// the MAC takes the whole piece at once (a GMAC tags its aligned MiBs where
+// they are), and the destination gets it in one write.
 func (s *sink) writeBlock(p []byte) error {
-	for off := 0; off < len(p) && s.err == nil; off += hashPiece {
-		piece := p[off:min(len(p), off+hashPiece)]
-		s.mac.writeAsync(piece)
-		s.put(piece)
+	if s.err != nil {
+		return s.err
 	}
-	return s.err
+	s.mac.writeAsync(p)
+	return s.put(p)
 }
 
 // put writes p to the destination.
@@ -286,7 +287,10 @@ func (s *source) some(p []byte, what string) (int, error) {
 }
 
 // block reads exactly len(p) bytes of a numeric block's memory (within the
-// current chunk), hashing them alongside.
+// current chunk), hashing them alongside: each piece read is handed to the
+// MAC while the next is read (in pieces this small the hashing keeps up
+// with the reading better than in larger ones that a GMAC could tag where
+// they are).
 func (s *source) block(p []byte, what string) error {
 	for len(p) > 0 {
 		if s.err != nil {

@@ -117,8 +117,9 @@ func TestChannelNeedsChannel(t *testing.T) {
 
 // TestAuthFlipsAndTruncation: every one-bit flip of small GMAC and channel
 // checkpoints, and 300 seeded ones of a GMAC checkpoint of several
-// segments, are refused with a sentinel; past the header and salt, as
-// tampering. Every prefix is refused as truncated.
+// segments, are refused with a sentinel; in the mac, as tampering. Every
+// prefix of the small ones and 50 seeded prefixes of the large one (read in
+// halves) are refused as truncated.
 func TestAuthFlipsAndTruncation(t *testing.T) {
 	r := rand.New(rand.NewPCG(6, 6))
 	bigOne := &big{Iter: 1, Data: make([]float64, 5*gmacSegment/16)}
@@ -165,6 +166,12 @@ func TestAuthFlipsAndTruncation(t *testing.T) {
 		} else {
 			for range c.flips {
 				check(r.IntN(len(b)))
+			}
+			for range 50 {
+				n := r.IntN(len(b))
+				if _, _, err := ReadLimits(iotest.HalfReader(bytes.NewReader(b[:n])), testKey, lim); !errors.Is(err, ErrTruncated) {
+					t.Fatalf("%v: prefix of %d bytes: %v", c.a, n, err)
+				}
 			}
 		}
 		if _, _, err := ReadLimits(bytes.NewReader(b), []byte("another key"), lim); c.a != AuthChannel && !errors.Is(err, ErrTampered) {

@@ -7,8 +7,8 @@ import (
 
 // hashPiece is how much of a numeric block is read before its MAC
 // computation is handed on (to the hashing goroutine, or GMAC's workers),
-// so that the reading of one piece overlaps the hashing of the one before.
-// A block being written is handed on whole: the hashing overlaps its write.
+// so that the copy of one piece overlaps the hashing of the one before (a
+// block written under a GMAC is handed on whole: see sink.writeBlock).
 const hashPiece = 256 << 10
 
 // asyncMin is the smallest numeric block hashed alongside: below it, the

@@ -55,15 +55,25 @@ func (s *sink) write(p []byte) error {
 	return s.put(p)
 }
 
-// writeBlock writes the memory of a numeric block, hashing it alongside:
-// the MAC takes the whole piece at once (a GMAC tags its aligned MiBs where
-// they are), and the destination gets it in one write.
+// writeBlock writes the memory of a numeric block, hashing it alongside. A
+// GMAC takes the whole block at once (it tags the aligned MiBs where they
+// are, on its workers) and the destination gets it in one write; other
+// MACs take it piece by piece, each piece hashed while the one before is
+// written.
 func (s *sink) writeBlock(p []byte) error {
-	if s.err != nil {
-		return s.err
+	if g, ok := s.mac.(*gmacMAC); ok {
+		if s.err != nil {
+			return s.err
+		}
+		g.writeAsync(p)
+		return s.put(p)
 	}
-	s.mac.writeAsync(p)
-	return s.put(p)
+	for off := 0; off < len(p) && s.err == nil; off += hashPiece {
+		piece := p[off:min(len(p), off+hashPiece)]
+		s.mac.writeAsync(piece)
+		s.put(piece)
+	}
+	return s.err
 }
 
 // put writes p to the destination.
@@ -292,6 +302,9 @@ func (s *source) some(p []byte, what string) (int, error) {
 // with the reading better than in larger ones that a GMAC could tag where
 // they are).
 func (s *source) block(p []byte, what string) error {
+	if g, ok := s.mac.(*gmacMAC); ok {
+		return s.blockGMAC(g, p, what)
+	}
 	for len(p) > 0 {
 		if s.err != nil {
 			return s.err
@@ -307,6 +320,32 @@ func (s *source) block(p []byte, what string) error {
 			continue
 		}
 		return s.readErr(err, what)
+	}
+	return nil
+}
+
+// blockGMAC is block under a GMAC: it reads up to the next piece boundary
+// of the GMAC (copied into the piece being filled), then whole pieces
+// straight into p, each tagged where it is by the workers while the next
+// is read, then the rest.
+func (s *source) blockGMAC(g *gmacMAC, p []byte, what string) error {
+	for len(p) > 0 {
+		if s.err != nil {
+			return s.err
+		}
+		n := min(len(p), gmacSegment-len(g.seg))
+		if len(g.seg) > 0 {
+			n = min(n, hashPiece)
+		}
+		got, err := io.ReadFull(s.r, p[:n])
+		if got > 0 {
+			g.writeAsync(p[:got])
+			s.n += int64(got)
+			p = p[got:]
+		}
+		if err != nil {
+			return s.readErr(err, what)
+		}
 	}
 	return nil
 }

@@ -191,6 +191,14 @@ func (c *Client) Spawn(ctx context.Context, typ string, state []byte, count int,
 	return rep.TIDs, err
 }
 
+// SpawnRoots starts count tasks as the roots of as many new jobs, each
+// with the checkpoints opts asks for; their output goes to the master's.
+func (c *Client) SpawnRoots(ctx context.Context, typ string, state []byte, count int, host string, opts JobOptions) ([]task.TID, error) {
+	var rep tidsReply
+	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: count, Host: host}, Roots: true, Opts: opts}, &rep)
+	return rep.TIDs, err
+}
+
 // Kill kills a task.
 func (c *Client) Kill(ctx context.Context, tid task.TID) error {
 	return c.call(ctx, mKill, tidArgs{TID: tid}, nil)

@@ -107,7 +107,7 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	d.nextJob++
 	js := &jobState{id: d.nextJob, name: name, typ: typ, opts: opts, done: make(chan struct{})}
 	if js.name == "" {
-		js.name = fmt.Sprintf("j%d", js.id)
+		js.name = d.freshJobName(js.id)
 	}
 	if js.opts.Keep <= 0 {
 		js.opts.Keep = 2
@@ -138,14 +138,63 @@ func (d *Daemon) StartJob(ctx context.Context, root task.Task, opts JobOptions) 
 	return js.id, js.root, nil
 }
 
+// spawnRoots places and starts req.Count tasks, each the root of a job of
+// its own (master).
+func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts JobOptions) ([]task.TID, error) {
+	if req.Count < 1 {
+		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	}
+	var tids []task.TID
+	for range req.Count {
+		js := d.newJob("", req.Type, opts)
+		r := req
+		r.Count = 1
+		got, err := d.spawnAnywhere(ctx, 0, js.id, r)
+		if err != nil || len(got) == 0 {
+			d.endJob(js)
+			return tids, err
+		}
+		js.root = got[0]
+		tids = append(tids, js.root)
+		if opts.CheckpointEvery > 0 {
+			d.goFunc(func() { d.checkpointLoop(js) })
+		}
+		d.endWithRoot(js)
+	}
+	return tids, nil
+}
+
+// freshJobName names job id's checkpoints: "j<id>", or "j<id>-<k>" with
+// the first k free when an earlier machine sharing the directory left
+// checkpoints under that name.
+func (d *Daemon) freshJobName(id uint64) string {
+	name := fmt.Sprintf("j%d", id)
+	if d.cfg.SharedDir == "" {
+		return name
+	}
+	for k := 2; ; k++ {
+		dir, err := jobset.JobDir(d.cfg.SharedDir, name)
+		if err != nil {
+			return name
+		}
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return name
+		}
+		name = fmt.Sprintf("j%d-%d", id, k)
+	}
+}
+
 // endJob forgets a job whose root task has ended (master).
+// A checkpoint under way is waited for; none starts after.
 func (d *Daemon) endJob(js *jobState) {
 	js.ended.Do(func() {
+		close(js.done)
+		js.ck.Lock()
+		js.ck.Unlock() //nolint:staticcheck // waits for a checkpoint under way
 		d.mu.Lock()
 		delete(d.jobReg, js.id)
 		delete(d.jobs, js.id)
 		d.mu.Unlock()
-		close(js.done)
 	})
 }
 
@@ -182,7 +231,11 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+js.opts.CheckpointEvery)
-		r, err := d.checkpointJob(ctx, js, "")
+		// A task blocked in a receive that is not a safe point holds the
+		// others at theirs until the attempt gives up: give up soon, and
+		// try again at the next period.
+		hold := min(max(js.opts.CheckpointEvery/2, 50*time.Millisecond), d.cfg.MoveTimeout)
+		r, err := d.checkpointJob(ctx, js, "", hold)
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrNoJob) {
@@ -203,10 +256,12 @@ func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (Jo
 	if err != nil {
 		return JobCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
-	return d.checkpointJob(ctx, js, root)
+	return d.checkpointJob(ctx, js, root, d.cfg.MoveTimeout)
 }
 
-func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (res JobCheckpoint, err error) {
+// checkpointJob checkpoints js under root, giving its tasks hold to reach
+// their safe points.
+func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, hold time.Duration) (res JobCheckpoint, err error) {
 	res = JobCheckpoint{Job: js.id, Name: js.name}
 	defer func() {
 		if err != nil {
@@ -221,13 +276,18 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	}
 	js.ck.Lock()
 	defer js.ck.Unlock()
+	select {
+	case <-js.done:
+		return res, ErrNoJob
+	default:
+	}
 	broken, losses := js.damage()
 	if broken {
 		return res, fmt.Errorf("it lost tasks with a host and has not rolled back yet")
 	}
 	start := time.Now()
 	hosts := d.hostIDs()
-	step := ckStep{Job: js.id, Timeout: d.cfg.MoveTimeout}
+	step := ckStep{Job: js.id, Timeout: hold}
 	resume := func() {
 		_, _ = d.allHosts(context.WithoutCancel(ctx), hosts, mCkResume, step)
 	}

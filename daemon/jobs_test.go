@@ -375,3 +375,60 @@ func TestJobRollsBackWhenAHostIsLost(t *testing.T) {
 		t.Fatalf("results %v, want a second %s", all, want[1])
 	}
 }
+
+// TestSpawnRootsCheckpointPeriodically: a task spawned as the root of its
+// own job with a checkpoint period gets complete checkpoints while it
+// runs, and its job ends with it.
+func TestSpawnRootsCheckpointPeriodically(t *testing.T) {
+	shared := t.TempDir()
+	vm := startVM(t, 2, Config{SharedDir: shared})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, state, err := task.EncodeState(&ringRoot{N: 3, Laps: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnRoots(ctx, task.SpawnRequest{Type: "daemon.test.ringroot", State: state, Count: 1},
+		JobOptions{CheckpointEvery: 20 * time.Millisecond, Keep: 1})
+	if err != nil || len(tids) != 1 {
+		t.Fatal(tids, err)
+	}
+	root := <-ringMid
+	var info TaskInfo
+	for _, ti := range m.Tasks(false) {
+		if ti.TID == root {
+			info = ti
+		}
+	}
+	if info.Job == 0 || root != tids[0] {
+		t.Fatalf("root %v (spawned %v) in job %d", root, tids, info.Job)
+	}
+	jobDir, _ := jobset.JobDir(shared, fmt.Sprintf("j%d", info.Job))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, m, _, err := jobset.Latest(jobDir, vm.Master().manifestKey()); err == nil && len(m.Entries) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no complete checkpoint after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	poke(t, m, root)
+	if _, err := m.Wait(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := m.job(info.Job); errors.Is(err, ErrNoJob) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job outlived its root")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if seqs, _ := jobset.Sets(jobDir); len(seqs) != 1 {
+		t.Fatalf("kept sets %v, want the newest only", seqs)
+	}
+}

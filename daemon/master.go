@@ -196,6 +196,10 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
 			return tidsReply{TIDs: tids}, err
 		}
+		if a.Roots && a.Parent.IsZero() {
+			tids, err := d.spawnRoots(ctx, a.Req, a.Opts)
+			return tidsReply{TIDs: tids}, err
+		}
 		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Job, a.Req)
 		return tidsReply{TIDs: tids}, err
 	case mStart:

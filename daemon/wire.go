@@ -172,6 +172,9 @@ type (
 		// them; Req.Count is then ignored.
 		MinSize int `msgpack:"mn,omitempty"`
 		MaxSize int `msgpack:"mx,omitempty"`
+		// Roots makes each task the root of a job of its own, with Opts.
+		Roots bool       `msgpack:"ro,omitempty"`
+		Opts  JobOptions `msgpack:"o,omitempty"`
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`

@@ -38,6 +38,9 @@ func npbCommand() *cli.Command {
 				&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 				&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address (DPVM_MASTER is not read: the embedded machine is the default)"},
 				clusterKeyFlag,
+				&cli.StringFlag{Name: "shared-dir", Usage: "shared directory of the embedded machine, for job checkpoints (default: a temporary one)"},
+				checkpointEveryFlag,
+				keepFlag,
 			},
 			Action: func(c *cli.Context) error { return npbAction(c, k) },
 		})
@@ -72,12 +75,18 @@ func npbAction(c *cli.Context, kernel string) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := npb.RunOptions{Hosts: hosts, Output: stderr, VM: daemon.RunOptions{Logger: loggerFrom(c)}}
+	job, err := jobOptions(c)
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)
+	}
+	if job.CheckpointEvery > 0 && c.String("master") == "" && hosts < 2 {
+		return cli.Exit(fmt.Sprintf("npb %s: --checkpoint-every needs a virtual machine of several hosts (--hosts N or --master ADDR)", kernel), 2)
+	}
+	opts := npb.RunOptions{Hosts: hosts, Output: stderr, VM: daemon.RunOptions{Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir")}}
 	if prog != nil {
 		opts.Progress = prog.show
 	}
 	var rep *npb.Report
-	var err error
 	if addr := c.String("master"); addr != "" {
 		var key *pki.ClusterKey
 		if key, err = pki.Load(c.String("cluster-key")); err != nil {

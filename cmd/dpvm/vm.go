@@ -341,6 +341,7 @@ func spawnControl() controlCommand {
 				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
 				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
+				checkpointEveryFlag, keepFlag,
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -355,7 +356,11 @@ func spawnControl() controlCommand {
 			if c.Int("min") > 0 || c.Int("max") > 0 {
 				tids, err = cl.SpawnJob(ctx, typ, state, c.Int("min"), c.Int("max"))
 			} else {
-				tids, err = cl.Spawn(ctx, typ, state, c.Int("count"), c.String("host"))
+				var opts daemon.JobOptions
+				if opts, err = jobOptions(c); err != nil {
+					return cli.Exit("spawn: "+err.Error(), 2)
+				}
+				tids, err = cl.SpawnRoots(ctx, typ, state, c.Int("count"), c.String("host"), opts)
 			}
 			if len(tids) > 0 || err == nil {
 				if c.Bool("json") {

@@ -185,7 +185,7 @@ func RunOn(ctx context.Context, cl *daemon.Client, kernel, class string, np int,
 		return nil, err
 	}
 	sink := &lineSink{progress: opts.Progress, other: opts.Output}
-	info, runErr := cl.Run(ctx, typ, state, sink)
+	info, runErr := cl.RunJob(ctx, typ, state, opts.VM.Job, sink)
 	if runErr == nil {
 		runErr = daemon.ExitError(info)
 	}

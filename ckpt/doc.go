@@ -4,7 +4,9 @@
 // either directly, Write on one daemon's end of a stream and Read on the
 // other's (encoding, transfer and decoding overlap), or indirectly, through
 // a Dir every host mounts (Save, then Open and Read, then Remove once the
-// move has committed).
+// move has committed). Write authenticates with HMAC-SHA256; WriteWith
+// chooses a GMAC computed on all cores (files) or, for a stream that
+// authenticates its bytes itself, no MAC at all (see the flags below).
 //
 // Write reads the task's struct while it writes and Read decodes while it
 // reads: a state is never held twice in memory, and a slice of fixed-size

@@ -44,6 +44,15 @@ type Config struct {
 	// Key is the cluster key every connection is authenticated with
 	// (required with Listen).
 	Key *pki.ClusterKey
+	// MasterGrace is how long a host daemon runs on without its master,
+	// trying to register again with a master restarted at the same
+	// address (see Recover), before it stops with ErrMasterLost (default
+	// 1 minute; negative: stop at once).
+	MasterGrace time.Duration
+	// Recover makes a new master rebuild the machine from the hosts that
+	// register again after their master was lost: their host IDs, tasks,
+	// routes and group memberships.
+	Recover bool
 	// Transport tunes QUIC.
 	Transport transport.Config
 	// Network carries the connections (default QUIC over UDP); tests give
@@ -127,6 +136,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.MasterGrace == 0 {
+		c.MasterGrace = time.Minute
 	}
 	if c.RTO <= 0 {
 		c.RTO = max(2*time.Second, 2*c.Heartbeat)
@@ -256,6 +268,8 @@ type Daemon struct {
 	barr     []arrival               // arrivals not yet sent to the master
 	bsending bool                    // an arriving task is sending arrivals
 	bsend    sync.Mutex              // held while arrivals are handed to the connection
+	bpending map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
+	orphan   atomic.Bool             // a host that has lost its master and looks for one
 	migMu    sync.Mutex
 	migs     map[task.TID]*migration // migrations under way (master)
 	whyMu    sync.Mutex
@@ -282,7 +296,11 @@ type Daemon struct {
 	tidFloor  map[task.HostID]uint32          // master: restored TIDs of hosts not (yet) here
 	hostJobs  map[task.HostID]map[uint64]bool // master: the jobs with tasks on each host
 	rollbacks atomic.Int64                    // master: job rollbacks made
-	nextJob   uint64
+	// A recovered master (under migMu): moves the old master left half
+	// done, and where hosts registering again run their tasks.
+	orphanMoves map[task.TID]orphanMove
+	runningAt   map[task.TID]task.HostID
+	nextJob     uint64
 	// Migration: tasks suspended here while they move away, and tasks
 	// prepared here that are on their way in.
 	moving   map[task.TID]*leaving
@@ -333,6 +351,7 @@ func newDaemon(cfg Config) *Daemon {
 		incoming:  map[task.TID]*arriving{},
 		migs:      map[task.TID]*migration{},
 		bwait:     map[task.TID]chan error{},
+		bpending:  map[task.TID]arrival{},
 		load:      load.NewInjected(cfg.Load),
 		sched:     &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
 		routes:    routing.NewTable(),
@@ -497,6 +516,9 @@ type hosted struct {
 	endMu sync.Mutex
 	ended bool
 	endCh chan struct{}
+	// groups are the task's memberships (hosts other than the master),
+	// by group, under d.mu: what it re-registers with a recovered master.
+	groups map[string]int
 	// quiet marks a task killed to roll its job back: its end notifies
 	// nobody (the job restarts from a checkpoint).
 	quiet atomic.Bool

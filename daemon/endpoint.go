@@ -176,6 +176,7 @@ func (h *hosted) Join(ctx context.Context, group string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	h.d.remember(h, group, rep.N)
 	return rep.N, nil
 }
 
@@ -186,7 +187,11 @@ func (h *hosted) Leave(ctx context.Context, group string) error {
 	if h.d.isMaster() {
 		return h.d.groups.leave(group, h.tid)
 	}
-	return h.d.callMaster(ctx, mLeave, groupArgs{Group: group, TID: h.tid}, nil)
+	err := h.d.callMaster(ctx, mLeave, groupArgs{Group: group, TID: h.tid}, nil)
+	if err == nil {
+		h.d.remember(h, group, -1)
+	}
+	return err
 }
 
 func (h *hosted) Members(ctx context.Context, group string) ([]task.TID, error) {

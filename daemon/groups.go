@@ -312,10 +312,12 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 	ch := make(chan error, 1)
 	d.bmu.Lock()
 	d.bwait[h.tid] = ch
+	d.bpending[h.tid] = arrival{group: group, count: count, tid: h.tid}
 	d.bmu.Unlock()
 	forget := func() {
 		d.bmu.Lock()
 		delete(d.bwait, h.tid)
+		delete(d.bpending, h.tid)
 		d.bmu.Unlock()
 	}
 	d.arrive(arrival{group: group, count: count, tid: h.tid})
@@ -426,6 +428,7 @@ func (d *Daemon) barrierReleased(tids []task.TID, why, code string) {
 	for _, t := range tids {
 		if ch := d.bwait[t]; ch != nil {
 			delete(d.bwait, t)
+			delete(d.bpending, t)
 			ch <- err
 		}
 	}

@@ -226,12 +226,16 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		n.mu.Lock()
 		n.clients[p] = true
 		n.mu.Unlock()
-	case h.Join:
+	case h.Join || h.Rejoin:
 		if !d.cfg.Master {
 			refuse("this daemon is not the master")
 			return
 		}
-		info, hosts, routes, err := d.admit(h)
+		admit := d.admit
+		if h.Rejoin {
+			admit = d.admitAgain
+		}
+		info, hosts, routes, err := admit(h)
 		if err != nil {
 			refuse(err.Error())
 			return
@@ -321,6 +325,10 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 		if hi == nil {
 			n.mu.Unlock()
 			return nil, fmt.Errorf("%v: %w", h, task.ErrNoSuchHost)
+		}
+		if h == MasterID && !d.cfg.Master && d.orphan.Load() {
+			n.mu.Unlock() // only registering again reaches a master now
+			return nil, fmt.Errorf("%v: %w: the master is lost", h, ErrNotConnected)
 		}
 		if wait, busy := n.dialing[h]; busy {
 			n.mu.Unlock()
@@ -421,6 +429,10 @@ func (d *Daemon) masterLost(cause error) {
 	d.whyMu.Unlock()
 	if stopping {
 		return // halted or deleted: the master hanging up is expected
+	}
+	if d.cfg.MasterGrace > 0 {
+		d.orphaned(cause)
+		return
 	}
 	d.log.Error("lost the master daemon; stopping", "cause", cause)
 	d.stopAsync(fmt.Errorf("%w: %v", ErrMasterLost, cause))
@@ -636,7 +648,10 @@ func (d *Daemon) heartbeatLoop() {
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {
 			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
-			return
+			if d.cfg.MasterGrace <= 0 {
+				return
+			}
+			continue
 		}
 		d.reportLoad()
 		m.frame(routing.KindPing, nil)

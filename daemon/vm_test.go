@@ -376,10 +376,10 @@ func (d *Daemon) crash() {
 	go d.stop(why)
 }
 
-// TestMasterLossStopsHosts: when the master disappears, every host stops
-// with ErrMasterLost.
+// TestMasterLossStopsHosts: when the master disappears and none comes
+// back within the grace period, every host stops with ErrMasterLost.
 func TestMasterLossStopsHosts(t *testing.T) {
-	vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second})
+	vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second, MasterGrace: 300 * time.Millisecond})
 	vm.Master().crash()
 	for _, d := range vm.Daemons[1:] {
 		select {

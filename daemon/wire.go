@@ -26,6 +26,10 @@ type hello struct {
 	Assigned task.HostID     `msgpack:"as,omitempty"`
 	Hosts    []HostInfo      `msgpack:"hs,omitempty"`
 	Routes   []routing.Entry `msgpack:"rt,omitempty"`
+	// Rejoin: a host registering again, with what it runs, after its
+	// master was lost (Host is its host ID).
+	Rejoin bool          `msgpack:"rj,omitempty"`
+	Report *rejoinReport `msgpack:"rr,omitempty"`
 	// TIDFloor is the largest task number of the new host's ID taken by
 	// tasks restored from a job checkpoint: its own tasks number above it.
 	TIDFloor uint32 `msgpack:"tf,omitempty"`

@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"dpvm/task"
+)
+
+// ponger joins group "g" once and answers every number with itself; it
+// waits at safe points, so it can move.
+type ponger struct{ Joined bool }
+
+func init() { task.Register("daemon.test.ponger", &ponger{}) }
+
+func (p *ponger) Run(c *task.Ctx) error {
+	if !p.Joined {
+		if _, err := c.Join("g"); err != nil {
+			return err
+		}
+		p.Joined = true
+	}
+	for {
+		var n int
+		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		if err != nil {
+			return err
+		}
+		if err := c.Send(st.From, 2, n); err != nil {
+			return err
+		}
+	}
+}
+
+// TestMasterRecovery: the master crashes; the hosts run on, their tasks
+// keep exchanging messages; a master restarted at the same address with
+// Recover takes the hosts back with their IDs, tasks, routes and group
+// memberships, and spawning and migration work again.
+func TestMasterRecovery(t *testing.T) {
+	cfg := Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, MasterGrace: 30 * time.Second}
+	vm := startVM(t, 3, cfg)
+	m := vm.Master()
+	addr := m.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	pongs := make(chan int, 1<<16)
+	pinger := fn(t, func(c *task.Ctx, _ int) error {
+		var to task.TID
+		if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			if err := c.Send(to, 1, i); err != nil {
+				return err
+			}
+			var r int
+			if _, err := c.RecvSafe(to, 2, &r); err != nil {
+				return err
+			}
+			if r != i {
+				return fmt.Errorf("pong %d for ping %d", r, i)
+			}
+			pongs <- r
+		}
+	})
+	var po, pi task.TID
+	root := runRoot(t, m, func(c *task.Ctx, _ int) error {
+		a, err := c.Spawn(&ponger{}, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		b, err := c.Spawn(pinger, 1, task.OnHost("h3"))
+		if err != nil {
+			return err
+		}
+		po, pi = a[0], b[0]
+		return c.Send(pi, 1, po)
+	})
+	next := func(n int) int {
+		t.Helper()
+		last := -1
+		for range n {
+			select {
+			case last = <-pongs:
+			case <-ctx.Done():
+				t.Fatal("the ping-pong stopped")
+			}
+		}
+		return last
+	}
+	next(10)
+	m.crash()
+	<-m.Done()
+	// The hosts notice and run on; the ping-pong goes on without a master.
+	for _, h := range vm.Daemons[1:] {
+		for !h.orphan.Load() {
+			next(1)
+		}
+	}
+	next(50)
+
+	m2, err := Start(ctx, Config{Listen: addr, Master: true, Recover: true, Key: vm.Key, Output: &syncBuffer{},
+		Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m2.Halt(hctx)
+	})
+	for len(m2.Hosts()) < 3 {
+		next(1) // each pong is a moment for the hosts to register again
+	}
+	if hs := m2.Hosts(); hs[1].ID != 2 || hs[2].ID != 3 {
+		t.Fatalf("hosts after recovery: %+v", hs)
+	}
+	if mem, err := m2.groups.members("g"); err != nil || !slices.Equal(mem, []task.TID{po}) {
+		t.Fatalf("group g after recovery: %v %v", mem, err)
+	}
+	if h := m2.routeHost(po); h != 2 {
+		t.Fatalf("route of %v after recovery: %v", po, h)
+	}
+	// Spawning works, and numbers the master's tasks above any it had.
+	tid, err := m2.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		got, err := c.Spawn(fn(t, func(*task.Ctx, int) error { return nil }), 1, task.OnHost("h3"))
+		if err == nil && got[0].Host() != 3 {
+			err = fmt.Errorf("spawned %v, want it on h3", got)
+		}
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tid.Host() != MasterID || tid.Num() <= root.TID.Num() {
+		t.Fatalf("the new master's task %v reuses a number the old one gave (%v)", tid, root.TID)
+	}
+	if info, err := m2.Wait(ctx, tid); err != nil || info.Status != 0 {
+		t.Fatalf("spawn after recovery: %+v %v", info, err)
+	}
+	// Migration works: the ponger moves to h3 and the ping-pong goes on.
+	if _, err := m2.Migrate(ctx, po, "h3", Direct); err != nil {
+		t.Fatal(err)
+	}
+	last := next(20)
+	t.Logf("%d pings answered in order through the master's loss and recovery", last+1)
+}

@@ -49,6 +49,10 @@ type Config struct {
 	// address (see Recover), before it stops with ErrMasterLost (default
 	// 1 minute; negative: stop at once).
 	MasterGrace time.Duration
+	// MasterNoTasks keeps placement off the master's host (tasks land
+	// there only when asked for by name): a machine whose master hosts no
+	// tasks loses none of them with it.
+	MasterNoTasks bool
 	// Recover makes a new master rebuild the machine from the hosts that
 	// register again after their master was lost: their host IDs, tasks,
 	// routes and group memberships.

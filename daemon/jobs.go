@@ -584,7 +584,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 // there are now (master).
 func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m *jobset.Manifest) error {
 	// Where each task goes.
-	hosts := d.Hosts()
+	hosts := d.placeable()
 	here := map[task.HostID]bool{}
 	for _, h := range hosts {
 		here[h.ID] = true

@@ -432,7 +432,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 			places[i] = h
 		}
 	} else {
-		hosts := d.Hosts()
+		hosts := d.placeable()
 		d.placeMu.Lock()
 		var err error
 		places, err = d.cfg.Placer.Place(hosts, req.Count)

@@ -359,7 +359,8 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		return task.ErrKilled
 	}
 	delete(d.tasks, h.tid)
-	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Epoch: req.epoch, Created: time.Now()}
+	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Epoch: req.epoch, Created: time.Now(),
+		Groups: h.memberships()}
 	for _, e := range h.mb.drain() {
 		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
 	}
@@ -559,6 +560,12 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
+	for _, g := range m.Groups { // the host's record, for a recovered master
+		if h.groups == nil {
+			h.groups = map[string]int{}
+		}
+		h.groups[g.Group] = g.Inst
+	}
 	for _, e := range m.Mailbox {
 		h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
 	}

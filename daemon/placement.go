@@ -151,7 +151,7 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
 	}
-	hosts := d.Hosts()
+	hosts := d.placeable()
 	snap := hostSnapshot(hosts, d.cfg.Sched)
 	m, err := sched.Plan(snap, sched.Job{MinSize: minSize, MaxSize: maxSize})
 	if err != nil {
@@ -178,4 +178,20 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		}
 	}
 	return tids, nil
+}
+
+// placeable lists the hosts placement may choose (master): every host, or
+// all but the master's own when it hosts no tasks (Config.MasterNoTasks).
+func (d *Daemon) placeable() []HostInfo {
+	hs := d.Hosts()
+	if !d.cfg.MasterNoTasks || len(hs) < 2 {
+		return hs
+	}
+	out := hs[:0]
+	for _, h := range hs {
+		if h.ID != MasterID {
+			out = append(out, h)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"dpvm/ckpt"
@@ -74,6 +75,17 @@ func (d *Daemon) remember(h *hosted, group string, inst int) {
 	h.groups[group] = inst
 }
 
+// memberships lists the task's group memberships this host knows of, by
+// group name (d.mu held).
+func (h *hosted) memberships() []ckpt.Membership {
+	var out []ckpt.Membership
+	for g, i := range h.groups {
+		out = append(out, ckpt.Membership{Group: g, Inst: i})
+	}
+	slices.SortFunc(out, func(a, b ckpt.Membership) int { return strings.Compare(a.Group, b.Group) })
+	return out
+}
+
 // report describes this host for a recovered master.
 func (d *Daemon) report() rejoinReport {
 	var r rejoinReport
@@ -85,10 +97,7 @@ func (d *Daemon) report() rejoinReport {
 	d.rmu.Lock()
 	d.mu.Lock()
 	for _, h := range d.tasks {
-		rt := rejoinTask{TID: h.tid, Job: h.job, Epoch: d.routes.Lookup(h.tid).Epoch}
-		for g, i := range h.groups {
-			rt.Groups = append(rt.Groups, ckpt.Membership{Group: g, Inst: i})
-		}
+		rt := rejoinTask{TID: h.tid, Job: h.job, Epoch: d.routes.Lookup(h.tid).Epoch, Groups: h.memberships()}
 		r.Tasks = append(r.Tasks, rt)
 		seen(h.tid)
 		seen(h.parent)

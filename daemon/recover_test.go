@@ -93,6 +93,11 @@ func TestMasterRecovery(t *testing.T) {
 		return last
 	}
 	next(10)
+	// A move before the loss: the membership travels with the task.
+	if _, err := m.Migrate(ctx, po, "h3", Direct); err != nil {
+		t.Fatal(err)
+	}
+	next(10)
 	m.crash()
 	<-m.Done()
 	// The hosts notice and run on; the ping-pong goes on without a master.
@@ -122,7 +127,7 @@ func TestMasterRecovery(t *testing.T) {
 	if mem, err := m2.groups.members("g"); err != nil || !slices.Equal(mem, []task.TID{po}) {
 		t.Fatalf("group g after recovery: %v %v", mem, err)
 	}
-	if h := m2.routeHost(po); h != 2 {
+	if h := m2.routeHost(po); h != 3 {
 		t.Fatalf("route of %v after recovery: %v", po, h)
 	}
 	// Spawning works, and numbers the master's tasks above any it had.
@@ -142,8 +147,8 @@ func TestMasterRecovery(t *testing.T) {
 	if info, err := m2.Wait(ctx, tid); err != nil || info.Status != 0 {
 		t.Fatalf("spawn after recovery: %+v %v", info, err)
 	}
-	// Migration works: the ponger moves to h3 and the ping-pong goes on.
-	if _, err := m2.Migrate(ctx, po, "h3", Direct); err != nil {
+	// Migration works: the ponger moves back to h2 and the ping-pong goes on.
+	if _, err := m2.Migrate(ctx, po, "h2", Direct); err != nil {
 		t.Fatal(err)
 	}
 	last := next(20)

@@ -78,6 +78,7 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "trace-host", Usage: "which host of the trace this daemon plays (default: its --name)"},
 			&cli.Float64Flag{Name: "trace-speedup", Value: 1, Usage: "trace seconds per second of replay"},
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
+			&cli.BoolFlag{Name: "no-tasks", Usage: "master: place no tasks on the master's host unless asked for by name (its loss then takes no task with it)"},
 			&cli.BoolFlag{Name: "recover", Usage: "master: rebuild a virtual machine whose master was lost from its hosts, which register again (same address and key)"},
 			&cli.DurationFlag{Name: "master-grace", Value: time.Minute, Usage: "host: run on this long without a master, registering again with one restarted at its address, before stopping (0: stop at once)"},
 		},
@@ -127,7 +128,7 @@ func daemonCommand() *cli.Command {
 				Key: key, Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
-				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")),
+				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
 				Placer: placer,
 				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),

@@ -87,3 +87,23 @@ func TestCRIUInReport(t *testing.T) {
 		t.Errorf("plot has no CRIU line:\n%s", b.String())
 	}
 }
+
+// FuzzReadCRIU feeds `dpvm bench migrate --criu FILE` arbitrary lines: it
+// never panics, and every row it accepts is in range.
+func FuzzReadCRIU(f *testing.F) {
+	f.Add(criuSample)
+	f.Add(`{"tool":"criu","size_mib":16,"dump_s":0.2,"restore_s":0.3,"seconds":0.5,"reps":3,"verified":true}`)
+	f.Add(`{"tool":"criu","size_mib":-1}` + "\n\n" + `{`)
+	f.Add(`{"tool":"criu","size_mib":1e309,"dump_s":"x"}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		rows, err := ReadCRIU(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		for _, r := range rows {
+			if r.SizeMiB < 0 || r.SizeMiB > MaxMigrateMiB || !(r.Seconds > 0) {
+				t.Fatalf("accepted %+v from %q", r, in)
+			}
+		}
+	})
+}

@@ -112,6 +112,11 @@ type Config struct {
 	// "exit-on-restore" makes the process exit at once, as if killed, when
 	// it is asked to restore a migrating task.
 	Fault string
+	// FaultHook, if set, is called at named points of the migration
+	// protocol on the master ("migrate:sent", after the checkpoint has
+	// left the origin; "migrate:restored", after the destination has
+	// restored the task), so that tests can fail the master there.
+	FaultHook func(point string)
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int

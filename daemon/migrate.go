@@ -228,6 +228,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		return abort(fmt.Errorf("transfer: %w", err))
 	}
 	res.CheckpointBytes = sent.Bytes
+	d.fault("migrate:sent")
 	if err := d.callHost(ctx, b, mMigLoad, migStep{TID: tid, Host: a, Epoch: epoch, Via: via, Name: name, Timeout: timeout}, nil); err != nil {
 		return abort(fmt.Errorf("restore on %v: %w", b, err))
 	}
@@ -238,6 +239,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	}
 	mig.restored = true // from now on the task lives at the destination
 	d.migMu.Unlock()
+	d.fault("migrate:restored")
 	res.FreezeMS = float64(time.Since(frozen).Microseconds()) / 1e3
 	if err := d.callHost(ctx, a, mMigDone, migStep{TID: tid}, nil); err != nil {
 		d.log.Warn("commit at the origin", "tid", tid, "error", err)

@@ -354,3 +354,10 @@ func (d *Daemon) resolveMoves() {
 		d.log.Warn("recover: a move the old master left half done is undone", "tid", x.tid, "at", x.m.origin)
 	}
 }
+
+// fault calls the configured fault hook at a named point.
+func (d *Daemon) fault(point string) {
+	if d.cfg.FaultHook != nil {
+		d.cfg.FaultHook(point)
+	}
+}

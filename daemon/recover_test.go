@@ -154,3 +154,107 @@ func TestMasterRecovery(t *testing.T) {
 	last := next(20)
 	t.Logf("%d pings answered in order through the master's loss and recovery", last+1)
 }
+
+// TestRecoveryResolvesHalfDoneMoves: the master dies in the middle of a
+// migration — after the checkpoint has left the origin, or after the
+// destination has restored the task — and a recovered master undoes the
+// move (the task runs at its origin again) or commits it (the origin
+// forgets it); either way the ping-pong through the moving task goes on,
+// in order.
+func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
+	for _, c := range []struct {
+		point string
+		at    task.HostID
+	}{{"migrate:sent", 2}, {"migrate:restored", 4}} {
+		t.Run(c.point, func(t *testing.T) {
+			var m *Daemon
+			cfg := Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, MasterGrace: 30 * time.Second}
+			cfg.FaultHook = func(point string) {
+				if point == c.point {
+					m.crash()
+				}
+			}
+			vm := startVM(t, 4, cfg)
+			m = vm.Master()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			pongs := make(chan int, 1<<16)
+			pinger := fn(t, func(c *task.Ctx, _ int) error {
+				var to task.TID
+				if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
+					return err
+				}
+				for i := 0; ; i++ {
+					if err := c.Send(to, 1, i); err != nil {
+						return err
+					}
+					var r int
+					if _, err := c.RecvSafe(to, 2, &r); err != nil {
+						return err
+					}
+					if r != i {
+						return fmt.Errorf("pong %d for ping %d", r, i)
+					}
+					pongs <- r
+				}
+			})
+			var po task.TID
+			runRoot(t, m, func(c *task.Ctx, _ int) error {
+				a, err := c.Spawn(&ponger{}, 1, task.OnHost("h2"))
+				if err != nil {
+					return err
+				}
+				b, err := c.Spawn(pinger, 1, task.OnHost("h3"))
+				if err != nil {
+					return err
+				}
+				po = a[0]
+				return c.Send(b[0], 1, po)
+			})
+			next := func(n int) {
+				t.Helper()
+				for range n {
+					select {
+					case <-pongs:
+					case <-ctx.Done():
+						t.Fatal("the ping-pong stopped")
+					}
+				}
+			}
+			next(10)
+			if _, err := m.Migrate(ctx, po, "h4", Direct); err == nil && c.point == "migrate:sent" {
+				t.Fatal("the move completed without its master")
+			}
+			<-m.Done()
+			m2, err := Start(ctx, Config{Listen: m.Addr(), Master: true, Recover: true, Key: vm.Key, Output: &syncBuffer{},
+				Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = m2.Halt(hctx)
+			})
+			for len(m2.Hosts()) < 4 {
+				next(1) // each pong is a moment for the hosts to register again
+			}
+			// The move is resolved: the origin lets go of it, or runs the
+			// task again.
+			origin := vm.Daemons[1]
+			for {
+				origin.mu.Lock()
+				_, moving := origin.moving[po]
+				origin.mu.Unlock()
+				if !moving {
+					break
+				}
+				next(1)
+			}
+			next(30) // and the ponger answers from where it is
+			if h := m2.routeHost(po); h != c.at {
+				t.Fatalf("the ponger is routed to %v, want %v", h, c.at)
+			}
+		})
+	}
+}

@@ -670,7 +670,6 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	entries := make([]routing.Entry, len(tids))
 	for i, tid := range tids {
 		entries[i] = routing.Entry{TID: tid, Route: routing.Route{Host: place[i], Epoch: epoch}}
-		d.jobsOn(place[i], []uint64{js.id}, false)
 	}
 	d.applyRoutes(entries)
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
@@ -678,6 +677,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
 			d.log.Error("restore: start restored tasks", "host", h, "error", err)
 		}
+		d.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
 	return nil
 }

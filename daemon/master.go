@@ -460,10 +460,13 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
-		if job != 0 {
+		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
+		if job != 0 && len(rep.TIDs) > 0 {
+			// After the answer: a load report the host sent before it
+			// started them has been applied by now, and will not
+			// overwrite this.
 			d.jobsOn(h, []uint64{job}, false)
 		}
-		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
 		if err != nil {

@@ -2,8 +2,12 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,5 +260,64 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 				t.Fatalf("the ponger is routed to %v, want %v", h, c.at)
 			}
 		})
+	}
+}
+
+// TestMigrateUnwritableSharedDirAndUnknownType: an indirect move whose
+// origin cannot write the shared directory (a full or read-only disk acts
+// the same: the write fails) aborts, and the task runs on at its origin
+// with every message; a destination whose binary lacks the task's type
+// refuses to prepare, and the task stays where it was.
+func TestMigrateUnwritableSharedDirAndUnknownType(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The origin's shared directory is a path under a regular file.
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
+	m := vm.Master()
+	bad, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}, SharedDir: filepath.Join(file, "shared")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bad.Halt(context.Background()) })
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		mv, err := c.Spawn(&mover{}, 1, task.OnHost(bad.Name()))
+		if err != nil {
+			return err
+		}
+		sent := 0
+		send := func(n int) error {
+			for range n {
+				if err := c.Send(mv[0], 1, sent); err != nil {
+					return err
+				}
+				sent++
+			}
+			return nil
+		}
+		if err := send(100); err != nil {
+			return err
+		}
+		if _, err := m.Migrate(ctx, mv[0], "h2", Indirect); err == nil || !strings.Contains(err.Error(), "aborted") {
+			return fmt.Errorf("an indirect move from a host that cannot write: %v", err)
+		}
+		if err := send(100); err != nil {
+			return err
+		}
+		if err := c.Send(mv[0], 2, sent); err != nil {
+			return err
+		}
+		var got [2]int
+		if _, err := c.Recv(mv[0], 3, &got); err != nil || got != [2]int{sent, 0} {
+			return fmt.Errorf("mover saw %v after the failed move, want [%d 0]: %v", got, sent, err)
+		}
+		return nil
+	})
+	// Version skew: a destination without the type refuses it.
+	if err := vm.Daemons[1].prepareArrival(migStep{TID: task.NewTID(1, 99), Type: "a.type.this.binary.lacks", Host: 1, Epoch: 2}); !errors.Is(err, task.ErrUnknownType) {
+		t.Fatalf("preparing a task of an unknown type: %v", err)
 	}
 }

@@ -51,51 +51,7 @@ func TestMasterRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	pongs := make(chan int, 1<<16)
-	pinger := fn(t, func(c *task.Ctx, _ int) error {
-		var to task.TID
-		if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
-			return err
-		}
-		for i := 0; ; i++ {
-			if err := c.Send(to, 1, i); err != nil {
-				return err
-			}
-			var r int
-			if _, err := c.RecvSafe(to, 2, &r); err != nil {
-				return err
-			}
-			if r != i {
-				return fmt.Errorf("pong %d for ping %d", r, i)
-			}
-			pongs <- r
-		}
-	})
-	var po, pi task.TID
-	root := runRoot(t, m, func(c *task.Ctx, _ int) error {
-		a, err := c.Spawn(&ponger{}, 1, task.OnHost("h2"))
-		if err != nil {
-			return err
-		}
-		b, err := c.Spawn(pinger, 1, task.OnHost("h3"))
-		if err != nil {
-			return err
-		}
-		po, pi = a[0], b[0]
-		return c.Send(pi, 1, po)
-	})
-	next := func(n int) int {
-		t.Helper()
-		last := -1
-		for range n {
-			select {
-			case last = <-pongs:
-			case <-ctx.Done():
-				t.Fatal("the ping-pong stopped")
-			}
-		}
-		return last
-	}
+	po, _, root, next := pingPong(t, ctx, m, "h2", "h3")
 	next(10)
 	// A move before the loss: the membership travels with the task.
 	if _, err := m.Migrate(ctx, po, "h3", Direct); err != nil {
@@ -145,8 +101,8 @@ func TestMasterRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tid.Host() != MasterID || tid.Num() <= root.TID.Num() {
-		t.Fatalf("the new master's task %v reuses a number the old one gave (%v)", tid, root.TID)
+	if tid.Host() != MasterID || tid.Num() <= root.Num() {
+		t.Fatalf("the new master's task %v reuses a number the old one gave (%v)", tid, root)
 	}
 	if info, err := m2.Wait(ctx, tid); err != nil || info.Status != 0 {
 		t.Fatalf("spawn after recovery: %+v %v", info, err)
@@ -182,49 +138,7 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 			m = vm.Master()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			pongs := make(chan int, 1<<16)
-			pinger := fn(t, func(c *task.Ctx, _ int) error {
-				var to task.TID
-				if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
-					return err
-				}
-				for i := 0; ; i++ {
-					if err := c.Send(to, 1, i); err != nil {
-						return err
-					}
-					var r int
-					if _, err := c.RecvSafe(to, 2, &r); err != nil {
-						return err
-					}
-					if r != i {
-						return fmt.Errorf("pong %d for ping %d", r, i)
-					}
-					pongs <- r
-				}
-			})
-			var po task.TID
-			runRoot(t, m, func(c *task.Ctx, _ int) error {
-				a, err := c.Spawn(&ponger{}, 1, task.OnHost("h2"))
-				if err != nil {
-					return err
-				}
-				b, err := c.Spawn(pinger, 1, task.OnHost("h3"))
-				if err != nil {
-					return err
-				}
-				po = a[0]
-				return c.Send(b[0], 1, po)
-			})
-			next := func(n int) {
-				t.Helper()
-				for range n {
-					select {
-					case <-pongs:
-					case <-ctx.Done():
-						t.Fatal("the ping-pong stopped")
-					}
-				}
-			}
+			po, _, _, next := pingPong(t, ctx, m, "h2", "h3")
 			next(10)
 			if _, err := m.Migrate(ctx, po, "h4", Direct); err == nil && c.point == "migrate:sent" {
 				t.Fatal("the move completed without its master")
@@ -320,4 +234,57 @@ func TestMigrateUnwritableSharedDirAndUnknownType(t *testing.T) {
 	if err := vm.Daemons[1].prepareArrival(migStep{TID: task.NewTID(1, 99), Type: "a.type.this.binary.lacks", Host: 1, Epoch: 2}); !errors.Is(err, task.ErrUnknownType) {
 		t.Fatalf("preparing a task of an unknown type: %v", err)
 	}
+}
+
+// pingPong starts a ponger on host a and a pinger on host b, from a root
+// task on m, and returns their TIDs, the root's, and next, which waits for
+// n more answers in order (failing the test when ctx ends first) and
+// returns the last.
+func pingPong(t *testing.T, ctx context.Context, m *Daemon, a, b string) (po, pi, root task.TID, next func(n int) int) {
+	t.Helper()
+	pongs := make(chan int, 1<<16)
+	pinger := fn(t, func(c *task.Ctx, _ int) error {
+		var to task.TID
+		if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			if err := c.Send(to, 1, i); err != nil {
+				return err
+			}
+			var r int
+			if _, err := c.RecvSafe(to, 2, &r); err != nil {
+				return err
+			}
+			if r != i {
+				return fmt.Errorf("pong %d for ping %d", r, i)
+			}
+			pongs <- r
+		}
+	})
+	info := runRoot(t, m, func(c *task.Ctx, _ int) error {
+		x, err := c.Spawn(&ponger{}, 1, task.OnHost(a))
+		if err != nil {
+			return err
+		}
+		y, err := c.Spawn(pinger, 1, task.OnHost(b))
+		if err != nil {
+			return err
+		}
+		po, pi = x[0], y[0]
+		return c.Send(pi, 1, po)
+	})
+	next = func(n int) int {
+		t.Helper()
+		last := -1
+		for range n {
+			select {
+			case last = <-pongs:
+			case <-ctx.Done():
+				t.Fatal("the ping-pong stopped")
+			}
+		}
+		return last
+	}
+	return po, pi, info.TID, next
 }

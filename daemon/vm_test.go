@@ -86,68 +86,8 @@ func TestVMHostsAndPlacement(t *testing.T) {
 // TestVMPerPairOrder streams numbered messages between tasks on different
 // hosts, many pairs at once, with wildcard receives.
 func TestVMPerPairOrder(t *testing.T) {
-	const pairs, msgs = 6, 1500
 	vm := startVM(t, 3, Config{})
-	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
-		recv := fn(t, func(c *task.Ctx, n int) error {
-			next := map[task.TID]int{}
-			for range 2 * n {
-				var v []int64
-				st, err := c.Recv(task.AnyTask, task.AnyTag, &v)
-				if err != nil {
-					return err
-				}
-				if int(v[0]) != next[st.From] || st.Tag != int(v[0]%3) || len(v) != 1+int(v[0]%50) {
-					return fmt.Errorf("from %v: got %d (tag %d, %d values), want %d", st.From, v[0], st.Tag, len(v), next[st.From])
-				}
-				next[st.From]++
-			}
-			return c.Send(c.Parent(), 1, len(next))
-		})
-		recv.Arg = msgs
-		send := fn(t, func(c *task.Ctx, n int) error {
-			var to task.TID
-			if _, err := c.Recv(c.Parent(), 2, &to); err != nil {
-				return err
-			}
-			for i := range n {
-				v := make([]int64, 1+i%50)
-				v[0] = int64(i)
-				if err := c.Send(to, i%3, v); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		send.Arg = msgs
-		var recvs []task.TID
-		for i := range pairs {
-			r, err := c.Spawn(recv, 1, task.OnHost(fmt.Sprintf("h%d", 1+i%3)))
-			if err != nil {
-				return err
-			}
-			recvs = append(recvs, r...)
-		}
-		for i := range 2 * pairs {
-			s, err := c.Spawn(send, 1, task.OnHost(fmt.Sprintf("h%d", 1+(i+1)%3)))
-			if err != nil {
-				return err
-			}
-			if err := c.Send(s[0], 2, recvs[i%pairs]); err != nil {
-				return err
-			}
-		}
-		for range recvs {
-			var n int
-			if _, err := c.Recv(task.AnyTask, 1, &n); err != nil {
-				return err
-			}
-			if n != 2 {
-				return fmt.Errorf("a receiver heard from %d senders", n)
-			}
-		}
-		return nil
-	})
+	pairOrder(t, vm.Master(), 3, 6, 1500)
 }
 
 // TestVMSlowReceiverBlocksSender checks flow control: with a small window,

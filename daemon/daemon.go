@@ -719,6 +719,16 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	} else {
 		d.log.Info("task ended", "tid", h.tid, "type", h.typ, "state", state, "status", status, "error", msg)
 	}
+	// The master learns of the exit first (it leaves its groups), so that
+	// a watcher told of it finds the groups without it.
+	switch {
+	case d.isMaster():
+		d.taskGone(h.tid)
+	default:
+		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
+			d.log.Warn("report exit", "tid", h.tid, "error", err)
+		}
+	}
 	// Exit notices travel as the task's last messages to their watchers,
 	// so they arrive after everything it sent.
 	n := task.Notice{Kind: task.TaskExit, TID: h.tid, Status: status, Err: msg}
@@ -731,14 +741,6 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	d.inbox.Forget(h.tid)
 	d.outbox.ForgetSender(h.tid)
 	d.rmu.Unlock()
-	switch {
-	case d.isMaster():
-		d.taskGone(h.tid)
-	default:
-		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Warn("report exit", "tid", h.tid, "error", err)
-		}
-	}
 }
 
 // notify delivers a notice to w as a message from from: sequenced (from's

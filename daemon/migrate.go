@@ -572,7 +572,6 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
 	}
 	acks := map[task.HostID][]byte{}
-	var local []routing.Envelope
 	d.rmu.Lock()
 	d.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
 	d.outbox.SetSenderState(m.TID, m.OutSeq)
@@ -609,10 +608,9 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		}
 	}
 	// Messages this daemon's own tasks held for the task go in too.
+	var local []routing.Envelope
 	if r := d.routes.Lookup(m.TID); r.Host == d.cfg.HostID {
-		if _, envs := d.outbox.Reroute(m.TID, r, time.Now()); len(envs) > 0 {
-			local = envs
-		}
+		_, local = d.outbox.Reroute(m.TID, r, time.Now())
 	}
 	for _, e := range local {
 		a := d.inbox.Accept(e, func(x routing.Envelope) {

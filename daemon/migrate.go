@@ -449,7 +449,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		return n, fmt.Errorf("send the checkpoint to %v: %w", a.Host, err)
 	}
 	if err := st.Close(); err != nil {
-		return n, err
+		return n, fmt.Errorf("send the checkpoint to %v: %w", a.Host, err)
 	}
 	return n, nil
 }

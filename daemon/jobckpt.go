@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,17 +68,10 @@ type (
 		Groups map[task.TID][]ckpt.Membership `msgpack:"g,omitempty"`
 	}
 	ckReply struct {
-		TIDs    []task.TID `msgpack:"t,omitempty"` // the job's tasks here
-		Pending int        `msgpack:"p,omitempty"` // unacknowledged messages from them
-		Running int        `msgpack:"r,omitempty"` // job tasks here not paused
-		Files   []ckFile   `msgpack:"f,omitempty"`
-	}
-	ckFile struct {
-		TID    task.TID `msgpack:"t"`
-		Type   string   `msgpack:"y"`
-		File   string   `msgpack:"f"`
-		Bytes  int64    `msgpack:"b"`
-		SHA256 [32]byte `msgpack:"s"`
+		TIDs    []task.TID     `msgpack:"t,omitempty"` // the job's tasks here
+		Pending int            `msgpack:"p,omitempty"` // unacknowledged messages from them
+		Running int            `msgpack:"r,omitempty"` // job tasks here not paused
+		Files   []jobset.Entry `msgpack:"f,omitempty"` // the tasks' checkpoints written (Host filled by the master)
 	}
 )
 
@@ -100,18 +94,8 @@ func (d *Daemon) jobTasks(job uint64) []*hosted {
 			hs = append(hs, h)
 		}
 	}
-	slices.SortFunc(hs, func(a, b *hosted) int { return cmpTID(a.tid, b.tid) })
+	slices.SortFunc(hs, func(a, b *hosted) int { return cmp.Compare(a.tid, b.tid) })
 	return hs
-}
-
-func cmpTID(a, b task.TID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // handleJobCkpt serves the job checkpoint steps on a host.
@@ -231,16 +215,16 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		m := d.captureMeta(h)
 		m.Groups = a.Groups[h.tid]
 		name := ckptFileName(h.tid)
-		var sum *jobset.Summer
-		n, err := dir.Save(name, func(w io.Writer) error {
-			sum = jobset.NewSummer(w)
+		e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: name}
+		if _, err := dir.Save(name, func(w io.Writer) error {
+			sum := jobset.NewSummer(w)
 			_, err := ckpt.Write(sum, key, &m, h.t)
+			sum.Fill(&e)
 			return err
-		})
-		if err != nil {
+		}); err != nil {
 			return rep, fmt.Errorf("checkpoint %v: %w", h.tid, err)
 		}
-		rep.Files = append(rep.Files, ckFile{TID: h.tid, Type: h.typ, File: name, Bytes: n, SHA256: sum.Sum()})
+		rep.Files = append(rep.Files, e)
 	}
 	return rep, nil
 }
@@ -253,8 +237,18 @@ func ckptFileName(tid task.TID) string { return fmt.Sprintf("task-%d-%d.ckpt", t
 func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
 	d.rmu.Lock()
 	d.mu.Lock()
-	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now()}
-	for _, e := range h.mb.snapshot() {
+	defer d.rmu.Unlock()
+	defer d.mu.Unlock()
+	return d.metaLocked(h, h.mb.snapshot())
+}
+
+// metaLocked describes task h for a checkpoint with the given mailbox:
+// its identity, group memberships as this host knows them, sequence state
+// and notify registrations (rmu and mu held). A move then takes the task
+// out of service; a job checkpoint leaves it be.
+func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
+	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now(), Groups: h.memberships()}
+	for _, e := range mailbox {
 		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
 	}
 	m.InSeq, m.Early = d.inbox.ReceiverState(h.tid)
@@ -267,22 +261,12 @@ func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
 			m.HostWatches = append(m.HostWatches, ckpt.HostWatch{Kind: w.kind, Host: w.host, Tag: w.tag})
 		}
 	}
-	d.mu.Unlock()
-	d.rmu.Unlock()
 	return m
 }
 
 // resumeJob lets the job's paused tasks here go on.
 func (d *Daemon) resumeJob(job uint64) {
-	d.mu.Lock()
-	var hs []*hosted
-	for _, h := range d.tasks {
-		if h.job == job {
-			hs = append(hs, h)
-		}
-	}
-	d.mu.Unlock()
-	for _, h := range hs {
+	for _, h := range d.jobTasks(job) {
 		if p := h.pause.Swap(nil); p != nil {
 			p.release()
 		}

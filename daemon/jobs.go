@@ -130,11 +130,7 @@ func (d *Daemon) StartJob(ctx context.Context, root task.Task, opts JobOptions) 
 		d.endJob(js)
 		return 0, 0, err
 	}
-	js.root = tids[0]
-	if opts.CheckpointEvery > 0 {
-		d.goFunc(func() { d.checkpointLoop(js) })
-	}
-	d.endWithRoot(js)
+	d.jobRunning(js, tids[0])
 	return js.id, js.root, nil
 }
 
@@ -154,12 +150,8 @@ func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts Job
 			d.endJob(js)
 			return tids, err
 		}
-		js.root = got[0]
+		d.jobRunning(js, got[0])
 		tids = append(tids, js.root)
-		if opts.CheckpointEvery > 0 {
-			d.goFunc(func() { d.checkpointLoop(js) })
-		}
-		d.endWithRoot(js)
 	}
 	return tids, nil
 }
@@ -198,8 +190,13 @@ func (d *Daemon) endJob(js *jobState) {
 	})
 }
 
-// endWithRoot ends the job when its root task exits.
-func (d *Daemon) endWithRoot(js *jobState) {
+// jobRunning records that job js runs with root as its root task: its
+// periodic checkpoints start, and it ends when the root does.
+func (d *Daemon) jobRunning(js *jobState, root task.TID) {
+	js.root = root
+	if js.opts.CheckpointEvery > 0 {
+		d.goFunc(func() { d.checkpointLoop(js) })
+	}
 	d.goFunc(func() {
 		_, _ = d.waitJob(d.ctx, js)
 		d.endJob(js)
@@ -368,10 +365,10 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, h
 	}
 	m := &jobset.Manifest{Job: js.name, Seq: js.seq + 1, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ}
 	for i, r := range reps {
-		for _, f := range r.Files {
-			m.Entries = append(m.Entries, jobset.Entry{TID: f.TID.String(), Type: f.Type, Host: hosts[i].String(),
-				File: f.File, Bytes: f.Bytes, SHA256: f.SHA256})
-			res.Bytes += f.Bytes
+		for _, e := range r.Files {
+			e.Host = hosts[i].String()
+			m.Entries = append(m.Entries, e)
+			res.Bytes += e.Bytes
 		}
 	}
 	if _, now := js.damage(); now != losses {
@@ -562,7 +559,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
 	js := d.newJob(m.Job, m.Program, opts)
-	js.root, js.seq = root, m.Seq
+	js.seq = m.Seq
 	if out != nil {
 		d.mu.Lock()
 		d.jobs[js.id] = out(js.id)
@@ -573,10 +570,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
 	}
 	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
-	if js.opts.CheckpointEvery > 0 {
-		d.goFunc(func() { d.checkpointLoop(js) })
-	}
-	d.endWithRoot(js)
+	d.jobRunning(js, root)
 	return js, skipped, nil
 }
 

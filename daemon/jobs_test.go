@@ -149,8 +149,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js.root = tids[0]
-	m.endWithRoot(js)
+	m.jobRunning(js, tids[0])
 	<-ringMid
 	var cks []JobCheckpoint
 	for range 2 {
@@ -267,8 +266,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js.root = tids[0]
-	m.endWithRoot(js)
+	m.jobRunning(js, tids[0])
 	if _, err := m.CheckpointJob(ctx, js.id, ""); !errors.Is(err, ErrNoSafePoint) {
 		t.Fatalf("a task without safe points: %v", err)
 	}
@@ -282,8 +280,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js.root = tids[0]
-	m.endWithRoot(js)
+	m.jobRunning(js, tids[0])
 	<-ringMid
 	// The job's directory is a file: nothing can be written under it.
 	if err := os.WriteFile(filepath.Join(shared, "job-ring2"), nil, 0o600); err != nil {
@@ -415,18 +412,19 @@ func TestSpawnRootsCheckpointPeriodically(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	poke(t, m, root)
-	if _, err := m.Wait(ctx, root); err != nil {
+	js, err := m.job(info.Job)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := m.job(info.Job); errors.Is(err, ErrNoJob) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job outlived its root")
-		}
-		time.Sleep(10 * time.Millisecond)
+	poke(t, m, root)
+	select { // the job ends with its root
+	case <-js.done:
+	case <-ctx.Done():
+		t.Fatal("the job outlived its root")
+	}
+	m.endJob(js) // returns once the ending under way is complete (sync.Once)
+	if _, err := m.job(info.Job); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("an ended job is still registered: %v", err)
 	}
 	if seqs, _ := jobset.Sets(jobDir); len(seqs) != 1 {
 		t.Fatalf("kept sets %v, want the newest only", seqs)

@@ -68,7 +68,13 @@ func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) 
 	n.nextHost++ // host IDs are never reused
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = time.Now()
-	var hosts []HostInfo
+	return info, n.hostList(self), routes, nil
+}
+
+// hostList lists the registered hosts, the master's own entry as self
+// (n.mu held).
+func (n *network) hostList(self HostInfo) []HostInfo {
+	hosts := make([]HostInfo, 0, len(n.hosts))
 	for _, x := range n.hosts {
 		if x.ID == MasterID {
 			hosts = append(hosts, self)
@@ -76,7 +82,7 @@ func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) 
 			hosts = append(hosts, *x)
 		}
 	}
-	return info, hosts, routes, nil
+	return hosts
 }
 
 // removeHost deletes a host from the virtual machine (master), or forgets
@@ -699,10 +705,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			d.endJob(js)
 			return TaskInfo{}, err
 		}
-		js.root = tids[0]
-		if js.opts.CheckpointEvery > 0 {
-			d.goFunc(func() { d.checkpointLoop(js) })
-		}
+		d.jobRunning(js, tids[0])
 	}
 	defer d.endJob(js)
 	root := js.root

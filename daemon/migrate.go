@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"dpvm/ckpt"
@@ -361,28 +362,12 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		return task.ErrKilled
 	}
 	delete(d.tasks, h.tid)
-	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Epoch: req.epoch, Created: time.Now(),
-		Groups: h.memberships()}
-	for _, e := range h.mb.drain() {
-		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
-	}
-	m.InSeq, m.Early = d.inbox.ReceiverState(h.tid)
-	m.OutSeq = d.outbox.SenderState(h.tid)
+	m := d.metaLocked(h, h.mb.drain())
+	m.Epoch = req.epoch
 	d.inbox.Forget(h.tid)
 	d.outbox.ForgetSender(h.tid)
-	for _, w := range d.watch[h.tid] {
-		m.Watchers = append(m.Watchers, ckpt.Watcher{Who: w.who, Tag: w.tag})
-	}
 	delete(d.watch, h.tid)
-	kept := d.hostW[:0]
-	for _, w := range d.hostW {
-		if w.who == h.tid {
-			m.HostWatches = append(m.HostWatches, ckpt.HostWatch{Kind: w.kind, Host: w.host, Tag: w.tag})
-			continue
-		}
-		kept = append(kept, w)
-	}
-	d.hostW = kept
+	d.hostW = slices.DeleteFunc(d.hostW, func(w hostWatcher) bool { return w.who == h.tid })
 	d.moving[h.tid] = &leaving{h: h, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
 	h.moved = true
 	h.mb.close()

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,7 +122,7 @@ func (d *Daemon) report() rejoinReport {
 		r.Arrivals = append(r.Arrivals, arrivalMsg{Group: a.group, Count: a.count, TID: tid})
 	}
 	d.bmu.Unlock()
-	slices.SortFunc(r.Tasks, func(a, b rejoinTask) int { return cmpTID(a.TID, b.TID) })
+	slices.SortFunc(r.Tasks, func(a, b rejoinTask) int { return cmp.Compare(a.TID, b.TID) })
 	return r
 }
 
@@ -278,14 +279,7 @@ func (d *Daemon) admitAgain(h *hello) (HostInfo, []HostInfo, []routing.Entry, er
 	routes := d.routes.Entries()
 	d.rmu.Unlock()
 	n.mu.Lock()
-	var hosts []HostInfo
-	for _, x := range n.hosts {
-		if x.ID == MasterID {
-			hosts = append(hosts, self)
-		} else {
-			hosts = append(hosts, *x)
-		}
-	}
+	hosts := n.hostList(self)
 	n.mu.Unlock()
 	d.log.Warn("host registered again", "host", info.ID, "name", info.Name, "tasks", len(rep.Tasks))
 	return info, hosts, routes, nil

@@ -156,10 +156,7 @@ func encodeMsg(v any) ([]byte, error) {
 }
 
 func decodeMsg(b []byte, v any) error {
-	if err := task.CheckMsgpack(b); err != nil {
-		return fmt.Errorf("decode %T: %w: %v", v, routing.ErrMalformed, err)
-	}
-	if err := msgpack.Unmarshal(b, v); err != nil {
+	if err := task.UnmarshalMsgpack(b, v); err != nil {
 		return fmt.Errorf("decode %T: %w: %v", v, routing.ErrMalformed, err)
 	}
 	return nil

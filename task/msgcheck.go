@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // ErrMsgpackBounds is returned by CheckMsgpack for data that declares more
@@ -127,4 +129,13 @@ func CheckMsgpack(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// UnmarshalMsgpack decodes untrusted msgpack data into v, refusing data
+// CheckMsgpack refuses before msgpack allocates for it.
+func UnmarshalMsgpack(data []byte, v any) error {
+	if err := CheckMsgpack(data); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(data, v)
 }

@@ -230,10 +230,7 @@ func (p Payload) Decode(v any) error {
 		return fmt.Errorf("decode: %v: %w", p.Enc, ErrDecode)
 	}
 	if p.Enc == EncMsgpack {
-		if err := CheckMsgpack(p.Data); err != nil {
-			return fmt.Errorf("decode into %T: %w: %v", v, ErrDecode, err)
-		}
-		if err := msgpack.Unmarshal(p.Data, v); err != nil {
+		if err := UnmarshalMsgpack(p.Data, v); err != nil {
 			return fmt.Errorf("decode into %T: %w: %v", v, ErrDecode, err)
 		}
 		return nil

@@ -88,10 +88,7 @@ func New(typeName string, state []byte) (Task, error) {
 	}
 	v := reflect.New(t.Elem()).Interface().(Task)
 	if len(state) > 0 {
-		if err := CheckMsgpack(state); err != nil {
-			return nil, fmt.Errorf("task type %q: decode state: %w: %v", typeName, ErrDecode, err)
-		}
-		if err := msgpack.Unmarshal(state, v); err != nil {
+		if err := UnmarshalMsgpack(state, v); err != nil {
 			return nil, fmt.Errorf("task type %q: decode state: %w: %v", typeName, ErrDecode, err)
 		}
 	}

@@ -194,19 +194,8 @@ func (p *TaskPair) spawnHello(ctx context.Context, n int) (time.Duration, error)
 		if err != nil {
 			return err
 		}
-		want := map[task.TID]bool{}
-		for _, t := range tids {
-			want[t] = true
-		}
-		for range n {
-			st, err := c.RecvContext(ctx, task.AnyTask, tagHello, nil)
-			if err != nil {
-				return err
-			}
-			if !want[st.From] {
-				return fmt.Errorf("hello from %v, not a task just spawned: %w", st.From, ErrEcho)
-			}
-			delete(want, st.From)
+		if err := awaitHellos(ctx, c, tids); err != nil {
+			return err
 		}
 		took = time.Since(t0)
 		if err := c.Notify(task.TaskExit, tagExited, tids...); err != nil {

@@ -327,24 +327,33 @@ func (p *TaskPair) Spawn(ctx context.Context, n int) (time.Duration, error) {
 		if err != nil {
 			return err
 		}
-		want := map[task.TID]bool{}
-		for _, t := range tids {
-			want[t] = true
-		}
-		for range n {
-			st, err := c.RecvContext(ctx, task.AnyTask, tagHello, nil)
-			if err != nil {
-				return err
-			}
-			if !want[st.From] {
-				return fmt.Errorf("hello from %v, not a task just spawned: %w", st.From, ErrEcho)
-			}
-			delete(want, st.From)
+		if err := awaitHellos(ctx, c, tids); err != nil {
+			return err
 		}
 		took = time.Since(t0)
 		return nil
 	})
 	return took, err
+}
+
+// awaitHellos receives one hello from each of tids, the tasks just
+// spawned, and fails on a hello from any other task.
+func awaitHellos(ctx context.Context, c *task.Ctx, tids []task.TID) error {
+	want := make(map[task.TID]bool, len(tids))
+	for _, t := range tids {
+		want[t] = true
+	}
+	for range tids {
+		st, err := c.RecvContext(ctx, task.AnyTask, tagHello, nil)
+		if err != nil {
+			return err
+		}
+		if !want[st.From] {
+			return fmt.Errorf("hello from %v, not a task just spawned: %w", st.From, ErrEcho)
+		}
+		delete(want, st.From)
+	}
+	return nil
 }
 
 // Barrier starts tasks barrier tasks, half on each daemon (all on one in

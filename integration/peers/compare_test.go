@@ -55,19 +55,7 @@ func TestWriteSideBySideGolden(t *testing.T) {
 	if err := WriteSideBySide(&b, sums); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "sidebyside.golden")
-	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("table differs from %s (run with -update to rewrite):\n%s", golden, b.String())
-	}
+	checkGolden(t, "sidebyside.golden", b.String())
 	// Spot checks independent of the golden file: dpvm-local's median 8 B
 	// one-way is 1.1 µs, pvm-daemon's 39 µs; the ratio is 35.5×.
 	if !strings.Contains(b.String(), "| one-way 8 B (µs) | 1.10 (1.00–1.20) | 39.0 (38.0–40.0) | 35.5× |") {

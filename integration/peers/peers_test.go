@@ -14,18 +14,25 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func readSample(t *testing.T) []Line {
+func readSample(t *testing.T) []Line { return readLines(t, "sample.jsonl") }
+
+// checkGolden compares got with testdata/name, rewriting the file first
+// under -update.
+func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "sample.jsonl"))
+	golden := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	lines, err := ParseLines(f)
-	if err != nil {
-		t.Fatal(err)
+	if got != string(want) {
+		t.Errorf("table differs from %s (run with -update to rewrite):\n%s", golden, got)
 	}
-	return lines
 }
 
 func TestParseLinesSample(t *testing.T) {
@@ -166,19 +173,7 @@ func TestWriteTableGolden(t *testing.T) {
 	if err := WriteTable(&b, sums); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "table.golden")
-	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("table differs from %s (run with -update to rewrite):\n%s", golden, b.String())
-	}
+	checkGolden(t, "table.golden", b.String())
 }
 
 func TestWriteTableWithoutDpvmHasNoRatios(t *testing.T) {

@@ -24,6 +24,37 @@ static const int bench_sizes[] = {8, 1024, 65536, 1048576};
 /* Upper bounds on repetitions per size (the time cap may stop earlier). */
 static const int bench_reps[] = {4000, 4000, 600, 120};
 
+/* The repetition plan of one latency row: reps timed round trips after
+ * warm untimed ones, stopping early (after at least 10) once the timed
+ * ones have taken cap_us. */
+struct bench_plan {
+	int reps, warm;
+	double cap_us;
+};
+
+/* bench_plan_for returns the plan of row k at the given scale. */
+static inline struct bench_plan bench_plan_for(int k, double scale)
+{
+	struct bench_plan p;
+	p.reps = (int)(bench_reps[k] * scale);
+	if (p.reps < 10)
+		p.reps = 10;
+	p.warm = p.reps / 10 < 5 ? 5 : p.reps / 10;
+	p.cap_us = (k < 2 ? 2e6 : 4e6) * scale;
+	return p;
+}
+
+/* bench_max_reps returns the most timed round trips any row may take at
+ * the given scale: the length of the round-trip buffer. */
+static inline int bench_max_reps(double scale)
+{
+	int max = 0;
+	for (int k = 0; k < BENCH_NSIZES; k++)
+		if (bench_plan_for(k, scale).reps > max)
+			max = bench_plan_for(k, scale).reps;
+	return max;
+}
+
 /* Small-message stream: at most this many messages, at most rate_secs. */
 #define BENCH_RATE_MAX 400000
 #define BENCH_RATE_SIZE 8

@@ -62,29 +62,23 @@ static void rank1(void)
 
 static void rank0(double scale, struct p2p_result *r)
 {
-	int max = bench_sizes[BENCH_NSIZES - 1], maxreps = 0;
+	int max = bench_sizes[BENCH_NSIZES - 1];
 	unsigned char *out = malloc((size_t)max), *in = malloc((size_t)max);
 	double *rtt;
-	for (int k = 0; k < BENCH_NSIZES; k++)
-		if (bench_reps[k] > maxreps)
-			maxreps = bench_reps[k];
-	rtt = malloc(sizeof(double) * (size_t)maxreps);
+	rtt = malloc(sizeof(double) * (size_t)bench_max_reps(scale));
 	if (!out || !in || !rtt)
 		die("malloc", max);
 
 	for (int k = 0; k < BENCH_NSIZES; k++) {
 		int size = bench_sizes[k];
-		int reps = (int)(bench_reps[k] * scale);
-		int warm, n = 0;
-		double cap = (k < 2 ? 2e6 : 4e6) * scale, start = 0;
-		if (reps < 10)
-			reps = 10;
-		warm = reps / 10 < 5 ? 5 : reps / 10;
-		for (int i = 0; i < warm + reps; i++) {
+		struct bench_plan p = bench_plan_for(k, scale);
+		int n = 0;
+		double start = 0;
+		for (int i = 0; i < p.warm + p.reps; i++) {
 			double t0, t1;
 			MPI_Status st;
 			int got;
-			if (i == warm)
+			if (i == p.warm)
 				start = now_us();
 			fill(out, size, i);
 			t0 = now_us();
@@ -94,9 +88,9 @@ static void rank0(double scale, struct p2p_result *r)
 			MPI_Get_count(&st, MPI_BYTE, &got);
 			if (got != size || !check(in, size, i))
 				die("echo differs from what was sent", i);
-			if (i >= warm) {
+			if (i >= p.warm) {
 				rtt[n++] = t1 - t0;
-				if (n >= 10 && t1 - start > cap)
+				if (n >= 10 && t1 - start > p.cap_us)
 					break;
 			}
 		}

@@ -161,32 +161,25 @@ static void run_p2p(double scale, struct p2p_result *r)
 	int child;
 	unsigned char *out, *in;
 	double *rtt;
-	int maxreps = 0;
 
 	route_arg(route, sizeof route);
 	if (pvm_spawn(PROG, args, PvmTaskDefault, "", 1, &child) != 1)
 		die("spawn pong", child);
-	for (int k = 0; k < BENCH_NSIZES; k++)
-		if (bench_reps[k] > maxreps)
-			maxreps = bench_reps[k];
 	out = malloc(bench_sizes[BENCH_NSIZES - 1]);
 	in = malloc(bench_sizes[BENCH_NSIZES - 1]);
-	rtt = malloc(sizeof(double) * (size_t)maxreps);
+	rtt = malloc(sizeof(double) * (size_t)bench_max_reps(scale));
 	if (!out || !in || !rtt)
 		die("malloc", -ENOMEM);
 
 	for (int k = 0; k < BENCH_NSIZES; k++) {
 		int size = bench_sizes[k];
-		int reps = (int)(bench_reps[k] * scale);
-		int warm, n = 0;
-		double cap = (k < 2 ? 2e6 : 4e6) * scale, start = 0;
-		if (reps < 10)
-			reps = 10;
-		warm = reps / 10 < 5 ? 5 : reps / 10;
-		for (int i = 0; i < warm + reps; i++) {
+		struct bench_plan p = bench_plan_for(k, scale);
+		int n = 0;
+		double start = 0;
+		for (int i = 0; i < p.warm + p.reps; i++) {
 			double t0, t1;
 			int bufid, bytes, tag, src;
-			if (i == warm)
+			if (i == p.warm)
 				start = now_us();
 			fill(out, size, i);
 			t0 = now_us();
@@ -197,9 +190,9 @@ static void run_p2p(double scale, struct p2p_result *r)
 			ok(pvm_bufinfo(bufid, &bytes, &tag, &src), "bufinfo");
 			if (bytes != size || !check(in, size, i))
 				die("echo differs from what was sent", i);
-			if (i >= warm) {
+			if (i >= p.warm) {
 				rtt[n++] = t1 - t0;
-				if (n >= 10 && t1 - start > cap)
+				if (n >= 10 && t1 - start > p.cap_us)
 					break;
 			}
 		}

@@ -160,7 +160,7 @@ static void echo(int fd)
 
 static void run_p2p(double scale, struct p2p_result *r)
 {
-	int ls, fd, maxreps = 0;
+	int ls, fd;
 	struct sockaddr_in a;
 	socklen_t al = sizeof a;
 	pid_t child;
@@ -168,10 +168,7 @@ static void run_p2p(double scale, struct p2p_result *r)
 	unsigned char *out = malloc(max), *in = malloc(max);
 	double *rtt;
 
-	for (int k = 0; k < BENCH_NSIZES; k++)
-		if (bench_reps[k] > maxreps)
-			maxreps = bench_reps[k];
-	rtt = malloc(sizeof(double) * (size_t)maxreps);
+	rtt = malloc(sizeof(double) * (size_t)bench_max_reps(scale));
 	if (!out || !in || !rtt)
 		die("malloc");
 
@@ -204,16 +201,13 @@ static void run_p2p(double scale, struct p2p_result *r)
 
 	for (int k = 0; k < BENCH_NSIZES; k++) {
 		int size = bench_sizes[k];
-		int reps = (int)(bench_reps[k] * scale);
-		int warm, n = 0;
-		double cap = (k < 2 ? 2e6 : 4e6) * scale, start = 0;
-		if (reps < 10)
-			reps = 10;
-		warm = reps / 10 < 5 ? 5 : reps / 10;
-		for (int i = 0; i < warm + reps; i++) {
+		struct bench_plan p = bench_plan_for(k, scale);
+		int n = 0;
+		double start = 0;
+		for (int i = 0; i < p.warm + p.reps; i++) {
 			double t0, t1;
 			uint32_t got;
-			if (i == warm)
+			if (i == p.warm)
 				start = now_us();
 			fill(out, size, i);
 			t0 = now_us();
@@ -224,9 +218,9 @@ static void run_p2p(double scale, struct p2p_result *r)
 				errno = EPROTO;
 				die("echo differs from what was sent");
 			}
-			if (i >= warm) {
+			if (i >= p.warm) {
 				rtt[n++] = t1 - t0;
-				if (n >= 10 && t1 - start > cap)
+				if (n >= 10 && t1 - start > p.cap_us)
 					break;
 			}
 		}

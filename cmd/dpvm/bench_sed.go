@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/urfave/cli/v2"
 
 	"dpvm/daemon"
@@ -20,8 +22,8 @@ func benchSEDCommand() *cli.Command {
 			&cli.IntFlag{Name: "hosts", Value: 4, Usage: "daemons"},
 			&cli.IntFlag{Name: "workers", Usage: "pi workers (default: one per host)"},
 			&cli.Int64Flag{Name: "samples", Value: 1_000_000_000, Usage: "pi samples"},
-			&cli.DurationFlag{Name: "period", Value: 200_000_000, Usage: "δT, the scheduler's check period"},
-			&cli.DurationFlag{Name: "after", Value: 1_000_000_000, Usage: "when the user arrives"},
+			&cli.DurationFlag{Name: "period", Value: 200 * time.Millisecond, Usage: "δT, the scheduler's check period"},
+			&cli.DurationFlag{Name: "after", Value: time.Second, Usage: "when the user arrives"},
 			&cli.StringFlag{Name: "host", Value: "h2", Usage: "where the user arrives"},
 			&cli.IntFlag{Name: "users", Value: 1, Usage: "interactive users arriving"},
 			&cli.Float64Flag{Name: "load", Value: 2, Usage: "the load they bring (the host's tasks run 1+load times slower)"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"dpvm/routing"
 	"dpvm/task"
 )
 
@@ -172,6 +173,11 @@ func (m *mailbox) drain() []envelope {
 	clear(m.q)
 	m.q, m.head, m.bytes = m.q[:0], 0, 0
 	return out
+}
+
+// putEnvelope queues a message that came as a routing envelope (see put).
+func (m *mailbox) putEnvelope(e routing.Envelope) bool {
+	return m.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
 }
 
 // snapshot returns a copy of the queued messages, oldest first, leaving

@@ -554,7 +554,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		h.groups[g.Group] = g.Inst
 	}
 	for _, e := range m.Mailbox {
-		h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
+		h.mb.putEnvelope(e)
 	}
 	acks := map[task.HostID][]byte{}
 	d.rmu.Lock()
@@ -580,11 +580,11 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	d.mu.Unlock()
 	for _, x := range held {
 		if x.env.Seq == 0 {
-			h.mb.put(envelope{from: x.env.From, tag: int(x.env.Tag), body: x.env.Body})
+			h.mb.putEnvelope(x.env)
 			continue
 		}
 		a := d.inbox.Accept(x.env, func(e routing.Envelope) {
-			h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
+			h.mb.putEnvelope(e)
 		})
 		if x.host == d.cfg.HostID {
 			d.outbox.Ack(a)
@@ -599,7 +599,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	}
 	for _, e := range local {
 		a := d.inbox.Accept(e, func(x routing.Envelope) {
-			h.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+			h.mb.putEnvelope(x)
 		})
 		d.outbox.Ack(a)
 	}

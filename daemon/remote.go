@@ -58,7 +58,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
 		ok := true
 		d.inbox.Accept(e, func(x routing.Envelope) {
-			ok = ok && h.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+			ok = ok && h.mb.putEnvelope(x)
 		})
 		d.rmu.Unlock()
 		if !ok {
@@ -146,11 +146,11 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 			return nil
 		}
 		if e.Seq == 0 {
-			h.mb.put(envelope{from: e.From, tag: int(e.Tag), body: e.Body})
+			h.mb.putEnvelope(e)
 			return nil
 		}
 		a := d.inbox.Accept(e, func(x routing.Envelope) {
-			h.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+			h.mb.putEnvelope(x)
 		})
 		last[routing.Pair{From: a.From, To: a.To}] = a.Seq
 		return nil
@@ -221,7 +221,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 				continue
 			}
 			a := d.inbox.Accept(e, func(x routing.Envelope) {
-				t.mb.put(envelope{from: x.From, tag: int(x.Tag), body: x.Body})
+				t.mb.putEnvelope(x)
 			})
 			d.outbox.Ack(a)
 		}

@@ -166,10 +166,6 @@ func writeResult(c *cli.Context, out io.Writer, name string, res *bench.Result) 
 	return bench.WriteText(out, res)
 }
 
-// benchJSON prints v as one line of JSON, as the peer harness reads it;
-// it is writeJSONLine, under the name bench_migrate.go uses.
-func benchJSON(out io.Writer, v any) error { return writeJSONLine(out, v) }
-
 // benchHeader names the command and the machine the figures belong to.
 func benchHeader(out io.Writer, name string) {
 	fmt.Fprintf(out, "dpvm bench %s on %s/%s, %d CPUs, %s\n", name, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())

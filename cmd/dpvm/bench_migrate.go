@@ -70,7 +70,7 @@ func benchMigrateCommand() *cli.Command {
 			out := c.App.Writer
 			switch {
 			case c.Bool("json"):
-				return benchJSON(out, rep)
+				return writeJSONLine(out, rep)
 			case c.Bool("csv"):
 				return bench.WriteMigrateCSV(out, rep)
 			}

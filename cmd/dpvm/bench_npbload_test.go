@@ -48,10 +48,55 @@ func TestBenchNPBLoadUsage(t *testing.T) {
 		{"--at", "1.5"},
 		{"--hosts", "1"},
 		{"--rounds", "0"},
+		{"--idle-rounds", "0"},
+		{"--no-idle", "--only-idle"},
 	} {
 		code, _, errOut := dpvm(t, append([]string{"bench", "npb-load"}, args...)...)
 		if code != 2 || errOut == "" {
 			t.Errorf("%v: status %d, stderr %q; want 2", args, code, errOut)
 		}
+	}
+}
+
+// TestBenchNPBLoadOnlyIdle runs only the idle pairs (IS class S, two
+// pairs) and reads the overhead from the JSON and the table.
+func TestBenchNPBLoadOnlyIdle(t *testing.T) {
+	code, out, errOut := dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms",
+		"--only-idle", "--idle-rounds", "2", "--json")
+	if code != 0 {
+		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
+	}
+	var r struct {
+		IdleRounds int     `json:"idle_rounds"`
+		Target     float64 `json:"target"`
+		OnlyIdle   bool    `json:"only_idle"`
+		Kernels    []struct {
+			Runs         []struct{ Name string }
+			Overhead     float64
+			IdleOverhead *struct {
+				Pairs int
+				Wall  struct{ Median float64 }
+				Met   bool
+			} `json:"idle_overhead"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.IdleRounds != 2 || r.Target != 0.02 || !r.OnlyIdle || len(r.Kernels) != 1 || len(r.Kernels[0].Runs) != 4 {
+		t.Fatalf("result %s", out)
+	}
+	k := r.Kernels[0]
+	if ov := k.IdleOverhead; ov == nil || ov.Pairs != 2 || ov.Wall.Median != k.Overhead || ov.Met != (k.Overhead <= 0.02) {
+		t.Errorf("overhead %+v in %s", ov, out)
+	}
+	for _, run := range k.Runs {
+		if run.Name != "idle" && run.Name != "idle+sed" {
+			t.Errorf("run %q with --only-idle", run.Name)
+		}
+	}
+	code, out, errOut = dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms", "--only-idle", "--idle-rounds", "1")
+	if code != 0 || !strings.Contains(out, "Target: Dynamic-SED costs at most 2% when nothing migrates") || strings.Contains(out, "no migration") {
+		t.Errorf("status %d\n%s\n%s", code, out, errOut)
 	}
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,9 +27,12 @@ import (
 // background load, so that host's tasks really run (1 + load) times
 // slower (emulation: they are paused at their safe points). The kernel
 // runs once with migration disabled and once with the Dynamic-SED
-// scheduler for each checkpoint mode; two runs on the idle machine, with
-// and without the scheduler, give the runtime's overhead when nothing
-// migrates.
+// scheduler for each checkpoint mode. Pairs of runs on the idle machine,
+// without and with the scheduler, give the runtime's overhead when nothing
+// migrates: the pairs alternate their order (ABBA: off-on, on-off, …), and
+// the overhead is the median of the per-pair ratios, with its spread, in
+// wall time and in the process's CPU time (user+sys), the latter far less
+// sensitive to the other tenants of a shared machine.
 
 // ErrNotVerified: a kernel's run did not verify.
 var ErrNotVerified = errors.New("bench: kernel did not verify")
@@ -54,16 +60,29 @@ type NPBLoadOptions struct {
 	// Vias are the checkpoint modes of the runs with Dynamic-SED (default
 	// direct and indirect).
 	Vias []daemon.Via
-	// NoIdle skips the two runs on the idle machine (the overhead).
+	// NoIdle skips the runs on the idle machine (the overhead).
 	NoIdle bool
-	// Rounds is how many times each run is made, in alternating order
-	// (default 1); the table gives medians and ranges. One untimed run of
-	// each kernel precedes them, so that no timed run is the first to
-	// touch the kernel's memory.
+	// OnlyIdle makes only the runs on the idle machine (no user arrives).
+	OnlyIdle bool
+	// Rounds is how many times each run with the user arriving is made,
+	// in alternating order (default 1); the table gives medians and
+	// ranges. One untimed run of each kernel precedes all the runs, so
+	// that no timed run is the first to touch the kernel's memory.
 	Rounds int
+	// IdleRounds is how many pairs of idle runs (scheduler off, Dynamic-SED
+	// on) are made per kernel, in ABBA order (default 6).
+	IdleRounds int
+	// Target is the overhead the idle pairs are held to (default 0.02:
+	// at most 2%).
+	Target float64
 	// Progress, when set, is told of every run as it ends.
 	Progress func(NPBRun)
 }
+
+// DefaultIdleRounds is how many pairs of idle runs a kernel gets by
+// default: enough for a median and quartiles of the per-pair ratios, few
+// enough that the five class A kernels take minutes.
+const DefaultIdleRounds = 6
 
 func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	bad := func(format string, a ...any) (NPBLoadOptions, error) {
@@ -131,6 +150,21 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	if o.Rounds < 1 || o.Rounds > 100 {
 		return bad("%d rounds is outside 1..100", o.Rounds)
 	}
+	if o.IdleRounds == 0 {
+		o.IdleRounds = DefaultIdleRounds
+	}
+	if o.IdleRounds < 1 || o.IdleRounds > 100 {
+		return bad("%d idle rounds is outside 1..100", o.IdleRounds)
+	}
+	if o.NoIdle && o.OnlyIdle {
+		return bad("no idle runs and only idle runs: nothing to run")
+	}
+	if o.Target == 0 {
+		o.Target = 0.02
+	}
+	if !(o.Target > 0 && o.Target < 10) {
+		return bad("target overhead %v is outside (0, 10)", o.Target)
+	}
 	if len(o.Vias) == 0 {
 		o.Vias = []daemon.Via{daemon.Direct, daemon.Indirect}
 	}
@@ -160,12 +194,17 @@ type NPBRun struct {
 	Via   string `json:"via,omitempty"`
 	// Seconds is the wall time of the job, from its start until the
 	// report; KernelSeconds is the kernel's own timed region.
-	Seconds       float64   `json:"seconds"`
-	KernelSeconds float64   `json:"kernel_seconds"`
-	Verified      string    `json:"verified"`
-	Migrations    int       `json:"migrations"`
-	Failed        int       `json:"failed_migrations"`
-	Moves         []NPBMove `json:"moves,omitempty"`
+	Seconds       float64 `json:"seconds"`
+	KernelSeconds float64 `json:"kernel_seconds"`
+	// CPUSeconds is the process's CPU time (user+sys) over the same span:
+	// every daemon, task and the client run in this process, and CPU time
+	// is far less sensitive than wall time to other tenants of a shared
+	// machine. 0 where the platform does not tell (not Linux).
+	CPUSeconds float64   `json:"cpu_seconds"`
+	Verified   string    `json:"verified"`
+	Migrations int       `json:"migrations"`
+	Failed     int       `json:"failed_migrations"`
+	Moves      []NPBMove `json:"moves,omitempty"`
 	// BusyHost is where the user arrived, BusyAt when (seconds after the
 	// start); empty and 0 when it did not arrive before the end.
 	BusyHost string  `json:"busy_host,omitempty"`
@@ -192,6 +231,11 @@ type NPBStat struct {
 	Min     float64 `json:"min"`
 	Max     float64 `json:"max"`
 	Rounds  int     `json:"rounds"`
+	// CPUSeconds is the median CPU time (user+sys) of the rounds, CPUMin
+	// and CPUMax its range (0 where unknown).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUMin     float64 `json:"cpu_min"`
+	CPUMax     float64 `json:"cpu_max"`
 	// MinMigrations and MaxMigrations range over the rounds;
 	// CheckpointBytes is the largest checkpoint of any round's moves.
 	MinMigrations   int   `json:"min_migrations"`
@@ -214,16 +258,18 @@ type NPBKernelResult struct {
 	IdleSched *NPBStat  `json:"idle_sched,omitempty"`
 	Busy      NPBStat   `json:"busy"`
 	Sched     []NPBStat `json:"sched"`
-	// Speedups are Busy's median time over each Sched's; Overhead is
-	// IdleSched's median time over Idle's, minus 1.
-	Speedups []float64 `json:"speedups"`
-	Overhead float64   `json:"overhead"`
+	// Speedups are Busy's median time over each Sched's; Overhead is the
+	// median of the idle pairs' wall-time ratios (Dynamic-SED on over
+	// off), minus 1, and IdleOverhead its whole summary.
+	Speedups     []float64    `json:"speedups"`
+	Overhead     float64      `json:"overhead"`
+	IdleOverhead *NPBOverhead `json:"idle_overhead,omitempty"`
 }
 
 // npbStat summarises the runs named name.
 func npbStat(runs []NPBRun, name string) NPBStat {
 	st := NPBStat{Name: name, Verified: true}
-	var secs []float64
+	var secs, cpus []float64
 	for _, r := range runs {
 		if r.Name != name {
 			continue
@@ -233,6 +279,7 @@ func npbStat(runs []NPBRun, name string) NPBStat {
 		}
 		st.Rounds++
 		secs = append(secs, r.Seconds)
+		cpus = append(cpus, r.CPUSeconds)
 		st.MinMigrations, st.MaxMigrations = min(st.MinMigrations, r.Migrations), max(st.MaxMigrations, r.Migrations)
 		st.CheckpointBytes = max(st.CheckpointBytes, r.CheckpointBytes())
 		st.Verified = st.Verified && r.Verified == npb.Successful
@@ -242,18 +289,113 @@ func npbStat(runs []NPBRun, name string) NPBStat {
 		return st
 	}
 	st.Seconds, st.Min, st.Max = medianFloat(secs), slices.Min(secs), slices.Max(secs)
+	st.CPUSeconds, st.CPUMin, st.CPUMax = medianFloat(cpus), slices.Min(cpus), slices.Max(cpus)
 	return st
 }
 
+// NPBSpread is a sample of overheads (a ratio minus 1): its median,
+// quartiles and range.
+type NPBSpread struct {
+	Median float64 `json:"median"`
+	Q1     float64 `json:"q1"`
+	Q3     float64 `json:"q3"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+// spreadOf summarises xs (not empty).
+func spreadOf(xs []float64) NPBSpread {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return NPBSpread{Median: quantile(s, 0.5), Q1: quantile(s, 0.25), Q3: quantile(s, 0.75), Min: s[0], Max: s[len(s)-1]}
+}
+
+// quantile is the q-quantile of sorted s, interpolating linearly between
+// order statistics (R's type 7).
+func quantile(s []float64, q float64) float64 {
+	h := q * float64(len(s)-1)
+	i := int(h)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (h-float64(i))*(s[i+1]-s[i])
+}
+
+// NPBOverhead is the runtime's overhead when nothing migrates, from pairs
+// of idle runs: in each pair, the run with Dynamic-SED on over the run
+// with the scheduler off, minus 1.
+type NPBOverhead struct {
+	Pairs int `json:"pairs"`
+	// Wall is the spread of the per-pair overheads in wall time; CPU in
+	// the process's CPU time (nil when the platform does not tell).
+	Wall NPBSpread  `json:"wall"`
+	CPU  *NPBSpread `json:"cpu,omitempty"`
+	// Target is the overhead allowed; Met says whether the median per-pair
+	// wall-time overhead is within it; Straddles, that the interquartile
+	// range of the wall-time overheads holds the target, so that the
+	// verdict could go either way on this machine; CPUMet, whether the
+	// median CPU-time overhead is within it.
+	Target    float64 `json:"target"`
+	Met       bool    `json:"met"`
+	Straddles bool    `json:"straddles"`
+	CPUMet    bool    `json:"cpu_met"`
+}
+
+// idlePairs pairs the idle runs in the order made (each pair holds one run
+// of each side, in either order) and summarises their ratios. It is nil
+// without a complete pair.
+func idlePairs(runs []NPBRun, target float64) *NPBOverhead {
+	var wall, cpu []float64
+	var off, on *NPBRun
+	cpuKnown := true
+	for i := range runs {
+		r := &runs[i]
+		switch r.Name {
+		case "idle":
+			off = r
+		case "idle+sed":
+			on = r
+		default:
+			continue
+		}
+		if off == nil || on == nil {
+			continue
+		}
+		if off.Seconds > 0 {
+			wall = append(wall, on.Seconds/off.Seconds-1)
+		}
+		if off.CPUSeconds > 0 && on.CPUSeconds > 0 {
+			cpu = append(cpu, on.CPUSeconds/off.CPUSeconds-1)
+		} else {
+			cpuKnown = false
+		}
+		off, on = nil, nil
+	}
+	if len(wall) == 0 {
+		return nil
+	}
+	ov := &NPBOverhead{Pairs: len(wall), Wall: spreadOf(wall), Target: target}
+	ov.Met = ov.Wall.Median <= target
+	ov.Straddles = ov.Wall.Q1 <= target && target < ov.Wall.Q3
+	if cpuKnown && len(cpu) == len(wall) {
+		c := spreadOf(cpu)
+		ov.CPU, ov.CPUMet = &c, c.Median <= target
+	}
+	return ov
+}
+
 // summarizeKernel builds a kernel's row from its runs.
-func summarizeKernel(kernel string, runs []NPBRun, idle bool, vias []daemon.Via) NPBKernelResult {
+func summarizeKernel(kernel string, runs []NPBRun, idle, busy bool, vias []daemon.Via, target float64) NPBKernelResult {
 	kr := NPBKernelResult{Kernel: kernel, Runs: runs}
 	if idle {
 		i, is := npbStat(runs, "idle"), npbStat(runs, "idle+sed")
 		kr.Idle, kr.IdleSched = &i, &is
-		if i.Seconds > 0 {
-			kr.Overhead = is.Seconds/i.Seconds - 1
+		if kr.IdleOverhead = idlePairs(runs, target); kr.IdleOverhead != nil {
+			kr.Overhead = kr.IdleOverhead.Wall.Median
 		}
+	}
+	if !busy {
+		return kr
 	}
 	kr.Busy = npbStat(runs, "busy")
 	for _, v := range vias {
@@ -286,20 +428,26 @@ func runOrder[T any](runs []T, r int) []T {
 
 // NPBLoadResult is the whole experiment.
 type NPBLoadResult struct {
-	Class   string            `json:"class"`
-	Hosts   int               `json:"hosts"`
-	NP      int               `json:"np"`
-	Period  time.Duration     `json:"period_ns"`
-	At      float64           `json:"at"`
-	Users   int               `json:"users"`
-	Load    float64           `json:"load"`
-	Rounds  int               `json:"rounds"`
-	Kernels []NPBKernelResult `json:"kernels"`
+	Class  string        `json:"class"`
+	Hosts  int           `json:"hosts"`
+	NP     int           `json:"np"`
+	Period time.Duration `json:"period_ns"`
+	At     float64       `json:"at"`
+	Users  int           `json:"users"`
+	Load   float64       `json:"load"`
+	Rounds int           `json:"rounds"`
+	// IdleRounds is the number of idle pairs per kernel (0 without idle
+	// runs), Target the overhead they are held to.
+	IdleRounds int               `json:"idle_rounds,omitempty"`
+	Target     float64           `json:"target,omitempty"`
+	OnlyIdle   bool              `json:"only_idle,omitempty"`
+	Kernels    []NPBKernelResult `json:"kernels"`
 }
 
-// NPBLoad runs the experiment: for every kernel, the idle runs (unless
-// NoIdle), the run with migration disabled and one run with Dynamic-SED
-// per checkpoint mode. A run that does not verify makes it fail with
+// NPBLoad runs the experiment: for every kernel, after an untimed run, the
+// pairs of idle runs (unless NoIdle), then the rounds of the run with
+// migration disabled and one run with Dynamic-SED per checkpoint mode
+// (unless OnlyIdle). A run that does not verify makes it fail with
 // ErrNotVerified, after the other runs; the result holds every run made.
 func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 	o, err := o.withDefaults()
@@ -311,20 +459,27 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 		return nil, fmt.Errorf("npb-load: shared directory: %w", err)
 	}
 	defer os.RemoveAll(shared)
-	res := &NPBLoadResult{Class: o.Class, Hosts: o.Hosts, NP: o.NP, Period: o.Period, At: o.At, Users: o.Users, Load: o.Load, Rounds: o.Rounds}
+	res := &NPBLoadResult{Class: o.Class, Hosts: o.Hosts, NP: o.NP, Period: o.Period, At: o.At, Users: o.Users, Load: o.Load,
+		Rounds: o.Rounds, OnlyIdle: o.OnlyIdle}
+	if !o.NoIdle {
+		res.IdleRounds, res.Target = o.IdleRounds, o.Target
+	}
+	if o.OnlyIdle {
+		res.Rounds = 0
+	}
 	var unverified []string
 	type kind struct {
 		name        string
 		busy, sched bool
 		via         daemon.Via
 	}
+	idle := []kind{{"idle", false, false, ""}, {"idle+sed", false, true, daemon.Direct}}
 	var kinds []kind
-	if !o.NoIdle {
-		kinds = append(kinds, kind{"idle", false, false, ""}, kind{"idle+sed", false, true, daemon.Direct})
-	}
-	kinds = append(kinds, kind{"busy", true, false, ""})
-	for _, via := range o.Vias {
-		kinds = append(kinds, kind{"busy+sed-" + string(via), true, true, via})
+	if !o.OnlyIdle {
+		kinds = append(kinds, kind{"busy", true, false, ""})
+		for _, via := range o.Vias {
+			kinds = append(kinds, kind{"busy+sed-" + string(via), true, true, via})
+		}
 	}
 	for _, k := range o.Kernels {
 		run := func(kd kind) (NPBRun, error) {
@@ -345,7 +500,22 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 			return res, err
 		}
 		var runs []NPBRun
+		for pair := range o.IdleRounds {
+			if o.NoIdle {
+				break
+			}
+			for _, kd := range runOrder(idle, pair) { // ABBA
+				r, err := run(kd)
+				if err != nil {
+					return res, err
+				}
+				runs = append(runs, r)
+			}
+		}
 		for round := range o.Rounds {
+			if len(kinds) == 0 {
+				break
+			}
 			for _, kd := range runOrder(kinds, round) {
 				r, err := run(kd)
 				if err != nil {
@@ -354,7 +524,7 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 				runs = append(runs, r)
 			}
 		}
-		res.Kernels = append(res.Kernels, summarizeKernel(k, runs, !o.NoIdle, o.Vias))
+		res.Kernels = append(res.Kernels, summarizeKernel(k, runs, !o.NoIdle, !o.OnlyIdle, o.Vias, o.Target))
 	}
 	if len(unverified) > 0 {
 		return res, fmt.Errorf("%w: %s", ErrNotVerified, strings.Join(unverified, ", "))
@@ -417,9 +587,15 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 		// Not in the client's reader: the injection is a call of its own.
 		once.Do(func() { go arrive() })
 	}
+	// Garbage left by earlier runs is collected now, not during this one.
+	runtime.GC()
+	cpu0, cpuErr := cpuSeconds()
 	start = time.Now()
 	rep, err := npb.RunOn(ctx, cl, k, o.Class, o.NP, npb.RunOptions{Progress: progress})
 	r.Seconds = time.Since(start).Seconds()
+	if cpu1, err := cpuSeconds(); err == nil && cpuErr == nil {
+		r.CPUSeconds = cpu1 - cpu0
+	}
 	once.Do(func() { close(injected) }) // the user never came: nothing to wait for
 	<-injected
 	if err != nil {
@@ -436,6 +612,55 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 	r.Migrations, r.Failed = st.Migrations, st.Failed
 	r.Moves = moves.list()
 	return r, nil
+}
+
+// userHZ is the unit of the CPU times in /proc/self/stat: USER_HZ, 100 on
+// every Linux architecture.
+const userHZ = 100
+
+// cpuSeconds is the CPU time (user+sys) this process has used so far, from
+// /proc/self/stat (Linux; elsewhere an error). Its resolution is 1/userHZ.
+func cpuSeconds() (float64, error) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	return parseCPUSeconds(string(b))
+}
+
+// parseCPUSeconds reads utime and stime (fields 14 and 15) from a
+// /proc/<pid>/stat line. The command name (field 2) is in parentheses and
+// may hold spaces and parentheses itself, so the fields are counted from
+// the last ')'.
+func parseCPUSeconds(stat string) (float64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("cpu time: %w: no command name in %q", ErrBadStat, trimStat(stat))
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (the state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time: %w: %d fields after the command name", ErrBadStat, len(f))
+	}
+	var ticks float64
+	for _, x := range f[11:13] {
+		n, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("cpu time: %w: %w", ErrBadStat, err)
+		}
+		ticks += float64(n)
+	}
+	return ticks / userHZ, nil
+}
+
+// ErrBadStat: /proc/self/stat could not be read as such.
+var ErrBadStat = errors.New("bench: malformed /proc stat line")
+
+func trimStat(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // busyHost picks where the user arrives: the host of the kernel's worker
@@ -543,18 +768,77 @@ func migrations(st NPBStat) string {
 	return fmt.Sprintf("%d–%d", st.MinMigrations, st.MaxMigrations)
 }
 
+// pct prints an overhead as a signed percentage, to 0.1% (no "-0.0%").
+func pct(x float64) string {
+	p := math.Round(1000*x) / 10
+	if p == 0 {
+		p = 0
+	}
+	return fmt.Sprintf("%+.1f%%", p)
+}
+
+// pctTarget prints the target overhead as a percentage ("2%").
+func pctTarget(x float64) string { return strconv.FormatFloat(100*x, 'g', 4, 64) + "%" }
+
+// spread prints an overhead's median with its interquartile range and
+// range.
+func spread(sp NPBSpread) string {
+	return fmt.Sprintf("%s (IQR %s…%s; range %s…%s)", pct(sp.Median), pct(sp.Q1), pct(sp.Q3), pct(sp.Min), pct(sp.Max))
+}
+
+// cpuSecs prints a median CPU time with its range when there are several
+// rounds ("–" where unknown).
+func cpuSecs(st NPBStat) string {
+	if st.CPUMax == 0 {
+		return "–"
+	}
+	if st.Rounds > 1 && st.CPUMin != st.CPUMax {
+		return fmt.Sprintf("%.2f (%.2f–%.2f)", st.CPUSeconds, st.CPUMin, st.CPUMax)
+	}
+	return fmt.Sprintf("%.2f", st.CPUSeconds)
+}
+
+// verdict says how a kernel's idle pairs stand against the target.
+func verdict(ov *NPBOverhead) string {
+	v := "missed"
+	if ov.Met {
+		v = "met"
+	}
+	if ov.Straddles {
+		v += " (IQR straddles " + pctTarget(ov.Target) + ")"
+	}
+	return v
+}
+
 // WriteNPBLoad prints the experiment as DynamicPVM's Table 3: per kernel,
 // the time with migration disabled, and for each checkpoint mode the time
 // with Dynamic-SED, its migrations, the largest checkpoint and the
-// speedup; then the idle runs and the overhead. Times are medians over the
-// rounds, with their range.
+// speedup; then the idle pairs: their times, wall and CPU, and the
+// overhead (the median of the per-pair ratios, with its interquartile
+// range and range) against the target, with a verdict per kernel. Times
+// are medians over the rounds, with their range.
 func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 	var b strings.Builder
+	if !r.OnlyIdle {
+		writeBusyTable(&b, r)
+	}
+	hasIdle := false
+	for _, k := range r.Kernels {
+		hasIdle = hasIdle || k.IdleOverhead != nil
+	}
+	if hasIdle {
+		writeIdleTable(&b, r)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeBusyTable(b *strings.Builder, r *NPBLoadResult) {
 	when := fmt.Sprintf("when rank 0 has done %.3g%% of its iterations", 100*r.At)
 	if r.At < 0.01 {
 		when = "at rank 0's first progress report"
 	}
-	fmt.Fprintf(&b, "NPB class %s, %d workers on %d daemons (QUIC on loopback, emulated load); %s, %d interactive user(s) arrive on a host holding a worker, with background load %g (its tasks run %g× slower). δT %v. Times are wall seconds of the whole job: the median of %d round(s) in alternating order, with the range.\n\n",
+	fmt.Fprintf(b, "NPB class %s, %d workers on %d daemons (QUIC on loopback, emulated load); %s, %d interactive user(s) arrive on a host holding a worker, with background load %g (its tasks run %g× slower). δT %v. Times are wall seconds of the whole job: the median of %d round(s) in alternating order, with the range.\n\n",
 		r.Class, r.NP, r.Hosts, when, r.Users, r.Load, 1+r.Load, r.Period, r.Rounds)
 	var vias []string
 	if len(r.Kernels) > 0 {
@@ -564,7 +848,7 @@ func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 	}
 	b.WriteString("| kernel | no migration: time (s) |")
 	for _, v := range vias {
-		fmt.Fprintf(&b, " Dynamic-SED %s: time (s) | migrations | checkpoint size | speedup |", v)
+		fmt.Fprintf(b, " Dynamic-SED %s: time (s) | migrations | checkpoint size | speedup |", v)
 	}
 	b.WriteString(" verified |\n|---|---|")
 	for range vias {
@@ -572,31 +856,79 @@ func WriteNPBLoad(w io.Writer, r *NPBLoadResult) error {
 	}
 	b.WriteString("---|\n")
 	for _, k := range r.Kernels {
-		fmt.Fprintf(&b, "| %s | %s |", strings.ToUpper(k.Kernel), secs(k.Busy))
+		fmt.Fprintf(b, "| %s | %s |", strings.ToUpper(k.Kernel), secs(k.Busy))
 		verified := k.Busy.Verified
 		for i, s := range k.Sched {
-			fmt.Fprintf(&b, " %s | %s | %s | %.2f |", secs(s), migrations(s), formatBytes(s.CheckpointBytes), k.Speedups[i])
+			fmt.Fprintf(b, " %s | %s | %s | %.2f |", secs(s), migrations(s), formatBytes(s.CheckpointBytes), k.Speedups[i])
 			verified = verified && s.Verified
 		}
 		v := "all runs"
 		if !verified {
 			v = "NOT ALL"
 		}
-		fmt.Fprintf(&b, " %s |\n", v)
+		fmt.Fprintf(b, " %s |\n", v)
 	}
-	hasIdle := false
+}
+
+func writeIdleTable(b *strings.Builder, r *NPBLoadResult) {
+	if !r.OnlyIdle {
+		b.WriteString("\n")
+	} else {
+		fmt.Fprintf(b, "NPB class %s, %d workers on %d daemons (QUIC on loopback, emulated load), δT %v.\n\n", r.Class, r.NP, r.Hosts, r.Period)
+	}
+	fmt.Fprintf(b, "Overhead when nothing migrates (idle machine, same kernel and tasks): %d pair(s) of runs, scheduler off and Dynamic-SED on, in ABBA order. Times are the medians of the runs with their range; CPU is the process's user+sys time. The overhead is the median of the per-pair ratios on/off, minus 1, with its interquartile range and range.\n\n",
+		r.IdleRounds)
+	b.WriteString("| kernel | off: wall (s) | on: wall (s) | off: CPU (s) | on: CPU (s) | migrations | overhead, wall | overhead, CPU | ≤" + pctTarget(r.Target) + " (wall) | verified |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	var met, missed, straddle, cpuMissed []string
+	cpuKnown := 0
 	for _, k := range r.Kernels {
-		hasIdle = hasIdle || k.Idle != nil
-	}
-	if hasIdle {
-		b.WriteString("\nOverhead when nothing migrates (idle machine, same kernel and tasks):\n\n| kernel | scheduler off: time (s) | Dynamic-SED on: time (s) | migrations | overhead |\n|---|---|---|---|---|\n")
-		for _, k := range r.Kernels {
-			if k.Idle == nil {
-				continue
+		ov := k.IdleOverhead
+		if ov == nil {
+			continue
+		}
+		name := strings.ToUpper(k.Kernel)
+		cpu := "–"
+		if ov.CPU != nil {
+			cpu = spread(*ov.CPU)
+			cpuKnown++
+			if !ov.CPUMet {
+				cpuMissed = append(cpuMissed, fmt.Sprintf("%s (%s)", name, pct(ov.CPU.Median)))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% |\n", strings.ToUpper(k.Kernel), secs(*k.Idle), secs(*k.IdleSched), migrations(*k.IdleSched), 100*k.Overhead)
+		}
+		v := "all runs"
+		if !k.Idle.Verified || !k.IdleSched.Verified {
+			v = "NOT ALL"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, secs(*k.Idle), secs(*k.IdleSched),
+			cpuSecs(*k.Idle), cpuSecs(*k.IdleSched), migrations(*k.IdleSched), spread(ov.Wall), cpu, verdict(ov), v)
+		if ov.Met {
+			met = append(met, fmt.Sprintf("%s (%s)", name, pct(ov.Wall.Median)))
+		} else {
+			missed = append(missed, fmt.Sprintf("%s (%s)", name, pct(ov.Wall.Median)))
+		}
+		if ov.Straddles {
+			straddle = append(straddle, name)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	fmt.Fprintf(b, "\nTarget: Dynamic-SED costs at most %s when nothing migrates, judged on the median per-pair wall-time ratio: ", pctTarget(r.Target))
+	var parts []string
+	if len(met) > 0 {
+		parts = append(parts, "met for "+strings.Join(met, ", "))
+	}
+	if len(missed) > 0 {
+		parts = append(parts, "MISSED for "+strings.Join(missed, ", "))
+	}
+	b.WriteString(strings.Join(parts, "; ") + ".")
+	if len(straddle) > 0 {
+		fmt.Fprintf(b, " The interquartile range of the ratios straddles %s for %s: on this machine the verdict there could go either way.", pctTarget(r.Target), strings.Join(straddle, ", "))
+	}
+	switch {
+	case cpuKnown == 0:
+		b.WriteString(" CPU times are unknown on this platform.")
+	case len(cpuMissed) > 0:
+		fmt.Fprintf(b, " In CPU time the median exceeds %s for %s.", pctTarget(r.Target), strings.Join(cpuMissed, ", "))
+	default:
+		fmt.Fprintf(b, " In CPU time the median is within %s for every kernel measured.", pctTarget(r.Target))
+	}
+	b.WriteString("\n")
 }

@@ -265,7 +265,7 @@ type Daemon struct {
 	routes *routing.Table
 	outbox *routing.Outbox
 	inbox  *routing.Inbox
-	acked  chan struct{} // closed and replaced whenever acknowledgements free window
+	acked  chan struct{} // closed (and set to nil) when acknowledgements free window; made by a sender that waits
 
 	placeMu  sync.Mutex // serialises the Placer
 	load     *load.Injected
@@ -366,7 +366,6 @@ func newDaemon(cfg Config) *Daemon {
 		routes:    routing.NewTable(),
 		outbox:    routing.NewOutbox(),
 		inbox:     routing.NewInbox(),
-		acked:     make(chan struct{}),
 		done:      make(chan struct{}),
 		self:      HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
 	}

@@ -37,6 +37,7 @@ type mailbox struct {
 	head    int
 	bytes   int
 	waiters []*waiter
+	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
 }
 
@@ -114,13 +115,19 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 		m.mu.Unlock()
 		return envelope{}, false, nil
 	}
-	w := &waiter{from: from, tag: tag, ch: make(chan envelope, 1)}
+	w := m.spare
+	if w == nil {
+		w = &waiter{ch: make(chan envelope, 1)}
+	}
+	m.spare = nil
+	w.from, w.tag = from, tag
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 
 	var err error
 	select {
 	case e := <-w.ch:
+		m.recycle(w)
 		return e, true, nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -132,6 +139,7 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 	for i, x := range m.waiters {
 		if x == w {
 			m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
+			m.spare = w
 			m.mu.Unlock()
 			return envelope{}, false, err
 		}
@@ -139,7 +147,17 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 	m.mu.Unlock()
 	// A put handed us a message while we were giving up: take it, so it is
 	// not lost.
-	return <-w.ch, true, nil
+	e := <-w.ch
+	m.recycle(w)
+	return e, true, nil
+}
+
+// recycle keeps w, out of the waiters and its channel drained, for the
+// next wait: a task blocking in receive after receive allocates nothing.
+func (m *mailbox) recycle(w *waiter) {
+	m.mu.Lock()
+	m.spare = w
+	m.mu.Unlock()
 }
 
 // probe reports the oldest message matching the pattern without removing

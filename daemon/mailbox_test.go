@@ -138,3 +138,41 @@ func BenchmarkMailboxPutGet(b *testing.B) {
 		}
 	}
 }
+
+// TestMailboxWaiterReuse runs the give-up race on one mailbox, whose
+// waiter is reused from receive to receive: a reused waiter never carries
+// a message into the next receive, and nothing is lost or duplicated.
+func TestMailboxWaiterReuse(t *testing.T) {
+	a := task.NewTID(1, 1)
+	var m mailbox
+	for i := range 500 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var got envelope
+		var gotOK bool
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			got, gotOK, _ = m.get(ctx, nil, a, i, true)
+		}()
+		go func() {
+			defer wg.Done()
+			m.put(env(a, i))
+		}()
+		if i%2 == 0 {
+			cancel()
+		}
+		wg.Wait()
+		cancel()
+		queued, ok, _ := m.get(context.Background(), nil, a, task.AnyTag, false)
+		if gotOK == ok {
+			t.Fatalf("round %d: received %v and queued %v: the message was lost or duplicated", i, gotOK, ok)
+		}
+		if gotOK && got.tag != i || ok && queued.tag != i {
+			t.Fatalf("round %d: received tag %d, queued tag %d", i, got.tag, queued.tag)
+		}
+		if n, _ := m.stats(); n != 0 || len(m.waiters) != 0 {
+			t.Fatalf("round %d: %d messages and %d waiters left", i, n, len(m.waiters))
+		}
+	}
+}

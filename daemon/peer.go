@@ -39,7 +39,8 @@ type peer struct {
 	draining bool // flush, then close the sending side
 	// acks waiting to go out with the next write (or after ackDelay).
 	acks     map[routing.Pair]uint64
-	ackTimer *time.Timer
+	ackTimer *time.Timer // signals the writer; made once
+	ackArmed bool        // ackTimer is running
 	closed   chan struct{}
 	once     sync.Once
 	err      error
@@ -84,8 +85,15 @@ func (p *peer) ack(a routing.Ack) {
 	if a.Seq > p.acks[k] {
 		p.acks[k] = a.Seq
 	}
-	if p.ackTimer == nil {
-		p.ackTimer = time.AfterFunc(ackDelay, p.signal)
+	if !p.ackArmed {
+		// One timer per peer, re-armed: a message answered at once costs
+		// no timer of its own.
+		if p.ackTimer == nil {
+			p.ackTimer = time.AfterFunc(ackDelay, p.signal)
+		} else {
+			p.ackTimer.Reset(ackDelay)
+		}
+		p.ackArmed = true
 	}
 	p.wmu.Unlock()
 }
@@ -106,13 +114,16 @@ func (p *peer) frame(k routing.Kind, body []byte) {
 // a stream.
 const streaming = 50 * time.Microsecond
 
-// push gets a queued message going. After a pause, the sending task's
+// push gets a queued message going. In a conversation — the peer has sent
+// something since our last write, or we paused — the sending task's
 // goroutine writes it itself, saving a hand-off to the writer goroutine
 // (latency; a task sending to a stalled peer waits, which is the
-// backpressure it would get anyway); in a stream of messages it leaves them
-// to the writer, which batches what piles up while it writes (throughput).
+// backpressure it would get anyway). In a one-way stream of messages it
+// leaves them to the writer, which batches what piles up while it writes
+// (throughput).
 func (p *peer) push() {
-	if time.Duration(time.Now().UnixNano()-p.lastWrite.Load()) < streaming {
+	last := p.lastWrite.Load()
+	if p.lastHeard.Load() <= last && time.Duration(time.Now().UnixNano()-last) < streaming {
 		p.signal()
 		return
 	}
@@ -174,9 +185,9 @@ func (p *peer) flush() error {
 			routing.EndFrame(out, off)
 			clear(p.acks)
 		}
-		if p.ackTimer != nil {
+		if p.ackArmed {
 			p.ackTimer.Stop()
-			p.ackTimer = nil
+			p.ackArmed = false
 		}
 		if len(out) == 0 {
 			p.writing = false

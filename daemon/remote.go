@@ -22,6 +22,9 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	d.rmu.Lock()
 	for d.outbox.Pending(to) >= d.cfg.Window {
 		// Too much is unacknowledged for to: wait for acknowledgements.
+		if d.acked == nil {
+			d.acked = make(chan struct{})
+		}
 		ch := d.acked
 		d.rmu.Unlock()
 		select {
@@ -109,7 +112,7 @@ func (d *Daemon) hostKnown(h task.HostID) bool {
 // refusing messages for tasks that are not here.
 func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	var refusals []byte
-	last := map[routing.Pair]uint64{}
+	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
 		d.mu.Lock()
@@ -152,16 +155,15 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		a := d.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
-		last[routing.Pair{From: a.From, To: a.To}] = a.Seq
+		last = lastOfPair(last, a)
 		return nil
 	})
 	d.rmu.Unlock()
 	if err != nil {
 		return err
 	}
-	for pr, seq := range last {
-		a := routing.Ack{From: pr.From, To: pr.To, Seq: seq}
-		if d.withhold(pr.To, p.info.ID, a) {
+	for _, a := range last {
+		if d.withhold(a.To, p.info.ID, a) {
 			continue
 		}
 		p.ack(a)
@@ -172,16 +174,36 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	return nil
 }
 
+// lastOfPair records a as its pair's latest acknowledgement in acks (a
+// frame carries messages of few pairs: a linear search beats a map).
+func lastOfPair(acks []routing.Ack, a routing.Ack) []routing.Ack {
+	for i := range acks {
+		if acks[i].From == a.From && acks[i].To == a.To {
+			acks[i].Seq = max(acks[i].Seq, a.Seq)
+			return acks
+		}
+	}
+	return append(acks, a)
+}
+
 func (d *Daemon) receiveAcks(body []byte) error {
 	d.rmu.Lock()
 	freed := 0
 	err := routing.DecodeAcks(body, func(a routing.Ack) { freed += d.outbox.Ack(a) })
 	if freed > 0 {
-		close(d.acked)
-		d.acked = make(chan struct{})
+		d.windowFreed()
 	}
 	d.rmu.Unlock()
 	return err
+}
+
+// windowFreed wakes the senders waiting for acknowledgements to free
+// window, if any wait. The caller holds d.rmu.
+func (d *Daemon) windowFreed() {
+	if d.acked != nil {
+		close(d.acked)
+		d.acked = nil
+	}
 }
 
 func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
@@ -223,7 +245,9 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 			a := d.inbox.Accept(e, func(x routing.Envelope) {
 				t.mb.putEnvelope(x)
 			})
-			d.outbox.Ack(a)
+			if d.outbox.Ack(a) > 0 {
+				d.windowFreed()
+			}
 		}
 		d.rmu.Unlock()
 		return

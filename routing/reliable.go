@@ -17,7 +17,20 @@ type Outbox struct {
 	next   map[task.TID]map[task.TID]uint64 // sender → receiver → last seq assigned
 	queues map[task.TID]*outQueue           // by receiver
 	bytes  int
+
+	// Emptied queues and pair FIFOs kept for reuse: in a conversation
+	// (send, acknowledgement, send, …) each message would otherwise make
+	// and drop a queue, its map and a FIFO.
+	freeQ []*outQueue
+	freeF []*fifo
 }
+
+// keepFree bounds the emptied queues and FIFOs an Outbox keeps, and
+// keepMsgs the capacity of a kept FIFO's slice.
+const (
+	keepFree = 16
+	keepMsgs = 256
+)
 
 type outQueue struct {
 	pairs map[task.TID]*fifo // unacknowledged, by sender, each in the order sent
@@ -87,7 +100,12 @@ func (o *Outbox) Seq(from, to task.TID) uint64 {
 func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	q := o.queues[e.To]
 	if q == nil {
-		q = &outQueue{route: r, pairs: map[task.TID]*fifo{}}
+		if n := len(o.freeQ); n > 0 {
+			q, o.freeQ = o.freeQ[n-1], o.freeQ[:n-1]
+			q.route = r
+		} else {
+			q = &outQueue{route: r, pairs: map[task.TID]*fifo{}}
+		}
 		o.queues[e.To] = q
 	}
 	if !q.held && r.InTransit {
@@ -99,7 +117,11 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	n := EnvelopeSize(&e)
 	f := q.pairs[e.From]
 	if f == nil {
-		f = &fifo{}
+		if n := len(o.freeF); n > 0 {
+			f, o.freeF = o.freeF[n-1], o.freeF[:n-1]
+		} else {
+			f = &fifo{}
+		}
 		q.pairs[e.From] = f
 	}
 	f.msgs = append(f.msgs, outMsg{env: e, sentAt: now})
@@ -140,6 +162,10 @@ func (o *Outbox) Ack(a Ack) int {
 	switch {
 	case f.head == len(f.msgs):
 		delete(q.pairs, a.From)
+		if len(o.freeF) < keepFree && cap(f.msgs) <= keepMsgs {
+			f.msgs, f.head = f.msgs[:0], 0
+			o.freeF = append(o.freeF, f)
+		}
 	case f.head > 256 && f.head > len(f.msgs)/2:
 		k := copy(f.msgs, f.msgs[f.head:])
 		clear(f.msgs[k:])
@@ -149,6 +175,10 @@ func (o *Outbox) Ack(a Ack) int {
 	o.bytes -= freed
 	if q.n == 0 && !q.held {
 		delete(o.queues, a.To)
+		if len(o.freeQ) < keepFree && len(q.pairs) == 0 {
+			*q = outQueue{pairs: q.pairs}
+			o.freeQ = append(o.freeQ, q)
+		}
 	}
 	return freed
 }

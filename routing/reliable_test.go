@@ -336,3 +336,41 @@ func TestOutboxHoldAndFlowAccounting(t *testing.T) {
 		t.Fatal("ForgetSender kept the numbering")
 	}
 }
+
+// TestOutboxReusesEmptiedQueues: queues and FIFOs emptied by
+// acknowledgements are reused for other receivers and senders and start
+// clean: the new route, nothing held, only the new messages pending.
+func TestOutboxReusesEmptiedQueues(t *testing.T) {
+	o := NewOutbox()
+	now := time.Unix(0, 0)
+	a, b, c := task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(3, 1)
+	for i := range 3 {
+		e := Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 5)}}
+		o.Push(e, Route{Host: 2, Epoch: 7}, now)
+		if i == 0 {
+			// Held, then released: the reused queue must not stay held.
+			o.Refused(Refusal{To: b, Route: Route{Host: 2, Epoch: 7}}, 2, now)
+			o.Reroute(b, Route{Host: 2, Epoch: 8}, now)
+		}
+	}
+	o.Ack(Ack{From: a, To: b, Seq: 3})
+	if o.Bytes() != 0 || o.Pending(b) != 0 {
+		t.Fatalf("%d bytes left", o.Bytes())
+	}
+	if _, _, ok := o.Route(b); ok {
+		t.Fatal("an acknowledged receiver kept its queue")
+	}
+	e := Envelope{From: c, To: a, Seq: o.Seq(c, a), Body: task.Payload{Data: make([]byte, 9)}}
+	if !o.Push(e, Route{Host: 1, Epoch: 1}, now) {
+		t.Fatal("a message to a new receiver was held")
+	}
+	if r, held, ok := o.Route(a); !ok || held || r != (Route{Host: 1, Epoch: 1}) {
+		t.Fatalf("route %v held %v ok %v", r, held, ok)
+	}
+	if o.Pending(a) != envHeader+9 || o.PendingFrom(a) != 0 || o.PendingFrom(c) != 1 {
+		t.Fatalf("pending %d, from a %d, from c %d", o.Pending(a), o.PendingFrom(a), o.PendingFrom(c))
+	}
+	if got := o.ForHost(1, now); len(got) != 1 || got[0].From != c || got[0].Seq != 1 {
+		t.Fatalf("ForHost = %v", got)
+	}
+}

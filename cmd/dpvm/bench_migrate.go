@@ -26,9 +26,11 @@ func benchMigrateCommand() *cli.Command {
 			"per move, the task's freeze time (suspension to resumption), the ratios and\n" +
 			"the targets. The default sizes take 10-20 seconds; adding 256 and 1024 MiB\n" +
 			"makes it about two minutes and 5 GiB of memory. With --criu FILE, CRIU's\n" +
-			"same-host dump+restore of a process holding the same state, as\n" +
-			"integration/criu/run.sh measured it, is printed and plotted beside them and\n" +
-			"replaces the feature's CRIU figures in the targets.",
+			"same-host dump+restore of a process holding the same state, and its move\n" +
+			"between hosts (dump, ssh copy of the images, restore), as\n" +
+			"integration/criu/run.sh measured them, are printed and plotted beside them;\n" +
+			"they replace the feature's CRIU figures in the targets, and the move between\n" +
+			"hosts judges direct migration from 256 MiB up.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "sizes", Value: "0,0.5,1,2,4,8,12,16,64", Usage: "state `sizes` in MiB, comma-separated (up to 4096)"},
 			&cli.StringFlag{Name: "via", Value: "direct,indirect", Usage: "migration `modes`: direct, indirect or both"},
@@ -42,7 +44,7 @@ func benchMigrateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object"},
 			&cli.BoolFlag{Name: "csv", Usage: "print the results as CSV"},
 			&cli.StringFlag{Name: "plot", Usage: "also draw seconds against size as an SVG `FILE`"},
-			&cli.StringFlag{Name: "criu", Usage: "CRIU dump+restore figures to set beside the moves: the JSON lines of integration/criu/run.sh in `FILE`"},
+			&cli.StringFlag{Name: "criu", Usage: "CRIU figures (same-host dump+restore, and between hosts) to set beside the moves: the JSON lines of integration/criu/run.sh in `FILE`"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
 		Action: func(c *cli.Context) error {

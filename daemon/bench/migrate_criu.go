@@ -9,10 +9,12 @@ import (
 	"strings"
 )
 
-// CRIURow is CRIU's same-host checkpoint and restore of a process holding
-// SizeMiB of state, as integration/criu/run.sh measures it and prints it
-// (one JSON line per size): medians of Reps wall-clock times of `criu dump`
-// and `criu restore`.
+// CRIURow is CRIU's checkpoint and restore of a process holding SizeMiB of
+// state, as integration/criu/run.sh measures it and prints it (one JSON
+// line per size): medians of Reps wall-clock times of `criu dump` and
+// `criu restore` on the same host, and, when the run moved the process
+// between hosts too (RemoteS > 0), of the dump, the encrypted copy of the
+// images to the other host over ssh, and the restore there.
 type CRIURow struct {
 	SizeMiB    float64 `json:"size_mib"`
 	DumpS      float64 `json:"dump_s"`
@@ -22,7 +24,22 @@ type CRIURow struct {
 	Reps       int     `json:"reps"`
 	// Version is CRIU's, as it reports it.
 	Version string `json:"version,omitempty"`
+
+	// Between hosts: the dump, the copy of the image directory to the
+	// other host, the restore there, and the median of their sum, in
+	// seconds; all zero when the run measured the same host only.
+	RemoteDumpS    float64 `json:"remote_dump_s,omitempty"`
+	CopyS          float64 `json:"copy_s,omitempty"`
+	RemoteRestoreS float64 `json:"remote_restore_s,omitempty"`
+	RemoteS        float64 `json:"remote_s,omitempty"`
+	// CopyVia is how the images were copied ("scp" or "tar|ssh"), and
+	// Cipher the cipher ssh negotiated for it.
+	CopyVia string `json:"copy_via,omitempty"`
+	Cipher  string `json:"cipher,omitempty"`
 }
+
+// Remote reports whether r has figures of a move between hosts.
+func (r CRIURow) Remote() bool { return r.RemoteS > 0 }
 
 // criuLine is a line of integration/criu's output.
 type criuLine struct {
@@ -31,11 +48,13 @@ type criuLine struct {
 	Verified bool   `json:"verified"`
 }
 
-// ReadCRIU reads the JSON lines integration/criu/run.sh prints. Blank lines
-// are skipped; a line that is not such a result, a size outside
+// ReadCRIU reads the JSON lines integration/criu/run.sh prints, with or
+// without the between-hosts fields (lines of a same-host run have none).
+// Blank lines are skipped; a line that is not such a result, a size outside
 // 0..MaxMigrateMiB or given twice, a time that is not a positive number,
-// or a run whose restored state was not verified is an error wrapping
-// ErrOptions that names the line.
+// between-hosts phases without their total (or a total without phases, or
+// a copy method without them), or a run whose restored state was not
+// verified is an error wrapping ErrOptions that names the line.
 func ReadCRIU(r io.Reader) ([]CRIURow, error) {
 	var out []CRIURow
 	sc := bufio.NewScanner(r)
@@ -65,6 +84,13 @@ func ReadCRIU(r io.Reader) ([]CRIURow, error) {
 			return bad("size %v MiB is outside 0..%d MiB", l.SizeMiB, MaxMigrateMiB)
 		case !(l.Seconds > 0) || math.IsInf(l.Seconds, 0) || l.DumpS < 0 || l.RestoreS < 0:
 			return bad("times dump %v s, restore %v s, total %v s: want positive numbers", l.DumpS, l.RestoreS, l.Seconds)
+		case l.RemoteDumpS < 0 || l.CopyS < 0 || l.RemoteRestoreS < 0 || l.RemoteS < 0 || math.IsInf(l.RemoteS, 0):
+			return bad("times between hosts dump %v s, copy %v s, restore %v s, total %v s: want positive numbers",
+				l.RemoteDumpS, l.CopyS, l.RemoteRestoreS, l.RemoteS)
+		case (l.RemoteDumpS > 0 || l.CopyS > 0 || l.RemoteRestoreS > 0 || l.CopyVia != "" || l.Cipher != "") && !l.Remote():
+			return bad("between-hosts figures without remote_s, their total")
+		case l.Remote() && (l.CopyS <= 0 || l.CopyVia == ""):
+			return bad("remote_s %v s without copy_s and copy_via, how the images went to the other host", l.RemoteS)
 		case l.Reps < 1:
 			return bad("reps %d: want at least one", l.Reps)
 		case !l.Verified:
@@ -94,4 +120,15 @@ func (r *MigrateReport) CRIUAt(sizeMiB float64) (CRIURow, bool) {
 		}
 	}
 	return CRIURow{}, false
+}
+
+// criuRemote reports whether any of r's CRIU rows was measured between
+// hosts.
+func (r *MigrateReport) criuRemote() bool {
+	for _, x := range r.CRIU {
+		if x.Remote() {
+			return true
+		}
+	}
+	return false
 }

@@ -36,8 +36,10 @@ const (
 // MigrateTargets lists the targets that apply to r: each mode's
 // throughput at least 0.8× its baseline's from 16 MiB up (at the largest
 // size if none is that large), the freeze of a task with empty state under
-// 5 ms, and, from 256 MiB up, indirect faster than CRIU's dump+restore of
-// the same size: measured (r.CRIU) where given, else the feature's figure.
+// 5 ms, and, from 256 MiB up, indirect faster than CRIU's same-host
+// dump+restore of the same size (measured, r.CRIU, where given, else the
+// feature's figure) and direct faster than CRIU's move between hosts (dump,
+// ssh copy of the images, restore), where r.CRIU has that measured.
 func MigrateTargets(r *MigrateReport) []MigrateTarget {
 	var ts []MigrateTarget
 	sizes := r.Sizes()
@@ -100,6 +102,23 @@ func MigrateTargets(r *MigrateReport) []MigrateTarget {
 				Met:  row.Seconds < c,
 			})
 		}
+	}
+	for _, s := range sizes {
+		row, found := r.Row(s, daemon.Direct)
+		m, measured := r.CRIUAt(s)
+		if !found || s < 256 || !measured || !m.Remote() {
+			continue
+		}
+		src := "measured"
+		if m.Version != "" {
+			src += ", criu " + m.Version
+		}
+		ts = append(ts, MigrateTarget{
+			What: fmt.Sprintf("direct %s / CRIU between hosts: dump+ssh copy+restore (%s)", formatMiB(s), src),
+			Want: fmt.Sprintf("< %.3g s", m.RemoteS),
+			Got:  fmt.Sprintf("%.3f s", row.Seconds),
+			Met:  row.Seconds < m.RemoteS,
+		})
 	}
 	return ts
 }
@@ -165,6 +184,21 @@ func WriteMigrateText(w io.Writer, r *MigrateReport) error {
 		}
 		tw.Flush()
 	}
+	if r.criuRemote() {
+		fmt.Fprintf(&b, "CRIU between hosts: dump, encrypted copy of the images to the other host (%s), restore there:\n", criuCopies(r.CRIU))
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "state\tdump s\tcopy s\tcopy\trestore s\ttotal s\tdirect s\tdirect/criu\t")
+		for _, c := range r.CRIU {
+			if !c.Remote() {
+				continue
+			}
+			d, dok := r.Row(c.SizeMiB, daemon.Direct)
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%s\t%s\t\n", formatMiB(c.SizeMiB), c.RemoteDumpS, c.CopyS,
+				formatBW(float64(c.ImageBytes)/c.CopyS/1e6), c.RemoteRestoreS, c.RemoteS,
+				fmtOr(dok, "%.3f", d.Seconds), fmtOr(dok, "%.2f×", d.Seconds/c.RemoteS))
+		}
+		tw.Flush()
+	}
 	if len(r.Targets) > 0 {
 		b.WriteString("targets:\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -193,8 +227,38 @@ func bwOr(ok bool, mbps float64) string {
 var migrateCSVHeader = []string{"size_mib", "via", "seconds", "freeze_ms", "checkpoint_bytes", "mbps", "reps", "verified",
 	"baseline", "baseline_seconds", "baseline_mbps", "vs_baseline"}
 
+// CSV "via" of CRIU's rows.
+const (
+	csvCRIU       = "criu"        // same-host dump+restore
+	csvCRIURemote = "criu-remote" // between hosts: dump, ssh copy, restore
+)
+
+// criuCopies names how the images went to the other host and under which
+// cipher, e.g. "scp, chacha20-poly1305@openssh.com", once per distinct
+// pair.
+func criuCopies(rows []CRIURow) string {
+	var seen []string
+	for _, c := range rows {
+		if !c.Remote() {
+			continue
+		}
+		k := c.CopyVia
+		if c.Cipher != "" {
+			k += ", " + c.Cipher
+		}
+		if !slices.Contains(seen, k) {
+			seen = append(seen, k)
+		}
+	}
+	return strings.Join(seen, "; ")
+}
+
 // WriteMigrateCSV prints r as CSV: a header, then a row per size and mode
-// with its baseline's figures beside it (empty when not measured).
+// with its baseline's figures beside it (empty when not measured), then,
+// with measured CRIU figures, a row per size for CRIU's same-host
+// dump+restore (via "criu") and one for its move between hosts (via
+// "criu-remote": dump, ssh copy, restore), with the image bytes as the
+// checkpoint and no freeze or baseline.
 func WriteMigrateCSV(w io.Writer, r *MigrateReport) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(migrateCSVHeader); err != nil {
@@ -212,12 +276,29 @@ func WriteMigrateCSV(w io.Writer, r *MigrateReport) error {
 			return err
 		}
 	}
+	for _, c := range r.CRIU {
+		add := func(via string, secs float64) error {
+			return cw.Write([]string{strconv.FormatFloat(c.SizeMiB, 'g', -1, 64), via, g(secs), "",
+				strconv.FormatInt(c.ImageBytes, 10), g(float64(c.ImageBytes) / secs / 1e6), strconv.Itoa(c.Reps), "true",
+				"", "", "", ""})
+		}
+		if err := add(csvCRIU, c.Seconds); err != nil {
+			return err
+		}
+		if c.Remote() {
+			if err := add(csvCRIURemote, c.RemoteS); err != nil {
+				return err
+			}
+		}
+	}
 	cw.Flush()
 	return cw.Error()
 }
 
 // MigrateChart is r drawn as DynamicPVM's Figure 1: the median seconds of
-// each mode against the state size, with the baselines as further lines.
+// each mode against the state size, with the baselines as further lines,
+// and CRIU's same-host dump+restore and its move between hosts where r has
+// them.
 func MigrateChart(r *MigrateReport) sim.Chart {
 	c := sim.Chart{
 		Title:  "Migration time against state size (dpvm bench migrate)",
@@ -229,7 +310,8 @@ func MigrateChart(r *MigrateReport) sim.Chart {
 		string(daemon.Indirect): "indirect (shared dir)",
 		BaselineQUIC:            "raw quic-go",
 		BaselineFile:            "write+fsync+read",
-		"criu":                  "CRIU dump+restore",
+		csvCRIU:                 "CRIU dump+restore, same host",
+		csvCRIURemote:           "CRIU between hosts (dump+ssh copy+restore)",
 	}
 	add := func(key string, x, y []float64) {
 		if len(x) > 0 {
@@ -254,11 +336,15 @@ func MigrateChart(r *MigrateReport) sim.Chart {
 		}
 		add(kind, x, y)
 	}
-	var x, y []float64
+	var x, y, rx, ry []float64
 	for _, m := range r.CRIU {
 		x, y = append(x, m.SizeMiB), append(y, m.Seconds)
+		if m.Remote() {
+			rx, ry = append(rx, m.SizeMiB), append(ry, m.RemoteS)
+		}
 	}
-	add("criu", x, y)
+	add(csvCRIU, x, y)
+	add(csvCRIURemote, rx, ry)
 	return c
 }
 

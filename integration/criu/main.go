@@ -1,8 +1,10 @@
-// Command criubench measures CRIU's same-host checkpoint and restore of a
-// process holding a given amount of memory, the transparent counterpart of
-// dpvm's application-level migration (`dpvm bench migrate`).
+// Command criubench measures CRIU's checkpoint and restore of a process
+// holding a given amount of memory, the transparent counterpart of dpvm's
+// application-level migration (`dpvm bench migrate`): on the same host, and
+// between hosts, with the images copied to the other host over ssh.
 //
 //	criubench -criu 'CMD' [-sizes 0,16,256,1024] [-reps 3] [-dir DIR] [-seed 1]
+//	          [-ssh-config FILE -peer HOST [-peer-dir DIR] [-copy tar|scp]]
 //
 // For each size it starts a holder (this program, `criubench hold`): a
 // process in a session of its own that fills a []float64 of that many MiB
@@ -13,20 +15,43 @@
 // last restore the holder checks its whole state against the pattern (on
 // SIGUSR1) and the run fails if one element differs.
 //
+// With -ssh-config and -peer, each repetition also moves the holder
+// "between hosts", as an administrator would with CRIU alone: `criu dump`
+// to a directory, an encrypted copy of that directory to the other host
+// (`scp -F FILE -r IMAGES HOST:DST` with -copy scp, the default, or
+// `tar -C IMAGES -cf - . | ssh -F FILE HOST 'mkdir -p DST && tar -C DST
+// -xf -'` with -copy tar; ssh's default cipher, no compression), then `criu restore -D DST
+// -d` from the copied directory. The other host is this one: ssh goes to
+// an sshd on the loopback interface (run.sh starts one), and DST is under
+// -peer-dir. The two measurements alternate within each repetition (same
+// host first in odd ones, between hosts first in even ones); the holder
+// goes on from wherever it was restored.
+//
 // It prints one JSON line per size on stdout:
 //
 //	{"tool":"criu","version":"4.1.1","size_mib":256,"dump_s":…,"restore_s":…,
-//	 "seconds":…,"image_bytes":…,"reps":3,"verified":true,"dir":"/tmp/…"}
+//	 "seconds":…,"image_bytes":…,"reps":3,"verified":true,"dir":"/tmp/…",
+//	 "remote_dump_s":…,"copy_s":…,"remote_restore_s":…,"remote_s":…,
+//	 "copy_via":"scp","cipher":"chacha20-poly1305@openssh.com",
+//	 "ssh":"OpenSSH_9.2p1 …"}
 //
 // dump_s, restore_s and seconds (their sum per repetition) are medians of
-// the repetitions' wall-clock times of the criu commands. `dpvm bench
+// the repetitions' wall-clock times of the same-host criu commands.
+// remote_dump_s, copy_s and remote_restore_s are the medians of the three
+// phases between hosts and remote_s the median of their sum per repetition;
+// copy_via says how the images were copied ("tar|ssh" or "scp"), cipher is
+// the cipher ssh negotiated (client to server) and ssh the client's
+// version. The remote fields are left out without -peer. `dpvm bench
 // migrate --criu FILE` reads these lines. CRIU needs root; the images are
 // written to DIR (a new directory under $TMPDIR by default), on the same
 // file system as dpvm's shared directory, and removed between repetitions
-// (not timed). integration/criu/run.sh installs CRIU and runs this.
+// (not timed). integration/criu/run.sh installs CRIU, starts the sshd and
+// runs this.
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -70,6 +95,36 @@ type Line struct {
 	Reps       int     `json:"reps"`
 	Verified   bool    `json:"verified"`
 	Dir        string  `json:"dir"`
+
+	// Between hosts (with -peer only).
+	RemoteDumpS    float64 `json:"remote_dump_s,omitempty"`
+	CopyS          float64 `json:"copy_s,omitempty"`
+	RemoteRestoreS float64 `json:"remote_restore_s,omitempty"`
+	RemoteS        float64 `json:"remote_s,omitempty"`
+	CopyVia        string  `json:"copy_via,omitempty"`
+	Cipher         string  `json:"cipher,omitempty"`
+	SSH            string  `json:"ssh,omitempty"`
+}
+
+// config is what every size's measurement needs.
+type config struct {
+	criu    []string // the criu command
+	self    string   // this program, started as the holder
+	dir     string   // where images go
+	reps    int
+	seed    uint64
+	timeout time.Duration
+	peer    *peer // nil: same host only
+}
+
+// peer is "the other host": an sshd reached through an ssh configuration.
+type peer struct {
+	sshConfig string // ssh -F
+	host      string // its Host entry
+	dir       string // where it keeps the copied images
+	via       string // "tar" or "scp"
+	cipher    string // the cipher ssh negotiates
+	version   string // ssh -V
 }
 
 func measure(args []string) error {
@@ -79,9 +134,22 @@ func measure(args []string) error {
 	reps := fl.Int("reps", 3, "dump+restore repetitions per size")
 	dir := fl.String("dir", "", "where the images go (default: a new directory under $TMPDIR)")
 	seed := fl.Uint64("seed", 1, "seed of the state's pattern")
-	timeout := fl.Duration("timeout", 5*time.Minute, "bound on each criu command")
+	timeout := fl.Duration("timeout", 5*time.Minute, "bound on each criu command and each copy")
+	sshConfig := fl.String("ssh-config", "", "ssh configuration file (ssh -F) with a Host entry for -peer")
+	peerHost := fl.String("peer", "", "the other host's name in -ssh-config: also measure dump, copy over ssh, restore")
+	peerDir := fl.String("peer-dir", "", "where the other host keeps the copied images (default: DIR/peer)")
+	copyVia := fl.String("copy", "scp", "how the images are copied: scp (scp -r) or tar (tar | ssh HOST tar -x)")
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	if fl.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fl.Args())
+	}
+	if (*sshConfig == "") != (*peerHost == "") {
+		return errors.New("-ssh-config and -peer go together")
+	}
+	if *copyVia != "tar" && *copyVia != "scp" {
+		return fmt.Errorf("-copy %q: want tar or scp", *copyVia)
 	}
 	if *reps < 1 {
 		return fmt.Errorf("-reps %d: need at least one", *reps)
@@ -112,9 +180,22 @@ func measure(args []string) error {
 	if err != nil {
 		return err
 	}
+	c := &config{criu: cmd, self: self, dir: *dir, reps: *reps, seed: *seed, timeout: *timeout}
+	if *peerHost != "" {
+		p := &peer{sshConfig: *sshConfig, host: *peerHost, dir: *peerDir, via: *copyVia}
+		if p.dir == "" {
+			p.dir = filepath.Join(*dir, "peer")
+		}
+		if err := p.setup(*timeout); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "criu: between hosts: dump, %s to %s (%s, cipher %s) into %s, restore\n",
+			p.viaName(), p.host, p.version, p.cipher, p.dir)
+		c.peer = p
+	}
 	enc := json.NewEncoder(os.Stdout)
 	for _, s := range ss {
-		l, err := measureSize(cmd, self, *dir, s, *reps, *seed, *timeout)
+		l, err := c.measureSize(s)
 		if err != nil {
 			return fmt.Errorf("%v MiB: %w", s, err)
 		}
@@ -157,15 +238,15 @@ func criuVersion(cmd []string) string {
 	return ""
 }
 
-func measureSize(cmd []string, self, dir string, sizeMiB float64, reps int, seed uint64, timeout time.Duration) (Line, error) {
-	l := Line{Tool: "criu", SizeMiB: sizeMiB, Reps: reps, Dir: dir}
-	work, err := os.MkdirTemp(dir, "holder-")
+func (c *config) measureSize(sizeMiB float64) (Line, error) {
+	l := Line{Tool: "criu", SizeMiB: sizeMiB, Reps: c.reps, Dir: c.dir}
+	work, err := os.MkdirTemp(c.dir, "holder-")
 	if err != nil {
 		return l, err
 	}
 	defer os.RemoveAll(work)
 	n := int(sizeMiB * (1 << 20) / 8)
-	h := exec.Command(self, "hold", "-n", strconv.Itoa(n), "-seed", strconv.FormatUint(seed, 10), "-dir", work)
+	h := exec.Command(c.self, "hold", "-n", strconv.Itoa(n), "-seed", strconv.FormatUint(c.seed, 10), "-dir", work)
 	h.Dir = work
 	h.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := h.Start(); err != nil {
@@ -180,36 +261,42 @@ func measureSize(cmd []string, self, dir string, sizeMiB float64, reps int, seed
 	if err := waitFile(filepath.Join(work, "ready"), time.Minute); err != nil {
 		return l, fmt.Errorf("holder: %w", err)
 	}
-	var dumps, restores, totals []float64
-	for r := range reps {
-		images := filepath.Join(dir, fmt.Sprintf("images-%d", r))
-		if err := os.Mkdir(images, 0o700); err != nil {
-			return l, err
+	var dumps, restores, totals, rdumps, copies, rrestores, rtotals []float64
+	for r := range c.reps {
+		local := func() error {
+			images := filepath.Join(c.dir, fmt.Sprintf("images-%d", r))
+			d, _, rs, size, err := c.cycle(pid, images, nil)
+			if err != nil {
+				return fmt.Errorf("same host, repetition %d: %w", r+1, err)
+			}
+			l.ImageBytes = size
+			dumps, restores, totals = append(dumps, d), append(restores, rs), append(totals, d+rs)
+			return nil
 		}
-		t0 := time.Now()
-		if err := runCRIU(cmd, timeout, "dump", "-t", strconv.Itoa(pid), "-D", images, "-o", "dump.log"); err != nil {
-			return l, fmt.Errorf("dump %d: %w (log: %s)", r+1, err, tail(filepath.Join(images, "dump.log")))
+		remote := func() error {
+			if c.peer == nil {
+				return nil
+			}
+			images := filepath.Join(c.dir, fmt.Sprintf("images-%d-out", r))
+			dst := filepath.Join(c.peer.dir, fmt.Sprintf("images-%d", r))
+			d, cp, rs, _, err := c.cycle(pid, images, func() (string, error) {
+				return dst, c.peer.copy(images, dst, c.timeout)
+			})
+			if err != nil {
+				return fmt.Errorf("between hosts, repetition %d: %w", r+1, err)
+			}
+			rdumps, copies, rrestores = append(rdumps, d), append(copies, cp), append(rrestores, rs)
+			rtotals = append(rtotals, d+cp+rs)
+			return nil
 		}
-		t1 := time.Now()
-		// The dumped holder has exited: reap it so that its PID is free.
-		var ws syscall.WaitStatus
-		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
-			return l, fmt.Errorf("reap the dumped holder: %w", err)
+		steps := []func() error{local, remote}
+		if r%2 == 1 {
+			steps[0], steps[1] = remote, local
 		}
-		l.ImageBytes = dirBytes(images)
-		t2 := time.Now()
-		if err := runCRIU(cmd, timeout, "restore", "-D", images, "-d", "-o", "restore.log"); err != nil {
-			return l, fmt.Errorf("restore %d: %w (log: %s)", r+1, err, tail(filepath.Join(images, "restore.log")))
-		}
-		t3 := time.Now()
-		if err := syscall.Kill(pid, 0); err != nil {
-			return l, fmt.Errorf("restore %d: process %d is not there: %w", r+1, pid, err)
-		}
-		dumps = append(dumps, t1.Sub(t0).Seconds())
-		restores = append(restores, t3.Sub(t2).Seconds())
-		totals = append(totals, t1.Sub(t0).Seconds()+t3.Sub(t2).Seconds())
-		if err := os.RemoveAll(images); err != nil {
-			return l, err
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return l, err
+			}
 		}
 	}
 	bad, err := check(pid, work)
@@ -221,7 +308,159 @@ func measureSize(cmd []string, self, dir string, sizeMiB float64, reps int, seed
 	}
 	l.Verified = true
 	l.DumpS, l.RestoreS, l.Seconds = median(dumps), median(restores), median(totals)
+	if c.peer != nil {
+		l.RemoteDumpS, l.CopyS, l.RemoteRestoreS, l.RemoteS = median(rdumps), median(copies), median(rrestores), median(rtotals)
+		l.CopyVia, l.Cipher, l.SSH = c.peer.viaName(), c.peer.cipher, c.peer.version
+	}
 	return l, nil
+}
+
+// cycle dumps the holder pid to images, then, if move is given, runs it to
+// bring the images to where the restore reads them (it returns that
+// directory), and restores the holder from there. It returns the seconds
+// of the dump, the move and the restore, and the bytes of the image files.
+// The image directories are removed afterwards (not timed).
+func (c *config) cycle(pid int, images string, move func() (string, error)) (dump, moved, restore float64, size int64, err error) {
+	if err := os.Mkdir(images, 0o700); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer os.RemoveAll(images)
+	t0 := time.Now()
+	if err := runCRIU(c.criu, c.timeout, "dump", "-t", strconv.Itoa(pid), "-D", images, "-o", "dump.log"); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("dump: %w (log: %s)", err, tail(filepath.Join(images, "dump.log")))
+	}
+	dump = time.Since(t0).Seconds()
+	// The dumped holder has exited: reap it so that its PID is free.
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("reap the dumped holder: %w", err)
+	}
+	size = dirBytes(images)
+	from := images
+	if move != nil {
+		t1 := time.Now()
+		dst, err := move()
+		if dst != "" {
+			defer os.RemoveAll(dst)
+		}
+		if err != nil {
+			return 0, 0, 0, 0, err
+		}
+		moved = time.Since(t1).Seconds()
+		if got := dirBytes(dst); got != size {
+			return 0, 0, 0, 0, fmt.Errorf("copy: %d bytes of images arrived, %d were sent", got, size)
+		}
+		from = dst
+	}
+	t2 := time.Now()
+	if err := runCRIU(c.criu, c.timeout, "restore", "-D", from, "-d", "-o", "restore.log"); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("restore: %w (log: %s)", err, tail(filepath.Join(from, "restore.log")))
+	}
+	restore = time.Since(t2).Seconds()
+	if err := syscall.Kill(pid, 0); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("restore: process %d is not there: %w", pid, err)
+	}
+	return dump, moved, restore, size, nil
+}
+
+// ssh runs ssh -F config host with args, bounded by timeout, and returns
+// its standard error.
+func (p *peer) ssh(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ssh", append([]string{"-F", p.sshConfig}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return stderr.String(), fmt.Errorf("ssh %s: %w: %s", strings.Join(args, " "), err, lastLine(stderr.String()))
+	}
+	return stderr.String(), nil
+}
+
+// setup checks that the other host answers, makes its image directory and
+// finds the cipher ssh negotiates with it and the client's version.
+func (p *peer) setup(timeout time.Duration) error {
+	log, err := p.ssh(timeout, "-v", p.host, "mkdir -p "+shellQuote(p.dir))
+	if err != nil {
+		return fmt.Errorf("the other host: %w", err)
+	}
+	for l := range strings.SplitSeq(log, "\n") {
+		if _, rest, ok := strings.Cut(l, "kex: client->server cipher: "); ok {
+			p.cipher, _, _ = strings.Cut(strings.TrimSpace(rest), " ")
+		}
+		if strings.HasPrefix(l, "OpenSSH_") && p.version == "" {
+			p.version, _, _ = strings.Cut(strings.TrimSpace(l), ",")
+		}
+	}
+	if p.cipher == "" {
+		return errors.New("the other host: ssh -v did not say which cipher it negotiated")
+	}
+	return nil
+}
+
+// viaName is how the JSON line names the copy.
+func (p *peer) viaName() string {
+	if p.via == "tar" {
+		return "tar|ssh"
+	}
+	return "scp"
+}
+
+// copy copies the directory src to dst on the other host: a tar stream
+// through ssh, or scp -r.
+func (p *peer) copy(src, dst string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var errTar, errSSH bytes.Buffer
+	if p.via == "scp" {
+		cmd := exec.CommandContext(ctx, "scp", "-F", p.sshConfig, "-q", "-r", src, p.host+":"+dst)
+		cmd.Stderr = &errSSH
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("scp: %w: %s", err, lastLine(errSSH.String()))
+		}
+		return nil
+	}
+	tar := exec.CommandContext(ctx, "tar", "-C", src, "-cf", "-", ".")
+	ssh := exec.CommandContext(ctx, "ssh", "-F", p.sshConfig, p.host,
+		"mkdir -p "+shellQuote(dst)+" && tar -C "+shellQuote(dst)+" -xf -")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	tar.Stdout, ssh.Stdin, tar.Stderr, ssh.Stderr = pw, pr, &errTar, &errSSH
+	errStart := tar.Start()
+	if errStart == nil {
+		if errStart = ssh.Start(); errStart != nil {
+			cancel()
+			_ = tar.Wait()
+		}
+	}
+	// Only the children hold the pipe now: tar gets EPIPE if ssh ends
+	// early, and ssh sees the end of the stream when tar is done.
+	pw.Close()
+	pr.Close()
+	if errStart != nil {
+		return fmt.Errorf("tar | ssh: %w", errStart)
+	}
+	errS := ssh.Wait()
+	errT := tar.Wait()
+	switch {
+	case errT != nil:
+		return fmt.Errorf("tar -c: %w: %s", errT, lastLine(errTar.String()))
+	case errS != nil:
+		return fmt.Errorf("ssh tar -x: %w: %s", errS, lastLine(errSSH.String()))
+	}
+	return nil
+}
+
+// shellQuote quotes s for the remote shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // runCRIU runs one criu command. CRIU_FAULT=130 (no hardware breakpoints)

@@ -222,8 +222,8 @@ func BenchmarkRawFileRoundTrip(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				out := make([]float64, len(s.Data))
-				if _, err := io.ReadFull(f, memBytes(unsafe.Pointer(&out[0]), len(out), 8)); err != nil {
+				out := NewBytes(len(data)) // fresh memory, as a restore's
+				if _, err := io.ReadFull(f, out); err != nil {
 					b.Fatal(err)
 				}
 				f.Close()

@@ -452,3 +452,12 @@ func (f *failWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func TestNewBytes(t *testing.T) {
+	for _, n := range []int{0, 100, 8 << 20} {
+		b := NewBytes(n)
+		if len(b) != n || bytes.Count(b, []byte{0}) != n {
+			t.Fatalf("NewBytes(%d): %d bytes, not all zero", n, len(b))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"dpvm/ckpt"
 )
 
 // bulkChunk is the body size of the raw messages Bulk sends.
@@ -50,12 +53,16 @@ func (q *QUICPair) Bulk(ctx context.Context, src []byte) (time.Duration, error) 
 }
 
 // FileRoundTrip writes buf to a new file in dir, fsyncs and closes it,
-// opens it again, reads it back into buf and closes it: the work indirect
-// migration does with a checkpoint in a shared directory, without
+// opens it again, reads it back into new memory and closes it: the work
+// indirect migration does with a checkpoint in a shared directory, without
 // encoding, decoding, authentication, the rename and the directory's
-// fsync. It returns the time that took; removing the file afterwards
-// (which frees its cached pages: about 6 ms for 16 MiB here) is not
-// counted.
+// fsync. The read lands in memory allocated for it the way a restore
+// allocates a numeric block (ckpt.NewBytes: huge pages advised), since the
+// destination of a move has no buffer of that size ready either: fresh
+// memory costs its page faults, and on this kind of virtual machine an
+// occasional compaction stall, in both. It returns the time that took and
+// then checks the bytes read; removing the file afterwards (which frees
+// its cached pages: about 6 ms for 16 MiB here) is not counted.
 func FileRoundTrip(dir string, buf []byte) (time.Duration, error) {
 	t0 := time.Now()
 	f, err := os.CreateTemp(dir, ".dpvm-bench-*.tmp")
@@ -79,7 +86,8 @@ func FileRoundTrip(dir string, buf []byte) (time.Duration, error) {
 		os.Remove(name)
 		return 0, fmt.Errorf("bench: file baseline: %w", err)
 	}
-	_, err = io.ReadFull(g, buf)
+	got := ckpt.NewBytes(len(buf))
+	_, err = io.ReadFull(g, got)
 	if err == nil {
 		// The file holds exactly buf: the next read must find its end.
 		var one [1]byte
@@ -95,6 +103,9 @@ func FileRoundTrip(dir string, buf []byte) (time.Duration, error) {
 	}
 	if rerr != nil {
 		return 0, fmt.Errorf("bench: file baseline: %w", rerr)
+	}
+	if !bytes.Equal(got, buf) {
+		return 0, fmt.Errorf("bench: file baseline: %s read back differs from what was written", name)
 	}
 	return d, nil
 }

@@ -174,7 +174,7 @@ func TestWithDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(o.Sizes) != 4 || o.MaxTime != 2*time.Second || o.RateMsgs != 1_000_000 || o.RateWindow != 65536 ||
-		o.SpawnReps != 5 || o.BarrierRounds != 1000 || o.Timeout != 5*time.Minute {
+		o.SpawnReps != 5 || o.BarrierRounds != 1000 || o.Timeout != 5*time.Minute || o.WarmTime != 300*time.Millisecond {
 		t.Errorf("defaults: %+v", o)
 	}
 	if o.repsFor(8) != 4000 || o.repsFor(1024) != 4000 || o.repsFor(64<<10) != 600 || o.repsFor(1<<20) != 120 {
@@ -185,7 +185,7 @@ func TestWithDefaults(t *testing.T) {
 	}
 	for _, bad := range []Options{
 		{Sizes: []int{0}}, {Sizes: []int{MaxSize + 1}}, {Sizes: []int{8, 8}}, {Reps: -1},
-		{RateMsgs: -5}, {RateWindow: 1 << 25}, {MaxTime: -time.Second}, {Timeout: -1}, {BarrierRounds: -1},
+		{RateMsgs: -5}, {RateWindow: 1 << 25}, {MaxTime: -time.Second}, {Timeout: -1}, {BarrierRounds: -1}, {WarmTime: -1},
 	} {
 		if _, err := bad.WithDefaults(); !errors.Is(err, ErrOptions) {
 			t.Errorf("%+v: %v", bad, err)

@@ -50,6 +50,8 @@ func TestBenchNPBLoadUsage(t *testing.T) {
 		{"--rounds", "0"},
 		{"--idle-rounds", "0"},
 		{"--no-idle", "--only-idle"},
+		{"--probe-rounds", "0"},
+		{"--probe", "-1s"},
 	} {
 		code, _, errOut := dpvm(t, append([]string{"bench", "npb-load"}, args...)...)
 		if code != 2 || errOut == "" {
@@ -62,7 +64,7 @@ func TestBenchNPBLoadUsage(t *testing.T) {
 // pairs) and reads the overhead from the JSON and the table.
 func TestBenchNPBLoadOnlyIdle(t *testing.T) {
 	code, out, errOut := dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms",
-		"--only-idle", "--idle-rounds", "2", "--json")
+		"--only-idle", "--idle-rounds", "2", "--probe", "100ms", "--probe-rounds", "1", "--json")
 	if code != 0 {
 		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
 	}
@@ -70,7 +72,10 @@ func TestBenchNPBLoadOnlyIdle(t *testing.T) {
 		IdleRounds int     `json:"idle_rounds"`
 		Target     float64 `json:"target"`
 		OnlyIdle   bool    `json:"only_idle"`
-		Kernels    []struct {
+		SchedCost  *struct {
+			Pairs int
+		} `json:"sched_cost"`
+		Kernels []struct {
 			Runs         []struct{ Name string }
 			Overhead     float64
 			IdleOverhead *struct {
@@ -83,7 +88,7 @@ func TestBenchNPBLoadOnlyIdle(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if r.IdleRounds != 2 || r.Target != 0.02 || !r.OnlyIdle || len(r.Kernels) != 1 || len(r.Kernels[0].Runs) != 4 {
+	if r.IdleRounds != 2 || r.Target != 0.02 || !r.OnlyIdle || r.SchedCost == nil || r.SchedCost.Pairs != 1 || len(r.Kernels) != 1 || len(r.Kernels[0].Runs) != 4 {
 		t.Fatalf("result %s", out)
 	}
 	k := r.Kernels[0]
@@ -95,8 +100,9 @@ func TestBenchNPBLoadOnlyIdle(t *testing.T) {
 			t.Errorf("run %q with --only-idle", run.Name)
 		}
 	}
-	code, out, errOut = dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms", "--only-idle", "--idle-rounds", "1")
-	if code != 0 || !strings.Contains(out, "Target: Dynamic-SED costs at most 2% when nothing migrates") || strings.Contains(out, "no migration") {
+	code, out, errOut = dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms", "--only-idle", "--idle-rounds", "1", "--no-probe")
+	if code != 0 || !strings.Contains(out, "Target: Dynamic-SED costs at most 2% when nothing migrates") || strings.Contains(out, "no migration") ||
+		strings.Contains(out, "measured directly") {
 		t.Errorf("status %d\n%s\n%s", code, out, errOut)
 	}
 }

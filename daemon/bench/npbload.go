@@ -75,6 +75,12 @@ type NPBLoadOptions struct {
 	// Target is the overhead the idle pairs are held to (default 0.02:
 	// at most 2%).
 	Target float64
+	// Probe is the length of each idle spell measuring the scheduler's own
+	// cost (default 3 s), ProbeRounds how many pairs of spells (default
+	// 3); NoProbe skips it. It comes with the idle runs.
+	Probe       time.Duration
+	ProbeRounds int
+	NoProbe     bool
 	// Progress, when set, is told of every run as it ends.
 	Progress func(NPBRun)
 }
@@ -158,6 +164,18 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	}
 	if o.NoIdle && o.OnlyIdle {
 		return bad("no idle runs and only idle runs: nothing to run")
+	}
+	if o.Probe == 0 {
+		o.Probe = 3 * time.Second
+	}
+	if o.Probe < 10*time.Millisecond || o.Probe > time.Hour {
+		return bad("probe %v is outside 10ms..1h", o.Probe)
+	}
+	if o.ProbeRounds == 0 {
+		o.ProbeRounds = 3
+	}
+	if o.ProbeRounds < 1 || o.ProbeRounds > 100 {
+		return bad("%d probe rounds is outside 1..100", o.ProbeRounds)
 	}
 	if o.Target == 0 {
 		o.Target = 0.02
@@ -264,6 +282,20 @@ type NPBKernelResult struct {
 	Speedups     []float64    `json:"speedups"`
 	Overhead     float64      `json:"overhead"`
 	IdleOverhead *NPBOverhead `json:"idle_overhead,omitempty"`
+	// SchedShare is the scheduler's own cost (NPBLoadResult.SchedCost,
+	// CPU seconds per second) over the kernel's CPU seconds per wall
+	// second with the scheduler off: the CPU time the scheduler adds to
+	// this kernel's run, as a fraction of it (absent without the probe).
+	SchedShare *float64 `json:"sched_share,omitempty"`
+}
+
+// schedShare is cost's CPU per second over the kernel's idle CPU rate.
+func schedShare(cost *NPBSchedCost, idle *NPBStat) *float64 {
+	if cost == nil || idle == nil || idle.Seconds <= 0 || idle.CPUSeconds <= 0 {
+		return nil
+	}
+	x := cost.PerSecond.Median / (idle.CPUSeconds / idle.Seconds)
+	return &x
 }
 
 // npbStat summarises the runs named name.
@@ -438,10 +470,13 @@ type NPBLoadResult struct {
 	Rounds int           `json:"rounds"`
 	// IdleRounds is the number of idle pairs per kernel (0 without idle
 	// runs), Target the overhead they are held to.
-	IdleRounds int               `json:"idle_rounds,omitempty"`
-	Target     float64           `json:"target,omitempty"`
-	OnlyIdle   bool              `json:"only_idle,omitempty"`
-	Kernels    []NPBKernelResult `json:"kernels"`
+	IdleRounds int     `json:"idle_rounds,omitempty"`
+	Target     float64 `json:"target,omitempty"`
+	OnlyIdle   bool    `json:"only_idle,omitempty"`
+	// SchedCost is the scheduler's own cost on the idle machine (absent
+	// without idle runs or with NoProbe).
+	SchedCost *NPBSchedCost     `json:"sched_cost,omitempty"`
+	Kernels   []NPBKernelResult `json:"kernels"`
 }
 
 // NPBLoad runs the experiment: for every kernel, after an untimed run, the
@@ -472,6 +507,11 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 		name        string
 		busy, sched bool
 		via         daemon.Via
+	}
+	if !o.NoIdle && !o.NoProbe {
+		if res.SchedCost, err = schedCost(ctx, o, shared); err != nil {
+			return res, err
+		}
 	}
 	idle := []kind{{"idle", false, false, ""}, {"idle+sed", false, true, daemon.Direct}}
 	var kinds []kind
@@ -524,7 +564,9 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 				runs = append(runs, r)
 			}
 		}
-		res.Kernels = append(res.Kernels, summarizeKernel(k, runs, !o.NoIdle, !o.OnlyIdle, o.Vias, o.Target))
+		kr := summarizeKernel(k, runs, !o.NoIdle, !o.OnlyIdle, o.Vias, o.Target)
+		kr.SchedShare = schedShare(res.SchedCost, kr.Idle)
+		res.Kernels = append(res.Kernels, kr)
 	}
 	if len(unverified) > 0 {
 		return res, fmt.Errorf("%w: %s", ErrNotVerified, strings.Join(unverified, ", "))
@@ -532,10 +574,9 @@ func NPBLoad(ctx context.Context, o NPBLoadOptions) (*NPBLoadResult, error) {
 	return res, nil
 }
 
-// npbRun is one run of kernel k on a fresh virtual machine.
-func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy, sched bool, via daemon.Via) (NPBRun, error) {
-	r := NPBRun{Kernel: k, Name: name, Busy: busy, Sched: sched}
-	moves := &moveLog{}
+// npbConfig is the daemons' configuration for a run: emulated static load,
+// and the Dynamic-SED scheduler with checkpoints via via when sched.
+func npbConfig(o NPBLoadOptions, shared string, sched bool, via daemon.Via, log slog.Handler) daemon.Config {
 	// Heartbeats carry the periodic load reports, so they follow δT, but
 	// not below 250 ms: a daemon's join waits ten heartbeats, and the
 	// user's arrival is reported at once anyway. A host is declared lost
@@ -543,12 +584,107 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 	// starved for a while.
 	hb := max(o.Period/2, 250*time.Millisecond)
 	cfg := daemon.Config{Emulate: true, Load: load.Static{}, Heartbeat: hb, DeadAfter: max(10*time.Second, 5*hb),
-		SharedDir: shared, Logger: slog.New(moves)}
+		SharedDir: shared, Logger: slog.New(log)}
 	if sched {
-		r.Via = string(via)
 		cfg.Sched = daemon.SchedConfig{Period: o.Period, Via: via}
 	}
-	vm, err := daemon.StartLocalVM(ctx, o.Hosts, cfg)
+	return cfg
+}
+
+// NPBSchedCost is the scheduler's own cost measured directly: the virtual
+// machine of the runs, without a kernel, sits idle for a while with the
+// scheduler off and with Dynamic-SED on, in pairs (ABBA), and the
+// process's CPU time is compared. What the monitor and the policy do each
+// δT (the master gathering every host's task list, the policy's step) is
+// all that differs, and the idle baseline is small, so the figure is far
+// steadier on a shared machine than a kernel's time.
+type NPBSchedCost struct {
+	Pairs   int     `json:"pairs"`
+	Seconds float64 `json:"seconds"` // the length of each idle spell
+	// OffCPU and OnCPU are the median CPU seconds used per second of the
+	// spell (a fraction of one core), without and with the scheduler.
+	OffCPU float64 `json:"off_cpu_per_s"`
+	OnCPU  float64 `json:"on_cpu_per_s"`
+	// PerSecond is the spread over the pairs of the difference, on minus
+	// off, in CPU seconds per second; Checks the median number of checks
+	// the scheduler made in a spell, and PerCheckMS the median difference
+	// per check in milliseconds.
+	PerSecond  NPBSpread `json:"per_second"`
+	Checks     int       `json:"checks"`
+	PerCheckMS float64   `json:"per_check_ms"`
+}
+
+// schedCost measures the scheduler's cost on the idle virtual machine.
+func schedCost(ctx context.Context, o NPBLoadOptions, shared string) (*NPBSchedCost, error) {
+	spell := func(sched bool) (cpuPerS float64, checks int, err error) {
+		vm, err := daemon.StartLocalVM(ctx, o.Hosts, npbConfig(o, shared, sched, daemon.Direct, discardLog{}))
+		if err != nil {
+			return 0, 0, err
+		}
+		defer vm.Halt(10 * time.Second)
+		runtime.GC()
+		c0 := vm.Master().SchedStatus().Checks
+		cpu0, err := cpuSeconds()
+		if err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		t := time.NewTimer(o.Probe)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+		cpu1, err := cpuSeconds()
+		if err != nil {
+			return 0, 0, err
+		}
+		return (cpu1 - cpu0) / time.Since(start).Seconds(), vm.Master().SchedStatus().Checks - c0, nil
+	}
+	sc := &NPBSchedCost{Pairs: o.ProbeRounds, Seconds: o.Probe.Seconds()}
+	var diffs, offs, ons, perCheck []float64
+	var checks []float64
+	for pair := range o.ProbeRounds {
+		var cpu [2]float64
+		for _, on := range runOrder([]bool{false, true}, pair) {
+			c, n, err := spell(on)
+			if err != nil {
+				return nil, fmt.Errorf("npb-load: scheduler cost: %w", err)
+			}
+			if on {
+				cpu[1] = c
+				checks = append(checks, float64(n))
+			} else {
+				cpu[0] = c
+			}
+		}
+		offs, ons, diffs = append(offs, cpu[0]), append(ons, cpu[1]), append(diffs, cpu[1]-cpu[0])
+		if n := checks[len(checks)-1]; n > 0 {
+			perCheck = append(perCheck, 1000*(cpu[1]-cpu[0])*o.Probe.Seconds()/n)
+		}
+	}
+	sc.OffCPU, sc.OnCPU, sc.PerSecond = medianFloat(offs), medianFloat(ons), spreadOf(diffs)
+	sc.Checks, sc.PerCheckMS = int(medianFloat(checks)), medianFloat(perCheck)
+	return sc, nil
+}
+
+// discardLog drops every record.
+type discardLog struct{}
+
+func (discardLog) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardLog) Handle(context.Context, slog.Record) error { return nil }
+func (d discardLog) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardLog) WithGroup(string) slog.Handler           { return d }
+
+// npbRun is one run of kernel k on a fresh virtual machine.
+func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy, sched bool, via daemon.Via) (NPBRun, error) {
+	r := NPBRun{Kernel: k, Name: name, Busy: busy, Sched: sched}
+	moves := &moveLog{}
+	if sched {
+		r.Via = string(via)
+	}
+	vm, err := daemon.StartLocalVM(ctx, o.Hosts, npbConfig(o, shared, sched, via, moves))
 	if err != nil {
 		return r, err
 	}
@@ -878,8 +1014,12 @@ func writeIdleTable(b *strings.Builder, r *NPBLoadResult) {
 	}
 	fmt.Fprintf(b, "Overhead when nothing migrates (idle machine, same kernel and tasks): %d pair(s) of runs, scheduler off and Dynamic-SED on, in ABBA order. Times are the medians of the runs with their range; CPU is the process's user+sys time. The overhead is the median of the per-pair ratios on/off, minus 1, with its interquartile range and range.\n\n",
 		r.IdleRounds)
-	b.WriteString("| kernel | off: wall (s) | on: wall (s) | off: CPU (s) | on: CPU (s) | migrations | overhead, wall | overhead, CPU | ≤" + pctTarget(r.Target) + " (wall) | verified |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	var met, missed, straddle, cpuMissed []string
+	if sc := r.SchedCost; sc != nil {
+		fmt.Fprintf(b, "The scheduler's own cost, measured directly: the same virtual machine without a kernel, idle for %.3g s with the scheduler off and on (%d pair(s), ABBA), used %.2f%% and %.2f%% of a core; the difference is %s of a core (IQR %s…%s), %.2f ms of CPU per check (%d checks per spell). The column \"scheduler's share\" divides it by the kernel's CPU per second with the scheduler off.\n\n",
+			sc.Seconds, sc.Pairs, 100*sc.OffCPU, 100*sc.OnCPU, pct(sc.PerSecond.Median), pct(sc.PerSecond.Q1), pct(sc.PerSecond.Q3), sc.PerCheckMS, sc.Checks)
+	}
+	b.WriteString("| kernel | off: wall (s) | on: wall (s) | off: CPU (s) | on: CPU (s) | migrations | overhead, wall | overhead, CPU | scheduler's share | ≤" + pctTarget(r.Target) + " (wall) | verified |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var met, missed, straddle, cpuMissed, shares []string
 	cpuKnown := 0
 	for _, k := range r.Kernels {
 		ov := k.IdleOverhead
@@ -899,8 +1039,13 @@ func writeIdleTable(b *strings.Builder, r *NPBLoadResult) {
 		if !k.Idle.Verified || !k.IdleSched.Verified {
 			v = "NOT ALL"
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, secs(*k.Idle), secs(*k.IdleSched),
-			cpuSecs(*k.Idle), cpuSecs(*k.IdleSched), migrations(*k.IdleSched), spread(ov.Wall), cpu, verdict(ov), v)
+		share := "–"
+		if k.SchedShare != nil {
+			share = pct(*k.SchedShare)
+			shares = append(shares, fmt.Sprintf("%s %s", name, share))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, secs(*k.Idle), secs(*k.IdleSched),
+			cpuSecs(*k.Idle), cpuSecs(*k.IdleSched), migrations(*k.IdleSched), spread(ov.Wall), cpu, share, verdict(ov), v)
 		if ov.Met {
 			met = append(met, fmt.Sprintf("%s (%s)", name, pct(ov.Wall.Median)))
 		} else {
@@ -929,6 +1074,9 @@ func writeIdleTable(b *strings.Builder, r *NPBLoadResult) {
 		fmt.Fprintf(b, " In CPU time the median exceeds %s for %s.", pctTarget(r.Target), strings.Join(cpuMissed, ", "))
 	default:
 		fmt.Fprintf(b, " In CPU time the median is within %s for every kernel measured.", pctTarget(r.Target))
+	}
+	if len(shares) > 0 {
+		fmt.Fprintf(b, " Measured directly, the scheduler adds %s of CPU time.", strings.Join(shares, ", "))
 	}
 	b.WriteString("\n")
 }

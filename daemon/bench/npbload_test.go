@@ -26,6 +26,7 @@ func TestNPBLoad(t *testing.T) {
 	var seen []string
 	r, err := NPBLoad(ctx, NPBLoadOptions{
 		Kernels: []string{"is"}, Class: "S", Period: 20 * time.Millisecond, At: 1e-9, Load: 10, IdleRounds: 2,
+		Probe: 100 * time.Millisecond, ProbeRounds: 1,
 		Progress: func(run NPBRun) { seen = append(seen, run.Name) },
 	})
 	if err != nil {
@@ -57,6 +58,12 @@ func TestNPBLoad(t *testing.T) {
 	if k.Idle.MaxMigrations != 0 || k.IdleSched.MaxMigrations != 0 || k.Busy.MaxMigrations != 0 || !k.Idle.Verified || !k.Busy.Verified {
 		t.Errorf("summaries: %+v %+v %+v", k.Idle, k.IdleSched, k.Busy)
 	}
+	if sc := r.SchedCost; sc == nil || sc.Pairs != 1 || sc.Seconds != 0.1 || sc.OffCPU < 0 || sc.Checks < 0 {
+		t.Errorf("scheduler cost %+v", sc)
+	}
+	if _, err := cpuSeconds(); err == nil && (k.SchedShare == nil || *k.SchedShare != *schedShare(r.SchedCost, k.Idle)) {
+		t.Errorf("scheduler's share %v", k.SchedShare)
+	}
 	ov := k.IdleOverhead
 	if ov == nil || ov.Pairs != 2 || ov.Target != 0.02 || ov.Met != (ov.Wall.Median <= 0.02) || k.Overhead != ov.Wall.Median ||
 		ov.Wall.Min > ov.Wall.Median || ov.Wall.Median > ov.Wall.Max {
@@ -87,7 +94,7 @@ func TestNPBLoad(t *testing.T) {
 	if err := WriteNPBLoad(&b, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| IS |", "Dynamic-SED direct: time (s)", "Dynamic-SED indirect", "all runs |", "Overhead when nothing migrates", "2 pair(s)", "Target: Dynamic-SED costs at most 2%"} {
+	for _, want := range []string{"| IS |", "Dynamic-SED direct: time (s)", "Dynamic-SED indirect", "all runs |", "Overhead when nothing migrates", "2 pair(s)", "Target: Dynamic-SED costs at most 2%", "The scheduler's own cost, measured directly"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -112,6 +119,8 @@ func TestNPBLoadBadOptions(t *testing.T) {
 		{IdleRounds: 101},
 		{NoIdle: true, OnlyIdle: true},
 		{Target: -0.1},
+		{Probe: time.Microsecond},
+		{ProbeRounds: -1},
 	} {
 		if _, err := NPBLoad(context.Background(), o); !errors.Is(err, ErrOptions) {
 			t.Errorf("%+v: %v, want ErrOptions", o, err)
@@ -163,7 +172,7 @@ func TestSummarizeKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| EP | 7.00 (6.00–9.00) | 3.50 (3.00–4.00) | 1–2 | 30 B | 2.00 | NOT ALL |",
-		"| EP | 3.00 (2.00–4.00) | 2.97 (2.02–4.40) | 4.00 (2.00–4.00) | 4.00 (2.02–4.02) | 0 | +1.0% (IQR +0.0%…+5.5%; range -1.0%…+10.0%) | +0.5% (IQR +0.2%…+0.7%; range +0.0%…+1.0%) | met (IQR straddles 2%) | all runs |",
+		"| EP | 3.00 (2.00–4.00) | 2.97 (2.02–4.40) | 4.00 (2.00–4.00) | 4.00 (2.02–4.02) | 0 | +1.0% (IQR +0.0%…+5.5%; range -1.0%…+10.0%) | +0.5% (IQR +0.2%…+0.7%; range +0.0%…+1.0%) | – | met (IQR straddles 2%) | all runs |",
 		"Target: Dynamic-SED costs at most 2% when nothing migrates, judged on the median per-pair wall-time ratio: met for EP (+1.0%). The interquartile range of the ratios straddles 2% for EP",
 		"In CPU time the median is within 2% for every kernel measured."} {
 		if !strings.Contains(b.String(), want) {
@@ -305,5 +314,17 @@ func TestIdlePairs(t *testing.T) {
 	}
 	if strings.Contains(out, "no migration") {
 		t.Errorf("only idle runs, yet a table of busy runs:\n%s", out)
+	}
+}
+
+// TestSchedShare: the scheduler's CPU per second over the kernel's CPU per
+// wall second without it; nothing without a probe or CPU times.
+func TestSchedShare(t *testing.T) {
+	cost := &NPBSchedCost{PerSecond: NPBSpread{Median: 0.01}}
+	if got := schedShare(cost, &NPBStat{Seconds: 2, CPUSeconds: 4}); got == nil || *got != 0.005 {
+		t.Errorf("share %v, want 0.005 (1%% of a core over a kernel using two)", got)
+	}
+	if schedShare(nil, &NPBStat{Seconds: 2, CPUSeconds: 4}) != nil || schedShare(cost, &NPBStat{Seconds: 2}) != nil || schedShare(cost, nil) != nil {
+		t.Error("a share without a probe or CPU times")
 	}
 }

@@ -310,8 +310,8 @@ func MigrateChart(r *MigrateReport) sim.Chart {
 		string(daemon.Indirect): "indirect (shared dir)",
 		BaselineQUIC:            "raw quic-go",
 		BaselineFile:            "write+fsync+read",
-		csvCRIU:                 "CRIU dump+restore, same host",
-		csvCRIURemote:           "CRIU between hosts (dump+ssh copy+restore)",
+		csvCRIU:                 "CRIU same host",
+		csvCRIURemote:           "CRIU between hosts",
 	}
 	add := func(key string, x, y []float64) {
 		if len(x) > 0 {

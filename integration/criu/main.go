@@ -384,18 +384,26 @@ func (p *peer) setup(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("the other host: %w", err)
 	}
-	for l := range strings.SplitSeq(log, "\n") {
-		if _, rest, ok := strings.Cut(l, "kex: client->server cipher: "); ok {
-			p.cipher, _, _ = strings.Cut(strings.TrimSpace(rest), " ")
-		}
-		if strings.HasPrefix(l, "OpenSSH_") && p.version == "" {
-			p.version, _, _ = strings.Cut(strings.TrimSpace(l), ",")
-		}
-	}
+	p.cipher, p.version = parseSSHLog(log)
 	if p.cipher == "" {
 		return errors.New("the other host: ssh -v did not say which cipher it negotiated")
 	}
 	return nil
+}
+
+// parseSSHLog finds, in what `ssh -v` printed, the cipher negotiated from
+// client to server and the client's version ("OpenSSH_9.2p1 Debian-2").
+func parseSSHLog(log string) (cipher, version string) {
+	for l := range strings.SplitSeq(log, "\n") {
+		l = strings.TrimSpace(l)
+		if _, rest, ok := strings.Cut(l, "kex: client->server cipher: "); ok {
+			cipher, _, _ = strings.Cut(rest, " ")
+		}
+		if strings.HasPrefix(l, "OpenSSH_") && version == "" {
+			version, _, _ = strings.Cut(l, ",")
+		}
+	}
+	return cipher, version
 }
 
 // viaName is how the JSON line names the copy.

@@ -7,7 +7,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -55,7 +54,7 @@ func benchNPBLoadCommand() *cli.Command {
 			&cli.BoolFlag{Name: "only-idle", Usage: "make only the runs on the idle machine (the overhead)"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: "make every run with the user arriving `N` times in alternating order and report medians and ranges"},
 			&cli.IntFlag{Name: "idle-rounds", Value: bench.DefaultIdleRounds, Usage: "`N` pairs of idle runs (scheduler off, Dynamic-SED on) per kernel, in ABBA order"},
-			&cli.DurationFlag{Name: "probe", Value: 3 * time.Second, Usage: "length of each idle spell measuring the scheduler's own cost"},
+			&cli.DurationFlag{Name: "probe", Value: bench.DefaultProbe, Usage: "length of each idle spell measuring the scheduler's own cost"},
 			&cli.IntFlag{Name: "probe-rounds", Value: 3, Usage: "`N` pairs of idle spells (scheduler off, on) measuring its own cost"},
 			&cli.BoolFlag{Name: "no-probe", Usage: "skip measuring the scheduler's own cost"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},

@@ -76,14 +76,19 @@ type NPBLoadOptions struct {
 	// at most 2%).
 	Target float64
 	// Probe is the length of each idle spell measuring the scheduler's own
-	// cost (default 3 s), ProbeRounds how many pairs of spells (default
-	// 3); NoProbe skips it. It comes with the idle runs.
+	// cost (default 5 s: CPU times come in 10 ms ticks, so a spell resolves
+	// 0.2% of a core), ProbeRounds how many pairs of spells (default 3);
+	// NoProbe skips it. It comes with the idle runs.
 	Probe       time.Duration
 	ProbeRounds int
 	NoProbe     bool
 	// Progress, when set, is told of every run as it ends.
 	Progress func(NPBRun)
 }
+
+// DefaultProbe is the default length of an idle spell measuring the
+// scheduler's own cost.
+const DefaultProbe = 5 * time.Second
 
 // DefaultIdleRounds is how many pairs of idle runs a kernel gets by
 // default: enough for a median and quartiles of the per-pair ratios, few
@@ -166,7 +171,7 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 		return bad("no idle runs and only idle runs: nothing to run")
 	}
 	if o.Probe == 0 {
-		o.Probe = 3 * time.Second
+		o.Probe = DefaultProbe
 	}
 	if o.Probe < 10*time.Millisecond || o.Probe > time.Hour {
 		return bad("probe %v is outside 10ms..1h", o.Probe)

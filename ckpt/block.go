@@ -22,6 +22,16 @@ func memBytes(ptr unsafe.Pointer, n, msize int) []byte {
 	return unsafe.Slice((*byte)(ptr), n*msize)
 }
 
+// NewBytes returns n zeroed bytes allocated the way a restore allocates a
+// numeric block of that size (from 4 MiB up, huge pages are advised before
+// the first touch). Benchmarks that compare a restore with reading the same
+// bytes use it so that both pay the same for fresh memory.
+func NewBytes(n int) []byte {
+	b := make([]byte, n)
+	adviseHuge(b)
+	return b
+}
+
 // direct reports whether a block of this plan is its memory, byte for byte.
 func (p *plan) direct() bool { return nativeLE && p.msize == p.wsize }
 

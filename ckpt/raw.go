@@ -138,13 +138,3 @@ func (s *rawScanner) value(depth int) error {
 	}
 	return corrupt("msgpack code %#x", c)
 }
-
-// NewBytes returns n zeroed bytes allocated the way a restore allocates a
-// numeric block of that size (from 4 MiB up, huge pages are advised before
-// the first touch). Benchmarks that compare a restore with reading the same
-// bytes use it so that both pay the same for fresh memory.
-func NewBytes(n int) []byte {
-	b := make([]byte, n)
-	adviseHuge(b)
-	return b
-}

@@ -95,34 +95,49 @@ func TestMailboxCompaction(t *testing.T) {
 	}
 }
 
-// TestMailboxGiveUpRace cancels blocked receivers while messages arrive:
-// every message must end up either received or still queued, exactly once.
+// TestMailboxGiveUpRace cancels blocked receivers while messages arrive
+// (every other round; the rest receive normally): every message must end
+// up either received or still queued, exactly once. It runs on a new
+// mailbox per round and on one mailbox for all rounds, whose waiter is
+// reused from receive to receive and must never carry a message into the
+// next one.
 func TestMailboxGiveUpRace(t *testing.T) {
 	a := task.NewTID(1, 1)
-	for i := range 500 {
-		var m mailbox
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		var got envelope
-		var gotOK bool
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got, gotOK, _ = m.get(ctx, nil, a, task.AnyTag, true)
-		}()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.put(env(a, i))
-		}()
-		cancel()
-		wg.Wait()
-		n, _ := m.stats()
-		if gotOK == (n == 1) {
-			t.Fatalf("round %d: received %v and %d queued: the message was lost or duplicated", i, gotOK, n)
-		}
-		if gotOK && got.tag != i {
-			t.Fatalf("round %d: received tag %d", i, got.tag)
+	for _, reuse := range []bool{false, true} {
+		var shared mailbox
+		for i := range 500 {
+			m := &shared
+			if !reuse {
+				m = &mailbox{}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var got envelope
+			var gotOK bool
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				got, gotOK, _ = m.get(ctx, nil, a, i, true)
+			}()
+			go func() {
+				defer wg.Done()
+				m.put(env(a, i))
+			}()
+			if i%2 == 0 {
+				cancel()
+			}
+			wg.Wait()
+			cancel()
+			queued, ok, _ := m.get(context.Background(), nil, a, task.AnyTag, false)
+			if gotOK == ok {
+				t.Fatalf("reuse %v, round %d: received %v and queued %v: the message was lost or duplicated", reuse, i, gotOK, ok)
+			}
+			if gotOK && got.tag != i || ok && queued.tag != i {
+				t.Fatalf("reuse %v, round %d: received tag %d, queued tag %d", reuse, i, got.tag, queued.tag)
+			}
+			if n, _ := m.stats(); n != 0 || len(m.waiters) != 0 {
+				t.Fatalf("reuse %v, round %d: %d messages and %d waiters left", reuse, i, n, len(m.waiters))
+			}
 		}
 	}
 }
@@ -135,44 +150,6 @@ func BenchmarkMailboxPutGet(b *testing.B) {
 		m.put(e)
 		if _, ok, _ := m.get(context.Background(), nil, a, 1, false); !ok {
 			b.Fatal("lost")
-		}
-	}
-}
-
-// TestMailboxWaiterReuse runs the give-up race on one mailbox, whose
-// waiter is reused from receive to receive: a reused waiter never carries
-// a message into the next receive, and nothing is lost or duplicated.
-func TestMailboxWaiterReuse(t *testing.T) {
-	a := task.NewTID(1, 1)
-	var m mailbox
-	for i := range 500 {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		var got envelope
-		var gotOK bool
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			got, gotOK, _ = m.get(ctx, nil, a, i, true)
-		}()
-		go func() {
-			defer wg.Done()
-			m.put(env(a, i))
-		}()
-		if i%2 == 0 {
-			cancel()
-		}
-		wg.Wait()
-		cancel()
-		queued, ok, _ := m.get(context.Background(), nil, a, task.AnyTag, false)
-		if gotOK == ok {
-			t.Fatalf("round %d: received %v and queued %v: the message was lost or duplicated", i, gotOK, ok)
-		}
-		if gotOK && got.tag != i || ok && queued.tag != i {
-			t.Fatalf("round %d: received tag %d, queued tag %d", i, got.tag, queued.tag)
-		}
-		if n, _ := m.stats(); n != 0 || len(m.waiters) != 0 {
-			t.Fatalf("round %d: %d messages and %d waiters left", i, n, len(m.waiters))
 		}
 	}
 }

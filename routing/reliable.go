@@ -32,6 +32,18 @@ const (
 	keepMsgs = 256
 )
 
+// popFree takes the last kept item of a free list, or returns nil.
+func popFree[T any](list *[]*T) *T {
+	n := len(*list)
+	if n == 0 {
+		return nil
+	}
+	x := (*list)[n-1]
+	(*list)[n-1] = nil
+	*list = (*list)[:n-1]
+	return x
+}
+
 type outQueue struct {
 	pairs map[task.TID]*fifo // unacknowledged, by sender, each in the order sent
 	n     int                // messages in all the pairs
@@ -100,12 +112,10 @@ func (o *Outbox) Seq(from, to task.TID) uint64 {
 func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	q := o.queues[e.To]
 	if q == nil {
-		if n := len(o.freeQ); n > 0 {
-			q, o.freeQ = o.freeQ[n-1], o.freeQ[:n-1]
-			q.route = r
-		} else {
-			q = &outQueue{route: r, pairs: map[task.TID]*fifo{}}
+		if q = popFree(&o.freeQ); q == nil {
+			q = &outQueue{pairs: map[task.TID]*fifo{}}
 		}
+		q.route = r
 		o.queues[e.To] = q
 	}
 	if !q.held && r.InTransit {
@@ -117,9 +127,7 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	n := EnvelopeSize(&e)
 	f := q.pairs[e.From]
 	if f == nil {
-		if n := len(o.freeF); n > 0 {
-			f, o.freeF = o.freeF[n-1], o.freeF[:n-1]
-		} else {
+		if f = popFree(&o.freeF); f == nil {
 			f = &fifo{}
 		}
 		q.pairs[e.From] = f

@@ -670,7 +670,7 @@ func (h *migHolder) Run(c *task.Ctx) error {
 	if !h.Filled {
 		if h.N > 0 {
 			h.Data = make([]float64, h.N)
-			fillPattern(h.Data, h.Seed)
+			FillPattern(h.Data, h.Seed)
 		}
 		h.Filled = true
 		if err := c.Send(c.Parent(), tagHolderReady, nil); err != nil {
@@ -684,7 +684,7 @@ func (h *migHolder) Run(c *task.Ctx) error {
 		}
 		switch st.Tag {
 		case tagHolderVerify:
-			bad, first := checkPattern(h.Data, h.Seed)
+			bad, first := CheckPattern(h.Data, h.Seed)
 			if err := c.Send(c.Parent(), tagHolderChecked, holderCheck{Len: len(h.Data), Bad: bad, First: first}); err != nil {
 				return err
 			}
@@ -696,9 +696,10 @@ func (h *migHolder) Run(c *task.Ctx) error {
 	}
 }
 
-// patternAt is element i of the pattern of seed: splitmix64 of the index,
-// as a float64 in [0, 1).
-func patternAt(seed uint64, i int) float64 {
+// PatternAt is element i of the state pattern of seed that the migration
+// benchmark's task holds (and integration/criu's process, so that both
+// hold the same bytes): splitmix64 of the index, as a float64 in [0, 1).
+func PatternAt(seed uint64, i int) float64 {
 	z := seed*0x9e3779b97f4a7c15 + uint64(i)*0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
@@ -706,18 +707,19 @@ func patternAt(seed uint64, i int) float64 {
 	return float64(z>>11) / (1 << 53)
 }
 
-func fillPattern(data []float64, seed uint64) {
+// FillPattern fills data with the pattern of seed.
+func FillPattern(data []float64, seed uint64) {
 	for i := range data {
-		data[i] = patternAt(seed, i)
+		data[i] = PatternAt(seed, i)
 	}
 }
 
-// checkPattern counts the elements of data that differ from the pattern
+// CheckPattern counts the elements of data that differ from the pattern
 // of seed (bit for bit) and returns the first's index (-1 if none).
-func checkPattern(data []float64, seed uint64) (bad, first int) {
+func CheckPattern(data []float64, seed uint64) (bad, first int) {
 	first = -1
 	for i, v := range data {
-		if math.Float64bits(v) != math.Float64bits(patternAt(seed, i)) {
+		if math.Float64bits(v) != math.Float64bits(PatternAt(seed, i)) {
 			if first < 0 {
 				first = i
 			}

@@ -41,11 +41,16 @@ type CRIURow struct {
 // Remote reports whether r has figures of a move between hosts.
 func (r CRIURow) Remote() bool { return r.RemoteS > 0 }
 
-// criuLine is a line of integration/criu's output.
-type criuLine struct {
+// CRIULine is a line of integration/criu's output, which that program
+// writes and ReadCRIU reads: a CRIURow and how it was made.
+type CRIULine struct {
 	CRIURow
-	Tool     string `json:"tool"`
+	Tool     string `json:"tool"` // "criu"
 	Verified bool   `json:"verified"`
+	// Dir is where the images were written; SSH the ssh client's version
+	// (between hosts only).
+	Dir string `json:"dir,omitempty"`
+	SSH string `json:"ssh,omitempty"`
 }
 
 // ReadCRIU reads the JSON lines integration/criu/run.sh prints, with or
@@ -69,7 +74,7 @@ func ReadCRIU(r io.Reader) ([]CRIURow, error) {
 		bad := func(format string, a ...any) ([]CRIURow, error) {
 			return nil, fmt.Errorf("%w: CRIU results, line %d: %s", ErrOptions, n, fmt.Sprintf(format, a...))
 		}
-		var l criuLine
+		var l CRIULine
 		dec := json.NewDecoder(strings.NewReader(text))
 		if err := dec.Decode(&l); err != nil {
 			return bad("not a JSON object: %v", err)

@@ -272,3 +272,22 @@ func FuzzReadCRIU(f *testing.F) {
 		}
 	})
 }
+
+// TestCRIULineRoundTrip: a line as integration/criu writes it (a CRIULine
+// encoded as JSON) reads back as the same row.
+func TestCRIULineRoundTrip(t *testing.T) {
+	want := CRIURow{SizeMiB: 256, DumpS: 0.2, RestoreS: 0.9, Seconds: 1.1, ImageBytes: 269932397, Reps: 3,
+		Version: "4.1.1", RemoteDumpS: 0.24, CopyS: 2.2, RemoteRestoreS: 0.84, RemoteS: 3.4, CopyVia: "scp",
+		Cipher: "chacha20-poly1305@openssh.com"}
+	b, err := json.Marshal(CRIULine{CRIURow: want, Tool: "criu", Verified: true, Dir: "/tmp/x", SSH: "OpenSSH_9.2p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadCRIU(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0] != want {
+		t.Fatalf("read %+v, want %+v", rows, want)
+	}
+}

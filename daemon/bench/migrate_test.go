@@ -254,11 +254,11 @@ func TestStateElements(t *testing.T) {
 
 func TestPattern(t *testing.T) {
 	a := make([]float64, 1000)
-	fillPattern(a, 3)
-	if bad, first := checkPattern(a, 3); bad != 0 || first != -1 {
+	FillPattern(a, 3)
+	if bad, first := CheckPattern(a, 3); bad != 0 || first != -1 {
 		t.Fatalf("fresh pattern: %d bad, first %d", bad, first)
 	}
-	if bad, _ := checkPattern(a, 4); bad < 990 {
+	if bad, _ := CheckPattern(a, 4); bad < 990 {
 		t.Errorf("another seed's pattern matches at %d of 1000", 1000-bad)
 	}
 	for i, v := range a {
@@ -268,7 +268,7 @@ func TestPattern(t *testing.T) {
 	}
 	a[17] = math.Nextafter(a[17], 2)
 	a[500] = -a[500]
-	if bad, first := checkPattern(a, 3); bad != 2 || first != 17 {
+	if bad, first := CheckPattern(a, 3); bad != 2 || first != 17 {
 		t.Errorf("two changed elements: %d bad, first %d", bad, first)
 	}
 }

@@ -67,6 +67,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"dpvm/daemon/bench"
 )
 
 func main() {
@@ -81,29 +83,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "criubench:", err)
 		os.Exit(1)
 	}
-}
-
-// Line is one size's result, as printed.
-type Line struct {
-	Tool       string  `json:"tool"`
-	Version    string  `json:"version,omitempty"`
-	SizeMiB    float64 `json:"size_mib"`
-	DumpS      float64 `json:"dump_s"`
-	RestoreS   float64 `json:"restore_s"`
-	Seconds    float64 `json:"seconds"`
-	ImageBytes int64   `json:"image_bytes"`
-	Reps       int     `json:"reps"`
-	Verified   bool    `json:"verified"`
-	Dir        string  `json:"dir"`
-
-	// Between hosts (with -peer only).
-	RemoteDumpS    float64 `json:"remote_dump_s,omitempty"`
-	CopyS          float64 `json:"copy_s,omitempty"`
-	RemoteRestoreS float64 `json:"remote_restore_s,omitempty"`
-	RemoteS        float64 `json:"remote_s,omitempty"`
-	CopyVia        string  `json:"copy_via,omitempty"`
-	Cipher         string  `json:"cipher,omitempty"`
-	SSH            string  `json:"ssh,omitempty"`
 }
 
 // config is what every size's measurement needs.
@@ -238,8 +217,8 @@ func criuVersion(cmd []string) string {
 	return ""
 }
 
-func (c *config) measureSize(sizeMiB float64) (Line, error) {
-	l := Line{Tool: "criu", SizeMiB: sizeMiB, Reps: c.reps, Dir: c.dir}
+func (c *config) measureSize(sizeMiB float64) (bench.CRIULine, error) {
+	l := bench.CRIULine{Tool: "criu", CRIURow: bench.CRIURow{SizeMiB: sizeMiB, Reps: c.reps}, Dir: c.dir}
 	work, err := os.MkdirTemp(c.dir, "holder-")
 	if err != nil {
 		return l, err
@@ -575,19 +554,12 @@ func hold(args []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1)
 	data := make([]float64, *n)
-	for i := range data {
-		data[i] = patternAt(*seed, i)
-	}
+	bench.FillPattern(data, *seed)
 	if err := publish(*dir, "ready", "ok"); err != nil {
 		return err
 	}
 	for range sig {
-		bad := 0
-		for i, v := range data {
-			if math.Float64bits(v) != math.Float64bits(patternAt(*seed, i)) {
-				bad++
-			}
-		}
+		bad, _ := bench.CheckPattern(data, *seed)
 		if err := publish(*dir, "checked", strconv.Itoa(bad)); err != nil {
 			return err
 		}
@@ -601,14 +573,4 @@ func publish(dir, name, content string) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, name))
-}
-
-// patternAt is element i of the pattern of seed, as in dpvm bench migrate:
-// splitmix64 of the index, as a float64 in [0, 1).
-func patternAt(seed uint64, i int) float64 {
-	z := seed*0x9e3779b97f4a7c15 + uint64(i)*0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return float64(z>>11) / (1 << 53)
 }

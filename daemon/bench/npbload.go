@@ -131,23 +131,11 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	if o.NP < 1 || o.NP > 256 {
 		return bad("np %d is outside 1..256", o.NP)
 	}
-	if o.Period == 0 {
-		o.Period = 200 * time.Millisecond
-	}
-	if o.Period < time.Millisecond || o.Period > time.Hour {
-		return bad("δT %v is outside 1ms..1h", o.Period)
-	}
 	if o.At < 0 || o.At >= 1 {
 		return bad("--at %v is outside [0, 1)", o.At)
 	}
 	if o.At == 0 {
 		o.At = 0.2
-	}
-	if o.Users == 0 {
-		o.Users = 1
-	}
-	if o.Users < 1 || o.Users > 1000 {
-		return bad("%d users is outside 1..1000", o.Users)
 	}
 	if o.Load == 0 {
 		o.Load = 2
@@ -155,32 +143,28 @@ func (o NPBLoadOptions) withDefaults() (NPBLoadOptions, error) {
 	if !(o.Load > 0 && o.Load <= 1000) {
 		return bad("load %v is outside (0, 1000]", o.Load)
 	}
-	if o.Rounds == 0 {
-		o.Rounds = 1
-	}
-	if o.Rounds < 1 || o.Rounds > 100 {
-		return bad("%d rounds is outside 1..100", o.Rounds)
-	}
-	if o.IdleRounds == 0 {
-		o.IdleRounds = DefaultIdleRounds
-	}
-	if o.IdleRounds < 1 || o.IdleRounds > 100 {
-		return bad("%d idle rounds is outside 1..100", o.IdleRounds)
-	}
 	if o.NoIdle && o.OnlyIdle {
 		return bad("no idle runs and only idle runs: nothing to run")
 	}
-	if o.Probe == 0 {
-		o.Probe = DefaultProbe
+	if err := defaultIn("δT", &o.Period, 200*time.Millisecond, time.Millisecond, time.Hour); err != nil {
+		return bad("%v", err)
 	}
-	if o.Probe < 10*time.Millisecond || o.Probe > time.Hour {
-		return bad("probe %v is outside 10ms..1h", o.Probe)
+	if err := defaultIn("probe", &o.Probe, DefaultProbe, 10*time.Millisecond, time.Hour); err != nil {
+		return bad("%v", err)
 	}
-	if o.ProbeRounds == 0 {
-		o.ProbeRounds = 3
-	}
-	if o.ProbeRounds < 1 || o.ProbeRounds > 100 {
-		return bad("%d probe rounds is outside 1..100", o.ProbeRounds)
+	for _, f := range []struct {
+		name         string
+		v            *int
+		def, lo, max int
+	}{
+		{"users", &o.Users, 1, 1, 1000},
+		{"rounds", &o.Rounds, 1, 1, 100},
+		{"idle rounds", &o.IdleRounds, DefaultIdleRounds, 1, 100},
+		{"probe rounds", &o.ProbeRounds, 3, 1, 100},
+	} {
+		if err := defaultIn(f.name, f.v, f.def, f.lo, f.max); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if o.Target == 0 {
 		o.Target = 0.02
@@ -1084,4 +1068,16 @@ func writeIdleTable(b *strings.Builder, r *NPBLoadResult) {
 		fmt.Fprintf(b, " Measured directly, the scheduler adds %s of CPU time.", strings.Join(shares, ", "))
 	}
 	b.WriteString("\n")
+}
+
+// defaultIn sets *v to def when it is zero, then checks that it lies in
+// lo..hi.
+func defaultIn[T int | time.Duration](name string, v *T, def, lo, hi T) error {
+	if *v == 0 {
+		*v = def
+	}
+	if *v < lo || *v > hi {
+		return fmt.Errorf("%s %v is outside %v..%v", name, *v, lo, hi)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"dpvm/daemon/pki"
 	"errors"
 	"fmt"
 	"os"
@@ -68,16 +69,7 @@ func TestMasterRecovery(t *testing.T) {
 	}
 	next(50)
 
-	m2, err := Start(ctx, Config{Listen: addr, Master: true, Recover: true, Key: vm.Key, Output: &syncBuffer{},
-		Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = m2.Halt(hctx)
-	})
+	m2 := startRecoveredMaster(ctx, t, addr, vm.Key, cfg)
 	for len(m2.Hosts()) < 3 {
 		next(1) // each pong is a moment for the hosts to register again
 	}
@@ -144,16 +136,7 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 				t.Fatal("the move completed without its master")
 			}
 			<-m.Done()
-			m2, err := Start(ctx, Config{Listen: m.Addr(), Master: true, Recover: true, Key: vm.Key, Output: &syncBuffer{},
-				Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = m2.Halt(hctx)
-			})
+			m2 := startRecoveredMaster(ctx, t, m.Addr(), vm.Key, cfg)
 			for len(m2.Hosts()) < 4 {
 				next(1) // each pong is a moment for the hosts to register again
 			}
@@ -287,4 +270,21 @@ func pingPong(t *testing.T, ctx context.Context, m *Daemon, a, b string) (po, pi
 		return last
 	}
 	return po, pi, info.TID, next
+}
+
+// startRecoveredMaster starts a master with --recover on addr, with the
+// heartbeat of cfg, halted when the test ends.
+func startRecoveredMaster(ctx context.Context, t *testing.T, addr string, key *pki.ClusterKey, cfg Config) *Daemon {
+	t.Helper()
+	m, err := Start(ctx, Config{Listen: addr, Master: true, Recover: true, Key: key, Output: &syncBuffer{},
+		Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Halt(hctx)
+	})
+	return m
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"dpvm/daemon/pki"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"dpvm/daemon/pki"
 	"dpvm/task"
 )
 

@@ -147,9 +147,11 @@ func (m *crcMAC) sum() []byte {
 type gmacMAC struct {
 	k    []byte
 	aead cipher.AEAD
-	seg  []byte // the piece being filled (from segPool)
-	n    uint64 // bytes so far
-	next uint64 // index of the piece being filled
+	seg  []byte // the piece being filled
+	// pooled says seg came from segPool (and goes back to it).
+	pooled bool
+	n      uint64 // bytes so far
+	next   uint64 // index of the piece being filled
 
 	jobs chan gmacJob
 	wg   sync.WaitGroup // pieces being tagged
@@ -164,6 +166,12 @@ type gmacJob struct {
 }
 
 var segPool = sync.Pool{New: func() any { b := make([]byte, 0, gmacSegment); return &b }}
+
+// firstSeg is the starting capacity of a stream's first piece, which grows
+// with the stream: a small checkpoint never takes (and, after a collection
+// emptied segPool, faults in) a whole segment's memory, which costs
+// milliseconds on a machine slow to fault in pages.
+const firstSeg = 4 << 10
 
 func newGMAC(key, salt []byte) (*gmacMAC, error) {
 	h := hmac.New(sha256.New, key)
@@ -184,7 +192,11 @@ func newGMAC(key, salt []byte) (*gmacMAC, error) {
 func (m *gmacMAC) write(p []byte) {
 	for len(p) > 0 {
 		if m.seg == nil {
-			m.seg = (*segPool.Get().(*[]byte))[:0]
+			if m.next == 0 {
+				m.seg, m.pooled = make([]byte, 0, firstSeg), false
+			} else {
+				m.seg, m.pooled = (*segPool.Get().(*[]byte))[:0], true
+			}
 		}
 		c := min(len(p), gmacSegment-len(m.seg))
 		m.seg = append(m.seg, p[:c]...)
@@ -214,7 +226,7 @@ func (m *gmacMAC) writeAsync(p []byte) {
 
 // dispatch hands the full piece being filled to the workers.
 func (m *gmacMAC) dispatch() {
-	m.send(m.seg, true)
+	m.send(m.seg, m.pooled)
 	m.seg = nil
 }
 
@@ -259,7 +271,7 @@ func (m *gmacMAC) tag(i uint64, seg []byte, pooled bool) {
 
 func (m *gmacMAC) sum() []byte {
 	if len(m.seg) > 0 {
-		m.tag(m.next, m.seg, true)
+		m.tag(m.next, m.seg, m.pooled)
 		m.seg = nil
 		m.next++
 	}
@@ -280,11 +292,11 @@ func (m *gmacMAC) stop() {
 		close(m.jobs)
 		m.jobs = nil
 	}
-	if m.seg != nil {
+	if m.seg != nil && m.pooled {
 		seg := m.seg[:0]
 		segPool.Put(&seg)
-		m.seg = nil
 	}
+	m.seg = nil
 }
 
 // errNoMAC refuses an AuthChannel checkpoint from a source not known to

@@ -84,6 +84,11 @@ type NPBLoadOptions struct {
 	NoProbe     bool
 	// Progress, when set, is told of every run as it ends.
 	Progress func(NPBRun)
+
+	// schedLoad, when set, replaces Load in the runs with the scheduler:
+	// tests give a load under which the busy host's worker cannot finish
+	// before the scheduler has moved it, however slow the machine.
+	schedLoad float64
 }
 
 // DefaultProbe is the default length of an idle spell measuring the
@@ -701,6 +706,9 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 			}
 		}
 		users, l := o.Users, o.Load
+		if sched && o.schedLoad > 0 {
+			l = o.schedLoad
+		}
 		if injErr = vm.InjectLoad(ctx, host, load.Overlay{Users: &users, Load: &l}); injErr == nil {
 			r.BusyHost, r.BusyAt, arrived = host, time.Since(start).Seconds(), true
 		}

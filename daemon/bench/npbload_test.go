@@ -14,18 +14,20 @@ import (
 
 // TestNPBLoad runs the Table 3 experiment small: class S, the user
 // arriving at rank 0's first progress report with a load that slows its
-// host's tasks 11×, δT 20 ms, two idle pairs. Every run verifies, the
-// idle runs come in ABBA order with their CPU times, the idle runs with
-// the scheduler and the run with migration disabled move nothing, and the
-// runs with Dynamic-SED move the busy host's worker (the user is there
-// before the scheduler's first check after it, and the worker runs on for
-// many checks), with a checkpoint size from the master's record.
+// host's tasks 11× (1001× in the runs with the scheduler, so that the
+// busy host's worker cannot finish before the scheduler has moved it,
+// however slow the machine: the scheduler has seconds where it needs a few
+// checks of 20 ms), δT 20 ms, two idle pairs. Every run verifies, the idle
+// runs come in ABBA order with their CPU times, the idle runs with the
+// scheduler and the run with migration disabled move nothing, and the runs
+// with Dynamic-SED move the busy host's worker, with a checkpoint size
+// from the master's record.
 func TestNPBLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	var seen []string
 	r, err := NPBLoad(ctx, NPBLoadOptions{
-		Kernels: []string{"is"}, Class: "S", Period: 20 * time.Millisecond, At: 1e-9, Load: 10, IdleRounds: 2,
+		Kernels: []string{"is"}, Class: "S", Period: 20 * time.Millisecond, At: 1e-9, Load: 10, schedLoad: 1000, IdleRounds: 2,
 		Probe: 100 * time.Millisecond, ProbeRounds: 1,
 		Progress: func(run NPBRun) { seen = append(seen, run.Name) },
 	})

@@ -16,9 +16,9 @@ import (
 type Dir struct {
 	Path string
 	// Transient says the files live only until they are read (a
-	// migration's checkpoint, deleted once restored): Save does not sync
-	// the directory after the rename. The file's data is still synced
-	// before the rename.
+	// migration's checkpoint, deleted once restored): Save and
+	// SaveThenSync do not sync the directory after the rename. The file's
+	// data is still synced.
 	Transient bool
 }
 
@@ -75,50 +75,113 @@ func (c *fileWriter) Write(p []byte) (int, error) {
 // is removed and the error returned; an existing file of that name is
 // untouched until the rename replaces it.
 func (d Dir) Save(name string, write func(w io.Writer) error) (n int64, err error) {
-	if err := checkName(name); err != nil {
-		return 0, fmt.Errorf("ckpt: save: %w", err)
-	}
-	f, err := os.CreateTemp(d.Path, tempPrefix+name+"-*")
+	f, n, err := d.writeTemp(name, write)
 	if err != nil {
-		return 0, fmt.Errorf("ckpt: save %s: %w", name, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-			err = fmt.Errorf("ckpt: save %s in %s: %w", name, d.Path, err)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return 0, err
-	}
-	cw := &fileWriter{f: f}
-	bw := bufio.NewWriterSize(cw, saveBuf)
-	if err := write(bw); err != nil {
-		return 0, err
-	}
-	if err := bw.Flush(); err != nil {
 		return 0, err
 	}
 	if err := datasync(f); err != nil {
-		return 0, fmt.Errorf("fdatasync: %w", err)
+		return 0, d.discard(name, f, false, fmt.Errorf("fdatasync: %w", err))
 	}
 	if err := f.Close(); err != nil {
-		return 0, err
+		return 0, d.discard(name, f, true, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(d.Path, name)); err != nil {
+	if err := d.rename(name, f); err != nil {
 		return 0, err
 	}
 	if d.Transient {
-		return cw.n, nil
+		return n, nil
 	}
 	if err := syncDir(d.Path); err != nil {
 		// The file is in place and complete; only its durability is in
 		// doubt, and the caller hears of it.
-		return cw.n, fmt.Errorf("fsync directory: %w", err)
+		return n, fmt.Errorf("ckpt: save %s in %s: fsync directory: %w", name, d.Path, err)
 	}
-	return cw.n, nil
+	return n, nil
+}
+
+// SaveThenSync is Save with the sync left to the caller: the file is
+// written, closed (which, on a network file system, sends its bytes to
+// the server) and renamed to name, so that a reader can start on it at
+// once, from the page cache, while sync flushes it to the disk (fdatasync,
+// then the directory unless Transient) — the disk's time overlaps the
+// reader's instead of preceding it. The caller must call sync exactly once
+// (it closes the descriptor it syncs by, opened before SaveThenSync
+// returns, so the reader may remove the file meanwhile). On an error the
+// temporary file is removed and sync is nil.
+func (d Dir) SaveThenSync(name string, write func(w io.Writer) error) (n int64, sync func() error, err error) {
+	f, n, err := d.writeTemp(name, write)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := f.Close(); err != nil {
+		return 0, nil, d.discard(name, f, true, err)
+	}
+	if err := d.rename(name, f); err != nil {
+		return 0, nil, err
+	}
+	final := filepath.Join(d.Path, name)
+	g, err := os.Open(final)
+	if err != nil {
+		_ = os.Remove(final)
+		return 0, nil, fmt.Errorf("ckpt: save %s in %s: open to sync: %w", name, d.Path, err)
+	}
+	sync = func() error {
+		err := datasync(g)
+		if cerr := g.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && !d.Transient {
+			err = syncDir(d.Path)
+		}
+		if err != nil {
+			return fmt.Errorf("ckpt: sync %s in %s: %w", name, d.Path, err)
+		}
+		return nil
+	}
+	return n, sync, nil
+}
+
+// writeTemp creates a temporary file for name (mode 0600) and fills it
+// with write, starting its writeback as it goes. It returns the open file
+// and its size; on an error the file is gone.
+func (d Dir) writeTemp(name string, write func(w io.Writer) error) (*os.File, int64, error) {
+	if err := checkName(name); err != nil {
+		return nil, 0, fmt.Errorf("ckpt: save: %w", err)
+	}
+	f, err := os.CreateTemp(d.Path, tempPrefix+name+"-*")
+	if err != nil {
+		return nil, 0, fmt.Errorf("ckpt: save %s: %w", name, err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return nil, 0, d.discard(name, f, false, err)
+	}
+	cw := &fileWriter{f: f}
+	bw := bufio.NewWriterSize(cw, saveBuf)
+	if err := write(bw); err != nil {
+		return nil, 0, d.discard(name, f, false, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, 0, d.discard(name, f, false, err)
+	}
+	return f, cw.n, nil
+}
+
+// discard removes the temporary file f of name, closing it first unless
+// closed, and returns err with context.
+func (d Dir) discard(name string, f *os.File, closed bool, err error) error {
+	if !closed {
+		_ = f.Close()
+	}
+	_ = os.Remove(f.Name())
+	return fmt.Errorf("ckpt: save %s in %s: %w", name, d.Path, err)
+}
+
+// rename moves the closed temporary file f to name, or removes it.
+func (d Dir) rename(name string, f *os.File) error {
+	if err := os.Rename(f.Name(), filepath.Join(d.Path, name)); err != nil {
+		return d.discard(name, f, true, err)
+	}
+	return nil
 }
 
 func syncDir(path string) error {

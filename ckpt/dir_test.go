@@ -244,3 +244,55 @@ func TestDirTransientGMAC(t *testing.T) {
 		t.Fatalf("flipped file: %v", err)
 	}
 }
+
+// TestDirSaveThenSync: the file is in place, complete and 0600 before it
+// is synced, a reader may remove it before the sync, and sync succeeds
+// either way (once); for a durable directory the sync covers the
+// directory too. A failing write or an unwritable directory leaves
+// nothing behind and no sync to call.
+func TestDirSaveThenSync(t *testing.T) {
+	for _, transient := range []bool{true, false} {
+		d := Dir{Path: t.TempDir(), Transient: transient}
+		st := randNumbers(rand.New(rand.NewPCG(22, 22)), 3000)
+		for i, removeFirst := range []bool{false, true} {
+			name := []string{"a.ckpt", "b.ckpt"}[i]
+			n, sync, err := d.SaveThenSync(name, func(w io.Writer) error {
+				_, err := Write(w, testKey, sampleMeta(), st)
+				return err
+			})
+			if err != nil || sync == nil {
+				t.Fatalf("transient %v: %v", transient, err)
+			}
+			fi, err := os.Stat(filepath.Join(d.Path, name))
+			if err != nil || fi.Size() != n || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("before the sync: %v %v (Save said %d bytes)", fi, err, n)
+			}
+			if _, got := loadTask(t, d, name); !reflect.DeepEqual(got, st) {
+				t.Fatal("state read before the sync differs")
+			}
+			if removeFirst {
+				must(t, d.Remove(name))
+			}
+			if err := sync(); err != nil {
+				t.Fatalf("transient %v, removed %v: sync: %v", transient, removeFirst, err)
+			}
+		}
+		onlyFiles(t, d.Path, "a.ckpt")
+	}
+
+	d := Dir{Path: t.TempDir(), Transient: true}
+	boom := errors.New("boom")
+	if _, sync, err := d.SaveThenSync("c", func(w io.Writer) error {
+		_, _ = w.Write(make([]byte, 100<<10))
+		return boom
+	}); !errors.Is(err, boom) || sync != nil {
+		t.Fatalf("failing write: %v, sync %v", err, sync != nil)
+	}
+	onlyFiles(t, d.Path)
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	must(t, os.WriteFile(file, []byte("x"), 0o600))
+	if _, sync, err := (Dir{Path: filepath.Join(file, "sub")}).SaveThenSync("c", func(io.Writer) error { return nil }); err == nil || sync != nil {
+		t.Fatalf("saved under a regular file: %v", err)
+	}
+}

@@ -397,15 +397,24 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		// At rest in a directory other hosts can write, the checkpoint
 		// carries a MAC: GMAC tags computed on all cores (ckpt.AuthGMAC).
 		// The file lives only until the destination has read it, so the
-		// directory is not synced after the rename (Transient); a lost
-		// file aborts the move, and the task resumes here.
-		n, err := ckpt.Dir{Path: d.cfg.SharedDir, Transient: true}.Save(a.Name, func(w io.Writer) error {
+		// directory is not synced after the rename (Transient), and the
+		// destination reads it while its fdatasync runs: the move waits
+		// for the disk no longer than the reading takes. Nothing the move
+		// relies on needs the bytes on the disk (the destination verifies
+		// what it reads; a lost file aborts the move, and the task resumes
+		// here); a failed sync is logged.
+		n, sync, err := ckpt.Dir{Path: d.cfg.SharedDir, Transient: true}.SaveThenSync(a.Name, func(w io.Writer) error {
 			_, err := ckpt.WriteWith(w, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthGMAC})
 			return err
 		})
 		if err != nil {
 			return 0, fmt.Errorf("write %s to the shared directory: %w", a.Name, err)
 		}
+		d.goFunc(func() {
+			if err := sync(); err != nil {
+				d.log.Warn("checkpoint file not synced", "tid", a.TID, "error", err)
+			}
+		})
 		d.mu.Lock()
 		l.file = a.Name
 		d.mu.Unlock()

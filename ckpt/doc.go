@@ -3,8 +3,9 @@
 // indirect store (a shared directory). A migration moves a checkpoint
 // either directly, Write on one daemon's end of a stream and Read on the
 // other's (encoding, transfer and decoding overlap), or indirectly, through
-// a Dir every host mounts (Save, then Open and Read, then Remove once the
-// move has committed). Write authenticates with HMAC-SHA256; WriteWith
+// a Dir every host mounts (SaveThenSync, then Open and Read while the
+// file is synced, then Remove once the move has committed; Save syncs
+// before the rename, for files that must survive a crash). Write authenticates with HMAC-SHA256; WriteWith
 // chooses a GMAC computed on all cores (files) or, for a stream that
 // authenticates its bytes itself, no MAC at all (see the flags below).
 //

@@ -398,11 +398,11 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		// carries a MAC: GMAC tags computed on all cores (ckpt.AuthGMAC).
 		// The file lives only until the destination has read it, so the
 		// directory is not synced after the rename (Transient), and the
-		// destination reads it while its fdatasync runs: the move waits
-		// for the disk no longer than the reading takes. Nothing the move
-		// relies on needs the bytes on the disk (the destination verifies
-		// what it reads; a lost file aborts the move, and the task resumes
-		// here); a failed sync is logged.
+		// destination reads it while its fdatasync runs in the
+		// background: neither the task's freeze nor the commit waits for
+		// the disk. Nothing the move relies on needs the bytes on the disk
+		// (the destination verifies what it reads; a lost file aborts the
+		// move, and the task resumes here); a failed sync is logged.
 		n, sync, err := ckpt.Dir{Path: d.cfg.SharedDir, Transient: true}.SaveThenSync(a.Name, func(w io.Writer) error {
 			_, err := ckpt.WriteWith(w, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthGMAC})
 			return err

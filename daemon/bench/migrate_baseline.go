@@ -60,7 +60,7 @@ func (q *QUICPair) Bulk(ctx context.Context, src []byte) (time.Duration, error) 
 // allocates a numeric block (ckpt.NewBytes: huge pages advised), since the
 // destination of a move has no buffer of that size ready either: fresh
 // memory costs its page faults, and on this kind of virtual machine an
-// occasional compaction stall, in both. It returns the time that took and
+// occasional stall of a fresh allocation, in both. It returns the time that took and
 // then checks the bytes read; removing the file afterwards (which frees
 // its cached pages: about 6 ms for 16 MiB here) is not counted.
 func FileRoundTrip(dir string, buf []byte) (time.Duration, error) {

@@ -60,35 +60,16 @@ func DialNetwork(ctx context.Context, nw transport.Network, addr string, key *pk
 }
 
 func (c *Client) handshake(ctx context.Context, addr string) error {
-	conn, err := c.tr.Dial(ctx, addr)
+	g, err := greet(ctx, c.tr, addr, &hello{Name: "dpvm"}, routing.DefaultMaxFrame)
 	if err != nil {
 		return err
 	}
-	st, err := conn.OpenStream(ctx)
-	if err != nil {
-		conn.Close("handshake failed")
-		return err
+	if g.reply.Host != MasterID {
+		g.conn.Close("not the master")
+		return fmt.Errorf("%s is host %v, not the master: give the master's address", addr, g.reply.Host)
 	}
-	if err := writeHello(st, &hello{Name: "dpvm"}); err != nil {
-		conn.Close("handshake failed")
-		return err
-	}
-	r := routing.NewReader(st, routing.DefaultMaxFrame)
-	h, err := readHello(ctx, r)
-	if err != nil {
-		conn.Close("handshake failed")
-		return err
-	}
-	if h.Err != "" {
-		conn.Close("refused")
-		return fmt.Errorf("%w: %s", ErrRefused, h.Err)
-	}
-	if h.Host != MasterID {
-		conn.Close("not the master")
-		return fmt.Errorf("%s is host %v, not the master: give the master's address", addr, h.Host)
-	}
-	c.conn, c.st, c.info = conn, st, h.Info
-	go c.readLoop(r)
+	c.conn, c.st, c.info = g.conn, g.st, g.reply.Info
+	go c.readLoop(g.r)
 	return nil
 }
 

@@ -90,33 +90,15 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 func (d *Daemon) join(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Heartbeat*10)
 	defer cancel()
-	conn, err := d.nw.tr.Dial(ctx, d.cfg.Join)
-	if err != nil {
-		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
-	}
-	st, err := conn.OpenStream(ctx)
-	if err != nil {
-		conn.Close("handshake failed")
-		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
-	}
 	name := d.cfg.Name
 	if name == "h0" {
 		name = "" // the master names us after our host ID
 	}
-	if err := writeHello(st, &hello{Name: name, Addr: d.self.Addr, Join: true, Info: d.self}); err != nil {
-		conn.Close("handshake failed")
-		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
-	}
-	r := routing.NewReader(st, d.cfg.MaxFrame)
-	h, err := readHello(ctx, r)
+	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: name, Addr: d.self.Addr, Join: true, Info: d.self}, d.cfg.MaxFrame)
 	if err != nil {
-		conn.Close("handshake failed")
 		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
 	}
-	if h.Err != "" {
-		conn.Close("refused")
-		return fmt.Errorf("join %s: %w: %s", d.cfg.Join, ErrRefused, h.Err)
-	}
+	conn, st, r, h := g.conn, g.st, g.r, g.reply
 	if h.Version != protocolVersion || h.Assigned == 0 || h.Host != MasterID {
 		conn.Close("bad handshake")
 		return fmt.Errorf("join %s: unexpected answer (version %d, host %v): %w", d.cfg.Join, h.Version, h.Assigned, ErrRefused)
@@ -364,35 +346,20 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := d.nw.tr.Dial(ctx, addr)
+	g, err := greet(ctx, d.nw.tr, addr, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self}, d.cfg.MaxFrame)
 	if err != nil {
 		return nil, err
 	}
-	st, err := conn.OpenStream(ctx)
-	if err != nil {
-		conn.Close("handshake failed")
-		return nil, err
+	if g.reply.Host != h {
+		g.conn.Close("refused")
+		return nil, fmt.Errorf("%w: %s answered as host %v", ErrRefused, addr, g.reply.Host)
 	}
-	if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self}); err != nil {
-		conn.Close("handshake failed")
-		return nil, err
-	}
-	r := routing.NewReader(st, d.cfg.MaxFrame)
-	hh, err := readHello(ctx, r)
-	if err != nil {
-		conn.Close("handshake failed")
-		return nil, err
-	}
-	if hh.Err != "" || hh.Host != h {
-		conn.Close("refused")
-		return nil, fmt.Errorf("%w: %s (host %v)", ErrRefused, hh.Err, hh.Host)
-	}
-	p := newPeer(d, conn, st, true)
-	p.info = hh.Info
+	p := newPeer(d, g.conn, g.st, true)
+	p.info = g.reply.Info
 	if !d.attach(p) {
 		return nil, nil // the other side's connection won: use it
 	}
-	d.startPeer(p, r)
+	d.startPeer(p, g.r)
 	return p, nil
 }
 

@@ -320,6 +320,46 @@ func readHello(ctx context.Context, r *routing.Reader) (*hello, error) {
 	}
 }
 
+// greeting is an outgoing connection after its hello exchange: the
+// connection, its first stream, the reader of that stream and the answer.
+type greeting struct {
+	conn  transport.Conn
+	st    transport.Stream
+	r     *routing.Reader
+	reply *hello
+}
+
+// greet dials addr, sends h on the connection's first stream and reads
+// the answer; an answer that refuses (carries Err) is ErrRefused. On any
+// error the connection is closed. The caller checks the rest of the
+// answer, and closes the connection if it does not fit.
+func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, maxFrame int) (*greeting, error) {
+	conn, err := tr.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	st, err := conn.OpenStream(ctx)
+	if err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	if err := writeHello(st, h); err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	r := routing.NewReader(st, maxFrame)
+	reply, err := readHello(ctx, r)
+	if err != nil {
+		conn.Close("handshake failed")
+		return nil, err
+	}
+	if reply.Err != "" {
+		conn.Close("refused")
+		return nil, fmt.Errorf("%w: %s", ErrRefused, reply.Err)
+	}
+	return &greeting{conn: conn, st: st, r: r, reply: reply}, nil
+}
+
 // writeHello sends a hello frame directly (before the writer runs).
 func writeHello(st transport.Stream, h *hello) error {
 	h.Version = protocolVersion

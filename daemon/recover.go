@@ -174,31 +174,13 @@ func (d *Daemon) orphaned(cause error) {
 
 // rejoin registers this host again with a master at the master's address.
 func (d *Daemon) rejoin(ctx context.Context) error {
-	conn, err := d.nw.tr.Dial(ctx, d.cfg.Join)
-	if err != nil {
-		return err
-	}
-	st, err := conn.OpenStream(ctx)
-	if err != nil {
-		conn.Close("handshake failed")
-		return err
-	}
 	rep := d.report()
-	if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
-		Info: d.selfInfo(), Report: &rep}); err != nil {
-		conn.Close("handshake failed")
-		return err
-	}
-	r := routing.NewReader(st, d.cfg.MaxFrame)
-	h, err := readHello(ctx, r)
+	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
+		Info: d.selfInfo(), Report: &rep}, d.cfg.MaxFrame)
 	if err != nil {
-		conn.Close("handshake failed")
 		return err
 	}
-	if h.Err != "" {
-		conn.Close("refused")
-		return fmt.Errorf("%w: %s", ErrRefused, h.Err)
-	}
+	conn, st, r, h := g.conn, g.st, g.r, g.reply
 	if h.Host != MasterID || h.Assigned != d.cfg.HostID {
 		conn.Close("bad handshake")
 		return fmt.Errorf("unexpected answer (host %v, assigned %v): %w", h.Host, h.Assigned, ErrRefused)

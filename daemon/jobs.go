@@ -217,16 +217,7 @@ func (d *Daemon) job(id uint64) (*jobState, error) {
 // checkpointLoop takes the job's periodic checkpoints until it ends. A
 // failed checkpoint is logged; the job keeps its previous one.
 func (d *Daemon) checkpointLoop(js *jobState) {
-	t := time.NewTicker(js.opts.CheckpointEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-js.done:
-			return
-		case <-d.ctx.Done():
-			return
-		}
+	d.every(js.opts.CheckpointEvery, js.done, func() bool {
 		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+js.opts.CheckpointEvery)
 		// A task blocked in a receive that is not a safe point holds the
 		// others at theirs until the attempt gives up: give up soon, and
@@ -236,13 +227,14 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrNoJob) {
-				return
+				return false
 			}
 			d.log.Warn("job checkpoint failed; the previous one stands", "job", js.id, "error", err)
-			continue
+			return true
 		}
 		d.log.Info("job checkpointed", "job", js.id, "seq", r.Seq, "tasks", r.Tasks, "bytes", r.Bytes, "paused_ms", r.PausedMS)
-	}
+		return true
+	})
 }
 
 // CheckpointJob takes a coordinated checkpoint of job into the directory

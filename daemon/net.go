@@ -147,6 +147,25 @@ func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
 }
 
 // goFunc runs f in a goroutine the daemon waits for when it stops.
+// every calls f each period until f returns false, done is closed (nil:
+// never) or the daemon stops.
+func (d *Daemon) every(period time.Duration, done <-chan struct{}, f func() bool) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-done:
+			return
+		case <-t.C:
+		}
+		if !f() {
+			return
+		}
+	}
+}
+
 func (d *Daemon) goFunc(f func()) {
 	d.bg.Add(1)
 	go func() {
@@ -591,38 +610,29 @@ func (d *Daemon) hostByName(name string) (task.HostID, error) {
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
 // master) every Heartbeat, and reports load.
 func (d *Daemon) heartbeatLoop() {
-	t := time.NewTicker(d.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
+	d.every(d.cfg.Heartbeat, nil, func() bool {
 		now := time.Now()
 		d.retransmit(now)
 		d.refreshSample(now)
 		if d.cfg.Master {
 			d.checkHosts(now)
-			continue
+			return true
 		}
 		n := d.nw
 		n.mu.Lock()
 		m := n.master
 		n.mu.Unlock()
 		if m == nil {
-			continue
+			return true
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {
 			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
-			if d.cfg.MasterGrace <= 0 {
-				return
-			}
-			continue
+			return d.cfg.MasterGrace > 0
 		}
 		d.reportLoad()
 		m.frame(routing.KindPing, nil)
-	}
+		return true
+	})
 }
 
 // checkHosts deletes the hosts the master has not heard from for DeadAfter.

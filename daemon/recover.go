@@ -147,28 +147,22 @@ func (d *Daemon) orphaned(cause error) {
 	d.log.Warn("lost the master daemon; running on and registering again when a master is back", "cause", cause, "grace", grace)
 	d.goFunc(func() {
 		deadline := time.Now().Add(grace)
-		t := time.NewTicker(d.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-d.ctx.Done():
-				return
-			case <-t.C:
-			}
+		d.every(d.cfg.Heartbeat, nil, func() bool {
 			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Heartbeat+time.Second)
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {
 				d.orphan.Store(false)
-				return
+				return false
 			}
 			d.log.Debug("register again", "error", err)
 			if time.Now().After(deadline) {
 				d.log.Error("no master came back; stopping", "grace", grace, "last", err)
 				d.stopAsync(fmt.Errorf("%w: %v, and none came back within %v", ErrMasterLost, cause, grace))
-				return
+				return false
 			}
-		}
+			return true
+		})
 	})
 }
 

@@ -201,16 +201,10 @@ func (d *Daemon) injectAt(ctx context.Context, h string, o load.Overlay, clear b
 
 // schedLoop runs the Dynamic-SED check every period (master).
 func (d *Daemon) schedLoop() {
-	t := time.NewTicker(d.cfg.Sched.Period)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
+	d.every(d.cfg.Sched.Period, nil, func() bool {
 		d.schedCheck(time.Now())
-	}
+		return true
+	})
 }
 
 // schedCheck is one check period: build the snapshot, run the policy,

@@ -48,6 +48,7 @@ func benchNPBLoadCommand() *cli.Command {
 			&cli.Float64Flag{Name: "at", Value: 0.2, Usage: "the user arrives once rank 0 has done this `fraction` of its iterations"},
 			&cli.IntFlag{Name: "users", Value: 1, Usage: "interactive users arriving"},
 			&cli.Float64Flag{Name: "load", Value: 2, Usage: "the background load they bring (the host's tasks run 1+load times slower)"},
+			&cli.Float64Flag{Name: "sched-load", Usage: "the load they bring in the runs with Dynamic-SED instead (default: --load); far above it, the worker cannot finish before it is moved (demonstrations, tests; the speedups then compare unlike runs)"},
 			&cli.StringFlag{Name: "host", Usage: "where they arrive (default: a host holding a worker, not the master)"},
 			&cli.StringFlag{Name: "via", Value: "both", Usage: "checkpoint mode of the Dynamic-SED runs: direct, indirect or both"},
 			&cli.BoolFlag{Name: "no-idle", Usage: "skip the runs on the idle machine (the overhead)"},
@@ -98,7 +99,7 @@ func benchNPBLoadCommand() *cli.Command {
 			errw := c.App.ErrWriter
 			r, err := bench.NPBLoad(ctx, bench.NPBLoadOptions{
 				Kernels: kernels, Class: c.String("class"), Hosts: c.Int("hosts"), NP: c.Int("np"),
-				Period: c.Duration("period"), At: c.Float64("at"), Users: c.Int("users"), Load: c.Float64("load"),
+				Period: c.Duration("period"), At: c.Float64("at"), Users: c.Int("users"), Load: c.Float64("load"), SchedLoad: c.Float64("sched-load"),
 				Host: c.String("host"), Vias: vias, NoIdle: c.Bool("no-idle"), OnlyIdle: c.Bool("only-idle"),
 				Rounds: c.Int("rounds"), IdleRounds: c.Int("idle-rounds"),
 				Probe: c.Duration("probe"), ProbeRounds: c.Int("probe-rounds"), NoProbe: c.Bool("no-probe"),

@@ -10,13 +10,14 @@ import (
 // mode, no idle runs) and reads its JSON.
 func TestBenchNPBLoad(t *testing.T) {
 	code, out, errOut := dpvm(t, "bench", "npb-load", "--kernel", "is", "--class", "S", "--period", "20ms",
-		"--at", "0.000001", "--load", "10", "--via", "direct", "--no-idle", "--json")
+		"--at", "0.000001", "--load", "10", "--sched-load", "1000", "--via", "direct", "--no-idle", "--json")
 	if code != 0 {
 		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
 	}
 	var r struct {
-		Class   string
-		Kernels []struct {
+		Class     string
+		SchedLoad float64 `json:"sched_load"`
+		Kernels   []struct {
 			Kernel string
 			Busy   struct{ Verified bool }
 			Sched  []struct {
@@ -30,7 +31,7 @@ func TestBenchNPBLoad(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if r.Class != "S" || len(r.Kernels) != 1 || r.Kernels[0].Kernel != "is" || len(r.Kernels[0].Sched) != 1 ||
+	if r.Class != "S" || r.SchedLoad != 1000 || len(r.Kernels) != 1 || r.Kernels[0].Kernel != "is" || len(r.Kernels[0].Sched) != 1 ||
 		r.Kernels[0].Sched[0].Via != "direct" || r.Kernels[0].Sched[0].MinMigrations < 1 ||
 		!r.Kernels[0].Busy.Verified || !r.Kernels[0].Sched[0].Verified || len(r.Kernels[0].Speedups) != 1 {
 		t.Errorf("result %s", out)
@@ -52,6 +53,7 @@ func TestBenchNPBLoadUsage(t *testing.T) {
 		{"--no-idle", "--only-idle"},
 		{"--probe-rounds", "0"},
 		{"--probe", "-1s"},
+		{"--sched-load", "-3"},
 	} {
 		code, _, errOut := dpvm(t, append([]string{"bench", "npb-load"}, args...)...)
 		if code != 2 || errOut == "" {

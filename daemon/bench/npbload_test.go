@@ -14,7 +14,7 @@ import (
 
 // TestNPBLoad runs the Table 3 experiment small: class S, the user
 // arriving at rank 0's first progress report with a load that slows its
-// host's tasks 11× (1001× in the runs with the scheduler, so that the
+// host's tasks 11× (1001× in the runs with the scheduler, SchedLoad, so that the
 // busy host's worker cannot finish before the scheduler has moved it,
 // however slow the machine: the scheduler has seconds where it needs a few
 // checks of 20 ms), δT 20 ms, two idle pairs. Every run verifies, the idle
@@ -27,7 +27,7 @@ func TestNPBLoad(t *testing.T) {
 	defer cancel()
 	var seen []string
 	r, err := NPBLoad(ctx, NPBLoadOptions{
-		Kernels: []string{"is"}, Class: "S", Period: 20 * time.Millisecond, At: 1e-9, Load: 10, schedLoad: 1000, IdleRounds: 2,
+		Kernels: []string{"is"}, Class: "S", Period: 20 * time.Millisecond, At: 1e-9, Load: 10, SchedLoad: 1000, IdleRounds: 2,
 		Probe: 100 * time.Millisecond, ProbeRounds: 1,
 		Progress: func(run NPBRun) { seen = append(seen, run.Name) },
 	})
@@ -37,7 +37,7 @@ func TestNPBLoad(t *testing.T) {
 	if got := strings.Join(seen, ","); got != "warm-up,idle,idle+sed,idle+sed,idle,busy,busy+sed-direct,busy+sed-indirect" {
 		t.Errorf("runs %s", got)
 	}
-	if r.Class != "S" || r.Hosts != 4 || r.NP != 2 || r.IdleRounds != 2 || r.Target != 0.02 || len(r.Kernels) != 1 {
+	if r.Class != "S" || r.SchedLoad != 1000 || r.Hosts != 4 || r.NP != 2 || r.IdleRounds != 2 || r.Target != 0.02 || len(r.Kernels) != 1 {
 		t.Fatalf("result %+v", r)
 	}
 	k := r.Kernels[0]
@@ -96,7 +96,7 @@ func TestNPBLoad(t *testing.T) {
 	if err := WriteNPBLoad(&b, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| IS |", "Dynamic-SED direct: time (s)", "Dynamic-SED indirect", "all runs |", "Overhead when nothing migrates", "2 pair(s)", "Target: Dynamic-SED costs at most 2%", "The scheduler's own cost, measured directly"} {
+	for _, want := range []string{"| IS |", "Dynamic-SED direct: time (s)", "Dynamic-SED indirect", "all runs |", "Overhead when nothing migrates", "2 pair(s)", "Target: Dynamic-SED costs at most 2%", "brings load 1000 instead", "The scheduler's own cost, measured directly"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -115,6 +115,8 @@ func TestNPBLoadBadOptions(t *testing.T) {
 		{At: -0.5},
 		{Users: -1},
 		{Load: -1},
+		{SchedLoad: -1},
+		{SchedLoad: 2000},
 		{Vias: []daemon.Via{"sideways"}},
 		{Rounds: -2},
 		{IdleRounds: -1},

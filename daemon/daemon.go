@@ -267,25 +267,28 @@ type Daemon struct {
 	inbox  *routing.Inbox
 	acked  chan struct{} // closed (and set to nil) when acknowledgements free window; made by a sender that waits
 
-	placeMu  sync.Mutex // serialises the Placer
-	load     *load.Injected
-	sampled  load.Sample // the last sample, taken every heartbeat (guarded by mu)
-	schedMu  sync.Mutex
-	sched    *schedState
-	bmu      sync.Mutex
-	bwait    map[task.TID]chan error // this host's tasks waiting in a barrier of the master
-	barr     []arrival               // arrivals not yet sent to the master
-	bsending bool                    // an arriving task is sending arrivals
-	bsend    sync.Mutex              // held while arrivals are handed to the connection
-	bpending map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
-	orphan   atomic.Bool             // a host that has lost its master and looks for one
-	migMu    sync.Mutex
-	migs     map[task.TID]*migration // migrations under way (master)
-	whyMu    sync.Mutex
-	why      error // the first reason given to stop
-	stopOnce sync.Once
-	done     chan struct{} // closed when the daemon has stopped
-	stopErr  error
+	placeMu sync.Mutex // serialises the Placer
+	load    *load.Injected
+	sampled load.Sample // the last sample, taken every heartbeat (guarded by mu)
+	schedMu sync.Mutex
+	sched   *schedState
+	// reportKick asks for a load report to the master now (hosts; see
+	// tasksChanged).
+	reportKick chan struct{}
+	bmu        sync.Mutex
+	bwait      map[task.TID]chan error // this host's tasks waiting in a barrier of the master
+	barr       []arrival               // arrivals not yet sent to the master
+	bsending   bool                    // an arriving task is sending arrivals
+	bsend      sync.Mutex              // held while arrivals are handed to the connection
+	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
+	orphan     atomic.Bool             // a host that has lost its master and looks for one
+	migMu      sync.Mutex
+	migs       map[task.TID]*migration // migrations under way (master)
+	whyMu      sync.Mutex
+	why        error // the first reason given to stop
+	stopOnce   sync.Once
+	done       chan struct{} // closed when the daemon has stopped
+	stopErr    error
 
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted // running tasks
@@ -342,32 +345,33 @@ func newDaemon(cfg Config) *Daemon {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{
-		cfg:       cfg,
-		log:       cfg.Logger.With("host", cfg.Name),
-		ctx:       ctx,
-		cancel:    cancel,
-		groups:    newGroups(),
-		tasks:     map[task.TID]*hosted{},
-		gone:      map[task.TID]*hosted{},
-		watch:     map[task.TID][]watcher{},
-		lossWatch: map[task.TID][]watcher{},
-		jobs:      map[uint64]io.Writer{},
-		jobReg:    map[uint64]*jobState{},
-		staged:    map[task.TID]staged{},
-		tidFloor:  map[task.HostID]uint32{},
-		hostJobs:  map[task.HostID]map[uint64]bool{},
-		moving:    map[task.TID]*leaving{},
-		incoming:  map[task.TID]*arriving{},
-		migs:      map[task.TID]*migration{},
-		bwait:     map[task.TID]chan error{},
-		bpending:  map[task.TID]arrival{},
-		load:      load.NewInjected(cfg.Load),
-		sched:     &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
-		routes:    routing.NewTable(),
-		outbox:    routing.NewOutbox(),
-		inbox:     routing.NewInbox(),
-		done:      make(chan struct{}),
-		self:      HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
+		cfg:        cfg,
+		log:        cfg.Logger.With("host", cfg.Name),
+		ctx:        ctx,
+		cancel:     cancel,
+		groups:     newGroups(),
+		tasks:      map[task.TID]*hosted{},
+		gone:       map[task.TID]*hosted{},
+		watch:      map[task.TID][]watcher{},
+		lossWatch:  map[task.TID][]watcher{},
+		jobs:       map[uint64]io.Writer{},
+		jobReg:     map[uint64]*jobState{},
+		staged:     map[task.TID]staged{},
+		tidFloor:   map[task.HostID]uint32{},
+		hostJobs:   map[task.HostID]map[uint64]bool{},
+		moving:     map[task.TID]*leaving{},
+		incoming:   map[task.TID]*arriving{},
+		migs:       map[task.TID]*migration{},
+		bwait:      map[task.TID]chan error{},
+		bpending:   map[task.TID]arrival{},
+		load:       load.NewInjected(cfg.Load),
+		sched:      &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
+		routes:     routing.NewTable(),
+		outbox:     routing.NewOutbox(),
+		inbox:      routing.NewInbox(),
+		done:       make(chan struct{}),
+		reportKick: make(chan struct{}, 1),
+		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
 	}
 	w := cfg.Output
 	if w == nil {
@@ -607,6 +611,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()
+	d.tasksChanged()
 	d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
 	go d.run(h)
 	return tid, nil

@@ -91,6 +91,7 @@ func (n *network) hostList(self HostInfo) []HostInfo {
 func (d *Daemon) removeHost(id task.HostID, why string) {
 	if d.cfg.Master {
 		d.abortMovesTo(id)
+		d.schedDirty()
 	}
 	n := d.nw
 	n.mu.Lock()
@@ -396,6 +397,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		d.nw.mu.Lock()
 		if h := d.nw.hosts[p.info.ID]; h != nil {
 			l := e.Load
+			if l.Tasks > h.Tasks {
+				d.schedDirty() // tasks started there since its last report
+			}
 			h.Load, h.Tasks, h.External, h.MemFreeMiB, h.Users = l.Load, l.Tasks, l.External, l.MemFreeMiB, l.Users
 			h.Alpha, h.MaxUsers, h.Emulated, h.LoadSource = l.Alpha, l.MaxUsers, l.Emulated, l.LoadSource
 		}
@@ -409,6 +413,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 
 // taskGone is the master's bookkeeping when a task ends anywhere.
 func (d *Daemon) taskGone(tid task.TID) {
+	d.schedDirty()
 	d.groups.leaveAll(tid)
 	d.mu.Lock()
 	delete(d.lossWatch, tid)

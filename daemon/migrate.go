@@ -157,6 +157,7 @@ func (d *Daemon) ckptKey() []byte {
 // abort, when it runs at its origin again.
 func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) (MigrateResult, error) {
 	res := MigrateResult{TID: tid, Via: via}
+	defer d.schedDirty() // moved, or perhaps half-way: the scheduler lists again
 	fail := func(err error) (MigrateResult, error) {
 		return res, fmt.Errorf("migrate %v to %s: %w", tid, to, err)
 	}
@@ -587,6 +588,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	}
 	d.wg.Add(1)
 	d.mu.Unlock()
+	d.tasksChanged()
 	for _, x := range held {
 		if x.env.Seq == 0 {
 			h.mb.putEnvelope(x.env)

@@ -80,6 +80,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	d.refreshSample(time.Now())
 	d.goFunc(d.acceptLoop)
 	d.goFunc(d.heartbeatLoop)
+	if !c.Master {
+		d.goFunc(d.reportOnKick)
+	}
 	if c.Master && c.Sched.Period > 0 {
 		d.goFunc(d.schedLoop)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"dpvm/daemon/load"
@@ -28,9 +30,13 @@ type SchedConfig struct {
 // SchedStatus is what the master's scheduler saw and decided at its last
 // check (`dpvm sched status`).
 type SchedStatus struct {
-	Enabled      bool            `json:"enabled" msgpack:"on"`
-	Period       time.Duration   `json:"period_ns" msgpack:"p"`
-	Checks       int             `json:"checks" msgpack:"n"`
+	Enabled bool          `json:"enabled" msgpack:"on"`
+	Period  time.Duration `json:"period_ns" msgpack:"p"`
+	Checks  int           `json:"checks" msgpack:"n"`
+	// Listings counts the checks that listed every host's processes; the
+	// others found nothing changed and no host meeting a condition of
+	// Definition 1, and kept the processes of the last listing.
+	Listings     int             `json:"listings" msgpack:"ls"`
 	At           time.Time       `json:"at" msgpack:"t"`
 	Classes      []sched.Class   `json:"classes" msgpack:"c"`
 	Availability []int           `json:"availability" msgpack:"a"`
@@ -84,10 +90,47 @@ type schedState struct {
 	// its expected delay, which condition 1 of Definition 1 holds it to
 	// wherever it has moved since.
 	class map[task.TID]int
+	// dirty is set whenever the processes may have changed since the last
+	// full check (a task started, ended or moved anywhere): the next check
+	// lists them again.
+	dirty atomic.Bool
+	// listed is how many processes each host had at the last full check.
+	listed map[string]int
+}
+
+// schedDirty makes the next check list every host's processes (master).
+func (d *Daemon) schedDirty() { d.sched.dirty.Store(true) }
+
+// tasksChanged is called when a task starts or arrives here: the master
+// marks its scheduler's view stale, another daemon tells the master its
+// new task count at once (coalesced), since until it does the master's
+// checks may skip listing its processes.
+func (d *Daemon) tasksChanged() {
+	if d.cfg.Master {
+		d.schedDirty()
+		return
+	}
+	select {
+	case d.reportKick <- struct{}{}:
+	default:
+	}
+}
+
+// reportOnKick sends a load report whenever tasksChanged asks (hosts).
+func (d *Daemon) reportOnKick() {
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-d.reportKick:
+		}
+		d.reportLoad()
+	}
 }
 
 // startedInClass records the delay class tasks were started in (master).
 func (d *Daemon) startedInClass(tids []task.TID, class int) {
+	d.schedDirty()
 	d.schedMu.Lock()
 	defer d.schedMu.Unlock()
 	for _, t := range tids {
@@ -98,6 +141,7 @@ func (d *Daemon) startedInClass(tids []task.TID, class int) {
 // startedOn records the class of tasks placed on host h, in order: each
 // expects the delay of h with the tasks placed before it (master).
 func (d *Daemon) startedOn(h HostInfo, tids []task.TID) {
+	d.schedDirty()
 	snap := hostSnapshot([]HostInfo{h}, d.cfg.Sched)
 	host := snap.Hosts[0]
 	d.schedMu.Lock()
@@ -214,12 +258,17 @@ func (d *Daemon) schedCheck(now time.Time) {
 	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Sched.Period+d.cfg.MoveTimeout)
 	defer cancel()
 	cfg := d.cfg.Sched
-	snap := hostSnapshot(d.Hosts(), cfg)
+	hosts := d.Hosts()
+	snap := hostSnapshot(hosts, cfg)
+	st := d.sched
+	if d.quietCheck(now, hosts, snap) {
+		return
+	}
 	tasks, err := d.AllTasks(ctx, false)
 	if err != nil {
 		d.log.Warn("scheduler: task list incomplete", "error", err)
+		d.schedDirty() // list again next time
 	}
-	st := d.sched
 	byTID := map[string]task.TID{}
 	for _, ti := range tasks {
 		if ti.State != Running {
@@ -234,15 +283,14 @@ func (d *Daemon) schedCheck(now time.Time) {
 	}
 	// A host's reported load may trail the task count the lists show: the
 	// policy needs the listed processes counted.
-	for i := range snap.Hosts {
-		n := 0
-		for _, p := range snap.Processes {
-			if p.Host == snap.Hosts[i].Name {
-				n++
-			}
-		}
-		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(n))
+	listed := map[string]int{}
+	for _, p := range snap.Processes {
+		listed[p.Host]++
 	}
+	for i := range snap.Hosts {
+		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(listed[snap.Hosts[i].Name]))
+	}
+	st.listed = listed
 	res, err := sched.Step(snap)
 	if err != nil {
 		d.log.Error("scheduler: step", "error", err)
@@ -253,8 +301,8 @@ func (d *Daemon) schedCheck(now time.Time) {
 		counters[byTID[s]] = c
 	}
 	st.counters = counters
-	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, At: now,
-		Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
+	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, Listings: st.status.Listings + 1,
+		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
 		Migrations: st.status.Migrations, Failed: st.status.Failed}
 	for _, dec := range res.Decisions {
 		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,
@@ -274,6 +322,9 @@ func (d *Daemon) schedCheck(now time.Time) {
 	via := cfg.Via
 	if via == "" {
 		via = Direct
+	}
+	if len(res.Migrations) > 0 {
+		d.schedDirty() // whatever the outcome, the processes moved or may have
 	}
 	for _, m := range res.Migrations {
 		tid := byTID[m.TID]
@@ -299,6 +350,56 @@ func (d *Daemon) schedCheck(now time.Time) {
 	d.schedMu.Lock()
 	st.status = status
 	d.schedMu.Unlock()
+}
+
+// quietCheck makes the check without listing any host's processes when
+// that cannot change its outcome (master): nothing started, ended or moved
+// since the last full check, no process is counting or backed off, and no
+// host holding processes meets a condition of Definition 1 for any class,
+// its load taken as at least its processes at the last full check and the
+// task count it last reported. Such a check decides nothing and leaves every counter at 0, so
+// listing would only cost a call to every host each δT; skipping it lets
+// δT be short at no cost while the machine is quiet. It reports whether
+// the check was made.
+func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapshot) bool {
+	st := d.sched
+	if st.dirty.Swap(false) || st.listed == nil || len(st.backoff) > 0 {
+		return false
+	}
+	for _, c := range st.counters {
+		if c != 0 {
+			return false
+		}
+	}
+	// Only hosts holding processes can hold candidates: a user on a host
+	// the parallel tasks have left does not make every check list them.
+	var holding []sched.Host
+	for i, h := range hosts {
+		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, math.Max(float64(h.Tasks), float64(st.listed[h.Name])))
+		if h.Tasks > 0 || st.listed[h.Name] > 0 {
+			holding = append(holding, snap.Hosts[i])
+		}
+	}
+	if !sched.Quiet(snap.Classes, snap.Params, holding) {
+		return false
+	}
+	d.schedMu.Lock()
+	defer d.schedMu.Unlock()
+	prev := st.status
+	status := SchedStatus{Enabled: true, Period: d.cfg.Sched.Period, Checks: prev.Checks + 1, Listings: prev.Listings,
+		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
+		Migrations: prev.Migrations, Failed: prev.Failed, Processes: slices.Clone(prev.Processes)}
+	for i := range status.Processes {
+		p := &status.Processes[i]
+		p.Counter, p.Candidate, p.Decision = 0, "", ""
+		for _, h := range snap.Hosts {
+			if h.Name == p.Host {
+				p.Limit = sched.CounterLimit(snap.Params, h)
+			}
+		}
+	}
+	st.status = status
+	return true
 }
 
 // SchedStatus returns the scheduler's last check (master).

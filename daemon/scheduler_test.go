@@ -73,3 +73,95 @@ func TestSchedulerEvacuatesBusyHost(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSchedulerQuietChecksSkipListing: while nothing starts, ends or moves
+// and no host holding tasks meets a condition of Definition 1, the checks
+// go on without listing the hosts' processes (Listings stays, Checks
+// grows) and the status keeps the processes of the last listing; when
+// users arrive on a host holding a task, the checks list again, count, and
+// the task leaves.
+func TestSchedulerQuietChecksSkipListing(t *testing.T) {
+	vm := startVM(t, 3, Config{Sched: SchedConfig{Period: 20 * time.Millisecond}})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// waitFor polls the status: real sockets and a real clock give no
+	// other signal of the scheduler's checks.
+	waitFor := func(what string, ok func(SchedStatus) bool) (SchedStatus, error) {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := m.SchedStatus()
+			if ok(st) {
+				return st, nil
+			}
+			if time.Now().After(deadline) {
+				return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		// One task on each of h2 and h3, the root on h1: delay 2 each,
+		// below every class's bound.
+		var movers []task.TID
+		for _, h := range []string{"h2", "h3"} {
+			tids, err := c.Spawn(&mover{}, 1, task.OnHost(h))
+			if err != nil {
+				return err
+			}
+			movers = append(movers, tids...)
+		}
+		listsBoth := func(st SchedStatus) bool {
+			n := 0
+			for _, p := range st.Processes {
+				if p.TID == movers[0] && p.Host == "h2" || p.TID == movers[1] && p.Host == "h3" {
+					n++
+				}
+			}
+			return n == 2
+		}
+		st, err := waitFor("listing both tasks", listsBoth)
+		if err != nil {
+			return err
+		}
+		// Ten more checks with nothing happening: none lists.
+		st, err = waitFor("ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		if err != nil {
+			return err
+		}
+		quiet, err := waitFor("ten quiet checks", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		if err != nil {
+			return err
+		}
+		if quiet.Listings != st.Listings || !listsBoth(quiet) {
+			return fmt.Errorf("quiet checks listed: %d listings then %d, status %+v", st.Listings, quiet.Listings, quiet)
+		}
+		for _, p := range quiet.Processes {
+			if p.Counter != 0 || p.Candidate != "" {
+				return fmt.Errorf("quiet check: %+v", p)
+			}
+		}
+		users := 2
+		if err := m.injectAt(ctx, "h2", load.Overlay{Users: &users}, false); err != nil {
+			return err
+		}
+		moved, err := waitFor("evacuated", func(s SchedStatus) bool { return s.Migrations >= 1 })
+		if err != nil {
+			return err
+		}
+		// The four checks that counted (c²max) listed.
+		if moved.Listings < quiet.Listings+4 {
+			return fmt.Errorf("%d listings before the users, %d after the moves", quiet.Listings, moved.Listings)
+		}
+		for _, mv := range movers {
+			if err := c.Send(mv, 2, 0); err != nil {
+				return err
+			}
+			var got [2]int
+			if _, err := c.Recv(mv, 3, &got); err != nil || got != [2]int{0, 0} {
+				return fmt.Errorf("mover %v after the move: %v %v", mv, got, err)
+			}
+		}
+		return nil
+	})
+}

@@ -67,6 +67,28 @@ func Candidate(classes []Class, params Params, h Host, p Process) Reason {
 	return r
 }
 
+// Quiet reports whether no process on any of hosts can be a migration
+// candidate, whatever its class: no host's delay d_j − α_j exceeds the
+// smallest δ^max of the classes, none has less than mem_min free, none has
+// more interactive users than it permits. A check on a quiet snapshot whose
+// processes all have counter 0 decides nothing and leaves every counter at
+// 0, so the master can skip listing the processes for it.
+func Quiet(classes []Class, params Params, hosts []Host) bool {
+	if len(classes) == 0 {
+		return false
+	}
+	least := classes[0].Max
+	for _, c := range classes[1:] {
+		least = math.Min(least, c.Max)
+	}
+	for _, h := range hosts {
+		if h.Delay()-h.Alpha > least || h.MemFree < params.MemMin || h.Users > h.MaxUsers {
+			return false
+		}
+	}
+	return true
+}
+
 // UpdateCounter applies one check to a selection counter: +1 for a
 // candidate, −1 otherwise, never below 0.
 func UpdateCounter(counter int, r Reason) int {

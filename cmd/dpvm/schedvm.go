@@ -39,8 +39,8 @@ func writeSchedStatus(w io.Writer, st daemon.SchedStatus) error {
 		fmt.Fprintln(w, "the scheduler is off (start the master with --sched-period)")
 		return nil
 	}
-	fmt.Fprintf(w, "Dynamic-SED every %v: %d checks, %d migrations made, %d failed; last check %s\n",
-		st.Period, st.Checks, st.Migrations, st.Failed, st.At.Format("15:04:05.000"))
+	fmt.Fprintf(w, "Dynamic-SED every %v: %d checks (%d listed the processes, the others found nothing to count), %d migrations made, %d failed; last check %s\n",
+		st.Period, st.Checks, st.Listings, st.Migrations, st.Failed, st.At.Format("15:04:05.000"))
 	var cls []string
 	for i, c := range st.Classes {
 		cls = append(cls, fmt.Sprintf("%d:[%g,%g)", i+1, c.Min, c.Max))

@@ -2,6 +2,7 @@ package npb
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,26 +14,44 @@ import (
 // planes along the third dimension, one per task, each with a ghost plane
 // on either side that the neighbours fill. When there are more than two
 // tasks, the coarse levels with fewer planes than tasks are gathered and
-// computed by every task alike (they are tiny). The finest u, v and r are
-// the worker's state (with ghosts): v and r could be derived from u, but
-// only with communication, and a task resuming after a move must not
-// communicate what its peers, which did not move, will not mirror. The
-// coarse levels are rebuilt from r by the next V-cycle.
+// computed by every task alike (they are tiny).
+//
+// The state is the finest u (this task's slab with its ghosts, all valid
+// at every safe point), zran3's 20 charges and the finest r's two ghost
+// planes; the dense finest v and r are rebuilt from them on restore, with
+// no communication (a task resuming after a move must not communicate
+// what its peers, which did not move, will not mirror), and bit-identical:
+//   - v is zero but for the charges: each of the slab's planes, ghost
+//     planes included, gets the charges of its global plane (periodic in
+//     the third dimension), then its in-plane ghosts as comm3 fills them.
+//     That is exactly what zran3 and comm3's exchange produce.
+//   - r at a safe point is resid(u, v): its interior is recomputed from u
+//     and v by resid's own code, its in-plane ghosts by comm3's local
+//     part, and its ghost planes, which came from the neighbours, are the
+//     saved RLo and RHi (copied from r before each safe point).
+//
+// The coarse levels are rebuilt from r by the next V-cycle. At class A
+// with two tasks the encoded state is 75.4 MiB per task; with the dense v
+// and r it was 222.8 MiB.
 type MGWorker struct {
 	Place
 	Warm bool      // the untimed warm-up V-cycle is done
 	It   int       // timed iterations done
 	U    []float64 // the finest level of u, this task's slab with ghosts
-	V    []float64 // the finest right-hand side (zran3's field)
-	R    []float64 // the finest residual, current at every safe point
-	Init bool      // V holds zran3's field
+	// Charges are zran3's charges, 3 global interior coordinates (i1, i2,
+	// i3, each 1..N) per charge: ten of value +1, then ten of value -1.
+	Charges []int
+	// RLo and RHi are the finest r's ghost planes below and above the
+	// slab, as of the latest safe point (valid when Warm).
+	RLo, RHi []float64
+	Init     bool // Charges hold zran3's charges
 
 	p    MGParams
 	lt   int
 	kr   int       // levels 1..kr are replicated (0: none)
 	lv   []mgLevel // distributed levels, index k = 1..lt
 	full []mgLevel // replicated levels 1..kr
-	v    []float64
+	v    []float64 // the finest right-hand side (zran3's field)
 	a, c [4]float64
 	t1   []float64 // row scratch
 	t2   []float64
@@ -53,7 +72,8 @@ func (w *MGWorker) place() *Place { return &w.Place }
 // Run executes the worker as a dpvm task.
 func (w *MGWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
 
-func newLevel(n, np, rank int, dist bool) mgLevel {
+// levelShape is a level's extents, without its arrays.
+func levelShape(n, np, rank int, dist bool) mgLevel {
 	l := mgLevel{n: n, m1: n + 2, m2: n + 2, dist: dist}
 	nl := n
 	if dist {
@@ -61,17 +81,35 @@ func newLevel(n, np, rank int, dist bool) mgLevel {
 		l.p0 = rank * nl
 	}
 	l.m3 = nl + 2
-	size := l.m1 * l.m2 * l.m3
-	l.u, l.r = make([]float64, size), make([]float64, size)
 	return l
 }
+
+func newLevel(n, np, rank int, dist bool) mgLevel {
+	l := levelShape(n, np, rank, dist)
+	l.u, l.r = make([]float64, l.size()), make([]float64, l.size())
+	return l
+}
+
+// size is the number of points with ghosts.
+func (l *mgLevel) size() int { return l.m1 * l.m2 * l.m3 }
+
+// planeSize is the number of points of one plane with its ghosts.
+func (l *mgLevel) planeSize() int { return l.m1 * l.m2 }
 
 // comm3 fills the ghost points of x (periodic boundaries): in the first two
 // dimensions locally, in the third by exchanging boundary planes with the
 // neighbouring slabs.
 func (w *MGWorker) comm3(cm comm, l *mgLevel, x []float64) error {
-	m1, m2, m3 := l.m1, l.m2, l.m3
-	for i3 := 1; i3 < m3-1; i3++ {
+	planeGhosts(l, x, 1, l.m3-1)
+	return w.exchange3(cm, l, x)
+}
+
+// planeGhosts is comm3's local part: it fills the in-plane ghost points
+// of x's planes from..to-1 (periodic in the first two dimensions): each
+// row's ends, then the first and last rows whole (corners included).
+func planeGhosts(l *mgLevel, x []float64, from, to int) {
+	m1, m2 := l.m1, l.m2
+	for i3 := from; i3 < to; i3++ {
 		for i2 := 1; i2 < m2-1; i2++ {
 			row := x[m1*(i2+m2*i3):][:m1]
 			row[0] = row[m1-2]
@@ -81,8 +119,19 @@ func (w *MGWorker) comm3(cm comm, l *mgLevel, x []float64) error {
 		copy(pl[0:m1], pl[m1*(m2-2):m1*(m2-1)])
 		copy(pl[m1*(m2-1):m1*m2], pl[m1:2*m1])
 	}
-	ps := m1 * m2
-	lo, hi := x[0:ps], x[ps*(m3-1):ps*m3]
+}
+
+// ghostPlanes returns x's ghost planes below and above the slab.
+func ghostPlanes(l *mgLevel, x []float64) (lo, hi []float64) {
+	ps := l.planeSize()
+	return x[0:ps], x[ps*(l.m3-1) : ps*l.m3]
+}
+
+// exchange3 is comm3's exchange: it fills x's ghost planes with the
+// neighbouring slabs' boundary planes (their in-plane ghosts filled).
+func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
+	ps, m3 := l.planeSize(), l.m3
+	lo, hi := ghostPlanes(l, x)
 	first, last := x[ps:2*ps], x[ps*(m3-2):ps*(m3-1)]
 	np := cm.size()
 	if !l.dist || np == 1 {
@@ -116,6 +165,13 @@ func (w *MGWorker) comm3(cm comm, l *mgLevel, x []float64) error {
 // resid computes r = v - A·u on the interior and fills r's ghosts. r may be
 // v.
 func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
+	w.residInterior(l, u, v, r)
+	return w.comm3(cm, l, r)
+}
+
+// residInterior is resid's compute part: r = v - A·u on the interior, from
+// u's interior and ghosts. r may be v.
+func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
 	ps := m1 * m2
@@ -145,7 +201,6 @@ func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 			}
 		}
 	}
-	return w.comm3(cm, l, r)
 }
 
 // psinv applies the smoother: u = u + C·r, and fills u's ghosts.
@@ -294,7 +349,7 @@ type mgPoint struct {
 // elsewhere.
 func (w *MGWorker) zran3(cm comm) error {
 	l := &w.lv[w.lt]
-	n, m1, m2 := l.n, l.m1, l.m2
+	n, m2 := l.n, l.m2
 	z := w.v
 	clear(z)
 	// The field's value at interior (i, j, k) is r_{1 + i + n(j + n k)}.
@@ -378,21 +433,87 @@ func (w *MGWorker) zran3(cm comm) error {
 		}
 	}
 	pts := dec(charges)
-	if len(pts) != 20 {
-		return fmt.Errorf("MG zran3: %d charges, want 20", len(pts))
+	if len(pts) != mgCharges {
+		return fmt.Errorf("MG zran3: %d charges, want %d", len(pts), mgCharges)
 	}
-	for i, p := range pts {
-		lz := p.i3 - l.p0
-		if lz < 1 || lz > l.m3-2 {
+	w.Charges = make([]int, 0, 3*mgCharges)
+	for _, p := range pts {
+		w.Charges = append(w.Charges, p.i1, p.i2, p.i3)
+	}
+	if err := checkCharges(w.Charges, n); err != nil {
+		return fmt.Errorf("MG zran3: %w", err)
+	}
+	for lz := 1; lz < l.m3-1; lz++ {
+		chargePlane(l, z, w.Charges, lz, l.p0+lz-1)
+	}
+	return w.comm3(cm, l, z)
+}
+
+// mgCharges is the number of zran3's charges: ten of +1, ten of -1.
+const mgCharges = 20
+
+// checkCharges checks that charges holds mgCharges coordinate triples, each
+// coordinate an interior index 1..n.
+func checkCharges(charges []int, n int) error {
+	if len(charges) != 3*mgCharges {
+		return fmt.Errorf("%d charge coordinates, want %d", len(charges), 3*mgCharges)
+	}
+	for i, c := range charges {
+		if c < 1 || c > n {
+			return fmt.Errorf("charge %d: coordinate %d out of 1..%d", i/3, c, n)
+		}
+	}
+	return nil
+}
+
+// chargePlane sets into plane lz of z the charges on global interior plane
+// g (0-based), in their order: a later one overwrites an earlier one at
+// the same point.
+func chargePlane(l *mgLevel, z []float64, charges []int, lz, g int) {
+	m1, m2 := l.m1, l.m2
+	for i := range mgCharges {
+		i1, i2, i3 := charges[3*i], charges[3*i+1], charges[3*i+2]
+		if i3-1 != g {
 			continue
 		}
 		val := 1.0
-		if i >= 10 {
+		if i >= mgCharges/2 {
 			val = -1
 		}
-		z[p.i1+m1*(p.i2+m2*lz)] = val
+		z[i1+m1*(i2+m2*lz)] = val
 	}
-	return w.comm3(cm, l, z)
+}
+
+// rebuildV rebuilds v, with its ghosts, from w.Charges (checked) without
+// communication: every plane of the slab, ghost planes included, gets the
+// charges of its global plane, periodic in the third dimension, then its
+// in-plane ghosts as comm3 fills them. The result is what zran3 and its
+// comm3 make.
+func (w *MGWorker) rebuildV(l *mgLevel, v []float64) {
+	clear(v)
+	for lz := range l.m3 {
+		g := ((l.p0+lz-1)%l.n + l.n) % l.n
+		chargePlane(l, v, w.Charges, lz, g)
+	}
+	planeGhosts(l, v, 0, l.m3)
+}
+
+// rebuildR rebuilds r = resid(u, v) at a safe point without communication:
+// the interior by resid's own code, the in-plane ghosts by comm3's, and the
+// ghost planes from RLo and RHi (checked).
+func (w *MGWorker) rebuildR(l *mgLevel, u, v, r []float64) {
+	w.residInterior(l, u, v, r)
+	planeGhosts(l, r, 1, l.m3-1)
+	lo, hi := ghostPlanes(l, r)
+	copy(lo, w.RLo)
+	copy(hi, w.RHi)
+}
+
+// saveGhosts copies r's ghost planes into RLo and RHi.
+func (w *MGWorker) saveGhosts(l *mgLevel, r []float64) {
+	lo, hi := ghostPlanes(l, r)
+	copy(w.RLo, lo)
+	copy(w.RHi, hi)
 }
 
 // mg3P is one V-cycle.
@@ -483,7 +604,7 @@ func (w *MGWorker) setup(cm comm) error {
 		w.kr = ilog2(np)
 	}
 	w.lv = make([]mgLevel, w.lt+1)
-	for k := 1; k <= w.lt; k++ {
+	for k := 1; k < w.lt; k++ {
 		if k < w.kr {
 			continue // replicated only
 		}
@@ -495,29 +616,45 @@ func (w *MGWorker) setup(cm comm) error {
 			w.full[k] = newLevel(1<<k, np, me, false)
 		}
 	}
+	// The finest level: u is the state, v and r are allocated here once
+	// and rebuilt from the state when it holds a run in progress.
 	fl := &w.lv[w.lt]
-	if w.U == nil {
-		w.U = make([]float64, len(fl.u))
+	*fl = levelShape(1<<w.lt, np, me, true)
+	size, ps := fl.size(), fl.planeSize()
+	if w.U == nil && !w.Init {
+		w.U = make([]float64, size)
 	}
-	if len(w.U) != len(fl.u) {
-		return fmt.Errorf("MG state: u has %d points, want %d", len(w.U), len(fl.u))
+	if len(w.U) != size {
+		return fmt.Errorf("MG state: u has %d points, want %d", len(w.U), size)
+	}
+	if w.Warm && !w.Init {
+		return errors.New("MG state: warmed up without charges")
+	}
+	if w.Init {
+		if err := checkCharges(w.Charges, fl.n); err != nil {
+			return fmt.Errorf("MG state: %w", err)
+		}
+	}
+	if w.Warm {
+		if len(w.RLo) != ps || len(w.RHi) != ps {
+			return fmt.Errorf("MG state: r's ghost planes have %d and %d points, want %d", len(w.RLo), len(w.RHi), ps)
+		}
+	} else {
+		w.RLo, w.RHi = make([]float64, ps), make([]float64, ps)
 	}
 	fl.u = w.U
-	if w.V == nil {
-		w.V = make([]float64, len(fl.u))
-	}
-	if w.R == nil {
-		w.R = make([]float64, len(fl.u))
-	}
-	if len(w.V) != len(fl.u) || len(w.R) != len(fl.u) {
-		return fmt.Errorf("MG state: v and r have %d and %d points, want %d", len(w.V), len(w.R), len(fl.u))
-	}
-	w.v, fl.r = w.V, w.R
+	w.v, fl.r = make([]float64, size), make([]float64, size)
 	w.a = [4]float64{-8.0 / 3.0, 0, 1.0 / 6.0, 1.0 / 12.0}
 	w.c = p.Smoother()
 	w.t1 = make([]float64, fl.m1)
 	w.t2 = make([]float64, fl.m1)
 	w.t3 = make([]float64, fl.m1)
+	if w.Init {
+		w.rebuildV(fl, w.v)
+	}
+	if w.Warm {
+		w.rebuildR(fl, fl.u, w.v, fl.r)
+	}
 	return nil
 }
 
@@ -553,8 +690,9 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 			return nil, err
 		}
 	}
-	// Restored after a move: u, v and r came with the state.
+	// Restored after a move: setup rebuilt v and r from the state.
 	for w.It < p.Nit {
+		w.saveGhosts(fl, fl.r)
 		if err := h.safe(); err != nil {
 			return nil, err
 		}

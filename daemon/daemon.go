@@ -105,7 +105,8 @@ type Config struct {
 	// figures, for experiments on one machine: Throttle times slower
 	// (a declared speed factor), and again (1 + the emulated load) times
 	// while load is injected or replayed. Tasks are slowed by pausing them
-	// at their safe points. Off by default.
+	// for the time they computed (waits for messages excluded) at their
+	// safe points and before each message they send. Off by default.
 	Emulate  bool
 	Throttle float64
 	// Fault injects a failure, for tests of failure handling:
@@ -520,10 +521,8 @@ type hosted struct {
 	moveReq  atomic.Pointer[moveRequest]
 	moveKick chan struct{} // wakes a RecvSafe when a move is requested
 	moved    bool
-	// Emulated slowness: when the task last left a safe point, and the
-	// pause owed but too short to take yet.
-	lastSafe time.Time
-	owed     time.Duration
+	// meter is the task's account of emulated slowness (see charge).
+	meter load.Meter
 	// ended is set when the task's goroutine is over, its exit reported.
 	endMu sync.Mutex
 	ended bool

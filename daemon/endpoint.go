@@ -42,6 +42,9 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	if h.d.cfg.Emulate {
+		h.charge()
+	}
 	var errs []error
 	for i, t := range to {
 		body := p
@@ -65,6 +68,9 @@ func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (t
 	if err := h.ctxErr(ctx); err != nil {
 		return task.Message{}, false, err
 	}
+	if waited := h.waitStarted(); waited != nil {
+		defer waited()
+	}
 	e, ok, err := h.mb.get(ctx, h.dead(), from, tag, wait)
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
@@ -87,6 +93,9 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	}
 	if h.moveReq.Load() != nil || h.pause.Load() != nil {
 		return task.Message{}, false, nil
+	}
+	if waited := h.waitStarted(); waited != nil {
+		defer waited()
 	}
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
 	if err != nil || !ok {
@@ -210,6 +219,10 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	if h.d.cfg.Emulate {
+		h.charge()
+		defer h.waitStarted()()
+	}
 	var err error
 	if h.d.isMaster() {
 		err = h.d.groups.wait(ctx, h.dead(), group, h.tid, count, h.d.releaseBarrier)
@@ -246,34 +259,10 @@ func (h *hosted) SafePoint(task.Task) error {
 	return nil
 }
 
-// throttle pauses the task at a safe point so that it runs as much slower
-// as the host's emulated figures say (emulation on one machine). The pause
-// ends early for a kill or a pending move.
+// throttle charges the task at a safe point (see charge), then carries out
+// a kill or a move requested meanwhile.
 func (h *hosted) throttle() error {
-	now := time.Now()
-	if h.lastSafe.IsZero() {
-		h.lastSafe = now
-		return nil
-	}
-	h.d.mu.Lock()
-	emulated := h.d.sampled.EmulatedLoad
-	h.d.mu.Unlock()
-	th := load.Throttle{Factor: load.EmulatedFactor(max(h.d.cfg.Throttle, 1), emulated)}
-	sleep, carry := th.Pause(h.owed, now.Sub(h.lastSafe))
-	h.owed = carry
-	if sleep > 0 {
-		t := time.NewTimer(min(sleep, time.Second))
-		select {
-		case <-t.C:
-		case <-h.ctx.Done():
-		case <-h.moveKick:
-			h.moveKick <- struct{}{} // leave it for the next safe point
-		}
-		t.Stop()
-		slept := time.Since(now)
-		h.owed = th.Settle(h.owed, sleep, slept)
-	}
-	h.lastSafe = time.Now()
+	h.charge()
 	if err := h.alive(); err != nil {
 		return err
 	}
@@ -281,6 +270,44 @@ func (h *hosted) throttle() error {
 		return h.d.suspend(h, req)
 	}
 	return nil
+}
+
+// charge pauses the task so that it computes as much slower as the host's
+// emulated figures say (emulation on one machine; Config.Emulate): for the
+// time it computed since it was last charged, not counting its waits for
+// messages (load.Meter). It is charged at its safe points and before every
+// message it sends or barrier it enters. The pause ends early for a kill
+// or a pending move (the rest is owed; a move leaves the host anyway).
+func (h *hosted) charge() {
+	h.d.mu.Lock()
+	emulated := h.d.sampled.EmulatedLoad
+	h.d.mu.Unlock()
+	th := load.Throttle{Factor: load.EmulatedFactor(max(h.d.cfg.Throttle, 1), emulated)}
+	now := time.Now()
+	sleep := h.meter.Due(now, th)
+	if sleep <= 0 {
+		return
+	}
+	t := time.NewTimer(min(sleep, time.Second))
+	select {
+	case <-t.C:
+	case <-h.ctx.Done():
+	case <-h.moveKick:
+		h.moveKick <- struct{}{} // leave it for the next safe point
+	}
+	t.Stop()
+	end := time.Now()
+	h.meter.Slept(th, sleep, end.Sub(now), end)
+}
+
+// waitStarted, when tasks are slowed (Config.Emulate), returns a func that
+// records the time since as waiting, which is not charged; otherwise nil.
+func (h *hosted) waitStarted() func() {
+	if !h.d.cfg.Emulate {
+		return nil
+	}
+	t0 := time.Now()
+	return func() { h.meter.Waited(time.Since(t0)) }
 }
 
 // Migrate asks the master to move tid to host. A task moving itself is

@@ -34,8 +34,9 @@
 //     expired.
 //   - A declared speed (--speed, ResolveSpeed) is reported as α, and
 //     Throttle makes the daemon's tasks really run that many times slower
-//     by pausing them at safe points ((α−1)·busy after busy time of
-//     computation); EmulatedFactor extends the slow-down to emulated
+//     by pausing them at safe points and before each message they send
+//     ((α−1)·busy after busy time of computation, waits for messages
+//     excluded: Meter); EmulatedFactor extends the slow-down to emulated
 //     external load.
 //
 // Sources take the time as a parameter and the emulation sources hold no

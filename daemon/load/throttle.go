@@ -90,3 +90,47 @@ func satAdd(a, b time.Duration) time.Duration {
 	}
 	return s
 }
+
+// Meter keeps one task's account of emulated slowness between the points
+// where it is charged: its safe points, and every message it sends (so that
+// no result of its computation leaves it before the slowed task would have
+// produced it, and the computation after its last safe point is charged
+// too). The time it spends waiting for messages is not computation and is
+// not charged: a task sharing its processor with other processes is slowed
+// while it computes, not while it waits. A Meter is used by one goroutine;
+// its zero value has never been charged.
+type Meter struct {
+	last   time.Time     // when the task was last charged
+	waited time.Duration // time spent waiting since then
+	owed   time.Duration // pause owed but below the quantum, or credit
+}
+
+// Waited records time the task spent waiting for a message.
+func (m *Meter) Waited(d time.Duration) {
+	if d > 0 {
+		m.waited = satAdd(m.waited, d)
+	}
+}
+
+// Due charges the task at now: it returns how long to pause for the time
+// computed since the last charge under th (0 the first time, which only
+// starts the account). The caller sleeps, then calls Slept.
+func (m *Meter) Due(now time.Time, th Throttle) time.Duration {
+	if m.last.IsZero() {
+		m.last, m.waited = now, 0
+		return 0
+	}
+	busy := now.Sub(m.last) - m.waited
+	m.waited = 0
+	sleep, carry := th.Pause(m.owed, busy)
+	m.owed, m.last = carry, now
+	return sleep
+}
+
+// Slept settles a pause of sleep that took slept (shorter when it was cut
+// short, longer when the task was descheduled) and ended at now, which
+// starts the next stretch of computation.
+func (m *Meter) Slept(th Throttle, sleep, slept time.Duration, now time.Time) {
+	m.owed = th.Settle(m.owed, sleep, slept)
+	m.last = now
+}

@@ -120,3 +120,56 @@ func TestEmulatedFactor(t *testing.T) {
 		}
 	}
 }
+
+// TestMeter follows one task's account on a synthetic clock: computation is
+// charged (Factor−1) times, waiting for messages is not, pauses below the
+// quantum are carried, a pause cut short is owed and an overlong one
+// credited.
+func TestMeter(t *testing.T) {
+	th := Throttle{Factor: 3, Quantum: time.Millisecond}
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	var m Meter
+	if d := m.Due(at(0), th); d != 0 {
+		t.Fatalf("first charge: %v", d)
+	}
+	// 10 ms computed: 20 ms owed.
+	if d := m.Due(at(10), th); d != 20*time.Millisecond {
+		t.Fatalf("10 ms computed: pause %v, want 20ms", d)
+	}
+	m.Slept(th, 20*time.Millisecond, 20*time.Millisecond, at(30))
+	// 10 ms until the next charge, 6 of them waiting: 4 ms computed.
+	m.Waited(6 * time.Millisecond)
+	if d := m.Due(at(40), th); d != 8*time.Millisecond {
+		t.Fatalf("4 ms computed: pause %v, want 8ms", d)
+	}
+	// The pause was cut short at 3 ms: 5 ms still owed, paid with the next.
+	m.Slept(th, 8*time.Millisecond, 3*time.Millisecond, at(43))
+	if d := m.Due(at(44), th); d != 7*time.Millisecond {
+		t.Fatalf("1 ms computed with 5 owed: pause %v, want 7ms", d)
+	}
+	m.Slept(th, 7*time.Millisecond, 7*time.Millisecond, at(51))
+	// 0.2 ms computed: 0.4 ms owed, below the quantum, carried.
+	if d := m.Due(at(51.2), th); d != 0 {
+		t.Fatalf("0.2 ms computed: pause %v, want none yet", d)
+	}
+	if d := m.Due(at(51.5), th); d != 1000*time.Microsecond {
+		t.Fatalf("0.5 ms computed in all: pause %v, want 1ms", d)
+	}
+	// Overslept by 5 ms: credited up to one quantum.
+	m.Slept(th, time.Millisecond, 6*time.Millisecond, at(57.5))
+	if d := m.Due(at(58), th); d != 0 {
+		t.Fatalf("0.5 ms computed with 1 ms credit: pause %v, want 0", d)
+	}
+	// Waiting longer than the stretch (a clock step) charges nothing.
+	m.Waited(time.Hour)
+	if d := m.Due(at(60), th); d != 0 {
+		t.Fatalf("only waiting: pause %v", d)
+	}
+	// Without a factor nothing is owed.
+	var free Meter
+	free.Due(at(0), Throttle{Factor: 1})
+	if d := free.Due(at(100), Throttle{Factor: 1}); d != 0 {
+		t.Fatalf("factor 1: pause %v", d)
+	}
+}

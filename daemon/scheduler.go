@@ -94,8 +94,10 @@ type schedState struct {
 	// full check (a task started, ended or moved anywhere): the next check
 	// lists them again.
 	dirty atomic.Bool
-	// listed is how many processes each host had at the last full check.
-	listed map[string]int
+	// procs are the processes of the last listing (nil before the first),
+	// tids their TIDs by name.
+	procs []sched.Process
+	tids  map[string]task.TID
 }
 
 // schedDirty makes the next check list every host's processes (master).
@@ -290,7 +292,10 @@ func (d *Daemon) schedCheck(now time.Time) {
 	for i := range snap.Hosts {
 		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(listed[snap.Hosts[i].Name]))
 	}
-	st.listed = listed
+	st.procs, st.tids = slices.Clone(snap.Processes), byTID
+	if st.procs == nil {
+		st.procs = []sched.Process{}
+	}
 	res, err := sched.Step(snap)
 	if err != nil {
 		d.log.Error("scheduler: step", "error", err)
@@ -354,47 +359,43 @@ func (d *Daemon) schedCheck(now time.Time) {
 
 // quietCheck makes the check without listing any host's processes when
 // that cannot change its outcome (master): nothing started, ended or moved
-// since the last full check, no process is counting or backed off, and no
-// host holding processes meets a condition of Definition 1 for any class,
-// its load taken as at least its processes at the last full check and the
-// task count it last reported. Such a check decides nothing and leaves every counter at 0, so
-// listing would only cost a call to every host each δT; skipping it lets
-// δT be short at no cost while the machine is quiet. It reports whether
-// the check was made.
+// since the last listing, no process is backed off, and on the hosts'
+// current figures the processes of that listing are all idle (sched.Idle:
+// counters at 0, none a migration candidate, each host's load taken as at
+// least its processes then and the task count it last reported). Such a
+// check decides nothing and changes no counter, so listing would only cost
+// a call to every host each δT; skipping it lets δT be short at almost no
+// cost while nothing needs the scheduler. It reports whether the check was
+// made.
 func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapshot) bool {
 	st := d.sched
-	if st.dirty.Swap(false) || st.listed == nil || len(st.backoff) > 0 {
+	if st.dirty.Swap(false) || st.procs == nil || len(st.backoff) > 0 {
 		return false
 	}
-	for _, c := range st.counters {
-		if c != 0 {
-			return false
-		}
+	q := snap.Clone()
+	listed := map[string]int{}
+	for _, p := range st.procs {
+		p.Counter = st.counters[st.tids[p.TID]]
+		q.Processes = append(q.Processes, p)
+		listed[p.Host]++
 	}
-	// Only hosts holding processes can hold candidates: a user on a host
-	// the parallel tasks have left does not make every check list them.
-	var holding []sched.Host
 	for i, h := range hosts {
-		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, math.Max(float64(h.Tasks), float64(st.listed[h.Name])))
-		if h.Tasks > 0 || st.listed[h.Name] > 0 {
-			holding = append(holding, snap.Hosts[i])
-		}
+		q.Hosts[i].Load = math.Max(q.Hosts[i].Load, math.Max(float64(h.Tasks), float64(listed[h.Name])))
 	}
-	if !sched.Quiet(snap.Classes, snap.Params, holding) {
+	if !sched.Idle(q) {
 		return false
 	}
 	d.schedMu.Lock()
 	defer d.schedMu.Unlock()
 	prev := st.status
 	status := SchedStatus{Enabled: true, Period: d.cfg.Sched.Period, Checks: prev.Checks + 1, Listings: prev.Listings,
-		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
+		At: now, Classes: q.Classes, Availability: sched.Availability(q), Hosts: hostStatus(q.Hosts),
 		Migrations: prev.Migrations, Failed: prev.Failed, Processes: slices.Clone(prev.Processes)}
 	for i := range status.Processes {
 		p := &status.Processes[i]
-		p.Counter, p.Candidate, p.Decision = 0, "", ""
-		for _, h := range snap.Hosts {
+		for _, h := range q.Hosts {
 			if h.Name == p.Host {
-				p.Limit = sched.CounterLimit(snap.Params, h)
+				p.Limit = sched.CounterLimit(q.Params, h)
 			}
 		}
 	}

@@ -67,22 +67,19 @@ func Candidate(classes []Class, params Params, h Host, p Process) Reason {
 	return r
 }
 
-// Quiet reports whether no process on any of hosts can be a migration
-// candidate, whatever its class: no host's delay d_j − α_j exceeds the
-// smallest δ^max of the classes, none has less than mem_min free, none has
-// more interactive users than it permits. A check on a quiet snapshot whose
-// processes all have counter 0 decides nothing and leaves every counter at
-// 0, so the master can skip listing the processes for it.
-func Quiet(classes []Class, params Params, hosts []Host) bool {
-	if len(classes) == 0 {
-		return false
+// Idle reports whether a check of s would decide nothing: every process's
+// counter is 0 and none is a migration candidate on its host, so Step
+// would select nothing and leave every counter at 0. The master uses it to
+// skip listing the processes again while they have not changed. A process
+// whose host is not in s makes it not idle.
+func Idle(s *Snapshot) bool {
+	hosts := make(map[string]Host, len(s.Hosts))
+	for _, h := range s.Hosts {
+		hosts[h.Name] = h
 	}
-	least := classes[0].Max
-	for _, c := range classes[1:] {
-		least = math.Min(least, c.Max)
-	}
-	for _, h := range hosts {
-		if h.Delay()-h.Alpha > least || h.MemFree < params.MemMin || h.Users > h.MaxUsers {
+	for _, p := range s.Processes {
+		h, ok := hosts[p.Host]
+		if !ok || p.Counter != 0 || Candidate(s.Classes, s.Params, h, p) != 0 {
 			return false
 		}
 	}

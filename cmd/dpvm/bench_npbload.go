@@ -44,7 +44,7 @@ func benchNPBLoadCommand() *cli.Command {
 			&cli.StringFlag{Name: "class", Value: "A", Usage: "problem class: S, W, A, B or C"},
 			&cli.IntFlag{Name: "hosts", Value: 4, Usage: "daemons"},
 			&cli.IntFlag{Name: "np", Usage: "worker tasks (default: half the hosts, so that some hosts hold no worker)"},
-			&cli.DurationFlag{Name: "period", Value: 200_000_000, Usage: "δT, the scheduler's check period"},
+			&cli.DurationFlag{Name: "period", Value: bench.DefaultNPBPeriod, Usage: "δT, the scheduler's check period"},
 			&cli.Float64Flag{Name: "at", Value: 0.2, Usage: "the user arrives once rank 0 has done this `fraction` of its iterations"},
 			&cli.IntFlag{Name: "users", Value: 1, Usage: "interactive users arriving"},
 			&cli.Float64Flag{Name: "load", Value: 2, Usage: "the background load they bring (the host's tasks run 1+load times slower)"},

@@ -198,7 +198,7 @@ func TestRunOrder(t *testing.T) {
 }
 
 // BenchmarkNPBIdle is one run of a kernel on the idle machine (4 daemons,
-// 2 workers, emulated load, δT 200 ms) with the scheduler off and with
+// 2 workers, emulated load, δT DefaultNPBPeriod) with the scheduler off and with
 // Dynamic-SED on, per kernel and class: the pair whose ratio is the
 // overhead when nothing migrates. Profile one side against the other with
 // -cpuprofile, e.g.

@@ -21,7 +21,7 @@ func benchNPBLoadCommand() *cli.Command {
 		Usage: "DynamicPVM's Table 3: NPB kernels with a host made busy mid-run, with and without Dynamic-SED",
 		Description: "Runs each NPB kernel on an embedded virtual machine of --hosts daemons talking QUIC\n" +
 			"over loopback whose hosts emulate their load (labelled as emulation: tasks are\n" +
-			"really slowed, by pausing them at safe points). When rank 0 has done --at of its\n" +
+			"really slowed, by pausing them for the time they compute). When rank 0 has done --at of its\n" +
 			"iterations, --users interactive users arrive on a host that holds a worker, with\n" +
 			"background --load, so that host's tasks run 1+load times slower. Each kernel runs\n" +
 			"with migration disabled and with the Dynamic-SED scheduler for each checkpoint\n" +

@@ -15,7 +15,7 @@ func benchSEDCommand() *cli.Command {
 		Name:  "sed",
 		Usage: "the Dynamic-SED experiment: a parallel job with and without the scheduler when a user arrives on a host",
 		Description: "Runs the pi program on an embedded virtual machine whose hosts emulate their load\n" +
-			"(labelled as emulation: tasks are really slowed, by pausing at safe points). Mid-run,\n" +
+			"(labelled as emulation: tasks are really slowed, by pausing them for the time they compute). Mid-run,\n" +
 			"interactive users arrive on one host and its load rises; the job runs once without\n" +
 			"Dynamic-SED and once with it, and the table compares wall time, migrations and result.",
 		Flags: []cli.Flag{

@@ -25,7 +25,7 @@ import (
 // loopback, whose hosts emulate their load. Part-way through the run an
 // interactive user arrives on a host that holds a worker and brings
 // background load, so that host's tasks really run (1 + load) times
-// slower (emulation: they are paused at their safe points). The kernel
+// slower (emulation: they are paused for the time they compute). The kernel
 // runs once with migration disabled and once with the Dynamic-SED
 // scheduler for each checkpoint mode. Pairs of runs on the idle machine,
 // without and with the scheduler, give the runtime's overhead when nothing

@@ -34,8 +34,9 @@ type SchedStatus struct {
 	Period  time.Duration `json:"period_ns" msgpack:"p"`
 	Checks  int           `json:"checks" msgpack:"n"`
 	// Listings counts the checks that listed every host's processes; the
-	// others found nothing changed and no host meeting a condition of
-	// Definition 1, and kept the processes of the last listing.
+	// others found nothing started, ended or moved and every process of
+	// the last listing idle (not counting, not a candidate), and kept
+	// that listing.
 	Listings     int             `json:"listings" msgpack:"ls"`
 	At           time.Time       `json:"at" msgpack:"t"`
 	Classes      []sched.Class   `json:"classes" msgpack:"c"`

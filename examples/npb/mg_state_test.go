@@ -125,21 +125,7 @@ func TestMGRebuildAtSafePoints(t *testing.T) {
 			t.Run(fmt.Sprintf("np%d/stop%d", np, stopAt), func(t *testing.T) {
 				got := runRanks(t, "mg", "S", np, func(wk worker, cm comm) (*Report, error) {
 					w := wk.(*MGWorker)
-					n := 0
-					h := &hooks{now: time.Now, safePoint: func() error {
-						if n++; n == stopAt {
-							return task.ErrSuspended
-						}
-						return nil
-					}}
-					if _, err := w.run(cm, h); !errors.Is(err, task.ErrSuspended) {
-						return nil, fmt.Errorf("first run ended with %v, want a suspension", err)
-					}
-					typ, state, err := task.EncodeState(w)
-					if err != nil {
-						return nil, err
-					}
-					restored, err := task.New(typ, state)
+					restored, err := suspendAndRestore(w, cm, stopAt)
 					if err != nil {
 						return nil, err
 					}
@@ -154,7 +140,7 @@ func TestMGRebuildAtSafePoints(t *testing.T) {
 					if i := sameBits(rr, fr); i >= 0 {
 						return nil, fmt.Errorf("rebuilt r[%d] = %v, was %v", i, rr[i], fr[i])
 					}
-					return restored.(worker).run(cm, &hooks{now: time.Now})
+					return restored.run(cm, &hooks{now: time.Now})
 				})
 				if !sameValues(want.Values, got.Values) || got.Verified != Successful {
 					t.Fatalf("resumed run: %s %+v, uninterrupted: %+v", got.Verified, got.Values, want.Values)

@@ -33,27 +33,37 @@ func TestResumeIdentical(t *testing.T) {
 func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report {
 	t.Helper()
 	return runRanks(t, kernel, class, np, func(w worker, cm comm) (*Report, error) {
-		n := 0
-		h := &hooks{now: time.Now, safePoint: func() error {
-			n++
-			if n == stopAt {
-				return task.ErrSuspended
-			}
-			return nil
-		}}
-		if _, err := w.run(cm, h); !errors.Is(err, task.ErrSuspended) {
-			return nil, fmt.Errorf("first run ended with %v, want a suspension", err)
-		}
-		typ, state, err := task.EncodeState(w)
+		restored, err := suspendAndRestore(w, cm, stopAt)
 		if err != nil {
 			return nil, err
 		}
-		restored, err := task.New(typ, state)
-		if err != nil {
-			return nil, err
-		}
-		return restored.(worker).run(cm, &hooks{now: time.Now})
+		return restored.run(cm, &hooks{now: time.Now})
 	})
+}
+
+// suspendAndRestore runs w until its stopAt-th safe point, where it is
+// suspended, and returns the worker restored from its encoded state (what
+// a checkpoint does), not yet run.
+func suspendAndRestore(w worker, cm comm, stopAt int) (worker, error) {
+	n := 0
+	h := &hooks{now: time.Now, safePoint: func() error {
+		if n++; n == stopAt {
+			return task.ErrSuspended
+		}
+		return nil
+	}}
+	if _, err := w.run(cm, h); !errors.Is(err, task.ErrSuspended) {
+		return nil, fmt.Errorf("first run ended with %v, want a suspension", err)
+	}
+	typ, state, err := task.EncodeState(w)
+	if err != nil {
+		return nil, err
+	}
+	restored, err := task.New(typ, state)
+	if err != nil {
+		return nil, err
+	}
+	return restored.(worker), nil
 }
 
 func sameValues(a, b Values) bool {

@@ -165,3 +165,81 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSchedulerListsLocalSpawn: a task spawned by a task on its own host
+// does not pass through the master, yet the next checks list it, because
+// its host reports its new task count at once. The heartbeat, which also
+// carries that count, is an hour here, so nothing else could tell.
+func TestSchedulerListsLocalSpawn(t *testing.T) {
+	vm := startVM(t, 3, Config{Heartbeat: time.Hour, DeadAfter: 2 * time.Hour,
+		Sched: SchedConfig{Period: 20 * time.Millisecond}})
+	m := vm.Master()
+	lists := func(st SchedStatus, tid task.TID, host string) bool {
+		for _, p := range st.Processes {
+			if p.TID == tid && p.Host == host {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor := func(what string, ok func(SchedStatus) bool) (SchedStatus, error) {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := m.SchedStatus()
+			if ok(st) {
+				return st, nil
+			}
+			if time.Now().After(deadline) {
+				return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		spawner, err := c.Spawn(fn(t, func(c *task.Ctx, _ int) error {
+			var start int
+			if _, err := c.Recv(c.Parent(), 1, &start); err != nil {
+				return err
+			}
+			kid, err := c.Spawn(&mover{}, 1, task.OnHost("h3"))
+			if err != nil {
+				return err
+			}
+			if err := c.Send(c.Parent(), 2, kid[0]); err != nil {
+				return err
+			}
+			var done int
+			_, err = c.Recv(c.Parent(), 3, &done)
+			return err
+		}), 1, task.OnHost("h3"))
+		if err != nil {
+			return err
+		}
+		st, err := waitFor("listing the spawner", func(s SchedStatus) bool { return lists(s, spawner[0], "h3") })
+		if err != nil {
+			return err
+		}
+		quiet, err := waitFor("ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		if err != nil {
+			return err
+		}
+		if err := c.Send(spawner[0], 1, 0); err != nil {
+			return err
+		}
+		var kid task.TID
+		if _, err := c.Recv(spawner[0], 2, &kid); err != nil {
+			return err
+		}
+		if kid.Host() != vm.Daemons[2].cfg.HostID {
+			return fmt.Errorf("the kid %v does not run on h3", kid)
+		}
+		after, err := waitFor("listing the kid", func(s SchedStatus) bool { return lists(s, kid, "h3") })
+		if err != nil {
+			return err
+		}
+		if after.Listings <= quiet.Listings {
+			return fmt.Errorf("listings %d before the kid, %d after", quiet.Listings, after.Listings)
+		}
+		return c.Send(spawner[0], 3, 0)
+	})
+}

@@ -75,7 +75,7 @@ func TestSchedulerEvacuatesBusyHost(t *testing.T) {
 }
 
 // TestSchedulerQuietChecksSkipListing: while nothing starts, ends or moves
-// and no host holding tasks meets a condition of Definition 1, the checks
+// and no process is counting or a migration candidate, the checks
 // go on without listing the hosts' processes (Listings stays, Checks
 // grows) and the status keeps the processes of the last listing; when
 // users arrive on a host holding a task, the checks list again, count, and
@@ -85,21 +85,6 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// waitFor polls the status: real sockets and a real clock give no
-	// other signal of the scheduler's checks.
-	waitFor := func(what string, ok func(SchedStatus) bool) (SchedStatus, error) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			st := m.SchedStatus()
-			if ok(st) {
-				return st, nil
-			}
-			if time.Now().After(deadline) {
-				return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
 		// One task on each of h2 and h3, the root on h1: delay 2 each,
 		// below every class's bound.
@@ -120,16 +105,16 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 			}
 			return n == 2
 		}
-		st, err := waitFor("listing both tasks", listsBoth)
+		st, err := waitSched(m, "listing both tasks", listsBoth)
 		if err != nil {
 			return err
 		}
 		// Ten more checks with nothing happening: none lists.
-		st, err = waitFor("ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		st, err = waitSched(m, "ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
 		if err != nil {
 			return err
 		}
-		quiet, err := waitFor("ten quiet checks", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		quiet, err := waitSched(m, "ten quiet checks", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
 		if err != nil {
 			return err
 		}
@@ -145,7 +130,7 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 		if err := m.injectAt(ctx, "h2", load.Overlay{Users: &users}, false); err != nil {
 			return err
 		}
-		moved, err := waitFor("evacuated", func(s SchedStatus) bool { return s.Migrations >= 1 })
+		moved, err := waitSched(m, "evacuated", func(s SchedStatus) bool { return s.Migrations >= 1 })
 		if err != nil {
 			return err
 		}
@@ -182,19 +167,6 @@ func TestSchedulerListsLocalSpawn(t *testing.T) {
 		}
 		return false
 	}
-	waitFor := func(what string, ok func(SchedStatus) bool) (SchedStatus, error) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			st := m.SchedStatus()
-			if ok(st) {
-				return st, nil
-			}
-			if time.Now().After(deadline) {
-				return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
 		spawner, err := c.Spawn(fn(t, func(c *task.Ctx, _ int) error {
 			var start int
@@ -215,11 +187,11 @@ func TestSchedulerListsLocalSpawn(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		st, err := waitFor("listing the spawner", func(s SchedStatus) bool { return lists(s, spawner[0], "h3") })
+		st, err := waitSched(m, "listing the spawner", func(s SchedStatus) bool { return lists(s, spawner[0], "h3") })
 		if err != nil {
 			return err
 		}
-		quiet, err := waitFor("ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
+		quiet, err := waitSched(m, "ten checks later", func(s SchedStatus) bool { return s.Checks >= st.Checks+10 })
 		if err != nil {
 			return err
 		}
@@ -233,7 +205,7 @@ func TestSchedulerListsLocalSpawn(t *testing.T) {
 		if kid.Host() != vm.Daemons[2].cfg.HostID {
 			return fmt.Errorf("the kid %v does not run on h3", kid)
 		}
-		after, err := waitFor("listing the kid", func(s SchedStatus) bool { return lists(s, kid, "h3") })
+		after, err := waitSched(m, "listing the kid", func(s SchedStatus) bool { return lists(s, kid, "h3") })
 		if err != nil {
 			return err
 		}
@@ -242,4 +214,21 @@ func TestSchedulerListsLocalSpawn(t *testing.T) {
 		}
 		return c.Send(spawner[0], 3, 0)
 	})
+}
+
+// waitSched polls the master's scheduler status until ok holds, for at
+// most 30 s: real sockets and a real clock give no other signal of the
+// scheduler's checks.
+func waitSched(m *Daemon, what string, ok func(SchedStatus) bool) (SchedStatus, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := m.SchedStatus()
+		if ok(st) {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

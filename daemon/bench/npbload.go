@@ -97,9 +97,9 @@ type NPBLoadOptions struct {
 // jobs that ran for hours; class A kernels run here for 0.5 to 3 s, so δT
 // must be short for the selection to come while there is something left to
 // gain (with 200 ms, MG's worker was selected with one of its four
-// iterations left). A check that finds every host holding tasks quiet
-// lists nothing, so a short δT costs next to nothing when nothing
-// migrates; the overhead runs measure it.
+// iterations left). A check that finds nothing changed and every process
+// idle lists nothing (sched.Idle), so a short δT costs next to nothing
+// when nothing migrates; the overhead runs measure it.
 const DefaultNPBPeriod = 50 * time.Millisecond
 
 // DefaultProbe is the default length of an idle spell measuring the

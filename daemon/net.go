@@ -260,7 +260,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		}
 		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
 		d.hostNotice(task.HostAdd, info)
-		d.schedDirty() // a host registering again brings its tasks
+		d.schedDirty() // a new host, or one registering again with its tasks
 		d.log.Info("host joined", "host", info.ID, "name", info.Name, "addr", info.Addr)
 	default:
 		n.mu.Lock()

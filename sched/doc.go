@@ -32,7 +32,8 @@
 //
 // The building blocks are exported for logs and status displays: DelayFactor,
 // ClassOf, VirtualNodes, HostAvailability, Availability, Candidate,
-// UpdateCounter, CounterLimit and Locate.
+// UpdateCounter, CounterLimit and Locate. Idle tells when a check would
+// decide nothing, so that the master can skip gathering the processes.
 //
 // Where the paper leaves a choice open the package takes one and says so in
 // the documentation of the function concerned: the load and memory a

@@ -149,7 +149,6 @@ func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
 	}
 }
 
-// goFunc runs f in a goroutine the daemon waits for when it stops.
 // every calls f each period until f returns false, done is closed (nil:
 // never) or the daemon stops.
 func (d *Daemon) every(period time.Duration, done <-chan struct{}, f func() bool) {
@@ -169,6 +168,7 @@ func (d *Daemon) every(period time.Duration, done <-chan struct{}, f func() bool
 	}
 }
 
+// goFunc runs f in a goroutine the daemon waits for when it stops.
 func (d *Daemon) goFunc(f func()) {
 	d.bg.Add(1)
 	go func() {

@@ -271,8 +271,12 @@ type Daemon struct {
 	placeMu sync.Mutex // serialises the Placer
 	load    *load.Injected
 	sampled load.Sample // the last sample, taken every heartbeat (guarded by mu)
-	schedMu sync.Mutex
-	sched   *schedState
+	// slowdown is the factor emulated tasks run slower by, from the last
+	// sample (float64 bits; see hosted.charge): read at every message an
+	// emulated task sends, so not under mu.
+	slowdown atomic.Uint64
+	schedMu  sync.Mutex
+	sched    *schedState
 	// reportKick asks for a load report to the master now (hosts; see
 	// tasksChanged).
 	reportKick chan struct{}
@@ -374,6 +378,7 @@ func newDaemon(cfg Config) *Daemon {
 		reportKick: make(chan struct{}, 1),
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
 	}
+	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
 	if w == nil {
 		w = io.Discard

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"dpvm/daemon/load"
@@ -279,10 +280,7 @@ func (h *hosted) throttle() error {
 // message it sends or barrier it enters. The pause ends early for a kill
 // or a pending move (the rest is owed; a move leaves the host anyway).
 func (h *hosted) charge() {
-	h.d.mu.Lock()
-	emulated := h.d.sampled.EmulatedLoad
-	h.d.mu.Unlock()
-	th := load.Throttle{Factor: load.EmulatedFactor(max(h.d.cfg.Throttle, 1), emulated)}
+	th := load.Throttle{Factor: math.Float64frombits(h.d.slowdown.Load())}
 	now := time.Now()
 	sleep := h.meter.Due(now, th)
 	if sleep <= 0 {
@@ -298,6 +296,13 @@ func (h *hosted) charge() {
 	t.Stop()
 	end := time.Now()
 	h.meter.Slept(th, sleep, end.Sub(now), end)
+}
+
+// setSlowdown sets the factor emulated tasks run slower by (Config.Emulate)
+// for the emulated load of the latest sample: the declared speed's
+// Throttle times 1 + the load.
+func (d *Daemon) setSlowdown(emulatedLoad float64) {
+	d.slowdown.Store(math.Float64bits(load.EmulatedFactor(max(d.cfg.Throttle, 1), emulatedLoad)))
 }
 
 // waitStarted, when tasks are slowed (Config.Emulate), returns a func that

@@ -667,6 +667,7 @@ func (d *Daemon) refreshSample(now time.Time) {
 	d.mu.Lock()
 	d.sampled = s
 	d.mu.Unlock()
+	d.setSlowdown(s.EmulatedLoad)
 }
 
 // jobOut writes output of job to its console (master).

@@ -608,10 +608,11 @@ func npbConfig(o NPBLoadOptions, shared string, sched bool, via daemon.Via, log 
 // NPBSchedCost is the scheduler's own cost measured directly: the virtual
 // machine of the runs, without a kernel, sits idle for a while with the
 // scheduler off and with Dynamic-SED on, in pairs (ABBA), and the
-// process's CPU time is compared. What the monitor and the policy do each
-// δT (the master gathering every host's task list, the policy's step) is
-// all that differs, and the idle baseline is small, so the figure is far
-// steadier on a shared machine than a kernel's time.
+// process's CPU time is compared. What the scheduler does each δT (its
+// check: the hosts' figures, sched.Idle, and a listing of every host's
+// processes when something changed) is all that differs, and the idle
+// baseline is small, so the figure is far steadier on a shared machine
+// than a kernel's time.
 type NPBSchedCost struct {
 	Pairs   int     `json:"pairs"`
 	Seconds float64 `json:"seconds"` // the length of each idle spell
@@ -631,7 +632,7 @@ type NPBSchedCost struct {
 // schedCost measures the scheduler's cost on the idle virtual machine.
 func schedCost(ctx context.Context, o NPBLoadOptions, shared string) (*NPBSchedCost, error) {
 	spell := func(sched bool) (cpuPerS float64, checks int, err error) {
-		vm, err := daemon.StartLocalVM(ctx, o.Hosts, npbConfig(o, shared, sched, daemon.Direct, discardLog{}))
+		vm, err := daemon.StartLocalVM(ctx, o.Hosts, npbConfig(o, shared, sched, daemon.Direct, slog.DiscardHandler))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -682,14 +683,6 @@ func schedCost(ctx context.Context, o NPBLoadOptions, shared string) (*NPBSchedC
 	sc.Checks, sc.PerCheckMS = int(medianFloat(checks)), medianFloat(perCheck)
 	return sc, nil
 }
-
-// discardLog drops every record.
-type discardLog struct{}
-
-func (discardLog) Enabled(context.Context, slog.Level) bool  { return false }
-func (discardLog) Handle(context.Context, slog.Record) error { return nil }
-func (d discardLog) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d discardLog) WithGroup(string) slog.Handler           { return d }
 
 // npbRun is one run of kernel k on a fresh virtual machine.
 func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy, sched bool, via daemon.Via) (NPBRun, error) {

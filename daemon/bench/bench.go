@@ -130,7 +130,7 @@ func (o Options) WithDefaults() (Options, error) {
 		def  time.Duration
 	}{
 		{"max time", &o.MaxTime, 2 * time.Second},
-		{"warm-up time", &o.WarmTime, 300 * time.Millisecond},
+		{"warm-up time", &o.WarmTime, DefaultWarmTime},
 		{"rate time", &o.RateTime, time.Second},
 		{"timeout", &o.Timeout, 5 * time.Minute},
 	} {
@@ -155,6 +155,25 @@ func (o *Options) repsFor(size int) int {
 		return 600
 	}
 	return 120
+}
+
+// DefaultWarmTime is how long, at least, each size's warm-up lasts by
+// default (Options.WarmTime).
+const DefaultWarmTime = 300 * time.Millisecond
+
+// warmUp makes the untimed round trips that precede reps timed ones of
+// size: counted of them, then more (at most 50×reps) until d has passed,
+// since counted round trips alone do not outlast the first tenths of a
+// second after a start or a change of size, when Go's scheduler often
+// bounces the two tasks between threads (Options.WarmTime).
+func warmUp(ctx context.Context, p Pair, size, reps, counted int, d time.Duration) error {
+	if _, err := p.RoundTrips(ctx, size, counted, 0); err != nil {
+		return fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
+	}
+	if _, err := p.RoundTrips(ctx, size, 50*reps, d); err != nil {
+		return fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
+	}
+	return nil
 }
 
 // warmFor is the number of untimed round trips before reps timed ones.
@@ -245,11 +264,8 @@ func Measure(ctx context.Context, p Pair, mode string, o Options) (*Result, erro
 	res := &Result{Mode: mode, Rounds: 1}
 	for _, size := range o.Sizes {
 		reps := o.repsFor(size)
-		if _, err := p.RoundTrips(ctx, size, o.warmFor(reps), 0); err != nil {
-			return nil, fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
-		}
-		if _, err := p.RoundTrips(ctx, size, 50*reps, o.WarmTime); err != nil {
-			return nil, fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
+		if err := warmUp(ctx, p, size, reps, o.warmFor(reps), o.WarmTime); err != nil {
+			return nil, err
 		}
 		rtts, err := p.RoundTrips(ctx, size, reps, o.MaxTime)
 		if err != nil {

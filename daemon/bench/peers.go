@@ -26,7 +26,6 @@ const (
 	peerCollIters  = 300     // timed iterations per collective, at most
 	peerGroupSize  = 8       // tasks in the collectives' group, root included
 	peerSpawnLimit = 20 * time.Second
-	peerWarm       = 300 * time.Millisecond // each size's warm-up lasts at least this (Options.WarmTime's default)
 )
 
 // ModePeerQUIC is the mode argument of PeerMeasure for raw quic-go; its line
@@ -138,14 +137,8 @@ func peerP2P(ctx context.Context, p Pair, l *PeerLine, scale float64) error {
 			capT = 4 * time.Second
 		}
 		capT = time.Duration(float64(capT) * scale)
-		if _, err := p.RoundTrips(ctx, size, max(reps/10, 5), 0); err != nil {
-			return fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
-		}
-		// As in Measure: at least a time-bounded warm-up, since the first
-		// size timed after a start can run in a mode where Go's scheduler
-		// bounces the two tasks between threads.
-		if _, err := p.RoundTrips(ctx, size, 50*reps, time.Duration(float64(peerWarm)*scale)); err != nil {
-			return fmt.Errorf("warm-up at %s: %w", FormatSize(size), err)
+		if err := warmUp(ctx, p, size, reps, max(reps/10, 5), time.Duration(float64(DefaultWarmTime)*scale)); err != nil {
+			return err
 		}
 		rtts, err := p.RoundTrips(ctx, size, reps, capT)
 		if err != nil {

@@ -38,6 +38,15 @@ type CRIURow struct {
 	Cipher  string `json:"cipher,omitempty"`
 }
 
+// source says where a target's CRIU figure came from: "measured", with
+// CRIU's version when known.
+func (r CRIURow) source() string {
+	if r.Version == "" {
+		return "measured"
+	}
+	return "measured, criu " + r.Version
+}
+
 // Remote reports whether r has figures of a move between hosts.
 func (r CRIURow) Remote() bool { return r.RemoteS > 0 }
 

@@ -88,11 +88,7 @@ func MigrateTargets(r *MigrateReport) []MigrateTarget {
 		c, ok := criuSeconds[s]
 		src := "feature's figure"
 		if m, measured := r.CRIUAt(s); measured {
-			c, ok = m.Seconds, true
-			src = "measured"
-			if m.Version != "" {
-				src += ", criu " + m.Version
-			}
+			c, ok, src = m.Seconds, true, m.source()
 		}
 		if ok {
 			ts = append(ts, MigrateTarget{
@@ -109,12 +105,8 @@ func MigrateTargets(r *MigrateReport) []MigrateTarget {
 		if !found || s < 256 || !measured || !m.Remote() {
 			continue
 		}
-		src := "measured"
-		if m.Version != "" {
-			src += ", criu " + m.Version
-		}
 		ts = append(ts, MigrateTarget{
-			What: fmt.Sprintf("direct %s / CRIU between hosts: dump+ssh copy+restore (%s)", formatMiB(s), src),
+			What: fmt.Sprintf("direct %s / CRIU between hosts: dump+ssh copy+restore (%s)", formatMiB(s), m.source()),
 			Want: fmt.Sprintf("< %.3g s", m.RemoteS),
 			Got:  fmt.Sprintf("%.3f s", row.Seconds),
 			Met:  row.Seconds < m.RemoteS,

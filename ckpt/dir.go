@@ -80,10 +80,10 @@ func (d Dir) Save(name string, write func(w io.Writer) error) (n int64, err erro
 		return 0, err
 	}
 	if err := datasync(f); err != nil {
-		return 0, d.discard(name, f, false, fmt.Errorf("fdatasync: %w", err))
+		return 0, d.discard(name, f, fmt.Errorf("fdatasync: %w", err))
 	}
 	if err := f.Close(); err != nil {
-		return 0, d.discard(name, f, true, err)
+		return 0, d.discard(name, f, err)
 	}
 	if err := d.rename(name, f); err != nil {
 		return 0, err
@@ -114,7 +114,7 @@ func (d Dir) SaveThenSync(name string, write func(w io.Writer) error) (n int64, 
 		return 0, nil, err
 	}
 	if err := f.Close(); err != nil {
-		return 0, nil, d.discard(name, f, true, err)
+		return 0, nil, d.discard(name, f, err)
 	}
 	if err := d.rename(name, f); err != nil {
 		return 0, nil, err
@@ -153,25 +153,23 @@ func (d Dir) writeTemp(name string, write func(w io.Writer) error) (*os.File, in
 		return nil, 0, fmt.Errorf("ckpt: save %s: %w", name, err)
 	}
 	if err := f.Chmod(0o600); err != nil {
-		return nil, 0, d.discard(name, f, false, err)
+		return nil, 0, d.discard(name, f, err)
 	}
 	cw := &fileWriter{f: f}
 	bw := bufio.NewWriterSize(cw, saveBuf)
 	if err := write(bw); err != nil {
-		return nil, 0, d.discard(name, f, false, err)
+		return nil, 0, d.discard(name, f, err)
 	}
 	if err := bw.Flush(); err != nil {
-		return nil, 0, d.discard(name, f, false, err)
+		return nil, 0, d.discard(name, f, err)
 	}
 	return f, cw.n, nil
 }
 
-// discard removes the temporary file f of name, closing it first unless
-// closed, and returns err with context.
-func (d Dir) discard(name string, f *os.File, closed bool, err error) error {
-	if !closed {
-		_ = f.Close()
-	}
+// discard closes (if it is not yet) and removes the temporary file f of
+// name, and returns err with context.
+func (d Dir) discard(name string, f *os.File, err error) error {
+	_ = f.Close() // a second Close only reports os.ErrClosed
 	_ = os.Remove(f.Name())
 	return fmt.Errorf("ckpt: save %s in %s: %w", name, d.Path, err)
 }
@@ -179,7 +177,7 @@ func (d Dir) discard(name string, f *os.File, closed bool, err error) error {
 // rename moves the closed temporary file f to name, or removes it.
 func (d Dir) rename(name string, f *os.File) error {
 	if err := os.Rename(f.Name(), filepath.Join(d.Path, name)); err != nil {
-		return d.discard(name, f, true, err)
+		return d.discard(name, f, err)
 	}
 	return nil
 }

@@ -291,22 +291,9 @@ func sizeResult(size int, oneway time.Duration, reps int) SizeResult {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// Median returns the median of ds (the mean of the middle two for an even
-// count; 0 for none). It does not change ds.
-func Median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func medianFloat(xs []float64) float64 {
+// Median returns the median of xs (the mean of the middle two for an even
+// count; 0 for none). It does not change xs.
+func Median[T ~int64 | ~float64](xs []T) T {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -339,7 +326,7 @@ func MedianResult(rounds []*Result) (*Result, error) {
 			ows = append(ows, r.Results[i].OnewayUS)
 			reps += r.Results[i].Reps
 		}
-		ow := medianFloat(ows)
+		ow := Median(ows)
 		row := SizeResult{Size: sr.Size, OnewayUS: ow, Reps: reps}
 		if ow > 0 {
 			row.MBps = float64(sr.Size) / ow
@@ -351,7 +338,7 @@ func MedianResult(rounds []*Result) (*Result, error) {
 		for _, r := range rounds {
 			xs = append(xs, f(r))
 		}
-		return medianFloat(xs)
+		return Median(xs)
 	}
 	out.RateMsgsPerS = pick(func(r *Result) float64 { return r.RateMsgsPerS })
 	out.RateMsgs = int(pick(func(r *Result) float64 { return float64(r.RateMsgs) }))

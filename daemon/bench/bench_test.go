@@ -243,7 +243,7 @@ func TestFormatSize(t *testing.T) {
 }
 
 func TestMedian(t *testing.T) {
-	if Median(nil) != 0 {
+	if Median[time.Duration](nil) != 0 {
 		t.Error("empty")
 	}
 	ds := []time.Duration{5, 1, 3}
@@ -252,6 +252,14 @@ func TestMedian(t *testing.T) {
 	}
 	if Median([]time.Duration{4, 1, 3, 2}) != 2 { // (2+3)/2 in integer nanoseconds
 		t.Error("even count")
+	}
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := Median(c.in); got != c.want {
+			t.Errorf("Median(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }
 

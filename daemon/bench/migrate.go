@@ -521,14 +521,14 @@ func (b *migBench) size(ctx context.Context, sizeMiB float64, seed uint64) ([]Mi
 	var rows []MigrateRow
 	var bases []MigrateBaseline
 	for _, op := range ops {
-		med := medianFloat(secs[op])
+		med := Median(secs[op])
 		if op.base != "" {
 			n := baseBytes[op.base]
 			bases = append(bases, MigrateBaseline{SizeMiB: sizeMiB, Kind: op.base, Seconds: med, Bytes: n,
 				MBps: mbps(n, med), Reps: len(secs[op])})
 			continue
 		}
-		row := MigrateRow{SizeMiB: sizeMiB, Via: string(op.via), Seconds: med, FreezeMS: medianFloat(freezes[op.via]),
+		row := MigrateRow{SizeMiB: sizeMiB, Via: string(op.via), Seconds: med, FreezeMS: Median(freezes[op.via]),
 			CheckpointBytes: sizes[op.via], MBps: mbps(sizes[op.via], med), Reps: len(secs[op]), Verified: true}
 		base := migOp{base: BaselineQUIC}
 		if op.via == daemon.Indirect {
@@ -542,7 +542,7 @@ func (b *migBench) size(ctx context.Context, sizeMiB float64, seed uint64) ([]Mi
 					rs = append(rs, bs[i]/s)
 				}
 			}
-			row.VsBaseline = medianFloat(rs)
+			row.VsBaseline = Median(rs)
 		}
 		rows = append(rows, row)
 	}

@@ -74,7 +74,7 @@ func benchMigrate(b *testing.B, via daemon.Via, mib float64) {
 		freezes = append(freezes, r.FreezeMS)
 	}
 	b.StopTimer()
-	b.ReportMetric(medianFloat(freezes), "freeze-ms")
+	b.ReportMetric(Median(freezes), "freeze-ms")
 	if err := mb.verify(ctx, holder, n); err != nil {
 		b.Fatal(err)
 	}

@@ -328,8 +328,8 @@ func npbStat(runs []NPBRun, name string) NPBStat {
 		st.Verified = false
 		return st
 	}
-	st.Seconds, st.Min, st.Max = medianFloat(secs), slices.Min(secs), slices.Max(secs)
-	st.CPUSeconds, st.CPUMin, st.CPUMax = medianFloat(cpus), slices.Min(cpus), slices.Max(cpus)
+	st.Seconds, st.Min, st.Max = Median(secs), slices.Min(secs), slices.Max(secs)
+	st.CPUSeconds, st.CPUMin, st.CPUMax = Median(cpus), slices.Min(cpus), slices.Max(cpus)
 	return st
 }
 
@@ -679,8 +679,8 @@ func schedCost(ctx context.Context, o NPBLoadOptions, shared string) (*NPBSchedC
 			perCheck = append(perCheck, 1000*(cpu[1]-cpu[0])*o.Probe.Seconds()/n)
 		}
 	}
-	sc.OffCPU, sc.OnCPU, sc.PerSecond = medianFloat(offs), medianFloat(ons), spreadOf(diffs)
-	sc.Checks, sc.PerCheckMS = int(medianFloat(checks)), medianFloat(perCheck)
+	sc.OffCPU, sc.OnCPU, sc.PerSecond = Median(offs), Median(ons), spreadOf(diffs)
+	sc.Checks, sc.PerCheckMS = int(Median(checks)), Median(perCheck)
 	return sc, nil
 }
 

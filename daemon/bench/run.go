@@ -177,12 +177,12 @@ func combine(ds, qs []*Result) (*Comparison, error) {
 			lat = append(lat, ratio(d.OnewayUS, q.OnewayUS))
 			bw = append(bw, ratio(d.MBps, q.MBps))
 		}
-		c.Ratios = append(c.Ratios, Ratio{Size: sr.Size, Latency: medianFloat(lat), Bandwidth: medianFloat(bw)})
+		c.Ratios = append(c.Ratios, Ratio{Size: sr.Size, Latency: Median(lat), Bandwidth: Median(bw)})
 	}
 	var rr []float64
 	for k := range ds {
 		rr = append(rr, ratio(ds[k].RateMsgsPerS, qs[k].RateMsgsPerS))
 	}
-	c.RateRatio = medianFloat(rr)
+	c.RateRatio = Median(rr)
 	return c, nil
 }

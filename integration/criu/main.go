@@ -286,9 +286,9 @@ func (c *config) measureSize(sizeMiB float64) (bench.CRIULine, error) {
 		return l, fmt.Errorf("%d of %d elements differ after the restores", bad, n)
 	}
 	l.Verified = true
-	l.DumpS, l.RestoreS, l.Seconds = median(dumps), median(restores), median(totals)
+	l.DumpS, l.RestoreS, l.Seconds = bench.Median(dumps), bench.Median(restores), bench.Median(totals)
 	if c.peer != nil {
-		l.RemoteDumpS, l.CopyS, l.RemoteRestoreS, l.RemoteS = median(rdumps), median(copies), median(rrestores), median(rtotals)
+		l.RemoteDumpS, l.CopyS, l.RemoteRestoreS, l.RemoteS = bench.Median(rdumps), bench.Median(copies), bench.Median(rrestores), bench.Median(rtotals)
 		l.CopyVia, l.Cipher, l.SSH = c.peer.viaName(), c.peer.cipher, c.peer.version
 	}
 	return l, nil
@@ -526,18 +526,6 @@ func tail(path string) string {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-3):], " | ")
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // hold is the checkpointed process: it fills its state, says so, and

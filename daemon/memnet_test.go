@@ -348,15 +348,8 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 			}
 		}
 		for _, mv := range mvs {
-			if err := c.Send(mv, 2, msgs); err != nil {
+			if err := stopMover(c, mv, msgs); err != nil {
 				return err
-			}
-			var got [2]int
-			if _, err := c.Recv(mv, 3, &got); err != nil {
-				return err
-			}
-			if got != [2]int{msgs, 0} {
-				return fmt.Errorf("mover %v: next %d with %d out of order, want %d and 0", mv, got[0], got[1], msgs)
 			}
 		}
 		return nil

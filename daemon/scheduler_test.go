@@ -62,12 +62,8 @@ func TestSchedulerEvacuatesBusyHost(t *testing.T) {
 					return err
 				}
 			}
-			if err := c.Send(mv, 2, 0); err != nil {
-				return err
-			}
-			var got [2]int
-			if _, err := c.Recv(mv, 3, &got); err != nil || got != [2]int{5, 0} {
-				return fmt.Errorf("mover %v after the move: %v %v", mv, got, err)
+			if err := stopMover(c, mv, 5); err != nil {
+				return fmt.Errorf("after the move: %w", err)
 			}
 		}
 		return nil
@@ -139,12 +135,8 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 			return fmt.Errorf("%d listings before the users, %d after the moves", quiet.Listings, moved.Listings)
 		}
 		for _, mv := range movers {
-			if err := c.Send(mv, 2, 0); err != nil {
-				return err
-			}
-			var got [2]int
-			if _, err := c.Recv(mv, 3, &got); err != nil || got != [2]int{0, 0} {
-				return fmt.Errorf("mover %v after the move: %v %v", mv, got, err)
+			if err := stopMover(c, mv, 0); err != nil {
+				return fmt.Errorf("after the move: %w", err)
 			}
 		}
 		return nil

@@ -435,6 +435,22 @@ func (m *mover) Run(c *task.Ctx) error {
 	}
 }
 
+// stopMover tells mover mv to stop once it has seen want messages and
+// checks its answer: want messages, none out of order.
+func stopMover(c *task.Ctx, mv task.TID, want int) error {
+	if err := c.Send(mv, 2, want); err != nil {
+		return err
+	}
+	var got [2]int
+	if _, err := c.Recv(mv, 3, &got); err != nil {
+		return fmt.Errorf("mover %v: %w", mv, err)
+	}
+	if got != [2]int{want, 0} {
+		return fmt.Errorf("mover %v: next %d with %d out of order, want %d and 0", mv, got[0], got[1], want)
+	}
+	return nil
+}
+
 // spinner never reaches a safe point while it waits.
 type spinner struct{}
 
@@ -486,12 +502,8 @@ func TestMigrateFailures(t *testing.T) {
 				return err
 			}
 		}
-		if err := c.Send(mv[0], 2, 0); err != nil {
-			return err
-		}
-		var got [2]int
-		if _, err := c.Recv(mv[0], 3, &got); err != nil || got != [2]int{10, 0} {
-			return fmt.Errorf("mover after failed moves: %v %v", got, err)
+		if err := stopMover(c, mv[0], 10); err != nil {
+			return fmt.Errorf("after failed moves: %w", err)
 		}
 		return nil
 	})
@@ -540,12 +552,8 @@ func TestMigrateAbortRestoresAtOrigin(t *testing.T) {
 		if _, err := m.Migrate(ctx, mv[0], "h2", Direct); err != nil {
 			return err
 		}
-		if err := c.Send(mv[0], 2, 0); err != nil {
-			return err
-		}
-		var got [2]int
-		if _, err := c.Recv(mv[0], 3, &got); err != nil || got != [2]int{sent, 0} {
-			return fmt.Errorf("mover saw %v after the abort, want [%d 0]: %v", got, sent, err)
+		if err := stopMover(c, mv[0], sent); err != nil {
+			return fmt.Errorf("after the abort: %w", err)
 		}
 		return nil
 	})

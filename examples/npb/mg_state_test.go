@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,27 +39,15 @@ func (m mute) recv(from, tag int, _ any) error {
 // class and returns each rank's worker.
 func mgZran3(t *testing.T, class string, np int) []*MGWorker {
 	t.Helper()
-	net := newLocalNet(np)
 	ws := make([]*MGWorker, np)
-	errs := make([]error, np)
-	var wg sync.WaitGroup
-	for r := range np {
-		ws[r] = &MGWorker{Place: Place{Class: class, NP: np, Rank: r}}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cm := &localComm{net, r}
-			if errs[r] = ws[r].setup(cm); errs[r] == nil {
-				errs[r] = ws[r].zran3(cm)
-			}
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("class %s np %d rank %d: %v", class, np, r, err)
+	runRanks(t, "mg", class, np, func(wk worker, cm comm) (*Report, error) {
+		w := wk.(*MGWorker)
+		ws[cm.rank()] = w
+		if err := w.setup(cm); err != nil {
+			return nil, err
 		}
-	}
+		return nil, w.zran3(cm)
+	})
 	return ws
 }
 

@@ -1,4 +1,4 @@
-module dpvm
+module github.com/dpvm/dpvm
 
 go 1.26.0
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // seededRand is a deterministic salt source for tests.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 var benchSizes = []int{1, 16, 256} // MiB

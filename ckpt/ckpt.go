@@ -10,7 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Format is the format version this build writes and reads.

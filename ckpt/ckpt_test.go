@@ -16,7 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func msgpackMarshal(v any) ([]byte, error) { return msgpack.Marshal(v) }

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func saveTask(d Dir, name string, meta *Meta, state task.Task) (int64, error) {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")

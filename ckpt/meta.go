@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Meta is everything in a checkpoint besides the task's state: who the

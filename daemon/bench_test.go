@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // BenchmarkRoundTrip measures a Send/Recv round trip between two tasks on

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Client controls a running virtual machine through its master daemon, as

@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Config configures a daemon. The zero value is a usable single host.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func TestSendRecvWildcards(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"math"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/task"
 )
 
 // hosted implements task.Endpoint: the calls a task's Ctx makes.

@@ -7,10 +7,10 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // rawClient opens a client-role connection to addr and completes the

@@ -2,14 +2,14 @@ package daemon
 
 import (
 	"context"
-	"dpvm/ckpt"
 	"fmt"
+	"github.com/dpvm/dpvm/ckpt"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // groups is the group server: named groups with instance numbers, and

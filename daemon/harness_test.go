@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // fnTask runs a test function registered under its Fn key, with Arg as an

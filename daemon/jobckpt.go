@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"dpvm/ckpt"
-	"dpvm/ckpt/jobset"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Job checkpoints (DESIGN §7). A coordinated checkpoint of a job is taken

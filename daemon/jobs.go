@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"dpvm/ckpt"
-	"dpvm/ckpt/jobset"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // JobOptions are what a job's starter asks of its checkpoints.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/ckpt/jobset"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/task"
 )
 
 // ringRoot passes a token around a ring of workers for Laps laps; halfway

@@ -4,8 +4,8 @@ import (
 	"context"
 	"sync"
 
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // envelope is a message held in a mailbox.

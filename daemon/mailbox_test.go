@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func env(from task.TID, tag int) envelope {

@@ -9,9 +9,9 @@ import (
 	"sort"
 	"time"
 
-	"dpvm/daemon/pki"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Placer chooses hosts for new tasks spawned "anywhere". The scheduler

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // The tests in this file run virtual machines on the in-memory network

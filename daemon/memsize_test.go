@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/sched"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/sched"
+	"github.com/dpvm/dpvm/task"
 )
 
 func TestStateBytes(t *testing.T) {

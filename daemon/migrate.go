@@ -9,9 +9,9 @@ import (
 	"slices"
 	"time"
 
-	"dpvm/ckpt"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Via is how a migrating task's checkpoint travels.

@@ -10,10 +10,10 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // reasonLeft is why a host that closed its connection cleanly is deleted.

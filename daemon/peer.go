@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
 )
 
 // maxBatch is the largest message batch frame the writer builds; larger

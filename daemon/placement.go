@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"dpvm/sched"
-	"dpvm/sched/share"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/sched"
+	"github.com/dpvm/dpvm/sched/share"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Placements lists the placement policies NewPlacer knows.

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func TestPlacers(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"dpvm/ckpt"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Surviving the master (DESIGN §7). A host daemon that loses its master

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/pki"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
 )
 
 // ponger joins group "g" once and answers every number with itself; it

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // send routes one message from a task to a task: into a local mailbox, or

@@ -9,9 +9,9 @@ import (
 	"os"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/daemon/pki"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
 )
 
 // RunOptions configures an embedded virtual machine.

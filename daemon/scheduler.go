@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/sched"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/sched"
+	"github.com/dpvm/dpvm/task"
 )
 
 // SchedConfig turns on the master's Dynamic-SED global scheduler.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/load"
-	"dpvm/sched"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/sched"
+	"github.com/dpvm/dpvm/task"
 )
 
 // TestSchedulerEvacuatesBusyHost runs the master's Dynamic-SED loop with a

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Shuffle keeps migrating running tasks to random other hosts, by either

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/pki"
-	"dpvm/daemon/transport"
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // startVM starts an in-process virtual machine of n daemons talking QUIC

@@ -6,8 +6,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/routing"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // protocolVersion is checked in the handshake: daemons of different

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // runProgram builds a registered program from its command-line arguments

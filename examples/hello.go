@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Hello is the root task of the hello program: it spawns N children and

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // runMoving runs a program on an embedded virtual machine of three

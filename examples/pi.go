@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Pi is the root task of the pi program: a master/worker Monte Carlo

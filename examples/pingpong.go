@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Ping is the root task of the pingpong program: it sends N messages of

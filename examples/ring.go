@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Ring is the root task of the ring program: it spawns N ring members,

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Squares is the root task of the squares program: it deals the numbers

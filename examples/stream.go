@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Stream is the root task of the stream program, the migration check: a

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Watch is the root task of the watch program, a demonstration of notify:

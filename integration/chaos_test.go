@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/examples"
+	"github.com/dpvm/dpvm/examples"
 )
 
 // TestChaos runs pi on a virtual machine of daemon processes with a job

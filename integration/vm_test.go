@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dpvmBin = filepath.Join(dir, "dpvm")
-	build := exec.Command("go", "build", "-o", dpvmBin, "dpvm/cmd/dpvm")
+	build := exec.Command("go", "build", "-o", dpvmBin, "github.com/dpvm/dpvm/cmd/dpvm")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build dpvm:", err)

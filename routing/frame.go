@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Kind is a frame's type. The values are part of the wire format: append

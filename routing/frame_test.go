@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 func TestFrameRoundTrip(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // This file checks the migration protocol of DESIGN §5 as the daemons carry

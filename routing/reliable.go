@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Outbox is a daemon's sending side of reliable delivery. It numbers each

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // simHost is one daemon in the simulated network: the tasks it hosts and

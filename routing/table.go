@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sort"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Route says where a task lives. Epoch grows every time the task moves; a

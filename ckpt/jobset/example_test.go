@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"dpvm/ckpt"
-	"dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
 )
 
 // A coordinated checkpoint of a two-task job: each daemon saves its

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // DefaultMigrateSizes are the state sizes, in MiB, that `dpvm bench

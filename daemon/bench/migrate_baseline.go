@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt"
 )
 
 // bulkChunk is the body size of the raw messages Bulk sends.

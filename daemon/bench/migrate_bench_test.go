@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon"
 )
 
 // The migration benchmarks time one move per op of a task holding the

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"dpvm/daemon"
-	"dpvm/sched/sim"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/sched/sim"
 )
 
 // Table2 is DynamicPVM's Table 2 (1995): the seconds a direct and an

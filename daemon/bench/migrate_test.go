@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon"
 )
 
 // checkMigrateReport checks that r measured sizes in the modes vias, with

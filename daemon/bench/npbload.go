@@ -15,9 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/daemon/load"
-	"dpvm/examples/npb"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/examples/npb"
 )
 
 // DynamicPVM's Table 3 today (`dpvm bench npb-load`): each NPB kernel runs

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/examples/npb"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/examples/npb"
 )
 
 // TestNPBLoad runs the Table 3 experiment small: class S, the user

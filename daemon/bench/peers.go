@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // The peer comparison (`dpvm bench peers`, integration/peers) measures dpvm

@@ -14,7 +14,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // The raw echo protocol: each message is a 5-byte header (a kind, then

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/daemon/load"
-	"dpvm/examples"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/examples"
 )
 
 // SEDOptions configures the Dynamic-SED experiment (seed 001 Table 3,

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Message tags between the pinger and the tasks it starts.

@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"dpvm/sched"
+	"github.com/dpvm/dpvm/sched"
 )
 
 // ErrMalformed is returned (wrapped, with the file and the offending line or

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/sched"
+	"github.com/dpvm/dpvm/sched"
 )
 
 func fullSample() Sample {

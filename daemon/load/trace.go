@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"dpvm/sched/sim"
+	"github.com/dpvm/dpvm/sched/sim"
 )
 
 // MaxSpeedup bounds TraceConfig.Speedup.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/sched/sim"
+	"github.com/dpvm/dpvm/sched/sim"
 )
 
 // smallTrace generates a seeded synthetic pool and passes it through the

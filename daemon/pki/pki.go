@@ -40,7 +40,7 @@ const (
 const ServerName = "dpvm"
 
 // ALPN is the protocol name negotiated on every connection.
-const ALPN = "dpvm/1"
+const ALPN = "github.com/dpvm/dpvm/1"
 
 // Errors.
 var (

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // Mem is an in-memory network for deterministic tests of the daemon

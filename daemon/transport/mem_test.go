@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // byIndex shapes units by their index in the stream.

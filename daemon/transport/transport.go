@@ -17,7 +17,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // Stream is a bidirectional byte stream within a connection. Close closes

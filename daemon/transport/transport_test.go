@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 func identity(t *testing.T, k *pki.ClusterKey, role pki.Role, name string) *pki.Identity {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // CGWorker is one task of CG. The matrix's rows are split into consecutive

@@ -3,7 +3,7 @@ package npb
 import (
 	"fmt"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // comm is what a kernel's code needs from its surroundings: its rank among

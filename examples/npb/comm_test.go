@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // localNet connects np ranks inside one process through the task API's

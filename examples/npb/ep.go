@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // EPWorker is one task of EP: it generates its share of the batches of

@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // FTWorker is one task of FT. The grid is split into slabs of z-planes

@@ -3,7 +3,7 @@ package npb
 import (
 	"fmt"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // ISWorker is one task of IS. Each task generates a block of the keys; every

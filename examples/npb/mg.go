@@ -7,7 +7,7 @@ import (
 	"math"
 	"slices"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // MGWorker is one task of MG. Every grid level is split into slabs of

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // sameBits reports the first index where a and b differ bit for bit, or -1.

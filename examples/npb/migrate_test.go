@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon"
 )
 
 // TestKernelsVerifyUnderMigration runs every kernel on a virtual machine of

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // TestResumeIdentical stops every rank of a run at a safe point half-way,

@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Root is the root task of an NPB run: it spawns NP workers of Kernel,

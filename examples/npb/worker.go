@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Place is a worker's position in its run, common to every kernel: its

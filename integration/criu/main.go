@@ -68,7 +68,7 @@ import (
 	"syscall"
 	"time"
 
-	"dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/daemon/bench"
 )
 
 func main() {

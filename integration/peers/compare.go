@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"dpvm/sched/sim"
+	"github.com/dpvm/dpvm/sched/sim"
 )
 
 // ErrNoScript is returned by FindScript when no run.sh is found.

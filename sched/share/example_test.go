@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"dpvm/sched/share"
+	"github.com/dpvm/dpvm/sched/share"
 )
 
 // A daemon placing a new task submitted on a busy host.

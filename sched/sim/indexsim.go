@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"dpvm/sched/share"
+	"github.com/dpvm/dpvm/sched/share"
 )
 
 // Node is a host of a heterogeneous cluster: its computational power

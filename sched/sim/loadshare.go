@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"dpvm/sched/share"
+	"github.com/dpvm/dpvm/sched/share"
 )
 
 // ErrBadConfig is returned (wrapped) for an invalid simulation configuration.

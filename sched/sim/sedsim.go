@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"dpvm/sched"
+	"github.com/dpvm/dpvm/sched"
 )
 
 // SEDApp is a parallel application of the trace-driven experiment. Its

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"dpvm/sched"
+	"github.com/dpvm/dpvm/sched"
 )
 
 func TestTraceRoundTrip(t *testing.T) {

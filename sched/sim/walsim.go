@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"dpvm/sched/share"
+	"github.com/dpvm/dpvm/sched/share"
 )
 
 // WALPolicy names a policy of the WAL experiment: a load-balancing rule

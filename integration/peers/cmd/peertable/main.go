@@ -14,7 +14,7 @@ import (
 	"io"
 	"os"
 
-	"dpvm/integration/peers"
+	"github.com/dpvm/dpvm/integration/peers"
 )
 
 func main() {

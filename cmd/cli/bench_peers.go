@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon/bench"
-	"dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/integration/peers"
 )
 
 // benchPeersCommand is `dpvm bench peers`: dpvm beside PVM 3.4 and Open

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -17,9 +17,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"dpvm/daemon"
-	"dpvm/daemon/pki"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
 )
 
 // historyMax bounds the console's history, in memory and in its file.

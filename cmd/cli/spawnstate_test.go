@@ -1,11 +1,11 @@
-package main
+package cli
 
 import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/task"
+	"github.com/dpvm/dpvm/task"
 )
 
 // FuzzSpawnState feeds `dpvm spawn TYPE JSON` arbitrary JSON for task types

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/bench"
 )
 
 // benchNPBLoadCommand is `dpvm bench npb-load`: DynamicPVM's Table 3.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 func benchMigrate(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(append([]string{"dpvm", "bench", "migrate"}, args...), &out, &errOut)
+	code := Run(append([]string{"dpvm", "bench", "migrate"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 func dpvm(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(append([]string{"dpvm"}, args...), &out, &errOut)
+	code := Run(append([]string{"dpvm"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

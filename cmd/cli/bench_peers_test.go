@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"dpvm/integration/peers"
+	"github.com/dpvm/dpvm/integration/peers"
 )
 
 // TestBenchPeersLine: --line prints one line the harness's parser accepts,

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/daemon/bench"
 )
 
 // benchMigrateCommand is `dpvm bench migrate`: DynamicPVM's Table 2 today.

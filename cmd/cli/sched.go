@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/sched"
+	"github.com/dpvm/dpvm/sched"
 )
 
 // schedCommand builds `dpvm sched`: the Dynamic-SED policy as operators'

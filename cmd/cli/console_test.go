@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // syncBuffer is a bytes.Buffer safe for the daemons' concurrent writes.

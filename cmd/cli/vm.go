@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"dpvm/daemon"
-	"dpvm/daemon/load"
-	"dpvm/daemon/pki"
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
 )
 
 // Flags shared by the commands that talk to a running virtual machine.

@@ -1,12 +1,12 @@
-package main
+package cli
 
 import (
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/bench"
 )
 
 // benchSEDCommand runs the Dynamic-SED experiment.

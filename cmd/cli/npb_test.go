@@ -1,20 +1,20 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"context"
-	"dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"dpvm/examples/npb"
+	"github.com/dpvm/dpvm/examples/npb"
 )
 
 func TestNPBCommandText(t *testing.T) {
 	var out, errb bytes.Buffer
-	if st := run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "2"}, &out, &errb); st != 0 {
+	if st := Run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "2"}, &out, &errb); st != 0 {
 		t.Fatalf("status %d, stderr %q", st, errb.String())
 	}
 	for _, want := range []string{"IS Benchmark Completed", "Class           =            S", "Tasks           =            2", "Hosts           =            1", "Mop/s total", "Partial checks  =           50", "Verification    =   SUCCESSFUL"} {
@@ -30,7 +30,7 @@ func TestNPBCommandText(t *testing.T) {
 func TestNPBCommandJSON(t *testing.T) {
 	var out, errb bytes.Buffer
 	// Flags after the kernel name, as users type them.
-	if st := run([]string{"dpvm", "npb", "mg", "--json", "--np", "2"}, &out, &errb); st != 0 {
+	if st := Run([]string{"dpvm", "npb", "mg", "--json", "--np", "2"}, &out, &errb); st != 0 {
 		t.Fatalf("status %d, stderr %q", st, errb.String())
 	}
 	if strings.Count(out.String(), "\n") != 1 {
@@ -57,7 +57,7 @@ func TestNPBCommandErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
-		if st := run(c.args, &out, &errb); st != 2 {
+		if st := Run(c.args, &out, &errb); st != 2 {
 			t.Errorf("%v: status %d, want 2", c.args, st)
 		}
 		if !strings.Contains(errb.String(), c.want) {
@@ -81,7 +81,7 @@ func TestNPBOnRunningVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if st := run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "4", "--json", "--master", vm.Master().Addr(), "--cluster-key", key}, &out, &errb); st != 0 {
+	if st := Run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "4", "--json", "--master", vm.Master().Addr(), "--cluster-key", key}, &out, &errb); st != 0 {
 		t.Fatalf("status %d: %s", st, errb.String())
 	}
 	rep, err := npb.ParseReport(out.Bytes())

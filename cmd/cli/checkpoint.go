@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // Job checkpoint flags shared by run and restart.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/pki"
-	_ "dpvm/examples" // registers the example programs
-	"dpvm/task"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
+	_ "github.com/dpvm/dpvm/examples" // registers the example programs
+	"github.com/dpvm/dpvm/task"
 )
 
 func runCommand() *cli.Command {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 func simCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(append([]string{"dpvm", "sim"}, args...), &out, &errOut)
+	code := Run(append([]string{"dpvm", "sim"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

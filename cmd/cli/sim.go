@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/sched/sim"
+	"github.com/dpvm/dpvm/sched/sim"
 )
 
 // simCommand builds `dpvm sim`: the policy simulator, reproducing the load

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/pki"
-	"dpvm/examples/npb"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/examples/npb"
 )
 
 // npbCommand is `dpvm npb KERNEL`: run one NAS Parallel Benchmark kernel on

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ var schedGolden = filepath.Join("..", "..", "sched", "testdata", "golden")
 func schedCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(append([]string{"dpvm", "sched"}, args...), &out, &errb)
+	code := Run(append([]string{"dpvm", "sched"}, args...), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

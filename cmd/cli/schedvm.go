@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon"
-	"dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/load"
 )
 
 // schedStatusCommand shows a running virtual machine's scheduler.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"dpvm/daemon/bench"
+	"github.com/dpvm/dpvm/daemon/bench"
 )
 
 // benchCommand is `dpvm bench`, the parent of the measurement commands.

@@ -133,4 +133,3 @@ func TestSpawnCountBounded(t *testing.T) {
 		t.Fatalf("spawn of DefaultMaxSpawn+1 tasks at the master: %v, want ErrLimit", err)
 	}
 }
-

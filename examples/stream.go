@@ -19,8 +19,8 @@ type Stream struct {
 	Producer        task.TID
 	Consumer        task.TID
 	Where           map[string]string // task → host name, as the driver moved them
-	Hosts           []string // where the tasks are placed and moved, in turn
-	Only            []string // the hosts asked for (empty: every host)
+	Hosts           []string          // where the tasks are placed and moved, in turn
+	Only            []string          // the hosts asked for (empty: every host)
 	Step            int
 	Made            int
 	Failed          int

@@ -141,7 +141,7 @@ func (m *crcMAC) sum() []byte {
 
 // gmacMAC is AuthGMAC: the stream is cut into gmacSegment pieces; piece i
 // gets tag_i = AES-256-GCM-Seal(key K, nonce le64(i)‖0000, no plaintext,
-// additional data piece i), with K = HMAC-SHA256(cluster key, gmacLabel ‖
+// additional data piece i), with K = HMAC-SHA256(checkpoint key, gmacLabel ‖
 // salt); the mac is HMAC-SHA256(K, tag_0 ‖ … ‖ tag_n-1 ‖ le64(bytes)). Full
 // pieces are tagged by worker goroutines while the stream goes on.
 type gmacMAC struct {

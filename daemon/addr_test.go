@@ -51,11 +51,11 @@ func TestCheckAdvertise(t *testing.T) {
 // reached it by; a host joining on a wildcard address at the IP its
 // connection came from; another build is refused, naming the difference.
 func TestAdmitAddressesAndBuild(t *testing.T) {
-	key, err := pki.Generate(time.Now())
+	cl, err := pki.NewCluster(time.Now(), "h1", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Master: true, Listen: "0.0.0.0:7070", Key: key, Network: transport.NewMem(nil, nil)}
+	cfg := Config{Master: true, Listen: "0.0.0.0:7070", Credential: cl.Master, Secret: cl.Secret, Network: transport.NewMem(nil, nil)}
 	m, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,9 +16,10 @@ import (
 )
 
 // Client controls a running virtual machine through its master daemon, as
-// the dpvm CLI and console do. It authenticates with the cluster key under
-// the client role, which may call control methods only: it can neither
-// join the machine nor inject messages.
+// the dpvm CLI and console do. It authenticates with a user certificate
+// (role admin or user), which may call control methods only: it can neither
+// join the machine nor inject messages, and a user may not call the
+// methods that act on the whole machine.
 type Client struct {
 	tr   transport.Endpoint
 	conn transport.Conn
@@ -34,20 +35,19 @@ type Client struct {
 }
 
 // Dial connects to the master daemon at addr over QUIC.
-func Dial(ctx context.Context, addr string, key *pki.ClusterKey) (*Client, error) {
-	return DialNetwork(ctx, transport.QUICNetwork{}, addr, key)
+func Dial(ctx context.Context, addr string, cred *pki.Credential) (*Client, error) {
+	return DialNetwork(ctx, transport.QUICNetwork{}, addr, cred)
 }
 
 // DialNetwork connects to the master daemon at addr on the given network.
-func DialNetwork(ctx context.Context, nw transport.Network, addr string, key *pki.ClusterKey) (*Client, error) {
-	if key == nil {
-		return nil, fmt.Errorf("connect to %s: %w", addr, pki.ErrNoKey)
+func DialNetwork(ctx context.Context, nw transport.Network, addr string, cred *pki.Credential) (*Client, error) {
+	if cred == nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, pki.ErrNoCredential)
 	}
-	id, err := key.Issue(pki.RoleClient, "dpvm", time.Now())
-	if err != nil {
-		return nil, err
+	if !cred.Role.Client() {
+		return nil, fmt.Errorf("connect to %s: %s's is a host certificate: a client needs a user certificate ('dpvm cert user'): %w", addr, cred.Name, ErrForbidden)
 	}
-	tr, err := nw.Dialer(addr, id, transport.Config{HandshakeTimeout: 5 * time.Second})
+	tr, err := nw.Dialer(addr, cred, transport.Config{HandshakeTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (c *Client) handshake(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if g.reply.Host != MasterID {
+	if g.reply.Host != MasterID || !g.conn.Peer().Master {
 		g.conn.Close("not the master")
 		return fmt.Errorf("%s is host %v, not the master: give the master's address", addr, g.reply.Host)
 	}

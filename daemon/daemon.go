@@ -31,6 +31,9 @@ type Config struct {
 	Output io.Writer
 	// Logger receives the daemon's logs (default: discarded).
 	Logger *slog.Logger
+	// AuditLogger receives a line per control call a person makes (who,
+	// role, method, outcome), whatever Logger's level (default: Logger).
+	AuditLogger *slog.Logger
 	// KeepExited is how many exited tasks `ps -a` remembers (default 4096).
 	KeepExited int
 
@@ -47,9 +50,15 @@ type Config struct {
 	// (host ID 1). Otherwise Join names the master to join.
 	Master bool
 	Join   string
-	// Key is the cluster key every connection is authenticated with
-	// (required with Listen).
-	Key *pki.ClusterKey
+	// Credential is this daemon's host certificate and key, under which
+	// every connection is authenticated (required with Listen). The
+	// daemon's name is the certificate's: Name, if given, must agree. The
+	// master's certificate must be marked as the master's.
+	Credential *pki.Credential
+	// Secret is the cluster secret that authenticates checkpoints and job
+	// manifests (required for the master; a host is handed the master's
+	// when it joins, unless given one).
+	Secret *pki.Keyring
 	// MasterGrace is how long a host daemon runs on without its master,
 	// trying to register again with a master restarted at the same
 	// address (see Recover), before it stops with ErrMasterLost (default
@@ -147,6 +156,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.AuditLogger == nil {
+		c.AuditLogger = c.Logger
 	}
 	if c.KeepExited <= 0 {
 		c.KeepExited = 4096
@@ -308,7 +320,9 @@ type Daemon struct {
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
 	migMu      sync.Mutex
-	migs       map[task.TID]*migration // migrations under way (master)
+	migs       map[task.TID]*migration     // migrations under way (master)
+	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
+	refusals   refusalLog
 	whyMu      sync.Mutex
 	why        error // the first reason given to stop
 	stopOnce   sync.Once
@@ -398,6 +412,9 @@ func newDaemon(cfg Config) *Daemon {
 		reportKick: make(chan struct{}, 1),
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 	}
+	if cfg.Secret != nil {
+		d.secret.Store(cfg.Secret)
+	}
 	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
 	if w == nil {
@@ -409,17 +426,17 @@ func newDaemon(cfg Config) *Daemon {
 
 // Start starts a daemon of a virtual machine: the master (cfg.Master) or a
 // host joining the master at cfg.Join. It listens on cfg.Listen, with
-// every connection authenticated by cfg.Key. Without cfg.Listen it returns
+// every connection authenticated by cfg.Credential. Without cfg.Listen it returns
 // a standalone daemon, as New does.
 func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Listen == "" {
 		return New(cfg), nil
 	}
-	if cfg.Key == nil {
-		return nil, fmt.Errorf("start daemon: %w", pki.ErrNoKey)
-	}
 	if cfg.Master == (cfg.Join != "") {
 		return nil, errors.New("start daemon: give either Master or Join")
+	}
+	if err := checkCredential(&cfg); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	if cfg.Master {
 		cfg.HostID = MasterID

@@ -15,12 +15,8 @@ import (
 
 // rawClient opens a client-role connection to addr and completes the
 // handshake, returning the stream to write raw frames on.
-func rawClient(t *testing.T, ctx context.Context, addr string, key *pki.ClusterKey) (transport.Conn, transport.Stream) {
+func rawClient(t *testing.T, ctx context.Context, addr string, id *pki.Credential) (transport.Conn, transport.Stream) {
 	t.Helper()
-	id, err := key.Issue(pki.RoleClient, "raw", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr, err := transport.Dialer(transport.LocalFor(addr), id, transport.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +56,7 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 		"truncated length":  {0xff, 0xff},
 	}
 	for name, frame := range cases {
-		conn, st := rawClient(t, ctx, m.Addr(), vm.Key)
+		conn, st := rawClient(t, ctx, m.Addr(), vm.Cluster.Admin)
 		// The write may fail part-way: the daemon hangs up as soon as it
 		// has read enough to refuse the frame.
 		_, _ = st.Write(frame)
@@ -74,7 +70,7 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 		}
 	}
 	// A well-formed call still works on a new connection.
-	cl, err := Dial(ctx, m.Addr(), vm.Key)
+	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -381,14 +381,6 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, h
 	return res, nil
 }
 
-// manifestKey authenticates job checkpoint manifests.
-func (d *Daemon) manifestKey() []byte {
-	if d.cfg.Key == nil {
-		return nil
-	}
-	return d.cfg.Key.Secret("job-manifest")
-}
-
 // hostIDs lists the hosts of the virtual machine (master).
 func (d *Daemon) hostIDs() []task.HostID {
 	var ids []task.HostID
@@ -473,12 +465,7 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 	dir := ckpt.Dir{Path: a.Dir}
 	var got []staged
 	for _, name := range a.Files {
-		f, err := dir.Open(name)
-		if err != nil {
-			return rep, fmt.Errorf("restore %s: %w", filepath.Join(a.Dir, name), err)
-		}
-		m, t, err := ckpt.Read(f, d.ckptKey())
-		f.Close()
+		m, t, err := d.readCkptFile(dir, name)
 		if err != nil {
 			return rep, fmt.Errorf("restore %s: %w", filepath.Join(a.Dir, name), err)
 		}
@@ -683,13 +670,13 @@ func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 // one, else the newest complete one in it.
 func (d *Daemon) findSet(dir string) (string, *jobset.Manifest, []error, error) {
 	if _, err := os.Stat(filepath.Join(dir, jobset.ManifestName)); err == nil {
-		m, err := jobset.ReadManifest(dir, d.manifestKey())
+		m, err := d.readManifest(dir)
 		if err == nil {
 			err = jobset.Verify(dir, m)
 		}
 		return dir, m, nil, err
 	}
-	setDir, m, skipped, err := jobset.Latest(dir, d.manifestKey())
+	setDir, m, skipped, err := d.latestSet(dir)
 	return setDir, m, skipped, err
 }
 
@@ -769,7 +756,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 		d.log.Error("job rollback", "job", js.id, "error", err)
 		return
 	}
-	setDir, m, skipped, err := jobset.Latest(jobDir, d.manifestKey())
+	setDir, m, skipped, err := d.latestSet(jobDir)
 	for _, e := range skipped {
 		d.log.Warn("job rollback: checkpoint skipped", "job", js.id, "error", e)
 	}

@@ -196,7 +196,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 
 	// Another virtual machine, two hosts, the same key and directory.
 	out2 := &syncBuffer{}
-	vm2 := startVM(t, 2, Config{SharedDir: shared, Output: out2, Key: vm.Key})
+	vm2 := startVM(t, 2, Config{SharedDir: shared, Output: out2, Secret: vm.Cluster.Secret})
 	m2 := vm2.Master()
 	jobDir, _ := jobset.JobDir(shared, "ring")
 	js2, skipped, err := m2.RestartJob(ctx, jobDir, JobOptions{}, func(uint64) io.Writer { return out2 })

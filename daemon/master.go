@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -189,9 +188,6 @@ var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInje
 // handle runs a control request. p is the connection it came from, nil for
 // calls this daemon makes to itself.
 func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	if p != nil && p.role == pki.RoleClient && !clientMethods[method] {
-		return nil, fmt.Errorf("method %q is not open to clients", method)
-	}
 	if masterMethods[method] && !d.isMaster() {
 		return nil, fmt.Errorf("method %q: this daemon is not the master", method)
 	}
@@ -237,14 +233,8 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		}
 		return d.CheckpointJob(ctx, a.Job, a.Dir)
 	case mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill:
-		if p != nil && p.role == pki.RoleClient {
-			return nil, fmt.Errorf("method %q is not open to clients", method)
-		}
 		return d.handleJobCkpt(ctx, method, body)
 	case mCkLoad, mCkGo, mCkDrop, mCkFloor:
-		if p != nil && p.role == pki.RoleClient {
-			return nil, fmt.Errorf("method %q is not open to clients", method)
-		}
 		return d.handleRestore(method, body)
 	case mKill:
 		var a tidArgs
@@ -319,9 +309,6 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		}
 		return d.Wait(ctx, a.TID)
 	case mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop:
-		if p != nil && p.role == pki.RoleClient {
-			return nil, fmt.Errorf("method %q is not open to clients", method)
-		}
 		return d.handleMigration(ctx, p, method, body)
 	}
 	return nil, fmt.Errorf("unknown method %q", method)

@@ -145,13 +145,6 @@ const (
 	mMigDrop = "mig.cancel"  // at the destination: abort
 )
 
-func (d *Daemon) ckptKey() []byte {
-	if d.cfg.Key == nil {
-		return nil
-	}
-	return d.cfg.Key.Secret("checkpoint-mac")
-}
-
 // Migrate moves task tid to the host named to (master): the protocol of
 // DESIGN §5. It returns when the task runs at the destination, or after an
 // abort, when it runs at its origin again.
@@ -437,7 +430,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		return 0, fmt.Errorf("send the checkpoint to %v: %w", a.Host, err)
 	}
 	// The stream is authenticated and protected by the connection (mutual
-	// TLS under the cluster key, AEAD): the checkpoint carries no MAC of
+	// TLS under the cluster CA, AEAD): the checkpoint carries no MAC of
 	// its own, only a CRC-32C (ckpt.AuthChannel).
 	n, err := ckpt.WriteWith(st, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthChannel})
 	if err != nil {
@@ -509,12 +502,10 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	var got transferred
 	if a.Via == Indirect {
 		dir := ckpt.Dir{Path: d.cfg.SharedDir}
-		f, err := dir.Open(a.Name)
-		if err != nil {
-			return fmt.Errorf("read %s from the shared directory: %w", a.Name, err)
+		got.meta, got.t, got.err = d.readCkptFile(dir, a.Name)
+		if errors.Is(got.err, os.ErrNotExist) {
+			return fmt.Errorf("read %s from the shared directory: %w", a.Name, got.err)
 		}
-		got.meta, got.t, got.err = ckpt.Read(f, d.ckptKey())
-		f.Close()
 		if got.err == nil {
 			// Deleted once read, outside the task's freeze.
 			defer d.goFunc(func() { _ = dir.Remove(a.Name) })

@@ -38,7 +38,7 @@ var (
 // the virtual machine's hosts.
 type network struct {
 	tr transport.Endpoint
-	id *pki.Identity
+	id *pki.Credential
 
 	mu      sync.Mutex
 	peers   map[task.HostID]*peer
@@ -56,10 +56,7 @@ type network struct {
 // startNetwork listens and, for a host daemon, joins the master.
 func (d *Daemon) startNetwork(ctx context.Context) error {
 	c := &d.cfg
-	id, err := c.Key.Issue(pki.RoleDaemon, c.Name, time.Now())
-	if err != nil {
-		return err
-	}
+	id := c.Credential
 	if c.Advertise != "" {
 		if err := checkAdvertise(c.Advertise); err != nil {
 			return err
@@ -102,11 +99,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 func (d *Daemon) join(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Heartbeat*10)
 	defer cancel()
-	name := d.cfg.Name
-	if name == "h0" {
-		name = "" // the master names us after our host ID
-	}
-	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
+	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
 		Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
 	if err != nil {
 		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
@@ -115,6 +108,22 @@ func (d *Daemon) join(ctx context.Context) error {
 	if h.Version != protocolVersion || h.Assigned == 0 || h.Host != MasterID {
 		conn.Close("bad handshake")
 		return fmt.Errorf("join %s: unexpected answer (version %d, host %v): %w", d.cfg.Join, h.Version, h.Assigned, ErrRefused)
+	}
+	if mp := conn.Peer(); mp.Role != pki.RoleDaemon || !mp.Master {
+		conn.Close("not the master")
+		return fmt.Errorf("join %s: it answered with a certificate that is not the master's (%s): %w", d.cfg.Join, mp, ErrRefused)
+	}
+	if len(h.Secrets) > 0 && d.secret.Load() == nil {
+		ring, err := pki.KeyringOf(h.Secrets)
+		if err != nil {
+			conn.Close("bad cluster secret")
+			return fmt.Errorf("join %s: the cluster secret: %w", d.cfg.Join, err)
+		}
+		d.secret.Store(ring)
+	}
+	if d.secret.Load() == nil {
+		conn.Close("no cluster secret")
+		return fmt.Errorf("join %s: the master handed no cluster secret: %w", d.cfg.Join, ErrRefused)
 	}
 	d.cfg.HostID = h.Assigned
 	d.self.ID = h.Assigned
@@ -220,25 +229,26 @@ func (d *Daemon) handshake(conn transport.Conn) {
 	r := routing.NewReader(st, d.cfg.MaxFrame)
 	h, err := readHello(ctx, r)
 	if err != nil {
-		d.log.Warn("handshake", "from", conn.RemoteAddr(), "error", err)
+		d.refused(conn.RemoteAddr(), conn.Peer(), err.Error())
 		conn.Close(err.Error())
 		return
 	}
+	cert := conn.Peer()
 	refuse := func(why string) {
 		_ = writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Err: why})
-		d.log.Warn("refused a connection", "from", conn.RemoteAddr(), "reason", why)
+		d.refused(conn.RemoteAddr(), cert, why)
 		conn.Close(why)
 	}
 	if h.Version != protocolVersion {
 		refuse(fmt.Sprintf("protocol version %d, this daemon speaks %d", h.Version, protocolVersion))
 		return
 	}
-	role := conn.Peer().Role
+	role := cert.Role
 	n := d.nw
 	p := newPeer(d, conn, st, false)
 	switch {
-	case role == pki.RoleClient:
-		p.info = HostInfo{Name: "client " + conn.Peer().Name}
+	case role.Client():
+		p.info = HostInfo{Name: string(role) + " " + cert.Name}
 		if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Info: d.self}); err != nil {
 			conn.Close("handshake failed")
 			return
@@ -251,6 +261,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			refuse("this daemon is not the master")
 			return
 		}
+		if role != pki.RoleDaemon || cert.Master {
+			refuse(fmt.Sprintf("%s cannot join as a host: it needs a host certificate of its own", cert))
+			return
+		}
+		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
 		admit := d.admit
 		if h.Rejoin {
 			admit = d.admitAgain
@@ -270,7 +285,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		floor := d.tidFloor[info.ID]
 		d.mu.Unlock()
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
-			Hosts: hosts, Routes: routes, TIDFloor: floor}); err != nil {
+			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets()}); err != nil {
 			conn.Close("handshake failed")
 			d.removeHost(info.ID, "handshake failed")
 			return
@@ -285,6 +300,10 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		n.mu.Unlock()
 		if hi == nil || h.Host == d.cfg.HostID {
 			refuse(fmt.Sprintf("unknown host %v", h.Host))
+			return
+		}
+		if role != pki.RoleDaemon || hi.Name != cert.Name || cert.Master != (h.Host == MasterID) {
+			refuse(fmt.Sprintf("%s cannot speak for host %v (%s)", cert, h.Host, hi.Name))
 			return
 		}
 		p.info = *hi
@@ -394,6 +413,17 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered as host %v", ErrRefused, addr, g.reply.Host)
 	}
+	n := d.nw
+	n.mu.Lock()
+	want := ""
+	if hi := n.hosts[h]; hi != nil {
+		want = hi.Name
+	}
+	n.mu.Unlock()
+	if c := g.conn.Peer(); c.Role != pki.RoleDaemon || c.Name != want || c.Master != (h == MasterID) {
+		g.conn.Close("refused")
+		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)
+	}
 	p := newPeer(d, g.conn, g.st, true)
 	p.info = g.reply.Info
 	if !d.attach(p) {
@@ -447,7 +477,7 @@ func (d *Daemon) masterLost(cause error) {
 
 // dispatch handles one frame from p.
 func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
-	if p.role == pki.RoleClient && f.Kind != routing.KindCall && f.Kind != routing.KindPing {
+	if p.role.Client() && f.Kind != routing.KindCall && f.Kind != routing.KindPing {
 		return fmt.Errorf("a client may not send %v frames", f.Kind)
 	}
 	switch f.Kind {
@@ -553,12 +583,16 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 			res, err = nil, fmt.Errorf("%s: %w: %v", method, ErrInternal, r)
 		}
 	}()
+	if err := authorize(p, method); err != nil {
+		return nil, err
+	}
 	return d.handle(ctx, p, method, body)
 }
 
 // serveCall runs a control request and sends the reply.
 func (d *Daemon) serveCall(p *peer, c *call) {
 	res, err := d.safeHandle(d.ctx, p, c.Method, c.Body)
+	d.audit(p, c.Method, err)
 	r := reply{ID: c.ID}
 	if err != nil {
 		r.Err, r.Code = err.Error(), codeOf(err)

@@ -26,6 +26,7 @@ type peer struct {
 	d     *Daemon
 	info  HostInfo // for daemons; Name only for clients
 	role  pki.Role
+	cert  pki.Peer // whom the connection's certificate names
 	conn  transport.Conn
 	st    transport.Stream
 	dialr bool // we dialled this connection
@@ -50,7 +51,7 @@ type peer struct {
 }
 
 func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
-	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role,
+	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role, cert: conn.Peer(),
 		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
 	p.lastHeard.Store(time.Now().UnixNano())
 	return p

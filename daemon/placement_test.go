@@ -84,7 +84,7 @@ func TestPlacementInVM(t *testing.T) {
 func TestSpawnJob(t *testing.T) {
 	vm := startVM(t, 3, Config{})
 	ctx := context.Background()
-	cl, err := Dial(ctx, vm.Master().Addr(), vm.Key)
+	cl, err := Dial(ctx, vm.Master().Addr(), vm.Cluster.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}

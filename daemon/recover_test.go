@@ -69,7 +69,7 @@ func TestMasterRecovery(t *testing.T) {
 	}
 	next(50)
 
-	m2 := startRecoveredMaster(ctx, t, addr, vm.Key, cfg)
+	m2 := startRecoveredMaster(ctx, t, addr, vm.Cluster, cfg)
 	for len(m2.Hosts()) < 3 {
 		next(1) // each pong is a moment for the hosts to register again
 	}
@@ -136,7 +136,7 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 				t.Fatal("the move completed without its master")
 			}
 			<-m.Done()
-			m2 := startRecoveredMaster(ctx, t, m.Addr(), vm.Key, cfg)
+			m2 := startRecoveredMaster(ctx, t, m.Addr(), vm.Cluster, cfg)
 			for len(m2.Hosts()) < 4 {
 				next(1) // each pong is a moment for the hosts to register again
 			}
@@ -175,7 +175,7 @@ func TestMigrateUnwritableSharedDirAndUnknownType(t *testing.T) {
 	}
 	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
 	m := vm.Master()
-	bad, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}, SharedDir: filepath.Join(file, "shared")})
+	bad, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: hostCred(t, vm, "bad"), Output: &syncBuffer{}, SharedDir: filepath.Join(file, "shared")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,9 +270,9 @@ func pingPong(t *testing.T, ctx context.Context, m *Daemon, a, b string) (po, pi
 
 // startRecoveredMaster starts a master with --recover on addr, with the
 // heartbeat of cfg, halted when the test ends.
-func startRecoveredMaster(ctx context.Context, t *testing.T, addr string, key *pki.ClusterKey, cfg Config) *Daemon {
+func startRecoveredMaster(ctx context.Context, t *testing.T, addr string, cl *pki.Cluster, cfg Config) *Daemon {
 	t.Helper()
-	m, err := Start(ctx, Config{Listen: addr, Master: true, Recover: true, Key: key, Output: &syncBuffer{},
+	m, err := Start(ctx, Config{Listen: addr, Master: true, Recover: true, Credential: cl.Master, Secret: cl.Secret, Output: &syncBuffer{},
 		Heartbeat: cfg.Heartbeat, DeadAfter: cfg.DeadAfter})
 	if err != nil {
 		t.Fatal(err)

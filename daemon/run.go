@@ -114,27 +114,38 @@ func exitError(info TaskInfo) error {
 // real QUIC over loopback, as `dpvm run --hosts N` starts it.
 type LocalVM struct {
 	Daemons []*Daemon // Daemons[0] is the master
-	Key     *pki.ClusterKey
+	// Cluster is the ephemeral CA, secret and credentials made for the
+	// machine: Cluster.Admin is a client's credential, Cluster.Host issues
+	// one for another daemon to join.
+	Cluster *pki.Cluster
 }
 
 // StartLocalVM starts a master and hosts-1 daemons joining it on
-// 127.0.0.1, with a fresh cluster key. cfg supplies the settings common to
-// all (output, logger, heartbeats); its network fields are set here.
+// 127.0.0.1, under a fresh CA made in memory; the daemons are named h1
+// (the master), h2, … cfg supplies the settings common to all (output,
+// logger, heartbeats); its network fields are set here. A cfg.Secret is
+// kept (a machine reading the checkpoints of an earlier one); otherwise
+// the secret is fresh too.
 func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) {
-	key := cfg.Key
-	if key == nil {
-		var err error
-		if key, err = pki.Generate(time.Now()); err != nil {
-			return nil, err
-		}
+	cl, err := pki.NewCluster(time.Now(), MasterID.String(), "admin")
+	if err != nil {
+		return nil, err
 	}
-	vm := &LocalVM{Key: key}
+	if cfg.Secret != nil {
+		cl.Secret = cfg.Secret
+	}
+	vm := &LocalVM{Cluster: cl}
 	for i := range hosts {
 		c := cfg
-		c.Key, c.Listen = key, "127.0.0.1:0"
+		c.Listen, c.Secret = "127.0.0.1:0", cl.Secret
 		c.Master, c.Join, c.Name = i == 0, "", ""
+		c.Credential = cl.Master
 		if i > 0 {
 			c.Join = vm.Daemons[0].Addr()
+			if c.Credential, err = cl.Host(task.HostID(i + 1).String()); err != nil {
+				vm.Halt(5 * time.Second)
+				return nil, err
+			}
 		}
 		d, err := Start(ctx, c)
 		if err != nil {

@@ -37,6 +37,17 @@ func startVM(t testing.TB, n int, cfg Config) *LocalVM {
 	return vm
 }
 
+// hostCred issues a host certificate named name under vm's CA, for another
+// daemon to join it.
+func hostCred(t testing.TB, vm *LocalVM, name string) *pki.Credential {
+	t.Helper()
+	c, err := vm.Cluster.Host(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestVMHostsAndPlacement(t *testing.T) {
 	vm := startVM(t, 3, Config{})
 	m := vm.Master()
@@ -285,7 +296,11 @@ func TestVMHostLoss(t *testing.T) {
 		// A new host joins with a new ID: IDs are never reused.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		nd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}})
+		cred, err := vm.Cluster.Host("h4")
+		if err != nil {
+			return err
+		}
+		nd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: cred, Output: &syncBuffer{}})
 		if err != nil {
 			return err
 		}
@@ -339,19 +354,23 @@ func TestMasterLossStopsHosts(t *testing.T) {
 func TestRefusesStrangers(t *testing.T) {
 	vm := startVM(t, 2, Config{})
 	m := vm.Master()
-	other, err := pki.Generate(time.Now())
+	other, err := pki.NewCluster(time.Now(), "h1", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: other, Transport: transport.Config{HandshakeTimeout: time.Second}}); err == nil {
+	otherHost, err := other.Host("h3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: otherHost, Transport: transport.Config{HandshakeTimeout: time.Second}}); err == nil {
 		t.Fatal("a daemon with another key joined")
 	}
-	if _, err := Dial(ctx, m.Addr(), other); err == nil {
+	if _, err := Dial(ctx, m.Addr(), other.Admin); err == nil {
 		t.Fatal("a client with another key connected")
 	}
-	cl, err := Dial(ctx, m.Addr(), vm.Key)
+	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +411,7 @@ func TestRefusesStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The master still serves others.
-	cl2, err := Dial(ctx, m.Addr(), vm.Key)
+	cl2, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +537,7 @@ func TestMigrateAbortRestoresAtOrigin(t *testing.T) {
 	defer cancel()
 	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
 	m := vm.Master()
-	odd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Key: vm.Key, Output: &syncBuffer{}, SharedDir: t.TempDir()})
+	odd, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: hostCred(t, vm, "odd"), Output: &syncBuffer{}, SharedDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

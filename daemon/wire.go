@@ -6,6 +6,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -42,7 +43,10 @@ type hello struct {
 	// TIDFloor is the largest task number of the new host's ID taken by
 	// tasks restored from a job checkpoint: its own tasks number above it.
 	TIDFloor uint32 `msgpack:"tf,omitempty"`
-	Err      string `msgpack:"e,omitempty"`
+	// Secrets is, in the master's answer to a host, the cluster secret
+	// (over the connection both ends authenticated with host certificates).
+	Secrets []pki.Secret `msgpack:"sk,omitempty"`
+	Err     string       `msgpack:"e,omitempty"`
 }
 
 // HostInfo describes a host of the virtual machine.

@@ -52,9 +52,10 @@ func TestChaos(t *testing.T) {
 			live = append(live[:i], live[i+1:]...)
 			faults = append(faults, "SIGKILL "+p.name)
 		case "join":
-			h := start(t, fmt.Sprintf("host %d", len(v.hosts)+len(faults)+2), nil,
-				append([]string{"daemon", "--join", v.addr, "--cluster-key", v.key, "--listen", "127.0.0.1:0",
-					"--heartbeat", "100ms", "--dead-after", "2s"}, extra...)...)
+			name := fmt.Sprintf("j%d", len(faults))
+			h := start(t, "host "+name, nil,
+				append(append([]string{"daemon", "--join", v.addr, "--listen", "127.0.0.1:0",
+					"--heartbeat", "100ms", "--dead-after", "2s"}, v.creds.host(name)...), extra...)...)
 			h.waitFor(listening, true)
 			live = append(live, h)
 			faults = append(faults, "joined "+h.name)

@@ -42,7 +42,7 @@ func TestJobCheckpointRestartOfProcesses(t *testing.T) {
 	}
 
 	// A new machine of two daemons, the same key and directory.
-	v2 := startVMWithKey(t, 1, v.key, "--shared-dir", shared)
+	v2 := startVMWith(t, 1, v.creds, "--shared-dir", shared)
 	code, out, errOut := dpvm(t, v2.env, "restart", "--master", v2.addr, jobDir)
 	want := regexp.MustCompile(`pi: 800000000 samples on 4 workers: (\d+) hits`)
 	got := want.FindStringSubmatch(out)

@@ -19,15 +19,12 @@ import (
 // order.
 func TestMigrationOfProcesses(t *testing.T) {
 	dir := t.TempDir()
-	key := filepath.Join(dir, "vm.key")
+	c := newCreds(t)
 	shared := filepath.Join(dir, "shared")
-	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-		t.Fatal(errOut)
-	}
 	mkdir(t, shared)
-	common := []string{"--cluster-key", key, "--listen", "127.0.0.1:0", "--shared-dir", shared,
+	common := []string{"--listen", "127.0.0.1:0", "--shared-dir", shared,
 		"--heartbeat", "100ms", "--dead-after", "1s"}
-	master := start(t, "master", nil, append([]string{"daemon", "--master"}, common...)...)
+	master := start(t, "master", nil, append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
 	addr := master.waitFor(listening, true)[1]
 	var hosts []*proc
 	for i := 2; i <= 4; i++ {
@@ -35,12 +32,12 @@ func TestMigrationOfProcesses(t *testing.T) {
 		if i == 4 {
 			env = []string{"DPVM_FAULT=exit-on-restore"} // the destination that dies mid-migration
 		}
-		h := start(t, fmt.Sprintf("host %d", i), env, append([]string{"daemon", "--join", addr}, common...)...)
+		h := start(t, fmt.Sprintf("host %d", i), env, append(append([]string{"daemon", "--join", addr}, c.host(fmt.Sprintf("h%d", i))...), common...)...)
 		h.waitFor(listening, true)
 		hosts = append(hosts, h)
 	}
 	const messages, moves = 20000, 300
-	code, out, errOut := dpvm(t, []string{"DPVM_CLUSTER_KEY=" + key}, "run", "--master", addr,
+	code, out, errOut := dpvm(t, []string{c.env()}, "run", "--master", addr,
 		"stream", "--messages", strconv.Itoa(messages), "--moves", strconv.Itoa(moves), "--via", "mixed")
 	t.Logf("%s", strings.TrimSpace(out))
 	if code != 0 {
@@ -69,7 +66,7 @@ func TestMigrationOfProcesses(t *testing.T) {
 	}
 	t.Logf("%d messages received once and in order through %d moves (%d direct, %d indirect); %d moves failed, one with a destination killed mid-migration",
 		n(1), n(5), n(7), n(8), n(9))
-	if code, _, errOut := dpvm(t, []string{"DPVM_MASTER=" + addr, "DPVM_CLUSTER_KEY=" + key}, "halt"); code != 0 {
+	if code, _, errOut := dpvm(t, []string{"DPVM_MASTER=" + addr, c.env()}, "halt"); code != 0 {
 		t.Fatal(errOut)
 	}
 }

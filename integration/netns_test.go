@@ -116,21 +116,18 @@ func (ns *netns) startIn(t *testing.T, i int, name string, args ...string) *proc
 func TestDaemonsInNetworkNamespaces(t *testing.T) {
 	ns := newNetns(t, 3)
 	dir := t.TempDir()
-	key := filepath.Join(dir, "vm.key")
+	c := newCreds(t)
 	shared := filepath.Join(dir, "shared")
 	mkdir(t, shared)
-	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-		t.Fatal(errOut)
-	}
-	common := []string{"--listen", "0.0.0.0:7070", "--cluster-key", key, "--shared-dir", shared}
-	master := ns.startIn(t, 1, "master", append([]string{"daemon", "--master"}, common...)...)
+	common := []string{"--listen", "0.0.0.0:7070", "--shared-dir", shared}
+	master := ns.startIn(t, 1, "master", append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
 	master.waitFor(listening, true)
 	for i := 2; i <= 3; i++ {
 		h := ns.startIn(t, i, fmt.Sprintf("host %d", i), append([]string{"daemon", "--join", "10.213.0.1:7070",
-			"--name", fmt.Sprintf("node%d", i)}, common...)...)
+			"--name", fmt.Sprintf("node%d", i)}, append(c.host(fmt.Sprintf("node%d", i)), common...)...)...)
 		h.waitFor(listening, true)
 	}
-	vm := nsVM{t: t, ns: ns, master: "10.213.0.1:7070", key: key}
+	vm := nsVM{t: t, ns: ns, master: "10.213.0.1:7070", creds: c}
 	code, out, errOut := vm.run(1, "conf")
 	for _, want := range []string{"10.213.0.1:7070", "node2", "10.213.0.2:7070", "node3", "10.213.0.3:7070"} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -163,18 +160,15 @@ func TestDaemonsInNetworkNamespaces(t *testing.T) {
 // the daemons resolve when they dial.
 func TestDaemonsByNameOverIPv6(t *testing.T) {
 	ns := newNetns(t, 3)
-	key := filepath.Join(t.TempDir(), "vm.key")
-	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-		t.Fatal(errOut)
-	}
-	master := ns.startIn(t, 1, "master", "daemon", "--master", "--listen", "[::]:7071", "--advertise", "node1.dpvm.test:7071", "--cluster-key", key)
+	c := newCreds(t)
+	master := ns.startIn(t, 1, "master", append([]string{"daemon", "--master", "--listen", "[::]:7071", "--advertise", "node1.dpvm.test:7071"}, c.master()...)...)
 	master.waitFor(listening, true)
 	for i := 2; i <= 3; i++ {
-		h := ns.startIn(t, i, fmt.Sprintf("host %d", i), "daemon", "--join", "node1.dpvm.test:7071", "--listen", "[::]:7071",
-			"--advertise", fmt.Sprintf("node%d.dpvm.test:7071", i), "--name", fmt.Sprintf("node%d", i), "--cluster-key", key)
+		h := ns.startIn(t, i, fmt.Sprintf("host %d", i), append([]string{"daemon", "--join", "node1.dpvm.test:7071", "--listen", "[::]:7071",
+			"--advertise", fmt.Sprintf("node%d.dpvm.test:7071", i), "--name", fmt.Sprintf("node%d", i)}, c.host(fmt.Sprintf("node%d", i))...)...)
 		h.waitFor(listening, true)
 	}
-	vm := nsVM{t: t, ns: ns, master: "node1.dpvm.test:7071", key: key}
+	vm := nsVM{t: t, ns: ns, master: "node1.dpvm.test:7071", creds: c}
 	code, out, errOut := vm.run(2, "conf")
 	for _, want := range []string{"node1.dpvm.test:7071", "node2.dpvm.test:7071", "node3.dpvm.test:7071"} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -197,9 +191,10 @@ func TestDaemonsByNameOverIPv6(t *testing.T) {
 // nsVM is a virtual machine in network namespaces, for running dpvm
 // commands from any of them.
 type nsVM struct {
-	t           *testing.T
-	ns          *netns
-	master, key string
+	t      *testing.T
+	ns     *netns
+	master string
+	creds  *creds
 }
 
 // run runs a dpvm command from host namespace i against the master.
@@ -210,7 +205,7 @@ func (v nsVM) run(i int, args ...string) (int, string, string) {
 func (v nsVM) runAt(i int, master string, args ...string) (int, string, string) {
 	v.t.Helper()
 	// run's flags go before the program's name.
-	args = append([]string{args[0], "--master", master, "--cluster-key", v.key}, args[1:]...)
+	args = append(append([]string{args[0], "--master", master}, v.creds.client()...), args[1:]...)
 	p := v.ns.startIn(v.t, i, "dpvm "+strings.Join(args, " "), args...)
 	code := p.wait()
 	return code, p.out.String(), p.err.String()

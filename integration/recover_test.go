@@ -40,8 +40,8 @@ func TestMasterRecoveryOfProcesses(t *testing.T) {
 	_ = v.master.cmd.Process.Signal(syscall.SIGKILL)
 	v.master.wait()
 	// The hosts run on; a new master at the same address recovers them.
-	m2 := start(t, "recovered master", nil, "daemon", "--master", "--recover", "--listen", v.addr,
-		"--cluster-key", v.key, "--heartbeat", "100ms", "--dead-after", "1s", "--no-tasks")
+	m2 := start(t, "recovered master", nil, append([]string{"daemon", "--master", "--recover", "--listen", v.addr,
+		"--heartbeat", "100ms", "--dead-after", "1s", "--no-tasks"}, v.creds.master()...)...)
 	m2.waitFor(listening, true)
 	deadline = time.Now().Add(30 * time.Second)
 	for {

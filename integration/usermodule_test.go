@@ -138,27 +138,24 @@ func TestUserModule(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build of the user's module: %v\n%s", err, out)
 	}
-	key := filepath.Join(dir, "vm.key")
-	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-		t.Fatal(errOut)
-	}
-	common := []string{"--listen", "127.0.0.1:0", "--cluster-key", key}
-	master := startCmd(t, "master", exec.Command(bin, append([]string{"daemon", "--master"}, common...)...))
+	c := newCreds(t)
+	common := []string{"--listen", "127.0.0.1:0"}
+	master := startCmd(t, "master", exec.Command(bin, append(append([]string{"daemon", "--master"}, c.master()...), common...)...))
 	addr := master.waitFor(listening, true)[1]
-	host := startCmd(t, "host", exec.Command(bin, append([]string{"daemon", "--join", addr, "--name", "node2"}, common...)...))
+	host := startCmd(t, "host", exec.Command(bin, append(append([]string{"daemon", "--join", addr, "--name", "node2"}, c.host("node2")...), common...)...))
 	host.waitFor(listening, true)
 
-	run := startCmd(t, "mysolver run", exec.Command(bin, "run", "--master", addr, "--cluster-key", key, "sumsq", "-n", "6"))
+	run := startCmd(t, "mysolver run", exec.Command(bin, append(append([]string{"run", "--master", addr}, c.client()...), "sumsq", "-n", "6")...))
 	if code := run.wait(); code != 0 || !strings.Contains(run.out.String(), "sumsq: 91") ||
 		!regexp.MustCompile(`worker \d on node2`).MatchString(run.out.String()) {
 		t.Fatalf("the user's program on its own binary: %d\n%s\n%s", code, run.out.String(), run.err.String())
 	}
 	// The stock binary knows other task types: it may not join.
-	stock := start(t, "stock dpvm", nil, append([]string{"daemon", "--join", addr, "--name", "node3"}, common...)...)
+	stock := start(t, "stock dpvm", nil, append(append([]string{"daemon", "--join", addr, "--name", "node3"}, c.host("node3")...), common...)...)
 	if code := stock.wait(); code == 0 || !strings.Contains(stock.err.String(), "another build") {
 		t.Fatalf("a daemon of another build joined: %d\n%s", code, stock.err.String())
 	}
-	halt := startCmd(t, "halt", exec.Command(bin, "halt", "--master", addr, "--cluster-key", key))
+	halt := startCmd(t, "halt", exec.Command(bin, append([]string{"halt", "--master", addr}, c.client()...)...))
 	if code := halt.wait(); code != 0 {
 		t.Fatalf("halt: %s", halt.err.String())
 	}

@@ -171,37 +171,35 @@ type vm struct {
 	master *proc
 	hosts  []*proc
 	addr   string
-	env    []string // DPVM_MASTER and DPVM_CLUSTER_KEY
-	key    string
+	env    []string // DPVM_MASTER and DPVM_CREDENTIAL
+	creds  *creds
 }
 
 // startVM starts a master and hosts host daemons, each given the extra
 // daemon flags too.
 func startVM(t *testing.T, hosts int, extra ...string) *vm {
 	t.Helper()
-	return startVMWithKey(t, hosts, "", extra...)
+	return startVMWith(t, hosts, nil, extra...)
 }
 
-// startVMWithKey is startVM with the cluster key in the file key (a new
-// one when key is empty).
-func startVMWithKey(t *testing.T, hosts int, key string, extra ...string) *vm {
+// startVMWith is startVM under the credentials c (new ones when nil). Its
+// hosts are named h2, h3, …
+func startVMWith(t *testing.T, hosts int, c *creds, extra ...string) *vm {
 	t.Helper()
-	if key == "" {
-		key = filepath.Join(t.TempDir(), "vm.key")
-		if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
-			t.Fatalf("keygen: %d %s", code, errOut)
-		}
+	if c == nil {
+		c = newCreds(t)
 	}
-	v := &vm{key: key}
-	common := append([]string{"--cluster-key", key, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}, extra...)
-	v.master = start(t, "master", nil, append([]string{"daemon", "--master"}, common...)...)
+	v := &vm{creds: c}
+	common := append([]string{"--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}, extra...)
+	v.master = start(t, "master", nil, append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
 	v.addr = v.master.waitFor(listening, true)[1]
 	for i := range hosts {
-		h := start(t, fmt.Sprintf("host %d", i+2), nil, append([]string{"daemon", "--join", v.addr}, common...)...)
+		name := fmt.Sprintf("h%d", i+2)
+		h := start(t, fmt.Sprintf("host %d", i+2), nil, append(append([]string{"daemon", "--join", v.addr}, c.host(name)...), common...)...)
 		h.waitFor(listening, true)
 		v.hosts = append(v.hosts, h)
 	}
-	v.env = []string{"DPVM_MASTER=" + v.addr, "DPVM_CLUSTER_KEY=" + key}
+	v.env = []string{"DPVM_MASTER=" + v.addr, c.env()}
 	return v
 }
 
@@ -214,7 +212,7 @@ type hostJSON struct {
 // TestVMOfProcesses starts a master and three host daemons as separate
 // processes, runs every example across them, kills a host with SIGKILL in
 // the middle of a program and checks notify tells the program and the
-// machine goes on, refuses clients without the cluster key, and halts.
+// machine goes on, refuses clients without a credential of the cluster CA, and halts.
 func TestVMOfProcesses(t *testing.T) {
 	v := startVM(t, 3)
 
@@ -296,19 +294,18 @@ func TestVMOfProcesses(t *testing.T) {
 		t.Fatalf("run after the loss: %d\n%s\n%s", code, out, errOut)
 	}
 
-	// Without the cluster key: refused.
-	other := filepath.Join(t.TempDir(), "other.key")
-	dpvm(t, nil, "keygen", "--out", other)
-	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, "DPVM_CLUSTER_KEY=" + other}, "conf", "--timeout", "5s")
+	// Without a credential of the cluster's CA: refused.
+	other := newCreds(t, "h9")
+	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, other.env()}, "conf", "--timeout", "5s")
 	if code == 0 {
 		t.Fatal("a client with another key listed the hosts")
 	}
-	stranger := start(t, "stranger", nil, "daemon", "--join", v.addr, "--listen", "127.0.0.1:0", "--cluster-key", other)
+	stranger := start(t, "stranger", nil, append([]string{"daemon", "--join", v.addr, "--listen", "127.0.0.1:0"}, other.host("h9")...)...)
 	if code := stranger.wait(); code == 0 {
 		t.Fatal("a daemon with another key joined")
 	}
-	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, "DPVM_CLUSTER_KEY="}, "conf")
-	if code == 0 || !strings.Contains(errOut, "no cluster key") {
+	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, "DPVM_CREDENTIAL="}, "conf")
+	if code == 0 || !strings.Contains(errOut, "no credential") {
 		t.Fatalf("no key: %d %s", code, errOut)
 	}
 

@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
-	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // Job checkpoint flags shared by run and restart.
@@ -95,7 +94,7 @@ func restartCommand() *cli.Command {
 			"over. Every task keeps its identity and goes back to its host if that host is still\n" +
 			"in the virtual machine. The job's output follows, as with 'dpvm run --master', and the\n" +
 			"command exits with the root task's status.",
-		Flags: []cli.Flag{masterAddrFlag, clusterKeyFlag, checkpointEveryFlag, keepFlag},
+		Flags: []cli.Flag{masterAddrFlag, credentialFlag, legacyKeyFlag, checkpointEveryFlag, keepFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit(fmt.Sprintf("restart: give one directory, got %d arguments", c.NArg()), 2)
@@ -107,7 +106,7 @@ func restartCommand() *cli.Command {
 			if c.String("master") == "" {
 				return cli.Exit("restart: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 			}
-			key, err := pki.Load(c.String("cluster-key"))
+			key, err := loadCredential(c)
 			if err != nil {
 				return cli.Exit("restart: "+err.Error(), 2)
 			}

@@ -41,7 +41,7 @@ func consoleCommand() *cli.Command {
 			"same flags as the one-shot commands ('help' lists them). On a terminal it edits\n" +
 			"lines and keeps a history (up/down arrows); otherwise it reads a script from\n" +
 			"standard input without a prompt and exits with status 1 if a command failed:\n" +
-			"  echo 'ps -a' | dpvm console --master 127.0.0.1:7070 --cluster-key vm.key\n" +
+			"  echo 'ps -a' | dpvm console --master 127.0.0.1:7070 --credential admin.pem\n" +
 			"quit, exit or the end of input leaves; halt stops the virtual machine and leaves.",
 		Flags: vmFlags(&cli.StringFlag{
 			Name:    "history",
@@ -61,7 +61,7 @@ func consoleAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("console: unexpected argument %q: commands are read from standard input", c.Args().First()), 2)
 	}
-	key, err := pki.Load(c.String("cluster-key"))
+	key, err := loadCredential(c)
 	if err != nil {
 		return cli.Exit("console: "+err.Error(), 2)
 	}
@@ -104,7 +104,7 @@ func consoleAction(c *cli.Context) error {
 // connection to its master, made anew when it is lost.
 type console struct {
 	addr    string
-	key     *pki.ClusterKey
+	key     *pki.Credential
 	timeout time.Duration // per command
 	out     io.Writer     // command output
 	errOut  io.Writer     // errors and notices

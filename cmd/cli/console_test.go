@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -40,7 +41,7 @@ func (s *syncBuffer) String() string {
 }
 
 // startVM starts an embedded virtual machine of n daemons on loopback and
-// writes its cluster key to a file, returned with it.
+// writes its admin credential to a file, returned with it.
 func startVM(t *testing.T, n int) (*daemon.LocalVM, string, *syncBuffer) {
 	t.Helper()
 	out := &syncBuffer{}
@@ -50,7 +51,7 @@ func startVM(t *testing.T, n int) (*daemon.LocalVM, string, *syncBuffer) {
 	}
 	t.Cleanup(func() { vm.Halt(5 * time.Second) })
 	keyFile := filepath.Join(t.TempDir(), "vm.key")
-	if err := vm.Key.WriteFile(keyFile); err != nil {
+	if err := pki.WriteCredential(keyFile, vm.Cluster.Admin); err != nil {
 		t.Fatal(err)
 	}
 	return vm, keyFile, out
@@ -66,7 +67,7 @@ type testConsole struct {
 func newTestConsole(t *testing.T, vm *daemon.LocalVM) *testConsole {
 	t.Helper()
 	tc := &testConsole{t: t}
-	tc.con = &console{addr: vm.Master().Addr(), key: vm.Key, timeout: 10 * time.Second, out: &tc.out, errOut: &tc.errOut}
+	tc.con = &console{addr: vm.Master().Addr(), key: vm.Cluster.Admin, timeout: 10 * time.Second, out: &tc.out, errOut: &tc.errOut}
 	if err := tc.con.connect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestConsoleCommandScript(t *testing.T) {
 	// A script with errors: each gives one line, the rest runs, quit
 	// leaves and the status says something failed.
 	script := "conf\nnosuch thing\n\n# a comment\nps --bogus\nps -a\nquit\nconf\n"
-	status, out, errOut := dpvmStdin(t, script, "console", "--master", addr, "--cluster-key", keyFile)
+	status, out, errOut := dpvmStdin(t, script, "console", "--master", addr, "--credential", keyFile)
 	if status != 1 || strings.Count(out, "ID  NAME") != 1 || !strings.Contains(out, "TID  ") {
 		t.Fatalf("status %d\nstdout:\n%s\nstderr:\n%s", status, out, errOut)
 	}
@@ -418,7 +419,7 @@ func TestConsoleCommandScript(t *testing.T) {
 	// Flags after the command, the environment naming the VM, a last line
 	// without its newline.
 	t.Setenv("DPVM_MASTER", addr)
-	t.Setenv("DPVM_CLUSTER_KEY", keyFile)
+	t.Setenv("DPVM_CREDENTIAL", keyFile)
 	status, out, errOut = dpvmStdin(t, "spawn hello -- -n 2\r\nconf --json", "console", "--timeout", "20s")
 	var hs []daemon.HostInfo
 	if status != 0 || errOut != "" || len(out) == 0 {
@@ -443,14 +444,14 @@ func TestConsoleCommandScript(t *testing.T) {
 func TestConsoleCommandErrors(t *testing.T) {
 	keyFile := filepath.Join(t.TempDir(), "none.key")
 	t.Setenv("DPVM_MASTER", "")
-	t.Setenv("DPVM_CLUSTER_KEY", "")
+	t.Setenv("DPVM_CREDENTIAL", "")
 	cases := []struct {
 		args []string
 		want string
 		code int
 	}{
 		{[]string{"console"}, "dpvm: console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2},
-		{[]string{"console", "--master", "127.0.0.1:1", "--cluster-key", keyFile}, "dpvm: console: ", 2},
+		{[]string{"console", "--master", "127.0.0.1:1", "--credential", keyFile}, "dpvm: console: ", 2},
 		{[]string{"console", "--master", "127.0.0.1:1", "ps"}, `dpvm: console: unexpected argument "ps": commands are read from standard input`, 2},
 		{[]string{"console", "--bogus"}, "dpvm: flag provided but not defined: -bogus (see 'dpvm console --help')", 2},
 	}
@@ -466,7 +467,7 @@ func TestConsoleCommandErrors(t *testing.T) {
 // actions with the console.
 func TestControlCommands(t *testing.T) {
 	vm, keyFile, _ := startVM(t, 2)
-	vmArgs := []string{"--master", vm.Master().Addr(), "--cluster-key", keyFile}
+	vmArgs := []string{"--master", vm.Master().Addr(), "--credential", keyFile}
 	cmd := func(args ...string) (int, string, string) {
 		return dpvm(t, append(args, vmArgs...)...)
 	}
@@ -687,7 +688,7 @@ func BenchmarkConsoleCommand(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer vm.Halt(5 * time.Second)
-	con := &console{addr: vm.Master().Addr(), key: vm.Key, timeout: 10 * time.Second, out: io.Discard, errOut: io.Discard}
+	con := &console{addr: vm.Master().Addr(), key: vm.Cluster.Admin, timeout: 10 * time.Second, out: io.Discard, errOut: io.Discard}
 	if err := con.connect(context.Background()); err != nil {
 		b.Fatal(err)
 	}

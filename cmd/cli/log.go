@@ -14,6 +14,12 @@ var logLevelFlag = &cli.StringFlag{
 	EnvVars: []string{"DPVM_LOG"},
 }
 
+// auditLogger returns the logger of a daemon's audit lines: standard
+// error, whatever --log-level says.
+func auditLogger(c *cli.Context) *slog.Logger {
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
 // loggerFrom returns a logger writing to the app's error stream at the
 // level --log-level names.
 func loggerFrom(c *cli.Context) *slog.Logger {

@@ -61,6 +61,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			runCommand(),
 			daemonCommand(),
 			keygenCommand(),
+			certCommand(),
 			confCommand(),
 			psCommand(),
 			spawnCommand(),

@@ -37,7 +37,7 @@ func npbCommand() *cli.Command {
 				&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of hosts of the embedded virtual machine"},
 				&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 				&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address (DPVM_MASTER is not read: the embedded machine is the default)"},
-				clusterKeyFlag,
+				credentialFlag, legacyKeyFlag,
 				&cli.StringFlag{Name: "shared-dir", Usage: "shared directory of the embedded machine, for job checkpoints (default: a temporary one)"},
 				checkpointEveryFlag,
 				keepFlag,
@@ -88,8 +88,8 @@ func npbAction(c *cli.Context, kernel string) error {
 	}
 	var rep *npb.Report
 	if addr := c.String("master"); addr != "" {
-		var key *pki.ClusterKey
-		if key, err = pki.Load(c.String("cluster-key")); err != nil {
+		var key *pki.Credential
+		if key, err = loadCredential(c); err != nil {
 			return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)
 		}
 		var cl *daemon.Client

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,11 +78,11 @@ func TestNPBOnRunningVM(t *testing.T) {
 	}
 	defer vm.Halt(10 * time.Second)
 	key := filepath.Join(t.TempDir(), "vm.key")
-	if err := vm.Key.WriteFile(key); err != nil {
+	if err := pki.WriteCredential(key, vm.Cluster.Admin); err != nil {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if st := Run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "4", "--json", "--master", vm.Master().Addr(), "--cluster-key", key}, &out, &errb); st != 0 {
+	if st := Run([]string{"dpvm", "npb", "is", "--class", "S", "--np", "4", "--json", "--master", vm.Master().Addr(), "--credential", key}, &out, &errb); st != 0 {
 		t.Fatalf("status %d: %s", st, errb.String())
 	}
 	rep, err := npb.ParseReport(out.Bytes())

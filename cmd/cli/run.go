@@ -14,7 +14,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
-	"github.com/dpvm/dpvm/daemon/pki"
 	_ "github.com/dpvm/dpvm/examples" // registers the example programs
 	"github.com/dpvm/dpvm/task"
 )
@@ -35,7 +34,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
 			checkpointEveryFlag,
 			keepFlag,
-			clusterKeyFlag,
+			credentialFlag, legacyKeyFlag,
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
@@ -137,7 +136,7 @@ func exitFor(what string, err error) error {
 // runRemote runs root as a job on the virtual machine named by --master,
 // printing its output as it comes.
 func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer) error {
-	key, err := pki.Load(c.String("cluster-key"))
+	key, err := loadCredential(c)
 	if err != nil {
 		return err
 	}

@@ -25,35 +25,21 @@ import (
 // Flags shared by the commands that talk to a running virtual machine.
 var (
 	masterAddrFlag = &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
-	clusterKeyFlag = &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
-	jsonFlag       = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
+	credentialFlag = &cli.StringFlag{Name: "credential", Usage: "credential file: a certificate issued under the cluster CA and its key ('dpvm keygen', 'dpvm cert')", EnvVars: []string{"DPVM_CREDENTIAL"}}
+	// legacyKeyFlag is the flag older releases took a cluster key file
+	// with: it is refused with the command that moves to credentials.
+	legacyKeyFlag = &cli.StringFlag{Name: "cluster-key", Hidden: true, EnvVars: []string{"DPVM_CLUSTER_KEY"}}
+	jsonFlag      = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
 )
-
-func keygenCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "keygen",
-		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (mode 0600; never overwritten)"}},
-		Action: func(c *cli.Context) error {
-			k, err := pki.Generate(time.Now())
-			if err != nil {
-				return err
-			}
-			if err := k.WriteFile(c.String("out")); err != nil {
-				return cli.Exit(fmt.Sprintf("keygen: %v", err), 1)
-			}
-			fmt.Fprintf(c.App.Writer, "wrote cluster key %s; give it to every daemon and client (--cluster-key or DPVM_CLUSTER_KEY)\n", c.String("out"))
-			return nil
-		},
-	}
-}
 
 func daemonCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "daemon",
 		Usage: "run a daemon: the master of a new virtual machine (--master) or a host joining one (--join)",
-		Description: "Start the master:  dpvm daemon --master --listen 0.0.0.0:7070 --cluster-key vm.key\n" +
-			"Join it:           dpvm daemon --join master.example:7070 --listen 0.0.0.0:7070 --name node2 --cluster-key vm.key\n" +
+		Description: "Start the master:  dpvm daemon --master --listen 0.0.0.0:7070 --credential creds/master.pem --secret creds/secret.pem\n" +
+			"Join it:           dpvm daemon --join master.example:7070 --listen 0.0.0.0:7070 --credential node2.pem\n" +
+			"(credentials from 'dpvm keygen --out creds' and 'dpvm cert host --ca creds/ca.pem --name node2 --out node2.pem';\n" +
+			"a daemon's name is its certificate's; a host is handed the cluster secret by the master when it joins)\n" +
 			"The daemon runs until the virtual machine is halted ('dpvm halt'), it is deleted, it loses\n" +
 			"the master, or it gets SIGINT/SIGTERM. Tasks' output is printed by the master.",
 		Flags: []cli.Flag{
@@ -61,8 +47,9 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on (0.0.0.0:7070 or [::]:7070: every address of the machine)"},
 			&cli.StringFlag{Name: "advertise", Usage: "HOST:PORT the other daemons dial to reach this one (default: a host is reached at the address its master sees it come from, the master at the address its hosts join it by)"},
-			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
-			clusterKeyFlag,
+			&cli.StringFlag{Name: "name", Usage: "host name (default: the credential's; must agree with it)"},
+			credentialFlag, legacyKeyFlag,
+			&cli.StringFlag{Name: "secret", Usage: "cluster secret file (from 'dpvm keygen'): required by the master; a host gets the master's when it joins", EnvVars: []string{"DPVM_SECRET"}},
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
@@ -87,9 +74,15 @@ func daemonCommand() *cli.Command {
 			if c.Bool("master") == (c.String("join") != "") {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
 			}
-			key, err := pki.Load(c.String("cluster-key"))
+			key, err := loadCredential(c)
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			var ring *pki.Keyring
+			if f := c.String("secret"); f != "" {
+				if ring, err = pki.LoadKeyring(f); err != nil {
+					return cli.Exit("daemon: "+err.Error(), 2)
+				}
 			}
 			placer, err := daemon.NewPlacer(c.String("placement"), c.Uint64("seed"))
 			if err != nil {
@@ -126,7 +119,7 @@ func daemonCommand() *cli.Command {
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
-				Key: key, Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
+				Credential: key, Secret: ring, Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
@@ -135,7 +128,7 @@ func daemonCommand() *cli.Command {
 				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),
 				Emulate: c.Bool("emulate"), Throttle: speed.Throttle,
 				Sched:  daemon.SchedConfig{Period: c.Duration("sched-period"), Via: via},
-				Output: masterOutput(c), Logger: loggerFrom(c),
+				Output: masterOutput(c), Logger: loggerFrom(c), AuditLogger: auditLogger(c),
 			})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
@@ -178,14 +171,14 @@ func masterOutput(c *cli.Context) io.Writer {
 	return nil
 }
 
-// connect dials the master named by --master with the key named by
-// --cluster-key.
+// connect dials the master named by --master with the credential named
+// by --credential.
 func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFunc, error) {
 	addr := c.String("master")
 	if addr == "" {
 		return nil, nil, nil, cli.Exit(c.Command.Name+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
-	key, err := pki.Load(c.String("cluster-key"))
+	key, err := loadCredential(c)
 	if err != nil {
 		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 2)
 	}
@@ -201,7 +194,7 @@ func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFun
 var timeoutFlag = &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
 
 func vmFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{masterAddrFlag, clusterKeyFlag, timeoutFlag}, extra...)
+	return append([]cli.Flag{masterAddrFlag, credentialFlag, legacyKeyFlag, timeoutFlag}, extra...)
 }
 
 // withClient runs f with a connection to the virtual machine, turning its

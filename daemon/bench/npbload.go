@@ -697,7 +697,7 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 	}
 	defer vm.Halt(10 * time.Second)
 	m := vm.Master()
-	cl, err := daemon.Dial(ctx, m.Addr(), vm.Key)
+	cl, err := daemon.Dial(ctx, m.Addr(), vm.Cluster.Admin)
 	if err != nil {
 		return r, err
 	}

@@ -66,15 +66,15 @@ type QUICPair struct {
 
 // StartQUIC starts the echo server and connects to it.
 func StartQUIC(ctx context.Context) (*QUICPair, error) {
-	key, err := pki.Generate(time.Now())
+	key, err := pki.NewCA(time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	srvID, err := key.Issue(pki.RoleDaemon, "echo", time.Now())
+	srvID, err := key.IssueHost("echo", false, time.Now(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	cliID, err := key.Issue(pki.RoleDaemon, "pinger", time.Now())
+	cliID, err := key.IssueHost("pinger", false, time.Now(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

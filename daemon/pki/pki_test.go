@@ -1,6 +1,9 @@
 package pki
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,72 +11,183 @@ import (
 	"time"
 )
 
-func TestKeyFileRoundTrip(t *testing.T) {
-	k, err := Generate(time.Now())
+func TestClusterFiles(t *testing.T) {
+	now := time.Now()
+	cl, err := NewCluster(now, "m", "root")
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "cluster.key")
-	if err := k.WriteFile(path); err != nil {
+	dir := filepath.Join(t.TempDir(), "creds")
+	if err := cl.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("key file mode %v, %v", fi.Mode(), err)
+	for _, f := range []string{CAFile, SecretFile, MasterFile, AdminFile} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: mode %v, %v", f, fi.Mode(), err)
+		}
 	}
-	if err := k.WriteFile(path); err == nil {
-		t.Fatal("overwrote an existing key file")
+	if err := cl.WriteDir(dir); err == nil {
+		t.Fatal("overwrote existing credentials")
 	}
-	k2, err := Load(path)
+	m, err := LoadCredential(filepath.Join(dir, MasterFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !k2.cert.Equal(k.cert) {
-		t.Fatal("loaded a different certificate")
+	if m.Role != RoleDaemon || m.Name != "m" || !m.Master || m.Serial != cl.Master.Serial {
+		t.Fatalf("master credential names %+v", m.Peer)
 	}
-	if _, err := Load(""); !errors.Is(err, ErrNoKey) {
-		t.Errorf("Load(\"\") = %v", err)
+	a, err := LoadCredential(filepath.Join(dir, AdminFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Role != RoleAdmin || a.Name != "root" || a.Master {
+		t.Fatalf("admin credential names %+v", a.Peer)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, MasterFile))
+	if bytes.Contains(b, mustPEM(t, cl.CA)[bytes.Index(mustPEM(t, cl.CA), []byte("-----BEGIN EC")):]) {
+		t.Fatal("a credential file holds the CA's key")
+	}
+	ca, err := LoadCA(filepath.Join(dir, CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ca.IssueHost("node2", false, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.VerifyChain(h.Chain(), now)
+	if err != nil || p.Name != "node2" || p.Role != RoleDaemon || p.Master {
+		t.Fatalf("verify a host's chain: %+v, %v", p, err)
+	}
+	if _, err := m.VerifyChain(h.Chain(), now.Add(2*time.Hour)); err == nil {
+		t.Fatal("an expired certificate verified")
+	}
+	ring, err := LoadKeyring(filepath.Join(dir, SecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ring.Key("x"), cl.Secret.Key("x")) {
+		t.Fatal("the secret file gives another key")
+	}
+	if _, err := LoadCredential(""); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("LoadCredential(\"\") = %v", err)
 	}
 }
 
-func TestParseRejects(t *testing.T) {
-	k1, _ := Generate(time.Now())
-	k2, _ := Generate(time.Now())
-	p1, _ := k1.PEM()
-	p2, _ := k2.PEM()
-	// Certificate of one key with the private key of another.
-	mixed := append(append([]byte{}, p1[:len(p1)/2]...), p2[len(p2)/2:]...)
+func mustPEM(t *testing.T, ca *CA) []byte {
+	t.Helper()
+	b, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseCredentialRejects(t *testing.T) {
+	now := time.Now()
+	ca1, _ := NewCA(now)
+	ca2, _ := NewCA(now)
+	c1, _ := ca1.IssueUser("alice", RoleUser, now, 0)
+	c2, _ := ca2.IssueUser("bob", RoleUser, now, 0)
+	p1, _ := c1.PEM()
+	p2, _ := c2.PEM()
+	// The certificates of one credential with the key of another.
+	mixed := append(append([]byte{}, p1[:bytes.Index(p1, []byte("-----BEGIN EC"))]...), p2[bytes.Index(p2, []byte("-----BEGIN EC")):]...)
 	for name, b := range map[string][]byte{
 		"empty":     nil,
-		"garbage":   []byte("not a key"),
+		"garbage":   []byte("not a credential"),
 		"mixed":     mixed,
 		"truncated": p1[:len(p1)-40],
 	} {
-		if _, err := Parse(b); !errors.Is(err, ErrBadKey) {
-			t.Errorf("%s: %v, want ErrBadKey", name, err)
+		if _, err := ParseCredential(b); !errors.Is(err, ErrBadCredential) {
+			t.Errorf("%s: %v, want ErrBadCredential", name, err)
 		}
 	}
-	id, err := k1.Issue(RoleDaemon, "h3", time.Now())
-	if err != nil {
-		t.Fatal(err)
+	if _, err := ParseCredential(mustPEM(t, ca1)); !errors.Is(err, ErrLegacyKey) {
+		t.Errorf("a CA file as a credential: %v, want ErrLegacyKey", err)
 	}
-	leaf := id.cert.Certificate[0]
-	_ = leaf
+	if _, err := ca1.IssueUser("carol", RoleDaemon, now, 0); err == nil {
+		t.Error("issued a user certificate with the daemon role")
+	}
+	for _, bad := range []string{"", "a b", "x/y", string(make([]byte, MaxName+1))} {
+		if _, err := ca1.IssueHost(bad, false, now, 0); err == nil {
+			t.Errorf("issued a certificate named %q", bad)
+		}
+	}
+	// Another CA's certificate does not verify.
+	if _, err := c1.VerifyChain(c2.Chain(), now); err == nil {
+		t.Error("a chain of another CA verified")
+	}
 }
 
-func TestSecret(t *testing.T) {
-	k1, _ := Generate(time.Now())
-	k2, _ := Generate(time.Now())
-	p1, _ := k1.PEM()
-	k1b, err := Parse(p1)
+func TestKeyringRotate(t *testing.T) {
+	r1, err := NewKeyring()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := k1.Secret("checkpoint-mac"), k1b.Secret("checkpoint-mac")
-	if len(a) != 32 || string(a) != string(b) {
-		t.Fatal("the same key derived different secrets")
+	r2, err := r1.Rotate()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if string(a) == string(k1.Secret("other")) || string(a) == string(k2.Secret("checkpoint-mac")) {
-		t.Fatal("secrets do not depend on the label and the key")
+	if bytes.Equal(r1.Key("l"), r2.Key("l")) {
+		t.Fatal("rotation kept the current key")
+	}
+	ks := r2.Keys("l")
+	if len(ks) != 2 || !bytes.Equal(ks[1].Key, r1.Key("l")) || ks[1].ID != r1.IDs()[0] {
+		t.Fatalf("rotated keyring %v does not keep the old key second", r2.IDs())
+	}
+	if bytes.Equal(r2.Key("a"), r2.Key("b")) {
+		t.Fatal("labels do not separate keys")
+	}
+	back, err := ParseKeyring(r2.PEM())
+	if err != nil || !bytes.Equal(back.Key("l"), r2.Key("l")) || len(back.IDs()) != 2 {
+		t.Fatalf("round trip: %v", err)
+	}
+	bad := r2.Secrets()
+	bad[0].Key[0] ^= 1
+	if _, err := KeyringOf(bad); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a key not matching its ID: %v", err)
+	}
+	if _, err := KeyringOf(nil); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("an empty keyring: %v", err)
+	}
+	many := make([]Secret, MaxSecrets+1)
+	if _, err := KeyringOf(many); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("too many keys: %v", err)
+	}
+}
+
+// TestUpgradeKeepsOldKey: a keyring upgraded from an older cluster key
+// derives, under its second key, what older daemons derived from the CA's
+// private key, so their checkpoints still verify.
+func TestUpgradeKeepsOldKey(t *testing.T) {
+	old, err := NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPEM := mustPEM(t, old)
+	cl, err := UpgradeCluster(oldPEM, time.Now(), "master", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an older daemon computed: HMAC-SHA256 keyed with D's bytes.
+	//lint:ignore SA1019 the old derivation is what this test checks against
+	scalar := old.key.D.Bytes()
+	m := hmac.New(sha256.New, scalar)
+	m.Write([]byte("dpvm secret: checkpoint-mac"))
+	want := m.Sum(nil)
+	ks := cl.Secret.Keys("checkpoint-mac")
+	if len(ks) != 2 || !bytes.Equal(ks[1].Key, want) {
+		t.Fatal("the upgraded secret does not keep the old checkpoint key")
+	}
+	if bytes.Equal(ks[0].Key, want) {
+		t.Fatal("the upgraded secret's current key is the old one")
+	}
+	if bytes.Equal(cl.CA.Certificate().Raw, old.Certificate().Raw) {
+		t.Fatal("the upgrade kept the old CA")
+	}
+	if _, _, err := Upgrade([]byte("junk"), time.Now()); err == nil {
+		t.Fatal("upgraded junk")
 	}
 }

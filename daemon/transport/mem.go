@@ -13,7 +13,7 @@ import (
 
 // Mem is an in-memory network for deterministic tests of the daemon
 // (DESIGN §2): endpoints with addresses "mem:N", connections and streams
-// made of buffers, authentication under the cluster key as over QUIC, and
+// made of buffers, authentication under the cluster CA as over QUIC, and
 // faults injected by a Shaper — delay, loss and reordering of the units a
 // stream carries, and broken connections.
 //
@@ -84,16 +84,16 @@ func NewMem(shaper Shaper, frame func(b []byte) int) *Mem {
 
 // Listen makes an endpoint that accepts connections. An address ending in
 // ":0" (or empty) gets a fresh "mem:N"; any other is used as given.
-func (m *Mem) Listen(addr string, id *pki.Identity, _ Config) (Endpoint, error) {
+func (m *Mem) Listen(addr string, id *pki.Credential, _ Config) (Endpoint, error) {
 	return m.endpoint(addr, id, true)
 }
 
 // Dialer makes an endpoint that only dials.
-func (m *Mem) Dialer(_ string, id *pki.Identity, _ Config) (Endpoint, error) {
+func (m *Mem) Dialer(_ string, id *pki.Credential, _ Config) (Endpoint, error) {
 	return m.endpoint("", id, false)
 }
 
-func (m *Mem) endpoint(addr string, id *pki.Identity, listen bool) (*memEndpoint, error) {
+func (m *Mem) endpoint(addr string, id *pki.Credential, listen bool) (*memEndpoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if addr == "" || len(addr) >= 2 && addr[len(addr)-2:] == ":0" {
@@ -112,7 +112,7 @@ func (m *Mem) endpoint(addr string, id *pki.Identity, listen bool) (*memEndpoint
 type memEndpoint struct {
 	net    *Mem
 	addr   string
-	id     *pki.Identity
+	id     *pki.Credential
 	listen bool
 	accept chan *memConn
 	closed chan struct{}

@@ -18,7 +18,7 @@ func (b byIndex) Shape(u Unit) Decision { return b[u.Index] }
 
 func memPair(t *testing.T, sh Shaper) (Stream, Stream, Conn, Conn) {
 	t.Helper()
-	k, err := pki.Generate(time.Now())
+	k, err := pki.NewCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestMemFramesAndRaw(t *testing.T) {
 		}
 		return 1 + int(b[0])
 	})
-	k, _ := pki.Generate(time.Now())
+	k, _ := pki.NewCA(time.Now())
 	l, _ := m.Listen("", identity(t, k, pki.RoleDaemon, "a"), Config{})
 	d, _ := m.Dialer("", identity(t, k, pki.RoleDaemon, "b"), Config{})
 	ctx := context.Background()
@@ -141,7 +141,7 @@ func TestMemCutAndAbort(t *testing.T) {
 	}
 
 	// A crashed endpoint: its side ends, the other hears silence.
-	k, _ := pki.Generate(time.Now())
+	k, _ := pki.NewCA(time.Now())
 	m := NewMem(nil, nil)
 	l, _ := m.Listen("", identity(t, k, pki.RoleDaemon, "a"), Config{})
 	d, _ := m.Dialer("", identity(t, k, pki.RoleDaemon, "b"), Config{})
@@ -176,8 +176,8 @@ func TestMemCutAndAbort(t *testing.T) {
 }
 
 func TestMemRefusesStrangers(t *testing.T) {
-	k1, _ := pki.Generate(time.Now())
-	k2, _ := pki.Generate(time.Now())
+	k1, _ := pki.NewCA(time.Now())
+	k2, _ := pki.NewCA(time.Now())
 	m := NewMem(nil, nil)
 	l, _ := m.Listen("", identity(t, k1, pki.RoleDaemon, "a"), Config{})
 	d, _ := m.Dialer("", identity(t, k2, pki.RoleDaemon, "stranger"), Config{})

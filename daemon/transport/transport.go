@@ -1,5 +1,5 @@
 // Package transport carries bytes between dpvm daemons and clients. Every
-// connection is QUIC with mutual TLS under the cluster key (package pki):
+// connection is QUIC with mutual TLS under the cluster CA (package pki):
 // one connection per pair of endpoints, multiplexing long-lived streams.
 //
 // The daemon sees connections through the small Conn and Stream
@@ -63,22 +63,22 @@ type Endpoint interface {
 // real one; Mem is an in-memory network for deterministic tests.
 type Network interface {
 	// Listen makes an endpoint that accepts connections at addr.
-	Listen(addr string, id *pki.Identity, cfg Config) (Endpoint, error)
+	Listen(addr string, id *pki.Credential, cfg Config) (Endpoint, error)
 	// Dialer makes an endpoint that only dials, suited to reaching peer.
-	Dialer(peer string, id *pki.Identity, cfg Config) (Endpoint, error)
+	Dialer(peer string, id *pki.Credential, cfg Config) (Endpoint, error)
 }
 
 // QUICNetwork is the real network: QUIC over UDP.
 type QUICNetwork struct{}
 
 // Listen opens a listening QUIC endpoint on addr.
-func (QUICNetwork) Listen(addr string, id *pki.Identity, cfg Config) (Endpoint, error) {
+func (QUICNetwork) Listen(addr string, id *pki.Credential, cfg Config) (Endpoint, error) {
 	return Listen(addr, id, cfg)
 }
 
 // Dialer opens a dialing-only QUIC endpoint on a local address suited to
 // reaching peer.
-func (QUICNetwork) Dialer(peer string, id *pki.Identity, cfg Config) (Endpoint, error) {
+func (QUICNetwork) Dialer(peer string, id *pki.Credential, cfg Config) (Endpoint, error) {
 	return Dialer(LocalFor(peer), id, cfg)
 }
 
@@ -128,13 +128,13 @@ type QUIC struct {
 	udp  *net.UDPConn
 	tr   *quic.Transport
 	ln   *quic.Listener
-	id   *pki.Identity
+	id   *pki.Credential
 	conf *quic.Config
 }
 
 // Listen opens a UDP socket on addr ("127.0.0.1:0" for any port) and
-// accepts connections from holders of the cluster key.
-func Listen(addr string, id *pki.Identity, cfg Config) (*QUIC, error) {
+// accepts connections from holders of certificates of the cluster CA.
+func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	q, err := open(addr, id, cfg)
 	if err != nil {
 		return nil, err
@@ -149,7 +149,7 @@ func Listen(addr string, id *pki.Identity, cfg Config) (*QUIC, error) {
 
 // Dialer opens a UDP socket on local for dialing only (clients). LocalFor
 // picks a suitable local address for reaching a given peer.
-func Dialer(local string, id *pki.Identity, cfg Config) (*QUIC, error) {
+func Dialer(local string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	return open(local, id, cfg)
 }
 
@@ -170,7 +170,7 @@ func LocalFor(peer string) string {
 	return ":0"
 }
 
-func open(addr string, id *pki.Identity, cfg Config) (*QUIC, error) {
+func open(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("address %q: %w", addr, err)

@@ -9,9 +9,15 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 )
 
-func identity(t *testing.T, k *pki.ClusterKey, role pki.Role, name string) *pki.Identity {
+func identity(t *testing.T, k *pki.CA, role pki.Role, name string) *pki.Credential {
 	t.Helper()
-	id, err := k.Issue(role, name, time.Now())
+	var id *pki.Credential
+	var err error
+	if role == pki.RoleDaemon {
+		id, err = k.IssueHost(name, false, time.Now(), 0)
+	} else {
+		id, err = k.IssueUser(name, role, time.Now(), 0)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,8 +27,8 @@ func identity(t *testing.T, k *pki.ClusterKey, role pki.Role, name string) *pki.
 func TestMutualTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	key, _ := pki.Generate(time.Now())
-	other, _ := pki.Generate(time.Now())
+	key, _ := pki.NewCA(time.Now())
+	other, _ := pki.NewCA(time.Now())
 	srv, err := Listen("127.0.0.1:0", identity(t, key, pki.RoleDaemon, "h1"), Config{HandshakeTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +49,7 @@ func TestMutualTLS(t *testing.T) {
 
 	// A client holding the cluster key gets through, and each side sees
 	// the other's role and name.
-	cli, err := Dialer(LocalFor(srv.Addr()), identity(t, key, pki.RoleClient, "cli"), Config{})
+	cli, err := Dialer(LocalFor(srv.Addr()), identity(t, key, pki.RoleUser, "cli"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +62,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("client sees %+v", p)
 	}
 	sc := <-accepted
-	if p := sc.Peer(); p.Role != pki.RoleClient || p.Name != "cli" {
+	if p := sc.Peer(); p.Role != pki.RoleUser || p.Name != "cli" {
 		t.Fatalf("server sees %+v", p)
 	}
 	st, err := c.OpenStream(ctx)

@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
+)
+
+// ErrForbidden is a control call the caller's certificate does not allow:
+// a user certificate calling a daemon-to-daemon or an admin-only method, or
+// a host other than the master driving a move or checkpoint step.
+var ErrForbidden = errors.New("forbidden")
+
+// adminMethods are the client methods only an admin may call: they act on
+// the whole virtual machine rather than on one's own jobs.
+var adminMethods = map[string]bool{mHalt: true, mDelete: true, mInject: true}
+
+// masterSteps are the daemon-to-daemon methods only the master's
+// certificate may call: the steps of a move, of a job checkpoint and of a
+// rollback, and load injection on a host.
+var masterSteps = map[string]bool{
+	mMigInfo: true, mMigPrep: true, mMigSusp: true, mMigSend: true, mMigLoad: true, mMigDone: true, mMigBack: true, mMigDrop: true,
+	mCkPause: true, mCkQuiet: true, mCkWrite: true, mCkResume: true, mCkKill: true,
+	mCkLoad: true, mCkGo: true, mCkDrop: true, mCkFloor: true,
+	mInjectHere: true,
+}
+
+// authorize says whether the holder of p's certificate may call method. A
+// call this daemon makes to itself (p nil) is always allowed.
+func authorize(p *peer, method string) error {
+	if p == nil {
+		return nil
+	}
+	c := p.cert
+	switch {
+	case c.Role.Client():
+		if !clientMethods[method] {
+			return fmt.Errorf("method %q is not open to clients (%s): %w", method, c, ErrForbidden)
+		}
+		if adminMethods[method] && c.Role != pki.RoleAdmin {
+			return fmt.Errorf("method %q needs an admin certificate (%s): %w", method, c, ErrForbidden)
+		}
+	case c.Role == pki.RoleDaemon:
+		if masterSteps[method] && !c.Master {
+			return fmt.Errorf("method %q is the master's to call, not %s's: %w", method, c.Name, ErrForbidden)
+		}
+	default:
+		return fmt.Errorf("method %q: unknown role %q: %w", method, c.Role, ErrForbidden)
+	}
+	return nil
+}
+
+// audit records a control call a person made: who (certificate name and
+// role), what, and the outcome.
+func (d *Daemon) audit(p *peer, method string, err error) {
+	if p == nil || !p.cert.Role.Client() {
+		return
+	}
+	outcome := "ok"
+	level := slog.LevelInfo
+	if err != nil {
+		outcome, level = err.Error(), slog.LevelWarn
+		if errors.Is(err, ErrForbidden) {
+			outcome = "refused: " + outcome
+		}
+	}
+	d.cfg.AuditLogger.Log(d.ctx, level, "audit", "host", d.cfg.Name, "who", p.cert.Name, "role", string(p.cert.Role), "serial", p.cert.Serial,
+		"from", p.conn.RemoteAddr(), "method", method, "outcome", outcome)
+}
+
+// ckptKey is the key checkpoints are written under: the cluster secret's
+// current key (nil without a secret: a standalone daemon).
+func (d *Daemon) ckptKey() []byte {
+	r := d.secret.Load()
+	if r == nil {
+		return nil
+	}
+	return r.Key(labelCkpt)
+}
+
+// manifestKey is the key job checkpoint manifests are written under.
+func (d *Daemon) manifestKey() []byte {
+	r := d.secret.Load()
+	if r == nil {
+		return nil
+	}
+	return r.Key(labelManifest)
+}
+
+// Labels of the keys derived from the cluster secret.
+const (
+	labelCkpt     = "checkpoint-mac"
+	labelManifest = "job-manifest"
+)
+
+// keysFor lists the keys a reader tries for label, the current one first:
+// what was written under an older key of the cluster secret still
+// verifies.
+func (d *Daemon) keysFor(label string) []pki.LabeledKey {
+	r := d.secret.Load()
+	if r == nil {
+		return []pki.LabeledKey{{}}
+	}
+	return r.Keys(label)
+}
+
+// checkCredential checks a networked daemon's credential against its
+// configuration, taking its name from the certificate.
+func checkCredential(cfg *Config) error {
+	c := cfg.Credential
+	if c == nil {
+		return pki.ErrNoCredential
+	}
+	if c.Role != pki.RoleDaemon {
+		return fmt.Errorf("%w: a %s certificate (%s) cannot run a daemon: issue a host certificate with 'dpvm cert host'", ErrForbidden, c.Role, c.Name)
+	}
+	if cfg.Name != "" && cfg.Name != c.Name {
+		return fmt.Errorf("the name %q differs from the certificate's %q", cfg.Name, c.Name)
+	}
+	cfg.Name = c.Name
+	if cfg.Master != c.Master {
+		if cfg.Master {
+			return fmt.Errorf("%w: %s's certificate is not marked as the master's (issue one with 'dpvm cert host --master')", ErrForbidden, c.Name)
+		}
+		return fmt.Errorf("%w: %s's certificate is the master's: a host joining a master needs a host certificate of its own", ErrForbidden, c.Name)
+	}
+	if cfg.Master && cfg.Secret == nil {
+		return errors.New("the master needs the cluster secret (--secret FILE, from 'dpvm keygen')")
+	}
+	return nil
+}
+
+// refusalLog rate-limits the log lines of refused handshakes: a flood of
+// bad connections costs a line per refusalBurst, not one each.
+type refusalLog struct {
+	mu         sync.Mutex
+	start      time.Time // of the current window
+	n          int       // lines logged in it
+	suppressed int       // refusals not logged in it
+}
+
+const (
+	refusalWindow = time.Minute
+	refusalBurst  = 20
+)
+
+// allow says whether to log a refusal at now, and how many went unlogged
+// in the window that just ended.
+func (l *refusalLog) allow(now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= refusalWindow {
+		suppressed = l.suppressed
+		l.start, l.n, l.suppressed = now, 0, 0
+	}
+	if l.n >= refusalBurst {
+		l.suppressed++
+		return false, suppressed
+	}
+	l.n++
+	return true, suppressed
+}
+
+// refused logs a refused handshake: the peer's address, whom its
+// certificate names, and why.
+func (d *Daemon) refused(addr string, cert pki.Peer, why string) {
+	ok, suppressed := d.refusals.allow(time.Now())
+	if suppressed > 0 {
+		d.log.Warn("refused connections not logged", "count", suppressed, "window", refusalWindow)
+	}
+	if ok {
+		d.log.Warn("refused a connection", "from", addr, "certificate", cert.String(), "serial", cert.Serial, "reason", why)
+	}
+}
+
+// readCkptFile reads checkpoint name of dir, trying the cluster secret's
+// keys in turn: one written under an older key still verifies.
+func (d *Daemon) readCkptFile(dir ckpt.Dir, name string) (*ckpt.Meta, task.Task, error) {
+	keys := d.keysFor(labelCkpt)
+	for i, k := range keys {
+		f, err := dir.Open(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, t, err := ckpt.Read(f, k.Key)
+		f.Close()
+		if err != nil && errors.Is(err, ckpt.ErrTampered) && i+1 < len(keys) {
+			continue
+		}
+		if err == nil && i > 0 {
+			d.log.Info("checkpoint verified under an older key of the cluster secret", "file", name, "key", k.ID)
+		}
+		return m, t, err
+	}
+	return nil, nil, errors.New("no key") // not reached: keysFor is never empty
+}
+
+// readManifest reads the manifest of the set setDir, trying the cluster
+// secret's keys in turn.
+func (d *Daemon) readManifest(setDir string) (*jobset.Manifest, error) {
+	keys := d.keysFor(labelManifest)
+	var err error
+	for _, k := range keys {
+		var m *jobset.Manifest
+		if m, err = jobset.ReadManifest(setDir, k.Key); err == nil || !errors.Is(err, jobset.ErrTampered) {
+			return m, err
+		}
+	}
+	return nil, err
+}
+
+// latestSet is jobset.Latest under the first key of the cluster secret
+// that authenticates a set of jobDir: the current key's newest set, else
+// an older key's.
+func (d *Daemon) latestSet(jobDir string) (string, *jobset.Manifest, []error, error) {
+	var setDir string
+	var m *jobset.Manifest
+	var skipped []error
+	var err error
+	for i, k := range d.keysFor(labelManifest) {
+		s, mm, sk, e := jobset.Latest(jobDir, k.Key)
+		if e == nil {
+			return s, mm, sk, nil
+		}
+		if i == 0 {
+			setDir, m, skipped, err = s, mm, sk, e // report the current key's refusals
+		}
+	}
+	return setDir, m, skipped, err
+}

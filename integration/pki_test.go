@@ -1,0 +1,62 @@
+package integration
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+)
+
+// TestLeastPrivilegeOfProcesses runs a master and a host as processes and
+// tries, with the credentials of the wrong role, what those roles may not
+// do: a user halts the machine or deletes a host; a user certificate, the
+// master's certificate and a second copy of a live host's certificate join
+// as hosts. Each is refused, the refusals and a user's calls are audited
+// by the master, and the machine goes on.
+func TestLeastPrivilegeOfProcesses(t *testing.T) {
+	v := startVM(t, 1)
+	c := v.creds
+	alice := c.userFile("alice", pki.RoleUser)
+	userEnv := []string{"DPVM_MASTER=" + v.addr, "DPVM_CREDENTIAL=" + alice}
+
+	// A user lists everything...
+	if code, out, errOut := dpvm(t, userEnv, "conf"); code != 0 || !strings.Contains(out, "h2") {
+		t.Fatalf("conf as a user: %d\n%s\n%s", code, out, errOut)
+	}
+	// ...but may not act on the whole machine.
+	for _, args := range [][]string{{"halt"}, {"delete", "h2"}} {
+		code, _, errOut := dpvm(t, userEnv, args...)
+		if code == 0 || !strings.Contains(errOut, "needs an admin certificate") {
+			t.Fatalf("%v as a user: %d %s", args, code, errOut)
+		}
+	}
+	v.master.waitFor(regexp.MustCompile(`msg=audit .*who=alice role=user .*method=halt outcome="refused: `), true)
+	v.master.waitFor(regexp.MustCompile(`msg=audit .*who=alice role=user .*method=conf outcome=ok`), true)
+
+	// Credentials of the wrong kind do not make a host.
+	join := func(name, cred string) *proc {
+		return start(t, name, nil, "daemon", "--join", v.addr, "--listen", "127.0.0.1:0", "--credential", cred)
+	}
+	if p := join("user as host", alice); p.wait() == 0 || !strings.Contains(p.err.String(), "cannot run a daemon") {
+		t.Fatalf("a user certificate ran a daemon: %s", p.err.String())
+	}
+	if p := join("master as host", c.master()[1]); p.wait() == 0 || !strings.Contains(p.err.String(), "is the master's") {
+		t.Fatalf("the master's certificate joined as a host: %s", p.err.String())
+	}
+	if p := join("second h2", c.hostFile("h2")); p.wait() == 0 || !strings.Contains(p.err.String(), `a host named "h2" is already in the virtual machine`) {
+		t.Fatalf("a copy of h2's certificate joined: %s", p.err.String())
+	}
+	v.master.waitFor(regexp.MustCompile(`refused a connection.*certificate="daemon h2"`), true)
+
+	// The machine goes on, and an admin halts it.
+	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "2"); code != 0 || !strings.Contains(out, "2 children said hello") {
+		t.Fatalf("run after the refusals: %d\n%s\n%s", code, out, errOut)
+	}
+	if code, _, errOut := dpvm(t, v.env, "halt"); code != 0 {
+		t.Fatalf("halt as the admin: %s", errOut)
+	}
+	if code := v.master.wait(); code != 0 {
+		t.Fatalf("master exited with %d", code)
+	}
+}

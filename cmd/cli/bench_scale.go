@@ -63,7 +63,7 @@ func benchScaleCommand() *cli.Command {
 			o := bench.ScaleOptions{Hosts: hosts, Tasks: tasks, Heartbeat: c.Duration("heartbeat"),
 				SchedPeriod: c.Duration("sched-period"), Idle: c.Duration("idle"), Moves: c.Int("moves"),
 				Recover: c.Bool("recover"), JoinParallel: c.Int("join-parallel"), InProcessMaster: c.Bool("in-process-master"),
-				Wait: c.Duration("wait")}
+				Wait: c.Duration("wait"), Logger: loggerFrom(c), MasterLogLevel: c.String("log-level")}
 			if o.SchedPeriod == 0 {
 				o.SchedPeriod = -1 // off
 			}

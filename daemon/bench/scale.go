@@ -61,9 +61,12 @@ type ScaleOptions struct {
 	// Wait bounds each wait for the virtual machine: every host joined,
 	// the barrier, the recovery (default 5 minutes).
 	Wait time.Duration
-	// Logger receives the daemons' logs (default: discarded); Progress,
-	// if set, a line per phase.
-	Logger   *slog.Logger
+	// Logger receives the daemons' logs (default: discarded), and
+	// MasterLogLevel is the master process's --log-level (default error),
+	// its logs on this process's standard error; Progress, if set, a line
+	// per phase.
+	Logger         *slog.Logger
+	MasterLogLevel string
 	Progress io.Writer
 }
 
@@ -88,6 +91,9 @@ func (o *ScaleOptions) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MasterLogLevel == "" {
+		o.MasterLogLevel = "error"
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -378,7 +384,7 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, keyFile string, key *
 		}
 		return &scaleMaster{addr: d.Addr(), d: d}, nil
 	}
-	args := []string{"--log-level", "error", "daemon", "--master", "--listen", listen, "--cluster-key", keyFile, "--no-tasks",
+	args := []string{"--log-level", o.MasterLogLevel, "daemon", "--master", "--listen", listen, "--cluster-key", keyFile, "--no-tasks",
 		"--heartbeat", o.Heartbeat.String()}
 	if o.SchedPeriod > 0 {
 		args = append(args, "--sched-period", o.SchedPeriod.String())
@@ -403,7 +409,9 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, keyFile string, key *
 			if mm := listeningRE.FindStringSubmatch(sc.Text()); mm != nil && !sent {
 				addr <- mm[1]
 				sent = true
+				continue
 			}
+			fmt.Fprintln(os.Stderr, "master:", sc.Text())
 		}
 		m.done <- cmd.Wait()
 	}()
@@ -534,6 +542,9 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 	var hosts []*daemon.Daemon
 	var hmu sync.Mutex
 	defer func() {
+		// The master first: hosts stopping one by one would each be
+		// reported lost by it.
+		master.kill()
 		hmu.Lock()
 		defer hmu.Unlock()
 		var wg sync.WaitGroup
@@ -541,7 +552,6 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 			wg.Go(func() { haltQuickly(h) })
 		}
 		wg.Wait()
-		master.kill()
 	}()
 	cl, err := daemon.Dial(ctx, master.addr, key)
 	if err != nil {
@@ -727,8 +737,9 @@ func hostIDOf(hs []daemon.HostInfo, name string) task.HostID {
 func stepAllocs(n, m int) (allocs, mib float64) {
 	snap := &sched.Snapshot{Classes: sched.DefaultClasses(), Params: sched.DefaultParams()}
 	for i := range n {
+		// Host i holds the processes i, i+n, i+2n, …: its load counts them.
 		snap.Hosts = append(snap.Hosts, sched.Host{Name: fmt.Sprintf("s%d", i+2), Alpha: 1, MemFree: math.Inf(1),
-			Load: float64(m / n)})
+			Load: float64((m - i + n - 1) / n)})
 	}
 	for i := range m {
 		snap.Processes = append(snap.Processes, sched.Process{TID: fmt.Sprintf("t%d", i), Host: snap.Hosts[i%n].Name, Class: 1, Mem: 1})

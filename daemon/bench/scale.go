@@ -67,7 +67,7 @@ type ScaleOptions struct {
 	// per phase.
 	Logger         *slog.Logger
 	MasterLogLevel string
-	Progress io.Writer
+	Progress       io.Writer
 }
 
 func (o *ScaleOptions) setDefaults() {

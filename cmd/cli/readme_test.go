@@ -291,6 +291,14 @@ func TestCheckCommandLine(t *testing.T) {
 	}
 }
 
+// TestReadmeLength holds the front README to at most 300 lines: results
+// and internals belong in the READMEs beside their code.
+func TestReadmeLength(t *testing.T) {
+	if n := strings.Count(readRepo(t, "README.md"), "\n"); n > 300 {
+		t.Errorf("README.md has %d lines, at most 300 allowed", n)
+	}
+}
+
 // TestReadmeCommands checks every dpvm command line shown in the
 // repository's READMEs against the command tree.
 func TestReadmeCommands(t *testing.T) {

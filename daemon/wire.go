@@ -137,6 +137,7 @@ var errorCodes = map[string]error{
 	"no-shared-dir": ErrNoSharedDir,
 	"limit":         ErrLimit,
 	"internal":      ErrInternal,
+	"forbidden":     ErrForbidden,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

@@ -298,7 +298,7 @@ func TestVMOfProcesses(t *testing.T) {
 	other := newCreds(t, "h9")
 	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, other.env()}, "conf", "--timeout", "5s")
 	if code == 0 {
-		t.Fatal("a client with another key listed the hosts")
+		t.Fatalf("a client with another key listed the hosts\n%s", errOut)
 	}
 	stranger := start(t, "stranger", nil, append([]string{"daemon", "--join", v.addr, "--listen", "127.0.0.1:0"}, other.host("h9")...)...)
 	if code := stranger.wait(); code == 0 {

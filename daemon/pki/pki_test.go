@@ -2,6 +2,8 @@ package pki
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
@@ -171,10 +173,13 @@ func TestUpgradeKeepsOldKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What an older daemon computed: HMAC-SHA256 keyed with D's bytes.
-	//lint:ignore SA1019 the old derivation is what this test checks against
-	scalar := old.key.D.Bytes()
-	m := hmac.New(sha256.New, scalar)
+	// What an older daemon computed: HMAC-SHA256 keyed with the scalar,
+	// big-endian, without leading zeros.
+	scalar, err := old.key.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := hmac.New(sha256.New, bytes.TrimLeft(scalar, "\x00"))
 	m.Write([]byte("dpvm secret: checkpoint-mac"))
 	want := m.Sum(nil)
 	ks := cl.Secret.Keys("checkpoint-mac")
@@ -189,5 +194,22 @@ func TestUpgradeKeepsOldKey(t *testing.T) {
 	}
 	if _, _, err := Upgrade([]byte("junk"), time.Now()); err == nil {
 		t.Fatal("upgraded junk")
+	}
+}
+
+// TestLegacySecretLeadingZero: the old derivation's key is the scalar
+// without its leading zero bytes.
+func TestLegacySecretLeadingZero(t *testing.T) {
+	raw := make([]byte, 32)
+	for i := 1; i < len(raw); i++ {
+		raw[i] = byte(i)
+	}
+	key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := legacySecret(key)
+	if err != nil || !bytes.Equal(got, raw[1:]) {
+		t.Fatalf("legacySecret = %x, %v; want %x", got, err, raw[1:])
 	}
 }

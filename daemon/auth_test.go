@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+// TestAuthorizeTable: which certificate may call which method.
+func TestAuthorizeTable(t *testing.T) {
+	user := &peer{cert: pki.Peer{Role: pki.RoleUser, Name: "alice"}}
+	admin := &peer{cert: pki.Peer{Role: pki.RoleAdmin, Name: "root"}}
+	host := &peer{cert: pki.Peer{Role: pki.RoleDaemon, Name: "h2"}}
+	master := &peer{cert: pki.Peer{Role: pki.RoleDaemon, Name: "h1", Master: true}}
+	stranger := &peer{cert: pki.Peer{Role: "ghost", Name: "x"}}
+	cases := []struct {
+		p      *peer
+		method string
+		ok     bool
+	}{
+		{nil, mMigSusp, true},
+		{user, mPS, true}, {user, mSpawn, true}, {user, mKill, true}, {user, mMigrate, true}, {user, mCheckpoint, true},
+		{user, mHalt, false}, {user, mDelete, false}, {user, mInject, false},
+		{user, mJoin, false}, {user, mMigSusp, false}, {user, mCkLoad, false}, {user, mStart, false},
+		{admin, mHalt, true}, {admin, mDelete, true}, {admin, mInject, true},
+		{admin, mMigSend, false}, {admin, mCkWrite, false}, {admin, mInjectHere, false},
+		{host, mJoin, true}, {host, mWait, true}, {host, mStart, true},
+		{host, mMigSusp, false}, {host, mMigLoad, false}, {host, mCkPause, false}, {host, mCkLoad, false}, {host, mInjectHere, false},
+		{master, mMigSusp, true}, {master, mCkLoad, true}, {master, mInjectHere, true},
+		{stranger, mPS, false},
+	}
+	for _, c := range cases {
+		err := authorize(c.p, c.method)
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrForbidden) {
+			who := "self"
+			if c.p != nil {
+				who = c.p.cert.String()
+			}
+			t.Errorf("%s calling %s: %v, want allowed=%v", who, c.method, err, c.ok)
+		}
+	}
+}
+
+// TestRolesOverQUIC: between real daemons, a user certificate is refused
+// admin-only and daemon-only methods, a host other than the master may not
+// drive a move step, and a host certificate cannot claim another host's
+// identity nor join as the master's.
+func TestRolesOverQUIC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm := startVM(t, 3, Config{})
+	m := vm.Master()
+	alice, err := vm.Cluster.User("alice", pki.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := Dial(ctx, m.Addr(), alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if hs, err := cl.Hosts(ctx); err != nil || len(hs) != 3 {
+		t.Fatalf("a user lists the hosts: %v %v", hs, err)
+	}
+	if err := cl.call(ctx, mHalt, nil, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a user halted: %v", err)
+	}
+	if err := cl.call(ctx, mMigSusp, migStep{TID: task.NewTID(2, 1)}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a user called a move step: %v", err)
+	}
+	if _, err := Dial(ctx, m.Addr(), vm.Cluster.Master); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a client with a host certificate: %v", err)
+	}
+
+	// h3 asks h2 to suspend a task: only the master may.
+	h3 := vm.Daemons[2]
+	if err := h3.callHost(ctx, 2, mMigSusp, migStep{TID: task.NewTID(2, 1)}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a host drove a move step: %v", err)
+	}
+	if err := h3.callHost(ctx, 2, mCkPause, ckStep{Job: 1}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a host drove a checkpoint step: %v", err)
+	}
+
+	// A daemon holding h3's certificate says it is h2.
+	h3cred, err := vm.Cluster.Host("h3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.Dialer(transport.LocalFor(m.Addr()), h3cred, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	_, err = greet(ctx, tr, m.Addr(), &hello{Host: 2, Name: "h2", Addr: "127.0.0.1:1", Info: HostInfo{ID: 2, Name: "h2"}}, routing.DefaultMaxFrame)
+	if err == nil || !strings.Contains(err.Error(), "cannot speak for host h2") {
+		t.Fatalf("h3's certificate spoke for h2: %v", err)
+	}
+	// A second master certificate does not join.
+	if _, err := greet(ctx, tr, m.Addr(), &hello{Name: "h1", Addr: "127.0.0.1:1", Join: true, Info: HostInfo{Build: ThisBuild()}}, routing.DefaultMaxFrame); err == nil {
+		t.Fatal("a host joined with h3's certificate while h3 is in the machine")
+	}
+	mtr, err := transport.Dialer(transport.LocalFor(m.Addr()), vm.Cluster.Master, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mtr.Close()
+	_, err = greet(ctx, mtr, m.Addr(), &hello{Addr: "127.0.0.1:1", Join: true, Info: HostInfo{Build: ThisBuild()}}, routing.DefaultMaxFrame)
+	if err == nil || !strings.Contains(err.Error(), "cannot join as a host") {
+		t.Fatalf("the master's certificate joined as a host: %v", err)
+	}
+	// The machine goes on.
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointKeyRotation: a checkpoint written under the cluster
+// secret's key verifies after the secret is rotated (the old key second),
+// and not under a secret that lacks the key.
+func TestCheckpointKeyRotation(t *testing.T) {
+	old, err := pki.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := old.Rotate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ckpt.Dir{Path: t.TempDir()}
+	st := &fnTask{Fn: "x", Arg: 7}
+	if _, err := dir.Save("t.ckpt", func(w io.Writer) error {
+		_, err := ckpt.Write(w, old.Key(labelCkpt), &ckpt.Meta{TID: task.NewTID(2, 5)}, st)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{Secret: rotated})
+	defer d.Halt(context.Background())
+	meta, got, err := d.readCkptFile(dir, "t.ckpt")
+	if err != nil || meta.TID != task.NewTID(2, 5) || got.(*fnTask).Arg != 7 {
+		t.Fatalf("read under the rotated secret: %v %+v", err, got)
+	}
+	if d.ckptKey() == nil || bytes.Equal(d.ckptKey(), old.Key(labelCkpt)) {
+		t.Fatal("the rotated secret does not write under its new key")
+	}
+	d2 := New(Config{Secret: other})
+	defer d2.Halt(context.Background())
+	if _, _, err := d2.readCkptFile(dir, "t.ckpt"); !errors.Is(err, ckpt.ErrTampered) {
+		t.Fatalf("read under another secret: %v", err)
+	}
+}

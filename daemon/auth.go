@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -234,4 +235,108 @@ func (d *Daemon) latestSet(jobDir string) (string, *jobset.Manifest, []error, er
 		}
 	}
 	return setDir, m, skipped, err
+}
+
+// revokedStamp is the revocation file as the master last read it.
+type revokedStamp struct {
+	mu      sync.Mutex
+	modTime time.Time
+	size    int64
+	read    bool
+}
+
+// loadRevoked reads the master's revocation list at start.
+func (d *Daemon) loadRevoked() error {
+	if d.cfg.RevokedFile == "" {
+		return nil
+	}
+	if !d.reloadRevoked() {
+		return fmt.Errorf("revocation list %s: unreadable", d.cfg.RevokedFile)
+	}
+	return nil
+}
+
+// reloadRevoked re-reads the master's revocation list if the file changed
+// since it was last read; a new list is handed to every host and the
+// connections of revoked certificates are dropped. It reports whether the
+// list in force is the file's.
+func (d *Daemon) reloadRevoked() bool {
+	path := d.cfg.RevokedFile
+	if path == "" {
+		return true
+	}
+	st := &d.revokedAt
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fi, err := os.Stat(path)
+	var mod time.Time
+	var size int64
+	if err == nil {
+		mod, size = fi.ModTime(), fi.Size()
+	} else if !os.IsNotExist(err) {
+		d.log.Error("revocation list", "file", path, "error", err)
+		return false
+	}
+	if st.read && mod.Equal(st.modTime) && size == st.size {
+		return true
+	}
+	rv, err := pki.LoadRevoked(path)
+	if err != nil {
+		d.log.Error("revocation list not taken up; the previous one stays in force", "error", err)
+		return false
+	}
+	st.modTime, st.size, st.read = mod, size, true
+	d.revoked.Store(rv)
+	d.log.Info("revocation list read", "file", path, "serials", rv.Len())
+	if d.nw != nil {
+		d.broadcast(&event{Kind: evRevoked, Serials: rv.Serials()}, 0)
+	}
+	d.dropRevoked()
+	return true
+}
+
+// dropRevoked closes the connections of revoked certificates.
+func (d *Daemon) dropRevoked() {
+	rv := d.revoked.Load()
+	n := d.nw
+	if n == nil || rv.Len() == 0 {
+		return
+	}
+	n.mu.Lock()
+	var doomed []*peer
+	for _, p := range n.peers {
+		if rv.Has(p.cert.Serial) {
+			doomed = append(doomed, p)
+		}
+	}
+	for p := range n.clients {
+		if rv.Has(p.cert.Serial) {
+			doomed = append(doomed, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range doomed {
+		d.log.Warn("dropped the connection of a revoked certificate", "certificate", p.cert.String(), "serial", p.cert.Serial, "from", p.conn.RemoteAddr())
+		p.close(fmt.Errorf("the certificate of %s is revoked", p.cert))
+	}
+}
+
+// checkExpiry warns, at most once a day, when this daemon's certificate
+// expires within Config.ExpiryWarning.
+func (d *Daemon) checkExpiry(now time.Time) {
+	c := d.cfg.Credential
+	if c == nil {
+		return
+	}
+	left := c.NotAfter.Sub(now)
+	if left > d.cfg.ExpiryWarning {
+		return
+	}
+	last := d.expiryWarn.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < 24*time.Hour {
+		return
+	}
+	d.expiryWarn.Store(now.UnixNano())
+	d.log.Warn("this daemon's certificate expires soon: issue a new one with 'dpvm cert host' and restart the daemon with it",
+		"name", c.Name, "serial", c.Serial, "expires", c.NotAfter.UTC().Format(time.RFC3339), "left", left.Round(time.Minute))
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +163,84 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	defer d2.Halt(context.Background())
 	if _, _, err := d2.readCkptFile(dir, "t.ckpt"); !errors.Is(err, ckpt.ErrTampered) {
 		t.Fatalf("read under another secret: %v", err)
+	}
+}
+
+// TestRevocation: a certificate added to the master's revocation list
+// loses its connection, is refused at the next handshake, and the list
+// reaches the hosts.
+func TestRevocation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list := filepath.Join(t.TempDir(), "revoked")
+	vm := startVM(t, 2, Config{RevokedFile: list})
+	m := vm.Master()
+	alice, err := vm.Cluster.User("alice", pki.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := Dial(ctx, m.Addr(), alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.AppendRevoked(list, alice.Serial, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if !m.reloadRevoked() {
+		t.Fatal("the master did not take up the revocation list")
+	}
+	select {
+	case <-cl.closed:
+	case <-ctx.Done():
+		t.Fatal("the revoked client kept its connection")
+	}
+	if _, err := Dial(ctx, m.Addr(), alice); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("a revoked certificate connected: %v", err)
+	}
+	h2 := vm.Daemons[1]
+	for !h2.revoked.Load().Has(alice.Serial) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the revocation list did not reach the host")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// Others still get in.
+	cl2, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl2.Close()
+}
+
+// TestExpiryWarning: a daemon whose certificate expires within the
+// warning period says so, once a day.
+func TestExpiryWarning(t *testing.T) {
+	cl, err := pki.NewCluster(time.Now(), "h1", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	d := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer d.Halt(context.Background())
+	d.cfg.Credential = cl.Master
+	now := cl.Master.NotAfter.Add(-10 * 24 * time.Hour)
+	d.checkExpiry(now)
+	d.checkExpiry(now.Add(time.Hour))
+	if n := strings.Count(logs.String(), "certificate expires soon"); n != 1 {
+		t.Fatalf("%d warnings within a day, want 1:\n%s", n, logs.String())
+	}
+	d.checkExpiry(now.Add(25 * time.Hour))
+	if n := strings.Count(logs.String(), "certificate expires soon"); n != 2 {
+		t.Fatalf("%d warnings after a day, want 2", n)
+	}
+	d.expiryWarn.Store(0)
+	d.checkExpiry(cl.Master.NotAfter.Add(-60 * 24 * time.Hour))
+	if n := strings.Count(logs.String(), "certificate expires soon"); n != 2 {
+		t.Fatal("a warning two months before expiry")
 	}
 }

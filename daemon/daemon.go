@@ -59,6 +59,13 @@ type Config struct {
 	// manifests (required for the master; a host is handed the master's
 	// when it joins, unless given one).
 	Secret *pki.Keyring
+	// RevokedFile names the master's revocation list: certificate serials
+	// refused at the handshake, re-read when the file changes, handed to
+	// every host (empty: none).
+	RevokedFile string
+	// ExpiryWarning is how long before its certificate expires a daemon
+	// starts warning, once a day (default 30 days).
+	ExpiryWarning time.Duration
 	// MasterGrace is how long a host daemon runs on without its master,
 	// trying to register again with a master restarted at the same
 	// address (see Recover), before it stops with ErrMasterLost (default
@@ -156,6 +163,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ExpiryWarning <= 0 {
+		c.ExpiryWarning = 30 * 24 * time.Hour
 	}
 	if c.AuditLogger == nil {
 		c.AuditLogger = c.Logger
@@ -323,6 +333,9 @@ type Daemon struct {
 	migs       map[task.TID]*migration     // migrations under way (master)
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
+	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
+	revokedAt  revokedStamp                // master: the revocation file as last read
+	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 	whyMu      sync.Mutex
 	why        error // the first reason given to stop
 	stopOnce   sync.Once

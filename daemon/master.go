@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -343,6 +344,16 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
 		d.applyRoutes(e.Routes)
+	case evRevoked:
+		if !fromMaster {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		rv, err := pki.NewRevoked(e.Serials)
+		if err != nil {
+			return fmt.Errorf("%s event: %w", e.Kind, err)
+		}
+		d.revoked.Store(rv)
+		d.dropRevoked()
 	case evHalt:
 		if !fromMaster {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())

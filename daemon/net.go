@@ -82,6 +82,13 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		tr.Close()
 		return err
 	}
+	if c.Master {
+		if err := d.loadRevoked(); err != nil {
+			tr.Close()
+			return err
+		}
+	}
+	d.checkExpiry(time.Now())
 	d.refreshSample(time.Now())
 	d.goFunc(d.acceptLoop)
 	d.goFunc(d.heartbeatLoop)
@@ -119,6 +126,14 @@ func (d *Daemon) join(ctx context.Context) error {
 			return fmt.Errorf("join %s: the cluster secret: %w", d.cfg.Join, err)
 		}
 		d.secret.Store(ring)
+	}
+	if len(h.Revoked) > 0 {
+		rv, err := pki.NewRevoked(h.Revoked)
+		if err != nil {
+			conn.Close("bad revocation list")
+			return fmt.Errorf("join %s: the revocation list: %w", d.cfg.Join, err)
+		}
+		d.revoked.Store(rv)
 	}
 	if d.secret.Load() == nil {
 		conn.Close("no cluster secret")
@@ -238,6 +253,10 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		d.refused(conn.RemoteAddr(), cert, why)
 		conn.Close(why)
 	}
+	if d.revoked.Load().Has(cert.Serial) {
+		refuse(fmt.Sprintf("the certificate of %s (serial %s) is revoked", cert, cert.Serial))
+		return
+	}
 	if h.Version != protocolVersion {
 		refuse(fmt.Sprintf("protocol version %d, this daemon speaks %d", h.Version, protocolVersion))
 		return
@@ -284,7 +303,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		floor := d.tidFloor[info.ID]
 		d.mu.Unlock()
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
-			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets()}); err != nil {
+			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials()}); err != nil {
 			conn.Close("handshake failed")
 			d.removeHost(info.ID, "handshake failed")
 			return
@@ -684,7 +703,9 @@ func (d *Daemon) heartbeatLoop() {
 		now := time.Now()
 		d.retransmit(now)
 		d.refreshSample(now)
+		d.checkExpiry(now)
 		if d.cfg.Master {
+			d.reloadRevoked()
 			d.checkHosts(now)
 			return true
 		}

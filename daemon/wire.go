@@ -46,7 +46,9 @@ type hello struct {
 	// Secrets is, in the master's answer to a host, the cluster secret
 	// (over the connection both ends authenticated with host certificates).
 	Secrets []pki.Secret `msgpack:"sk,omitempty"`
-	Err     string       `msgpack:"e,omitempty"`
+	// Revoked is, in the master's answer to a host, its revocation list.
+	Revoked []string `msgpack:"rv,omitempty"`
+	Err     string   `msgpack:"e,omitempty"`
 }
 
 // HostInfo describes a host of the virtual machine.
@@ -103,6 +105,8 @@ type event struct {
 	Reason string          `msgpack:"why,omitempty"`
 	Load   *HostInfo       `msgpack:"l,omitempty"`  // load report
 	Jobs   []uint64        `msgpack:"js,omitempty"` // load report: the jobs with tasks on the host
+	// Serials is the master's revocation list (revoked).
+	Serials []string `msgpack:"sr,omitempty"`
 }
 
 // Event kinds.
@@ -110,10 +114,11 @@ const (
 	evHostAdd = "host-add"
 	evHostDel = "host-delete"
 	evRoute   = "route"
-	evExited  = "exited" // a daemon tells the master a task has ended
-	evOutput  = "output" // task output forwarded to the master's console
-	evHalt    = "halt"   // the master tells a daemon to stop
-	evLoad    = "load"   // a daemon's periodic report to the master
+	evExited  = "exited"  // a daemon tells the master a task has ended
+	evOutput  = "output"  // task output forwarded to the master's console
+	evHalt    = "halt"    // the master tells a daemon to stop
+	evLoad    = "load"    // a daemon's periodic report to the master
+	evRevoked = "revoked" // the master's revocation list, whole
 	// Barriers between hosts: a member's arrival and its withdrawal (host
 	// to master), and the release of a host's members (master to host).
 	evBarrier        = "barrier"

@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpvm/dpvm/daemon/pki"
 )
@@ -13,9 +15,11 @@ import (
 // do: a user halts the machine or deletes a host; a user certificate, the
 // master's certificate and a second copy of a live host's certificate join
 // as hosts. Each is refused, the refusals and a user's calls are audited
-// by the master, and the machine goes on.
+// by the master, a revoked certificate is refused, and the machine goes
+// on.
 func TestLeastPrivilegeOfProcesses(t *testing.T) {
-	v := startVM(t, 1)
+	list := filepath.Join(t.TempDir(), "revoked")
+	v := startVM(t, 1, "--revoked", list)
 	c := v.creds
 	alice := c.userFile("alice", pki.RoleUser)
 	userEnv := []string{"DPVM_MASTER=" + v.addr, "DPVM_CREDENTIAL=" + alice}
@@ -48,6 +52,22 @@ func TestLeastPrivilegeOfProcesses(t *testing.T) {
 		t.Fatalf("a copy of h2's certificate joined: %s", p.err.String())
 	}
 	v.master.waitFor(regexp.MustCompile(`refused a connection.*certificate="daemon h2"`), true)
+
+	// Revoked, alice is refused once the master has re-read its list.
+	if code, _, errOut := dpvm(t, nil, "cert", "revoke", "--list", list, alice); code != 0 {
+		t.Fatalf("cert revoke: %s", errOut)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _, errOut := dpvm(t, userEnv, "conf", "--timeout", "5s")
+		if code != 0 && strings.Contains(errOut, "revoked") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a revoked certificate still lists the hosts: %d %s", code, errOut)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// The machine goes on, and an admin halts it.
 	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "2"); code != 0 || !strings.Contains(out, "2 children said hello") {

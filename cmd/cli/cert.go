@@ -149,6 +149,30 @@ func certCommand() *cli.Command {
 				},
 			},
 			{
+				Name:      "revoke",
+				Usage:     "add certificates to the master's revocation list (its --revoked file): by credential file or serial",
+				ArgsUsage: "CREDENTIAL|SERIAL...",
+				Flags:     []cli.Flag{&cli.StringFlag{Name: "list", Required: true, Usage: "the revocation list file the master reads (--revoked)"}},
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return cli.Exit("cert revoke: give credential files or serials", 2)
+					}
+					for _, a := range c.Args().Slice() {
+						serial, who := a, ""
+						if cred, err := pki.LoadCredential(a); err == nil {
+							serial, who = cred.Serial, cred.Peer.String()
+						} else if _, statErr := os.Stat(a); statErr == nil {
+							return cli.Exit("cert revoke: "+err.Error(), 2)
+						}
+						if err := pki.AppendRevoked(c.String("list"), serial, who); err != nil {
+							return cli.Exit("cert revoke: "+err.Error(), 2)
+						}
+						fmt.Fprintf(c.App.Writer, "revoked %s %s in %s\n", serial, who, c.String("list"))
+					}
+					return nil
+				},
+			},
+			{
 				Name:      "rotate-secret",
 				Usage:     "give the cluster secret file a new current key, keeping the older ones (checkpoints written under them still verify)",
 				ArgsUsage: "SECRETFILE",

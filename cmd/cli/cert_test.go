@@ -47,6 +47,21 @@ func TestKeygenAndCert(t *testing.T) {
 	if st != 0 || !strings.Contains(out, "daemon node2,") || !strings.Contains(out, "user alice,") || !strings.Contains(out, "daemon master (master),") {
 		t.Fatalf("cert show: %d\n%s\n%s", st, out, errOut)
 	}
+	// Revoking by credential file and by serial.
+	list := filepath.Join(dir, "revoked")
+	if st, out, errOut := dpvmRun(t, "cert", "revoke", "--list", list, alice, "ABCD"); st != 0 || !strings.Contains(out, "user alice") {
+		t.Fatalf("cert revoke: %d\n%s\n%s", st, out, errOut)
+	}
+	aliceCred, err := pki.LoadCredential(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rv, err := pki.LoadRevoked(list); err != nil || !rv.Has(aliceCred.Serial) || !rv.Has("abcd") {
+		t.Fatalf("revocation list: %v %v", rv.Serials(), err)
+	}
+	if st, _, _ := dpvmRun(t, "cert", "revoke", "--list", list, "not-hex"); st != 2 {
+		t.Fatal("revoked a serial that is not hex")
+	}
 	// A credential, not the CA, is what clients take.
 	st, _, errOut = dpvmRun(t, "ps", "--master", "127.0.0.1:1", "--credential", ca)
 	if st != 2 || !strings.Contains(errOut, "dpvm cert upgrade") {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -211,5 +212,40 @@ func TestLegacySecretLeadingZero(t *testing.T) {
 	got, err := legacySecret(key)
 	if err != nil || !bytes.Equal(got, raw[1:]) {
 		t.Fatalf("legacySecret = %x, %v; want %x", got, err, raw[1:])
+	}
+}
+
+func TestRevokedList(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "revoked")
+	if r, err := LoadRevoked(path); err != nil || r.Len() != 0 {
+		t.Fatalf("a missing list: %v %v", r, err)
+	}
+	if err := AppendRevoked(path, "0A1b", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := AppendRevoked(path, "ff", ""); err != nil {
+		t.Fatal(err)
+	}
+	r, err := LoadRevoked(path)
+	if err != nil || !r.Has("0a1b") || !r.Has("ff") || r.Has("00") || r.Len() != 2 {
+		t.Fatalf("list %v: %v", r.Serials(), err)
+	}
+	for _, bad := range []string{"zz", "", strings.Repeat("a", 65)} {
+		if err := AppendRevoked(path, bad, ""); !errors.Is(err, ErrBadCredential) {
+			t.Errorf("serial %q: %v", bad, err)
+		}
+	}
+	if _, err := ParseRevoked(strings.NewReader("# comment\n\nnothex\n")); !errors.Is(err, ErrBadCredential) {
+		t.Errorf("a bad line: %v", err)
+	}
+	if _, err := ParseRevoked(strings.NewReader(strings.Repeat("a", 5000))); !errors.Is(err, ErrBadCredential) {
+		t.Errorf("an overlong line: %v", err)
+	}
+	if _, err := NewRevoked(make([]string, MaxRevoked+1)); !errors.Is(err, ErrBadCredential) {
+		t.Errorf("too many serials: %v", err)
+	}
+	var nilList *Revoked
+	if nilList.Has("ff") || nilList.Serials() != nil {
+		t.Error("a nil list revokes")
 	}
 }

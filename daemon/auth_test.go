@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -242,5 +243,121 @@ func TestExpiryWarning(t *testing.T) {
 	d.checkExpiry(cl.Master.NotAfter.Add(-60 * 24 * time.Hour))
 	if n := strings.Count(logs.String(), "certificate expires soon"); n != 2 {
 		t.Fatal("a warning two months before expiry")
+	}
+}
+
+// TestOwnership: a user kills and migrates the tasks they spawned and the
+// tasks of jobs they started, not another user's; an admin any.
+func TestOwnership(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	dial := func(name string, role pki.Role) *Client {
+		cred, err := vm.Cluster.User(name, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := Dial(ctx, m.Addr(), cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	alice, bob := dial("alice", pki.RoleUser), dial("bob", pki.RoleUser)
+	admin, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.Recv(task.AnyTask, task.AnyTag, nil)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := alice.Spawn(ctx, typ, state, 2, "")
+	if err != nil || len(tids) != 2 {
+		t.Fatalf("alice spawns: %v %v", tids, err)
+	}
+	if err := bob.Kill(ctx, tids[0]); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("bob killed alice's task: %v", err)
+	}
+	if _, err := bob.Migrate(ctx, tids[0], "h1", Direct); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("bob migrated alice's task: %v", err)
+	}
+	if err := alice.Kill(ctx, tids[0]); err != nil {
+		t.Fatalf("alice kills her task: %v", err)
+	}
+	if err := admin.Kill(ctx, tids[1]); err != nil {
+		t.Fatalf("the admin kills alice's task: %v", err)
+	}
+	// A job's tasks are its owner's.
+	roots, err := alice.SpawnRoots(ctx, typ, state, 1, "", JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bob.Kill(ctx, roots[0]); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("bob killed alice's job: %v", err)
+	}
+	if err := alice.Kill(ctx, roots[0]); err != nil {
+		t.Fatalf("alice kills her job's root: %v", err)
+	}
+	// A task nobody spawned as a person is an admin's.
+	own, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.Recv(task.AnyTask, task.AnyTag, nil)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Kill(ctx, own); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("alice killed a task of nobody's: %v", err)
+	}
+	if err := admin.Kill(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConfineDir: a client may name directories inside the shared
+// directory or an allowed one, not outside them, by .. or by a symbolic
+// link.
+func TestConfineDir(t *testing.T) {
+	base := t.TempDir()
+	shared := filepath.Join(base, "shared")
+	allowed := filepath.Join(base, "allowed")
+	outside := filepath.Join(base, "outside")
+	for _, dir := range []string{shared, allowed, outside} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(shared, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{SharedDir: shared, AllowDirs: []string{allowed}})
+	defer d.Halt(context.Background())
+	for dir, ok := range map[string]bool{
+		"":                                     true,
+		shared:                                 true,
+		filepath.Join(shared, "job/ckpt-1"):    true,
+		filepath.Join(allowed, "x"):            true,
+		outside:                                false,
+		filepath.Join(shared, "..", "outside"): false,
+		filepath.Join(shared, "escape", "x"):   false,
+		"/etc":                                 false,
+		base:                                   false,
+	} {
+		err := d.confineDir(dir)
+		if (err == nil) != ok || err != nil && !errors.Is(err, ErrOutsideShared) {
+			t.Errorf("%q: %v, want allowed=%v", dir, err, ok)
+		}
+	}
+	none := New(Config{})
+	defer none.Halt(context.Background())
+	if err := none.confineDir(shared); !errors.Is(err, ErrOutsideShared) {
+		t.Errorf("no shared directory: %v", err)
 	}
 }

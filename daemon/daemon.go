@@ -63,6 +63,9 @@ type Config struct {
 	// refused at the handshake, re-read when the file changes, handed to
 	// every host (empty: none).
 	RevokedFile string
+	// AllowDirs are directories besides SharedDir a client may name for a
+	// checkpoint or a restart (their subdirectories too).
+	AllowDirs []string
 	// ExpiryWarning is how long before its certificate expires a daemon
 	// starts warning, once a day (default 30 days).
 	ExpiryWarning time.Duration
@@ -333,6 +336,7 @@ type Daemon struct {
 	migs       map[task.TID]*migration     // migrations under way (master)
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
+	owners     owners                      // master: who started which job
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning

@@ -143,6 +143,7 @@ func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts Job
 	var tids []task.TID
 	for range req.Count {
 		js := d.newJob("", req.Type, opts)
+		d.ownJob(ctx, js.id)
 		r := req
 		r.Count = 1
 		got, err := d.spawnAnywhere(ctx, 0, js.id, r)

@@ -719,6 +719,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		d.jobRunning(js, tids[0])
 	}
 	defer d.endJob(js)
+	d.ownJob(ctx, js.id)
 	root := js.root
 	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
 	wctx, cancel := context.WithCancel(ctx)

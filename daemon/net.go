@@ -604,7 +604,23 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 	if err := authorize(p, method); err != nil {
 		return nil, err
 	}
-	return d.handle(ctx, p, method, body)
+	if p == nil || !p.cert.Role.Client() {
+		return d.handle(ctx, p, method, body)
+	}
+	ctx = withCaller(ctx, p.cert)
+	if err := d.checkDirs(method, body); err != nil {
+		return nil, err
+	}
+	if p.cert.Role == pki.RoleUser {
+		if err := d.checkOwnership(ctx, p.cert.Name, method, body); err != nil {
+			return nil, err
+		}
+	}
+	res, err = d.handle(ctx, p, method, body)
+	if r, ok := res.(tidsReply); ok && err == nil && method == mSpawn {
+		d.owners.setTasks(r.TIDs, p.cert.Name)
+	}
+	return res, err
 }
 
 // serveCall runs a control request and sends the reply.

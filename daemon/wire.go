@@ -143,6 +143,7 @@ var errorCodes = map[string]error{
 	"limit":         ErrLimit,
 	"internal":      ErrInternal,
 	"forbidden":     ErrForbidden,
+	"outside":       ErrOutsideShared,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

@@ -49,6 +49,7 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "advertise", Usage: "HOST:PORT the other daemons dial to reach this one (default: a host is reached at the address its master sees it come from, the master at the address its hosts join it by)"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: the credential's; must agree with it)"},
 			credentialFlag, legacyKeyFlag,
+			&cli.StringSliceFlag{Name: "allow-dir", Usage: "master: a directory besides --shared-dir that 'dpvm checkpoint --dir' and 'dpvm restart' may name (repeatable)"},
 			&cli.StringFlag{Name: "revoked", Usage: "master: revocation list file ('dpvm cert revoke' adds to it): re-read when it changes, handed to every host", EnvVars: []string{"DPVM_REVOKED"}},
 			&cli.StringFlag{Name: "secret", Usage: "cluster secret file (from 'dpvm keygen'): required by the master; a host gets the master's when it joins", EnvVars: []string{"DPVM_SECRET"}},
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
@@ -120,7 +121,7 @@ func daemonCommand() *cli.Command {
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
-				Credential: key, Secret: ring, RevokedFile: c.String("revoked"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
+				Credential: key, Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),

@@ -181,6 +181,9 @@ func encodeMsg(v any) ([]byte, error) {
 }
 
 func decodeMsg(b []byte, v any) error {
+	if err := checkDepth(b, maxMsgDepth); err != nil {
+		return fmt.Errorf("decode %T: %w", v, err)
+	}
 	if err := task.UnmarshalMsgpack(b, v); err != nil {
 		return fmt.Errorf("decode %T: %w: %v", v, routing.ErrMalformed, err)
 	}

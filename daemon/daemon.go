@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
@@ -118,6 +119,9 @@ type Config struct {
 	// left the origin; "migrate:restored", after the destination has
 	// restored the task), so that tests can fail the master there.
 	FaultHook func(point string)
+	// Metrics, if set, receives the daemon's metrics and move events
+	// (package metrics); nil: none are kept.
+	Metrics *metrics.Metrics
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int
@@ -258,7 +262,8 @@ type Daemon struct {
 	wg     sync.WaitGroup // task goroutines
 	bg     sync.WaitGroup // network goroutines
 	self   HostInfo
-	nw     *network // nil for a standalone daemon
+	nw     *network         // nil for a standalone daemon
+	met    *metrics.Metrics // nil: no metrics (see observe.go)
 
 	// Routing state, guarded by rmu: the route cache (authoritative at the
 	// master), and reliable delivery's sending and receiving sides.
@@ -377,7 +382,9 @@ func newDaemon(cfg Config) *Daemon {
 		done:       make(chan struct{}),
 		reportKick: make(chan struct{}, 1),
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
+		met:        cfg.Metrics,
 	}
+	d.met.SetSource(d.metricsSnapshot)
 	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
 	if w == nil {

@@ -132,6 +132,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	d.rmu.Unlock()
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info
+	p.ctr = d.met.Peer(p.info.Name)
 	n.mu.Lock()
 	n.master = p
 	n.peers[MasterID] = p
@@ -286,6 +287,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 // (both daemons dialled at once), the connection dialled by the smaller
 // host ID wins; unacknowledged messages are resent on the winner.
 func (d *Daemon) attach(p *peer) bool {
+	p.ctr = d.met.Peer(p.info.Name)
 	n := d.nw
 	n.mu.Lock()
 	old := n.peers[p.info.ID]

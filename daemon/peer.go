@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
@@ -28,7 +29,8 @@ type peer struct {
 	role  pki.Role
 	conn  transport.Conn
 	st    transport.Stream
-	dialr bool // we dialled this connection
+	dialr bool          // we dialled this connection
+	ctr   *metrics.Peer // message counters of the peer host (nil: none kept); set before the peer is attached
 
 	wmu      sync.Mutex
 	buf      []byte // frames waiting for the writer
@@ -141,6 +143,7 @@ func (p *peer) envelope(e *routing.Envelope, inline bool) {
 		p.buf, p.msgsOff = routing.BeginFrame(p.buf, routing.KindMsgs)
 	}
 	p.buf = routing.AppendEnvelope(p.buf, e)
+	p.ctr.Sent(len(e.Body.Data))
 	routing.EndFrame(p.buf, p.msgsOff)
 	if len(p.buf)-p.msgsOff >= maxBatch {
 		p.msgsOff = -1

@@ -115,6 +115,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+		p.ctr.Received(len(e.Body.Data))
 		d.mu.Lock()
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]

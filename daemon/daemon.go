@@ -453,12 +453,34 @@ func (d *Daemon) stop(why error) {
 // shuts it down in the background, so the caller — a connection's reader —
 // is not blocked by the shutdown it starts.
 func (d *Daemon) stopAsync(why error) {
+	d.stopping(why)
+	go d.stop(why)
+}
+
+// stopping records why the daemon is about to stop (the first reason given
+// wins), before it tells anyone: what it loses from then on is expected.
+func (d *Daemon) stopping(why error) {
 	d.whyMu.Lock()
 	if d.why == nil {
 		d.why = why
 	}
 	d.whyMu.Unlock()
-	go d.stop(why)
+}
+
+// isStopping reports whether the daemon is stopping or has stopped.
+func (d *Daemon) isStopping() bool {
+	d.whyMu.Lock()
+	defer d.whyMu.Unlock()
+	return d.why != nil
+}
+
+// lossLevel is the level of a line about something lost: a warning, unless
+// the daemon is stopping, when losing it is expected.
+func (d *Daemon) lossLevel() slog.Level {
+	if d.isStopping() {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // shutdown kills every task, waits for their goroutines until ctx is done,
@@ -741,7 +763,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		d.taskGone(h.tid)
 	default:
 		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Warn("report exit", "tid", h.tid, "error", err)
+			d.log.Log(context.Background(), d.lossLevel(), "report exit", "tid", h.tid, "error", err)
 		}
 	}
 	// Exit notices travel as the task's last messages to their watchers,

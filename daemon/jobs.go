@@ -662,7 +662,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
-			d.log.Error("restore: start restored tasks", "host", h, "error", err)
+			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
 		d.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
@@ -761,7 +761,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	js.ck.Lock()
 	defer js.ck.Unlock()
 	if js.seq == 0 {
-		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "host", lost)
+		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", lost)
 		return
 	}
 	root := d.cfg.SharedDir
@@ -806,7 +806,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	js.rmu.Unlock()
 	d.rollbacks.Add(1)
 	d.met.RolledBack(time.Since(start), nil)
-	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "host", lost,
+	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", lost,
 		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
 }
 

@@ -138,7 +138,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	n.peers[MasterID] = p
 	n.mu.Unlock()
 	d.startPeer(p, r)
-	d.log.Info("joined the virtual machine", "master", d.cfg.Join, "host", d.self.ID)
+	d.log.Info("joined the virtual machine", "master", d.cfg.Join, "host_id", d.self.ID)
 	return nil
 }
 
@@ -262,7 +262,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
 		d.hostNotice(task.HostAdd, info)
 		d.schedDirty() // a new host, or one registering again with its tasks
-		d.log.Info("host joined", "host", info.ID, "name", info.Name, "addr", info.Addr)
+		d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
 	default:
 		n.mu.Lock()
 		hi := n.hosts[h.Host]

@@ -91,7 +91,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	if err != nil {
 		// Kept in the outbox: resent when the host is reachable, dropped
 		// if it is deleted.
-		d.log.Warn("message held", "to", to, "host", r.Host, "error", err)
+		d.log.Warn("message held", "to", to, "peer", r.Host, "error", err)
 		return nil
 	}
 	peer.envelope(&e, true)
@@ -255,7 +255,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 	}
 	p, err := d.peerFor(d.ctx, h)
 	if err != nil {
-		d.log.Warn("resend", "host", h, "error", err)
+		d.log.Warn("resend", "peer", h, "error", err)
 		return
 	}
 	for i := range envs {

@@ -153,7 +153,12 @@ func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) 
 func (vm *LocalVM) Master() *Daemon { return vm.Daemons[0] }
 
 // Halt stops every daemon, hosts first, waiting at most timeout for each.
+// The master knows the machine is halting: the hosts leaving it are no
+// loss.
 func (vm *LocalVM) Halt(timeout time.Duration) {
+	if len(vm.Daemons) > 0 {
+		vm.Master().stopping(task.ErrHalted)
+	}
 	for i := len(vm.Daemons) - 1; i >= 0; i-- {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		_ = vm.Daemons[i].Halt(ctx)

@@ -56,7 +56,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		ExitErrHandler:       func(*cli.Context, error) {}, // Run reports errors
 		OnUsageError:         usageError,
-		Flags:                []cli.Flag{logLevelFlag},
+		Flags:                []cli.Flag{logLevelFlag, logFormatFlag},
 		Commands: []*cli.Command{
 			runCommand(),
 			daemonCommand(),

@@ -252,7 +252,7 @@ func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (Jo
 // their safe points.
 func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, hold time.Duration) (res JobCheckpoint, err error) {
 	res = JobCheckpoint{Job: js.id, Name: js.name}
-	defer func(start time.Time) { d.jobCheckpointed(start, err) }(time.Now())
+	defer func(start time.Time) { d.jobCheckpointed(js.id, start, err) }(time.Now())
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
@@ -797,7 +797,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	}
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
 		d.log.Error("job rollback failed; the job is lost", "job", js.id, "set", setDir, "error", err)
-		d.met.RolledBack(time.Since(start), err)
+		d.met.RolledBack(js.id, time.Since(start), err)
 		return
 	}
 	js.seq = m.Seq
@@ -805,7 +805,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	js.broken = false
 	js.rmu.Unlock()
 	d.rollbacks.Add(1)
-	d.met.RolledBack(time.Since(start), nil)
+	d.met.RolledBack(js.id, time.Since(start), nil)
 	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", lost,
 		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
 }

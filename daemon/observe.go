@@ -120,9 +120,9 @@ func (d *Daemon) hostName(id task.HostID) string {
 	return id.String()
 }
 
-// schedObserved records a scheduler check: listed says whether it listed
-// the hosts' processes; ps are its per-process outcomes.
-func (d *Daemon) schedObserved(listed bool, ps []ProcessStatus) {
+// schedObserved records a scheduler check made at now: listed says
+// whether it listed the hosts' processes; ps are its per-process outcomes.
+func (d *Daemon) schedObserved(now time.Time, listed bool, ps []ProcessStatus) {
 	if d.met == nil {
 		return
 	}
@@ -130,7 +130,7 @@ func (d *Daemon) schedObserved(listed bool, ps []ProcessStatus) {
 	if listed {
 		decs = make([]metrics.Decision, 0, len(ps))
 		for _, p := range ps {
-			dec := metrics.Decision{Reason: p.Candidate}
+			dec := metrics.Decision{TID: p.TID.String(), Host: p.Host, Reason: p.Candidate, Location: p.Decision}
 			switch {
 			case strings.HasPrefix(p.Decision, "to "):
 				dec.Action = "migrate"
@@ -142,16 +142,16 @@ func (d *Daemon) schedObserved(listed bool, ps []ProcessStatus) {
 			decs = append(decs, dec)
 		}
 	}
-	d.met.SchedChecked(listed, decs)
+	d.met.SchedChecked(now, listed, decs)
 }
 
 // jobCheckpointed records a job checkpoint (master) that started at start;
 // a checkpoint refused because its job is gone is not counted.
-func (d *Daemon) jobCheckpointed(start time.Time, err error) {
+func (d *Daemon) jobCheckpointed(job uint64, start time.Time, err error) {
 	if errors.Is(err, ErrNoJob) {
 		return
 	}
-	d.met.JobCheckpointed(time.Since(start), err)
+	d.met.JobCheckpointed(job, time.Since(start), err)
 }
 
 // taskLog is the logger of a task's lines: the daemon's (which names the

@@ -143,12 +143,12 @@ func (p *peer) envelope(e *routing.Envelope, inline bool) {
 		p.buf, p.msgsOff = routing.BeginFrame(p.buf, routing.KindMsgs)
 	}
 	p.buf = routing.AppendEnvelope(p.buf, e)
-	p.ctr.Sent(len(e.Body.Data))
 	routing.EndFrame(p.buf, p.msgsOff)
 	if len(p.buf)-p.msgsOff >= maxBatch {
 		p.msgsOff = -1
 	}
 	p.wmu.Unlock()
+	p.ctr.Sent(len(e.Body.Data))
 	if inline {
 		p.push()
 	} else {

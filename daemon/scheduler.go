@@ -356,7 +356,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 	d.schedMu.Lock()
 	st.status = status
 	d.schedMu.Unlock()
-	d.schedObserved(true, status.Processes)
+	d.schedObserved(now, true, status.Processes)
 }
 
 // quietCheck makes the check without listing any host's processes when
@@ -402,7 +402,7 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 		}
 	}
 	st.status = status
-	d.schedObserved(false, nil)
+	d.schedObserved(now, false, nil)
 	return true
 }
 

@@ -144,10 +144,20 @@ func (m *Metrics) SetSource(f func() Snapshot) {
 
 // Peer counts the messages exchanged with one peer host. Its methods are
 // atomic additions, safe for concurrent use and on a nil *Peer.
+//
+// The sending side (task goroutines) and the receiving side (the
+// connection's reader) write different cache lines, and a Peer fills whole
+// lines of its own, so that neither side's additions evict the other's, nor
+// another Peer's.
 type Peer struct {
-	sent, received         atomic.Uint64
-	bytesSent, bytesRecved atomic.Uint64
+	sent, bytesSent       atomic.Uint64
+	_                     [cacheLine - 16]byte
+	received, bytesRecved atomic.Uint64
+	_                     [cacheLine - 16]byte
 }
+
+// cacheLine is the cache line size Peer pads to.
+const cacheLine = 64
 
 // Sent counts one message of n payload bytes sent to the peer.
 func (p *Peer) Sent(n int) {
@@ -252,11 +262,12 @@ func (m *Metrics) Transferred(mode string, took time.Duration, err error) {
 	m.transfer.WithLabelValues(mode).Observe(took.Seconds())
 }
 
-// JobCheckpointed records a coordinated job checkpoint (master).
-func (m *Metrics) JobCheckpointed(took time.Duration, err error) {
+// JobCheckpointed records a coordinated checkpoint of job (master).
+func (m *Metrics) JobCheckpointed(job uint64, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
+	m.events.AddJob(jobEvent(job, "checkpoint", took, err))
 	if err != nil {
 		m.jobCkpts.WithLabelValues(OutcomeFailed).Inc()
 		return
@@ -265,11 +276,12 @@ func (m *Metrics) JobCheckpointed(took time.Duration, err error) {
 	m.jobCkptSecs.Observe(took.Seconds())
 }
 
-// RolledBack records a job rollback (master).
-func (m *Metrics) RolledBack(took time.Duration, err error) {
+// RolledBack records a rollback of job (master).
+func (m *Metrics) RolledBack(job uint64, took time.Duration, err error) {
 	if m == nil {
 		return
 	}
+	m.events.AddJob(jobEvent(job, "rollback", took, err))
 	if err != nil {
 		m.rollbacks.WithLabelValues(OutcomeFailed).Inc()
 		return
@@ -278,8 +290,21 @@ func (m *Metrics) RolledBack(took time.Duration, err error) {
 	m.rollbackSecs.Observe(took.Seconds())
 }
 
+func jobEvent(job uint64, kind string, took time.Duration, err error) JobEvent {
+	j := JobEvent{Job: job, Kind: kind, Outcome: OutcomeOK, Duration: took, End: time.Now()}
+	if err != nil {
+		j.Outcome, j.Err = OutcomeFailed, err.Error()
+	}
+	return j
+}
+
 // Decision is one process's outcome in a scheduler check.
 type Decision struct {
+	// TID and Host name the process and where it ran.
+	TID, Host string
+	// Location is the location policy's answer for a selected process,
+	// with its figures ("" when it was not selected).
+	Location string
 	// Reason is why it is a migration candidate ("delay", "memory",
 	// "users", a '+' combination; "" when it is none).
 	Reason string
@@ -288,9 +313,10 @@ type Decision struct {
 	Action string
 }
 
-// SchedChecked records one scheduler check (master): whether it listed
-// the hosts' processes, and the decisions it made.
-func (m *Metrics) SchedChecked(listed bool, decisions []Decision) {
+// SchedChecked records one scheduler check made at now (master): whether
+// it listed the hosts' processes, and the decisions it made; the selected
+// processes' go to the event log.
+func (m *Metrics) SchedChecked(now time.Time, listed bool, decisions []Decision) {
 	if m == nil {
 		return
 	}
@@ -308,6 +334,9 @@ func (m *Metrics) SchedChecked(listed bool, decisions []Decision) {
 			r = "none"
 		}
 		m.schedDecide.WithLabelValues(r, d.Action).Inc()
+		if d.Action != "candidate" {
+			m.events.AddSched(SchedEvent{At: now, TID: d.TID, Host: d.Host, Reason: r, Decision: d.Location})
+		}
 	}
 }
 

@@ -50,9 +50,9 @@ func TestNilIsANoOp(t *testing.T) {
 	m.SetSource(func() Snapshot { return Snapshot{} })
 	m.MoveEnded(Move{Mode: "direct", Outcome: OutcomeCommitted})
 	m.Transferred("direct", time.Second, nil)
-	m.JobCheckpointed(time.Second, nil)
-	m.RolledBack(time.Second, errors.New("x"))
-	m.SchedChecked(true, []Decision{{Reason: "delay", Action: "migrate"}})
+	m.JobCheckpointed(1, time.Second, nil)
+	m.RolledBack(1, time.Second, errors.New("x"))
+	m.SchedChecked(time.Now(), true, []Decision{{Reason: "delay", Action: "migrate"}})
 	m.ForgetPeer("h2")
 	if p != nil || m.Fresh() != nil || m.Events() != nil {
 		t.Fatal("a nil Metrics made something")
@@ -99,8 +99,17 @@ func TestCountersAndSnapshot(t *testing.T) {
 	})
 	m.MoveEnded(Move{ID: "mv1", Mode: "direct", Outcome: OutcomeCommitted, Freeze: 20 * time.Millisecond, Duration: time.Second, Bytes: 4096})
 	m.MoveEnded(Move{Mode: "indirect", Outcome: OutcomeAborted, Freeze: time.Millisecond})
-	m.SchedChecked(true, []Decision{{Reason: "delay", Action: "migrate"}, {Reason: "delay+users", Action: "candidate"}, {}})
-	m.SchedChecked(false, nil)
+	m.SchedChecked(time.Now(), true, []Decision{{TID: "t2:1", Host: "h2", Reason: "delay", Action: "migrate", Location: "to h3: …"},
+		{Reason: "delay+users", Action: "candidate"}, {}})
+	m.SchedChecked(time.Now(), false, nil)
+	m.JobCheckpointed(4, time.Second, nil)
+	m.RolledBack(4, time.Second, errors.New("no checkpoint"))
+	if evs, seen := m.Events().Sched(); seen != 1 || evs[0].TID != "t2:1" || evs[0].Reason != "delay" || evs[0].Decision != "to h3: …" {
+		t.Errorf("scheduler events %+v (%d), want the one selected process", evs, seen)
+	}
+	if evs, seen := m.Events().Jobs(); seen != 2 || evs[0].Kind != "checkpoint" || evs[1].Outcome != OutcomeFailed || evs[1].Job != 4 {
+		t.Errorf("job events %+v (%d), want a checkpoint then a failed rollback of job 4", evs, seen)
+	}
 	want := `
 # HELP dpvm_message_sent_bytes_total Payload bytes of the task messages sent to a peer host.
 # TYPE dpvm_message_sent_bytes_total counter

@@ -114,8 +114,10 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
+	var nRecv, bRecv int // for the metrics, counted per frame
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
-		p.ctr.Received(len(e.Body.Data))
+		nRecv++
+		bRecv += len(e.Body.Data)
 		d.mu.Lock()
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]
@@ -160,6 +162,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		return nil
 	})
 	d.rmu.Unlock()
+	p.ctr.Received(nRecv, bRecv)
 	if err != nil {
 		return err
 	}

@@ -2,14 +2,19 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/status"
 )
 
 // The daemon's observability flags: metrics and profiles are served over
@@ -19,11 +24,60 @@ var (
 	metricsPublicFlag = &cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"}
 	pprofFlag         = &cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"}
 	pprofPublicFlag   = &cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"}
+	httpFlag          = &cli.StringFlag{Name: "http", Usage: "master: serve the live status page at http://ADDR/; loopback only unless --http-public (default: off)"}
+	httpPublicFlag    = &cli.BoolFlag{Name: "http-public", Usage: "let --http bind an address other hosts can reach (needs --http-token-file)"}
+	httpTokenFlag     = &cli.StringFlag{Name: "http-token-file", Usage: "file whose first line is the token the status page requires (Authorization: Bearer TOKEN, or ?token=TOKEN)"}
 )
 
 // observeFlags are the daemon command's observability flags.
 func observeFlags() []cli.Flag {
-	return []cli.Flag{metricsListenFlag, metricsPublicFlag, pprofFlag, pprofPublicFlag}
+	return []cli.Flag{metricsListenFlag, metricsPublicFlag, pprofFlag, pprofPublicFlag, httpFlag, httpPublicFlag, httpTokenFlag}
+}
+
+// statusToken checks the status page's flags and returns its token ("" for
+// none): an address other hosts can reach needs --http-public and a token.
+func statusToken(c *cli.Context) (string, error) {
+	addr := c.String("http")
+	if addr == "" {
+		return "", nil
+	}
+	if !c.Bool("master") {
+		return "", errors.New("--http: the status page is the master's")
+	}
+	if err := metrics.CheckLoopback(addr, c.Bool("http-public")); err != nil {
+		return "", fmt.Errorf("--http: %w", err)
+	}
+	token := ""
+	if f := c.String("http-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("--http-token-file: %w", err)
+		}
+		token, _, _ = strings.Cut(string(b), "\n")
+		token = strings.TrimSpace(token)
+		if len(token) < 16 {
+			return "", fmt.Errorf("--http-token-file %s: the token must be at least 16 characters", f)
+		}
+	}
+	if c.Bool("http-public") && token == "" {
+		return "", errors.New("--http-public: an exposed status page needs a token (--http-token-file)")
+	}
+	return token, nil
+}
+
+// startStatus starts the master's status page, if --http asks for it.
+func (o *observers) startStatus(c *cli.Context, d *daemon.Daemon, token string, w io.Writer) error {
+	addr := c.String("http")
+	if addr == "" {
+		return nil
+	}
+	s, err := metrics.Serve(addr, status.Handler(status.Config{Source: d, Events: d.Metrics().Events(), Token: token, Logger: loggerFrom(c)}))
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	o.servers = append(o.servers, s)
+	fmt.Fprintf(w, "dpvm daemon: status page on http://%s/\n", s.Addr())
+	return nil
 }
 
 // observers are the HTTP servers a daemon's observability flags started.

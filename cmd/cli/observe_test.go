@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -65,11 +66,15 @@ func TestDaemonServesMetricsAndProfiles(t *testing.T) {
 	go func() {
 		done <- Run([]string{"dpvm", "--log-format", "json", "--log-level", "info", "daemon", "--master", "--listen", "127.0.0.1:0",
 			"--cluster-key", key, "--speed", "1", "--load-source", "static",
-			"--metrics-listen", "127.0.0.1:0", "--pprof", "127.0.0.1:0"}, &stdout, &stderr)
+			"--metrics-listen", "127.0.0.1:0", "--pprof", "127.0.0.1:0", "--http", "127.0.0.1:0"}, &stdout, &stderr)
 	}()
 	addr := waitMatch(t, &stderr, regexp.MustCompile(`listening on (\S+)`), done)[1]
 	metricsURL := waitMatch(t, &stderr, regexp.MustCompile(`metrics on (http://\S+)`), done)[1]
 	pprofURL := waitMatch(t, &stderr, regexp.MustCompile(`profiles on (http://\S+)`), done)[1]
+	statusURL := waitMatch(t, &stderr, regexp.MustCompile(`status page on (http://\S+)`), done)[1]
+	if body := httpGet(t, statusURL+"api/hosts"); !strings.Contains(body, `"name":"h1"`) || !strings.Contains(body, `"master":true`) {
+		t.Errorf("%sapi/hosts:\n%s", statusURL, body)
+	}
 
 	if body := httpGet(t, metricsURL); !strings.Contains(body, `dpvm_tasks{state="running"} 0`) || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("%s:\n%s", metricsURL, body)
@@ -115,6 +120,10 @@ func TestObserveFlagsRefuse(t *testing.T) {
 	if code := Run([]string{"dpvm", "keygen", "--out", key}, io.Discard, io.Discard); code != 0 {
 		t.Fatalf("keygen: %d", code)
 	}
+	short := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -122,6 +131,10 @@ func TestObserveFlagsRefuse(t *testing.T) {
 		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--metrics-listen", "0.0.0.0:0"}, "--metrics-listen: address \"0.0.0.0:0\": not a loopback address"},
 		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--pprof", ":0"}, "--pprof: address \":0\": not a loopback address"},
 		{[]string{"--log-format", "xml", "daemon", "--master", "--cluster-key", key}, `--log-format "xml": want text or json`},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "0.0.0.0:0"}, "--http: address \"0.0.0.0:0\": not a loopback address"},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "0.0.0.0:0", "--http-public"}, "--http-public: an exposed status page needs a token"},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "127.0.0.1:0", "--http-token-file", short}, "the token must be at least 16 characters"},
+		{[]string{"daemon", "--join", "127.0.0.1:1", "--cluster-key", key, "--speed", "1", "--http", "127.0.0.1:0"}, "--http: the status page is the master's"},
 	} {
 		var stderr syncBuffer
 		code := Run(append([]string{"dpvm"}, c.args...), io.Discard, &stderr)

@@ -122,9 +122,13 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
+			token, err := statusToken(c)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
 			var met *metrics.Metrics
-			if c.String("metrics-listen") != "" {
-				met = metrics.New(metrics.Options{})
+			if c.String("metrics-listen") != "" || c.String("http") != "" {
+				met = metrics.New(metrics.Options{}) // the status page shows its event logs
 			}
 			obs, err := startObservers(c, met, c.App.ErrWriter)
 			if err != nil {
@@ -148,6 +152,12 @@ func daemonCommand() *cli.Command {
 			})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			if err := obs.startStatus(c, d, token, c.App.ErrWriter); err != nil {
+				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = d.Halt(hctx)
+				return cli.Exit("daemon: "+err.Error(), 1)
 			}
 			role := "host"
 			if c.Bool("master") {

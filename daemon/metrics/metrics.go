@@ -145,8 +145,8 @@ func (m *Metrics) SetSource(f func() Snapshot) {
 // Peer counts the messages exchanged with one peer host. Its methods are
 // atomic additions, safe for concurrent use and on a nil *Peer.
 //
-// The sending side (task goroutines) and the receiving side (the
-// connection's reader) write different cache lines, and a Peer fills whole
+// The sending side (the goroutine writing to the connection) and the
+// receiving side (the connection's reader) write different cache lines, and a Peer fills whole
 // lines of its own, so that neither side's additions evict the other's, nor
 // another Peer's.
 type Peer struct {
@@ -159,22 +159,24 @@ type Peer struct {
 // cacheLine is the cache line size Peer pads to.
 const cacheLine = 64
 
-// Sent counts one message of n payload bytes sent to the peer.
-func (p *Peer) Sent(n int) {
-	if p == nil {
+// Sent counts msgs messages of bytes payload bytes sent to the peer. The
+// daemon counts per write to the connection, not per message.
+func (p *Peer) Sent(msgs, bytes int) {
+	if p == nil || msgs == 0 {
 		return
 	}
-	p.sent.Add(1)
-	p.bytesSent.Add(uint64(n))
+	p.sent.Add(uint64(msgs))
+	p.bytesSent.Add(uint64(bytes))
 }
 
-// Received counts one message of n payload bytes received from the peer.
-func (p *Peer) Received(n int) {
-	if p == nil {
+// Received counts msgs messages of bytes payload bytes received from the
+// peer. The daemon counts per frame, not per message.
+func (p *Peer) Received(msgs, bytes int) {
+	if p == nil || msgs == 0 {
 		return
 	}
-	p.received.Add(1)
-	p.bytesRecved.Add(uint64(n))
+	p.received.Add(uint64(msgs))
+	p.bytesRecved.Add(uint64(bytes))
 }
 
 // Peer returns the counters of the peer host named host, made on first

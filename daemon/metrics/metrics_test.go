@@ -45,8 +45,8 @@ func TestCheckLoopback(t *testing.T) {
 func TestNilIsANoOp(t *testing.T) {
 	var m *Metrics
 	p := m.Peer("h2")
-	p.Sent(10)
-	p.Received(10)
+	p.Sent(1, 10)
+	p.Received(1, 10)
 	m.SetSource(func() Snapshot { return Snapshot{} })
 	m.MoveEnded(Move{Mode: "direct", Outcome: OutcomeCommitted})
 	m.Transferred("direct", time.Second, nil)
@@ -89,9 +89,10 @@ func TestCountersAndSnapshot(t *testing.T) {
 	if m.Peer("h2") != p {
 		t.Fatal("a second lookup made new counters")
 	}
-	p.Sent(100)
-	p.Sent(50)
-	p.Received(7)
+	p.Sent(1, 100)
+	p.Sent(1, 50)
+	p.Sent(0, 0)
+	p.Received(1, 7)
 	m.SetSource(func() Snapshot {
 		return Snapshot{Tasks: map[string]int{"running": 2}, MailboxMessages: 3, Load: 2.5, MemFreeBytes: -1,
 			Conns: []Conn{{Peer: "h2", SmoothedRTT: time.Millisecond, BytesSent: 9}},

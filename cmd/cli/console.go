@@ -58,9 +58,6 @@ func consoleAction(c *cli.Context) error {
 	if addr == "" {
 		return cli.Exit("console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
-	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("console: unexpected argument %q: commands are read from standard input", c.Args().First()), 2)
-	}
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
 		return cli.Exit("console: "+err.Error(), 2)

@@ -451,7 +451,7 @@ func TestConsoleCommandErrors(t *testing.T) {
 	}{
 		{[]string{"console"}, "dpvm: console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2},
 		{[]string{"console", "--master", "127.0.0.1:1", "--cluster-key", keyFile}, "dpvm: console: ", 2},
-		{[]string{"console", "--master", "127.0.0.1:1", "ps"}, `dpvm: console: unexpected argument "ps": commands are read from standard input`, 2},
+		{[]string{"console", "--master", "127.0.0.1:1", "ps"}, `dpvm: console: unexpected argument "ps" (see 'dpvm console --help')`, 2},
 		{[]string{"console", "--bogus"}, "dpvm: flag provided but not defined: -bogus (see 'dpvm console --help')", 2},
 	}
 	for _, c := range cases {

@@ -57,9 +57,6 @@ func npbCommand() *cli.Command {
 }
 
 func npbAction(c *cli.Context, kernel string) error {
-	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("npb %s: unexpected arguments %q", kernel, c.Args().Slice()), 2)
-	}
 	class, np, hosts := c.String("class"), c.Int("np"), c.Int("hosts")
 	if _, err := npb.NewRoot(kernel, class, np); err != nil {
 		return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)

@@ -182,17 +182,17 @@ func masterOutput(c *cli.Context) io.Writer {
 func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFunc, error) {
 	addr := c.String("master")
 	if addr == "" {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 2)
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	cl, err := daemon.Dial(ctx, addr, key)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 1)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 1)
 	}
 	return cl, ctx, cancel, nil
 }
@@ -218,10 +218,25 @@ func withClient(f clientAction) cli.ActionFunc {
 			if errors.As(err, &ec) {
 				return err
 			}
-			return cli.Exit(c.Command.Name+": "+err.Error(), 1)
+			if errors.Is(err, context.Canceled) {
+				return cli.Exit(commandName(c)+": interrupted", exitInterrupted)
+			}
+			return cli.Exit(commandName(c)+": "+err.Error(), exitFailed)
 		}
 		return nil
 	}
+}
+
+// commandName is the full name of the command c runs, without the
+// program's: "sched status".
+func commandName(c *cli.Context) string {
+	var names []string
+	for _, x := range c.Lineage() {
+		if x.Command != nil && x.Command.Name != "" && (len(names) == 0 || names[0] != x.Command.Name) {
+			names = append([]string{x.Command.Name}, names...)
+		}
+	}
+	return strings.Join(names, " ")
 }
 
 // A controlCommand acts on a running virtual machine through a connected

@@ -95,7 +95,9 @@ func restartCommand() *cli.Command {
 			"over. Every task keeps its identity and goes back to its host if that host is still\n" +
 			"in the virtual machine. The job's output follows, as with 'dpvm run --master', and the\n" +
 			"command exits with the root task's status.",
-		Flags: []cli.Flag{masterAddrFlag, clusterKeyFlag, checkpointEveryFlag, keepFlag},
+		Flags: []cli.Flag{masterAddrFlag, clusterKeyFlag, checkpointEveryFlag, keepFlag,
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({dir, status, error}); the job's output goes to standard error"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit(fmt.Sprintf("restart: give one directory, got %d arguments", c.NArg()), 2)
@@ -126,9 +128,18 @@ func restartCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("restart: "+err.Error(), 2)
 			}
-			info, err := cl.Restart(ctx, dir, opts, c.App.Writer)
+			out := c.App.Writer
+			if c.Bool("json") {
+				out = c.App.ErrWriter
+			}
+			info, err := cl.Restart(ctx, dir, opts, out)
 			if err == nil {
 				err = daemon.ExitError(info)
+			}
+			if c.Bool("json") {
+				if jerr := printJSON(c.App.Writer, newRunResult("", dir, err)); jerr != nil {
+					return cli.Exit("restart: "+jerr.Error(), exitFailed)
+				}
 			}
 			return exitFor("restart", err)
 		},

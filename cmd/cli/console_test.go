@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/task"
@@ -384,19 +383,7 @@ wait:
 func dpvmStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := newApp(&out, &errOut)
-	app.Reader = strings.NewReader(stdin)
-	status := 0
-	if err := app.Run(reorderArgs(app, append([]string{"dpvm"}, args...))); err != nil {
-		status = 1
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			status = ec.ExitCode()
-		}
-		if msg := err.Error(); msg != "" {
-			errOut.WriteString("dpvm: " + msg + "\n")
-		}
-	}
+	status := run(strings.NewReader(stdin), append([]string{"dpvm"}, args...), &out, &errOut)
 	return status, out.String(), errOut.String()
 }
 

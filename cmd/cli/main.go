@@ -39,7 +39,13 @@ func Main() {
 // Run executes the dpvm command line args (args[0] is the program's name)
 // and returns the process exit status.
 func Run(args []string, stdout, stderr io.Writer) int {
+	return run(os.Stdin, args, stdout, stderr)
+}
+
+// run is Run reading standard input from stdin.
+func run(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
+	app.Reader = stdin
 	args = reorderArgs(app, args)
 	err := app.Run(args)
 	if err == nil {

@@ -36,7 +36,7 @@ func npbCommand() *cli.Command {
 				&cli.IntFlag{Name: "np", Value: 1, Usage: "number of worker tasks"},
 				&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of hosts of the embedded virtual machine"},
 				&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
-				&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address (DPVM_MASTER is not read: the embedded machine is the default)"},
+				runMasterFlag,
 				clusterKeyFlag,
 				&cli.StringFlag{Name: "shared-dir", Usage: "shared directory of the embedded machine, for job checkpoints (default: a temporary one)"},
 				checkpointEveryFlag,
@@ -60,6 +60,9 @@ func npbAction(c *cli.Context, kernel string) error {
 	class, np, hosts := c.String("class"), c.Int("np"), c.Int("hosts")
 	if _, err := npb.NewRoot(kernel, class, np); err != nil {
 		return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)
+	}
+	if err := checkMasterHosts(c, "npb "+kernel); err != nil {
+		return err
 	}
 	if hosts < 1 {
 		return cli.Exit(fmt.Sprintf("npb %s: --hosts %d: at least one host is needed", kernel, hosts), 2)

@@ -78,6 +78,7 @@ func loadCommand() *cli.Command {
 						&cli.DurationFlag{Name: "for", Usage: "expire after this long (default: until cleared)"},
 						&cli.BoolFlag{Name: "add", Usage: "add to the measured figures instead of replacing them"},
 						&cli.BoolFlag{Name: "clear", Usage: "remove the host's overlay"},
+						jsonFlag,
 					},
 				},
 				act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -102,7 +103,17 @@ func loadCommand() *cli.Command {
 							return cli.Exit("load inject: "+err.Error(), 2)
 						}
 					}
-					return cl.InjectLoad(ctx, c.Args().First(), o, c.Bool("clear"))
+					if err := cl.InjectLoad(ctx, c.Args().First(), o, c.Bool("clear")); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						res := map[string]any{"host": c.Args().First(), "cleared": c.Bool("clear")}
+						if !c.Bool("clear") {
+							res["overlay"] = o
+						}
+						return printJSON(c.App.Writer, res)
+					}
+					return nil
 				},
 			}.command(),
 		},

@@ -33,14 +33,20 @@ func keygenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "keygen",
 		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (mode 0600; never overwritten)"}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "file to write (mode 0600; never overwritten); required"}, jsonFlag},
 		Action: func(c *cli.Context) error {
+			if c.String("out") == "" {
+				return usageErrorf("keygen", "--out FILE is required")
+			}
 			k, err := pki.Generate(time.Now())
 			if err != nil {
-				return err
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
 			}
 			if err := k.WriteFile(c.String("out")); err != nil {
-				return cli.Exit(fmt.Sprintf("keygen: %v", err), 1)
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]string{"key": c.String("out")})
 			}
 			fmt.Fprintf(c.App.Writer, "wrote cluster key %s; give it to every daemon and client (--cluster-key or DPVM_CLUSTER_KEY)\n", c.String("out"))
 			return nil
@@ -447,18 +453,31 @@ func killControl() controlCommand {
 			Name:      "kill",
 			Usage:     "kill tasks of a running virtual machine",
 			ArgsUsage: "TID...",
+			Flags:     []cli.Flag{jsonFlag},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("kill: no TID given", 2)
+				return cli.Exit("kill: no TID given", exitUsage)
 			}
-			var errs []error
+			var tids []task.TID
 			for _, a := range c.Args().Slice() {
 				tid, err := task.ParseTID(a)
-				if err == nil {
-					err = cl.Kill(ctx, tid)
-				}
 				if err != nil {
+					return cli.Exit("kill: "+err.Error(), exitUsage)
+				}
+				tids = append(tids, tid)
+			}
+			killed := []task.TID{}
+			var errs []error
+			for _, tid := range tids {
+				if err := cl.Kill(ctx, tid); err != nil {
+					errs = append(errs, err)
+				} else {
+					killed = append(killed, tid)
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, map[string]any{"killed": killed}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -475,14 +494,23 @@ func deleteControl() controlCommand {
 			Name:      "delete",
 			Usage:     "remove hosts from a running virtual machine (their daemons stop)",
 			ArgsUsage: "HOST...",
+			Flags:     []cli.Flag{jsonFlag},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("delete: no host given", 2)
+				return cli.Exit("delete: no host given", exitUsage)
 			}
+			deleted := []string{}
 			var errs []error
 			for _, h := range c.Args().Slice() {
 				if err := cl.Delete(ctx, h); err != nil {
+					errs = append(errs, err)
+				} else {
+					deleted = append(deleted, h)
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, map[string]any{"deleted": deleted}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -498,9 +526,16 @@ func haltControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "halt",
 			Usage: "stop a running virtual machine: every task and every daemon",
+			Flags: []cli.Flag{jsonFlag},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			return cl.Halt(ctx)
+			if err := cl.Halt(ctx); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"halted": true, "master": cl.Master().Name})
+			}
+			return nil
 		},
 	}
 }

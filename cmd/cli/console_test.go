@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/task"
 )

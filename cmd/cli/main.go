@@ -101,7 +101,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		HideHelpCommand:      false,
-		HideVersion:          true, // --version is ours: it prints the build
+		HideVersion:          true,                         // --version is ours: it prints the build
 		ExitErrHandler:       func(*cli.Context, error) {}, // Run reports errors
 		Flags:                []cli.Flag{logLevelFlag, versionFlag},
 		Before:               checkLogLevel,

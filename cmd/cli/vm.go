@@ -238,7 +238,7 @@ func withClient(f clientAction) cli.ActionFunc {
 func commandName(c *cli.Context) string {
 	var names []string
 	for _, x := range c.Lineage() {
-		if x.Command != nil && x.Command.Name != "" && (len(names) == 0 || names[0] != x.Command.Name) {
+		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name && (len(names) == 0 || names[0] != x.Command.Name) {
 			names = append([]string{x.Command.Name}, names...)
 		}
 	}

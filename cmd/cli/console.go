@@ -480,7 +480,7 @@ func migrateControl() controlCommand {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>)"},
 				&cli.StringFlag{Name: "via", Value: "direct", Usage: "direct or indirect"},
-				jsonFlag,
+				jsonFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {

@@ -149,7 +149,7 @@ func (con *console) runCommand() *cli.Command {
 		ArgsUsage: "PROGRAM [program flags and arguments]",
 		Description: "Everything after PROGRAM belongs to the program ('run hello --help' shows its\n" +
 			"flags). The console goes on while the job runs; the job ends with the console.",
-		Flags: []cli.Flag{checkpointEveryFlag, keepFlag},
+		Flags: []cli.Flag{checkpointEveryFlag(), keepFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
 				return cli.Exit("run: no program named; known programs: "+programNames(), exitUsage)
@@ -194,7 +194,7 @@ func (con *console) restartCommand() *cli.Command {
 		ArgsUsage: "DIR",
 		Description: "DIR is a job's checkpoint directory as the master sees it (SHARED/job-NAME).\n" +
 			"The console goes on while the job runs; the job ends with the console.",
-		Flags: []cli.Flag{checkpointEveryFlag, keepFlag},
+		Flags: []cli.Flag{checkpointEveryFlag(), keepFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit(fmt.Sprintf("restart: give one directory, got %d arguments", c.NArg()), exitUsage)

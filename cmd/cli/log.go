@@ -9,11 +9,13 @@ import (
 )
 
 // logLevelFlag is the global --log-level flag.
-var logLevelFlag = &cli.StringFlag{
-	Name:    "log-level",
-	Value:   "warn",
-	Usage:   "log level: debug, info, warn or error (logs go to standard error)",
-	EnvVars: []string{"DPVM_LOG"},
+func logLevelFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "log-level",
+		Value:   "warn",
+		Usage:   "log level: debug, info, warn or error (logs go to standard error)",
+		EnvVars: []string{"DPVM_LOG"},
+	}
 }
 
 // parseLogLevel reads a --log-level value: debug, info, warn or error, in

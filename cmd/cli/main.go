@@ -103,7 +103,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		HideVersion:          true,                         // --version is ours: it prints the build
 		ExitErrHandler:       func(*cli.Context, error) {}, // Run reports errors
-		Flags:                []cli.Flag{logLevelFlag, versionFlag},
+		Flags:                []cli.Flag{logLevelFlag(), versionFlag()},
 		Before:               checkLogLevel,
 		Commands: []*cli.Command{
 			runCommand(),
@@ -206,7 +206,7 @@ func parentAction(path string, subs []*cli.Command) cli.ActionFunc {
 		if path != "dpvm" {
 			what = strings.TrimPrefix(path, "dpvm ") + ": " + what
 		}
-		return cli.Exit(fmt.Sprintf("%s %q (commands: %s; see '%s --help')",
+		return cli.Exit(fmt.Sprintf("%s %q; commands: %s (see '%s --help')",
 			what, c.Args().First(), strings.Join(names, ", "), path), exitUsage)
 	}
 }

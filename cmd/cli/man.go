@@ -17,13 +17,17 @@ func manCommand() *cli.Command {
 			"  dpvm man > /usr/local/share/man/man1/dpvm.1 && mandb\n" +
 			"or read it at once with 'dpvm man | man -l -'.",
 		Action: func(c *cli.Context) error {
-			return writeMan(c.App, c.App.Writer)
+			return writeMan(c.App.Writer)
 		},
 	}
 }
 
-// writeMan writes app's manual page.
-func writeMan(app *cli.App, w io.Writer) error {
+// writeMan writes the manual page. It documents a command tree of its own,
+// without the help commands urfave/cli adds to a tree as it runs (one of
+// which, shared by every tree, may hold itself).
+func writeMan(w io.Writer) error {
+	app := newApp(w, io.Discard)
+	app.HideHelpCommand = true
 	page, err := app.ToManWithSection(1)
 	if err != nil {
 		return fmt.Errorf("man: %w", err)

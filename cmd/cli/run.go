@@ -31,12 +31,12 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
-			runMasterFlag,
+			runMasterFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({program, status, error}); the tasks' output goes to standard error"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
-			checkpointEveryFlag,
-			keepFlag,
-			clusterKeyFlag,
+			checkpointEveryFlag(),
+			keepFlag(),
+			clusterKeyFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
@@ -134,10 +134,12 @@ func programNames() string {
 // embedded one. Like every command that talks to a virtual machine they
 // read DPVM_MASTER, so that one exported variable points them all at it;
 // --master "" runs on an embedded machine all the same.
-var runMasterFlag = &cli.StringFlag{
-	Name:    "master",
-	Usage:   "run on the running virtual machine whose master is at this address instead of an embedded one (--master '' ignores DPVM_MASTER)",
-	EnvVars: []string{"DPVM_MASTER"},
+func runMasterFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "master",
+		Usage:   "run on the running virtual machine whose master is at this address instead of an embedded one (--master '' ignores DPVM_MASTER)",
+		EnvVars: []string{"DPVM_MASTER"},
+	}
 }
 
 // checkMasterHosts rejects --hosts, the size of an embedded machine,

@@ -21,7 +21,7 @@ func schedStatusControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "status",
 			Usage: "show the running master's Dynamic-SED scheduler: classes, availability, each process's class, counter and candidate reason",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			st, err := cl.SchedStatus(ctx)
@@ -85,7 +85,7 @@ func loadInjectControl() controlCommand {
 				&cli.DurationFlag{Name: "for", Usage: "expire after this long (default: until cleared)"},
 				&cli.BoolFlag{Name: "add", Usage: "add to the measured figures instead of replacing them"},
 				&cli.BoolFlag{Name: "clear", Usage: "remove the host's overlay"},
-				jsonFlag,
+				jsonFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {

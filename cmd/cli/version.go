@@ -10,7 +10,9 @@ import (
 )
 
 // versionFlag is the global --version flag.
-var versionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version, VCS revision and Go version, and exit"}
+func versionFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "version", Usage: "print the version, VCS revision and Go version, and exit"}
+}
 
 // versionCommand is `dpvm version`: the build this binary is, which every
 // daemon of a virtual machine must share.
@@ -20,7 +22,7 @@ func versionCommand() *cli.Command {
 		Usage: "print the version, VCS revision and Go version of this binary, and its task types",
 		Description: "Every daemon of a virtual machine must run the same build: the master refuses\n" +
 			"a host whose version or registry of task types (the fingerprint shown) differs.",
-		Flags: []cli.Flag{jsonFlag},
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			return printVersion(c.App.Writer, c.Bool("json"))
 		},

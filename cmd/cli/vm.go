@@ -23,17 +23,24 @@ import (
 )
 
 // Flags shared by the commands that talk to a running virtual machine.
-var (
-	masterAddrFlag = &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
-	clusterKeyFlag = &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
-	jsonFlag       = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
-)
+// Each command tree makes its own: urfave/cli writes into a flag the value
+// it parses, and from the environment.
+func masterAddrFlag() cli.Flag {
+	return &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
+}
+
+func clusterKeyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
+}
+
+// jsonFlag is --json: print the result as JSON.
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON"} }
 
 func keygenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "keygen",
 		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "file to write (mode 0600; never overwritten); required"}, jsonFlag},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "file to write (mode 0600; never overwritten); required"}, jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.String("out") == "" {
 				return usageErrorf("keygen", "--out FILE is required")
@@ -67,7 +74,7 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
-			clusterKeyFlag,
+			clusterKeyFlag(),
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
@@ -203,10 +210,12 @@ func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFun
 	return cl, ctx, cancel, nil
 }
 
-var timeoutFlag = &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+func timeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+}
 
 func vmFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{masterAddrFlag, clusterKeyFlag, timeoutFlag}, extra...)
+	return append([]cli.Flag{masterAddrFlag(), clusterKeyFlag(), timeoutFlag()}, extra...)
 }
 
 // withClient runs f with a connection to the virtual machine, turning its
@@ -277,7 +286,7 @@ func confControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "conf",
 			Usage: "list the hosts of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			hosts, err := cl.Hosts(ctx)
@@ -315,7 +324,7 @@ func psControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "ps",
 			Usage: "list the tasks of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
+			Flags: []cli.Flag{jsonFlag(), &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			ts, err := cl.Tasks(ctx, c.Bool("all"))
@@ -370,12 +379,12 @@ func spawnControl() controlCommand {
 				"  dpvm spawn hello -- -n 8\n" +
 				"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
 				"Tasks' output is printed by the master daemon.",
-			Flags: []cli.Flag{jsonFlag,
+			Flags: []cli.Flag{jsonFlag(),
 				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
 				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
 				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
-				checkpointEveryFlag, keepFlag,
+				checkpointEveryFlag(), keepFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -453,7 +462,7 @@ func killControl() controlCommand {
 			Name:      "kill",
 			Usage:     "kill tasks of a running virtual machine",
 			ArgsUsage: "TID...",
-			Flags:     []cli.Flag{jsonFlag},
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
@@ -494,7 +503,7 @@ func deleteControl() controlCommand {
 			Name:      "delete",
 			Usage:     "remove hosts from a running virtual machine (their daemons stop)",
 			ArgsUsage: "HOST...",
-			Flags:     []cli.Flag{jsonFlag},
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
@@ -526,7 +535,7 @@ func haltControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "halt",
 			Usage: "stop a running virtual machine: every task and every daemon",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if err := cl.Halt(ctx); err != nil {

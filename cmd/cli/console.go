@@ -280,8 +280,9 @@ func (con *console) exec(ctx context.Context, line string) (leave bool) {
 func (con *console) run(ctx context.Context, e consoleEntry, args []string) error {
 	cmd := e.build(con)
 	name := e.path
-	cmd.CustomHelpTemplate = consoleCommandHelp
-	cmd.HelpName = name
+	// The console's name of the command, which urfave/cli's HelpName is
+	// not ("dpvm console sched status").
+	cmd.CustomHelpTemplate = strings.ReplaceAll(consoleCommandHelp, "{{.HelpName}}", name)
 	cmd.Description = strings.ReplaceAll(cmd.Description, "  dpvm ", "  ")
 	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return fmt.Errorf("%s: %w (see 'help %s')", name, err, name)
@@ -339,10 +340,11 @@ func (con *console) act(c *cli.Context, cc controlCommand) error {
 	return err
 }
 
-// consoleCommandHelp is the template of 'help COMMAND' in the console.
-const consoleCommandHelp = `{{.Name}}: {{.Usage}}
+// consoleCommandHelp is the template of 'help COMMAND' in the console;
+// {{.HelpName}} is replaced by the command's name before use.
+const consoleCommandHelp = `{{.HelpName}}: {{.Usage}}
 
-usage: {{.Name}}{{if .VisibleFlags}} [flags]{{end}}{{if .ArgsUsage}} {{.ArgsUsage}}{{end}}{{if .Description}}
+usage: {{.HelpName}}{{if .VisibleFlags}} [flags]{{end}}{{if .ArgsUsage}} {{.ArgsUsage}}{{end}}{{if .Description}}
 
 {{.Description}}{{end}}{{if .VisibleFlags}}
 

@@ -259,3 +259,22 @@ func TestEveryReportingCommandHasJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestConfShowsBuild: conf shows each host's build, in its table and JSON.
+func TestConfShowsBuild(t *testing.T) {
+	vm, keyFile, _ := startVM(t, 2)
+	args := []string{"--master", vm.Master().Addr(), "--cluster-key", keyFile}
+	b := daemon.ThisBuild()
+	code, out, errOut := dpvm(t, append([]string{"conf"}, args...)...)
+	if code != 0 || strings.Count(out, " "+buildLabel(b)) != 2 || !strings.Contains(out, "BUILD") {
+		t.Fatalf("conf: %d %q %q; want two hosts of build %s", code, out, errOut, buildLabel(b))
+	}
+	var hs []daemon.HostInfo
+	code, out, _ = dpvm(t, append([]string{"conf", "--json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), &hs); code != 0 || err != nil || len(hs) != 2 || hs[1].Build != b {
+		t.Fatalf("conf --json: %d %v %+v", code, err, hs)
+	}
+	if got := buildLabel(daemon.Build{Version: "v1.2.0", Revision: "0123456789abcdef+dirty", Go: "go1.26", Registry: "abc"}); got != "v1.2.0/0123456789ab+dirty/go1.26/abc" {
+		t.Errorf("buildLabel: %q", got)
+	}
+}

@@ -307,15 +307,34 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		return printJSON(w, hosts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\t")
+	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\tBUILD\t")
 	for _, h := range hosts {
 		name := h.Name
 		if h.Master {
 			name += " (master)"
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks)
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
 	}
 	return tw.Flush()
+}
+
+// buildLabel is a host's build in one word: its version, its revision's
+// first 12 digits, its Go version and its task registry's fingerprint.
+func buildLabel(b daemon.Build) string {
+	if b.Version == "" {
+		return "-"
+	}
+	rev := b.Revision
+	if dirty := strings.HasSuffix(rev, "+dirty"); len(rev) > 12 {
+		rev = rev[:12]
+		if dirty {
+			rev += "+dirty"
+		}
+	}
+	if rev == "" {
+		rev = "?"
+	}
+	return fmt.Sprintf("%s/%s/%s/%s", b.Version, rev, b.Go, b.Registry)
 }
 
 func psCommand() *cli.Command { return psControl().command() }

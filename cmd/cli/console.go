@@ -332,7 +332,7 @@ func (con *console) act(c *cli.Context, cc controlCommand) error {
 	}
 	var ec cli.ExitCoder
 	if err != nil && !errors.As(err, &ec) {
-		return fmt.Errorf("%s: %w", name, err)
+		return withContext(name, err)
 	}
 	if err == nil && name == "halt" {
 		con.halted = true

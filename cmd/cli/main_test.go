@@ -130,10 +130,10 @@ func TestExitStatusTable(t *testing.T) {
 		{"spawn", []string{"spawn", "nosuchtype"}, 2, "spawn: "},
 		{"kill", []string{"kill", "t9:9"}, 1, "kill: "},
 		{"kill", []string{"kill", "bogus"}, 2, "kill: "},
-		{"migrate", []string{"migrate", "t9:9", "--to", "h2"}, 1, "migrate: "},
+		{"migrate", []string{"migrate", "t9:9", "--to", "h2"}, 1, "dpvm: migrate t9:9 to h2: "},
 		{"checkpoint", []string{"checkpoint", "99"}, 1, "dpvm: checkpoint: job 99: no such job"},
 		{"checkpoint", []string{"checkpoint", "x"}, 2, "checkpoint: "},
-		{"restart", []string{"restart", filepath.Join(dir, "nothing")}, 1, "restart: "},
+		{"restart", []string{"restart", filepath.Join(dir, "nothing")}, 1, "dpvm: restart from "},
 		{"delete", []string{"delete", "nosuchhost"}, 1, "delete: "},
 		{"console", []string{"console", "--master", ""}, 2, "console: no virtual machine named"},
 		{"sched", []string{"sched", "plan", "--state", state}, 1, "sched plan: "},
@@ -166,7 +166,7 @@ func TestExitStatusTable(t *testing.T) {
 			t.Errorf("%v: stderr %q, want one line with %q", c.args, errOut, c.want)
 		}
 		// No layer repeats the context another gave.
-		if f := strings.Fields(errOut); len(f) > 2 && f[1] == f[2] {
+		if f := strings.Fields(errOut); len(f) > 2 && strings.TrimSuffix(f[1], ":") == strings.TrimSuffix(f[2], ":") {
 			t.Errorf("%v: stuttered error %q", c.args, errOut)
 		}
 	}

@@ -177,7 +177,7 @@ func exitFor(what string, err error) error {
 	case exitInterrupted:
 		return cli.Exit(what+": interrupted", status)
 	default:
-		return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
+		return cli.Exit(withContext(what, err).Error(), status)
 	}
 }
 

@@ -237,10 +237,22 @@ func withClient(f clientAction) cli.ActionFunc {
 			if errors.Is(err, context.Canceled) {
 				return cli.Exit(commandName(c)+": interrupted", exitInterrupted)
 			}
-			return cli.Exit(commandName(c)+": "+err.Error(), exitFailed)
+			return cli.Exit(withContext(commandName(c), err).Error(), exitFailed)
 		}
 		return nil
 	}
+}
+
+// withContext prefixes err with the command's name, once: an error that
+// already begins with it ("migrate t1:2 to h3: …", from the daemon) is
+// left as it is.
+func withContext(name string, err error) error {
+	msg := err.Error()
+	verb, _, _ := strings.Cut(name, " ")
+	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, verb+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // commandName is the full name of the command c runs, without the

@@ -40,9 +40,11 @@ func consoleCommand() *cli.Command {
 		Name:  "console",
 		Usage: "control a running virtual machine interactively: every command of this list that acts on one, with Tab completion",
 		Description: "The console connects once to the master and reads commands, one a line, with the\n" +
-			"same flags as the one-shot commands ('help' lists them). On a terminal it edits\n" +
-			"lines and keeps a history (up/down arrows); otherwise it reads a script from\n" +
-			"standard input without a prompt and exits with status 1 if a command failed:\n" +
+			"same flags as the one-shot commands ('help' lists them). The output of jobs started\n" +
+			"with run or restart shows in the console as it comes. On a terminal it edits lines\n" +
+			"(Home, End, Tab completes commands, flags, TIDs and hosts) and keeps a history\n" +
+			"(up/down arrows); otherwise it reads a script from standard input without a prompt,\n" +
+			"waits for the jobs it started and exits with status 1 if a command or job failed:\n" +
 			"  echo 'ps -a' | dpvm console --master 127.0.0.1:7070 --cluster-key vm.key\n" +
 			"quit, exit or the end of input leaves; halt stops the virtual machine and leaves.",
 		Flags: vmFlags(&cli.StringFlag{

@@ -99,7 +99,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage:                "run message-passing parallel programs whose tasks migrate between hosts",
 		Writer:               stdout,
 		ErrWriter:            stderr,
-		EnableBashCompletion: true,
+		EnableBashCompletion: false, // dpvm completion prints static scripts
 		HideHelpCommand:      false,
 		HideVersion:          true,                         // --version is ours: it prints the build
 		ExitErrHandler:       func(*cli.Context, error) {}, // Run reports errors

@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/task"
 )
 
 // commandPaths lists every command of the tree by its full name, and
@@ -224,6 +229,12 @@ func TestJSONResults(t *testing.T) {
 		!strings.Contains(errOut, "2 children said hello") {
 		t.Errorf("run --json: %d %q %q", code, out, errOut)
 	}
+	// It ran on the machine DPVM_MASTER names.
+	var ts []daemon.TaskInfo
+	code, out, _ = dpvm(t, "ps", "-a", "--json")
+	if err := json.Unmarshal([]byte(out), &ts); code != 0 || err != nil || !slices.ContainsFunc(ts, func(ti daemon.TaskInfo) bool { return ti.Type == "examples.hello" }) {
+		t.Errorf("run with DPVM_MASTER set did not run on its machine: ps -a: %d %q", code, out)
+	}
 	code, out, _ = dpvm(t, "run", "--json", "--master", "", "hello", "-n", "2")
 	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Program != "hello" {
 		t.Errorf("run --json on an embedded machine: %d %q", code, out)
@@ -276,5 +287,29 @@ func TestConfShowsBuild(t *testing.T) {
 	}
 	if got := buildLabel(daemon.Build{Version: "v1.2.0", Revision: "0123456789abcdef+dirty", Go: "go1.26", Registry: "abc"}); got != "v1.2.0/0123456789ab+dirty/go1.26/abc" {
 		t.Errorf("buildLabel: %q", got)
+	}
+}
+
+// TestExitStatusOf maps a program's results to the table: a program's own
+// status passes through, an interruption is 130.
+func TestExitStatusOf(t *testing.T) {
+	cases := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errors.New("lost"), 1},
+		{fmt.Errorf("run: %w", context.Canceled), 130},
+		{fmt.Errorf("job: %w", &task.ExitError{Status: 3}), 3},
+		{&task.ExitError{Status: 300}, 1},
+	}
+	for _, c := range cases {
+		if got := exitStatus(c.err); got != c.want {
+			t.Errorf("exitStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+	var ec interface{ ExitCode() int }
+	if err := exitFor("run hello", context.Canceled); !errors.As(err, &ec) || ec.ExitCode() != 130 || err.Error() != "run hello: interrupted" {
+		t.Errorf("exitFor(canceled) = %v", err)
 	}
 }

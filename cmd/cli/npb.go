@@ -49,7 +49,7 @@ func npbCommand() *cli.Command {
 		Name:  "npb",
 		Usage: "run an NAS Parallel Benchmark kernel (EP, CG, MG, FT, IS) and verify it",
 		Description: "Runs the kernel as a parallel program of --np tasks on an embedded virtual\n" +
-			"machine (or, with --master, on a running one) and prints the NPB-style report:\n" +
+			"machine (or, with --master or DPVM_MASTER set, on a running one) and prints the NPB-style report:\n" +
 			"time, Mop/s and verification. The exit status is 1 when verification fails.\n" +
 			"Example: dpvm npb cg --class A --np 2",
 		Subcommands: subs,

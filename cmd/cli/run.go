@@ -22,10 +22,11 @@ import (
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
-		Usage:     "run a registered program on an embedded virtual machine",
+		Usage:     "run a registered program on an embedded virtual machine, or on the running one --master (DPVM_MASTER) names",
 		ArgsUsage: "PROGRAM [program flags and arguments]",
-		Description: "Starts a virtual machine inside this process, runs PROGRAM's root task to\n" +
-			"completion, prints the tasks' output and exits with the root task's status.\n" +
+		Description: "Starts a virtual machine inside this process (or, with --master or DPVM_MASTER\n" +
+			"set, uses the running one), runs PROGRAM's root task to completion, prints the\n" +
+			"tasks' output and exits with the root task's status. --master '' ignores DPVM_MASTER.\n" +
 			"Everything after PROGRAM belongs to the program: 'dpvm run hello --help'\n" +
 			"shows its flags. 'dpvm run --list' lists the programs.",
 		Flags: []cli.Flag{

@@ -17,21 +17,20 @@ import (
 	"github.com/dpvm/dpvm/daemon/status"
 )
 
-// The daemon's observability flags: metrics and profiles are served over
-// HTTP, to the local machine unless the operator says otherwise.
-var (
-	metricsListenFlag = &cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (and recent moves as JSON at /events); loopback only unless --metrics-public (default: off)"}
-	metricsPublicFlag = &cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"}
-	pprofFlag         = &cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"}
-	pprofPublicFlag   = &cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"}
-	httpFlag          = &cli.StringFlag{Name: "http", Usage: "master: serve the live status page at http://ADDR/; loopback only unless --http-public (default: off)"}
-	httpPublicFlag    = &cli.BoolFlag{Name: "http-public", Usage: "let --http bind an address other hosts can reach (needs --http-token-file)"}
-	httpTokenFlag     = &cli.StringFlag{Name: "http-token-file", Usage: "file whose first line is the token the status page requires (Authorization: Bearer TOKEN, or ?token=TOKEN)"}
-)
-
-// observeFlags are the daemon command's observability flags.
+// observeFlags are the daemon command's observability flags: metrics,
+// profiles and the status page are served over HTTP, to the local machine
+// unless the operator says otherwise. Made per command tree, as urfave/cli
+// keeps state in its flags.
 func observeFlags() []cli.Flag {
-	return []cli.Flag{metricsListenFlag, metricsPublicFlag, pprofFlag, pprofPublicFlag, httpFlag, httpPublicFlag, httpTokenFlag}
+	return []cli.Flag{
+		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (and recent moves as JSON at /events); loopback only unless --metrics-public (default: off)"},
+		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"},
+		&cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"},
+		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"},
+		&cli.StringFlag{Name: "http", Usage: "master: serve the live status page at http://ADDR/; loopback only unless --http-public (default: off)"},
+		&cli.BoolFlag{Name: "http-public", Usage: "let --http bind an address other hosts can reach (needs --http-token-file)"},
+		&cli.StringFlag{Name: "http-token-file", Usage: "file whose first line is the token the status page requires (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
+	}
 }
 
 // statusToken checks the status page's flags and returns its token ("" for

@@ -126,6 +126,8 @@ type LocalVM struct {
 // logger, heartbeats); its network fields are set here. A cfg.Secret is
 // kept (a machine reading the checkpoints of an earlier one); otherwise
 // the secret is fresh too.
+// With cfg.Metrics, the master gets it and each other daemon a fresh one
+// (Metrics.Fresh).
 func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) {
 	cl, err := pki.NewCluster(time.Now(), MasterID.String(), "admin")
 	if err != nil {
@@ -146,6 +148,7 @@ func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) 
 				vm.Halt(5 * time.Second)
 				return nil, err
 			}
+			c.Metrics = cfg.Metrics.Fresh() // each daemon its own; the master keeps cfg's
 		}
 		d, err := Start(ctx, c)
 		if err != nil {
@@ -161,7 +164,12 @@ func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) 
 func (vm *LocalVM) Master() *Daemon { return vm.Daemons[0] }
 
 // Halt stops every daemon, hosts first, waiting at most timeout for each.
+// The master knows the machine is halting: the hosts leaving it are no
+// loss.
 func (vm *LocalVM) Halt(timeout time.Duration) {
+	if len(vm.Daemons) > 0 {
+		vm.Master().stopping(task.ErrHalted)
+	}
 	for i := len(vm.Daemons) - 1; i >= 0; i-- {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		_ = vm.Daemons[i].Halt(ctx)

@@ -37,10 +37,14 @@ issue a user:      dpvm cert user --ca %[7]s --name alice --out alice.pem   (--r
 		cl.Master.Name, cl.Admin.Name, ca)
 }
 
-var (
-	masterNameFlag = &cli.StringFlag{Name: "master-name", Value: "master", Usage: "name of the master daemon (its host certificate's)"}
-	adminNameFlag  = &cli.StringFlag{Name: "admin-name", Value: "admin", Usage: "name of the first admin"}
-)
+// masterNameFlag and adminNameFlag name the starter credentials.
+func masterNameFlag() cli.Flag {
+	return &cli.StringFlag{Name: "master-name", Value: "master", Usage: "name of the master daemon (its host certificate's)"}
+}
+
+func adminNameFlag() cli.Flag {
+	return &cli.StringFlag{Name: "admin-name", Value: "admin", Usage: "name of the first admin"}
+}
 
 func keygenCommand() *cli.Command {
 	return &cli.Command{
@@ -51,16 +55,24 @@ func keygenCommand() *cli.Command {
 			"(the master daemon's credential) and DIR/admin.pem (an admin's), each mode 0600, never overwritten.\n" +
 			"'dpvm cert host' and 'dpvm cert user' issue more.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "out", Required: true, Usage: "directory to write (made if need be)"},
-			masterNameFlag, adminNameFlag,
+			&cli.StringFlag{Name: "out", Usage: "directory to write (made if need be); required"},
+			masterNameFlag(), adminNameFlag(), jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("out") == "" {
+				return usageErrorf("keygen", "--out DIR is required")
+			}
 			cl, err := pki.NewCluster(time.Now(), c.String("master-name"), c.String("admin-name"))
 			if err != nil {
 				return cli.Exit("keygen: "+err.Error(), 2)
 			}
 			if err := cl.WriteDir(c.String("out")); err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			if c.Bool("json") {
+				dir := c.String("out")
+				return printJSON(c.App.Writer, map[string]string{"dir": dir, "ca": filepath.Join(dir, pki.CAFile),
+					"secret": filepath.Join(dir, pki.SecretFile), "master": filepath.Join(dir, pki.MasterFile), "admin": filepath.Join(dir, pki.AdminFile)})
 			}
 			fmt.Fprint(c.App.Writer, nextSteps(c.String("out"), cl))
 			return nil
@@ -74,11 +86,16 @@ func lifeFlag(def time.Duration) *cli.IntFlag {
 }
 
 func certCommand() *cli.Command {
-	caFlag := &cli.StringFlag{Name: "ca", Required: true, Usage: "the cluster CA file (DIR/ca.pem from 'dpvm keygen')", EnvVars: []string{"DPVM_CA"}}
-	outFlag := &cli.StringFlag{Name: "out", Required: true, Usage: "credential file to write (mode 0600; never overwritten)"}
-	nameFlag := &cli.StringFlag{Name: "name", Required: true, Usage: "the holder's name (letters, digits, - _ . @)"}
+	caFlag := &cli.StringFlag{Name: "ca", Usage: "the cluster CA file (DIR/ca.pem from 'dpvm keygen')", EnvVars: []string{"DPVM_CA"}}
+	outFlag := &cli.StringFlag{Name: "out", Usage: "credential file to write (mode 0600; never overwritten)"}
+	nameFlag := &cli.StringFlag{Name: "name", Usage: "the holder's name (letters, digits, - _ . @)"}
 	issue := func(c *cli.Context, f func(ca *pki.CA, days time.Duration) (*pki.Credential, error)) error {
 		what := "cert " + c.Command.Name
+		for _, f := range []string{"ca", "name", "out"} {
+			if c.String(f) == "" {
+				return usageErrorf(what, "--%s is required", f)
+			}
+		}
 		ca, err := pki.LoadCA(c.String("ca"))
 		if err != nil {
 			return cli.Exit(what+": "+err.Error(), 2)
@@ -152,10 +169,10 @@ func certCommand() *cli.Command {
 				Name:      "revoke",
 				Usage:     "add certificates to the master's revocation list (its --revoked file): by credential file or serial",
 				ArgsUsage: "CREDENTIAL|SERIAL...",
-				Flags:     []cli.Flag{&cli.StringFlag{Name: "list", Required: true, Usage: "the revocation list file the master reads (--revoked)"}},
+				Flags:     []cli.Flag{&cli.StringFlag{Name: "list", Usage: "the revocation list file the master reads (--revoked)"}},
 				Action: func(c *cli.Context) error {
-					if c.NArg() == 0 {
-						return cli.Exit("cert revoke: give credential files or serials", 2)
+					if c.NArg() == 0 || c.String("list") == "" {
+						return usageErrorf("cert revoke", "give --list FILE and credential files or serials")
 					}
 					for _, a := range c.Args().Slice() {
 						serial, who := a, ""
@@ -204,11 +221,11 @@ func certCommand() *cli.Command {
 				Name:      "upgrade",
 				Usage:     "move a cluster key file of an older 'dpvm keygen' to credentials: a new CA, a secret keeping the old checkpoint key",
 				ArgsUsage: "OLDKEY",
-				Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "directory to write, as 'dpvm keygen --out'"},
-					masterNameFlag, adminNameFlag},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "directory to write, as 'dpvm keygen --out'; required"},
+					masterNameFlag(), adminNameFlag()},
 				Action: func(c *cli.Context) error {
-					if c.NArg() != 1 {
-						return cli.Exit("cert upgrade: give the old cluster key file", 2)
+					if c.NArg() != 1 || c.String("out") == "" {
+						return usageErrorf("cert upgrade", "give the old cluster key file and --out DIR")
 					}
 					old, err := os.ReadFile(c.Args().First())
 					if err != nil {

@@ -23,6 +23,7 @@ func dpvmRun(t *testing.T, args ...string) (int, string, string) {
 // checkpoint key in the new secret.
 func TestKeygenAndCert(t *testing.T) {
 	t.Setenv("DPVM_CLUSTER_KEY", "")
+	t.Setenv("DPVM_CREDENTIAL", "")
 	dir := filepath.Join(t.TempDir(), "creds")
 	st, out, errOut := dpvmRun(t, "keygen", "--out", dir)
 	if st != 0 || !strings.Contains(out, "dpvm cert host --ca "+filepath.Join(dir, "ca.pem")) {

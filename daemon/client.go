@@ -30,7 +30,18 @@ type Client struct {
 	calls  pendingCalls
 	closed chan struct{}
 	err    error
-	out    io.Writer // where a running job's output goes
+	out    io.Writer     // where a running job's output goes
+	notes  func(JobNote) // told what befalls a running job
+}
+
+// OnJobNote makes fn hear what befalls the jobs this client runs (Run,
+// RunJob, Restart): a rollback after a host was lost, and to which
+// checkpoint, or the job's loss. fn runs on the client's reader: it must
+// not block.
+func (c *Client) OnJobNote(fn func(JobNote)) {
+	c.mu.Lock()
+	c.notes = fn
+	c.mu.Unlock()
 }
 
 // Dial connects to the master daemon at addr over QUIC.
@@ -86,12 +97,20 @@ func (c *Client) readLoop(r *routing.Reader) {
 			if err = decodeMsg(f.Body, &e); err != nil {
 				break
 			}
-			if e.Kind == evOutput {
+			switch {
+			case e.Kind == evOutput:
 				c.mu.Lock()
 				w := c.out
 				c.mu.Unlock()
 				if w != nil {
 					_, _ = w.Write(e.Output)
+				}
+			case e.Kind == evJobNote && e.Note != nil:
+				c.mu.Lock()
+				fn := c.notes
+				c.mu.Unlock()
+				if fn != nil {
+					fn(*e.Note)
 				}
 			}
 			continue

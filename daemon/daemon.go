@@ -88,6 +88,10 @@ type Config struct {
 	// MoveTimeout bounds the wait for a migrating task to reach a safe
 	// point (default 10s); past it the move fails and the task runs on.
 	MoveTimeout time.Duration
+	// PauseMax bounds the time a job checkpoint gives the job's tasks to
+	// reach their safe points (default MoveTimeout). Within it the budget
+	// adapts to how often the tasks reach safe points (routing/jobck).
+	PauseMax time.Duration
 	// Load is where the host's situation comes from for the scheduler
 	// (default: a static source of no external load and unknown memory,
 	// right for several daemons on one machine; `dpvm daemon` uses procfs).
@@ -170,6 +174,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MoveTimeout <= 0 {
 		c.MoveTimeout = 10 * time.Second
+	}
+	if c.PauseMax <= 0 {
+		c.PauseMax = c.MoveTimeout
 	}
 	if c.Load == nil {
 		c.Load = load.Static{}
@@ -540,6 +547,10 @@ type hosted struct {
 	quiet atomic.Bool
 	// pause holds the task at its next safe point for a job checkpoint.
 	pause atomic.Pointer[pauseReq]
+	// safeAt is when the task was last at a safe point (Unix ns), and
+	// safeEvery the longest interval between two of its safe points,
+	// decaying: the pause budget of its job's checkpoints follows it.
+	safeAt, safeEvery atomic.Int64
 	// The state's estimated size, and whether a fresh figure is wanted.
 	memBytes   atomic.Int64
 	sizeWanted atomic.Bool

@@ -98,7 +98,11 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	if waited := h.waitStarted(); waited != nil {
 		defer waited()
 	}
+	// Waiting here is a safe point: it does not count in the interval
+	// between the task's safe points.
+	h.safeSeen(time.Now())
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
+	h.safeAt.Store(time.Now().UnixNano())
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
 			err = task.ErrKilled
@@ -243,6 +247,7 @@ func (h *hosted) SafePoint(task.Task) error {
 	if err := h.alive(); err != nil {
 		return err
 	}
+	h.safeSeen(time.Now())
 	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
 		return h.d.suspend(h, req)
 	}

@@ -206,8 +206,8 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 	if len(skipped) != 1 || !errors.Is(skipped[0], jobset.ErrTampered) || !strings.Contains(skipped[0].Error(), filepath.Base(bad)) {
 		t.Fatalf("skipped %v, want the tampered %s", skipped, bad)
 	}
-	if js2.root != js.root || js2.seq != 1 {
-		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq)
+	if js2.root != js.root || js2.seq() != 1 {
+		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq())
 	}
 	if got := <-ringMid; got != js.root {
 		t.Fatalf("restored root %v waits, want %v", got, js.root)

@@ -120,14 +120,27 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	d.log.Log(context.Background(), lvl, "host deleted", "host", id, "name", hi.Name, "reason", why)
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
-		d.taskLossNotices(id)
-		d.rollBackJobsOf(id)
+		d.lostFromGroups(id)
+		// The exits of tasks lost with the host are told once the jobs
+		// that lost them have rolled back: a task restored lives on, and
+		// its loss is no failure of its job.
+		rolling := d.rollBackJobsOf(id)
+		d.goFunc(func() {
+			for _, ch := range rolling {
+				select {
+				case <-ch:
+				case <-d.ctx.Done():
+					return
+				}
+			}
+			d.taskLossNotices(id)
+		})
 	}
 	d.hostNotice(task.HostDelete, *hi)
 }
 
 // taskLossNotices fires the exit notifications of tasks lost with host id
-// (master), and removes them from their groups.
+// (master): those the routing table still places there.
 func (d *Daemon) taskLossNotices(id task.HostID) {
 	d.mu.Lock()
 	watched := make(map[task.TID][]watcher, len(d.lossWatch))
@@ -146,6 +159,11 @@ func (d *Daemon) taskLossNotices(id task.HostID) {
 			d.notify(tid, w, task.Notice{Kind: task.TaskExit, TID: tid, Status: -1, Err: "lost with its host"}, false)
 		}
 	}
+}
+
+// lostFromGroups removes the tasks lost with host id from their groups
+// (master).
+func (d *Daemon) lostFromGroups(id task.HostID) {
 	for _, tid := range d.groups.all() {
 		if d.routeHost(tid) == id {
 			d.groups.leaveAll(tid)

@@ -87,6 +87,7 @@ type event struct {
 	Reason string          `msgpack:"why,omitempty"`
 	Load   *HostInfo       `msgpack:"l,omitempty"`  // load report
 	Jobs   []uint64        `msgpack:"js,omitempty"` // load report: the jobs with tasks on the host
+	Note   *JobNote        `msgpack:"n,omitempty"`  // job-note
 }
 
 // Event kinds.
@@ -94,10 +95,11 @@ const (
 	evHostAdd = "host-add"
 	evHostDel = "host-delete"
 	evRoute   = "route"
-	evExited  = "exited" // a daemon tells the master a task has ended
-	evOutput  = "output" // task output forwarded to the master's console
-	evHalt    = "halt"   // the master tells a daemon to stop
-	evLoad    = "load"   // a daemon's periodic report to the master
+	evExited  = "exited"   // a daemon tells the master a task has ended
+	evOutput  = "output"   // task output forwarded to the master's console
+	evHalt    = "halt"     // the master tells a daemon to stop
+	evLoad    = "load"     // a daemon's periodic report to the master
+	evJobNote = "job-note" // the master tells a job's client what befell the job
 	// Barriers between hosts: a member's arrival and its withdrawal (host
 	// to master), and the release of a host's members (master to host).
 	evBarrier        = "barrier"

@@ -305,6 +305,34 @@ func (o *Outbox) DropReceiver(to task.TID) int {
 	return q.n
 }
 
+// DropSender discards the messages from sender, unacknowledged or held,
+// to every receiver, and its sequence state, and returns how many messages
+// there were: the sender is gone and must not be heard from again (its job
+// rolls back, and its restored incarnation numbers from its checkpoint).
+func (o *Outbox) DropSender(from task.TID) int {
+	n := 0
+	for _, to := range sortedKeys(o.queues) {
+		q := o.queues[to]
+		f := q.pairs[from]
+		if f == nil {
+			continue
+		}
+		for i := f.head; i < len(f.msgs); i++ {
+			b := EnvelopeSize(&f.msgs[i].env)
+			q.bytes -= b
+			o.bytes -= b
+			q.n--
+			n++
+		}
+		delete(q.pairs, from)
+		if q.n == 0 && !q.held {
+			delete(o.queues, to)
+		}
+	}
+	delete(o.next, from)
+	return n
+}
+
 // DropHost discards the messages routed to host h (it left the virtual
 // machine) and returns the receivers they were for.
 func (o *Outbox) DropHost(h task.HostID) []task.TID {

@@ -298,3 +298,19 @@ func (c *Client) SpawnJob(ctx context.Context, typ string, state []byte, minSize
 	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}, MinSize: minSize, MaxSize: maxSize}, &rep)
 	return rep.TIDs, err
 }
+
+// Runner runs programs' root tasks as jobs on the client's virtual
+// machine, with the checkpoints opts asks for (RunJob, then ExitError).
+func (c *Client) Runner(opts JobOptions) task.Runner {
+	return task.RunnerFunc(func(ctx context.Context, root task.Task, out io.Writer) error {
+		typ, state, err := task.EncodeState(root)
+		if err != nil {
+			return err
+		}
+		info, err := c.RunJob(ctx, typ, state, opts, out)
+		if err != nil {
+			return err
+		}
+		return ExitError(info)
+	})
+}

@@ -163,3 +163,14 @@ func (vm *LocalVM) Halt(timeout time.Duration) {
 func (vm *LocalVM) InjectLoad(ctx context.Context, h string, o load.Overlay) error {
 	return vm.Master().injectAt(ctx, h, o, false)
 }
+
+// LocalRunner runs programs' root tasks in embedded virtual machines made
+// with opts, each run its own (the output goes where RunTask says; opts'
+// Output is not used).
+func LocalRunner(opts RunOptions) task.Runner {
+	return task.RunnerFunc(func(ctx context.Context, root task.Task, out io.Writer) error {
+		o := opts
+		o.Output = out
+		return Run(ctx, root, o)
+	})
+}

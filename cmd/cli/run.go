@@ -154,9 +154,16 @@ func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Write
 	if err != nil {
 		return err
 	}
+	cl.OnJobNote(jobNoteTo(c.App.ErrWriter))
 	info, err := cl.RunJob(ctx, typ, state, opts, out)
 	if err != nil {
 		return err
 	}
 	return daemon.ExitError(info)
+}
+
+// jobNoteTo prints what befalls a running job (a rollback, and to which
+// checkpoint) to w, as the command's own remark.
+func jobNoteTo(w io.Writer) func(daemon.JobNote) {
+	return func(n daemon.JobNote) { fmt.Fprintf(w, "dpvm: %s\n", n) }
 }

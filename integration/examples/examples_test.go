@@ -20,7 +20,6 @@ import (
 // The example programs run on embedded virtual machines, still and while
 // their tasks move: tests that need the daemon, which examples never import.
 
-
 // runProgram builds a registered program from its command-line arguments
 // and runs it on an embedded VM, returning its output.
 func runProgram(t *testing.T, name string, args ...string) string {
@@ -151,7 +150,6 @@ func TestWatchNothingLost(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 }
-
 
 // runMoving runs a program on an embedded virtual machine of three
 // daemons while a mover keeps migrating its running tasks to other hosts

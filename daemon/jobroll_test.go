@@ -294,3 +294,83 @@ func (d *Daemon) jobTask(tid task.TID) *hosted {
 	defer d.mu.Unlock()
 	return d.tasks[tid]
 }
+
+// TestRollbackRestoresWhereCheckpointed: a worker moved away from its
+// origin before the checkpoint goes back, when its job rolls back, to the
+// host it was checkpointed on, not to its origin; and the job finishes.
+func TestRollbackRestoresWhereCheckpointed(t *testing.T) {
+	shared := t.TempDir()
+	vm := startVM(t, 4, Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job, root, err := m.StartJob(ctx, &watchRoot{N: 3}, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-watchReady; got != root {
+		t.Fatalf("ready %v, want %v", got, root)
+	}
+	hostOf := map[task.TID]string{}
+	var workers []task.TID
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root {
+			workers = append(workers, ti.TID)
+			hostOf[ti.TID] = ti.Host
+		}
+	}
+	if len(workers) != 3 {
+		t.Fatalf("workers %v", workers)
+	}
+	// Move the first worker to the host of the second; lose the third's.
+	moved, to := workers[0], hostOf[workers[1]]
+	if hostOf[workers[2]] == to || hostOf[workers[2]] == hostOf[moved] || hostOf[workers[2]] == m.Name() {
+		t.Fatalf("placement %v does not fit the test", hostOf)
+	}
+	if _, err := m.Migrate(ctx, moved, to, Direct); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range vm.Daemons {
+		if d.Name() == hostOf[workers[2]] {
+			d.crash()
+		}
+	}
+	js, err := m.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Rollbacks() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no rollback after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ts, err = m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.TID == moved && ti.Host != to {
+			t.Fatalf("%v restored on %s, checkpointed on %s", moved, ti.Host, to)
+		}
+	}
+	for _, w := range workers {
+		for _, tag := range []int{6, 5} {
+			if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(w, tag, nil) })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	info, err := m.waitJob(ctx, js)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("job after the rollback: %+v %v", info, err)
+	}
+}

@@ -769,8 +769,14 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		}
 		tids[i] = tid
 		floor[tid.Host()] = max(floor[tid.Host()], tid.Num())
-		if here[tid.Host()] {
-			place[i] = tid.Host()
+		// Back where it was checkpointed (a moved task is not at its
+		// origin), if that host is here.
+		home := tid.Host()
+		if h, err := task.ParseHostID(e.Host); err == nil {
+			home = h
+		}
+		if here[home] {
+			place[i] = home
 		} else {
 			away = append(away, i)
 		}

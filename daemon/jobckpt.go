@@ -171,15 +171,13 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	var reqs []*pauseReq
 	for _, h := range hs {
 		p := h.pause.Load()
-		if p == nil {
+		for p == nil { // another step may resume it meanwhile: ask again
 			p = &pauseReq{paused: make(chan struct{}), resume: make(chan struct{})}
 			if !h.pause.CompareAndSwap(nil, p) {
 				p = h.pause.Load()
 			}
 		}
-		if p != nil {
-			p.try.Store(max(p.try.Load(), a.Round.Try))
-		}
+		p.try.Store(max(p.try.Load(), a.Round.Try))
 		if h.moveReq.Load() != nil {
 			d.resumeJob(a.Job, a.Round.Try)
 			return rep, fmt.Errorf("%v of job %d: %w", h.tid, a.Job, ErrMoving)

@@ -447,6 +447,13 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		}
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: w.files}
 		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
+		if err == nil {
+			// Before the tasks go on: a job that ends right after keeps
+			// only the sets it should.
+			if _, perr := jobset.Prune(filepath.Dir(w.setDir), js.opts.Keep, d.manifestKey()); perr != nil {
+				d.log.Warn("pruning old job checkpoints", "job", js.id, "error", perr)
+			}
+		}
 		return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round, Err: err}})
 	case jobck.ActResume:
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
@@ -527,7 +534,7 @@ func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Ev
 }
 
 // checkpointDone reports the outcome of a checkpoint round to whoever
-// started it, and prunes old sets after a success.
+// started it.
 func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 	res := JobCheckpoint{Job: js.id, Name: js.name, Seq: a.Round.Seq}
 	err := a.Err
@@ -545,9 +552,6 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 		res.Seconds = time.Since(w.start).Seconds()
 		if !w.paused.IsZero() {
 			res.PausedMS = float64(time.Since(w.paused).Microseconds()) / 1e3
-		}
-		if _, perr := jobset.Prune(filepath.Dir(w.setDir), js.opts.Keep, d.manifestKey()); perr != nil {
-			d.log.Warn("pruning old job checkpoints", "job", js.id, "error", perr)
 		}
 	}
 	js.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,6 +81,14 @@ func (js *jobState) step(ev jobck.Event) ([]jobck.Action, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	acts, err := js.mc.Step(ev)
+	if r := js.mc.Round(); r.Kind == jobck.Rollback && (js.work == nil || js.work.round != r) {
+		// Another rollback follows the one that ended: same cause.
+		w := &roundWork{round: r, start: ev.Now}
+		if js.work != nil {
+			w.lostHost = js.work.lostHost
+		}
+		js.work = w
+	}
 	switch st := js.mc.State(); {
 	case (st == jobck.Killing || st == jobck.Restoring) && js.rolling == nil:
 		js.rolling = make(chan struct{})
@@ -445,7 +454,10 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
-		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: w.files}
+		js.mu.Lock()
+		files := slices.Clone(w.files)
+		js.mu.Unlock()
+		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files}
 		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
 		if err == nil {
 			// Before the tasks go on: a job that ends right after keeps
@@ -463,8 +475,13 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 			d.log.Warn("job checkpoint: resume", "job", js.id, "error", err)
 		}
 	case jobck.ActDiscard:
-		if w != nil && w.setDir != "" {
-			_ = os.RemoveAll(w.setDir) // incomplete: the previous set stands
+		if w != nil {
+			js.mu.Lock()
+			dir := w.setDir
+			js.mu.Unlock()
+			if dir != "" {
+				_ = os.RemoveAll(dir) // incomplete: the previous set stands
+			}
 		}
 	case jobck.ActDone:
 		d.checkpointDone(js, w, a)
@@ -513,7 +530,18 @@ func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Ev
 	if err != nil {
 		return fail(err)
 	}
-	w.setDir = setDir
+	// The round may have been abandoned meanwhile (a host lost), its
+	// Discard carried out already: then the new set goes at once.
+	js.mu.Lock()
+	current := js.mc.Round() == a.Round
+	if current {
+		w.setDir = setDir
+	}
+	js.mu.Unlock()
+	if !current {
+		_ = os.RemoveAll(setDir)
+		return fail(jobck.ErrStale)
+	}
 	step := ckStep{Job: js.id, Round: a.Round, Dir: setDir, Groups: map[task.TID][]ckpt.Membership{}}
 	for _, t := range w.tids {
 		if ms := d.groups.memberships(t); len(ms) > 0 {
@@ -523,6 +551,8 @@ func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Ev
 	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
 	defer cancel()
 	reps, errs := d.eachHost(ctx, a.Hosts, mCkWrite, step)
+	js.mu.Lock()
+	defer js.mu.Unlock()
 	for i, h := range a.Hosts {
 		for _, e := range reps[i].Files {
 			e.Host = h.String()
@@ -545,10 +575,12 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 		err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
 	}
 	if w != nil && err == nil {
+		js.mu.Lock()
 		res.Dir, res.Tasks = w.setDir, a.Tasks
 		for _, e := range w.files {
 			res.Bytes += e.Bytes
 		}
+		js.mu.Unlock()
 		res.Seconds = time.Since(w.start).Seconds()
 		if !w.paused.IsZero() {
 			res.PausedMS = float64(time.Since(w.paused).Microseconds()) / 1e3
@@ -994,8 +1026,11 @@ func (d *Daemon) restoreRound(js *jobState, a jobck.Action) error {
 func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 	w := js.workFor(a.Round)
 	js.mu.Lock()
-	if js.work == w {
+	if w != nil && js.work == w {
 		js.work = nil
+	} else if w == nil && js.work != nil {
+		// Another rollback has begun already: it carries the cause.
+		w = &roundWork{lostHost: js.work.lostHost, start: js.work.start}
 	}
 	js.mu.Unlock()
 	var host task.HostID

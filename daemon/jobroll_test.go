@@ -374,3 +374,56 @@ func TestRollbackRestoresWhereCheckpointed(t *testing.T) {
 		t.Fatalf("job after the rollback: %+v %v", info, err)
 	}
 }
+
+// TestJobRollsBackWhileMessagesFly: a ring checkpointed while its token
+// circulates loses a host; what the killed incarnations had sent and not
+// yet had acknowledged must not reach the restored ones (their sequence
+// numbers start again from the checkpoint and would take it as new), so
+// the rolled-back ring sums as an uninterrupted one does, whatever was in
+// flight when the host went.
+func TestJobRollsBackWhileMessagesFly(t *testing.T) {
+	shared := t.TempDir()
+	out := &syncBuffer{}
+	vm := startVM(t, 4, Config{SharedDir: shared, Output: out, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ring := &ringRoot{N: 6, Laps: 400}
+	sum := func(root task.TID, job uint64) string {
+		t.Helper()
+		js, err := m.job(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := m.waitJob(ctx, js)
+		if err != nil || info.Status != 0 {
+			t.Fatalf("ring: %+v %v\n%s", info, err, out)
+		}
+		all := ringSum.FindAllStringSubmatch(out.String(), -1)
+		if len(all) == 0 {
+			t.Fatalf("no result: %q", out)
+		}
+		return all[len(all)-1][1]
+	}
+	job, root, err := m.StartJob(ctx, ring, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ringMid
+	poke(t, m, root)
+	want := sum(root, job)
+
+	job, root, err = m.StartJob(ctx, ring, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ringMid
+	poke(t, m, root) // the token goes round again
+	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+		t.Fatal(err)
+	}
+	vm.Daemons[1].crash() // h2 runs workers (placed round robin)
+	if got := sum(root, job); got != want || m.Rollbacks() != 1 {
+		t.Fatalf("rolled back ring sums %s after %d rollbacks, uninterrupted %s", got, m.Rollbacks(), want)
+	}
+}

@@ -376,11 +376,12 @@ func TestRollbackRestoresWhereCheckpointed(t *testing.T) {
 }
 
 // TestJobRollsBackWhileMessagesFly: a ring checkpointed while its token
-// circulates loses a host; what the killed incarnations had sent and not
-// yet had acknowledged must not reach the restored ones (their sequence
-// numbers start again from the checkpoint and would take it as new), so
-// the rolled-back ring sums as an uninterrupted one does, whatever was in
-// flight when the host went.
+// circulates loses a host and rolls back; it sums as an uninterrupted ring
+// does, whatever was in flight when the host went: nothing the killed
+// incarnations sent reaches the restored ones, and the root, restored
+// waiting for its lap's token, does not send that token again (ringRoot's
+// Sent field; without it the rolled-back ring summed differently in 5 runs
+// of 6, as TestJobRollsBackWhenAHostIsLost once did).
 func TestJobRollsBackWhileMessagesFly(t *testing.T) {
 	shared := t.TempDir()
 	out := &syncBuffer{}

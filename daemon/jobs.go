@@ -504,9 +504,8 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActRolledBack:
 		d.rolledBack(js, a)
 	case jobck.ActUnrecoverable:
-		js.mu.Lock()
-		js.lost = fmt.Errorf("lost tasks with host %v and has no checkpoint to roll back to: %w", a.Host, ErrJobLost)
-		js.mu.Unlock()
+		// PVM's behaviour: the lost tasks are reported exited to their
+		// watchers, and the job goes on without them as it can.
 		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "host", a.Host)
 	}
 	return nil

@@ -11,6 +11,12 @@
 // call or safe point. A panicking task is reported as failed and the daemon
 // goes on.
 //
+// Jobs (master): each job's checkpoints and rollbacks are decided by a
+// routing/jobck machine, stepped under the job's own lock (jobState.mu),
+// which is never held across a call to a host; driveJob (jobs.go) carries
+// out the machine's actions and feeds the hosts' answers back, and the
+// hosts serve the steps (jobckpt.go), each naming its round.
+//
 // Run starts an embedded virtual machine for one program, as `dpvm run`
-// does.
+// does; LocalRunner and Client.Runner give programs a task.Runner.
 package daemon

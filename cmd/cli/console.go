@@ -65,7 +65,7 @@ func consoleAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("console: "+err.Error(), 2)
 	}
-	ctx := c.Context
+	ctx := withConsoleVM(c.Context, addr, key)
 	con := &console{addr: addr, key: key, timeout: c.Duration("timeout"), out: c.App.Writer, errOut: c.App.ErrWriter}
 	if err := con.connect(ctx); err != nil {
 		return cli.Exit("console: "+err.Error(), 1)
@@ -175,6 +175,7 @@ var consoleCommands = []struct {
 	{"delete HOST...", deleteControl},
 	{"migrate TID --to HOST [--via direct|indirect]", migrateControl},
 	{"checkpoint JOB [--dir DIR] [--json]", checkpointControl},
+	{"add HOST [user=U] [port=P] [name=N] ... [--copy]", addControl},
 	{"halt", haltControl},
 }
 

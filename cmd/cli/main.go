@@ -60,6 +60,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			daemonCommand(),
+			upCommand(),
+			downCommand(),
 			keygenCommand(),
 			confCommand(),
 			psCommand(),

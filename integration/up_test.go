@@ -54,8 +54,9 @@ LogLevel ERROR
 
 // TestUpDownOverSSH starts a virtual machine with 'dpvm up' over ssh (an
 // sshd with key authentication in each of three network namespaces, the
-// binary copied to each), runs a program across its hosts, and stops it
-// with 'dpvm down', checking that no daemon is left.
+// binary copied to each) on two hosts, adds the third from the console,
+// runs a program across them, and stops it with 'dpvm down', checking that
+// no daemon is left.
 func TestUpDownOverSSH(t *testing.T) {
 	ns := newNetns(t, 3)
 	sshd := sshdBin()
@@ -111,9 +112,12 @@ func TestUpDownOverSSH(t *testing.T) {
 	// Each daemon listens on its namespace's address.
 	hostfile := filepath.Join(dir, "hosts")
 	var hf strings.Builder
-	hf.WriteString("# three hosts, the first the master\n")
-	for i := 1; i <= 3; i++ {
-		fmt.Fprintf(&hf, "10.213.0.%d name=n%d cores=2 flags=\"--listen 10.213.0.%d:7070 --heartbeat 200ms\"\n", i, i, i)
+	hf.WriteString("# two hosts, the first the master; the console adds the third\n")
+	line := func(i int) string {
+		return fmt.Sprintf("10.213.0.%d name=n%d cores=2 flags=\"--listen 10.213.0.%d:7070 --heartbeat 200ms\"", i, i, i)
+	}
+	for i := 1; i <= 2; i++ {
+		fmt.Fprintln(&hf, line(i))
 	}
 	if err := os.WriteFile(hostfile, []byte(hf.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -151,7 +155,7 @@ func TestUpDownOverSSH(t *testing.T) {
 	if err := json.Unmarshal([]byte(up.out.String()), &table); err != nil {
 		t.Fatalf("dpvm up --json: %v\n%s", err, up.out.String())
 	}
-	if table.Master != "10.213.0.1:7070" || len(table.Hosts) != 3 {
+	if table.Master != "10.213.0.1:7070" || len(table.Hosts) != 2 {
 		t.Fatalf("dpvm up's table: %+v", table)
 	}
 	for i, h := range table.Hosts {
@@ -159,6 +163,24 @@ func TestUpDownOverSSH(t *testing.T) {
 			t.Errorf("host %d: %+v", i, h)
 		}
 	}
+
+	// The console adds the third host the same way; dpvm up's record
+	// gets it, so that dpvm down stops it too.
+	con := exec.Command("ip", ns.in(1, "console", "--master", table.Master, "--cluster-key", key)...)
+	con.Env = append(os.Environ(), env...)
+	con.Stdin = strings.NewReader(fmt.Sprintf("add %s --ssh '%s' --copy --bin %s --remote-dir %s --wait 60s --json\n", line(3), ssh, dpvmBin, remote))
+	cp := startCmd(t, "console add", con)
+	if code := cp.wait(); code != 0 {
+		t.Fatalf("console add: %d\n%s\n%s", code, cp.out.String(), cp.err.String())
+	}
+	var added []struct {
+		Name string `json:"name"`
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(cp.out.String()), &added); err != nil || len(added) != 3 || added[2].Name != "n3" || added[2].Addr != "10.213.0.3:7070" {
+		t.Fatalf("hosts after add: %v %+v\n%s", err, added, cp.out.String())
+	}
+
 	// The recorded daemons, to check they are gone after down.
 	var state struct {
 		Hosts []struct {

@@ -109,12 +109,13 @@ func TestUpDownOverSSH(t *testing.T) {
 	if code, _, errOut := dpvm(t, nil, "keygen", "--out", key); code != 0 {
 		t.Fatal(errOut)
 	}
-	// Each daemon listens on its namespace's address.
+	// Every daemon listens on 0.0.0.0:7070, dpvm up's default, and is
+	// reached at the address its master sees it come from.
 	hostfile := filepath.Join(dir, "hosts")
 	var hf strings.Builder
 	hf.WriteString("# two hosts, the first the master; the console adds the third\n")
 	line := func(i int) string {
-		return fmt.Sprintf("10.213.0.%d name=n%d cores=2 flags=\"--listen 10.213.0.%d:7070 --heartbeat 200ms\"", i, i, i)
+		return fmt.Sprintf("10.213.0.%d name=n%d cores=2 flags=\"--heartbeat 200ms\"", i, i)
 	}
 	for i := 1; i <= 2; i++ {
 		fmt.Fprintln(&hf, line(i))

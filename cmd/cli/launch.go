@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon"
 )
 
 // This file holds the pieces that start a virtual machine's daemons on
@@ -273,8 +275,8 @@ func (l *launcher) status(ctx context.Context, s startedHost) string {
 // A vmControl is a connection to a running virtual machine's master, as
 // the launcher needs it.
 type vmControl interface {
-	// HostNames lists the names of the hosts that joined.
-	HostNames(ctx context.Context) ([]string, error)
+	// Hosts lists the hosts that joined.
+	Hosts(ctx context.Context) ([]daemon.HostInfo, error)
 	// Halt stops the virtual machine.
 	Halt(ctx context.Context) error
 	Close() error
@@ -297,12 +299,17 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 		return "", nil, nil, err
 	}
 	var started []startedHost
+	var vm vmControl
+	// fail stops what was started, halting through the master when it
+	// answers; stopping goes on past ctx's end.
 	fail := func(err error) (string, []startedHost, vmControl, error) {
-		// Stopping goes on past ctx's end: what was started is stopped.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.cfg.StopGrace+30*time.Second)
 		defer cancel()
-		if _, serr := l.down(sctx, nil, started); serr != nil {
+		if _, serr := l.down(sctx, vm, started); serr != nil {
 			err = fmt.Errorf("%w; stopping what was started: %v", err, serr)
+		}
+		if vm != nil {
+			vm.Close()
 		}
 		return addr, nil, nil, err
 	}
@@ -311,18 +318,15 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 		return fail(err)
 	}
 	started = append(started, m)
-	vm, err := l.waitMaster(ctx, addr, dial)
-	if err != nil {
+	if vm, err = l.waitMaster(ctx, addr, dial); err != nil {
 		return fail(fmt.Errorf("master %s at %s: %w\n%s", m.Name, addr, err, l.status(context.WithoutCancel(ctx), m)))
 	}
 	rest, err := l.startAll(ctx, hosts[1:], addr)
 	started = append(started, rest...)
 	if err != nil {
-		vm.Close()
 		return fail(err)
 	}
 	if err := l.waitJoined(ctx, vm, started); err != nil {
-		vm.Close()
 		return fail(err)
 	}
 	return addr, started, vm, nil
@@ -368,10 +372,10 @@ func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []start
 	var missing []startedHost
 	var last error
 	for {
-		names, err := vm.HostNames(ctx)
+		hosts, err := vm.Hosts(ctx)
 		last = err
 		if err == nil {
-			missing = missingHosts(started, names)
+			missing = missingHosts(started, hosts)
 			if len(missing) == 0 {
 				return nil
 			}
@@ -392,10 +396,10 @@ func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []start
 	return fmt.Errorf("%d of %d hosts %w in time:%s", len(missing), len(started), errNotJoined, b.String())
 }
 
-func missingHosts(started []startedHost, names []string) []startedHost {
+func missingHosts(started []startedHost, hosts []daemon.HostInfo) []startedHost {
 	joined := map[string]bool{}
-	for _, n := range names {
-		joined[n] = true
+	for _, h := range hosts {
+		joined[h.Name] = true
 	}
 	var missing []startedHost
 	for _, s := range started {

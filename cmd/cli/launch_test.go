@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon"
 )
 
 func TestSSHArgv(t *testing.T) {
@@ -175,13 +177,17 @@ type fakeVM struct {
 	halted bool
 }
 
-func (v *fakeVM) HostNames(ctx context.Context) ([]string, error) {
+func (v *fakeVM) Hosts(ctx context.Context) ([]daemon.HostInfo, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(v.next) > 0 {
 		v.names, v.next = append(v.names, v.next[0]), v.next[1:]
 	}
-	return append([]string(nil), v.names...), nil
+	hosts := make([]daemon.HostInfo, len(v.names))
+	for i, n := range v.names {
+		hosts[i] = daemon.HostInfo{Name: n}
+	}
+	return hosts, nil
 }
 
 func (v *fakeVM) Halt(ctx context.Context) error {
@@ -260,8 +266,8 @@ func TestUpStopsWhatItStartedOnFailure(t *testing.T) {
 		if !strings.Contains(err.Error(), "h3 (h3):\ndaemon not running\nlog line") {
 			t.Errorf("error lacks the missing host's state: %v", err)
 		}
-		if len(run.stopped) != 3 {
-			t.Errorf("stopped %v, want all three", run.stopped)
+		if len(run.stopped) != 3 || !vm.halted {
+			t.Errorf("stopped %v (halted %v), want all three after a halt", run.stopped, vm.halted)
 		}
 
 		run = &fakeRunner{starts: map[string]string{}, fail: "h2"}

@@ -183,23 +183,20 @@ func launcherFrom(c *cli.Context, key *pki.ClusterKey) (*launcher, []string, err
 // clientVM is a vmControl through a daemon.Client.
 type clientVM struct{ cl *daemon.Client }
 
-func (v clientVM) HostNames(ctx context.Context) ([]string, error) {
-	hosts, err := v.cl.Hosts(ctx)
-	names := make([]string, len(hosts))
-	for i, h := range hosts {
-		names[i] = h.Name
-	}
-	return names, err
-}
+func (v clientVM) Hosts(ctx context.Context) ([]daemon.HostInfo, error) { return v.cl.Hosts(ctx) }
 
 func (v clientVM) Halt(ctx context.Context) error { return v.cl.Halt(ctx) }
 func (v clientVM) Close() error                   { return v.cl.Close() }
+
+// dialTry bounds one try to reach the master while it starts; dpvm up
+// tries again until --wait.
+const dialTry = 5 * time.Second
 
 // dialClient is the dialFunc of the real daemons: each try is bounded by
 // the dial timeout.
 func dialClient(key *pki.ClusterKey) dialFunc {
 	return func(ctx context.Context, addr string) (vmControl, error) {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dctx, cancel := context.WithTimeout(ctx, dialTry)
 		defer cancel()
 		cl, err := daemon.Dial(dctx, addr, key)
 		if err != nil {
@@ -277,8 +274,7 @@ func upAction(c *cli.Context) error {
 	if err := writeUpState(stateFile, st); err != nil {
 		return cli.Exit(fmt.Sprintf("up: the virtual machine is up at %s, but %v", addr, err), 1)
 	}
-	cv := vm.(clientVM)
-	info, err := cv.cl.Hosts(c.Context)
+	info, err := vm.Hosts(c.Context)
 	if err != nil {
 		return cli.Exit("up: "+err.Error(), 1)
 	}

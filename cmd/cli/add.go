@@ -72,17 +72,19 @@ func addAction(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 	// --wait does.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Duration("wait"))
 	defer cancel()
+	// The errors of ssh carry its exit status, which is not add's: they
+	// are reported as add's failure.
 	s, err := l.start(wctx, h, vm.addr)
 	if err != nil {
-		return err
+		return cli.Exit("add: "+err.Error(), 1)
 	}
 	if err := l.waitJoined(wctx, clientVM{cl}, []startedHost{s}); err != nil {
 		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 2*l.cfg.StopGrace+c.Duration("ssh-timeout"))
 		defer scancel()
 		if _, serr := l.stop(sctx, s); serr != nil {
-			return fmt.Errorf("%w; stopping it: %v", err, serr)
+			return cli.Exit(fmt.Sprintf("add: %v; stopping it: %v", err, serr), 1)
 		}
-		return err
+		return cli.Exit("add: "+err.Error(), 1)
 	}
 	if file, err := recordAdded(vm.addr, s); err != nil {
 		fmt.Fprintf(c.App.ErrWriter, "added %s, but not recorded for 'dpvm down': %v\n", s.Name, err)

@@ -65,7 +65,10 @@ func (s sshRunner) Run(ctx context.Context, h hostLine, script string, stdin io.
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("%s: %w: %s", s.command[0], err, strings.TrimSpace(out.String()))
+		if msg := strings.TrimSpace(out.String()); msg != "" {
+			return out.Bytes(), fmt.Errorf("%s: %w: %s", s.command[0], err, msg)
+		}
+		return out.Bytes(), fmt.Errorf("%s: %w", s.command[0], err)
 	}
 	return out.Bytes(), nil
 }

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -260,7 +262,10 @@ func upAction(c *cli.Context) error {
 	if _, err := os.Stat(stateFile); err == nil {
 		return cli.Exit(fmt.Sprintf("up: a virtual machine from %s is recorded as up (%s): 'dpvm down %s' first", c.Args().First(), stateFile, c.Args().First()), 1)
 	}
-	ctx, cancel := context.WithTimeout(c.Context, c.Duration("wait"))
+	// ^C or SIGTERM while starting stops what was started, as a timeout does.
+	sctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sctx, c.Duration("wait"))
 	defer cancel()
 	l.cfg.Poll = 200 * time.Millisecond
 	l.run = timedRunner{l.run, c.Duration("ssh-timeout")}

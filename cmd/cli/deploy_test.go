@@ -310,6 +310,11 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		pvcs[p.Metadata.Name] = true
 	}
+	b, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
 	app := newApp(io.Discard, io.Discard)
 	var masterName string
 	sets := byKind["StatefulSet"]
@@ -337,6 +342,12 @@ func TestKubernetesManifests(t *testing.T) {
 			switch {
 			case v.Secret != nil:
 				secretDir = mounts[v.Name]
+				// The README's command makes that Secret, with the key
+				// file's name the daemon is given.
+				mk := fmt.Sprintf("kubectl create secret generic %s --from-file=%s=", v.Secret.SecretName, filepath.Base(flagValue(c.Args, "--cluster-key")))
+				if !strings.Contains(readme, mk) {
+					t.Errorf("%s: the README does not create its Secret (%q)", s.Metadata.Name, mk)
+				}
 			case v.PVC != nil:
 				if !pvcs[v.PVC.ClaimName] {
 					t.Errorf("%s: claim %s is not in the manifest", s.Metadata.Name, v.PVC.ClaimName)
@@ -370,7 +381,7 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	// The Dockerfile the manifest's image is built with builds the command.
-	b, err := os.ReadFile(filepath.Join(deployDir, "kubernetes", "Dockerfile"))
+	b, err = os.ReadFile(filepath.Join(deployDir, "kubernetes", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}

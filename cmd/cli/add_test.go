@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -40,5 +42,59 @@ func TestConsoleAddErrors(t *testing.T) {
 	}
 	if strings.Count(out, "\n") != 2 || strings.Contains(out, "node9") {
 		t.Errorf("conf after the failed adds:\n%s", out)
+	}
+}
+
+// TestUpDownErrors checks dpvm up's and down's refusals: each one line
+// with its status, nothing started, nothing recorded.
+func TestUpDownErrors(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
+	t.Setenv("DPVM_CLUSTER_KEY", "")
+	key := filepath.Join(dir, "vm.key")
+	if code, _, errOut := dpvmStdin(t, "", "keygen", "--out", key); code != 0 {
+		t.Fatal(errOut)
+	}
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("n1\nn2 cores=2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte("n1\nn2 cores=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"up"}, 2, "dpvm: up: give one HOSTFILE, got 0 arguments"},
+		{[]string{"up", filepath.Join(dir, "none")}, 2, "dpvm: up: open "},
+		{[]string{"up", bad, "--cluster-key", key}, 2, "dpvm: up: " + bad + `:2: cores=x: strconv.Atoi: parsing "x"`},
+		{[]string{"up", hosts}, 2, "dpvm: up: no cluster key: give --cluster-key FILE"},
+		{[]string{"up", hosts, "--cluster-key", key, "--daemon-port", "0"}, 2, "dpvm: up: --daemon-port 0: out of range"},
+		{[]string{"up", hosts, "--cluster-key", key, "--ssh", "false", "--remote-dir", dir}, 1, "dpvm: up: n1: copy the cluster key to "},
+		{[]string{"down"}, 1, "dpvm: down: no virtual machine started by 'dpvm up' is recorded in "},
+		{[]string{"down", hosts, "extra"}, 2, "dpvm: down: give at most one HOSTFILE, got 2 arguments"},
+	} {
+		code, out, errOut := dpvmStdin(t, "", c.args...)
+		if code != c.code || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: status %d, stdout %q, stderr %q; want %d and %q", c.args, code, out, errOut, c.code, c.want)
+		}
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "state", "dpvm", "*")); len(files) != 0 {
+		t.Errorf("failed ups recorded %v", files)
+	}
+	// A hostfile recorded as up is not started again.
+	file, err := findStateFile("", hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeUpState(file, upState{Hostfile: hosts, Master: "n1:7070"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := dpvmStdin(t, "", "up", hosts, "--cluster-key", key)
+	if code != 1 || !strings.Contains(errOut, "is recorded as up") {
+		t.Errorf("up of a recorded hostfile: %d %q", code, errOut)
 	}
 }

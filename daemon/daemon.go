@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
@@ -128,6 +129,9 @@ type Config struct {
 	// left the origin; "migrate:restored", after the destination has
 	// restored the task), so that tests can fail the master there.
 	FaultHook func(point string)
+	// Metrics, if set, receives the daemon's metrics and move events
+	// (package metrics); nil: none are kept.
+	Metrics *metrics.Metrics
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int
@@ -278,7 +282,8 @@ type Daemon struct {
 	// the first host that joins when the master listens on a wildcard
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
-	nw      *network // nil for a standalone daemon
+	nw      *network         // nil for a standalone daemon
+	met     *metrics.Metrics // nil: no metrics (see observe.go)
 
 	// Routing state, guarded by rmu: the route cache (authoritative at the
 	// master), and reliable delivery's sending and receiving sides.
@@ -397,7 +402,9 @@ func newDaemon(cfg Config) *Daemon {
 		done:       make(chan struct{}),
 		reportKick: make(chan struct{}, 1),
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
+		met:        cfg.Metrics,
 	}
+	d.met.SetSource(d.metricsSnapshot)
 	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
 	if w == nil {
@@ -466,12 +473,34 @@ func (d *Daemon) stop(why error) {
 // shuts it down in the background, so the caller — a connection's reader —
 // is not blocked by the shutdown it starts.
 func (d *Daemon) stopAsync(why error) {
+	d.stopping(why)
+	go d.stop(why)
+}
+
+// stopping records why the daemon is about to stop (the first reason given
+// wins), before it tells anyone: what it loses from then on is expected.
+func (d *Daemon) stopping(why error) {
 	d.whyMu.Lock()
 	if d.why == nil {
 		d.why = why
 	}
 	d.whyMu.Unlock()
-	go d.stop(why)
+}
+
+// isStopping reports whether the daemon is stopping or has stopped.
+func (d *Daemon) isStopping() bool {
+	d.whyMu.Lock()
+	defer d.whyMu.Unlock()
+	return d.why != nil
+}
+
+// lossLevel is the level of a line about something lost: a warning, unless
+// the daemon is stopping, when losing it is expected.
+func (d *Daemon) lossLevel() slog.Level {
+	if d.isStopping() {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // shutdown kills every task, waits for their goroutines until ctx is done,
@@ -761,7 +790,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		d.taskGone(h.tid)
 	default:
 		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Warn("report exit", "tid", h.tid, "error", err)
+			d.log.Log(context.Background(), d.lossLevel(), "report exit", "tid", h.tid, "error", err)
 		}
 	}
 	// Exit notices travel as the task's last messages to their watchers,

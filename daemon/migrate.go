@@ -158,8 +158,11 @@ func (d *Daemon) ckptKey() []byte {
 func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) (MigrateResult, error) {
 	res := MigrateResult{TID: tid, Via: via}
 	defer d.schedDirty() // moved, or perhaps half-way: the scheduler lists again
+	start, frozen := time.Now(), time.Time{}
 	fail := func(err error) (MigrateResult, error) {
-		return res, fmt.Errorf("migrate %v to %s: %w", tid, to, err)
+		err = fmt.Errorf("migrate %v to %s: %w", tid, to, err)
+		d.moveEnded(res, start, frozen, err)
+		return res, err
 	}
 	if !d.isMaster() || d.nw == nil {
 		return fail(errors.New("only the master of a multi-host virtual machine migrates"))
@@ -196,7 +199,6 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if a == b {
 		return fail(fmt.Errorf("it already runs on %v", b))
 	}
-	start := time.Now()
 	var info migReply
 	if err := d.callHost(ctx, a, mMigInfo, migStep{TID: tid}, &info); err != nil {
 		return fail(err)
@@ -214,7 +216,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		_ = d.callHost(ctx, b, mMigDrop, migStep{TID: tid, Route: cur}, nil)
 		return fail(err)
 	}
-	frozen := time.Now()
+	frozen = time.Now()
 	// From here on, a failure aborts back to the origin.
 	d.migMu.Lock()
 	mig.from, mig.to, mig.back = a, b, back
@@ -249,6 +251,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	res.Seconds = time.Since(start).Seconds()
 	d.log.Info("migrated", "tid", tid, "from", a, "to", b, "via", via, "bytes", res.CheckpointBytes,
 		"seconds", res.Seconds, "freeze_ms", res.FreezeMS)
+	d.moveEnded(res, start, frozen, nil)
 	return res, nil
 }
 
@@ -280,7 +283,9 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 	case mMigSusp:
 		return nil, d.suspendForMove(ctx, a)
 	case mMigSend:
+		t0 := time.Now()
 		n, err := d.sendCheckpoint(ctx, a)
+		d.met.Transferred(string(a.Via), time.Since(t0), err)
 		return migReply{Bytes: n}, err
 	case mMigLoad:
 		return nil, d.restoreArrival(ctx, a)

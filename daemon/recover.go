@@ -265,7 +265,7 @@ func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []ro
 	n.mu.Lock()
 	hosts := n.hostList(self)
 	n.mu.Unlock()
-	d.log.Warn("host registered again", "host", info.ID, "name", info.Name, "tasks", len(rep.Tasks))
+	d.log.Warn("host registered again", "peer", info.ID, "peer_name", info.Name, "tasks", len(rep.Tasks))
 	return info, hosts, routes, nil
 }
 

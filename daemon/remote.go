@@ -91,7 +91,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	if err != nil {
 		// Kept in the outbox: resent when the host is reachable, dropped
 		// if it is deleted.
-		d.log.Warn("message held", "to", to, "host", r.Host, "error", err)
+		d.log.Warn("message held", "to", to, "peer", r.Host, "error", err)
 		return nil
 	}
 	peer.envelope(&e, true)
@@ -114,7 +114,10 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
+	var nRecv, bRecv int // for the metrics, counted per frame
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+		nRecv++
+		bRecv += len(e.Body.Data)
 		d.mu.Lock()
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]
@@ -159,6 +162,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		return nil
 	})
 	d.rmu.Unlock()
+	p.ctr.Received(nRecv, bRecv)
 	if err != nil {
 		return err
 	}
@@ -254,7 +258,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 	}
 	p, err := d.peerFor(d.ctx, h)
 	if err != nil {
-		d.log.Warn("resend", "host", h, "error", err)
+		d.log.Warn("resend", "peer", h, "error", err)
 		return
 	}
 	for i := range envs {

@@ -24,7 +24,7 @@ func TestConsoleAddErrors(t *testing.T) {
 	}, "\n") + "\n"
 	status, out, errOut := dpvmStdin(t, script, "console", "--master", vm.Master().Addr(), "--cluster-key", keyFile)
 	want := []string{
-		"add: no host named (see 'help add')",
+		"add: no host named: give HOST",
 		"add: a virtual machine has one master: this one",
 		`add: unknown option "bogus"`,
 		"add: port=70000: out of range 1-65535",

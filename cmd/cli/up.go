@@ -130,20 +130,51 @@ func findStateFile(given, hostfile string) (string, error) {
 	return "", fmt.Errorf("several virtual machines started by 'dpvm up': name the hostfile (%s)", strings.Join(hf, ", "))
 }
 
-// Flags of dpvm up and down, and the console's add.
-var (
-	sshFlag        = &cli.StringFlag{Name: "ssh", Value: "ssh -o BatchMode=yes", Usage: "ssh command and options, split as a shell would (OpenSSH; -p and -l come from the hostfile)"}
-	copyFlag       = &cli.BoolFlag{Name: "copy", Usage: "copy the dpvm binary (--bin) to each host's --remote-bin first"}
-	binFlag        = &cli.StringFlag{Name: "bin", Usage: "local binary --copy sends (default: this one; the hosts must be able to run it)"}
-	remoteBinFlag  = &cli.StringFlag{Name: "remote-bin", Usage: "the dpvm binary on the hosts (default: dpvm on the PATH; with --copy, REMOTE_DIR/dpvm)"}
-	remoteDirFlag  = &cli.StringFlag{Name: "remote-dir", Value: ".dpvm", Usage: "directory on each host for PID files, logs and the copied key (relative: to the login directory)"}
-	remoteKeyFlag  = &cli.StringFlag{Name: "remote-cluster-key", Usage: "cluster key file already on every host: referenced instead of copying --cluster-key"}
-	daemonPortFlag = &cli.IntFlag{Name: "daemon-port", Value: 7070, Usage: "port every daemon listens on (UDP, all addresses), unless its flags=\"--listen ...\" says"}
-	waitFlag       = &cli.DurationFlag{Name: "wait", Value: 2 * time.Minute, Usage: "how long to wait for every host to join"}
-	sshTimeoutFlag = &cli.DurationFlag{Name: "ssh-timeout", Value: time.Minute, Usage: "how long one ssh command may take"}
-	stopGraceFlag  = &cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "how long a daemon may take to exit after the halt, then after SIGTERM, before SIGKILL"}
-	stateFlag      = &cli.StringFlag{Name: "state", Usage: "state file recording what was started (default: under $XDG_STATE_HOME/dpvm, one per hostfile)"}
-)
+// Flags of dpvm up and down, and the console's add, made anew for each
+// command tree (urfave/cli writes parsed values into them).
+func sshFlag() cli.Flag {
+	return &cli.StringFlag{Name: "ssh", Value: "ssh -o BatchMode=yes", Usage: "ssh command and options, split as a shell would (OpenSSH; -p and -l come from the hostfile)"}
+}
+
+func copyFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "copy", Usage: "copy the dpvm binary (--bin) to each host's --remote-bin first"}
+}
+
+func binFlag() cli.Flag {
+	return &cli.StringFlag{Name: "bin", Usage: "local binary --copy sends (default: this one; the hosts must be able to run it)"}
+}
+
+func remoteBinFlag() cli.Flag {
+	return &cli.StringFlag{Name: "remote-bin", Usage: "the dpvm binary on the hosts (default: dpvm on the PATH; with --copy, REMOTE_DIR/dpvm)"}
+}
+
+func remoteDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "remote-dir", Value: ".dpvm", Usage: "directory on each host for PID files, logs and the copied key (relative: to the login directory)"}
+}
+
+func remoteKeyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "remote-cluster-key", Usage: "cluster key file already on every host: referenced instead of copying --cluster-key"}
+}
+
+func daemonPortFlag() cli.Flag {
+	return &cli.IntFlag{Name: "daemon-port", Value: 7070, Usage: "port every daemon listens on (UDP, all addresses), unless its flags=\"--listen ...\" says"}
+}
+
+func waitFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "wait", Value: 2 * time.Minute, Usage: "how long to wait for every host to join"}
+}
+
+func sshTimeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "ssh-timeout", Value: time.Minute, Usage: "how long one ssh command may take"}
+}
+
+func stopGraceFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "stop-grace", Value: 5 * time.Second, Usage: "how long a daemon may take to exit after the halt, then after SIGTERM, before SIGKILL"}
+}
+
+func stateFlag() cli.Flag {
+	return &cli.StringFlag{Name: "state", Usage: "state file recording what was started (default: under $XDG_STATE_HOME/dpvm, one per hostfile)"}
+}
 
 // launcherFrom builds the launcher the flags describe, with key the
 // cluster key to copy (nil with --remote-cluster-key).
@@ -220,47 +251,47 @@ func upCommand() *cli.Command {
 			"--remote-dir), waits until all have joined and prints the host table. It records what\n" +
 			"it started so that 'dpvm down HOSTFILE' stops it.\n" +
 			"  dpvm up hosts.txt --cluster-key vm.key --copy",
-		Flags: []cli.Flag{clusterKeyFlag, sshFlag, copyFlag, binFlag, remoteBinFlag, remoteDirFlag, remoteKeyFlag,
-			daemonPortFlag, waitFlag, sshTimeoutFlag, stopGraceFlag, stateFlag, jsonFlag},
+		Flags: []cli.Flag{clusterKeyFlag(), sshFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteKeyFlag(),
+			daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
 		Action: upAction,
 	}
 }
 
 func upAction(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return cli.Exit(fmt.Sprintf("up: give one HOSTFILE, got %d arguments (see 'dpvm up --help')", c.NArg()), 2)
+		return cli.Exit(fmt.Sprintf("up: give one HOSTFILE, got %d arguments (see 'dpvm up --help')", c.NArg()), exitUsage)
 	}
 	hostfile, err := filepath.Abs(c.Args().First())
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 2)
+		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
 	f, err := os.Open(hostfile)
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 2)
+		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
 	hosts, err := parseHostfile(f, c.Args().First())
 	f.Close()
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 2)
+		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
 	keyFile, err := filepath.Abs(c.String("cluster-key"))
 	if c.String("cluster-key") == "" || err != nil {
-		return cli.Exit("up: no cluster key: give --cluster-key FILE (from 'dpvm keygen')", 2)
+		return cli.Exit("up: no cluster key: give --cluster-key FILE (from 'dpvm keygen')", exitUsage)
 	}
 	key, err := pki.Load(keyFile)
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 2)
+		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
 	l, ssh, err := launcherFrom(c, key)
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 2)
+		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
 	stateFile, err := findStateFile(c.String("state"), hostfile)
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 1)
+		return cli.Exit("up: "+err.Error(), exitFailed)
 	}
 	if _, err := os.Stat(stateFile); err == nil {
-		return cli.Exit(fmt.Sprintf("up: a virtual machine from %s is recorded as up (%s): 'dpvm down %s' first", c.Args().First(), stateFile, c.Args().First()), 1)
+		return cli.Exit(fmt.Sprintf("up: a virtual machine from %s is recorded as up (%s): 'dpvm down %s' first", c.Args().First(), stateFile, c.Args().First()), exitFailed)
 	}
 	// ^C or SIGTERM while starting stops what was started, as a timeout does.
 	sctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -272,16 +303,16 @@ func upAction(c *cli.Context) error {
 	fmt.Fprintf(c.App.ErrWriter, "dpvm up: starting %d daemons (master %s)\n", len(hosts), hosts[0].Name)
 	addr, started, vm, err := l.up(ctx, hosts, dialClient(key))
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 1)
+		return cli.Exit("up: "+err.Error(), exitFailed)
 	}
 	defer vm.Close()
 	st := upState{Hostfile: hostfile, Master: addr, ClusterKey: keyFile, SSH: ssh, Hosts: started}
 	if err := writeUpState(stateFile, st); err != nil {
-		return cli.Exit(fmt.Sprintf("up: the virtual machine is up at %s, but %v", addr, err), 1)
+		return cli.Exit(fmt.Sprintf("up: the virtual machine is up at %s, but %v", addr, err), exitFailed)
 	}
 	info, err := vm.Hosts(c.Context)
 	if err != nil {
-		return cli.Exit("up: "+err.Error(), 1)
+		return cli.Exit("up: "+err.Error(), exitFailed)
 	}
 	if c.Bool("json") {
 		if info == nil {
@@ -321,27 +352,27 @@ func downCommand() *cli.Command {
 			"'dpvm up' started (and the console's add) is gone: over ssh, by its PID file,\n" +
 			"with SIGTERM and then SIGKILL after --stop-grace. Without HOSTFILE, the only\n" +
 			"virtual machine recorded is stopped.",
-		Flags:  []cli.Flag{stateFlag, &cli.StringFlag{Name: "ssh", Usage: "ssh command (default: the one dpvm up used)"}, stopGraceFlag, sshTimeoutFlag, timeoutFlag, jsonFlag},
+		Flags:  []cli.Flag{stateFlag(), &cli.StringFlag{Name: "ssh", Usage: "ssh command (default: the one dpvm up used)"}, stopGraceFlag(), sshTimeoutFlag(), timeoutFlag(), jsonFlag()},
 		Action: downAction,
 	}
 }
 
 func downAction(c *cli.Context) error {
 	if c.NArg() > 1 {
-		return cli.Exit(fmt.Sprintf("down: give at most one HOSTFILE, got %d arguments", c.NArg()), 2)
+		return cli.Exit(fmt.Sprintf("down: give at most one HOSTFILE, got %d arguments", c.NArg()), exitUsage)
 	}
 	stateFile, err := findStateFile(c.String("state"), c.Args().First())
 	if err != nil {
-		return cli.Exit("down: "+err.Error(), 1)
+		return cli.Exit("down: "+err.Error(), exitFailed)
 	}
 	st, err := readUpState(stateFile)
 	if err != nil {
-		return cli.Exit("down: "+err.Error(), 1)
+		return cli.Exit("down: "+err.Error(), exitFailed)
 	}
 	ssh := st.SSH
 	if c.String("ssh") != "" {
 		if ssh, err = splitWords(c.String("ssh")); err != nil || len(ssh) == 0 {
-			return cli.Exit(fmt.Sprintf("down: --ssh %q: want a command", c.String("ssh")), 2)
+			return cli.Exit(fmt.Sprintf("down: --ssh %q: want a command", c.String("ssh")), exitUsage)
 		}
 	}
 	l := &launcher{run: timedRunner{sshRunner{command: ssh}, c.Duration("ssh-timeout")}, cfg: launchConfig{StopGrace: c.Duration("stop-grace")}}
@@ -391,11 +422,11 @@ func downAction(c *cli.Context) error {
 			if werr := writeUpState(stateFile, st); werr != nil {
 				err = errors.Join(err, werr)
 			}
-			return cli.Exit(fmt.Sprintf("down: %v (the hosts not stopped stay recorded in %s)", err, stateFile), 1)
+			return cli.Exit(fmt.Sprintf("down: %v (the hosts not stopped stay recorded in %s)", err, stateFile), exitFailed)
 		}
 	}
 	if err := os.Remove(stateFile); err != nil {
-		return cli.Exit("down: "+err.Error(), 1)
+		return cli.Exit("down: "+err.Error(), exitFailed)
 	}
 	return nil
 }

@@ -108,6 +108,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			daemonCommand(),
+			upCommand(),
+			downCommand(),
+			addCommand(),
 			keygenCommand(),
 			confCommand(),
 			psCommand(),

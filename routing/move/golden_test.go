@@ -27,7 +27,7 @@ var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfe
 // then a blank line. Commands:
 //
 //	start <tid> <from> <to> <epoch>     a move
-//	adopt <tid> <from> <to> <epoch> <at-dest>
+//	adopt <move> <tid> <from> <to> <epoch> <at-dest>
 //	result <move> <step> <outcome> [error text]
 //	lost <host>                          a host deleted
 //	tick <duration>                      advance the clock and tick
@@ -117,8 +117,7 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 		_, err := m.Start(Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}, *now)
 		fail(err)
 	case "adopt":
-		_, err := m.Adopt(tid(t, f[1]), host(t, f[2]), routing.Route{Host: host(t, f[3]), Epoch: num(t, f[4])}, f[5] == "true", testTimeouts, *now)
-		fail(err)
+		fail(m.Adopt(ID(num(t, strings.TrimPrefix(f[1], "m"))), tid(t, f[2]), host(t, f[3]), routing.Route{Host: host(t, f[4]), Epoch: num(t, f[5])}, f[6] == "true", testTimeouts, *now))
 	case "result":
 		var cause error
 		if len(f) > 4 {

@@ -242,6 +242,7 @@ type Move struct {
 	Cause error
 
 	t       Timeouts
+	prev    uint64    // the route epoch before the move
 	pending Step      // the step whose result the move waits for (0: none)
 	retryAt time.Time // when a failed abort or commit step goes again
 	abort   bool      // abort once the pending suspend or send answers
@@ -318,37 +319,41 @@ func (m *Machine) Start(s Spec, now time.Time) (ID, error) {
 	}
 	m.Observe(s.Epoch)
 	m.lastID++
-	mv := &Move{ID: m.lastID, TID: s.TID, From: s.From, To: s.To, Epoch: m.NextEpoch(), State: Preparing, t: s.Timeouts}
+	mv := &Move{ID: m.lastID, TID: s.TID, From: s.From, To: s.To, Epoch: m.NextEpoch(), State: Preparing, t: s.Timeouts, prev: s.Epoch}
 	m.byTID[s.TID], m.byID[mv.ID] = mv, mv
 	m.call(mv, StepPrepare, mv.To, mv.fwd(), mv.t.Step)
 	return mv.ID, nil
 }
 
-// Adopt takes over a move a previous master left half done, as the hosts
-// reported it to a recovered master: the task was suspended at from for a
-// move to the destination route dest; atDest says whether the destination
-// runs it. A move that reached the destination commits; any other aborts
-// the usual way (the destination drops the arrival, then the origin
-// resumes).
-func (m *Machine) Adopt(tid task.TID, from task.HostID, dest routing.Route, atDest bool, t Timeouts, now time.Time) (ID, error) {
+// Adopt takes over move id, which a previous master left half done, as
+// the hosts reported it to a recovered master: the task was suspended at
+// from for a move to the destination route dest; atDest says whether the
+// destination runs it. A move that reached the destination commits; any
+// other aborts the usual way (the destination drops the arrival, then the
+// origin resumes). The move keeps its ID, which the hosts know it by.
+func (m *Machine) Adopt(id ID, tid task.TID, from task.HostID, dest routing.Route, atDest bool, t Timeouts, now time.Time) error {
 	if !t.valid() {
-		return 0, ErrBadTimeouts
+		return ErrBadTimeouts
 	}
-	if m.byTID[tid] != nil {
-		return 0, fmt.Errorf("%v: %w", tid, ErrMoving)
+	if m.byTID[tid] != nil || m.byID[id] != nil {
+		return fmt.Errorf("%v (%v): %w", tid, id, ErrMoving)
 	}
 	m.Observe(dest.Epoch)
-	m.lastID++
-	mv := &Move{ID: m.lastID, TID: tid, From: from, To: dest.Host, Epoch: dest.Epoch, t: t}
+	m.ObserveMove(id)
+	mv := &Move{ID: id, TID: tid, From: from, To: dest.Host, Epoch: dest.Epoch, t: t}
 	m.byTID[tid], m.byID[mv.ID] = mv, mv
 	if atDest {
 		mv.State = Committing
 		m.call(mv, StepCommit, mv.From, mv.fwd(), mv.t.Step)
-		return mv.ID, nil
+		return nil
 	}
 	m.cancel(mv, errors.New("the previous master left it half done"))
-	return mv.ID, nil
+	return nil
 }
+
+// ObserveMove raises the move IDs handed out above id, one a host knows
+// (a recovered master learns them from the hosts' reports).
+func (m *Machine) ObserveMove(id ID) { m.lastID = max(m.lastID, id) }
 
 // Result reports the outcome of a step the machine asked for. err is the
 // step's error, the cause recorded when the move aborts. A result the
@@ -523,7 +528,7 @@ func (m *Machine) Tick(now time.Time) {
 // drop.
 func (m *Machine) giveUp(mv *Move, cause error) {
 	m.end(mv, Aborted, fmt.Errorf("%w: %w", ErrAborted, cause))
-	m.notify(mv, StepCancel, mv.To, routing.Route{Host: mv.From})
+	m.notify(mv, StepCancel, mv.To, routing.Route{Host: mv.From, Epoch: mv.prev})
 }
 
 // cancel starts an abort: the way back gets a new epoch, and the

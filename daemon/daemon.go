@@ -38,6 +38,12 @@ type Config struct {
 	// Listen is the UDP address to listen on for other daemons and
 	// clients. Empty: a standalone daemon without a network.
 	Listen string
+	// Advertise is the address other daemons dial to reach this one
+	// (HOST:PORT; an IPv4 or IPv6 address or a DNS name, resolved when
+	// dialled). Empty: a host is reached at the address its master saw
+	// its connection come from, with its listening port; the master at the
+	// address its hosts joined it by.
+	Advertise string
 	// Master makes this daemon the master of a new virtual machine
 	// (host ID 1). Otherwise Join names the master to join.
 	Master bool
@@ -71,6 +77,10 @@ type Config struct {
 	// DeadAfter is how long without a word before the master deletes a
 	// host, or a host gives up on the master (default 5s).
 	Heartbeat, DeadAfter time.Duration
+	// MaxSpawn is how many tasks one spawn may ask for (default
+	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
+	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
+	MaxSpawn, MaxTasks int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// Window is how many bytes may be unacknowledged for one receiving
@@ -164,6 +174,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Network == nil {
 		c.Network = transport.QUICNetwork{}
+	}
+	if c.MaxSpawn <= 0 {
+		c.MaxSpawn = DefaultMaxSpawn
+	}
+	if c.MaxTasks <= 0 {
+		c.MaxTasks = DefaultMaxTasks
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
@@ -273,7 +289,11 @@ type Daemon struct {
 	wg     sync.WaitGroup // task goroutines
 	bg     sync.WaitGroup // network goroutines
 	self   HostInfo
-	nw     *network // nil for a standalone daemon
+	// ownAddr is the master's address as its hosts reach it, learnt from
+	// the first host that joins when the master listens on a wildcard
+	// address and was given no --advertise (see learnOwnAddr).
+	ownAddr atomic.Pointer[string]
+	nw      *network // nil for a standalone daemon
 
 	// Routing state, guarded by rmu: the route cache (authoritative at the
 	// master), and reliable delivery's sending and receiving sides.
@@ -299,7 +319,7 @@ type Daemon struct {
 	bwait      map[task.TID]chan error // this host's tasks waiting in a barrier of the master
 	barr       []arrival               // arrivals not yet sent to the master
 	bsending   bool                    // an arriving task is sending arrivals
-	bsend      sync.Mutex              // held while arrivals are handed to the connection
+	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
 	// migMu guards the move machine (master: the moves under way and the
@@ -400,7 +420,7 @@ func newDaemon(cfg Config) *Daemon {
 		inbox:      routing.NewInbox(),
 		done:       make(chan struct{}),
 		reportKick: make(chan struct{}, 1),
-		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB},
+		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 	}
 	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
@@ -597,10 +617,17 @@ func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnReque
 
 // startLocal starts tasks of job on this daemon.
 func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	if req.Count < 1 {
-		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+		return nil, err
 	}
-	tids := make([]task.TID, 0, req.Count)
+	d.mu.Lock()
+	hosted := len(d.tasks)
+	d.mu.Unlock()
+	if hosted+req.Count > d.cfg.MaxTasks {
+		return nil, fmt.Errorf("spawn %d tasks on %s, which hosts %d: at most %d tasks on one daemon: %w",
+			req.Count, d.cfg.Name, hosted, d.cfg.MaxTasks, ErrLimit)
+	}
+	tids := make([]task.TID, 0, prealloc(req.Count))
 	for range req.Count {
 		if err := ctx.Err(); err != nil {
 			return tids, err

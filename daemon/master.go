@@ -40,7 +40,11 @@ func (r *RoundRobin) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
 }
 
 // admit registers a joining daemon and assigns its host ID (master only).
-func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) {
+func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
+	if why := h.Info.Build.differs(ThisBuild()); why != "" {
+		return HostInfo{}, nil, nil, fmt.Errorf("the joining daemon runs another build than the master: %s", why)
+	}
+	d.learnOwnAddr(h)
 	d.rmu.Lock()
 	routes := d.routes.Entries()
 	d.rmu.Unlock()
@@ -63,7 +67,7 @@ func (d *Daemon) admit(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) 
 	info := h.Info
 	info.ID = n.nextHost
 	info.Name = name
-	info.Addr = h.Addr
+	info.Addr = reachableAddr(h, remote)
 	info.Master = false
 	n.nextHost++ // host IDs are never reused
 	n.hosts[info.ID] = &info
@@ -176,7 +180,7 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
 
 // masterMethods are served by the master only.
 var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
@@ -426,8 +430,8 @@ func (d *Daemon) taskGone(tid task.TID) {
 
 // spawnAnywhere places and starts tasks (master).
 func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	if req.Count < 1 {
-		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+		return nil, err
 	}
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
@@ -484,7 +488,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
 		}
 	}
-	tids := make([]task.TID, 0, req.Count)
+	tids := make([]task.TID, 0, len(places))
 	for _, h := range places {
 		if len(got[h]) > 0 {
 			tids = append(tids, got[h][0])
@@ -647,6 +651,9 @@ func (d *Daemon) HaltVM() {
 // now, the rest from the last sample.
 func (d *Daemon) selfInfo() HostInfo {
 	h := d.self
+	if a := d.ownAddr.Load(); a != nil {
+		h.Addr = *a
+	}
 	d.mu.Lock()
 	h.Tasks = len(d.tasks)
 	s := d.sampled

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -49,7 +50,6 @@ type network struct {
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
-	rr       int
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -58,6 +58,11 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	id, err := c.Key.Issue(pki.RoleDaemon, c.Name, time.Now())
 	if err != nil {
 		return err
+	}
+	if c.Advertise != "" {
+		if err := checkAdvertise(c.Advertise); err != nil {
+			return err
+		}
 	}
 	tr, err := c.Network.Listen(c.Listen, id, c.Transport)
 	if err != nil {
@@ -68,6 +73,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		joined: map[task.HostID]time.Time{}}
 	d.nw = n
 	d.self.Addr = tr.Addr()
+	if c.Advertise != "" {
+		d.self.Addr = c.Advertise
+	}
 	if c.Master {
 		d.self.Master = true
 		n.nextHost = MasterID + 1
@@ -100,7 +108,8 @@ func (d *Daemon) join(ctx context.Context) error {
 	if name == "h0" {
 		name = "" // the master names us after our host ID
 	}
-	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: name, Addr: d.self.Addr, Join: true, Info: d.self}, d.cfg.MaxFrame)
+	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
+		Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
 	if err != nil {
 		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
 	}
@@ -118,11 +127,17 @@ func (d *Daemon) join(ctx context.Context) error {
 		d.cfg.Name = h.Assigned.String()
 	}
 	d.self.Name = d.cfg.Name
+	if h.Seen != "" {
+		d.self.Addr = h.Seen
+	}
 	d.log = d.cfg.Logger.With("host", d.cfg.Name)
 	n := d.nw
 	n.mu.Lock()
 	for i := range h.Hosts {
 		hi := h.Hosts[i]
+		if hi.ID == MasterID {
+			hi.Addr = d.cfg.Join // reachable from here: we just reached it
+		}
 		n.hosts[hi.ID] = &hi
 	}
 	self := d.self
@@ -242,7 +257,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		if h.Rejoin {
 			admit = d.admitAgain
 		}
-		info, hosts, routes, err := admit(h)
+		info, hosts, routes, err := admit(h, conn.RemoteAddr())
 		if err != nil {
 			refuse(err.Error())
 			return
@@ -256,7 +271,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		d.mu.Lock()
 		floor := d.tidFloor[info.ID]
 		d.mu.Unlock()
-		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.self, Assigned: info.ID, Hosts: hosts, Routes: routes, TIDFloor: floor}); err != nil {
+		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
+			Hosts: hosts, Routes: routes, TIDFloor: floor}); err != nil {
 			conn.Close("handshake failed")
 			d.removeHost(info.ID, "handshake failed")
 			return
@@ -496,7 +512,7 @@ func (d *Daemon) callHost(ctx context.Context, h task.HostID, method string, arg
 		if err != nil {
 			return err
 		}
-		res, err := d.handle(ctx, nil, method, body)
+		res, err := d.safeHandle(ctx, nil, method, body)
 		if err != nil {
 			return err
 		}
@@ -526,9 +542,25 @@ func (d *Daemon) callMaster(ctx context.Context, method string, args, out any) e
 	return d.callHost(ctx, MasterID, method, args, out)
 }
 
+// safeHandle runs a control request's handler; a panic in it fails that
+// call with ErrInternal, logged with its stack, and the daemon goes on.
+func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []byte) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			from := "this daemon"
+			if p != nil {
+				from = p.name()
+			}
+			d.log.Error("control handler panicked", "method", method, "from", from, "panic", r, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("%s: %w: %v", method, ErrInternal, r)
+		}
+	}()
+	return d.handle(ctx, p, method, body)
+}
+
 // serveCall runs a control request and sends the reply.
 func (d *Daemon) serveCall(p *peer, c *call) {
-	res, err := d.handle(d.ctx, p, c.Method, c.Body)
+	res, err := d.safeHandle(d.ctx, p, c.Method, c.Body)
 	r := reply{ID: c.ID}
 	if err != nil {
 		r.Err, r.Code = err.Error(), codeOf(err)

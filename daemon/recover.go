@@ -188,6 +188,7 @@ func (d *Daemon) orphaned(cause error) {
 func (d *Daemon) rejoin(ctx context.Context) error {
 	rep := d.report()
 	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
+		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join,
 		Info: d.selfInfo(), Report: &rep}, d.cfg.MaxFrame)
 	if err != nil {
 		return err
@@ -201,6 +202,9 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	n.mu.Lock()
 	for i := range h.Hosts {
 		hi := h.Hosts[i]
+		if hi.ID == MasterID {
+			hi.Addr = d.cfg.Join // reachable from here: we just reached it
+		}
 		if hi.ID != d.cfg.HostID {
 			n.hosts[hi.ID] = &hi
 		}
@@ -226,13 +230,17 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 // admitAgain takes back a host that registers again after its master was
 // lost (a recovered master): its host ID, tasks, routes, groups and
 // barrier arrivals.
-func (d *Daemon) admitAgain(h *hello) (HostInfo, []HostInfo, []routing.Entry, error) {
+func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
 	if !d.cfg.Recover {
 		return HostInfo{}, nil, nil, errors.New("this master was not started to recover a virtual machine (--recover)")
 	}
 	if h.Host <= MasterID || h.Addr == "" || h.Report == nil {
 		return HostInfo{}, nil, nil, errors.New("a host registering again must give its host ID, address and tasks")
 	}
+	if why := h.Info.Build.differs(ThisBuild()); why != "" {
+		return HostInfo{}, nil, nil, fmt.Errorf("the daemon registering again runs another build than the master: %s", why)
+	}
+	d.learnOwnAddr(h)
 	n := d.nw
 	n.mu.Lock()
 	if _, ok := n.hosts[h.Host]; ok {
@@ -240,7 +248,7 @@ func (d *Daemon) admitAgain(h *hello) (HostInfo, []HostInfo, []routing.Entry, er
 		return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine", h.Host)
 	}
 	info := h.Info
-	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, h.Addr, false
+	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
 	if info.Name == "" {
 		info.Name = h.Host.String()
 	}

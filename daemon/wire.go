@@ -20,8 +20,17 @@ type hello struct {
 	Host    task.HostID `msgpack:"h"` // the sender's host ID (0: not yet assigned, or a client)
 	Name    string      `msgpack:"n"`
 	Addr    string      `msgpack:"a,omitempty"` // where the sender listens
-	Join    bool        `msgpack:"j,omitempty"` // a new daemon asking the master for a host ID
-	Info    HostInfo    `msgpack:"i"`
+	// Advertised: Addr was set by the operator (--advertise) and is used
+	// as it is; otherwise the master takes the IP its connection came
+	// from, with Addr's port.
+	Advertised bool `msgpack:"ad,omitempty"`
+	// Dialled is the address a joining host reached the master by.
+	Dialled string `msgpack:"dl,omitempty"`
+	// Seen is, in the master's answer, the address it records for the
+	// joining host: where the other daemons will dial it.
+	Seen string   `msgpack:"se,omitempty"`
+	Join bool     `msgpack:"j,omitempty"` // a new daemon asking the master for a host ID
+	Info HostInfo `msgpack:"i"`
 	// Set by the master in its answer to a join.
 	Assigned task.HostID     `msgpack:"as,omitempty"`
 	Hosts    []HostInfo      `msgpack:"hs,omitempty"`
@@ -56,6 +65,9 @@ type HostInfo struct {
 	LoadSource string  `msgpack:"ls,omitempty" json:"load_source,omitempty"`
 	// Master marks the master daemon.
 	Master bool `msgpack:"M" json:"master"`
+	// Build is the binary the host runs; every host of a virtual machine
+	// runs the master's.
+	Build Build `msgpack:"B" json:"build"`
 }
 
 // call is a control request; the answer is a reply with the same ID.
@@ -119,6 +131,8 @@ var errorCodes = map[string]error{
 	"no-safe-point": ErrNoSafePoint,
 	"moving":        ErrMoving,
 	"no-shared-dir": ErrNoSharedDir,
+	"limit":         ErrLimit,
+	"internal":      ErrInternal,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

@@ -3,6 +3,8 @@ package examples
 import (
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -17,7 +19,8 @@ type Stream struct {
 	Producer        task.TID
 	Consumer        task.TID
 	Where           map[string]string // task → host name, as the driver moved them
-	Hosts           []string
+	Hosts           []string          // where the tasks are placed and moved, in turn
+	Only            []string          // the hosts asked for (empty: every host)
 	Step            int
 	Made            int
 	Failed          int
@@ -70,6 +73,7 @@ func init() {
 			n := fs.Int("messages", 10000, "messages to send")
 			m := fs.Int("moves", 10, "migrations to make during the stream")
 			via := fs.String("via", "direct", "how checkpoints travel: direct, indirect or mixed")
+			only := fs.String("hosts", "", "comma-separated host names to place and move the tasks among (default: every host)")
 			return func([]string) (task.Task, error) {
 				if *n < 1 || *m < 0 {
 					return nil, fmt.Errorf("need --messages >= 1 and --moves >= 0, got %d and %d", *n, *m)
@@ -79,7 +83,11 @@ func init() {
 				default:
 					return nil, fmt.Errorf("--via %q: want direct, indirect or mixed", *via)
 				}
-				return &Stream{Messages: *n, Moves: *m, Via: *via}, nil
+				s := &Stream{Messages: *n, Moves: *m, Via: *via}
+				if *only != "" {
+					s.Only = strings.Split(*only, ",")
+				}
+				return s, nil
 			}
 		},
 	})
@@ -96,8 +104,16 @@ func (s *Stream) Run(c *task.Ctx) error {
 		for _, h := range hosts {
 			s.Hosts = append(s.Hosts, h.Name)
 		}
-		if s.Moves > 0 && len(hosts) < 2 {
-			return fmt.Errorf("stream: moving tasks needs at least 2 hosts, the virtual machine has %d (dpvm run --hosts 3 stream)", len(hosts))
+		if len(s.Only) > 0 {
+			for _, h := range s.Only {
+				if !slices.Contains(s.Hosts, h) {
+					return fmt.Errorf("stream: --hosts: no host named %q (the virtual machine has %s)", h, strings.Join(s.Hosts, ", "))
+				}
+			}
+			s.Hosts = s.Only
+		}
+		if s.Moves > 0 && len(s.Hosts) < 2 {
+			return fmt.Errorf("stream: moving tasks needs at least 2 hosts, it has %d (dpvm run --hosts 3 stream)", len(s.Hosts))
 		}
 		at := func(i int) string { return s.Hosts[i%len(s.Hosts)] }
 		const window = 64
@@ -139,10 +155,15 @@ func (s *Stream) Run(c *task.Ctx) error {
 			c.Printf("stream: move %d of %v to %s failed: %v", s.Step, tid, to, err)
 			s.Failed++
 			// A host may have left: move among the ones there are now.
-			if hosts, err := c.Hosts(); err == nil && len(hosts) >= 2 {
-				s.Hosts = s.Hosts[:0]
+			if hosts, err := c.Hosts(); err == nil {
+				var left []string
 				for _, h := range hosts {
-					s.Hosts = append(s.Hosts, h.Name)
+					if len(s.Only) == 0 || slices.Contains(s.Only, h.Name) {
+						left = append(left, h.Name)
+					}
+				}
+				if len(left) >= 2 {
+					s.Hosts = left
 				}
 			}
 			continue

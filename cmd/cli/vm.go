@@ -59,7 +59,8 @@ func daemonCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "master", Usage: "start a new virtual machine with this daemon as its master"},
 			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on (0.0.0.0:7070 or [::]:7070: every address of the machine)"},
+			&cli.StringFlag{Name: "advertise", Usage: "HOST:PORT the other daemons dial to reach this one (default: a host is reached at the address its master sees it come from, the master at the address its hosts join it by)"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
 			clusterKeyFlag,
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
@@ -124,7 +125,7 @@ func daemonCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
-				Name: c.String("name"), Listen: c.String("listen"), Master: c.Bool("master"), Join: c.String("join"),
+				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
 				Key: key, Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),

@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/task"
+)
+
+func TestReachableAddr(t *testing.T) {
+	for _, c := range []struct {
+		addr       string
+		advertised bool
+		remote     string
+		want       string
+	}{
+		{"0.0.0.0:7070", false, "10.1.2.3:7070", "10.1.2.3:7070"},
+		{"[::]:7070", false, "10.1.2.3:40000", "10.1.2.3:7070"}, // the listening port, not the source port
+		{"[::]:7071", false, "[fd00::2]:7071", "[fd00::2]:7071"},
+		{"127.0.0.1:5000", false, "127.0.0.1:5000", "127.0.0.1:5000"},
+		{"node2.example:7070", true, "10.1.2.3:7070", "node2.example:7070"}, // --advertise is taken as given
+		{"0.0.0.0:7070", false, "mem:3", "0.0.0.0:7070"},                    // no IP to take
+		{"", false, "10.1.2.3:7070", ""},
+	} {
+		got := reachableAddr(&hello{Addr: c.addr, Advertised: c.advertised}, c.remote)
+		if got != c.want {
+			t.Errorf("reachableAddr(%q, advertised %v, from %q) = %q, want %q", c.addr, c.advertised, c.remote, got, c.want)
+		}
+	}
+}
+
+func TestCheckAdvertise(t *testing.T) {
+	for _, ok := range []string{"10.0.0.2:7070", "[fd00::2]:7070", "node2.example.org:7070"} {
+		if err := checkAdvertise(ok); err != nil {
+			t.Errorf("checkAdvertise(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:7070", "[::]:7070", ":7070", "node2", "node2:0", "node2:http", "node2:70000"} {
+		if err := checkAdvertise(bad); err == nil {
+			t.Errorf("checkAdvertise(%q) accepted it", bad)
+		}
+	}
+}
+
+// A master on a wildcard address is listed at the address its first host
+// reached it by; a host joining on a wildcard address at the IP its
+// connection came from; another build is refused, naming the difference.
+func TestAdmitAddressesAndBuild(t *testing.T) {
+	key, err := pki.Generate(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Master: true, Listen: "0.0.0.0:7070", Key: key, Network: transport.NewMem(nil, nil)}
+	m, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Halt(context.Background()) })
+	m.self.Addr = "0.0.0.0:7070" // as a QUIC socket on the wildcard address names itself
+
+	h := &hello{Name: "node2", Addr: "[::]:7070", Dialled: "10.1.0.1:7070", Join: true, Info: HostInfo{Build: ThisBuild()}}
+	info, hosts, _, err := m.admit(h, "10.1.0.2:7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Addr != "10.1.0.2:7070" {
+		t.Errorf("host recorded at %q, want 10.1.0.2:7070", info.Addr)
+	}
+	for _, x := range hosts {
+		if x.ID == MasterID && x.Addr != "10.1.0.1:7070" {
+			t.Errorf("master listed at %q, want the address the host dialled, 10.1.0.1:7070", x.Addr)
+		}
+	}
+	// A second host that reached the master another way does not change
+	// the address the first one taught it.
+	h3 := &hello{Name: "node3", Addr: "[::]:7070", Dialled: "master.example:7070", Join: true, Info: HostInfo{Build: ThisBuild()}}
+	if _, _, _, err := m.admit(h3, "10.1.0.3:7070"); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.selfInfo().Addr; got != "10.1.0.1:7070" {
+		t.Errorf("master's own address %q, want 10.1.0.1:7070", got)
+	}
+
+	other := ThisBuild()
+	other.Version = "v0.0.1"
+	_, _, _, err = m.admit(&hello{Name: "node4", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.4:7070")
+	if err == nil || !strings.Contains(err.Error(), "another build") || !strings.Contains(err.Error(), "v0.0.1") {
+		t.Errorf("another version: %v, want a refusal naming it", err)
+	}
+	other = ThisBuild()
+	other.Registry, other.Types = "000000000000", 1
+	_, _, _, err = m.admit(&hello{Name: "node5", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.5:7070")
+	if err == nil || !strings.Contains(err.Error(), "task types 000000000000 (1 types)") {
+		t.Errorf("other task types: %v, want a refusal naming them", err)
+	}
+}
+
+// An absurd spawn count from a task on another host is refused with
+// ErrLimit before anything is allocated for it, and the virtual machine
+// goes on.
+func TestSpawnCountBounded(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	var got error
+	worker := fn(t, func(c *task.Ctx, _ int) error { return nil })
+	root := fn(t, func(c *task.Ctx, _ int) error {
+		_, got = c.Spawn(worker, 1<<62)
+		_, err := c.Spawn(worker, 2) // the master still places tasks
+		return err
+	})
+	tids, err := m.Spawn(context.Background(), 0, task.SpawnRequest{Type: "daemon.test.fn", State: mustState(t, root), Count: 1, Host: "h2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := m.Wait(ctx, tids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != Exited || info.Status != 0 {
+		t.Fatalf("root ended %v status %d: %s", info.State, info.Status, info.Err)
+	}
+	if !errors.Is(got, ErrLimit) {
+		t.Fatalf("spawn of 1<<62 tasks: %v, want ErrLimit", got)
+	}
+	if _, err := m.Spawn(context.Background(), 0, task.SpawnRequest{Type: "daemon.test.fn", State: mustState(t, worker), Count: DefaultMaxSpawn + 1}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("spawn of DefaultMaxSpawn+1 tasks at the master: %v, want ErrLimit", err)
+	}
+}

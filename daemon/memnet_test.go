@@ -34,8 +34,11 @@ type faults struct {
 	hold   uint64 // per mille of message/ack frames swapped with the next frame
 	delay  uint64 // per mille of units delayed
 	cut    uint64 // per 100 000 units of a host-to-host connection: the connection breaks
+	stall  uint64 // per 100 000 units: the unit (and its stream's later ones) waits 50–450 ms, a host frozen past timeouts
 
-	dropped, held, delayed, cuts atomic.Int64
+	stalling atomic.Bool // stalls start once the test sets it, after the daemons have joined
+
+	dropped, held, delayed, cuts, stalls atomic.Int64
 }
 
 // roll returns a number in [0, n) determined by the seed, the unit's place
@@ -87,6 +90,10 @@ func (f *faults) Shape(u transport.Unit) transport.Decision {
 		d.Delay = time.Duration(1+f.roll(u, 't', 2000)) * time.Microsecond
 		f.delayed.Add(1)
 	}
+	if f.stall > 0 && f.stalling.Load() && f.roll(u, 's', 100000) < f.stall {
+		d.Delay = time.Duration(50+f.roll(u, 'S', 400)) * time.Millisecond
+		f.stalls.Add(1)
+	}
 	if data {
 		switch r := f.roll(u, 'f', 1000); {
 		case r < f.drop:
@@ -105,8 +112,8 @@ func (f *faults) Shape(u transport.Unit) transport.Decision {
 }
 
 func (f *faults) String() string {
-	return fmt.Sprintf("seed %d: %d frames dropped, %d swapped, %d units delayed, %d connections cut",
-		f.seed, f.dropped.Load(), f.held.Load(), f.delayed.Load(), f.cuts.Load())
+	return fmt.Sprintf("seed %d: %d frames dropped, %d swapped, %d units delayed, %d stalled, %d connections cut",
+		f.seed, f.dropped.Load(), f.held.Load(), f.delayed.Load(), f.stalls.Load(), f.cuts.Load())
 }
 
 // frameLen cuts a daemon stream into frames for the shaper.

@@ -523,6 +523,14 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		req.done <- fmt.Errorf("%v: %w", h.tid, task.ErrNoSuchTask)
 		return task.ErrKilled
 	}
+	if d.staleMove(h.tid, req.move) {
+		// The move was aborted (its resume came) while the request waited
+		// for this safe point: the task runs on here.
+		d.mu.Unlock()
+		d.rmu.Unlock()
+		req.done <- fmt.Errorf("suspend %v for %v: %w", h.tid, req.move, ErrAborted)
+		return nil
+	}
 	delete(d.tasks, h.tid)
 	m := d.metaLocked(h, h.mb.drain())
 	m.Epoch = req.epoch

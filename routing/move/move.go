@@ -418,8 +418,13 @@ func (m *Machine) Result(id ID, step Step, o Outcome, err error, now time.Time) 
 			m.cancel(mv, fmt.Errorf("restore on %v: %w", mv.To, err))
 		}
 	case StepCommit:
-		// The task runs at the destination whether or not the origin
-		// heard; a failed commit leaves only a suspended copy there.
+		// The task runs at the destination; the move is done once the
+		// origin has let go of its suspended copy (tried again until it
+		// answers, or is lost).
+		if o != OK {
+			mv.retryAt = now.Add(mv.t.Retry)
+			return nil
+		}
 		m.end(mv, Done, nil)
 	case StepCancel:
 		switch o {
@@ -519,6 +524,8 @@ func (m *Machine) Tick(now time.Time) {
 			m.call(mv, StepCancel, mv.To, mv.back(), mv.t.Step)
 		case Resuming:
 			m.call(mv, StepResume, mv.From, mv.back(), mv.t.Step)
+		case Committing:
+			m.call(mv, StepCommit, mv.From, mv.fwd(), mv.t.Step)
 		}
 	}
 }

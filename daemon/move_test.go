@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -215,4 +216,54 @@ func (d *Daemon) routeEpoch(tid task.TID) uint64 {
 	d.rmu.Lock()
 	defer d.rmu.Unlock()
 	return d.routes.Lookup(tid).Epoch
+}
+
+// napper reaches a safe point once a (virtual) second.
+type napper struct{ Naps int }
+
+func init() { task.Register("daemon.test.napper", &napper{}) }
+
+func (n *napper) Run(c *task.Ctx) error {
+	for {
+		time.Sleep(time.Second)
+		n.Naps++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
+// TestSuspendAfterResumeIsRefused: the master's suspend call times out
+// before the task reaches a safe point, so the move aborts and the
+// origin's resume finds the task running. When the task then reaches its
+// safe point, it must not suspend for the aborted move: nobody would
+// ever resume it.
+func TestSuspendAfterResumeIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		tid, err := d.SpawnTask(&napper{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		suspended := make(chan error, 1)
+		go func() {
+			suspended <- d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute})
+		}()
+		synctest.Wait() // the request waits for the safe point
+		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-suspended; !errors.Is(err, ErrAborted) {
+			t.Errorf("suspend for an aborted move: %v, want ErrAborted", err)
+		}
+		d.mu.Lock()
+		_, away := d.moving[tid]
+		_, here := d.tasks[tid]
+		d.mu.Unlock()
+		if away || !here {
+			t.Fatalf("%v suspended for an aborted move (suspended %v, running %v)", tid, away, here)
+		}
+	})
 }

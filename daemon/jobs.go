@@ -521,7 +521,9 @@ func (d *Daemon) startStaged(a restoreArgs) {
 	}
 	d.mu.Unlock()
 	for i, s := range todo {
-		d.install(s.meta, s.t, arrs[i], nil)
+		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
+			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
+		}
 	}
 }
 
@@ -671,15 +673,21 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	return nil
 }
 
-// restartEpoch is a route epoch above any the tasks had.
+// restartEpoch is a route epoch above any the tasks had: a new epoch of
+// the move machine's clock, which is above every epoch handed out before,
+// also those of routes the master has forgotten (exited tasks) and that
+// other daemons still hold.
 func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	d.rmu.Lock()
-	defer d.rmu.Unlock()
 	var e uint64
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
-	return e + 1
+	d.rmu.Unlock()
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.moves.Observe(e)
+	return d.moves.NextEpoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is

@@ -94,7 +94,7 @@ func (n *network) hostList(self HostInfo) []HostInfo {
 // messages for it dropped, and notifications fire.
 func (d *Daemon) removeHost(id task.HostID, why string) {
 	if d.cfg.Master {
-		d.abortMovesTo(id)
+		d.movesHostLost(id)
 		d.schedDirty()
 	}
 	n := d.nw

@@ -318,8 +318,9 @@ func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (Jo
 
 // checkpointJob runs a checkpoint round of js under root and returns its
 // outcome. The round runs on if ctx ends first; the caller stops waiting.
-func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (JobCheckpoint, error) {
-	res := JobCheckpoint{Job: js.id, Name: js.name}
+func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (res JobCheckpoint, err error) {
+	res = JobCheckpoint{Job: js.id, Name: js.name}
+	defer func(start time.Time) { d.jobCheckpointed(js.id, start, err) }(time.Now())
 	if root == "" {
 		root = d.cfg.SharedDir
 	}
@@ -493,7 +494,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		evs := make([]jobck.Event, len(a.Hosts))
 		for i, h := range a.Hosts {
 			if errs[i] != nil {
-				d.log.Error("job rollback: stopping the surviving tasks", "job", js.id, "host", h, "error", errs[i])
+				d.log.Error("job rollback: stopping the surviving tasks", "job", js.id, "on_host", h, "error", errs[i])
 			}
 			evs[i] = jobck.Event{Kind: jobck.EvKilled, Now: time.Now(), Round: a.Round, Host: h, Err: errs[i]}
 		}
@@ -506,7 +507,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActUnrecoverable:
 		// PVM's behaviour: the lost tasks are reported exited to their
 		// watchers, and the job goes on without them as it can.
-		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "host", a.Host)
+		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
 	return nil
 }
@@ -734,7 +735,9 @@ func (d *Daemon) startStaged(a restoreArgs) {
 	}
 	d.mu.Unlock()
 	for i, s := range todo {
-		d.install(s.meta, s.t, arrs[i], nil)
+		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
+			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
+		}
 	}
 }
 
@@ -885,22 +888,28 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
-			d.log.Error("restore: start restored tasks", "host", h, "error", err)
+			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
 		d.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
 	return nil
 }
 
-// restartEpoch is a route epoch above any the tasks had.
+// restartEpoch is a route epoch above any the tasks had: a new epoch of
+// the move machine's clock, which is above every epoch handed out before,
+// also those of routes the master has forgotten (exited tasks) and that
+// other daemons still hold.
 func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	d.rmu.Lock()
-	defer d.rmu.Unlock()
 	var e uint64
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
-	return e + 1
+	d.rmu.Unlock()
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.moves.Observe(e)
+	return d.moves.NextEpoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -1048,9 +1057,11 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 		js.mu.Unlock()
 		note.Kind, note.Err = NoteLost, a.Err.Error()
 		d.log.Error("job rollback failed; the job is lost", "job", js.id, "seq", seq, "error", a.Err)
+		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), a.Err)
 	} else {
 		d.rollbacks.Add(1)
-		d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "host", host,
+		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), nil)
+		d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", host,
 			"seq", seq, "tasks", tasks, "seconds", secs)
 	}
 	d.jobNote(note)

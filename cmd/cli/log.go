@@ -43,12 +43,39 @@ func checkLogLevel(c *cli.Context) error {
 	return nil
 }
 
+// logFormatFlag is the global --log-format flag.
+func logFormatFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "log-format",
+		Value:   "text",
+		Usage:   "log format: text (key=value) or json (one object a line)",
+		EnvVars: []string{"DPVM_LOG_FORMAT"},
+	}
+}
+
+// checkLogFlags rejects an unknown --log-level (or DPVM_LOG) or
+// --log-format (or DPVM_LOG_FORMAT) before any command runs.
+func checkLogFlags(c *cli.Context) error {
+	if err := checkLogLevel(c); err != nil {
+		return err
+	}
+	if f := c.String("log-format"); f != "text" && f != "json" {
+		return cli.Exit(fmt.Sprintf("--log-format %q: want text or json (see 'dpvm --help')", f), exitUsage)
+	}
+	return nil
+}
+
 // loggerFrom returns a logger writing to the app's error stream at the
-// level --log-level names (checked by checkLogLevel).
+// level --log-level names, in the format --log-format names (both checked
+// by checkLogFlags).
 func loggerFrom(c *cli.Context) *slog.Logger {
 	lvl, err := parseLogLevel(c.String("log-level"))
 	if err != nil {
 		lvl = slog.LevelWarn
 	}
-	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: lvl}))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.String("log-format") == "json" {
+		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts))
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts))
 }

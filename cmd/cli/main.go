@@ -103,11 +103,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:      false,
 		HideVersion:          true,                         // --version is ours: it prints the build
 		ExitErrHandler:       func(*cli.Context, error) {}, // Run reports errors
-		Flags:                []cli.Flag{logLevelFlag(), versionFlag()},
-		Before:               checkLogLevel,
+		Flags:                []cli.Flag{logLevelFlag(), logFormatFlag(), versionFlag()},
+		Before:               checkLogFlags,
 		Commands: []*cli.Command{
 			runCommand(),
 			daemonCommand(),
+			upCommand(),
+			downCommand(),
+			addCommand(),
 			keygenCommand(),
 			confCommand(),
 			psCommand(),

@@ -151,6 +151,11 @@ func TestExitStatusTable(t *testing.T) {
 		{"version", []string{"version"}, 0, ""},
 		{"completion", []string{"completion", "tcsh"}, 2, `unknown shell "tcsh"`},
 		{"man", []string{"man"}, 0, ""},
+		{"up", []string{"up"}, 2, "up: give one HOSTFILE"},
+		{"up", []string{"up", filepath.Join(dir, "nohosts")}, 2, "up: open "},
+		{"down", []string{"down", "--state", filepath.Join(dir, "nostate")}, 1, "down: state: "},
+		{"add", []string{"add"}, 2, "add: no host named"},
+		{"add", []string{"add", "node9", "--ssh", "false", "--remote-dir", dir}, 1, "add: node9: copy the cluster key to "},
 		{"halt", []string{"halt"}, 0, ""},
 	}
 	covered := map[string]bool{}

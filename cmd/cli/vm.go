@@ -18,6 +18,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/task"
 )
@@ -69,7 +70,7 @@ func daemonCommand() *cli.Command {
 			"Join it:           dpvm daemon --join master.example:7070 --listen 0.0.0.0:7070 --name node2 --cluster-key vm.key\n" +
 			"The daemon runs until the virtual machine is halted ('dpvm halt'), it is deleted, it loses\n" +
 			"the master, or it gets SIGINT/SIGTERM. Tasks' output is printed by the master.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "master", Usage: "start a new virtual machine with this daemon as its master"},
 			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on (0.0.0.0:7070 or [::]:7070: every address of the machine)"},
@@ -95,7 +96,7 @@ func daemonCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-tasks", Usage: "master: place no tasks on the master's host unless asked for by name (its loss then takes no task with it)"},
 			&cli.BoolFlag{Name: "recover", Usage: "master: rebuild a virtual machine whose master was lost from its hosts, which register again (same address and key)"},
 			&cli.DurationFlag{Name: "master-grace", Value: time.Minute, Usage: "host: run on this long without a master, registering again with one restarted at its address, before stopping (0: stop at once)"},
-		},
+		}, observeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Bool("master") == (c.String("join") != "") {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
@@ -135,6 +136,19 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
+			token, err := statusToken(c)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			var met *metrics.Metrics
+			if c.String("metrics-listen") != "" || c.String("http") != "" {
+				met = metrics.New(metrics.Options{}) // the status page shows its event logs
+			}
+			obs, err := startObservers(c, met, c.App.ErrWriter)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			defer obs.close()
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
@@ -148,10 +162,16 @@ func daemonCommand() *cli.Command {
 				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),
 				Emulate: c.Bool("emulate"), Throttle: speed.Throttle,
 				Sched:  daemon.SchedConfig{Period: c.Duration("sched-period"), Via: via},
-				Output: masterOutput(c), Logger: loggerFrom(c),
+				Output: masterOutput(c), Logger: loggerFrom(c), Metrics: met,
 			})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			if err := obs.startStatus(c, d, token, c.App.ErrWriter); err != nil {
+				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = d.Halt(hctx)
+				return cli.Exit("daemon: "+err.Error(), 1)
 			}
 			role := "host"
 			if c.Bool("master") {

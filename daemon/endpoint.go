@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
@@ -174,10 +175,24 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 	return nil
 }
 
+// groupName is the group server's name for a group a task names: its job's
+// own group, unless the name asks for the VM-wide one (task.VMWide). So two
+// runs of one program at once never share a group.
+func (h *hosted) groupName(group string) string { return jobGroup(h.job, group) }
+
+// jobGroup is the group server's name for group as named by a task of job.
+func jobGroup(job uint64, group string) string {
+	if strings.HasPrefix(group, task.VMWide) {
+		return group
+	}
+	return fmt.Sprintf("j%d:%s", job, group)
+}
+
 func (h *hosted) Join(ctx context.Context, group string) (int, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return -1, err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.join(group, h.tid)
 	}
@@ -194,6 +209,7 @@ func (h *hosted) Leave(ctx context.Context, group string) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.leave(group, h.tid)
 	}
@@ -208,6 +224,7 @@ func (h *hosted) Members(ctx context.Context, group string) ([]task.TID, error) 
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.members(group)
 	}
@@ -220,6 +237,7 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	group = h.groupName(group)
 	if h.d.cfg.Emulate {
 		h.charge()
 		defer h.waitStarted()()

@@ -1,37 +1,17 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	_ "github.com/dpvm/dpvm/examples" // the programs run here
 	"github.com/dpvm/dpvm/task"
 )
-
-// lockedBuffer is an output that tasks of several jobs write at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // buildProgram returns the root task of a registered program.
 func buildProgram(t *testing.T, name string, args ...string) task.Task {
@@ -56,7 +36,7 @@ func buildProgram(t *testing.T, name string, args ...string) task.Task {
 // returns their output lines, with TIDs and timings blanked out, sorted.
 func runJobs(t *testing.T, copies int, name string, args ...string) []string {
 	t.Helper()
-	var out lockedBuffer
+	var out syncBuffer
 	d := New(Config{Output: &out})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

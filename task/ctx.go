@@ -179,6 +179,7 @@ type Ctx struct {
 	ep       Endpoint
 	task     Task
 	critical atomic.Int32
+	comms    []*Comm // communicators used, whose kept results SafePoint drops
 }
 
 // NewCtx returns the Ctx for task t hosted through ep. It is for runtimes;
@@ -245,6 +246,9 @@ func (c *Ctx) Critical(f func() error) error {
 func (c *Ctx) SafePoint() error {
 	if c.critical.Load() > 0 {
 		return nil
+	}
+	for _, m := range c.comms {
+		m.resetStep()
 	}
 	return c.ep.SafePoint(c.task)
 }

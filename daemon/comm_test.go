@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -328,5 +330,60 @@ func BenchmarkAllReduce(b *testing.B) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestNoSafePointWarned: a task that reaches no safe point while a move
+// waits makes the move fail with ErrNoSafePoint and a warning naming it and
+// the time since its last safe point; the task list shows that time, and 0
+// for a task waiting in RecvSafe.
+func TestNoSafePointWarned(t *testing.T) {
+	var logs syncBuffer
+	cfg := Config{MoveTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	vm := startVM(t, 2, cfg)
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	busy, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		<-release // no safe point meanwhile
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	_, err = m.Migrate(ctx, busy, "h2", Direct)
+	if !errors.Is(err, ErrNoSafePoint) {
+		t.Fatalf("move of a task without safe points: %v", err)
+	}
+	line := ""
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "reached no safe point") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "tid="+busy.String()) || !strings.Contains(line, "since_safe_point=") || !strings.Contains(line, "waiting=move") {
+		t.Fatalf("warning %q; logs:\n%s", line, logs.String())
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		since := map[task.TID]float64{}
+		for _, ti := range m.Tasks(false) {
+			since[ti.TID] = ti.SinceSafePointMS
+		}
+		if since[busy] >= 300 && since[waiter] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("since last safe point: busy %v ms, waiting in RecvSafe %v ms", since[busy], since[waiter])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

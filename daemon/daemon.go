@@ -257,6 +257,12 @@ type TaskInfo struct {
 	// MemBytes estimates the memory the task's state holds, as measured
 	// when it started and at a recent safe point.
 	MemBytes int64 `json:"mem_bytes"`
+	// SinceSafePointMS is how long, in milliseconds, the running task has
+	// gone without a safe point (since it started on its host if it never
+	// reached one); 0 while it waits in a receive that is a safe point. A
+	// task that goes longer than the move timeout cannot be moved or
+	// checkpointed meanwhile.
+	SinceSafePointMS float64 `json:"since_safe_point_ms"`
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
@@ -563,6 +569,11 @@ type hosted struct {
 	// The state's estimated size, and whether a fresh figure is wanted.
 	memBytes   atomic.Int64
 	sizeWanted atomic.Bool
+	// safeAt is when the task last passed a safe point (Unix nanoseconds;
+	// 0: not since it started here); safeWait is set while it waits in
+	// RecvSafe, where it is movable all along.
+	safeAt   atomic.Int64
+	safeWait atomic.Bool
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
@@ -866,6 +877,7 @@ func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()
 		ti.MemBytes = h.memBytes.Load()
 		h.sizeWanted.Store(true) // measured again at its next safe point
+		ti.SinceSafePointMS = float64(h.sinceSafePoint(time.Now())) / float64(time.Millisecond)
 	}
 	return ti
 }

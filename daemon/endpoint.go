@@ -99,7 +99,10 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	if waited := h.waitStarted(); waited != nil {
 		defer waited()
 	}
+	h.safeWait.Store(true)
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
+	h.safeAt.Store(time.Now().UnixNano())
+	h.safeWait.Store(false)
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
 			err = task.ErrKilled
@@ -254,6 +257,26 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	return err
 }
 
+// sinceSafePoint is how long the task has gone without a safe point at now:
+// 0 while it waits in RecvSafe.
+func (h *hosted) sinceSafePoint(now time.Time) time.Duration {
+	if h.safeWait.Load() {
+		return 0
+	}
+	at := h.started
+	if ns := h.safeAt.Load(); ns != 0 {
+		at = time.Unix(0, ns)
+	}
+	return now.Sub(at)
+}
+
+// warnNoSafePoint logs that the task kept a move or checkpoint waiting past
+// its timeout, and how long it has gone without a safe point.
+func (h *hosted) warnNoSafePoint(what string, timeout time.Duration) {
+	h.d.log.Warn("task reached no safe point in time: it cannot be moved or checkpointed until it calls SafePoint or waits in RecvSafe or a collective",
+		"tid", h.tid, "type", h.typ, "waiting", what, "timeout", timeout, "since_safe_point", h.sinceSafePoint(time.Now()).Round(time.Millisecond))
+}
+
 // SafePoint is where a pending move is carried out: the task is suspended
 // and its state captured (the goroutine then ends). A killed task learns of
 // it here.
@@ -261,6 +284,7 @@ func (h *hosted) SafePoint(task.Task) error {
 	if err := h.alive(); err != nil {
 		return err
 	}
+	h.safeAt.Store(time.Now().UnixNano())
 	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
 		return h.d.suspend(h, req)
 	}

@@ -166,6 +166,7 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 		case <-p.paused:
 		case <-hs[i].done: // it exited meanwhile: nothing to save
 		case <-t.C:
+			hs[i].warnNoSafePoint("job checkpoint", timeout)
 			d.resumeJob(a.Job)
 			return rep, fmt.Errorf("%v of job %d within %v: %w", hs[i].tid, a.Job, timeout, ErrNoSafePoint)
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -314,8 +316,16 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 		}
 		return printJSON(w, ts)
 	}
+	// Tasks of a job together, in job order, then the tasks of no job.
+	ts = slices.Clone(ts)
+	slices.SortStableFunc(ts, func(a, b daemon.TaskInfo) int {
+		if (a.Job == 0) != (b.Job == 0) {
+			return cmp.Compare(b.Job, a.Job) // no job last
+		}
+		return cmp.Compare(a.Job, b.Job)
+	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tJOB\tMEM\t")
+	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tJOB\tMEM\tSAFE POINT\t")
 	for _, t := range ts {
 		st := ""
 		if t.State != daemon.Running {
@@ -324,15 +334,20 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 				st += " (" + t.Err + ")"
 			}
 		}
-		mem := ""
+		mem, safe := "", ""
 		if t.State == daemon.Running {
 			mem = fmt.Sprintf("%.1f MiB", float64(t.MemBytes)/(1<<20))
+			// Time since the last safe point; "waiting" in a receive that is one.
+			safe = "waiting"
+			if t.SinceSafePointMS > 0 {
+				safe = (time.Duration(t.SinceSafePointMS * float64(time.Millisecond))).Round(time.Millisecond).String() + " ago"
+			}
 		}
 		job := ""
 		if t.Job != 0 {
 			job = fmt.Sprintf("j%d", t.Job)
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, job, mem)
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t%s\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, job, mem, safe)
 	}
 	return tw.Flush()
 }

@@ -91,6 +91,7 @@ func TestExamplesTwiceAtOnce(t *testing.T) {
 		{"pi", []string{"-workers", "3", "-samples", "20000"}},
 		{"squares", []string{"-n", "2000", "-workers", "4"}},
 		{"watch", []string{"-workers", "3"}},
+		{"jacobi", []string{"-n", "20", "-workers", "4", "-iters", "200"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			alone := runJobs(t, 1, c.name, c.args...)

@@ -6,7 +6,9 @@
 //   - ring: a token goes K laps around a ring of N tasks;
 //   - pi: master/worker Monte Carlo estimate of π with a reduce;
 //   - squares: the README's walk-through, a sum of squares with a reduce;
-//   - watch: workers across hosts, and notify telling which are lost.
+//   - watch: workers across hosts, and notify telling which are lost;
+//   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
+//     exchange and a convergence all-reduce.
 //
 // Each keeps its whole progress in its exported fields and calls SafePoint
 // in its loops, so its tasks can be checkpointed and moved mid-run without

@@ -387,3 +387,43 @@ func TestNoSafePointWarned(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSendToExitedTaskAnywhere: Send to a task that has exited succeeds,
+// the message dropped, whether the task ran on the sender's host or on
+// another.
+func TestSendToExitedTaskAnywhere(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		for _, host := range []string{"h1", "h2"} {
+			kid, err := c.Spawn(fn(t, func(*task.Ctx, int) error { return nil }), 1, task.OnHost(host))
+			if err != nil {
+				return err
+			}
+			if err := c.Notify(task.TaskExit, 5, kid[0]); err != nil {
+				return err
+			}
+			if _, err := c.Recv(kid[0], 5, nil); err != nil {
+				return err
+			}
+			for range 3 {
+				if err := c.Send(kid[0], 1, "late"); err != nil {
+					return fmt.Errorf("send to %v, exited on %s: %v", kid[0], host, err)
+				}
+			}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Wait(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exitError(info); err != nil {
+		t.Fatal(err)
+	}
+}

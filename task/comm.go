@@ -147,10 +147,6 @@ func (c *Ctx) JoinComm(m *Comm) error {
 // MaxCommSize bounds the members of a communicator a task accepts.
 const MaxCommSize = 1 << 20
 
-// ErrNoComm: a collective was called on a communicator that is not set up
-// (no SpawnComm or JoinComm filled it).
-var ErrNoComm = errors.New("communicator not set up")
-
 func joinErr(err error) error {
 	if errors.Is(err, ErrSuspended) {
 		return err

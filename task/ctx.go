@@ -314,8 +314,13 @@ func checkTag(tag int) error {
 
 // Send sends v to task to with the given tag. v is encoded before Send
 // returns, so the caller may reuse it. Messages from one task to another
-// arrive in the order sent. Send to a task that has exited fails with
-// ErrNoSuchTask.
+// arrive in the order sent. Send does not tell whether the receiver lives:
+// a message to a task that has exited is dropped and Send returns nil,
+// wherever that task ran (its daemon may learn of the exit only after Send
+// has returned, so no answer could be the same everywhere); use
+// Notify(TaskExit) to learn of exits. Send fails with ErrNoSuchTask only
+// for a TID no task can have (the zero TID, AnyTask, a host not in the
+// virtual machine).
 func (c *Ctx) Send(to TID, tag int, v any) error {
 	return c.SendContext(c.ep.Context(), to, tag, v)
 }

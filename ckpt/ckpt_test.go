@@ -71,6 +71,25 @@ func TestRoundTripNested(t *testing.T) {
 	}
 }
 
+// TestUnexportedNotCarried checks that a checkpoint carries exported fields
+// only: an unexported field restores as its zero value.
+func TestUnexportedNotCarried(t *testing.T) {
+	st := sampleNested(rand.New(rand.NewPCG(3, 3)))
+	st.private = 5
+	_, got, err := Read(bytes.NewReader(encode(t, sampleMeta(), st)), testKey)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	n := got.(*nested)
+	if n.private != 0 {
+		t.Fatalf("unexported field restored as %d, want 0", n.private)
+	}
+	st.private = 0
+	if !reflect.DeepEqual(n, st) {
+		t.Fatalf("restored state differs beyond the unexported field:\n got %+v\nwant %+v", n, st)
+	}
+}
+
 func TestRoundTripEmpty(t *testing.T) {
 	roundTrip(t, &Meta{TID: task.NewTID(1, 1)}, &empty{})
 	roundTrip(t, &Meta{TID: task.NewTID(1, 1)}, &numbers{})

@@ -90,6 +90,7 @@ type wireMeta struct {
 }
 
 type wireEnv struct {
+	//lint:ignore U1000 msgpack reads this field's tag by its name (encode as an array)
 	_msgpack struct{} `msgpack:",as_array"`
 	From     uint64
 	To       uint64
@@ -100,24 +101,28 @@ type wireEnv struct {
 }
 
 type wireSeq struct {
+	//lint:ignore U1000 msgpack reads this field's tag by its name (encode as an array)
 	_msgpack struct{} `msgpack:",as_array"`
 	Peer     uint64
 	Seq      uint64
 }
 
 type wireGroup struct {
+	//lint:ignore U1000 msgpack reads this field's tag by its name (encode as an array)
 	_msgpack struct{} `msgpack:",as_array"`
 	Group    string
 	Inst     int
 }
 
 type wireWatch struct {
+	//lint:ignore U1000 msgpack reads this field's tag by its name (encode as an array)
 	_msgpack struct{} `msgpack:",as_array"`
 	Who      uint64
 	Tag      int
 }
 
 type wireHostW struct {
+	//lint:ignore U1000 msgpack reads this field's tag by its name (encode as an array)
 	_msgpack struct{} `msgpack:",as_array"`
 	Kind     uint8
 	Host     uint32

@@ -180,6 +180,13 @@ func (c *Client) SpawnRoots(ctx context.Context, typ string, state []byte, count
 	return rep.TIDs, err
 }
 
+// Wait waits for task tid to end and says how it ended.
+func (c *Client) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
+	var info TaskInfo
+	err := c.call(ctx, mWait, tidArgs{TID: tid}, &info)
+	return info, err
+}
+
 // Kill kills a task.
 func (c *Client) Kill(ctx context.Context, tid task.TID) error {
 	return c.call(ctx, mKill, tidArgs{TID: tid}, nil)

@@ -310,7 +310,7 @@ type Daemon struct {
 	bwait      map[task.TID]chan error // this host's tasks waiting in a barrier of the master
 	barr       []arrival               // arrivals not yet sent to the master
 	bsending   bool                    // an arriving task is sending arrivals
-	bsend      sync.Mutex              // held while arrivals are handed to the connection
+	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
 	migMu      sync.Mutex

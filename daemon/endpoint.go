@@ -25,7 +25,7 @@ func (h *hosted) Context() context.Context                         { return h.ct
 func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job} }
 func (h *hosted) Logger() *slog.Logger                             { return h.d.log.With("tid", h.tid) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
-func (h *hosted) alive() error                                     { return h.ctxErr(nil) }
+func (h *hosted) alive() error                                     { return h.ctxErr(context.Background()) }
 func (h *hosted) dead() <-chan struct{}                            { return h.ctx.Done() }
 func (h *hosted) Probe(from task.TID, tag int) (task.Status, bool) { return h.mb.probe(from, tag) }
 

@@ -107,15 +107,6 @@ func TestGroupMembership(t *testing.T) {
 	})
 }
 
-// collective runs n members of group "c"; each joins, waits until all
-// have joined, runs body with its instance number, and waits until all are
-// done before leaving. The root collects every member's result.
-func collective(t *testing.T, n int, body func(c *task.Ctx, inst int) error) {
-	t.Helper()
-	d, _ := newTestDaemon(t)
-	collectiveOn(t, d, n, func(c *task.Ctx, inst, _ int) error { return body(c, inst) })
-}
-
 // collectiveOn runs the collective scenario on daemon d (a standalone one,
 // or the master of a virtual machine, which places the members round
 // robin). body gets the member's instance and the group's size.

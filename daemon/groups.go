@@ -372,9 +372,12 @@ func (d *Daemon) arrive(a arrival) {
 		d.barr = nil
 		if len(batch) == 0 {
 			d.bsending = false
+			d.bflight = nil
 			d.bmu.Unlock()
 			return
 		}
+		flight := make(chan struct{})
+		d.bflight = flight
 		d.bmu.Unlock()
 		for len(batch) > 0 {
 			g, c := batch[0].group, batch[0].count
@@ -388,20 +391,19 @@ func (d *Daemon) arrive(a arrival) {
 				}
 			}
 			batch = rest
-			d.bsend.Lock()
 			err := d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrier, Group: g, TIDs: tids, Count: c})
-			d.bsend.Unlock()
 			if err != nil {
 				d.barrierReleased(tids, err.Error(), codeOf(err))
 			}
 		}
+		close(flight)
 	}
 }
 
 // unarrive takes back an arrival that has not been sent yet and reports
-// whether it did. Otherwise the arrival has been sent, or is being sent,
-// and the withdrawal must follow it to the master (it will: it waits for
-// the send to finish).
+// whether it did. Otherwise the arrival has been sent, or is in the batch
+// being sent, and the withdrawal must follow it to the master (it will: it
+// waits until that whole batch has been sent).
 func (d *Daemon) unarrive(tid task.TID) bool {
 	d.bmu.Lock()
 	for i, a := range d.barr {
@@ -411,9 +413,14 @@ func (d *Daemon) unarrive(tid task.TID) bool {
 			return true
 		}
 	}
+	flight := d.bflight
 	d.bmu.Unlock()
-	d.bsend.Lock()
-	d.bsend.Unlock() //nolint:staticcheck // waits for a send in progress
+	if flight != nil {
+		select {
+		case <-flight:
+		case <-d.ctx.Done():
+		}
+	}
 	return false
 }
 

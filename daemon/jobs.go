@@ -181,12 +181,14 @@ func (d *Daemon) freshJobName(id uint64) string {
 func (d *Daemon) endJob(js *jobState) {
 	js.ended.Do(func() {
 		close(js.done)
+		// Taking ck waits for a checkpoint under way; one that starts
+		// after sees done closed. The order ck then mu is checkpointJob's.
 		js.ck.Lock()
-		js.ck.Unlock() //nolint:staticcheck // waits for a checkpoint under way
 		d.mu.Lock()
 		delete(d.jobReg, js.id)
 		delete(d.jobs, js.id)
 		d.mu.Unlock()
+		js.ck.Unlock()
 	})
 }
 

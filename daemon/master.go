@@ -180,7 +180,7 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true}
+var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
 
 // masterMethods are served by the master only.
 var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,

@@ -22,7 +22,7 @@ func TestStateBytes(t *testing.T) {
 		S    string
 		L    *node
 		Arr  [4]int64
-		none []int
+		None []int // nil: counts nothing
 	}
 	loop := &node{Name: "abcd"}
 	loop.Next = loop // a cycle counts once

@@ -50,7 +50,6 @@ type network struct {
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
-	rr       int
 }
 
 // startNetwork listens and, for a host daemon, joins the master.

@@ -45,6 +45,11 @@ type SchedStatus struct {
 	Processes    []ProcessStatus `json:"processes" msgpack:"ps"`
 	Migrations   int             `json:"migrations" msgpack:"m"` // made since the start
 	Failed       int             `json:"failed" msgpack:"f"`
+	// ListSeconds is how long the last listing of every host's processes
+	// took, and StepSeconds the policy's step on it (sched.Step): the
+	// cost of a check that lists, on the master.
+	ListSeconds float64 `json:"list_seconds" msgpack:"lt"`
+	StepSeconds float64 `json:"step_seconds" msgpack:"st"`
 }
 
 // HostStatus is one host as the scheduler saw it at its last check.
@@ -267,11 +272,13 @@ func (d *Daemon) schedCheck(now time.Time) {
 	if d.quietCheck(now, hosts, snap) {
 		return
 	}
+	listStart := time.Now()
 	tasks, err := d.AllTasks(ctx, false)
 	if err != nil {
 		d.log.Warn("scheduler: task list incomplete", "error", err)
 		d.schedDirty() // list again next time
 	}
+	listed := time.Since(listStart)
 	byTID := map[string]task.TID{}
 	for _, ti := range tasks {
 		if ti.State != Running {
@@ -286,22 +293,24 @@ func (d *Daemon) schedCheck(now time.Time) {
 	}
 	// A host's reported load may trail the task count the lists show: the
 	// policy needs the listed processes counted.
-	listed := map[string]int{}
+	perHost := map[string]int{}
 	for _, p := range snap.Processes {
-		listed[p.Host]++
+		perHost[p.Host]++
 	}
 	for i := range snap.Hosts {
-		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(listed[snap.Hosts[i].Name]))
+		snap.Hosts[i].Load = math.Max(snap.Hosts[i].Load, float64(perHost[snap.Hosts[i].Name]))
 	}
 	st.procs, st.tids = slices.Clone(snap.Processes), byTID
 	if st.procs == nil {
 		st.procs = []sched.Process{}
 	}
+	stepStart := time.Now()
 	res, err := sched.Step(snap)
 	if err != nil {
 		d.log.Error("scheduler: step", "error", err)
 		return
 	}
+	stepped := time.Since(stepStart)
 	counters := map[task.TID]int{}
 	for s, c := range res.Counters {
 		counters[byTID[s]] = c
@@ -309,7 +318,8 @@ func (d *Daemon) schedCheck(now time.Time) {
 	st.counters = counters
 	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, Listings: st.status.Listings + 1,
 		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
-		Migrations: st.status.Migrations, Failed: st.status.Failed}
+		Migrations: st.status.Migrations, Failed: st.status.Failed,
+		ListSeconds: listed.Seconds(), StepSeconds: stepped.Seconds()}
 	for _, dec := range res.Decisions {
 		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,
 			Counter: dec.Counter, Limit: dec.Limit}

@@ -81,17 +81,14 @@ func (p *Pi) Run(c *task.Ctx) error {
 			return fmt.Errorf("pi: master joined as instance %d, want 0", inst)
 		}
 		per := p.Samples / int64(p.Workers)
-		tids := make([]task.TID, 0, p.Workers)
 		for w := range int64(p.Workers) {
 			lo, hi := w*per, (w+1)*per
 			if w == int64(p.Workers)-1 {
 				hi = p.Samples
 			}
-			t, err := c.Spawn(&PiWorker{Lo: lo, Hi: hi, Next: lo}, 1)
-			if err != nil {
+			if _, err := c.Spawn(&PiWorker{Lo: lo, Hi: hi, Next: lo}, 1); err != nil {
 				return err
 			}
-			tids = append(tids, t...)
 		}
 		p.Started = true
 	}

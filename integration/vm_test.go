@@ -301,7 +301,7 @@ func TestVMOfProcesses(t *testing.T) {
 	dpvm(t, nil, "keygen", "--out", other)
 	code, _, errOut = dpvm(t, []string{"DPVM_MASTER=" + v.addr, "DPVM_CLUSTER_KEY=" + other}, "conf", "--timeout", "5s")
 	if code == 0 {
-		t.Fatal("a client with another key listed the hosts")
+		t.Fatalf("a client with another key listed the hosts\n%s", errOut)
 	}
 	stranger := start(t, "stranger", nil, "daemon", "--join", v.addr, "--listen", "127.0.0.1:0", "--cluster-key", other)
 	if code := stranger.wait(); code == 0 {

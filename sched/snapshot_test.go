@@ -10,11 +10,11 @@ import (
 )
 
 func TestParseSnapshotDefaults(t *testing.T) {
-	s, err := ParseSnapshot([]byte(`{"hosts":[{"name":"h1"}],"processes":[{"tid":"p","host":"h1"}],"hosts_note_is_not_here":0}`))
+	_, err := ParseSnapshot([]byte(`{"hosts":[{"name":"h1"}],"processes":[{"tid":"p","host":"h1"}],"hosts_note_is_not_here":0}`))
 	if err == nil || !strings.Contains(err.Error(), `unknown field "hosts_note_is_not_here"`) {
 		t.Fatalf("unknown key: err = %v", err)
 	}
-	s, err = ParseSnapshot([]byte(`{"hosts":[{"name":"h1","load":1}],"processes":[{"tid":"p","host":"h1"}]}`))
+	s, err := ParseSnapshot([]byte(`{"hosts":[{"name":"h1","load":1}],"processes":[{"tid":"p","host":"h1"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -134,16 +135,22 @@ func benchMigrateOptions(c *cli.Context) (bench.MigrateOptions, error) {
 
 // writeMigratePlot draws the report to path.
 func writeMigratePlot(path string, rep *bench.MigrateReport) error {
+	return writeFile(path, "plot", func(w io.Writer) error { return bench.WriteMigrateSVG(w, rep) })
+}
+
+// writeFile creates path and writes it with write; what names the file in
+// errors.
+func writeFile(path, what string, write func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := bench.WriteMigrateSVG(f, rep); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("plot: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

@@ -766,8 +766,12 @@ const userHZ = 100
 
 // cpuSeconds is the CPU time (user+sys) this process has used so far, from
 // /proc/self/stat (Linux; elsewhere an error). Its resolution is 1/userHZ.
-func cpuSeconds() (float64, error) {
-	b, err := os.ReadFile("/proc/self/stat")
+func cpuSeconds() (float64, error) { return procCPUSeconds("self") }
+
+// procCPUSeconds is the CPU time (user+sys) process pid ("self" for this
+// one) has used so far, from /proc/<pid>/stat.
+func procCPUSeconds(pid string) (float64, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0, fmt.Errorf("cpu time: %w", err)
 	}

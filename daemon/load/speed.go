@@ -3,6 +3,7 @@ package load
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"time"
 )
 
@@ -48,9 +49,6 @@ func Calibrate(d time.Duration) float64 { return Measure(d).Alpha }
 // Measure is Calibrate with the details.
 func Measure(d time.Duration) Calibration { return measure(d, time.Now) }
 
-// calibrationSink keeps the workload's result alive.
-var calibrationSink uint64
-
 func measure(d time.Duration, now func() time.Time) Calibration {
 	if d == 0 {
 		d = DefaultCalibration
@@ -73,7 +71,7 @@ func measure(d time.Duration, now func() time.Time) Calibration {
 		}
 		best = math.Max(best, float64(units)/el.Seconds())
 	}
-	calibrationSink = x
+	runtime.KeepAlive(x) // the workload's result, so that it is computed
 	return Calibration{Rate: best, Speed: best / ReferenceRate, Alpha: ReferenceRate / best, Runs: calibrationRuns, Took: now().Sub(begin)}
 }
 

@@ -10,6 +10,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/hmac"
@@ -258,9 +259,16 @@ func PeerOf(cs tls.ConnectionState) (Peer, error) {
 
 // Secret derives a 32-byte secret for label from the cluster key's private
 // key: every holder of the key derives the same one, nobody else can. Use
-// distinct labels for distinct purposes (e.g. "checkpoint-mac").
+// distinct labels for distinct purposes (e.g. "checkpoint-mac"). The HMAC
+// key is the private scalar, big-endian, without leading zero bytes.
 func (k *ClusterKey) Secret(label string) []byte {
-	m := hmac.New(sha256.New, k.key.D.Bytes())
+	scalar, err := k.key.Bytes()
+	if err != nil {
+		// A key of a curve crypto/ecdsa cannot encode: Parse and
+		// Generate make P-256 keys only.
+		panic(fmt.Sprintf("pki: cluster key: %v", err))
+	}
+	m := hmac.New(sha256.New, bytes.TrimLeft(scalar, "\x00"))
 	m.Write([]byte("dpvm secret: " + label))
 	return m.Sum(nil)
 }

@@ -1,6 +1,10 @@
 package pki
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -75,5 +79,25 @@ func TestSecret(t *testing.T) {
 	}
 	if string(a) == string(k1.Secret("other")) || string(a) == string(k2.Secret("checkpoint-mac")) {
 		t.Fatal("secrets do not depend on the label and the key")
+	}
+}
+
+// TestSecretLeadingZero checks the HMAC key of a scalar whose first byte is
+// zero: the scalar without its leading zeros, so that secrets stay the same
+// for every key.
+func TestSecretLeadingZero(t *testing.T) {
+	raw := make([]byte, 32)
+	for i := 1; i < len(raw); i++ {
+		raw[i] = byte(i)
+	}
+	key, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := hmac.New(sha256.New, raw[1:])
+	m.Write([]byte("dpvm secret: checkpoint-mac"))
+	want := m.Sum(nil)
+	if got := (&ClusterKey{key: key}).Secret("checkpoint-mac"); !hmac.Equal(got, want) {
+		t.Fatalf("Secret = %x, want %x", got, want)
 	}
 }

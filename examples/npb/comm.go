@@ -147,12 +147,6 @@ func sumOp[T int32 | int64 | float64](acc, in []T) {
 	}
 }
 
-func maxOp(acc, in []float64) {
-	for i, v := range in {
-		acc[i] = max(acc[i], v)
-	}
-}
-
 // barrier returns once every rank has entered it.
 func barrier(cm comm) error {
 	if cm.size() == 1 {

@@ -139,7 +139,6 @@ type ixNode struct {
 	incom   int // tasks in flight to this node
 	state   share.State
 	pending []float64 // submitted, not yet launched (origins only)
-	done    int
 }
 
 type ixSim struct {

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFitExponentAndClass(t *testing.T) {
+	xs := []float64{8, 64, 256, 1024}
+	for _, c := range []struct {
+		f     func(x float64) float64
+		k     float64
+		class string
+	}{
+		{func(float64) float64 { return 3 }, 0, "constant"},
+		{func(x float64) float64 { return 2 * math.Sqrt(x) }, 0.5, "sublinear"},
+		{func(x float64) float64 { return 0.1 * x }, 1, "linear"},
+		{func(x float64) float64 { return x * x }, 2, "worse"},
+	} {
+		var ys []float64
+		for _, x := range xs {
+			ys = append(ys, c.f(x))
+		}
+		k := FitExponent(xs, ys)
+		if math.Abs(k-c.k) > 1e-9 || GrowthClass(k) != c.class {
+			t.Errorf("fit %v: k %v (%s), want %v (%s)", ys, k, GrowthClass(k), c.k, c.class)
+		}
+	}
+	if k := FitExponent([]float64{8}, []float64{1}); !math.IsNaN(k) {
+		t.Errorf("one point: %v, want NaN", k)
+	}
+	if k := FitExponent([]float64{8, 8}, []float64{1, 2}); !math.IsNaN(k) {
+		t.Errorf("one distinct x: %v, want NaN", k)
+	}
+	if k := FitExponent([]float64{8, 64}, []float64{-1, -1}); !math.IsNaN(k) {
+		t.Errorf("unmeasured figures: %v, want NaN", k)
+	}
+}
+
+func TestGrowths(t *testing.T) {
+	rows := []ScaleRow{
+		{Hosts: 8, Tasks: 100, JoinSeconds: 0.1, MoveMS: 2, RecoverSeconds: -1},
+		{Hosts: 64, Tasks: 100, JoinSeconds: 0.8, MoveMS: 2, RecoverSeconds: -1},
+		{Hosts: 64, Tasks: 1000, JoinSeconds: 0.8, MoveMS: 2, RecoverSeconds: -1},
+	}
+	got := map[string]ScaleGrowth{}
+	for _, g := range Growths(rows) {
+		got[g.Cost+"/"+g.Along] = g
+	}
+	if g := got["join_seconds/hosts"]; g.Class != "linear" || g.Fixed != 100 {
+		t.Errorf("join along hosts: %+v", g)
+	}
+	if g := got["move_ms/hosts"]; g.Class != "constant" {
+		t.Errorf("move along hosts: %+v", g)
+	}
+	if g := got["join_seconds/tasks"]; g.Class != "constant" || g.Fixed != 64 {
+		t.Errorf("join along tasks: %+v", g)
+	}
+	if _, ok := got["recover_seconds/hosts"]; ok {
+		t.Error("a growth fitted to figures never measured")
+	}
+}
+
+// A small run end to end, with the master in this process: every phase
+// happens and gives a figure, and the reports print.
+func TestScaleSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts virtual machines")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Scale(ctx, ScaleOptions{Hosts: []int{2, 4}, Tasks: []int{40}, InProcessMaster: true,
+		Heartbeat: 100 * time.Millisecond, Idle: 200 * time.Millisecond, Moves: 3, Wait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		if r.JoinSeconds <= 0 || r.SpawnSeconds <= 0 || r.SpawnRate <= 0 || r.BarrierSeconds <= 0 || r.MoveMS <= 0 ||
+			r.StepAllocs <= 0 || r.HostPerTaskKiB <= 0 {
+			t.Errorf("a figure is missing: %+v", r)
+		}
+		if r.MasterCPU >= 0 || r.MasterRSSMiB >= 0 || r.RecoverSeconds >= 0 {
+			t.Errorf("figures of an in-process master or an unasked recovery reported as measured: %+v", r)
+		}
+	}
+	var text bytes.Buffer
+	if err := WriteScaleText(&text, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"hosts  tasks", "join_seconds", "40 tasks", "in this process"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+	var svg bytes.Buffer
+	if err := WriteScaleSVG(&svg, rep); err != nil || !strings.Contains(svg.String(), "join seconds") {
+		t.Errorf("plot: %v\n%.300s", err, svg.String())
+	}
+	b, err := json.Marshal(rep)
+	if err != nil || !strings.Contains(string(b), `"barrier_seconds"`) {
+		t.Errorf("json: %v %s", err, b)
+	}
+}

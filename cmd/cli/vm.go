@@ -446,15 +446,24 @@ func killControl() controlCommand {
 	return controlCommand{
 		cmd: &cli.Command{
 			Name:      "kill",
-			Usage:     "kill tasks of a running virtual machine",
-			ArgsUsage: "TID...",
+			Usage:     "kill tasks, or whole jobs (jN), of a running virtual machine",
+			ArgsUsage: "TID|JOB...",
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("kill: no TID given", 2)
+				return cli.Exit("kill: no TID given (a task, or a job as jN)", 2)
 			}
 			var errs []error
 			for _, a := range c.Args().Slice() {
+				if job, err := parseJob(a); err == nil && strings.HasPrefix(a, "j") {
+					n, err := cl.KillJob(ctx, job)
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					fmt.Fprintf(c.App.Writer, "job %s: %d tasks killed\n", a, n)
+					continue
+				}
 				tid, err := task.ParseTID(a)
 				if err == nil {
 					err = cl.Kill(ctx, tid)

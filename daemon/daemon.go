@@ -263,6 +263,21 @@ type TaskInfo struct {
 	// task that goes longer than the move timeout cannot be moved or
 	// checkpointed meanwhile.
 	SinceSafePointMS float64 `json:"since_safe_point_ms"`
+	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
+	// nothing). For JSON, ResultValue decodes it.
+	Result task.Payload `json:"-"`
+}
+
+// ResultValue decodes the task's result into a generic value (maps,
+// slices, numbers, strings), ok false when it recorded none.
+func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
+	if len(ti.Result.Data) == 0 && ti.Result.Enc == task.EncMsgpack {
+		return nil, false, nil
+	}
+	if err := ti.Result.Decode(&v); err != nil {
+		return nil, true, fmt.Errorf("result of %v: %w", ti.TID, err)
+	}
+	return v, true, nil
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
@@ -574,6 +589,8 @@ type hosted struct {
 	// RecvSafe, where it is movable all along.
 	safeAt   atomic.Int64
 	safeWait atomic.Bool
+	// result is what the task recorded with SetResult (under d.mu).
+	result task.Payload
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
@@ -872,7 +889,7 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 	ti := TaskInfo{TID: h.tid, Parent: h.parent, Job: h.job, Type: h.typ, Host: d.cfg.Name,
-		State: h.state, Status: h.status, Err: h.err, Started: h.started}
+		State: h.state, Status: h.status, Err: h.err, Started: h.started, Result: h.result}
 	if h.state == Running {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()
 		ti.MemBytes = h.memBytes.Load()

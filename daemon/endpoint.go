@@ -257,6 +257,13 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	return err
 }
 
+// SetResult records the task's result (task.ResultSetter).
+func (h *hosted) SetResult(p task.Payload) {
+	h.d.mu.Lock()
+	h.result = p
+	h.d.mu.Unlock()
+}
+
 // sinceSafePoint is how long the task has gone without a safe point at now:
 // 0 while it waits in RecvSafe.
 func (h *hosted) sinceSafePoint(now time.Time) time.Duration {

@@ -121,8 +121,16 @@ func (s *JacobiStrip) Run(c *task.Ctx) error {
 	if err != nil || r != 0 {
 		return err
 	}
-	c.Printf("jacobi: %d×%d in %d strips, %d iterations, last change %.3g, sum %.17g", s.N, s.N, w, s.Iter, d[0], JacobiSum(grid))
-	return nil
+	res := JacobiResult{Iterations: s.Iter, LastChange: d[0], Sum: JacobiSum(grid)}
+	c.Printf("jacobi: %d×%d in %d strips, %d iterations, last change %.3g, sum %.17g", s.N, s.N, w, res.Iterations, res.LastChange, res.Sum)
+	return c.SetResult(res)
+}
+
+// JacobiResult is the jacobi program's result (dpvm run --json prints it).
+type JacobiResult struct {
+	Iterations int     `msgpack:"iterations"`
+	LastChange float64 `msgpack:"last_change"`
+	Sum        float64 `msgpack:"sum"`
 }
 
 // JacobiStep returns the next iterate of the rows of u (row points each)

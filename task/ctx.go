@@ -253,6 +253,37 @@ func (c *Ctx) SafePoint() error {
 	return c.ep.SafePoint(c.task)
 }
 
+// MaxResult bounds the encoded size of a task's result.
+const MaxResult = 1 << 20
+
+// ResultSetter is implemented by endpoints that carry a task's result (the
+// daemon's does): SetResult records the encoded value.
+type ResultSetter interface {
+	SetResult(p Payload)
+}
+
+// SetResult records v, encoded, as the task's result: for a program's root
+// task, the job's structured result, which 'dpvm run --json' prints and the
+// Go API (daemon.RunOptions.Result, the TaskInfo of the root) hands back
+// beside the output lines. Call it just before Run returns, with no safe
+// point after it: a result is not part of a checkpoint. A later call
+// replaces the value.
+func (c *Ctx) SetResult(v any) error {
+	p, err := Encode(v)
+	if err != nil {
+		return fmt.Errorf("result: %w", err)
+	}
+	if len(p.Data) > MaxResult {
+		return fmt.Errorf("result of %d bytes: at most %d: %w", len(p.Data), MaxResult, ErrEncode)
+	}
+	rs, ok := c.ep.(ResultSetter)
+	if !ok {
+		return fmt.Errorf("result: this runtime does not carry results")
+	}
+	rs.SetResult(p)
+	return nil
+}
+
 // Spawn starts n tasks of proto's registered type, each with its state
 // initialised from a copy of proto, and returns their TIDs. By default the
 // runtime places them (Anywhere); OnHost names a host, Here picks the

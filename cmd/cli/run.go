@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -36,6 +37,7 @@ func runCommand() *cli.Command {
 			checkpointEveryFlag,
 			keepFlag,
 			clusterKeyFlag,
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object when the job ends: its output lines, exit status and the root's result (what it recorded with Ctx.SetResult)"},
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
@@ -70,16 +72,29 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if c.String("master") != "" {
-				return exitFor("run "+name, runRemote(ctx, c, root, out))
+			var lines bytes.Buffer
+			progOut := out
+			if c.Bool("json") {
+				progOut = &lines
 			}
-			err = daemon.Run(ctx, root, daemon.RunOptions{
-				Hosts:     c.Int("hosts"),
-				Output:    out,
-				Logger:    loggerFrom(c),
-				SharedDir: c.String("shared-dir"),
-				Job:       opts,
-			})
+			var result any
+			if c.String("master") != "" {
+				err = runRemote(ctx, c, root, progOut, &result)
+			} else {
+				err = daemon.Run(ctx, root, daemon.RunOptions{
+					Hosts:     c.Int("hosts"),
+					Output:    progOut,
+					Logger:    loggerFrom(c),
+					SharedDir: c.String("shared-dir"),
+					Job:       opts,
+					Result:    &result,
+				})
+			}
+			if c.Bool("json") {
+				if jerr := printJSON(out, runJSON(name, lines.String(), result, err)); jerr != nil {
+					return jerr
+				}
+			}
 			return exitFor("run "+name, err)
 		},
 	}
@@ -129,14 +144,44 @@ func exitFor(what string, err error) error {
 		status = ee.Status
 	}
 	if errors.Is(err, context.Canceled) {
-		return cli.Exit(what+": interrupted", 130)
+		return cli.Exit(what+": interrupted: the whole job was ended", 130)
 	}
 	return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
 }
 
+// runResult is what 'dpvm run --json' prints.
+type runResult struct {
+	Program string   `json:"program"`
+	Status  int      `json:"status"`
+	Error   string   `json:"error,omitempty"`
+	Output  []string `json:"output"`
+	Result  any      `json:"result,omitempty"`
+}
+
+// runJSON describes a finished run: its output lines, exit status and the
+// root task's result.
+func runJSON(name, output string, result any, err error) runResult {
+	r := runResult{Program: name, Output: []string{}, Result: result}
+	if s := strings.TrimSuffix(output, "\n"); s != "" {
+		r.Output = strings.Split(s, "\n")
+	}
+	if err != nil {
+		r.Status, r.Error = 1, err.Error()
+		var ee *task.ExitError
+		if errors.As(err, &ee) && ee.Status > 0 {
+			r.Status = ee.Status
+		}
+		if errors.Is(err, context.Canceled) {
+			r.Status = 130
+		}
+	}
+	return r
+}
+
 // runRemote runs root as a job on the virtual machine named by --master,
-// printing its output as it comes.
-func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer) error {
+// printing its output as it comes, and decodes the root's result into
+// result.
+func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer, result *any) error {
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
 		return err
@@ -157,6 +202,11 @@ func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Write
 	info, err := cl.RunJob(ctx, typ, state, opts, out)
 	if err != nil {
 		return err
+	}
+	if v, ok, err := info.ResultValue(); err != nil {
+		return err
+	} else if ok {
+		*result = v
 	}
 	return daemon.ExitError(info)
 }

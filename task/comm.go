@@ -127,6 +127,9 @@ func (c *Ctx) JoinComm(m *Comm) error {
 		c.track(m)
 		return nil
 	}
+	if c.Parent().IsZero() {
+		return fmt.Errorf("join communicator: a task no other spawned: %w", ErrNoComm)
+	}
 	p, err := c.recvComm(nil, c.Parent())
 	if err != nil {
 		return joinErr(err)

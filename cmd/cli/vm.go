@@ -451,7 +451,7 @@ func killControl() controlCommand {
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("kill: no TID given (a task, or a job as jN)", 2)
+				return cli.Exit("kill: no TID given", 2)
 			}
 			var errs []error
 			for _, a := range c.Args().Slice() {

@@ -316,7 +316,7 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (JobCheckpoint, error) {
 	js, err := d.job(job)
 	if err != nil {
-		return JobCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
+		return JobCheckpoint{}, err
 	}
 	return d.checkpointJob(ctx, js, root, d.cfg.MoveTimeout)
 }

@@ -23,30 +23,37 @@ import (
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
-		Usage:     "run a registered program on an embedded virtual machine",
+		Usage:     "run a registered program on an embedded virtual machine, or on the running one --master (DPVM_MASTER) names",
 		ArgsUsage: "PROGRAM [program flags and arguments]",
-		Description: "Starts a virtual machine inside this process, runs PROGRAM's root task to\n" +
-			"completion, prints the tasks' output and exits with the root task's status.\n" +
+		Description: "Starts a virtual machine inside this process (or, with --master or DPVM_MASTER\n" +
+			"set, uses the running one), runs PROGRAM's root task to completion, prints the\n" +
+			"tasks' output and exits with the root task's status. --master '' ignores DPVM_MASTER.\n" +
 			"Everything after PROGRAM belongs to the program: 'dpvm run hello --help'\n" +
 			"shows its flags. 'dpvm run --list' lists the programs.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
-			&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address instead of an embedded one"},
+			runMasterFlag(),
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({program, status, error, output, result}: the output lines and the root's result, what it recorded with Ctx.SetResult); the tasks' output also goes to standard error as it comes"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
-			checkpointEveryFlag,
-			keepFlag,
-			clusterKeyFlag,
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object when the job ends: its output lines, exit status and the root's result (what it recorded with Ctx.SetResult)"},
+			checkpointEveryFlag(),
+			keepFlag(),
+			clusterKeyFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
+			if c.Bool("json") {
+				out = c.App.ErrWriter
+			}
 			if c.Bool("list") {
 				listPrograms(out)
 				return nil
 			}
 			if c.NArg() == 0 {
 				return cli.Exit("run: no program named; known programs: "+programNames(), 2)
+			}
+			if err := checkMasterHosts(c, "run"); err != nil {
+				return err
 			}
 			if c.Int("hosts") < 1 {
 				return cli.Exit(fmt.Sprintf("run: --hosts %d: need at least one", c.Int("hosts")), 2)
@@ -75,7 +82,7 @@ func runCommand() *cli.Command {
 			var lines bytes.Buffer
 			progOut := out
 			if c.Bool("json") {
-				progOut = &lines
+				progOut = io.MultiWriter(out, &lines)
 			}
 			var result any
 			if c.String("master") != "" {
@@ -91,8 +98,13 @@ func runCommand() *cli.Command {
 				})
 			}
 			if c.Bool("json") {
-				if jerr := printJSON(out, runJSON(name, lines.String(), result, err)); jerr != nil {
-					return jerr
+				r := newRunResult(name, "", err)
+				r.Output, r.Result = []string{}, result
+				if s := strings.TrimSuffix(lines.String(), "\n"); s != "" {
+					r.Output = strings.Split(s, "\n")
+				}
+				if jerr := printJSON(c.App.Writer, r); jerr != nil {
+					return cli.Exit("run: "+jerr.Error(), exitFailed)
 				}
 			}
 			return exitFor("run "+name, err)
@@ -132,48 +144,74 @@ func programNames() string {
 	return strings.Join(names, ", ")
 }
 
+// runMasterFlag names the virtual machine run and npb use instead of an
+// embedded one. Like every command that talks to a virtual machine they
+// read DPVM_MASTER, so that one exported variable points them all at it;
+// --master "" runs on an embedded machine all the same.
+func runMasterFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "master",
+		Usage:   "run on the running virtual machine whose master is at this address instead of an embedded one (--master '' ignores DPVM_MASTER)",
+		EnvVars: []string{"DPVM_MASTER"},
+	}
+}
+
+// checkMasterHosts rejects --hosts, the size of an embedded machine,
+// together with a running machine's master.
+func checkMasterHosts(c *cli.Context, what string) error {
+	if c.String("master") != "" && c.IsSet("hosts") {
+		return usageErrorf(what, "--hosts sizes an embedded virtual machine; the one at %s (--master or DPVM_MASTER) has its own hosts ('--master \"\"' runs on an embedded one)", c.String("master"))
+	}
+	return nil
+}
+
+// exitStatus is the exit status of a command whose result is err: 0, the
+// root task's own status for a program that exited with one, 130 when
+// interrupted, else 1.
+func exitStatus(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, context.Canceled) {
+		return exitInterrupted
+	}
+	var ee *task.ExitError
+	if errors.As(err, &ee) && ee.Status > 0 && ee.Status < 256 {
+		return ee.Status
+	}
+	return exitFailed
+}
+
 // exitFor maps a program's result to the command's: the root task's exit
 // status becomes the process's.
 func exitFor(what string, err error) error {
-	if err == nil {
+	switch status := exitStatus(err); status {
+	case exitOK:
 		return nil
+	case exitInterrupted:
+		return cli.Exit(what+": interrupted", status)
+	default:
+		return cli.Exit(withContext(what, err).Error(), status)
 	}
-	status := 1
-	var ee *task.ExitError
-	if errors.As(err, &ee) && ee.Status > 0 && ee.Status < 256 {
-		status = ee.Status
-	}
-	if errors.Is(err, context.Canceled) {
-		return cli.Exit(what+": interrupted: the whole job was ended", 130)
-	}
-	return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
 }
 
-// runResult is what 'dpvm run --json' prints.
+// A runResult is what run --json and restart --json print: which program
+// ran and how it ended.
 type runResult struct {
-	Program string   `json:"program"`
-	Status  int      `json:"status"`
-	Error   string   `json:"error,omitempty"`
-	Output  []string `json:"output"`
-	Result  any      `json:"result,omitempty"`
+	Program string `json:"program,omitempty"`
+	Dir     string `json:"dir,omitempty"` // restart: the job's checkpoint directory
+	Status  int    `json:"status"`        // the command's exit status
+	Error   string `json:"error,omitempty"`
+	// Output are the job's output lines and Result the root's result
+	// (run only).
+	Output []string `json:"output,omitempty"`
+	Result any      `json:"result,omitempty"`
 }
 
-// runJSON describes a finished run: its output lines, exit status and the
-// root task's result.
-func runJSON(name, output string, result any, err error) runResult {
-	r := runResult{Program: name, Output: []string{}, Result: result}
-	if s := strings.TrimSuffix(output, "\n"); s != "" {
-		r.Output = strings.Split(s, "\n")
-	}
+func newRunResult(program, dir string, err error) runResult {
+	r := runResult{Program: program, Dir: dir, Status: exitStatus(err)}
 	if err != nil {
-		r.Status, r.Error = 1, err.Error()
-		var ee *task.ExitError
-		if errors.As(err, &ee) && ee.Status > 0 {
-			r.Status = ee.Status
-		}
-		if errors.Is(err, context.Canceled) {
-			r.Status = 130
-		}
+		r.Error = err.Error()
 	}
 	return r
 }

@@ -25,24 +25,37 @@ import (
 )
 
 // Flags shared by the commands that talk to a running virtual machine.
-var (
-	masterAddrFlag = &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
-	clusterKeyFlag = &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
-	jsonFlag       = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
-)
+// Each command tree makes its own: urfave/cli writes into a flag the value
+// it parses, and from the environment.
+func masterAddrFlag() cli.Flag {
+	return &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
+}
+
+func clusterKeyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
+}
+
+// jsonFlag is --json: print the result as JSON.
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON"} }
 
 func keygenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "keygen",
 		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (mode 0600; never overwritten)"}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "file to write (mode 0600; never overwritten); required"}, jsonFlag()},
 		Action: func(c *cli.Context) error {
+			if c.String("out") == "" {
+				return usageErrorf("keygen", "--out FILE is required")
+			}
 			k, err := pki.Generate(time.Now())
 			if err != nil {
-				return err
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
 			}
 			if err := k.WriteFile(c.String("out")); err != nil {
-				return cli.Exit(fmt.Sprintf("keygen: %v", err), 1)
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]string{"key": c.String("out")})
 			}
 			fmt.Fprintf(c.App.Writer, "wrote cluster key %s; give it to every daemon and client (--cluster-key or DPVM_CLUSTER_KEY)\n", c.String("out"))
 			return nil
@@ -64,7 +77,7 @@ func daemonCommand() *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on (0.0.0.0:7070 or [::]:7070: every address of the machine)"},
 			&cli.StringFlag{Name: "advertise", Usage: "HOST:PORT the other daemons dial to reach this one (default: a host is reached at the address its master sees it come from, the master at the address its hosts join it by)"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
-			clusterKeyFlag,
+			clusterKeyFlag(),
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
@@ -185,25 +198,27 @@ func masterOutput(c *cli.Context) io.Writer {
 func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFunc, error) {
 	addr := c.String("master")
 	if addr == "" {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 2)
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	cl, err := daemon.Dial(ctx, addr, key)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 1)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 1)
 	}
 	return cl, ctx, cancel, nil
 }
 
-var timeoutFlag = &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+func timeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+}
 
 func vmFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{masterAddrFlag, clusterKeyFlag, timeoutFlag}, extra...)
+	return append([]cli.Flag{masterAddrFlag(), clusterKeyFlag(), timeoutFlag()}, extra...)
 }
 
 // withClient runs f with a connection to the virtual machine, turning its
@@ -221,10 +236,37 @@ func withClient(f clientAction) cli.ActionFunc {
 			if errors.As(err, &ec) {
 				return err
 			}
-			return cli.Exit(c.Command.Name+": "+err.Error(), 1)
+			if errors.Is(err, context.Canceled) {
+				return cli.Exit(commandName(c)+": interrupted", exitInterrupted)
+			}
+			return cli.Exit(withContext(commandName(c), err).Error(), exitFailed)
 		}
 		return nil
 	}
+}
+
+// withContext prefixes err with the command's name, once: an error that
+// already begins with it ("migrate t1:2 to h3: …", from the daemon) is
+// left as it is.
+func withContext(name string, err error) error {
+	msg := err.Error()
+	verb, _, _ := strings.Cut(name, " ")
+	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, verb+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// commandName is the full name of the command c runs, without the
+// program's: "sched status".
+func commandName(c *cli.Context) string {
+	var names []string
+	for _, x := range c.Lineage() {
+		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name && (len(names) == 0 || names[0] != x.Command.Name) {
+			names = append([]string{x.Command.Name}, names...)
+		}
+	}
+	return strings.Join(names, " ")
 }
 
 // A controlCommand acts on a running virtual machine through a connected
@@ -259,7 +301,7 @@ func confControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "conf",
 			Usage: "list the hosts of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			hosts, err := cl.Hosts(ctx)
@@ -279,15 +321,34 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		return printJSON(w, hosts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\t")
+	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\tBUILD\t")
 	for _, h := range hosts {
 		name := h.Name
 		if h.Master {
 			name += " (master)"
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks)
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
 	}
 	return tw.Flush()
+}
+
+// buildLabel is a host's build in one word: its version, its revision's
+// first 12 digits, its Go version and its task registry's fingerprint.
+func buildLabel(b daemon.Build) string {
+	if b.Version == "" {
+		return "-"
+	}
+	rev := b.Revision
+	if dirty := strings.HasSuffix(rev, "+dirty"); len(rev) > 12 {
+		rev = rev[:12]
+		if dirty {
+			rev += "+dirty"
+		}
+	}
+	if rev == "" {
+		rev = "?"
+	}
+	return fmt.Sprintf("%s/%s/%s/%s", b.Version, rev, b.Go, b.Registry)
 }
 
 func psCommand() *cli.Command { return psControl().command() }
@@ -297,7 +358,7 @@ func psControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "ps",
 			Usage: "list the tasks of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
+			Flags: []cli.Flag{jsonFlag(), &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			ts, err := cl.Tasks(ctx, c.Bool("all"))
@@ -365,12 +426,12 @@ func spawnControl() controlCommand {
 				"  dpvm spawn hello -- -n 8\n" +
 				"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
 				"Tasks' output is printed by the master daemon.",
-			Flags: []cli.Flag{jsonFlag,
+			Flags: []cli.Flag{jsonFlag(),
 				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
 				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
 				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
-				checkpointEveryFlag, keepFlag,
+				checkpointEveryFlag(), keepFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -446,29 +507,54 @@ func killControl() controlCommand {
 	return controlCommand{
 		cmd: &cli.Command{
 			Name:      "kill",
-			Usage:     "kill tasks, or whole jobs (jN), of a running virtual machine",
+			Usage:     "kill tasks, or whole jobs (jN, as ps shows them), of a running virtual machine",
 			ArgsUsage: "TID|JOB...",
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("kill: no TID given", 2)
+				return cli.Exit("kill: no TID given", exitUsage)
 			}
-			var errs []error
+			var tids []task.TID
+			var jobs []uint64
 			for _, a := range c.Args().Slice() {
 				if job, err := parseJob(a); err == nil && strings.HasPrefix(a, "j") {
-					n, err := cl.KillJob(ctx, job)
-					if err != nil {
-						errs = append(errs, err)
-						continue
-					}
-					fmt.Fprintf(c.App.Writer, "job %s: %d tasks killed\n", a, n)
+					jobs = append(jobs, job)
 					continue
 				}
 				tid, err := task.ParseTID(a)
-				if err == nil {
-					err = cl.Kill(ctx, tid)
-				}
 				if err != nil {
+					return cli.Exit("kill: "+err.Error(), exitUsage)
+				}
+				tids = append(tids, tid)
+			}
+			killed := []task.TID{}
+			jobTasks := map[string]int{}
+			var errs []error
+			for _, tid := range tids {
+				if err := cl.Kill(ctx, tid); err != nil {
+					errs = append(errs, err)
+				} else {
+					killed = append(killed, tid)
+				}
+			}
+			for _, job := range jobs {
+				n, err := cl.KillJob(ctx, job)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				jobTasks[fmt.Sprintf("j%d", job)] = n
+				if !c.Bool("json") {
+					fmt.Fprintf(c.App.Writer, "job j%d: %d tasks killed\n", job, n)
+				}
+			}
+			if c.Bool("json") {
+				out := map[string]any{"killed": killed}
+				if len(jobs) > 0 {
+					out["jobs"] = jobTasks // tasks killed, by job
+				}
+				if err := printJSON(c.App.Writer, out); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -485,14 +571,23 @@ func deleteControl() controlCommand {
 			Name:      "delete",
 			Usage:     "remove hosts from a running virtual machine (their daemons stop)",
 			ArgsUsage: "HOST...",
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("delete: no host given", 2)
+				return cli.Exit("delete: no host given", exitUsage)
 			}
+			deleted := []string{}
 			var errs []error
 			for _, h := range c.Args().Slice() {
 				if err := cl.Delete(ctx, h); err != nil {
+					errs = append(errs, err)
+				} else {
+					deleted = append(deleted, h)
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, map[string]any{"deleted": deleted}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -508,9 +603,16 @@ func haltControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "halt",
 			Usage: "stop a running virtual machine: every task and every daemon",
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			return cl.Halt(ctx)
+			if err := cl.Halt(ctx); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"halted": true, "master": cl.Master().Name})
+			}
+			return nil
 		},
 	}
 }

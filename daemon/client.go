@@ -209,6 +209,13 @@ func (c *Client) Kill(ctx context.Context, tid task.TID) error {
 	return c.call(ctx, mKill, tidArgs{TID: tid}, nil)
 }
 
+// KillJob kills every task of job jN and returns how many it killed.
+func (c *Client) KillJob(ctx context.Context, job uint64) (int, error) {
+	var rep intReply
+	err := c.call(ctx, mKillJob, jobArgs{Job: job}, &rep)
+	return rep.N, err
+}
+
 // Delete removes a host (by name or "h<ID>") from the virtual machine.
 func (c *Client) Delete(ctx context.Context, host string) error {
 	return c.call(ctx, mDelete, hostArgs{Host: host}, nil)

@@ -283,6 +283,27 @@ type TaskInfo struct {
 	// MemBytes estimates the memory the task's state holds, as measured
 	// when it started and at a recent safe point.
 	MemBytes int64 `json:"mem_bytes"`
+	// SinceSafePointMS is how long, in milliseconds, the running task has
+	// gone without a safe point (since it started on its host if it never
+	// reached one); 0 while it waits in a receive that is a safe point. A
+	// task that goes longer than the move timeout cannot be moved or
+	// checkpointed meanwhile.
+	SinceSafePointMS float64 `json:"since_safe_point_ms"`
+	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
+	// nothing). For JSON, ResultValue decodes it.
+	Result task.Payload `json:"-"`
+}
+
+// ResultValue decodes the task's result into a generic value (maps,
+// slices, numbers, strings), ok false when it recorded none.
+func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
+	if len(ti.Result.Data) == 0 && ti.Result.Enc == task.EncMsgpack {
+		return nil, false, nil
+	}
+	if err := ti.Result.Decode(&v); err != nil {
+		return nil, true, fmt.Errorf("result of %v: %w", ti.TID, err)
+	}
+	return v, true, nil
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
@@ -630,6 +651,12 @@ type hosted struct {
 	// The state's estimated size, and whether a fresh figure is wanted.
 	memBytes   atomic.Int64
 	sizeWanted atomic.Bool
+	// safeWait is set while the task waits in RecvSafe, where it is
+	// movable all along (safeAt above: 0 when it has passed no safe point
+	// since it started here).
+	safeWait atomic.Bool
+	// result is what the task recorded with SetResult (under d.mu).
+	result task.Payload
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
@@ -928,11 +955,12 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 	ti := TaskInfo{TID: h.tid, Parent: h.parent, Job: h.job, Type: h.typ, Host: d.cfg.Name,
-		State: h.state, Status: h.status, Err: h.err, Started: h.started}
+		State: h.state, Status: h.status, Err: h.err, Started: h.started, Result: h.result}
 	if h.state == Running {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()
 		ti.MemBytes = h.memBytes.Load()
 		h.sizeWanted.Store(true) // measured again at its next safe point
+		ti.SinceSafePointMS = float64(h.sinceSafePoint(time.Now())) / float64(time.Millisecond)
 	}
 	return ti
 }

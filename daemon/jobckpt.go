@@ -217,6 +217,7 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 			}
 		}
 		if !arrived {
+			hs[i].warnNoSafePoint("job checkpoint", timeout)
 			rep.Late = append(rep.Late, hs[i].tid)
 		}
 		rep.SafeEvery = max(rep.SafeEvery, hs[i].safeInterval(time.Now(), arrived))

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -270,9 +271,78 @@ func (d *Daemon) jobRunning(js *jobState, root task.TID) {
 		d.goFunc(func() { d.checkpointLoop(js) })
 	}
 	d.goFunc(func() {
-		_, _ = d.waitJob(d.ctx, js)
+		info, err := d.waitJob(d.ctx, js)
+		if err == nil && (info.State != Exited || info.Status != 0) {
+			// The root failed or was killed: the job ends whole.
+			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+			n, err := d.KillJob(ctx, js.id)
+			cancel()
+			if n > 0 || err != nil {
+				d.log.Warn("job ended with its root", "job", js.id, "root", info.TID, "state", info.State,
+					"status", info.Status, "tasks_killed", n, "error", err)
+			}
+		}
 		d.endJob(js)
 	})
+}
+
+// KillJob kills every task of job, the root first so that it spawns no
+// more, and returns how many it killed (master). Tasks spawned while it
+// works are found by looking again, a few times.
+func (d *Daemon) KillJob(ctx context.Context, job uint64) (int, error) {
+	if job == 0 {
+		return 0, fmt.Errorf("kill job 0: %w", ErrNoJob)
+	}
+	killed := 0
+	var errs []error
+	for round := 0; round < 3; round++ {
+		ts, err := d.AllTasks(ctx, false)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		var victims []task.TID
+		for _, t := range ts {
+			if t.Job == job && t.State == Running {
+				victims = append(victims, t.TID)
+			}
+		}
+		if len(victims) == 0 {
+			break
+		}
+		slices.SortFunc(victims, func(a, b task.TID) int { // the root first
+			return cmp.Compare(boolInt(a != d.jobRoot(job)), boolInt(b != d.jobRoot(job)))
+		})
+		for _, t := range victims {
+			if err := d.KillTask(ctx, t); err != nil && !errors.Is(err, task.ErrNoSuchTask) {
+				errs = append(errs, err)
+				continue
+			}
+			killed++
+		}
+	}
+	if killed == 0 && len(errs) == 0 {
+		if _, err := d.job(job); err != nil {
+			return 0, fmt.Errorf("kill j%d: %w", job, err)
+		}
+	}
+	return killed, errors.Join(errs...)
+}
+
+// jobRoot is job's root task, or 0 when the master does not know the job.
+func (d *Daemon) jobRoot(job uint64) task.TID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if js := d.jobReg[job]; js != nil {
+		return js.root
+	}
+	return 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // job finds a registered job by its number (master).

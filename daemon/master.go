@@ -198,10 +198,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
+var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mKillJob: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKillJob: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -270,6 +270,13 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			return nil, err
 		}
 		return nil, d.KillTask(ctx, a.TID)
+	case mKillJob:
+		var a jobArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		n, err := d.KillJob(ctx, a.Job)
+		return intReply{N: n}, err
 	case mJoin, mLeave, mMembers, mBarrier, mLeaveAll:
 		var a groupArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -747,7 +754,8 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 	go func() {
 		select {
 		case <-client.closed:
-			_ = d.KillTask(context.WithoutCancel(wctx), js.root)
+			n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
+			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
 		case <-wctx.Done():
 		}
 	}()

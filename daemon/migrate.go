@@ -511,6 +511,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	}
 	// Withdraw the request, unless the task took it meanwhile.
 	if h.moveReq.CompareAndSwap(req, nil) {
+		h.warnNoSafePoint("move", timeout)
 		return fmt.Errorf("%v within %v: %w", a.TID, timeout, ErrNoSafePoint)
 	}
 	return <-req.done

@@ -249,6 +249,7 @@ const (
 	mSpawn       = "spawn"      // at the master: place and start tasks
 	mStart       = "start"      // at a daemon: start tasks here
 	mKill        = "kill"       // anywhere: kill a task (forwarded to its host)
+	mKillJob     = "job.kill"   // at the master: kill every task of a job
 	mJoin        = "group.join" // at the master: the group server
 	mLeave       = "group.leave"
 	mMembers     = "group.members"

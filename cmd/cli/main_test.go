@@ -226,11 +226,11 @@ func TestJSONResults(t *testing.T) {
 	if m := decode("load", "inject", "h2", "--users", "3", "--json"); m["host"] != "h2" || m["cleared"] != false || m["overlay"] == nil {
 		t.Errorf("load inject --json: %v", m)
 	}
-	// run on the running machine (DPVM_MASTER): the output on stderr, the
-	// result on stdout.
+	// run on the running machine (DPVM_MASTER): the output on stderr as it
+	// comes, the result and the output lines on stdout.
 	code, out, errOut := dpvm(t, "run", "--json", "hello", "-n", "2")
 	var r runResult
-	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r != (runResult{Program: "hello"}) ||
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Program != "hello" || r.Status != 0 || r.Error != "" || len(r.Output) != 3 || r.Result != nil ||
 		!strings.Contains(errOut, "2 children said hello") {
 		t.Errorf("run --json: %d %q %q", code, out, errOut)
 	}

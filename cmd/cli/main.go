@@ -76,6 +76,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			simCommand(),
 			npbCommand(),
 			benchCommand(),
+			slurmCommand(),
 		},
 	}
 	setUsageErrors(app.Commands)

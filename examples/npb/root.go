@@ -184,8 +184,27 @@ func RunOn(ctx context.Context, cl *daemon.Client, kernel, class string, np int,
 	if err != nil {
 		return nil, err
 	}
+	what := fmt.Sprintf("npb %s class %s np %d", root.Kernel, root.Class, np)
+	return follow(ctx, cl, what, opts, func(sink io.Writer) (daemon.TaskInfo, error) {
+		return cl.RunJob(ctx, typ, state, opts.VM.Job, sink)
+	})
+}
+
+// RestartOn restarts an NPB job from the newest complete checkpoint under
+// dir (the job's checkpoint directory, as 'dpvm restart' takes it) on a
+// running virtual machine, through a client of its master, and returns the
+// report of the finished run: the same as an uninterrupted run's.
+func RestartOn(ctx context.Context, cl *daemon.Client, dir string, opts RunOptions) (*Report, error) {
+	return follow(ctx, cl, "npb restart from "+dir, opts, func(sink io.Writer) (daemon.TaskInfo, error) {
+		return cl.Restart(ctx, dir, opts.VM.Job, sink)
+	})
+}
+
+// follow runs a job that start begins, collecting its report from the
+// job's output lines.
+func follow(ctx context.Context, cl *daemon.Client, what string, opts RunOptions, start func(io.Writer) (daemon.TaskInfo, error)) (*Report, error) {
 	sink := &lineSink{progress: opts.Progress, other: opts.Output}
-	info, runErr := cl.RunJob(ctx, typ, state, opts.VM.Job, sink)
+	info, runErr := start(sink)
 	if runErr == nil {
 		runErr = daemon.ExitError(info)
 	}
@@ -196,7 +215,7 @@ func RunOn(ctx context.Context, cl *daemon.Client, kernel, class string, np int,
 		if runErr == nil {
 			runErr = ErrNoReport
 		}
-		return nil, fmt.Errorf("npb %s class %s np %d: %w", root.Kernel, root.Class, np, runErr)
+		return nil, fmt.Errorf("%s: %w", what, runErr)
 	}
 	var ee *task.ExitError
 	if runErr != nil && !errors.As(runErr, &ee) {

@@ -57,7 +57,6 @@ func slurmCommand() *cli.Command {
 			&cli.IntFlag{Name: "port", Value: 7070, Usage: "UDP port of the master daemon on the first node (the other daemons take any free port)"},
 			&cli.StringFlag{Name: "master-host", Usage: "address the daemons reach the first node by (default: its Slurm node name)"},
 			&cli.StringFlag{Name: "srun", Value: "srun", Usage: "the srun command"},
-			&cli.Float64Flag{Name: "speed", Usage: "declare every node's speed factor α and really slow its tasks to match (emulation, for experiments on one machine; default: calibrated, not slowed)"},
 			clusterKeyFlag,
 			&cli.BoolFlag{Name: "node", Hidden: true, Usage: "internal: run this node's daemon (srun starts it)"},
 		},
@@ -262,9 +261,6 @@ func slurmLaunch(c *cli.Context) error {
 	if job.CheckpointEvery == 0 {
 		return fail(2, "--checkpoint-every must be positive: a requeued job resumes from its periodic checkpoints")
 	}
-	if _, err := load.ResolveSpeed(c.Float64("speed"), 0); err != nil {
-		return fail(2, "--speed: %v", err)
-	}
 	if c.Int("port") < 1 || c.Int("port") > 65535 {
 		return fail(2, "--port %d: want 1 to 65535", c.Int("port"))
 	}
@@ -315,7 +311,7 @@ func slurmLaunch(c *cli.Context) error {
 	srunArgs := []string{"--nodes=" + strconv.Itoa(n), "--ntasks=" + strconv.Itoa(n), "--ntasks-per-node=1", "--kill-on-bad-exit=1",
 		self, "--log-level", c.String(logLevelFlag.Name), "slurm", "--node", "--master-host", masterHost, "--port", strconv.Itoa(c.Int("port")),
 		"--cluster-key", keyPath, "--state-dir", stateDir, "--grace", c.Duration("grace").String(),
-		"--join-timeout", c.Duration("join-timeout").String(), "--speed", strconv.FormatFloat(c.Float64("speed"), 'g', -1, 64)}
+		"--join-timeout", c.Duration("join-timeout").String()}
 	srun := exec.Command(c.String("srun"), srunArgs...)
 	srun.Stdout, srun.Stderr = c.App.ErrWriter, c.App.ErrWriter
 	if err := srun.Start(); err != nil {
@@ -526,7 +522,7 @@ func slurmNode(c *cli.Context) error {
 	if a, err := readAllocation(os.Getenv); err == nil {
 		alloc = a
 	}
-	speed, err := load.ResolveSpeed(c.Float64("speed"), 200*time.Millisecond)
+	speed, err := load.ResolveSpeed(0, 200*time.Millisecond)
 	if err != nil {
 		return cli.Exit("slurm node: "+err.Error(), 2)
 	}
@@ -538,7 +534,6 @@ func slurmNode(c *cli.Context) error {
 	cfg := daemon.Config{
 		Name: name, Key: key, Speed: 1 / speed.Alpha, Alpha: speed.Alpha, Cores: alloc.Cores,
 		SharedDir: c.String("state-dir"), Placer: placer, Load: &load.Proc{},
-		Emulate: speed.Declared, Throttle: speed.Throttle,
 		Logger: loggerFrom(c),
 	}
 	if rank == "0" {

@@ -177,11 +177,12 @@ func findResume(stateDir string, key []byte) (rp resumePoint, ok bool, skipped [
 		}
 		jobDir := filepath.Join(stateDir, e.Name())
 		setDir, m, sk, err := jobset.Latest(jobDir, key)
-		skipped = append(skipped, sk...)
 		if err != nil {
+			// err names the sets refused and why.
 			skipped = append(skipped, err)
 			continue
 		}
+		skipped = append(skipped, sk...)
 		if !ok || m.Created.After(rp.Manifest.Created) {
 			rp, ok = resumePoint{JobDir: jobDir, SetDir: setDir, Manifest: m}, true
 		}
@@ -201,6 +202,10 @@ type slurmWork struct {
 
 func parseSlurmWork(args []string, out io.Writer) (slurmWork, error) {
 	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	// "run PROGRAM" is PROGRAM, as in 'dpvm run'.
+	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]
 	}
 	if len(args) == 0 {

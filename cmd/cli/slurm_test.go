@@ -1,11 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/ckpt/jobset"
 )
 
 func TestExpandHostlist(t *testing.T) {
@@ -112,13 +118,79 @@ func TestParseSlurmWork(t *testing.T) {
 	if err != nil || w.kernel != "cg" || w.np != 2 || w.what != "npb cg class S np 2" {
 		t.Errorf("npb: %+v, %v", w, err)
 	}
-	w, err = parseSlurmWork([]string{"hello", "-n", "3"}, nil)
-	if err != nil || w.kernel != "" || w.root == nil || w.what != "hello -n 3" {
-		t.Errorf("hello: %+v, %v", w, err)
+	for _, args := range [][]string{{"hello", "-n", "3"}, {"run", "hello", "-n", "3"}, {"--", "run", "hello", "-n", "3"}} {
+		w, err = parseSlurmWork(args, nil)
+		if err != nil || w.kernel != "" || w.root == nil || w.what != "hello -n 3" {
+			t.Errorf("%q: %+v, %v", args, w, err)
+		}
 	}
 	for _, args := range [][]string{nil, {"--"}, {"npb"}, {"npb", "zz"}, {"npb", "cg", "extra"}, {"npb", "cg", "--np", "x"}, {"nosuchprogram"}} {
 		if _, err := parseSlurmWork(args, nil); err == nil {
 			t.Errorf("parseSlurmWork(%q): want an error", args)
 		}
+	}
+}
+
+// writeSet writes a complete checkpoint set of one task file for job
+// under stateDir, created at created.
+func writeSet(t *testing.T, stateDir, job string, seq uint64, created time.Time, key []byte) string {
+	t.Helper()
+	jobDir, err := jobset.JobDir(stateDir, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setDir, err := jobset.NewSet(jobDir, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(setDir, "task-1-1.ckpt"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := jobset.NewSummer(f)
+	fmt.Fprintf(sum, "state of %s at %d", job, seq)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e := jobset.Entry{TID: "t1:1", Type: "npb.root", Host: "n1", File: "task-1-1.ckpt"}
+	sum.Fill(&e)
+	m := &jobset.Manifest{Job: job, Seq: seq, Created: created, Root: "t1:1", Program: "npb.root", Entries: []jobset.Entry{e}}
+	if err := jobset.WriteManifest(setDir, m, key); err != nil {
+		t.Fatal(err)
+	}
+	return setDir
+}
+
+func TestFindResume(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	dir := t.TempDir()
+	if _, ok, _, err := findResume(dir, key); ok || err != nil {
+		t.Fatalf("empty state directory: ok %v, err %v", ok, err)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	writeSet(t, dir, "j1", 1, t0, key)
+	want := writeSet(t, dir, "j1", 2, t0.Add(time.Minute), key)
+	// A newer set without its manifest is incomplete: passed over.
+	jobDir, _ := jobset.JobDir(dir, "j1")
+	if _, err := jobset.NewSet(jobDir, 3); err != nil {
+		t.Fatal(err)
+	}
+	rp, ok, skipped, err := findResume(dir, key)
+	if err != nil || !ok {
+		t.Fatalf("findResume: ok %v, err %v, skipped %v", ok, err, skipped)
+	}
+	if rp.SetDir != want || rp.JobDir != jobDir || rp.Manifest.Seq != 2 || rp.Manifest.Program != "npb.root" {
+		t.Errorf("resume point %+v, want set %s", rp, want)
+	}
+	if len(skipped) != 1 {
+		t.Errorf("skipped %v, want the incomplete set 3", skipped)
+	}
+	// Under another key nothing authenticates: a fresh start, with reasons.
+	_, ok, skipped, err = findResume(dir, bytes.Repeat([]byte{8}, 32))
+	if ok || err != nil || len(skipped) == 0 {
+		t.Errorf("wrong key: ok %v, skipped %v, err %v", ok, skipped, err)
+	}
+	if _, _, _, err := findResume(filepath.Join(dir, "missing"), key); err == nil {
+		t.Error("a missing state directory: want an error")
 	}
 }

@@ -327,7 +327,9 @@ func slurmLaunch(c *cli.Context) error {
 	stopDaemons := func(cl *daemon.Client) {
 		if cl != nil {
 			hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = cl.Halt(hctx)
+			if err := cl.Halt(hctx); err != nil {
+				fmt.Fprintf(c.App.ErrWriter, "dpvm slurm: halting the virtual machine: %v\n", err)
+			}
 			cancel()
 		}
 		select {
@@ -373,8 +375,9 @@ func slurmLaunch(c *cli.Context) error {
 	case sig := <-sigs:
 		fmt.Fprintf(out, "dpvm slurm: %v: checkpointing the job (grace %v)\n", sig, c.Duration("grace"))
 		checkpointAll(cl, c.Duration("grace"), out)
-		cancel()
+		// Halt before cancelling the run: the client stays usable.
 		stopDaemons(cl)
+		cancel()
 		<-done
 		return cli.Exit("slurm: stopped by "+sig.String()+"; run the batch script again (or requeue) to resume", 143)
 	}

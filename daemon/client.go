@@ -135,17 +135,15 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 	c.wmu.Unlock()
 	if err != nil {
 		c.calls.forget(id)
-		return fmt.Errorf("%s: %w", method, err)
+		return fmt.Errorf("send to the master: %w", err)
 	}
-	err = c.calls.await(ctx, id, ch, c.closed, func() error {
+	// The master's answer says what went wrong and the caller knows
+	// which operation it asked for: neither is repeated here.
+	return c.calls.await(ctx, id, ch, c.closed, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.err
 	}, out)
-	if err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	return nil
 }
 
 // Hosts lists the virtual machine's hosts.

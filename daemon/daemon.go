@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -98,6 +100,14 @@ type Config struct {
 	// MoveTimeout bounds the wait for a migrating task to reach a safe
 	// point (default 10s); past it the move fails and the task runs on.
 	MoveTimeout time.Duration
+	// MoveStepTimeout bounds the answer to each control step of a move
+	// (prepare, commit, and an abort's cancel and resume; default 10s).
+	// A step of an abort that fails is tried again every Heartbeat.
+	MoveStepTimeout time.Duration
+	// MoveTransferTimeout bounds a move's checkpoint write at the origin
+	// and its restore at the destination, each (default 1 minute); past it
+	// the move aborts.
+	MoveTransferTimeout time.Duration
 	// Load is where the host's situation comes from for the scheduler
 	// (default: a static source of no external load and unknown memory,
 	// right for several daemons on one machine; `dpvm daemon` uses procfs).
@@ -128,6 +138,9 @@ type Config struct {
 	// left the origin; "migrate:restored", after the destination has
 	// restored the task), so that tests can fail the master there.
 	FaultHook func(point string)
+	// Metrics, if set, receives the daemon's metrics and move events
+	// (package metrics); nil: none are kept.
+	Metrics *metrics.Metrics
 	// Cores, Speed and MemMiB describe the host (defaults: the machine's
 	// CPU count, 1, 0 for unknown).
 	Cores  int
@@ -186,6 +199,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MoveTimeout <= 0 {
 		c.MoveTimeout = 10 * time.Second
+	}
+	if c.MoveStepTimeout <= 0 {
+		c.MoveStepTimeout = 10 * time.Second
+	}
+	if c.MoveTransferTimeout <= 0 {
+		c.MoveTransferTimeout = time.Minute
 	}
 	if c.Load == nil {
 		c.Load = load.Static{}
@@ -278,7 +297,8 @@ type Daemon struct {
 	// the first host that joins when the master listens on a wildcard
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
-	nw      *network // nil for a standalone daemon
+	nw      *network         // nil for a standalone daemon
+	met     *metrics.Metrics // nil: no metrics (see observe.go)
 
 	// Routing state, guarded by rmu: the route cache (authoritative at the
 	// master), and reliable delivery's sending and receiving sides.
@@ -307,13 +327,17 @@ type Daemon struct {
 	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
-	migMu      sync.Mutex
-	migs       map[task.TID]*migration // migrations under way (master)
-	whyMu      sync.Mutex
-	why        error // the first reason given to stop
-	stopOnce   sync.Once
-	done       chan struct{} // closed when the daemon has stopped
-	stopErr    error
+	// migMu guards the move machine (master: the moves under way and the
+	// epoch clock) and the driver's record of each move. It is held only
+	// while the machine takes an event, never across a call.
+	migMu    sync.Mutex
+	moves    *move.Machine
+	runs     map[move.ID]*moveRun
+	whyMu    sync.Mutex
+	why      error // the first reason given to stop
+	stopOnce sync.Once
+	done     chan struct{} // closed when the daemon has stopped
+	stopErr  error
 
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted // running tasks
@@ -342,6 +366,9 @@ type Daemon struct {
 	// prepared here that are on their way in.
 	moving   map[task.TID]*leaving
 	incoming map[task.TID]*arriving
+	// moveFloor is, per task, the newest move this host cancelled or
+	// resumed it for: steps of that move and older ones are refused.
+	moveFloor map[task.TID]move.ID
 }
 
 type watcher struct {
@@ -386,7 +413,9 @@ func newDaemon(cfg Config) *Daemon {
 		hostJobs:   map[task.HostID]map[uint64]bool{},
 		moving:     map[task.TID]*leaving{},
 		incoming:   map[task.TID]*arriving{},
-		migs:       map[task.TID]*migration{},
+		moves:      move.New(0, 0),
+		runs:       map[move.ID]*moveRun{},
+		moveFloor:  map[task.TID]move.ID{},
 		bwait:      map[task.TID]chan error{},
 		bpending:   map[task.TID]arrival{},
 		load:       load.NewInjected(cfg.Load),
@@ -397,7 +426,9 @@ func newDaemon(cfg Config) *Daemon {
 		done:       make(chan struct{}),
 		reportKick: make(chan struct{}, 1),
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
+		met:        cfg.Metrics,
 	}
+	d.met.SetSource(d.metricsSnapshot)
 	d.setSlowdown(0) // the declared speed until a sample says more
 	w := cfg.Output
 	if w == nil {
@@ -466,12 +497,34 @@ func (d *Daemon) stop(why error) {
 // shuts it down in the background, so the caller — a connection's reader —
 // is not blocked by the shutdown it starts.
 func (d *Daemon) stopAsync(why error) {
+	d.stopping(why)
+	go d.stop(why)
+}
+
+// stopping records why the daemon is about to stop (the first reason given
+// wins), before it tells anyone: what it loses from then on is expected.
+func (d *Daemon) stopping(why error) {
 	d.whyMu.Lock()
 	if d.why == nil {
 		d.why = why
 	}
 	d.whyMu.Unlock()
-	go d.stop(why)
+}
+
+// isStopping reports whether the daemon is stopping or has stopped.
+func (d *Daemon) isStopping() bool {
+	d.whyMu.Lock()
+	defer d.whyMu.Unlock()
+	return d.why != nil
+}
+
+// lossLevel is the level of a line about something lost: a warning, unless
+// the daemon is stopping, when losing it is expected.
+func (d *Daemon) lossLevel() slog.Level {
+	if d.isStopping() {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 // shutdown kills every task, waits for their goroutines until ctx is done,
@@ -546,6 +599,9 @@ type hosted struct {
 	moveReq  atomic.Pointer[moveRequest]
 	moveKick chan struct{} // wakes a RecvSafe when a move is requested
 	moved    bool
+	// arrived is the move that restored the task here (0: none), so that a
+	// late cancel of that move learns that it happened.
+	arrived move.ID
 	// meter is the task's account of emulated slowness (see charge).
 	meter load.Meter
 	// ended is set when the task's goroutine is over, its exit reported.
@@ -761,7 +817,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		d.taskGone(h.tid)
 	default:
 		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Warn("report exit", "tid", h.tid, "error", err)
+			d.log.Log(context.Background(), d.lossLevel(), "report exit", "tid", h.tid, "error", err)
 		}
 	}
 	// Exit notices travel as the task's last messages to their watchers,

@@ -22,7 +22,7 @@ func (h *hosted) Parent() task.TID                                 { return h.pa
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
 func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job} }
-func (h *hosted) Logger() *slog.Logger                             { return h.d.log.With("tid", h.tid) }
+func (h *hosted) Logger() *slog.Logger                             { return h.d.taskLog(h) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
 func (h *hosted) alive() error                                     { return h.ctxErr(context.Background()) }
 func (h *hosted) dead() <-chan struct{}                            { return h.ctx.Done() }

@@ -301,7 +301,7 @@ func (d *Daemon) sendRelease(h task.HostID, group string, tids []task.TID, faile
 		e.Reason, e.Code = failed.Error(), codeOf(failed)
 	}
 	if err := d.sendEvent(d.ctx, h, e); err != nil {
-		d.log.Warn("barrier release", "host", h, "error", err)
+		d.log.Warn("barrier release", "peer", h, "error", err)
 	}
 }
 

@@ -245,7 +245,7 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (JobCheckpoint, error) {
 	js, err := d.job(job)
 	if err != nil {
-		return JobCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
+		return JobCheckpoint{}, err
 	}
 	return d.checkpointJob(ctx, js, root, d.cfg.MoveTimeout)
 }
@@ -254,6 +254,7 @@ func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (Jo
 // their safe points.
 func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, hold time.Duration) (res JobCheckpoint, err error) {
 	res = JobCheckpoint{Job: js.id, Name: js.name}
+	defer func(start time.Time) { d.jobCheckpointed(js.id, start, err) }(time.Now())
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
@@ -520,7 +521,9 @@ func (d *Daemon) startStaged(a restoreArgs) {
 	}
 	d.mu.Unlock()
 	for i, s := range todo {
-		d.install(s.meta, s.t, arrs[i], nil)
+		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
+			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
+		}
 	}
 }
 
@@ -663,22 +666,28 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
-			d.log.Error("restore: start restored tasks", "host", h, "error", err)
+			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
 		d.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
 	return nil
 }
 
-// restartEpoch is a route epoch above any the tasks had.
+// restartEpoch is a route epoch above any the tasks had: a new epoch of
+// the move machine's clock, which is above every epoch handed out before,
+// also those of routes the master has forgotten (exited tasks) and that
+// other daemons still hold.
 func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	d.rmu.Lock()
-	defer d.rmu.Unlock()
 	var e uint64
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
-	return e + 1
+	d.rmu.Unlock()
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.moves.Observe(e)
+	return d.moves.NextEpoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -762,7 +771,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	js.ck.Lock()
 	defer js.ck.Unlock()
 	if js.seq == 0 {
-		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "host", lost)
+		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", lost)
 		return
 	}
 	root := d.cfg.SharedDir
@@ -798,6 +807,7 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	}
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
 		d.log.Error("job rollback failed; the job is lost", "job", js.id, "set", setDir, "error", err)
+		d.met.RolledBack(js.id, time.Since(start), err)
 		return
 	}
 	js.seq = m.Seq
@@ -805,7 +815,8 @@ func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
 	js.broken = false
 	js.rmu.Unlock()
 	d.rollbacks.Add(1)
-	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "host", lost,
+	d.met.RolledBack(js.id, time.Since(start), nil)
+	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", lost,
 		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
 }
 

@@ -94,7 +94,7 @@ func (n *network) hostList(self HostInfo) []HostInfo {
 // messages for it dropped, and notifications fire.
 func (d *Daemon) removeHost(id task.HostID, why string) {
 	if d.cfg.Master {
-		d.abortMovesTo(id)
+		d.movesHostLost(id)
 		d.schedDirty()
 	}
 	n := d.nw
@@ -115,13 +115,13 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	dropped := d.outbox.DropHost(id)
 	d.rmu.Unlock()
 	if len(dropped) > 0 {
-		d.log.Warn("messages for tasks lost with their host dropped", "host", id, "tasks", dropped)
+		d.log.Log(context.Background(), d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
 	}
 	lvl := slog.LevelWarn
 	if why == reasonLeft {
 		lvl = slog.LevelInfo
 	}
-	d.log.Log(context.Background(), lvl, "host deleted", "host", id, "name", hi.Name, "reason", why)
+	d.log.Log(context.Background(), lvl, "host deleted", "peer", id, "peer_name", hi.Name, "reason", why)
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
 		d.taskLossNotices(id)
@@ -641,6 +641,7 @@ func (d *Daemon) DeleteHost(ctx context.Context, name string) error {
 // HaltVM stops the whole virtual machine (master): every daemon is told to
 // stop, then the master stops.
 func (d *Daemon) HaltVM() {
+	d.stopping(task.ErrHalted) // hosts hanging up from now on are no loss
 	if d.nw != nil {
 		d.broadcast(&event{Kind: evHalt, Reason: "halt requested"}, 0)
 	}

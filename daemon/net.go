@@ -91,6 +91,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if !c.Master {
 		d.goFunc(d.reportOnKick)
 	}
+	if c.Master {
+		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
+	}
 	if c.Master && c.Sched.Period > 0 {
 		d.goFunc(d.schedLoop)
 	}
@@ -147,12 +150,13 @@ func (d *Daemon) join(ctx context.Context) error {
 	d.rmu.Unlock()
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info
+	p.ctr = d.met.Peer(p.info.Name)
 	n.mu.Lock()
 	n.master = p
 	n.peers[MasterID] = p
 	n.mu.Unlock()
 	d.startPeer(p, r)
-	d.log.Info("joined the virtual machine", "master", d.cfg.Join, "host", d.self.ID)
+	d.log.Info("joined the virtual machine", "master", d.cfg.Join, "host_id", d.self.ID)
 	return nil
 }
 
@@ -277,7 +281,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
 		d.hostNotice(task.HostAdd, info)
 		d.schedDirty() // a new host, or one registering again with its tasks
-		d.log.Info("host joined", "host", info.ID, "name", info.Name, "addr", info.Addr)
+		d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
 	default:
 		n.mu.Lock()
 		hi := n.hosts[h.Host]
@@ -302,6 +306,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 // (both daemons dialled at once), the connection dialled by the smaller
 // host ID wins; unacknowledged messages are resent on the winner.
 func (d *Daemon) attach(p *peer) bool {
+	p.ctr = d.met.Peer(p.info.Name)
 	n := d.nw
 	n.mu.Lock()
 	old := n.peers[p.info.ID]

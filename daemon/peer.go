@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
@@ -28,15 +29,19 @@ type peer struct {
 	role  pki.Role
 	conn  transport.Conn
 	st    transport.Stream
-	dialr bool // we dialled this connection
+	dialr bool          // we dialled this connection
+	ctr   *metrics.Peer // message counters of the peer host (nil: none kept); set before the peer is attached
 
-	wmu      sync.Mutex
-	buf      []byte // frames waiting for the writer
-	spare    []byte
-	msgsOff  int // offset of an open message batch frame in buf, or -1
-	kick     chan struct{}
-	writing  bool // a goroutine is writing to the stream
-	draining bool // flush, then close the sending side
+	wmu     sync.Mutex
+	buf     []byte // frames waiting for the writer
+	spare   []byte
+	msgsOff int // offset of an open message batch frame in buf, or -1
+	// nSent and bSent count the messages in buf and their payload bytes,
+	// for ctr: counted once per write, not per message.
+	nSent, bSent int
+	kick         chan struct{}
+	writing      bool // a goroutine is writing to the stream
+	draining     bool // flush, then close the sending side
 	// acks waiting to go out with the next write (or after ackDelay).
 	acks     map[routing.Pair]uint64
 	ackTimer *time.Timer // signals the writer; made once
@@ -141,6 +146,8 @@ func (p *peer) envelope(e *routing.Envelope, inline bool) {
 		p.buf, p.msgsOff = routing.BeginFrame(p.buf, routing.KindMsgs)
 	}
 	p.buf = routing.AppendEnvelope(p.buf, e)
+	p.nSent++
+	p.bSent += len(e.Body.Data)
 	routing.EndFrame(p.buf, p.msgsOff)
 	if len(p.buf)-p.msgsOff >= maxBatch {
 		p.msgsOff = -1
@@ -176,6 +183,8 @@ func (p *peer) flush() error {
 		out := p.buf
 		p.buf, p.spare = p.spare[:0], nil
 		p.msgsOff = -1
+		nSent, bSent := p.nSent, p.bSent
+		p.nSent, p.bSent = 0, 0
 		if len(p.acks) > 0 {
 			var off int
 			out, off = routing.BeginFrame(out, routing.KindAcks)
@@ -195,6 +204,7 @@ func (p *peer) flush() error {
 			return nil
 		}
 		p.wmu.Unlock()
+		p.ctr.Sent(nSent, bSent)
 		_, err := p.st.Write(out)
 		p.lastWrite.Store(time.Now().UnixNano())
 		p.wmu.Lock()

@@ -47,6 +47,10 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		// hold the message until it is.
 		r = l.dest
 		r.InTransit = true
+	case h == nil && l != nil && r.Host == d.cfg.HostID:
+		// Suspended here, its move aborted, the way back known: hold the
+		// message until it resumes here.
+		r.InTransit = true
 	case h == nil && arr != nil && r.Host == d.cfg.HostID:
 		// On its way here, and known to be (its new route is out): hold the
 		// message until it is restored. Before that it still runs at its
@@ -91,7 +95,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	if err != nil {
 		// Kept in the outbox: resent when the host is reachable, dropped
 		// if it is deleted.
-		d.log.Warn("message held", "to", to, "host", r.Host, "error", err)
+		d.log.Warn("message held", "to", to, "peer", r.Host, "error", err)
 		return nil
 	}
 	peer.envelope(&e, true)
@@ -114,17 +118,25 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
+	var nRecv, bRecv int // for the metrics, counted per frame
 	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+		nRecv++
+		bRecv += len(e.Body.Data)
 		d.mu.Lock()
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]
 		l, arr := d.moving[e.To], d.incoming[e.To]
-		if h == nil && arr != nil {
+		back := h == nil && l != nil && d.comingBack(e.To, l)
+		switch {
+		case h == nil && arr != nil:
 			// On its way here: keep it, unacknowledged, until restored.
 			arr.held = append(arr.held, heldMsg{host: p.info.ID, env: e})
+		case back:
+			// Its move aborted and it resumes here: likewise.
+			l.held = append(l.held, heldMsg{host: p.info.ID, env: e})
 		}
 		d.mu.Unlock()
-		if h == nil && arr != nil {
+		if h == nil && (arr != nil || back) {
 			return nil
 		}
 		if h == nil && l != nil {
@@ -159,6 +171,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		return nil
 	})
 	d.rmu.Unlock()
+	p.ctr.Received(nRecv, bRecv)
 	if err != nil {
 		return err
 	}
@@ -238,6 +251,9 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 			if arr := d.incoming[e.To]; t == nil && arr != nil {
 				arr.held = append(arr.held, heldMsg{host: d.cfg.HostID, env: e})
 			}
+			if l := d.moving[e.To]; t == nil && l != nil {
+				l.held = append(l.held, heldMsg{host: d.cfg.HostID, env: e})
+			}
 			d.mu.Unlock()
 			if t == nil {
 				continue
@@ -254,7 +270,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 	}
 	p, err := d.peerFor(d.ctx, h)
 	if err != nil {
-		d.log.Warn("resend", "host", h, "error", err)
+		d.log.Warn("resend", "peer", h, "error", err)
 		return
 	}
 	for i := range envs {
@@ -284,16 +300,19 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 	now := time.Now()
 	d.rmu.Lock()
 	for _, e := range entries {
-		if d.routes.Update(e.TID, e.Route) {
-			d.mu.Lock()
-			arriving := d.incoming[e.TID] != nil
-			d.mu.Unlock()
-			if arriving && e.Route.Host == d.cfg.HostID {
-				continue // what is held here for it is released when it is restored
-			}
-			if h, envs := d.outbox.Reroute(e.TID, e.Route, now); len(envs) > 0 {
-				todo = append(todo, resend{h, envs})
-			}
+		// The outbox follows the newest route known, even when the table
+		// knew it already (from a refusal): messages held for a move
+		// whose commit was learnt that way go now.
+		d.routes.Update(e.TID, e.Route)
+		r := d.routes.Lookup(e.TID)
+		d.mu.Lock()
+		arriving := d.incoming[e.TID] != nil
+		d.mu.Unlock()
+		if arriving && r.Host == d.cfg.HostID {
+			continue // what is held here for it is released when it is restored
+		}
+		if h, envs := d.outbox.Reroute(e.TID, r, now); len(envs) > 0 {
+			todo = append(todo, resend{h, envs})
 		}
 	}
 	d.rmu.Unlock()
@@ -406,4 +425,15 @@ func (d *Daemon) retransmit(now time.Time) {
 	for h, envs := range due {
 		d.transmit(h, envs)
 	}
+}
+
+// comingBack reports whether task tid, suspended here for a move (l),
+// resumes here: the master aborted the move, and the way back (a route to
+// this host newer than the move's) is known before the resume step has
+// come (the destination refuses naming it). Messages for it are then
+// kept for it, as for an arriving task, instead of refused (d.rmu and d.mu
+// held).
+func (d *Daemon) comingBack(tid task.TID, l *leaving) bool {
+	r := d.routes.Lookup(tid)
+	return r.Host == d.cfg.HostID && r.Epoch > l.dest.Epoch
 }

@@ -119,7 +119,9 @@ type LocalVM struct {
 
 // StartLocalVM starts a master and hosts-1 daemons joining it on
 // 127.0.0.1, with a fresh cluster key. cfg supplies the settings common to
-// all (output, logger, heartbeats); its network fields are set here.
+// all (output, logger, heartbeats); its network fields are set here. With
+// cfg.Metrics, the master gets it and each other daemon a fresh one
+// (Metrics.Fresh).
 func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) {
 	key := cfg.Key
 	if key == nil {
@@ -135,6 +137,7 @@ func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) 
 		c.Master, c.Join, c.Name = i == 0, "", ""
 		if i > 0 {
 			c.Join = vm.Daemons[0].Addr()
+			c.Metrics = cfg.Metrics.Fresh() // each daemon its own; the master keeps cfg's
 		}
 		d, err := Start(ctx, c)
 		if err != nil {
@@ -150,7 +153,12 @@ func StartLocalVM(ctx context.Context, hosts int, cfg Config) (*LocalVM, error) 
 func (vm *LocalVM) Master() *Daemon { return vm.Daemons[0] }
 
 // Halt stops every daemon, hosts first, waiting at most timeout for each.
+// The master knows the machine is halting: the hosts leaving it are no
+// loss.
 func (vm *LocalVM) Halt(timeout time.Duration) {
+	if len(vm.Daemons) > 0 {
+		vm.Master().stopping(task.ErrHalted)
+	}
 	for i := len(vm.Daemons) - 1; i >= 0; i-- {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		_ = vm.Daemons[i].Halt(ctx)

@@ -366,6 +366,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 	d.schedMu.Lock()
 	st.status = status
 	d.schedMu.Unlock()
+	d.schedObserved(now, true, status.Processes)
 }
 
 // quietCheck makes the check without listing any host's processes when
@@ -411,6 +412,7 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 		}
 	}
 	st.status = status
+	d.schedObserved(now, false, nil)
 	return true
 }
 

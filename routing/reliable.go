@@ -207,7 +207,11 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 	case rf.Route.Host == 0:
 		o.DropReceiver(rf.To)
 		return 0, nil
-	case rf.Route.Epoch > q.route.Epoch:
+	case rf.Route.Epoch > q.route.Epoch,
+		rf.Route.Epoch == q.route.Epoch && q.held && !rf.Route.InTransit && rf.Route.Host == q.route.Host:
+		// A newer route, or the commit of the move the messages are held
+		// for (a daemon that learns it from a refusal may never see it
+		// again in a broadcast).
 		return o.Reroute(rf.To, rf.Route, now)
 	case rf.Route.Epoch < q.route.Epoch || from != q.route.Host:
 		if q.held {

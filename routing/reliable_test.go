@@ -374,3 +374,33 @@ func TestOutboxReusesEmptiedQueues(t *testing.T) {
 		t.Fatalf("ForHost = %v", got)
 	}
 }
+
+func ExampleOutbox() {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	e := Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}
+	fmt.Println(o.Push(e, Route{Host: 2}, time.Unix(0, 0)))
+	o.Ack(Ack{From: a, To: b, Seq: 1})
+	fmt.Println(o.Bytes())
+	// Output:
+	// true
+	// 0
+}
+
+// TestRefusedCommitReleasesHeld: messages held for a move (an in-transit
+// refusal) go out when a refusal names the committed route of that same
+// move — a sender that learns the commit that way may never see it in a
+// broadcast, which finds the route already known.
+func TestRefusedCommitReleasesHeld(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	now := time.Unix(0, 0)
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}, Route{Host: 2}, now)
+	if h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 3, Epoch: 5, InTransit: true}}, 2, now); h != 0 || len(envs) != 0 {
+		t.Fatalf("an in-transit refusal resent %d messages to %v", len(envs), h)
+	}
+	h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 3, Epoch: 5}}, 2, now)
+	if h != 3 || len(envs) != 1 {
+		t.Fatalf("the committed route released %d messages to %v, want 1 to h3", len(envs), h)
+	}
+}

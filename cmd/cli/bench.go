@@ -100,10 +100,13 @@ func benchPingpongCommand() *cli.Command {
 			"stream of 8 B messages, the time to spawn 32 tasks on the other daemon and\n" +
 			"hear from each, and the mean time of a barrier of 8 tasks over both daemons.\n" +
 			"--compare also measures raw quic-go in alternating rounds and prints the\n" +
-			"ratios and the runtime's performance targets.",
+			"ratios and the runtime's performance targets. --metrics makes the daemons\n" +
+			"keep their Prometheus metrics (scraped once at the end); --compare --metrics\n" +
+			"measures dpvm without and with metrics in alternating rounds instead: their cost.",
 		Flags: append(benchFlags(true),
 			&cli.BoolFlag{Name: "local", Usage: "both tasks on one daemon"},
-			&cli.BoolFlag{Name: "compare", Usage: "measure raw quic-go too and print the ratios"},
+			&cli.BoolFlag{Name: "compare", Usage: "measure raw quic-go too and print the ratios (with --metrics: dpvm without metrics)"},
+			&cli.BoolFlag{Name: "metrics", Usage: "the daemons keep their metrics, as with 'dpvm daemon --metrics-listen'"},
 		),
 		Action: func(c *cli.Context) error {
 			o, err := benchOptions(c)
@@ -117,6 +120,18 @@ func benchPingpongCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := c.App.Writer
+			o.Metrics = c.Bool("metrics")
+			if c.Bool("compare") && o.Metrics {
+				cmp, err := bench.CompareMetrics(ctx, mode, o, c.Int("rounds"))
+				if err != nil {
+					return benchFailed(err)
+				}
+				if c.Bool("json") {
+					return writeJSONLine(out, cmp)
+				}
+				benchHeader(out, "pingpong --compare --metrics")
+				return bench.WriteMetricsComparison(out, cmp)
+			}
 			if c.Bool("compare") {
 				cmp, err := bench.Compare(ctx, mode, o, c.Int("rounds"))
 				if err != nil {

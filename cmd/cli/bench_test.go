@@ -136,3 +136,45 @@ func TestBenchErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCompareMetrics runs `bench pingpong --compare --metrics`: dpvm
+// without and with metrics side by side, the metrics having counted the
+// run's messages.
+func TestBenchCompareMetrics(t *testing.T) {
+	args := append([]string{"bench", "pingpong", "--compare", "--metrics", "--sizes", "8,1K"}, benchTaskSmall...)
+	code, out, errOut := dpvm(t, args...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("status %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"dpvm bench pingpong --compare --metrics on ", "with metrics against without, 1 alternating round(s)",
+		"off one-way", "on one-way", "on bandwidth", "   8 B ", " 1 KiB ", "message rate: off ", "messages the metrics counted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = dpvm(t, append([]string{"bench", "pingpong", "--compare", "--metrics", "--json", "--sizes", "8"}, benchTaskSmall...)...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("--json: status %d, stderr %q", code, errOut)
+	}
+	var c struct {
+		Off struct {
+			Mode            string
+			MetricsMessages float64 `json:"metrics_messages"`
+		} `json:"off"`
+		On struct {
+			Mode            string
+			MetricsMessages float64 `json:"metrics_messages"`
+		} `json:"on"`
+		Ratios []struct {
+			Size    int
+			Latency float64
+		} `json:"ratios"`
+		RateRatio float64 `json:"rate_ratio"`
+	}
+	// The stream alone sends 2000 messages one way; the metrics of both
+	// daemons count each sent and received.
+	if err := json.Unmarshal([]byte(out), &c); err != nil || c.On.Mode != "remote" || c.Off.MetricsMessages != 0 ||
+		c.On.MetricsMessages < 2*2000 || len(c.Ratios) != 1 || c.Ratios[0].Latency <= 0 || c.RateRatio <= 0 {
+		t.Errorf("%v:\n%s", err, out)
+	}
+}

@@ -17,11 +17,16 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 )
 
-// Job checkpoint flags shared by run and restart.
-var (
-	checkpointEveryFlag = &cli.DurationFlag{Name: "checkpoint-every", Usage: "take a coordinated checkpoint of the job this often, into the shared directory (0: only with 'dpvm checkpoint')"}
-	keepFlag            = &cli.IntFlag{Name: "keep", Value: 2, Usage: "complete checkpoints of the job to keep"}
-)
+// checkpointEveryFlag and keepFlag are the job checkpoint flags shared by
+// run, restart, spawn and npb. Flags are made anew for each command tree:
+// urfave/cli writes the values it parses into them.
+func checkpointEveryFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "checkpoint-every", Usage: "take a coordinated checkpoint of the job this often, into the shared directory (0: only with 'dpvm checkpoint')"}
+}
+
+func keepFlag() cli.Flag {
+	return &cli.IntFlag{Name: "keep", Value: 2, Usage: "complete checkpoints of the job to keep"}
+}
 
 func jobOptions(c *cli.Context) (daemon.JobOptions, error) {
 	o := daemon.JobOptions{CheckpointEvery: c.Duration("checkpoint-every"), Keep: c.Int("keep")}
@@ -59,7 +64,7 @@ func checkpointControl() controlCommand {
 				"'dpvm restart DIR/job-NAME' starts the job again from its newest complete set.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "dir", Usage: "directory to write the checkpoint under (default: the shared directory)"},
-				jsonFlag,
+				jsonFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -95,7 +100,9 @@ func restartCommand() *cli.Command {
 			"over. Every task keeps its identity and goes back to its host if that host is still\n" +
 			"in the virtual machine. The job's output follows, as with 'dpvm run --master', and the\n" +
 			"command exits with the root task's status.",
-		Flags: []cli.Flag{masterAddrFlag, clusterKeyFlag, checkpointEveryFlag, keepFlag},
+		Flags: []cli.Flag{masterAddrFlag(), clusterKeyFlag(), checkpointEveryFlag(), keepFlag(),
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({dir, status, error}); the job's output goes to standard error"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit(fmt.Sprintf("restart: give one directory, got %d arguments", c.NArg()), 2)
@@ -126,9 +133,18 @@ func restartCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("restart: "+err.Error(), 2)
 			}
-			info, err := cl.Restart(ctx, dir, opts, c.App.Writer)
+			out := c.App.Writer
+			if c.Bool("json") {
+				out = c.App.ErrWriter
+			}
+			info, err := cl.Restart(ctx, dir, opts, out)
 			if err == nil {
 				err = daemon.ExitError(info)
+			}
+			if c.Bool("json") {
+				if jerr := printJSON(c.App.Writer, newRunResult("", dir, err)); jerr != nil {
+					return cli.Exit("restart: "+jerr.Error(), exitFailed)
+				}
 			}
 			return exitFor("restart", err)
 		},

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -36,11 +38,13 @@ var (
 func consoleCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "console",
-		Usage: "control a running virtual machine interactively (conf, ps, spawn, kill, delete, halt)",
+		Usage: "control a running virtual machine interactively: every command of this list that acts on one, with Tab completion",
 		Description: "The console connects once to the master and reads commands, one a line, with the\n" +
-			"same flags as the one-shot commands ('help' lists them). On a terminal it edits\n" +
-			"lines and keeps a history (up/down arrows); otherwise it reads a script from\n" +
-			"standard input without a prompt and exits with status 1 if a command failed:\n" +
+			"same flags as the one-shot commands ('help' lists them). The output of jobs started\n" +
+			"with run or restart shows in the console as it comes. On a terminal it edits lines\n" +
+			"(Home, End, Tab completes commands, flags, TIDs and hosts) and keeps a history\n" +
+			"(up/down arrows); otherwise it reads a script from standard input without a prompt,\n" +
+			"waits for the jobs it started and exits with status 1 if a command or job failed:\n" +
 			"  echo 'ps -a' | dpvm console --master 127.0.0.1:7070 --cluster-key vm.key\n" +
 			"quit, exit or the end of input leaves; halt stops the virtual machine and leaves.",
 		Flags: vmFlags(&cli.StringFlag{
@@ -58,9 +62,6 @@ func consoleAction(c *cli.Context) error {
 	if addr == "" {
 		return cli.Exit("console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
-	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("console: unexpected argument %q: commands are read from standard input", c.Args().First()), 2)
-	}
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
 		return cli.Exit("console: "+err.Error(), 2)
@@ -74,8 +75,12 @@ func consoleAction(c *cli.Context) error {
 
 	stdin, _ := c.App.Reader.(*os.File)
 	if stdin == nil || !term.IsTerminal(int(stdin.Fd())) {
+		// Jobs started with run write to the console as well.
+		var mu sync.Mutex
+		con.out, con.errOut = &lockedWriter{mu: &mu, w: con.out}, &lockedWriter{mu: &mu, w: con.errOut}
 		con.loop(ctx, plainLines{bufio.NewReader(c.App.Reader)}, nil)
-		if con.failed {
+		con.jobs.wait() // a script's jobs show their output to the end
+		if con.failed || con.jobs.failed.Load() {
 			return cli.Exit("", 1)
 		}
 		return nil
@@ -91,7 +96,8 @@ func consoleAction(c *cli.Context) error {
 	}
 	defer hist.close()
 	tl := newTermLines(stdin, c.App.Writer, int(stdin.Fd()), hist)
-	con.out, con.errOut = tl, tl
+	con.out, con.errOut, con.interactive = tl, tl, true
+	tl.setCompleter(newCompleter(con, tl))
 	fmt.Fprintf(tl, "connected to the master %s at %s; 'help' lists the commands, 'quit' leaves\n", con.cl.Master().Name, addr)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt)
@@ -112,6 +118,10 @@ type console struct {
 	cl     *daemon.Client // nil after the connection was lost
 	failed bool           // a command failed
 	halted bool           // the virtual machine was halted
+
+	interactive bool // reading a terminal
+
+	jobs consoleJobs // jobs started with run and restart, their output shown here
 }
 
 // lineReader reads the console's input, one line at a time without its end
@@ -162,29 +172,74 @@ func (con *console) execInterruptible(ctx context.Context, line string, sigs <-c
 	return con.exec(ctx, line)
 }
 
-// consoleCommands are the console's commands that act on the virtual
-// machine, in the order help lists them, with their synopses.
-var consoleCommands = []struct {
+// A consoleEntry is one command of the console: its words ("ps", or a
+// command and its subcommand, "sched status"), its synopsis for help, and
+// how to build it for a console, its Action set. To give the console a
+// command, add an entry to consoleCommands.
+type consoleEntry struct {
+	path     string
 	synopsis string
-	build    func() controlCommand
-}{
-	{"conf [--json]", confControl},
-	{"ps [-a] [--json]", psControl},
-	{"spawn TYPE [-n N] [--host H] [--json] [-- FLAGS | JSON]", spawnControl},
-	{"kill TID...", killControl},
-	{"delete HOST...", deleteControl},
-	{"migrate TID --to HOST [--via direct|indirect]", migrateControl},
-	{"checkpoint JOB [--dir DIR] [--json]", checkpointControl},
-	{"halt", haltControl},
+	build    func(con *console) *cli.Command
 }
 
-func lookupConsoleCommand(name string) (controlCommand, bool) {
-	for _, c := range consoleCommands {
-		if cc := c.build(); cc.cmd.HasName(name) {
-			return cc, true
-		}
+// words splits the entry's path.
+func (e consoleEntry) words() []string { return strings.Fields(e.path) }
+
+// consoleCommands are the console's commands, in the order help lists
+// them: every command of the command line that acts on a running virtual
+// machine.
+var consoleCommands = []consoleEntry{
+	{"conf", "conf [--json]", onClient(confControl)},
+	{"ps", "ps [-a] [--json]", onClient(psControl)},
+	{"spawn", "spawn TYPE [-n N] [--host H] [--json] [-- FLAGS | JSON]", onClient(spawnControl)},
+	{"run", "run PROGRAM [--checkpoint-every D] [--keep N] [-- FLAGS]", (*console).runCommand},
+	{"kill", "kill TID... [--json]", onClient(killControl)},
+	{"delete", "delete HOST... [--json]", onClient(deleteControl)},
+	{"migrate", "migrate TID --to HOST [--via direct|indirect] [--json]", onClient(migrateControl)},
+	{"checkpoint", "checkpoint JOB [--dir DIR] [--json]", onClient(checkpointControl)},
+	{"restart", "restart DIR [--checkpoint-every D] [--keep N]", (*console).restartCommand},
+	{"sched status", "sched status [--json]", onClient(schedStatusControl)},
+	{"load inject", "load inject HOST [--users N] [--load L] [--mem-free MIB] [--for D] [--add] [--clear]", onClient(loadInjectControl)},
+	{"add", "add HOST [user=U] [port=P] [name=N] ... [--copy] [--json]", (*console).addCommand},
+	{"halt", "halt [--json]", onClient(haltControl)},
+}
+
+// onClient builds a console command from a control command: it runs on the
+// console's connection to the master.
+func onClient(f func() controlCommand) func(*console) *cli.Command {
+	return func(con *console) *cli.Command {
+		cc := f()
+		cmd := cc.cmd
+		cmd.Action = func(c *cli.Context) error { return con.act(c, cc) }
+		return cmd
 	}
-	return controlCommand{}, false
+}
+
+// lookupConsoleCommand finds the entry whose words begin words: it returns
+// the entry and how many words its path took, or an error naming what is
+// unknown.
+func lookupConsoleCommand(words []string) (consoleEntry, int, error) {
+	var subs []string
+	for _, e := range consoleCommands {
+		ew := e.words()
+		if ew[0] != words[0] {
+			continue
+		}
+		if len(ew) == 1 {
+			return e, 1, nil
+		}
+		if len(words) > 1 && slices.Equal(ew, words[:len(ew)]) {
+			return e, len(ew), nil
+		}
+		subs = append(subs, ew[1])
+	}
+	switch {
+	case len(subs) > 0 && len(words) == 1:
+		return consoleEntry{}, 0, fmt.Errorf("%s: name a command: %s (see 'help %s')", words[0], strings.Join(subs, ", "), words[0])
+	case len(subs) > 0:
+		return consoleEntry{}, 0, fmt.Errorf("%s: unknown command %q (commands: %s)", words[0], words[1], strings.Join(subs, ", "))
+	}
+	return consoleEntry{}, 0, fmt.Errorf("unknown command %q ('help' lists the commands)", words[0])
 }
 
 // exec runs one line of input and reports whether the console should
@@ -198,22 +253,21 @@ func (con *console) exec(ctx context.Context, line string) (leave bool) {
 	if len(words) == 0 {
 		return false
 	}
-	name, args := words[0], words[1:]
-	switch name {
+	switch words[0] {
 	case "quit", "exit":
-		return true
+		return con.leave()
 	case "help", "?":
-		if err := con.help(ctx, args); err != nil {
+		if err := con.help(ctx, words[1:]); err != nil {
 			con.fail(err)
 		}
 		return false
 	}
-	cc, ok := lookupConsoleCommand(name)
-	if !ok {
-		con.fail(fmt.Errorf("unknown command %q ('help' lists the commands)", name))
+	e, n, err := lookupConsoleCommand(words)
+	if err != nil {
+		con.fail(err)
 		return false
 	}
-	if err := con.run(ctx, cc, args); err != nil {
+	if err := con.run(ctx, e, words[n:]); err != nil {
 		con.fail(err)
 		return false
 	}
@@ -224,22 +278,31 @@ func (con *console) exec(ctx context.Context, line string) (leave bool) {
 	return false
 }
 
-// run parses args with cc's flags, which may come before or after the
-// positional arguments, and runs cc on the console's connection.
-func (con *console) run(ctx context.Context, cc controlCommand, args []string) error {
-	cmd := cc.cmd
-	name := cmd.Name
-	cmd.CustomHelpTemplate = consoleCommandHelp
+// run parses args with e's flags, which may come before or after the
+// positional arguments, and runs e on the console.
+func (con *console) run(ctx context.Context, e consoleEntry, args []string) error {
+	cmd := e.build(con)
+	name := e.path
+	// The console's name of the command, which urfave/cli's HelpName is
+	// not ("dpvm console sched status").
+	cmd.CustomHelpTemplate = strings.ReplaceAll(consoleCommandHelp, "{{.HelpName}}", name)
 	cmd.Description = strings.ReplaceAll(cmd.Description, "  dpvm ", "  ")
 	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
 		return fmt.Errorf("%s: %w (see 'help %s')", name, err, name)
 	}
+	act := cmd.Action
 	cmd.Action = func(c *cli.Context) error {
-		err := con.act(ctx, c, cc)
+		err := act(c)
 		if err != nil && errors.Is(context.Cause(ctx), errInterrupted) {
 			return fmt.Errorf("%s: %w", name, errInterrupted)
 		}
 		return err
+	}
+	// A command of two words is the subcommand of a parent made for it.
+	words := e.words()
+	top := cmd
+	for i := len(words) - 2; i >= 0; i-- {
+		top = &cli.Command{Name: words[i], Subcommands: []*cli.Command{top}}
 	}
 	app := &cli.App{
 		Name:            "dpvm console",
@@ -249,15 +312,17 @@ func (con *console) run(ctx context.Context, cc controlCommand, args []string) e
 		HideVersion:     true,
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
-		Commands:        []*cli.Command{cmd},
+		Commands:        []*cli.Command{top},
 	}
-	return app.RunContext(ctx, reorderArgs(app, append([]string{app.Name, name}, args...)))
+	argv := append(append([]string{app.Name}, words...), args...)
+	return app.RunContext(ctx, reorderArgs(app, argv))
 }
 
 // act runs cc's action on the console's connection, connecting again
 // first if it was lost.
-func (con *console) act(ctx context.Context, c *cli.Context, cc controlCommand) error {
-	name := cc.cmd.Name
+func (con *console) act(c *cli.Context, cc controlCommand) error {
+	ctx := c.Context
+	name := commandName(c)
 	cl, err := con.client(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -270,7 +335,7 @@ func (con *console) act(ctx context.Context, c *cli.Context, cc controlCommand) 
 	}
 	var ec cli.ExitCoder
 	if err != nil && !errors.As(err, &ec) {
-		return fmt.Errorf("%s: %w", name, err)
+		return withContext(name, err)
 	}
 	if err == nil && name == "halt" {
 		con.halted = true
@@ -278,10 +343,11 @@ func (con *console) act(ctx context.Context, c *cli.Context, cc controlCommand) 
 	return err
 }
 
-// consoleCommandHelp is the template of 'help COMMAND' in the console.
-const consoleCommandHelp = `{{.Name}}: {{.Usage}}
+// consoleCommandHelp is the template of 'help COMMAND' in the console;
+// {{.HelpName}} is replaced by the command's name before use.
+const consoleCommandHelp = `{{.HelpName}}: {{.Usage}}
 
-usage: {{.Name}}{{if .VisibleFlags}} [flags]{{end}}{{if .ArgsUsage}} {{.ArgsUsage}}{{end}}{{if .Description}}
+usage: {{.HelpName}}{{if .VisibleFlags}} [flags]{{end}}{{if .ArgsUsage}} {{.ArgsUsage}}{{end}}{{if .Description}}
 
 {{.Description}}{{end}}{{if .VisibleFlags}}
 
@@ -292,8 +358,8 @@ flags:{{range .VisibleFlags}}
 // help lists the commands, or describes the one named.
 func (con *console) help(ctx context.Context, args []string) error {
 	switch {
-	case len(args) > 1:
-		return fmt.Errorf("help: one command at most, got %d", len(args))
+	case len(args) > 2:
+		return fmt.Errorf("help: one command at most, got %d words", len(args))
 	case len(args) == 1:
 		switch args[0] {
 		case "quit", "exit":
@@ -303,22 +369,46 @@ func (con *console) help(ctx context.Context, args []string) error {
 			fmt.Fprintln(con.out, "help [COMMAND]: list the commands, or describe one")
 			return nil
 		}
-		cc, ok := lookupConsoleCommand(args[0])
-		if !ok {
-			return fmt.Errorf("help: unknown command %q", args[0])
+		if listed := con.helpGroup(args[0]); listed {
+			return nil
 		}
-		return con.run(ctx, cc, []string{"--help"})
+		e, n, err := lookupConsoleCommand(args)
+		if err != nil {
+			return fmt.Errorf("help: %w", err)
+		}
+		return con.run(ctx, e, append(args[n:], "--help"))
+	case len(args) == 2:
+		e, n, err := lookupConsoleCommand(args)
+		if err != nil || n != 2 {
+			return fmt.Errorf("help: unknown command %q", strings.Join(args, " "))
+		}
+		return con.run(ctx, e, []string{"--help"})
 	}
 	tw := tabwriter.NewWriter(con.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Commands (flags may come before or after the arguments):")
-	for _, c := range consoleCommands {
-		cc := c.build()
-		fmt.Fprintf(tw, "  %s\t%s\n", c.synopsis, cc.cmd.Usage)
+	fmt.Fprintln(tw, "Commands (flags may come before or after the arguments; Tab completes):")
+	for _, e := range consoleCommands {
+		fmt.Fprintf(tw, "  %s\t%s\n", e.synopsis, e.build(con).Usage)
 	}
 	fmt.Fprintf(tw, "  help [COMMAND]\tlist the commands, or describe one\n")
 	fmt.Fprintf(tw, "  quit, exit\tleave the console; the virtual machine runs on\n")
-	fmt.Fprintln(tw, "Words may be quoted with '...' or \"...\"; tasks' output is printed by the master daemon.")
+	fmt.Fprintln(tw, "Words may be quoted with '...' or \"...\". The output of jobs started with run and restart\n"+
+		"shows here as it comes; that of tasks started with spawn is printed by the master daemon.")
 	return tw.Flush()
+}
+
+// helpGroup lists the commands under word when it is the first of
+// commands of two words ("sched"), and reports whether it was.
+func (con *console) helpGroup(word string) bool {
+	tw := tabwriter.NewWriter(con.out, 0, 4, 2, ' ', 0)
+	listed := false
+	for _, e := range consoleCommands {
+		if ew := e.words(); len(ew) > 1 && ew[0] == word {
+			fmt.Fprintf(tw, "  %s\t%s\n", e.synopsis, e.build(con).Usage)
+			listed = true
+		}
+	}
+	_ = tw.Flush()
+	return listed
 }
 
 // fail reports a command's error as one line.
@@ -374,7 +464,12 @@ func (con *console) drop() {
 	}
 }
 
-func (con *console) close() { con.drop() }
+// close stops the console: the jobs it started are killed (their
+// connections close) and waited for, and its connection closes.
+func (con *console) close() {
+	con.jobs.stop()
+	con.drop()
+}
 
 // migrateControl moves a task to another host.
 func migrateControl() controlCommand {
@@ -390,7 +485,7 @@ func migrateControl() controlCommand {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>)"},
 				&cli.StringFlag{Name: "via", Value: "direct", Usage: "direct or indirect"},
-				jsonFlag,
+				jsonFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -480,6 +575,18 @@ func splitWords(line string) ([]string, error) {
 	return words, nil
 }
 
+// A lockedWriter serializes writes to w with the writers sharing mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // plainLines reads lines from a stream that is not a terminal.
 type plainLines struct{ r *bufio.Reader }
 
@@ -500,10 +607,11 @@ type termLines struct {
 	fd   int // the terminal put in raw mode while a line is read; -1: none
 	t    *term.Terminal
 	intr int // ^Cs answered
+	comp *completer
 }
 
 func newTermLines(in io.Reader, out io.Writer, fd int, hist term.History) *termLines {
-	w := &ctrlCWatch{r: in}
+	w := &ctrlCWatch{r: &homeEndKeys{r: in}}
 	tl := &termLines{rw: struct {
 		io.Reader
 		io.Writer
@@ -516,6 +624,15 @@ func newTermLines(in io.Reader, out io.Writer, fd int, hist term.History) *termL
 func (tl *termLines) reset() {
 	tl.t = term.NewTerminal(tl.rw, "dpvm> ")
 	tl.t.History = tl.hist
+	if tl.comp != nil {
+		tl.t.AutoCompleteCallback = tl.comp.callback
+	}
+}
+
+// setCompleter makes Tab complete with cp.
+func (tl *termLines) setCompleter(cp *completer) {
+	tl.comp = cp
+	tl.t.AutoCompleteCallback = cp.callback
 }
 
 func (tl *termLines) Write(p []byte) (int, error) { return tl.t.Write(p) }

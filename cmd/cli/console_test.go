@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/task"
 )
@@ -384,19 +382,7 @@ wait:
 func dpvmStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := newApp(&out, &errOut)
-	app.Reader = strings.NewReader(stdin)
-	status := 0
-	if err := app.Run(reorderArgs(app, append([]string{"dpvm"}, args...))); err != nil {
-		status = 1
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			status = ec.ExitCode()
-		}
-		if msg := err.Error(); msg != "" {
-			errOut.WriteString("dpvm: " + msg + "\n")
-		}
-	}
+	status := run(strings.NewReader(stdin), append([]string{"dpvm"}, args...), &out, &errOut)
 	return status, out.String(), errOut.String()
 }
 
@@ -451,7 +437,7 @@ func TestConsoleCommandErrors(t *testing.T) {
 	}{
 		{[]string{"console"}, "dpvm: console: no virtual machine named: give --master ADDR or set DPVM_MASTER", 2},
 		{[]string{"console", "--master", "127.0.0.1:1", "--cluster-key", keyFile}, "dpvm: console: ", 2},
-		{[]string{"console", "--master", "127.0.0.1:1", "ps"}, `dpvm: console: unexpected argument "ps": commands are read from standard input`, 2},
+		{[]string{"console", "--master", "127.0.0.1:1", "ps"}, `dpvm: console: unexpected argument "ps" (see 'dpvm console --help')`, 2},
 		{[]string{"console", "--bogus"}, "dpvm: flag provided but not defined: -bogus (see 'dpvm console --help')", 2},
 	}
 	for _, c := range cases {

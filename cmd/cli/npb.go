@@ -36,11 +36,11 @@ func npbCommand() *cli.Command {
 				&cli.IntFlag{Name: "np", Value: 1, Usage: "number of worker tasks"},
 				&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of hosts of the embedded virtual machine"},
 				&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
-				&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address (DPVM_MASTER is not read: the embedded machine is the default)"},
-				clusterKeyFlag,
+				runMasterFlag(),
+				clusterKeyFlag(),
 				&cli.StringFlag{Name: "shared-dir", Usage: "shared directory of the embedded machine, for job checkpoints (default: a temporary one)"},
-				checkpointEveryFlag,
-				keepFlag,
+				checkpointEveryFlag(),
+				keepFlag(),
 			},
 			Action: func(c *cli.Context) error { return npbAction(c, k) },
 		})
@@ -49,7 +49,7 @@ func npbCommand() *cli.Command {
 		Name:  "npb",
 		Usage: "run an NAS Parallel Benchmark kernel (EP, CG, MG, FT, IS) and verify it",
 		Description: "Runs the kernel as a parallel program of --np tasks on an embedded virtual\n" +
-			"machine (or, with --master, on a running one) and prints the NPB-style report:\n" +
+			"machine (or, with --master or DPVM_MASTER set, on a running one) and prints the NPB-style report:\n" +
 			"time, Mop/s and verification. The exit status is 1 when verification fails.\n" +
 			"Example: dpvm npb cg --class A --np 2",
 		Subcommands: subs,
@@ -57,12 +57,12 @@ func npbCommand() *cli.Command {
 }
 
 func npbAction(c *cli.Context, kernel string) error {
-	if c.NArg() > 0 {
-		return cli.Exit(fmt.Sprintf("npb %s: unexpected arguments %q", kernel, c.Args().Slice()), 2)
-	}
 	class, np, hosts := c.String("class"), c.Int("np"), c.Int("hosts")
 	if _, err := npb.NewRoot(kernel, class, np); err != nil {
 		return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 2)
+	}
+	if err := checkMasterHosts(c, "npb "+kernel); err != nil {
+		return err
 	}
 	if hosts < 1 {
 		return cli.Exit(fmt.Sprintf("npb %s: --hosts %d: at least one host is needed", kernel, hosts), 2)

@@ -53,7 +53,7 @@ func TestNPBCommandErrors(t *testing.T) {
 		{[]string{"dpvm", "npb", "mg", "--np", "3"}, "power of two"},
 		{[]string{"dpvm", "npb", "ep", "--class", "Z"}, "unknown NPB class"},
 		{[]string{"dpvm", "npb", "ep", "--hosts", "0"}, "at least one host"},
-		{[]string{"dpvm", "npb", "ep", "extra"}, "unexpected arguments"},
+		{[]string{"dpvm", "npb", "ep", "extra"}, `npb ep: unexpected argument "extra"`},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -29,11 +29,11 @@ import (
 // pendingCommands are commands the README shows that are being built on
 // other branches; a line naming one is not checked until the command
 // exists. Empty this list when they have landed.
-var pendingCommands = []string{"up", "down", "version"}
+var pendingCommands = []string{}
 
 // pendingPaths are link targets being added on other branches, relative to
 // the repository's root. Empty this list when they have landed.
-var pendingPaths = []string{"cmd/dpvm/deploy"}
+var pendingPaths = []string{}
 
 const repoRoot = "../.."
 
@@ -129,15 +129,6 @@ func commandLines(md string) []string {
 }
 
 var errPending = errors.New("a pending command")
-
-func findFlag(flags []cli.Flag, name string) cli.Flag {
-	for _, f := range flags {
-		if slices.Contains(f.Names(), name) {
-			return f
-		}
-	}
-	return nil
-}
 
 // checkCommandLine parses the words of a dpvm command line against the
 // command tree: each command and subcommand exists, each flag exists on

@@ -22,29 +22,37 @@ import (
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
-		Usage:     "run a registered program on an embedded virtual machine",
+		Usage:     "run a registered program on an embedded virtual machine, or on the running one --master (DPVM_MASTER) names",
 		ArgsUsage: "PROGRAM [program flags and arguments]",
-		Description: "Starts a virtual machine inside this process, runs PROGRAM's root task to\n" +
-			"completion, prints the tasks' output and exits with the root task's status.\n" +
+		Description: "Starts a virtual machine inside this process (or, with --master or DPVM_MASTER\n" +
+			"set, uses the running one), runs PROGRAM's root task to completion, prints the\n" +
+			"tasks' output and exits with the root task's status. --master '' ignores DPVM_MASTER.\n" +
 			"Everything after PROGRAM belongs to the program: 'dpvm run hello --help'\n" +
 			"shows its flags. 'dpvm run --list' lists the programs.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
-			&cli.StringFlag{Name: "master", Usage: "run on the running virtual machine whose master is at this address instead of an embedded one"},
+			runMasterFlag(),
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({program, status, error}); the tasks' output goes to standard error"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
-			checkpointEveryFlag,
-			keepFlag,
-			clusterKeyFlag,
+			checkpointEveryFlag(),
+			keepFlag(),
+			clusterKeyFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			out := c.App.Writer
+			if c.Bool("json") {
+				out = c.App.ErrWriter
+			}
 			if c.Bool("list") {
 				listPrograms(out)
 				return nil
 			}
 			if c.NArg() == 0 {
 				return cli.Exit("run: no program named; known programs: "+programNames(), 2)
+			}
+			if err := checkMasterHosts(c, "run"); err != nil {
+				return err
 			}
 			if c.Int("hosts") < 1 {
 				return cli.Exit(fmt.Sprintf("run: --hosts %d: need at least one", c.Int("hosts")), 2)
@@ -71,15 +79,21 @@ func runCommand() *cli.Command {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if c.String("master") != "" {
-				return exitFor("run "+name, runRemote(ctx, c, root, out))
+				err = runRemote(ctx, c, root, out)
+			} else {
+				err = daemon.Run(ctx, root, daemon.RunOptions{
+					Hosts:     c.Int("hosts"),
+					Output:    out,
+					Logger:    loggerFrom(c),
+					SharedDir: c.String("shared-dir"),
+					Job:       opts,
+				})
 			}
-			err = daemon.Run(ctx, root, daemon.RunOptions{
-				Hosts:     c.Int("hosts"),
-				Output:    out,
-				Logger:    loggerFrom(c),
-				SharedDir: c.String("shared-dir"),
-				Job:       opts,
-			})
+			if c.Bool("json") {
+				if jerr := printJSON(c.App.Writer, newRunResult(name, "", err)); jerr != nil {
+					return cli.Exit("run: "+jerr.Error(), exitFailed)
+				}
+			}
 			return exitFor("run "+name, err)
 		},
 	}
@@ -117,21 +131,72 @@ func programNames() string {
 	return strings.Join(names, ", ")
 }
 
+// runMasterFlag names the virtual machine run and npb use instead of an
+// embedded one. Like every command that talks to a virtual machine they
+// read DPVM_MASTER, so that one exported variable points them all at it;
+// --master "" runs on an embedded machine all the same.
+func runMasterFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "master",
+		Usage:   "run on the running virtual machine whose master is at this address instead of an embedded one (--master '' ignores DPVM_MASTER)",
+		EnvVars: []string{"DPVM_MASTER"},
+	}
+}
+
+// checkMasterHosts rejects --hosts, the size of an embedded machine,
+// together with a running machine's master.
+func checkMasterHosts(c *cli.Context, what string) error {
+	if c.String("master") != "" && c.IsSet("hosts") {
+		return usageErrorf(what, "--hosts sizes an embedded virtual machine; the one at %s (--master or DPVM_MASTER) has its own hosts ('--master \"\"' runs on an embedded one)", c.String("master"))
+	}
+	return nil
+}
+
+// exitStatus is the exit status of a command whose result is err: 0, the
+// root task's own status for a program that exited with one, 130 when
+// interrupted, else 1.
+func exitStatus(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, context.Canceled) {
+		return exitInterrupted
+	}
+	var ee *task.ExitError
+	if errors.As(err, &ee) && ee.Status > 0 && ee.Status < 256 {
+		return ee.Status
+	}
+	return exitFailed
+}
+
 // exitFor maps a program's result to the command's: the root task's exit
 // status becomes the process's.
 func exitFor(what string, err error) error {
-	if err == nil {
+	switch status := exitStatus(err); status {
+	case exitOK:
 		return nil
+	case exitInterrupted:
+		return cli.Exit(what+": interrupted", status)
+	default:
+		return cli.Exit(withContext(what, err).Error(), status)
 	}
-	status := 1
-	var ee *task.ExitError
-	if errors.As(err, &ee) && ee.Status > 0 && ee.Status < 256 {
-		status = ee.Status
+}
+
+// A runResult is what run --json and restart --json print: which program
+// ran and how it ended.
+type runResult struct {
+	Program string `json:"program,omitempty"`
+	Dir     string `json:"dir,omitempty"` // restart: the job's checkpoint directory
+	Status  int    `json:"status"`        // the command's exit status
+	Error   string `json:"error,omitempty"`
+}
+
+func newRunResult(program, dir string, err error) runResult {
+	r := runResult{Program: program, Dir: dir, Status: exitStatus(err)}
+	if err != nil {
+		r.Error = err.Error()
 	}
-	if errors.Is(err, context.Canceled) {
-		return cli.Exit(what+": interrupted", 130)
-	}
-	return cli.Exit(fmt.Sprintf("%s: %v", what, err), status)
+	return r
 }
 
 // runRemote runs root as a job on the virtual machine named by --master,

@@ -19,7 +19,7 @@ func schedCommand() *cli.Command {
 		Name:  "state",
 		Usage: "cluster snapshot `FILE` (JSON; - for standard input); required",
 	}
-	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print the decision as one line of JSON"}
+	decisionJSON := &cli.BoolFlag{Name: "json", Usage: "print the decision as one line of JSON"}
 	return &cli.Command{
 		Name:  "sched",
 		Usage: "dry-run the Dynamic-SED scheduler on a cluster snapshot",
@@ -33,7 +33,7 @@ func schedCommand() *cli.Command {
 				Name:      "plan",
 				Usage:     "map the snapshot's job with SED: delay class, size, expected delay time, placement",
 				ArgsUsage: " ",
-				Flags:     []cli.Flag{stateFlag, jsonFlag},
+				Flags:     []cli.Flag{stateFlag, decisionJSON},
 				Action: func(c *cli.Context) error {
 					return schedAction(c, "plan", func(s *sched.Snapshot, out io.Writer, asJSON bool) error {
 						m, err := sched.Plan(s, s.Job)
@@ -51,7 +51,7 @@ func schedCommand() *cli.Command {
 				Name:      "step",
 				Usage:     "run one check period: counters, migrations, processes that stay",
 				ArgsUsage: " ",
-				Flags:     []cli.Flag{stateFlag, jsonFlag},
+				Flags:     []cli.Flag{stateFlag, decisionJSON},
 				Action: func(c *cli.Context) error {
 					return schedAction(c, "step", func(s *sched.Snapshot, out io.Writer, asJSON bool) error {
 						r, err := sched.Step(s)

@@ -14,12 +14,14 @@ import (
 )
 
 // schedStatusCommand shows a running virtual machine's scheduler.
-func schedStatusCommand() *cli.Command {
+func schedStatusCommand() *cli.Command { return schedStatusControl().command() }
+
+func schedStatusControl() controlCommand {
 	return controlCommand{
 		cmd: &cli.Command{
 			Name:  "status",
 			Usage: "show the running master's Dynamic-SED scheduler: classes, availability, each process's class, counter and candidate reason",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			st, err := cl.SchedStatus(ctx)
@@ -31,7 +33,7 @@ func schedStatusCommand() *cli.Command {
 			}
 			return writeSchedStatus(c.App.Writer, st)
 		},
-	}.command()
+	}
 }
 
 func writeSchedStatus(w io.Writer, st daemon.SchedStatus) error {
@@ -63,48 +65,62 @@ func writeSchedStatus(w io.Writer, st daemon.SchedStatus) error {
 // users and background load on one machine.
 func loadCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "load",
-		Usage: "emulate a host's situation: interactive users, load, free memory (labelled as emulation)",
-		Subcommands: []*cli.Command{
-			controlCommand{
-				cmd: &cli.Command{
-					Name:      "inject",
-					Usage:     "set (or with --clear remove) emulated figures on a live host",
-					ArgsUsage: "HOST",
-					Flags: []cli.Flag{
-						&cli.IntFlag{Name: "users", Value: -1, Usage: "interactive users"},
-						&cli.Float64Flag{Name: "load", Value: -1, Usage: "runnable processes besides the daemon's tasks"},
-						&cli.Float64Flag{Name: "mem-free", Value: -1, Usage: "free memory in MiB"},
-						&cli.DurationFlag{Name: "for", Usage: "expire after this long (default: until cleared)"},
-						&cli.BoolFlag{Name: "add", Usage: "add to the measured figures instead of replacing them"},
-						&cli.BoolFlag{Name: "clear", Usage: "remove the host's overlay"},
-					},
-				},
-				act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-					if c.NArg() != 1 {
-						return cli.Exit("load inject: name one host", 2)
-					}
-					o := load.Overlay{For: c.Duration("for")}
-					if c.Bool("add") {
-						o.Mode = load.Add
-					}
-					if u := c.Int("users"); u >= 0 {
-						o.Users = &u
-					}
-					if l := c.Float64("load"); l >= 0 {
-						o.Load = &l
-					}
-					if m := c.Float64("mem-free"); m >= 0 {
-						o.MemFreeMiB = &m
-					}
-					if !c.Bool("clear") {
-						if err := o.Validate(); err != nil {
-							return cli.Exit("load inject: "+err.Error(), 2)
-						}
-					}
-					return cl.InjectLoad(ctx, c.Args().First(), o, c.Bool("clear"))
-				},
-			}.command(),
+		Name:        "load",
+		Usage:       "emulate a host's situation: interactive users, load, free memory (labelled as emulation)",
+		Subcommands: []*cli.Command{loadInjectControl().command()},
+	}
+}
+
+// loadInjectControl sets or clears a host's emulated load figures.
+func loadInjectControl() controlCommand {
+	return controlCommand{
+		cmd: &cli.Command{
+			Name:      "inject",
+			Usage:     "set (or with --clear remove) emulated figures on a live host",
+			ArgsUsage: "HOST",
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "users", Value: -1, Usage: "interactive users"},
+				&cli.Float64Flag{Name: "load", Value: -1, Usage: "runnable processes besides the daemon's tasks"},
+				&cli.Float64Flag{Name: "mem-free", Value: -1, Usage: "free memory in MiB"},
+				&cli.DurationFlag{Name: "for", Usage: "expire after this long (default: until cleared)"},
+				&cli.BoolFlag{Name: "add", Usage: "add to the measured figures instead of replacing them"},
+				&cli.BoolFlag{Name: "clear", Usage: "remove the host's overlay"},
+				jsonFlag(),
+			},
+		},
+		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("load inject: name one host", 2)
+			}
+			o := load.Overlay{For: c.Duration("for")}
+			if c.Bool("add") {
+				o.Mode = load.Add
+			}
+			if u := c.Int("users"); u >= 0 {
+				o.Users = &u
+			}
+			if l := c.Float64("load"); l >= 0 {
+				o.Load = &l
+			}
+			if m := c.Float64("mem-free"); m >= 0 {
+				o.MemFreeMiB = &m
+			}
+			if !c.Bool("clear") {
+				if err := o.Validate(); err != nil {
+					return cli.Exit("load inject: "+err.Error(), 2)
+				}
+			}
+			if err := cl.InjectLoad(ctx, c.Args().First(), o, c.Bool("clear")); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				res := map[string]any{"host": c.Args().First(), "cleared": c.Bool("clear")}
+				if !c.Bool("clear") {
+					res["overlay"] = o
+				}
+				return printJSON(c.App.Writer, res)
+			}
+			return nil
 		},
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,7 +73,7 @@ func simLoadShareAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sim loadshare: unexpected argument %q", c.Args().First()), 2)
 	}
-	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim loadshare: %v", err), 1) }
+	fail := func(err error) error { return simFail("sim loadshare", err) }
 	var g sim.Grid
 	for _, s := range splitList(c.String("policy")) {
 		p, err := sim.ParsePolicy(s)
@@ -239,7 +240,7 @@ func simIndexAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sim index: unexpected argument %q", c.Args().First()), 2)
 	}
-	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim index: %v", err), 1) }
+	fail := func(err error) error { return simFail("sim index", err) }
 	cfg := sim.DefaultIndex()
 	if s := c.String("nodes"); s != "" {
 		nodes, err := parseNodes(s)
@@ -355,7 +356,7 @@ func simWALAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sim wal: unexpected argument %q", c.Args().First()), 2)
 	}
-	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim wal: %v", err), 1) }
+	fail := func(err error) error { return simFail("sim wal", err) }
 	var pols []sim.WALPolicy
 	for _, s := range splitList(c.String("policy")) {
 		p, err := sim.ParseWALPolicy(s)
@@ -490,7 +491,7 @@ func simSEDAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("sim sed: unexpected argument %q", c.Args().First()), 2)
 	}
-	fail := func(err error) error { return cli.Exit(fmt.Sprintf("sim sed: %v", err), 1) }
+	fail := func(err error) error { return simFail("sim sed", err) }
 	path := c.String("trace")
 	if path != "" && c.Bool("synthetic") {
 		return cli.Exit("sim sed: --trace and --synthetic exclude each other", 2)
@@ -592,4 +593,13 @@ func simSEDAction(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// simFail is a simulation command's error: a bad configuration is a usage
+// error (status 2), anything else a failure (status 1).
+func simFail(what string, err error) error {
+	if errors.Is(err, sim.ErrBadConfig) {
+		return cli.Exit(fmt.Sprintf("%s: %v (see 'dpvm %s --help')", what, err, what), exitUsage)
+	}
+	return cli.Exit(fmt.Sprintf("%s: %v", what, err), exitFailed)
 }

@@ -80,14 +80,14 @@ func TestSimLoadShareErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"loadshare", "--policy", "magic"}, 1, "unknown policy"},
-		{[]string{"loadshare", "--sched", "lifo"}, 1, "unknown node scheduling"},
-		{[]string{"loadshare", "--util", "1.5"}, 1, "utilisation"},
-		{[]string{"loadshare", "--util", "0.9:0.1:0.1"}, 1, "range"},
-		{[]string{"loadshare", "--ca", "-1", "--util", "0.5"}, 1, "CV"},
+		{[]string{"loadshare", "--policy", "magic"}, 2, "unknown policy"},
+		{[]string{"loadshare", "--sched", "lifo"}, 2, "unknown node scheduling"},
+		{[]string{"loadshare", "--util", "1.5"}, 2, "utilisation"},
+		{[]string{"loadshare", "--util", "0.9:0.1:0.1"}, 2, "range"},
+		{[]string{"loadshare", "--ca", "-1", "--util", "0.5"}, 2, "CV"},
 		{[]string{"loadshare", "--json", "--csv"}, 2, "exclude"},
 		{[]string{"loadshare", "extra"}, 2, "unexpected argument"},
-		{[]string{"loadshare", "--nodes", "1"}, 1, "nodes"},
+		{[]string{"loadshare", "--nodes", "1"}, 2, "nodes"},
 		{[]string{"loadshare", "--util", "0.5", "--batches", "2", "--plot", "/nonexistent/dir/x.svg"}, 1, "plot"},
 	}
 	for _, c := range cases {
@@ -130,7 +130,8 @@ func TestSimIndex(t *testing.T) {
 		{"index", "--seeds", "0"},
 		{"index", "--emitter", "0.9"},
 	} {
-		if code, _, errOut := simCLI(t, bad...); code != 1 || !strings.HasPrefix(errOut, "dpvm: sim index: ") {
+		// A bad configuration is a usage error.
+		if code, _, errOut := simCLI(t, bad...); code != 2 || !strings.HasPrefix(errOut, "dpvm: sim index: ") {
 			t.Errorf("%v: status %d, %q", bad, code, errOut)
 		}
 	}
@@ -161,7 +162,7 @@ func TestSimWAL(t *testing.T) {
 		t.Fatalf("json status %d err %v:\n%s", code, err, out)
 	}
 	for _, bad := range [][]string{{"wal", "--policy", "x"}, {"wal", "--pf", "a"}, {"wal", "--seeds", "0"}, {"wal", "--buffer", "1"}} {
-		if code, _, errOut := simCLI(t, bad...); code != 1 || !strings.HasPrefix(errOut, "dpvm: sim wal: ") {
+		if code, _, errOut := simCLI(t, bad...); code != 2 || !strings.HasPrefix(errOut, "dpvm: sim wal: ") {
 			t.Errorf("%v: status %d, %q", bad, code, errOut)
 		}
 	}
@@ -211,9 +212,9 @@ func TestSimSED(t *testing.T) {
 		{[]string{"sed", "--trace", bad}, 1, "line 4"},
 		{[]string{"sed", "--trace", filepath.Join(dir, "none")}, 1, "no such file"},
 		{[]string{"sed", "--trace", bad, "--synthetic"}, 2, "exclude"},
-		{[]string{"sed", "--experiment", "noon"}, 1, "HH:MM"},
-		{[]string{"sed", "--hours", "0"}, 1, "hours"},
-		{[]string{"sed", "--hosts", "0"}, 1, "hosts"},
+		{[]string{"sed", "--experiment", "noon"}, 2, "HH:MM"},
+		{[]string{"sed", "--hours", "0"}, 2, "hours"},
+		{[]string{"sed", "--hosts", "0"}, 2, "hosts"},
 	} {
 		code, _, errOut := simCLI(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {

@@ -51,13 +51,13 @@ func slurmCommand() *cli.Command {
 			&cli.StringFlag{Name: "shared-dir", Usage: "directory every node sees (default: dpvm-shared under SLURM_SUBMIT_DIR)"},
 			&cli.StringFlag{Name: "state-dir", Usage: "this job's directory of checkpoints and key, relative to --shared-dir (default: slurm-$SLURM_JOB_ID, so a requeued job finds its own)"},
 			&cli.DurationFlag{Name: "checkpoint-every", Value: time.Minute, Usage: "take a coordinated checkpoint of the job this often"},
-			keepFlag,
+			keepFlag(),
 			&cli.DurationFlag{Name: "grace", Value: 90 * time.Second, Usage: "on SIGTERM: time to checkpoint the job and stop the daemons"},
 			&cli.DurationFlag{Name: "join-timeout", Value: 2 * time.Minute, Usage: "how long the daemons may take to start and join"},
 			&cli.IntFlag{Name: "port", Value: 7070, Usage: "UDP port of the master daemon on the first node (the other daemons take any free port)"},
 			&cli.StringFlag{Name: "master-host", Usage: "address the daemons reach the first node by (default: its Slurm node name)"},
 			&cli.StringFlag{Name: "srun", Value: "srun", Usage: "the srun command"},
-			clusterKeyFlag,
+			clusterKeyFlag(),
 			&cli.BoolFlag{Name: "node", Hidden: true, Usage: "internal: run this node's daemon (srun starts it)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -314,7 +314,7 @@ func slurmLaunch(c *cli.Context) error {
 	}
 	n := len(alloc.Nodes)
 	srunArgs := []string{"--nodes=" + strconv.Itoa(n), "--ntasks=" + strconv.Itoa(n), "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-		self, "--log-level", c.String(logLevelFlag.Name), "slurm", "--node", "--master-host", masterHost, "--port", strconv.Itoa(c.Int("port")),
+		self, "--log-level", c.String("log-level"), "slurm", "--node", "--master-host", masterHost, "--port", strconv.Itoa(c.Int("port")),
 		"--cluster-key", keyPath, "--state-dir", stateDir, "--grace", c.Duration("grace").String(),
 		"--join-timeout", c.Duration("join-timeout").String()}
 	srun := exec.Command(c.String("srun"), srunArgs...)

@@ -18,29 +18,43 @@ import (
 
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/task"
 )
 
 // Flags shared by the commands that talk to a running virtual machine.
-var (
-	masterAddrFlag = &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
-	clusterKeyFlag = &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
-	jsonFlag       = &cli.BoolFlag{Name: "json", Usage: "print JSON"}
-)
+// Each command tree makes its own: urfave/cli writes into a flag the value
+// it parses, and from the environment.
+func masterAddrFlag() cli.Flag {
+	return &cli.StringFlag{Name: "master", Usage: "address of the master daemon", EnvVars: []string{"DPVM_MASTER"}}
+}
+
+func clusterKeyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "cluster-key", Usage: "cluster key file (from 'dpvm keygen')", EnvVars: []string{"DPVM_CLUSTER_KEY"}}
+}
+
+// jsonFlag is --json: print the result as JSON.
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON"} }
 
 func keygenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "keygen",
 		Usage: "create a cluster key: the certificate authority daemons and clients authenticate with",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Required: true, Usage: "file to write (mode 0600; never overwritten)"}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "file to write (mode 0600; never overwritten); required"}, jsonFlag()},
 		Action: func(c *cli.Context) error {
+			if c.String("out") == "" {
+				return usageErrorf("keygen", "--out FILE is required")
+			}
 			k, err := pki.Generate(time.Now())
 			if err != nil {
-				return err
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
 			}
 			if err := k.WriteFile(c.String("out")); err != nil {
-				return cli.Exit(fmt.Sprintf("keygen: %v", err), 1)
+				return cli.Exit(fmt.Sprintf("keygen: %v", err), exitFailed)
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]string{"key": c.String("out")})
 			}
 			fmt.Fprintf(c.App.Writer, "wrote cluster key %s; give it to every daemon and client (--cluster-key or DPVM_CLUSTER_KEY)\n", c.String("out"))
 			return nil
@@ -56,13 +70,13 @@ func daemonCommand() *cli.Command {
 			"Join it:           dpvm daemon --join master.example:7070 --listen 0.0.0.0:7070 --name node2 --cluster-key vm.key\n" +
 			"The daemon runs until the virtual machine is halted ('dpvm halt'), it is deleted, it loses\n" +
 			"the master, or it gets SIGINT/SIGTERM. Tasks' output is printed by the master.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "master", Usage: "start a new virtual machine with this daemon as its master"},
 			&cli.StringFlag{Name: "join", Usage: "address of the master to join"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "UDP address to listen on (0.0.0.0:7070 or [::]:7070: every address of the machine)"},
 			&cli.StringFlag{Name: "advertise", Usage: "HOST:PORT the other daemons dial to reach this one (default: a host is reached at the address its master sees it come from, the master at the address its hosts join it by)"},
 			&cli.StringFlag{Name: "name", Usage: "host name (default: h<ID>)"},
-			clusterKeyFlag,
+			clusterKeyFlag(),
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
@@ -82,7 +96,7 @@ func daemonCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-tasks", Usage: "master: place no tasks on the master's host unless asked for by name (its loss then takes no task with it)"},
 			&cli.BoolFlag{Name: "recover", Usage: "master: rebuild a virtual machine whose master was lost from its hosts, which register again (same address and key)"},
 			&cli.DurationFlag{Name: "master-grace", Value: time.Minute, Usage: "host: run on this long without a master, registering again with one restarted at its address, before stopping (0: stop at once)"},
-		},
+		}, observeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Bool("master") == (c.String("join") != "") {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
@@ -122,6 +136,19 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
+			token, err := statusToken(c)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			var met *metrics.Metrics
+			if c.String("metrics-listen") != "" || c.String("http") != "" {
+				met = metrics.New(metrics.Options{}) // the status page shows its event logs
+			}
+			obs, err := startObservers(c, met, c.App.ErrWriter)
+			if err != nil {
+				return cli.Exit("daemon: "+err.Error(), 2)
+			}
+			defer obs.close()
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
@@ -135,10 +162,16 @@ func daemonCommand() *cli.Command {
 				Load:   src, Alpha: speed.Alpha, MaxUsers: c.Int("max-users"),
 				Emulate: c.Bool("emulate"), Throttle: speed.Throttle,
 				Sched:  daemon.SchedConfig{Period: c.Duration("sched-period"), Via: via},
-				Output: masterOutput(c), Logger: loggerFrom(c),
+				Output: masterOutput(c), Logger: loggerFrom(c), Metrics: met,
 			})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			if err := obs.startStatus(c, d, token, c.App.ErrWriter); err != nil {
+				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = d.Halt(hctx)
+				return cli.Exit("daemon: "+err.Error(), 1)
 			}
 			role := "host"
 			if c.Bool("master") {
@@ -183,25 +216,27 @@ func masterOutput(c *cli.Context) io.Writer {
 func connect(c *cli.Context) (*daemon.Client, context.Context, context.CancelFunc, error) {
 	addr := c.String("master")
 	if addr == "" {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": no virtual machine named: give --master ADDR or set DPVM_MASTER", 2)
 	}
 	key, err := pki.Load(c.String("cluster-key"))
 	if err != nil {
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 2)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 2)
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	cl, err := daemon.Dial(ctx, addr, key)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, cli.Exit(c.Command.Name+": "+err.Error(), 1)
+		return nil, nil, nil, cli.Exit(commandName(c)+": "+err.Error(), 1)
 	}
 	return cl, ctx, cancel, nil
 }
 
-var timeoutFlag = &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+func timeoutFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"}
+}
 
 func vmFlags(extra ...cli.Flag) []cli.Flag {
-	return append([]cli.Flag{masterAddrFlag, clusterKeyFlag, timeoutFlag}, extra...)
+	return append([]cli.Flag{masterAddrFlag(), clusterKeyFlag(), timeoutFlag()}, extra...)
 }
 
 // withClient runs f with a connection to the virtual machine, turning its
@@ -219,10 +254,37 @@ func withClient(f clientAction) cli.ActionFunc {
 			if errors.As(err, &ec) {
 				return err
 			}
-			return cli.Exit(c.Command.Name+": "+err.Error(), 1)
+			if errors.Is(err, context.Canceled) {
+				return cli.Exit(commandName(c)+": interrupted", exitInterrupted)
+			}
+			return cli.Exit(withContext(commandName(c), err).Error(), exitFailed)
 		}
 		return nil
 	}
+}
+
+// withContext prefixes err with the command's name, once: an error that
+// already begins with it ("migrate t1:2 to h3: …", from the daemon) is
+// left as it is.
+func withContext(name string, err error) error {
+	msg := err.Error()
+	verb, _, _ := strings.Cut(name, " ")
+	if strings.HasPrefix(msg, name+":") || strings.HasPrefix(msg, verb+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+// commandName is the full name of the command c runs, without the
+// program's: "sched status".
+func commandName(c *cli.Context) string {
+	var names []string
+	for _, x := range c.Lineage() {
+		if x.Command != nil && x.Command.Name != "" && x.Command.Name != c.App.Name && (len(names) == 0 || names[0] != x.Command.Name) {
+			names = append([]string{x.Command.Name}, names...)
+		}
+	}
+	return strings.Join(names, " ")
 }
 
 // A controlCommand acts on a running virtual machine through a connected
@@ -257,7 +319,7 @@ func confControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "conf",
 			Usage: "list the hosts of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag},
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			hosts, err := cl.Hosts(ctx)
@@ -277,15 +339,34 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		return printJSON(w, hosts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\t")
+	fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tCORES\tSPEED\tLOAD\tTASKS\tBUILD\t")
 	for _, h := range hosts {
 		name := h.Name
 		if h.Master {
 			name += " (master)"
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks)
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
 	}
 	return tw.Flush()
+}
+
+// buildLabel is a host's build in one word: its version, its revision's
+// first 12 digits, its Go version and its task registry's fingerprint.
+func buildLabel(b daemon.Build) string {
+	if b.Version == "" {
+		return "-"
+	}
+	rev := b.Revision
+	if dirty := strings.HasSuffix(rev, "+dirty"); len(rev) > 12 {
+		rev = rev[:12]
+		if dirty {
+			rev += "+dirty"
+		}
+	}
+	if rev == "" {
+		rev = "?"
+	}
+	return fmt.Sprintf("%s/%s/%s/%s", b.Version, rev, b.Go, b.Registry)
 }
 
 func psCommand() *cli.Command { return psControl().command() }
@@ -295,7 +376,7 @@ func psControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "ps",
 			Usage: "list the tasks of a running virtual machine",
-			Flags: []cli.Flag{jsonFlag, &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
+			Flags: []cli.Flag{jsonFlag(), &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			ts, err := cl.Tasks(ctx, c.Bool("all"))
@@ -350,12 +431,12 @@ func spawnControl() controlCommand {
 				"  dpvm spawn hello -- -n 8\n" +
 				"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
 				"Tasks' output is printed by the master daemon.",
-			Flags: []cli.Flag{jsonFlag,
+			Flags: []cli.Flag{jsonFlag(),
 				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
 				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
 				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
-				checkpointEveryFlag, keepFlag,
+				checkpointEveryFlag(), keepFlag(),
 			},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -433,18 +514,31 @@ func killControl() controlCommand {
 			Name:      "kill",
 			Usage:     "kill tasks of a running virtual machine",
 			ArgsUsage: "TID...",
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("kill: no TID given", 2)
+				return cli.Exit("kill: no TID given", exitUsage)
 			}
-			var errs []error
+			var tids []task.TID
 			for _, a := range c.Args().Slice() {
 				tid, err := task.ParseTID(a)
-				if err == nil {
-					err = cl.Kill(ctx, tid)
-				}
 				if err != nil {
+					return cli.Exit("kill: "+err.Error(), exitUsage)
+				}
+				tids = append(tids, tid)
+			}
+			killed := []task.TID{}
+			var errs []error
+			for _, tid := range tids {
+				if err := cl.Kill(ctx, tid); err != nil {
+					errs = append(errs, err)
+				} else {
+					killed = append(killed, tid)
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, map[string]any{"killed": killed}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -461,14 +555,23 @@ func deleteControl() controlCommand {
 			Name:      "delete",
 			Usage:     "remove hosts from a running virtual machine (their daemons stop)",
 			ArgsUsage: "HOST...",
+			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
 			if c.NArg() == 0 {
-				return cli.Exit("delete: no host given", 2)
+				return cli.Exit("delete: no host given", exitUsage)
 			}
+			deleted := []string{}
 			var errs []error
 			for _, h := range c.Args().Slice() {
 				if err := cl.Delete(ctx, h); err != nil {
+					errs = append(errs, err)
+				} else {
+					deleted = append(deleted, h)
+				}
+			}
+			if c.Bool("json") {
+				if err := printJSON(c.App.Writer, map[string]any{"deleted": deleted}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -484,9 +587,16 @@ func haltControl() controlCommand {
 		cmd: &cli.Command{
 			Name:  "halt",
 			Usage: "stop a running virtual machine: every task and every daemon",
+			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			return cl.Halt(ctx)
+			if err := cl.Halt(ctx); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c.App.Writer, map[string]any{"halted": true, "master": cl.Master().Name})
+			}
+			return nil
 		},
 	}
 }

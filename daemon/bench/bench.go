@@ -83,6 +83,10 @@ type Options struct {
 	BarrierRounds int
 	// Timeout bounds the whole run (default 5m).
 	Timeout time.Duration
+	// Metrics makes the daemons of a run between tasks keep their metrics
+	// (package daemon/metrics), as `dpvm daemon --metrics-listen` does; the
+	// run then scrapes them once, at its end (Result.MetricsMessages).
+	Metrics bool
 }
 
 // WithDefaults returns o with its zero fields set to their defaults, and
@@ -215,6 +219,10 @@ type Result struct {
 	Barrier8US float64 `json:"barrier8_us,omitempty"`
 	// Rounds is how many runs the figures are medians of (1 or more).
 	Rounds int `json:"rounds"`
+	// MetricsMessages is, with Options.Metrics, the task messages the
+	// daemons' metrics counted, sent and received, from a scrape of every
+	// daemon at the end of the run (the median over rounds).
+	MetricsMessages float64 `json:"metrics_messages,omitempty"`
 }
 
 // Size returns the row of the given message size.
@@ -344,6 +352,7 @@ func MedianResult(rounds []*Result) (*Result, error) {
 	out.RateMsgs = int(pick(func(r *Result) float64 { return float64(r.RateMsgs) }))
 	out.Spawn32MS = pick(func(r *Result) float64 { return r.Spawn32MS })
 	out.Barrier8US = pick(func(r *Result) float64 { return r.Barrier8US })
+	out.MetricsMessages = pick(func(r *Result) float64 { return r.MetricsMessages })
 	return out, nil
 }
 

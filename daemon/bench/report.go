@@ -161,3 +161,27 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// WriteMetricsComparison prints the cost of metrics: dpvm without and with
+// them, side by side, and the ratios.
+func WriteMetricsComparison(w io.Writer, c *MetricsComparison) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dpvm (%s: %s) with metrics against without, %d alternating round(s), medians\n",
+		c.On.Mode, Describe(c.On.Mode), c.Rounds)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "size\toff one-way\ton one-way\tratio\toff bandwidth\ton bandwidth\tratio\t")
+	for i, r := range c.Ratios {
+		on := c.On.Results[i]
+		off, _ := c.Off.Size(r.Size)
+		fmt.Fprintf(tw, "%s\t%.2f µs\t%.2f µs\t%.3f×\t%s\t%s\t%.3f×\t\n", FormatSize(r.Size),
+			off.OnewayUS, on.OnewayUS, r.Latency, formatBW(off.MBps), formatBW(on.MBps), r.Bandwidth)
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "message rate: off %s, on %s, ratio %.3f×\n",
+		formatRate(c.Off.RateMsgsPerS), formatRate(c.On.RateMsgsPerS), c.RateRatio)
+	fmt.Fprintf(&b, "spawn %d tasks: off %.2f ms, on %.2f ms; barrier of %d tasks: off %.1f µs, on %.1f µs\n",
+		SpawnTasks, c.Off.Spawn32MS, c.On.Spawn32MS, BarrierTasks, c.Off.Barrier8US, c.On.Barrier8US)
+	fmt.Fprintf(&b, "messages the metrics counted (sent + received, all daemons): %.0f\n", c.On.MetricsMessages)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

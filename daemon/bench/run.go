@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/metrics"
 )
 
 // Pingpong measures two tasks in mode (ModeRemote or ModeLocal): the
@@ -17,11 +20,18 @@ func Pingpong(ctx context.Context, mode string, o Options) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	p, err := StartTasks(ctx, mode)
+	var cfg daemon.Config
+	if o.Metrics {
+		cfg.Metrics = metrics.New(metrics.Options{})
+	}
+	p, err := startPair(ctx, mode, cfg)
 	if err != nil {
 		return nil, err
 	}
 	res, err := pingpong(ctx, p, o)
+	if err == nil && o.Metrics {
+		res.MetricsMessages, err = p.scrapeMessages()
+	}
 	if cerr := p.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -185,4 +195,77 @@ func combine(ds, qs []*Result) (*Comparison, error) {
 	}
 	c.RateRatio = Median(rr)
 	return c, nil
+}
+
+// scrapeMessages gathers the metrics of the pair's daemons, as a scrape
+// would, and returns the task messages they counted sent and received.
+func (p *TaskPair) scrapeMessages() (float64, error) {
+	ds := []*daemon.Daemon{p.d}
+	if p.vm != nil {
+		ds = p.vm.Daemons
+	}
+	var n float64
+	for _, d := range ds {
+		fams, err := d.Metrics().Registry().Gather()
+		if err != nil {
+			return 0, fmt.Errorf("bench: scrape %s: %w", d.Name(), err)
+		}
+		for _, f := range fams {
+			if f.GetName() != "dpvm_messages_sent_total" && f.GetName() != "dpvm_messages_received_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n, nil
+}
+
+// MetricsComparison is dpvm measured without and with metrics in
+// alternating rounds of one run: the cost of keeping them. The ratios are
+// the medians of each round's ratios, on over off.
+type MetricsComparison struct {
+	Off *Result `json:"off"`
+	On  *Result `json:"on"`
+	// Ratios: latency on/off (more than 1 is slower with metrics),
+	// bandwidth on/off (less than 1 is slower).
+	Ratios []Ratio `json:"ratios"`
+	// RateRatio is the message rate with metrics over without.
+	RateRatio float64 `json:"rate_ratio"`
+	Rounds    int     `json:"rounds"`
+}
+
+// CompareMetrics measures dpvm in mode without and with metrics, rounds
+// times each, alternating which goes first.
+func CompareMetrics(ctx context.Context, mode string, o Options, rounds int) (*MetricsComparison, error) {
+	if rounds < 1 {
+		return nil, fmt.Errorf("%w: %d rounds", ErrOptions, rounds)
+	}
+	off, on := o, o
+	off.Metrics, on.Metrics = false, true
+	var offs, ons []*Result
+	for i := range rounds {
+		first, second := off, on
+		if i%2 == 1 {
+			first, second = on, off
+		}
+		a, err := Pingpong(ctx, mode, first)
+		if err != nil {
+			return nil, err
+		}
+		b, err := Pingpong(ctx, mode, second)
+		if err != nil {
+			return nil, err
+		}
+		if i%2 == 1 {
+			a, b = b, a
+		}
+		offs, ons = append(offs, a), append(ons, b)
+	}
+	c, err := combine(ons, offs)
+	if err != nil {
+		return nil, err
+	}
+	return &MetricsComparison{Off: c.QUIC, On: c.DPVM, Ratios: c.Ratios, RateRatio: c.RateRatio, Rounds: c.Rounds}, nil
 }

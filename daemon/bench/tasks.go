@@ -162,11 +162,16 @@ func (b *barrierTask) Run(c *task.Ctx) error {
 // the other daemon of a two-daemon virtual machine on 127.0.0.1, in
 // ModeLocal on one standalone daemon.
 func StartTasks(ctx context.Context, mode string) (*TaskPair, error) {
+	return startPair(ctx, mode, daemon.Config{})
+}
+
+// startPair is StartTasks with the daemons configured by cfg.
+func startPair(ctx context.Context, mode string, cfg daemon.Config) (*TaskPair, error) {
 	p := &TaskPair{mode: mode}
 	root := &pinger{ready: make(chan error, 1), cmds: make(chan command), gone: make(chan struct{})}
 	switch mode {
 	case ModeRemote:
-		vm, err := daemon.StartLocalVM(ctx, 2, daemon.Config{})
+		vm, err := daemon.StartLocalVM(ctx, 2, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -174,7 +179,7 @@ func StartTasks(ctx context.Context, mode string) (*TaskPair, error) {
 		p.PeerHost = vm.Daemons[1].Name()
 		root.place = task.OnHost(p.PeerHost)
 	case ModeLocal:
-		p.d = daemon.New(daemon.Config{})
+		p.d = daemon.New(cfg)
 		p.PeerHost = p.d.Name()
 		root.place = task.Here()
 	default:

@@ -268,6 +268,32 @@ func (c *quicConn) RemoteAddr() string        { return c.c.RemoteAddr().String()
 func (c *quicConn) Done() <-chan struct{}     { return c.c.Context().Done() }
 func (c *quicConn) Close(reason string) error { return c.c.CloseWithError(0, reason) }
 
+// Stats are a connection's transport figures, as QUIC reports them. Counts
+// are the connection's own, from zero when it was made.
+type Stats struct {
+	SmoothedRTT, MinRTT          time.Duration
+	BytesSent, BytesReceived     uint64
+	PacketsSent, PacketsReceived uint64
+	PacketsLost                  uint64
+	CongestionWindow             uint64
+}
+
+// StatsConn is a Conn that reports transport figures: QUIC connections do,
+// the in-memory network's do not.
+type StatsConn interface {
+	Conn
+	Stats() Stats
+}
+
+// Stats returns quic-go's figures for the connection.
+func (c *quicConn) Stats() Stats {
+	s := c.c.ConnectionStats()
+	return Stats{SmoothedRTT: s.SmoothedRTT, MinRTT: s.MinRTT,
+		BytesSent: s.BytesSent, BytesReceived: s.BytesReceived,
+		PacketsSent: s.PacketsSent, PacketsReceived: s.PacketsReceived,
+		PacketsLost: s.PacketsLost, CongestionWindow: s.CongestionWindow}
+}
+
 // Abort closes the socket without telling any peer, as a crash would: the
 // peers notice only by silence. For tests of failure detection.
 func (q *QUIC) Abort() {

@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/status"
+)
+
+// observeFlags are the daemon command's observability flags: metrics,
+// profiles and the status page are served over HTTP, to the local machine
+// unless the operator says otherwise. Made per command tree, as urfave/cli
+// keeps state in its flags.
+func observeFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (and recent moves as JSON at /events); loopback only unless --metrics-public (default: off)"},
+		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"},
+		&cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"},
+		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"},
+		&cli.StringFlag{Name: "http", Usage: "master: serve the live status page at http://ADDR/; loopback only unless --http-public (default: off)"},
+		&cli.BoolFlag{Name: "http-public", Usage: "let --http bind an address other hosts can reach (needs --http-token-file)"},
+		&cli.StringFlag{Name: "http-token-file", Usage: "file whose first line is the token the status page requires (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
+	}
+}
+
+// statusToken checks the status page's flags and returns its token ("" for
+// none): an address other hosts can reach needs --http-public and a token.
+func statusToken(c *cli.Context) (string, error) {
+	addr := c.String("http")
+	if addr == "" {
+		return "", nil
+	}
+	if !c.Bool("master") {
+		return "", errors.New("--http: the status page is the master's")
+	}
+	if err := metrics.CheckLoopback(addr, c.Bool("http-public")); err != nil {
+		return "", fmt.Errorf("--http: %w", err)
+	}
+	token := ""
+	if f := c.String("http-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("--http-token-file: %w", err)
+		}
+		token, _, _ = strings.Cut(string(b), "\n")
+		token = strings.TrimSpace(token)
+		if len(token) < 16 {
+			return "", fmt.Errorf("--http-token-file %s: the token must be at least 16 characters", f)
+		}
+	}
+	if c.Bool("http-public") && token == "" {
+		return "", errors.New("--http-public: an exposed status page needs a token (--http-token-file)")
+	}
+	return token, nil
+}
+
+// startStatus starts the master's status page, if --http asks for it.
+func (o *observers) startStatus(c *cli.Context, d *daemon.Daemon, token string, w io.Writer) error {
+	addr := c.String("http")
+	if addr == "" {
+		return nil
+	}
+	s, err := metrics.Serve(addr, status.Handler(status.Config{Source: d, Events: d.Metrics().Events(), Token: token, Logger: loggerFrom(c)}))
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	o.servers = append(o.servers, s)
+	fmt.Fprintf(w, "dpvm daemon: status page on http://%s/\n", s.Addr())
+	return nil
+}
+
+// observers are the HTTP servers a daemon's observability flags started.
+type observers struct {
+	servers []*metrics.Server
+}
+
+// startObservers checks the observability flags and starts the servers
+// they ask for: metrics from m (made by the caller when --metrics-listen
+// is given), profiles. Each one's address is printed on w.
+func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers, error) {
+	o := &observers{}
+	type srv struct {
+		flag, addr string
+		public     bool
+		h          func() http.Handler
+		path, what string
+	}
+	for _, s := range []srv{
+		{"--metrics-listen", c.String("metrics-listen"), c.Bool("metrics-public"), func() http.Handler { return metrics.Handler(m) }, "/metrics", "metrics"},
+		{"--pprof", c.String("pprof"), c.Bool("pprof-public"), metrics.PprofHandler, "/debug/pprof/", "profiles"},
+	} {
+		if s.addr == "" {
+			continue
+		}
+		if err := metrics.CheckLoopback(s.addr, s.public); err != nil {
+			o.close()
+			return nil, fmt.Errorf("%s: %w", s.flag, err)
+		}
+		server, err := metrics.Serve(s.addr, s.h())
+		if err != nil {
+			o.close()
+			return nil, fmt.Errorf("%s: %w", s.flag, err)
+		}
+		o.servers = append(o.servers, server)
+		fmt.Fprintf(w, "dpvm daemon: %s on http://%s%s\n", s.what, server.Addr(), s.path)
+	}
+	return o, nil
+}
+
+// close stops the servers, giving requests in progress a moment.
+func (o *observers) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, s := range o.servers {
+		_ = s.Close(ctx)
+	}
+}

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitMatch polls buf until re matches, or fails after a deadline: a
+// daemon on real sockets gives no other signal.
+func waitMatch(t *testing.T, buf *syncBuffer, re *regexp.Regexp, done <-chan int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(buf.String()); m != nil {
+			return m
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("dpvm daemon exited (%d) before printing %v:\n%s", code, re, buf.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no %v within 30s:\n%s", re, buf.String())
+	return nil
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", url, err, res.Status)
+	}
+	return string(b)
+}
+
+// TestDaemonServesMetricsAndProfiles runs `dpvm daemon --master` with
+// --metrics-listen, --pprof and JSON logs, fetches /metrics and
+// /debug/pprof/, halts it with `dpvm halt`, and checks its log lines are
+// JSON objects naming the host.
+func TestDaemonServesMetricsAndProfiles(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "vm.key")
+	if code := Run([]string{"dpvm", "keygen", "--out", key}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("keygen: %d", code)
+	}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run([]string{"dpvm", "--log-format", "json", "--log-level", "info", "daemon", "--master", "--listen", "127.0.0.1:0",
+			"--cluster-key", key, "--speed", "1", "--load-source", "static",
+			"--metrics-listen", "127.0.0.1:0", "--pprof", "127.0.0.1:0", "--http", "127.0.0.1:0"}, &stdout, &stderr)
+	}()
+	addr := waitMatch(t, &stderr, regexp.MustCompile(`listening on (\S+)`), done)[1]
+	metricsURL := waitMatch(t, &stderr, regexp.MustCompile(`metrics on (http://\S+)`), done)[1]
+	pprofURL := waitMatch(t, &stderr, regexp.MustCompile(`profiles on (http://\S+)`), done)[1]
+	statusURL := waitMatch(t, &stderr, regexp.MustCompile(`status page on (http://\S+)`), done)[1]
+	if body := httpGet(t, statusURL+"api/hosts"); !strings.Contains(body, `"name":"h1"`) || !strings.Contains(body, `"master":true`) {
+		t.Errorf("%sapi/hosts:\n%s", statusURL, body)
+	}
+
+	if body := httpGet(t, metricsURL); !strings.Contains(body, `dpvm_tasks{state="running"} 0`) || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("%s:\n%s", metricsURL, body)
+	}
+	if body := httpGet(t, pprofURL); !strings.Contains(body, "goroutine") {
+		t.Errorf("%s:\n%s", pprofURL, body)
+	}
+	if code := Run([]string{"dpvm", "halt", "--master", addr, "--cluster-key", key}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("halt: %d", code)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("daemon exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop after halt")
+	}
+	logs := 0
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("log line is not JSON: %v: %s", err, line)
+			continue
+		}
+		if rec["host"] != "h1" {
+			t.Errorf("log line without host h1: %s", line)
+		}
+		logs++
+	}
+	if logs == 0 {
+		t.Errorf("no JSON log line:\n%s", stderr.String())
+	}
+}
+
+// TestObserveFlagsRefuse checks the daemon refuses to expose metrics or
+// profiles beyond loopback unless told, and a bad --log-format.
+func TestObserveFlagsRefuse(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "vm.key")
+	if code := Run([]string{"dpvm", "keygen", "--out", key}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("keygen: %d", code)
+	}
+	short := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--metrics-listen", "0.0.0.0:0"}, "--metrics-listen: address \"0.0.0.0:0\": not a loopback address"},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--pprof", ":0"}, "--pprof: address \":0\": not a loopback address"},
+		{[]string{"--log-format", "xml", "daemon", "--master", "--cluster-key", key}, `--log-format "xml": want text or json`},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "0.0.0.0:0"}, "--http: address \"0.0.0.0:0\": not a loopback address"},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "0.0.0.0:0", "--http-public"}, "--http-public: an exposed status page needs a token"},
+		{[]string{"daemon", "--master", "--cluster-key", key, "--speed", "1", "--http", "127.0.0.1:0", "--http-token-file", short}, "the token must be at least 16 characters"},
+		{[]string{"daemon", "--join", "127.0.0.1:1", "--cluster-key", key, "--speed", "1", "--http", "127.0.0.1:0"}, "--http: the status page is the master's"},
+	} {
+		var stderr syncBuffer
+		code := Run(append([]string{"dpvm"}, c.args...), io.Discard, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

@@ -127,6 +127,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			simCommand(),
 			npbCommand(),
 			benchCommand(),
+			slurmCommand(),
 			versionCommand(),
 			completionCommand(),
 			manCommand(),

@@ -113,6 +113,7 @@ func TestExitStatusTable(t *testing.T) {
 	vm, keyFile, _ := startVM(t, 2)
 	t.Setenv("DPVM_MASTER", vm.Master().Addr())
 	t.Setenv("DPVM_CLUSTER_KEY", keyFile)
+	t.Setenv("SLURM_JOB_ID", "") // dpvm slurm outside an allocation
 	dir := t.TempDir()
 	state := filepath.Join(dir, "snapshot.json")
 	if err := os.WriteFile(state, []byte("{not json"), 0o600); err != nil {
@@ -151,6 +152,8 @@ func TestExitStatusTable(t *testing.T) {
 		{"version", []string{"version"}, 0, ""},
 		{"completion", []string{"completion", "tcsh"}, 2, `unknown shell "tcsh"`},
 		{"man", []string{"man"}, 0, ""},
+		{"slurm", []string{"slurm", "nope"}, 2, `slurm: unknown program "nope"`},
+		{"slurm", []string{"slurm", "hello"}, 2, "slurm: SLURM_JOB_ID is not set"},
 		{"up", []string{"up"}, 2, "up: give one HOSTFILE"},
 		{"up", []string{"up", filepath.Join(dir, "nohosts")}, 2, "up: open "},
 		{"down", []string{"down", "--state", filepath.Join(dir, "nostate")}, 1, "down: state: "},
@@ -264,6 +267,7 @@ func TestEveryReportingCommandHasJSON(t *testing.T) {
 		"dpvm console":    "interactive; its commands have --json",
 		"dpvm completion": "prints a shell script",
 		"dpvm man":        "prints a manual page",
+		"dpvm slurm":      "a batch job's whole run: its output is the program's, in the job's output file",
 	}
 	for path, c := range commandPaths(t) {
 		if len(c.Subcommands) > 0 {

@@ -1,4 +1,4 @@
-package examples
+package examples_test
 
 import (
 	"bytes"
@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/examples"
 	"github.com/dpvm/dpvm/task"
 )
 
 // jacobiWant is the line the jacobi program prints, computed by a serial
 // loop: the distributed runs must match it to the last bit.
 func jacobiWant(n, workers, iters, k int, tol float64) string {
-	it, diff, sum := JacobiSerial(n, iters, k, tol)
+	it, diff, sum := examples.JacobiSerial(n, iters, k, tol)
 	return fmt.Sprintf("jacobi: %d×%d in %d strips, %d iterations, last change %.3g, sum %.17g\n", n, n, workers, it, diff, sum)
 }
 

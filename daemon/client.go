@@ -31,7 +31,18 @@ type Client struct {
 	calls  pendingCalls
 	closed chan struct{}
 	err    error
-	out    io.Writer // where a running job's output goes
+	out    io.Writer     // where a running job's output goes
+	notes  func(JobNote) // told what befalls a running job
+}
+
+// OnJobNote makes fn hear what befalls the jobs this client runs (Run,
+// RunJob, Restart): a rollback after a host was lost, and to which
+// checkpoint, or the job's loss. fn runs on the client's reader: it must
+// not block.
+func (c *Client) OnJobNote(fn func(JobNote)) {
+	c.mu.Lock()
+	c.notes = fn
+	c.mu.Unlock()
 }
 
 // Dial connects to the master daemon at addr over QUIC.
@@ -86,12 +97,20 @@ func (c *Client) readLoop(r *routing.Reader) {
 			if err = decodeMsg(f.Body, &e); err != nil {
 				break
 			}
-			if e.Kind == evOutput {
+			switch {
+			case e.Kind == evOutput:
 				c.mu.Lock()
 				w := c.out
 				c.mu.Unlock()
 				if w != nil {
 					_, _ = w.Write(e.Output)
+				}
+			case e.Kind == evJobNote && e.Note != nil:
+				c.mu.Lock()
+				fn := c.notes
+				c.mu.Unlock()
+				if fn != nil {
+					fn(*e.Note)
 				}
 			}
 			continue
@@ -190,6 +209,13 @@ func (c *Client) Kill(ctx context.Context, tid task.TID) error {
 	return c.call(ctx, mKill, tidArgs{TID: tid}, nil)
 }
 
+// KillJob kills every task of job jN and returns how many it killed.
+func (c *Client) KillJob(ctx context.Context, job uint64) (int, error) {
+	var rep intReply
+	err := c.call(ctx, mKillJob, jobArgs{Job: job}, &rep)
+	return rep.N, err
+}
+
 // Delete removes a host (by name or "h<ID>") from the virtual machine.
 func (c *Client) Delete(ctx context.Context, host string) error {
 	return c.call(ctx, mDelete, hostArgs{Host: host}, nil)
@@ -283,4 +309,20 @@ func (c *Client) SpawnJob(ctx context.Context, typ string, state []byte, minSize
 	var rep tidsReply
 	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: 1}, MinSize: minSize, MaxSize: maxSize}, &rep)
 	return rep.TIDs, err
+}
+
+// Runner runs programs' root tasks as jobs on the client's virtual
+// machine, with the checkpoints opts asks for (RunJob, then ExitError).
+func (c *Client) Runner(opts JobOptions) task.Runner {
+	return task.RunnerFunc(func(ctx context.Context, root task.Task, out io.Writer) error {
+		typ, state, err := task.EncodeState(root)
+		if err != nil {
+			return err
+		}
+		info, err := c.RunJob(ctx, typ, state, opts, out)
+		if err != nil {
+			return err
+		}
+		return ExitError(info)
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -118,6 +119,18 @@ type Config struct {
 	// MoveTimeout bounds the wait for a migrating task to reach a safe
 	// point (default 10s); past it the move fails and the task runs on.
 	MoveTimeout time.Duration
+	// PauseMax bounds the time a job checkpoint gives the job's tasks to
+	// reach their safe points (default MoveTimeout). Within it the budget
+	// adapts to how often the tasks reach safe points (routing/jobck).
+	PauseMax time.Duration
+	// MoveStepTimeout bounds the answer to each control step of a move
+	// (prepare, commit, and an abort's cancel and resume; default 10s).
+	// A step of an abort that fails is tried again every Heartbeat.
+	MoveStepTimeout time.Duration
+	// MoveTransferTimeout bounds a move's checkpoint write at the origin
+	// and its restore at the destination, each (default 1 minute); past it
+	// the move aborts.
+	MoveTransferTimeout time.Duration
 	// Load is where the host's situation comes from for the scheduler
 	// (default: a static source of no external load and unknown memory,
 	// right for several daemons on one machine; `dpvm daemon` uses procfs).
@@ -216,6 +229,15 @@ func (c *Config) setDefaults() {
 	if c.MoveTimeout <= 0 {
 		c.MoveTimeout = 10 * time.Second
 	}
+	if c.PauseMax <= 0 {
+		c.PauseMax = c.MoveTimeout
+	}
+	if c.MoveStepTimeout <= 0 {
+		c.MoveStepTimeout = 10 * time.Second
+	}
+	if c.MoveTransferTimeout <= 0 {
+		c.MoveTransferTimeout = time.Minute
+	}
 	if c.Load == nil {
 		c.Load = load.Static{}
 	}
@@ -286,6 +308,27 @@ type TaskInfo struct {
 	// MemBytes estimates the memory the task's state holds, as measured
 	// when it started and at a recent safe point.
 	MemBytes int64 `json:"mem_bytes"`
+	// SinceSafePointMS is how long, in milliseconds, the running task has
+	// gone without a safe point (since it started on its host if it never
+	// reached one); 0 while it waits in a receive that is a safe point. A
+	// task that goes longer than the move timeout cannot be moved or
+	// checkpointed meanwhile.
+	SinceSafePointMS float64 `json:"since_safe_point_ms"`
+	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
+	// nothing). For JSON, ResultValue decodes it.
+	Result task.Payload `json:"-"`
+}
+
+// ResultValue decodes the task's result into a generic value (maps,
+// slices, numbers, strings), ok false when it recorded none.
+func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
+	if len(ti.Result.Data) == 0 && ti.Result.Enc == task.EncMsgpack {
+		return nil, false, nil
+	}
+	if err := ti.Result.Decode(&v); err != nil {
+		return nil, true, fmt.Errorf("result of %v: %w", ti.TID, err)
+	}
+	return v, true, nil
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
@@ -337,19 +380,24 @@ type Daemon struct {
 	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
-	migMu      sync.Mutex
-	migs       map[task.TID]*migration     // migrations under way (master)
+	// migMu guards the move machine (master: the moves under way and the
+	// epoch clock) and the driver's record of each move. It is held only
+	// while the machine takes an event, never across a call.
+	migMu    sync.Mutex
+	moves    *move.Machine
+	runs     map[move.ID]*moveRun
+	whyMu    sync.Mutex
+	why      error // the first reason given to stop
+	stopOnce sync.Once
+	done     chan struct{} // closed when the daemon has stopped
+	stopErr  error
+
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
 	owners     owners                      // master: who started which job
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
-	whyMu      sync.Mutex
-	why        error // the first reason given to stop
-	stopOnce   sync.Once
-	done       chan struct{} // closed when the daemon has stopped
-	stopErr    error
 
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted // running tasks
@@ -378,6 +426,9 @@ type Daemon struct {
 	// prepared here that are on their way in.
 	moving   map[task.TID]*leaving
 	incoming map[task.TID]*arriving
+	// moveFloor is, per task, the newest move this host cancelled or
+	// resumed it for: steps of that move and older ones are refused.
+	moveFloor map[task.TID]move.ID
 }
 
 type watcher struct {
@@ -422,7 +473,9 @@ func newDaemon(cfg Config) *Daemon {
 		hostJobs:   map[task.HostID]map[uint64]bool{},
 		moving:     map[task.TID]*leaving{},
 		incoming:   map[task.TID]*arriving{},
-		migs:       map[task.TID]*migration{},
+		moves:      move.New(0, 0),
+		runs:       map[move.ID]*moveRun{},
+		moveFloor:  map[task.TID]move.ID{},
 		bwait:      map[task.TID]chan error{},
 		bpending:   map[task.TID]arrival{},
 		load:       load.NewInjected(cfg.Load),
@@ -609,6 +662,9 @@ type hosted struct {
 	moveReq  atomic.Pointer[moveRequest]
 	moveKick chan struct{} // wakes a RecvSafe when a move is requested
 	moved    bool
+	// arrived is the move that restored the task here (0: none), so that a
+	// late cancel of that move learns that it happened.
+	arrived move.ID
 	// meter is the task's account of emulated slowness (see charge).
 	meter load.Meter
 	// ended is set when the task's goroutine is over, its exit reported.
@@ -623,9 +679,19 @@ type hosted struct {
 	quiet atomic.Bool
 	// pause holds the task at its next safe point for a job checkpoint.
 	pause atomic.Pointer[pauseReq]
+	// safeAt is when the task was last at a safe point (Unix ns), and
+	// safeEvery the longest interval between two of its safe points,
+	// decaying: the pause budget of its job's checkpoints follows it.
+	safeAt, safeEvery atomic.Int64
 	// The state's estimated size, and whether a fresh figure is wanted.
 	memBytes   atomic.Int64
 	sizeWanted atomic.Bool
+	// safeWait is set while the task waits in RecvSafe, where it is
+	// movable all along (safeAt above: 0 when it has passed no safe point
+	// since it started here).
+	safeWait atomic.Bool
+	// result is what the task recorded with SetResult (under d.mu).
+	result task.Payload
 
 	// deferred holds acknowledgements withheld while the mailbox is over
 	// MailboxHigh, by pair, with the host to send each to.
@@ -924,11 +990,12 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 	ti := TaskInfo{TID: h.tid, Parent: h.parent, Job: h.job, Type: h.typ, Host: d.cfg.Name,
-		State: h.state, Status: h.status, Err: h.err, Started: h.started}
+		State: h.state, Status: h.status, Err: h.err, Started: h.started, Result: h.result}
 	if h.state == Running {
 		ti.Queued, ti.QueuedBytes = h.mb.stats()
 		ti.MemBytes = h.memBytes.Load()
 		h.sizeWanted.Store(true) // measured again at its next safe point
+		ti.SinceSafePointMS = float64(h.sinceSafePoint(time.Now())) / float64(time.Millisecond)
 	}
 	return ti
 }

@@ -11,6 +11,60 @@
 // call or safe point. A panicking task is reported as failed and the daemon
 // goes on.
 //
+// Jobs (master): each job's checkpoints and rollbacks are decided by a
+// routing/jobck machine, stepped under the job's own lock (jobState.mu),
+// which is never held across a call to a host; driveJob (jobs.go) carries
+// out the machine's actions and feeds the hosts' answers back, and the
+// hosts serve the steps (jobckpt.go), each naming its round.
+//
 // Run starts an embedded virtual machine for one program, as `dpvm run`
-// does.
+// does; LocalRunner and Client.Runner give programs a task.Runner.
+//
+// # Parts and owners
+//
+// A Daemon is still one struct; its state is split among locks, each the
+// single owner of its part:
+//
+//   - Message routing, under rmu: the route cache (authoritative at the
+//     master), and reliable delivery's Outbox and Inbox (package routing,
+//     pure). Every message a task sends takes rmu once.
+//   - Task hosting, under mu: the tasks running here, the exited ones
+//     (`ps -a`), notify registrations, and the two halves of a move at a
+//     host: tasks suspended here while they move away (moving, with the
+//     move they are suspended for, and whether their checkpoint is being
+//     written) and tasks prepared here on their way in (incoming, with
+//     the move that prepared them); moveFloor, per task, the newest move
+//     this host cancelled or resumed it for. mu also guards, for the
+//     master, the job registry's maps and staged restarts (jobs.go).
+//   - Moves, under migMu (master): the move machine (routing/move), which
+//     holds every move under way and the virtual machine's epoch clock,
+//     and the driver's record of each move (runs). The machine decides;
+//     the driver (migrate.go: perform, callStep, moveTick, movesHostLost)
+//     takes its actions after releasing migMu, runs each step's call on a
+//     tracked goroutine bounded by a timeout from Config (MoveStepTimeout,
+//     MoveTimeout, MoveTransferTimeout), and feeds the outcome back. The
+//     hosts' step handlers check the move ID of every step (a step of a
+//     move a host has cancelled or resumed the task for is refused), and
+//     install checks, in the critical section that puts a task into
+//     service, that its arrival is still the one prepared, so a restore
+//     finishing after an abort installs nothing. A recovered master
+//     adopts the moves its predecessor left half done (recover.go).
+//   - Jobs' checkpoints and rollbacks (jobs.go, jobckpt.go): each job's
+//     coordinator (routing/jobck) under the job's own lock, jobState.mu,
+//     held only to step it and keep its bookkeeping, never across a call
+//     to the hosts (see above). Restart epochs come from the move machine's
+//     clock, so that they are above every epoch handed out before, also
+//     for tasks whose routes the master has forgotten.
+//   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
+//     peers and host registry, under nw.mu; the scheduler, under schedMu.
+//
+// Lock order: rmu, then mu, then nw.mu; migMu, then nw.mu (migMu is never
+// taken with rmu or mu held, nor held while they are taken). Groups,
+// mailboxes and the move machine lock on their own and call nothing that
+// locks. No lock is held across a call to another daemon: a move's steps
+// run with migMu released, and a resume that must wait for a checkpoint
+// being written waits with mu released.
+//
+// Goroutines: tasks (wg), network loops and move steps (bg, through
+// goFunc); all end when the daemon stops.
 package daemon

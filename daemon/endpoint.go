@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
@@ -98,7 +99,13 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	if waited := h.waitStarted(); waited != nil {
 		defer waited()
 	}
+	// Waiting here is a safe point: it does not count in the interval
+	// between the task's safe points.
+	h.safeSeen(time.Now())
+	h.safeWait.Store(true)
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
+	h.safeAt.Store(time.Now().UnixNano())
+	h.safeWait.Store(false)
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
 			err = task.ErrKilled
@@ -174,10 +181,24 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 	return nil
 }
 
+// groupName is the group server's name for a group a task names: its job's
+// own group, unless the name asks for the VM-wide one (task.VMWide). So two
+// runs of one program at once never share a group.
+func (h *hosted) groupName(group string) string { return jobGroup(h.job, group) }
+
+// jobGroup is the group server's name for group as named by a task of job.
+func jobGroup(job uint64, group string) string {
+	if strings.HasPrefix(group, task.VMWide) {
+		return group
+	}
+	return fmt.Sprintf("j%d:%s", job, group)
+}
+
 func (h *hosted) Join(ctx context.Context, group string) (int, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return -1, err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.join(group, h.tid)
 	}
@@ -194,6 +215,7 @@ func (h *hosted) Leave(ctx context.Context, group string) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.leave(group, h.tid)
 	}
@@ -208,6 +230,7 @@ func (h *hosted) Members(ctx context.Context, group string) ([]task.TID, error) 
 	if err := h.ctxErr(ctx); err != nil {
 		return nil, err
 	}
+	group = h.groupName(group)
 	if h.d.isMaster() {
 		return h.d.groups.members(group)
 	}
@@ -220,6 +243,7 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
+	group = h.groupName(group)
 	if h.d.cfg.Emulate {
 		h.charge()
 		defer h.waitStarted()()
@@ -236,6 +260,33 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	return err
 }
 
+// SetResult records the task's result (task.ResultSetter).
+func (h *hosted) SetResult(p task.Payload) {
+	h.d.mu.Lock()
+	h.result = p
+	h.d.mu.Unlock()
+}
+
+// sinceSafePoint is how long the task has gone without a safe point at now:
+// 0 while it waits in RecvSafe.
+func (h *hosted) sinceSafePoint(now time.Time) time.Duration {
+	if h.safeWait.Load() {
+		return 0
+	}
+	at := h.started
+	if ns := h.safeAt.Load(); ns != 0 {
+		at = time.Unix(0, ns)
+	}
+	return now.Sub(at)
+}
+
+// warnNoSafePoint logs that the task kept a move or checkpoint waiting past
+// its timeout, and how long it has gone without a safe point.
+func (h *hosted) warnNoSafePoint(what string, timeout time.Duration) {
+	h.d.log.Warn("task reached no safe point in time: it cannot be moved or checkpointed until it calls SafePoint or waits in RecvSafe or a collective",
+		"tid", h.tid, "type", h.typ, "waiting", what, "timeout", timeout, "since_safe_point", h.sinceSafePoint(time.Now()).Round(time.Millisecond))
+}
+
 // SafePoint is where a pending move is carried out: the task is suspended
 // and its state captured (the goroutine then ends). A killed task learns of
 // it here.
@@ -243,6 +294,7 @@ func (h *hosted) SafePoint(task.Task) error {
 	if err := h.alive(); err != nil {
 		return err
 	}
+	h.safeSeen(time.Now())
 	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
 		return h.d.suspend(h, req)
 	}

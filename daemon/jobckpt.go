@@ -8,20 +8,27 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
 )
 
 // Job checkpoints (DESIGN §7). A coordinated checkpoint of a job is taken
-// in four steps, each a call from the master to every host:
+// in four steps, each a call from the master to every host, as the job's
+// coordinator (routing/jobck, driven in jobs.go) says; every step names
+// its round, and a host refuses a write for a round its tasks were not
+// paused for:
 //
 //  1. pause: every task of the job stops at its next safe point and waits
 //     there; its mailbox keeps receiving. A task that reaches no safe point
-//     in time fails the checkpoint, and every paused task goes on.
+//     within the budget fails the checkpoint, and every paused task goes
+//     on. The reply carries the longest interval between safe points seen
+//     of the job's tasks here, which sets the next round's budget.
 //  2. quiet: the master waits until no host holds an unacknowledged message
 //     from a task of the job. With every task paused nothing new is sent,
 //     so every message in flight ends in its receiver's mailbox: the cut is
@@ -41,6 +48,25 @@ type pauseReq struct {
 	once    sync.Once
 	resume  chan struct{} // closed to let it go on
 	resumed sync.Once
+	try     atomic.Uint64 // the newest round that asked for it
+}
+
+// safeSeen records that the task is at a safe point at now.
+func (h *hosted) safeSeen(now time.Time) {
+	t := now.UnixNano()
+	if last := h.safeAt.Swap(t); last != 0 && t > last {
+		h.safeEvery.Store(max(t-last, h.safeEvery.Load()*7/8))
+	}
+}
+
+// safeInterval is the longest interval between the task's safe points it
+// has seen, counting the time since its last one unless it is at one now.
+func (h *hosted) safeInterval(now time.Time, atOne bool) time.Duration {
+	every := h.safeEvery.Load()
+	if last := h.safeAt.Load(); !atOne && last != 0 {
+		every = max(every, now.UnixNano()-last)
+	}
+	return time.Duration(every)
 }
 
 func (p *pauseReq) arrived() { p.once.Do(func() { close(p.paused) }) }
@@ -61,7 +87,9 @@ func (h *hosted) pauseHere(p *pauseReq) error {
 // Control request bodies for job checkpoints.
 type (
 	ckStep struct {
-		Job     uint64        `msgpack:"j"`
+		Job uint64 `msgpack:"j"`
+		// Round names the coordinator's round the step belongs to.
+		Round   jobck.Round   `msgpack:"rd,omitempty"`
 		Timeout time.Duration `msgpack:"to,omitempty"`
 		Dir     string        `msgpack:"d,omitempty"`
 		// Groups are the group memberships of the job's tasks (write).
@@ -72,6 +100,11 @@ type (
 		Pending int            `msgpack:"p,omitempty"` // unacknowledged messages from them
 		Running int            `msgpack:"r,omitempty"` // job tasks here not paused
 		Files   []jobset.Entry `msgpack:"f,omitempty"` // the tasks' checkpoints written (Host filled by the master)
+		// Late are the tasks that reached no safe point within the pause
+		// budget (pause); SafeEvery the longest interval between safe
+		// points seen of the job's tasks here.
+		Late      []task.TID    `msgpack:"l,omitempty"`
+		SafeEvery time.Duration `msgpack:"se,omitempty"`
 	}
 )
 
@@ -112,7 +145,7 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 	case mCkWrite:
 		return d.writeJob(a)
 	case mCkResume:
-		d.resumeJob(a.Job)
+		d.resumeJob(a.Job, a.Round.Try)
 		return nil, nil
 	case mCkKill:
 		d.killJob(ctx, a)
@@ -122,8 +155,8 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 }
 
 // pauseJob stops every local task of the job at its next safe point. If
-// one does not get there within the timeout, or is moving, the ones that
-// did go on and the call fails.
+// some do not get there within the timeout, every task of the job here
+// goes on and the reply names the late ones; a task moving fails the call.
 func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	d.mu.Lock()
 	for _, l := range d.moving {
@@ -138,14 +171,15 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	var reqs []*pauseReq
 	for _, h := range hs {
 		p := h.pause.Load()
-		if p == nil {
+		for p == nil { // another step may resume it meanwhile: ask again
 			p = &pauseReq{paused: make(chan struct{}), resume: make(chan struct{})}
 			if !h.pause.CompareAndSwap(nil, p) {
 				p = h.pause.Load()
 			}
 		}
+		p.try.Store(max(p.try.Load(), a.Round.Try))
 		if h.moveReq.Load() != nil {
-			d.resumeJob(a.Job)
+			d.resumeJob(a.Job, a.Round.Try)
 			return rep, fmt.Errorf("%v of job %d: %w", h.tid, a.Job, ErrMoving)
 		}
 		select { // wake the task if it waits in RecvSafe
@@ -161,17 +195,35 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	expired := false
 	for i, p := range reqs {
-		select {
-		case <-p.paused:
-		case <-hs[i].done: // it exited meanwhile: nothing to save
-		case <-t.C:
-			d.resumeJob(a.Job)
-			return rep, fmt.Errorf("%v of job %d within %v: %w", hs[i].tid, a.Job, timeout, ErrNoSafePoint)
-		case <-ctx.Done():
-			d.resumeJob(a.Job)
-			return rep, ctx.Err()
+		arrived := true
+		if !expired {
+			select {
+			case <-p.paused:
+			case <-hs[i].done: // it exited meanwhile: nothing to save
+			case <-t.C:
+				expired, arrived = true, false
+			case <-ctx.Done():
+				d.resumeJob(a.Job, a.Round.Try)
+				return rep, ctx.Err()
+			}
+		} else {
+			select {
+			case <-p.paused:
+			case <-hs[i].done:
+			default:
+				arrived = false
+			}
 		}
+		if !arrived {
+			hs[i].warnNoSafePoint("job checkpoint", timeout)
+			rep.Late = append(rep.Late, hs[i].tid)
+		}
+		rep.SafeEvery = max(rep.SafeEvery, hs[i].safeInterval(time.Now(), arrived))
+	}
+	if len(rep.Late) > 0 {
+		d.resumeJob(a.Job, a.Round.Try)
 	}
 	return rep, nil
 }
@@ -211,6 +263,14 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		p := h.pause.Load()
 		if p == nil {
 			return rep, fmt.Errorf("%v of job %d is not paused", h.tid, a.Job)
+		}
+		if got := p.try.Load(); got != a.Round.Try {
+			return rep, fmt.Errorf("%v of job %d paused for round %d, not %v: %w", h.tid, a.Job, got, a.Round, jobck.ErrStale)
+		}
+		select {
+		case <-p.paused:
+		default:
+			return rep, fmt.Errorf("%v of job %d has not reached its safe point", h.tid, a.Job)
 		}
 		m := d.captureMeta(h)
 		m.Groups = a.Groups[h.tid]
@@ -264,10 +324,16 @@ func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 	return m
 }
 
-// resumeJob lets the job's paused tasks here go on.
-func (d *Daemon) resumeJob(job uint64) {
+// resumeJob lets the job's tasks paused here for round try or an older
+// one go on (try 0: whatever round): a late resume of an abandoned round
+// leaves a newer round's pause be.
+func (d *Daemon) resumeJob(job, try uint64) {
 	for _, h := range d.jobTasks(job) {
-		if p := h.pause.Swap(nil); p != nil {
+		p := h.pause.Load()
+		if p == nil || (try != 0 && p.try.Load() > try) {
+			continue
+		}
+		if h.pause.CompareAndSwap(p, nil) {
 			p.release()
 		}
 	}

@@ -1,18 +1,21 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -34,44 +37,96 @@ type jobState struct {
 	typ  string
 	opts JobOptions
 
-	ck   sync.Mutex // one checkpoint or restore of the job at a time
-	seq  uint64     // the newest checkpoint's sequence number
-	done chan struct{}
-
+	done  chan struct{}
 	ended sync.Once
 
-	rmu     sync.Mutex
-	rolling chan struct{} // while the job rolls back: closed when it is over
-	gen     int           // rollbacks so far
-	// broken is set when the job loses tasks with a host, until it has
-	// rolled back; losses counts such events. No checkpoint may be taken
-	// of a broken job, nor one that spans a loss.
-	broken bool
-	losses int
+	// mu guards the fields below. It is held only to step the machine and
+	// read or change this bookkeeping, never across a call to a host.
+	mu sync.Mutex
+	// mc coordinates the job's checkpoints and rollbacks (routing/jobck);
+	// the daemon drives it (driveJob).
+	mc *jobck.Machine
+	// work is the driver's record of the round under way.
+	work *roundWork
+	// waiters get the outcome of the checkpoint rounds they started, by
+	// round.
+	waiters map[jobck.Round]chan ckOutcome
+	// rolling is closed when the rollback under way is over (nil: none).
+	rolling chan struct{}
+	// lost is why the job could not roll back after losing tasks.
+	lost error
 }
 
-// damage returns whether the job is broken and how many losses it has had.
-func (js *jobState) damage() (bool, int) {
-	js.rmu.Lock()
-	defer js.rmu.Unlock()
-	return js.broken, js.losses
+// roundWork is what the driver gathers during a round.
+type roundWork struct {
+	round         jobck.Round
+	root          string // the checkpoint directory root
+	setDir        string
+	tids          []task.TID
+	files         []jobset.Entry
+	start, paused time.Time
+	budget        time.Duration
+	lostHost      task.HostID // a rollback's cause
+	restoredTasks int
+	restoredSeq   uint64
+}
+
+type ckOutcome struct {
+	res JobCheckpoint
+	err error
+}
+
+// step feeds the job's machine an event and keeps the bookkeeping that
+// must change with it atomically: the rollback channel waitJob follows.
+func (js *jobState) step(ev jobck.Event) ([]jobck.Action, error) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	acts, err := js.mc.Step(ev)
+	if r := js.mc.Round(); r.Kind == jobck.Rollback && (js.work == nil || js.work.round != r) {
+		// Another rollback follows the one that ended: same cause.
+		w := &roundWork{round: r, start: ev.Now}
+		if js.work != nil {
+			w.lostHost = js.work.lostHost
+		}
+		js.work = w
+	}
+	switch st := js.mc.State(); {
+	case (st == jobck.Killing || st == jobck.Restoring) && js.rolling == nil:
+		js.rolling = make(chan struct{})
+	case st != jobck.Killing && st != jobck.Restoring && js.rolling != nil:
+		close(js.rolling)
+		js.rolling = nil
+	}
+	return acts, err
 }
 
 // rollingBack returns a channel closed when the job's rollback is over, or
-// nil when none is under way, and the number of rollbacks so far.
-func (js *jobState) rollingBack() (chan struct{}, int) {
-	js.rmu.Lock()
-	defer js.rmu.Unlock()
-	return js.rolling, js.gen
+// nil when none is under way, the number of rollbacks so far, and why the
+// job is lost (it could not roll back).
+func (js *jobState) rollingBack() (chan struct{}, int, error) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.rolling, js.mc.Rollbacks(), js.lost
 }
 
+// seq is the newest complete checkpoint of the job.
+func (js *jobState) seq() uint64 {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.mc.Seq()
+}
+
+// ErrJobLost: a job lost tasks with a host and could not roll back.
+var ErrJobLost = errors.New("job lost")
+
 // waitJob waits for the job's root task to exit, following it through
-// rollbacks (its old incarnation is killed and a new one restored).
+// rollbacks: its old incarnation is killed and a new one restored, and an
+// exit of the old one is not the job's.
 func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 	for {
-		_, gen := js.rollingBack()
+		_, gen, _ := js.rollingBack()
 		info, err := d.Wait(ctx, js.root)
-		ch, now := js.rollingBack()
+		ch, now, lost := js.rollingBack()
 		if ch != nil {
 			select {
 			case <-ch:
@@ -82,6 +137,9 @@ func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 		}
 		if now != gen {
 			continue
+		}
+		if lost != nil {
+			return info, fmt.Errorf("job %d: %w", js.id, lost)
 		}
 		return info, err
 	}
@@ -112,8 +170,22 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	if js.opts.Keep <= 0 {
 		js.opts.Keep = 2
 	}
+	js.mc = jobck.New(js.id, 0, d.jobckConfig(opts))
+	js.waiters = map[jobck.Round]chan ckOutcome{}
 	d.jobReg[js.id] = js
 	return js
+}
+
+// jobckConfig bounds a job's checkpoint rounds: a periodic job's tasks are
+// given at least half the period (within [50 ms, MoveTimeout]) to reach
+// their safe points, another's MoveTimeout; the budget grows with the
+// interval between the tasks' safe points up to Config.PauseMax.
+func (d *Daemon) jobckConfig(opts JobOptions) jobck.Config {
+	lo := d.cfg.MoveTimeout
+	if opts.CheckpointEvery > 0 {
+		lo = min(max(opts.CheckpointEvery/2, 50*time.Millisecond), d.cfg.MoveTimeout)
+	}
+	return jobck.Config{MinPause: lo, MaxPause: max(d.cfg.PauseMax, lo), QuietTimeout: d.cfg.MoveTimeout}
 }
 
 // StartJob starts root as the root task of a new job on this daemon (the
@@ -177,19 +249,18 @@ func (d *Daemon) freshJobName(id uint64) string {
 	}
 }
 
-// endJob forgets a job whose root task has ended (master).
-// A checkpoint under way is waited for; none starts after.
+// endJob forgets a job whose root task has ended (master). A checkpoint
+// under way is abandoned (its tasks resume, its set is removed); none
+// starts after.
 func (d *Daemon) endJob(js *jobState) {
 	js.ended.Do(func() {
 		close(js.done)
-		// Taking ck waits for a checkpoint under way; one that starts
-		// after sees done closed. The order ck then mu is checkpointJob's.
-		js.ck.Lock()
+		acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
+		d.driveJob(js, acts)
 		d.mu.Lock()
 		delete(d.jobReg, js.id)
 		delete(d.jobs, js.id)
 		d.mu.Unlock()
-		js.ck.Unlock()
 	})
 }
 
@@ -201,9 +272,78 @@ func (d *Daemon) jobRunning(js *jobState, root task.TID) {
 		d.goFunc(func() { d.checkpointLoop(js) })
 	}
 	d.goFunc(func() {
-		_, _ = d.waitJob(d.ctx, js)
+		info, err := d.waitJob(d.ctx, js)
+		if err == nil && (info.State != Exited || info.Status != 0) {
+			// The root failed or was killed: the job ends whole.
+			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+			n, err := d.KillJob(ctx, js.id)
+			cancel()
+			if n > 0 || err != nil {
+				d.log.Warn("job ended with its root", "job", js.id, "root", info.TID, "state", info.State,
+					"status", info.Status, "tasks_killed", n, "error", err)
+			}
+		}
 		d.endJob(js)
 	})
+}
+
+// KillJob kills every task of job, the root first so that it spawns no
+// more, and returns how many it killed (master). Tasks spawned while it
+// works are found by looking again, a few times.
+func (d *Daemon) KillJob(ctx context.Context, job uint64) (int, error) {
+	if job == 0 {
+		return 0, fmt.Errorf("kill job 0: %w", ErrNoJob)
+	}
+	killed := 0
+	var errs []error
+	for round := 0; round < 3; round++ {
+		ts, err := d.AllTasks(ctx, false)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		var victims []task.TID
+		for _, t := range ts {
+			if t.Job == job && t.State == Running {
+				victims = append(victims, t.TID)
+			}
+		}
+		if len(victims) == 0 {
+			break
+		}
+		slices.SortFunc(victims, func(a, b task.TID) int { // the root first
+			return cmp.Compare(boolInt(a != d.jobRoot(job)), boolInt(b != d.jobRoot(job)))
+		})
+		for _, t := range victims {
+			if err := d.KillTask(ctx, t); err != nil && !errors.Is(err, task.ErrNoSuchTask) {
+				errs = append(errs, err)
+				continue
+			}
+			killed++
+		}
+	}
+	if killed == 0 && len(errs) == 0 {
+		if _, err := d.job(job); err != nil {
+			return 0, fmt.Errorf("kill j%d: %w", job, err)
+		}
+	}
+	return killed, errors.Join(errs...)
+}
+
+// jobRoot is job's root task, or 0 when the master does not know the job.
+func (d *Daemon) jobRoot(job uint64) task.TID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if js := d.jobReg[job]; js != nil {
+		return js.root
+	}
+	return 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // job finds a registered job by its number (master).
@@ -221,12 +361,8 @@ func (d *Daemon) job(id uint64) (*jobState, error) {
 // failed checkpoint is logged; the job keeps its previous one.
 func (d *Daemon) checkpointLoop(js *jobState) {
 	d.every(js.opts.CheckpointEvery, js.done, func() bool {
-		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+js.opts.CheckpointEvery)
-		// A task blocked in a receive that is not a safe point holds the
-		// others at theirs until the attempt gives up: give up soon, and
-		// try again at the next period.
-		hold := min(max(js.opts.CheckpointEvery/2, 50*time.Millisecond), d.cfg.MoveTimeout)
-		r, err := d.checkpointJob(ctx, js, "", hold)
+		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout+d.cfg.PauseMax+js.opts.CheckpointEvery)
+		r, err := d.checkpointJob(ctx, js, "")
 		cancel()
 		if err != nil {
 			if errors.Is(err, ErrNoJob) {
@@ -248,141 +384,289 @@ func (d *Daemon) CheckpointJob(ctx context.Context, job uint64, root string) (Jo
 	if err != nil {
 		return JobCheckpoint{}, err
 	}
-	return d.checkpointJob(ctx, js, root, d.cfg.MoveTimeout)
+	return d.checkpointJob(ctx, js, root)
 }
 
-// checkpointJob checkpoints js under root, giving its tasks hold to reach
-// their safe points.
-func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string, hold time.Duration) (res JobCheckpoint, err error) {
+// checkpointJob runs a checkpoint round of js under root and returns its
+// outcome. The round runs on if ctx ends first; the caller stops waiting.
+func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (res JobCheckpoint, err error) {
 	res = JobCheckpoint{Job: js.id, Name: js.name}
 	defer func(start time.Time) { d.jobCheckpointed(js.id, start, err) }(time.Now())
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
-		}
-	}()
 	if root == "" {
 		root = d.cfg.SharedDir
 	}
 	if root == "" {
-		return res, ErrNoSharedDir
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ErrNoSharedDir)
 	}
-	js.ck.Lock()
-	defer js.ck.Unlock()
+	now := time.Now()
+	js.mu.Lock()
+	acts, err := js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs()})
+	var ch chan ckOutcome
+	if err == nil {
+		r := js.mc.Round()
+		js.work = &roundWork{round: r, root: root, start: now}
+		ch = make(chan ckOutcome, 1)
+		js.waiters[r] = ch
+	}
+	js.mu.Unlock()
+	switch {
+	case errors.Is(err, jobck.ErrEnded):
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ErrNoJob)
+	case errors.Is(err, jobck.ErrBroken):
+		return res, fmt.Errorf("checkpoint job %d: it lost tasks with a host and has not rolled back yet", js.id)
+	case err != nil:
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, err)
+	}
+	d.goFunc(func() { d.driveJob(js, acts) })
 	select {
-	case <-js.done:
-		return res, ErrNoJob
-	default:
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ctx.Err())
 	}
-	broken, losses := js.damage()
-	if broken {
-		return res, fmt.Errorf("it lost tasks with a host and has not rolled back yet")
+}
+
+// driveJob carries out the job machine's actions, in order, with those
+// that follow from the events they produce. Several drivers may run at
+// once (a host lost during a checkpoint starts one); the machine refuses
+// the steps of a round that is no longer current, and that driver stops.
+func (d *Daemon) driveJob(js *jobState, acts []jobck.Action) {
+	for len(acts) > 0 {
+		a := acts[0]
+		acts = append(acts[1:], d.jobAction(js, a)...)
 	}
-	start := time.Now()
-	hosts := d.hostIDs()
-	step := ckStep{Job: js.id, Timeout: hold}
-	resume := func() {
-		_, _ = d.allHosts(context.WithoutCancel(ctx), hosts, mCkResume, step)
+}
+
+// workFor returns the driver's record of round r, if it is the current
+// one.
+func (js *jobState) workFor(r jobck.Round) *roundWork {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.work == nil || js.work.round != r {
+		return nil
 	}
-	// 1. Pause every task of the job at a safe point.
-	if _, err := d.allHosts(ctx, hosts, mCkPause, step); err != nil {
-		resume()
-		return res, err
-	}
-	paused := time.Now()
-	// 2. Wait until every message between them has been delivered. Tasks
-	// spawned just before the pause, on a host already asked, are paused
-	// in turn.
-	var tids []task.TID
-	deadline := time.Now().Add(d.cfg.MoveTimeout)
-	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		reps, err := d.allHosts(ctx, hosts, mCkQuiet, step)
+	return js.work
+}
+
+// feed steps the machine with the hosts' answers to a call, in the hosts'
+// order, and returns the actions that follow. A refused answer (a round
+// abandoned meanwhile) ends the feeding.
+func (d *Daemon) feed(js *jobState, evs []jobck.Event) []jobck.Action {
+	var out []jobck.Action
+	for _, ev := range evs {
+		acts, err := js.step(ev)
 		if err != nil {
-			resume()
-			return res, err
+			d.log.Debug("job step refused", "job", js.id, "event", ev.Kind, "error", err)
+			return out
 		}
-		pending, running := 0, 0
-		tids = tids[:0]
-		for i, r := range reps {
-			pending += r.Pending
-			running += r.Running
-			tids = append(tids, r.TIDs...)
-			if r.Running > 0 {
-				if _, err := d.allHosts(ctx, hosts[i:i+1], mCkPause, step); err != nil {
-					resume()
-					return res, err
-				}
+		out = append(out, acts...)
+	}
+	return out
+}
+
+// jobAction carries out one action of the job's machine.
+func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
+	w := js.workFor(a.Round)
+	step := ckStep{Job: js.id, Round: a.Round}
+	switch a.Kind {
+	case jobck.ActPause:
+		if w == nil {
+			return nil
+		}
+		w.budget = a.Budget
+		step.Timeout = a.Budget
+		ctx, cancel := context.WithTimeout(d.ctx, a.Budget+d.cfg.MoveTimeout)
+		defer cancel()
+		reps, errs := d.eachHost(ctx, a.Hosts, mCkPause, step)
+		evs := make([]jobck.Event, len(a.Hosts))
+		now := time.Now()
+		for i, h := range a.Hosts {
+			err := errs[i]
+			if err == nil && len(reps[i].Late) > 0 {
+				err = fmt.Errorf("%v of job %d within %v: %w", reps[i].Late, js.id, a.Budget, ErrNoSafePoint)
+			}
+			evs[i] = jobck.Event{Kind: jobck.EvPaused, Now: now, Round: a.Round, Host: h, Err: err, SafeEvery: reps[i].SafeEvery}
+		}
+		if w.paused.IsZero() {
+			w.paused = now
+		}
+		return d.feed(js, evs)
+	case jobck.ActQuiet:
+		if !a.At.IsZero() {
+			t := time.NewTimer(time.Until(a.At))
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-d.ctx.Done():
+				return nil
+			}
+			return d.feed(js, []jobck.Event{{Kind: jobck.EvTick, Now: time.Now()}})
+		}
+		if w == nil {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
+		defer cancel()
+		reps, errs := d.eachHost(ctx, a.Hosts, mCkQuiet, step)
+		evs := make([]jobck.Event, len(a.Hosts))
+		now := time.Now()
+		w.tids = w.tids[:0]
+		for i, h := range a.Hosts {
+			w.tids = append(w.tids, reps[i].TIDs...)
+			evs[i] = jobck.Event{Kind: jobck.EvQuiet, Now: now, Round: a.Round, Host: h, Err: errs[i],
+				Pending: reps[i].Pending, Running: reps[i].Running, Tasks: len(reps[i].TIDs)}
+		}
+		return d.feed(js, evs)
+	case jobck.ActWrite:
+		if w == nil {
+			return nil
+		}
+		return d.feed(js, d.writeSet(js, w, a))
+	case jobck.ActCommit:
+		if w == nil {
+			return nil
+		}
+		js.mu.Lock()
+		files := slices.Clone(w.files)
+		js.mu.Unlock()
+		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files}
+		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
+		if err == nil {
+			// Before the tasks go on: a job that ends right after keeps
+			// only the sets it should.
+			if _, perr := jobset.Prune(filepath.Dir(w.setDir), js.opts.Keep, d.manifestKey()); perr != nil {
+				d.log.Warn("pruning old job checkpoints", "job", js.id, "error", perr)
 			}
 		}
-		if pending == 0 && running == 0 {
-			break
+		return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round, Err: err}})
+	case jobck.ActResume:
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
+		defer cancel()
+		_, errs := d.eachHost(ctx, a.Hosts, mCkResume, step)
+		if err := errors.Join(errs...); err != nil {
+			d.log.Warn("job checkpoint: resume", "job", js.id, "error", err)
 		}
-		if time.Now().After(deadline) {
-			resume()
-			return res, fmt.Errorf("%d messages of the job still unacknowledged after %v", pending, d.cfg.MoveTimeout)
+	case jobck.ActDiscard:
+		if w != nil {
+			js.mu.Lock()
+			dir := w.setDir
+			js.mu.Unlock()
+			if dir != "" {
+				_ = os.RemoveAll(dir) // incomplete: the previous set stands
+			}
 		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			resume()
-			return res, ctx.Err()
+	case jobck.ActDone:
+		d.checkpointDone(js, w, a)
+	case jobck.ActKill:
+		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+		defer cancel()
+		step.Timeout = d.cfg.MoveTimeout
+		_, errs := d.eachHost(ctx, a.Hosts, mCkKill, step)
+		evs := make([]jobck.Event, len(a.Hosts))
+		for i, h := range a.Hosts {
+			if errs[i] != nil {
+				d.log.Error("job rollback: stopping the surviving tasks", "job", js.id, "on_host", h, "error", errs[i])
+			}
+			evs[i] = jobck.Event{Kind: jobck.EvKilled, Now: time.Now(), Round: a.Round, Host: h, Err: errs[i]}
 		}
+		return d.feed(js, evs)
+	case jobck.ActRestore:
+		err := d.restoreRound(js, a)
+		return d.feed(js, []jobck.Event{{Kind: jobck.EvRestored, Now: time.Now(), Round: a.Round, Err: err}})
+	case jobck.ActRolledBack:
+		d.rolledBack(js, a)
+	case jobck.ActUnrecoverable:
+		// PVM's behaviour: the lost tasks are reported exited to their
+		// watchers, and the job goes on without them as it can.
+		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
-	if len(tids) == 0 {
-		resume()
-		return res, ErrNoJob
+	return nil
+}
+
+// writeSet asks the hosts to write their tasks' checkpoints into a new set
+// and returns their answers as events.
+func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Event {
+	evs := make([]jobck.Event, len(a.Hosts))
+	fail := func(err error) []jobck.Event {
+		for i, h := range a.Hosts {
+			evs[i] = jobck.Event{Kind: jobck.EvWritten, Now: time.Now(), Round: a.Round, Host: h, Err: err}
+		}
+		return evs
 	}
-	// 3. Write the tasks' checkpoints, then the manifest.
-	jobDir, err := jobset.JobDir(root, js.name)
+	jobDir, err := jobset.JobDir(w.root, js.name)
 	if err != nil {
-		resume()
-		return res, err
+		return fail(err)
 	}
-	setDir, err := jobset.NewSet(jobDir, js.seq+1)
+	setDir, err := jobset.NewSet(jobDir, a.Round.Seq)
 	if err != nil {
-		resume()
-		return res, err
+		return fail(err)
 	}
-	fail := func(err error) (JobCheckpoint, error) {
-		resume()
-		_ = os.RemoveAll(setDir) // incomplete: the previous set stands
-		return res, err
+	// The round may have been abandoned meanwhile (a host lost), its
+	// Discard carried out already: then the new set goes at once.
+	js.mu.Lock()
+	current := js.mc.Round() == a.Round
+	if current {
+		w.setDir = setDir
 	}
-	step.Dir = setDir
-	step.Groups = map[task.TID][]ckpt.Membership{}
-	for _, t := range tids {
+	js.mu.Unlock()
+	if !current {
+		_ = os.RemoveAll(setDir)
+		return fail(jobck.ErrStale)
+	}
+	step := ckStep{Job: js.id, Round: a.Round, Dir: setDir, Groups: map[task.TID][]ckpt.Membership{}}
+	for _, t := range w.tids {
 		if ms := d.groups.memberships(t); len(ms) > 0 {
 			step.Groups[t] = ms
 		}
 	}
-	reps, err := d.allHosts(ctx, hosts, mCkWrite, step)
-	if err != nil {
-		return fail(err)
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+	defer cancel()
+	reps, errs := d.eachHost(ctx, a.Hosts, mCkWrite, step)
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for i, h := range a.Hosts {
+		for _, e := range reps[i].Files {
+			e.Host = h.String()
+			w.files = append(w.files, e)
+		}
+		evs[i] = jobck.Event{Kind: jobck.EvWritten, Now: time.Now(), Round: a.Round, Host: h, Err: errs[i], Tasks: len(reps[i].Files)}
 	}
-	m := &jobset.Manifest{Job: js.name, Seq: js.seq + 1, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ}
-	for i, r := range reps {
-		for _, e := range r.Files {
-			e.Host = hosts[i].String()
-			m.Entries = append(m.Entries, e)
+	return evs
+}
+
+// checkpointDone reports the outcome of a checkpoint round to whoever
+// started it.
+func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
+	res := JobCheckpoint{Job: js.id, Name: js.name, Seq: a.Round.Seq}
+	err := a.Err
+	if err != nil {
+		if errors.Is(err, jobck.ErrNoTasks) || errors.Is(err, jobck.ErrEnded) {
+			err = fmt.Errorf("%w: %w", ErrNoJob, err)
+		}
+		err = fmt.Errorf("checkpoint job %d: %w", js.id, err)
+	}
+	if w != nil && err == nil {
+		js.mu.Lock()
+		res.Dir, res.Tasks = w.setDir, a.Tasks
+		for _, e := range w.files {
 			res.Bytes += e.Bytes
 		}
+		js.mu.Unlock()
+		res.Seconds = time.Since(w.start).Seconds()
+		if !w.paused.IsZero() {
+			res.PausedMS = float64(time.Since(w.paused).Microseconds()) / 1e3
+		}
 	}
-	if _, now := js.damage(); now != losses {
-		return fail(errors.New("it lost tasks with a host meanwhile"))
+	js.mu.Lock()
+	ch := js.waiters[a.Round]
+	delete(js.waiters, a.Round)
+	if js.work != nil && js.work.round == a.Round {
+		js.work = nil
 	}
-	if err := jobset.WriteManifest(setDir, m, d.manifestKey()); err != nil {
-		return fail(err)
+	js.mu.Unlock()
+	if ch != nil {
+		ch <- ckOutcome{res: res, err: err}
 	}
-	// 4. Go on.
-	resume()
-	res.PausedMS = float64(time.Since(paused).Microseconds()) / 1e3
-	js.seq++
-	res.Seq, res.Dir, res.Tasks = js.seq, setDir, len(m.Entries)
-	res.Seconds = time.Since(start).Seconds()
-	if _, err := jobset.Prune(jobDir, js.opts.Keep, d.manifestKey()); err != nil {
-		d.log.Warn("pruning old job checkpoints", "job", js.id, "error", err)
-	}
-	return res, nil
 }
 
 // hostIDs lists the hosts of the virtual machine (master).
@@ -394,9 +678,9 @@ func (d *Daemon) hostIDs() []task.HostID {
 	return ids
 }
 
-// allHosts calls method on every host at once and returns their replies
-// in the hosts' order; the first error wins.
-func (d *Daemon) allHosts(ctx context.Context, hosts []task.HostID, method string, args ckStep) ([]ckReply, error) {
+// eachHost calls method on every host at once and returns their replies
+// and errors in the hosts' order.
+func (d *Daemon) eachHost(ctx context.Context, hosts []task.HostID, method string, args ckStep) ([]ckReply, []error) {
 	reps := make([]ckReply, len(hosts))
 	errs := make([]error, len(hosts))
 	var wg sync.WaitGroup
@@ -410,7 +694,7 @@ func (d *Daemon) allHosts(ctx context.Context, hosts []task.HostID, method strin
 		}()
 	}
 	wg.Wait()
-	return reps, errors.Join(errs...)
+	return reps, errs
 }
 
 // Restarting a job from a checkpoint.
@@ -509,7 +793,9 @@ func (d *Daemon) startStaged(a restoreArgs) {
 	}
 	d.mu.Unlock()
 	for i, s := range todo {
-		d.install(s.meta, s.t, arrs[i], nil)
+		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
+			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
+		}
 	}
 }
 
@@ -542,7 +828,9 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
 	js := d.newJob(m.Job, m.Program, opts)
-	js.seq = m.Seq
+	js.mu.Lock()
+	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
+	js.mu.Unlock()
 	if out != nil {
 		d.mu.Lock()
 		d.jobs[js.id] = out(js.id)
@@ -577,8 +865,14 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		}
 		tids[i] = tid
 		floor[tid.Host()] = max(floor[tid.Host()], tid.Num())
-		if here[tid.Host()] {
-			place[i] = tid.Host()
+		// Back where it was checkpointed (a moved task is not at its
+		// origin), if that host is here.
+		home := tid.Host()
+		if h, err := task.ParseHostID(e.Host); err == nil {
+			home = h
+		}
+		if here[home] {
+			place[i] = home
 		} else {
 			away = append(away, i)
 		}
@@ -659,15 +953,21 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	return nil
 }
 
-// restartEpoch is a route epoch above any the tasks had.
+// restartEpoch is a route epoch above any the tasks had: a new epoch of
+// the move machine's clock, which is above every epoch handed out before,
+// also those of routes the master has forgotten (exited tasks) and that
+// other daemons still hold.
 func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	d.rmu.Lock()
-	defer d.rmu.Unlock()
 	var e uint64
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
-	return e + 1
+	d.rmu.Unlock()
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.moves.Observe(e)
+	return d.moves.NextEpoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -716,15 +1016,17 @@ func (d *Daemon) jobsOn(h task.HostID, jobs []uint64, replace bool) {
 	}
 }
 
-// rollBackJobsOf rolls back every checkpointed job that had tasks on the
-// lost host h (master). Jobs without a checkpoint get PVM's behaviour: the
-// lost tasks are reported exited to whoever asked.
-func (d *Daemon) rollBackJobsOf(h task.HostID) {
+// rollBackJobsOf tells the coordinator of every job that had tasks on the
+// lost host h (master): a checkpointed job rolls back, its surviving tasks
+// killed without notices and all of them started again from its newest
+// checkpoint on the hosts left; a job without one is lost. It returns the
+// channels closed when each rollback started is over.
+func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 	d.whyMu.Lock()
 	stopping := d.why != nil
 	d.whyMu.Unlock()
 	if stopping || d.ctx.Err() != nil {
-		return // the machine is halting: its hosts leave with their jobs
+		return nil // the machine is halting: its hosts leave with their jobs
 	}
 	d.mu.Lock()
 	var jss []*jobState
@@ -735,69 +1037,92 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) {
 	}
 	delete(d.hostJobs, h)
 	d.mu.Unlock()
+	hosts := d.hostIDs()
+	var rolling []chan struct{}
 	for _, js := range jss {
-		js.rmu.Lock()
-		js.broken = true
-		js.losses++
-		js.rmu.Unlock()
-		d.goFunc(func() { d.rollBack(js, h) })
+		now := time.Now()
+		js.mu.Lock()
+		acts, err := js.mc.Step(jobck.Event{Kind: jobck.EvHostLost, Now: now, Host: h, Hosts: hosts})
+		if st := js.mc.State(); st == jobck.Killing || st == jobck.Restoring {
+			if js.rolling == nil {
+				js.rolling = make(chan struct{})
+			}
+			rolling = append(rolling, js.rolling)
+			if js.work == nil || js.work.round != js.mc.Round() {
+				js.work = &roundWork{round: js.mc.Round(), start: now, lostHost: h}
+			}
+		}
+		js.mu.Unlock()
+		if err != nil {
+			d.log.Error("job rollback", "job", js.id, "error", err)
+			continue
+		}
+		d.goFunc(func() { d.driveJob(js, acts) })
 	}
+	return rolling
 }
 
-// rollBack restarts job js from its newest complete checkpoint after it
-// lost tasks with host h: its surviving tasks are killed without notices,
-// and all of them start again from the checkpoint on the hosts left.
-func (d *Daemon) rollBack(js *jobState, lost task.HostID) {
-	js.ck.Lock()
-	defer js.ck.Unlock()
-	if js.seq == 0 {
-		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", lost)
-		return
-	}
-	root := d.cfg.SharedDir
-	jobDir, err := jobset.JobDir(root, js.name)
+// restoreRound starts the job again from its newest complete checkpoint
+// on the hosts there are now (master).
+func (d *Daemon) restoreRound(js *jobState, a jobck.Action) error {
+	jobDir, err := jobset.JobDir(d.cfg.SharedDir, js.name)
 	if err != nil {
-		d.log.Error("job rollback", "job", js.id, "error", err)
-		return
+		return err
 	}
 	setDir, m, skipped, err := d.latestSet(jobDir)
 	for _, e := range skipped {
 		d.log.Warn("job rollback: checkpoint skipped", "job", js.id, "error", e)
 	}
 	if err != nil {
-		d.log.Error("job rollback: no checkpoint to go back to", "job", js.id, "error", err)
-		return
+		return fmt.Errorf("no checkpoint to go back to: %w", err)
 	}
-	ch := make(chan struct{})
-	js.rmu.Lock()
-	js.rolling = ch
-	js.gen++
-	js.rmu.Unlock()
-	defer func() {
-		js.rmu.Lock()
-		js.rolling = nil
-		js.rmu.Unlock()
-		close(ch)
-	}()
-	start := time.Now()
 	ctx, cancel := context.WithTimeout(d.ctx, 4*d.cfg.MoveTimeout)
 	defer cancel()
-	if _, err := d.allHosts(ctx, d.hostIDs(), mCkKill, ckStep{Job: js.id, Timeout: d.cfg.MoveTimeout}); err != nil {
-		d.log.Error("job rollback: stopping the surviving tasks", "job", js.id, "error", err)
-	}
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
-		d.log.Error("job rollback failed; the job is lost", "job", js.id, "set", setDir, "error", err)
-		d.met.RolledBack(js.id, time.Since(start), err)
-		return
+		return fmt.Errorf("restore %s: %w", setDir, err)
 	}
-	js.seq = m.Seq
-	js.rmu.Lock()
-	js.broken = false
-	js.rmu.Unlock()
-	d.rollbacks.Add(1)
-	d.met.RolledBack(js.id, time.Since(start), nil)
-	d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", lost,
-		"seq", m.Seq, "tasks", len(m.Entries), "seconds", time.Since(start).Seconds())
+	if w := js.workFor(a.Round); w != nil {
+		w.restoredTasks, w.restoredSeq, w.setDir = len(m.Entries), m.Seq, setDir
+	}
+	return nil
+}
+
+// rolledBack reports the end of a rollback round: to the log, and to the
+// client that runs the job, which says so to its user.
+func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
+	w := js.workFor(a.Round)
+	js.mu.Lock()
+	if w != nil && js.work == w {
+		js.work = nil
+	} else if w == nil && js.work != nil {
+		// Another rollback has begun already: it carries the cause.
+		w = &roundWork{lostHost: js.work.lostHost, start: js.work.start}
+	}
+	js.mu.Unlock()
+	var host task.HostID
+	seq, tasks := a.Round.Seq, 0
+	var secs float64
+	if w != nil {
+		host, tasks, secs = w.lostHost, w.restoredTasks, time.Since(w.start).Seconds()
+		if w.restoredSeq != 0 {
+			seq = w.restoredSeq
+		}
+	}
+	note := JobNote{Job: js.id, Kind: NoteRolledBack, Seq: seq, Host: host.String(), Tasks: tasks}
+	if a.Err != nil {
+		js.mu.Lock()
+		js.lost = fmt.Errorf("rollback to checkpoint %d failed: %w: %w", seq, a.Err, ErrJobLost)
+		js.mu.Unlock()
+		note.Kind, note.Err = NoteLost, a.Err.Error()
+		d.log.Error("job rollback failed; the job is lost", "job", js.id, "seq", seq, "error", a.Err)
+		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), a.Err)
+	} else {
+		d.rollbacks.Add(1)
+		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), nil)
+		d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", host,
+			"seq", seq, "tasks", tasks, "seconds", secs)
+	}
+	d.jobNote(note)
 }
 
 // killJob ends this host's tasks of a job that is rolling back, without
@@ -824,9 +1149,13 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 		case <-ctx.Done():
 		}
 	}
+	// Nothing the old incarnations sent or were sent may reach the new
+	// ones: drop it, held or unacknowledged, with their numbering.
 	d.rmu.Lock()
 	for _, h := range hs {
 		d.outbox.DropReceiver(h.tid)
+		d.outbox.DropSender(h.tid)
+		d.inbox.Forget(h.tid)
 	}
 	d.rmu.Unlock()
 	for _, id := range d.peerHosts() {
@@ -849,3 +1178,49 @@ func (d *Daemon) peerHosts() []task.HostID {
 
 // Rollbacks is how many job rollbacks the master has made.
 func (d *Daemon) Rollbacks() int64 { return d.rollbacks.Load() }
+
+// JobNote tells the client that runs a job what befell it: a rollback,
+// and to which checkpoint, or its loss.
+type JobNote struct {
+	Job  uint64 `json:"job" msgpack:"j"`
+	Kind string `json:"kind" msgpack:"k"` // NoteRolledBack or NoteLost
+	// Seq is the checkpoint the job went back to (or tried to).
+	Seq uint64 `json:"seq" msgpack:"s"`
+	// Host is the lost host that made the job roll back.
+	Host  string `json:"host,omitempty" msgpack:"h,omitempty"`
+	Tasks int    `json:"tasks,omitempty" msgpack:"t,omitempty"`
+	Err   string `json:"error,omitempty" msgpack:"e,omitempty"`
+}
+
+// Kinds of JobNote.
+const (
+	NoteRolledBack = "rolled-back"
+	NoteLost       = "lost"
+)
+
+func (n JobNote) String() string {
+	switch n.Kind {
+	case NoteRolledBack:
+		return fmt.Sprintf("job %d lost host %s and rolled back to checkpoint %d (%d tasks)", n.Job, n.Host, n.Seq, n.Tasks)
+	case NoteLost:
+		return fmt.Sprintf("job %d lost host %s and could not roll back to checkpoint %d: %s", n.Job, n.Host, n.Seq, n.Err)
+	}
+	return fmt.Sprintf("job %d: %s", n.Job, n.Kind)
+}
+
+// jobNote sends a note to the client that runs the job, if one does.
+func (d *Daemon) jobNote(n JobNote) {
+	d.mu.Lock()
+	w := d.jobs[n.Job]
+	d.mu.Unlock()
+	co, ok := w.(*clientOutput)
+	if !ok {
+		return
+	}
+	b, err := encodeMsg(&event{Kind: evJobNote, Job: n.Job, Note: &n})
+	if err != nil {
+		d.log.Error("encode job note", "error", err)
+		return
+	}
+	co.p.frame(routing.KindEvent, b)
+}

@@ -21,12 +21,19 @@ import (
 // when the whole job sits at safe points. Its result depends only on its
 // state, so a run restarted from a checkpoint prints what an uninterrupted
 // one does.
+//
+// Sent records that the lap's token is out: the root waits for it at a
+// safe point, and a root restored from a checkpoint taken there must not
+// send the lap's token again — the one out is in a worker's checkpointed
+// mailbox or state, and a second would circulate beside it (the ring then
+// sums differently after a rollback).
 type ringRoot struct {
 	N, Laps int
 	Workers []task.TID
 	Lap     int
 	Sum     int64
 	Poked   bool
+	Sent    bool
 }
 
 type ringWorker struct {
@@ -79,8 +86,11 @@ func (r *ringRoot) Run(c *task.Ctx) error {
 			}
 			r.Poked = true
 		}
-		if err := c.Send(r.Workers[0], 2, ringToken{Lap: r.Lap, Sum: r.Sum}); err != nil {
-			return err
+		if !r.Sent {
+			if err := c.Send(r.Workers[0], 2, ringToken{Lap: r.Lap, Sum: r.Sum}); err != nil {
+				return err
+			}
+			r.Sent = true
 		}
 		var tok ringToken
 		if _, err := c.RecvSafe(r.Workers[len(r.Workers)-1], 2, &tok); err != nil {
@@ -88,6 +98,7 @@ func (r *ringRoot) Run(c *task.Ctx) error {
 		}
 		r.Sum = tok.Sum
 		r.Lap++
+		r.Sent = false
 	}
 	if err := c.Mcast(r.Workers, 3, nil); err != nil {
 		return err
@@ -206,8 +217,8 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 	if len(skipped) != 1 || !errors.Is(skipped[0], jobset.ErrTampered) || !strings.Contains(skipped[0].Error(), filepath.Base(bad)) {
 		t.Fatalf("skipped %v, want the tampered %s", skipped, bad)
 	}
-	if js2.root != js.root || js2.seq != 1 {
-		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq)
+	if js2.root != js.root || js2.seq() != 1 {
+		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq())
 	}
 	if got := <-ringMid; got != js.root {
 		t.Fatalf("restored root %v waits, want %v", got, js.root)

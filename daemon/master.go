@@ -94,7 +94,7 @@ func (n *network) hostList(self HostInfo) []HostInfo {
 // messages for it dropped, and notifications fire.
 func (d *Daemon) removeHost(id task.HostID, why string) {
 	if d.cfg.Master {
-		d.abortMovesTo(id)
+		d.movesHostLost(id)
 		d.schedDirty()
 	}
 	n := d.nw
@@ -124,14 +124,27 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	d.log.Log(context.Background(), lvl, "host deleted", "peer", id, "peer_name", hi.Name, "reason", why)
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
-		d.taskLossNotices(id)
-		d.rollBackJobsOf(id)
+		d.lostFromGroups(id)
+		// The exits of tasks lost with the host are told once the jobs
+		// that lost them have rolled back: a task restored lives on, and
+		// its loss is no failure of its job.
+		rolling := d.rollBackJobsOf(id)
+		d.goFunc(func() {
+			for _, ch := range rolling {
+				select {
+				case <-ch:
+				case <-d.ctx.Done():
+					return
+				}
+			}
+			d.taskLossNotices(id)
+		})
 	}
 	d.hostNotice(task.HostDelete, *hi)
 }
 
 // taskLossNotices fires the exit notifications of tasks lost with host id
-// (master), and removes them from their groups.
+// (master): those the routing table still places there.
 func (d *Daemon) taskLossNotices(id task.HostID) {
 	d.mu.Lock()
 	watched := make(map[task.TID][]watcher, len(d.lossWatch))
@@ -150,6 +163,11 @@ func (d *Daemon) taskLossNotices(id task.HostID) {
 			d.notify(tid, w, task.Notice{Kind: task.TaskExit, TID: tid, Status: -1, Err: "lost with its host"}, false)
 		}
 	}
+}
+
+// lostFromGroups removes the tasks lost with host id from their groups
+// (master).
+func (d *Daemon) lostFromGroups(id task.HostID) {
 	for _, tid := range d.groups.all() {
 		if d.routeHost(tid) == id {
 			d.groups.leaveAll(tid)
@@ -180,10 +198,10 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 }
 
 // clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
+var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mKillJob: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
 
 // masterMethods are served by the master only.
-var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
+var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKillJob: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
 	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
 
 // handle runs a control request. p is the connection it came from, nil for
@@ -243,6 +261,13 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			return nil, err
 		}
 		return nil, d.KillTask(ctx, a.TID)
+	case mKillJob:
+		var a jobArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return nil, err
+		}
+		n, err := d.KillJob(ctx, a.Job)
+		return intReply{N: n}, err
 	case mJoin, mLeave, mMembers, mBarrier, mLeaveAll:
 		var a groupArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -728,7 +753,8 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 	go func() {
 		select {
 		case <-client.closed:
-			_ = d.KillTask(context.WithoutCancel(wctx), js.root)
+			n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
+			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
 		case <-wctx.Done():
 		}
 	}()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -33,8 +34,11 @@ type faults struct {
 	hold   uint64 // per mille of message/ack frames swapped with the next frame
 	delay  uint64 // per mille of units delayed
 	cut    uint64 // per 100 000 units of a host-to-host connection: the connection breaks
+	stall  uint64 // per 100 000 units: the unit (and its stream's later ones) waits 50–450 ms, a host frozen past timeouts
 
-	dropped, held, delayed, cuts atomic.Int64
+	stalling atomic.Bool // stalls start once the test sets it, after the daemons have joined
+
+	dropped, held, delayed, cuts, stalls atomic.Int64
 }
 
 // roll returns a number in [0, n) determined by the seed, the unit's place
@@ -86,6 +90,10 @@ func (f *faults) Shape(u transport.Unit) transport.Decision {
 		d.Delay = time.Duration(1+f.roll(u, 't', 2000)) * time.Microsecond
 		f.delayed.Add(1)
 	}
+	if f.stall > 0 && f.stalling.Load() && f.roll(u, 's', 100000) < f.stall {
+		d.Delay = time.Duration(50+f.roll(u, 'S', 400)) * time.Millisecond
+		f.stalls.Add(1)
+	}
 	if data {
 		switch r := f.roll(u, 'f', 1000); {
 		case r < f.drop:
@@ -104,8 +112,8 @@ func (f *faults) Shape(u transport.Unit) transport.Decision {
 }
 
 func (f *faults) String() string {
-	return fmt.Sprintf("seed %d: %d frames dropped, %d swapped, %d units delayed, %d connections cut",
-		f.seed, f.dropped.Load(), f.held.Load(), f.delayed.Load(), f.cuts.Load())
+	return fmt.Sprintf("seed %d: %d frames dropped, %d swapped, %d units delayed, %d stalled, %d connections cut",
+		f.seed, f.dropped.Load(), f.held.Load(), f.delayed.Load(), f.stalls.Load(), f.cuts.Load())
 }
 
 // frameLen cuts a daemon stream into frames for the shaper.
@@ -312,7 +320,9 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 			mvs = append(mvs, mv...)
 			senders = append(senders, s...)
 		}
-		// Moves chosen by the seed, one at a time, while the senders run.
+		// Moves chosen by the seed, one at a time, while the senders run;
+		// after each, the invariants are checked.
+		epochs := map[*Daemon]map[task.TID]uint64{}
 		r := seed*0x9e3779b97f4a7c15 + 1
 		for i := range moves {
 			if err := c.Mcast(senders, 5, nil); err != nil {
@@ -330,7 +340,13 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 			if (r>>50)&1 == 1 {
 				via = Indirect
 			}
-			if _, err := m.Migrate(ctx, mv, to, via); err != nil {
+			_, err := m.Migrate(ctx, mv, to, via)
+			if err == nil || errors.Is(err, ErrAborted) {
+				if cerr := checkMoved(vm, mv, epochs); cerr != nil {
+					return fmt.Errorf("move %d: %w", i, cerr)
+				}
+			}
+			if err != nil {
 				failed++
 				t.Logf("move %d: %v", i, err)
 				continue
@@ -355,4 +371,38 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 		return nil
 	})
 	return committed, failed
+}
+
+// checkMoved checks the invariants of a move that has ended (committed or
+// aborted): the task runs on exactly one host, none keeps it suspended,
+// and no daemon's route epoch for it has gone back since the last check
+// (epochs holds the last ones seen).
+func checkMoved(vm *LocalVM, tid task.TID, epochs map[*Daemon]map[task.TID]uint64) error {
+	var on []string
+	for _, d := range vm.Daemons {
+		d.rmu.Lock()
+		e := d.routes.Lookup(tid).Epoch
+		d.rmu.Unlock()
+		d.mu.Lock()
+		_, runs := d.tasks[tid]
+		_, suspended := d.moving[tid]
+		d.mu.Unlock()
+		if runs {
+			on = append(on, d.Name())
+		}
+		if suspended {
+			return fmt.Errorf("%v is still suspended on %s after its move ended", tid, d.Name())
+		}
+		if epochs[d] == nil {
+			epochs[d] = map[task.TID]uint64{}
+		}
+		if prev := epochs[d][tid]; e < prev {
+			return fmt.Errorf("%s's route epoch of %v went back from %d to %d", d.Name(), tid, prev, e)
+		}
+		epochs[d][tid] = e
+	}
+	if len(on) != 1 {
+		return fmt.Errorf("%v runs on %v after its move ended, want one host", tid, on)
+	}
+	return nil
 }

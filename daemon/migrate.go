@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -38,13 +39,16 @@ func ParseVia(s string) (Via, error) {
 	return "", fmt.Errorf("migration mode %q: want direct or indirect", s)
 }
 
-// Migration errors.
+// Migration errors. ErrMoving and ErrAborted are the move machine's
+// (routing/move), so that errors.Is matches them wherever they arose.
 var (
 	// ErrNoSafePoint: the task did not reach a safe point in time; it goes
 	// on running where it was.
 	ErrNoSafePoint = errors.New("task reached no safe point in time")
 	// ErrMoving: the task is already being moved.
-	ErrMoving = errors.New("task is already moving")
+	ErrMoving = move.ErrMoving
+	// ErrAborted: the move was undone; the task runs at its origin again.
+	ErrAborted = move.ErrAborted
 	// ErrNoSharedDir: indirect migration needs a shared directory.
 	ErrNoSharedDir = errors.New("no shared directory configured (--shared-dir)")
 )
@@ -67,25 +71,38 @@ type MigrateResult struct {
 
 // moveRequest asks a running task to suspend at its next safe point.
 type moveRequest struct {
+	move  move.ID
 	to    task.HostID
 	epoch uint64
 	done  chan error // nil once suspended
 }
 
 // leaving is a task suspended on this daemon (the origin) while it moves:
-// what an abort needs to resume it here.
+// what an abort needs to resume it here. Its fields are guarded by d.mu.
 type leaving struct {
 	h        *hosted
+	move     move.ID // the move it is suspended for
 	meta     ckpt.Meta
 	dest     routing.Route
 	file     string        // indirect: the checkpoint file to remove on commit
 	resolved chan struct{} // closed on commit or abort
+	// sending is set while its checkpoint is written, and closed when the
+	// write is over: a resume waits for it, so that the task never runs
+	// while its state is encoded.
+	sending chan struct{}
+	// over is set once a commit or resume has taken it: no step of its
+	// move is served any more.
+	over bool
+	// held are messages kept for it, unacknowledged, once its move has
+	// aborted and before it resumes here (see comingBack).
+	held []heldMsg
 }
 
 // arriving is a task prepared on this daemon (the destination): messages
 // for it are held, unacknowledged, until it is restored.
 type arriving struct {
 	typ   string
+	move  move.ID // the move that prepared it (0: a job restart)
 	epoch uint64
 	from  task.HostID
 	held  []heldMsg
@@ -104,7 +121,9 @@ type transferred struct {
 	err  error
 }
 
-// Control request bodies for migration.
+// Control request bodies for migration. Every step names its move; a host
+// refuses a step of a move it has cancelled or resumed a task for, or of a
+// move other than the one a task is suspended or prepared for.
 type (
 	migrateArgs struct {
 		TID     task.TID      `msgpack:"t"`
@@ -114,21 +133,25 @@ type (
 	}
 	migStep struct {
 		TID     task.TID      `msgpack:"t"`
+		Move    move.ID       `msgpack:"m,omitempty"`
 		Type    string        `msgpack:"y,omitempty"`
 		Host    task.HostID   `msgpack:"h,omitempty"` // the other end
 		Epoch   uint64        `msgpack:"e,omitempty"`
 		Via     Via           `msgpack:"v,omitempty"`
 		Name    string        `msgpack:"n,omitempty"` // indirect: file name
-		Route   routing.Route `msgpack:"r"`           // abort: the way back
+		Route   routing.Route `msgpack:"r"`           // cancel, resume: the way back
 		Timeout time.Duration `msgpack:"w,omitempty"`
 	}
 	migReply struct {
 		Type  string `msgpack:"y,omitempty"`
 		Bytes int64  `msgpack:"b,omitempty"`
+		// Installed (cancel): the destination already runs the task.
+		Installed bool `msgpack:"i,omitempty"`
 	}
 	streamHeader struct {
 		TID   task.TID `msgpack:"t"`
 		Epoch uint64   `msgpack:"e"`
+		Move  move.ID  `msgpack:"m,omitempty"`
 	}
 )
 
@@ -145,9 +168,42 @@ const (
 	mMigDrop = "mig.cancel"  // at the destination: abort
 )
 
+// stepMethods maps a move's steps to their control methods.
+var stepMethods = map[move.Step]string{
+	move.StepPrepare: mMigPrep,
+	move.StepSuspend: mMigSusp,
+	move.StepSend:    mMigSend,
+	move.StepRestore: mMigLoad,
+	move.StepCommit:  mMigDone,
+	move.StepCancel:  mMigDrop,
+	move.StepResume:  mMigBack,
+}
+
+// moveRun is the driver's record of one move of the machine (master,
+// guarded by migMu).
+type moveRun struct {
+	from, to task.HostID
+	typ      string
+	via      Via
+	res      MigrateResult
+	start    time.Time
+	frozen   time.Time     // when the origin answered the suspend
+	ended    chan struct{} // closed when the move has finished
+	err      error         // why it did not happen (set before ended closes)
+}
+
+// moveTimeouts are the move machine's timeouts, from the configuration.
+func (d *Daemon) moveTimeouts() move.Timeouts {
+	return move.Timeouts{Step: d.cfg.MoveStepTimeout, Suspend: d.cfg.MoveTimeout, Transfer: d.cfg.MoveTransferTimeout, Retry: d.cfg.Heartbeat}
+}
+
 // Migrate moves task tid to the host named to (master): the protocol of
-// DESIGN §5. It returns when the task runs at the destination, or after an
-// abort, when it runs at its origin again.
+// DESIGN §5, carried out by the move machine (routing/move) with this
+// daemon as its driver. It returns when the task runs at the destination,
+// or after an abort, when it runs at its origin again (the error then
+// wraps ErrAborted). If ctx ends first, Migrate returns ctx's error and
+// the move goes on to its end; if the daemon stops first, the hosts
+// settle the move with a recovered master (see Recover).
 func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) (MigrateResult, error) {
 	res := MigrateResult{TID: tid, Via: via}
 	defer d.schedDirty() // moved, or perhaps half-way: the scheduler lists again
@@ -167,20 +223,6 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if err != nil {
 		return fail(err)
 	}
-	d.migMu.Lock()
-	if d.migs[tid] != nil {
-		d.migMu.Unlock()
-		return fail(ErrMoving)
-	}
-	mig := &migration{tid: tid}
-	d.migs[tid] = mig
-	d.migMu.Unlock()
-	defer func() {
-		d.migMu.Lock()
-		delete(d.migs, tid)
-		d.migMu.Unlock()
-	}()
-
 	d.rmu.Lock()
 	cur := d.routes.Lookup(tid)
 	d.rmu.Unlock()
@@ -192,60 +234,167 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if a == b {
 		return fail(fmt.Errorf("it already runs on %v", b))
 	}
+	d.migMu.Lock()
+	_, moving := d.moves.Moving(tid)
+	d.migMu.Unlock()
+	if moving {
+		return fail(ErrMoving)
+	}
 	var info migReply
 	if err := d.callHost(ctx, a, mMigInfo, migStep{TID: tid}, &info); err != nil {
 		return fail(err)
 	}
-	epoch := cur.Epoch + 1
-	res.Epoch = epoch
-	back := routing.Route{Host: a, Epoch: epoch + 1}
-	name := fmt.Sprintf("%s-%d.ckpt", tid, epoch)
-	if err := d.callHost(ctx, b, mMigPrep, migStep{TID: tid, Type: info.Type, Host: a, Epoch: epoch}, nil); err != nil {
-		return fail(fmt.Errorf("prepare %v: %w", b, err))
-	}
-	// Suspend at a safe point; on failure the task runs on where it is.
-	timeout := d.cfg.MoveTimeout
-	if err := d.callHost(ctx, a, mMigSusp, migStep{TID: tid, Host: b, Epoch: epoch, Timeout: timeout}, nil); err != nil {
-		_ = d.callHost(ctx, b, mMigDrop, migStep{TID: tid, Route: cur}, nil)
+	d.migMu.Lock()
+	id, err := d.moves.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
+	if err != nil {
+		d.migMu.Unlock()
 		return fail(err)
 	}
-	frozen = time.Now()
-	// From here on, a failure aborts back to the origin.
-	d.migMu.Lock()
-	mig.from, mig.to, mig.back = a, b, back
+	mv, _ := d.moves.Moving(tid)
+	res.Epoch = mv.Epoch
+	run := &moveRun{from: a, to: b, typ: info.Type, via: via, res: res, start: start, ended: make(chan struct{})}
+	d.runs[id] = run
+	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	abort := func(cause error) (MigrateResult, error) {
-		d.log.Warn("migration aborted", "tid", tid, "from", a, "to", b, "cause", cause)
-		d.abortMove(mig)
-		return fail(fmt.Errorf("aborted, %v runs on %v again: %w", tid, a, cause))
-	}
-	d.setRoute(tid, routing.Route{Host: b, Epoch: epoch})
-	var sent migReply
-	if err := d.callHost(ctx, a, mMigSend, migStep{TID: tid, Host: b, Epoch: epoch, Via: via, Name: name}, &sent); err != nil {
-		return abort(fmt.Errorf("transfer: %w", err))
-	}
-	res.CheckpointBytes = sent.Bytes
-	d.fault("migrate:sent")
-	if err := d.callHost(ctx, b, mMigLoad, migStep{TID: tid, Host: a, Epoch: epoch, Via: via, Name: name, Timeout: timeout}, nil); err != nil {
-		return abort(fmt.Errorf("restore on %v: %w", b, err))
+	d.perform(acts)
+	select {
+	case <-run.ended:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("move %v goes on: %w", id, ctx.Err()))
+	case <-d.ctx.Done():
+		// The hosts settle the move with a recovered master.
+		return fail(fmt.Errorf("move %v: the master stopped: %w", id, task.ErrHalted))
 	}
 	d.migMu.Lock()
-	if mig.aborted { // the destination was lost meanwhile; the task runs at its origin
-		d.migMu.Unlock()
-		return fail(fmt.Errorf("aborted, %v runs on %v again: the destination was lost", tid, a))
-	}
-	mig.restored = true // from now on the task lives at the destination
+	res, err, frozen = run.res, run.err, run.frozen
 	d.migMu.Unlock()
-	d.fault("migrate:restored")
-	res.FreezeMS = float64(time.Since(frozen).Microseconds()) / 1e3
-	if err := d.callHost(ctx, a, mMigDone, migStep{TID: tid}, nil); err != nil {
-		d.log.Warn("commit at the origin", "tid", tid, "error", err)
+	if err != nil {
+		return fail(err)
 	}
-	res.Seconds = time.Since(start).Seconds()
 	d.log.Info("migrated", "tid", tid, "from", a, "to", b, "via", via, "bytes", res.CheckpointBytes,
 		"seconds", res.Seconds, "freeze_ms", res.FreezeMS)
 	d.moveEnded(res, start, frozen, nil)
 	return res, nil
+}
+
+// perform carries out the move machine's actions (master): routes are set
+// and broadcast at once, in order; each call runs on its own tracked
+// goroutine, bounded by the step's timeout, and its outcome goes back to
+// the machine; a finish wakes whoever waits for the move. No lock is held
+// across a call.
+func (d *Daemon) perform(acts []move.Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case move.SetRoute:
+			d.setRoute(a.TID, a.Route)
+		case move.Finish:
+			d.migMu.Lock()
+			run := d.runs[a.Move]
+			delete(d.runs, a.Move)
+			if run != nil {
+				run.err = a.Err
+				run.res.Seconds = time.Since(run.start).Seconds()
+				close(run.ended)
+			}
+			d.migMu.Unlock()
+			if a.Err != nil {
+				d.log.Warn("move ended without moving the task", "move", a.Move, "tid", a.TID, "cause", a.Err)
+			}
+			d.schedDirty()
+		case move.Call:
+			if d.ctx.Err() != nil {
+				continue // stopping: the hosts settle a half-done move with a recovered master
+			}
+			d.goFunc(func() { d.callStep(a) })
+		}
+	}
+}
+
+// callStep performs one step of a move at its host and reports the
+// outcome to the machine (master).
+func (d *Daemon) callStep(a move.Action) {
+	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
+	defer cancel()
+	d.migMu.Lock()
+	run := d.runs[a.Move]
+	var via Via
+	var typ string
+	var from task.HostID
+	if run != nil {
+		via, typ, from = run.via, run.typ, run.from
+	}
+	d.migMu.Unlock()
+	s := migStep{TID: a.TID, Move: a.Move, Epoch: a.Route.Epoch, Route: a.Route}
+	switch a.Step {
+	case move.StepPrepare:
+		s.Type, s.Host = typ, from
+	case move.StepSuspend:
+		s.Host, s.Timeout = a.Route.Host, d.cfg.MoveTimeout
+	case move.StepSend:
+		s.Host, s.Via, s.Name = a.Route.Host, via, checkpointName(a.TID, a.Route.Epoch)
+	case move.StepRestore:
+		s.Host, s.Via, s.Name, s.Timeout = from, via, checkpointName(a.TID, a.Route.Epoch), a.Timeout
+	}
+	var rep migReply
+	err := d.callHost(ctx, a.Host, stepMethods[a.Step], s, &rep)
+	o := move.OK
+	switch {
+	case err == nil && a.Step == move.StepCancel && rep.Installed:
+		o = move.Installed
+	case err == nil:
+	case a.Step == move.StepSuspend && errors.Is(err, ErrNoSafePoint):
+		o = move.Refused
+	default:
+		o = move.Failed
+	}
+	if a.Notify {
+		if err != nil {
+			d.log.Debug("move step", "move", a.Move, "step", a.Step, "host", a.Host, "error", err)
+		}
+		return
+	}
+	if o == move.OK {
+		switch a.Step {
+		case move.StepSend:
+			d.fault("migrate:sent")
+		case move.StepRestore:
+			d.fault("migrate:restored")
+		}
+	}
+	now := time.Now()
+	d.migMu.Lock()
+	if run != nil && o == move.OK {
+		switch a.Step {
+		case move.StepSuspend:
+			run.frozen = now
+		case move.StepSend:
+			run.res.CheckpointBytes = rep.Bytes
+		case move.StepRestore:
+			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
+		}
+	}
+	if rerr := d.moves.Result(a.Move, a.Step, o, err, now); rerr != nil {
+		d.log.Debug("move step answered late", "error", rerr)
+	}
+	acts := d.moves.Ready()
+	d.migMu.Unlock()
+	d.perform(acts)
+}
+
+// checkpointName is the shared directory's file name of a move's
+// checkpoint.
+func checkpointName(tid task.TID, epoch uint64) string {
+	return fmt.Sprintf("%s-%d.ckpt", tid, epoch)
+}
+
+// moveTick drives the move machine's clock (master): abort and commit
+// steps that failed are tried again.
+func (d *Daemon) moveTick() {
+	d.migMu.Lock()
+	d.moves.Tick(time.Now())
+	acts := d.moves.Ready()
+	d.migMu.Unlock()
+	d.perform(acts)
 }
 
 // setRoute records a route in the master's table and broadcasts it.
@@ -283,15 +432,20 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 	case mMigLoad:
 		return nil, d.restoreArrival(ctx, a)
 	case mMigDone:
-		d.commitDeparture(a.TID)
+		d.commitDeparture(a)
 		return nil, nil
 	case mMigBack:
-		return nil, d.resumeDeparture(a.TID, a.Route)
+		return nil, d.resumeDeparture(ctx, a)
 	case mMigDrop:
-		d.cancelArrival(a.TID, a.Route)
-		return nil, nil
+		return migReply{Installed: d.cancelArrival(a)}, nil
 	}
 	return nil, fmt.Errorf("unknown method %q", method)
+}
+
+// staleMove reports whether a step of move id for tid comes after this
+// host cancelled or resumed tid for that move or a newer one (d.mu held).
+func (d *Daemon) staleMove(tid task.TID, id move.ID) bool {
+	return id != 0 && id <= d.moveFloor[tid]
 }
 
 // prepareArrival readies this daemon (the destination) to receive a task.
@@ -301,13 +455,16 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.staleMove(a.TID, a.Move) {
+		return fmt.Errorf("prepare %v for %v: %w", a.TID, a.Move, ErrAborted)
+	}
 	if _, here := d.tasks[a.TID]; here {
 		return fmt.Errorf("%v already runs here", a.TID)
 	}
 	if d.incoming[a.TID] != nil {
 		return fmt.Errorf("%v: %w", a.TID, ErrMoving)
 	}
-	d.incoming[a.TID] = &arriving{typ: a.Type, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
+	d.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
 	return nil
 }
 
@@ -317,21 +474,25 @@ func (d *Daemon) prepareArrival(a migStep) error {
 func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	d.mu.Lock()
 	h := d.tasks[a.TID]
+	stale := d.staleMove(a.TID, a.Move)
 	d.mu.Unlock()
+	if stale {
+		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)
+	}
 	if h == nil {
 		return fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
 	}
-	req := &moveRequest{to: a.Host, epoch: a.Epoch, done: make(chan error, 1)}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = d.cfg.MoveTimeout
+	}
+	req := &moveRequest{move: a.Move, to: a.Host, epoch: a.Epoch, done: make(chan error, 1)}
 	if !h.moveReq.CompareAndSwap(nil, req) {
 		return fmt.Errorf("%v: %w", a.TID, ErrMoving)
 	}
 	select { // wake the task if it waits in RecvSafe
 	case h.moveKick <- struct{}{}:
 	default:
-	}
-	timeout := a.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -343,6 +504,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	}
 	// Withdraw the request, unless the task took it meanwhile.
 	if h.moveReq.CompareAndSwap(req, nil) {
+		h.warnNoSafePoint("move", timeout)
 		return fmt.Errorf("%v within %v: %w", a.TID, timeout, ErrNoSafePoint)
 	}
 	return <-req.done
@@ -360,6 +522,14 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		req.done <- fmt.Errorf("%v: %w", h.tid, task.ErrNoSuchTask)
 		return task.ErrKilled
 	}
+	if d.staleMove(h.tid, req.move) {
+		// The move was aborted (its resume came) while the request waited
+		// for this safe point: the task runs on here.
+		d.mu.Unlock()
+		d.rmu.Unlock()
+		req.done <- fmt.Errorf("suspend %v for %v: %w", h.tid, req.move, ErrAborted)
+		return nil
+	}
 	delete(d.tasks, h.tid)
 	m := d.metaLocked(h, h.mb.drain())
 	m.Epoch = req.epoch
@@ -367,27 +537,49 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	d.outbox.ForgetSender(h.tid)
 	delete(d.watch, h.tid)
 	d.hostW = slices.DeleteFunc(d.hostW, func(w hostWatcher) bool { return w.who == h.tid })
-	d.moving[h.tid] = &leaving{h: h, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
+	d.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
 	h.moved = true
 	h.mb.close()
 	d.mu.Unlock()
 	d.rmu.Unlock()
 	h.cancel() // its goroutine ends now; calls it might still make fail
 	close(h.done)
-	d.log.Debug("task suspended for a move", "tid", h.tid, "to", req.to)
+	d.log.Debug("task suspended for a move", "tid", h.tid, "to", req.to, "move", req.move)
 	req.done <- nil
 	return task.ErrSuspended
 }
 
+// departure returns the task suspended here for move id, marked as
+// sending its checkpoint, or an error if there is none or it is resolved
+// (d.mu held).
+func (d *Daemon) departure(tid task.TID, id move.ID) (*leaving, error) {
+	l := d.moving[tid]
+	if l == nil || l.over || (id != 0 && l.move != id) {
+		return nil, fmt.Errorf("%v is not suspended here for %v", tid, id)
+	}
+	if l.sending != nil {
+		return nil, fmt.Errorf("the checkpoint of %v is being sent", tid)
+	}
+	l.sending = make(chan struct{})
+	return l, nil
+}
+
 // sendCheckpoint writes a suspended task's checkpoint to the destination
-// (direct) or the shared directory (indirect) and returns its size.
+// (direct) or the shared directory (indirect) and returns its size. While
+// it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	d.mu.Lock()
-	l := d.moving[a.TID]
+	l, err := d.departure(a.TID, a.Move)
 	d.mu.Unlock()
-	if l == nil {
-		return 0, fmt.Errorf("%v is not suspended here", a.TID)
+	if err != nil {
+		return 0, err
 	}
+	defer func() {
+		d.mu.Lock()
+		close(l.sending)
+		l.sending = nil
+		d.mu.Unlock()
+	}()
 	key := d.ckptKey()
 	if a.Via == Indirect {
 		if d.cfg.SharedDir == "" {
@@ -427,7 +619,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
 	}
-	hdr, err := encodeMsg(&streamHeader{TID: a.TID, Epoch: a.Epoch})
+	hdr, err := encodeMsg(&streamHeader{TID: a.TID, Epoch: a.Epoch, Move: a.Move})
 	if err != nil {
 		return 0, err
 	}
@@ -476,8 +668,8 @@ func (d *Daemon) receiveCheckpoint(p *peer, st io.ReadWriteCloser) {
 	d.mu.Lock()
 	arr := d.incoming[h.TID]
 	d.mu.Unlock()
-	if arr == nil || arr.epoch != h.Epoch || arr.from != p.info.ID {
-		d.log.Warn("refused a checkpoint for a task not prepared here", "tid", h.TID, "peer", p.name())
+	if arr == nil || arr.epoch != h.Epoch || arr.move != h.Move || arr.from != p.info.ID {
+		d.log.Warn("refused a checkpoint for a task not prepared here", "tid", h.TID, "move", h.Move, "peer", p.name())
 		return
 	}
 	// The peer is an authenticated daemon of the cluster: its stream may
@@ -492,13 +684,16 @@ func (d *Daemon) receiveCheckpoint(p *peer, st io.ReadWriteCloser) {
 }
 
 // restoreArrival reads a prepared task's checkpoint (waiting for a direct
-// transfer, or from the shared directory), restores it and runs it.
+// transfer, or from the shared directory), restores it and runs it —
+// unless the move was cancelled meanwhile: install checks that the
+// arrival is still the one prepared, in the critical section that puts
+// the task into service.
 func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	d.mu.Lock()
 	arr := d.incoming[a.TID]
 	d.mu.Unlock()
-	if arr == nil {
-		return fmt.Errorf("%v is not prepared here", a.TID)
+	if arr == nil || (a.Move != 0 && arr.move != a.Move) {
+		return fmt.Errorf("%v is not prepared here for %v", a.TID, a.Move)
 	}
 	if d.cfg.Fault == "exit-on-restore" {
 		d.log.Error("fault injected: exiting in the middle of a migration", "tid", a.TID)
@@ -518,7 +713,7 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	} else {
 		timeout := a.Timeout
 		if timeout <= 0 {
-			timeout = 30 * time.Second
+			timeout = d.cfg.MoveTransferTimeout
 		}
 		t := time.NewTimer(timeout)
 		defer t.Stop()
@@ -537,7 +732,9 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 		return fmt.Errorf("checkpoint is of %v epoch %d (%s), want %v epoch %d (%s)",
 			got.meta.TID, got.meta.Epoch, got.meta.Type, a.TID, arr.epoch, arr.typ)
 	}
-	d.install(got.meta, got.t, arr, nil)
+	if err := d.install(got.meta, got.t, arr, nil); err != nil {
+		return fmt.Errorf("restore %v: %w", a.TID, err)
+	}
 	return nil
 }
 
@@ -548,8 +745,11 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 // leaving (origin, after an abort) state in the same critical section in
 // which it enters service, so that no message ever finds it in neither —
 // such a message would be refused as for a task that has exited, and its
-// sender would drop it.
-func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) {
+// sender would drop it. In that critical section it checks that arr (or
+// left) is still this daemon's record of the task: if the move was
+// cancelled meanwhile, nothing is installed and the error wraps
+// ErrAborted.
+func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
@@ -559,20 +759,28 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		}
 		h.groups[g.Group] = g.Inst
 	}
+	acks := map[task.HostID][]byte{}
+	d.rmu.Lock()
+	d.mu.Lock()
+	if (arr != nil && d.incoming[m.TID] != arr) || (left != nil && d.moving[m.TID] != left) {
+		d.mu.Unlock()
+		d.rmu.Unlock()
+		cancel()
+		return fmt.Errorf("%v: its move was cancelled: %w", m.TID, ErrAborted)
+	}
 	for _, e := range m.Mailbox {
 		h.mb.putEnvelope(e)
 	}
-	acks := map[task.HostID][]byte{}
-	d.rmu.Lock()
 	d.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
 	d.outbox.SetSenderState(m.TID, m.OutSeq)
-	d.mu.Lock()
 	var held []heldMsg
 	if arr != nil {
 		held = arr.held
+		h.arrived = arr.move
 		delete(d.incoming, m.TID)
 	}
 	if left != nil {
+		held = append(held, left.held...)
 		delete(d.moving, m.TID)
 	}
 	d.tasks[m.TID] = h
@@ -618,17 +826,20 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	}
 	d.log.Debug("task restored", "tid", m.TID, "type", m.Type, "mailbox", len(m.Mailbox), "held", len(held))
 	go d.run(h)
+	return nil
 }
 
 // commitDeparture forgets a task that now runs elsewhere (origin).
-func (d *Daemon) commitDeparture(tid task.TID) {
+func (d *Daemon) commitDeparture(a migStep) {
 	d.mu.Lock()
-	l := d.moving[tid]
-	delete(d.moving, tid)
-	d.mu.Unlock()
-	if l == nil {
+	l := d.moving[a.TID]
+	if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
+		d.mu.Unlock()
 		return
 	}
+	l.over = true
+	delete(d.moving, a.TID)
+	d.mu.Unlock()
 	if l.file != "" {
 		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 	}
@@ -636,32 +847,68 @@ func (d *Daemon) commitDeparture(tid task.TID) {
 }
 
 // resumeDeparture aborts a move at the origin: the task runs here again,
-// from the state it was suspended with, at route back.
-func (d *Daemon) resumeDeparture(tid task.TID, back routing.Route) error {
+// from the state it was suspended with, at route a.Route. A checkpoint
+// being written is waited for first. From now on this host refuses every
+// step of the move (and of older ones) for the task. A task that runs
+// here already (resumed before, or never suspended) is left as it is.
+func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
+	tid := a.TID
 	d.mu.Lock()
-	l := d.moving[tid]
-	d.mu.Unlock()
-	if l == nil {
-		return fmt.Errorf("%v is not suspended here", tid)
+	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
+	for {
+		l := d.moving[tid]
+		if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
+			running := d.tasks[tid] != nil
+			d.mu.Unlock()
+			if running || (l != nil && l.over) {
+				return nil
+			}
+			return fmt.Errorf("%v is not suspended here for %v", tid, a.Move)
+		}
+		if ch := l.sending; ch != nil {
+			d.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return fmt.Errorf("resume %v: its checkpoint is still being sent: %w", tid, ctx.Err())
+			}
+			d.mu.Lock()
+			continue
+		}
+		l.over = true
+		d.mu.Unlock()
+		if l.file != "" {
+			_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
+		}
+		d.rmu.Lock()
+		d.routes.Update(tid, a.Route)
+		d.rmu.Unlock()
+		m := l.meta
+		err := d.install(&m, l.h.t, nil, l)
+		close(l.resolved)
+		return err
 	}
-	if l.file != "" {
-		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
-	}
-	d.rmu.Lock()
-	d.routes.Update(tid, back)
-	d.rmu.Unlock()
-	m := l.meta
-	d.install(&m, l.h.t, nil, l)
-	close(l.resolved)
-	return nil
 }
 
-// cancelArrival aborts a move at the destination: messages held for the
-// task are refused, naming the way back.
-func (d *Daemon) cancelArrival(tid task.TID, back routing.Route) {
+// cancelArrival aborts a move at the destination: the arrival prepared for
+// it is dropped and messages held for the task are refused, naming the way
+// back. It reports whether the task already runs here, restored by that
+// move (then nothing changes: the move happened). From now on this host
+// refuses every step of the move (and of older ones) for the task.
+func (d *Daemon) cancelArrival(a migStep) (installed bool) {
+	tid, back := a.TID, a.Route
 	d.mu.Lock()
+	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
+	if h := d.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
+		d.mu.Unlock()
+		return true
+	}
 	arr := d.incoming[tid]
-	delete(d.incoming, tid)
+	if arr != nil && arr.move == a.Move {
+		delete(d.incoming, tid)
+	} else {
+		arr = nil // another move's arrival, or a job's: not this step's
+	}
 	d.mu.Unlock()
 	d.rmu.Lock()
 	d.routes.Update(tid, back)
@@ -686,56 +933,39 @@ func (d *Daemon) cancelArrival(tid task.TID, back routing.Route) {
 	if len(envs) > 0 {
 		d.transmit(h, envs)
 	}
+	return false
 }
 
-// migration is a move under way, as the master tracks it.
-type migration struct {
-	tid      task.TID
-	from, to task.HostID // set once the task is suspended
-	back     routing.Route
-	aborted  bool
-	restored bool // the destination runs the task: too late to abort
-}
-
-// abortMove sends a suspended task back to its origin, once: the origin
-// resumes it, then the route back is broadcast, then the destination
-// drops what it held. The master calls it when a move fails, and when the
-// destination host is lost — before it tells anyone the host is gone, so
-// that messages held for the task follow the route back instead of being
-// dropped with the lost host.
-func (d *Daemon) abortMove(m *migration) {
+// movesHostLost tells the move machine that host h was deleted (master),
+// and waits, up to a move's longest step, for the moves to h to end: an
+// aborted move's route back must be out before anyone drops the messages
+// routed to the lost host, so that messages held for the task follow it
+// back instead of being dropped with the host.
+func (d *Daemon) movesHostLost(h task.HostID) {
 	d.migMu.Lock()
-	if m.aborted || m.restored || m.from == 0 {
-		d.migMu.Unlock()
-		return
-	}
-	m.aborted = true
-	d.migMu.Unlock()
-	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := d.callHost(actx, m.from, mMigBack, migStep{TID: m.tid, Route: m.back}, nil); err != nil {
-		d.log.Error("resume after an aborted migration", "tid", m.tid, "error", err)
-	}
-	d.setRoute(m.tid, m.back)
-	go func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.callHost(dctx, m.to, mMigDrop, migStep{TID: m.tid, Route: m.back}, nil)
-	}()
-}
-
-// abortMovesTo aborts the moves whose destination is host h (master).
-func (d *Daemon) abortMovesTo(h task.HostID) {
-	d.migMu.Lock()
-	var ms []*migration
-	for _, m := range d.migs {
-		if m.to == h && !m.aborted {
-			ms = append(ms, m)
+	var wait []chan struct{}
+	for _, mv := range d.moves.Moves() {
+		if run := d.runs[mv.ID]; run != nil && mv.To == h {
+			wait = append(wait, run.ended)
 		}
 	}
+	d.moves.HostLost(h, time.Now())
+	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	for _, m := range ms {
-		d.log.Warn("migration aborted: its destination was lost", "tid", m.tid, "from", m.from, "to", h)
-		d.abortMove(m)
+	d.perform(acts)
+	if len(wait) == 0 {
+		return
+	}
+	t := time.NewTimer(d.cfg.MoveTransferTimeout + 2*d.cfg.MoveStepTimeout)
+	defer t.Stop()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-t.C:
+			d.log.Warn("moves to a lost host still under way", "host", h)
+			return
+		case <-d.ctx.Done():
+			return
+		}
 	}
 }

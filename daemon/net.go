@@ -95,6 +95,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if !c.Master {
 		d.goFunc(d.reportOnKick)
 	}
+	if c.Master {
+		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
+	}
 	if c.Master && c.Sched.Period > 0 {
 		d.goFunc(d.schedLoop)
 	}

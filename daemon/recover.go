@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -43,6 +44,7 @@ type rejoinTask struct {
 type rejoinMove struct {
 	TID  task.TID      `msgpack:"t"`
 	Dest routing.Route `msgpack:"d"`
+	Move move.ID       `msgpack:"m,omitempty"`
 }
 
 // rejoinReport is what a host tells a recovered master about itself.
@@ -54,6 +56,11 @@ type rejoinReport struct {
 	// MasterNum is the largest task number of the master's host ID this
 	// host has heard of: the recovered master numbers its tasks above it.
 	MasterNum uint32 `msgpack:"m,omitempty"`
+	// MaxEpoch and MaxMove are the largest route epoch and move ID this
+	// host knows of: the recovered master hands out larger ones, so that
+	// epochs never go back and no step of a new move looks stale.
+	MaxEpoch uint64  `msgpack:"e,omitempty"`
+	MaxMove  move.ID `msgpack:"v,omitempty"`
 }
 
 type arrivalMsg struct {
@@ -104,16 +111,27 @@ func (d *Daemon) report() rejoinReport {
 		seen(h.parent)
 	}
 	for tid, l := range d.moving {
-		r.Leaving = append(r.Leaving, rejoinMove{TID: tid, Dest: l.dest})
+		r.Leaving = append(r.Leaving, rejoinMove{TID: tid, Dest: l.dest, Move: l.move})
+		r.MaxEpoch = max(r.MaxEpoch, l.dest.Epoch)
+		r.MaxMove = max(r.MaxMove, l.move)
 		seen(tid)
 	}
-	for tid := range d.incoming {
+	for tid, a := range d.incoming {
 		if _, staged := d.staged[tid]; !staged {
 			r.Arriving = append(r.Arriving, tid)
 		}
+		r.MaxEpoch = max(r.MaxEpoch, a.epoch)
+		r.MaxMove = max(r.MaxMove, a.move)
+	}
+	for _, id := range d.moveFloor {
+		r.MaxMove = max(r.MaxMove, id)
+	}
+	for _, h := range d.tasks {
+		r.MaxMove = max(r.MaxMove, h.arrived)
 	}
 	for _, e := range d.routes.Entries() {
 		seen(e.TID)
+		r.MaxEpoch = max(r.MaxEpoch, e.Route.Epoch)
 	}
 	d.mu.Unlock()
 	d.rmu.Unlock()
@@ -272,6 +290,7 @@ func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []ro
 // orphanMove is a move the old master left half done, as its origin
 // reported it.
 type orphanMove struct {
+	id     move.ID
 	origin task.HostID
 	dest   routing.Route
 }
@@ -284,8 +303,13 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 		d.orphanMoves = map[task.TID]orphanMove{}
 		d.runningAt = map[task.TID]task.HostID{}
 	}
+	d.moves.Observe(rep.MaxEpoch)
+	d.moves.ObserveMove(rep.MaxMove)
+	for _, t := range rep.Tasks {
+		d.moves.Observe(t.Epoch)
+	}
 	for _, m := range rep.Leaving {
-		d.orphanMoves[m.TID] = orphanMove{origin: from, dest: m.Dest}
+		d.orphanMoves[m.TID] = orphanMove{id: m.Move, origin: from, dest: m.Dest}
 	}
 	for _, t := range rep.Tasks {
 		d.runningAt[t.TID] = from
@@ -294,43 +318,29 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 	d.goFunc(d.resolveMoves)
 }
 
-// resolveMoves finishes or undoes the half-done moves whose two hosts are
-// back (master): if the destination runs the task, the origin forgets it;
-// otherwise the destination drops it and the origin resumes it.
+// resolveMoves hands the half-done moves whose two hosts are back to the
+// move machine (master): if the destination runs the task, the origin
+// forgets it; otherwise the destination drops it and the origin resumes
+// it (move.Machine.Adopt).
 func (d *Daemon) resolveMoves() {
-	type move struct {
-		tid task.TID
-		m   orphanMove
-		at  task.HostID
-	}
 	d.migMu.Lock()
-	var todo []move
+	now := time.Now()
 	for tid, m := range d.orphanMoves {
-		if d.hostKnown(m.origin) && d.hostKnown(m.dest.Host) {
-			todo = append(todo, move{tid: tid, m: m, at: d.runningAt[tid]})
-			delete(d.orphanMoves, tid)
+		if !d.hostKnown(m.origin) || !d.hostKnown(m.dest.Host) {
+			continue
 		}
+		delete(d.orphanMoves, tid)
+		at := d.runningAt[tid]
+		if err := d.moves.Adopt(m.id, tid, m.origin, m.dest, at == m.dest.Host, d.moveTimeouts(), now); err != nil {
+			d.log.Warn("recover: a move the old master left half done", "tid", tid, "error", err)
+			continue
+		}
+		d.runs[m.id] = &moveRun{from: m.origin, to: m.dest.Host, start: now, ended: make(chan struct{})}
+		d.log.Warn("recover: settling a move the old master left half done", "tid", tid, "move", m.id, "at", at)
 	}
+	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
-	defer cancel()
-	for _, x := range todo {
-		if x.at == x.m.dest.Host {
-			if err := d.callHost(ctx, x.m.origin, mMigDone, migStep{TID: x.tid}, nil); err != nil {
-				d.log.Warn("recover: commit a move", "tid", x.tid, "error", err)
-			}
-			d.log.Warn("recover: a move the old master left half done is committed", "tid", x.tid, "at", x.at)
-			continue
-		}
-		back := routing.Route{Host: x.m.origin, Epoch: x.m.dest.Epoch + 1}
-		_ = d.callHost(ctx, x.m.dest.Host, mMigDrop, migStep{TID: x.tid, Route: back}, nil)
-		if err := d.callHost(ctx, x.m.origin, mMigBack, migStep{TID: x.tid, Route: back}, nil); err != nil {
-			d.log.Warn("recover: undo a move", "tid", x.tid, "error", err)
-			continue
-		}
-		d.setRoute(x.tid, back)
-		d.log.Warn("recover: a move the old master left half done is undone", "tid", x.tid, "at", x.m.origin)
-	}
+	d.perform(acts)
 }
 
 // fault calls the configured fault hook at a named point.

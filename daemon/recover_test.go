@@ -76,7 +76,7 @@ func TestMasterRecovery(t *testing.T) {
 	if hs := m2.Hosts(); hs[1].ID != 2 || hs[2].ID != 3 {
 		t.Fatalf("hosts after recovery: %+v", hs)
 	}
-	if mem, err := m2.groups.members("g"); err != nil || !slices.Equal(mem, []task.TID{po}) {
+	if mem, err := m2.groups.members(jobGroup(0, "g")); err != nil || !slices.Equal(mem, []task.TID{po}) {
 		t.Fatalf("group g after recovery: %v %v", mem, err)
 	}
 	if h := m2.routeHost(po); h != 3 {

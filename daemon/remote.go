@@ -47,6 +47,10 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		// hold the message until it is.
 		r = l.dest
 		r.InTransit = true
+	case h == nil && l != nil && r.Host == d.cfg.HostID:
+		// Suspended here, its move aborted, the way back known: hold the
+		// message until it resumes here.
+		r.InTransit = true
 	case h == nil && arr != nil && r.Host == d.cfg.HostID:
 		// On its way here, and known to be (its new route is out): hold the
 		// message until it is restored. Before that it still runs at its
@@ -55,8 +59,12 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
 		if h == nil {
+			// Exited (or never started): dropped, as a message to a task
+			// that has exited on another host is (its daemon refuses it
+			// after Send has returned), so Send means the same wherever
+			// the receiver ran.
 			d.rmu.Unlock()
-			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
+			return nil
 		}
 		e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
 		ok := true
@@ -64,9 +72,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 			ok = ok && h.mb.putEnvelope(x)
 		})
 		d.rmu.Unlock()
-		if !ok {
-			return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
-		}
+		_ = ok // a receiver that exited meanwhile drops it, as above
 		return nil
 	}
 	if d.nw == nil {
@@ -122,12 +128,17 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
 		h := d.tasks[e.To]
 		_, gone := d.gone[e.To]
 		l, arr := d.moving[e.To], d.incoming[e.To]
-		if h == nil && arr != nil {
+		back := h == nil && l != nil && d.comingBack(e.To, l)
+		switch {
+		case h == nil && arr != nil:
 			// On its way here: keep it, unacknowledged, until restored.
 			arr.held = append(arr.held, heldMsg{host: p.info.ID, env: e})
+		case back:
+			// Its move aborted and it resumes here: likewise.
+			l.held = append(l.held, heldMsg{host: p.info.ID, env: e})
 		}
 		d.mu.Unlock()
-		if h == nil && arr != nil {
+		if h == nil && (arr != nil || back) {
 			return nil
 		}
 		if h == nil && l != nil {
@@ -242,6 +253,9 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 			if arr := d.incoming[e.To]; t == nil && arr != nil {
 				arr.held = append(arr.held, heldMsg{host: d.cfg.HostID, env: e})
 			}
+			if l := d.moving[e.To]; t == nil && l != nil {
+				l.held = append(l.held, heldMsg{host: d.cfg.HostID, env: e})
+			}
 			d.mu.Unlock()
 			if t == nil {
 				continue
@@ -288,16 +302,19 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 	now := time.Now()
 	d.rmu.Lock()
 	for _, e := range entries {
-		if d.routes.Update(e.TID, e.Route) {
-			d.mu.Lock()
-			arriving := d.incoming[e.TID] != nil
-			d.mu.Unlock()
-			if arriving && e.Route.Host == d.cfg.HostID {
-				continue // what is held here for it is released when it is restored
-			}
-			if h, envs := d.outbox.Reroute(e.TID, e.Route, now); len(envs) > 0 {
-				todo = append(todo, resend{h, envs})
-			}
+		// The outbox follows the newest route known, even when the table
+		// knew it already (from a refusal): messages held for a move
+		// whose commit was learnt that way go now.
+		d.routes.Update(e.TID, e.Route)
+		r := d.routes.Lookup(e.TID)
+		d.mu.Lock()
+		arriving := d.incoming[e.TID] != nil
+		d.mu.Unlock()
+		if arriving && r.Host == d.cfg.HostID {
+			continue // what is held here for it is released when it is restored
+		}
+		if h, envs := d.outbox.Reroute(e.TID, r, now); len(envs) > 0 {
+			todo = append(todo, resend{h, envs})
 		}
 	}
 	d.rmu.Unlock()
@@ -410,4 +427,15 @@ func (d *Daemon) retransmit(now time.Time) {
 	for h, envs := range due {
 		d.transmit(h, envs)
 	}
+}
+
+// comingBack reports whether task tid, suspended here for a move (l),
+// resumes here: the master aborted the move, and the way back (a route to
+// this host newer than the move's) is known before the resume step has
+// come (the destination refuses naming it). Messages for it are then
+// kept for it, as for an arriving task, instead of refused (d.rmu and d.mu
+// held).
+func (d *Daemon) comingBack(tid task.TID, l *leaving) bool {
+	r := d.routes.Lookup(tid)
+	return r.Host == d.cfg.HostID && r.Epoch > l.dest.Epoch
 }

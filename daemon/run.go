@@ -32,6 +32,9 @@ type RunOptions struct {
 	// several hosts and none given, a temporary directory serves (and is
 	// removed afterwards).
 	SharedDir string
+	// Result, when not nil, is a pointer the root task's result (what it
+	// recorded with Ctx.SetResult) is decoded into.
+	Result any
 }
 
 // ErrUnsupported is returned for options this build cannot honour yet.
@@ -90,6 +93,11 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	info, err := d.Wait(ctx, tid)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
+	}
+	if opts.Result != nil && len(info.Result.Data) > 0 {
+		if err := info.Result.Decode(opts.Result); err != nil {
+			return fmt.Errorf("run: result: %w", err)
+		}
 	}
 	return exitError(info)
 }
@@ -181,4 +189,15 @@ func (vm *LocalVM) Halt(timeout time.Duration) {
 // load inject` does).
 func (vm *LocalVM) InjectLoad(ctx context.Context, h string, o load.Overlay) error {
 	return vm.Master().injectAt(ctx, h, o, false)
+}
+
+// LocalRunner runs programs' root tasks in embedded virtual machines made
+// with opts, each run its own (the output goes where RunTask says; opts'
+// Output is not used).
+func LocalRunner(opts RunOptions) task.Runner {
+	return task.RunnerFunc(func(ctx context.Context, root task.Task, out io.Writer) error {
+		o := opts
+		o.Output = out
+		return Run(ctx, root, o)
+	})
 }

@@ -105,6 +105,7 @@ type event struct {
 	Reason string          `msgpack:"why,omitempty"`
 	Load   *HostInfo       `msgpack:"l,omitempty"`  // load report
 	Jobs   []uint64        `msgpack:"js,omitempty"` // load report: the jobs with tasks on the host
+	Note   *JobNote        `msgpack:"n,omitempty"`  // job-note
 	// Serials is the master's revocation list (revoked).
 	Serials []string `msgpack:"sr,omitempty"`
 }
@@ -114,11 +115,12 @@ const (
 	evHostAdd = "host-add"
 	evHostDel = "host-delete"
 	evRoute   = "route"
-	evExited  = "exited"  // a daemon tells the master a task has ended
-	evOutput  = "output"  // task output forwarded to the master's console
-	evHalt    = "halt"    // the master tells a daemon to stop
-	evLoad    = "load"    // a daemon's periodic report to the master
-	evRevoked = "revoked" // the master's revocation list, whole
+	evExited  = "exited"   // a daemon tells the master a task has ended
+	evOutput  = "output"   // task output forwarded to the master's console
+	evHalt    = "halt"     // the master tells a daemon to stop
+	evLoad    = "load"     // a daemon's periodic report to the master
+	evJobNote = "job-note" // the master tells a job's client what befell the job
+	evRevoked = "revoked"  // the master's revocation list, whole
 	// Barriers between hosts: a member's arrival and its withdrawal (host
 	// to master), and the release of a host's members (master to host).
 	evBarrier        = "barrier"
@@ -261,6 +263,7 @@ const (
 	mSpawn       = "spawn"      // at the master: place and start tasks
 	mStart       = "start"      // at a daemon: start tasks here
 	mKill        = "kill"       // anywhere: kill a task (forwarded to its host)
+	mKillJob     = "job.kill"   // at the master: kill every task of a job
 	mJoin        = "group.join" // at the master: the group server
 	mLeave       = "group.leave"
 	mMembers     = "group.members"

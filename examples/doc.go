@@ -6,7 +6,9 @@
 //   - ring: a token goes K laps around a ring of N tasks;
 //   - pi: master/worker Monte Carlo estimate of π with a reduce;
 //   - squares: the README's walk-through, a sum of squares with a reduce;
-//   - watch: workers across hosts, and notify telling which are lost.
+//   - watch: workers across hosts, and notify telling which are lost;
+//   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
+//     exchange and a convergence all-reduce.
 //
 // Each keeps its whole progress in its exported fields and calls SafePoint
 // in its loops, so its tasks can be checkpointed and moved mid-run without
@@ -14,17 +16,10 @@
 // examples/npb.
 package examples
 
-// Message tags used by the examples.
+// Message tags of the squares program. Every other example declares its
+// own tags in its file; squares' stay here while the front README quotes
+// squares.go word for word.
 const (
-	tagGreeting = 1
-	tagPing     = 2
-	tagPong     = 3
-	tagSetup    = 4
-	tagToken    = 5
-	tagDone     = 6
-	tagHits     = 7
-	tagExit     = 8
-	tagWork     = 9
-	tagSum      = 10
-	tagReady    = 11
+	tagWork = 9
+	tagSum  = 10
 )

@@ -22,6 +22,11 @@ type HelloChild struct {
 	Sent bool
 }
 
+// Message tags of the hello program.
+const (
+	helloGreeting = 1
+)
+
 func init() {
 	task.Register("examples.hello", &Hello{})
 	task.Register("examples.hello.child", &HelloChild{})
@@ -52,7 +57,7 @@ func (h *Hello) Run(c *task.Ctx) error {
 	}
 	for h.Got < h.N {
 		var g string
-		st, err := c.RecvSafe(task.AnyTask, tagGreeting, &g)
+		st, err := c.RecvSafe(task.AnyTask, helloGreeting, &g)
 		if err != nil {
 			return err
 		}
@@ -78,7 +83,7 @@ func (h *HelloChild) Run(c *task.Ctx) error {
 	if h.Sent {
 		return nil
 	}
-	if err := c.Send(c.Parent(), tagGreeting, fmt.Sprintf("hello from %v on %s", c.MyTID(), c.HostName())); err != nil {
+	if err := c.Send(c.Parent(), helloGreeting, fmt.Sprintf("hello from %v on %s", c.MyTID(), c.HostName())); err != nil {
 		return err
 	}
 	h.Sent = true

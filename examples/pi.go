@@ -10,28 +10,24 @@ import (
 
 // Pi is the root task of the pi program: a master/worker Monte Carlo
 // estimate of π. The samples form one numbered stream, split into
-// contiguous ranges among the workers, so the estimate is the same for any
-// number of workers. The hits are combined with a group Reduce.
+// contiguous ranges among the workers by their rank, so the estimate is the
+// same for any number of workers. The root (rank 0 of the communicator)
+// and the workers sum the hits with an all-reduce.
 type Pi struct {
 	Workers int
 	Samples int64
-	Started bool
-	Joined  int // workers that have joined the group
-	Ready   int // workers that have counted their samples
-	Hits    int64
-	Done    bool
+	C       task.Comm
 }
 
-// PiWorker counts the samples in [Lo, Hi) that fall inside the unit circle.
+// PiWorker counts the samples in [Lo, Hi) that fall inside the unit
+// circle; spawned by Pi, it takes its range from its rank.
 type PiWorker struct {
-	Lo, Hi int64
-	Next   int64 // next sample to draw
-	Hits   int64
-	Joined bool
-	Ready  bool // told the master its samples are counted
+	C       task.Comm
+	Samples int64
+	Lo, Hi  int64
+	Next    int64 // next sample to draw
+	Hits    int64
 }
-
-const piGroup = "examples.pi"
 
 // piBatch is how many samples a worker draws between safe points.
 const piBatch = 1 << 14
@@ -41,7 +37,7 @@ func init() {
 	task.Register("examples.pi.worker", &PiWorker{})
 	task.RegisterProgram(task.Program{
 		Name:    "pi",
-		Summary: "master/worker Monte Carlo estimate of π with a reduce",
+		Summary: "master/worker Monte Carlo estimate of π with an all-reduce",
 		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
 			w := fs.Int("workers", 4, "number of worker tasks")
 			s := fs.Int64("samples", 4_000_000, "number of random points")
@@ -71,70 +67,36 @@ func splitmix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// Run starts the workers (once), joins the group as instance 0 and reduces
-// the workers' hits.
+// Run starts the workers (once), then waits in the all-reduce of the
+// hits, a safe point, so a move or job checkpoint may come meanwhile.
 func (p *Pi) Run(c *task.Ctx) error {
-	if !p.Started {
-		if inst, err := c.Join(piGroup); err != nil {
-			return err
-		} else if inst != 0 {
-			return fmt.Errorf("pi: master joined as instance %d, want 0", inst)
-		}
-		per := p.Samples / int64(p.Workers)
-		for w := range int64(p.Workers) {
-			lo, hi := w*per, (w+1)*per
-			if w == int64(p.Workers)-1 {
-				hi = p.Samples
-			}
-			if _, err := c.Spawn(&PiWorker{Lo: lo, Hi: hi, Next: lo}, 1); err != nil {
-				return err
-			}
-		}
-		p.Started = true
-	}
-	// The reduce needs every worker in the group: wait until they have all
-	// joined, and then until they have counted their samples, at safe
-	// points (a job checkpoint or a move may come meanwhile), so that the
-	// reduce itself does not wait long.
-	for p.Joined < p.Workers {
-		if _, err := c.RecvSafe(task.AnyTask, tagSetup, nil); err != nil {
+	if p.C.Size() == 0 {
+		if err := c.SpawnComm(&p.C, &PiWorker{Samples: p.Samples}, p.Workers); err != nil {
 			return err
 		}
-		p.Joined++
 	}
-	for p.Ready < p.Workers {
-		if _, err := c.RecvSafe(task.AnyTask, tagReady, nil); err != nil {
-			return err
-		}
-		p.Ready++
-	}
-	if !p.Done {
-		hits := []int64{0}
-		if err := task.Reduce(c, task.Sum[int64], hits, piGroup, tagHits, 0); err != nil {
-			return err
-		}
-		p.Hits, p.Done = hits[0], true
-	}
-	if err := c.Bcast(piGroup, tagExit, nil); err != nil {
+	hits := []int64{0}
+	if err := task.AllReduce(c, &p.C, task.Sum[int64], hits); err != nil {
 		return err
 	}
-	est := 4 * float64(p.Hits) / float64(p.Samples)
+	est := 4 * float64(hits[0]) / float64(p.Samples)
 	c.Printf("pi: %d samples on %d workers: %d hits, π ≈ %.6f (error %.2e)",
-		p.Samples, p.Workers, p.Hits, est, math.Abs(est-math.Pi))
+		p.Samples, p.Workers, hits[0], est, math.Abs(est-math.Pi))
 	return nil
 }
 
-// Run joins the group (once), counts its hits, contributes them to the
-// reduce and waits for the master's go-ahead to exit, so the group stays
-// whole until the reduce is complete.
+// Run takes its range from its rank (once), counts its hits with a safe
+// point every batch, and contributes them to the all-reduce.
 func (w *PiWorker) Run(c *task.Ctx) error {
-	if !w.Joined {
-		if _, err := c.Join(piGroup); err != nil {
-			return err
-		}
-		w.Joined = true
-		if err := c.Send(c.Parent(), tagSetup, nil); err != nil {
-			return err
+	if err := c.JoinComm(&w.C); err != nil {
+		return err
+	}
+	if w.Hi == 0 {
+		workers, i := int64(w.C.Size()-1), int64(w.C.Rank-1)
+		per := w.Samples / workers
+		w.Lo, w.Hi, w.Next = i*per, (i+1)*per, i*per
+		if i == workers-1 {
+			w.Hi = w.Samples
 		}
 	}
 	for w.Next < w.Hi {
@@ -149,15 +111,5 @@ func (w *PiWorker) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	if !w.Ready {
-		if err := c.Send(c.Parent(), tagReady, nil); err != nil {
-			return err
-		}
-		w.Ready = true
-	}
-	if err := task.Reduce(c, task.Sum[int64], []int64{w.Hits}, piGroup, tagHits, 0); err != nil {
-		return err
-	}
-	_, err := c.RecvSafe(c.Parent(), tagExit, nil)
-	return err
+	return task.AllReduce(c, &w.C, task.Sum[int64], []int64{w.Hits})
 }

@@ -26,6 +26,13 @@ type Pong struct {
 	Echoed int
 }
 
+// Message tags of the pingpong program.
+const (
+	pingTag  = 2
+	pongTag  = 3
+	pingDone = 6
+)
+
 func init() {
 	task.Register("examples.ping", &Ping{})
 	task.Register("examples.pong", &Pong{})
@@ -69,10 +76,10 @@ func (p *Ping) Run(c *task.Ctx) error {
 	var in []byte
 	for ; p.I < p.N; p.I++ {
 		out = pattern(out, p.I)
-		if err := c.Send(p.Partner, tagPing, out); err != nil {
+		if err := c.Send(p.Partner, pingTag, out); err != nil {
 			return err
 		}
-		if _, err := c.Recv(p.Partner, tagPong, &in); err != nil {
+		if _, err := c.Recv(p.Partner, pongTag, &in); err != nil {
 			return err
 		}
 		if !bytes.Equal(in, out) {
@@ -85,7 +92,7 @@ func (p *Ping) Run(c *task.Ctx) error {
 		}
 	}
 	p.Elapsed += time.Since(start)
-	if err := c.Send(p.Partner, tagDone, nil); err != nil {
+	if err := c.Send(p.Partner, pingDone, nil); err != nil {
 		return err
 	}
 	c.Printf("pingpong: %d round trips of %d B verified, mean round trip %.2f µs",
@@ -101,10 +108,10 @@ func (p *Pong) Run(c *task.Ctx) error {
 		if err != nil {
 			return err
 		}
-		if st.Tag == tagDone {
+		if st.Tag == pingDone {
 			return nil
 		}
-		if err := c.Send(st.From, tagPong, buf); err != nil {
+		if err := c.Send(st.From, pongTag, buf); err != nil {
 			return err
 		}
 		p.Echoed++

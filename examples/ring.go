@@ -30,6 +30,13 @@ type ringSetup struct {
 	Next  task.TID
 }
 
+// Message tags of the ring program.
+const (
+	ringSetupTag = 4
+	ringToken    = 5
+	ringDone     = 6
+)
+
 func init() {
 	task.Register("examples.ring", &Ring{})
 	task.Register("examples.ring.member", &RingMember{})
@@ -57,13 +64,13 @@ func (r *Ring) Run(c *task.Ctx) error {
 			return err
 		}
 		for i, t := range tids {
-			if err := c.Send(t, tagSetup, ringSetup{Index: i, Next: tids[(i+1)%len(tids)]}); err != nil {
+			if err := c.Send(t, ringSetupTag, ringSetup{Index: i, Next: tids[(i+1)%len(tids)]}); err != nil {
 				return err
 			}
 		}
 		r.Members = tids
 	}
-	if _, err := c.RecvSafe(r.Members[0], tagDone, &r.Result); err != nil {
+	if _, err := c.RecvSafe(r.Members[0], ringDone, &r.Result); err != nil {
 		return err
 	}
 	if want := r.N * r.Laps; r.Result != want {
@@ -77,35 +84,35 @@ func (r *Ring) Run(c *task.Ctx) error {
 func (m *RingMember) Run(c *task.Ctx) error {
 	if m.Next.IsZero() {
 		var s ringSetup
-		if _, err := c.Recv(c.Parent(), tagSetup, &s); err != nil {
+		if _, err := c.Recv(c.Parent(), ringSetupTag, &s); err != nil {
 			return err
 		}
 		m.Index, m.Next = s.Index, s.Next
 		if m.Index == 0 {
-			if err := c.Send(m.Next, tagToken, 1); err != nil {
+			if err := c.Send(m.Next, ringToken, 1); err != nil {
 				return err
 			}
 		}
 	}
 	for m.Lap < m.Laps {
 		var token int
-		if _, err := c.RecvSafe(task.AnyTask, tagToken, &token); err != nil {
+		if _, err := c.RecvSafe(task.AnyTask, ringToken, &token); err != nil {
 			return err
 		}
 		m.Lap++
 		switch {
 		case m.Index != 0:
 			token++
-			if err := c.Send(m.Next, tagToken, token); err != nil {
+			if err := c.Send(m.Next, ringToken, token); err != nil {
 				return err
 			}
 		case m.Lap == m.Laps:
-			if err := c.Send(c.Parent(), tagDone, token); err != nil {
+			if err := c.Send(c.Parent(), ringDone, token); err != nil {
 				return err
 			}
 		default:
 			token++
-			if err := c.Send(m.Next, tagToken, token); err != nil {
+			if err := c.Send(m.Next, ringToken, token); err != nil {
 				return err
 			}
 		}

@@ -24,6 +24,13 @@ type Watch struct {
 // WatchWorker waits to be told to stop.
 type WatchWorker struct{}
 
+// Message tags of the watch program.
+const (
+	watchDone  = 6
+	watchExit  = 8
+	watchSetup = 4
+)
+
 func init() {
 	task.Register("examples.watch", &Watch{})
 	task.Register("examples.watch.worker", &WatchWorker{})
@@ -51,10 +58,10 @@ func (w *Watch) Run(c *task.Ctx) error {
 			return err
 		}
 		w.Tids = tids
-		if err := c.Notify(task.TaskExit, tagExit, tids...); err != nil {
+		if err := c.Notify(task.TaskExit, watchExit, tids...); err != nil {
 			return err
 		}
-		if err := c.Notify(task.HostDelete, tagSetup); err != nil {
+		if err := c.Notify(task.HostDelete, watchSetup); err != nil {
 			return err
 		}
 		c.Printf("watch: %d workers started: %v; waiting for %d to be lost", len(tids), tids, w.Expect)
@@ -66,10 +73,10 @@ func (w *Watch) Run(c *task.Ctx) error {
 			return err
 		}
 		switch st.Tag {
-		case tagSetup:
+		case watchSetup:
 			c.Printf("watch: host %v (%s) deleted", n.Host, n.Name)
 			w.Hosts++
-		case tagExit:
+		case watchExit:
 			c.Printf("watch: worker %v exited (status %d: %s)", n.TID, n.Status, n.Err)
 			if !slices.Contains(w.Lost, n.TID) {
 				w.Lost = append(w.Lost, n.TID)
@@ -84,7 +91,7 @@ func (w *Watch) Run(c *task.Ctx) error {
 		if slices.Contains(w.Lost, t) {
 			continue
 		}
-		if err := c.Send(t, tagDone, nil); err != nil {
+		if err := c.Send(t, watchDone, nil); err != nil {
 			return err
 		}
 		stopped++
@@ -95,6 +102,6 @@ func (w *Watch) Run(c *task.Ctx) error {
 
 // Run waits for the stop message.
 func (w *WatchWorker) Run(c *task.Ctx) error {
-	_, err := c.RecvSafe(c.Parent(), tagDone, nil)
+	_, err := c.RecvSafe(c.Parent(), watchDone, nil)
 	return err
 }

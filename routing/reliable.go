@@ -207,7 +207,11 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 	case rf.Route.Host == 0:
 		o.DropReceiver(rf.To)
 		return 0, nil
-	case rf.Route.Epoch > q.route.Epoch:
+	case rf.Route.Epoch > q.route.Epoch,
+		rf.Route.Epoch == q.route.Epoch && q.held && !rf.Route.InTransit && rf.Route.Host == q.route.Host:
+		// A newer route, or the commit of the move the messages are held
+		// for (a daemon that learns it from a refusal may never see it
+		// again in a broadcast).
 		return o.Reroute(rf.To, rf.Route, now)
 	case rf.Route.Epoch < q.route.Epoch || from != q.route.Host:
 		if q.held {
@@ -303,6 +307,34 @@ func (o *Outbox) DropReceiver(to task.TID) int {
 	delete(o.queues, to)
 	o.bytes -= q.bytes
 	return q.n
+}
+
+// DropSender discards the messages from sender, unacknowledged or held,
+// to every receiver, and its sequence state, and returns how many messages
+// there were: the sender is gone and must not be heard from again (its job
+// rolls back, and its restored incarnation numbers from its checkpoint).
+func (o *Outbox) DropSender(from task.TID) int {
+	n := 0
+	for _, to := range sortedKeys(o.queues) {
+		q := o.queues[to]
+		f := q.pairs[from]
+		if f == nil {
+			continue
+		}
+		for i := f.head; i < len(f.msgs); i++ {
+			b := EnvelopeSize(&f.msgs[i].env)
+			q.bytes -= b
+			o.bytes -= b
+			q.n--
+			n++
+		}
+		delete(q.pairs, from)
+		if q.n == 0 && !q.held {
+			delete(o.queues, to)
+		}
+	}
+	delete(o.next, from)
+	return n
 }
 
 // DropHost discards the messages routed to host h (it left the virtual

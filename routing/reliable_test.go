@@ -374,3 +374,68 @@ func TestOutboxReusesEmptiedQueues(t *testing.T) {
 		t.Fatalf("ForHost = %v", got)
 	}
 }
+
+// TestOutboxDropSender: a sender's messages go, held or unacknowledged, to
+// every receiver, with its numbering; other senders' stay, and a held
+// queue keeps holding.
+func TestOutboxDropSender(t *testing.T) {
+	o := NewOutbox()
+	now := time.Unix(0, 0)
+	a, b, c := task.NewTID(1, 1), task.NewTID(1, 2), task.NewTID(2, 1)
+	x, y := task.NewTID(3, 1), task.NewTID(3, 2)
+	for _, p := range [][2]task.TID{{a, x}, {a, x}, {a, y}, {b, x}, {c, y}} {
+		o.Push(Envelope{From: p[0], To: p[1], Seq: o.Seq(p[0], p[1]), Body: task.Payload{Data: []byte("ab")}}, Route{Host: 3, Epoch: 1}, now)
+	}
+	o.Refused(Refusal{To: y, Route: Route{Host: 3, Epoch: 1}}, 3, now) // y moves away: held
+	before := o.Bytes()
+	if n := o.DropSender(a); n != 3 {
+		t.Fatalf("dropped %d of a's messages, want 3", n)
+	}
+	if o.PendingFrom(a) != 0 || o.PendingFrom(b) != 1 || o.PendingFrom(c) != 1 {
+		t.Fatalf("left a %d, b %d, c %d", o.PendingFrom(a), o.PendingFrom(b), o.PendingFrom(c))
+	}
+	if got, want := o.Bytes(), before-3*EnvelopeSize(&Envelope{Body: task.Payload{Data: []byte("ab")}}); got != want {
+		t.Fatalf("%d bytes pending, want %d", got, want)
+	}
+	if _, held, ok := o.Route(y); !ok || !held {
+		t.Fatalf("y's queue: held %v, there %v", held, ok)
+	}
+	if s := o.Seq(a, x); s != 1 {
+		t.Fatalf("a's numbering restarts at %d, want 1 (its state is gone)", s)
+	}
+	o.DropSender(b)
+	o.DropSender(c)
+	if _, _, ok := o.Route(x); ok {
+		t.Fatal("an emptied queue that was not held is kept")
+	}
+}
+
+func ExampleOutbox() {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	e := Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}
+	fmt.Println(o.Push(e, Route{Host: 2}, time.Unix(0, 0)))
+	o.Ack(Ack{From: a, To: b, Seq: 1})
+	fmt.Println(o.Bytes())
+	// Output:
+	// true
+	// 0
+}
+
+// TestRefusedCommitReleasesHeld: messages held for a move (an in-transit
+// refusal) go out when a refusal names the committed route of that same
+// move — a sender that learns the commit that way may never see it in a
+// broadcast, which finds the route already known.
+func TestRefusedCommitReleasesHeld(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	now := time.Unix(0, 0)
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}, Route{Host: 2}, now)
+	if h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 3, Epoch: 5, InTransit: true}}, 2, now); h != 0 || len(envs) != 0 {
+		t.Fatalf("an in-transit refusal resent %d messages to %v", len(envs), h)
+	}
+	h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 3, Epoch: 5}}, 2, now)
+	if h != 3 || len(envs) != 1 {
+		t.Fatalf("the committed route released %d messages to %v, want 1 to h3", len(envs), h)
+	}
+}

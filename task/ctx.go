@@ -179,6 +179,7 @@ type Ctx struct {
 	ep       Endpoint
 	task     Task
 	critical atomic.Int32
+	comms    []*Comm // communicators used, whose kept results SafePoint drops
 }
 
 // NewCtx returns the Ctx for task t hosted through ep. It is for runtimes;
@@ -246,7 +247,41 @@ func (c *Ctx) SafePoint() error {
 	if c.critical.Load() > 0 {
 		return nil
 	}
+	for _, m := range c.comms {
+		m.resetStep()
+	}
 	return c.ep.SafePoint(c.task)
+}
+
+// MaxResult bounds the encoded size of a task's result.
+const MaxResult = 1 << 20
+
+// ResultSetter is implemented by endpoints that carry a task's result (the
+// daemon's does): SetResult records the encoded value.
+type ResultSetter interface {
+	SetResult(p Payload)
+}
+
+// SetResult records v, encoded, as the task's result: for a program's root
+// task, the job's structured result, which 'dpvm run --json' prints and the
+// Go API (daemon.RunOptions.Result, the TaskInfo of the root) hands back
+// beside the output lines. Call it just before Run returns, with no safe
+// point after it: a result is not part of a checkpoint. A later call
+// replaces the value.
+func (c *Ctx) SetResult(v any) error {
+	p, err := Encode(v)
+	if err != nil {
+		return fmt.Errorf("result: %w", err)
+	}
+	if len(p.Data) > MaxResult {
+		return fmt.Errorf("result of %d bytes: at most %d: %w", len(p.Data), MaxResult, ErrEncode)
+	}
+	rs, ok := c.ep.(ResultSetter)
+	if !ok {
+		return fmt.Errorf("result: this runtime does not carry results")
+	}
+	rs.SetResult(p)
+	return nil
 }
 
 // Spawn starts n tasks of proto's registered type, each with its state
@@ -310,8 +345,13 @@ func checkTag(tag int) error {
 
 // Send sends v to task to with the given tag. v is encoded before Send
 // returns, so the caller may reuse it. Messages from one task to another
-// arrive in the order sent. Send to a task that has exited fails with
-// ErrNoSuchTask.
+// arrive in the order sent. Send does not tell whether the receiver lives:
+// a message to a task that has exited is dropped and Send returns nil,
+// wherever that task ran (its daemon may learn of the exit only after Send
+// has returned, so no answer could be the same everywhere); use
+// Notify(TaskExit) to learn of exits. Send fails with ErrNoSuchTask only
+// for a TID no task can have (the zero TID, AnyTask, a host not in the
+// virtual machine).
 func (c *Ctx) Send(to TID, tag int, v any) error {
 	return c.SendContext(c.ep.Context(), to, tag, v)
 }

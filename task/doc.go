@@ -36,6 +36,46 @@
 // Messages from one task to another arrive in the order they were sent. No
 // order holds between messages from different senders.
 //
+// # Ranks and communicators
+//
+// A parallel program's workers usually form a fixed team. SpawnComm starts
+// them as a communicator (a Comm) with the spawner as rank 0; each worker
+// calls JoinComm on its own Comm field and knows its rank, the team's size
+// and every peer's TID. Collectives run on the Comm: Barrier, Bcast,
+// SendRecv, AllReduce, CommGather, CommScatter. Each is a safe point while
+// it waits (see Comm for the one rule that makes this work).
+//
+// Group names are scoped to the job: two runs of one program never share a
+// group. A name beginning with VMWide names a group of the whole virtual
+// machine.
+//
+// # Errors
+//
+// Every error the API returns wraps one of these sentinels (test them with
+// errors.Is) or is an *ExitError:
+//
+//   - ErrNoSuchTask: Kill, Migrate, GroupTID, a communicator rank or a root
+//     instance names no task; Send and Mcast only for a TID no task can
+//     have (a message to a task that has exited is dropped, wherever it
+//     ran: use Notify to learn of exits).
+//   - ErrNoSuchHost: OnHost or Migrate names a host not in the machine.
+//   - ErrNoSuchGroup, ErrNotInGroup: group calls on an empty group, or by
+//     a non-member.
+//   - ErrNoComm: a collective on a Comm that SpawnComm or JoinComm has not
+//     filled.
+//   - ErrUnknownType: Spawn of a type this binary has not registered.
+//   - ErrBadTID, ErrBadTag: a malformed TID or a tag out of range.
+//   - ErrTimeout: a receive with a timeout found nothing.
+//   - ErrEncode, ErrDecode: a value that cannot be encoded, a message that
+//     does not decode into the value given.
+//   - ErrSuspended: from SafePoint, RecvSafe, JoinComm and collectives
+//     when the runtime has checkpointed the task to move it; Run must
+//     return it unchanged.
+//   - ErrKilled: the task has been killed; Run should return.
+//   - ErrHalted: the virtual machine is shutting down.
+//   - context errors (context.Canceled, DeadlineExceeded) from the calls
+//     that take a context.
+//
 // Package task performs no I/O itself: a Ctx talks to the daemon hosting its
 // task through the Endpoint interface, which package daemon implements.
 package task

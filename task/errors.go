@@ -8,7 +8,9 @@ import (
 // Sentinel errors. Errors returned by the API wrap these with context; test
 // them with errors.Is.
 var (
-	// ErrNoSuchTask: the addressed task does not exist or has exited.
+	// ErrNoSuchTask: the addressed task does not exist or has exited
+	// (Kill, Migrate, a group instance or communicator rank that holds no
+	// task), or, for Send and Mcast, the TID is one no task can have.
 	ErrNoSuchTask = errors.New("no such task")
 	// ErrNoSuchHost: the named host is not part of the virtual machine.
 	ErrNoSuchHost = errors.New("no such host")
@@ -35,6 +37,9 @@ var (
 	// checkpointed the task to move or save it. Run must return it
 	// unchanged; the runtime calls Run again on the restored state.
 	ErrSuspended = errors.New("task suspended at a safe point")
+	// ErrNoComm: a collective was called on a communicator that is not
+	// set up (no SpawnComm or JoinComm filled it).
+	ErrNoComm = errors.New("communicator not set up")
 	// ErrHalted: the virtual machine is shutting down.
 	ErrHalted = errors.New("virtual machine halted")
 )

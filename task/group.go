@@ -5,6 +5,13 @@ import (
 	"fmt"
 )
 
+// VMWide begins the name of a group shared by the whole virtual machine.
+// Any other group name is scoped to the caller's job: the tasks of one job
+// share it, and another job (another run of the same program, say) using
+// the same name has a group of its own. Name a group VMWide+"name" only
+// for tasks of different jobs that must meet.
+const VMWide = "vm:"
+
 // Join adds the calling task to the named group and returns its instance
 // number: the lowest one free, starting at 0. Groups exist while they have
 // members.

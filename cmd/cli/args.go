@@ -10,7 +10,8 @@ import (
 // good: after the program's name in `dpvm run`, the rest belongs to the
 // program.
 var passthrough = map[string]bool{
-	"run": true,
+	"run":   true,
+	"slurm": true,
 }
 
 // reorderArgs lets users type flags after positional arguments

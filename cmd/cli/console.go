@@ -200,6 +200,7 @@ var consoleCommands = []consoleEntry{
 	{"restart", "restart DIR [--checkpoint-every D] [--keep N]", (*console).restartCommand},
 	{"sched status", "sched status [--json]", onClient(schedStatusControl)},
 	{"load inject", "load inject HOST [--users N] [--load L] [--mem-free MIB] [--for D] [--add] [--clear]", onClient(loadInjectControl)},
+	{"add", "add HOST [user=U] [port=P] [name=N] ... [--copy] [--json]", (*console).addCommand},
 	{"halt", "halt [--json]", onClient(haltControl)},
 }
 

@@ -108,6 +108,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Commands: []*cli.Command{
 			runCommand(),
 			daemonCommand(),
+			upCommand(),
+			downCommand(),
+			addCommand(),
 			keygenCommand(),
 			certCommand(),
 			confCommand(),
@@ -125,6 +128,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			simCommand(),
 			npbCommand(),
 			benchCommand(),
+			slurmCommand(),
 			versionCommand(),
 			completionCommand(),
 			manCommand(),

@@ -113,7 +113,12 @@ func TestExitStatusTable(t *testing.T) {
 	vm, keyFile, _ := startVM(t, 2)
 	t.Setenv("DPVM_MASTER", vm.Master().Addr())
 	t.Setenv("DPVM_CREDENTIAL", keyFile)
+	t.Setenv("SLURM_JOB_ID", "") // dpvm slurm outside an allocation
 	dir := t.TempDir()
+	creds := t.TempDir()
+	if err := vm.Cluster.WriteDir(creds); err != nil {
+		t.Fatal(err)
+	}
 	state := filepath.Join(dir, "snapshot.json")
 	if err := os.WriteFile(state, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
@@ -152,6 +157,13 @@ func TestExitStatusTable(t *testing.T) {
 		{"version", []string{"version"}, 0, ""},
 		{"completion", []string{"completion", "tcsh"}, 2, `unknown shell "tcsh"`},
 		{"man", []string{"man"}, 0, ""},
+		{"slurm", []string{"slurm", "nope"}, 2, `slurm: unknown program "nope"`},
+		{"slurm", []string{"slurm", "hello"}, 2, "slurm: SLURM_JOB_ID is not set"},
+		{"up", []string{"up"}, 2, "up: give one HOSTFILE"},
+		{"up", []string{"up", filepath.Join(dir, "nohosts")}, 2, "up: open "},
+		{"down", []string{"down", "--state", filepath.Join(dir, "nostate")}, 1, "down: state: "},
+		{"add", []string{"add"}, 2, "add: no host named"},
+		{"add", []string{"add", "node9", "--ssh", "false", "--remote-dir", dir, "--credentials", creds}, 1, "add: node9: copy its credential to "},
 		{"halt", []string{"halt"}, 0, ""},
 	}
 	covered := map[string]bool{}
@@ -222,11 +234,11 @@ func TestJSONResults(t *testing.T) {
 	if m := decode("load", "inject", "h2", "--users", "3", "--json"); m["host"] != "h2" || m["cleared"] != false || m["overlay"] == nil {
 		t.Errorf("load inject --json: %v", m)
 	}
-	// run on the running machine (DPVM_MASTER): the output on stderr, the
-	// result on stdout.
+	// run on the running machine (DPVM_MASTER): the output on stderr as it
+	// comes, the result and the output lines on stdout.
 	code, out, errOut := dpvm(t, "run", "--json", "hello", "-n", "2")
 	var r runResult
-	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r != (runResult{Program: "hello"}) ||
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Program != "hello" || r.Status != 0 || r.Error != "" || len(r.Output) != 3 || r.Result != nil ||
 		!strings.Contains(errOut, "2 children said hello") {
 		t.Errorf("run --json: %d %q %q", code, out, errOut)
 	}
@@ -266,6 +278,7 @@ func TestEveryReportingCommandHasJSON(t *testing.T) {
 		"dpvm cert revoke":        "appends to a revocation list, a text file",
 		"dpvm cert rotate-secret": "rewrites the secret file",
 		"dpvm cert upgrade":       "writes a directory as keygen, whose --json has the paths",
+		"dpvm slurm":              "a batch job's whole run: its output is the program's, in the job's output file",
 	}
 	for path, c := range commandPaths(t) {
 		if len(c.Subcommands) > 0 {

@@ -82,7 +82,7 @@ func npbAction(c *cli.Context, kernel string) error {
 	if job.CheckpointEvery > 0 && c.String("master") == "" && hosts < 2 {
 		return cli.Exit(fmt.Sprintf("npb %s: --checkpoint-every needs a virtual machine of several hosts (--hosts N or --master ADDR)", kernel), 2)
 	}
-	opts := npb.RunOptions{Hosts: hosts, Output: stderr, VM: daemon.RunOptions{Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir")}}
+	opts := npb.RunOptions{Hosts: hosts, Output: stderr}
 	if prog != nil {
 		opts.Progress = prog.show
 	}
@@ -97,9 +97,15 @@ func npbAction(c *cli.Context, kernel string) error {
 			return cli.Exit(fmt.Sprintf("npb %s: %v", kernel, err), 1)
 		}
 		defer cl.Close()
-		rep, err = npb.RunOn(ctx, cl, kernel, class, np, opts)
+		cl.OnJobNote(jobNoteTo(stderr))
+		if hs, herr := cl.Hosts(ctx); herr == nil {
+			opts.Hosts = len(hs)
+		}
+		rep, err = npb.Run(ctx, cl.Runner(job), kernel, class, np, opts)
 	} else {
-		rep, err = npb.Run(ctx, kernel, class, np, opts)
+		opts.Local = true
+		vm := daemon.RunOptions{Hosts: hosts, Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir")}
+		rep, err = npb.Run(ctx, daemon.LocalRunner(vm), kernel, class, np, opts)
 	}
 	if prog != nil {
 		prog.clear()

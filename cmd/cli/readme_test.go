@@ -29,11 +29,11 @@ import (
 // pendingCommands are commands the README shows that are being built on
 // other branches; a line naming one is not checked until the command
 // exists. Empty this list when they have landed.
-var pendingCommands = []string{"up", "down"}
+var pendingCommands = []string{}
 
 // pendingPaths are link targets being added on other branches, relative to
 // the repository's root. Empty this list when they have landed.
-var pendingPaths = []string{"cmd/dpvm/deploy"}
+var pendingPaths = []string{}
 
 const repoRoot = "../.."
 

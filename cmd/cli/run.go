@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -32,7 +33,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "number of daemons in the embedded virtual machine"},
 			&cli.BoolFlag{Name: "list", Usage: "list the registered programs and exit"},
 			runMasterFlag(),
-			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({program, status, error}); the tasks' output goes to standard error"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object ({program, status, error, output, result}: the output lines and the root's result, what it recorded with Ctx.SetResult); the tasks' output also goes to standard error as it comes"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "shared directory for indirect migration and job checkpoints on the embedded machine (default: a temporary one)"},
 			checkpointEveryFlag(),
 			keepFlag(),
@@ -77,19 +78,31 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			var lines bytes.Buffer
+			progOut := out
+			if c.Bool("json") {
+				progOut = io.MultiWriter(out, &lines)
+			}
+			var result any
 			if c.String("master") != "" {
-				err = runRemote(ctx, c, root, out)
+				err = runRemote(ctx, c, root, progOut, &result)
 			} else {
 				err = daemon.Run(ctx, root, daemon.RunOptions{
 					Hosts:     c.Int("hosts"),
-					Output:    out,
+					Output:    progOut,
 					Logger:    loggerFrom(c),
 					SharedDir: c.String("shared-dir"),
 					Job:       opts,
+					Result:    &result,
 				})
 			}
 			if c.Bool("json") {
-				if jerr := printJSON(c.App.Writer, newRunResult(name, "", err)); jerr != nil {
+				r := newRunResult(name, "", err)
+				r.Output, r.Result = []string{}, result
+				if s := strings.TrimSuffix(lines.String(), "\n"); s != "" {
+					r.Output = strings.Split(s, "\n")
+				}
+				if jerr := printJSON(c.App.Writer, r); jerr != nil {
 					return cli.Exit("run: "+jerr.Error(), exitFailed)
 				}
 			}
@@ -188,6 +201,10 @@ type runResult struct {
 	Dir     string `json:"dir,omitempty"` // restart: the job's checkpoint directory
 	Status  int    `json:"status"`        // the command's exit status
 	Error   string `json:"error,omitempty"`
+	// Output are the job's output lines and Result the root's result
+	// (run only).
+	Output []string `json:"output,omitempty"`
+	Result any      `json:"result,omitempty"`
 }
 
 func newRunResult(program, dir string, err error) runResult {
@@ -199,8 +216,9 @@ func newRunResult(program, dir string, err error) runResult {
 }
 
 // runRemote runs root as a job on the virtual machine named by --master,
-// printing its output as it comes.
-func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer) error {
+// printing its output as it comes, and decodes the root's result into
+// result.
+func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Writer, result *any) error {
 	key, err := loadCredential(c)
 	if err != nil {
 		return err
@@ -218,9 +236,21 @@ func runRemote(ctx context.Context, c *cli.Context, root task.Task, out io.Write
 	if err != nil {
 		return err
 	}
+	cl.OnJobNote(jobNoteTo(c.App.ErrWriter))
 	info, err := cl.RunJob(ctx, typ, state, opts, out)
 	if err != nil {
 		return err
 	}
+	if v, ok, err := info.ResultValue(); err != nil {
+		return err
+	} else if ok {
+		*result = v
+	}
 	return daemon.ExitError(info)
+}
+
+// jobNoteTo prints what befalls a running job (a rollback, and to which
+// checkpoint) to w, as the command's own remark.
+func jobNoteTo(w io.Writer) func(daemon.JobNote) {
+	return func(n daemon.JobNote) { fmt.Fprintf(w, "dpvm: %s\n", n) }
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -389,8 +391,16 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 		}
 		return printJSON(w, ts)
 	}
+	// Tasks of a job together, in job order, then the tasks of no job.
+	ts = slices.Clone(ts)
+	slices.SortStableFunc(ts, func(a, b daemon.TaskInfo) int {
+		if (a.Job == 0) != (b.Job == 0) {
+			return cmp.Compare(b.Job, a.Job) // no job last
+		}
+		return cmp.Compare(a.Job, b.Job)
+	})
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tJOB\tMEM\t")
+	fmt.Fprintln(tw, "TID\tTYPE\tHOST\tSTATE\tSTATUS\tPARENT\tJOB\tMEM\tSAFE POINT\t")
 	for _, t := range ts {
 		st := ""
 		if t.State != daemon.Running {
@@ -399,15 +409,20 @@ func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
 				st += " (" + t.Err + ")"
 			}
 		}
-		mem := ""
+		mem, safe := "", ""
 		if t.State == daemon.Running {
 			mem = fmt.Sprintf("%.1f MiB", float64(t.MemBytes)/(1<<20))
+			// Time since the last safe point; "waiting" in a receive that is one.
+			safe = "waiting"
+			if t.SinceSafePointMS > 0 {
+				safe = (time.Duration(t.SinceSafePointMS * float64(time.Millisecond))).Round(time.Millisecond).String() + " ago"
+			}
 		}
 		job := ""
 		if t.Job != 0 {
 			job = fmt.Sprintf("j%d", t.Job)
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, job, mem)
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%v\t%s\t%v\t%s\t%s\t%s\t\n", t.TID, t.Type, t.Host, t.State, st, t.Parent, job, mem, safe)
 	}
 	return tw.Flush()
 }
@@ -506,8 +521,8 @@ func killControl() controlCommand {
 	return controlCommand{
 		cmd: &cli.Command{
 			Name:      "kill",
-			Usage:     "kill tasks of a running virtual machine",
-			ArgsUsage: "TID...",
+			Usage:     "kill tasks, or whole jobs (jN, as ps shows them), of a running virtual machine",
+			ArgsUsage: "TID|JOB...",
 			Flags:     []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -515,7 +530,12 @@ func killControl() controlCommand {
 				return cli.Exit("kill: no TID given", exitUsage)
 			}
 			var tids []task.TID
+			var jobs []uint64
 			for _, a := range c.Args().Slice() {
+				if job, err := parseJob(a); err == nil && strings.HasPrefix(a, "j") {
+					jobs = append(jobs, job)
+					continue
+				}
 				tid, err := task.ParseTID(a)
 				if err != nil {
 					return cli.Exit("kill: "+err.Error(), exitUsage)
@@ -523,6 +543,7 @@ func killControl() controlCommand {
 				tids = append(tids, tid)
 			}
 			killed := []task.TID{}
+			jobTasks := map[string]int{}
 			var errs []error
 			for _, tid := range tids {
 				if err := cl.Kill(ctx, tid); err != nil {
@@ -531,8 +552,23 @@ func killControl() controlCommand {
 					killed = append(killed, tid)
 				}
 			}
+			for _, job := range jobs {
+				n, err := cl.KillJob(ctx, job)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				jobTasks[fmt.Sprintf("j%d", job)] = n
+				if !c.Bool("json") {
+					fmt.Fprintf(c.App.Writer, "job j%d: %d tasks killed\n", job, n)
+				}
+			}
 			if c.Bool("json") {
-				if err := printJSON(c.App.Writer, map[string]any{"killed": killed}); err != nil {
+				out := map[string]any{"killed": killed}
+				if len(jobs) > 0 {
+					out["jobs"] = jobTasks // tasks killed, by job
+				}
+				if err := printJSON(c.App.Writer, out); err != nil {
 					errs = append(errs, err)
 				}
 			}

@@ -737,7 +737,11 @@ func npbRun(ctx context.Context, o NPBLoadOptions, shared, k, name string, busy,
 	runtime.GC()
 	cpu0, cpuErr := cpuSeconds()
 	start = time.Now()
-	rep, err := npb.RunOn(ctx, cl, k, o.Class, o.NP, npb.RunOptions{Progress: progress})
+	nh := 0
+	if hs, err := cl.Hosts(ctx); err == nil {
+		nh = len(hs)
+	}
+	rep, err := npb.Run(ctx, cl.Runner(daemon.JobOptions{}), k, o.Class, o.NP, npb.RunOptions{Progress: progress, Hosts: nh})
 	r.Seconds = time.Since(start).Seconds()
 	if cpu1, err := cpuSeconds(); err == nil && cpuErr == nil {
 		r.CPUSeconds = cpu1 - cpu0

@@ -1,10 +1,8 @@
 package npb
 
 import (
-	"context"
 	"errors"
 	"runtime"
-	"strings"
 	"testing"
 )
 
@@ -110,34 +108,5 @@ func TestMemoryArraysTrackAllocations(t *testing.T) {
 		if live < alloc/2 || live > 2*alloc {
 			t.Errorf("%s class S: the estimate counts %.0f bytes of arrays, the run allocated %.0f", k, live, alloc)
 		}
-	}
-}
-
-// TestRunRefusesWithoutMemory: a run that needs more than is available is
-// refused before it starts, with an error naming both figures; when the
-// available memory is unknown, or the check is off, the run goes ahead.
-func TestRunRefusesWithoutMemory(t *testing.T) {
-	ctx := context.Background()
-	eight := func() (int64, error) { return 8 << 30, nil }
-	_, err := Run(ctx, "ft", "C", 2, RunOptions{MemAvailable: eight})
-	if !errors.Is(err, ErrNoMemory) {
-		t.Fatalf("FT class C np 2 with 8 GiB: %v, want ErrNoMemory", err)
-	}
-	need, _ := MemoryNeed("ft", "C", 2)
-	for _, s := range []string{"FT class C np 2: needs about " + gib(need), "reports 8.0 GiB available"} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not say %q", err, s)
-		}
-	}
-	unknown := func() (int64, error) { return 0, errors.New("no meminfo here") }
-	tiny := func() (int64, error) { return 1, nil }
-	for _, opts := range []RunOptions{{MemAvailable: unknown}, {MemAvailable: tiny, NoMemoryCheck: true}} {
-		r, err := Run(ctx, "is", "S", 2, opts)
-		if err != nil || r.Verified != Successful {
-			t.Fatalf("IS class S np 2: %v, %+v", err, r)
-		}
-	}
-	if _, err := Run(ctx, "is", "S", 2, RunOptions{MemAvailable: tiny}); !errors.Is(err, ErrNoMemory) {
-		t.Fatalf("IS class S np 2 with 1 byte: %v, want ErrNoMemory", err)
 	}
 }

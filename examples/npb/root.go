@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -153,85 +152,44 @@ func (r *Root) Run(c *task.Ctx) error {
 
 // RunOptions configures Run.
 type RunOptions struct {
-	// Hosts is the number of hosts of the embedded virtual machine.
+	// Hosts is reported as the number of hosts the run had.
 	Hosts int
 	// Progress, when set, receives rank 0's progress.
 	Progress func(Progress)
 	// Output receives the job's other output lines (default: discarded).
 	Output io.Writer
-	// VM passes further options to the embedded virtual machine; its Hosts
-	// and Output are set by Run.
-	VM daemon.RunOptions
-	// MemAvailable reports the memory available to the run, in bytes; nil
-	// reads MemAvailable from /proc/meminfo. Run (not RunOn, whose tasks
-	// live elsewhere) refuses, with ErrNoMemory, a run whose MemoryNeed
-	// exceeds it. When it fails, the run goes ahead unchecked.
+	// Local says every task of the run lives in this process (an embedded
+	// virtual machine): Run then refuses, with ErrNoMemory, a run whose
+	// MemoryNeed exceeds the memory available.
+	Local bool
+	// MemAvailable reports the memory available to a Local run, in bytes;
+	// nil reads MemAvailable from /proc/meminfo. When it fails, the run
+	// goes ahead unchecked.
 	MemAvailable func() (int64, error)
 	// NoMemoryCheck skips the memory check.
 	NoMemoryCheck bool
 }
 
-// RunOn runs kernel for class on np worker tasks as a job on a running
-// virtual machine, through a client of its master, and returns the report.
-// hosts is reported as the number of hosts the machine has.
-func RunOn(ctx context.Context, cl *daemon.Client, kernel, class string, np int, opts RunOptions) (*Report, error) {
-	root, err := NewRoot(kernel, class, np)
-	if err != nil {
-		return nil, err
-	}
-	root.Lines = true
-	typ, state, err := task.EncodeState(root)
-	if err != nil {
-		return nil, err
-	}
-	sink := &lineSink{progress: opts.Progress, other: opts.Output}
-	info, runErr := cl.RunJob(ctx, typ, state, opts.VM.Job, sink)
-	if runErr == nil {
-		runErr = daemon.ExitError(info)
-	}
-	if sink.err != nil {
-		return nil, sink.err
-	}
-	if sink.report == nil {
-		if runErr == nil {
-			runErr = ErrNoReport
-		}
-		return nil, fmt.Errorf("npb %s class %s np %d: %w", root.Kernel, root.Class, np, runErr)
-	}
-	var ee *task.ExitError
-	if runErr != nil && !errors.As(runErr, &ee) {
-		return nil, runErr
-	}
-	if hosts, err := cl.Hosts(ctx); err == nil {
-		sink.report.Hosts = len(hosts)
-	}
-	return sink.report, nil
-}
-
 // ErrNoReport: the run ended without a report.
 var ErrNoReport = errors.New("npb: the run ended without a report")
 
-// Run runs kernel for class on np worker tasks in an embedded virtual
-// machine and returns the report. A run that completes but does not verify
-// returns its report (Verified Unsuccessful) and no error. Every task runs
-// in this process, so a run whose estimated memory (MemoryNeed) exceeds the
-// memory available is refused with ErrNoMemory before it starts.
-func Run(ctx context.Context, kernel, class string, np int, opts RunOptions) (*Report, error) {
+// Run runs kernel for class on np worker tasks as a job through r (an
+// embedded virtual machine, or a running one's client) and returns the
+// report. A run that completes but does not verify returns its report
+// (Verified Unsuccessful) and no error.
+func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts RunOptions) (*Report, error) {
 	root, err := NewRoot(kernel, class, np)
 	if err != nil {
 		return nil, err
 	}
-	if !opts.NoMemoryCheck {
+	if opts.Local && !opts.NoMemoryCheck {
 		if err := checkMemory(root.Kernel, root.Class, np, opts.MemAvailable); err != nil {
 			return nil, err
 		}
 	}
 	root.Lines = true
 	sink := &lineSink{progress: opts.Progress, other: opts.Output}
-	vm := opts.VM
-	vm.Hosts = max(opts.Hosts, 1)
-	vm.Output = sink
-	runErr := daemon.Run(ctx, root, vm)
+	runErr := r.RunTask(ctx, root, sink)
 	if sink.err != nil {
 		return nil, sink.err
 	}
@@ -245,6 +203,6 @@ func Run(ctx context.Context, kernel, class string, np int, opts RunOptions) (*R
 	if runErr != nil && !errors.As(runErr, &ee) {
 		return nil, runErr
 	}
-	sink.report.Hosts = vm.Hosts
+	sink.report.Hosts = max(opts.Hosts, 1)
 	return sink.report, nil
 }

@@ -1,0 +1,429 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// commWorker runs commRound with its communicator, then reports what went
+// wrong (nothing, it is hoped) to rank 0.
+type commWorker struct {
+	C      task.Comm
+	Rounds int
+	Round  int
+	Fail   string
+}
+
+func init() { task.Register("daemon.test.commworker", &commWorker{}) }
+
+func (w *commWorker) Run(c *task.Ctx) error {
+	if err := c.JoinComm(&w.C); err != nil {
+		return err
+	}
+	for w.Round < w.Rounds {
+		msg, err := commRound(c, &w.C, w.Round, nil)
+		if err != nil {
+			return err
+		}
+		if w.Fail == "" {
+			w.Fail = msg
+		}
+		w.Round++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	_, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	return err
+}
+
+// commRound calls every collective once and returns what differs from the
+// expected results; between its first and second collective it calls
+// pause, when given.
+func commRound(c *task.Ctx, m *task.Comm, round int, pause func()) (string, error) {
+	n, r := m.Size(), m.Rank
+	sum := []float64{float64(r + 1), float64(round)}
+	if err := task.AllReduce(c, m, task.Sum[float64], sum); err != nil {
+		return "", err
+	}
+	if pause != nil {
+		pause()
+	}
+	mx := []int{r * (round + 1)}
+	if err := task.AllReduce(c, m, task.Max[int], mx); err != nil {
+		return "", err
+	}
+	root := round % n
+	v := -1
+	if r == root {
+		v = 100 * root
+	}
+	if err := m.Bcast(c, &v, root); err != nil {
+		return "", err
+	}
+	var left int
+	if err := m.SendRecv(c, (r+1)%n, r, (r-1+n)%n, &left); err != nil {
+		return "", err
+	}
+	var all []int
+	if r == 0 {
+		for i := range 2 * n {
+			all = append(all, i+round)
+		}
+	}
+	mine, err := task.CommScatter(c, m, all, 0)
+	if err != nil {
+		return "", err
+	}
+	got, err := task.CommGather(c, m, []int{r + round}, n-1)
+	if err != nil {
+		return "", err
+	}
+	if err := m.Barrier(c); err != nil {
+		return "", err
+	}
+	var want []int
+	if r == n-1 {
+		for i := range n {
+			want = append(want, i+round)
+		}
+	}
+	switch {
+	case sum[0] != float64(n*(n+1)/2) || sum[1] != float64(n*round):
+		return fmt.Sprintf("rank %d round %d: allreduce sum %v", r, round, sum), nil
+	case mx[0] != (n-1)*(round+1):
+		return fmt.Sprintf("rank %d round %d: allreduce max %v", r, round, mx), nil
+	case v != 100*root:
+		return fmt.Sprintf("rank %d round %d: bcast %d", r, round, v), nil
+	case left != (r-1+n)%n:
+		return fmt.Sprintf("rank %d round %d: sendrecv %d", r, round, left), nil
+	case !slices.Equal(mine, []int{2*r + round, 2*r + 1 + round}):
+		return fmt.Sprintf("rank %d round %d: scatter %v", r, round, mine), nil
+	case !slices.Equal(got, want):
+		return fmt.Sprintf("rank %d round %d: gather %v", r, round, got), nil
+	}
+	return "", nil
+}
+
+// commRoot spawns workers-1 commWorkers as a communicator with itself and
+// runs rounds of commRound with them, pausing in the first as pause says;
+// it fails unless every member saw the expected results.
+func commRoot(c *task.Ctx, workers, rounds int, pause func(m *task.Comm), opts ...task.SpawnOption) error {
+	var m task.Comm
+	if err := c.SpawnComm(&m, &commWorker{Rounds: rounds}, workers-1, opts...); err != nil {
+		return err
+	}
+	if m.Rank != 0 || m.Size() != workers || m.TID(0) != c.MyTID() {
+		return fmt.Errorf("spawner's communicator: rank %d of %d, %v", m.Rank, m.Size(), m.TIDs)
+	}
+	var fails []string
+	for round := range rounds {
+		var p func()
+		if round == 0 && pause != nil {
+			p = func() { pause(&m) }
+		}
+		msg, err := commRound(c, &m, round, p)
+		if err != nil {
+			return err
+		}
+		if msg != "" {
+			fails = append(fails, msg)
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	got, err := task.CommGather(c, &m, []string{""}, 0)
+	if err != nil {
+		return err
+	}
+	for _, f := range append(fails, got...) {
+		if f != "" {
+			return fmt.Errorf("%s", f)
+		}
+	}
+	if len(got) != workers {
+		return fmt.Errorf("gathered %d reports from %d members", len(got), workers)
+	}
+	return nil
+}
+
+// TestCommCollectives: a communicator of 1, 2 and 5 members, every
+// collective for three rounds, each member checking its results.
+func TestCommCollectives(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	for _, n := range []int{1, 2, 5} {
+		runRoot(t, d, func(c *task.Ctx, _ int) error { return commRoot(c, n, 3, nil) })
+	}
+}
+
+// TestCommNotSetUp: a collective on an empty communicator fails with
+// ErrNoComm, and a rank outside it with ErrNoSuchTask.
+func TestCommNotSetUp(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		var m task.Comm
+		if err := m.Barrier(c); !errors.Is(err, task.ErrNoComm) {
+			return fmt.Errorf("barrier on an empty communicator: %v", err)
+		}
+		m = task.Comm{Rank: 0, TIDs: []task.TID{c.MyTID()}}
+		var v int
+		if err := m.Bcast(c, &v, 3); !errors.Is(err, task.ErrNoSuchTask) {
+			return fmt.Errorf("bcast from rank 3 of 1: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestCollectiveWaitIsASafePoint: workers wait inside a collective (the
+// root holds back after the first) while two of them are moved to another
+// host; the moves succeed, and the moved tasks replay the collective they
+// had finished, finish the one they waited in, and every result is right.
+func TestCollectiveWaitIsASafePoint(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	held := make(chan []task.TID, 1)
+	release := make(chan struct{})
+	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		return commRoot(c, 4, 3, func(cm *task.Comm) {
+			held <- slices.Clone(cm.TIDs)
+			<-release
+		}, task.OnHost("h1"))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tids []task.TID
+	select {
+	case tids = <-held:
+	case <-ctx.Done():
+		t.Fatal("the root never reached its pause")
+	}
+	for _, w := range tids[1:3] {
+		if _, err := m.Migrate(ctx, w, "h2", Direct); err != nil {
+			close(release)
+			t.Fatalf("move of %v, waiting in a collective: %v", w, err)
+		}
+	}
+	close(release)
+	info, err := m.Wait(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exitError(info); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// benchWorker takes part in N all-reduces of Len float64s, through a
+// communicator or (Group set) through a group's Reduce then Bcast.
+type benchWorker struct {
+	C     task.Comm
+	Group string
+	N     int
+	Len   int
+}
+
+func init() { task.Register("daemon.test.benchworker", &benchWorker{}) }
+
+const (
+	tagBenchReduce = 1
+	tagBenchBcast  = 2
+)
+
+func (w *benchWorker) Run(c *task.Ctx) error {
+	if err := c.JoinComm(&w.C); err != nil {
+		return err
+	}
+	data := make([]float64, w.Len)
+	if w.Group != "" {
+		if _, err := c.Join(w.Group); err != nil {
+			return err
+		}
+		if err := c.Barrier(w.Group, w.C.Size()); err != nil {
+			return err
+		}
+	}
+	for range w.N {
+		for i := range data {
+			data[i] = float64(w.C.Rank + i)
+		}
+		if w.Group == "" {
+			if err := task.AllReduce(c, &w.C, task.Sum[float64], data); err != nil {
+				return err
+			}
+		} else {
+			if err := task.Reduce(c, task.Sum[float64], data, w.Group, tagBenchReduce, 0); err != nil {
+				return err
+			}
+			if _, err := c.Recv(w.C.TID(0), tagBenchBcast, &data); err != nil {
+				return err
+			}
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkAllReduce compares a communicator's AllReduce of 1024 float64s
+// over 4 members with what a program wrote before it: a group Reduce to
+// the root, then the root's Bcast, received with Recv.
+//
+//	go test -run XXX -bench AllReduce -benchtime 2000x ./daemon/
+func BenchmarkAllReduce(b *testing.B) {
+	const members, length = 4, 1024
+	for _, group := range []string{"", "bench"} {
+		name := "allreduce"
+		if group != "" {
+			name = "reduce+bcast"
+		}
+		b.Run(name, func(b *testing.B) {
+			d, _ := newTestDaemon(b)
+			runRoot(b, d, func(c *task.Ctx, _ int) error {
+				var m task.Comm
+				if err := c.SpawnComm(&m, &benchWorker{Group: group, N: b.N, Len: length}, members-1); err != nil {
+					return err
+				}
+				if group != "" {
+					if _, err := c.Join(group); err != nil {
+						return err
+					}
+					if err := c.Barrier(group, members); err != nil {
+						return err
+					}
+				}
+				data := make([]float64, length)
+				b.ResetTimer()
+				for range b.N {
+					for i := range data {
+						data[i] = float64(i)
+					}
+					var err error
+					if group == "" {
+						err = task.AllReduce(c, &m, task.Sum[float64], data)
+					} else if err = task.Reduce(c, task.Sum[float64], data, group, tagBenchReduce, 0); err == nil {
+						err = c.Bcast(group, tagBenchBcast, data)
+					}
+					if err != nil {
+						return err
+					}
+					if err := c.SafePoint(); err != nil {
+						return err
+					}
+				}
+				b.StopTimer()
+				if want := float64(members*(members-1)/2 + members*7); data[7] != want {
+					return fmt.Errorf("data[7] = %v, want %v", data[7], want)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestNoSafePointWarned: a task that reaches no safe point while a move
+// waits makes the move fail with ErrNoSafePoint and a warning naming it and
+// the time since its last safe point; the task list shows that time, and 0
+// for a task waiting in RecvSafe.
+func TestNoSafePointWarned(t *testing.T) {
+	var logs syncBuffer
+	cfg := Config{MoveTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	vm := startVM(t, 2, cfg)
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	busy, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		<-release // no safe point meanwhile
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	_, err = m.Migrate(ctx, busy, "h2", Direct)
+	if !errors.Is(err, ErrNoSafePoint) {
+		t.Fatalf("move of a task without safe points: %v", err)
+	}
+	line := ""
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "reached no safe point") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "tid="+busy.String()) || !strings.Contains(line, "since_safe_point=") || !strings.Contains(line, "waiting=move") {
+		t.Fatalf("warning %q; logs:\n%s", line, logs.String())
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		since := map[task.TID]float64{}
+		for _, ti := range m.Tasks(false) {
+			since[ti.TID] = ti.SinceSafePointMS
+		}
+		if since[busy] >= 300 && since[waiter] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("since last safe point: busy %v ms, waiting in RecvSafe %v ms", since[busy], since[waiter])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSendToExitedTaskAnywhere: Send to a task that has exited succeeds,
+// the message dropped, whether the task ran on the sender's host or on
+// another.
+func TestSendToExitedTaskAnywhere(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		for _, host := range []string{"h1", "h2"} {
+			kid, err := c.Spawn(fn(t, func(*task.Ctx, int) error { return nil }), 1, task.OnHost(host))
+			if err != nil {
+				return err
+			}
+			if err := c.Notify(task.TaskExit, 5, kid[0]); err != nil {
+				return err
+			}
+			if _, err := c.Recv(kid[0], 5, nil); err != nil {
+				return err
+			}
+			for range 3 {
+				if err := c.Send(kid[0], 1, "late"); err != nil {
+					return fmt.Errorf("send to %v, exited on %s: %v", kid[0], host, err)
+				}
+			}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Wait(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exitError(info); err != nil {
+		t.Fatal(err)
+	}
+}

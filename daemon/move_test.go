@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// gated is a task whose state's encoding waits at gates while they are
+// set: a test holds a checkpoint half written. It adds what it receives
+// and waits in RecvSafe, so it can be moved at any time.
+type gated struct {
+	Gate gate
+	Sum  int
+}
+
+type gate struct{}
+
+// gates, when set, make a gate's encoding signal in and wait for out.
+var gates *gatePair
+
+type gatePair struct{ in, out chan struct{} }
+
+func (gate) EncodeMsgpack(e *msgpack.Encoder) error {
+	if g := gates; g != nil {
+		g.in <- struct{}{}
+		<-g.out
+	}
+	return e.EncodeNil()
+}
+
+func (*gate) DecodeMsgpack(d *msgpack.Decoder) error { return d.Skip() }
+
+func init() { task.Register("daemon.test.gated", &gated{}) }
+
+func (g *gated) Run(c *task.Ctx) error {
+	for {
+		var n int
+		if _, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n); err != nil {
+			return err
+		}
+		g.Sum += n
+	}
+}
+
+// haltInBubble halts d before a synctest bubble ends.
+func haltInBubble(t *testing.T, d *Daemon) {
+	t.Cleanup(func() {
+		if err := d.Halt(context.Background()); err != nil {
+			t.Errorf("halt: %v", err)
+		}
+	})
+}
+
+// TestLateRestoreAfterCancelIsRefused: the destination is told to drop an
+// arrival (the master aborted the move) while its restore still waits for
+// the checkpoint; the checkpoint then arrives. The restore must fail and
+// the task must not run here: the origin resumes it.
+func TestLateRestoreAfterCancelIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{})
+		haltInBubble(t, d)
+		tid := task.NewTID(2, 1)
+		step := migStep{TID: tid, Move: 7, Type: "daemon.test.gated", Host: 2, Epoch: 1, Via: Direct, Timeout: time.Minute}
+		if err := d.prepareArrival(step); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		arr := d.incoming[tid]
+		d.mu.Unlock()
+		restored := make(chan error, 1)
+		go func() { restored <- d.restoreArrival(context.Background(), step) }()
+		synctest.Wait() // the restore waits for the checkpoint
+		if d.cancelArrival(migStep{TID: tid, Move: 7, Route: routing.Route{Host: 2, Epoch: 2}}) {
+			t.Fatal("cancel found the task installed before its checkpoint came")
+		}
+		arr.received <- transferred{meta: &ckpt.Meta{TID: tid, Type: "daemon.test.gated", Epoch: 1}, t: &gated{}}
+		if err := <-restored; err == nil {
+			t.Error("a restore finished after its move was cancelled")
+		}
+		d.mu.Lock()
+		h := d.tasks[tid]
+		d.mu.Unlock()
+		if h != nil {
+			t.Fatalf("%v runs at the destination after the move was cancelled (and at its origin again)", tid)
+		}
+	})
+}
+
+// TestResumeWaitsForCheckpointSend: the origin is told to resume a task
+// (the master aborted the move) while the task's checkpoint is still being
+// written. The task must not run again before the write is over: it would
+// change the state being encoded, and run twice if the checkpoint is
+// restored.
+func TestResumeWaitsForCheckpointSend(t *testing.T) {
+	dir := t.TempDir()
+	secret, err := pki.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{SharedDir: dir, Secret: secret})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		tid, err := d.SpawnTask(&gated{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := d.suspendForMove(ctx, migStep{TID: tid, Move: 3, Host: 2, Epoch: 1, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		gates = &gatePair{in: make(chan struct{}), out: make(chan struct{})}
+		sent := make(chan error, 1)
+		go func() {
+			_, err := d.sendCheckpoint(ctx, migStep{TID: tid, Move: 3, Host: 2, Epoch: 1, Via: Indirect, Name: "t.ckpt"})
+			sent <- err
+		}()
+		select {
+		case <-gates.in: // the checkpoint is half written
+		case err := <-sent:
+			t.Fatalf("the checkpoint was written without its gate: %v", err)
+		}
+		resumed := make(chan error, 1)
+		go func() {
+			resumed <- d.resumeDeparture(ctx, migStep{TID: tid, Move: 3, Route: routing.Route{Host: 1, Epoch: 2}})
+		}()
+		synctest.Wait()
+		select {
+		case err := <-resumed:
+			d.mu.Lock()
+			running := d.tasks[tid] != nil
+			d.mu.Unlock()
+			t.Errorf("resume returned (%v, running %v) while the checkpoint was being written", err, running)
+		default:
+		}
+		g := gates
+		gates = nil
+		g.out <- struct{}{}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-resumed; err != nil {
+			t.Fatal(err)
+		}
+		// A send of the move after the resume is refused.
+		if _, err := d.sendCheckpoint(ctx, migStep{TID: tid, Move: 3, Host: 2, Epoch: 1, Via: Indirect, Name: "u.ckpt"}); err == nil {
+			t.Error("a checkpoint was sent after its move was resumed")
+		}
+		d.mu.Lock()
+		running := d.tasks[tid] != nil
+		d.mu.Unlock()
+		if !running {
+			t.Fatalf("%v does not run at its origin after the resume", tid)
+		}
+	})
+}
+
+// TestEpochAboveForgottenRoutes: a task moves (its route epoch grows on
+// every daemon), then exits, and the master forgets its route. An epoch
+// the master hands out for it afterwards (a job restarting it from a
+// checkpoint) must still be above every epoch any daemon holds for it:
+// a smaller one would leave senders on the route to the host it exited
+// on, which refuses their messages as for an exited task, and they would
+// be dropped.
+func TestEpochAboveForgottenRoutes(t *testing.T) {
+	vm := startVM(t, 3, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mv task.TID
+	runRoot(t, m, func(c *task.Ctx, _ int) error {
+		tids, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		mv = tids[0]
+		if _, err := m.Migrate(ctx, mv, "h3", Direct); err != nil {
+			return err
+		}
+		return stopMover(c, mv, 0)
+	})
+	if _, err := m.Wait(ctx, mv); err != nil {
+		t.Fatal(err)
+	}
+	held := uint64(0)
+	for _, d := range vm.Daemons {
+		d.rmu.Lock()
+		held = max(held, d.routes.Lookup(mv).Epoch)
+		d.rmu.Unlock()
+	}
+	if held == 0 {
+		t.Fatal("no daemon holds a route for the moved task")
+	}
+	// The master forgets the route of a task that has exited.
+	for m.routeEpoch(mv) != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the master keeps the exited task's route")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := m.restartEpoch([]task.TID{mv}); e <= held {
+		t.Fatalf("restart epoch %d, not above the epoch %d a daemon holds", e, held)
+	}
+}
+
+func (d *Daemon) routeEpoch(tid task.TID) uint64 {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	return d.routes.Lookup(tid).Epoch
+}
+
+// napper reaches a safe point once a (virtual) second.
+type napper struct{ Naps int }
+
+func init() { task.Register("daemon.test.napper", &napper{}) }
+
+func (n *napper) Run(c *task.Ctx) error {
+	for {
+		time.Sleep(time.Second)
+		n.Naps++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
+// TestSuspendAfterResumeIsRefused: the master's suspend call times out
+// before the task reaches a safe point, so the move aborts and the
+// origin's resume finds the task running. When the task then reaches its
+// safe point, it must not suspend for the aborted move: nobody would
+// ever resume it.
+func TestSuspendAfterResumeIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		tid, err := d.SpawnTask(&napper{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		suspended := make(chan error, 1)
+		go func() {
+			suspended <- d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute})
+		}()
+		synctest.Wait() // the request waits for the safe point
+		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-suspended; !errors.Is(err, ErrAborted) {
+			t.Errorf("suspend for an aborted move: %v, want ErrAborted", err)
+		}
+		d.mu.Lock()
+		_, away := d.moving[tid]
+		_, here := d.tasks[tid]
+		d.mu.Unlock()
+		if away || !here {
+			t.Fatalf("%v suspended for an aborted move (suspended %v, running %v)", tid, away, here)
+		}
+	})
+}

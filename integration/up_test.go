@@ -1,0 +1,261 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+)
+
+// sshdBin is OpenSSH's server, or "" where it is not installed.
+func sshdBin() string {
+	for _, p := range []string{"/usr/sbin/sshd", "/usr/local/sbin/sshd"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("sshd")
+	return p
+}
+
+// startSSHD starts an sshd in host namespace i, listening on its address,
+// that lets in the key whose public half is in authorized; it is killed
+// when the test ends.
+func startSSHD(t *testing.T, ns *netns, i int, dir, sshd, authorized string) {
+	t.Helper()
+	hostKey := filepath.Join(dir, fmt.Sprintf("host%d_key", i))
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", hostKey).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	conf := filepath.Join(dir, fmt.Sprintf("sshd%d.conf", i))
+	cfg := fmt.Sprintf(`ListenAddress 10.213.0.%d
+Port 22
+HostKey %s
+AuthorizedKeysFile %s
+PidFile none
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+LogLevel ERROR
+`, i, hostKey, authorized)
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startCmd(t, fmt.Sprintf("sshd %d", i), exec.Command("ip", "netns", "exec", ns.names[i-1], sshd, "-D", "-e", "-f", conf))
+}
+
+// TestUpDownOverSSH starts a virtual machine with 'dpvm up' over ssh (an
+// sshd with key authentication in each of three network namespaces, the
+// binary copied to each) on two hosts, adds the third from the console,
+// runs a program across them, and stops it with 'dpvm down', checking that
+// no daemon is left.
+func TestUpDownOverSSH(t *testing.T) {
+	ns := newNetns(t, 3)
+	sshd := sshdBin()
+	if sshd == "" {
+		t.Skip("no sshd (Debian: apt-get install openssh-server; .ci/run installs it): skipping the ssh launcher test")
+	}
+	for _, tool := range []string{"ssh", "ssh-keygen"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s (OpenSSH client): skipping the ssh launcher test", tool)
+		}
+	}
+	// sshd wants its privilege separation directory.
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	id := filepath.Join(dir, "id")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", id).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(id + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	authorized := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(authorized, pub, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		startSSHD(t, ns, i, dir, sshd, authorized)
+	}
+	ssh := "ssh -F /dev/null -i " + id + " -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5"
+	// Real sockets: poll each sshd until it lets the key in.
+	for i := 1; i <= 3; i++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			args := append([]string{"netns", "exec", ns.names[0]}, strings.Fields(ssh)...)
+			out, err := exec.Command("ip", append(args, fmt.Sprintf("10.213.0.%d", i), "true")...).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sshd in namespace %d does not let the key in: %v: %s", i, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// The credentials directory holds the CA: dpvm up issues each daemon's
+	// credential under it, named as the hostfile names the host.
+	creds := filepath.Join(dir, "creds")
+	if code, _, errOut := dpvm(t, nil, "keygen", "--out", creds); code != 0 {
+		t.Fatal(errOut)
+	}
+	admin := filepath.Join(creds, pki.AdminFile)
+	// Every daemon listens on 0.0.0.0:7070, dpvm up's default, and is
+	// reached at the address its master sees it come from.
+	hostfile := filepath.Join(dir, "hosts")
+	var hf strings.Builder
+	hf.WriteString("# two hosts, the first the master; the console adds the third\n")
+	line := func(i int) string {
+		return fmt.Sprintf("10.213.0.%d name=n%d cores=2 flags=\"--heartbeat 200ms\"", i, i)
+	}
+	for i := 1; i <= 2; i++ {
+		fmt.Fprintln(&hf, line(i))
+	}
+	if err := os.WriteFile(hostfile, []byte(hf.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remote := filepath.Join(dir, "remote")
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state")}
+	dpvmIn := func(name string, args ...string) *proc {
+		cmd := exec.Command("ip", ns.in(1, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		return startCmd(t, name, cmd)
+	}
+	up := dpvmIn("dpvm up", "up", hostfile, "--credentials", creds, "--ssh", ssh, "--copy", "--bin", dpvmBin,
+		"--remote-dir", remote, "--wait", "60s", "--json")
+	if code := up.wait(); code != 0 {
+		t.Fatalf("dpvm up: %d\n%s\n%s", code, up.out.String(), up.err.String())
+	}
+	// Whatever happens next, the daemons are stopped.
+	downDone := false
+	t.Cleanup(func() {
+		if !downDone {
+			p := dpvmIn("dpvm down (cleanup)", "down", hostfile, "--ssh", ssh, "--stop-grace", "1s")
+			p.wait()
+		}
+	})
+	var table struct {
+		Master string `json:"master"`
+		State  string `json:"state"`
+		Hosts  []struct {
+			Name   string `json:"name"`
+			Addr   string `json:"addr"`
+			Cores  int    `json:"cores"`
+			Master bool   `json:"master"`
+		} `json:"hosts"`
+	}
+	if err := json.Unmarshal([]byte(up.out.String()), &table); err != nil {
+		t.Fatalf("dpvm up --json: %v\n%s", err, up.out.String())
+	}
+	if table.Master != "10.213.0.1:7070" || len(table.Hosts) != 2 {
+		t.Fatalf("dpvm up's table: %+v", table)
+	}
+	for i, h := range table.Hosts {
+		if h.Name != fmt.Sprintf("n%d", i+1) || h.Addr != fmt.Sprintf("10.213.0.%d:7070", i+1) || h.Cores != 2 || h.Master != (i == 0) {
+			t.Errorf("host %d: %+v", i, h)
+		}
+	}
+
+	// The console adds the third host the same way; dpvm up's record
+	// gets it, so that dpvm down stops it too.
+	con := exec.Command("ip", ns.in(1, "console", "--master", table.Master, "--credential", admin)...)
+	con.Env = append(os.Environ(), env...)
+	con.Stdin = strings.NewReader(fmt.Sprintf("add %s --ssh '%s' --copy --bin %s --remote-dir %s --credentials %s --wait 60s --json\n", line(3), ssh, dpvmBin, remote, creds))
+	cp := startCmd(t, "console add", con)
+	if code := cp.wait(); code != 0 {
+		t.Fatalf("console add: %d\n%s\n%s", code, cp.out.String(), cp.err.String())
+	}
+	var added []struct {
+		Name string `json:"name"`
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(cp.out.String()), &added); err != nil || len(added) != 3 || added[2].Name != "n3" || added[2].Addr != "10.213.0.3:7070" {
+		t.Fatalf("hosts after add: %v %+v\n%s", err, added, cp.out.String())
+	}
+
+	// The recorded daemons, to check they are gone after down.
+	var state struct {
+		Hosts []struct {
+			Name    string `json:"name"`
+			PID     int    `json:"pid"`
+			PIDFile string `json:"pid_file"`
+			Bin     string `json:"bin"`
+		} `json:"hosts"`
+	}
+	b, err := os.ReadFile(table.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &state); err != nil || len(state.Hosts) != 3 {
+		t.Fatalf("state file %s: %v\n%s", table.State, err, b)
+	}
+	for _, n := range []string{"master-n1", "host-n2", "host-n3"} {
+		if c, err := pki.LoadCredential(filepath.Join(creds, n+".pem")); err != nil || c.Name != n[strings.Index(n, "-")+1:] || c.Master != (n == "master-n1") {
+			t.Errorf("credential %s issued by up and add: %v %v", n, c, err)
+		}
+	}
+	if state.Hosts[0].Bin != remote+"/dpvm" {
+		t.Errorf("remote binary %s, want the copy in %s", state.Hosts[0].Bin, remote)
+	}
+
+	p := dpvmIn("run hello", "run", "--master", table.Master, "--credential", admin, "hello", "-n", "6")
+	if code := p.wait(); code != 0 || !strings.Contains(p.out.String(), "on n1") ||
+		!strings.Contains(p.out.String(), "on n2") || !strings.Contains(p.out.String(), "on n3") {
+		t.Fatalf("hello on the hosts dpvm up started: %d\n%s\n%s", code, p.out.String(), p.err.String())
+	}
+
+	down := dpvmIn("dpvm down", "down", hostfile, "--ssh", ssh, "--json")
+	code := down.wait()
+	downDone = true
+	if code != 0 {
+		t.Fatalf("dpvm down: %d\n%s\n%s", code, down.out.String(), down.err.String())
+	}
+	var res []struct{ Name, Result, Error string }
+	if err := json.Unmarshal([]byte(down.out.String()), &res); err != nil || len(res) != 3 {
+		t.Fatalf("dpvm down --json: %v\n%s", err, down.out.String())
+	}
+	for _, r := range res {
+		if r.Error != "" || (r.Result != "stopped" && r.Result != "terminated" && r.Result != "killed") {
+			t.Errorf("down %s: %+v", r.Name, r)
+		}
+	}
+	for _, h := range state.Hosts {
+		if !processGone(h.PID) {
+			t.Errorf("daemon %s (pid %d) still running after dpvm down", h.Name, h.PID)
+		}
+		if _, err := os.Stat(h.PIDFile); !os.IsNotExist(err) {
+			t.Errorf("PID file %s left: %v", h.PIDFile, err)
+		}
+	}
+	if _, err := os.Stat(table.State); !os.IsNotExist(err) {
+		t.Errorf("state file %s left after down: %v", table.State, err)
+	}
+}
+
+// processGone reports whether process pid has exited: absent, or a zombie
+// no one has reaped.
+func processGone(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && (f[2] == "Z" || f[2] == "X")
+}

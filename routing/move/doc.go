@@ -1,0 +1,40 @@
+// Package move is the pure state machine of a task's move from one host to
+// another (DESIGN §5 and §8), and the virtual machine's epoch clock. It
+// performs no I/O, starts no goroutines, takes no locks and reads no
+// clock: the master's daemon drives it.
+//
+// The shape is etcd-io/raft's: the driver feeds events in (Start, Result,
+// HostLost, Tick, Adopt, each with the current time), the machine appends
+// the actions it wants done (call a step at a host, set a route, finish a
+// move), and the driver takes them with Ready, performs them, and reports
+// each call's outcome back with Result. A move reads
+//
+//	Preparing → Freezing → Transferring → Restoring → Committing → Done
+//
+// or, when a step fails, a host is lost or the driver's call times out,
+//
+//	… → Cancelling → Resuming → Aborted
+//
+// Every move has an ID, and every step and every result carries it: a
+// result that is not the one the move waits for (late, duplicated, or of
+// an aborted or superseded move) is refused with ErrStale and changes
+// nothing. The hosts check the same ID, so a late step of an aborted move
+// is refused where it lands.
+//
+// The abort order is what makes a move exact: the task is resumed at its
+// origin only after the destination has answered that the arrival is
+// dropped and was never installed (or after the destination is lost with
+// its host). Should the destination answer that it already runs the task,
+// the move commits instead. A resume is therefore never issued while a
+// restore might still complete. A move never aborts while a suspend or a
+// checkpoint send is still under way at the origin; it waits for that
+// step's outcome (the driver bounds every call with the step's timeout).
+//
+// Epochs. The Machine holds the virtual machine's epoch clock: every epoch
+// it hands out (a move's, the way back of an abort's, a job restart's)
+// is larger than every epoch it has handed out or observed before. A
+// task's route epoch therefore never goes backwards, even when the master
+// has forgotten the task's route (it exited, or its job rolls back) or the
+// master itself was restarted (a recovered master observes the epochs the
+// hosts report before it hands out new ones).
+package move

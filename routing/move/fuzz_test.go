@@ -1,0 +1,377 @@
+package move
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// The machine against a model of the hosts it commands, under every
+// interleaving a byte string can pick: steps answered, answered late
+// (the driver's call timed out but the host still does the step), done
+// with their answer lost, never done; hosts lost; the clock moving. The
+// hosts follow the rules the daemon's step handlers follow: each step
+// names its move, an arrival or a suspended task belongs to one move, and
+// a host remembers the newest move it cancelled or resumed a task for and
+// refuses older steps for that task. The oracle, checked after every
+// event: a task runs on at most one host; a task's route epochs only grow;
+// the epoch clock never goes back; a move finishes once, and a move that
+// finishes well leaves its task running at the destination. At the end,
+// with every step answered, no move is left and every task not lost with
+// its host runs on exactly one host.
+
+type wHost struct {
+	alive     bool
+	running   map[task.TID]bool
+	suspended map[task.TID]ID // suspended for a move
+	arrivals  map[task.TID]ID // prepared for a move
+	ckpt      map[task.TID]ID // checkpoint of a move received
+	installed map[task.TID]ID // the move a running task arrived with
+	floor     map[task.TID]ID // newest move cancelled or resumed here
+}
+
+type flight struct {
+	a    Action
+	late bool // answered already (failed); the host does it later
+}
+
+type world struct {
+	m        *Machine
+	now      time.Time
+	hosts    map[task.HostID]*wHost
+	ids      []task.HostID
+	tids     []task.TID
+	calls    []flight
+	epoch    uint64
+	routes   map[task.TID]uint64
+	started  map[ID]bool
+	finished map[ID]bool
+	lost     map[task.TID]bool // lost with a host
+	noSafe   bool              // the next suspend finds no safe point
+	stats    struct{ done, aborted, lost int }
+}
+
+func newWorld() *world {
+	w := &world{m: New(0, 0), now: time.Unix(0, 0), hosts: map[task.HostID]*wHost{}, routes: map[task.TID]uint64{},
+		started: map[ID]bool{}, finished: map[ID]bool{}, lost: map[task.TID]bool{}}
+	for i := 1; i <= 4; i++ {
+		id := task.HostID(i)
+		h := &wHost{alive: true, running: map[task.TID]bool{}, suspended: map[task.TID]ID{}, arrivals: map[task.TID]ID{},
+			ckpt: map[task.TID]ID{}, installed: map[task.TID]ID{}, floor: map[task.TID]ID{}}
+		w.hosts[id] = h
+		w.ids = append(w.ids, id)
+		for n := 1; n <= 2; n++ {
+			tid := task.NewTID(id, uint32(n))
+			h.running[tid] = true
+			w.tids = append(w.tids, tid)
+		}
+	}
+	return w
+}
+
+// do performs a step at its host as the daemon's handlers do, and says
+// what the host answers.
+func (w *world) do(a Action) (Outcome, error) {
+	h := w.hosts[a.Host]
+	if h == nil || !h.alive {
+		return Failed, errors.New("host lost")
+	}
+	t := a.TID
+	if a.Move <= h.floor[t] && a.Step <= StepRestore { // cancel, resume and commit repeat harmlessly
+		return Failed, fmt.Errorf("%v of an aborted move", a.Step)
+	}
+	switch a.Step {
+	case StepPrepare:
+		if h.running[t] || h.suspended[t] != 0 || h.arrivals[t] != 0 {
+			return Failed, errors.New("already here")
+		}
+		h.arrivals[t] = a.Move
+	case StepSuspend:
+		if !h.running[t] || h.suspended[t] != 0 {
+			return Failed, errors.New("not running here")
+		}
+		if w.noSafe {
+			w.noSafe = false
+			return Refused, errors.New("no safe point")
+		}
+		delete(h.running, t)
+		delete(h.installed, t)
+		h.suspended[t] = a.Move
+	case StepSend:
+		if h.suspended[t] != a.Move {
+			return Failed, errors.New("not suspended here")
+		}
+		if d := w.hosts[a.Route.Host]; d != nil && d.alive && d.arrivals[t] == a.Move {
+			d.ckpt[t] = a.Move
+		}
+	case StepRestore:
+		if h.arrivals[t] != a.Move || h.ckpt[t] != a.Move {
+			return Failed, errors.New("no checkpoint")
+		}
+		delete(h.arrivals, t)
+		delete(h.ckpt, t)
+		h.running[t] = true
+		h.installed[t] = a.Move
+	case StepCommit:
+		if h.suspended[t] == a.Move {
+			delete(h.suspended, t)
+		}
+	case StepCancel:
+		if h.running[t] && h.installed[t] == a.Move {
+			return Installed, nil
+		}
+		h.floor[t] = max(h.floor[t], a.Move)
+		if h.arrivals[t] == a.Move {
+			delete(h.arrivals, t)
+			delete(h.ckpt, t)
+		}
+	case StepResume:
+		h.floor[t] = max(h.floor[t], a.Move)
+		switch {
+		case h.suspended[t] == a.Move:
+			delete(h.suspended, t)
+			h.running[t] = true
+		case h.running[t]:
+		default:
+			return Failed, errors.New("not suspended here")
+		}
+	}
+	return OK, nil
+}
+
+// drain takes the machine's actions: calls go in flight, routes and
+// finishes are checked.
+func (w *world) drain(t *testing.T) {
+	for _, a := range w.m.Ready() {
+		switch a.Kind {
+		case Call:
+			if a.Notify {
+				_, _ = w.do(a)
+				continue
+			}
+			w.calls = append(w.calls, flight{a: a})
+		case SetRoute:
+			if a.Route.Epoch <= w.routes[a.TID] {
+				t.Fatalf("%v: route epoch %d after %d", a.TID, a.Route.Epoch, w.routes[a.TID])
+			}
+			w.routes[a.TID] = a.Route.Epoch
+		case Finish:
+			if !w.started[a.Move] || w.finished[a.Move] {
+				t.Fatalf("%v finished twice or without a start", a.Move)
+			}
+			w.finished[a.Move] = true
+			switch {
+			case a.Err == nil:
+				w.stats.done++
+			case errors.Is(a.Err, ErrLost):
+				w.stats.lost++
+			case errors.Is(a.Err, ErrAborted):
+				w.stats.aborted++
+			default:
+				t.Fatalf("%v finished with %v: neither aborted nor lost", a.Move, a.Err)
+			}
+		}
+	}
+	if w.m.Epoch() < w.epoch {
+		t.Fatalf("epoch clock went back from %d to %d", w.epoch, w.m.Epoch())
+	}
+	w.epoch = w.m.Epoch()
+	for _, tid := range w.tids {
+		n := 0
+		for _, id := range w.ids {
+			if h := w.hosts[id]; h.alive && h.running[tid] {
+				n++
+			}
+		}
+		if n > 1 {
+			t.Fatalf("%v runs on %d hosts", tid, n)
+		}
+	}
+}
+
+func (w *world) report(t *testing.T, f flight, o Outcome, err error) {
+	// A move that ended or went on without this step refuses it.
+	if e := w.m.Result(f.a.Move, f.a.Step, o, err, w.now); e != nil && !errors.Is(e, ErrStale) {
+		t.Fatalf("result of %v: %v", f.a, e)
+	}
+}
+
+// event applies one event chosen by op and arg.
+func (w *world) event(t *testing.T, op, arg byte) {
+	pick := func(n int) int { return int(arg) % n }
+	switch op % 9 {
+	case 0, 1: // a move
+		tid := w.tids[pick(len(w.tids))]
+		from := task.HostID(0)
+		for _, id := range w.ids {
+			if w.hosts[id].alive && w.hosts[id].running[tid] {
+				from = id
+			}
+		}
+		to := w.ids[int(arg>>3)%len(w.ids)]
+		if from == 0 || !w.hosts[to].alive {
+			return
+		}
+		id, err := w.m.Start(Spec{TID: tid, From: from, To: to, Epoch: w.routes[tid], Timeouts: testTimeouts}, w.now)
+		if err == nil {
+			w.started[id] = true
+		} else if !errors.Is(err, ErrMoving) && !errors.Is(err, ErrSameHost) {
+			t.Fatal(err)
+		}
+	case 2, 3: // a step done and answered
+		if len(w.calls) == 0 {
+			return
+		}
+		i := pick(len(w.calls))
+		f := w.calls[i]
+		w.calls = append(w.calls[:i], w.calls[i+1:]...)
+		o, err := w.do(f.a)
+		if !f.late {
+			w.report(t, f, o, err)
+		}
+	case 4: // a step done, its answer lost
+		if i := w.unanswered(pick); i >= 0 {
+			f := w.calls[i]
+			w.calls = append(w.calls[:i], w.calls[i+1:]...)
+			_, _ = w.do(f.a)
+			w.report(t, f, Failed, errors.New("answer lost"))
+		}
+	case 5: // the call times out; the host does the step later
+		if i := w.unanswered(pick); i >= 0 {
+			w.calls[i].late = true
+			w.report(t, w.calls[i], Failed, errors.New("timeout"))
+		}
+	case 6: // the call fails and the step never happens
+		if i := w.unanswered(pick); i >= 0 {
+			f := w.calls[i]
+			w.calls = append(w.calls[:i], w.calls[i+1:]...)
+			w.report(t, f, Failed, errors.New("connection lost"))
+		}
+	case 7: // a host is lost (never more than two)
+		dead := 0
+		for _, id := range w.ids {
+			if !w.hosts[id].alive {
+				dead++
+			}
+		}
+		id := w.ids[pick(len(w.ids))]
+		if h := w.hosts[id]; h.alive && dead < 2 {
+			h.alive = false
+			for tid := range h.running {
+				w.lost[tid] = true
+			}
+			for tid := range h.suspended {
+				w.lost[tid] = true
+			}
+			w.m.HostLost(id, w.now)
+		}
+	case 8:
+		if arg&1 == 1 {
+			w.noSafe = true
+		}
+		w.now = w.now.Add(time.Duration(arg) * 10 * time.Millisecond)
+		w.m.Tick(w.now)
+	}
+	w.drain(t)
+}
+
+func (w *world) unanswered(pick func(int) int) int {
+	var c []int
+	for i, f := range w.calls {
+		if !f.late {
+			c = append(c, i)
+		}
+	}
+	if len(c) == 0 {
+		return -1
+	}
+	return c[pick(len(c))]
+}
+
+// settle answers every step until no move is left.
+func (w *world) settle(t *testing.T) {
+	for range 10000 {
+		if len(w.calls) == 0 && len(w.m.Moves()) == 0 {
+			break
+		}
+		if len(w.calls) > 0 {
+			w.event(t, 2, 0)
+			continue
+		}
+		w.now = w.now.Add(time.Second)
+		w.m.Tick(w.now)
+		w.drain(t)
+	}
+	if ms := w.m.Moves(); len(ms) > 0 {
+		t.Fatalf("moves left after every step was answered: %+v", ms)
+	}
+	for id := range w.started {
+		if !w.finished[id] {
+			t.Fatalf("%v never finished", id)
+		}
+	}
+	for _, tid := range w.tids {
+		n := 0
+		for _, id := range w.ids {
+			if h := w.hosts[id]; h.alive && h.running[tid] {
+				n++
+			}
+		}
+		if n != 1 && !(n == 0 && w.lost[tid]) {
+			t.Fatalf("%v runs on %d hosts at the end (lost with a host: %v)", tid, n, w.lost[tid])
+		}
+	}
+}
+
+func runWorld(t *testing.T, data []byte) *world {
+	w := newWorld()
+	for i := 0; i+1 < len(data); i += 2 {
+		w.event(t, data[i], data[i+1])
+	}
+	w.settle(t)
+	return w
+}
+
+// FuzzMachine checks the machine's invariants under the interleavings
+// the fuzzer finds: go test ./routing/move -fuzz FuzzMachine.
+func FuzzMachine(f *testing.F) {
+	f.Add([]byte{0, 9, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0})
+	f.Add([]byte{0, 9, 2, 0, 2, 0, 2, 0, 5, 0, 2, 0, 2, 0})
+	f.Add([]byte{0, 17, 2, 0, 2, 0, 7, 2, 2, 0, 2, 0})
+	f.Fuzz(func(t *testing.T, data []byte) { runWorld(t, data) })
+}
+
+// TestMachineSeeds runs the same check over seeded random interleavings,
+// so that every test run covers thousands of them.
+func TestMachineSeeds(t *testing.T) {
+	seeds := 3000
+	if testing.Short() {
+		seeds = 300
+	}
+	var done, aborted, lost int
+	for seed := range uint64(seeds) {
+		r := rand.New(rand.NewPCG(seed, 0x6d6f7665))
+		data := make([]byte, 2*(20+r.IntN(200)))
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		// Answer steps more often than anything else happens.
+		for i := 0; i < len(data); i += 2 {
+			if r.IntN(2) == 0 {
+				data[i] = 2
+			}
+		}
+		w := runWorld(t, data)
+		done += w.stats.done
+		aborted += w.stats.aborted
+		lost += w.stats.lost
+	}
+	if done == 0 || aborted == 0 || lost == 0 {
+		t.Fatalf("%d seeds: %d moves done, %d aborted, %d lost: every ending must be exercised", seeds, done, aborted, lost)
+	}
+	t.Logf("%d seeds: %d moves done, %d aborted, %d lost with a host", seeds, done, aborted, lost)
+}

@@ -1,0 +1,199 @@
+package move
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts under testdata/ with what the machine does now")
+
+// testTimeouts are the timeouts the transcripts run with.
+var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfer: 5 * time.Second, Retry: 500 * time.Millisecond}
+
+// TestTranscripts replays the scripted scenarios of testdata/*.txt. A
+// script is a sequence of blocks: a command, a line "----", and the
+// transcript it produces (the actions Ready hands over, errors, states),
+// then a blank line. Commands:
+//
+//	start <tid> <from> <to> <epoch>     a move
+//	adopt <move> <tid> <from> <to> <epoch> <at-dest>
+//	result <move> <step> <outcome> [error text]
+//	lost <host>                          a host deleted
+//	tick <duration>                      advance the clock and tick
+//	observe <epoch> | next-epoch         the epoch clock
+//	moves                                the moves under way
+//
+// go test ./routing/move -run TestTranscripts -rewrite updates them.
+func TestTranscripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) { runTranscript(t, f) })
+	}
+}
+
+func runTranscript(t *testing.T, path string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(0, 0)
+	now := time.Unix(0, 0).UTC()
+	var out strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	type block struct {
+		cmd, want string
+		line      int
+	}
+	var blocks []block
+	var comments []string
+	line := 0
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		if l == "" {
+			continue
+		}
+		if strings.HasPrefix(l, "#") {
+			comments = append(comments, l)
+			continue
+		}
+		b := block{cmd: l, line: line}
+		if !sc.Scan() || sc.Text() != "----" {
+			t.Fatalf("%s:%d: want ---- after the command", path, line)
+		}
+		line++
+		var want []string
+		for sc.Scan() {
+			line++
+			if sc.Text() == "" {
+				break
+			}
+			want = append(want, sc.Text())
+		}
+		b.want = strings.Join(want, "\n")
+		b.cmd = strings.Join(append(comments, b.cmd), "\n")
+		blocks = append(blocks, b)
+		comments = nil
+	}
+	for _, b := range blocks {
+		cmd := b.cmd[strings.LastIndex(b.cmd, "\n")+1:]
+		got := runCommand(t, m, &now, cmd)
+		if !*rewrite && got != b.want {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, cmd, got, b.want)
+		}
+		fmt.Fprintf(&out, "%s\n----\n%s\n\n", b.cmd, got)
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
+	f := strings.Fields(cmd)
+	var lines []string
+	fail := func(err error) {
+		if err != nil {
+			lines = append(lines, "error: "+err.Error())
+		}
+	}
+	switch f[0] {
+	case "start":
+		_, err := m.Start(Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}, *now)
+		fail(err)
+	case "adopt":
+		fail(m.Adopt(ID(num(t, strings.TrimPrefix(f[1], "m"))), tid(t, f[2]), host(t, f[3]), routing.Route{Host: host(t, f[4]), Epoch: num(t, f[5])}, f[6] == "true", testTimeouts, *now))
+	case "result":
+		var cause error
+		if len(f) > 4 {
+			cause = errors.New(strings.Join(f[4:], " "))
+		}
+		fail(m.Result(ID(num(t, strings.TrimPrefix(f[1], "m"))), parseStep(t, f[2]), parseOutcome(t, f[3]), cause, *now))
+	case "lost":
+		m.HostLost(host(t, f[1]), *now)
+	case "tick":
+		d, err := time.ParseDuration(f[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		*now = now.Add(d)
+		m.Tick(*now)
+	case "observe":
+		m.Observe(num(t, f[1]))
+		lines = append(lines, fmt.Sprintf("epoch %d", m.Epoch()))
+	case "next-epoch":
+		lines = append(lines, fmt.Sprintf("epoch %d", m.NextEpoch()))
+	case "moves":
+		for _, mv := range m.Moves() {
+			lines = append(lines, fmt.Sprintf("%v %v %v→%v e%d back e%d %v", mv.ID, mv.TID, mv.From, mv.To, mv.Epoch, mv.Back, mv.State))
+		}
+	default:
+		t.Fatalf("unknown command %q", cmd)
+	}
+	for _, a := range m.Ready() {
+		lines = append(lines, a.String())
+	}
+	if len(lines) == 0 {
+		return "ok"
+	}
+	return strings.Join(lines, "\n")
+}
+
+func tid(t *testing.T, s string) task.TID {
+	x, err := task.ParseTID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func host(t *testing.T, s string) task.HostID {
+	h, err := task.ParseHostID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func num(t *testing.T, s string) uint64 {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func parseStep(t *testing.T, s string) Step {
+	for x := StepPrepare; x <= StepResume; x++ {
+		if x.String() == s {
+			return x
+		}
+	}
+	t.Fatalf("unknown step %q", s)
+	return 0
+}
+
+func parseOutcome(t *testing.T, s string) Outcome {
+	for x := OK; x <= Installed; x++ {
+		if x.String() == s {
+			return x
+		}
+	}
+	t.Fatalf("unknown outcome %q", s)
+	return 0
+}

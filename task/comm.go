@@ -1,0 +1,521 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// CommTag is the message tag of communicator traffic: the set-up message
+// SpawnComm sends and every collective's messages. Programs should not
+// use it for their own messages, and a Recv with AnyTag may take
+// communicator traffic: receive with explicit tags in tasks that use a
+// communicator.
+const CommTag = MaxTag
+
+// NoRank stands for "no task" in SendRecv: nothing is sent, or nothing
+// received (the edges of a strip decomposition).
+const NoRank = -1
+
+// maxReplay bounds the results a communicator keeps between two safe
+// points (see Comm).
+const maxReplay = 1024
+
+// Comm is a communicator: a fixed, ordered set of tasks of one job, each
+// knowing its rank (its index in TIDs) and every peer's TID. SpawnComm
+// makes one (the spawner is rank 0, the spawned tasks ranks 1..n in spawn
+// order) and JoinComm hands each spawned task its own copy.
+//
+// A Comm must be an exported field of the task's struct: it is part of the
+// task's state. Its collectives (Barrier, Bcast, SendRecv, AllReduce,
+// CommGather, CommScatter) are safe points while they wait, so a task
+// blocked in one can be checkpointed or moved. What a collective has sent
+// and received so far, and the results of the collectives completed since
+// the task's last SafePoint, are kept in the Comm; when Run is called again
+// on the restored state and reaches the same collectives again, the
+// completed ones return their recorded results at once and the interrupted
+// one carries on where it stopped. So, between two SafePoint calls, Run must
+// make the same collective calls in the same order with the same arguments
+// when it re-enters: compute from fields, and change fields that a
+// collective's arguments depend on only after the step's last collective
+// (then call SafePoint). A task that makes more than 1024 collective calls
+// between safe points is not checkpointed inside the later ones.
+//
+// Every member calls each collective in the same order. Messages between
+// two members arrive in the order sent, so a collective's messages never
+// mix with another's.
+type Comm struct {
+	// Rank is this task's place in TIDs.
+	Rank int
+	// TIDs are the members, by rank.
+	TIDs []TID
+
+	// The collective under way: whether this task's part of its sending
+	// is done, and what it has received so far, by rank.
+	Sent bool      `msgpack:",omitempty"`
+	Have []bool    `msgpack:",omitempty"`
+	Got  []Payload `msgpack:",omitempty"`
+	// Done are the results of the collectives completed since the last
+	// safe point, in call order, replayed when Run re-enters.
+	Done []Payload `msgpack:",omitempty"`
+	// Overflow is set when more collectives than Done may hold were made
+	// since the last safe point; until the next one, collectives wait
+	// without being safe points.
+	Overflow bool `msgpack:",omitempty"`
+
+	next int // collectives called since Run (re-)entered or the last safe point
+}
+
+// Size is the number of members.
+func (m *Comm) Size() int { return len(m.TIDs) }
+
+// TID is the TID of the member of rank r.
+func (m *Comm) TID(r int) TID { return m.TIDs[r] }
+
+// check returns an error unless the communicator is set up and r is a rank
+// of it (or NoRank when noneOK).
+func (m *Comm) check(what string, ranks ...int) error {
+	if len(m.TIDs) == 0 || m.Rank < 0 || m.Rank >= len(m.TIDs) {
+		return fmt.Errorf("%s: %w", what, ErrNoComm)
+	}
+	for _, r := range ranks {
+		if r != NoRank && (r < 0 || r >= len(m.TIDs)) {
+			return fmt.Errorf("%s: rank %d of a communicator of %d: %w", what, r, len(m.TIDs), ErrNoSuchTask)
+		}
+	}
+	return nil
+}
+
+// resetStep forgets the results kept since the last safe point: the task's
+// state is a fresh starting point for Run.
+func (m *Comm) resetStep() {
+	m.Done, m.next, m.Overflow = nil, 0, false
+}
+
+// SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
+// communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
+// spawn order); n may be 0. Each new task gets its copy of the communicator by calling
+// JoinComm; SpawnComm sends each one message, on CommTag, to that end. On
+// error the tasks that did start are killed.
+func (c *Ctx) SpawnComm(m *Comm, proto Task, n int, opts ...SpawnOption) error {
+	if n == 0 { // a communicator of the caller alone
+		*m = Comm{Rank: 0, TIDs: []TID{c.MyTID()}}
+		c.track(m)
+		return nil
+	}
+	tids, err := c.Spawn(proto, n, opts...)
+	if err == nil {
+		all := append([]TID{c.MyTID()}, tids...)
+		if err = c.Mcast(tids, CommTag, all); err == nil {
+			*m = Comm{Rank: 0, TIDs: all}
+			c.track(m)
+			return nil
+		}
+	}
+	for _, t := range tids {
+		_ = c.Kill(t)
+	}
+	return fmt.Errorf("spawn communicator: %w", err)
+}
+
+// JoinComm fills m, the communicator field of a task started by SpawnComm,
+// with its rank and its peers. It returns at once when m is already set
+// (Run re-entered after a move). While it waits for its spawner's message it
+// is a safe point.
+func (c *Ctx) JoinComm(m *Comm) error {
+	if len(m.TIDs) > 0 {
+		c.track(m)
+		return nil
+	}
+	if c.Parent().IsZero() {
+		return fmt.Errorf("join communicator: a task no other spawned: %w", ErrNoComm)
+	}
+	p, err := c.recvComm(nil, c.Parent())
+	if err != nil {
+		return joinErr(err)
+	}
+	var all []TID
+	if err := p.Decode(&all); err != nil {
+		return fmt.Errorf("join communicator: %w", err)
+	}
+	rank := slices.Index(all, c.MyTID())
+	if rank < 0 || len(all) > MaxCommSize {
+		return fmt.Errorf("join communicator: %v is not among the %d members its spawner sent", c.MyTID(), len(all))
+	}
+	*m = Comm{Rank: rank, TIDs: all}
+	c.track(m)
+	return nil
+}
+
+// MaxCommSize bounds the members of a communicator a task accepts.
+const MaxCommSize = 1 << 20
+
+func joinErr(err error) error {
+	if errors.Is(err, ErrSuspended) {
+		return err
+	}
+	return fmt.Errorf("join communicator: %w", err)
+}
+
+// track lets SafePoint forget m's kept results.
+func (c *Ctx) track(m *Comm) {
+	if !slices.Contains(c.comms, m) {
+		c.comms = append(c.comms, m)
+	}
+}
+
+// waitPoint is a safe point inside a wait: the task's state is captured as
+// it is, communicators included.
+func (c *Ctx) waitPoint() error {
+	if c.critical.Load() > 0 {
+		return nil
+	}
+	return c.ep.SafePoint(c.task)
+}
+
+// recvComm receives the next communicator message from `from`. It is a
+// safe point while it waits, unless m has overflowed or the caller is in a
+// critical section.
+func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
+	if (m != nil && m.Overflow) || c.critical.Load() > 0 {
+		c.enter()
+		msg, _, err := c.ep.Recv(c.ep.Context(), from, CommTag, true)
+		c.leave()
+		if err != nil {
+			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
+		}
+		return msg.Payload, nil
+	}
+	for {
+		c.enter()
+		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, CommTag)
+		c.leave()
+		if err != nil {
+			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
+		}
+		if ok {
+			return msg.Payload, nil
+		}
+		if err := c.waitPoint(); err != nil {
+			return Payload{}, err
+		}
+	}
+}
+
+// sendComm sends p to the members of the given ranks.
+func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
+	to := make([]TID, 0, len(ranks))
+	for _, r := range ranks {
+		to = append(to, m.TIDs[r])
+	}
+	if len(to) == 0 {
+		return nil
+	}
+	c.enter()
+	defer c.leave()
+	return c.ep.Send(c.ep.Context(), to, CommTag, p)
+}
+
+// collective runs one collective on m: send (once, even across a
+// checkpoint), receive one message from each rank in from (each kept in m
+// as it comes), then result, which turns what was received into the
+// collective's result (and may send). replayed is true when the result was
+// recorded before Run re-entered. An ErrSuspended comes back unwrapped.
+func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got []Payload) (Payload, error)) (res Payload, replayed bool, err error) {
+	c.track(m)
+	if m.next < len(m.Done) {
+		m.next++
+		return m.Done[m.next-1], true, nil
+	}
+	if !m.Sent {
+		if send != nil {
+			if err := send(); err != nil {
+				return Payload{}, false, err
+			}
+		}
+		m.Sent = true
+	}
+	if len(m.Have) != len(m.TIDs) {
+		m.Have, m.Got = make([]bool, len(m.TIDs)), make([]Payload, len(m.TIDs))
+	}
+	for _, r := range from {
+		if r == NoRank || m.Have[r] {
+			continue
+		}
+		p, err := c.recvComm(m, m.TIDs[r])
+		if err != nil {
+			return Payload{}, false, err
+		}
+		m.Got[r], m.Have[r] = p, true
+	}
+	c.enter()
+	res, err = result(m.Got)
+	c.leave()
+	if err != nil {
+		return Payload{}, false, err
+	}
+	m.Sent, m.Have, m.Got = false, nil, nil
+	if !m.Overflow && len(m.Done) < maxReplay {
+		m.Done = append(m.Done, res)
+	} else {
+		m.Done, m.Overflow = nil, true
+	}
+	m.next++
+	return res, false, nil
+}
+
+// collErr wraps a collective's error, leaving ErrSuspended as it is.
+func collErr(what string, err error) error {
+	if err == nil || errors.Is(err, ErrSuspended) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// others lists every rank but skip.
+func (m *Comm) others(skip int) []int {
+	out := make([]int, 0, len(m.TIDs))
+	for r := range m.TIDs {
+		if r != skip {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Barrier returns once every member has called it. It is a safe point
+// while it waits.
+func (m *Comm) Barrier(c *Ctx) error {
+	if err := m.check("barrier"); err != nil {
+		return err
+	}
+	var send func() error
+	var from []int
+	result := func([]Payload) (Payload, error) { return Payload{}, nil }
+	if m.Rank == 0 {
+		from = m.others(0)
+		result = func([]Payload) (Payload, error) { return Payload{}, c.sendComm(m, Payload{}, m.others(0)...) }
+	} else {
+		send = func() error { return c.sendComm(m, Payload{}, 0) }
+		from = []int{0}
+	}
+	_, _, err := m.collective(c, send, from, result)
+	return collErr("barrier", err)
+}
+
+// Bcast gives every member root's value: root and receivers call it alike,
+// with a pointer to the value (root's is sent, the others' is decoded into).
+// It is a safe point while it waits.
+func (m *Comm) Bcast(c *Ctx, v any, root int) error {
+	if err := m.check("bcast", root); err != nil {
+		return err
+	}
+	if root == NoRank {
+		return fmt.Errorf("bcast: no root")
+	}
+	if m.Rank == root {
+		p, err := Encode(v)
+		if err != nil {
+			return fmt.Errorf("bcast: %w", err)
+		}
+		_, _, err = m.collective(c, nil, nil, func([]Payload) (Payload, error) {
+			return Payload{}, c.sendComm(m, p, m.others(root)...)
+		})
+		return collErr("bcast", err)
+	}
+	p, _, err := m.collective(c, nil, []int{root}, func(got []Payload) (Payload, error) { return got[root], nil })
+	if err != nil {
+		return collErr("bcast", err)
+	}
+	return p.Decode(v)
+}
+
+// SendRecv sends send to the member of rank to and receives, into recv (a
+// pointer), what the member of rank from sends; either rank may be NoRank.
+// Pairs of SendRecv calls never deadlock, whatever the order in which the
+// members make them. It is a safe point while it waits.
+func (m *Comm) SendRecv(c *Ctx, to int, send any, from int, recv any) error {
+	if err := m.check("sendrecv", to, from); err != nil {
+		return err
+	}
+	var p Payload
+	if to != NoRank {
+		var err error
+		if p, err = Encode(send); err != nil {
+			return fmt.Errorf("sendrecv: %w", err)
+		}
+	}
+	got, _, err := m.collective(c,
+		func() error {
+			if to == NoRank {
+				return nil
+			}
+			return c.sendComm(m, p, to)
+		},
+		[]int{from},
+		func(got []Payload) (Payload, error) {
+			if from == NoRank {
+				return Payload{}, nil
+			}
+			return got[from], nil
+		})
+	if err != nil {
+		return collErr("sendrecv", err)
+	}
+	if from == NoRank {
+		return nil
+	}
+	return got.Decode(recv)
+}
+
+// AllReduce combines data element-wise across the members with op (Sum,
+// Product, Min, Max, or a function of your own that folds in into acc) and
+// leaves the result in every member's data. Every member calls it with
+// data of the same length. Contributions are combined in rank order, so the
+// result is the same on every run and on every member. It is a safe point
+// while it waits.
+func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
+	if err := m.check("allreduce"); err != nil {
+		return err
+	}
+	var (
+		send   func() error
+		from   []int
+		result func([]Payload) (Payload, error)
+	)
+	if m.Rank == 0 {
+		from = m.others(0)
+		result = func(got []Payload) (Payload, error) {
+			acc := append(make([]T, 0, len(data)), data...)
+			var in []T
+			for r := 1; r < len(got); r++ {
+				in = in[:0]
+				if err := got[r].Decode(&in); err != nil {
+					return Payload{}, err
+				}
+				if len(in) != len(acc) {
+					return Payload{}, fmt.Errorf("rank %d sent %d elements, want %d", r, len(in), len(acc))
+				}
+				op(acc, in)
+			}
+			p, err := Encode(acc)
+			if err != nil {
+				return Payload{}, err
+			}
+			copy(data, acc)
+			return p, c.sendComm(m, p, from...)
+		}
+	} else {
+		p, err := Encode(data)
+		if err != nil {
+			return fmt.Errorf("allreduce: %w", err)
+		}
+		send = func() error { return c.sendComm(m, p, 0) }
+		from = []int{0}
+		result = func(got []Payload) (Payload, error) { return got[0], nil }
+	}
+	p, replayed, err := m.collective(c, send, from, result)
+	if err != nil {
+		return collErr("allreduce", err)
+	}
+	if m.Rank == 0 && !replayed {
+		return nil
+	}
+	var out []T
+	if err := p.Decode(&out); err != nil {
+		return fmt.Errorf("allreduce: %w", err)
+	}
+	if len(out) != len(data) {
+		return fmt.Errorf("allreduce: result of %d elements, want %d", len(out), len(data))
+	}
+	copy(data, out)
+	return nil
+}
+
+// CommGather collects every member's data at root, concatenated in rank
+// order: root gets the result, the others nil. It is a safe point while it
+// waits.
+func CommGather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+	if err := m.check("gather", root); err != nil {
+		return nil, err
+	}
+	if m.Rank != root {
+		p, err := Encode(data)
+		if err != nil {
+			return nil, fmt.Errorf("gather: %w", err)
+		}
+		_, _, err = m.collective(c, func() error { return c.sendComm(m, p, root) }, nil,
+			func([]Payload) (Payload, error) { return Payload{}, nil })
+		return nil, collErr("gather", err)
+	}
+	var out []T
+	p, replayed, err := m.collective(c, nil, m.others(root), func(got []Payload) (Payload, error) {
+		var in []T
+		for r := range got {
+			if r == root {
+				out = append(out, data...)
+				continue
+			}
+			in = in[:0]
+			if err := got[r].Decode(&in); err != nil {
+				return Payload{}, err
+			}
+			out = append(out, in...)
+		}
+		return Encode(out)
+	})
+	if err != nil {
+		return nil, collErr("gather", err)
+	}
+	if replayed {
+		out = nil
+		if err := p.Decode(&out); err != nil {
+			return nil, fmt.Errorf("gather: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// CommScatter hands out consecutive, equal chunks of root's data to the
+// members in rank order and returns the caller's chunk. Only root's data is
+// read; its length must be a multiple of the size. It is a safe point while
+// it waits.
+func CommScatter[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+	if err := m.check("scatter", root); err != nil {
+		return nil, err
+	}
+	var p Payload
+	var err error
+	if m.Rank == root {
+		n := m.Size()
+		if len(data)%n != 0 {
+			return nil, fmt.Errorf("scatter: %d elements for %d members", len(data), n)
+		}
+		k := len(data) / n
+		p, _, err = m.collective(c, nil, nil, func([]Payload) (Payload, error) {
+			for r := range n {
+				if r == root {
+					continue
+				}
+				chunk, err := Encode(data[r*k : (r+1)*k])
+				if err != nil {
+					return Payload{}, err
+				}
+				if err := c.sendComm(m, chunk, r); err != nil {
+					return Payload{}, err
+				}
+			}
+			return Encode(data[root*k : (root+1)*k])
+		})
+	} else {
+		p, _, err = m.collective(c, nil, []int{root}, func(got []Payload) (Payload, error) { return got[root], nil })
+	}
+	if err != nil {
+		return nil, collErr("scatter", err)
+	}
+	var out []T
+	if err := p.Decode(&out); err != nil {
+		return nil, fmt.Errorf("scatter: %w", err)
+	}
+	return out, nil
+}

@@ -366,7 +366,7 @@ func TestNoSafePointWarned(t *testing.T) {
 	}
 	line := ""
 	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "reached no safe point") {
+		if strings.Contains(l, `msg="task reached no safe point`) {
 			line = l
 		}
 	}

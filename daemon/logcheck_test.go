@@ -124,10 +124,25 @@ func logLinesOverAVMLife(t *testing.T, haltVM bool) {
 		t.Fatal(err)
 	}
 	mv := <-spawned
-	if _, err := m.Migrate(ctx, mv, "h3", Direct); err != nil {
+	res, err := m.Migrate(ctx, mv, "h3", Direct)
+	if err != nil {
 		t.Fatal(err)
 	}
 	close(moved)
+	// The move's identifier is in the logs of the three daemons it
+	// touched: the master, the origin and the destination.
+	if res.Move == "" {
+		t.Fatal("the move's result names no move")
+	}
+	touched := map[string]bool{}
+	for _, r := range h.records() {
+		if r.attrs["move"] == res.Move {
+			touched[r.attrs["host"]] = true
+		}
+	}
+	if !touched["h1"] || !touched["h2"] || !touched["h3"] {
+		t.Errorf("move %s logged by %v, want h1 (master), h2 (origin) and h3 (destination)", res.Move, touched)
+	}
 	if info, err := m.Wait(ctx, rootTID); err != nil || info.Status != 0 {
 		t.Fatalf("root task: %+v %v", info, err)
 	}

@@ -67,6 +67,10 @@ type MigrateResult struct {
 	FreezeMS float64 `msgpack:"z" json:"freeze_ms"`
 	// CheckpointBytes is the checkpoint's size.
 	CheckpointBytes int64 `msgpack:"b" json:"checkpoint_bytes"`
+	// Move is the move's identifier, as the master's, the origin's and
+	// the destination's logs, the metrics' events and the status page
+	// name it ("" when the move never started).
+	Move string `msgpack:"id,omitempty" json:"move_id,omitempty"`
 }
 
 // moveRequest asks a running task to suspend at its next safe point.
@@ -251,7 +255,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		return fail(err)
 	}
 	mv, _ := d.moves.Moving(tid)
-	res.Epoch = mv.Epoch
+	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, via: via, res: res, start: start, ended: make(chan struct{})}
 	d.runs[id] = run
 	acts := d.moves.Ready()
@@ -271,7 +275,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if err != nil {
 		return fail(err)
 	}
-	d.log.Info("migrated", "tid", tid, "from", a, "to", b, "via", via, "bytes", res.CheckpointBytes,
+	d.log.Info("migrated", "move", id, "tid", tid, "from", a, "to", b, "via", via, "bytes", res.CheckpointBytes,
 		"seconds", res.Seconds, "freeze_ms", res.FreezeMS)
 	d.moveEnded(res, start, frozen, nil)
 	return res, nil
@@ -544,7 +548,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	d.rmu.Unlock()
 	h.cancel() // its goroutine ends now; calls it might still make fail
 	close(h.done)
-	d.log.Debug("task suspended for a move", "tid", h.tid, "to", req.to, "move", req.move)
+	d.log.Info("task suspended for a move", "move", req.move, "tid", h.tid, "to", req.to)
 	req.done <- nil
 	return task.ErrSuspended
 }
@@ -824,7 +828,11 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 			p.frame(routing.KindAcks, b)
 		}
 	}
-	d.log.Debug("task restored", "tid", m.TID, "type", m.Type, "mailbox", len(m.Mailbox), "held", len(held))
+	if arr != nil && arr.move != 0 {
+		d.log.Info("task restored from a move", "move", arr.move, "tid", m.TID, "type", m.Type, "mailbox", len(m.Mailbox), "held", len(held))
+	} else {
+		d.log.Debug("task restored", "tid", m.TID, "type", m.Type, "mailbox", len(m.Mailbox), "held", len(held))
+	}
 	go d.run(h)
 	return nil
 }

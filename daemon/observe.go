@@ -87,7 +87,7 @@ func (d *Daemon) moveEnded(res MigrateResult, start, frozen time.Time, err error
 		return
 	}
 	now := time.Now()
-	mv := metrics.Move{TID: res.TID.String(), From: d.hostName(res.From), To: d.hostName(res.To),
+	mv := metrics.Move{ID: res.Move, TID: res.TID.String(), From: d.hostName(res.From), To: d.hostName(res.To),
 		Mode: string(res.Via), Outcome: metrics.OutcomeCommitted, Duration: now.Sub(start),
 		Bytes: res.CheckpointBytes, End: now}
 	if mv.Mode == "" {

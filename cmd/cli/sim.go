@@ -430,6 +430,7 @@ func simWALAction(c *cli.Context) error {
 			}
 			ch.Series[i].X = append(ch.Series[i].X, r.PageFaultRate)
 			ch.Series[i].Y = append(ch.Series[i].Y, r.MeanSlowdown)
+			ch.Series[i].Err = append(ch.Series[i].Err, r.CI95)
 		}
 		if err := writeSVGFile(p, ch); err != nil {
 			return fail(err)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -358,5 +359,49 @@ func BenchmarkEvents(b *testing.B) {
 			}
 			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 		})
+	}
+}
+
+// Points with an interval get a bar from Y-Err to Y+Err, and the y axis
+// takes the bars in; points without one (Err 0) get none.
+func TestWriteSVGIntervals(t *testing.T) {
+	var b bytes.Buffer
+	err := WriteSVG(&b, Chart{Series: []Series{
+		{Name: "mean ±95%", X: []float64{1, 2, 3}, Y: []float64{10, 20, 30}, Err: []float64{2, 0, 50}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(&b)
+	bars, top := 0, 0.0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		if v, ok := tok.(xml.StartElement); ok {
+			for _, a := range v.Attr {
+				if a.Name.Local == "class" && a.Value == "interval" {
+					bars++
+				}
+			}
+		}
+		if v, ok := tok.(xml.CharData); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64); err == nil {
+				top = math.Max(top, f)
+			}
+		}
+	}
+	if bars != 2 {
+		t.Errorf("%d interval bars, want 2 (the point with Err 0 has none)", bars)
+	}
+	if top < 80 {
+		t.Errorf("the y axis reaches %g, below the last interval's top (80)", top)
+	}
+	if err := WriteSVG(io.Discard, Chart{Series: []Series{{X: []float64{1, 2}, Y: []float64{1, 2}, Err: []float64{1}}}}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("intervals of another length: %v", err)
 	}
 }

@@ -125,6 +125,7 @@ func ChartFor(g Grid, rs []LoadShareResult, title string) (Chart, error) {
 		}
 		c.Series[i].X = append(c.Series[i].X, x)
 		c.Series[i].Y = append(c.Series[i].Y, r.MeanResponse)
+		c.Series[i].Err = append(c.Series[i].Err, r.CI95)
 	}
 	if len(c.Series) == 0 {
 		return Chart{}, fmt.Errorf("%w: no results to plot", ErrBadConfig)

@@ -12,6 +12,10 @@ import (
 type Series struct {
 	Name string
 	X, Y []float64
+	// Err, when given, holds each point's uncertainty as the half-width
+	// of an interval (a 95% confidence interval, say): the chart draws
+	// Y±Err as a bar with caps. Empty: no intervals.
+	Err []float64
 }
 
 // Chart is a line chart with axes, ticks, labels and a legend.
@@ -76,6 +80,9 @@ func WriteSVG(w io.Writer, c Chart) error {
 		if len(s.X) != len(s.Y) {
 			return fmt.Errorf("svg: %w: series %q has %d x and %d y values", ErrBadConfig, s.Name, len(s.X), len(s.Y))
 		}
+		if len(s.Err) != 0 && len(s.Err) != len(s.Y) {
+			return fmt.Errorf("svg: %w: series %q has %d y values and %d intervals", ErrBadConfig, s.Name, len(s.Y), len(s.Err))
+		}
 		for i := range s.X {
 			x, y := s.X[i], s.Y[i]
 			if math.IsNaN(x) || math.IsNaN(y) || math.IsInf(x, 0) || math.IsInf(y, 0) || (c.LogY && y <= 0) {
@@ -83,6 +90,9 @@ func WriteSVG(w io.Writer, c Chart) error {
 			}
 			xmin, xmax = math.Min(xmin, x), math.Max(xmax, x)
 			ymin, ymax = math.Min(ymin, tr(y)), math.Max(ymax, tr(y))
+			if lo, hi, ok := s.interval(i, c.LogY); ok {
+				ymin, ymax = math.Min(ymin, tr(lo)), math.Max(ymax, tr(hi))
+			}
 		}
 	}
 	if math.IsInf(xmin, 0) {
@@ -153,6 +163,15 @@ func WriteSVG(w io.Writer, c Chart) error {
 			continue
 		}
 		fmt.Fprintf(&b, `<g clip-path="url(#plot)"><polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, col, strings.Join(pts, " "))
+		for k := range s.X {
+			lo, hi, ok := s.interval(k, c.LogY)
+			if !ok || math.IsNaN(s.X[k]) || math.IsInf(s.X[k], 0) {
+				continue
+			}
+			X, y0, y1 := px(s.X[k]), py(lo), py(hi)
+			fmt.Fprintf(&b, `<path class="interval" fill="none" stroke="%s" stroke-width="1.2" d="M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f"/>`,
+				col, X, y0, y1, X-4, y0, X+4, X-4, y1, X+4)
+		}
 		for _, p := range pts {
 			xy := strings.SplitN(p, ",", 2)
 			fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`, xy[0], xy[1], col)
@@ -165,4 +184,21 @@ func WriteSVG(w io.Writer, c Chart) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// interval is point i's interval Y±Err, if it has one that can be drawn
+// (on a log axis, its lower end is clipped to a tenth of the point).
+func (s Series) interval(i int, logY bool) (lo, hi float64, ok bool) {
+	if i >= len(s.Err) {
+		return 0, 0, false
+	}
+	e, y := s.Err[i], s.Y[i]
+	if !(e > 0) || math.IsInf(e, 0) || math.IsNaN(y) || math.IsInf(y, 0) || (logY && y <= 0) {
+		return 0, 0, false
+	}
+	lo, hi = y-e, y+e
+	if logY && lo <= 0 {
+		lo = y / 10
+	}
+	return lo, hi, true
 }

@@ -80,6 +80,7 @@ func TestUpDownErrors(t *testing.T) {
 		{[]string{"up", hosts}, 2, "dpvm: up: no credentials: give --credentials DIR"},
 		{[]string{"up", hosts, "--cluster-key", key}, 2, "dpvm cert upgrade"},
 		{[]string{"up", hosts, "--remote-credentials", "creds"}, 2, "dpvm: up: give --credentials DIR: up's own client needs DIR/admin.pem"},
+		{[]string{"up", hosts, "--remote-credentials", "creds", "--credentials", key, "--ssh", "false"}, 1, "dpvm: up: n1: start the daemon: "},
 		{[]string{"up", hosts, "--credentials", key, "--daemon-port", "0"}, 2, "dpvm: up: --daemon-port 0: out of range"},
 		{[]string{"up", hosts, "--credentials", key, "--ssh", "false", "--remote-dir", dir}, 1, "dpvm: up: n1: copy its credential to "},
 		{[]string{"down"}, 1, "dpvm: down: no virtual machine started by 'dpvm up' is recorded in "},

@@ -203,16 +203,26 @@ func launcherFrom(c *cli.Context) (*launcher, []string, error) {
 		}
 	}
 	if cfg.RemoteCreds == "" {
-		dir := c.String("credentials")
-		if dir == "" {
-			return nil, nil, errors.New("no credentials: give --credentials DIR (from 'dpvm keygen --out DIR') or --remote-credentials DIR")
-		}
-		if dir, err = filepath.Abs(dir); err != nil {
-			return nil, nil, fmt.Errorf("--credentials: %w", err)
+		dir, err := credentialsDir(c)
+		if err != nil {
+			return nil, nil, err
 		}
 		cfg.Creds = &upCreds{dir: dir}
 	}
 	return &launcher{run: sshRunner{command: ssh}, cfg: cfg}, ssh, nil
+}
+
+// credentialsDir is --credentials, absolute.
+func credentialsDir(c *cli.Context) (string, error) {
+	dir := c.String("credentials")
+	if dir == "" {
+		return "", errors.New("no credentials: give --credentials DIR (from 'dpvm keygen --out DIR') or --remote-credentials DIR")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--credentials: %w", err)
+	}
+	return dir, nil
 }
 
 // clientVM is a vmControl through a daemon.Client.
@@ -287,10 +297,11 @@ func upAction(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit("up: "+err.Error(), exitUsage)
 	}
-	if l.cfg.Creds == nil {
+	dir, err := credentialsDir(c)
+	if err != nil {
 		return cli.Exit("up: give --credentials DIR: up's own client needs DIR/admin.pem", exitUsage)
 	}
-	keyFile := l.cfg.Creds.admin()
+	keyFile := upCreds{dir: dir}.admin()
 	key, err := pki.LoadCredential(keyFile)
 	if err != nil {
 		return cli.Exit("up: "+err.Error(), exitUsage)

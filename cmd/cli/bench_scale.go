@@ -76,6 +76,15 @@ func benchScaleCommand() *cli.Command {
 			defer cancel()
 			rep, err := bench.Scale(ctx, o)
 			if err != nil {
+				// What was measured before the failure is still worth
+				// having: print it, then fail.
+				if rep != nil && len(rep.Rows) > 0 {
+					if c.Bool("json") {
+						_ = writeJSONLine(c.App.Writer, rep)
+					} else {
+						_ = bench.WriteScaleText(c.App.Writer, rep)
+					}
+				}
 				return benchFailed(err)
 			}
 			if p := c.String("plot"); p != "" {

@@ -270,7 +270,8 @@ func Growths(rows []ScaleRow) []ScaleGrowth {
 	return out
 }
 
-// Scale runs the benchmark for every (hosts, tasks) pair of o.
+// Scale runs the benchmark for every (hosts, tasks) pair of o. On an
+// error the report holds the virtual machines measured before it.
 func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 	o.setDefaults()
 	if len(o.Hosts) == 0 || len(o.Tasks) == 0 {
@@ -294,6 +295,7 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 			fmt.Fprintf(o.Progress, "bench scale: %d hosts, %d tasks\n", n, m)
 			row, err := scaleOnce(ctx, o, n, m)
 			if err != nil {
+				rep.Growth = Growths(rep.Rows)
 				return rep, fmt.Errorf("bench scale: %d hosts, %d tasks: %w", n, m, err)
 			}
 			rep.Rows = append(rep.Rows, row)

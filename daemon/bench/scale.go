@@ -634,6 +634,7 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 	}
 	row.SpawnSeconds = time.Since(start).Seconds()
 	row.SpawnRate = float64(m) / row.SpawnSeconds
+	fmt.Fprintf(o.Progress, "  spawned in %.2f s (%.0f tasks/s); barrier\n", row.SpawnSeconds, row.SpawnRate)
 	start = time.Now()
 	wctx, cancel := context.WithTimeout(ctx, o.Wait)
 	info, err := cl.Wait(wctx, obs[0])

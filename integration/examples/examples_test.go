@@ -24,19 +24,7 @@ import (
 // and runs it on an embedded VM, returning its output.
 func runProgram(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	p, ok := task.LookupProgram(name)
-	if !ok {
-		t.Fatalf("program %q is not registered", name)
-	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	build := p.Setup(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	root, err := build(fs.Args())
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := buildRoot(t, name, args...)
 	var out bytes.Buffer
 	if err := daemon.Run(context.Background(), root, daemon.RunOptions{Output: &out}); err != nil {
 		t.Fatalf("%s %v: %v\noutput:\n%s", name, args, err, out.String())
@@ -157,19 +145,7 @@ func TestWatchNothingLost(t *testing.T) {
 // moves made.
 func runMoving(t *testing.T, seed uint64, name string, args ...string) (string, int) {
 	t.Helper()
-	p, ok := task.LookupProgram(name)
-	if !ok {
-		t.Fatalf("no program %q", name)
-	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	build := p.Setup(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	root, err := build(fs.Args())
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := buildRoot(t, name, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var out bytes.Buffer

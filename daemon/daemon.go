@@ -863,6 +863,9 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.tasks, h.tid)
+	// It will not run here again: no step of a move of it can start
+	// anything, so the floor against late steps goes with it.
+	delete(d.moveFloor, h.tid)
 	h.state, h.status, h.err = state, status, msg
 	d.gone[h.tid] = h
 	d.exited = append(d.exited, h)

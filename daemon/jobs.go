@@ -529,7 +529,8 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Lock()
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
-		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files}
+		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
+			Epoch: d.epochClock()}
 		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
 		if err == nil {
 			// Before the tasks go on: a job that ends right after keeps
@@ -911,7 +912,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		}
 		files[place[i]] = append(files[place[i]], e.File)
 	}
-	epoch := d.restartEpoch(tids)
+	epoch := d.restartEpoch(tids, m.Epoch)
 	var staged []task.HostID
 	drop := func() {
 		for _, h := range staged {
@@ -956,10 +957,12 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 // restartEpoch is a route epoch above any the tasks had: a new epoch of
 // the move machine's clock, which is above every epoch handed out before,
 // also those of routes the master has forgotten (exited tasks) and that
-// other daemons still hold.
-func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
+// other daemons still hold, and above floor, the clock recorded in the
+// checkpoint set's manifest (a master that has not seen the epochs of the
+// one that took the set: recovered, or of another machine).
+func (d *Daemon) restartEpoch(tids []task.TID, floor uint64) uint64 {
 	d.rmu.Lock()
-	var e uint64
+	e := floor
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
@@ -968,6 +971,13 @@ func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	defer d.migMu.Unlock()
 	d.moves.Observe(e)
 	return d.moves.NextEpoch()
+}
+
+// epochClock is the virtual machine's route epoch clock now (master).
+func (d *Daemon) epochClock() uint64 {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	return d.moves.Epoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is

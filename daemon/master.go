@@ -444,6 +444,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.groups.leaveAll(tid)
 	d.mu.Lock()
 	delete(d.lossWatch, tid)
+	delete(d.moveFloor, tid) // the floor of an arrival cancelled here
 	d.mu.Unlock()
 	d.rmu.Lock()
 	d.routes.Forget(tid)

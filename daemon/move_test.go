@@ -207,7 +207,7 @@ func TestEpochAboveForgottenRoutes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if e := m.restartEpoch([]task.TID{mv}); e <= held {
+	if e := m.restartEpoch([]task.TID{mv}, 0); e <= held {
 		t.Fatalf("restart epoch %d, not above the epoch %d a daemon holds", e, held)
 	}
 }
@@ -264,6 +264,73 @@ func TestSuspendAfterResumeIsRefused(t *testing.T) {
 		d.mu.Unlock()
 		if away || !here {
 			t.Fatalf("%v suspended for an aborted move (suspended %v, running %v)", tid, away, here)
+		}
+	})
+}
+
+// TestMoveFloorTrimmedOnExit: the floor a host keeps per task against late
+// steps of cancelled moves goes when the task ends there, so the map does
+// not grow with every task that was ever moved back.
+func TestMoveFloorTrimmedOnExit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		tid, err := d.SpawnTask(&napper{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		floor := d.moveFloor[tid]
+		d.mu.Unlock()
+		if floor != 5 {
+			t.Fatalf("floor of %v after the resume: %v, want move 5", tid, floor)
+		}
+		if err := d.Kill(tid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Wait(ctx, tid); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		_, kept := d.moveFloor[tid]
+		d.mu.Unlock()
+		if kept {
+			t.Fatalf("%v exited and its move floor is still kept", tid)
+		}
+	})
+}
+
+// TestSuspendOlderThanRouteIsRefused: a suspend step whose move is older
+// than the route this host holds for the task (the task came back, or its
+// job was restored, since the move began) is refused even with no floor
+// kept for the task, as after its earlier incarnation exited here.
+func TestSuspendOlderThanRouteIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{})
+		haltInBubble(t, d)
+		tid, err := d.SpawnTask(&napper{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.rmu.Lock()
+		d.routes.Update(tid, routing.Route{Host: 1, Epoch: 3})
+		d.rmu.Unlock()
+		err = d.suspendForMove(context.Background(), migStep{TID: tid, Move: 9, Host: 2, Epoch: 2, Timeout: time.Minute})
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("suspend for a move older than the route: %v, want ErrAborted", err)
+		}
+		d.mu.Lock()
+		_, away := d.moving[tid]
+		d.mu.Unlock()
+		if away {
+			t.Fatalf("%v suspended for a move older than its route", tid)
 		}
 	})
 }

@@ -148,8 +148,7 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 		d.resumeJob(a.Job, a.Round.Try)
 		return nil, nil
 	case mCkKill:
-		d.killJob(ctx, a)
-		return nil, nil
+		return nil, d.killJob(ctx, a)
 	}
 	return nil, fmt.Errorf("unknown method %q", method)
 }

@@ -1138,7 +1138,7 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 // killJob ends this host's tasks of a job that is rolling back, without
 // notices, drops messages for them, and makes sure every frame sent
 // before reaches its peer first (a host).
-func (d *Daemon) killJob(ctx context.Context, a ckStep) {
+func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	hs := d.jobTasks(a.Job)
 	for _, h := range hs {
 		h.quiet.Store(true)
@@ -1151,13 +1151,18 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	defer t.Stop()
 	// Wait until each has ended and reported its exit to the master: the
 	// report travels before this call's answer, so the master forgets the
-	// old incarnations before it restores the new ones.
+	// old incarnations before it restores the new ones. One that has not
+	// ended in time fails the call: the master asks again rather than
+	// restore the task beside it.
+	var late []task.TID
 	for _, h := range hs {
 		select {
 		case <-h.whenEnded():
+			continue
 		case <-t.C:
 		case <-ctx.Done():
 		}
+		late = append(late, h.tid)
 	}
 	// Nothing the old incarnations sent or were sent may reach the new
 	// ones: drop it, held or unacknowledged, with their numbering.
@@ -1171,6 +1176,10 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	for _, id := range d.peerHosts() {
 		_ = d.callHost(ctx, id, mSendCheck, struct{}{}, nil)
 	}
+	if len(late) > 0 {
+		return fmt.Errorf("%v of job %d not ended yet", late, a.Job)
+	}
+	return nil
 }
 
 // peerHosts lists the other hosts this daemon knows.

@@ -429,6 +429,10 @@ type Daemon struct {
 	// moveFloor is, per task, the newest move this host cancelled or
 	// resumed it for: steps of that move and older ones are refused.
 	moveFloor map[task.TID]move.ID
+	// ckResumed is, per job with tasks here, the newest checkpoint round
+	// (its try) the master resumed: a pause of that round or an older one
+	// is refused. It goes with the job's last task here.
+	ckResumed map[uint64]uint64
 }
 
 type watcher struct {
@@ -476,6 +480,7 @@ func newDaemon(cfg Config) *Daemon {
 		moves:      move.New(0, 0),
 		runs:       map[move.ID]*moveRun{},
 		moveFloor:  map[task.TID]move.ID{},
+		ckResumed:  map[uint64]uint64{},
 		bwait:      map[task.TID]chan error{},
 		bpending:   map[task.TID]arrival{},
 		load:       load.NewInjected(cfg.Load),
@@ -866,6 +871,9 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
 	delete(d.moveFloor, h.tid)
+	if _, ok := d.ckResumed[h.job]; ok && !d.hostsJob(h.job) {
+		delete(d.ckResumed, h.job)
+	}
 	h.state, h.status, h.err = state, status, msg
 	d.gone[h.tid] = h
 	d.exited = append(d.exited, h)
@@ -1082,4 +1090,14 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// hostsJob reports whether a task of job runs here (d.mu held).
+func (d *Daemon) hostsJob(job uint64) bool {
+	for _, h := range d.tasks {
+		if h.job == job {
+			return true
+		}
+	}
+	return false
 }

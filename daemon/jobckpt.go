@@ -145,6 +145,13 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 	case mCkWrite:
 		return d.writeJob(a)
 	case mCkResume:
+		if a.Round.Try != 0 {
+			// A pause of this round or an older one that comes after
+			// (stalled on its way) would hold the tasks for good.
+			d.mu.Lock()
+			d.ckResumed[a.Job] = max(d.ckResumed[a.Job], a.Round.Try)
+			d.mu.Unlock()
+		}
 		d.resumeJob(a.Job, a.Round.Try)
 		return nil, nil
 	case mCkKill:
@@ -158,6 +165,10 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 // goes on and the reply names the late ones; a task moving fails the call.
 func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	d.mu.Lock()
+	if a.Round.Try != 0 && a.Round.Try <= d.ckResumed[a.Job] {
+		d.mu.Unlock()
+		return ckReply{}, fmt.Errorf("pause of %v after its resume: %w", a.Round, ErrAborted)
+	}
 	for _, l := range d.moving {
 		if l.h.job == a.Job {
 			d.mu.Unlock()

@@ -762,6 +762,10 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// What an earlier restore of the job staged here and never started
+	// (it failed, and its drop did not come: the master's call timed out
+	// before this host answered) gives way to this one.
+	d.dropStagedLocked(a.Job)
 	for _, s := range got {
 		tid := s.meta.TID
 		if _, here := d.tasks[tid]; here || d.incoming[tid] != nil || d.moving[tid] != nil {
@@ -804,8 +808,13 @@ func (d *Daemon) startStaged(a restoreArgs) {
 func (d *Daemon) dropStaged(a restoreArgs) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.dropStagedLocked(a.Job)
+}
+
+// dropStagedLocked forgets the tasks of job staged here (d.mu held).
+func (d *Daemon) dropStagedLocked(job uint64) {
 	for tid, s := range d.staged {
-		if s.meta.Job == a.Job {
+		if s.meta.Job == job {
 			delete(d.staged, tid)
 			delete(d.incoming, tid)
 		}
@@ -923,6 +932,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	for _, h := range order {
 		var rep ckStep
 		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Epoch: epoch}, &rep); err != nil {
+			staged = append(staged, h) // it may have staged them after the call timed out
 			drop()
 			return fmt.Errorf("on %v: %w", h, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -331,6 +332,53 @@ func TestSuspendOlderThanRouteIsRefused(t *testing.T) {
 		d.mu.Unlock()
 		if away {
 			t.Fatalf("%v suspended for a move older than its route", tid)
+		}
+	})
+}
+
+// TestLatePauseAfterResumeIsRefused: a checkpoint round's pause that
+// reaches a host after the master resumed that round (it was stalled on
+// its way) must not pause the job's tasks: no resume would ever come for
+// them, and the job would hang.
+func TestLatePauseAfterResumeIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{SharedDir: dir})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		job, root, err := d.StartJob(ctx, &napper{}, JobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(method string, try uint64) error {
+			body, err := encodeMsg(ckStep{Job: job, Round: jobck.Round{Job: job, Seq: 1, Try: try, Kind: jobck.Checkpoint}, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = d.handleJobCkpt(ctx, method, body)
+			return err
+		}
+		if err := call(mCkResume, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := call(mCkPause, 3); !errors.Is(err, ErrAborted) {
+			t.Errorf("a pause of round 3 after its resume: %v, want ErrAborted", err)
+		}
+		d.mu.Lock()
+		h := d.tasks[root]
+		d.mu.Unlock()
+		if h == nil || h.pause.Load() != nil {
+			t.Fatalf("%v is left paused by a round already resumed", root)
+		}
+		// The next round pauses it.
+		if err := call(mCkPause, 4); err != nil {
+			t.Fatalf("pause of round 4: %v", err)
+		}
+		if h.pause.Load() == nil {
+			t.Fatal("round 4 did not pause the task")
+		}
+		if err := call(mCkResume, 4); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -57,6 +57,12 @@ type Config struct {
 	// daemon's name is the certificate's: Name, if given, must agree. The
 	// master's certificate must be marked as the master's.
 	Credential *pki.Credential
+	// CredentialFile is the file Credential was read from (empty: none).
+	// The daemon re-reads it when it changes (checked every heartbeat)
+	// and on ReloadCredential: a renewed certificate for the same name
+	// and role under the same CA is presented on new connections, without
+	// a restart.
+	CredentialFile string
 	// Secret is the cluster secret that authenticates checkpoints and job
 	// manifests (required for the master; a host is handed the master's
 	// when it joins, unless given one).
@@ -397,6 +403,7 @@ type Daemon struct {
 	owners     owners                      // master: who started which job
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
+	credAt     credStamp                   // the credential file as last read
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 
 	mu      sync.Mutex

@@ -88,6 +88,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 			return err
 		}
 	}
+	d.watchCredential()
 	d.checkExpiry(time.Now())
 	d.refreshSample(time.Now())
 	d.goFunc(d.acceptLoop)
@@ -724,6 +725,9 @@ func (d *Daemon) heartbeatLoop() {
 		now := time.Now()
 		d.retransmit(now)
 		d.refreshSample(now)
+		if err := d.reloadCredential(false); err != nil {
+			d.log.Error("credential file", "file", d.cfg.CredentialFile, "error", err)
+		}
 		d.checkExpiry(now)
 		if d.cfg.Master {
 			d.reloadRevoked()

@@ -420,6 +420,7 @@ type Daemon struct {
 	// jobs (master) maps a job to the console its output goes to.
 	jobs      map[uint64]io.Writer
 	jobReg    map[uint64]*jobState            // master: jobs and their checkpoints
+	setSeqs   map[string]uint64               // master: the newest complete checkpoint set of each job name
 	staged    map[task.TID]staged             // tasks read from a job checkpoint, waiting to start
 	tidFloor  map[task.HostID]uint32          // master: restored TIDs of hosts not (yet) here
 	hostJobs  map[task.HostID]map[uint64]bool // master: the jobs with tasks on each host
@@ -475,6 +476,7 @@ func newDaemon(cfg Config) *Daemon {
 		lossWatch:  map[task.TID][]watcher{},
 		jobs:       map[uint64]io.Writer{},
 		jobReg:     map[uint64]*jobState{},
+		setSeqs:    map[string]uint64{},
 		staged:     map[task.TID]staged{},
 		tidFloor:   map[task.HostID]uint32{},
 		hostJobs:   map[task.HostID]map[uint64]bool{},

@@ -107,6 +107,23 @@ type Config struct {
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
 	MaxSpawn, MaxTasks int
+	// MaxGroups is how many groups the master's group server holds at
+	// once, MaxGroupName the longest group name in bytes, MaxGroupMembers
+	// how many instances one group may have (defaults DefaultMaxGroups,
+	// DefaultMaxGroupName, DefaultMaxGroupMembers). A join past them
+	// fails with ErrLimit.
+	MaxGroups, MaxGroupName, MaxGroupMembers int
+	// MaxWatchers is how many notify registrations may watch one task,
+	// and how many host event registrations one task may hold (default
+	// DefaultMaxWatchers); MaxNotify how
+	// many tasks one notify call may name (default DefaultMaxNotify).
+	// More fail with ErrLimit.
+	MaxWatchers, MaxNotify int
+	// MaxConns is how many connections this daemon keeps at once, and
+	// MaxConnsPerAddr how many from one IP address (defaults
+	// DefaultMaxConns, DefaultMaxConnsPerAddr): a connection past them is
+	// closed at once and logged as refused.
+	MaxConns, MaxConnsPerAddr int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// Window is how many bytes may be unacknowledged for one receiving
@@ -219,6 +236,27 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = DefaultMaxTasks
+	}
+	if c.MaxGroups <= 0 {
+		c.MaxGroups = DefaultMaxGroups
+	}
+	if c.MaxGroupName <= 0 {
+		c.MaxGroupName = DefaultMaxGroupName
+	}
+	if c.MaxGroupMembers <= 0 {
+		c.MaxGroupMembers = DefaultMaxGroupMembers
+	}
+	if c.MaxWatchers <= 0 {
+		c.MaxWatchers = DefaultMaxWatchers
+	}
+	if c.MaxNotify <= 0 {
+		c.MaxNotify = DefaultMaxNotify
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerAddr <= 0 {
+		c.MaxConnsPerAddr = DefaultMaxConnsPerAddr
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
@@ -404,6 +442,7 @@ type Daemon struct {
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
+	conns      connCount                   // accepted connections, by address
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 
 	mu      sync.Mutex
@@ -469,7 +508,7 @@ func newDaemon(cfg Config) *Daemon {
 		log:        cfg.Logger.With("host", cfg.Name),
 		ctx:        ctx,
 		cancel:     cancel,
-		groups:     newGroups(),
+		groups:     newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
 		tasks:      map[task.TID]*hosted{},
 		gone:       map[task.TID]*hosted{},
 		watch:      map[task.TID][]watcher{},

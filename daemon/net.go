@@ -230,7 +230,20 @@ func (d *Daemon) acceptLoop() {
 			}
 			return
 		}
-		d.goFunc(func() { d.handshake(conn) })
+		ip := addrHost(conn.RemoteAddr())
+		if why := d.conns.take(ip, d.cfg.MaxConns, d.cfg.MaxConnsPerAddr); why != "" {
+			d.refused(conn.RemoteAddr(), conn.Peer(), why)
+			conn.Close(why)
+			continue
+		}
+		d.goFunc(func() {
+			defer d.conns.put(ip)
+			d.handshake(conn)
+			select { // the connection counts until it ends
+			case <-conn.Done():
+			case <-d.ctx.Done():
+			}
+		})
 	}
 }
 

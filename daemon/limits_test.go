@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// TestGroupLimits: a group name too long, one group too many and one
+// member too many fail with ErrLimit; the server keeps serving.
+func TestGroupLimits(t *testing.T) {
+	g := newGroups(groupLimits{groups: 2, name: 8, members: 2})
+	if _, err := g.join(strings.Repeat("g", 9), 1); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a 9-byte name: %v", err)
+	}
+	for i, name := range []string{"a", "b"} {
+		if _, err := g.join(name, task.TID(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.join("c", 3); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a third group: %v", err)
+	}
+	if n, err := g.join("a", 2); err != nil || n != 1 {
+		t.Fatalf("a second member: %d %v", n, err)
+	}
+	if _, err := g.join("a", 3); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a third member: %v", err)
+	}
+	if err := g.rejoin("b", 4, 1<<30); !errors.Is(err, ErrLimit) {
+		t.Fatalf("rejoin as instance 2^30: %v", err)
+	}
+	if err := g.rejoin("d", 4, 0); !errors.Is(err, ErrLimit) {
+		t.Fatalf("rejoin into a third group: %v", err)
+	}
+	// Leaving frees the room.
+	if err := g.leave("b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.join("c", 3); err != nil {
+		t.Fatalf("a group after one was emptied: %v", err)
+	}
+}
+
+// TestNotifyLimits: through the task API, a notify naming too many tasks
+// and more registrations on one task than allowed fail with ErrLimit.
+func TestNotifyLimits(t *testing.T) {
+	d := New(Config{Output: &syncBuffer{}, MaxNotify: 3, MaxWatchers: 2, MaxGroups: 4, MaxGroupName: 40})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Halt(ctx)
+	})
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		kids, err := c.Spawn(fn(t, func(c *task.Ctx, _ int) error {
+			_, err := c.Recv(task.AnyTask, 1, nil)
+			return err
+		}), 4)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, k := range kids {
+				_ = c.Send(k, 1, nil)
+			}
+		}()
+		if err := c.Notify(task.TaskExit, 7, kids...); !errors.Is(err, ErrLimit) {
+			t.Errorf("notify on 4 tasks, at most 3: %v", err)
+		}
+		for i := range 2 {
+			if err := c.Notify(task.TaskExit, 7, kids[0]); err != nil {
+				t.Errorf("registration %d: %v", i, err)
+			}
+		}
+		if err := c.Notify(task.TaskExit, 7, kids[0]); !errors.Is(err, ErrLimit) {
+			t.Errorf("a third registration on one task: %v", err)
+		}
+		for i := range 2 {
+			if err := c.Notify(task.HostAdd, 8); err != nil {
+				t.Errorf("host registration %d: %v", i, err)
+			}
+		}
+		if err := c.Notify(task.HostAdd, 8); !errors.Is(err, ErrLimit) {
+			t.Errorf("a third host registration: %v", err)
+		}
+		if _, err := c.Join(strings.Repeat("x", 64)); !errors.Is(err, ErrLimit) {
+			t.Errorf("a 64-byte group name: %v", err)
+		}
+		return nil
+	})
+}
+
+// TestConnCount: connections past the total or per-address bound are
+// refused with a reason; ended ones free their place.
+func TestConnCount(t *testing.T) {
+	var c connCount
+	if why := c.take("10.0.0.1", 3, 2); why != "" {
+		t.Fatal(why)
+	}
+	if why := c.take("10.0.0.1", 3, 2); why != "" {
+		t.Fatal(why)
+	}
+	if why := c.take("10.0.0.1", 3, 2); !strings.Contains(why, "from 10.0.0.1") {
+		t.Fatalf("a third from one address: %q", why)
+	}
+	if why := c.take("10.0.0.2", 3, 2); why != "" {
+		t.Fatal(why)
+	}
+	if why := c.take("10.0.0.3", 3, 2); !strings.Contains(why, "too many connections: 3") {
+		t.Fatalf("a fourth in all: %q", why)
+	}
+	c.put("10.0.0.1")
+	if why := c.take("10.0.0.3", 3, 2); why != "" {
+		t.Fatalf("after one ended: %q", why)
+	}
+	if addrHost("[::1]:7070") != "::1" || addrHost("h") != "h" {
+		t.Fatal("addrHost")
+	}
+}

@@ -1176,8 +1176,11 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	}
 }
 
-// peerHosts lists the other hosts this daemon knows.
+// peerHosts lists the other hosts this daemon knows (none standalone).
 func (d *Daemon) peerHosts() []task.HostID {
+	if d.nw == nil {
+		return nil // a standalone daemon
+	}
 	d.nw.mu.Lock()
 	defer d.nw.mu.Unlock()
 	var ids []task.HostID

@@ -122,7 +122,8 @@ type Config struct {
 	// MaxConns is how many connections this daemon keeps at once, and
 	// MaxConnsPerAddr how many from one IP address (defaults
 	// DefaultMaxConns, DefaultMaxConnsPerAddr): a connection past them is
-	// closed at once and logged as refused.
+	// closed at once and logged as refused. Over QUIC, MaxConns also
+	// bounds connections still in their handshake (Transport.MaxConns).
 	MaxConns, MaxConnsPerAddr int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
@@ -257,6 +258,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnsPerAddr <= 0 {
 		c.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	}
+	if c.Transport.MaxConns <= 0 {
+		c.Transport.MaxConns = c.MaxConns // QUIC refuses one more before its handshake
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame

@@ -133,3 +133,54 @@ func TestRenewedCertificate(t *testing.T) {
 	srv.Close()
 	<-done
 }
+
+// TestMaxConns: a listener holding MaxConns connections refuses one more
+// before its handshake, and takes it once one has ended; every attempt
+// proving its address first (RetryAbove negative) still gets through.
+func TestMaxConns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca, err := pki.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Listen("127.0.0.1:0", identity(t, ca, pki.RoleDaemon, "h1"), Config{HandshakeTimeout: 2 * time.Second, MaxConns: 2, RetryAbove: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		for {
+			if _, err := srv.Accept(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	cli, err := Dialer(LocalFor(srv.Addr()), identity(t, ca, pki.RoleAdmin, "root"), Config{HandshakeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var conns []Conn
+	for range 2 {
+		c, err := cli.Dial(ctx, srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	if _, err := cli.Dial(ctx, srv.Addr()); err == nil {
+		t.Fatal("a third connection was accepted, at most 2")
+	}
+	conns[0].Close("done")
+	for {
+		c, err := cli.Dial(ctx, srv.Addr())
+		if err == nil {
+			c.Close("done")
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no connection after one of two ended: %v", err)
+		}
+	}
+}

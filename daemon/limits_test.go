@@ -121,3 +121,26 @@ func TestConnCount(t *testing.T) {
 		t.Fatal("addrHost")
 	}
 }
+
+// TestMessageSizeLimit: a message to a task on another daemon larger than
+// a frame fails with ErrLimit; one that fits arrives.
+func TestMessageSizeLimit(t *testing.T) {
+	vm := startVM(t, 2, Config{MaxFrame: 4096})
+	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
+		kids, err := c.Spawn(fn(t, func(c *task.Ctx, _ int) error {
+			var b []byte
+			_, err := c.Recv(task.AnyTask, 1, &b)
+			if err == nil && len(b) != 1000 {
+				t.Errorf("received %d bytes", len(b))
+			}
+			return err
+		}), 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		if err := c.Send(kids[0], 1, make([]byte, 8192)); !errors.Is(err, ErrLimit) {
+			t.Errorf("an 8 KiB message with 4 KiB frames: %v, want ErrLimit", err)
+		}
+		return c.Send(kids[0], 1, make([]byte, 1000))
+	})
+}

@@ -120,11 +120,11 @@ type Config struct {
 	// More fail with ErrLimit.
 	MaxWatchers, MaxNotify int
 	// MaxConns is how many connections this daemon keeps at once, and
-	// MaxConnsPerAddr how many from one IP address (defaults
-	// DefaultMaxConns, DefaultMaxConnsPerAddr): a connection past them is
+	// MaxConnsPerPeer how many made with one certificate (defaults
+	// DefaultMaxConns, DefaultMaxConnsPerPeer): a connection past them is
 	// closed at once and logged as refused. Over QUIC, MaxConns also
 	// bounds connections still in their handshake (Transport.MaxConns).
-	MaxConns, MaxConnsPerAddr int
+	MaxConns, MaxConnsPerPeer int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// Window is how many bytes may be unacknowledged for one receiving
@@ -256,8 +256,8 @@ func (c *Config) setDefaults() {
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
 	}
-	if c.MaxConnsPerAddr <= 0 {
-		c.MaxConnsPerAddr = DefaultMaxConnsPerAddr
+	if c.MaxConnsPerPeer <= 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
 	}
 	if c.Transport.MaxConns <= 0 {
 		c.Transport.MaxConns = c.MaxConns // QUIC refuses one more before its handshake
@@ -446,7 +446,7 @@ type Daemon struct {
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
-	conns      connCount                   // accepted connections, by address
+	conns      connCount                   // accepted connections, by certificate
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 
 	mu      sync.Mutex

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 )
 
@@ -36,9 +35,9 @@ const (
 	DefaultMaxNotify = 1 << 16
 	// DefaultMaxConns is how many connections a daemon accepts at once.
 	DefaultMaxConns = 1 << 12
-	// DefaultMaxConnsPerAddr is how many connections a daemon accepts at
-	// once from one IP address.
-	DefaultMaxConnsPerAddr = 256
+	// DefaultMaxConnsPerPeer is how many connections a daemon accepts at
+	// once from the holder of one certificate.
+	DefaultMaxConnsPerPeer = 256
 )
 
 // checkSpawnCount checks a spawn's count against its bounds: at least one
@@ -87,16 +86,16 @@ func (d *Daemon) addHostWatchers(ws ...hostWatcher) error {
 	return nil
 }
 
-// connCount counts a daemon's accepted connections, in all and by IP
-// address (Config.MaxConns, MaxConnsPerAddr).
+// connCount counts a daemon's accepted connections, in all and by the
+// certificate they were made with (Config.MaxConns, MaxConnsPerPeer).
 type connCount struct {
 	mu    sync.Mutex
 	total int
 	by    map[string]int
 }
 
-// take counts a new connection from ip, or says why it is one too many.
-func (c *connCount) take(ip string, maxTotal, maxPerAddr int) string {
+// take counts a new connection of peer, or says why it is one too many.
+func (c *connCount) take(peer string, maxTotal, maxPerPeer int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.by == nil {
@@ -105,29 +104,20 @@ func (c *connCount) take(ip string, maxTotal, maxPerAddr int) string {
 	switch {
 	case c.total >= maxTotal:
 		return fmt.Sprintf("too many connections: %d, at most %d", c.total, maxTotal)
-	case c.by[ip] >= maxPerAddr:
-		return fmt.Sprintf("too many connections from %s: %d, at most %d", ip, c.by[ip], maxPerAddr)
+	case c.by[peer] >= maxPerPeer:
+		return fmt.Sprintf("too many connections of %s: %d, at most %d", peer, c.by[peer], maxPerPeer)
 	}
 	c.total++
-	c.by[ip]++
+	c.by[peer]++
 	return ""
 }
 
-// put uncounts an ended connection from ip.
-func (c *connCount) put(ip string) {
+// put uncounts an ended connection of peer.
+func (c *connCount) put(peer string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.total--
-	if c.by[ip]--; c.by[ip] <= 0 {
-		delete(c.by, ip)
+	if c.by[peer]--; c.by[peer] <= 0 {
+		delete(c.by, peer)
 	}
-}
-
-// addrHost is the host part of a HOST:PORT address (the whole of it if it
-// has no port).
-func addrHost(addr string) string {
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		return h
-	}
-	return addr
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -94,31 +95,28 @@ func TestNotifyLimits(t *testing.T) {
 	})
 }
 
-// TestConnCount: connections past the total or per-address bound are
+// TestConnCount: connections past the total or per-certificate bound are
 // refused with a reason; ended ones free their place.
 func TestConnCount(t *testing.T) {
 	var c connCount
-	if why := c.take("10.0.0.1", 3, 2); why != "" {
+	if why := c.take("user alice", 3, 2); why != "" {
 		t.Fatal(why)
 	}
-	if why := c.take("10.0.0.1", 3, 2); why != "" {
+	if why := c.take("user alice", 3, 2); why != "" {
 		t.Fatal(why)
 	}
-	if why := c.take("10.0.0.1", 3, 2); !strings.Contains(why, "from 10.0.0.1") {
-		t.Fatalf("a third from one address: %q", why)
+	if why := c.take("user alice", 3, 2); !strings.Contains(why, "of user alice") {
+		t.Fatalf("a third of one peer: %q", why)
 	}
-	if why := c.take("10.0.0.2", 3, 2); why != "" {
+	if why := c.take("user bob", 3, 2); why != "" {
 		t.Fatal(why)
 	}
-	if why := c.take("10.0.0.3", 3, 2); !strings.Contains(why, "too many connections: 3") {
+	if why := c.take("daemon h2", 3, 2); !strings.Contains(why, "too many connections: 3") {
 		t.Fatalf("a fourth in all: %q", why)
 	}
-	c.put("10.0.0.1")
-	if why := c.take("10.0.0.3", 3, 2); why != "" {
+	c.put("user alice")
+	if why := c.take("daemon h2", 3, 2); why != "" {
 		t.Fatalf("after one ended: %q", why)
-	}
-	if addrHost("[::1]:7070") != "::1" || addrHost("h") != "h" {
-		t.Fatal("addrHost")
 	}
 }
 
@@ -143,4 +141,48 @@ func TestMessageSizeLimit(t *testing.T) {
 		}
 		return c.Send(kids[0], 1, make([]byte, 1000))
 	})
+}
+
+// TestConnsPerPeer: a daemon holding MaxConnsPerPeer connections made with
+// one certificate refuses one more of it, still takes others', and takes
+// it again once one has ended.
+func TestConnsPerPeer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm := startVM(t, 1, Config{MaxConnsPerPeer: 2})
+	m := vm.Master()
+	var cls []*Client
+	for range 2 {
+		cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cls = append(cls, cl)
+	}
+	if cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin); err == nil {
+		cl.Close()
+		t.Fatal("a third connection of the admin was accepted, at most 2")
+	}
+	alice, err := vm.Cluster.User("alice", pki.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := Dial(ctx, m.Addr(), alice)
+	if err != nil {
+		t.Fatalf("another certificate refused: %v", err)
+	}
+	cl.Close()
+	cls[0].Close()
+	for {
+		cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+		if err == nil {
+			cl.Close()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the admin refused after one connection ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

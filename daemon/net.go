@@ -230,14 +230,16 @@ func (d *Daemon) acceptLoop() {
 			}
 			return
 		}
-		ip := addrHost(conn.RemoteAddr())
-		if why := d.conns.take(ip, d.cfg.MaxConns, d.cfg.MaxConnsPerAddr); why != "" {
+		// Counted by certificate: many daemons may share an address
+		// (one machine), while one holder is one party.
+		who := conn.Peer().String()
+		if why := d.conns.take(who, d.cfg.MaxConns, d.cfg.MaxConnsPerPeer); why != "" {
 			d.refused(conn.RemoteAddr(), conn.Peer(), why)
 			conn.Close(why)
 			continue
 		}
 		d.goFunc(func() {
-			defer d.conns.put(ip)
+			defer d.conns.put(who)
 			d.handshake(conn)
 			select { // the connection counts until it ends
 			case <-conn.Done():

@@ -176,7 +176,11 @@ func (d *Daemon) refused(addr string, cert pki.Peer, why string) {
 	if suppressed > 0 {
 		d.log.Warn("refused connections not logged", "count", suppressed, "window", refusalWindow)
 	}
-	if ok {
+	switch {
+	case !ok:
+	case cert.Role == "": // refused before a certificate was verified
+		d.log.Warn("refused a connection", "from", addr, "reason", why)
+	default:
 		d.log.Warn("refused a connection", "from", addr, "certificate", cert.String(), "serial", cert.Serial, "reason", why)
 	}
 }

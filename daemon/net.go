@@ -61,7 +61,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 			return err
 		}
 	}
-	tr, err := c.Network.Listen(c.Listen, id, c.Transport)
+	tcfg := c.Transport
+	tcfg.Refused = func(addr, why string) { d.refused(addr, pki.Peer{}, why) }
+	tr, err := c.Network.Listen(c.Listen, id, tcfg)
 	if err != nil {
 		return err
 	}

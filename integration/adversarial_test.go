@@ -50,7 +50,8 @@ func nestedArrays(n int) []byte { return append(bytes.Repeat([]byte{0x91}, n), 0
 
 // TestHostileCallsOfProcesses: against a master and a host running as
 // processes, a user certificate calls daemon-only and admin-only methods,
-// a spawn asks for absurd counts, call bodies nest a million levels deep
+// a certificate of another CA tries to connect, a spawn asks for absurd
+// counts, call bodies nest a million levels deep
 // or claim billions of items, and a flood of random datagrams hits the
 // master's UDP port. Every call fails with a clear error, the refusals are
 // audited, and the master stays up, serving, with its memory bounded.
@@ -106,6 +107,15 @@ func TestHostileCallsOfProcesses(t *testing.T) {
 		}
 		cl.Close()
 	}
+
+	// A certificate of another CA: the handshake fails, and the master
+	// logs it with the address and why.
+	other := newCreds(t)
+	if cl, err := daemon.Dial(ctx, v.addr, other.cl.Admin); err == nil {
+		cl.Close()
+		t.Fatal("a certificate of another CA connected")
+	}
+	v.master.waitFor(regexp.MustCompile(`refused a connection.* from=127\.0\.0\.1:\d+ reason="handshake: `), true)
 
 	// A flood of random datagrams at the master's port, seeded.
 	ua, err := net.ResolveUDPAddr("udp", v.addr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,5 +183,76 @@ func TestMaxConns(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("no connection after one of two ended: %v", err)
 		}
+	}
+}
+
+// TestRefusedHandshakes: a connection whose handshake fails (a certificate
+// of another CA) is reported to Config.Refused with the peer's address and
+// why; an accepted one is not.
+func TestRefusedHandshakes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ca, err := pki.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type refusal struct{ addr, why string }
+	refused := make(chan refusal, 4)
+	srv, err := Listen("127.0.0.1:0", identity(t, ca, pki.RoleDaemon, "h1"), Config{HandshakeTimeout: 2 * time.Second,
+		Refused: func(addr, why string) { refused <- refusal{addr, why} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	accepted := make(chan Conn, 4)
+	go func() {
+		for {
+			c, err := srv.Accept(ctx)
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	good, err := Dialer(LocalFor(srv.Addr()), identity(t, ca, pki.RoleAdmin, "root"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	c, err := good.Dial(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // accepted before it ends: not a refusal
+	case <-accepted:
+	case <-ctx.Done():
+		t.Fatal("the good connection was not accepted")
+	}
+	c.Close("done")
+	bad, err := Dialer(LocalFor(srv.Addr()), identity(t, other, pki.RoleAdmin, "mallory"), Config{HandshakeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := bad.Dial(ctx, srv.Addr()); err == nil {
+		t.Fatal("a certificate of another CA connected")
+	}
+	select {
+	case r := <-refused:
+		t.Logf("refused from %s: %s", r.addr, r.why)
+		if r.addr != bad.Addr() || !strings.Contains(r.why, "handshake") {
+			t.Fatalf("refusal %+v, want from %s, naming the handshake", r, bad.Addr())
+		}
+	case <-ctx.Done():
+		t.Fatal("the failed handshake was not reported")
+	}
+	select {
+	case r := <-refused:
+		t.Fatalf("a second refusal: %+v", r)
+	default:
 	}
 }

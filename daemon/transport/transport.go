@@ -103,6 +103,11 @@ type Config struct {
 	// QUIC Retry round trip that makes spoofed floods cost nothing but a
 	// packet (default 64; negative: always).
 	RetryAbove int
+	// Refused, if set, hears of each incoming connection that ended
+	// before it was accepted (its handshake failed: a certificate of
+	// another CA, or none; or it timed out) and of each refused past
+	// MaxConns, with the peer's address and why. It must not block.
+	Refused func(addr, why string)
 }
 
 // DefaultMaxConns is Config.MaxConns's default.
@@ -152,25 +157,34 @@ type QUIC struct {
 type connCounter struct {
 	live, pending atomic.Int64
 	max, retry    int64
+	refused       func(addr, why string) // Config.Refused
 }
 
 // connState is one incoming connection's place in the counts.
-type connState struct{ handshaken sync.Once }
+type connState struct {
+	handshaken sync.Once
+	accepted   atomic.Bool
+}
 
 type connStateKey struct{}
 
 // admit counts a connection attempt, refusing one past the bound. The
 // counts drop when the connection ends (or its handshake fails).
-func (c *connCounter) admit(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+func (c *connCounter) admit(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
 	if c.live.Add(1) > c.max {
 		c.live.Add(-1)
-		return ctx, fmt.Errorf("%d connections held, at most %d", c.max, c.max)
+		err := fmt.Errorf("%d connections held, at most %d", c.max, c.max)
+		c.refuse(ci, err)
+		return ctx, err
 	}
 	c.pending.Add(1)
 	st := &connState{}
 	context.AfterFunc(ctx, func() {
 		c.handshakeOver(st)
 		c.live.Add(-1)
+		if !st.accepted.Load() {
+			c.refuse(ci, fmt.Errorf("handshake: %w", context.Cause(ctx)))
+		}
 	})
 	return context.WithValue(ctx, connStateKey{}, st), nil
 }
@@ -178,8 +192,21 @@ func (c *connCounter) admit(ctx context.Context, _ *quic.ClientInfo) (context.Co
 // accepted takes a connection out of the handshake count.
 func (c *connCounter) accepted(ctx context.Context) {
 	if st, ok := ctx.Value(connStateKey{}).(*connState); ok {
+		st.accepted.Store(true)
 		c.handshakeOver(st)
 	}
+}
+
+// refuse tells Config.Refused of a connection that did not make it.
+func (c *connCounter) refuse(ci *quic.ClientInfo, err error) {
+	if c.refused == nil {
+		return
+	}
+	addr := "unknown"
+	if ci != nil && ci.RemoteAddr != nil {
+		addr = ci.RemoteAddr.String()
+	}
+	c.refused(addr, err.Error())
 }
 
 // handshakeOver takes st out of the handshake count, once.
@@ -197,7 +224,7 @@ func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.cnt.max, q.cnt.retry = int64(cfg.MaxConns), int64(cfg.RetryAbove)
+	q.cnt.max, q.cnt.retry, q.cnt.refused = int64(cfg.MaxConns), int64(cfg.RetryAbove), cfg.Refused
 	if q.cnt.max <= 0 {
 		q.cnt.max = DefaultMaxConns
 	}

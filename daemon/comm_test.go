@@ -388,6 +388,42 @@ func TestNoSafePointWarned(t *testing.T) {
 	}
 }
 
+// TestNoSafePointWarnedOnce: a task late for move after move, or round
+// after round of a periodic job checkpoint, is warned of once until it
+// reaches its next safe point, then once again if it is late again.
+func TestNoSafePointWarnedOnce(t *testing.T) {
+	logs := newCheckLog()
+	h := &hosted{d: &Daemon{log: slog.New(logs)}, tid: task.TID(7), typ: "late", started: time.Unix(100, 0)}
+	warnings := func() int {
+		n := 0
+		for _, r := range logs.records() {
+			if strings.HasPrefix(r.msg, "task reached no safe point in time") {
+				if r.attrs["tid"] != h.tid.String() || r.attrs["since_safe_point"] == "" {
+					t.Errorf("warning without the task or the time since its safe point: %v", r.attrs)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		h.warnNoSafePoint("job checkpoint", time.Second)
+	}
+	h.warnNoSafePoint("move", time.Second)
+	if n := warnings(); n != 1 {
+		t.Fatalf("%d warnings for one late stretch, want 1", n)
+	}
+	h.safeSeen(time.Unix(200, 0))
+	if n := warnings(); n != 1 {
+		t.Fatalf("a safe point logged a warning: %d", n)
+	}
+	h.warnNoSafePoint("job checkpoint", time.Second)
+	h.warnNoSafePoint("job checkpoint", time.Second)
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings for two late stretches, want 2", n)
+	}
+}
+
 // TestSendToExitedTaskAnywhere: Send to a task that has exited succeeds,
 // the message dropped, whether the task ran on the sender's host or on
 // another.

@@ -5,7 +5,7 @@
 //   - pingpong: two tasks bounce a message back and forth and time it;
 //   - ring: a token goes K laps around a ring of N tasks;
 //   - pi: master/worker Monte Carlo estimate of π with a reduce;
-//   - squares: the README's walk-through, a sum of squares with a reduce;
+//   - squares: the README's walk-through, a sum of squares with an all-reduce;
 //   - watch: workers across hosts, and notify telling which are lost;
 //   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
 //     exchange and a convergence all-reduce.
@@ -15,11 +15,3 @@
 // changing the result. The NAS Parallel Benchmark kernels live in
 // examples/npb.
 package examples
-
-// Message tags of the squares program. Every other example declares its
-// own tags in its file; squares' stay here while the front README quotes
-// squares.go word for word.
-const (
-	tagWork = 9
-	tagSum  = 10
-)

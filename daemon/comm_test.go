@@ -165,6 +165,85 @@ func TestCommCollectives(t *testing.T) {
 	}
 }
 
+// teamWorker is a member of a team SpawnTeam started: it runs rounds of
+// commRound with the other members, and rank 0 reports what went wrong and
+// the members it knew to the spawner, which is not a member.
+type teamWorker struct {
+	C      task.Comm
+	Rounds int
+	Round  int
+	Fail   string
+}
+
+func init() { task.Register("daemon.test.teamworker", &teamWorker{}) }
+
+// teamReport is rank 0's report to the spawner.
+type teamReport struct {
+	Fails []string
+	TIDs  []task.TID
+}
+
+func (w *teamWorker) Run(c *task.Ctx) error {
+	if err := c.JoinComm(&w.C); err != nil {
+		return err
+	}
+	for w.Round < w.Rounds {
+		msg, err := commRound(c, &w.C, w.Round, nil)
+		if err != nil {
+			return err
+		}
+		if w.Fail == "" {
+			w.Fail = msg
+		}
+		w.Round++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	if err != nil || w.C.Rank != 0 {
+		return err
+	}
+	return c.Send(c.Parent(), 1, teamReport{Fails: fails, TIDs: w.C.TIDs})
+}
+
+// TestSpawnTeam: a team of 1, 2 and 4 workers that SpawnTeam starts is a
+// communicator of the workers alone, ranked in spawn order; every
+// collective works among them; a team of none is refused.
+func TestSpawnTeam(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	for _, n := range []int{1, 2, 4} {
+		runRoot(t, d, func(c *task.Ctx, _ int) error {
+			tids, err := c.SpawnTeam(&teamWorker{Rounds: 2}, n)
+			if err != nil {
+				return err
+			}
+			var rep teamReport
+			if _, err := c.Recv(tids[0], 1, &rep); err != nil {
+				return err
+			}
+			if !slices.Equal(rep.TIDs, tids) || slices.Contains(rep.TIDs, c.MyTID()) {
+				return fmt.Errorf("team of %d: members %v, spawned %v, spawner %v", n, rep.TIDs, tids, c.MyTID())
+			}
+			if len(rep.Fails) != n {
+				return fmt.Errorf("team of %d: %d reports", n, len(rep.Fails))
+			}
+			for _, f := range rep.Fails {
+				if f != "" {
+					return fmt.Errorf("team of %d: %s", n, f)
+				}
+			}
+			return nil
+		})
+	}
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		if tids, err := c.SpawnTeam(&teamWorker{}, 0); err == nil {
+			return fmt.Errorf("a team of none: %v", tids)
+		}
+		return nil
+	})
+}
+
 // TestCommNotSetUp: a collective on an empty communicator fails with
 // ErrNoComm, and a rank outside it with ErrNoSuchTask.
 func TestCommNotSetUp(t *testing.T) {

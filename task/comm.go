@@ -94,32 +94,58 @@ func (m *Comm) resetStep() {
 
 // SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
 // communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
-// spawn order); n may be 0. Each new task gets its copy of the communicator by calling
-// JoinComm; SpawnComm sends each one message, on CommTag, to that end. On
-// error the tasks that did start are killed.
+// spawn order); n may be 0. Each new task gets its copy of the
+// communicator by calling JoinComm; SpawnComm sends each one message, on
+// CommTag, to that end. On error the tasks that did start are killed.
 func (c *Ctx) SpawnComm(m *Comm, proto Task, n int, opts ...SpawnOption) error {
 	if n == 0 { // a communicator of the caller alone
 		*m = Comm{Rank: 0, TIDs: []TID{c.MyTID()}}
 		c.track(m)
 		return nil
 	}
+	all, err := c.spawnMembers([]TID{c.MyTID()}, proto, n, opts)
+	if err != nil {
+		return fmt.Errorf("spawn communicator: %w", err)
+	}
+	*m = Comm{Rank: 0, TIDs: all}
+	c.track(m)
+	return nil
+}
+
+// SpawnTeam starts n tasks of proto's type, as Spawn does, as a
+// communicator of their own that the caller is not a member of: the new
+// tasks are ranks 0..n-1, in spawn order, and SpawnTeam returns their TIDs
+// by rank. It is the form for a root that starts a job's workers and only
+// watches them (MPI_Comm_spawn's children). Each new task gets its copy of
+// the communicator by calling JoinComm, as under SpawnComm; n must be at
+// least 1, as for Spawn. On error the tasks that did start are killed.
+func (c *Ctx) SpawnTeam(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
+	tids, err := c.spawnMembers(nil, proto, n, opts)
+	if err != nil {
+		return nil, fmt.Errorf("spawn team: %w", err)
+	}
+	return tids, nil
+}
+
+// spawnMembers starts n tasks of proto's type and sends each the
+// communicator's members: lead followed by the new tasks, which it returns.
+// On error it kills the tasks that did start.
+func (c *Ctx) spawnMembers(lead []TID, proto Task, n int, opts []SpawnOption) ([]TID, error) {
 	tids, err := c.Spawn(proto, n, opts...)
 	if err == nil {
-		all := append([]TID{c.MyTID()}, tids...)
+		all := append(lead, tids...)
 		if err = c.Mcast(tids, CommTag, all); err == nil {
-			*m = Comm{Rank: 0, TIDs: all}
-			c.track(m)
-			return nil
+			return all, nil
 		}
 	}
 	for _, t := range tids {
 		_ = c.Kill(t)
 	}
-	return fmt.Errorf("spawn communicator: %w", err)
+	return nil, err
 }
 
-// JoinComm fills m, the communicator field of a task started by SpawnComm,
-// with its rank and its peers. It returns at once when m is already set
+// JoinComm fills m, the communicator field of a task started by SpawnComm
+// or SpawnTeam, with its rank and its peers. It returns at once when m is already set
 // (Run re-entered after a move). While it waits for its spawner's message it
 // is a safe point.
 func (c *Ctx) JoinComm(m *Comm) error {

@@ -15,7 +15,7 @@ const tagNumber = 9
 type Squares struct {
 	N, Workers int
 	C          task.Comm // the master (rank 0) and its workers (1..Workers)
-	Dealt      bool
+	Dealt      int       // messages sent to the workers so far
 }
 
 // SquaresWorker squares the numbers it is sent until it gets a negative one.
@@ -52,18 +52,18 @@ func (m *Squares) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	if !m.Dealt {
-		for i := range m.N { // deal the numbers round-robin
-			if err := c.Send(m.C.TID(1+i%m.Workers), tagNumber, i); err != nil {
-				return err
-			}
+	for m.Dealt < m.N+m.Workers { // the numbers round-robin, then -1 to each
+		i := m.Dealt
+		if i >= m.N {
+			i = -1 // no more work
 		}
-		for r := 1; r <= m.Workers; r++ { // no more work
-			if err := c.Send(m.C.TID(r), tagNumber, -1); err != nil {
-				return err
-			}
+		if err := c.Send(m.C.TID(1+m.Dealt%m.Workers), tagNumber, i); err != nil {
+			return err
 		}
-		m.Dealt = true
+		m.Dealt++ // counted before the safe point, so never sent twice
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
 	}
 	sum := []int64{0} // the workers' sums added up, delivered to everyone
 	if err := task.AllReduce(c, &m.C, task.Sum[int64], sum); err != nil {

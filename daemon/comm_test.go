@@ -371,14 +371,18 @@ func BenchmarkAllReduce(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			d, _ := newTestDaemon(b)
 			runRoot(b, d, func(c *task.Ctx, _ int) error {
+				if group != "" {
+					// Joined before the workers exist, the root is
+					// instance 0, the root of every Reduce.
+					if _, err := c.Join(group); err != nil {
+						return err
+					}
+				}
 				var m task.Comm
 				if err := c.SpawnComm(&m, &benchWorker{Group: group, N: b.N, Len: length}, members-1); err != nil {
 					return err
 				}
 				if group != "" {
-					if _, err := c.Join(group); err != nil {
-						return err
-					}
 					if err := c.Barrier(group, members); err != nil {
 						return err
 					}

@@ -72,6 +72,21 @@ func (m *Comm) Size() int { return len(m.TIDs) }
 // TID is the TID of the member of rank r.
 func (m *Comm) TID(r int) TID { return m.TIDs[r] }
 
+// Shift returns the ranks disp places before and after this task's, as
+// MPI_Cart_shift does on a line that does not wrap: a SendRecv to dst from
+// src moves data disp places up the ranks. A rank past either end is
+// NoRank, so the edges of a strip decomposition need no special case.
+func (m *Comm) Shift(disp int) (src, dst int) {
+	src, dst = m.Rank-disp, m.Rank+disp
+	if src < 0 || src >= len(m.TIDs) {
+		src = NoRank
+	}
+	if dst < 0 || dst >= len(m.TIDs) {
+		dst = NoRank
+	}
+	return src, dst
+}
+
 // check returns an error unless the communicator is set up and r is a rank
 // of it (or NoRank when noneOK).
 func (m *Comm) check(what string, ranks ...int) error {

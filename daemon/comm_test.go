@@ -14,12 +14,15 @@ import (
 )
 
 // commWorker runs commRound with its communicator, then reports what went
-// wrong (nothing, it is hoped) to rank 0.
+// wrong (nothing, it is hoped) to rank 0. With Report set, rank 0 (a
+// worker, in a team SpawnTeam started) passes what it gathered and the
+// members it knew to its spawner in a teamReport, on tag 1.
 type commWorker struct {
 	C      task.Comm
 	Rounds int
 	Round  int
 	Fail   string
+	Report bool
 }
 
 func init() { task.Register("daemon.test.commworker", &commWorker{}) }
@@ -41,8 +44,11 @@ func (w *commWorker) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	_, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
-	return err
+	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	if err != nil || !w.Report || w.C.Rank != 0 {
+		return err
+	}
+	return c.Send(c.Parent(), 1, teamReport{Fails: fails, TIDs: w.C.TIDs})
 }
 
 // commRound calls every collective once and returns what differs from the
@@ -165,46 +171,10 @@ func TestCommCollectives(t *testing.T) {
 	}
 }
 
-// teamWorker is a member of a team SpawnTeam started: it runs rounds of
-// commRound with the other members, and rank 0 reports what went wrong and
-// the members it knew to the spawner, which is not a member.
-type teamWorker struct {
-	C      task.Comm
-	Rounds int
-	Round  int
-	Fail   string
-}
-
-func init() { task.Register("daemon.test.teamworker", &teamWorker{}) }
-
 // teamReport is rank 0's report to the spawner.
 type teamReport struct {
 	Fails []string
 	TIDs  []task.TID
-}
-
-func (w *teamWorker) Run(c *task.Ctx) error {
-	if err := c.JoinComm(&w.C); err != nil {
-		return err
-	}
-	for w.Round < w.Rounds {
-		msg, err := commRound(c, &w.C, w.Round, nil)
-		if err != nil {
-			return err
-		}
-		if w.Fail == "" {
-			w.Fail = msg
-		}
-		w.Round++
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
-	}
-	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
-	if err != nil || w.C.Rank != 0 {
-		return err
-	}
-	return c.Send(c.Parent(), 1, teamReport{Fails: fails, TIDs: w.C.TIDs})
 }
 
 // TestSpawnTeam: a team of 1, 2 and 4 workers that SpawnTeam starts is a
@@ -214,7 +184,7 @@ func TestSpawnTeam(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	for _, n := range []int{1, 2, 4} {
 		runRoot(t, d, func(c *task.Ctx, _ int) error {
-			tids, err := c.SpawnTeam(&teamWorker{Rounds: 2}, n)
+			tids, err := c.SpawnTeam(&commWorker{Rounds: 2, Report: true}, n)
 			if err != nil {
 				return err
 			}
@@ -237,7 +207,7 @@ func TestSpawnTeam(t *testing.T) {
 		})
 	}
 	runRoot(t, d, func(c *task.Ctx, _ int) error {
-		if tids, err := c.SpawnTeam(&teamWorker{}, 0); err == nil {
+		if tids, err := c.SpawnTeam(&commWorker{}, 0); err == nil {
 			return fmt.Errorf("a team of none: %v", tids)
 		}
 		return nil

@@ -448,11 +448,11 @@ func TestSpawnRootsCheckpointPeriodically(t *testing.T) {
 // master likewise) routes the restored tasks above it: no task's epoch
 // goes back.
 func TestRestartEpochAboveManifest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	shared := t.TempDir()
 	vm := startVM(t, 2, Config{SharedDir: shared})
 	m := vm.Master()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	// The clock as many moves would have left it.
 	const high = 1 << 20
 	m.migMu.Lock()

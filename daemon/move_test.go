@@ -11,6 +11,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/jobck"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -241,13 +242,8 @@ func (n *napper) Run(c *task.Ctx) error {
 // ever resume it.
 func TestSuspendAfterResumeIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := New(Config{})
-		haltInBubble(t, d)
+		d, tid := napperHere(t)
 		ctx := context.Background()
-		tid, err := d.SpawnTask(&napper{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		suspended := make(chan error, 1)
 		go func() {
 			suspended <- d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute})
@@ -274,23 +270,15 @@ func TestSuspendAfterResumeIsRefused(t *testing.T) {
 // not grow with every task that was ever moved back.
 func TestMoveFloorTrimmedOnExit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := New(Config{})
-		haltInBubble(t, d)
+		d, tid := napperHere(t)
 		ctx := context.Background()
-		tid, err := d.SpawnTask(&napper{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if err := d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
 			t.Fatal(err)
 		}
-		d.mu.Lock()
-		floor := d.moveFloor[tid]
-		d.mu.Unlock()
-		if floor != 5 {
+		if floor := underMu(d, func() move.ID { return d.moveFloor[tid] }); floor != 5 {
 			t.Fatalf("floor of %v after the resume: %v, want move 5", tid, floor)
 		}
 		if err := d.Kill(tid); err != nil {
@@ -299,10 +287,7 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 		if _, err := d.Wait(ctx, tid); err != nil {
 			t.Fatal(err)
 		}
-		d.mu.Lock()
-		_, kept := d.moveFloor[tid]
-		d.mu.Unlock()
-		if kept {
+		if underMu(d, func() bool { _, kept := d.moveFloor[tid]; return kept }) {
 			t.Fatalf("%v exited and its move floor is still kept", tid)
 		}
 	})
@@ -314,23 +299,15 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 // kept for the task, as after its earlier incarnation exited here.
 func TestSuspendOlderThanRouteIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := New(Config{})
-		haltInBubble(t, d)
-		tid, err := d.SpawnTask(&napper{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, tid := napperHere(t)
 		d.rmu.Lock()
 		d.routes.Update(tid, routing.Route{Host: 1, Epoch: 3})
 		d.rmu.Unlock()
-		err = d.suspendForMove(context.Background(), migStep{TID: tid, Move: 9, Host: 2, Epoch: 2, Timeout: time.Minute})
+		err := d.suspendForMove(context.Background(), migStep{TID: tid, Move: 9, Host: 2, Epoch: 2, Timeout: time.Minute})
 		if !errors.Is(err, ErrAborted) {
 			t.Fatalf("suspend for a move older than the route: %v, want ErrAborted", err)
 		}
-		d.mu.Lock()
-		_, away := d.moving[tid]
-		d.mu.Unlock()
-		if away {
+		if underMu(d, func() bool { _, away := d.moving[tid]; return away }) {
 			t.Fatalf("%v suspended for a move older than its route", tid)
 		}
 	})
@@ -381,4 +358,24 @@ func TestLatePauseAfterResumeIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// underMu returns what f returns, called with d.mu held.
+func underMu[T any](d *Daemon, f func() T) T {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return f()
+}
+
+// napperHere starts a daemon, halted when the synctest bubble ends, and a
+// napper on it.
+func napperHere(t *testing.T) (*Daemon, task.TID) {
+	t.Helper()
+	d := New(Config{})
+	haltInBubble(t, d)
+	tid, err := d.SpawnTask(&napper{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tid
 }

@@ -170,7 +170,9 @@ func TestRollbackAsksFailedKillsAgain(t *testing.T) {
 
 	// A kill that succeeds when asked again goes straight to the restore.
 	m = New(1, 3, Config{})
-	acts, _ = m.Step(Event{Kind: EvHostLost, Now: now, Host: 2, Hosts: hostIDs(2)})
+	if acts, err = m.Step(Event{Kind: EvHostLost, Now: now, Host: 2, Hosts: hostIDs(2)}); err != nil || len(acts) != 1 || acts[0].Kind != ActKill {
+		t.Fatalf("host lost: %v %v", acts, err)
+	}
 	r = m.Round()
 	if acts, err = m.Step(Event{Kind: EvKilled, Now: now, Round: r, Host: 1, Err: timeout}); err != nil || len(acts) != 1 || acts[0].Kind != ActKill {
 		t.Fatalf("after a failed kill: %v %v", acts, err)

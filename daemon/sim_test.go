@@ -294,20 +294,21 @@ func simFaults(t *testing.T, vm *LocalVM, out *syncBuffer, dir string, seed uint
 	cfg.Network, cfg.Heartbeat, cfg.RTO = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO
 	cfg.Listen, cfg.Join, cfg.Secret = "mem:0", m.Addr(), vm.Cluster.Secret
 	cfg.Credential = hostCred(t, vm, victim.Name()+"r")
-	// A join can time out under stalls; a host restarted by hand or by
-	// its service manager tries again.
+	// A join can time out under stalls (it waits 10 heartbeats) after the
+	// master took the host in; a host restarted by hand or by its service
+	// manager tries again, once the master has deleted the half-joined
+	// one (its name is taken until then).
 	var nd *Daemon
 	var err error
 	for try := 1; ; try++ {
-		jctx, jcancel := context.WithTimeout(ctx, 10*time.Second)
-		nd, err = Start(jctx, cfg)
-		jcancel()
+		nd, err = Start(ctx, cfg)
 		if err == nil {
 			break
 		}
 		if try == 3 {
 			t.Fatalf("restart %s, 3 tries: %v", victim.Name(), err)
 		}
+		time.Sleep(2 * cfg.DeadAfter)
 	}
 	vm.Daemons = append(vm.Daemons, nd) // halted with the machine
 	rejoins++

@@ -20,13 +20,27 @@ var (
 )
 
 // simRegressions are seeds that once broke an invariant or did not end;
-// TestSimRegressions runs them every time.
+// TestSimRegressions runs them every time. (A seed fixes the faults, not
+// the goroutines' interleaving: most of these failed in one run of several.)
 //
 //   - 141: while an aborted move's resume was stalled, a sender resent its
 //     whole queue for the task to the origin on every stale refusal, and on
 //     the virtual clock that burst never yielded (routing.Outbox.Refused
 //     now resends once per route and leaves the rest to the RTO).
-var simRegressions = []int{141}
+//   - 16, 65: a rollback's kill timed out and was taken as done; the
+//     restore found the old incarnation, or a worker outlived its job
+//     (the host fails the kill until its tasks end; jobck asks again).
+//   - 130: a restore's call timed out and the job was lost (jobck tries
+//     the rollback again).
+//   - 49, 203: a failed restore left tasks staged on a host that answered
+//     late, and every later try failed (the load clears them).
+//   - 408, 418: a checkpoint round's pause arrived after its resume and
+//     held the job's tasks for good (hosts refuse it).
+//   - 6: under -race, a round's resume released a task while its
+//     checkpoint was written (the write and the release are ordered).
+//   - 362: a restarted host's join timed out after the master took it in,
+//     and its retries were refused (the harness waits for the deletion).
+var simRegressions = []int{6, 16, 49, 65, 130, 141, 203, 362, 408, 418}
 
 // simStats adds up what the simulation's seeds did: moves and the faults
 // injected.

@@ -542,12 +542,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		}
 		return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round, Err: err}})
 	case jobck.ActResume:
-		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
-		defer cancel()
-		_, errs := d.eachHost(ctx, a.Hosts, mCkResume, step)
-		if err := errors.Join(errs...); err != nil {
-			d.log.Warn("job checkpoint: resume", "job", js.id, "error", err)
-		}
+		d.resumeHosts(js.id, a.Hosts, step)
 	case jobck.ActDiscard:
 		if w != nil {
 			js.mu.Lock()
@@ -583,6 +578,41 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
 	return nil
+}
+
+// resumeAttempts bounds how many times a round's resume is asked of a host.
+const resumeAttempts = 5
+
+// resumeHosts asks hosts to let the job's tasks go on after a round. A host
+// whose call failed (timed out: it may never have heard it) is asked again
+// from a tracked goroutine, up to resumeAttempts times in all: a task left
+// paused would never run again. A resume is idempotent, and a host refuses
+// a pause of a round it has resumed, so a late one does no harm.
+func (d *Daemon) resumeHosts(job uint64, hosts []task.HostID, step ckStep) {
+	try := func(hosts []task.HostID) []task.HostID {
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
+		defer cancel()
+		_, errs := d.eachHost(ctx, hosts, mCkResume, step)
+		var failed []task.HostID
+		for i, err := range errs {
+			if err != nil {
+				failed = append(failed, hosts[i])
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			d.log.Warn("job checkpoint: resume", "job", job, "error", err)
+		}
+		return failed
+	}
+	failed := try(hosts)
+	if len(failed) == 0 {
+		return
+	}
+	d.goFunc(func() {
+		for n := 2; n <= resumeAttempts && len(failed) > 0 && d.ctx.Err() == nil; n++ {
+			failed = try(failed)
+		}
+	})
 }
 
 // writeSet asks the hosts to write their tasks' checkpoints into a new set

@@ -186,6 +186,9 @@ func simJob(t *testing.T, m *Daemon, out *syncBuffer, live func() []*Daemon, fau
 	// first complete one (stalls can make a round miss its pause budget,
 	// and the next one is tried a period later).
 	for js.seq() == 0 && !simEnded(js) {
+		if ctx.Err() != nil {
+			t.Fatalf("job %d: no complete checkpoint in 5 min: %v\n%s", job, ctx.Err(), out)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if fault != nil {

@@ -295,7 +295,7 @@ func Summarize(lines []Line) ([]Summary, error) {
 				}
 			}
 			if len(vs) > 0 {
-				s.Stats[m.Key] = stat(vs)
+				s.Stats[m.Key] = StatOf(vs)
 			}
 		}
 		out = append(out, s)
@@ -303,7 +303,9 @@ func Summarize(lines []Line) ([]Summary, error) {
 	return out, nil
 }
 
-func stat(vs []float64) Stat {
+// StatOf returns the median and range of vs (at least one value); it does
+// not change vs.
+func StatOf(vs []float64) Stat {
 	vs = slices.Clone(vs)
 	slices.Sort(vs)
 	n := len(vs)

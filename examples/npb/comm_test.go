@@ -103,3 +103,19 @@ func runRanks(t testing.TB, kernel, class string, np int, body func(w worker, cm
 	}
 	return reps[0]
 }
+
+// TestFTChunkedTranspose runs FT with transposes cut into chunks of a few
+// lines, the last one short (the default chunk holds a whole class S
+// block), and checks the checksums are bit-identical to one chunk a block.
+func TestFTChunkedTranspose(t *testing.T) {
+	for _, np := range []int{2, 4} {
+		want := runLocal(t, "ft", "S", np)
+		got := runRanks(t, "ft", "S", np, func(w worker, cm comm) (*Report, error) {
+			w.(*FTWorker).chunk = 3*64 + 5 // 3 lines of 64
+			return w.run(cm, &hooks{now: time.Now})
+		})
+		if got == nil || got.Verified != Successful || !sameValues(want.Values, got.Values) {
+			t.Fatalf("np %d: chunked %+v, whole blocks %+v", np, got, want.Values)
+		}
+	}
+}

@@ -196,7 +196,14 @@ func (w *ISWorker) fullVerify(cm comm) (int64, error) {
 	for _, seg := range w.segs {
 		n += len(seg)
 	}
-	sorted := make([]int32, n)
+	// The keys are not needed any more: sort into their array when it
+	// has room (it is allocated with an eighth to spare).
+	var sorted []int32
+	if cap(w.keys) >= n {
+		sorted = w.keys[:n]
+	} else {
+		sorted = make([]int32, n)
+	}
 	ptr := append([]int32(nil), w.counts...)
 	base := int32(w.offset)
 	mk := int32(w.minKey)
@@ -257,7 +264,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 	if cm.rank() == 0 && n < 2*isIterations+1 {
 		return nil, fmt.Errorf("IS class %s: %d keys per task is too few: %w", p.Class, n, ErrBadNP)
 	}
-	w.keys = make([]int32, n)
+	w.keys = make([]int32, n, n+n/8)
 	w.send = make([]int32, n)
 	isKeys(p, w.k0, w.keys)
 	// Reapply the edits of the rankings already done.

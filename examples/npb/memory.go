@@ -19,6 +19,12 @@ var ErrNoMemory = errors.New("not enough memory")
 // peaks at 17 MiB.
 const memBase = 24 << 20
 
+// memTask is what each task past the first adds besides its arrays: its
+// goroutines' stacks, its mailbox and its share of the virtual machine's
+// buffers, measured on classes S and W (TestNPBMemoryNeedHonest in
+// cmd/cli).
+const memTask = 6 << 20
+
 // memText is the part of memBase that is the binary's resident code and
 // data, outside the Go runtime's accounting (and so outside its memory
 // limit).
@@ -30,7 +36,8 @@ const memText = 8 << 20
 //
 // The estimate is the arrays the kernel's tasks allocate, worked out from
 // the class's parameters as the code sizes them, plus a tenth for the
-// collector's slack, plus the messages that can be in flight at once (each
+// collector's slack, plus a fixed part for the runtime and for each task,
+// plus the messages that can be in flight at once (each
 // is an encoded payload, garbage once it is decoded). `dpvm npb` sets the
 // collector's memory limit to HeapLimit, which is this estimate less the
 // resident code, so that the garbage the messages leave is reclaimed as it
@@ -49,7 +56,7 @@ func MemoryNeed(kernel, class string, np int) (int64, error) {
 		return 0, err
 	}
 	live, inflight := memArrays(k, cl, np)
-	return int64(memBase + live*1.1 + inflight), nil
+	return int64(memBase + float64(np-1)*memTask + live*1.1 + inflight), nil
 }
 
 // HeapLimit is the memory limit for the Go runtime (debug.SetMemoryLimit)
@@ -140,8 +147,8 @@ func memArrays(kernel, class string, np int) (live, inflight float64) {
 		// the counts of each task's key range and their copy, and the
 		// keys received from the other tasks.
 		live = 4*keys + 4*keys*9/8 + 2*4*maxKey + 4*keys*others
-		// A ranking's exchange: every key whose bucket another task owns.
-		inflight = 4 * keys * others
+		// A chunk of keys per pair of tasks.
+		inflight = nps * (nps - 1) * 4 * min(float64(isChunk), keys/nps/nps)
 		return live, inflight
 	}
 	return 0, 0

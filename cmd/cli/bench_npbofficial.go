@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -140,13 +138,7 @@ func runBenchNPBOfficial(ctx context.Context, o benchNPBOfficialOptions, stdout,
 	}
 	command := fmt.Sprintf("dpvm bench npb-official --src %s --class %s --rounds %d --kernels %s", o.Src, o.Class, o.Rounds, o.Kernels)
 	fmt.Fprintf(stderr, "bench npb-official: bash %s\n", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, "bash", args...)
-	// The script's per-run lines are progress: they go to standard error,
-	// so that standard output holds only the table (or the JSON).
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 30 * time.Second
-	runErr := cmd.Run()
+	runErr := runHarness(ctx, args, stderr)
 	lines, err := npbofficial.ReadFile(filepath.Join(out, "results.jsonl"))
 	if err != nil || len(lines) == 0 {
 		if runErr != nil {
@@ -168,11 +160,7 @@ func runBenchNPBOfficial(ctx context.Context, o benchNPBOfficialOptions, stdout,
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "%s\n\n", command)
-		for _, m := range machine {
-			fmt.Fprintf(stdout, "- %s\n", m)
-		}
-		fmt.Fprintln(stdout)
+		writeMachine(stdout, command, machine)
 		if err := npbofficial.WriteTable(stdout, rows); err != nil {
 			return cli.Exit("bench npb-official: "+err.Error(), 1)
 		}
@@ -180,11 +168,7 @@ func runBenchNPBOfficial(ctx context.Context, o benchNPBOfficialOptions, stdout,
 			filepath.Join(out, "results.jsonl"))
 	}
 	if runErr != nil {
-		var ee *exec.ExitError
-		if errors.As(runErr, &ee) {
-			return cli.Exit(fmt.Sprintf("bench npb-official: the harness reported failed runs (exit %d); the table holds the runs that worked", ee.ExitCode()), 1)
-		}
-		return cli.Exit("bench npb-official: "+runErr.Error(), 1)
+		return harnessFailed("bench npb-official", runErr)
 	}
 	return nil
 }

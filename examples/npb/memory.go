@@ -25,6 +25,10 @@ const memBase = 24 << 20
 // cmd/cli).
 const memTask = 6 << 20
 
+// memSlack is what the peak holds per byte of arrays: the collector's slack,
+// reached by FT class C at np = 2 (8.04 GiB on 7 GiB of arrays).
+const memSlack = 1.15
+
 // memText is the part of memBase that is the binary's resident code and
 // data, outside the Go runtime's accounting (and so outside its memory
 // limit).
@@ -35,8 +39,8 @@ const memText = 8 << 20
 // virtual machine, whatever its number of hosts).
 //
 // The estimate is the arrays the kernel's tasks allocate, worked out from
-// the class's parameters as the code sizes them, plus a tenth for the
-// collector's slack, plus a fixed part for the runtime and for each task,
+// the class's parameters as the code sizes them, plus 15 % for the
+// collector's slack (memSlack), plus a fixed part for the runtime and for each task,
 // plus the messages that can be in flight at once (each
 // is an encoded payload, garbage once it is decoded). `dpvm npb` sets the
 // collector's memory limit to HeapLimit, which is this estimate less the
@@ -56,7 +60,7 @@ func MemoryNeed(kernel, class string, np int) (int64, error) {
 		return 0, err
 	}
 	live, inflight := memArrays(k, cl, np)
-	return int64(memBase + float64(np-1)*memTask + live*1.1 + inflight), nil
+	return int64(memBase + float64(np-1)*memTask + live*memSlack + inflight), nil
 }
 
 // HeapLimit is the memory limit for the Go runtime (debug.SetMemoryLimit)

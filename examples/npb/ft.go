@@ -272,10 +272,11 @@ func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl
 // which the collector reclaims chunk by chunk instead of block by block.
 const ftChunk = 1 << 17
 
-// alltoall sends every other task its block of lines lines of n values,
-// packed by pack, and unpacks the blocks received, in chunks of at most
-// w.chunk values (ftChunk by default; at least one line). Within a step every task sends one chunk and then
-// receives one, so at most a chunk per pair of tasks is in flight.
+// alltoall sends every other task its block (lines lines of n values,
+// packed by pack) and unpacks the blocks received, in chunks of at most
+// w.chunk values (ftChunk by default; at least one line). Within a step
+// every task sends one chunk and then receives one, so at most a chunk per
+// pair of tasks is in flight.
 func (w *FTWorker) alltoall(cm comm, lines, n int, pack, unpack func(q, l0, l1 int, buf []complex128)) error {
 	np, me := cm.size(), cm.rank()
 	chunk := w.chunk

@@ -1,7 +1,6 @@
 package npbofficial
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -84,27 +83,22 @@ func (l Line) PeakMiB() float64 {
 // ParseLines reads result lines, one JSON object a line; blank lines and
 // lines starting with '#' are skipped.
 func ParseLines(r io.Reader) ([]Line, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	var lines []Line
-	for n := 1; sc.Scan(); n++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 || b[0] == '#' {
-			continue
-		}
+	err := peers.EachLine(r, maxLine, func(n int, b []byte) error {
 		var l Line
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			return nil, fmt.Errorf("%w %d: %v", ErrBadLine, n, err)
+			return fmt.Errorf("%w %d: %v", ErrBadLine, n, err)
 		}
 		if err := l.Validate(); err != nil {
-			return nil, fmt.Errorf("%w %d: %v", ErrBadLine, n, err)
+			return fmt.Errorf("%w %d: %v", ErrBadLine, n, err)
 		}
 		lines = append(lines, l)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("npbofficial: reading results: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return lines, nil
 }

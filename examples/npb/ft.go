@@ -250,7 +250,7 @@ func (w *FTWorker) lineB(q, jl, kl int) int {
 // out by to, exchanging with every other task the block of lines it owns
 // in the other layout. Line l of a block is (jl, kl) = (l / nzl, l % nzl).
 func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl, kl int) int) error {
-	nx, nzl := w.p.NX, w.nzl
+	nx, nzl, me := w.p.NX, w.nzl, cm.rank()
 	pack := func(q, l0, l1 int, buf []complex128) {
 		for l := l0; l < l1; l++ {
 			s := from(q, l/nzl, l%nzl)
@@ -263,6 +263,11 @@ func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl
 			copy(dst[d:d+nx], buf[nx*(l-l0):][:nx])
 		}
 	}
+	// This task's own block goes straight from src to dst.
+	for l := range w.nyl * nzl {
+		s, d := from(me, l/nzl, l%nzl), to(me, l/nzl, l%nzl)
+		copy(dst[d:d+nx], src[s:s+nx])
+	}
 	return w.alltoall(cm, w.nyl*nzl, nx, pack, unpack)
 }
 
@@ -273,7 +278,8 @@ func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl
 const ftChunk = 1 << 17
 
 // alltoall sends every other task its block (lines lines of n values,
-// packed by pack) and unpacks the blocks received, in chunks of at most
+// packed by pack) and unpacks the blocks received from them (the caller
+// moves its own), in chunks of at most
 // w.chunk values (ftChunk by default; at least one line). Within a step
 // every task sends one chunk and then receives one, so at most a chunk per
 // pair of tasks is in flight.
@@ -289,11 +295,6 @@ func (w *FTWorker) alltoall(cm comm, lines, n int, pack, unpack func(q, l0, l1 i
 		w.sendBuf, w.recvBuf = make([]complex128, blk), make([]complex128, blk)
 	}
 	sb := w.sendBuf[:blk]
-	for l0 := 0; l0 < lines; l0 += step {
-		l1 := min(lines, l0+step)
-		pack(me, l0, l1, sb)
-		unpack(me, l0, l1, sb)
-	}
 	for k := 1; k < np; k++ {
 		to, from := (me+k)%np, (me-k+np)%np
 		for l0 := 0; l0 < lines; l0 += step {

@@ -68,6 +68,10 @@ type ScaleOptions struct {
 	Logger         *slog.Logger
 	MasterLogLevel string
 	Progress       io.Writer
+	// MasterPprof, if set, is the loopback address where the master
+	// process serves Go's profiles (its --pprof), to profile it while it
+	// idles.
+	MasterPprof string
 }
 
 func (o *ScaleOptions) setDefaults() {
@@ -391,6 +395,9 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *p
 		"--heartbeat", o.Heartbeat.String()}
 	if o.SchedPeriod > 0 {
 		args = append(args, "--sched-period", o.SchedPeriod.String())
+	}
+	if o.MasterPprof != "" {
+		args = append(args, "--pprof", o.MasterPprof)
 	}
 	if recover {
 		args = append(args, "--recover")

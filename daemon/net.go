@@ -529,6 +529,13 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		}
 		return d.handleEvent(p, &e)
 	case routing.KindPing:
+		if d.cfg.Master && p.role == pki.RoleDaemon && time.Since(time.Unix(0, p.lastWrite.Load())) < d.cfg.DeadAfter/4 {
+			// A host needs to hear from the master within DeadAfter,
+			// not at every heartbeat: the master answers a host's ping
+			// only when it has sent it nothing for a quarter of that,
+			// which saves an idle master half its packets.
+			return nil
+		}
 		p.frame(routing.KindPong, f.Body)
 	case routing.KindPong:
 	case routing.KindHello:
@@ -718,7 +725,7 @@ func (d *Daemon) hostByName(name string) (task.HostID, error) {
 }
 
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
-// master) every Heartbeat, and reports load.
+// master) every Heartbeat, and reports load when it changed (sendReport).
 func (d *Daemon) heartbeatLoop() {
 	d.every(d.cfg.Heartbeat, nil, func() bool {
 		now := time.Now()
@@ -741,7 +748,7 @@ func (d *Daemon) heartbeatLoop() {
 			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
 			return d.cfg.MasterGrace > 0
 		}
-		d.reportLoad()
+		d.sendReport(false)
 		m.frame(routing.KindPing, nil)
 		return true
 	})

@@ -749,10 +749,17 @@ func (d *Daemon) heartbeatLoop() {
 			return d.cfg.MasterGrace > 0
 		}
 		d.sendReport(false)
-		m.frame(routing.KindPing, nil)
+		m.frame(routing.KindPing, pingPad[:])
 		return true
 	})
 }
+
+// pingPad is a host's ping's body: it makes the ping's QUIC packet large
+// enough that a master restarted at the same address answers it with a
+// stateless reset (RFC 9000 §10.3: a reset must be smaller than the packet
+// it answers), so the host learns at its next heartbeat that its
+// connection is to a master that is gone.
+var pingPad [48]byte
 
 // checkHosts deletes the hosts the master has not heard from for DeadAfter.
 func (d *Daemon) checkHosts(now time.Time) {

@@ -198,10 +198,11 @@ func (d *Daemon) listProcesses(ctx context.Context, hosts []HostInfo) ([]TaskInf
 	sort.SliceStable(stale, func(i, j int) bool { return st.listings[stale[i]].round < st.listings[stale[j]].round })
 	todo = append(todo, stale[:quota]...)
 	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, listParallel)
+		mu     sync.Mutex
+		errs   []error
+		failed []task.HostID
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, listParallel)
 	)
 	for _, id := range todo {
 		sem <- struct{}{}
@@ -213,12 +214,18 @@ func (d *Daemon) listProcesses(ctx context.Context, hosts []HostInfo) ([]TaskInf
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%v: %w", id, err))
+				failed = append(failed, id)
 				return
 			}
 			st.listings[id] = hostListing{tasks: rep.Tasks, round: st.rounds}
 		})
 	}
 	wg.Wait()
+	// A host that did not answer keeps its last listing, if any, and is
+	// listed again at the next check.
+	for _, id := range failed {
+		d.schedDirtyHost(id)
+	}
 	out := d.Tasks(false)
 	for _, l := range st.listings {
 		out = append(out, l.tasks...)
@@ -450,7 +457,6 @@ func (d *Daemon) schedCheck(now time.Time) {
 	tasks, called, err := d.listProcesses(ctx, hosts)
 	if err != nil {
 		d.log.Warn("scheduler: task list incomplete", "error", err)
-		d.schedDirty() // list again next time
 	}
 	listed := time.Since(listStart)
 	byTID := map[string]task.TID{}

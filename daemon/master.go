@@ -458,6 +458,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
+	defer d.placing()()
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
 	}

@@ -117,6 +117,7 @@ type schedState struct {
 	// listProcesses). listings are the hosts' last listings and rounds
 	// counts the checks that listed (both owned by the scheduler's loop).
 	all        atomic.Bool
+	placing    atomic.Int32 // spawns being placed (see placing)
 	dirtyHosts map[task.HostID]bool
 	listings   map[task.HostID]hostListing
 	rounds     int
@@ -138,6 +139,16 @@ const listEvery = 10
 
 // listParallel is how many hosts a check lists at once.
 const listParallel = 16
+
+// placing marks a spawn being placed (master) until the function it
+// returns is called: the scheduler's checks wait for it, since until every
+// host has started its share of the spawn the hosts placed last look idle
+// and those placed first busy, and moving tasks between them would only
+// undo the placement.
+func (d *Daemon) placing() func() {
+	d.sched.placing.Add(1)
+	return func() { d.sched.placing.Add(-1) }
+}
 
 // schedDirty makes the next check list every host's processes (master).
 func (d *Daemon) schedDirty() {
@@ -450,6 +461,9 @@ func (d *Daemon) schedCheck(now time.Time) {
 	hosts := d.Hosts()
 	snap := hostSnapshot(hosts, cfg)
 	st := d.sched
+	if st.placing.Load() > 0 {
+		return // a spawn is being placed: the next check sees it done
+	}
 	if d.quietCheck(now, hosts, snap) {
 		return
 	}
@@ -512,8 +526,14 @@ func (d *Daemon) schedCheck(now time.Time) {
 		status.Processes = append(status.Processes, ps)
 	}
 	sort.Slice(status.Processes, func(i, j int) bool { return status.Processes[i].TID < status.Processes[j].TID })
-	for _, s := range res.Stay {
-		d.log.Info("scheduler: selected, nowhere better to go: stays", "tid", s)
+	if len(res.Stay) > 0 {
+		// One line per check, not one per process: with every process of
+		// a large machine selected, a line each would be the master's
+		// main work. Each is at debug level.
+		d.log.Info("scheduler: selected, nowhere better to go: stay", "tasks", len(res.Stay), "first", res.Stay[0])
+		for _, s := range res.Stay {
+			d.log.Debug("scheduler: selected, nowhere better to go: stays", "tid", s)
+		}
 	}
 	via := cfg.Via
 	if via == "" {

@@ -30,7 +30,8 @@ func benchScaleCommand() *cli.Command {
 			"task between two hosts, neither the master; the master's CPU while the machine\n" +
 			"idles (heartbeats, load reports, scheduler checks every --sched-period) and\n" +
 			"its memory; memory per host and per idle task on the hosts and on the master;\n" +
-			"the master's last listing check (listing and sched.Step) and sched.Step's\n" +
+			"the master's last listing check (listing, the hosts it called, sched.Step),\n" +
+			"its checks per second and CPU per check while idle, and sched.Step's\n" +
 			"allocations; with --recover, the time a new master started with --recover\n" +
 			"takes to take every host and task back after the first is killed. Then the\n" +
 			"growth of each cost along the hosts and along the tasks (cost ∝ x^k).\n" +

@@ -529,11 +529,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		}
 		return d.handleEvent(p, &e)
 	case routing.KindPing:
-		if d.cfg.Master && p.role == pki.RoleDaemon && time.Since(time.Unix(0, p.lastWrite.Load())) < d.cfg.DeadAfter/4 {
-			// A host needs to hear from the master within DeadAfter,
-			// not at every heartbeat: the master answers a host's ping
-			// only when it has sent it nothing for a quarter of that,
-			// which saves an idle master half its packets.
+		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {
 			return nil
 		}
 		p.frame(routing.KindPong, f.Body)
@@ -752,6 +748,16 @@ func (d *Daemon) heartbeatLoop() {
 		m.frame(routing.KindPing, pingPad[:])
 		return true
 	})
+}
+
+// pongDue says whether the master answers a host's ping, having sent it
+// nothing for silent. A host needs to hear from the master within its
+// DeadAfter, not at every heartbeat: the master answers only once it has
+// been silent towards the host for a heartbeat and a half (or a quarter of
+// DeadAfter, if shorter), so that an idle host hears from it every other
+// heartbeat and the master sends half the packets.
+func pongDue(silent, heartbeat, deadAfter time.Duration) bool {
+	return silent >= min(heartbeat*3/2, deadAfter/4)
 }
 
 // pingPad is a host's ping's body: it makes the ping's QUIC packet large

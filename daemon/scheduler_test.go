@@ -376,3 +376,24 @@ func TestSchedulerListsChangedHosts(t *testing.T) {
 		t.Fatalf("after schedDirty: %d hosts called, want %d", called, hosts-1)
 	}
 }
+
+// TestPongDue: at the default heartbeat (1 s, DeadAfter 5 s) the master
+// answers every other ping of an idle host; a long DeadAfter does not make
+// it answer more rarely than that.
+func TestPongDue(t *testing.T) {
+	for _, c := range []struct {
+		silent, beat, dead time.Duration
+		want               bool
+	}{
+		{time.Second, time.Second, 5 * time.Second, false},
+		{2 * time.Second, time.Second, 5 * time.Second, true},
+		{1300 * time.Millisecond, time.Second, 5 * time.Second, true}, // a quarter of DeadAfter
+		{20 * time.Millisecond, 20 * time.Millisecond, 10 * time.Minute, false},
+		{40 * time.Millisecond, 20 * time.Millisecond, 10 * time.Minute, true},
+		{0, time.Second, 5 * time.Second, false},
+	} {
+		if got := pongDue(c.silent, c.beat, c.dead); got != c.want {
+			t.Errorf("pongDue(%v, %v, %v) = %v, want %v", c.silent, c.beat, c.dead, got, c.want)
+		}
+	}
+}

@@ -336,7 +336,7 @@ func TestCollectiveErrors(t *testing.T) {
 // back to its checkpoint's instance, and a group of many members joins,
 // passes a barrier and leaves.
 func TestGroupServerIndex(t *testing.T) {
-	g := newGroups()
+	g := newGroups(groupLimits{groups: 8, name: 64, members: 1 << 20})
 	tid := func(n int) task.TID { return task.NewTID(2, uint32(n)) }
 	for i := range 5 {
 		if inst, err := g.join("g", tid(i)); err != nil || inst != i {

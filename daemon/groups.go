@@ -16,9 +16,14 @@ import (
 // groups is the group server: named groups with instance numbers, and
 // barriers. A group exists while it has members.
 type groups struct {
-	mu sync.Mutex
-	m  map[string]*group
+	mu  sync.Mutex
+	m   map[string]*group
+	lim groupLimits
 }
+
+// groupLimits bound the group server (Config.MaxGroups, MaxGroupName,
+// MaxGroupMembers).
+type groupLimits struct{ groups, name, members int }
 
 // group is one named group. Every operation on a member costs the same
 // whatever the group's size: inst indexes the members by TID and free holds
@@ -78,24 +83,43 @@ type barrier struct {
 	remote map[task.HostID][]task.TID
 }
 
-func newGroups() *groups { return &groups{m: map[string]*group{}} }
+func newGroups(lim groupLimits) *groups { return &groups{m: map[string]*group{}, lim: lim} }
 
-func (g *groups) join(name string, tid task.TID) (int, error) {
+// groupLocked returns group name, made if need be within the bounds on
+// names and groups.
+func (g *groups) groupLocked(name string) (*group, error) {
 	if name == "" {
-		return -1, fmt.Errorf("empty group name")
+		return nil, fmt.Errorf("empty group name")
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	if len(name) > g.lim.name {
+		return nil, fmt.Errorf("group name of %d bytes, at most %d: %w", len(name), g.lim.name, ErrLimit)
+	}
 	gr := g.m[name]
 	if gr == nil {
+		if len(g.m) >= g.lim.groups {
+			return nil, fmt.Errorf("group %q: %d groups exist, at most %d: %w", name, len(g.m), g.lim.groups, ErrLimit)
+		}
 		gr = newGroup()
 		g.m[name] = gr
+	}
+	return gr, nil
+}
+
+func (g *groups) join(name string, tid task.TID) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr, err := g.groupLocked(name)
+	if err != nil {
+		return -1, err
 	}
 	if i, ok := gr.inst[tid]; ok {
 		return -1, fmt.Errorf("%v is already instance %d", tid, i)
 	}
 	free := gr.lowestFree()
 	if free < 0 {
+		if len(gr.members) >= g.lim.members {
+			return -1, fmt.Errorf("group %q has %d members, at most %d: %w", name, len(gr.members), g.lim.members, ErrLimit)
+		}
 		free = len(gr.members)
 		gr.members = append(gr.members, 0)
 	}
@@ -127,12 +151,14 @@ func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if name == "" || inst < 0 {
 		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
 	}
+	if inst >= g.lim.members {
+		return fmt.Errorf("rejoin %q as instance %d: at most %d members: %w", name, inst, g.lim.members, ErrLimit)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil {
-		gr = newGroup()
-		g.m[name] = gr
+	gr, err := g.groupLocked(name)
+	if err != nil {
+		return err
 	}
 	if t := gr.at(inst); !t.IsZero() && t != tid {
 		return fmt.Errorf("group %q instance %d is held by %v", name, inst, t)

@@ -69,20 +69,21 @@
 //     failed and starts again if its restore fails; a host refuses a pause
 //     of a round already resumed, and a task's checkpoint write and its
 //     release are ordered by the pause's own lock (pauseReq.mu), held
-//     across the write to the shared directory but never across a call. Restart epochs come from the move machine's
-//     clock, so that they are above every epoch handed out before, also
-//     for tasks whose routes the master has forgotten.
+//     across the write to the shared directory but never across a call.
+//     Restart epochs come from the move machine's clock, so that they are
+//     above every epoch handed out before, also for tasks whose routes the
+//     master has forgotten.
 //   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
 //     peers and host registry, under nw.mu; the scheduler, under schedMu.
 //
-// Lock order: rmu, then mu, then nw.mu; migMu, then nw.mu (migMu is never
-// taken with rmu or mu held, nor held while they are taken); a pause's
-// pauseReq.mu before rmu and mu (a checkpoint write captures the task's
-// mailbox under it; a release takes it with no other lock held). Groups,
-// mailboxes and the move machine lock on their own and call nothing that
-// locks. No lock is held across a call to another daemon: a move's steps
-// run with migMu released, and a resume that must wait for a checkpoint
-// being written waits with mu released.
+// Lock order: repMu, then rmu, then mu, then nw.mu; migMu, then nw.mu
+// (migMu is never taken with rmu or mu held, nor held while they are
+// taken); a pause's pauseReq.mu before rmu and mu (a checkpoint write
+// captures the task's mailbox under it; a release takes it with no other
+// lock held). Groups, mailboxes and the move machine lock on their own and
+// call nothing that locks. No lock is held across a call to another
+// daemon: a move's steps run with migMu released, and a resume that must
+// wait for a checkpoint being written waits with mu released.
 //
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.

@@ -50,7 +50,6 @@ func (s *sim) run(n int, speaking ...task.HostID) {
 	}
 }
 
-
 func TestStateString(t *testing.T) {
 	for s, want := range map[State]string{Alive: "alive", Suspected: "suspected", Dead: "dead", 9: "State(9)"} {
 		if s.String() != want {

@@ -366,6 +366,9 @@ func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, ma
 	}
 	if reply.Err != "" {
 		conn.Close("refused")
+		if err := replyBusy(reply); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrRefused, reply.Err)
 	}
 	return &greeting{conn: conn, st: st, r: r, reply: reply}, nil

@@ -318,11 +318,15 @@ func confControl() controlCommand {
 			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			hosts, err := cl.Hosts(ctx)
+			hosts, x, err := cl.Conf(ctx)
 			if err != nil {
 				return err
 			}
-			return printHosts(c.App.Writer, hosts, c.Bool("json"))
+			if err := printHosts(c.App.Writer, hosts, c.Bool("json")); err != nil || c.Bool("json") || x.DeadAfter == 0 {
+				return err
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "failure detection: %v\n", x)
+			return err
 		},
 	}
 }
@@ -340,6 +344,12 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		name := h.Name
 		if h.Master {
 			name += " (master)"
+		}
+		switch h.Liveness {
+		case "suspected":
+			name += fmt.Sprintf(" (suspected: silent %v)", time.Duration(h.SilentMS)*time.Millisecond)
+		case "rejoining":
+			name += " (rejoining)"
 		}
 		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
 	}

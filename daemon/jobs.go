@@ -449,14 +449,21 @@ func (js *jobState) workFor(r jobck.Round) *roundWork {
 }
 
 // feed steps the machine with the hosts' answers to a call, in the hosts'
-// order, and returns the actions that follow. A refused answer (a round
-// abandoned meanwhile) ends the feeding.
+// order, and returns the actions that follow. A refused answer ends the
+// feeding if its round was abandoned meanwhile; the answer of a host lost
+// meanwhile, whose answer the round no longer awaits, is skipped.
 func (d *Daemon) feed(js *jobState, evs []jobck.Event) []jobck.Action {
 	var out []jobck.Action
 	for _, ev := range evs {
 		acts, err := js.step(ev)
 		if err != nil {
 			d.log.Debug("job step refused", "job", js.id, "event", ev.Kind, "error", err)
+			js.mu.Lock()
+			current := js.mc.Round() == ev.Round
+			js.mu.Unlock()
+			if current && ev.Host != 0 && errors.Is(err, jobck.ErrStale) {
+				continue
+			}
 			return out
 		}
 		out = append(out, acts...)

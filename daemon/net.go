@@ -724,7 +724,9 @@ func (d *Daemon) Hosts() []HostInfo {
 	n.mu.Unlock()
 	for i := range out {
 		if out[i].ID == d.cfg.HostID {
+			lv := out[i].Liveness
 			out[i] = d.selfInfo()
+			out[i].Liveness = lv
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

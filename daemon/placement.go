@@ -184,6 +184,15 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 // all but the master's own when it hosts no tasks (Config.MasterNoTasks).
 func (d *Daemon) placeable() []HostInfo {
 	hs := d.Hosts()
+	// No new task, nor one restored by a rollback, goes to a host the
+	// master suspects or that is still registering again.
+	up := hs[:0]
+	for _, h := range hs {
+		if h.Liveness == "" || h.Liveness == "alive" {
+			up = append(up, h)
+		}
+	}
+	hs = up
 	if !d.cfg.MasterNoTasks || len(hs) < 2 {
 		return hs
 	}

@@ -1,0 +1,358 @@
+package daemon
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+var memberSeeds = flag.Int("member-seeds", 10, "how many seeds TestSimMembership runs")
+
+// partitions is a Shaper that cuts the network between chosen pairs of
+// endpoints — a connection carrying a unit across a cut breaks, as a QUIC
+// connection does once its peer stays silent, and new ones break at their
+// first unit — and can delay everything to and from one endpoint (an
+// overloaded daemon that hears and answers late).
+type partitions struct {
+	mu      sync.Mutex
+	apart   map[[2]string]bool
+	slow    string
+	delay   time.Duration
+	cutN    atomic.Int64
+	delayed atomic.Int64
+}
+
+func pairKey(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// split cuts a from each of bs (heal: mends them).
+func (p *partitions) split(heal bool, a string, bs ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.apart == nil {
+		p.apart = map[[2]string]bool{}
+	}
+	for _, b := range bs {
+		if heal {
+			delete(p.apart, pairKey(a, b))
+		} else {
+			p.apart[pairKey(a, b)] = true
+		}
+	}
+}
+
+func (p *partitions) slowDown(addr string, d time.Duration) {
+	p.mu.Lock()
+	p.slow, p.delay = addr, d
+	p.mu.Unlock()
+}
+
+func (p *partitions) Shape(u transport.Unit) transport.Decision {
+	var d transport.Decision
+	if len(u.Data) > 4 && routing.Kind(u.Data[4]) == routing.KindStream {
+		d.Raw = true // a checkpoint's bytes follow
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.apart[pairKey(u.From, u.To)] {
+		d.Cut = true
+		p.cutN.Add(1)
+		return d
+	}
+	if p.delay > 0 && (u.From == p.slow || u.To == p.slow) {
+		d.Delay = p.delay
+		p.delayed.Add(1)
+	}
+	return d
+}
+
+// ringExpect is the sum ringRoot prints for n workers and laps laps.
+func ringExpect(n, laps int) int64 {
+	seed := make([]int64, n)
+	hops := make([]int, n)
+	for i := range seed {
+		seed[i] = int64(i + 1)
+	}
+	var sum int64
+	for range laps {
+		for i := range n {
+			hops[i]++
+			seed[i] = seed[i]*6364136223846793005 + 1442695040888963407
+			sum += seed[i]>>40 + int64(hops[i])
+		}
+	}
+	return sum
+}
+
+// memberShape is one partition scenario of TestSimMembership.
+type memberShape struct {
+	name string
+	// deletes: the hosts cut off stay away past deletion.
+	deletes bool
+	run     func(s *memberRun)
+}
+
+type memberRun struct {
+	t     *testing.T
+	vm    *LocalVM
+	p     *partitions
+	r     uint64 // the seed's random state
+	hosts []string
+}
+
+func (s *memberRun) rand(n int) int {
+	s.r = s.r*6364136223846793005 + 1442695040888963407
+	return int(s.r>>33) % n
+}
+
+// addrs are the addresses of the non-master daemons i (1-based indexes
+// into vm.Daemons).
+func (s *memberRun) addrs(is ...int) []string {
+	var out []string
+	for _, i := range is {
+		out = append(out, s.vm.Daemons[i].Addr())
+	}
+	return out
+}
+
+var memberShapes = []memberShape{
+	{name: "one host from the master, shorter than suspicion", run: func(s *memberRun) {
+		h := 1 + s.rand(len(s.vm.Daemons)-1)
+		s.p.split(false, s.vm.Master().Addr(), s.addrs(h)...)
+		time.Sleep(30 * time.Millisecond)
+		s.p.split(true, s.vm.Master().Addr(), s.addrs(h)...)
+	}},
+	{name: "one host from the master, past deletion", deletes: true, run: func(s *memberRun) {
+		h := 1 + s.rand(len(s.vm.Daemons)-1)
+		s.p.split(false, s.vm.Master().Addr(), s.addrs(h)...)
+		time.Sleep(time.Duration(1000+s.rand(1000)) * time.Millisecond)
+		s.p.split(true, s.vm.Master().Addr(), s.addrs(h)...)
+	}},
+	{name: "the master from half of the hosts, past deletion", deletes: true, run: func(s *memberRun) {
+		n := len(s.vm.Daemons) - 1
+		first := s.rand(n)
+		var half []int
+		for i := range n / 2 {
+			half = append(half, 1+(first+i)%n)
+		}
+		s.p.split(false, s.vm.Master().Addr(), s.addrs(half...)...)
+		time.Sleep(time.Duration(1000+s.rand(1000)) * time.Millisecond)
+		s.p.split(true, s.vm.Master().Addr(), s.addrs(half...)...)
+	}},
+	{name: "a flapping link between a host and the master", deletes: true, run: func(s *memberRun) {
+		h := 1 + s.rand(len(s.vm.Daemons)-1)
+		for range 8 {
+			s.p.split(false, s.vm.Master().Addr(), s.addrs(h)...)
+			time.Sleep(time.Duration(20+s.rand(400)) * time.Millisecond)
+			s.p.split(true, s.vm.Master().Addr(), s.addrs(h)...)
+			time.Sleep(time.Duration(20+s.rand(200)) * time.Millisecond)
+		}
+	}},
+	{name: "an overloaded master: everything to and from it late", run: func(s *memberRun) {
+		s.p.slowDown(s.vm.Master().Addr(), time.Duration(150+s.rand(150))*time.Millisecond)
+		time.Sleep(time.Second)
+		s.p.slowDown("", 0)
+	}},
+}
+
+// TestSimMembership runs a checkpointed job (a ring of workers on every
+// host) on daemons on transport.Mem under a virtual clock, and partitions
+// the network in a shape chosen by the seed: one host from the master,
+// shorter than suspicion or past deletion; the master from half of the
+// hosts; a flapping link; an overloaded master that hears and answers
+// late. Throughout, no task runs on two members at once (a member: a
+// host the master counts, announced, and not itself looking for its
+// master); once the network heals, every host is a member again, alive in
+// the master's eyes, no task runs on two hosts at all, and the job ends
+// with the result of an uninterrupted run (rolled back if hosts were
+// deleted, never if none was).
+func TestSimMembership(t *testing.T) {
+	const workers, laps = 8, 20
+	want := fmt.Sprintf("sum %d", ringExpect(workers, laps))
+	for seed := range *memberSeeds {
+		shape := memberShapes[seed%len(memberShapes)]
+		t.Run(fmt.Sprintf("%d/%s", seed, shape.name), func(t *testing.T) {
+			dir := t.TempDir()
+			synctest.Test(t, func(t *testing.T) {
+				p := &partitions{}
+				out := &syncBuffer{}
+				vm := startVM(t, 5, Config{Network: transport.NewMem(p, frameLen), Output: out, SharedDir: dir,
+					Heartbeat: 20 * time.Millisecond, DeadAfter: 200 * time.Millisecond, MasterGrace: time.Minute,
+					RTO: 30 * time.Millisecond, MoveTimeout: time.Second})
+				m := vm.Master()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				job, root, err := m.StartJob(ctx, &ringRoot{N: workers, Laps: laps}, JobOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := <-ringMid; got != root {
+					t.Fatalf("ring root %v, want %v", got, root)
+				}
+				if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+					t.Fatal(err)
+				}
+				js, err := m.job(job)
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				// The invariant, checked every 5 ms of virtual time while
+				// the network is partitioned and heals.
+				stop := make(chan struct{})
+				var stopOnce sync.Once
+				halt := func() { stopOnce.Do(func() { close(stop) }) }
+				defer halt()
+				checked := make(chan error, 1)
+				go func() {
+					var err error
+					for err == nil {
+						select {
+						case <-stop:
+							checked <- nil
+							return
+						case <-time.After(5 * time.Millisecond):
+						}
+						err = onceAmongMembers(vm)
+					}
+					checked <- err
+				}()
+
+				s := &memberRun{t: t, vm: vm, p: p, r: uint64(seed)*0x9e3779b97f4a7c15 + 7}
+				shape.run(s)
+
+				// Healed: every host becomes a member again.
+				if err := waitMembers(vm, 30*time.Second); err != nil {
+					t.Fatalf("%v (cuts %d, delayed %d)", err, p.cutN.Load(), p.delayed.Load())
+				}
+				// The job goes on (its root, restored by a rollback,
+				// waits halfway again) and ends with the right sum.
+				done := make(chan error, 1)
+				go func() {
+					info, err := m.waitJob(ctx, js)
+					if err == nil && info.Status != 0 {
+						err = fmt.Errorf("root ended %v status %d: %s", info.State, info.Status, info.Err)
+					}
+					done <- err
+				}()
+				poke(t, m, root)
+			wait:
+				for {
+					// ringMid is not the bubble's: poll it, so that the
+					// virtual clock runs meanwhile.
+					select {
+					case r := <-ringMid:
+						poke(t, m, r)
+					case err := <-done:
+						if err != nil {
+							t.Fatalf("job: %v\n%s", err, out)
+						}
+						break wait
+					default:
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+				halt()
+				if err := <-checked; err != nil {
+					t.Fatal(err)
+				}
+				if err := onceAtAll(vm); err != nil {
+					t.Fatal(err)
+				}
+				sums := ringSum.FindAllString(out.String(), -1)
+				if len(sums) != 1 || !strings.HasSuffix(sums[0], want) {
+					t.Fatalf("results %q, want one %q", sums, want)
+				}
+				if rb := m.Rollbacks(); !shape.deletes && rb != 0 {
+					t.Errorf("%d rollbacks where no host was deleted", rb)
+				}
+				t.Logf("%d rollbacks, %d units cut, %d delayed", m.Rollbacks(), p.cutN.Load(), p.delayed.Load())
+			})
+		})
+	}
+}
+
+// members are the daemons that count as members of the virtual machine:
+// known to the master and announced, and not themselves looking for their
+// master.
+func members(vm *LocalVM) []*Daemon {
+	m := vm.Master()
+	n := m.nw
+	n.mu.Lock()
+	in := map[task.HostID]bool{}
+	for id := range n.hosts {
+		if !n.mem.pending[id] {
+			in[id] = true
+		}
+	}
+	n.mu.Unlock()
+	var out []*Daemon
+	for _, d := range vm.Daemons {
+		if in[d.cfg.HostID] && !d.orphan.Load() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// onceOn checks that no task runs on two of ds.
+func onceOn(ds []*Daemon) error {
+	on := map[task.TID]string{}
+	for _, d := range ds {
+		d.mu.Lock()
+		for tid := range d.tasks {
+			if other, ok := on[tid]; ok {
+				d.mu.Unlock()
+				return fmt.Errorf("%v runs on %s and on %s", tid, other, d.Name())
+			}
+			on[tid] = d.Name()
+		}
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+func onceAmongMembers(vm *LocalVM) error { return onceOn(members(vm)) }
+func onceAtAll(vm *LocalVM) error        { return onceOn(vm.Daemons) }
+
+// waitMembers waits until every daemon is a member, alive in the master's
+// eyes, and connected to it.
+func waitMembers(vm *LocalVM, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ms := members(vm)
+		alive := 0
+		var seen []string
+		for _, h := range vm.Master().Hosts() {
+			if h.Liveness == "alive" {
+				alive++
+			}
+			seen = append(seen, h.Name+":"+h.Liveness)
+		}
+		if len(ms) == len(vm.Daemons) && alive == len(vm.Daemons) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, d := range ms {
+				names = append(names, d.Name())
+			}
+			return fmt.Errorf("after %v the members are %v (%v), want all %d daemons alive", limit, names, seen, len(vm.Daemons))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
@@ -355,4 +356,103 @@ func waitMembers(vm *LocalVM, limit time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+var stormHosts = flag.Int("storm-hosts", 128, "how many daemons TestJoinStorm starts at once")
+
+// TestJoinStorm starts a master and -storm-hosts daemons at once on
+// transport.Mem, under a virtual clock, with a master that admits 100
+// registrations a second, 16 at once: the rest are told to come back
+// later and do, after the master's hint and a jittered backoff. Every
+// daemon joins, none is deleted or gives up, the machine forms no faster
+// than the admission rate allows, and a spawn reaches every host.
+func TestJoinStorm(t *testing.T) {
+	n := *stormHosts
+	if testing.Short() {
+		n = 64
+	}
+	const rate, burst = 100, 16
+	synctest.Test(t, func(t *testing.T) {
+		cl, err := pki.NewCluster(time.Now(), MasterID.String(), "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Network: transport.NewMem(nil, frameLen), Secret: cl.Secret, Listen: "127.0.0.1:0",
+			Heartbeat: 20 * time.Millisecond, DeadAfter: 200 * time.Millisecond, JoinRate: rate, JoinBurst: burst}
+		mc := cfg
+		mc.Master, mc.Credential = true, cl.Master
+		start := time.Now()
+		m, err := Start(context.Background(), mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := make([]*Daemon, n-1)
+		errs := make([]error, n-1)
+		var wg sync.WaitGroup
+		for i := range ds {
+			c := cfg
+			c.Join = m.Addr()
+			if c.Credential, err = cl.Host(task.HostID(i + 2).String()); err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ds[i], errs[i] = Start(context.Background(), c)
+			}()
+		}
+		wg.Wait()
+		formed := time.Since(start)
+		defer func() {
+			m.stopping(task.ErrHalted)
+			for _, d := range ds {
+				if d != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_ = d.Halt(ctx)
+					cancel()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = m.Halt(ctx)
+			cancel()
+		}()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("daemon %d of %d: %v", i+2, n, err)
+			}
+		}
+		// Let the machine run a while: nobody alive is deleted.
+		time.Sleep(2 * time.Second)
+		hosts := m.Hosts()
+		if len(hosts) != n {
+			t.Fatalf("the master lists %d hosts, want %d", len(hosts), n)
+		}
+		for _, h := range hosts {
+			if h.Liveness != "alive" {
+				t.Errorf("%s is %s", h.Name, h.Liveness)
+			}
+		}
+		for _, d := range ds {
+			select {
+			case <-d.Done():
+				t.Fatalf("%s stopped: %v", d.Name(), d.Err())
+			default:
+			}
+		}
+		if least := time.Duration(float64(n-1-burst) / rate * float64(time.Second)); formed < least {
+			t.Errorf("%d daemons joined in %v, faster than the admission rate allows (%v)", n-1, formed, least)
+		}
+		tids, err := m.spawnAnywhere(context.Background(), 0, 0, task.SpawnRequest{Type: "daemon.test.ringworker", Count: n})
+		if err != nil || len(tids) != n {
+			t.Fatalf("spawn over %d hosts: %d tasks, %v", n, len(tids), err)
+		}
+		on := map[task.HostID]bool{}
+		for _, tid := range tids {
+			on[m.routeHost(tid)] = true
+		}
+		if len(on) != n {
+			t.Errorf("the spawn reached %d hosts, want %d", len(on), n)
+		}
+		t.Logf("%d daemons formed a virtual machine in %v of virtual time", n, formed.Round(time.Millisecond))
+	})
 }

@@ -70,7 +70,11 @@ func daemonCommand() *cli.Command {
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
-			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
+			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a suspected host (or the master) is given up (default 5 heartbeats; an overloaded master widens it up to --max-health+1 times)"},
+			&cli.DurationFlag{Name: "suspect-after", Usage: "master: least silence after which a host is suspected, shown by conf (default 2 heartbeats)"},
+			&cli.IntFlag{Name: "max-health", Usage: "master: how far an overloaded master widens --dead-after: at most this plus 1 times (default 4)"},
+			&cli.Float64Flag{Name: "join-rate", Usage: "master: registrations admitted a second; the others are told to retry later (default 64; negative: no limit)"},
+			&cli.IntFlag{Name: "join-burst", Usage: "master: registrations admitted at once (default 32)"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "directory every host shares, for indirect migration"},
 			&cli.StringFlag{Name: "placement", Value: "roundrobin", Usage: "master: where tasks spawned anywhere go: " + daemon.Placements},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "master: seed of the placement policies that probe random hosts"},
@@ -150,7 +154,8 @@ func daemonCommand() *cli.Command {
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
 				Credential: key, Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
-				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
+				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"), SuspectAfter: c.Duration("suspect-after"),
+				MaxHealth: c.Int("max-health"), JoinRate: c.Float64("join-rate"), JoinBurst: c.Int("join-burst"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests

@@ -64,7 +64,7 @@ func (d *Daemon) metricsSnapshot() metrics.Snapshot {
 	if d.cfg.Master {
 		for _, h := range d.Hosts() {
 			s.Hosts = append(s.Hosts, metrics.Host{Name: h.Name, Load: h.Load, Tasks: h.Tasks, Users: h.Users,
-				MemFreeBytes: mibBytes(float64(h.MemFreeMiB))})
+				MemFreeBytes: mibBytes(float64(h.MemFreeMiB)), Suspected: h.Liveness == "suspected", SilentSeconds: float64(h.SilentMS) / 1000})
 		}
 	}
 	return s

@@ -456,3 +456,167 @@ func TestJoinStorm(t *testing.T) {
 		t.Logf("%d daemons formed a virtual machine in %v of virtual time", n, formed.Round(time.Millisecond))
 	})
 }
+
+// memberVM starts n daemons on a Mem network cut by p, with fast
+// heartbeats.
+func memberVM(t *testing.T, n int, p *partitions, cfg Config) *LocalVM {
+	t.Helper()
+	cfg.Network = transport.NewMem(p, frameLen)
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 20 * time.Millisecond
+	}
+	if cfg.DeadAfter == 0 {
+		cfg.DeadAfter = 200 * time.Millisecond
+	}
+	cfg.MasterGrace = time.Minute
+	cfg.RTO = 30 * time.Millisecond
+	return startVM(t, n, cfg)
+}
+
+// spawnOn starts one task t on the named host (master).
+func spawnOn(t *testing.T, m *Daemon, host string, v task.Task) task.TID {
+	t.Helper()
+	typ, state, err := task.EncodeState(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnAnywhere(context.Background(), 0, 0, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: host})
+	if err != nil || len(tids) != 1 {
+		t.Fatalf("spawn on %s: %v %v", host, tids, err)
+	}
+	return tids[0]
+}
+
+// idler waits for a word, at safe points.
+func idler(t *testing.T) task.Task {
+	return fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	})
+}
+
+// runsOn reports whether d hosts tid.
+func runsOn(d *Daemon, tid task.TID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.tasks[tid]
+	return ok
+}
+
+// hostInfo is the master's entry for the named host.
+func hostInfo(m *Daemon, name string) (HostInfo, bool) {
+	for _, h := range m.Hosts() {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return HostInfo{}, false
+}
+
+// TestSuspectedHostShown: a host cut off from the master for longer than
+// suspicion but shorter than deletion is listed as suspected, with its
+// silence, and counted in the master's Detection; placement passes it by.
+// Heard again, it is alive, with its tasks: nothing was lost, nothing
+// restarted.
+func TestSuspectedHostShown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &partitions{}
+		vm := memberVM(t, 3, p, Config{DeadAfter: 10 * time.Second})
+		m, h3 := vm.Master(), vm.Daemons[2]
+		tid := spawnOn(t, m, "h3", idler(t))
+		p.split(false, m.Addr(), h3.Addr())
+		time.Sleep(300 * time.Millisecond)
+		hi, ok := hostInfo(m, "h3")
+		if !ok || hi.Liveness != "suspected" || hi.SilentMS < 100 {
+			t.Fatalf("h3 cut off for 300ms: %+v", hi)
+		}
+		if x := m.Detection(); x.Suspected != 1 || x.DeadNow != 10*time.Second || !strings.Contains(x.String(), "1 suspected now") {
+			t.Errorf("detection %+v: %v", x, x)
+		}
+		tids, err := m.spawnAnywhere(context.Background(), 0, 0, task.SpawnRequest{Type: "daemon.test.ringworker", Count: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range tids {
+			if m.routeHost(x) == h3.cfg.HostID {
+				t.Errorf("%v placed on the suspected host", x)
+			}
+		}
+		p.split(true, m.Addr(), h3.Addr())
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !runsOn(h3, tid) || h3.cfg.HostID != 3 || m.Rollbacks() != 0 {
+			t.Errorf("after the heal: %v on h3 %v, h3's ID %v, %d rollbacks", tid, runsOn(h3, tid), h3.cfg.HostID, m.Rollbacks())
+		}
+		if err := onceAtAll(vm); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestRejoinAfterDeletion: a host cut off past deletion loses its task (of
+// no checkpointed job): its watcher is told it exited, lost with its host.
+// When the network heals, the host registers again under its host ID,
+// having stopped that task first; it runs new tasks, numbered after the
+// old.
+func TestRejoinAfterDeletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &partitions{}
+		vm := memberVM(t, 3, p, Config{})
+		m, h3 := vm.Master(), vm.Daemons[2]
+		tid := spawnOn(t, m, "h3", idler(t))
+		notices := make(chan task.Notice, 1)
+		watching := make(chan error, 1)
+		spawnOn(t, m, "h2", fn(t, func(c *task.Ctx, _ int) error {
+			err := c.Notify(task.TaskExit, 7, tid)
+			watching <- err
+			if err != nil {
+				return err
+			}
+			var n task.Notice
+			if _, err := c.Recv(task.AnyTask, 7, &n); err != nil {
+				return err
+			}
+			notices <- n
+			return nil
+		}))
+		if err := <-watching; err != nil {
+			t.Fatal(err)
+		}
+		p.split(false, m.Addr(), h3.Addr())
+		var n task.Notice
+		select {
+		case n = <-notices:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no exit notice for the task of the lost host")
+		}
+		if n.TID != tid || n.Status != -1 || !strings.Contains(n.Err, "lost with its host") {
+			t.Errorf("notice %+v", n)
+		}
+		if _, ok := hostInfo(m, "h3"); ok {
+			t.Fatal("h3 still listed after its deletion")
+		}
+		if !runsOn(h3, tid) {
+			t.Fatal("h3, cut off, stopped its task before it could learn of its deletion")
+		}
+		p.split(true, m.Addr(), h3.Addr())
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if runsOn(h3, tid) {
+			t.Errorf("%v, declared lost, still runs on h3 after its return", tid)
+		}
+		hi, _ := hostInfo(m, "h3")
+		if hi.ID != 3 || h3.cfg.HostID != 3 {
+			t.Errorf("h3 came back as %v (it thinks %v), want host ID 3", hi.ID, h3.cfg.HostID)
+		}
+		again := spawnOn(t, m, "h3", idler(t))
+		if !runsOn(h3, again) || again.Host() != 3 || again.Num() <= tid.Num() {
+			t.Errorf("new task %v on the returned host (old %v)", again, tid)
+		}
+		if err := onceAtAll(vm); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

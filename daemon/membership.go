@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing/member"
 	"github.com/dpvm/dpvm/task"
 )
@@ -460,9 +461,22 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 	}
 }
 
-// busyHello is the master's answer to a registration over its rate.
-func busyHello(d *Daemon, wait time.Duration) *hello {
-	return &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
+// answerBusy tells a host registering over the admission rate to retry
+// after wait, and lets it hang up first: closing the connection at once
+// could overtake the answer (QUIC discards unsent stream data on close),
+// and the host would not know to retry.
+func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
+	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
+	if err := writeHello(st, h); err == nil {
+		t := time.NewTimer(min(2*time.Second, max(wait, d.cfg.Heartbeat)))
+		select {
+		case <-conn.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	conn.Close("busy")
 }
 
 // replyBusy turns a refusal that carries RetryAfter into a *BusyError.

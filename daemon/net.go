@@ -299,8 +299,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
 		if wait := d.admissionWait(h, time.Now()); wait > 0 {
 			// Over the admission rate: the host tries again later.
-			_ = writeHello(st, busyHello(d, wait))
-			conn.Close("busy")
+			d.answerBusy(ctx, conn, st, wait)
 			return
 		}
 		var info HostInfo

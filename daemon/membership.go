@@ -145,6 +145,11 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 		return 0
 	}
 	wait := n.mem.bucket.Take(now)
+	if wait > 0 {
+		// Registrations beyond the rate: the master is under a storm,
+		// and its hosts' words may reach it late.
+		n.mem.det.Strain()
+	}
 	if cur := n.hosts[h.Host]; wait > 0 && h.Rejoin && cur != nil && cur.Name == h.Name && h.Host != MasterID {
 		n.mem.det.Heard(h.Host, now)
 	}
@@ -442,10 +447,13 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 		}
 		var hint time.Duration
 		var busy *BusyError
+		var cut *handshakeCut
 		switch {
 		case errors.As(err, &busy):
 			hint = busy.RetryAfter
-		case timedOut:
+		case timedOut, errors.As(err, &cut) && !errors.Is(err, ErrRefused):
+			// No answer in time, or a connection the master took and then
+			// lost before answering (a master under a storm): try again.
 		default:
 			return err
 		}
@@ -468,7 +476,7 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
 	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
 	if err := writeHello(st, h); err == nil {
-		t := time.NewTimer(min(2*time.Second, max(wait, d.cfg.Heartbeat)))
+		t := time.NewTimer(5 * time.Second)
 		select {
 		case <-conn.Done():
 		case <-t.C:
@@ -478,6 +486,13 @@ func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transpo
 	}
 	conn.Close("busy")
 }
+
+// handshakeCut is a handshake whose connection was made and then lost
+// before the answer: the master is there, and a join tries again.
+type handshakeCut struct{ err error }
+
+func (e *handshakeCut) Error() string { return e.err.Error() }
+func (e *handshakeCut) Unwrap() error { return e.err }
 
 // replyBusy turns a refusal that carries RetryAfter into a *BusyError.
 func replyBusy(h *hello) error {

@@ -362,6 +362,9 @@ func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, ma
 	reply, err := readHello(ctx, r)
 	if err != nil {
 		conn.Close("handshake failed")
+		if ctx.Err() == nil {
+			err = &handshakeCut{err}
+		}
 		return nil, err
 	}
 	if reply.Err != "" {

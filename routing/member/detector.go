@@ -115,6 +115,7 @@ type Detector struct {
 	hosts    map[task.HostID]*watched
 	health   int
 	lastTick time.Time
+	strained bool // the observer said it was overloaded since the last tick
 }
 
 type watched struct {
@@ -219,6 +220,11 @@ func (d *Detector) phiBound(gaps []time.Duration) time.Duration {
 	return time.Duration(mean + sd*math.Sqrt2*z)
 }
 
+// Strain records that the observer is overloaded by other work (it turned
+// registrations away, say): at the next tick its health rises as for a
+// late tick.
+func (d *Detector) Strain() { d.strained = true }
+
 // Tick judges every watched host at now and returns the transitions, by
 // host ID. The driver calls it every heartbeat.
 func (d *Detector) Tick(now time.Time) []Change {
@@ -274,8 +280,10 @@ func (d *Detector) Tick(now time.Time) []Change {
 		}
 	}
 	mass := suspected >= d.cfg.MassMin && 4*suspected >= len(d.hosts)
+	strained := d.strained
+	d.strained = false
 	switch {
-	case late || mass:
+	case late || mass || strained:
 		d.health = min(d.health+1, d.cfg.MaxHealth)
 	case d.health > 0:
 		d.health--

@@ -273,3 +273,24 @@ func TestRemoveAndReAdd(t *testing.T) {
 		t.Errorf("re-added: %v %v %v", s.d.State(2), s.log, s.d.Silent(2, s.now))
 	}
 }
+
+// TestStrainWidens: an observer strained by other work at every tick (a
+// storm of registrations) widens its death timeout to the most, and lets
+// it narrow again a tick at a time once the strain is over.
+func TestStrainWidens(t *testing.T) {
+	s := newSim(t, Config{}, 2)
+	for range 10 {
+		s.d.Strain()
+		s.run(1, 2)
+	}
+	if s.d.Health() != 4 || s.d.DeadTimeout() != 25*time.Second {
+		t.Fatalf("strained: health %d, dead timeout %v", s.d.Health(), s.d.DeadTimeout())
+	}
+	s.run(2, 2)
+	if s.d.Health() != 2 {
+		t.Fatalf("two ticks after the strain: health %d, want 2", s.d.Health())
+	}
+	if len(s.log) != 0 {
+		t.Errorf("changes %v", s.log)
+	}
+}

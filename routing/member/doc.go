@@ -25,10 +25,12 @@
 // Lifeguard: an observer that is itself overloaded must not accuse the
 // hosts it failed to listen to. Health rises by one (up to
 // Config.MaxHealth) at a tick that comes late — more than half a
-// heartbeat after it was due, the observer was stalled — and at a tick
+// heartbeat after it was due, the observer was stalled — at a tick
 // where many hosts are suspected at once (at least Config.MassMin and a
-// quarter of them: more likely the observer's trouble than theirs); it
-// falls by one at every other tick. A late tick also credits every host
+// quarter of them: more likely the observer's trouble than theirs), and
+// at a tick after the driver said the observer was strained by other work
+// (Strain: the master turning registrations away); it falls by one at
+// every other tick. A late tick also credits every host
 // with the time the observer was blind: their silence is counted from
 // their last word plus the lateness. So a healthy master confirms a host
 // that fell silent dead after DeadAfter (plus up to a heartbeat), and an

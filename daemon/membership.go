@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"time"
 
@@ -445,20 +446,12 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 		if err == nil {
 			return nil
 		}
-		var hint time.Duration
-		var busy *BusyError
-		var cut *handshakeCut
-		switch {
-		case errors.As(err, &busy):
-			hint = busy.RetryAfter
-		case timedOut, errors.As(err, &cut) && !errors.Is(err, ErrRefused):
-			// No answer in time, or a connection the master took and then
-			// lost before answering (a master under a storm): try again.
-		default:
+		hint, again := retryJoin(err)
+		if !again && !timedOut {
 			return err
 		}
 		wait := joinBackoff.Delay(attempt, hint, rng.Uint64())
-		d.log.Info("the master cannot take this host yet; trying again", "error", err, "in", wait.Round(time.Millisecond))
+		d.log.Warn("the master cannot take this host yet; trying again", "error", err, "in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -485,6 +478,25 @@ func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transpo
 		t.Stop()
 	}
 	conn.Close("busy")
+}
+
+// retryJoin says whether a failed registration is tried again, and after
+// what hint: a busy master's answer; a connection the master took and
+// then lost before answering; a dial or handshake that timed out (a
+// master under a storm answers late, or not at all).
+func retryJoin(err error) (hint time.Duration, again bool) {
+	var busy *BusyError
+	var cut *handshakeCut
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrRefused):
+		return 0, false
+	case errors.As(err, &busy):
+		return busy.RetryAfter, true
+	case errors.As(err, &cut), errors.As(err, &ne) && ne.Timeout():
+		return 0, true
+	}
+	return 0, false
 }
 
 // handshakeCut is a handshake whose connection was made and then lost

@@ -172,7 +172,7 @@ func (d *Daemon) orphaned(cause error) {
 			if now := time.Now(); now.Before(next) {
 				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
 			}
-			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Heartbeat+time.Second)
+			ctx, cancel := context.WithTimeout(d.ctx, 10*d.cfg.Heartbeat)
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {
@@ -180,9 +180,14 @@ func (d *Daemon) orphaned(cause error) {
 				return false
 			}
 			d.log.Debug("register again", "error", err)
-			if busy := (*BusyError)(nil); errors.As(err, &busy) {
-				next = time.Now().Add(joinBackoff.Delay(attempt, busy.RetryAfter, rng.Uint64()))
+			if hint, again := retryJoin(err); again {
+				// A master is there, under a storm: wait as it asks, and
+				// give it the time.
+				next = time.Now().Add(joinBackoff.Delay(attempt, hint, rng.Uint64()))
 				attempt++
+				if busy := (*BusyError)(nil); errors.As(err, &busy) && time.Now().Add(grace).After(deadline) {
+					deadline = time.Now().Add(grace)
+				}
 			}
 			if time.Now().After(deadline) {
 				return d.giveUp(cause, grace, err)

@@ -115,7 +115,8 @@ type Detector struct {
 	hosts    map[task.HostID]*watched
 	health   int
 	lastTick time.Time
-	strained bool // the observer said it was overloaded since the last tick
+	strained bool      // the observer said it was overloaded since the last tick
+	strainAt time.Time // the last tick that found it strained
 }
 
 type watched struct {
@@ -222,7 +223,8 @@ func (d *Detector) phiBound(gaps []time.Duration) time.Duration {
 
 // Strain records that the observer is overloaded by other work (it turned
 // registrations away, say): at the next tick its health rises as for a
-// late tick.
+// late tick, and it does not fall before DeadAfter has passed without
+// strain (the hosts' words may still be queued behind that work).
 func (d *Detector) Strain() { d.strained = true }
 
 // Tick judges every watched host at now and returns the transitions, by
@@ -280,7 +282,10 @@ func (d *Detector) Tick(now time.Time) []Change {
 		}
 	}
 	mass := suspected >= d.cfg.MassMin && 4*suspected >= len(d.hosts)
-	strained := d.strained
+	if d.strained {
+		d.strainAt = now
+	}
+	strained := d.strained || (!d.strainAt.IsZero() && now.Sub(d.strainAt) < d.cfg.DeadAfter)
 	d.strained = false
 	switch {
 	case late || mass || strained:

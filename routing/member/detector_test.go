@@ -286,9 +286,13 @@ func TestStrainWidens(t *testing.T) {
 	if s.d.Health() != 4 || s.d.DeadTimeout() != 25*time.Second {
 		t.Fatalf("strained: health %d, dead timeout %v", s.d.Health(), s.d.DeadTimeout())
 	}
-	s.run(2, 2)
-	if s.d.Health() != 2 {
-		t.Fatalf("two ticks after the strain: health %d, want 2", s.d.Health())
+	s.run(4, 2)
+	if s.d.Health() != 4 {
+		t.Fatalf("within DeadAfter of the strain: health %d, want 4", s.d.Health())
+	}
+	s.run(3, 2)
+	if s.d.Health() != 1 {
+		t.Fatalf("three ticks from DeadAfter without strain: health %d, want 1", s.d.Health())
 	}
 	if len(s.log) != 0 {
 		t.Errorf("changes %v", s.log)

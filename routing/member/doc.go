@@ -29,8 +29,8 @@
 // where many hosts are suspected at once (at least Config.MassMin and a
 // quarter of them: more likely the observer's trouble than theirs), and
 // at a tick after the driver said the observer was strained by other work
-// (Strain: the master turning registrations away); it falls by one at
-// every other tick. A late tick also credits every host
+// (Strain: the master turning registrations away — then for DeadAfter
+// after the last strain); it falls by one at every other tick. A late tick also credits every host
 // with the time the observer was blind: their silence is counted from
 // their last word plus the lateness. So a healthy master confirms a host
 // that fell silent dead after DeadAfter (plus up to a heartbeat), and an

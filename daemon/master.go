@@ -56,8 +56,23 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 	if name == "" {
 		name = n.nextHost.String()
 	}
+	var stale task.HostID
 	for _, x := range n.hosts {
 		if x.Name == name {
+			if _, live := n.peers[x.ID]; live || x.ID == MasterID {
+				return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
+			}
+			// Registered, but its connection is gone: the same host (a
+			// host's name is its certificate's) that gave up waiting for
+			// the answer, or restarted. The new registration replaces it.
+			stale = x.ID
+		}
+	}
+	if stale != 0 {
+		n.mu.Unlock()
+		d.removeHost(stale, "replaced by a new registration of the same host")
+		n.mu.Lock()
+		if _, again := n.hosts[stale]; again {
 			return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
 		}
 	}

@@ -493,7 +493,7 @@ func retryJoin(err error) (hint time.Duration, again bool) {
 		return 0, false
 	case errors.As(err, &busy):
 		return busy.RetryAfter, true
-	case errors.As(err, &cut), errors.As(err, &ne) && ne.Timeout():
+	case errors.As(err, &cut), errors.As(err, &ne) && ne.Timeout(), transport.Overloaded(err):
 		return 0, true
 	}
 	return 0, false

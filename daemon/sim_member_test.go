@@ -108,11 +108,10 @@ type memberShape struct {
 }
 
 type memberRun struct {
-	t     *testing.T
-	vm    *LocalVM
-	p     *partitions
-	r     uint64 // the seed's random state
-	hosts []string
+	t  *testing.T
+	vm *LocalVM
+	p  *partitions
+	r  uint64 // the seed's random state
 }
 
 func (s *memberRun) rand(n int) int {
@@ -617,6 +616,31 @@ func TestRejoinAfterDeletion(t *testing.T) {
 		}
 		if err := onceAtAll(vm); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestStaleRegistrationReplaced: a registration whose connection is gone
+// (its daemon gave up waiting for the answer, or restarted) is replaced by
+// the same host's new one; a host still connected is not.
+func TestStaleRegistrationReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := memberVM(t, 2, &partitions{}, Config{})
+		m := vm.Master()
+		h := &hello{Name: "h7", Addr: "mem:77", Info: HostInfo{Build: ThisBuild()}}
+		first, _, _, err := m.admit(h, "mem:77")
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _, _, err := m.admit(h, "mem:77")
+		if err != nil || again.ID == first.ID {
+			t.Fatalf("the same host registering again without a connection: %v, %v (first %v)", again.ID, err, first.ID)
+		}
+		if _, ok := hostInfo(m, "h7"); !ok || len(m.Hosts()) != 3 {
+			t.Fatalf("hosts %v", m.Hosts())
+		}
+		if _, _, _, err := m.admit(&hello{Name: "h2", Addr: "mem:78", Info: HostInfo{Build: ThisBuild()}}, "mem:78"); err == nil || !strings.Contains(err.Error(), "already in the virtual machine") {
+			t.Fatalf("a connected host's name taken again: %v", err)
 		}
 	})
 }

@@ -257,7 +257,7 @@ func (d *Detector) Tick(now time.Time) []Change {
 			continue
 		}
 		silent := now.Sub(w.last)
-		to := w.state
+		var to State
 		switch {
 		case w.state == Suspected && silent >= d.DeadTimeout() && w.suspectedAt.Before(now):
 			to = Dead

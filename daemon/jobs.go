@@ -565,10 +565,8 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActDone:
 		d.checkpointDone(js, w, a)
 	case jobck.ActKill:
-		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
-		defer cancel()
 		step.Timeout = d.cfg.MoveTimeout
-		_, errs := d.eachHost(ctx, a.Hosts, mCkKill, step)
+		errs := d.killEverywhere(a.Hosts, step)
 		evs := make([]jobck.Event, len(a.Hosts))
 		for i, h := range a.Hosts {
 			if errs[i] != nil {
@@ -1167,6 +1165,46 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	d.rmu.Unlock()
 	for _, id := range d.peerHosts() {
 		_ = d.callHost(ctx, id, mSendCheck, struct{}{}, nil)
+	}
+}
+
+// killEverywhere asks every host to end the job's tasks for a rollback.
+// A host that does not answer but is still a member — cut off for a
+// while, suspected, registering again — is asked again every heartbeat
+// until it answers or is deleted (then its answer no longer matters),
+// for at most the longest time the master takes to delete a silent host:
+// restoring the job while such a host may still run its tasks would run
+// them twice.
+func (d *Daemon) killEverywhere(hosts []task.HostID, step ckStep) []error {
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+	_, errs := d.eachHost(ctx, hosts, mCkKill, step)
+	cancel()
+	deadline := time.Now().Add(d.Detection().MaxDead)
+	for {
+		var again []int
+		for i, h := range hosts {
+			if errs[i] != nil && d.hostKnown(h) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || time.Now().After(deadline) || d.ctx.Err() != nil {
+			return errs
+		}
+		select {
+		case <-time.After(d.cfg.Heartbeat):
+		case <-d.ctx.Done():
+			return errs
+		}
+		retry := make([]task.HostID, len(again))
+		for k, i := range again {
+			retry[k] = hosts[i]
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+		_, rerrs := d.eachHost(ctx, retry, mCkKill, step)
+		cancel()
+		for k, i := range again {
+			errs[i] = rerrs[k]
+		}
 	}
 }
 

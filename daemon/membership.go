@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/transport"
@@ -172,8 +173,9 @@ func (n *network) forgetHost(hi *HostInfo, why string) {
 		return
 	}
 	n.mem.det.Remove(hi.ID)
+	pending := n.mem.pending[hi.ID]
 	delete(n.mem.pending, hi.ID)
-	if len(why) >= len(reasonSilent) && why[:len(reasonSilent)] == reasonSilent {
+	if pending || strings.HasPrefix(why, reasonSilent) {
 		if len(n.mem.deleted) >= maxDeleted {
 			for id := range n.mem.deleted {
 				delete(n.mem.deleted, id)

@@ -113,7 +113,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 // master, or one that does not answer in time, is tried again (joinRetry).
 func (d *Daemon) join(ctx context.Context) error {
 	var g *greeting
-	err := d.joinRetry(ctx, d.cfg.Heartbeat*10, func(ctx context.Context) error {
+	err := d.joinRetry(ctx, max(10*d.cfg.Heartbeat, 5*time.Second), func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
 			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
@@ -329,7 +329,13 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials(),
 			Deleted: !announce, Lost: lost}); err != nil {
 			conn.Close("handshake failed")
-			d.removeHost(info.ID, "handshake failed")
+			if !h.Rejoin || !announce {
+				// A new host, or one readmitted after its deletion
+				// (deleted again, it may come back again), never
+				// heard the answer. A member registering again stays
+				// one: the failure detector judges it.
+				d.removeHost(info.ID, "handshake failed")
+			}
 			return
 		}
 		if announce {

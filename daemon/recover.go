@@ -172,7 +172,7 @@ func (d *Daemon) orphaned(cause error) {
 			if now := time.Now(); now.Before(next) {
 				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
 			}
-			ctx, cancel := context.WithTimeout(d.ctx, 10*d.cfg.Heartbeat)
+			ctx, cancel := context.WithTimeout(d.ctx, max(10*d.cfg.Heartbeat, 5*time.Second))
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {

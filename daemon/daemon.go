@@ -718,6 +718,10 @@ type hosted struct {
 	// movable all along (safeAt above: 0 when it has passed no safe point
 	// since it started here).
 	safeWait atomic.Bool
+	// warned is set when the task has been warned of for reaching no safe
+	// point in time, and cleared at its next safe point: one warning per
+	// late stretch, however many moves or checkpoint rounds wait on it.
+	warned atomic.Bool
 	// result is what the task recorded with SetResult (under d.mu).
 	result task.Payload
 

@@ -281,8 +281,13 @@ func (h *hosted) sinceSafePoint(now time.Time) time.Duration {
 }
 
 // warnNoSafePoint logs that the task kept a move or checkpoint waiting past
-// its timeout, and how long it has gone without a safe point.
+// its timeout, and how long it has gone without a safe point: once, until
+// the task's next safe point (a task late for every round of a periodic
+// checkpoint is named once, not every period).
 func (h *hosted) warnNoSafePoint(what string, timeout time.Duration) {
+	if h.warned.Swap(true) {
+		return
+	}
 	h.d.log.Warn("task reached no safe point in time: it cannot be moved or checkpointed until it calls SafePoint or waits in RecvSafe or a collective",
 		"tid", h.tid, "type", h.typ, "waiting", what, "timeout", timeout, "since_safe_point", h.sinceSafePoint(time.Now()).Round(time.Millisecond))
 }

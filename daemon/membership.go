@@ -63,6 +63,14 @@ const maxDeleted = 4096
 // reasonSilent starts the reason of a deletion by the failure detector.
 const reasonSilent = "no heartbeat for"
 
+// livenessRejoining is the liveness of a host registered again after its
+// deletion, not yet announced (HostInfo.Liveness).
+const livenessRejoining = "rejoining"
+
+// placeableLiveness says whether a host of this liveness may be given new
+// tasks: "" (a daemon that is not the master) or alive.
+func placeableLiveness(l string) bool { return l == "" || l == member.Alive.String() }
+
 // Detection is how the master detects failed hosts: the configured bounds
 // and where they stand now.
 type Detection struct {
@@ -112,8 +120,9 @@ func (d *Daemon) startMembership() error {
 	return nil
 }
 
-// Detection reports the master's failure detection (nil-safe: a daemon
-// that is not the master reports its DeadAfter alone).
+// Detection reports the master's failure detection; a daemon that is not
+// the master reports its own DeadAfter alone (how long it waits for its
+// master).
 func (d *Daemon) Detection() Detection {
 	x := Detection{Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
 	if d.nw == nil || d.nw.mem == nil {
@@ -199,7 +208,7 @@ func (n *network) liveness(hs []HostInfo, now time.Time) {
 		st := n.mem.det.State(hs[i].ID)
 		hs[i].Liveness = st.String()
 		if n.mem.pending[hs[i].ID] {
-			hs[i].Liveness = "rejoining"
+			hs[i].Liveness = livenessRejoining
 		}
 		if st == member.Suspected {
 			hs[i].SilentMS = n.mem.det.Silent(hs[i].ID, now).Milliseconds()

@@ -188,7 +188,7 @@ func (d *Daemon) placeable() []HostInfo {
 	// master suspects or that is still registering again.
 	up := hs[:0]
 	for _, h := range hs {
-		if h.Liveness == "" || h.Liveness == "alive" {
+		if placeableLiveness(h.Liveness) {
 			up = append(up, h)
 		}
 	}

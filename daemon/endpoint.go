@@ -148,14 +148,16 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 		return err
 	}
 	d := h.d
+	if err := d.checkNotify(len(tids)); err != nil {
+		return err
+	}
 	w := watcher{who: h.tid, tag: tag}
 	switch kind {
 	case task.TaskExit:
 		a := notifyArgs{Kind: kind, Watcher: h.tid, Tag: tag, TIDs: tids}
 		if d.isMaster() {
 			if d.nw == nil {
-				d.watchLocal(a)
-				return nil
+				return d.watchLocal(a)
 			}
 			return d.registerExitWatch(ctx, a)
 		}
@@ -168,17 +170,12 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 		for _, t := range tids {
 			ws = append(ws, hostWatcher{watcher: w, kind: kind, host: d.routeHost(t)})
 		}
-		d.mu.Lock()
-		d.hostW = append(d.hostW, ws...)
-		d.mu.Unlock()
+		return d.addHostWatchers(ws...)
 	case task.HostAdd:
-		d.mu.Lock()
-		d.hostW = append(d.hostW, hostWatcher{watcher: w, kind: kind})
-		d.mu.Unlock()
+		return d.addHostWatchers(hostWatcher{watcher: w, kind: kind})
 	default:
 		return fmt.Errorf("unknown notify kind %v", kind)
 	}
-	return nil
 }
 
 // groupName is the group server's name for a group a task names: its job's

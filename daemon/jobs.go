@@ -863,7 +863,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 // there are now (master).
 func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m *jobset.Manifest) error {
 	// Where each task goes.
-	hosts := d.placeable()
+	hosts := d.restorable()
 	here := map[task.HostID]bool{}
 	for _, h := range hosts {
 		here[h.ID] = true

@@ -67,8 +67,8 @@ const reasonSilent = "no heartbeat for"
 // deletion, not yet announced (HostInfo.Liveness).
 const livenessRejoining = "rejoining"
 
-// placeableLiveness says whether a host of this liveness may be given new
-// tasks: "" (a daemon that is not the master) or alive.
+// placeableLiveness says whether a rollback may restore tasks on a host of
+// this liveness: "" (a daemon that is not the master) or alive.
 func placeableLiveness(l string) bool { return l == "" || l == member.Alive.String() }
 
 // Detection is how the master detects failed hosts: the configured bounds

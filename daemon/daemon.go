@@ -101,8 +101,27 @@ type Config struct {
 	RTO time.Duration
 	// Heartbeat is how often a daemon pings the master (default 1s);
 	// DeadAfter is how long without a word before the master deletes a
-	// host, or a host gives up on the master (default 5s).
+	// host it suspects, or a host gives up on the master (default 5
+	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
+	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
+	// SuspectAfter is the least silence after which the master suspects
+	// a host (shown by conf and the status page; default 2 heartbeats, at
+	// most half of DeadAfter). A host whose own words come further apart
+	// is suspected later, after its phi-accrual bound.
+	SuspectAfter time.Duration
+	// MaxHealth bounds how far an overloaded master widens its
+	// timeouts: to at most (1+MaxHealth) times (default 4).
+	MaxHealth int
+	// JoinRate is how many registrations a second the master admits
+	// (default 64; negative: no limit), JoinBurst how many at once
+	// (default 32). A host that comes over the rate is told to retry
+	// later, and does, with jittered exponential backoff.
+	JoinRate  float64
+	JoinBurst int
+	// JoinTimeout bounds how long a daemon keeps trying to join a master
+	// that answers "busy" or not in time (default 10 minutes).
+	JoinTimeout time.Duration
 	// ReportEvery is how many heartbeats a host lets pass between load
 	// reports whose figures have not changed (default 10): a heartbeat
 	// carries a report only when the host's figures changed beyond
@@ -229,6 +248,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.JoinRate == 0 {
+		c.JoinRate = 64
+	}
+	if c.JoinBurst <= 0 {
+		c.JoinBurst = 32
+	}
+	if c.JoinTimeout <= 0 {
+		c.JoinTimeout = 10 * time.Minute
 	}
 	if c.ReportEvery <= 0 {
 		c.ReportEvery = 10

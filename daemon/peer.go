@@ -362,10 +362,16 @@ func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, ma
 	reply, err := readHello(ctx, r)
 	if err != nil {
 		conn.Close("handshake failed")
+		if ctx.Err() == nil {
+			err = &handshakeCut{err}
+		}
 		return nil, err
 	}
 	if reply.Err != "" {
 		conn.Close("refused")
+		if err := replyBusy(reply); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrRefused, reply.Err)
 	}
 	return &greeting{conn: conn, st: st, r: r, reply: reply}, nil

@@ -132,10 +132,15 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 			defer cancel()
 			po, _, _, next := pingPong(t, ctx, m, "h2", "h3")
 			next(10)
-			if _, err := m.Migrate(ctx, po, "h4", Direct); err == nil && c.point == "migrate:sent" {
+			_, err := m.Migrate(ctx, po, "h4", Direct)
+			if err == nil && c.point == "migrate:sent" {
 				t.Fatal("the move completed without its master")
 			}
-			<-m.Done()
+			select {
+			case <-m.Done():
+			case <-ctx.Done():
+				t.Fatalf("the master did not fail at %s: the move ended with %v", c.point, err)
+			}
 			m2 := startRecoveredMaster(ctx, t, m.Addr(), vm.Cluster, cfg)
 			for len(m2.Hosts()) < 4 {
 				next(1) // each pong is a moment for the hosts to register again

@@ -409,3 +409,11 @@ func (q *QUIC) Abort() {
 	_ = q.udp.Close()
 	_ = q.tr.Close()
 }
+
+// Overloaded reports whether err is a peer turning a new connection away
+// because it cannot take it now (QUIC's CONNECTION_REFUSED: its queue of
+// connections to accept is full): worth trying again later.
+func Overloaded(err error) bool {
+	var te *quic.TransportError
+	return errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused
+}

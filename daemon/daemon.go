@@ -423,15 +423,19 @@ func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
 // Lock order: repMu, then rmu, then mu, then nw.mu; groups and mailboxes
 // lock on their own and call nothing that locks.
 type Daemon struct {
-	cfg    Config
-	log    *slog.Logger
-	out    *lockedWriter
-	ctx    context.Context
-	cancel context.CancelFunc
-	groups *groups
-	wg     sync.WaitGroup // task goroutines
-	bg     sync.WaitGroup // network goroutines
-	self   HostInfo
+	cfg Config
+	log *slog.Logger // its "host" attribute is logName, read at each line
+	// logName is the name the daemon logs under: set at construction and
+	// again when the master assigns the host its ID, while network loops
+	// may already be logging.
+	logName atomic.Pointer[string]
+	out     *lockedWriter
+	ctx     context.Context
+	cancel  context.CancelFunc
+	groups  *groups
+	wg      sync.WaitGroup // task goroutines
+	bg      sync.WaitGroup // network goroutines
+	self    HostInfo
 	// ownAddr is the master's address as its hosts reach it, learnt from
 	// the first host that joins when the master listens on a wildcard
 	// address and was given no --advertise (see learnOwnAddr).
@@ -557,7 +561,6 @@ func newDaemon(cfg Config) *Daemon {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{
 		cfg:        cfg,
-		log:        cfg.Logger.With("host", cfg.Name),
 		ctx:        ctx,
 		cancel:     cancel,
 		groups:     newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
@@ -589,6 +592,8 @@ func newDaemon(cfg Config) *Daemon {
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 		met:        cfg.Metrics,
 	}
+	d.setLogName(cfg.Name)
+	d.log = cfg.Logger.With("host", logName{d})
 	if cfg.Secret != nil {
 		d.secret.Store(cfg.Secret)
 	}
@@ -1201,3 +1206,13 @@ func (d *Daemon) hostsJob(job uint64) bool {
 	}
 	return false
 }
+
+// logName is the value of a daemon's "host" log attribute: its current
+// name, resolved when a line is logged.
+type logName struct{ d *Daemon }
+
+// LogValue returns the daemon's name at the time of the log line.
+func (n logName) LogValue() slog.Value { return slog.StringValue(*n.d.logName.Load()) }
+
+// setLogName names the daemon in the log lines that follow.
+func (d *Daemon) setLogName(name string) { d.logName.Store(&name) }

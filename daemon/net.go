@@ -166,7 +166,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	if h.Seen != "" {
 		d.self.Addr = h.Seen
 	}
-	d.log = d.cfg.Logger.With("host", d.cfg.Name)
+	d.setLogName(d.cfg.Name)
 	n := d.nw
 	n.mu.Lock()
 	for i := range h.Hosts {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
@@ -19,6 +20,14 @@ func (e *envelope) matches(from task.TID, tag int) bool {
 	return (from == task.AnyTask || from == e.from) && (tag == task.AnyTag || tag == e.tag)
 }
 
+// msgOverhead is what a queued message costs beyond its payload bytes (its
+// place in the queue and the payload's slice, rounded up): a mailbox full
+// of empty messages is bounded too.
+const msgOverhead = 64
+
+// charge is the memory a queued message is counted for.
+func charge(e *envelope) int64 { return int64(len(e.body.Data)) + msgOverhead }
+
 // waiter is a receiver blocked on a pattern. A matching put hands the
 // message over through ch (buffered, so put never blocks).
 type waiter struct {
@@ -31,14 +40,92 @@ type waiter struct {
 // receivers waiting for them. Messages match on (source, tag) with
 // wildcards; the oldest matching message is delivered first, so messages
 // from one sender are received in the order they were put.
+//
+// The messages sit in two queues: in, where senders append (under mu), and
+// own, which receivers work through (under rmu) and refill by taking the
+// whole of in at once when nothing in own matches. Every message in own is
+// older than every message in in. A receiver thus takes mu once per batch,
+// not once per message, and senders and receivers seldom meet on a lock.
+//
+// Its memory (payload plus msgOverhead per message) is counted in mem, and
+// in the daemon's gauge of all its mailboxes (total, nil: none) in steps of
+// totalStep: local senders wait on them (Daemon.send) while they are over
+// their limits.
 type mailbox struct {
-	mu      sync.Mutex
-	q       []envelope // q[head:] are the messages, oldest first
-	head    int
-	bytes   int
+	rmu     sync.Mutex
+	own     []envelope // own[ownHead:], oldest first
+	ownHead int
+	outN    int   // messages taken (under rmu)
+	outB    int64 // their payload bytes
+
+	_  [64]byte // senders' fields on other cache lines than the receiver's
+	mu sync.Mutex
+	in []envelope // the newer messages, oldest first
+	// inN and inB count the messages ever queued and their payload bytes
+	// (under mu).
+	inN     int
+	inB     int64
 	waiters []*waiter
 	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
+
+	_     [64]byte
+	mem   gauge
+	total *gauge
+	step  atomic.Int64 // mem's value as last reported to total, in totalSteps
+}
+
+// totalStep is the granularity of a mailbox's share of the daemon's gauge:
+// a message changes the shared count only when its mailbox crosses a
+// multiple of it, so tasks on many cores do not all write one counter.
+const totalStep = 64 << 10
+
+// room returns a channel to wait on while the mailbox holds high bytes or
+// more, or the daemon's mailboxes together budget or more (a limit <= 0:
+// none); nil when there is room. The channel is closed when memory is
+// freed.
+func (m *mailbox) room(high, budget int64) <-chan struct{} {
+	if ch := m.mem.over(high); ch != nil {
+		return ch
+	}
+	if m.total != nil {
+		return m.total.over(budget)
+	}
+	return nil
+}
+
+// account adds n (negative: frees) to the mailbox's memory, and to the
+// daemon's gauge when it crosses a step.
+func (m *mailbox) account(n int64) {
+	var v int64
+	if n < 0 {
+		v = m.mem.sub(-n)
+	} else {
+		v = m.mem.add(n)
+	}
+	if m.total == nil {
+		return
+	}
+	// Round up: a mailbox holding anything counts for a step at least.
+	s := (v + totalStep - 1) / totalStep
+	for {
+		old := m.step.Load()
+		if old == s {
+			return
+		}
+		if m.step.CompareAndSwap(old, s) {
+			if s > old {
+				m.total.add((s - old) * totalStep)
+			} else {
+				m.total.sub((old - s) * totalStep)
+			}
+			return
+		}
+		// Another goroutine reported meanwhile: report from its figure,
+		// with the current value.
+		v = m.mem.n.Load()
+		s = (v + totalStep - 1) / totalStep
+	}
 }
 
 // put appends e, or hands it to the first waiter whose pattern matches. It
@@ -57,39 +144,78 @@ func (m *mailbox) put(e envelope) bool {
 			return true
 		}
 	}
-	m.q = append(m.q, e)
-	m.bytes += len(e.body.Data)
+	m.in = append(m.in, e)
+	m.inN++
+	m.inB += int64(len(e.body.Data))
 	m.mu.Unlock()
+	m.account(charge(&e))
 	return true
 }
 
-// take removes and returns the oldest message matching the pattern. The
-// caller holds m.mu.
-func (m *mailbox) take(from task.TID, tag int) (envelope, bool) {
-	for i := m.head; i < len(m.q); i++ {
-		if !m.q[i].matches(from, tag) {
+// takeOwn removes and returns the oldest message of own matching the
+// pattern. The caller holds rmu.
+func (m *mailbox) takeOwn(from task.TID, tag int, start int) (envelope, bool) {
+	for i := max(start, m.ownHead); i < len(m.own); i++ {
+		if !m.own[i].matches(from, tag) {
 			continue
 		}
-		e := m.q[i]
-		if i == m.head {
-			m.q[i] = envelope{}
-			m.head++
+		e := m.own[i]
+		if i == m.ownHead {
+			m.own[i] = envelope{}
+			m.ownHead++
 		} else {
-			copy(m.q[i:], m.q[i+1:])
-			m.q[len(m.q)-1] = envelope{}
-			m.q = m.q[:len(m.q)-1]
+			copy(m.own[i:], m.own[i+1:])
+			m.own[len(m.own)-1] = envelope{}
+			m.own = m.own[:len(m.own)-1]
 		}
-		if m.head == len(m.q) {
-			m.q, m.head = m.q[:0], 0
-		} else if m.head > 64 && m.head > len(m.q)/2 {
-			n := copy(m.q, m.q[m.head:])
-			clear(m.q[n:])
-			m.q, m.head = m.q[:n], 0
+		if m.ownHead == len(m.own) {
+			m.own, m.ownHead = m.own[:0], 0
+		} else if m.ownHead > 64 && m.ownHead > len(m.own)/2 {
+			n := copy(m.own, m.own[m.ownHead:])
+			clear(m.own[n:])
+			m.own, m.ownHead = m.own[:n], 0
 		}
-		m.bytes -= len(e.body.Data)
+		m.outN++
+		m.outB += int64(len(e.body.Data))
 		return e, true
 	}
 	return envelope{}, false
+}
+
+// refill moves the messages of in to the end of own and returns where they
+// start in own. The caller holds rmu and mu.
+func (m *mailbox) refill() int {
+	if len(m.in) == 0 {
+		return len(m.own)
+	}
+	if m.ownHead == len(m.own) {
+		// own is empty: swap the two slices rather than copy.
+		m.own, m.in = m.in, m.own[:0]
+		m.ownHead = 0
+		return 0
+	}
+	start := len(m.own)
+	m.own = append(m.own, m.in...)
+	clear(m.in)
+	m.in = m.in[:0]
+	return start
+}
+
+// take removes and returns the oldest message matching the pattern. The
+// caller holds rmu; take locks mu when own has no match, and returns with
+// mu held (locked reports it) when neither queue has one, so that the
+// caller can register as a waiter before any put comes.
+func (m *mailbox) take(from task.TID, tag int) (e envelope, ok, locked bool) {
+	if e, ok := m.takeOwn(from, tag, 0); ok {
+		return e, true, false
+	}
+	m.mu.Lock()
+	start := m.refill()
+	if e, ok := m.takeOwn(from, tag, start); ok {
+		m.mu.Unlock()
+		return e, true, false
+	}
+	return envelope{}, false, true
 }
 
 // get returns the oldest message matching the pattern. With wait false it
@@ -102,11 +228,15 @@ func (m *mailbox) get(ctx context.Context, dead <-chan struct{}, from task.TID, 
 // getOr is get that also gives up, with ok == false and no error, when
 // intr receives.
 func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
-	m.mu.Lock()
-	if e, ok := m.take(from, tag); ok {
-		m.mu.Unlock()
+	m.rmu.Lock()
+	e, ok, _ := m.take(from, tag)
+	if ok {
+		m.rmu.Unlock()
+		m.account(-charge(&e))
 		return e, true, nil
 	}
+	// mu is held: nothing matches in either queue.
+	m.rmu.Unlock()
 	if m.closed {
 		m.mu.Unlock()
 		return envelope{}, false, task.ErrKilled
@@ -147,7 +277,7 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 	m.mu.Unlock()
 	// A put handed us a message while we were giving up: take it, so it is
 	// not lost.
-	e := <-w.ch
+	e = <-w.ch
 	m.recycle(w)
 	return e, true, nil
 }
@@ -160,36 +290,66 @@ func (m *mailbox) recycle(w *waiter) {
 	m.mu.Unlock()
 }
 
+// lockBoth locks the receivers' and the senders' sides, in that order.
+func (m *mailbox) lockBoth() {
+	m.rmu.Lock()
+	m.mu.Lock()
+}
+
+func (m *mailbox) unlockBoth() {
+	m.mu.Unlock()
+	m.rmu.Unlock()
+}
+
 // probe reports the oldest message matching the pattern without removing
 // it.
 func (m *mailbox) probe(from task.TID, tag int) (task.Status, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i := m.head; i < len(m.q); i++ {
-		if e := &m.q[i]; e.matches(from, tag) {
-			return task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}, true
+	m.lockBoth()
+	defer m.unlockBoth()
+	for _, q := range [2][]envelope{m.own[m.ownHead:], m.in} {
+		for i := range q {
+			if e := &q[i]; e.matches(from, tag) {
+				return task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}, true
+			}
 		}
 	}
 	return task.Status{}, false
 }
 
+// clearLocked empties both queues, counting their messages as taken, and
+// returns the memory they were charged for. The caller holds rmu and mu.
+func (m *mailbox) clearLocked() int64 {
+	freed := m.inB - m.outB + int64(m.inN-m.outN)*msgOverhead
+	clear(m.own)
+	clear(m.in)
+	m.own, m.ownHead, m.in = m.own[:0], 0, m.in[:0]
+	m.outN, m.outB = m.inN, m.inB
+	return freed
+}
+
 // close discards the mailbox's messages and refuses new ones. Waiting
 // receivers are woken by their task's dead channel.
 func (m *mailbox) close() {
-	m.mu.Lock()
+	m.lockBoth()
 	m.closed = true
-	clear(m.q)
-	m.q, m.head, m.bytes = nil, 0, 0
-	m.mu.Unlock()
+	freed := m.clearLocked()
+	m.own, m.in = nil, nil
+	m.unlockBoth()
+	m.mem.sub(freed)
+	if m.total != nil {
+		if s := m.step.Swap(0); s != 0 {
+			m.total.sub(s * totalStep)
+		}
+	}
 }
 
 // drain removes and returns every queued message, oldest first.
 func (m *mailbox) drain() []envelope {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := append([]envelope(nil), m.q[m.head:]...)
-	clear(m.q)
-	m.q, m.head, m.bytes = m.q[:0], 0, 0
+	m.lockBoth()
+	out := append(append([]envelope(nil), m.own[m.ownHead:]...), m.in...)
+	freed := m.clearLocked()
+	m.unlockBoth()
+	m.account(-freed)
 	return out
 }
 
@@ -201,14 +361,61 @@ func (m *mailbox) putEnvelope(e routing.Envelope) bool {
 // snapshot returns a copy of the queued messages, oldest first, leaving
 // them queued.
 func (m *mailbox) snapshot() []envelope {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]envelope(nil), m.q[m.head:]...)
+	m.lockBoth()
+	defer m.unlockBoth()
+	return append(append([]envelope(nil), m.own[m.ownHead:]...), m.in...)
 }
 
 // stats reports the number of queued messages and their size in bytes.
 func (m *mailbox) stats() (n, bytes int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.q) - m.head, m.bytes
+	m.lockBoth()
+	defer m.unlockBoth()
+	return m.inN - m.outN, int(m.inB - m.outB)
+}
+
+// gauge counts bytes held and wakes those waiting for it to fall: the
+// memory of one mailbox, or of all the mailboxes of a daemon. Adding and
+// subtracting are one atomic operation each while nobody waits.
+type gauge struct {
+	n       atomic.Int64
+	waiting atomic.Bool
+	mu      sync.Mutex
+	ch      chan struct{} // closed at the next fall, while someone waits
+}
+
+// add raises the count by n and returns the new count.
+func (g *gauge) add(n int64) int64 { return g.n.Add(n) }
+
+// sub lowers the count by n, wakes the waiters, if any, and returns the
+// new count.
+func (g *gauge) sub(n int64) int64 {
+	v := g.n.Add(-n)
+	if g.waiting.Load() {
+		g.mu.Lock()
+		if g.ch != nil {
+			close(g.ch)
+			g.ch = nil
+		}
+		g.waiting.Store(false)
+		g.mu.Unlock()
+	}
+	return v
+}
+
+// over returns a channel that is closed at the next fall of the count if
+// the count is at least limit (> 0), else nil.
+func (g *gauge) over(limit int64) <-chan struct{} {
+	if limit <= 0 || g.n.Load() < limit {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	g.waiting.Store(true)
+	if g.n.Load() < limit { // it fell before we were listening
+		return nil
+	}
+	return g.ch
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,53 +10,70 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// sendWait says how a send waits for room in a local receiver's mailbox.
+type sendWait int
+
+const (
+	// waitRoom waits while the receiver's mailbox (or all of this daemon's
+	// mailboxes) are over their limits: a task's send.
+	waitRoom sendWait = iota
+	// noWait delivers at once: the daemon's own notices, which must not
+	// block the goroutine that reports an exit.
+	noWait
+)
+
+// errInterrupted is send's answer, with nothing sent, when intr received
+// while it waited for room: a move or checkpoint wants the sender at a
+// safe point.
+var errInterrupted = errors.New("send interrupted for a safe point")
+
 // send routes one message from a task to a task: into a local mailbox, or
 // to the daemon the routing table names. Every message gets the next
 // sequence number of its pair, so numbering survives moves. A message to a
 // remote task is kept until its daemon acknowledges it; when more than
 // Window bytes are unacknowledged for one receiver, send waits (a slow
-// receiver slows its senders) until ctx is done.
-func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload) error {
+// receiver slows its senders) until ctx is done. A message to a local task
+// waits likewise while the receiver's mailbox holds MailboxHigh bytes or
+// more, or this daemon's mailboxes MailboxBudget (unless w is noWait);
+// when intr receives meanwhile, send returns errInterrupted, having sent
+// nothing.
+func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}) error {
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	d.rmu.Lock()
-	for d.outbox.Pending(to) >= d.cfg.Window {
-		// Too much is unacknowledged for to: wait for acknowledgements.
-		if d.acked == nil {
-			d.acked = make(chan struct{})
+	var (
+		r routing.Route
+		h *hosted
+	)
+	for {
+		var wait <-chan struct{}
+		if d.outbox.Pending(to) >= d.cfg.Window {
+			// Too much is unacknowledged for to: wait for acknowledgements.
+			if d.acked == nil {
+				d.acked = make(chan struct{})
+			}
+			wait = d.acked
+		} else {
+			r, h = d.placeOf(to)
+			if r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom {
+				wait = h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget)
+			}
 		}
-		ch := d.acked
+		if wait == nil {
+			break
+		}
 		d.rmu.Unlock()
 		select {
-		case <-ch:
+		case <-wait:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-d.ctx.Done():
 			return task.ErrHalted
+		case <-intr:
+			return errInterrupted
 		}
 		d.rmu.Lock()
-	}
-	r := d.routes.Lookup(to)
-	d.mu.Lock()
-	h := d.tasks[to]
-	l, arr := d.moving[to], d.incoming[to]
-	d.mu.Unlock()
-	switch {
-	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
-		// Suspended here, moving away, its new route not yet broadcast:
-		// hold the message until it is.
-		r = l.dest
-		r.InTransit = true
-	case h == nil && l != nil && r.Host == d.cfg.HostID:
-		// Suspended here, its move aborted, the way back known: hold the
-		// message until it resumes here.
-		r.InTransit = true
-	case h == nil && arr != nil && r.Host == d.cfg.HostID:
-		// On its way here, and known to be (its new route is out): hold the
-		// message until it is restored. Before that it still runs at its
-		// origin, and messages go there.
-		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
 	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
 		if h == nil {
@@ -102,6 +120,34 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	}
 	peer.envelope(&e, true)
 	return nil
+}
+
+// placeOf is where a message to to goes now: its route, held (InTransit)
+// while the task moves through this daemon, and the task if it is hosted
+// here. The caller holds d.rmu.
+func (d *Daemon) placeOf(to task.TID) (routing.Route, *hosted) {
+	r := d.routes.Lookup(to)
+	d.mu.Lock()
+	h := d.tasks[to]
+	l, arr := d.moving[to], d.incoming[to]
+	d.mu.Unlock()
+	switch {
+	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
+		// Suspended here, moving away, its new route not yet broadcast:
+		// hold the message until it is.
+		r = l.dest
+		r.InTransit = true
+	case h == nil && l != nil && r.Host == d.cfg.HostID:
+		// Suspended here, its move aborted, the way back known: hold the
+		// message until it resumes here.
+		r.InTransit = true
+	case h == nil && arr != nil && r.Host == d.cfg.HostID:
+		// On its way here, and known to be (its new route is out): hold the
+		// message until it is restored. Before that it still runs at its
+		// origin, and messages go there.
+		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
+	}
+	return r, h
 }
 
 func (d *Daemon) hostKnown(h task.HostID) bool {

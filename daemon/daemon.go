@@ -103,6 +103,14 @@ type Config struct {
 	MaxSpawn, MaxTasks int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
+	// BulkThreshold is the payload size from which a message to another
+	// daemon goes on the transport's bulk lane (transport.BulkConn: TLS
+	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
+	// negative: never).
+	BulkThreshold int
+	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
+	// the messages go over QUIC.
+	BulkOpenTimeout time.Duration
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
@@ -229,6 +237,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Window <= 0 {
 		c.Window = 8 << 20
+	}
+	if c.BulkThreshold == 0 {
+		c.BulkThreshold = 64 << 10
+	}
+	if c.BulkOpenTimeout <= 0 {
+		c.BulkOpenTimeout = 5 * time.Second
 	}
 	if c.MailboxHigh <= 0 {
 		c.MailboxHigh = 32 << 20

@@ -118,7 +118,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		d.log.Warn("message held", "to", to, "peer", r.Host, "error", err)
 		return nil
 	}
-	peer.envelope(&e, true)
+	peer.sendEnvelope(&e)
 	return nil
 }
 
@@ -161,13 +161,18 @@ func (d *Daemon) hostKnown(h task.HostID) bool {
 
 // receiveMsgs takes a batch of messages from another daemon into the
 // mailboxes of the tasks hosted here, acknowledging what was accepted and
-// refusing messages for tasks that are not here.
-func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
+// refusing messages for tasks that are not here. With owned, body is
+// given away: the messages keep slices of it instead of copies.
+func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
-	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+	decode := routing.DecodeEnvelopes
+	if owned {
+		decode = routing.DecodeEnvelopesOwned
+	}
+	err := decode(body, func(e routing.Envelope) error {
 		nRecv++
 		bRecv += len(e.Body.Data)
 		d.mu.Lock()

@@ -9,6 +9,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -92,6 +93,9 @@ type Config struct {
 	// StreamWindow and ConnWindow are the largest flow-control windows
 	// (defaults 16 MiB and 32 MiB).
 	StreamWindow, ConnWindow uint64
+	// NoBulk turns the bulk lane off (BulkConn): a listening endpoint
+	// then opens no TCP listener and offers none to its peers.
+	NoBulk bool
 }
 
 func (c Config) quic() *quic.Config {
@@ -117,7 +121,7 @@ func (c Config) quic() *quic.Config {
 		InitialConnectionReceiveWindow: c.ConnWindow,
 		MaxConnectionReceiveWindow:     c.ConnWindow,
 		MaxIncomingStreams:             1 << 12,
-		MaxIncomingUniStreams:          -1,
+		MaxIncomingUniStreams:          1, // the peer's bulk lane offer
 		KeepAlivePeriod:                c.IdleTimeout / 3,
 	}
 }
@@ -125,11 +129,13 @@ func (c Config) quic() *quic.Config {
 // QUIC is one endpoint's QUIC transport: a single UDP socket that listens
 // (if asked to) and dials.
 type QUIC struct {
-	udp  *net.UDPConn
-	tr   *quic.Transport
-	ln   *quic.Listener
-	id   *pki.Credential
-	conf *quic.Config
+	udp    *net.UDPConn
+	tr     *quic.Transport
+	ln     *quic.Listener
+	id     *pki.Credential
+	conf   *quic.Config
+	client *tls.Config
+	bulk   *bulkListener // nil: no bulk lane offered
 }
 
 // Listen opens a UDP socket on addr ("127.0.0.1:0" for any port) and
@@ -143,6 +149,13 @@ func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	if err != nil {
 		q.Close()
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if !cfg.NoBulk {
+		// A lane that cannot be opened is not fatal: connections then
+		// carry everything over QUIC.
+		if b, err := listenBulk(q.udp.LocalAddr().(*net.UDPAddr), id, q.conf.HandshakeIdleTimeout); err == nil {
+			q.bulk = b
+		}
 	}
 	return q, nil
 }
@@ -183,7 +196,7 @@ func open(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	// not fatal.
 	_ = udp.SetReadBuffer(8 << 20)
 	_ = udp.SetWriteBuffer(8 << 20)
-	return &QUIC{udp: udp, tr: &quic.Transport{Conn: udp}, id: id, conf: cfg.quic()}, nil
+	return &QUIC{udp: udp, tr: &quic.Transport{Conn: udp}, id: id, conf: cfg.quic(), client: id.ClientConfig()}, nil
 }
 
 // Addr is the local UDP address.
@@ -205,7 +218,7 @@ func (q *QUIC) Accept(ctx context.Context) (Conn, error) {
 			}
 			return nil, err
 		}
-		qc, err := wrap(c)
+		qc, err := q.wrap(c)
 		if err != nil {
 			_ = c.CloseWithError(1, err.Error())
 			continue
@@ -220,11 +233,11 @@ func (q *QUIC) Dial(ctx context.Context, addr string) (Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c, err := q.tr.Dial(ctx, ua, q.id.ClientConfig(), q.conf)
+	c, err := q.tr.Dial(ctx, ua, q.client, q.conf)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	qc, err := wrap(c)
+	qc, err := q.wrap(c)
 	if err != nil {
 		_ = c.CloseWithError(1, err.Error())
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -237,22 +250,29 @@ func (q *QUIC) Close() error {
 	if q.ln != nil {
 		_ = q.ln.Close()
 	}
+	if q.bulk != nil {
+		q.bulk.close()
+	}
 	err := q.tr.Close()
 	_ = q.udp.Close()
 	return err
 }
 
 type quicConn struct {
-	c    *quic.Conn
-	peer pki.Peer
+	c      *quic.Conn
+	peer   pki.Peer
+	client *tls.Config
+	bulk   *bulkSide
 }
 
-func wrap(c *quic.Conn) (*quicConn, error) {
+func (q *QUIC) wrap(c *quic.Conn) (*quicConn, error) {
 	p, err := pki.PeerOf(c.ConnectionState().TLS)
 	if err != nil {
 		return nil, err
 	}
-	return &quicConn{c: c, peer: p}, nil
+	qc := &quicConn{c: c, peer: p, client: q.client}
+	q.startBulk(qc)
+	return qc, nil
 }
 
 func (c *quicConn) OpenStream(ctx context.Context) (Stream, error) {
@@ -299,4 +319,7 @@ func (c *quicConn) Stats() Stats {
 func (q *QUIC) Abort() {
 	_ = q.udp.Close()
 	_ = q.tr.Close()
+	if q.bulk != nil {
+		q.bulk.close()
+	}
 }

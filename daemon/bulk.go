@@ -11,6 +11,9 @@ import (
 	"github.com/dpvm/dpvm/routing"
 )
 
+// maxStreamHeader bounds the opening frame of a checkpoint stream.
+const maxStreamHeader = 1 << 10
+
 // bulkRetry is how long a peer's bulk lane stays unused after it failed
 // to open or broke: its messages go over the QUIC connection meanwhile.
 const bulkRetry = time.Second
@@ -154,14 +157,15 @@ func (d *Daemon) acceptBulk(p *peer) {
 	}
 }
 
-// readBulk reads message frames from a bulk stream until it ends. Any
+// readBulk reads message frames from a bulk stream until it ends, or a
+// direct checkpoint when the stream opens with a KindStream frame. Any
 // other frame, or a malformed one, closes the stream (the connection lives
 // on: what was lost is sent again).
 func (d *Daemon) readBulk(p *peer, st transport.Stream) {
 	defer st.Close()
 	stop := context.AfterFunc(d.ctx, func() { _ = st.Close() })
 	defer stop()
-	for {
+	for first := true; ; first = false {
 		// Each frame in a buffer of its own, which its message keeps: a
 		// large message is copied once, from the connection.
 		f, err := routing.ReadFrameOwned(st, d.cfg.MaxFrame)
@@ -169,6 +173,10 @@ func (d *Daemon) readBulk(p *peer, st transport.Stream) {
 			if !errors.Is(err, io.EOF) {
 				d.log.Debug("bulk stream ended", "peer", p.name(), "error", err)
 			}
+			return
+		}
+		if first && f.Kind == routing.KindStream && len(f.Body) <= maxStreamHeader {
+			d.takeCheckpoint(p, st, f)
 			return
 		}
 		if f.Kind != routing.KindMsgs {

@@ -726,6 +726,7 @@ type hosted struct {
 	// MailboxHigh, by pair, with the host to send each to.
 	defMu    sync.Mutex
 	deferred map[routing.Pair]deferredAck
+	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
 }
 
 type deferredAck struct {

@@ -424,8 +424,4 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 	return h.d.callMaster(ctx, mMigrate, args, &res)
 }
 
-func (h *hosted) hasDeferred() bool {
-	h.defMu.Lock()
-	defer h.defMu.Unlock()
-	return len(h.deferred) > 0
-}
+func (h *hosted) hasDeferred() bool { return h.hasDef.Load() }

@@ -129,7 +129,11 @@ func (d *Daemon) placeOf(to task.TID) (routing.Route, *hosted) {
 	r := d.routes.Lookup(to)
 	d.mu.Lock()
 	h := d.tasks[to]
-	l, arr := d.moving[to], d.incoming[to]
+	var l *leaving
+	var arr *arriving
+	if h == nil {
+		l, arr = d.moving[to], d.incoming[to]
+	}
 	d.mu.Unlock()
 	switch {
 	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
@@ -423,6 +427,7 @@ func (d *Daemon) withhold(to task.TID, host task.HostID, a routing.Ack) bool {
 		h.deferred = map[routing.Pair]deferredAck{}
 	}
 	h.deferred[routing.Pair{From: a.From, To: a.To}] = deferredAck{host: host, ack: a}
+	h.hasDef.Store(true)
 	h.defMu.Unlock()
 	return true
 }
@@ -444,6 +449,7 @@ func (d *Daemon) releaseAcks(h *hosted) {
 		byHost[da.host] = routing.AppendAck(byHost[da.host], da.ack)
 	}
 	h.deferred = nil
+	h.hasDef.Store(false)
 	h.defMu.Unlock()
 	for host, b := range byHost {
 		if p, err := d.peerFor(d.ctx, host); err == nil {

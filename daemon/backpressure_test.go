@@ -148,7 +148,7 @@ func TestLocalSendWaitsForRoom(t *testing.T) {
 		if q, b := mb.stats(); q != fit || b != fit*size {
 			t.Fatalf("the mailbox holds %d messages, %d bytes; want %d, %d", q, b, fit, fit*size)
 		}
-		if mem := mb.mem.n.Load(); mem != int64(d.cfg.MailboxHigh) {
+		if mem := mb.mem(); mem != int64(d.cfg.MailboxHigh) {
 			t.Fatalf("mailbox memory %d, want %d", mem, d.cfg.MailboxHigh)
 		}
 		close(gate)
@@ -167,7 +167,7 @@ func TestLocalSendWaitsForRoom(t *testing.T) {
 
 // TestDaemonMailboxBudget: two receivers that do not receive, each under
 // its own MailboxHigh, together reach the daemon's budget: their senders
-// wait, and the daemon's count stays within a step of the budget.
+// wait, and the daemon's count stays within two steps of the budget.
 func TestDaemonMailboxBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, size = 200, 4000
@@ -192,7 +192,7 @@ func TestDaemonMailboxBudget(t *testing.T) {
 		}
 		synctest.Wait()
 		total := d.mbMem.n.Load()
-		if total < budget || total > budget+totalStep {
+		if total < budget || total > budget+2*totalStep {
 			t.Fatalf("the daemon counts %d bytes in mailboxes with both senders waiting, budget %d", total, budget)
 		}
 		for _, tx := range senders {

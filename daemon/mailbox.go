@@ -47,9 +47,13 @@ type waiter struct {
 // older than every message in in. A receiver thus takes mu once per batch,
 // not once per message, and senders and receivers seldom meet on a lock.
 //
-// Its memory (payload plus msgOverhead per message) is counted in mem, and
-// in the daemon's gauge of all its mailboxes (total, nil: none) in steps of
-// totalStep: local senders wait on them (Daemon.send) while they are over
+// Its memory (payload plus msgOverhead per message) is what has been
+// charged on the way in (inMem, written by senders under mu) less what has
+// been charged on the way out (outMem, written by receivers under rmu):
+// each side writes only its own counter, so a message costs no atomic
+// read-modify-write on a line both sides write. The daemon's gauge of all
+// its mailboxes (total, nil: none) follows each mailbox in steps of
+// totalStep. Local senders wait on them (Daemon.send) while they are over
 // their limits.
 type mailbox struct {
 	rmu     sync.Mutex
@@ -57,6 +61,8 @@ type mailbox struct {
 	ownHead int
 	outN    int   // messages taken (under rmu)
 	outB    int64 // their payload bytes
+	outMem  atomic.Int64
+	outLag  int64 // charged out since the last report (under rmu)
 
 	_  [64]byte // senders' fields on other cache lines than the receiver's
 	mu sync.Mutex
@@ -65,15 +71,24 @@ type mailbox struct {
 	// (under mu).
 	inN     int
 	inB     int64
+	inMem   atomic.Int64
+	inLag   int64 // charged in since the last report (under mu)
+	// outSeen is outMem as a sender last read it: a sender reads outMem,
+	// a line the receivers write, only when inMem - outSeen says the
+	// mailbox may be full (outSeen <= outMem, so it never says less).
+	outSeen atomic.Int64
 	waiters []*waiter
 	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
 
 	_     [64]byte
-	mem   gauge
+	room_ waitFall // senders waiting for the mailbox to shrink
 	total *gauge
-	step  atomic.Int64 // mem's value as last reported to total, in totalSteps
+	step  atomic.Int64 // the mailbox's share of total, in totalSteps
 }
+
+// mem is the memory the mailbox holds.
+func (m *mailbox) mem() int64 { return m.inMem.Load() - m.outMem.Load() }
 
 // totalStep is the granularity of a mailbox's share of the daemon's gauge:
 // a message changes the shared count only when its mailbox crosses a
@@ -85,30 +100,39 @@ const totalStep = 64 << 10
 // none); nil when there is room. The channel is closed when memory is
 // freed.
 func (m *mailbox) room(high, budget int64) <-chan struct{} {
-	if ch := m.mem.over(high); ch != nil {
-		return ch
+	if in := m.inMem.Load(); high > 0 && in-m.outSeen.Load() >= high {
+		out := m.outMem.Load()
+		m.outSeen.Store(out)
+		if in-out < high {
+			return m.roomTotal(budget)
+		}
+		if ch := m.room_.wait(func() bool { return m.mem() >= high }); ch != nil {
+			return ch
+		}
 	}
+	return m.roomTotal(budget)
+}
+
+func (m *mailbox) roomTotal(budget int64) <-chan struct{} {
 	if m.total != nil {
 		return m.total.over(budget)
 	}
 	return nil
 }
 
-// account adds n (negative: frees) to the mailbox's memory, and to the
-// daemon's gauge when it crosses a step.
-func (m *mailbox) account(n int64) {
-	var v int64
-	if n < 0 {
-		v = m.mem.sub(-n)
-	} else {
-		v = m.mem.add(n)
-	}
+// reportEvery is how many bytes a side of a mailbox charges before it
+// brings the daemon's gauge up to date: the gauge lags each mailbox by
+// less than that, in each direction.
+const reportEvery = totalStep / 4
+
+// report brings the mailbox's share of the daemon's gauge to its memory,
+// rounded up to a step.
+func (m *mailbox) report() {
 	if m.total == nil {
 		return
 	}
-	// Round up: a mailbox holding anything counts for a step at least.
-	s := (v + totalStep - 1) / totalStep
 	for {
+		s := (max(m.mem(), 0) + totalStep - 1) / totalStep
 		old := m.step.Load()
 		if old == s {
 			return
@@ -119,12 +143,19 @@ func (m *mailbox) account(n int64) {
 			} else {
 				m.total.sub((old - s) * totalStep)
 			}
-			return
+			// The memory may have moved meanwhile: look again.
 		}
-		// Another goroutine reported meanwhile: report from its figure,
-		// with the current value.
-		v = m.mem.n.Load()
-		s = (v + totalStep - 1) / totalStep
+	}
+}
+
+// tookOut charges n bytes out of the mailbox (rmu held) and wakes the
+// senders waiting for room.
+func (m *mailbox) tookOut(n int64) {
+	m.outMem.Store(m.outMem.Load() + n)
+	m.room_.fell()
+	if m.outLag += n; m.outLag >= reportEvery {
+		m.outLag = 0
+		m.report()
 	}
 }
 
@@ -147,8 +178,17 @@ func (m *mailbox) put(e envelope) bool {
 	m.in = append(m.in, e)
 	m.inN++
 	m.inB += int64(len(e.body.Data))
+	c := charge(&e)
+	m.inMem.Store(m.inMem.Load() + c)
+	m.inLag += c
+	lag := m.inLag >= reportEvery
+	if lag {
+		m.inLag = 0
+	}
 	m.mu.Unlock()
-	m.account(charge(&e))
+	if lag {
+		m.report()
+	}
 	return true
 }
 
@@ -177,6 +217,7 @@ func (m *mailbox) takeOwn(from task.TID, tag int, start int) (envelope, bool) {
 		}
 		m.outN++
 		m.outB += int64(len(e.body.Data))
+		m.tookOut(charge(&e))
 		return e, true
 	}
 	return envelope{}, false
@@ -232,7 +273,6 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 	e, ok, _ := m.take(from, tag)
 	if ok {
 		m.rmu.Unlock()
-		m.account(-charge(&e))
 		return e, true, nil
 	}
 	// mu is held: nothing matches in either queue.
@@ -316,15 +356,14 @@ func (m *mailbox) probe(from task.TID, tag int) (task.Status, bool) {
 	return task.Status{}, false
 }
 
-// clearLocked empties both queues, counting their messages as taken, and
-// returns the memory they were charged for. The caller holds rmu and mu.
-func (m *mailbox) clearLocked() int64 {
-	freed := m.inB - m.outB + int64(m.inN-m.outN)*msgOverhead
+// clearLocked empties both queues, counting their messages as taken. The
+// caller holds rmu and mu.
+func (m *mailbox) clearLocked() {
 	clear(m.own)
 	clear(m.in)
 	m.own, m.ownHead, m.in = m.own[:0], 0, m.in[:0]
 	m.outN, m.outB = m.inN, m.inB
-	return freed
+	m.outMem.Store(m.inMem.Load())
 }
 
 // close discards the mailbox's messages and refuses new ones. Waiting
@@ -332,24 +371,21 @@ func (m *mailbox) clearLocked() int64 {
 func (m *mailbox) close() {
 	m.lockBoth()
 	m.closed = true
-	freed := m.clearLocked()
+	m.clearLocked()
 	m.own, m.in = nil, nil
 	m.unlockBoth()
-	m.mem.sub(freed)
-	if m.total != nil {
-		if s := m.step.Swap(0); s != 0 {
-			m.total.sub(s * totalStep)
-		}
-	}
+	m.room_.fell()
+	m.report()
 }
 
 // drain removes and returns every queued message, oldest first.
 func (m *mailbox) drain() []envelope {
 	m.lockBoth()
 	out := append(append([]envelope(nil), m.own[m.ownHead:]...), m.in...)
-	freed := m.clearLocked()
+	m.clearLocked()
 	m.unlockBoth()
-	m.account(-freed)
+	m.room_.fell()
+	m.report()
 	return out
 }
 
@@ -418,4 +454,41 @@ func (g *gauge) over(limit int64) <-chan struct{} {
 		return nil
 	}
 	return g.ch
+}
+
+// waitFall lets goroutines wait for a count to fall: fell costs one atomic
+// load while nobody waits.
+type waitFall struct {
+	waiting atomic.Bool
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+// wait returns a channel closed at the next fall while still() holds
+// (checked again once the waiter is registered), else nil.
+func (w *waitFall) wait(still func() bool) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	w.waiting.Store(true)
+	if !still() {
+		return nil
+	}
+	return w.ch
+}
+
+// fell wakes the waiters, if any.
+func (w *waitFall) fell() {
+	if !w.waiting.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+	w.waiting.Store(false)
+	w.mu.Unlock()
 }

@@ -173,6 +173,10 @@ func TestMailboxRoom(t *testing.T) {
 	if ch == nil {
 		t.Fatal("room past MailboxHigh")
 	}
+	if got := total.n.Load(); got != 0 {
+		t.Fatalf("the daemon counts %d for a small mailbox, want none before %d bytes", got, reportEvery)
+	}
+	m.report()
 	if got := total.n.Load(); got != totalStep {
 		t.Fatalf("the daemon counts %d for a small mailbox, want one step of %d", got, totalStep)
 	}
@@ -198,12 +202,12 @@ func TestMailboxRoom(t *testing.T) {
 	if n := len(m.drain()); n != 2 {
 		t.Fatalf("drained %d messages, want 2", n)
 	}
-	if m.mem.n.Load() != 0 || total.n.Load() != 0 {
-		t.Fatalf("after drain: mailbox %d, daemon %d bytes", m.mem.n.Load(), total.n.Load())
+	if m.mem() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after drain: mailbox %d, daemon %d bytes", m.mem(), total.n.Load())
 	}
 	m.put(env(a, 1))
 	m.close()
-	if m.mem.n.Load() != 0 || total.n.Load() != 0 {
-		t.Fatalf("after close: mailbox %d, daemon %d bytes", m.mem.n.Load(), total.n.Load())
+	if m.mem() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after close: mailbox %d, daemon %d bytes", m.mem(), total.n.Load())
 	}
 }

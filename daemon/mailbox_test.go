@@ -202,12 +202,12 @@ func TestMailboxRoom(t *testing.T) {
 	if n := len(m.drain()); n != 2 {
 		t.Fatalf("drained %d messages, want 2", n)
 	}
-	if m.mem() != 0 || total.n.Load() != 0 {
-		t.Fatalf("after drain: mailbox %d, daemon %d bytes", m.mem(), total.n.Load())
+	if m.mem.Load() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after drain: mailbox %d, daemon %d bytes", m.mem.Load(), total.n.Load())
 	}
 	m.put(env(a, 1))
 	m.close()
-	if m.mem() != 0 || total.n.Load() != 0 {
-		t.Fatalf("after close: mailbox %d, daemon %d bytes", m.mem(), total.n.Load())
+	if m.mem.Load() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after close: mailbox %d, daemon %d bytes", m.mem.Load(), total.n.Load())
 	}
 }

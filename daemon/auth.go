@@ -176,7 +176,11 @@ func (d *Daemon) refused(addr string, cert pki.Peer, why string) {
 	if suppressed > 0 {
 		d.log.Warn("refused connections not logged", "count", suppressed, "window", refusalWindow)
 	}
-	if ok {
+	switch {
+	case !ok:
+	case cert.Role == "": // refused before a certificate was verified
+		d.log.Warn("refused a connection", "from", addr, "reason", why)
+	default:
 		d.log.Warn("refused a connection", "from", addr, "certificate", cert.String(), "serial", cert.Serial, "reason", why)
 	}
 }
@@ -324,7 +328,7 @@ func (d *Daemon) dropRevoked() {
 // checkExpiry warns, at most once a day, when this daemon's certificate
 // expires within Config.ExpiryWarning.
 func (d *Daemon) checkExpiry(now time.Time) {
-	c := d.cfg.Credential
+	c := d.credential()
 	if c == nil {
 		return
 	}
@@ -337,6 +341,6 @@ func (d *Daemon) checkExpiry(now time.Time) {
 		return
 	}
 	d.expiryWarn.Store(now.UnixNano())
-	d.log.Warn("this daemon's certificate expires soon: issue a new one with 'dpvm cert host' and restart the daemon with it",
+	d.log.Warn("this daemon's certificate expires soon: issue a new one with 'dpvm cert host' and move it over the daemon's credential file (the daemon takes it up)",
 		"name", c.Name, "serial", c.Serial, "expires", c.NotAfter.UTC().Format(time.RFC3339), "left", left.Round(time.Minute))
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/dpvm/dpvm/daemon/load"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
@@ -163,6 +165,17 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 		defer c.mu.Unlock()
 		return c.err
 	}, out)
+}
+
+// CallRaw sends the control call method with body, msgpack bytes sent as
+// they are, and returns the answer's body undecoded. The other methods of
+// Client are the API; CallRaw is for diagnostics and for tests of what a
+// daemon makes of any call: whether the certificate may make it
+// (ErrForbidden), and what a malformed body gets (routing.ErrMalformed).
+func (c *Client) CallRaw(ctx context.Context, method string, body []byte) ([]byte, error) {
+	var out msgpack.RawMessage
+	err := c.call(ctx, method, msgpack.RawMessage(body), &out)
+	return out, err
 }
 
 // Hosts lists the virtual machine's hosts.

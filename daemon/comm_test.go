@@ -14,12 +14,15 @@ import (
 )
 
 // commWorker runs commRound with its communicator, then reports what went
-// wrong (nothing, it is hoped) to rank 0.
+// wrong (nothing, it is hoped) to rank 0. With Report set, rank 0 (a
+// worker, in a team SpawnTeam started) passes what it gathered and the
+// members it knew to its spawner in a teamReport, on tag 1.
 type commWorker struct {
 	C      task.Comm
 	Rounds int
 	Round  int
 	Fail   string
+	Report bool
 }
 
 func init() { task.Register("daemon.test.commworker", &commWorker{}) }
@@ -41,8 +44,11 @@ func (w *commWorker) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	_, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
-	return err
+	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	if err != nil || !w.Report || w.C.Rank != 0 {
+		return err
+	}
+	return c.Send(c.Parent(), 1, teamReport{Fails: fails, TIDs: w.C.TIDs})
 }
 
 // commRound calls every collective once and returns what differs from the
@@ -163,6 +169,49 @@ func TestCommCollectives(t *testing.T) {
 	for _, n := range []int{1, 2, 5} {
 		runRoot(t, d, func(c *task.Ctx, _ int) error { return commRoot(c, n, 3, nil) })
 	}
+}
+
+// teamReport is rank 0's report to the spawner.
+type teamReport struct {
+	Fails []string
+	TIDs  []task.TID
+}
+
+// TestSpawnTeam: a team of 1, 2 and 4 workers that SpawnTeam starts is a
+// communicator of the workers alone, ranked in spawn order; every
+// collective works among them; a team of none is refused.
+func TestSpawnTeam(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	for _, n := range []int{1, 2, 4} {
+		runRoot(t, d, func(c *task.Ctx, _ int) error {
+			tids, err := c.SpawnTeam(&commWorker{Rounds: 2, Report: true}, n)
+			if err != nil {
+				return err
+			}
+			var rep teamReport
+			if _, err := c.Recv(tids[0], 1, &rep); err != nil {
+				return err
+			}
+			if !slices.Equal(rep.TIDs, tids) || slices.Contains(rep.TIDs, c.MyTID()) {
+				return fmt.Errorf("team of %d: members %v, spawned %v, spawner %v", n, rep.TIDs, tids, c.MyTID())
+			}
+			if len(rep.Fails) != n {
+				return fmt.Errorf("team of %d: %d reports", n, len(rep.Fails))
+			}
+			for _, f := range rep.Fails {
+				if f != "" {
+					return fmt.Errorf("team of %d: %s", n, f)
+				}
+			}
+			return nil
+		})
+	}
+	runRoot(t, d, func(c *task.Ctx, _ int) error {
+		if tids, err := c.SpawnTeam(&commWorker{}, 0); err == nil {
+			return fmt.Errorf("a team of none: %v", tids)
+		}
+		return nil
+	})
 }
 
 // TestCommNotSetUp: a collective on an empty communicator fails with
@@ -292,14 +341,18 @@ func BenchmarkAllReduce(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			d, _ := newTestDaemon(b)
 			runRoot(b, d, func(c *task.Ctx, _ int) error {
+				if group != "" {
+					// Joined before the workers exist, the root is
+					// instance 0, the root of every Reduce.
+					if _, err := c.Join(group); err != nil {
+						return err
+					}
+				}
 				var m task.Comm
 				if err := c.SpawnComm(&m, &benchWorker{Group: group, N: b.N, Len: length}, members-1); err != nil {
 					return err
 				}
 				if group != "" {
-					if _, err := c.Join(group); err != nil {
-						return err
-					}
 					if err := c.Barrier(group, members); err != nil {
 						return err
 					}
@@ -385,6 +438,42 @@ func TestNoSafePointWarned(t *testing.T) {
 			t.Fatalf("since last safe point: busy %v ms, waiting in RecvSafe %v ms", since[busy], since[waiter])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNoSafePointWarnedOnce: a task late for move after move, or round
+// after round of a periodic job checkpoint, is warned of once until it
+// reaches its next safe point, then once again if it is late again.
+func TestNoSafePointWarnedOnce(t *testing.T) {
+	logs := newCheckLog()
+	h := &hosted{d: &Daemon{log: slog.New(logs)}, tid: task.TID(7), typ: "late", started: time.Unix(100, 0)}
+	warnings := func() int {
+		n := 0
+		for _, r := range logs.records() {
+			if strings.HasPrefix(r.msg, "task reached no safe point in time") {
+				if r.attrs["tid"] != h.tid.String() || r.attrs["since_safe_point"] == "" {
+					t.Errorf("warning without the task or the time since its safe point: %v", r.attrs)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	for range 3 {
+		h.warnNoSafePoint("job checkpoint", time.Second)
+	}
+	h.warnNoSafePoint("move", time.Second)
+	if n := warnings(); n != 1 {
+		t.Fatalf("%d warnings for one late stretch, want 1", n)
+	}
+	h.safeSeen(time.Unix(200, 0))
+	if n := warnings(); n != 1 {
+		t.Fatalf("a safe point logged a warning: %d", n)
+	}
+	h.warnNoSafePoint("job checkpoint", time.Second)
+	h.warnNoSafePoint("job checkpoint", time.Second)
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings for two late stretches, want 2", n)
 	}
 }
 

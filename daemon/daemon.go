@@ -57,6 +57,12 @@ type Config struct {
 	// daemon's name is the certificate's: Name, if given, must agree. The
 	// master's certificate must be marked as the master's.
 	Credential *pki.Credential
+	// CredentialFile is the file Credential was read from (empty: none).
+	// The daemon re-reads it when it changes (checked every heartbeat)
+	// and on ReloadCredential: a renewed certificate for the same name
+	// and role under the same CA is presented on new connections, without
+	// a restart.
+	CredentialFile string
 	// Secret is the cluster secret that authenticates checkpoints and job
 	// manifests (required for the master; a host is handed the master's
 	// when it joins, unless given one).
@@ -101,6 +107,24 @@ type Config struct {
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
 	MaxSpawn, MaxTasks int
+	// MaxGroups is how many groups the master's group server holds at
+	// once, MaxGroupName the longest group name in bytes, MaxGroupMembers
+	// how many instances one group may have (defaults DefaultMaxGroups,
+	// DefaultMaxGroupName, DefaultMaxGroupMembers). A join past them
+	// fails with ErrLimit.
+	MaxGroups, MaxGroupName, MaxGroupMembers int
+	// MaxWatchers is how many notify registrations may watch one task,
+	// and how many host event registrations one task may hold (default
+	// DefaultMaxWatchers); MaxNotify how
+	// many tasks one notify call may name (default DefaultMaxNotify).
+	// More fail with ErrLimit.
+	MaxWatchers, MaxNotify int
+	// MaxConns is how many connections this daemon keeps at once, and
+	// MaxConnsPerPeer how many made with one certificate (defaults
+	// DefaultMaxConns, DefaultMaxConnsPerPeer): a connection past them is
+	// closed at once and logged as refused. Over QUIC, MaxConns also
+	// bounds connections still in their handshake (Transport.MaxConns).
+	MaxConns, MaxConnsPerPeer int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
@@ -231,6 +255,30 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = DefaultMaxTasks
+	}
+	if c.MaxGroups <= 0 {
+		c.MaxGroups = DefaultMaxGroups
+	}
+	if c.MaxGroupName <= 0 {
+		c.MaxGroupName = DefaultMaxGroupName
+	}
+	if c.MaxGroupMembers <= 0 {
+		c.MaxGroupMembers = DefaultMaxGroupMembers
+	}
+	if c.MaxWatchers <= 0 {
+		c.MaxWatchers = DefaultMaxWatchers
+	}
+	if c.MaxNotify <= 0 {
+		c.MaxNotify = DefaultMaxNotify
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerPeer <= 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.Transport.MaxConns <= 0 {
+		c.Transport.MaxConns = c.MaxConns // QUIC refuses one more before its handshake
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
@@ -426,6 +474,8 @@ type Daemon struct {
 	owners     owners                      // master: who started which job
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
+	credAt     credStamp                   // the credential file as last read
+	conns      connCount                   // accepted connections, by certificate
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 
 	mu      sync.Mutex
@@ -442,6 +492,7 @@ type Daemon struct {
 	// jobs (master) maps a job to the console its output goes to.
 	jobs      map[uint64]io.Writer
 	jobReg    map[uint64]*jobState            // master: jobs and their checkpoints
+	setSeqs   map[string]uint64               // master: the newest complete checkpoint set of each job name
 	staged    map[task.TID]staged             // tasks read from a job checkpoint, waiting to start
 	tidFloor  map[task.HostID]uint32          // master: restored TIDs of hosts not (yet) here
 	hostJobs  map[task.HostID]map[uint64]bool // master: the jobs with tasks on each host
@@ -490,13 +541,14 @@ func newDaemon(cfg Config) *Daemon {
 		log:        cfg.Logger.With("host", cfg.Name),
 		ctx:        ctx,
 		cancel:     cancel,
-		groups:     newGroups(),
+		groups:     newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
 		tasks:      map[task.TID]*hosted{},
 		gone:       map[task.TID]*hosted{},
 		watch:      map[task.TID][]watcher{},
 		lossWatch:  map[task.TID][]watcher{},
 		jobs:       map[uint64]io.Writer{},
 		jobReg:     map[uint64]*jobState{},
+		setSeqs:    map[string]uint64{},
 		staged:     map[task.TID]staged{},
 		tidFloor:   map[task.HostID]uint32{},
 		hostJobs:   map[task.HostID]map[uint64]bool{},
@@ -719,6 +771,10 @@ type hosted struct {
 	// movable all along (safeAt above: 0 when it has passed no safe point
 	// since it started here).
 	safeWait atomic.Bool
+	// warned is set when the task has been warned of for reaching no safe
+	// point in time, and cleared at its next safe point: one warning per
+	// late stretch, however many moves or checkpoint rounds wait on it.
+	warned atomic.Bool
 	// result is what the task recorded with SetResult (under d.mu).
 	result task.Payload
 

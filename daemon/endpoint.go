@@ -179,14 +179,16 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 		return err
 	}
 	d := h.d
+	if err := d.checkNotify(len(tids)); err != nil {
+		return err
+	}
 	w := watcher{who: h.tid, tag: tag}
 	switch kind {
 	case task.TaskExit:
 		a := notifyArgs{Kind: kind, Watcher: h.tid, Tag: tag, TIDs: tids}
 		if d.isMaster() {
 			if d.nw == nil {
-				d.watchLocal(a)
-				return nil
+				return d.watchLocal(a)
 			}
 			return d.registerExitWatch(ctx, a)
 		}
@@ -199,17 +201,12 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 		for _, t := range tids {
 			ws = append(ws, hostWatcher{watcher: w, kind: kind, host: d.routeHost(t)})
 		}
-		d.mu.Lock()
-		d.hostW = append(d.hostW, ws...)
-		d.mu.Unlock()
+		return d.addHostWatchers(ws...)
 	case task.HostAdd:
-		d.mu.Lock()
-		d.hostW = append(d.hostW, hostWatcher{watcher: w, kind: kind})
-		d.mu.Unlock()
+		return d.addHostWatchers(hostWatcher{watcher: w, kind: kind})
 	default:
 		return fmt.Errorf("unknown notify kind %v", kind)
 	}
-	return nil
 }
 
 // groupName is the group server's name for a group a task names: its job's
@@ -312,8 +309,13 @@ func (h *hosted) sinceSafePoint(now time.Time) time.Duration {
 }
 
 // warnNoSafePoint logs that the task kept a move or checkpoint waiting past
-// its timeout, and how long it has gone without a safe point.
+// its timeout, and how long it has gone without a safe point: once, until
+// the task's next safe point (a task late for every round of a periodic
+// checkpoint is named once, not every period).
 func (h *hosted) warnNoSafePoint(what string, timeout time.Duration) {
+	if h.warned.Swap(true) {
+		return
+	}
 	h.d.log.Warn("task reached no safe point in time: it cannot be moved or checkpointed until it calls SafePoint or waits in RecvSafe or a collective",
 		"tid", h.tid, "type", h.typ, "waiting", what, "timeout", timeout, "since_safe_point", h.sinceSafePoint(time.Now()).Round(time.Millisecond))
 }

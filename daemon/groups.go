@@ -15,9 +15,14 @@ import (
 // groups is the group server: named groups with instance numbers, and
 // barriers. A group exists while it has members.
 type groups struct {
-	mu sync.Mutex
-	m  map[string]*group
+	mu  sync.Mutex
+	m   map[string]*group
+	lim groupLimits
 }
+
+// groupLimits bound the group server (Config.MaxGroups, MaxGroupName,
+// MaxGroupMembers).
+type groupLimits struct{ groups, name, members int }
 
 type group struct {
 	members []task.TID // by instance number; zero = free
@@ -36,18 +41,34 @@ type barrier struct {
 	remote map[task.HostID][]task.TID
 }
 
-func newGroups() *groups { return &groups{m: map[string]*group{}} }
+func newGroups(lim groupLimits) *groups { return &groups{m: map[string]*group{}, lim: lim} }
 
-func (g *groups) join(name string, tid task.TID) (int, error) {
+// groupLocked returns group name, made if need be within the bounds on
+// names and groups.
+func (g *groups) groupLocked(name string) (*group, error) {
 	if name == "" {
-		return -1, fmt.Errorf("empty group name")
+		return nil, fmt.Errorf("empty group name")
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	if len(name) > g.lim.name {
+		return nil, fmt.Errorf("group name of %d bytes, at most %d: %w", len(name), g.lim.name, ErrLimit)
+	}
 	gr := g.m[name]
 	if gr == nil {
+		if len(g.m) >= g.lim.groups {
+			return nil, fmt.Errorf("group %q: %d groups exist, at most %d: %w", name, len(g.m), g.lim.groups, ErrLimit)
+		}
 		gr = &group{}
 		g.m[name] = gr
+	}
+	return gr, nil
+}
+
+func (g *groups) join(name string, tid task.TID) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr, err := g.groupLocked(name)
+	if err != nil {
+		return -1, err
 	}
 	free := -1
 	for i, t := range gr.members {
@@ -59,6 +80,9 @@ func (g *groups) join(name string, tid task.TID) (int, error) {
 		}
 	}
 	if free < 0 {
+		if len(gr.members) >= g.lim.members {
+			return -1, fmt.Errorf("group %q has %d members, at most %d: %w", name, len(gr.members), g.lim.members, ErrLimit)
+		}
 		free = len(gr.members)
 		gr.members = append(gr.members, 0)
 	}
@@ -90,12 +114,14 @@ func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if name == "" || inst < 0 {
 		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
 	}
+	if inst >= g.lim.members {
+		return fmt.Errorf("rejoin %q as instance %d: at most %d members: %w", name, inst, g.lim.members, ErrLimit)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil {
-		gr = &group{}
-		g.m[name] = gr
+	gr, err := g.groupLocked(name)
+	if err != nil {
+		return err
 	}
 	for len(gr.members) <= inst {
 		gr.members = append(gr.members, 0)

@@ -54,6 +54,7 @@ type pauseReq struct {
 // safeSeen records that the task is at a safe point at now.
 func (h *hosted) safeSeen(now time.Time) {
 	t := now.UnixNano()
+	h.warned.Store(false)
 	if last := h.safeAt.Swap(t); last != 0 && t > last {
 		h.safeEvery.Store(max(t-last, h.safeEvery.Load()*7/8))
 	}

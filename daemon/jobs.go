@@ -532,6 +532,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files}
 		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
 		if err == nil {
+			d.noteSetSeq(js.name, m.Seq)
 			// Before the tasks go on: a job that ends right after keeps
 			// only the sets it should.
 			if _, perr := jobset.Prune(filepath.Dir(w.setDir), js.opts.Keep, d.manifestKey()); perr != nil {
@@ -704,6 +705,9 @@ type restoreArgs struct {
 	Job   uint64   `msgpack:"j"`
 	Dir   string   `msgpack:"d"`
 	Files []string `msgpack:"f"`
+	// Want is what the manifest says of each of Files (same order): the
+	// host checks each file against it as it loads it.
+	Want  []ckWant `msgpack:"w,omitempty"`
 	Epoch uint64   `msgpack:"e"`
 	Floor uint32   `msgpack:"fl,omitempty"`
 }
@@ -752,8 +756,11 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 	var rep ckStep
 	dir := ckpt.Dir{Path: a.Dir}
 	var got []staged
-	for _, name := range a.Files {
-		m, t, err := d.readCkptFile(dir, name)
+	if len(a.Want) != len(a.Files) {
+		return rep, fmt.Errorf("restore: %d files and %d manifest entries: %w", len(a.Files), len(a.Want), routing.ErrMalformed)
+	}
+	for i, name := range a.Files {
+		m, t, err := d.readSetFile(dir, name, a.Want[i])
 		if err != nil {
 			return rep, fmt.Errorf("restore %s: %w", filepath.Join(a.Dir, name), err)
 		}
@@ -827,6 +834,8 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	if err != nil {
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
+	d.checkSetSeq(m.Job, m.Seq, setDir)
+	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
 	js.mu.Lock()
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
@@ -904,12 +913,14 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	// Stage everywhere, then route, then start: a task that starts first
 	// finds the others' messages held, not refused.
 	files := map[task.HostID][]string{}
+	wants := map[task.HostID][]ckWant{}
 	var order []task.HostID
 	for i, e := range m.Entries {
 		if files[place[i]] == nil {
 			order = append(order, place[i])
 		}
 		files[place[i]] = append(files[place[i]], e.File)
+		wants[place[i]] = append(wants[place[i]], wantOf(e))
 	}
 	epoch := d.restartEpoch(tids)
 	var staged []task.HostID
@@ -921,7 +932,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	groups := map[task.TID][]ckpt.Membership{}
 	for _, h := range order {
 		var rep ckStep
-		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Epoch: epoch}, &rep); err != nil {
+		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Want: wants[h], Epoch: epoch}, &rep); err != nil {
 			drop()
 			return fmt.Errorf("on %v: %w", h, err)
 		}
@@ -1076,6 +1087,8 @@ func (d *Daemon) restoreRound(js *jobState, a jobck.Action) error {
 	if err != nil {
 		return fmt.Errorf("no checkpoint to go back to: %w", err)
 	}
+	d.noteSetSeq(js.name, js.seq())
+	d.checkSetSeq(js.name, m.Seq, setDir)
 	ctx, cancel := context.WithTimeout(d.ctx, 4*d.cfg.MoveTimeout)
 	defer cancel()
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
@@ -1163,8 +1176,11 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	}
 }
 
-// peerHosts lists the other hosts this daemon knows.
+// peerHosts lists the other hosts this daemon knows (none standalone).
 func (d *Daemon) peerHosts() []task.HostID {
+	if d.nw == nil {
+		return nil // a standalone daemon
+	}
 	d.nw.mu.Lock()
 	defer d.nw.mu.Unlock()
 	var ids []task.HostID

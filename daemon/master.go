@@ -285,8 +285,7 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		if err := decodeMsg(body, &a); err != nil {
 			return nil, err
 		}
-		d.watchLocal(a)
-		return nil, nil
+		return nil, d.watchLocal(a)
 	case mPS:
 		var a psArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -570,6 +569,9 @@ func (d *Daemon) groupOp(ctx context.Context, method string, a groupArgs) (any, 
 // registerExitWatch records a TaskExit registration (master): for the loss
 // of the task's host here, and for its ordinary exit at its daemon.
 func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
+	if err := d.checkNotify(len(a.TIDs)); err != nil {
+		return err
+	}
 	w := watcher{who: a.Watcher, tag: a.Tag}
 	var errs []error
 	for _, t := range a.TIDs {
@@ -579,8 +581,15 @@ func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 			continue
 		}
 		d.mu.Lock()
-		d.lossWatch[t] = append(d.lossWatch[t], w)
+		full := len(d.lossWatch[t]) >= d.cfg.MaxWatchers
+		if !full {
+			d.lossWatch[t] = append(d.lossWatch[t], w)
+		}
 		d.mu.Unlock()
+		if full {
+			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
+			continue
+		}
 		if err := d.callHost(ctx, h, mWatch, notifyArgs{Kind: task.TaskExit, Watcher: a.Watcher, Tag: a.Tag, TIDs: []task.TID{t}}, nil); err != nil {
 			errs = append(errs, err)
 		}
@@ -590,16 +599,25 @@ func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 
 // watchLocal registers TaskExit watchers for tasks of this daemon; a task
 // already gone is notified at once.
-func (d *Daemon) watchLocal(a notifyArgs) {
+func (d *Daemon) watchLocal(a notifyArgs) error {
+	if err := d.checkNotify(len(a.TIDs)); err != nil {
+		return err
+	}
 	w := watcher{who: a.Watcher, tag: a.Tag}
+	var errs []error
 	for _, t := range a.TIDs {
 		d.mu.Lock()
 		_, live := d.tasks[t]
-		if live {
+		full := live && len(d.watch[t]) >= d.cfg.MaxWatchers
+		if live && !full {
 			d.watch[t] = append(d.watch[t], w)
 		}
 		old := d.gone[t]
 		d.mu.Unlock()
+		if full {
+			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
+			continue
+		}
 		if live {
 			continue
 		}
@@ -611,6 +629,7 @@ func (d *Daemon) watchLocal(a notifyArgs) {
 		}
 		d.notify(t, w, n, false)
 	}
+	return errors.Join(errs...)
 }
 
 // AllTasks gathers the task lists of every host (master).

@@ -61,7 +61,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 			return err
 		}
 	}
-	tr, err := c.Network.Listen(c.Listen, id, c.Transport)
+	tcfg := c.Transport
+	tcfg.Refused = func(addr, why string) { d.refused(addr, pki.Peer{}, why) }
+	tr, err := c.Network.Listen(c.Listen, id, tcfg)
 	if err != nil {
 		return err
 	}
@@ -88,6 +90,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 			return err
 		}
 	}
+	d.watchCredential()
 	d.checkExpiry(time.Now())
 	d.refreshSample(time.Now())
 	d.goFunc(d.acceptLoop)
@@ -230,7 +233,22 @@ func (d *Daemon) acceptLoop() {
 			}
 			return
 		}
-		d.goFunc(func() { d.handshake(conn) })
+		// Counted by certificate: many daemons may share an address
+		// (one machine), while one holder is one party.
+		who := conn.Peer().String()
+		if why := d.conns.take(who, d.cfg.MaxConns, d.cfg.MaxConnsPerPeer); why != "" {
+			d.refused(conn.RemoteAddr(), conn.Peer(), why)
+			conn.Close(why)
+			continue
+		}
+		d.goFunc(func() {
+			defer d.conns.put(who)
+			d.handshake(conn)
+			select { // the connection counts until it ends
+			case <-conn.Done():
+			case <-d.ctx.Done():
+			}
+		})
 	}
 }
 
@@ -725,6 +743,9 @@ func (d *Daemon) heartbeatLoop() {
 		now := time.Now()
 		d.retransmit(now)
 		d.refreshSample(now)
+		if err := d.reloadCredential(false); err != nil {
+			d.log.Error("credential file", "file", d.cfg.CredentialFile, "error", err)
+		}
 		d.checkExpiry(now)
 		if d.cfg.Master {
 			d.reloadRevoked()

@@ -3,46 +3,16 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 	"github.com/dpvm/dpvm/task"
 )
-
-// scrape fetches url and parses the answer with the Prometheus text
-// parser.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(res.Body)
-		t.Fatalf("GET %s: %s: %s", url, res.Status, b)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(res.Body)
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
-	return fams
-}
 
 // scrapeUntil scrapes url until ok holds of the answer, or 30s have
 // passed, and returns the last answer.
@@ -50,46 +20,12 @@ func scrapeUntil(t *testing.T, url string, ok func(map[string]*dto.MetricFamily)
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		f := scrape(t, url)
+		f := metricstest.Scrape(t, url)
 		if ok(f) || time.Now().After(deadline) {
 			return f
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// value is the value of the sample of family name whose labels include
-// want ("k=v" pairs), and whether there is one: a counter's or gauge's
-// value, a histogram's sample count.
-func value(fams map[string]*dto.MetricFamily, name string, want ...string) (float64, bool) {
-	f := fams[name]
-	if f == nil {
-		return 0, false
-	}
-next:
-	for _, m := range f.GetMetric() {
-		for _, kv := range want {
-			k, v, _ := strings.Cut(kv, "=")
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == k && l.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount()), true
-		}
-	}
-	return 0, false
 }
 
 // serveMetrics serves d's metrics on loopback until the test ends and
@@ -118,17 +54,17 @@ func TestMetricsScrapeVM(t *testing.T) {
 	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
 	urls := []string{serveMetrics(t, m), serveMetrics(t, h2), serveMetrics(t, h3)}
 
-	before := scrape(t, urls[0])
-	if v, ok := value(before, "dpvm_messages_sent_total", "peer=h2"); ok && v != 0 {
+	before := metricstest.Scrape(t, urls[0])
+	if v, ok := metricstest.Value(before, "dpvm_messages_sent_total", "peer=h2"); ok && v != 0 {
 		t.Fatalf("before any message: master sent %v to h2", v)
 	}
-	if _, ok := value(before, "go_goroutines"); !ok {
+	if _, ok := metricstest.Value(before, "go_goroutines"); !ok {
 		t.Error("no Go runtime metrics (go_goroutines)")
 	}
-	if _, ok := value(before, "process_open_fds"); !ok {
+	if _, ok := metricstest.Value(before, "process_open_fds"); !ok {
 		t.Error("no process metrics (process_open_fds)")
 	}
-	if v, ok := value(before, "dpvm_vm_host_tasks", "host=h3"); !ok || v != 0 {
+	if v, ok := metricstest.Value(before, "dpvm_vm_host_tasks", "host=h3"); !ok || v != 0 {
 		t.Errorf("master's view of h3's tasks: %v %v, want 0", v, ok)
 	}
 
@@ -163,10 +99,10 @@ func TestMetricsScrapeVM(t *testing.T) {
 	// Messages are counted as they are written to the connection, which
 	// may follow Send: scrape until they are, within a deadline.
 	mid := scrapeUntil(t, urls[0], func(f map[string]*dto.MetricFamily) bool {
-		v, _ := value(f, "dpvm_messages_sent_total", "peer=h2")
+		v, _ := metricstest.Value(f, "dpvm_messages_sent_total", "peer=h2")
 		return v >= msgs
 	})
-	if v, _ := value(mid, "dpvm_message_sent_bytes_total", "peer=h2"); v <= 0 {
+	if v, _ := metricstest.Value(mid, "dpvm_message_sent_bytes_total", "peer=h2"); v <= 0 {
 		t.Errorf("master sent %v bytes of messages to h2, want some", v)
 	}
 	if _, err := m.Migrate(ctx, mv, "h3", Direct); err != nil {
@@ -207,7 +143,7 @@ func TestMetricsScrapeVM(t *testing.T) {
 		{0, "dpvm_host_load", nil, 0, 1e6},
 	}
 	holds := func(f map[string]*dto.MetricFamily, c check) (float64, bool, bool) {
-		v, ok := value(f, c.name, c.labels...)
+		v, ok := metricstest.Value(f, c.name, c.labels...)
 		return v, ok, ok && v >= c.min && v <= c.max
 	}
 	// A frame's messages are counted once the frame is handled, which may
@@ -247,14 +183,14 @@ func TestMetricsMoveFailed(t *testing.T) {
 	if _, err := m.Migrate(ctx, task.NewTID(2, 99), "h1", Direct); err == nil {
 		t.Fatal("moving a task that does not exist succeeded")
 	}
-	fams := scrape(t, serveMetrics(t, m))
-	if v, _ := value(fams, "dpvm_moves_total", "mode=direct", "outcome=failed"); v != 1 {
+	fams := metricstest.Scrape(t, serveMetrics(t, m))
+	if v, _ := metricstest.Value(fams, "dpvm_moves_total", "mode=direct", "outcome=failed"); v != 1 {
 		t.Errorf("failed moves %v, want 1", v)
 	}
-	if v, ok := value(fams, "dpvm_move_freeze_seconds", "mode=direct"); ok && v != 0 {
+	if v, ok := metricstest.Value(fams, "dpvm_move_freeze_seconds", "mode=direct"); ok && v != 0 {
 		t.Errorf("freeze observations %v after a move that never froze, want 0", v)
 	}
-	if _, ok := value(fams, "go_goroutines"); ok {
+	if _, ok := metricstest.Value(fams, "go_goroutines"); ok {
 		t.Error("Go runtime metrics with NoRuntime")
 	}
 	if evs, _ := m.Metrics().Events().Moves(); len(evs) != 1 || evs[0].Err == "" || !strings.Contains(evs[0].Err, fmt.Sprint(task.NewTID(2, 99))) {

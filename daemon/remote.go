@@ -103,7 +103,7 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	}
 	if len(p.Data) > d.cfg.MaxFrame-64 {
 		d.rmu.Unlock()
-		return fmt.Errorf("message of %d bytes to %v: larger than the %d-byte frame limit", len(p.Data), to, d.cfg.MaxFrame)
+		return fmt.Errorf("message of %d bytes to %v: larger than the %d-byte frame limit: %w", len(p.Data), to, d.cfg.MaxFrame, ErrLimit)
 	}
 	e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
 	transmit := d.outbox.Push(e, r, time.Now())

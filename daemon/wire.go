@@ -183,10 +183,10 @@ func encodeMsg(v any) ([]byte, error) {
 }
 
 func decodeMsg(b []byte, v any) error {
-	if err := checkDepth(b, maxMsgDepth); err != nil {
-		return fmt.Errorf("decode %T: %w", v, err)
+	if err := task.CheckMsgpackLimits(b, controlLimits); err != nil {
+		return fmt.Errorf("decode %T: %w: %w", v, routing.ErrMalformed, err)
 	}
-	if err := task.UnmarshalMsgpack(b, v); err != nil {
+	if err := msgpack.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("decode %T: %w: %v", v, routing.ErrMalformed, err)
 	}
 	return nil

@@ -3,23 +3,18 @@
 //
 //   - hello: a parent spawns N children and collects their greetings;
 //   - pingpong: two tasks bounce a message back and forth and time it;
-//   - ring: a token goes K laps around a ring of N tasks;
+//   - ring: a token goes K laps around a ring of N tasks (a team of ranks);
 //   - pi: master/worker Monte Carlo estimate of π with a reduce;
-//   - squares: the README's walk-through, a sum of squares with a reduce;
+//   - squares: the README's walk-through, a sum of squares with an all-reduce;
 //   - watch: workers across hosts, and notify telling which are lost;
 //   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
 //     exchange and a convergence all-reduce.
 //
-// Each keeps its whole progress in its exported fields and calls SafePoint
-// in its loops, so its tasks can be checkpointed and moved mid-run without
-// changing the result. The NAS Parallel Benchmark kernels live in
+// Each program is one file that compiles on its own — its tags and
+// constants are declared in it (jacobi_serial.go is jacobi's serial
+// reference for the tests) — keeps its whole progress in its exported
+// fields and waits at safe points (SafePoint, RecvSafe, the collectives),
+// so its tasks can be checkpointed and moved mid-run without changing the
+// result. The NAS Parallel Benchmark kernels live in
 // examples/npb.
 package examples
-
-// Message tags of the squares program. Every other example declares its
-// own tags in its file; squares' stay here while the front README quotes
-// squares.go word for word.
-const (
-	tagWork = 9
-	tagSum  = 10
-)

@@ -81,13 +81,8 @@ func (s *JacobiStrip) Run(c *task.Ctx) error {
 			}
 		}
 	}
-	up, down, last := r-1, r+1, s.Hi-s.Lo
-	if r == 0 {
-		up = task.NoRank
-	}
-	if r == w-1 {
-		down = task.NoRank
-	}
+	up, down := s.C.Shift(1) // the neighbours' ranks, NoRank at the grid's edges
+	last := s.Hi - s.Lo
 	for s.Iter < s.MaxIter {
 		if s.Iter > 0 && s.Iter%s.K == 0 {
 			d := []float64{s.Diff}

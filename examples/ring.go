@@ -7,34 +7,27 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// Ring is the root task of the ring program: it spawns N ring members,
-// tells each its successor, and waits for the token to come back after K
-// laps. Every hop adds one to the token, so it must return as N·K.
+// Ring is the root task of the ring program: it spawns N ring members as a
+// team (ranks 0..N-1, each passing to the next rank) and waits for the
+// token to come back after K laps. Every hop adds one to the token, so it
+// must return as N·K.
 type Ring struct {
 	N, Laps int
 	Members []task.TID
 	Result  int
 }
 
-// RingMember passes the token to its successor. Member 0 starts each lap
-// and, after the last, hands the token to the root.
+// RingMember passes the token to its successor, the next rank. Rank 0
+// starts each lap and, after the last, hands the token to the root.
 type RingMember struct {
-	Index, Laps int
-	Next        task.TID
-	Lap         int
-}
-
-// ringSetup tells a member its place in the ring.
-type ringSetup struct {
-	Index int
-	Next  task.TID
+	C         task.Comm
+	Laps, Lap int
 }
 
 // Message tags of the ring program.
 const (
-	ringSetupTag = 4
-	ringToken    = 5
-	ringDone     = 6
+	ringToken = 5
+	ringDone  = 6
 )
 
 func init() {
@@ -59,14 +52,9 @@ func init() {
 // Run builds the ring (once) and waits for the token.
 func (r *Ring) Run(c *task.Ctx) error {
 	if r.Members == nil {
-		tids, err := c.Spawn(&RingMember{Laps: r.Laps}, r.N)
+		tids, err := c.SpawnTeam(&RingMember{Laps: r.Laps}, r.N)
 		if err != nil {
 			return err
-		}
-		for i, t := range tids {
-			if err := c.Send(t, ringSetupTag, ringSetup{Index: i, Next: tids[(i+1)%len(tids)]}); err != nil {
-				return err
-			}
 		}
 		r.Members = tids
 	}
@@ -82,18 +70,17 @@ func (r *Ring) Run(c *task.Ctx) error {
 
 // Run passes the token on until the laps are done.
 func (m *RingMember) Run(c *task.Ctx) error {
-	if m.Next.IsZero() {
-		var s ringSetup
-		if _, err := c.Recv(c.Parent(), ringSetupTag, &s); err != nil {
+	if m.C.Size() == 0 { // once: a move re-enters Run with C set
+		if err := c.JoinComm(&m.C); err != nil {
 			return err
 		}
-		m.Index, m.Next = s.Index, s.Next
-		if m.Index == 0 {
-			if err := c.Send(m.Next, ringToken, 1); err != nil {
+		if m.C.Rank == 0 {
+			if err := c.Send(m.C.TID(1%m.C.Size()), ringToken, 1); err != nil {
 				return err
 			}
 		}
 	}
+	next := m.C.TID((m.C.Rank + 1) % m.C.Size())
 	for m.Lap < m.Laps {
 		var token int
 		if _, err := c.RecvSafe(task.AnyTask, ringToken, &token); err != nil {
@@ -101,9 +88,9 @@ func (m *RingMember) Run(c *task.Ctx) error {
 		}
 		m.Lap++
 		switch {
-		case m.Index != 0:
+		case m.C.Rank != 0:
 			token++
-			if err := c.Send(m.Next, ringToken, token); err != nil {
+			if err := c.Send(next, ringToken, token); err != nil {
 				return err
 			}
 		case m.Lap == m.Laps:
@@ -112,7 +99,7 @@ func (m *RingMember) Run(c *task.Ctx) error {
 			}
 		default:
 			token++
-			if err := c.Send(m.Next, ringToken, token); err != nil {
+			if err := c.Send(next, ringToken, token); err != nil {
 				return err
 			}
 		}

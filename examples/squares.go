@@ -7,28 +7,30 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// tagNumber is the tag of the numbers the master deals to its workers.
+const tagNumber = 9
+
 // Squares is the root task of the squares program: it deals the numbers
-// 0..N-1 to Workers workers and sums their squares with a group reduce.
+// 0..N-1 to Workers workers and sums their squares with an all-reduce.
 type Squares struct {
 	N, Workers int
-	Sum        int64
+	C          task.Comm // the master (rank 0) and its workers (1..Workers)
+	Dealt      int       // messages sent to the workers so far
 }
 
 // SquaresWorker squares the numbers it is sent until it gets a negative one.
 type SquaresWorker struct {
-	Size int // members of the group: the workers and the master
+	C    task.Comm
 	Acc  int64
 	Done bool
 }
-
-const squaresGroup = "examples.squares"
 
 func init() {
 	task.Register("examples.squares", &Squares{})
 	task.Register("examples.squares.worker", &SquaresWorker{})
 	task.RegisterProgram(task.Program{
 		Name:    "squares",
-		Summary: "sum of squares with a master, workers and a reduce",
+		Summary: "sum of squares with a master, workers and an all-reduce",
 		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
 			n := fs.Int("n", 1000, "how many squares")
 			w := fs.Int("workers", 4, "how many workers")
@@ -42,63 +44,52 @@ func init() {
 	})
 }
 
-// Run is the master. (It has no safe point: it is never moved mid-run.)
+// Run is the master. After a move or a rollback Run starts again from the
+// top, so the fields say what is done already.
 func (m *Squares) Run(c *task.Ctx) error {
-	if _, err := c.Join(squaresGroup); err != nil { // instance 0
-		return err
-	}
-	workers, err := c.Spawn(&SquaresWorker{Size: m.Workers + 1}, m.Workers)
-	if err != nil {
-		return err
-	}
-	for i := range m.N { // deal the numbers round-robin
-		if err := c.Send(workers[i%len(workers)], tagWork, i); err != nil {
+	if m.C.Size() == 0 { // spawn the workers as ranks 1..Workers
+		if err := c.SpawnComm(&m.C, &SquaresWorker{}, m.Workers); err != nil {
 			return err
 		}
 	}
-	if err := c.Mcast(workers, tagWork, -1); err != nil { // no more work
-		return err
-	}
-	// Everyone has joined once everyone is at the barrier; then reduce.
-	if err := c.Barrier(squaresGroup, m.Workers+1); err != nil {
-		return err
-	}
-	sum := []int64{0}
-	if err := task.Reduce(c, task.Sum[int64], sum, squaresGroup, tagSum, 0); err != nil {
-		return err
-	}
-	m.Sum = sum[0]
-	c.Printf("sum of %d squares = %d", m.N, m.Sum)
-	return c.Barrier(squaresGroup, m.Workers+1) // keep the group whole until done
-}
-
-// Run is a worker: all its progress is in its fields, so it can be
-// checkpointed at its safe point and resumed elsewhere.
-func (w *SquaresWorker) Run(c *task.Ctx) error {
-	if _, err := c.GroupInst(squaresGroup, c.MyTID()); err != nil {
-		if _, err := c.Join(squaresGroup); err != nil {
+	for m.Dealt < m.N+m.Workers { // the numbers round-robin, then -1 to each
+		i := m.Dealt
+		if i >= m.N {
+			i = -1 // no more work
+		}
+		if err := c.Send(m.C.TID(1+m.Dealt%m.Workers), tagNumber, i); err != nil {
 			return err
 		}
-	}
-	for !w.Done {
-		var i int
-		if _, err := c.Recv(c.Parent(), tagWork, &i); err != nil {
-			return err
-		}
-		if i < 0 {
-			w.Done = true
-			break
-		}
-		w.Acc += int64(i) * int64(i)
+		m.Dealt++ // counted before the safe point, so never sent twice
 		if err := c.SafePoint(); err != nil {
 			return err
 		}
 	}
-	if err := c.Barrier(squaresGroup, w.Size); err != nil {
+	sum := []int64{0} // the workers' sums added up, delivered to everyone
+	if err := task.AllReduce(c, &m.C, task.Sum[int64], sum); err != nil {
 		return err
 	}
-	if err := task.Reduce(c, task.Sum[int64], []int64{w.Acc}, squaresGroup, tagSum, 0); err != nil {
+	c.Printf("sum of %d squares = %d", m.N, sum[0])
+	return c.SetResult(sum[0])
+}
+
+// Run is a worker: all its progress is in its fields, and it waits in
+// RecvSafe and AllReduce, which are safe points, so it can be checkpointed
+// or moved whenever it waits.
+func (w *SquaresWorker) Run(c *task.Ctx) error {
+	if err := c.JoinComm(&w.C); err != nil { // returns at once after a move
 		return err
 	}
-	return c.Barrier(squaresGroup, w.Size)
+	for !w.Done {
+		var i int
+		if _, err := c.RecvSafe(c.Parent(), tagNumber, &i); err != nil {
+			return err
+		}
+		if i < 0 {
+			w.Done = true
+		} else {
+			w.Acc += int64(i) * int64(i)
+		}
+	}
+	return task.AllReduce(c, &w.C, task.Sum[int64], []int64{w.Acc})
 }

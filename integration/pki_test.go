@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
 )
 
 // TestLeastPrivilegeOfProcesses runs a master and a host as processes and
@@ -78,5 +82,52 @@ func TestLeastPrivilegeOfProcesses(t *testing.T) {
 	}
 	if code := v.master.wait(); code != 0 {
 		t.Fatalf("master exited with %d", code)
+	}
+}
+
+// TestRenewCertificateOfProcesses: a host daemon's credential file is
+// replaced by a renewed certificate and the daemon is sent SIGHUP: it
+// takes the certificate up without a restart (on the signal or at its
+// heartbeat's check of the file, whichever comes first), new connections to it see
+// the new serial, and programs run across the machine as before.
+func TestRenewCertificateOfProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	v := startVM(t, 0)
+	h2 := start(t, "host 2", []string{"DPVM_LOG=info"}, append([]string{"daemon", "--join", v.addr, "--listen", "127.0.0.1:0", "--heartbeat", "100ms"},
+		v.creds.host("h2")...)...)
+	h2Addr := h2.waitFor(listening, true)[1]
+	file := v.creds.hostFile("h2")
+	renewed, err := v.creds.cl.Host("h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := file + ".new"
+	if err := pki.WriteCredential(tmp, renewed); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	h2.waitFor(regexp.MustCompile(`renewed certificate taken up.* serial=`+renewed.Serial), true)
+
+	admin, err := transport.Dialer(transport.LocalFor(h2Addr), v.creds.cl.Admin, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	c, err := admin.Dial(ctx, h2Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Peer().Serial; got != renewed.Serial {
+		t.Fatalf("h2 presents serial %s after renewal, want %s", got, renewed.Serial)
+	}
+	c.Close("done")
+	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "4"); code != 0 || !strings.Contains(out, "4 children said hello") {
+		t.Fatalf("run after the renewal: %d\n%s\n%s", code, out, errOut)
 	}
 }

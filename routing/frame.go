@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -114,14 +115,40 @@ func (fr *Reader) Next() (Frame, error) {
 	if k < 1 || k > maxKind {
 		return Frame{}, fmt.Errorf("%v: %w", k, ErrUnknownKind)
 	}
-	if cap(fr.buf) < n-1 {
-		fr.buf = make([]byte, n-1)
-	}
-	fr.buf = fr.buf[:n-1]
-	if _, err := io.ReadFull(fr.r, fr.buf); err != nil {
+	if err := fr.readBody(n - 1); err != nil {
 		return Frame{}, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
 	}
 	return Frame{Kind: k, Body: fr.buf}, nil
+}
+
+// growStep is how much of a frame's body the reader allocates before the
+// bytes arrive: a header's length is only a claim, so a larger body is
+// read into a buffer that at most doubles what has arrived.
+const growStep = 1 << 20
+
+// readBody reads n bytes of body into fr.buf, growing it as they arrive.
+func (fr *Reader) readBody(n int) error {
+	if cap(fr.buf) >= n || n <= growStep {
+		if cap(fr.buf) < n {
+			fr.buf = make([]byte, n)
+		}
+		fr.buf = fr.buf[:n]
+		_, err := io.ReadFull(fr.r, fr.buf)
+		return err
+	}
+	buf := fr.buf[:0]
+	for len(buf) < n {
+		chunk := min(n-len(buf), max(growStep, len(buf)))
+		buf = slices.Grow(buf, chunk)
+		k, err := io.ReadFull(fr.r, buf[len(buf):len(buf)+chunk])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			fr.buf = buf[:0]
+			return err
+		}
+	}
+	fr.buf = buf
+	return nil
 }
 
 // Envelope is a message between tasks as it travels between daemons.

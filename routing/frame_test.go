@@ -2,6 +2,7 @@ package routing
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
@@ -136,4 +137,31 @@ func FuzzFrameReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFrameClaimAllocatesLittle: a header claiming a body of the largest
+// size, followed by a few bytes, costs an allocation of the order of what
+// arrived, not of the claim; a large body that does arrive reads whole.
+func TestFrameClaimAllocatesLittle(t *testing.T) {
+	const claim = 64 << 20
+	var b bytes.Buffer
+	b.Write(binary.LittleEndian.AppendUint32(nil, claim+1))
+	b.WriteByte(byte(KindCall))
+	b.WriteString("a few bytes")
+	fr := NewReader(&b, claim)
+	if _, err := fr.Next(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a truncated frame: %v", err)
+	}
+	if c := cap(fr.buf); c > 2*growStep {
+		t.Fatalf("%d bytes allocated for a claim of %d with 11 bytes sent", c, claim)
+	}
+	body := make([]byte, 5*growStep+3)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	fr = NewReader(bytes.NewReader(AppendFrame(nil, KindCall, body)), claim)
+	f, err := fr.Next()
+	if err != nil || !bytes.Equal(f.Body, body) {
+		t.Fatalf("a %d-byte frame: %v", len(body), err)
+	}
 }

@@ -72,6 +72,21 @@ func (m *Comm) Size() int { return len(m.TIDs) }
 // TID is the TID of the member of rank r.
 func (m *Comm) TID(r int) TID { return m.TIDs[r] }
 
+// Shift returns the ranks disp places before and after this task's, as
+// MPI_Cart_shift does on a line that does not wrap: a SendRecv to dst from
+// src moves data disp places up the ranks. A rank past either end is
+// NoRank, so the edges of a strip decomposition need no special case.
+func (m *Comm) Shift(disp int) (src, dst int) {
+	src, dst = m.Rank-disp, m.Rank+disp
+	if src < 0 || src >= len(m.TIDs) {
+		src = NoRank
+	}
+	if dst < 0 || dst >= len(m.TIDs) {
+		dst = NoRank
+	}
+	return src, dst
+}
+
 // check returns an error unless the communicator is set up and r is a rank
 // of it (or NoRank when noneOK).
 func (m *Comm) check(what string, ranks ...int) error {
@@ -94,32 +109,58 @@ func (m *Comm) resetStep() {
 
 // SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
 // communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
-// spawn order); n may be 0. Each new task gets its copy of the communicator by calling
-// JoinComm; SpawnComm sends each one message, on CommTag, to that end. On
-// error the tasks that did start are killed.
+// spawn order); n may be 0. Each new task gets its copy of the
+// communicator by calling JoinComm; SpawnComm sends each one message, on
+// CommTag, to that end. On error the tasks that did start are killed.
 func (c *Ctx) SpawnComm(m *Comm, proto Task, n int, opts ...SpawnOption) error {
 	if n == 0 { // a communicator of the caller alone
 		*m = Comm{Rank: 0, TIDs: []TID{c.MyTID()}}
 		c.track(m)
 		return nil
 	}
+	all, err := c.spawnMembers([]TID{c.MyTID()}, proto, n, opts)
+	if err != nil {
+		return fmt.Errorf("spawn communicator: %w", err)
+	}
+	*m = Comm{Rank: 0, TIDs: all}
+	c.track(m)
+	return nil
+}
+
+// SpawnTeam starts n tasks of proto's type, as Spawn does, as a
+// communicator of their own that the caller is not a member of: the new
+// tasks are ranks 0..n-1, in spawn order, and SpawnTeam returns their TIDs
+// by rank. It is the form for a root that starts a job's workers and only
+// watches them (MPI_Comm_spawn's children). Each new task gets its copy of
+// the communicator by calling JoinComm, as under SpawnComm; n must be at
+// least 1, as for Spawn. On error the tasks that did start are killed.
+func (c *Ctx) SpawnTeam(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
+	tids, err := c.spawnMembers(nil, proto, n, opts)
+	if err != nil {
+		return nil, fmt.Errorf("spawn team: %w", err)
+	}
+	return tids, nil
+}
+
+// spawnMembers starts n tasks of proto's type and sends each the
+// communicator's members: lead followed by the new tasks, which it returns.
+// On error it kills the tasks that did start.
+func (c *Ctx) spawnMembers(lead []TID, proto Task, n int, opts []SpawnOption) ([]TID, error) {
 	tids, err := c.Spawn(proto, n, opts...)
 	if err == nil {
-		all := append([]TID{c.MyTID()}, tids...)
+		all := append(lead, tids...)
 		if err = c.Mcast(tids, CommTag, all); err == nil {
-			*m = Comm{Rank: 0, TIDs: all}
-			c.track(m)
-			return nil
+			return all, nil
 		}
 	}
 	for _, t := range tids {
 		_ = c.Kill(t)
 	}
-	return fmt.Errorf("spawn communicator: %w", err)
+	return nil, err
 }
 
-// JoinComm fills m, the communicator field of a task started by SpawnComm,
-// with its rank and its peers. It returns at once when m is already set
+// JoinComm fills m, the communicator field of a task started by SpawnComm
+// or SpawnTeam, with its rank and its peers. It returns at once when m is already set
 // (Run re-entered after a move). While it waits for its spawner's message it
 // is a safe point.
 func (c *Ctx) JoinComm(m *Comm) error {
@@ -421,14 +462,21 @@ func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	if m.Rank == 0 && !replayed {
 		return nil
 	}
-	var out []T
+	// A numeric result of data's length decodes into data's own array;
+	// anything else decodes aside, leaving data as it was on error.
+	out := data[:0:len(data)]
+	if es := p.Enc.elemSize(); es == 0 || len(p.Data) != es*len(data) {
+		out = nil
+	}
 	if err := p.Decode(&out); err != nil {
 		return fmt.Errorf("allreduce: %w", err)
 	}
 	if len(out) != len(data) {
 		return fmt.Errorf("allreduce: result of %d elements, want %d", len(out), len(data))
 	}
-	copy(data, out)
+	if len(out) > 0 && &out[0] != &data[0] {
+		copy(data, out)
+	}
 	return nil
 }
 

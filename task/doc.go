@@ -41,9 +41,11 @@
 // A parallel program's workers usually form a fixed team. SpawnComm starts
 // them as a communicator (a Comm) with the spawner as rank 0; each worker
 // calls JoinComm on its own Comm field and knows its rank, the team's size
-// and every peer's TID. Collectives run on the Comm: Barrier, Bcast,
-// SendRecv, AllReduce, CommGather, CommScatter. Each is a safe point while
-// it waits (see Comm for the one rule that makes this work).
+// and every peer's TID. SpawnTeam starts a team the spawner is not part of
+// (ranks 0..n-1), for a root that only watches its workers. Collectives
+// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, CommGather,
+// CommScatter. Each is a safe point while it waits (see Comm for the one
+// rule that makes this work).
 //
 // Group names are scoped to the job: two runs of one program never share a
 // group. A name beginning with VMWide names a group of the whole virtual

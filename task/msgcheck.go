@@ -9,18 +9,48 @@ import (
 )
 
 // ErrMsgpackBounds is returned by CheckMsgpack for data that declares more
-// than it holds.
+// than it holds, nests deeper than its limit, or is not msgpack.
 var ErrMsgpackBounds = errors.New("msgpack declares more than its bytes hold")
 
+// MaxMsgpackDepth is the deepest nesting of arrays and maps CheckMsgpack
+// accepts, and the largest MsgpackLimits.MaxDepth may be.
+const MaxMsgpackDepth = 256
+
+// MsgpackLimits bounds what CheckMsgpackLimits accepts. The zero value
+// means the defaults: MaxMsgpackDepth levels, and no bound on items other
+// than the bytes that hold them.
+type MsgpackLimits struct {
+	// MaxDepth is how deep arrays and maps may nest (1 to
+	// MaxMsgpackDepth; a scalar is depth 0, [nil] depth 1).
+	MaxDepth int
+	// MaxItems is how many items one array or map may declare (a map's
+	// entry counts two); 0 means only the bytes left bound it.
+	MaxItems int
+}
+
 // CheckMsgpack walks one msgpack value at the start of data without
-// decoding it and reports a truncated value, an invalid byte, or a length
-// that exceeds the bytes left: every array element, map entry, string,
-// binary and extension byte must be there. msgpack's decoder allocates
-// what a header declares before it reads the elements, so five bytes
-// declaring four billion elements would exhaust memory; untrusted data
-// goes through this check first. Bytes after the value are not examined.
-func CheckMsgpack(data []byte) error {
-	i, pending := 0, 1 // values still to read
+// decoding it and reports a truncated value, an invalid byte, a nesting
+// deeper than MaxMsgpackDepth, or a length that exceeds the bytes left:
+// every array element, map entry, string, binary and extension byte must
+// be there. msgpack's decoder allocates what a header declares before it
+// reads the elements, and recurses once per level, so five bytes declaring
+// four billion elements would exhaust memory and a frame of nested arrays
+// a stack; untrusted data goes through this check first. Bytes after the
+// value are not examined.
+func CheckMsgpack(data []byte) error { return CheckMsgpackLimits(data, MsgpackLimits{}) }
+
+// CheckMsgpackLimits is CheckMsgpack under the given limits. It walks the
+// bytes once, without recursion and without allocating.
+func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
+	maxDepth := lim.MaxDepth
+	if maxDepth <= 0 || maxDepth > MaxMsgpackDepth {
+		maxDepth = MaxMsgpackDepth
+	}
+	var stack [MaxMsgpackDepth + 1]uint64 // values left at each open level
+	depth := 0
+	left := uint64(1)    // values left at the current level
+	pending := uint64(1) // values left at every level: each takes a byte at least
+	i := 0
 	need := func(n uint64) error {
 		if n > uint64(len(data)-i) {
 			return fmt.Errorf("at byte %d: %d bytes declared, %d left: %w", i, n, len(data)-i, ErrMsgpackBounds)
@@ -52,19 +82,35 @@ func CheckMsgpack(data []byte) error {
 		return nil
 	}
 	items := func(n uint64) error {
-		// Every pending value takes at least one byte.
-		if n > uint64(len(data)-i) || uint64(pending)+n > uint64(len(data)-i) {
+		if lim.MaxItems > 0 && n > uint64(lim.MaxItems) {
+			return fmt.Errorf("at byte %d: a container of %d items, at most %d: %w", i, n, lim.MaxItems, ErrMsgpackBounds)
+		}
+		if n > uint64(len(data)-i) || pending+n > uint64(len(data)-i) {
 			return fmt.Errorf("at byte %d: %d values declared, %d bytes left: %w", i, n, len(data)-i, ErrMsgpackBounds)
 		}
-		pending += int(n)
+		if depth >= maxDepth {
+			return fmt.Errorf("at byte %d: arrays and maps nested deeper than %d levels: %w", i, maxDepth, ErrMsgpackBounds)
+		}
+		stack[depth] = left
+		depth++
+		left = n
+		pending += n
 		return nil
 	}
-	for pending > 0 {
+	for {
+		for left == 0 {
+			if depth == 0 {
+				return nil
+			}
+			depth--
+			left = stack[depth]
+		}
 		if i >= len(data) {
 			return fmt.Errorf("truncated at byte %d: %w", i, ErrMsgpackBounds)
 		}
 		c := data[i]
 		i++
+		left--
 		pending--
 		var err error
 		switch {
@@ -128,13 +174,18 @@ func CheckMsgpack(data []byte) error {
 			return err
 		}
 	}
-	return nil
 }
 
 // UnmarshalMsgpack decodes untrusted msgpack data into v, refusing data
 // CheckMsgpack refuses before msgpack allocates for it.
 func UnmarshalMsgpack(data []byte, v any) error {
-	if err := CheckMsgpack(data); err != nil {
+	return UnmarshalMsgpackLimits(data, v, MsgpackLimits{})
+}
+
+// UnmarshalMsgpackLimits decodes untrusted msgpack data into v, refusing
+// data CheckMsgpackLimits refuses under lim before msgpack allocates for it.
+func UnmarshalMsgpackLimits(data []byte, v any, lim MsgpackLimits) error {
+	if err := CheckMsgpackLimits(data, lim); err != nil {
 		return err
 	}
 	return msgpack.Unmarshal(data, v)

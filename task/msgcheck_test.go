@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -47,4 +48,85 @@ func TestCheckMsgpack(t *testing.T) {
 			t.Errorf("% x: %v", b, err)
 		}
 	}
+}
+
+// nestedArrays is n one-element arrays around nil.
+func nestedArrays(n int) []byte {
+	return append(bytes.Repeat([]byte{0x91}, n), 0xc0)
+}
+
+func TestCheckMsgpackLimits(t *testing.T) {
+	lim := MsgpackLimits{MaxDepth: 8, MaxItems: 4}
+	ok := [][]byte{nestedArrays(8), {0x94, 1, 2, 3, 4}, {0x82, 1, 2, 3, 4}, {0xc0, 0xff}}
+	for _, b := range ok {
+		if err := CheckMsgpackLimits(b, lim); err != nil {
+			t.Errorf("% x: %v", b, err)
+		}
+	}
+	bad := [][]byte{
+		nestedArrays(9),
+		nestedArrays(1 << 20),
+		{0x95, 1, 2, 3, 4, 5},    // five items, at most four
+		{0x83, 1, 2, 3, 4, 5, 6}, // three entries: six items
+		append(bytes.Repeat([]byte{0x81, 0xa1, 'k'}, 9), 0xc0),                                   // maps
+		append([]byte{0x93, 0xc4, 3, 1, 2, 3, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0}, nestedArrays(8)...), // deep after skipped items
+	}
+	for _, b := range bad {
+		if err := CheckMsgpackLimits(b, lim); !errors.Is(err, ErrMsgpackBounds) {
+			t.Errorf("% x: %v", b[:min(len(b), 16)], err)
+		}
+	}
+	if err := CheckMsgpack(nestedArrays(MaxMsgpackDepth)); err != nil {
+		t.Errorf("%d levels by default: %v", MaxMsgpackDepth, err)
+	}
+	if err := CheckMsgpack(nestedArrays(MaxMsgpackDepth + 1)); !errors.Is(err, ErrMsgpackBounds) {
+		t.Errorf("%d levels by default: %v", MaxMsgpackDepth+1, err)
+	}
+}
+
+// depthOf is how deeply a decoded value's arrays and maps nest.
+func depthOf(v any) int {
+	d := 0
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	case map[string]any:
+		for _, e := range v {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	case map[any]any:
+		for k, e := range v {
+			d = max(d, depthOf(k), depthOf(e))
+		}
+		return d + 1
+	}
+	return 0
+}
+
+// FuzzCheckMsgpack: the walk never panics, and what it passes the decoder
+// decodes without error into a value nested no deeper than the limit.
+func FuzzCheckMsgpack(f *testing.F) {
+	f.Add(nestedArrays(3))
+	f.Add(nestedArrays(9))
+	f.Add([]byte{0x82, 0xa1, 'a', 0x01, 0xa1, 'b', 0x91, 0xc0})
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0})
+	lim := MsgpackLimits{MaxDepth: 8, MaxItems: 64}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if CheckMsgpackLimits(b, lim) != nil {
+			return
+		}
+		var v any
+		if err := msgpack.Unmarshal(b, &v); err != nil {
+			// The walk checks framing, not what the decoder makes of
+			// the bytes (an ext type it has no decoder for).
+			return
+		}
+		if d := depthOf(v); d > lim.MaxDepth {
+			t.Fatalf("passed a value nested %d deep, limit %d", d, lim.MaxDepth)
+		}
+	})
 }

@@ -1,16 +1,16 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 )
 
 // waitMatch polls buf until re matches, or fails after a deadline: a
@@ -30,26 +30,6 @@ func waitMatch(t *testing.T, buf *syncBuffer, re *regexp.Regexp, done <-chan int
 	}
 	t.Fatalf("no %v within 30s:\n%s", re, buf.String())
 	return nil
-}
-
-func httpGet(t *testing.T, url string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %v %s", url, err, res.Status)
-	}
-	return string(b)
 }
 
 // TestDaemonServesMetricsAndProfiles runs `dpvm daemon --master` with
@@ -72,14 +52,14 @@ func TestDaemonServesMetricsAndProfiles(t *testing.T) {
 	metricsURL := waitMatch(t, &stderr, regexp.MustCompile(`metrics on (http://\S+)`), done)[1]
 	pprofURL := waitMatch(t, &stderr, regexp.MustCompile(`profiles on (http://\S+)`), done)[1]
 	statusURL := waitMatch(t, &stderr, regexp.MustCompile(`status page on (http://\S+)`), done)[1]
-	if body := httpGet(t, statusURL+"api/hosts"); !strings.Contains(body, `"name":"h1"`) || !strings.Contains(body, `"master":true`) {
+	if body := metricstest.Get(t, statusURL+"api/hosts"); !strings.Contains(body, `"name":"h1"`) || !strings.Contains(body, `"master":true`) {
 		t.Errorf("%sapi/hosts:\n%s", statusURL, body)
 	}
 
-	if body := httpGet(t, metricsURL); !strings.Contains(body, `dpvm_tasks{state="running"} 0`) || !strings.Contains(body, "go_goroutines") {
+	if body := metricstest.Get(t, metricsURL); !strings.Contains(body, `dpvm_tasks{state="running"} 0`) || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("%s:\n%s", metricsURL, body)
 	}
-	if body := httpGet(t, pprofURL); !strings.Contains(body, "goroutine") {
+	if body := metricstest.Get(t, pprofURL); !strings.Contains(body, "goroutine") {
 		t.Errorf("%s:\n%s", pprofURL, body)
 	}
 	if code := Run([]string{"dpvm", "halt", "--master", addr, "--credential", filepath.Join(key, "admin.pem")}, io.Discard, io.Discard); code != 0 {

@@ -149,7 +149,7 @@ func daemonCommand() *cli.Command {
 			defer stop()
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
-				Credential: key, Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
+				Credential: key, CredentialFile: c.String("credential"), Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
@@ -174,12 +174,26 @@ func daemonCommand() *cli.Command {
 				role = "master"
 			}
 			fmt.Fprintf(c.App.ErrWriter, "dpvm daemon: %s %s (%v) listening on %s\n", role, d.Name(), d.HostID(), d.Addr())
-			select {
-			case <-d.Done():
-			case <-ctx.Done():
-				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = d.Halt(hctx)
+			// SIGHUP re-reads the credential file at once (the daemon
+			// also notices a change at its next heartbeat).
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+		wait:
+			for {
+				select {
+				case <-hup:
+					if err := d.ReloadCredential(); err != nil {
+						fmt.Fprintf(c.App.ErrWriter, "dpvm daemon: SIGHUP: %v\n", err)
+					}
+				case <-d.Done():
+					break wait
+				case <-ctx.Done():
+					hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					_ = d.Halt(hctx)
+					break wait
+				}
 			}
 			if err := d.Err(); err != nil {
 				return cli.Exit("daemon: "+err.Error(), 1)

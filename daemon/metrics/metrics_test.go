@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -158,26 +158,6 @@ dpvm_vm_host_memory_free_bytes{host="h2"} 1.048576e+06
 	}
 }
 
-func get(t *testing.T, url string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %v %s", url, err, res.Status)
-	}
-	return string(b)
-}
-
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
 	s, err := Serve("127.0.0.1:0", h)
@@ -201,20 +181,20 @@ func TestServeEventsAndPprof(t *testing.T) {
 		Seen  uint64 `json:"seen"`
 		Moves []Move `json:"moves"`
 	}
-	if err := json.Unmarshal([]byte(get(t, base+"/events?move_id=mv-7")), &ev); err != nil {
+	if err := json.Unmarshal([]byte(metricstest.Get(t, base+"/events?move_id=mv-7")), &ev); err != nil {
 		t.Fatal(err)
 	}
 	if ev.Seen != 2 || len(ev.Moves) != 1 || ev.Moves[0].TID != "t2:1" {
 		t.Fatalf("events for mv-7: %+v", ev)
 	}
-	if body := get(t, base+"/metrics"); !strings.Contains(body, `dpvm_moves_total{mode="direct",outcome="failed"} 1`) {
+	if body := metricstest.Get(t, base+"/metrics"); !strings.Contains(body, `dpvm_moves_total{mode="direct",outcome="failed"} 1`) {
 		t.Fatalf("/metrics:\n%s", body)
 	}
 	pp := serve(t, PprofHandler())
-	if body := get(t, pp+"/debug/pprof/"); !strings.Contains(body, "goroutine") || !strings.Contains(body, "heap") {
+	if body := metricstest.Get(t, pp+"/debug/pprof/"); !strings.Contains(body, "goroutine") || !strings.Contains(body, "heap") {
 		t.Fatalf("/debug/pprof/:\n%s", body)
 	}
-	if body := get(t, pp+"/debug/pprof/goroutine?debug=1"); !strings.Contains(body, "goroutine profile:") {
+	if body := metricstest.Get(t, pp+"/debug/pprof/goroutine?debug=1"); !strings.Contains(body, "goroutine profile:") {
 		t.Fatalf("goroutine profile:\n%s", body)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -293,6 +294,9 @@ type Credential struct {
 	key  *ecdsa.PrivateKey
 	cert tls.Certificate
 	pool *x509.CertPool
+	// live is the credential in use: this one until Renew puts a newer
+	// one in its place. Renewals share it.
+	live *atomic.Pointer[Credential]
 }
 
 func newCredential(leaf, ca *x509.Certificate, key *ecdsa.PrivateKey) (*Credential, error) {
@@ -302,8 +306,11 @@ func newCredential(leaf, ca *x509.Certificate, key *ecdsa.PrivateKey) (*Credenti
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return &Credential{Peer: p, NotAfter: leaf.NotAfter, leaf: leaf, ca: ca, key: key, pool: pool,
-		cert: tls.Certificate{Certificate: [][]byte{leaf.Raw, ca.Raw}, PrivateKey: key, Leaf: leaf}}, nil
+	c := &Credential{Peer: p, NotAfter: leaf.NotAfter, leaf: leaf, ca: ca, key: key, pool: pool,
+		cert: tls.Certificate{Certificate: [][]byte{leaf.Raw, ca.Raw}, PrivateKey: key, Leaf: leaf},
+		live: new(atomic.Pointer[Credential])}
+	c.live.Store(c)
+	return c, nil
 }
 
 // PEM encodes the credential as a credential file: the leaf certificate,
@@ -385,25 +392,27 @@ func WriteFile(path string, data []byte) error {
 
 // ServerConfig is the TLS configuration for accepting connections: the
 // peer must present a certificate signed by the cluster CA.
+// It presents the credential in use at each handshake (see Renew).
 func (c *Credential) ServerConfig() *tls.Config {
 	return &tls.Config{
-		Certificates: []tls.Certificate{c.cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    c.pool,
-		NextProtos:   []string{ALPN},
-		MinVersion:   tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &c.Current().cert, nil },
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      c.pool,
+		NextProtos:     []string{ALPN},
+		MinVersion:     tls.VersionTLS13,
 	}
 }
 
 // ClientConfig is the TLS configuration for dialing: the server must
-// present a certificate signed by the cluster CA, and so do we.
+// present a certificate signed by the cluster CA, and so do we: the
+// credential in use at each handshake (see Renew).
 func (c *Credential) ClientConfig() *tls.Config {
 	return &tls.Config{
-		Certificates: []tls.Certificate{c.cert},
-		RootCAs:      c.pool,
-		ServerName:   ServerName,
-		NextProtos:   []string{ALPN},
-		MinVersion:   tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c.Current().cert, nil },
+		RootCAs:              c.pool,
+		ServerName:           ServerName,
+		NextProtos:           []string{ALPN},
+		MinVersion:           tls.VersionTLS13,
 	}
 }
 
@@ -451,8 +460,8 @@ func peerOf(c *x509.Certificate) (Peer, error) {
 }
 
 // Chain is the credential's certificate chain, leaf first, as it presents
-// it in a TLS handshake.
-func (c *Credential) Chain() [][]byte { return c.cert.Certificate }
+// it in a TLS handshake: the credential in use's (see Renew).
+func (c *Credential) Chain() [][]byte { return c.Current().cert.Certificate }
 
 // VerifyChain checks a certificate chain a peer presented against the
 // credential's CA, as the TLS handshake does, and says whom it names.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -66,34 +66,11 @@ func vmWithAMove(t *testing.T, token string) (string, task.TID) {
 	return "http://" + s.Addr() + "/", tids[0]
 }
 
-func get(t *testing.T, url, bearer string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res.StatusCode, string(b)
-}
-
 // TestStatusAPI checks the page's JSON API after a move: the hosts as
 // `dpvm conf --json` has them, the tasks as `dpvm ps -a --json`, the move.
 func TestStatusAPI(t *testing.T) {
 	base, tid := vmWithAMove(t, "")
-	code, body := get(t, base+"api/state", "")
+	code, body := metricstest.Fetch(t, base+"api/state", "")
 	if code != http.StatusOK {
 		t.Fatalf("api/state: %d %s", code, body)
 	}
@@ -118,10 +95,10 @@ func TestStatusAPI(t *testing.T) {
 		t.Errorf("moves %+v", st.Moves)
 	}
 	var hosts []daemon.HostInfo
-	if code, body := get(t, base+"api/hosts", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &hosts) != nil || len(hosts) != 3 {
+	if code, body := metricstest.Fetch(t, base+"api/hosts", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &hosts) != nil || len(hosts) != 3 {
 		t.Errorf("api/hosts: %d %s", code, body)
 	}
-	if code, body := get(t, base, ""); code != http.StatusOK || !strings.Contains(body, "<title>dpvm") {
+	if code, body := metricstest.Fetch(t, base, ""); code != http.StatusOK || !strings.Contains(body, "<title>dpvm") {
 		t.Errorf("page: %d %.200s", code, body)
 	}
 }
@@ -140,7 +117,7 @@ func TestStatusToken(t *testing.T) {
 		{base + "api/hosts", token, http.StatusOK},
 		{base + "?token=" + token, "", http.StatusOK},
 	} {
-		if code, body := get(t, c.url, c.bearer); code != c.want {
+		if code, body := metricstest.Fetch(t, c.url, c.bearer); code != c.want {
 			t.Errorf("GET %s (bearer %q): %d, want %d: %.200s", c.url, c.bearer, code, c.want, body)
 		}
 	}

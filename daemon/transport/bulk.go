@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/pki"
@@ -48,11 +49,20 @@ const (
 
 type token [tokenBytes]byte
 
+// Bounds on what a bulk listener holds: handshakes under way, and bulk
+// streams per QUIC connection (the daemon keeps one each way).
+const (
+	maxBulkHandshakes = 64
+	maxBulkStreams    = 16
+)
+
 // bulkListener is a QUIC endpoint's TCP listener for bulk streams.
 type bulkListener struct {
 	ln       net.Listener
 	tls      *tls.Config
 	handshak time.Duration
+	refused  func(addr, why string) // Config.Refused
+	pending  atomic.Int64           // handshakes under way
 
 	mu    sync.Mutex
 	conns map[token]*quicConn
@@ -61,12 +71,12 @@ type bulkListener struct {
 }
 
 // listenBulk opens the TCP listener beside a QUIC endpoint on udp's IP.
-func listenBulk(udp *net.UDPAddr, id *pki.Credential, handshake time.Duration) (*bulkListener, error) {
+func listenBulk(udp *net.UDPAddr, id *pki.Credential, handshake time.Duration, refused func(addr, why string)) (*bulkListener, error) {
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: udp.IP, Zone: udp.Zone})
 	if err != nil {
 		return nil, fmt.Errorf("bulk lane: %w", err)
 	}
-	b := &bulkListener{ln: ln, tls: id.ServerConfig(), handshak: handshake,
+	b := &bulkListener{ln: ln, tls: id.ServerConfig(), handshak: handshake, refused: refused,
 		conns: map[token]*quicConn{}, done: make(chan struct{})}
 	b.wg.Add(1)
 	go b.acceptLoop()
@@ -111,13 +121,28 @@ func (b *bulkListener) acceptLoop() {
 		if err != nil {
 			return
 		}
+		if b.pending.Add(1) > maxBulkHandshakes {
+			b.pending.Add(-1)
+			b.refuse(c, fmt.Errorf("bulk lane: %d handshakes under way", maxBulkHandshakes))
+			continue
+		}
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			if err := b.serve(c); err != nil {
-				_ = c.Close()
+			err := b.serve(c)
+			b.pending.Add(-1)
+			if err != nil {
+				b.refuse(c, fmt.Errorf("bulk lane: %w", err))
 			}
 		}()
+	}
+}
+
+// refuse closes c and tells Config.Refused why.
+func (b *bulkListener) refuse(c net.Conn, err error) {
+	_ = c.Close()
+	if b.refused != nil {
+		b.refused(c.RemoteAddr().String(), err.Error())
 	}
 }
 
@@ -145,7 +170,7 @@ func (b *bulkListener) serve(c net.Conn) error {
 		return errors.New("bulk stream for no connection of its certificate")
 	}
 	_ = c.SetDeadline(time.Time{})
-	s := &bulkStream{c: tc}
+	s := &bulkStream{c: tc, side: qc.bulk}
 	if !qc.bulk.deliver(s) {
 		return errors.New("bulk streams not accepted")
 	}
@@ -160,12 +185,16 @@ func setNoDelay(c net.Conn) {
 
 // bulkStream is a bulk stream: TLS on TCP. Close closes both directions.
 type bulkStream struct {
-	c *tls.Conn
+	c    *tls.Conn
+	side *bulkSide
 }
 
 func (s *bulkStream) Read(p []byte) (int, error)  { return s.c.Read(p) }
 func (s *bulkStream) Write(p []byte) (int, error) { return s.c.Write(p) }
-func (s *bulkStream) Close() error                { return s.c.Close() }
+func (s *bulkStream) Close() error {
+	s.side.forget(s)
+	return s.c.Close()
+}
 
 // bulkSide is a connection's state of the bulk lane: the peer's offer and
 // the streams it opened, waiting to be accepted.
@@ -185,11 +214,12 @@ func newBulkSide() *bulkSide {
 	return &bulkSide{offered: make(chan struct{}), accept: make(chan Stream, 16)}
 }
 
-// deliver queues an incoming stream for AcceptBulk.
+// deliver queues an incoming stream for AcceptBulk; a connection holds at
+// most maxBulkStreams.
 func (b *bulkSide) deliver(s Stream) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.ended {
+	if b.ended || len(b.open) >= maxBulkStreams {
 		return false
 	}
 	select {
@@ -211,6 +241,18 @@ func (b *bulkSide) opened(s Stream) bool {
 	return true
 }
 
+// forget drops a closed stream from the connection's.
+func (b *bulkSide) forget(s Stream) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.open {
+		if x == s {
+			b.open = append(b.open[:i], b.open[i+1:]...)
+			return
+		}
+	}
+}
+
 // end closes every bulk stream of the connection.
 func (b *bulkSide) end() {
 	b.mu.Lock()
@@ -219,7 +261,7 @@ func (b *bulkSide) end() {
 	b.open = nil
 	b.mu.Unlock()
 	for _, s := range open {
-		_ = s.Close()
+		_ = s.Close() // forget finds nothing: open is already empty
 	}
 }
 
@@ -318,7 +360,7 @@ func (c *quicConn) OpenBulk(ctx context.Context) (Stream, error) {
 		_ = nc.Close()
 		return nil, fmt.Errorf("bulk lane to %s: %w", addr, err)
 	}
-	s := &bulkStream{c: tc}
+	s := &bulkStream{c: tc, side: c.bulk}
 	if !c.bulk.opened(s) {
 		_ = s.Close()
 		return nil, ErrConnLost

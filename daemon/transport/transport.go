@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -96,7 +98,24 @@ type Config struct {
 	// NoBulk turns the bulk lane off (BulkConn): a listening endpoint
 	// then opens no TCP listener and offers none to its peers.
 	NoBulk bool
+	// MaxConns bounds the connections a listening endpoint holds at once,
+	// those still in their handshake included (default DefaultMaxConns):
+	// one more is refused before its handshake.
+	MaxConns int
+	// RetryAbove is how many handshakes may be under way before a new
+	// connection attempt must first prove it owns its source address, a
+	// QUIC Retry round trip that makes spoofed floods cost nothing but a
+	// packet (default 64; negative: always).
+	RetryAbove int
+	// Refused, if set, hears of each incoming connection that ended
+	// before it was accepted (its handshake failed: a certificate of
+	// another CA, or none; or it timed out) and of each refused past
+	// MaxConns, with the peer's address and why. It must not block.
+	Refused func(addr, why string)
 }
+
+// DefaultMaxConns is Config.MaxConns's default.
+const DefaultMaxConns = 4096
 
 func (c Config) quic() *quic.Config {
 	if c.IdleTimeout <= 0 {
@@ -136,7 +155,73 @@ type QUIC struct {
 	conf   *quic.Config
 	client *tls.Config
 	bulk   *bulkListener // nil: no bulk lane offered
+	cnt    connCounter
 }
+
+// connCounter counts a listener's connections: all it holds, and those
+// still in their handshake (not yet accepted).
+type connCounter struct {
+	live, pending atomic.Int64
+	max, retry    int64
+	refused       func(addr, why string) // Config.Refused
+}
+
+// connState is one incoming connection's place in the counts.
+type connState struct {
+	handshaken sync.Once
+	accepted   atomic.Bool
+}
+
+type connStateKey struct{}
+
+// admit counts a connection attempt, refusing one past the bound. The
+// counts drop when the connection ends (or its handshake fails).
+func (c *connCounter) admit(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+	if c.live.Add(1) > c.max {
+		c.live.Add(-1)
+		err := fmt.Errorf("%d connections held, at most %d", c.max, c.max)
+		c.refuse(ci, err)
+		return ctx, err
+	}
+	c.pending.Add(1)
+	st := &connState{}
+	context.AfterFunc(ctx, func() {
+		c.handshakeOver(st)
+		c.live.Add(-1)
+		if !st.accepted.Load() {
+			c.refuse(ci, fmt.Errorf("handshake: %w", context.Cause(ctx)))
+		}
+	})
+	return context.WithValue(ctx, connStateKey{}, st), nil
+}
+
+// accepted takes a connection out of the handshake count.
+func (c *connCounter) accepted(ctx context.Context) {
+	if st, ok := ctx.Value(connStateKey{}).(*connState); ok {
+		st.accepted.Store(true)
+		c.handshakeOver(st)
+	}
+}
+
+// refuse tells Config.Refused of a connection that did not make it.
+func (c *connCounter) refuse(ci *quic.ClientInfo, err error) {
+	if c.refused == nil {
+		return
+	}
+	addr := "unknown"
+	if ci != nil && ci.RemoteAddr != nil {
+		addr = ci.RemoteAddr.String()
+	}
+	c.refused(addr, err.Error())
+}
+
+// handshakeOver takes st out of the handshake count, once.
+func (c *connCounter) handshakeOver(st *connState) {
+	st.handshaken.Do(func() { c.pending.Add(-1) })
+}
+
+// busy says whether new attempts must prove their source address first.
+func (c *connCounter) busy(net.Addr) bool { return c.retry < 0 || c.pending.Load() > c.retry }
 
 // Listen opens a UDP socket on addr ("127.0.0.1:0" for any port) and
 // accepts connections from holders of certificates of the cluster CA.
@@ -145,6 +230,15 @@ func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.cnt.max, q.cnt.retry, q.cnt.refused = int64(cfg.MaxConns), int64(cfg.RetryAbove), cfg.Refused
+	if q.cnt.max <= 0 {
+		q.cnt.max = DefaultMaxConns
+	}
+	if cfg.RetryAbove == 0 {
+		q.cnt.retry = 64
+	}
+	q.tr.ConnContext = q.cnt.admit
+	q.tr.VerifySourceAddress = q.cnt.busy
 	q.ln, err = q.tr.Listen(id.ServerConfig(), q.conf)
 	if err != nil {
 		q.Close()
@@ -153,7 +247,7 @@ func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	if !cfg.NoBulk {
 		// A lane that cannot be opened is not fatal: connections then
 		// carry everything over QUIC.
-		if b, err := listenBulk(q.udp.LocalAddr().(*net.UDPAddr), id, q.conf.HandshakeIdleTimeout); err == nil {
+		if b, err := listenBulk(q.udp.LocalAddr().(*net.UDPAddr), id, q.conf.HandshakeIdleTimeout, cfg.Refused); err == nil {
 			q.bulk = b
 		}
 	}
@@ -218,6 +312,7 @@ func (q *QUIC) Accept(ctx context.Context) (Conn, error) {
 			}
 			return nil, err
 		}
+		q.cnt.accepted(c.Context())
 		qc, err := q.wrap(c)
 		if err != nil {
 			_ = c.CloseWithError(1, err.Error())

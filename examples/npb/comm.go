@@ -53,8 +53,7 @@ func (t *taskComm) recv(from, tag int, v any) error {
 // Message tags. Messages between two tasks arrive in order, so every
 // collective can reuse its tag from one call to the next.
 const (
-	tagSetup = 1 + iota
-	tagProgress
+	tagProgress = 1 + iota
 	tagResult
 	tagExit
 	tagReduce

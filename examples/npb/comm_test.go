@@ -88,7 +88,7 @@ func runRanks(t testing.TB, kernel, class string, np int, body func(w worker, cm
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.place().Rank = r
+		w.place().C.Rank = r
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

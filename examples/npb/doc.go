@@ -6,9 +6,10 @@
 // worker can be checkpointed at the safe point it reaches once per
 // iteration and resumed elsewhere with the same result; arrays that are
 // derived (the CG matrix, MG's right-hand side, the IS keys, FT's
-// evolution factors) are rebuilt on resume. A Root task spawns np workers,
-// hands each its rank and the peers' TIDs, relays rank 0's progress and
-// prints the report; workers talk only through Send and Recv.
+// evolution factors) are rebuilt on resume. A Root task spawns np workers as a
+// communicator of their own (task.Ctx.SpawnTeam), relays rank 0's progress
+// and prints the report; each worker joins the communicator once (its
+// rank and its peers' TIDs), then talks through Send and Recv.
 //
 // The kernels follow NPB 3.4: the same random number generator reproduced
 // bit for bit (the integer form of randlc/vranlc), the same problem classes,

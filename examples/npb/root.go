@@ -12,8 +12,9 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// Root is the root task of an NPB run: it spawns NP workers of Kernel,
-// hands each its rank, relays rank 0's progress and prints the report.
+// Root is the root task of an NPB run: it spawns NP workers of Kernel as a
+// communicator of their own, relays rank 0's progress and prints the
+// report.
 type Root struct {
 	Kernel string
 	Class  string
@@ -81,20 +82,12 @@ func (r *Root) Run(c *task.Ctx) error {
 		if err != nil {
 			return err
 		}
-		tids, err := c.Spawn(proto, r.NP)
+		tids, err := c.SpawnTeam(proto, r.NP) // ranks 0..NP-1; the root is not one
+		if err == nil {
+			err = c.Notify(task.TaskExit, tagExit, tids...)
+		}
 		if err != nil {
-			for _, t := range tids {
-				_ = c.Kill(t)
-			}
 			return fmt.Errorf("npb %s: %w", r.Kernel, err)
-		}
-		if err := c.Notify(task.TaskExit, tagExit, tids...); err != nil {
-			return fmt.Errorf("npb %s: %w", r.Kernel, err)
-		}
-		for i, t := range tids {
-			if err := c.Send(t, tagSetup, setupMsg{Rank: i, Peers: tids}); err != nil {
-				return fmt.Errorf("npb %s: %w", r.Kernel, err)
-			}
 		}
 		r.Workers = tids
 	}

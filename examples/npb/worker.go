@@ -9,37 +9,27 @@ import (
 )
 
 // Place is a worker's position in its run, common to every kernel: its
-// class, rank and peers. The root task sends it once, after spawning.
+// class and its communicator (its rank and its peers). The root task
+// spawns the workers as a team (task.Ctx.SpawnTeam); each joins it once.
 type Place struct {
 	Class string
 	NP    int
-	Rank  int
-	Peers []task.TID
-	Root  task.TID
+	// C is the run's workers by rank; the root is not a member.
+	C task.Comm
 	// T0 is when the timed region started (Unix nanoseconds, rank 0 only).
 	T0 int64
 }
 
-// setupMsg is the root's first message to each worker.
-type setupMsg struct {
-	Rank  int
-	Peers []task.TID
-}
-
-// attach receives the worker's place from the root the first time Run is
-// called, and returns the comm that carries its messages.
+// attach joins the worker's communicator (at once when Run re-enters) and
+// returns the comm that carries its messages.
 func (p *Place) attach(c *task.Ctx) (comm, error) {
-	if p.Peers == nil {
-		var s setupMsg
-		if _, err := c.Recv(c.Parent(), tagSetup, &s); err != nil {
-			return nil, fmt.Errorf("npb worker setup: %w", err)
-		}
-		if s.Rank < 0 || s.Rank >= len(s.Peers) || len(s.Peers) != p.NP {
-			return nil, fmt.Errorf("npb worker setup: rank %d of %d peers, want %d", s.Rank, len(s.Peers), p.NP)
-		}
-		p.Rank, p.Peers, p.Root = s.Rank, s.Peers, c.Parent()
+	if err := c.JoinComm(&p.C); err != nil {
+		return nil, err
 	}
-	return &taskComm{c: c, me: p.Rank, peers: p.Peers}, nil
+	if p.C.Size() != p.NP {
+		return nil, fmt.Errorf("npb worker: a team of %d, want %d", p.C.Size(), p.NP)
+	}
+	return &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs}, nil
 }
 
 // hooks connect a kernel's main loop to its surroundings.
@@ -94,19 +84,18 @@ func runWorker(c *task.Ctx, k worker) error {
 		return err
 	}
 	h := &hooks{safePoint: c.SafePoint, now: time.Now}
-	if p.Rank == 0 {
-		root := p.Root
-		h.progress = func(pr Progress) { _ = c.Send(root, tagProgress, pr) }
+	if p.C.Rank == 0 {
+		h.progress = func(pr Progress) { _ = c.Send(c.Parent(), tagProgress, pr) }
 	}
 	rep, err := k.run(cm, h)
 	if err != nil {
 		if errors.Is(err, task.ErrSuspended) {
 			return err
 		}
-		return fmt.Errorf("npb %s rank %d: %w", rep.kernelName(k), p.Rank, err)
+		return fmt.Errorf("npb %s rank %d: %w", rep.kernelName(k), p.C.Rank, err)
 	}
-	if p.Rank == 0 {
-		if err := c.Send(p.Root, tagResult, rep); err != nil {
+	if p.C.Rank == 0 {
+		if err := c.Send(c.Parent(), tagResult, rep); err != nil {
 			return fmt.Errorf("npb: send result: %w", err)
 		}
 	}
@@ -201,7 +190,6 @@ func RunSerial(kernel, class string, progress func(Progress)) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.place().Peers = []task.TID{0}
 	return w.run(soloComm{}, &hooks{progress: progress, now: time.Now})
 }
 

@@ -186,6 +186,7 @@ func TestExamplesUnderMigration(t *testing.T) {
 		{"ring", []string{"-n", "6", "-laps", "300"}, "ring: token made 300 laps around 6 tasks: 1800 hops\n"},
 		{"pingpong", []string{"-n", "20000", "-size", "64"}, "pingpong: 20000 round trips of 64 B verified"},
 		{"hello", []string{"-n", "40"}, "t1:1: 40 children said hello:"},
+		{"squares", []string{"-n", "20000", "-workers", "4"}, "sum of 20000 squares = 2666466670000\n"},
 	}
 	var serial int64
 	for i := range int64(6000000) {

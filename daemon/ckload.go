@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/task"
+)
+
+// ErrCkptMismatch: a task checkpoint of a job set is not the file its
+// manifest names — another task's, another set's, or altered — found when
+// the daemon that restores it reads it.
+var ErrCkptMismatch = errors.New("checkpoint does not match the set's manifest")
+
+// ckWant is what a set's manifest says of one task checkpoint: the
+// daemon restoring it checks the file against it as it reads it, so a
+// file swapped after the master verified the set is refused too.
+type ckWant struct {
+	TID    string   `msgpack:"t"`
+	Bytes  int64    `msgpack:"b"`
+	SHA256 [32]byte `msgpack:"h"`
+}
+
+// wantOf is what entry e of a manifest says of its file.
+func wantOf(e jobset.Entry) ckWant { return ckWant{TID: e.TID, Bytes: e.Bytes, SHA256: e.SHA256} }
+
+// readSetFile reads task checkpoint name of a job set in dir, trying the
+// cluster secret's keys in turn, and refuses it with ErrCkptMismatch
+// unless its size and SHA-256 are the manifest's and it holds the task
+// the manifest names. It reads at most one byte more than the manifest
+// records.
+func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta, task.Task, error) {
+	keys := d.keysFor(labelCkpt)
+	for i, k := range keys {
+		f, err := dir.Open(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		body := io.LimitReader(f, max(want.Bytes, 0)+1)
+		sum := jobset.NewSummer(io.Discard)
+		m, t, err := ckpt.Read(io.TeeReader(body, sum), k.Key)
+		_, cerr := io.Copy(sum, body) // the rest, for the whole file's hash
+		f.Close()
+		if cerr != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", name, cerr)
+		}
+		if sum.Bytes() != want.Bytes || sum.Sum() != want.SHA256 {
+			return nil, nil, fmt.Errorf("%s is not the checkpoint of %s the manifest names (its size or SHA-256 differs: a swapped or altered file): %w",
+				name, want.TID, ErrCkptMismatch)
+		}
+		if err != nil && errors.Is(err, ckpt.ErrTampered) && i+1 < len(keys) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if m.TID.String() != want.TID {
+			return nil, nil, fmt.Errorf("%s holds task %v, the manifest names %s: %w", name, m.TID, want.TID, ErrCkptMismatch)
+		}
+		if i > 0 {
+			d.log.Info("checkpoint verified under an older key of the cluster secret", "file", name, "key", k.ID)
+		}
+		return m, t, nil
+	}
+	return nil, nil, errors.New("no key") // not reached: keysFor is never empty
+}
+
+// noteSetSeq records that set seq of job name is complete (master): a
+// later restart or rollback from an older set is then noticed.
+func (d *Daemon) noteSetSeq(name string, seq uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if seq > d.setSeqs[name] {
+		d.setSeqs[name] = seq
+	}
+}
+
+// checkSetSeq logs a warning when job name restarts from set seq while a
+// newer set was recorded complete: the newer sets were deleted or became
+// unreadable, so the job goes back further than it should. It returns the
+// newest sequence recorded.
+func (d *Daemon) checkSetSeq(name string, seq uint64, setDir string) uint64 {
+	d.mu.Lock()
+	newest := d.setSeqs[name]
+	d.mu.Unlock()
+	if newest > seq {
+		d.log.Warn("job restarts from an older checkpoint set than the newest recorded: newer sets were deleted or are unreadable",
+			"job", name, "seq", seq, "newest", newest, "set", setDir)
+	}
+	return newest
+}

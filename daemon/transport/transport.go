@@ -1,6 +1,9 @@
 // Package transport carries bytes between dpvm daemons and clients. Every
 // connection is QUIC with mutual TLS under the cluster CA (package pki):
 // one connection per pair of endpoints, multiplexing long-lived streams.
+// Beside it, connections offer a bulk lane for large payloads (BulkConn:
+// TLS 1.3 on TCP, negotiated over the QUIC connection and authenticated
+// with the same certificates).
 //
 // The daemon sees connections through the small Conn and Stream
 // interfaces defined here, so the protocol code does not depend on

@@ -103,6 +103,13 @@ type Config struct {
 	// DeadAfter is how long without a word before the master deletes a
 	// host, or a host gives up on the master (default 5s).
 	Heartbeat, DeadAfter time.Duration
+	// ReportEvery is how many heartbeats a host lets pass between load
+	// reports whose figures have not changed (default 10): a heartbeat
+	// carries a report only when the host's figures changed beyond
+	// reportChanged's thresholds since the last one it sent, or every
+	// ReportEvery beats, so that an idle virtual machine costs the master
+	// a ping per host per heartbeat and little else.
+	ReportEvery int
 	// MaxSpawn is how many tasks one spawn may ask for (default
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
@@ -240,6 +247,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.ReportEvery <= 0 {
+		c.ReportEvery = 10
 	}
 	if c.MasterGrace == 0 {
 		c.MasterGrace = time.Minute
@@ -409,8 +419,8 @@ func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
 // messages among them.
 //
-// Lock order: rmu, then mu, then nw.mu; groups and mailboxes lock on their
-// own and call nothing that locks.
+// Lock order: repMu, then rmu, then mu, then nw.mu; groups and mailboxes
+// lock on their own and call nothing that locks.
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
@@ -457,6 +467,12 @@ type Daemon struct {
 	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
+	// reported is the last load report sent to the master and beats the
+	// heartbeats since (hosts), under repMu: a heartbeat sends a report
+	// only when the figures changed or ReportEvery beats have passed.
+	repMu    sync.Mutex
+	reported loadReport
+	beats    int
 	// migMu guards the move machine (master: the moves under way and the
 	// epoch clock) and the driver's record of each move. It is held only
 	// while the machine takes an event, never across a call.
@@ -509,6 +525,10 @@ type Daemon struct {
 	// moveFloor is, per task, the newest move this host cancelled or
 	// resumed it for: steps of that move and older ones are refused.
 	moveFloor map[task.TID]move.ID
+	// ckResumed is, per job with tasks here, the newest checkpoint round
+	// (its try) the master resumed: a pause of that round or an older one
+	// is refused. It goes with the job's last task here.
+	ckResumed map[uint64]uint64
 }
 
 type watcher struct {
@@ -557,6 +577,7 @@ func newDaemon(cfg Config) *Daemon {
 		moves:      move.New(0, 0),
 		runs:       map[move.ID]*moveRun{},
 		moveFloor:  map[task.TID]move.ID{},
+		ckResumed:  map[uint64]uint64{},
 		bwait:      map[task.TID]chan error{},
 		bpending:   map[task.TID]arrival{},
 		load:       load.NewInjected(cfg.Load),
@@ -950,6 +971,12 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.tasks, h.tid)
+	// It will not run here again: no step of a move of it can start
+	// anything, so the floor against late steps goes with it.
+	delete(d.moveFloor, h.tid)
+	if _, ok := d.ckResumed[h.job]; ok && !d.hostsJob(h.job) {
+		delete(d.ckResumed, h.job)
+	}
 	h.state, h.status, h.err = state, status, msg
 	d.gone[h.tid] = h
 	d.exited = append(d.exited, h)
@@ -1166,4 +1193,14 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// hostsJob reports whether a task of job runs here (d.mu held).
+func (d *Daemon) hostsJob(job uint64) bool {
+	for _, h := range d.tasks {
+		if h.job == job {
+			return true
+		}
+	}
+	return false
 }

@@ -34,8 +34,12 @@
 //     move they are suspended for, and whether their checkpoint is being
 //     written) and tasks prepared here on their way in (incoming, with
 //     the move that prepared them); moveFloor, per task, the newest move
-//     this host cancelled or resumed it for. mu also guards, for the
-//     master, the job registry's maps and staged restarts (jobs.go).
+//     this host cancelled or resumed it for (gone when the task ends
+//     here; a suspend step older than the route this host holds for the
+//     task is refused too); ckResumed, per job with tasks here, the
+//     newest checkpoint round the master resumed (a later pause of it is
+//     refused). mu also guards, for the master, the job registry's maps
+//     and staged restarts (jobs.go).
 //   - Moves, under migMu (master): the move machine (routing/move), which
 //     holds every move under way and the virtual machine's epoch clock,
 //     and the driver's record of each move (runs). The machine decides;
@@ -47,23 +51,39 @@
 //     move a host has cancelled or resumed the task for is refused), and
 //     install checks, in the critical section that puts a task into
 //     service, that its arrival is still the one prepared, so a restore
-//     finishing after an abort installs nothing. A recovered master
-//     adopts the moves its predecessor left half done (recover.go).
+//     finishing after an abort installs nothing. A move aborts in one
+//     order: the destination drops its arrival first (or answers that it
+//     already runs the task, and the move commits instead), then the
+//     origin resumes the task at a newer route; a lost destination counts
+//     as dropped. A recovered master adopts the moves its predecessor left
+//     half done (recover.go). Epochs: one clock for the whole virtual machine, the move machine's,
+//     numbers every route the master hands out — moves, aborts, job
+//     restores and rollbacks — so a task's epoch never goes back. A job
+//     checkpoint's manifest records the clock, and a restore hands out
+//     epochs above it; a recovered master takes the hosts' largest epochs
+//     and move IDs from their reports.
 //   - Jobs' checkpoints and rollbacks (jobs.go, jobckpt.go): each job's
 //     coordinator (routing/jobck) under the job's own lock, jobState.mu,
 //     held only to step it and keep its bookkeeping, never across a call
-//     to the hosts (see above). Restart epochs come from the move machine's
-//     clock, so that they are above every epoch handed out before, also
-//     for tasks whose routes the master has forgotten.
+//     to the hosts (see above). A rollback asks again the hosts whose kill
+//     failed and starts again if its restore fails; a host refuses a pause
+//     of a round already resumed, and a task's checkpoint write and its
+//     release are ordered by the pause's own lock (pauseReq.mu), held
+//     across the write to the shared directory but never across a call.
+//     Restart epochs come from the move machine's clock, so that they are
+//     above every epoch handed out before, also for tasks whose routes the
+//     master has forgotten.
 //   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
 //     peers and host registry, under nw.mu; the scheduler, under schedMu.
 //
-// Lock order: rmu, then mu, then nw.mu; migMu, then nw.mu (migMu is never
-// taken with rmu or mu held, nor held while they are taken). Groups,
-// mailboxes and the move machine lock on their own and call nothing that
-// locks. No lock is held across a call to another daemon: a move's steps
-// run with migMu released, and a resume that must wait for a checkpoint
-// being written waits with mu released.
+// Lock order: repMu, then rmu, then mu, then nw.mu; migMu, then nw.mu
+// (migMu is never taken with rmu or mu held, nor held while they are
+// taken); a pause's pauseReq.mu before rmu and mu (a checkpoint write
+// captures the task's mailbox under it; a release takes it with no other
+// lock held). Groups, mailboxes and the move machine lock on their own and
+// call nothing that locks. No lock is held across a call to another
+// daemon: a move's steps run with migMu released, and a resume that must
+// wait for a checkpoint being written waits with mu released.
 //
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.

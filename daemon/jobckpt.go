@@ -44,11 +44,17 @@ var ErrNoJob = errors.New("no such job")
 
 // pauseReq holds a task at its safe point during a job checkpoint.
 type pauseReq struct {
-	paused  chan struct{} // closed when the task has stopped at a safe point
-	once    sync.Once
-	resume  chan struct{} // closed to let it go on
-	resumed sync.Once
-	try     atomic.Uint64 // the newest round that asked for it
+	paused chan struct{} // closed when the task has stopped at a safe point
+	once   sync.Once
+	resume chan struct{} // closed to let it go on
+	try    atomic.Uint64 // the newest round that asked for it
+	// mu orders writing the task's checkpoint and releasing it: a
+	// release (a resume, a kill) waits for a write under way, and a write
+	// after the release is refused, so the state is never encoded while
+	// the task runs. It is held across the write to the shared directory,
+	// never across a call to another daemon.
+	mu       sync.Mutex
+	released bool
 }
 
 // safeSeen records that the task is at a safe point at now.
@@ -71,7 +77,14 @@ func (h *hosted) safeInterval(now time.Time, atOne bool) time.Duration {
 }
 
 func (p *pauseReq) arrived() { p.once.Do(func() { close(p.paused) }) }
-func (p *pauseReq) release() { p.resumed.Do(func() { close(p.resume) }) }
+func (p *pauseReq) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.released {
+		p.released = true
+		close(p.resume)
+	}
+}
 
 // pauseHere is called by the task's own goroutine at a safe point while a
 // pause is pending: it waits there until released or killed.
@@ -146,11 +159,17 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 	case mCkWrite:
 		return d.writeJob(a)
 	case mCkResume:
+		if a.Round.Try != 0 {
+			// A pause of this round or an older one that comes after
+			// (stalled on its way) would hold the tasks for good.
+			d.mu.Lock()
+			d.ckResumed[a.Job] = max(d.ckResumed[a.Job], a.Round.Try)
+			d.mu.Unlock()
+		}
 		d.resumeJob(a.Job, a.Round.Try)
 		return nil, nil
 	case mCkKill:
-		d.killJob(ctx, a)
-		return nil, nil
+		return nil, d.killJob(ctx, a)
 	}
 	return nil, fmt.Errorf("unknown method %q", method)
 }
@@ -160,6 +179,10 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 // goes on and the reply names the late ones; a task moving fails the call.
 func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	d.mu.Lock()
+	if a.Round.Try != 0 && a.Round.Try <= d.ckResumed[a.Job] {
+		d.mu.Unlock()
+		return ckReply{}, fmt.Errorf("pause of %v after its resume: %w", a.Round, ErrAborted)
+	}
 	for _, l := range d.moving {
 		if l.h.job == a.Job {
 			d.mu.Unlock()
@@ -273,21 +296,36 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		default:
 			return rep, fmt.Errorf("%v of job %d has not reached its safe point", h.tid, a.Job)
 		}
-		m := d.captureMeta(h)
-		m.Groups = a.Groups[h.tid]
-		name := ckptFileName(h.tid)
-		e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: name}
-		if _, err := dir.Save(name, func(w io.Writer) error {
-			sum := jobset.NewSummer(w)
-			_, err := ckpt.Write(sum, key, &m, h.t)
-			sum.Fill(&e)
-			return err
-		}); err != nil {
-			return rep, fmt.Errorf("checkpoint %v: %w", h.tid, err)
+		e, err := d.writePaused(dir, key, h, p, a)
+		if err != nil {
+			return rep, err
 		}
 		rep.Files = append(rep.Files, e)
 	}
 	return rep, nil
+}
+
+// writePaused writes the checkpoint of h, paused by p, into dir, unless p
+// has been released meanwhile (a resume or a kill that came before this
+// step, stalled on its way).
+func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, h *hosted, p *pauseReq, a ckStep) (jobset.Entry, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: ckptFileName(h.tid)}
+	if p.released {
+		return e, fmt.Errorf("%v of job %d was resumed before round %v wrote it: %w", h.tid, a.Job, a.Round, jobck.ErrStale)
+	}
+	m := d.captureMeta(h)
+	m.Groups = a.Groups[h.tid]
+	if _, err := dir.Save(e.File, func(w io.Writer) error {
+		sum := jobset.NewSummer(w)
+		_, err := ckpt.Write(sum, key, &m, h.t)
+		sum.Fill(&e)
+		return err
+	}); err != nil {
+		return e, fmt.Errorf("checkpoint %v: %w", h.tid, err)
+	}
+	return e, nil
 }
 
 // ckptFileName is the file of a task's checkpoint in a set.

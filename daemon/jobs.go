@@ -529,7 +529,8 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Lock()
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
-		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files}
+		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
+			Epoch: d.epochClock()}
 		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
 		if err == nil {
 			d.noteSetSeq(js.name, m.Seq)
@@ -541,12 +542,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		}
 		return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round, Err: err}})
 	case jobck.ActResume:
-		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
-		defer cancel()
-		_, errs := d.eachHost(ctx, a.Hosts, mCkResume, step)
-		if err := errors.Join(errs...); err != nil {
-			d.log.Warn("job checkpoint: resume", "job", js.id, "error", err)
-		}
+		d.resumeHosts(js.id, a.Hosts, step)
 	case jobck.ActDiscard:
 		if w != nil {
 			js.mu.Lock()
@@ -582,6 +578,41 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
 	return nil
+}
+
+// resumeAttempts bounds how many times a round's resume is asked of a host.
+const resumeAttempts = 5
+
+// resumeHosts asks hosts to let the job's tasks go on after a round. A host
+// whose call failed (timed out: it may never have heard it) is asked again
+// from a tracked goroutine, up to resumeAttempts times in all: a task left
+// paused would never run again. A resume is idempotent, and a host refuses
+// a pause of a round it has resumed, so a late one does no harm.
+func (d *Daemon) resumeHosts(job uint64, hosts []task.HostID, step ckStep) {
+	try := func(hosts []task.HostID) []task.HostID {
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
+		defer cancel()
+		_, errs := d.eachHost(ctx, hosts, mCkResume, step)
+		var failed []task.HostID
+		for i, err := range errs {
+			if err != nil {
+				failed = append(failed, hosts[i])
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			d.log.Warn("job checkpoint: resume", "job", job, "error", err)
+		}
+		return failed
+	}
+	failed := try(hosts)
+	if len(failed) == 0 {
+		return
+	}
+	d.goFunc(func() {
+		for n := 2; n <= resumeAttempts && len(failed) > 0 && d.ctx.Err() == nil; n++ {
+			failed = try(failed)
+		}
+	})
 }
 
 // writeSet asks the hosts to write their tasks' checkpoints into a new set
@@ -768,6 +799,10 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// What an earlier restore of the job staged here and never started
+	// (it failed, and its drop did not come: the master's call timed out
+	// before this host answered) gives way to this one.
+	d.dropStagedLocked(a.Job)
 	for _, s := range got {
 		tid := s.meta.TID
 		if _, here := d.tasks[tid]; here || d.incoming[tid] != nil || d.moving[tid] != nil {
@@ -810,8 +845,13 @@ func (d *Daemon) startStaged(a restoreArgs) {
 func (d *Daemon) dropStaged(a restoreArgs) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.dropStagedLocked(a.Job)
+}
+
+// dropStagedLocked forgets the tasks of job staged here (d.mu held).
+func (d *Daemon) dropStagedLocked(job uint64) {
 	for tid, s := range d.staged {
-		if s.meta.Job == a.Job {
+		if s.meta.Job == job {
 			delete(d.staged, tid)
 			delete(d.incoming, tid)
 		}
@@ -922,7 +962,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		files[place[i]] = append(files[place[i]], e.File)
 		wants[place[i]] = append(wants[place[i]], wantOf(e))
 	}
-	epoch := d.restartEpoch(tids)
+	epoch := d.restartEpoch(tids, m.Epoch)
 	var staged []task.HostID
 	drop := func() {
 		for _, h := range staged {
@@ -933,6 +973,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	for _, h := range order {
 		var rep ckStep
 		if err := d.callHost(ctx, h, mCkLoad, restoreArgs{Job: js.id, Dir: setDir, Files: files[h], Want: wants[h], Epoch: epoch}, &rep); err != nil {
+			staged = append(staged, h) // it may have staged them after the call timed out
 			drop()
 			return fmt.Errorf("on %v: %w", h, err)
 		}
@@ -967,10 +1008,12 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 // restartEpoch is a route epoch above any the tasks had: a new epoch of
 // the move machine's clock, which is above every epoch handed out before,
 // also those of routes the master has forgotten (exited tasks) and that
-// other daemons still hold.
-func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
+// other daemons still hold, and above floor, the clock recorded in the
+// checkpoint set's manifest (a master that has not seen the epochs of the
+// one that took the set: recovered, or of another machine).
+func (d *Daemon) restartEpoch(tids []task.TID, floor uint64) uint64 {
 	d.rmu.Lock()
-	var e uint64
+	e := floor
 	for _, t := range tids {
 		e = max(e, d.routes.Lookup(t).Epoch)
 	}
@@ -979,6 +1022,13 @@ func (d *Daemon) restartEpoch(tids []task.TID) uint64 {
 	defer d.migMu.Unlock()
 	d.moves.Observe(e)
 	return d.moves.NextEpoch()
+}
+
+// epochClock is the virtual machine's route epoch clock now (master).
+func (d *Daemon) epochClock() uint64 {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	return d.moves.Epoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -1141,7 +1191,7 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 // killJob ends this host's tasks of a job that is rolling back, without
 // notices, drops messages for them, and makes sure every frame sent
 // before reaches its peer first (a host).
-func (d *Daemon) killJob(ctx context.Context, a ckStep) {
+func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	hs := d.jobTasks(a.Job)
 	for _, h := range hs {
 		h.quiet.Store(true)
@@ -1154,13 +1204,18 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	defer t.Stop()
 	// Wait until each has ended and reported its exit to the master: the
 	// report travels before this call's answer, so the master forgets the
-	// old incarnations before it restores the new ones.
+	// old incarnations before it restores the new ones. One that has not
+	// ended in time fails the call: the master asks again rather than
+	// restore the task beside it.
+	var late []task.TID
 	for _, h := range hs {
 		select {
 		case <-h.whenEnded():
+			continue
 		case <-t.C:
 		case <-ctx.Done():
 		}
+		late = append(late, h.tid)
 	}
 	// Nothing the old incarnations sent or were sent may reach the new
 	// ones: drop it, held or unacknowledged, with their numbering.
@@ -1174,6 +1229,10 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) {
 	for _, id := range d.peerHosts() {
 		_ = d.callHost(ctx, id, mSendCheck, struct{}{}, nil)
 	}
+	if len(late) > 0 {
+		return fmt.Errorf("%v of job %d not ended yet", late, a.Job)
+	}
+	return nil
 }
 
 // peerHosts lists the other hosts this daemon knows (none standalone).

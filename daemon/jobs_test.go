@@ -441,3 +441,58 @@ func TestSpawnRootsCheckpointPeriodically(t *testing.T) {
 		t.Fatalf("kept sets %v, want the newest only", seqs)
 	}
 }
+
+// TestRestartEpochAboveManifest: the epoch clock of the machine that took a
+// checkpoint set is in its manifest, and a master that restores the set
+// without having seen those epochs (another machine here; a recovered
+// master likewise) routes the restored tasks above it: no task's epoch
+// goes back.
+func TestRestartEpochAboveManifest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	shared := t.TempDir()
+	vm := startVM(t, 2, Config{SharedDir: shared})
+	m := vm.Master()
+	// The clock as many moves would have left it.
+	const high = 1 << 20
+	m.migMu.Lock()
+	m.moves.Observe(high)
+	m.migMu.Unlock()
+	job, root, err := m.StartJob(ctx, &ringRoot{N: 3, Laps: 4}, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ringMid
+	ck, err := m.CheckpointJob(ctx, job, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := jobset.ReadManifest(ck.Dir, m.manifestKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if man.Epoch < high {
+		t.Fatalf("the manifest records epoch %d, the clock was at %d at least", man.Epoch, high)
+	}
+	poke(t, m, root)
+	if info, err := m.Wait(ctx, root); err != nil || info.Status != 0 {
+		t.Fatalf("ring: %+v %v", info, err)
+	}
+
+	vm2 := startVM(t, 2, Config{SharedDir: shared, Secret: vm.Cluster.Secret})
+	m2 := vm2.Master()
+	js2, _, err := m2.RestartJob(ctx, filepath.Dir(ck.Dir), JobOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-ringMid; got != root {
+		t.Fatalf("restored root %v waits, want %v", got, root)
+	}
+	if e := m2.routeEpoch(root); e <= man.Epoch {
+		t.Errorf("restored %v at epoch %d, not above the manifest's %d", root, e, man.Epoch)
+	}
+	poke(t, m2, js2.root)
+	if info, err := m2.Wait(ctx, js2.root); err != nil || info.Status != 0 {
+		t.Fatalf("restarted ring: %+v %v", info, err)
+	}
+}

@@ -477,9 +477,16 @@ func (d *Daemon) prepareArrival(a migStep) error {
 // waits until it has, or the timeout passes (then the request is
 // withdrawn and the task runs on).
 func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
+	// A route here newer than the move's means the task came back or was
+	// restored since the move began (an abort, a job's rollback): the
+	// step is late even where the task's floor has gone with an earlier
+	// incarnation.
+	d.rmu.Lock()
+	cur := d.routes.Lookup(a.TID).Epoch
+	d.rmu.Unlock()
 	d.mu.Lock()
 	h := d.tasks[a.TID]
-	stale := d.staleMove(a.TID, a.Move)
+	stale := d.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
 	d.mu.Unlock()
 	if stale {
 		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)

@@ -10,6 +10,8 @@ import (
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -207,7 +209,7 @@ func TestEpochAboveForgottenRoutes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if e := m.restartEpoch([]task.TID{mv}); e <= held {
+	if e := m.restartEpoch([]task.TID{mv}, 0); e <= held {
 		t.Fatalf("restart epoch %d, not above the epoch %d a daemon holds", e, held)
 	}
 }
@@ -240,13 +242,8 @@ func (n *napper) Run(c *task.Ctx) error {
 // ever resume it.
 func TestSuspendAfterResumeIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := New(Config{})
-		haltInBubble(t, d)
+		d, tid := napperHere(t)
 		ctx := context.Background()
-		tid, err := d.SpawnTask(&napper{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		suspended := make(chan error, 1)
 		go func() {
 			suspended <- d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute})
@@ -266,4 +263,119 @@ func TestSuspendAfterResumeIsRefused(t *testing.T) {
 			t.Fatalf("%v suspended for an aborted move (suspended %v, running %v)", tid, away, here)
 		}
 	})
+}
+
+// TestMoveFloorTrimmedOnExit: the floor a host keeps per task against late
+// steps of cancelled moves goes when the task ends there, so the map does
+// not grow with every task that was ever moved back.
+func TestMoveFloorTrimmedOnExit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tid := napperHere(t)
+		ctx := context.Background()
+		if err := d.suspendForMove(ctx, migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		if floor := underMu(d, func() move.ID { return d.moveFloor[tid] }); floor != 5 {
+			t.Fatalf("floor of %v after the resume: %v, want move 5", tid, floor)
+		}
+		if err := d.Kill(tid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Wait(ctx, tid); err != nil {
+			t.Fatal(err)
+		}
+		if underMu(d, func() bool { _, kept := d.moveFloor[tid]; return kept }) {
+			t.Fatalf("%v exited and its move floor is still kept", tid)
+		}
+	})
+}
+
+// TestSuspendOlderThanRouteIsRefused: a suspend step whose move is older
+// than the route this host holds for the task (the task came back, or its
+// job was restored, since the move began) is refused even with no floor
+// kept for the task, as after its earlier incarnation exited here.
+func TestSuspendOlderThanRouteIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tid := napperHere(t)
+		d.rmu.Lock()
+		d.routes.Update(tid, routing.Route{Host: 1, Epoch: 3})
+		d.rmu.Unlock()
+		err := d.suspendForMove(context.Background(), migStep{TID: tid, Move: 9, Host: 2, Epoch: 2, Timeout: time.Minute})
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("suspend for a move older than the route: %v, want ErrAborted", err)
+		}
+		if underMu(d, func() bool { _, away := d.moving[tid]; return away }) {
+			t.Fatalf("%v suspended for a move older than its route", tid)
+		}
+	})
+}
+
+// TestLatePauseAfterResumeIsRefused: a checkpoint round's pause that
+// reaches a host after the master resumed that round (it was stalled on
+// its way) must not pause the job's tasks: no resume would ever come for
+// them, and the job would hang.
+func TestLatePauseAfterResumeIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{SharedDir: dir})
+		haltInBubble(t, d)
+		ctx := context.Background()
+		job, root, err := d.StartJob(ctx, &napper{}, JobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(method string, try uint64) error {
+			body, err := encodeMsg(ckStep{Job: job, Round: jobck.Round{Job: job, Seq: 1, Try: try, Kind: jobck.Checkpoint}, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = d.handleJobCkpt(ctx, method, body)
+			return err
+		}
+		if err := call(mCkResume, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := call(mCkPause, 3); !errors.Is(err, ErrAborted) {
+			t.Errorf("a pause of round 3 after its resume: %v, want ErrAborted", err)
+		}
+		d.mu.Lock()
+		h := d.tasks[root]
+		d.mu.Unlock()
+		if h == nil || h.pause.Load() != nil {
+			t.Fatalf("%v is left paused by a round already resumed", root)
+		}
+		// The next round pauses it.
+		if err := call(mCkPause, 4); err != nil {
+			t.Fatalf("pause of round 4: %v", err)
+		}
+		if h.pause.Load() == nil {
+			t.Fatal("round 4 did not pause the task")
+		}
+		if err := call(mCkResume, 4); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// underMu returns what f returns, called with d.mu held.
+func underMu[T any](d *Daemon, f func() T) T {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return f()
+}
+
+// napperHere starts a daemon, halted when the synctest bubble ends, and a
+// napper on it.
+func napperHere(t *testing.T) (*Daemon, task.TID) {
+	t.Helper()
+	d := New(Config{})
+	haltInBubble(t, d)
+	tid, err := d.SpawnTask(&napper{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, tid
 }

@@ -53,6 +53,13 @@ type outQueue struct {
 	// route with a larger epoch arrives.
 	route Route
 	held  bool
+	// resent: a stale refusal has already caused one resend along route;
+	// later stale refusals leave the messages to Due, paced by the RTO,
+	// instead of resending at once. A host that keeps refusing because it
+	// knows less than we do (a task whose resume is late) would otherwise
+	// be sent the whole queue again for each message it refuses, with no
+	// pause between.
+	resent bool
 }
 
 // fifo is one pair's unacknowledged messages, oldest first: acknowledgements
@@ -122,7 +129,7 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 		q.held = true
 	}
 	if !q.held && r.Epoch > q.route.Epoch {
-		q.route = r
+		q.route, q.resent = r, false
 	}
 	n := EnvelopeSize(&e)
 	f := q.pairs[e.From]
@@ -195,7 +202,8 @@ func (o *Outbox) Ack(a Ack) int {
 // the one the messages went by, they are resent there at once (returned,
 // with the host to send them to). If it is stale — the refuser knew less
 // than we do now, or is no longer where we send — they are resent along the
-// current route (the receiving side drops duplicates). Otherwise the task
+// current route (the receiving side drops duplicates), once per route: later
+// stale refusals leave them to Due. Otherwise the task
 // is moving away from the refuser and the messages are held until Reroute
 // brings a newer route.
 func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.HostID, []Envelope) {
@@ -214,9 +222,10 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 		// again in a broadcast).
 		return o.Reroute(rf.To, rf.Route, now)
 	case rf.Route.Epoch < q.route.Epoch || from != q.route.Host:
-		if q.held {
+		if q.held || q.resent {
 			return 0, nil
 		}
+		q.resent = true
 		return q.route.Host, q.all(now)
 	}
 	q.held = true
@@ -247,7 +256,7 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 	if !newer {
 		return 0, nil
 	}
-	q.route = r
+	q.route, q.resent = r, false
 	if r.InTransit {
 		q.held = true
 		return 0, nil

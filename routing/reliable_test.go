@@ -439,3 +439,34 @@ func TestRefusedCommitReleasesHeld(t *testing.T) {
 		t.Fatalf("the committed route released %d messages to %v, want 1 to h3", len(envs), h)
 	}
 }
+
+// TestStaleRefusalResendsOncePerRoute: a host that keeps refusing because it
+// knows less than the sender (a task whose resume is late) gets the queue
+// once per route; later stale refusals leave the messages to Due, paced by
+// the RTO. A newer route allows one more immediate resend.
+func TestStaleRefusalResendsOncePerRoute(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	now := time.Unix(0, 0)
+	for range 3 {
+		o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}, Route{Host: 2, Epoch: 5}, now)
+	}
+	stale := Refusal{To: b, Route: Route{Host: 3, Epoch: 4}}
+	if h, envs := o.Refused(stale, 2, now); h != 2 || len(envs) != 3 {
+		t.Fatalf("the first stale refusal resent %d messages to %v, want 3 to h2", len(envs), h)
+	}
+	for i := range 3 {
+		if h, envs := o.Refused(stale, 2, now); h != 0 || len(envs) != 0 {
+			t.Fatalf("stale refusal %d resent %d messages to %v at once", i+2, len(envs), h)
+		}
+	}
+	if got := o.Due(now.Add(time.Second), time.Second); len(got[2]) != 3 {
+		t.Fatalf("Due after the RTO = %v, want the 3 messages for h2", got)
+	}
+	if h, envs := o.Reroute(b, Route{Host: 2, Epoch: 6}, now); h != 2 || len(envs) != 3 {
+		t.Fatalf("reroute resent %d to %v", len(envs), h)
+	}
+	if h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 2, Epoch: 5}}, 2, now); h != 2 || len(envs) != 3 {
+		t.Fatalf("the first stale refusal on the new route resent %d messages to %v, want 3 to h2", len(envs), h)
+	}
+}

@@ -18,8 +18,9 @@ import (
 
 const (
 	// FormatVersion is the manifest format this build writes and the
-	// newest it reads.
-	FormatVersion = 1
+	// newest it reads. Version 2 adds the epoch field; version 1
+	// manifests are read with Epoch 0.
+	FormatVersion = 2
 	// KeySize is the length of the key that authenticates manifests.
 	KeySize = 32
 	// MaxManifestSize bounds a manifest file; a larger one is refused
@@ -69,11 +70,17 @@ type Manifest struct {
 	// Entries lists the task checkpoints, at least one; TIDs and file
 	// names are unique.
 	Entries []Entry
+	// Epoch is the virtual machine's route epoch clock when the set was
+	// taken: a machine restoring the set gives its tasks epochs above it,
+	// so that no route of theirs goes back, even where the master that
+	// restores them has not seen the epochs of the one that checkpointed
+	// them (a recovered master, another machine on the same hosts).
+	Epoch uint64
 }
 
-// wireManifest and wireEntry are the msgpack body of format version 1.
-// Field names are part of the format: never rename one, only add fields
-// with a new version.
+// wireManifest and wireEntry are the msgpack body of format version 2
+// (version 1: without epoch). Field names are part of the format: never
+// rename one, only add fields with a new version.
 type wireManifest struct {
 	Job     string      `msgpack:"job"`
 	Seq     uint64      `msgpack:"seq"`
@@ -82,6 +89,7 @@ type wireManifest struct {
 	Program string      `msgpack:"program"`
 	Args    []string    `msgpack:"args"`
 	Entries []wireEntry `msgpack:"entries"`
+	Epoch   uint64      `msgpack:"epoch,omitempty"`
 }
 
 type wireEntry struct {
@@ -157,11 +165,12 @@ func checkPlace(setDir string, m *Manifest) error {
 // The format (integers little endian):
 //
 //	magic    8 bytes  "DPVMJOBM"
-//	version  uint16   FormatVersion (1)
+//	version  uint16   FormatVersion (2)
 //	flags    uint16   0
 //	length   uint32   the body's length
 //	body     msgpack map: job, seq, created, root, program, args, entries
-//	         (each entry a map: tid, type, host, file, bytes, sha256)
+//	         (each entry a map: tid, type, host, file, bytes, sha256),
+//	         epoch (from version 2; left out when 0)
 //	mac      32 bytes HMAC-SHA256 under key of every byte before it
 func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := checkKey(key); err != nil {
@@ -173,7 +182,7 @@ func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
 	}
-	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args}
+	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args, Epoch: m.Epoch}
 	for _, e := range m.Entries {
 		w.Entries = append(w.Entries, wireEntry{TID: e.TID, Type: e.Type, Host: e.Host, File: e.File, Bytes: e.Bytes, SHA256: e.SHA256[:]})
 	}
@@ -242,7 +251,7 @@ func DecodeManifest(data, key []byte) (*Manifest, error) {
 	if !hmac.Equal(mac.Sum(nil), sum) {
 		return nil, fmt.Errorf("MAC mismatch (altered, or written under another key): %w", ErrTampered)
 	}
-	m, err := decodeBody(signed[headerLen:])
+	m, err := decodeBody(signed[headerLen:], version)
 	if err != nil {
 		return nil, err
 	}
@@ -250,15 +259,16 @@ func DecodeManifest(data, key []byte) (*Manifest, error) {
 	return m, nil
 }
 
-// decodeBody decodes and validates an authenticated version 1 body. It
+// decodeBody decodes and validates an authenticated body of the given
+// format version. It
 // decodes field by field rather than through reflection, so that an array
 // length is checked against the bytes left before anything is allocated
 // for it (the body is authentic, but a writer's bug or a leaked key must
 // not make a reader allocate without bound).
-func decodeBody(body []byte) (*Manifest, error) {
+func decodeBody(body []byte, version uint16) (*Manifest, error) {
 	r := bytes.NewReader(body)
 	dec := msgpack.NewDecoder(r)
-	m, err := decodeManifest(dec, r)
+	m, err := decodeManifest(dec, r, version)
 	if err != nil {
 		return nil, fmt.Errorf("body: %v: %w", err, ErrCorrupt)
 	}
@@ -284,7 +294,7 @@ func arrayLen(dec *msgpack.Decoder, r *bytes.Reader, what string) (int, error) {
 	return max(n, 0), nil
 }
 
-func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader) (*Manifest, error) {
+func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader, version uint16) (*Manifest, error) {
 	n, err := dec.DecodeMapLen()
 	if err != nil {
 		return nil, err
@@ -317,6 +327,11 @@ func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader) (*Manifest, error) {
 					}
 				}
 			}
+		case "epoch":
+			if version < 2 {
+				return nil, fmt.Errorf("field epoch in a version %d manifest", version)
+			}
+			m.Epoch, err = dec.DecodeUint64()
 		case "entries":
 			var k int
 			if k, err = arrayLen(dec, r, "entries"); err == nil {

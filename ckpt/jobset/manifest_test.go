@@ -133,7 +133,7 @@ func TestNewerVersion(t *testing.T) {
 	path := filepath.Join(setDir, ManifestName)
 	must(t, os.WriteFile(path, newer, 0o600))
 	_, err = ReadManifest(setDir, testKey)
-	wantErr(t, err, []error{ErrVersion}, path, "version 2", "reads (1)")
+	wantErr(t, err, []error{ErrVersion}, path, "version 3", "reads (2)")
 	// Refused whatever follows the version: its framing may differ.
 	must(t, os.WriteFile(path, newer[:headerLen], 0o600))
 	_, err = ReadManifest(setDir, testKey)
@@ -141,8 +141,8 @@ func TestNewerVersion(t *testing.T) {
 
 	m.Version = FormatVersion + 1
 	_, err = EncodeManifest(m, testKey)
-	if err == nil || !strings.Contains(err.Error(), "version 2") {
-		t.Errorf("encoding version 2: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("encoding version 3: %v", err)
 	}
 }
 
@@ -253,5 +253,33 @@ func TestWriteManifestFails(t *testing.T) {
 	must(t, err)
 	if dir != prevDir || got.Seq != 1 || len(skipped) != 1 || !errors.Is(skipped[0], ErrIncomplete) {
 		t.Errorf("Latest = %s, %d, %v", dir, got.Seq, skipped)
+	}
+}
+
+// TestManifestEpoch: version 2 keeps the machine's epoch clock; a version
+// 1 manifest (no epoch) is still read, with Epoch 0, and one that names an
+// epoch is refused as corrupt.
+func TestManifestEpoch(t *testing.T) {
+	jobDir := newJobDir(t)
+	_, m := makeSet(t, jobDir, 1, 2, false)
+	m.Epoch = 1<<40 + 3
+	data, err := EncodeManifest(m, testKey)
+	must(t, err)
+	got, err := DecodeManifest(data, testKey)
+	must(t, err)
+	if got.Epoch != m.Epoch || got.Version != 2 {
+		t.Fatalf("read back epoch %d (version %d), want %d (version 2)", got.Epoch, got.Version, m.Epoch)
+	}
+	body := data[headerLen : len(data)-macLen]
+	if _, err := DecodeManifest(seal(1, body, testKey), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "epoch") {
+		t.Fatalf("a version 1 manifest with an epoch: %v, want ErrCorrupt", err)
+	}
+	m.Epoch = 0
+	data, err = EncodeManifest(m, testKey)
+	must(t, err)
+	old, err := DecodeManifest(seal(1, data[headerLen:len(data)-macLen], testKey), testKey)
+	must(t, err)
+	if old.Version != 1 || old.Epoch != 0 || old.Job != m.Job || len(old.Entries) != len(m.Entries) {
+		t.Fatalf("version 1 manifest read as %+v", old)
 	}
 }

@@ -36,8 +36,11 @@
 // It starts when a host with tasks of the job is lost (event HostLost) and
 // the job has a complete checkpoint: Killing ends the job's surviving tasks
 // everywhere without notices, and drops their messages; Restoring starts
-// every task of the set again on the hosts left. A host lost during a
-// rollback makes another one follow. A job lost with no checkpoint cannot
+// every task of the set again on the hosts left. A host whose kill failed
+// (its call timed out: it may still run tasks of the job) is asked again,
+// alone, up to 5 times in all before the restore; a failed restore starts
+// the rollback again (kill, restore), up to 3 times before the job is
+// given up. A host lost during a rollback makes another one follow. A job lost with no checkpoint cannot
 // roll back: the machine says so (action Unrecoverable) and the daemon
 // reports the loss as PVM does.
 //

@@ -296,6 +296,12 @@ type Machine struct {
 	poll             time.Duration
 	quietAt          time.Time // when the next quiet question is due (zero: none)
 	failed           error     // the first failure of the current step
+	// Killing: the hosts whose kill failed in this step, and how many
+	// times the kill has been asked in this round.
+	killFailed []task.HostID
+	kills      int
+	// restores is how many restores of the current rollback have failed.
+	restores int
 
 	broken bool // lost tasks with a host and not rolled back since
 	again  bool // a host was lost during a rollback: roll back once more
@@ -379,6 +385,9 @@ func (m *Machine) reply(ev Event) error {
 		return fmt.Errorf("%v from %v in state %v: %w", ev.Kind, ev.Host, m.state, ErrStale)
 	}
 	delete(m.waiting, ev.Host)
+	if ev.Kind == EvKilled && ev.Err != nil {
+		m.killFailed = append(m.killFailed, ev.Host)
+	}
 	if ev.Err != nil && m.failed == nil {
 		m.failed = fmt.Errorf("%v: %w", ev.Host, ev.Err)
 	}
@@ -401,6 +410,14 @@ func (m *Machine) startCheckpoint(ev Event) ([]Action, error) {
 	m.roundMax = 0
 	return []Action{{Kind: ActPause, Round: m.round, Hosts: m.ask(m.hosts), Budget: m.Budget()}}, nil
 }
+
+// maxKills is how many times a rollback asks a host to kill the job's
+// tasks before it restores regardless, and maxRestores how many times a
+// rollback is tried before the job is given up.
+const (
+	maxKills    = 5
+	maxRestores = 3
+)
 
 // begin starts a round of kind on hosts.
 func (m *Machine) begin(k Kind, seq uint64, hosts []task.HostID) {
@@ -493,13 +510,31 @@ func (m *Machine) advance(ev Event) []Action {
 		if len(m.waiting) > 0 {
 			return nil
 		}
-		// A host that did not answer may have kept tasks of the job: the
-		// restore then finds them and fails, and says so.
+		// A host that did not answer (a call timed out, a host frozen for
+		// a while) may have kept tasks of the job: it is asked again, up
+		// to maxKills times in all; the kill is idempotent. After that the
+		// restore finds any task still there and fails, and says so.
+		if len(m.killFailed) > 0 && m.kills < maxKills {
+			again := slices.Sorted(slices.Values(m.killFailed))
+			m.killFailed, m.failed = nil, nil
+			m.kills++
+			return []Action{{Kind: ActKill, Round: m.round, Hosts: m.ask(again)}}
+		}
+		m.killFailed = nil
 		m.state = Restoring
 		return []Action{{Kind: ActRestore, Round: m.round, Hosts: slices.Clone(m.hosts)}}
 	case EvRestored:
 		r := m.round
+		if ev.Err != nil && m.restores+1 < maxRestores && !m.ended {
+			// A call that timed out (a host slow for a while) fails the
+			// restore, which dropped what it staged: the rollback starts
+			// again, killing what the restore may have started.
+			m.restores++
+			m.idle()
+			return m.startRollback(m.hosts)
+		}
 		m.idle()
+		m.restores = 0
 		if ev.Err != nil {
 			return []Action{{Kind: ActRolledBack, Round: r, Err: ev.Err}}
 		}
@@ -600,6 +635,7 @@ func (m *Machine) hostLost(ev Event) []Action {
 func (m *Machine) startRollback(hosts []task.HostID) []Action {
 	m.begin(Rollback, m.seq, hosts)
 	m.state = Killing
+	m.killFailed, m.kills = nil, 1
 	if len(m.hosts) == 0 {
 		r := m.round
 		m.idle()

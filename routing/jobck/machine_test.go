@@ -132,3 +132,52 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestRollbackAsksFailedKillsAgain: a host whose kill failed (its call
+// timed out: it may still run the job's tasks) is asked again, alone, up
+// to maxKills times in all, before the restore; once it answers, the
+// restore starts on every host.
+func TestRollbackAsksFailedKillsAgain(t *testing.T) {
+	m := New(1, 3, Config{})
+	now := base
+	acts, err := m.Step(Event{Kind: EvHostLost, Now: now, Host: 4, Hosts: hostIDs(4)})
+	if err != nil || len(acts) != 1 || acts[0].Kind != ActKill || len(acts[0].Hosts) != 3 {
+		t.Fatalf("host lost: %v %v", acts, err)
+	}
+	r := m.Round()
+	timeout := errors.New("timed out")
+	for _, h := range acts[0].Hosts {
+		var e error
+		if h == 2 {
+			e = timeout
+		}
+		acts, err = m.Step(Event{Kind: EvKilled, Now: now, Round: r, Host: h, Err: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for try := 2; try <= maxKills; try++ {
+		if len(acts) != 1 || acts[0].Kind != ActKill || len(acts[0].Hosts) != 1 || acts[0].Hosts[0] != 2 {
+			t.Fatalf("after a failed kill on h2 (try %d): %v, want the kill asked of h2 again", try, acts)
+		}
+		if acts, err = m.Step(Event{Kind: EvKilled, Now: now, Round: r, Host: 2, Err: timeout}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(acts) != 1 || acts[0].Kind != ActRestore || len(acts[0].Hosts) != 3 {
+		t.Fatalf("after %d failed kills: %v, want the restore on the 3 hosts", maxKills, acts)
+	}
+
+	// A kill that succeeds when asked again goes straight to the restore.
+	m = New(1, 3, Config{})
+	if acts, err = m.Step(Event{Kind: EvHostLost, Now: now, Host: 2, Hosts: hostIDs(2)}); err != nil || len(acts) != 1 || acts[0].Kind != ActKill {
+		t.Fatalf("host lost: %v %v", acts, err)
+	}
+	r = m.Round()
+	if acts, err = m.Step(Event{Kind: EvKilled, Now: now, Round: r, Host: 1, Err: timeout}); err != nil || len(acts) != 1 || acts[0].Kind != ActKill {
+		t.Fatalf("after a failed kill: %v %v", acts, err)
+	}
+	if acts, err = m.Step(Event{Kind: EvKilled, Now: now, Round: r, Host: 1}); err != nil || len(acts) != 1 || acts[0].Kind != ActRestore {
+		t.Fatalf("after the kill asked again succeeded: %v %v", acts, err)
+	}
+}

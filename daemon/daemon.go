@@ -153,6 +153,14 @@ type Config struct {
 	MaxConns, MaxConnsPerPeer int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
+	// BulkThreshold is the payload size from which a message to another
+	// daemon goes on the transport's bulk lane (transport.BulkConn: TLS
+	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
+	// negative: never).
+	BulkThreshold int
+	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
+	// the messages go over QUIC.
+	BulkOpenTimeout time.Duration
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
@@ -160,7 +168,17 @@ type Config struct {
 	// daemon stops acknowledging messages for it, so that remote senders
 	// wait once their window is full (default 32 MiB). Acknowledgements
 	// resume when the task has drained its mailbox below half of it.
+	// A task on this daemon sending to a task whose mailbox holds
+	// MailboxHigh bytes or more waits in Send until the receiver takes
+	// messages (or the sender's context ends): messages count their
+	// payload plus a fixed 64 bytes each.
 	MailboxHigh int
+	// MailboxBudget bounds the memory of all the mailboxes of this
+	// daemon together, counted as for MailboxHigh (default 1 GiB): a task
+	// sending to another on this daemon waits while they hold as much.
+	// Messages from other daemons are bounded per mailbox by MailboxHigh
+	// and Window.
+	MailboxBudget int64
 	// Placer places tasks spawned anywhere (master; default round-robin).
 	Placer Placer
 	// SharedDir is the directory all hosts share for indirect migration
@@ -306,8 +324,17 @@ func (c *Config) setDefaults() {
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
+	if c.BulkThreshold == 0 {
+		c.BulkThreshold = 64 << 10
+	}
+	if c.BulkOpenTimeout <= 0 {
+		c.BulkOpenTimeout = 5 * time.Second
+	}
 	if c.MailboxHigh <= 0 {
 		c.MailboxHigh = 32 << 20
+	}
+	if c.MailboxBudget <= 0 {
+		c.MailboxBudget = 1 << 30
 	}
 	if c.Placer == nil {
 		c.Placer = &RoundRobin{}
@@ -450,6 +477,8 @@ type Daemon struct {
 	outbox *routing.Outbox
 	inbox  *routing.Inbox
 	acked  chan struct{} // closed (and set to nil) when acknowledgements free window; made by a sender that waits
+	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
+	mbMem gauge
 
 	placeMu sync.Mutex // serialises the Placer
 	load    *load.Injected
@@ -807,6 +836,7 @@ type hosted struct {
 	// MailboxHigh, by pair, with the host to send each to.
 	defMu    sync.Mutex
 	deferred map[routing.Pair]deferredAck
+	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
 }
 
 type deferredAck struct {
@@ -878,6 +908,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
+	h.mb.total = &d.mbMem
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()
@@ -1033,7 +1064,7 @@ func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool)
 		return
 	}
 	if sequenced {
-		err = d.send(d.ctx, from, w.who, w.tag, p)
+		err = d.send(d.ctx, from, w.who, w.tag, p, noWait, nil)
 	} else {
 		err = d.sendSystem(from, w.who, w.tag, p)
 	}

@@ -201,6 +201,7 @@ func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
 	d.goFunc(func() { p.readLoop(r) })
 	if p.role == pki.RoleDaemon {
 		d.goFunc(func() { d.acceptStreams(p) })
+		d.goFunc(func() { d.acceptBulk(p) })
 	}
 }
 
@@ -551,7 +552,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	}
 	switch f.Kind {
 	case routing.KindMsgs:
-		return d.receiveMsgs(p, f.Body)
+		return d.receiveMsgs(p, f.Body, false)
 	case routing.KindAcks:
 		return d.receiveAcks(f.Body)
 	case routing.KindRefuse:

@@ -259,7 +259,7 @@ func (d *Daemon) quietJob(a ckStep) ckReply {
 func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	var rep ckReply
 	dir := ckpt.Dir{Path: a.Dir}
-	key := d.ckptKey()
+	key, keyID := d.keyID(labelCkpt)
 	for _, h := range d.jobTasks(a.Job) {
 		p := h.pause.Load()
 		if p == nil {
@@ -279,7 +279,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: name}
 		if _, err := dir.Save(name, func(w io.Writer) error {
 			sum := jobset.NewSummer(w)
-			_, err := ckpt.Write(sum, key, &m, h.t)
+			_, err := ckpt.WriteWith(sum, key, &m, h.t, ckpt.WriteOptions{KeyID: keyID})
 			sum.Fill(&e)
 			return err
 		}); err != nil {

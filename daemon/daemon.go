@@ -103,6 +103,13 @@ type Config struct {
 	// DeadAfter is how long without a word before the master deletes a
 	// host, or a host gives up on the master (default 5s).
 	Heartbeat, DeadAfter time.Duration
+	// ReportEvery is how many heartbeats a host lets pass between load
+	// reports whose figures have not changed (default 10): a heartbeat
+	// carries a report only when the host's figures changed beyond
+	// reportChanged's thresholds since the last one it sent, or every
+	// ReportEvery beats, so that an idle virtual machine costs the master
+	// a ping per host per heartbeat and little else.
+	ReportEvery int
 	// MaxSpawn is how many tasks one spawn may ask for (default
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
@@ -222,6 +229,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.ReportEvery <= 0 {
+		c.ReportEvery = 10
 	}
 	if c.MasterGrace == 0 {
 		c.MasterGrace = time.Minute
@@ -382,8 +392,8 @@ func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
 // messages among them.
 //
-// Lock order: rmu, then mu, then nw.mu; groups and mailboxes lock on their
-// own and call nothing that locks.
+// Lock order: repMu, then rmu, then mu, then nw.mu; groups and mailboxes
+// lock on their own and call nothing that locks.
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
@@ -428,6 +438,12 @@ type Daemon struct {
 	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
 	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
 	orphan     atomic.Bool             // a host that has lost its master and looks for one
+	// reported is the last load report sent to the master and beats the
+	// heartbeats since (hosts), under repMu: a heartbeat sends a report
+	// only when the figures changed or ReportEvery beats have passed.
+	repMu    sync.Mutex
+	reported loadReport
+	beats    int
 	// migMu guards the move machine (master: the moves under way and the
 	// epoch clock) and the driver's record of each move. It is held only
 	// while the machine takes an event, never across a call.

@@ -58,12 +58,12 @@
 //   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
 //     peers and host registry, under nw.mu; the scheduler, under schedMu.
 //
-// Lock order: rmu, then mu, then nw.mu; migMu, then nw.mu (migMu is never
-// taken with rmu or mu held, nor held while they are taken). Groups,
-// mailboxes and the move machine lock on their own and call nothing that
-// locks. No lock is held across a call to another daemon: a move's steps
-// run with migMu released, and a resume that must wait for a checkpoint
-// being written waits with mu released.
+// Lock order: repMu, then rmu, then mu, then nw.mu; migMu, then nw.mu
+// (migMu is never taken with rmu or mu held, nor held while they are
+// taken). Groups, mailboxes and the move machine lock on their own and
+// call nothing that locks. No lock is held across a call to another
+// daemon: a move's steps run with migMu released, and a resume that must
+// wait for a checkpoint being written waits with mu released.
 //
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.

@@ -329,3 +329,97 @@ func TestCollectiveErrors(t *testing.T) {
 		return nil
 	})
 }
+
+// TestGroupServerIndex holds the group server's indexed operations to the
+// rules of a plain scan: the lowest free instance is taken, a leave frees
+// its instance and trims the end, rejoin fills gaps and moves a member
+// back to its checkpoint's instance, and a group of many members joins,
+// passes a barrier and leaves.
+func TestGroupServerIndex(t *testing.T) {
+	g := newGroups(groupLimits{groups: 8, name: 64, members: 1 << 20})
+	tid := func(n int) task.TID { return task.NewTID(2, uint32(n)) }
+	for i := range 5 {
+		if inst, err := g.join("g", tid(i)); err != nil || inst != i {
+			t.Fatalf("join %d = %d, %v", i, inst, err)
+		}
+	}
+	if _, err := g.join("g", tid(2)); err == nil {
+		t.Fatal("joining twice succeeded")
+	}
+	for _, i := range []int{3, 1} {
+		if err := g.leave("g", tid(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.leave("g", tid(1)); !errors.Is(err, task.ErrNotInGroup) {
+		t.Fatalf("second leave: %v", err)
+	}
+	// The lowest freed instance first.
+	for _, want := range []int{1, 3, 5} {
+		if inst, err := g.join("g", tid(10+want)); err != nil || inst != want {
+			t.Fatalf("join = %d, %v; want %d", inst, err, want)
+		}
+	}
+	// Leaving the last instances trims the group; a freed instance cut
+	// off the end is not handed out again.
+	for _, i := range []int{15, 4, 13} {
+		if err := g.leave("g", tid(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, _ := g.members("g"); len(m) != 3 {
+		t.Fatalf("members after trimming = %v", m)
+	}
+	if inst, err := g.join("g", tid(20)); err != nil || inst != 3 {
+		t.Fatalf("join after trimming = %d, %v; want 3", inst, err)
+	}
+	// rejoin: a gap below the instance is free; a member goes back to its
+	// checkpoint's instance; another's instance is refused.
+	if err := g.rejoin("g", tid(30), 6); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := g.join("g", tid(31)); err != nil || inst != 4 {
+		t.Fatalf("join into a gap = %d, %v; want 4", inst, err)
+	}
+	if err := g.rejoin("g", tid(30), 5); err != nil {
+		t.Fatal(err)
+	}
+	if ms := g.memberships(tid(30)); len(ms) != 1 || ms[0].Inst != 5 {
+		t.Fatalf("memberships after moving back = %v", ms)
+	}
+	if m, _ := g.members("g"); len(m) != 6 {
+		t.Fatalf("members after moving back = %v (the freed last instance is trimmed)", m)
+	}
+	if err := g.rejoin("g", tid(40), 0); err == nil {
+		t.Fatal("rejoin over another member succeeded")
+	}
+	// A large group: every member joins and arrives once.
+	const n = 20000
+	for i := range n {
+		if inst, err := g.join("big", tid(1000+i)); err != nil || inst != i {
+			t.Fatalf("join big %d = %d, %v", i, inst, err)
+		}
+	}
+	released := 0
+	for i := range n {
+		_, done, err := g.arrive("big", tid(1000+i), 3, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			released++
+		}
+	}
+	if _, _, err := g.arrive("big", tid(5), 3, 0); !errors.Is(err, task.ErrNotInGroup) {
+		t.Fatalf("a stranger's arrival: %v", err)
+	}
+	if released != 1 {
+		t.Fatalf("the barrier of %d released %d times", n, released)
+	}
+	for i := range n {
+		g.leaveAll(tid(1000 + i))
+	}
+	if _, err := g.members("big"); !errors.Is(err, task.ErrNoSuchGroup) {
+		t.Fatalf("the emptied group: %v", err)
+	}
+}

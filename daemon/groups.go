@@ -1,14 +1,15 @@
 package daemon
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
-	"github.com/dpvm/dpvm/ckpt"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -24,10 +25,51 @@ type groups struct {
 // MaxGroupMembers).
 type groupLimits struct{ groups, name, members int }
 
+// group is one named group. Every operation on a member costs the same
+// whatever the group's size: inst indexes the members by TID and free holds
+// the freed instance numbers below len(members), so that a group of
+// 100,000 tasks joining and passing a barrier costs the group server
+// 100,000 steps, not 100,000².
 type group struct {
 	members []task.TID // by instance number; zero = free
+	inst    map[task.TID]int
+	free    freeInsts
 	live    int
 	barrier *barrier
+}
+
+func newGroup() *group { return &group{inst: map[task.TID]int{}} }
+
+// freeInsts is a min-heap of freed instance numbers. It may hold stale
+// entries (an instance taken again by rejoin, or cut off the end of
+// members): lowest drops them when they come to the top.
+type freeInsts []int
+
+func (h freeInsts) Len() int           { return len(h) }
+func (h freeInsts) Less(i, j int) bool { return h[i] < h[j] }
+func (h freeInsts) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+
+// Push implements heap.Interface.
+func (h *freeInsts) Push(x any) { *h = append(*h, x.(int)) }
+
+// Pop implements heap.Interface.
+func (h *freeInsts) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// lowestFree takes the lowest free instance number of gr, or -1 if every
+// instance below len(members) is taken.
+func (gr *group) lowestFree() int {
+	for gr.free.Len() > 0 {
+		i := heap.Pop(&gr.free).(int)
+		if i < len(gr.members) && gr.members[i].IsZero() {
+			return i
+		}
+	}
+	return -1
 }
 
 // barrier is one generation of a group barrier: it releases when count
@@ -57,7 +99,7 @@ func (g *groups) groupLocked(name string) (*group, error) {
 		if len(g.m) >= g.lim.groups {
 			return nil, fmt.Errorf("group %q: %d groups exist, at most %d: %w", name, len(g.m), g.lim.groups, ErrLimit)
 		}
-		gr = &group{}
+		gr = newGroup()
 		g.m[name] = gr
 	}
 	return gr, nil
@@ -70,15 +112,10 @@ func (g *groups) join(name string, tid task.TID) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	free := -1
-	for i, t := range gr.members {
-		if t == tid {
-			return -1, fmt.Errorf("%v is already instance %d", tid, i)
-		}
-		if t.IsZero() && free < 0 {
-			free = i
-		}
+	if i, ok := gr.inst[tid]; ok {
+		return -1, fmt.Errorf("%v is already instance %d", tid, i)
 	}
+	free := gr.lowestFree()
 	if free < 0 {
 		if len(gr.members) >= g.lim.members {
 			return -1, fmt.Errorf("group %q has %d members, at most %d: %w", name, len(gr.members), g.lim.members, ErrLimit)
@@ -87,6 +124,7 @@ func (g *groups) join(name string, tid task.TID) (int, error) {
 		gr.members = append(gr.members, 0)
 	}
 	gr.members[free] = tid
+	gr.inst[tid] = free
 	gr.live++
 	return free, nil
 }
@@ -98,10 +136,8 @@ func (g *groups) memberships(tid task.TID) []ckpt.Membership {
 	defer g.mu.Unlock()
 	var out []ckpt.Membership
 	for name, gr := range g.m {
-		for i, t := range gr.members {
-			if t == tid {
-				out = append(out, ckpt.Membership{Group: name, Inst: i})
-			}
+		if i, ok := gr.inst[tid]; ok {
+			out = append(out, ckpt.Membership{Group: name, Inst: i})
 		}
 	}
 	slices.SortFunc(out, func(a, b ckpt.Membership) int { return strings.Compare(a.Group, b.Group) })
@@ -109,7 +145,8 @@ func (g *groups) memberships(tid task.TID) []ckpt.Membership {
 }
 
 // rejoin makes tid instance inst of the group again (a task restored from
-// a job checkpoint), failing if another task holds that instance.
+// a job checkpoint), failing if another task holds that instance; an
+// instance tid holds besides is freed.
 func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if name == "" || inst < 0 {
 		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
@@ -123,17 +160,39 @@ func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if err != nil {
 		return err
 	}
-	for len(gr.members) <= inst {
-		gr.members = append(gr.members, 0)
-	}
-	if t := gr.members[inst]; !t.IsZero() && t != tid {
+	if t := gr.at(inst); !t.IsZero() && t != tid {
 		return fmt.Errorf("group %q instance %d is held by %v", name, inst, t)
+	}
+	if i, ok := gr.inst[tid]; ok && i != inst {
+		// It holds another instance now (it left and joined again since
+		// the checkpoint): it goes back to the checkpoint's.
+		gr.members[i] = 0
+		gr.live--
+		heap.Push(&gr.free, i)
+	}
+	for len(gr.members) <= inst {
+		if len(gr.members) < inst {
+			heap.Push(&gr.free, len(gr.members)) // a gap below inst
+		}
+		gr.members = append(gr.members, 0)
 	}
 	if gr.members[inst].IsZero() {
 		gr.live++
 	}
 	gr.members[inst] = tid
+	gr.inst[tid] = inst
+	for gr.members[len(gr.members)-1].IsZero() {
+		gr.members = gr.members[:len(gr.members)-1]
+	}
 	return nil
+}
+
+// at is the member at instance i, zero if none.
+func (gr *group) at(i int) task.TID {
+	if i < len(gr.members) {
+		return gr.members[i]
+	}
+	return 0
 }
 
 func (g *groups) leave(name string, tid task.TID) error {
@@ -151,24 +210,26 @@ func (g *groups) leave(name string, tid task.TID) error {
 
 // removeLocked removes tid from gr; it reports whether tid was a member.
 func (g *groups) removeLocked(name string, gr *group, tid task.TID) bool {
-	for i, t := range gr.members {
-		if t != tid {
-			continue
-		}
-		gr.members[i] = 0
-		gr.live--
-		for len(gr.members) > 0 && gr.members[len(gr.members)-1].IsZero() {
-			gr.members = gr.members[:len(gr.members)-1]
-		}
-		if gr.barrier != nil && gr.barrier.arrived[tid] {
-			delete(gr.barrier.arrived, tid)
-		}
-		if gr.live == 0 {
-			delete(g.m, name)
-		}
-		return true
+	i, ok := gr.inst[tid]
+	if !ok {
+		return false
 	}
-	return false
+	delete(gr.inst, tid)
+	gr.members[i] = 0
+	gr.live--
+	for len(gr.members) > 0 && gr.members[len(gr.members)-1].IsZero() {
+		gr.members = gr.members[:len(gr.members)-1]
+	}
+	if i < len(gr.members) {
+		heap.Push(&gr.free, i)
+	}
+	if gr.barrier != nil && gr.barrier.arrived[tid] {
+		delete(gr.barrier.arrived, tid)
+	}
+	if gr.live == 0 {
+		delete(g.m, name)
+	}
+	return true
 }
 
 // leaveAll removes tid from every group (when it exits).
@@ -200,11 +261,7 @@ func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) 
 	if gr == nil {
 		return nil, false, task.ErrNoSuchGroup
 	}
-	member := false
-	for _, t := range gr.members {
-		member = member || t == tid
-	}
-	if !member {
+	if _, member := gr.inst[tid]; !member {
 		return nil, false, task.ErrNotInGroup
 	}
 	if count <= 0 {

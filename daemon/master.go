@@ -420,16 +420,18 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !d.cfg.Master || e.Load == nil {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
+		started := false
 		d.nw.mu.Lock()
 		if h := d.nw.hosts[p.info.ID]; h != nil {
 			l := e.Load
-			if l.Tasks > h.Tasks {
-				d.schedDirty() // tasks started there since its last report
-			}
+			started = l.Tasks > h.Tasks
 			h.Load, h.Tasks, h.External, h.MemFreeMiB, h.Users = l.Load, l.Tasks, l.External, l.MemFreeMiB, l.Users
 			h.Alpha, h.MaxUsers, h.Emulated, h.LoadSource = l.Alpha, l.MaxUsers, l.Emulated, l.LoadSource
 		}
 		d.nw.mu.Unlock()
+		if started {
+			d.schedDirtyHost(p.info.ID) // tasks started there since its last report
+		}
 		d.jobsOn(p.info.ID, e.Jobs, true)
 	default:
 		return fmt.Errorf("unknown event %q", e.Kind)
@@ -439,7 +441,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 
 // taskGone is the master's bookkeeping when a task ends anywhere.
 func (d *Daemon) taskGone(tid task.TID) {
-	d.schedDirty()
+	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
 	d.mu.Lock()
 	delete(d.lossWatch, tid)
@@ -455,6 +457,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
+	defer d.placing()()
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
 	}

@@ -547,6 +547,9 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		}
 		return d.handleEvent(p, &e)
 	case routing.KindPing:
+		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {
+			return nil
+		}
 		p.frame(routing.KindPong, f.Body)
 	case routing.KindPong:
 	case routing.KindHello:
@@ -736,7 +739,7 @@ func (d *Daemon) hostByName(name string) (task.HostID, error) {
 }
 
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
-// master) every Heartbeat, and reports load.
+// master) every Heartbeat, and reports load when it changed (sendReport).
 func (d *Daemon) heartbeatLoop() {
 	d.every(d.cfg.Heartbeat, nil, func() bool {
 		now := time.Now()
@@ -762,11 +765,28 @@ func (d *Daemon) heartbeatLoop() {
 			d.masterLost(fmt.Errorf("no answer for %v", d.cfg.DeadAfter))
 			return d.cfg.MasterGrace > 0
 		}
-		d.reportLoad()
-		m.frame(routing.KindPing, nil)
+		d.sendReport(false)
+		m.frame(routing.KindPing, pingPad[:])
 		return true
 	})
 }
+
+// pongDue says whether the master answers a host's ping, having sent it
+// nothing for silent. A host needs to hear from the master within its
+// DeadAfter, not at every heartbeat: the master answers only once it has
+// been silent towards the host for a heartbeat and a half (or a quarter of
+// DeadAfter, if shorter), so that an idle host hears from it every other
+// heartbeat and the master sends half the packets.
+func pongDue(silent, heartbeat, deadAfter time.Duration) bool {
+	return silent >= min(heartbeat*3/2, deadAfter/4)
+}
+
+// pingPad is a host's ping's body: it makes the ping's QUIC packet large
+// enough that a master restarted at the same address answers it with a
+// stateless reset (RFC 9000 §10.3: a reset must be smaller than the packet
+// it answers), so the host learns at its next heartbeat that its
+// connection is to a master that is gone.
+var pingPad [48]byte
 
 // checkHosts deletes the hosts the master has not heard from for DeadAfter.
 func (d *Daemon) checkHosts(now time.Time) {

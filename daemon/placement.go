@@ -142,6 +142,7 @@ func fastest(hs []sched.Host) []sched.Host {
 // least minSize virtual nodes, and min(its availability, maxSize) tasks on
 // its fastest hosts. maxSize 0 means no upper bound.
 func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRequest, minSize, maxSize int) ([]task.TID, error) {
+	defer d.placing()()
 	if minSize < 1 {
 		minSize = 1
 	}

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +35,11 @@ type SchedStatus struct {
 	Enabled bool          `json:"enabled" msgpack:"on"`
 	Period  time.Duration `json:"period_ns" msgpack:"p"`
 	Checks  int           `json:"checks" msgpack:"n"`
-	// Listings counts the checks that listed every host's processes; the
-	// others found nothing started, ended or moved and every process of
-	// the last listing idle (not counting, not a candidate), and kept
-	// that listing.
+	// Listings counts the checks that listed processes (those of the
+	// hosts where something started, ended or moved, and of a tenth of
+	// the others: ListedHosts); the others found nothing changed and
+	// every process of the last listing idle (not counting, not a
+	// candidate), and kept that listing.
 	Listings     int             `json:"listings" msgpack:"ls"`
 	At           time.Time       `json:"at" msgpack:"t"`
 	Classes      []sched.Class   `json:"classes" msgpack:"c"`
@@ -50,6 +53,10 @@ type SchedStatus struct {
 	// cost of a check that lists, on the master.
 	ListSeconds float64 `json:"list_seconds" msgpack:"lt"`
 	StepSeconds float64 `json:"step_seconds" msgpack:"st"`
+	// ListedHosts is how many hosts the last listing called: those whose
+	// processes changed, and a tenth of the others, whose listings were
+	// the oldest.
+	ListedHosts int `json:"listed_hosts" msgpack:"lh"`
 }
 
 // HostStatus is one host as the scheduler saw it at its last check.
@@ -104,10 +111,139 @@ type schedState struct {
 	// tids their TIDs by name.
 	procs []sched.Process
 	tids  map[string]task.TID
+	// all is set when the next check that lists must list every host;
+	// otherwise it lists the hosts in dirtyHosts (under schedMu), whose
+	// processes changed, and refreshes the oldest of the others (see
+	// listProcesses). listings are the hosts' last listings and rounds
+	// counts the checks that listed (both owned by the scheduler's loop).
+	all        atomic.Bool
+	placing    atomic.Int32 // spawns being placed (see placing)
+	dirtyHosts map[task.HostID]bool
+	listings   map[task.HostID]hostListing
+	rounds     int
+}
+
+// hostListing is one host's processes at the scheduler's last listing of
+// that host, and the listing round it was taken in.
+type hostListing struct {
+	tasks []TaskInfo
+	round int
+}
+
+// listEvery is how many listing checks a host's listing is used for at
+// most: each check refreshes the oldest 1/listEvery of the hosts besides
+// those whose processes changed, so that the tasks' memory figures are
+// never older than listEvery checks and a check calls a tenth of the
+// hosts, not all of them.
+const listEvery = 10
+
+// listParallel is how many hosts a check lists at once.
+const listParallel = 16
+
+// placing marks a spawn being placed (master) until the function it
+// returns is called: the scheduler's checks wait for it, since until every
+// host has started its share of the spawn the hosts placed last look idle
+// and those placed first busy, and moving tasks between them would only
+// undo the placement.
+func (d *Daemon) placing() func() {
+	d.sched.placing.Add(1)
+	return func() { d.sched.placing.Add(-1) }
 }
 
 // schedDirty makes the next check list every host's processes (master).
-func (d *Daemon) schedDirty() { d.sched.dirty.Store(true) }
+func (d *Daemon) schedDirty() {
+	d.sched.all.Store(true)
+	d.sched.dirty.Store(true)
+}
+
+// schedDirtyHost makes the next check list host h's processes (master):
+// a task started or ended there.
+func (d *Daemon) schedDirtyHost(h task.HostID) {
+	d.schedMu.Lock()
+	if d.sched.dirtyHosts == nil {
+		d.sched.dirtyHosts = map[task.HostID]bool{}
+	}
+	d.sched.dirtyHosts[h] = true
+	d.schedMu.Unlock()
+	d.sched.dirty.Store(true)
+}
+
+// listProcesses lists the processes of every host for a check (master):
+// the master's own, those of every host whose processes changed since its
+// last listing (all of them when schedDirty asked for it, or the first
+// time), and those of the hosts listed longest ago, one in listEvery of
+// the hosts; the other hosts' last listings stand. It returns the tasks,
+// sorted by TID, and how many hosts it called.
+func (d *Daemon) listProcesses(ctx context.Context, hosts []HostInfo) ([]TaskInfo, int, error) {
+	st := d.sched
+	all := st.all.Swap(false)
+	d.schedMu.Lock()
+	dirty := st.dirtyHosts
+	st.dirtyHosts = nil
+	d.schedMu.Unlock()
+	if st.listings == nil {
+		st.listings, all = map[task.HostID]hostListing{}, true
+	}
+	st.rounds++
+	var todo, stale []task.HostID
+	known := make(map[task.HostID]bool, len(hosts))
+	for _, h := range hosts {
+		if h.ID == d.cfg.HostID {
+			continue
+		}
+		known[h.ID] = true
+		if _, ok := st.listings[h.ID]; all || !ok || dirty[h.ID] {
+			todo = append(todo, h.ID)
+		} else {
+			stale = append(stale, h.ID)
+		}
+	}
+	for id := range st.listings {
+		if !known[id] {
+			delete(st.listings, id)
+		}
+	}
+	// Refresh the oldest listings, a share of the hosts each check: in
+	// turn, every host is listed at least once in listEvery checks.
+	quota := min((len(known)+listEvery-1)/listEvery, len(stale))
+	sort.SliceStable(stale, func(i, j int) bool { return st.listings[stale[i]].round < st.listings[stale[j]].round })
+	todo = append(todo, stale[:quota]...)
+	var (
+		mu     sync.Mutex
+		errs   []error
+		failed []task.HostID
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, listParallel)
+	)
+	for _, id := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var rep psReply
+			err := d.callHost(ctx, id, mPS, psArgs{}, &rep)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%v: %w", id, err))
+				failed = append(failed, id)
+				return
+			}
+			st.listings[id] = hostListing{tasks: rep.Tasks, round: st.rounds}
+		})
+	}
+	wg.Wait()
+	// A host that did not answer keeps its last listing, if any, and is
+	// listed again at the next check.
+	for _, id := range failed {
+		d.schedDirtyHost(id)
+	}
+	out := d.Tasks(false)
+	for _, l := range st.listings {
+		out = append(out, l.tasks...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TID < out[j].TID })
+	return out, len(todo), errors.Join(errs...)
+}
 
 // tasksChanged is called when a task starts or arrives here: the master
 // marks its scheduler's view stale, another daemon tells the master its
@@ -115,7 +251,7 @@ func (d *Daemon) schedDirty() { d.sched.dirty.Store(true) }
 // checks may skip listing its processes.
 func (d *Daemon) tasksChanged() {
 	if d.cfg.Master {
-		d.schedDirty()
+		d.schedDirtyHost(d.cfg.HostID)
 		return
 	}
 	select {
@@ -138,7 +274,9 @@ func (d *Daemon) reportOnKick() {
 
 // startedInClass records the delay class tasks were started in (master).
 func (d *Daemon) startedInClass(tids []task.TID, class int) {
-	d.schedDirty()
+	for _, t := range tids {
+		d.schedDirtyHost(t.Host())
+	}
 	d.schedMu.Lock()
 	defer d.schedMu.Unlock()
 	for _, t := range tids {
@@ -149,7 +287,7 @@ func (d *Daemon) startedInClass(tids []task.TID, class int) {
 // startedOn records the class of tasks placed on host h, in order: each
 // expects the delay of h with the tasks placed before it (master).
 func (d *Daemon) startedOn(h HostInfo, tids []task.TID) {
-	d.schedDirty()
+	d.schedDirtyHost(h.ID)
 	snap := hostSnapshot([]HostInfo{h}, d.cfg.Sched)
 	host := snap.Hosts[0]
 	d.schedMu.Lock()
@@ -231,13 +369,67 @@ func (d *Daemon) InjectLoad(o load.Overlay, clear bool) error {
 	return nil
 }
 
-// reportLoad sends this host's figures to the master (hosts).
-func (d *Daemon) reportLoad() {
+// loadReport is what a host's load report says, as compared between
+// reports.
+type loadReport struct {
+	info HostInfo
+	jobs []uint64 // sorted
+	sent bool
+}
+
+// Thresholds of a change worth a load report between the periodic ones:
+// an external load that moved by a quarter of a runnable process, or free
+// memory that moved by 32 MiB. Every other figure (the task count, users,
+// speed, the load source, the jobs) is reported on any change.
+const (
+	reportExternal = 0.25
+	reportMemMiB   = 32
+)
+
+// reportDue says whether a heartbeat sends the report now, beats
+// heartbeats after the report last: when the figures changed, or every
+// beats.
+func reportDue(last, now loadReport, beats, every int) bool {
+	return beats >= every || reportChanged(last, now)
+}
+
+// reportChanged says whether a report of now is worth sending after last.
+func reportChanged(last, now loadReport) bool {
+	a, b := last.info, now.info
+	return !last.sent || a.Tasks != b.Tasks || math.Abs(a.External-b.External) >= reportExternal ||
+		abs64(a.MemFreeMiB-b.MemFreeMiB) >= reportMemMiB || (a.MemFreeMiB == 0) != (b.MemFreeMiB == 0) ||
+		a.Users != b.Users || a.Alpha != b.Alpha || a.MaxUsers != b.MaxUsers ||
+		a.Emulated != b.Emulated || a.LoadSource != b.LoadSource || !slices.Equal(last.jobs, now.jobs)
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// reportLoad sends this host's figures to the master now (hosts).
+func (d *Daemon) reportLoad() { d.sendReport(true) }
+
+// sendReport sends this host's figures to the master (hosts): always when
+// forced, otherwise (a heartbeat) only when they changed since the last
+// report or ReportEvery heartbeats have passed.
+func (d *Daemon) sendReport(force bool) {
 	if d.nw == nil || d.cfg.Master {
 		return
 	}
-	info := d.selfInfo()
-	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &info, Jobs: d.localJobs()}); err != nil {
+	d.repMu.Lock()
+	r := loadReport{info: d.selfInfo(), jobs: d.localJobs(), sent: true}
+	slices.Sort(r.jobs)
+	d.beats++
+	if !force && !reportDue(d.reported, r, d.beats, d.cfg.ReportEvery) {
+		d.repMu.Unlock()
+		return
+	}
+	d.reported, d.beats = r, 0
+	d.repMu.Unlock()
+	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &r.info, Jobs: r.jobs}); err != nil {
 		d.log.Debug("load report", "error", err)
 	}
 }
@@ -269,14 +461,16 @@ func (d *Daemon) schedCheck(now time.Time) {
 	hosts := d.Hosts()
 	snap := hostSnapshot(hosts, cfg)
 	st := d.sched
+	if st.placing.Load() > 0 {
+		return // a spawn is being placed: the next check sees it done
+	}
 	if d.quietCheck(now, hosts, snap) {
 		return
 	}
 	listStart := time.Now()
-	tasks, err := d.AllTasks(ctx, false)
+	tasks, called, err := d.listProcesses(ctx, hosts)
 	if err != nil {
 		d.log.Warn("scheduler: task list incomplete", "error", err)
-		d.schedDirty() // list again next time
 	}
 	listed := time.Since(listStart)
 	byTID := map[string]task.TID{}
@@ -319,7 +513,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, Listings: st.status.Listings + 1,
 		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
 		Migrations: st.status.Migrations, Failed: st.status.Failed,
-		ListSeconds: listed.Seconds(), StepSeconds: stepped.Seconds()}
+		ListSeconds: listed.Seconds(), StepSeconds: stepped.Seconds(), ListedHosts: called}
 	for _, dec := range res.Decisions {
 		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,
 			Counter: dec.Counter, Limit: dec.Limit}
@@ -332,8 +526,14 @@ func (d *Daemon) schedCheck(now time.Time) {
 		status.Processes = append(status.Processes, ps)
 	}
 	sort.Slice(status.Processes, func(i, j int) bool { return status.Processes[i].TID < status.Processes[j].TID })
-	for _, s := range res.Stay {
-		d.log.Info("scheduler: selected, nowhere better to go: stays", "tid", s)
+	if len(res.Stay) > 0 {
+		// One line per check, not one per process: with every process of
+		// a large machine selected, a line each would be the master's
+		// main work. Each is at debug level.
+		d.log.Info("scheduler: selected, nowhere better to go: stay", "tasks", len(res.Stay), "first", res.Stay[0])
+		for _, s := range res.Stay {
+			d.log.Debug("scheduler: selected, nowhere better to go: stays", "tid", s)
+		}
 	}
 	via := cfg.Via
 	if via == "" {
@@ -403,12 +603,14 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 	status := SchedStatus{Enabled: true, Period: d.cfg.Sched.Period, Checks: prev.Checks + 1, Listings: prev.Listings,
 		At: now, Classes: q.Classes, Availability: sched.Availability(q), Hosts: hostStatus(q.Hosts),
 		Migrations: prev.Migrations, Failed: prev.Failed, Processes: slices.Clone(prev.Processes)}
+	limits := make(map[string]int, len(q.Hosts))
+	for _, h := range q.Hosts {
+		limits[h.Name] = sched.CounterLimit(q.Params, h)
+	}
 	for i := range status.Processes {
 		p := &status.Processes[i]
-		for _, h := range q.Hosts {
-			if h.Name == p.Host {
-				p.Limit = sched.CounterLimit(q.Params, h)
-			}
+		if l, ok := limits[p.Host]; ok {
+			p.Limit = l
 		}
 	}
 	st.status = status

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -222,5 +223,177 @@ func waitSched(m *Daemon, what string, ok func(SchedStatus) bool) (SchedStatus, 
 			return st, fmt.Errorf("after 30 s, still not %s: %+v", what, st)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestReportDue: a heartbeat carries a load report when a figure the
+// scheduler reads changed beyond its threshold, and otherwise every
+// ReportEvery beats.
+func TestReportDue(t *testing.T) {
+	base := loadReport{info: HostInfo{Tasks: 3, External: 0.5, MemFreeMiB: 4096, Users: 0, Alpha: 1, LoadSource: "proc"}, jobs: []uint64{7}, sent: true}
+	with := func(f func(r *loadReport)) loadReport {
+		r := base
+		r.jobs = slices.Clone(base.jobs)
+		f(&r)
+		return r
+	}
+	cases := []struct {
+		name  string
+		last  loadReport
+		now   loadReport
+		beats int
+		want  bool
+	}{
+		{"unchanged", base, base, 1, false},
+		{"unchanged, the tenth beat", base, base, 10, true},
+		{"never sent", loadReport{}, base, 1, true},
+		{"a task more", base, with(func(r *loadReport) { r.info.Tasks++ }), 1, true},
+		{"external load within the threshold", base, with(func(r *loadReport) { r.info.External += 0.2 }), 1, false},
+		{"external load beyond it", base, with(func(r *loadReport) { r.info.External -= 0.3 }), 1, true},
+		{"free memory within the threshold", base, with(func(r *loadReport) { r.info.MemFreeMiB -= 31 }), 1, false},
+		{"free memory beyond it", base, with(func(r *loadReport) { r.info.MemFreeMiB += 40 }), 1, true},
+		{"free memory now unknown", base, with(func(r *loadReport) { r.info.MemFreeMiB = 0 }), 1, true},
+		{"a user", base, with(func(r *loadReport) { r.info.Users = 1 }), 1, true},
+		{"speed", base, with(func(r *loadReport) { r.info.Alpha = 2 }), 1, true},
+		{"load source", base, with(func(r *loadReport) { r.info.LoadSource = "proc+injected" }), 1, true},
+		{"a job ended", base, with(func(r *loadReport) { r.jobs = nil }), 1, true},
+		{"another job", base, with(func(r *loadReport) { r.jobs = []uint64{7, 9} }), 1, true},
+	}
+	for _, c := range cases {
+		if got := reportDue(c.last, c.now, c.beats, 10); got != c.want {
+			t.Errorf("%s: reportDue = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestSchedulerListsChangedHosts: a check lists every host the first time,
+// then only the hosts where tasks started or ended and, in turn, a tenth
+// of the others (their oldest listings), so that each is listed at least
+// once in listEvery checks; schedDirty makes it list every host again.
+func TestSchedulerListsChangedHosts(t *testing.T) {
+	const hosts = 21 // the master and 20 others
+	vm := startMemVM(t, hosts, &faults{}, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	idle := fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, task.AnyTag, nil)
+		return err
+	})
+	ids := map[string]task.HostID{}
+	for _, h := range m.Hosts() {
+		ids[h.Name] = h.ID
+	}
+	spawnOn := func(host string) task.TID {
+		t.Helper()
+		tids, err := m.spawnAnywhere(ctx, 0, 0, task.SpawnRequest{Type: "daemon.test.fn", State: mustState(t, idle), Count: 1, Host: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tids[0]
+	}
+	for i := 2; i <= hosts; i++ {
+		spawnOn(fmt.Sprintf("h%d", i))
+	}
+	// Until every host has reported its task, a report may mark its host
+	// changed again.
+	reported := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			n := 0
+			for _, h := range m.Hosts() {
+				n += h.Tasks
+			}
+			if n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the hosts report %d tasks, want %d", n, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	reported(hosts - 1)
+	list := func() ([]TaskInfo, int) {
+		t.Helper()
+		ts, called, err := m.listProcesses(ctx, m.Hosts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts, called
+	}
+	ts, called := list()
+	if called != hosts-1 || len(ts) != hosts-1 {
+		t.Fatalf("first listing: %d hosts called, %d tasks; want %d and %d", called, len(ts), hosts-1, hosts-1)
+	}
+	list() // takes up a report's mark that came as the first listing began
+	// Nothing changed: two hosts (a tenth of 20) each check, the oldest
+	// first, and every host within listEvery checks.
+	seen := map[task.HostID]bool{}
+	for range listEvery {
+		ts, called := list()
+		if called != 2 || len(ts) != hosts-1 {
+			t.Fatalf("a check with nothing changed called %d hosts and saw %d tasks; want 2 and %d", called, len(ts), hosts-1)
+		}
+		for id, l := range m.sched.listings {
+			if l.round == m.sched.rounds {
+				seen[id] = true
+			}
+		}
+	}
+	if len(seen) != hosts-1 {
+		t.Fatalf("within %d checks %d hosts were listed, want every one of %d", listEvery, len(seen), hosts-1)
+	}
+	// A task started on h7: its host is listed besides the two in turn,
+	// and the new task is seen.
+	tid := spawnOn("h7")
+	reported(hosts)
+	m.schedMu.Lock()
+	m.sched.dirtyHosts = map[task.HostID]bool{ids["h7"]: true} // the spawn's mark and the report's, once
+	m.schedMu.Unlock()
+	ts, called = list()
+	if called != 3 || len(ts) != hosts || m.sched.listings[ids["h7"]].round != m.sched.rounds {
+		t.Fatalf("after a spawn on h7: %d hosts called, %d tasks, h7 listed in round %d of %d", called, len(ts), m.sched.listings[ids["h7"]].round, m.sched.rounds)
+	}
+	// It ends: the master hears of it and its host is listed again.
+	if err := m.KillTask(ctx, tid); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ts, _ = list()
+		if len(ts) == hosts-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed task is still listed: %d tasks", len(ts))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.schedDirty()
+	if _, called := list(); called != hosts-1 {
+		t.Fatalf("after schedDirty: %d hosts called, want %d", called, hosts-1)
+	}
+}
+
+// TestPongDue: at the default heartbeat (1 s, DeadAfter 5 s) the master
+// answers every other ping of an idle host; a long DeadAfter does not make
+// it answer more rarely than that.
+func TestPongDue(t *testing.T) {
+	for _, c := range []struct {
+		silent, beat, dead time.Duration
+		want               bool
+	}{
+		{time.Second, time.Second, 5 * time.Second, false},
+		{2 * time.Second, time.Second, 5 * time.Second, true},
+		{1300 * time.Millisecond, time.Second, 5 * time.Second, true}, // a quarter of DeadAfter
+		{20 * time.Millisecond, 20 * time.Millisecond, 10 * time.Minute, false},
+		{40 * time.Millisecond, 20 * time.Millisecond, 10 * time.Minute, true},
+		{0, time.Second, 5 * time.Second, false},
+	} {
+		if got := pongDue(c.silent, c.beat, c.dead); got != c.want {
+			t.Errorf("pongDue(%v, %v, %v) = %v, want %v", c.silent, c.beat, c.dead, got, c.want)
+		}
 	}
 }

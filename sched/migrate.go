@@ -245,6 +245,99 @@ func Locate(params Params, hosts []Host, origin Host, p Process) Location {
 	return l
 }
 
+// hostOrder keeps hosts sorted the way Locate prefers them: by delay, then
+// α, then name. Step keeps it up to date as its moves change two hosts'
+// loads, and places each process by walking it from the fastest host: the
+// walk stops at the first host that fits, or at the first host too slow
+// for the process (every later one is slower still), so that a check on a
+// cluster where nothing can move costs each process a step or two instead
+// of a pass over every host.
+type hostOrder struct {
+	hosts []Host // the hosts, indexed as in the snapshot (not copied)
+	idx   []int  // host indices in preference order
+	pos   []int  // pos[i] is host i's place in idx
+}
+
+func newHostOrder(hosts []Host) *hostOrder {
+	o := &hostOrder{hosts: hosts, idx: make([]int, len(hosts)), pos: make([]int, len(hosts))}
+	for i := range o.idx {
+		o.idx[i] = i
+	}
+	sort.Slice(o.idx, func(a, b int) bool { return o.before(o.idx[a], o.idx[b]) })
+	for p, i := range o.idx {
+		o.pos[i] = p
+	}
+	return o
+}
+
+// before says whether host a is preferred to host b: the smaller delay,
+// then hostBefore.
+func (o *hostOrder) before(a, b int) bool {
+	ha, hb := o.hosts[a], o.hosts[b]
+	if da, db := ha.Delay(), hb.Delay(); da != db {
+		return da < db
+	}
+	return hostBefore(ha, hb)
+}
+
+// fix moves host i to its place after its load or memory changed.
+func (o *hostOrder) fix(i int) {
+	p := o.pos[i]
+	for p > 0 && o.before(i, o.idx[p-1]) {
+		o.idx[p] = o.idx[p-1]
+		o.pos[o.idx[p]] = p
+		p--
+	}
+	for p < len(o.idx)-1 && o.before(o.idx[p+1], i) {
+		o.idx[p] = o.idx[p+1]
+		o.pos[o.idx[p]] = p
+		p++
+	}
+	o.idx[p], o.pos[i] = i, p
+}
+
+// locate is Locate with the hosts in o: the same answer, found by walking
+// the hosts in preference order.
+func (o *hostOrder) locate(params Params, origin Host, p Process) Location {
+	l := Location{
+		From:        origin.Name,
+		Users:       origin.Users > 0,
+		OriginDelay: origin.Delay() - origin.Alpha,
+		OriginAlpha: origin.Alpha,
+		MemNeed:     origin.MemFree + p.Mem,
+		DMax:        params.DMax,
+	}
+	// pick is the first host of P in preference order that fast accepts
+	// and, if memory is set, has the memory the process needs. fast is
+	// monotone in the delay: once it refuses a host it refuses every
+	// later one, and the walk stops.
+	pick := func(fast func(Host) bool, memory bool) (Host, bool) {
+		for _, i := range o.idx {
+			h := o.hosts[i]
+			if !fast(h) {
+				break
+			}
+			if h.Name != origin.Name && h.Users == 0 && h.MemFree > params.MemMin && (!memory || l.MemNeed <= h.MemFree) {
+				return h, true
+			}
+		}
+		return Host{}, false
+	}
+	if l.Users {
+		belowMax := func(h Host) bool { return h.Delay() < params.DMax }
+		if h, ok := pick(belowMax, true); ok {
+			l.To, l.Rule, l.DestDelay = h.Name, RuleUsersMemory, h.Delay()
+		} else if h, ok := pick(belowMax, false); ok {
+			l.To, l.Rule, l.DestDelay = h.Name, RuleUsersAnyMemory, h.Delay()
+		}
+		return l
+	}
+	if h, ok := pick(func(h Host) bool { return l.OriginDelay-h.Delay() > origin.Alpha }, true); ok {
+		l.To, l.Rule, l.DestDelay = h.Name, RuleImprove, h.Delay()
+	}
+	return l
+}
+
 // Migration is one move decided by Step. Its JSON form is an element of
 // `dpvm sched step --json`'s "migrations".
 type Migration struct {
@@ -334,14 +427,18 @@ func Step(s *Snapshot) (StepResult, error) {
 		res.Counters[p.TID] = d.Counter
 		res.Decisions = append(res.Decisions, d)
 	}
+	var hosts *hostOrder // made at the first selected process
 	for di, pi := range order {
 		d := &res.Decisions[di]
 		if !d.Selected {
 			continue
 		}
+		if hosts == nil {
+			hosts = newHostOrder(after.Hosts)
+		}
 		p := after.Processes[pi]
 		from := index[p.Host]
-		loc := Locate(after.Params, after.Hosts, after.Hosts[from], p)
+		loc := hosts.locate(after.Params, after.Hosts[from], p)
 		d.Location = loc
 		if loc.To == "" {
 			res.Stay = append(res.Stay, p.TID)
@@ -349,6 +446,8 @@ func Step(s *Snapshot) (StepResult, error) {
 		}
 		to := index[loc.To]
 		move(&after.Hosts[from], &after.Hosts[to], p.Mem)
+		hosts.fix(from)
+		hosts.fix(to)
 		after.Processes[pi].Host = loc.To
 		after.Processes[pi].Counter = 0
 		res.Counters[p.TID] = 0

@@ -472,3 +472,46 @@ func TestPropertyIdle(t *testing.T) {
 		t.Fatal("a process on an unknown host: idle")
 	}
 }
+
+// TestPropertyHostOrderLocate holds Step's walk of the hosts in preference
+// order to Locate's pass over every host: on seeded random clusters, with
+// and without interactive users, every process gets the same Location,
+// also after moves that change two hosts' loads and memory and re-place
+// them in the order.
+func TestPropertyHostOrderLocate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 11))
+	for trial := range 400 {
+		s := randomCluster(rng, trial%2 == 0)
+		if len(s.Processes) == 0 {
+			continue
+		}
+		hosts := s.Clone().Hosts
+		o := newHostOrder(hosts)
+		index := map[string]int{}
+		for i, h := range hosts {
+			index[h.Name] = i
+		}
+		for round := range 6 {
+			for _, p := range s.Processes {
+				origin := hosts[index[p.Host]]
+				want := Locate(s.Params, hosts, origin, p)
+				if got := o.locate(s.Params, origin, p); got != want {
+					t.Fatalf("trial %d round %d, %s on %s: walk %+v, Locate %+v", trial, round, p.TID, p.Host, got, want)
+				}
+			}
+			for p := 1; p < len(o.idx); p++ {
+				if o.before(o.idx[p], o.idx[p-1]) || o.pos[o.idx[p]] != p {
+					t.Fatalf("trial %d round %d: the order is broken at %d", trial, round, p)
+				}
+			}
+			// A move between two random hosts, as Step makes them.
+			a, b := rng.IntN(len(hosts)), rng.IntN(len(hosts))
+			if a == b {
+				continue
+			}
+			move(&hosts[a], &hosts[b], float64(rng.IntN(512)))
+			o.fix(a)
+			o.fix(b)
+		}
+	}
+}

@@ -31,6 +31,7 @@ func benchCommand() *cli.Command {
 			benchSEDCommand(),
 			benchPeersCommand(),
 			benchNPBLoadCommand(),
+			benchNPBOfficialCommand(),
 			benchScaleCommand(),
 		},
 	}

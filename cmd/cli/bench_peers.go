@@ -2,17 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -127,14 +124,7 @@ func runBenchPeers(ctx context.Context, o benchPeersOptions, stdout, stderr io.W
 	}
 	command := "dpvm bench peers " + strings.Join(flagsOf(o), " ")
 	fmt.Fprintf(stderr, "bench peers: %s %s\n", "bash", strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, "bash", args...)
-	// The script's per-run lines are progress: they go to standard error,
-	// so that standard output holds only the table (or the JSON).
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	// On cancel, let the script halt its virtual machine (its trap).
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 30 * time.Second
-	runErr := cmd.Run()
+	runErr := runHarness(ctx, args, stderr)
 	lines, err := peers.ReadFile(filepath.Join(out, "results.jsonl"))
 	if err != nil {
 		if runErr != nil {
@@ -166,11 +156,7 @@ func runBenchPeers(ctx context.Context, o benchPeersOptions, stdout, stderr io.W
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "%s\n\n", command)
-		for _, m := range machine {
-			fmt.Fprintf(stdout, "- %s\n", m)
-		}
-		fmt.Fprintln(stdout)
+		writeMachine(stdout, command, machine)
 		if err := peers.WriteSideBySide(stdout, sums); err != nil {
 			// Without dpvm beside a peer (--only), the plain table still helps.
 			if err := peers.WriteTable(stdout, sums); err != nil {
@@ -181,11 +167,7 @@ func runBenchPeers(ctx context.Context, o benchPeersOptions, stdout, stderr io.W
 			filepath.Join(out, "results.jsonl"))
 	}
 	if runErr != nil {
-		var ee *exec.ExitError
-		if errors.As(runErr, &ee) {
-			return cli.Exit(fmt.Sprintf("bench peers: the harness reported failed runs (exit %d); the table holds the runs that worked", ee.ExitCode()), 1)
-		}
-		return cli.Exit("bench peers: "+runErr.Error(), 1)
+		return harnessFailed("bench peers", runErr)
 	}
 	return nil
 }

@@ -30,7 +30,8 @@ func benchScaleCommand() *cli.Command {
 			"task between two hosts, neither the master; the master's CPU while the machine\n" +
 			"idles (heartbeats, load reports, scheduler checks every --sched-period) and\n" +
 			"its memory; memory per host and per idle task on the hosts and on the master;\n" +
-			"the master's last listing check (listing and sched.Step) and sched.Step's\n" +
+			"the master's last listing check (listing, the hosts it called, sched.Step),\n" +
+			"its checks per second and CPU per check while idle, and sched.Step's\n" +
 			"allocations; with --recover, the time a new master started with --recover\n" +
 			"takes to take every host and task back after the first is killed. Then the\n" +
 			"growth of each cost along the hosts and along the tasks (cost ∝ x^k).\n" +
@@ -44,6 +45,7 @@ func benchScaleCommand() *cli.Command {
 			&cli.IntFlag{Name: "moves", Value: 5, Usage: "moves timed per virtual machine"},
 			&cli.BoolFlag{Name: "recover", Usage: "also kill the master and time a new one's recovery"},
 			&cli.IntFlag{Name: "join-parallel", Value: 64, Usage: "hosts started at once"},
+			&cli.StringFlag{Name: "master-pprof", Usage: "the master process serves Go's profiles at http://`ADDR`/debug/pprof/ (loopback), to profile it while it idles"},
 			&cli.BoolFlag{Name: "in-process-master", Usage: "run the master in this process (its CPU and memory are then not measured apart)"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "bound on each wait for the virtual machine (joins, barrier, recovery)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up the run after this long"},
@@ -63,7 +65,8 @@ func benchScaleCommand() *cli.Command {
 			o := bench.ScaleOptions{Hosts: hosts, Tasks: tasks, Heartbeat: c.Duration("heartbeat"),
 				SchedPeriod: c.Duration("sched-period"), Idle: c.Duration("idle"), Moves: c.Int("moves"),
 				Recover: c.Bool("recover"), JoinParallel: c.Int("join-parallel"), InProcessMaster: c.Bool("in-process-master"),
-				Wait: c.Duration("wait"), Logger: loggerFrom(c), MasterLogLevel: c.String("log-level")}
+				Wait: c.Duration("wait"), Logger: loggerFrom(c), MasterLogLevel: c.String("log-level"),
+				MasterPprof: c.String("master-pprof")}
 			if o.SchedPeriod == 0 {
 				o.SchedPeriod = -1 // off
 			}

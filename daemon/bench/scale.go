@@ -68,6 +68,10 @@ type ScaleOptions struct {
 	Logger         *slog.Logger
 	MasterLogLevel string
 	Progress       io.Writer
+	// MasterPprof, if set, is the loopback address where the master
+	// process serves Go's profiles (its --pprof), to profile it while it
+	// idles.
+	MasterPprof string
 }
 
 func (o *ScaleOptions) setDefaults() {
@@ -143,6 +147,15 @@ type ScaleRow struct {
 	// every host's processes, and sched.Step on the result.
 	ListMS float64 `json:"list_ms"`
 	StepMS float64 `json:"step_ms"`
+	// ListedHosts is how many hosts that listing called (those whose
+	// processes changed, and in turn a tenth of the others).
+	ListedHosts int `json:"listed_hosts"`
+	// ChecksPerSecond is how many scheduler checks the master made per
+	// second while idle, and CheckCPUMS the master's CPU per check: all
+	// its CPU in that spell divided by its checks, an upper bound (it
+	// includes the heartbeats); -1 without checks.
+	ChecksPerSecond float64 `json:"checks_per_second"`
+	CheckCPUMS      float64 `json:"check_cpu_ms"`
 	// StepAllocs and StepAllocMiB are sched.Step's allocations on a
 	// snapshot of the same size, measured in this process.
 	StepAllocs   float64 `json:"step_allocs"`
@@ -230,6 +243,7 @@ var scaleCosts = []struct {
 	{"list_ms", func(r ScaleRow) float64 { return r.ListMS }},
 	{"step_ms", func(r ScaleRow) float64 { return r.StepMS }},
 	{"step_allocs", func(r ScaleRow) float64 { return r.StepAllocs }},
+	{"check_cpu_ms", func(r ScaleRow) float64 { return r.CheckCPUMS }},
 }
 
 // Growths fits every cost along hosts (for each task count measured with
@@ -391,6 +405,9 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *p
 		"--heartbeat", o.Heartbeat.String()}
 	if o.SchedPeriod > 0 {
 		args = append(args, "--sched-period", o.SchedPeriod.String())
+	}
+	if o.MasterPprof != "" {
+		args = append(args, "--pprof", o.MasterPprof)
 	}
 	if recover {
 		args = append(args, "--recover")
@@ -679,6 +696,10 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 
 	// The master idle: heartbeats, load reports, quiet checks.
 	fmt.Fprintf(o.Progress, "  master idle for %v\n", o.Idle)
+	var checks0 int
+	if st, err := cl.SchedStatus(ctx); err == nil {
+		checks0 = st.Checks
+	}
 	c0 := master.cpu()
 	t0 := time.Now()
 	select {
@@ -686,12 +707,18 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 	case <-ctx.Done():
 		return row, ctx.Err()
 	}
+	spell := time.Since(t0).Seconds()
 	if c1 := master.cpu(); c0 >= 0 && c1 >= 0 {
-		row.MasterCPU = (c1 - c0) / time.Since(t0).Seconds()
+		row.MasterCPU = (c1 - c0) / spell
 	}
 	row.MasterRSSMiB = master.rssMiB()
+	row.CheckCPUMS = -1
 	if st, err := cl.SchedStatus(ctx); err == nil {
-		row.ListMS, row.StepMS = st.ListSeconds*1000, st.StepSeconds*1000
+		row.ListMS, row.StepMS, row.ListedHosts = st.ListSeconds*1000, st.StepSeconds*1000, st.ListedHosts
+		row.ChecksPerSecond = float64(st.Checks-checks0) / spell
+		if row.ChecksPerSecond > 0 && row.MasterCPU >= 0 {
+			row.CheckCPUMS = row.MasterCPU / row.ChecksPerSecond * 1000
+		}
 	}
 	row.StepAllocs, row.StepAllocMiB = stepAllocs(n, m)
 

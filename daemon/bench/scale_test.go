@@ -87,7 +87,10 @@ func TestScaleSmall(t *testing.T) {
 			r.StepAllocs <= 0 || r.HostPerTaskKiB <= 0 {
 			t.Errorf("a figure is missing: %+v", r)
 		}
-		if r.MasterCPU >= 0 || r.MasterRSSMiB >= 0 || r.RecoverSeconds >= 0 {
+		if r.ChecksPerSecond < 0 || r.ListedHosts < 0 || r.ListedHosts > r.Hosts {
+			t.Errorf("scheduler figures out of range: %+v", r)
+		}
+		if r.MasterCPU >= 0 || r.MasterRSSMiB >= 0 || r.RecoverSeconds >= 0 || r.CheckCPUMS >= 0 {
 			t.Errorf("figures of an in-process master or an unasked recovery reported as measured: %+v", r)
 		}
 	}

@@ -221,3 +221,19 @@ func legacySecret(k *ecdsa.PrivateKey) ([]byte, error) {
 	}
 	return append([]byte(nil), b...), nil
 }
+
+// DerivedKey is a 32-byte key for label derived from the credential's
+// private key: the same credential always gives the same key, distinct
+// labels give independent keys, and a key reveals nothing of the private
+// key. The transport keys its QUIC stateless resets with it, so that a
+// daemon restarted with its credential resets the connections its previous
+// process left, and their peers learn at once that it is gone.
+func (c *Credential) DerivedKey(label string) ([32]byte, error) {
+	var k [32]byte
+	b, err := c.key.Bytes()
+	if err != nil {
+		return k, fmt.Errorf("derive a key for %s: %w", label, err)
+	}
+	copy(k[:], derive(b, "credential: "+label))
+	return k, nil
+}

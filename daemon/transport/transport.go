@@ -277,7 +277,21 @@ func open(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 	// not fatal.
 	_ = udp.SetReadBuffer(8 << 20)
 	_ = udp.SetWriteBuffer(8 << 20)
-	return &QUIC{udp: udp, tr: &quic.Transport{Conn: udp}, id: id, conf: cfg.quic()}, nil
+	tr := &quic.Transport{Conn: udp}
+	if id != nil {
+		// Stateless resets keyed by the credential: a daemon restarted
+		// with it at the same address (a recovering master) resets the
+		// connections of its previous process as soon as their peers
+		// send on them, instead of leaving them to time out.
+		k, err := id.DerivedKey("quic stateless reset")
+		if err != nil {
+			_ = udp.Close()
+			return nil, err
+		}
+		key := quic.StatelessResetKey(k)
+		tr.StatelessResetKey = &key
+	}
+	return &QUIC{udp: udp, tr: tr, id: id, conf: cfg.quic()}, nil
 }
 
 // Addr is the local UDP address.

@@ -2,9 +2,12 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/dpvm/dpvm/daemon/pki"
 )
@@ -113,6 +116,88 @@ func TestLocalFor(t *testing.T) {
 	} {
 		if got := LocalFor(in); got != want {
 			t.Errorf("LocalFor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRestartResetsConnections: an endpoint that goes away without a word
+// (its socket closed, as when its process is killed) and comes back at the
+// same address with the same credential answers the old connection's
+// next packet with a stateless reset, so its peer sees the connection end
+// at once instead of after the idle timeout.
+func TestRestartResetsConnections(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key, _ := pki.NewCA(time.Now())
+	id := identity(t, key, pki.RoleDaemon, "h1")
+	cfg := Config{HandshakeTimeout: 2 * time.Second, IdleTimeout: time.Minute}
+	srv, err := Listen("127.0.0.1:0", id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr()
+	go func() {
+		for {
+			c, err := srv.Accept(ctx)
+			if err != nil {
+				return
+			}
+			go func() {
+				st, err := c.AcceptStream(ctx)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, st)
+				}
+			}()
+		}
+	}()
+	cli, err := Dialer(LocalFor(addr), identity(t, key, pki.RoleDaemon, "h2"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	c, err := cli.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint vanishes: its socket is closed under its connections,
+	// which send nothing.
+	_ = srv.udp.Close()
+	_ = srv.tr.Close()
+	again, err := Listen(addr, id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	// The peer writes on; the new endpoint resets the connection.
+	ended := make(chan error, 1)
+	go func() {
+		_, err := st.Read(make([]byte, 1))
+		ended <- err
+	}()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-ended:
+			var reset *quic.StatelessResetError
+			if !errors.As(err, &reset) {
+				t.Fatalf("the connection ended with %v, want a stateless reset", err)
+			}
+			return
+		case <-tick.C:
+			// Large enough to draw a reset (RFC 9000 §10.3: a reset is
+			// smaller than the packet it answers).
+			_, _ = st.Write(make([]byte, 64))
+		case <-deadline:
+			t.Fatal("the connection to the vanished endpoint did not end within 10 s")
 		}
 	}
 }

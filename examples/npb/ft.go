@@ -33,6 +33,7 @@ type FTWorker struct {
 	sendBuf    []complex128
 	recvBuf    []complex128
 	transposed []complex128
+	chunk      int // values per transpose message; 0 is ftChunk
 }
 
 func (w *FTWorker) place() *Place { return &w.Place }
@@ -247,52 +248,71 @@ func (w *FTWorker) lineB(q, jl, kl int) int {
 
 // transpose moves every x-line from src, laid out by from, to dst, laid
 // out by to, exchanging with every other task the block of lines it owns
-// in the other layout.
+// in the other layout. Line l of a block is (jl, kl) = (l / nzl, l % nzl).
 func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl, kl int) int) error {
-	nx, nzl, nyl := w.p.NX, w.nzl, w.nyl
-	pack := func(q int, buf []complex128) {
-		for jl := range nyl {
-			for kl := range nzl {
-				s := from(q, jl, kl)
-				copy(buf[nx*(kl+nzl*jl):][:nx], src[s:s+nx])
-			}
+	nx, nzl, me := w.p.NX, w.nzl, cm.rank()
+	pack := func(q, l0, l1 int, buf []complex128) {
+		for l := l0; l < l1; l++ {
+			s := from(q, l/nzl, l%nzl)
+			copy(buf[nx*(l-l0):][:nx], src[s:s+nx])
 		}
 	}
-	unpack := func(r int, buf []complex128) {
-		for jl := range nyl {
-			for kl := range nzl {
-				d := to(r, jl, kl)
-				copy(dst[d:d+nx], buf[nx*(kl+nzl*jl):][:nx])
-			}
+	unpack := func(r, l0, l1 int, buf []complex128) {
+		for l := l0; l < l1; l++ {
+			d := to(r, l/nzl, l%nzl)
+			copy(dst[d:d+nx], buf[nx*(l-l0):][:nx])
 		}
 	}
-	return w.alltoall(cm, cm.size(), cm.rank(), nx*nyl*nzl, pack, unpack)
+	// This task's own block goes straight from src to dst.
+	for l := range w.nyl * nzl {
+		s, d := from(me, l/nzl, l%nzl), to(me, l/nzl, l%nzl)
+		copy(dst[d:d+nx], src[s:s+nx])
+	}
+	return w.alltoall(cm, w.nyl*nzl, nx, pack, unpack)
 }
 
-func (w *FTWorker) alltoall(cm comm, np, me, blk int, pack func(int, []complex128), unpack func(int, []complex128)) error {
+// ftChunk is the most complex values one transpose message carries (2 MiB).
+// A task's block for another is sent in chunks of whole lines: the send
+// and receive buffers stay small, and so does each message's payload,
+// which the collector reclaims chunk by chunk instead of block by block.
+const ftChunk = 1 << 17
+
+// alltoall sends every other task its block (lines lines of n values,
+// packed by pack) and unpacks the blocks received from them (the caller
+// moves its own), in chunks of at most
+// w.chunk values (ftChunk by default; at least one line). Within a step
+// every task sends one chunk and then receives one, so at most a chunk per
+// pair of tasks is in flight.
+func (w *FTWorker) alltoall(cm comm, lines, n int, pack, unpack func(q, l0, l1 int, buf []complex128)) error {
+	np, me := cm.size(), cm.rank()
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = ftChunk
+	}
+	step := max(1, chunk/n)
+	blk := min(lines, step) * n
 	if cap(w.sendBuf) < blk {
 		w.sendBuf, w.recvBuf = make([]complex128, blk), make([]complex128, blk)
 	}
 	sb := w.sendBuf[:blk]
 	for k := 1; k < np; k++ {
-		to := (me + k) % np
-		pack(to, sb)
-		if err := cm.send(to, tagTranspose, sb); err != nil {
-			return fmt.Errorf("FT transpose: %w", err)
+		to, from := (me+k)%np, (me-k+np)%np
+		for l0 := 0; l0 < lines; l0 += step {
+			l1 := min(lines, l0+step)
+			m := (l1 - l0) * n
+			pack(to, l0, l1, sb[:m])
+			if err := cm.send(to, tagTranspose, sb[:m]); err != nil {
+				return fmt.Errorf("FT transpose: %w", err)
+			}
+			rb := w.recvBuf[:0:blk]
+			if err := cm.recv(from, tagTranspose, &rb); err != nil {
+				return fmt.Errorf("FT transpose: %w", err)
+			}
+			if len(rb) != m {
+				return fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(rb), from, m)
+			}
+			unpack(from, l0, l1, rb)
 		}
-	}
-	pack(me, sb)
-	unpack(me, sb)
-	for k := 1; k < np; k++ {
-		from := (me - k + np) % np
-		rb := w.recvBuf[:0:blk]
-		if err := cm.recv(from, tagTranspose, &rb); err != nil {
-			return fmt.Errorf("FT transpose: %w", err)
-		}
-		if len(rb) != blk {
-			return fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(rb), from, blk)
-		}
-		unpack(from, rb)
 	}
 	return nil
 }
@@ -390,7 +410,11 @@ func (w *FTWorker) spectrum(cm comm) error {
 	if err != nil {
 		return err
 	}
-	w.U0 = make([]float64, 2*len(s))
+	// The timed set-up recomputes the warm-up's spectrum: it reuses the
+	// array rather than leave a grid's worth of garbage.
+	if len(w.U0) != 2*len(s) {
+		w.U0 = make([]float64, 2*len(s))
+	}
 	copy(cplx(w.U0), s)
 	return nil
 }

@@ -26,6 +26,7 @@ type ISWorker struct {
 	counts []int32   // cumulative counts of this task's key range
 	minKey int
 	offset int // number of keys below minKey
+	chunk  int // keys per exchange message; 0 is isChunk
 }
 
 func (w *ISWorker) place() *Place { return &w.Place }
@@ -116,12 +117,6 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	// my buckets stay in segments: mine, then one per sender.
 	segs := append(w.segs[:0], send[local[bs[me]]:local[bs[me+1]]])
 	if np > 1 {
-		for k := 1; k < np; k++ {
-			to := (me + k) % np
-			if err := cm.send(to, tagKeys, send[local[bs[to]]:local[bs[to+1]]]); err != nil {
-				return 0, err
-			}
-		}
 		want := 0
 		for b := bs[me]; b < bs[me+1]; b++ {
 			want += int(tot[b])
@@ -131,9 +126,9 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		}
 		got := len(segs[0])
 		for k := 1; k < np; k++ {
-			from := (me - k + np) % np
-			in := w.bufs[from][:0]
-			if err := cm.recv(from, tagKeys, &in); err != nil {
+			to, from := (me+k)%np, (me-k+np)%np
+			in, err := w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], w.bufs[from][:0])
+			if err != nil {
 				return 0, err
 			}
 			w.bufs[from] = in
@@ -187,6 +182,50 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	return passed, nil
 }
 
+// isChunk is the most keys one message carries (2 MiB). A task's keys for
+// another go in chunks, the last one short (empty if need be), and every
+// task sends one chunk and then receives one: at most a chunk per pair of
+// tasks is in flight, instead of every key that changes task.
+const isChunk = 1 << 19
+
+// exchange sends out to rank to and receives from rank from, in chunks of
+// w.chunk keys (isChunk by default), into in's array (grown if it is too
+// small), and returns what it received.
+func (w *ISWorker) exchange(cm comm, to, from int, out, in []int32) ([]int32, error) {
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = isChunk
+	}
+	sent, sendDone, recvDone := 0, false, false
+	for !sendDone || !recvDone {
+		if !sendDone {
+			end := min(len(out), sent+chunk)
+			if err := cm.send(to, tagKeys, out[sent:end]); err != nil {
+				return nil, err
+			}
+			sendDone = end-sent < chunk
+			sent = end
+		}
+		if !recvDone {
+			// Decode straight after what came before, when it fits.
+			part := in[len(in):len(in):cap(in)]
+			if err := cm.recv(from, tagKeys, &part); err != nil {
+				return nil, err
+			}
+			if len(part) > chunk {
+				return nil, fmt.Errorf("IS: a chunk of %d keys from rank %d, at most %d", len(part), from, chunk)
+			}
+			recvDone = len(part) < chunk
+			if len(part) > 0 && len(in) < cap(in) && &part[0] == &in[:len(in)+1][len(in)] {
+				in = in[:len(in)+len(part)]
+			} else {
+				in = append(in, part...)
+			}
+		}
+	}
+	return in, nil
+}
+
 // fullVerify sorts this task's keys by their final ranks and checks the
 // order, across task boundaries too. It returns the number of keys out of
 // order.
@@ -196,7 +235,14 @@ func (w *ISWorker) fullVerify(cm comm) (int64, error) {
 	for _, seg := range w.segs {
 		n += len(seg)
 	}
-	sorted := make([]int32, n)
+	// The keys are not needed any more: sort into their array when it
+	// has room (it is allocated with an eighth to spare).
+	var sorted []int32
+	if cap(w.keys) >= n {
+		sorted = w.keys[:n]
+	} else {
+		sorted = make([]int32, n)
+	}
 	ptr := append([]int32(nil), w.counts...)
 	base := int32(w.offset)
 	mk := int32(w.minKey)
@@ -257,7 +303,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 	if cm.rank() == 0 && n < 2*isIterations+1 {
 		return nil, fmt.Errorf("IS class %s: %d keys per task is too few: %w", p.Class, n, ErrBadNP)
 	}
-	w.keys = make([]int32, n)
+	w.keys = make([]int32, n, n+n/8)
 	w.send = make([]int32, n)
 	isKeys(p, w.k0, w.keys)
 	// Reapply the edits of the rankings already done.

@@ -13,33 +13,40 @@ import (
 // ErrNoMemory: a run needs more memory than the machine has available.
 var ErrNoMemory = errors.New("not enough memory")
 
-// memBase is what a run costs besides its kernel's arrays: the Go runtime,
-// the embedded virtual machine and the tasks' small buffers.
-const memBase = 32 << 20
+// memBase is what a run costs besides its kernel's arrays: the program's
+// resident code (memText), the Go runtime, the embedded virtual machine and
+// the tasks' small buffers. A run of EP, whose arrays are a few bytes,
+// peaks at 17 MiB.
+const memBase = 24 << 20
 
-// The garbage messages leave behind is estimated from measured peaks
-// (classes A and C at np = 2): memCopies bytes per byte the run sends, but
-// at most memGarbageCap times the kernel's arrays. Above the arrays and
-// their tenth, the peaks reached 3.4 times the arrays for CG class C, 2.1
-// for CG class A, 1.7 for IS class A, 1.6 for IS class C, 0.4 for FT class
-// A and 0.1 for MG class C.
-const (
-	memCopies     = 1.5
-	memGarbageCap = 4
-)
+// memTask is what each task past the first adds besides its arrays: its
+// goroutines' stacks, its mailbox and its share of the virtual machine's
+// buffers, measured on classes S and W (TestNPBMemoryNeedHonest in
+// cmd/cli).
+const memTask = 6 << 20
+
+// memSlack is what the peak holds per byte of arrays: the collector's slack,
+// reached by FT class C at np = 2 (8.04 GiB on 7 GiB of arrays).
+const memSlack = 1.15
+
+// memText is the part of memBase that is the binary's resident code and
+// data, outside the Go runtime's accounting (and so outside its memory
+// limit).
+const memText = 8 << 20
 
 // MemoryNeed estimates the peak resident memory, in bytes, of a run of
 // kernel for class on np tasks that all live in this process (an embedded
 // virtual machine, whatever its number of hosts).
 //
 // The estimate is the arrays the kernel's tasks allocate, worked out from
-// the class's parameters as the code sizes them, plus a tenth for the
-// collector's slack. With more than one task it adds the garbage the
-// messages leave behind: every message is encoded into a fresh payload, the
-// collector lets the heap grow to at least twice its live data before it
-// reclaims them, and freed pages go back to the system only gradually. That
-// part is proportional to the bytes the run sends, with a cap, and its
-// factors are measured (see memCopies).
+// the class's parameters as the code sizes them, plus 15 % for the
+// collector's slack (memSlack), plus a fixed part for the runtime and for each task,
+// plus the messages that can be in flight at once (each
+// is an encoded payload, garbage once it is decoded). `dpvm npb` sets the
+// collector's memory limit to HeapLimit, which is this estimate less the
+// resident code, so that the garbage the messages leave is reclaimed as it
+// comes instead of when the heap has doubled: the estimate is then also a
+// bound the run keeps to.
 func MemoryNeed(kernel, class string, np int) (int64, error) {
 	k, err := NormKernel(kernel)
 	if err != nil {
@@ -52,20 +59,31 @@ func MemoryNeed(kernel, class string, np int) (int64, error) {
 	if _, err := newWorker(k, cl, np); err != nil {
 		return 0, err
 	}
-	live, traffic := memArrays(k, cl, np)
-	garbage := min(memGarbageCap*live, memCopies*traffic)
-	return int64(memBase + live*1.1 + garbage), nil
+	live, inflight := memArrays(k, cl, np)
+	return int64(memBase + float64(np-1)*memTask + live*memSlack + inflight), nil
+}
+
+// HeapLimit is the memory limit for the Go runtime (debug.SetMemoryLimit)
+// of a process that runs kernel for class on np tasks and nothing else:
+// MemoryNeed less the binary's resident code, which the runtime does not
+// count.
+func HeapLimit(kernel, class string, np int) (int64, error) {
+	need, err := MemoryNeed(kernel, class, np)
+	if err != nil {
+		return 0, err
+	}
+	return need - memText, nil
 }
 
 // memArrays returns the bytes of the arrays a run allocates (summed over its
-// np tasks, at their peak) and the bytes of the messages it sends. kernel,
-// class and np must be valid.
-func memArrays(kernel, class string, np int) (live, traffic float64) {
+// np tasks, at their peak) and the bytes of the messages that can be in
+// flight at once. kernel, class and np must be valid.
+func memArrays(kernel, class string, np int) (live, inflight float64) {
 	nps := float64(np)
 	others := float64(np-1) / nps // the part of its block a task sends away
 	switch kernel {
 	case "ep":
-		return float64(np) * 8 * epNQ, 0
+		return float64(np) * 8 * (epNQ + 2*epNK), 0 // the counts and a batch's pairs
 	case "cg":
 		p, _ := CGParamsFor(class)
 		n, w := float64(p.NA), float64(p.Nonzer+1)
@@ -78,10 +96,9 @@ func memArrays(kernel, class string, np int) (live, traffic float64) {
 		// x, q, r, z over the rows, and the gathered p on every task.
 		vectors := 4*8*n + nps*8*n
 		live = gen + matrix + vectors
-		// Each of the 25 steps and the residual's product all-gathers p,
-		// once more for the untimed iteration.
-		traffic = float64(p.Niter+1) * (cgItMax + 1) * (nps - 1) * 8 * n
-		return live, traffic
+		// An all-gather of p: every task's block to every other.
+		inflight = (nps - 1) * 8 * n
+		return live, inflight
 	case "mg":
 		p, _ := MGParamsFor(class)
 		kr := 0
@@ -99,44 +116,44 @@ func memArrays(kernel, class string, np int) (live, traffic float64) {
 			if k >= kr {
 				// Slabs of nk/np planes and two ghosts on every task.
 				live += arrays * 8 * plane * (nk + 2*nps)
-				if np > 1 {
-					// About three ghost exchanges per level and
-					// V-cycle, two planes sent by every task.
-					traffic += 3 * nps * 2 * 8 * plane
-				}
 			}
 			if k <= kr {
 				// The replicated coarse levels, whole on every task.
 				live += nps * 2 * 8 * plane * (nk + 2)
 			}
 		}
-		traffic *= float64(p.Nit + 2) // the warm-up V-cycle and the set-up
-		return live, traffic
+		if np > 1 {
+			// A ghost exchange on the finest level: two planes from
+			// every task.
+			n := float64(int(1) << lt)
+			inflight = nps * 2 * 8 * (n + 2) * (n + 2)
+		}
+		return live, inflight
 	case "ft":
 		p, _ := FTParamsFor(class)
 		n := float64(p.NX) * float64(p.NY) * float64(p.NZ)
 		// u1 (complex), the evolution factors (float64) and the spectrum
-		// (complex), twice while the timed set-up replaces the warm-up's.
-		live = 16*n + 8*n + 2*16*n
+		// (complex).
+		live = 16*n + 8*n + 16*n
 		if np > 1 {
-			// The transposed grid, each task's send and receive blocks
-			// and the blocks in flight.
-			live += 16*n + 2*16*n/nps + 16*n*others
-			// One transpose per forward and inverse transform.
-			traffic = float64(p.Niter+2) * 16 * n * others
+			// The transposed grid and each task's send and receive
+			// chunks; one chunk per pair of tasks in flight.
+			chunk := 16 * min(float64(ftChunk), n/nps/nps)
+			live += 16*n + nps*2*chunk
+			inflight = nps * (nps - 1) * chunk
 		}
-		return live, traffic
+		return live, inflight
 	case "is":
 		p, _ := ISParamsFor(class)
 		keys, maxKey := float64(p.Keys()), float64(p.MaxKey())
-		// The keys, the keys ordered by bucket and the sorted keys of the
-		// full verification (int32), the counts of each task's key range
-		// and their copy, and the keys received from the other tasks.
-		live = 3*4*keys + 2*4*maxKey + 4*keys*others
-		// Every ranking (the untimed one too) sends each key whose bucket
-		// another task owns.
-		traffic = (isIterations + 1) * 4 * keys * others
-		return live, traffic
+		// The keys (int32, with an eighth to spare so the full
+		// verification can sort into them) and the keys ordered by bucket,
+		// the counts of each task's key range and their copy, and the
+		// keys received from the other tasks.
+		live = 4*keys + 4*keys*9/8 + 2*4*maxKey + 4*keys*others
+		// A chunk of keys per pair of tasks.
+		inflight = nps * (nps - 1) * 4 * min(float64(isChunk), keys/nps/nps)
+		return live, inflight
 	}
 	return 0, 0
 }

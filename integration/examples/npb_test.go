@@ -138,13 +138,13 @@ func TestRunOddNP(t *testing.T) {
 // available memory is unknown, or the check is off, the run goes ahead.
 func TestRunRefusesWithoutMemory(t *testing.T) {
 	ctx := context.Background()
-	eight := func() (int64, error) { return 8 << 30, nil }
-	_, err := npbRun(ctx, "ft", "C", 2, npb.RunOptions{MemAvailable: eight})
+	four := func() (int64, error) { return 4 << 30, nil }
+	_, err := npbRun(ctx, "ft", "C", 2, npb.RunOptions{MemAvailable: four})
 	if !errors.Is(err, npb.ErrNoMemory) {
-		t.Fatalf("FT class C np 2 with 8 GiB: %v, want npb.ErrNoMemory", err)
+		t.Fatalf("FT class C np 2 with 4 GiB: %v, want npb.ErrNoMemory", err)
 	}
 	need, _ := npb.MemoryNeed("ft", "C", 2)
-	for _, s := range []string{"FT class C np 2: needs about " + strconv.FormatFloat(float64(need)/(1<<30), 'f', 1, 64) + " GiB", "reports 8.0 GiB available"} {
+	for _, s := range []string{"FT class C np 2: needs about " + strconv.FormatFloat(float64(need)/(1<<30), 'f', 1, 64) + " GiB", "reports 4.0 GiB available"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not say %q", err, s)
 		}

@@ -22,6 +22,16 @@ const ScriptPath = "integration/peers/run.sh"
 // FindScript looks for ScriptPath in each of dirs and their parents, in
 // order, and returns the first found.
 func FindScript(dirs ...string) (string, error) {
+	p, ok := FindUp(ScriptPath, dirs...)
+	if !ok {
+		return "", fmt.Errorf("%w (looked in %s and their parents)", ErrNoScript, strings.Join(dirs, ", "))
+	}
+	return p, nil
+}
+
+// FindUp looks for the regular file rel in each of dirs and their parents,
+// in order, and returns the first found. Empty dirs are skipped.
+func FindUp(rel string, dirs ...string) (string, bool) {
 	for _, d := range dirs {
 		if d == "" {
 			continue
@@ -31,9 +41,9 @@ func FindScript(dirs ...string) (string, error) {
 			continue
 		}
 		for {
-			p := filepath.Join(d, ScriptPath)
+			p := filepath.Join(d, rel)
 			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return p, nil
+				return p, true
 			}
 			parent := filepath.Dir(d)
 			if parent == d {
@@ -42,7 +52,7 @@ func FindScript(dirs ...string) (string, error) {
 			d = parent
 		}
 	}
-	return "", fmt.Errorf("%w (looked in %s and their parents)", ErrNoScript, strings.Join(dirs, ", "))
+	return "", false
 }
 
 // ReadFile reads the result lines of one file (results.jsonl).

@@ -75,24 +75,40 @@ const maxLine = 1 << 20
 // lines starting with '#' are skipped. A line without a system is dpvm's
 // own and is named "dpvm-" followed by its mode.
 func ParseLines(r io.Reader) ([]Line, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	var lines []Line
+	err := EachLine(r, maxLine, func(n int, b []byte) error {
+		l, err := ParseLine(b)
+		if err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+		lines = append(lines, l)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lines, nil
+}
+
+// EachLine calls f with every line of r and its number (from 1), trimmed
+// of spaces, skipping blank lines and lines starting with '#', and stops
+// at f's first error. A line longer than maxLen bytes is an error.
+func EachLine(r io.Reader, maxLen int, f func(n int, b []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, min(4096, maxLen)), maxLen)
 	for n := 1; sc.Scan(); n++ {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 || b[0] == '#' {
 			continue
 		}
-		l, err := ParseLine(b)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+		if err := f(n, b); err != nil {
+			return err
 		}
-		lines = append(lines, l)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("peers: reading results: %w", err)
+		return fmt.Errorf("reading results: %w", err)
 	}
-	return lines, nil
+	return nil
 }
 
 // ParseLine decodes and checks one result line.
@@ -295,7 +311,7 @@ func Summarize(lines []Line) ([]Summary, error) {
 				}
 			}
 			if len(vs) > 0 {
-				s.Stats[m.Key] = stat(vs)
+				s.Stats[m.Key] = StatOf(vs)
 			}
 		}
 		out = append(out, s)
@@ -303,7 +319,9 @@ func Summarize(lines []Line) ([]Summary, error) {
 	return out, nil
 }
 
-func stat(vs []float64) Stat {
+// StatOf returns the median and range of vs (at least one value); it does
+// not change vs.
+func StatOf(vs []float64) Stat {
 	vs = slices.Clone(vs)
 	slices.Sort(vs)
 	n := len(vs)

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dpvm/dpvm/examples/npb"
+	"github.com/dpvm/dpvm/integration/npbofficial"
+	"github.com/dpvm/dpvm/integration/peers"
+)
+
+// benchNPBOfficialCommand is `dpvm bench npb-official`: the NPB kernels
+// beside the official NPB 3.4 serial and MPI codes, measured in one run by
+// integration/npbofficial/run.sh.
+func benchNPBOfficialCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "npb-official",
+		Usage: "the NPB kernels beside the official NPB 3.4 serial and MPI codes on this host, with ratios",
+		Description: "Runs the harness integration/npbofficial/run.sh (found from the current directory\n" +
+			"or this binary's, or given with --script) on the official NPB 3.4 source in --src\n" +
+			"(dpvm does not ship it). The harness installs gfortran and Open MPI with apt-get\n" +
+			"when they are missing (--no-install: fail instead), builds the official serial and\n" +
+			"MPI kernels from the suites' own make.def templates at -O3, and runs them in\n" +
+			"alternating rounds beside `dpvm npb` (np=1 beside the serial code, np=2 beside\n" +
+			"`mpirun -np 2`). Then it prints one table: dpvm's Mop/s over the official code's\n" +
+			"(medians of the per-round ratios with their range; above 1, dpvm is faster) and\n" +
+			"peak memory at np=2 (the sum of the processes' peak resident sets). The raw lines\n" +
+			"stay in --out.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "src", Usage: "`DIR` of the official NPB 3.4 source (holding NPB3.4-OMP and NPB3.4-MPI, or a parent)"},
+			&cli.StringFlag{Name: "class", Value: "A", Usage: "NPB `class`: S, W, A, B or C"},
+			&cli.IntFlag{Name: "rounds", Value: 3, Usage: "rounds over all runs, alternating their order"},
+			&cli.StringFlag{Name: "kernels", Value: strings.Join(npb.Kernels, ","), Usage: "comma-separated `kernels`"},
+			&cli.StringFlag{Name: "out", Value: "npb-official-results", Usage: "`DIR` for the builds, results.jsonl and machine.txt"},
+			&cli.StringFlag{Name: "script", Usage: "the harness script (default: " + npbofficial.ScriptPath + " of the repository)"},
+			&cli.StringFlag{Name: "dpvm-bin", Usage: "the dpvm binary to measure (default: this one)"},
+			&cli.BoolFlag{Name: "no-install", Usage: "fail instead of installing missing packages"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBenchNPBOfficial(ctx, benchNPBOfficialOptions{
+				Src: c.String("src"), Class: c.String("class"), Rounds: c.Int("rounds"),
+				Kernels: c.String("kernels"), Out: c.String("out"), Script: c.String("script"),
+				Dpvm: c.String("dpvm-bin"), NoInstall: c.Bool("no-install"), JSON: c.Bool("json"),
+			}, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+type benchNPBOfficialOptions struct {
+	Src, Class, Kernels, Out, Script, Dpvm string
+	Rounds                                 int
+	NoInstall, JSON                        bool
+}
+
+// npbOfficialReport is the JSON form of `dpvm bench npb-official --json`.
+type npbOfficialReport struct {
+	Command string            `json:"command"`
+	Machine []string          `json:"machine"`
+	Kernels []npbofficial.Row `json:"kernels"`
+	Failed  string            `json:"failed,omitempty"`
+}
+
+func runBenchNPBOfficial(ctx context.Context, o benchNPBOfficialOptions, stdout, stderr io.Writer) error {
+	usage := func(format string, a ...any) error {
+		return cli.Exit("bench npb-official: "+fmt.Sprintf(format, a...), 2)
+	}
+	if o.Src == "" {
+		return usage("--src DIR is required: the official NPB 3.4 source (dpvm does not ship it)")
+	}
+	if st, err := os.Stat(o.Src); err != nil || !st.IsDir() {
+		return usage("--src %s: not a directory", o.Src)
+	}
+	class, err := npb.NormClass(o.Class)
+	if err != nil {
+		return usage("--class %v", err)
+	}
+	o.Class = class
+	if o.Rounds < 1 || o.Rounds > 50 {
+		return usage("--rounds %d is outside 1..50", o.Rounds)
+	}
+	ks := strings.Split(o.Kernels, ",")
+	for i, k := range ks {
+		if ks[i], err = npb.NormKernel(k); err != nil {
+			return usage("--kernels: %v", err)
+		}
+	}
+	o.Kernels = strings.Join(ks, ",")
+	script := o.Script
+	var dirs []string
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, wd)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if script == "" {
+		var ok bool
+		if script, ok = peers.FindUp(npbofficial.ScriptPath, dirs...); !ok {
+			return cli.Exit(fmt.Sprintf("bench npb-official: %s not found (looked in %s and their parents); run it inside the repository or pass --script",
+				npbofficial.ScriptPath, strings.Join(dirs, ", ")), 1)
+		}
+	} else if st, err := os.Stat(script); err != nil || st.IsDir() {
+		return cli.Exit(fmt.Sprintf("bench npb-official: --script %s: not a file", script), 1)
+	}
+	bin := o.Dpvm
+	if bin == "" {
+		if exe == "" {
+			return cli.Exit("bench npb-official: cannot find this binary to measure dpvm; pass --dpvm-bin", 1)
+		}
+		bin = exe
+	}
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return usage("--out: %v", err)
+	}
+	src, err := filepath.Abs(o.Src)
+	if err != nil {
+		return usage("--src: %v", err)
+	}
+	args := []string{script, "--src", src, "--dpvm-bin", bin, "--class", o.Class,
+		"--rounds", strconv.Itoa(o.Rounds), "--kernels", o.Kernels, "--out", out}
+	if o.NoInstall {
+		args = append(args, "--no-install")
+	}
+	command := fmt.Sprintf("dpvm bench npb-official --src %s --class %s --rounds %d --kernels %s", o.Src, o.Class, o.Rounds, o.Kernels)
+	fmt.Fprintf(stderr, "bench npb-official: bash %s\n", strings.Join(args, " "))
+	runErr := runHarness(ctx, args, stderr)
+	lines, err := npbofficial.ReadFile(filepath.Join(out, "results.jsonl"))
+	if err != nil || len(lines) == 0 {
+		if runErr != nil {
+			return cli.Exit(fmt.Sprintf("bench npb-official: the harness failed: %v", runErr), 1)
+		}
+		if err == nil {
+			err = errors.New("the harness recorded no runs")
+		}
+		return cli.Exit("bench npb-official: "+err.Error(), 1)
+	}
+	rows := npbofficial.Summarize(lines)
+	machine := readMachine(filepath.Join(out, "machine.txt"))
+	failed := ""
+	if runErr != nil {
+		failed = runErr.Error()
+	}
+	if o.JSON {
+		if err := writeJSONLine(stdout, npbOfficialReport{Command: command, Machine: machine, Kernels: rows, Failed: failed}); err != nil {
+			return err
+		}
+	} else {
+		writeMachine(stdout, command, machine)
+		if err := npbofficial.WriteTable(stdout, rows); err != nil {
+			return cli.Exit("bench npb-official: "+err.Error(), 1)
+		}
+		fmt.Fprintf(stdout, "\nCells: median over the rounds (range in parentheses). Ratios: dpvm's Mop/s ÷ the official code's in the same round (above 1, dpvm is faster). Raw lines: %s\n",
+			filepath.Join(out, "results.jsonl"))
+	}
+	if runErr != nil {
+		return harnessFailed("bench npb-official", runErr)
+	}
+	return nil
+}

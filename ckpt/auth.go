@@ -76,6 +76,12 @@ type WriteOptions struct {
 	// Rand supplies AuthGMAC's salt (default crypto/rand.Reader). Two
 	// checkpoints under one key must never share a salt.
 	Rand io.Reader
+	// KeyID names key in the checkpoint, so that a reader holding several
+	// keys picks the right one (Limits.KeyFor).
+	KeyID KeyID
+	// version, if not zero, is the format written (tests write format 1,
+	// as older builds did, to check that it is still read).
+	version uint16
 }
 
 // mac authenticates a byte stream in order. write hashes p before it

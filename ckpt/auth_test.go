@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -226,5 +227,59 @@ func TestGMACSmallStreamStaysSmall(t *testing.T) {
 	bits.stop()
 	if bytes.Equal(small, make([]byte, len(small))) {
 		t.Fatal("empty tag")
+	}
+}
+
+// TestKeyID: a checkpoint names its key, a reader with several keys picks
+// it by that name (under each authentication), an unknown name is refused
+// with the reader's error, and a format 1 checkpoint, which names no key,
+// is still read under the key given.
+func TestKeyID(t *testing.T) {
+	other := []byte("fedcba9876543210fedcba9876543210")
+	id := KeyID{1, 2, 3, 4, 5, 6, 7, 8}
+	errUnknown := errors.New("unknown key")
+	keyFor := func(got KeyID) ([]byte, error) {
+		if got == id {
+			return testKey, nil
+		}
+		return nil, errUnknown
+	}
+	state := randNumbers(rand.New(rand.NewPCG(12, 12)), 100)
+	for _, a := range []Auth{AuthHMAC, AuthGMAC} {
+		var buf bytes.Buffer
+		if _, err := WriteWith(&buf, testKey, sampleMeta(), state, WriteOptions{Auth: a, KeyID: id}); err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		if got := KeyID(b[headerSize : headerSize+KeyIDSize]); got != id {
+			t.Fatalf("%v: key id %x written, want %x", a, got, id)
+		}
+		// The key argument is ignored when KeyFor picks one.
+		if _, _, err := ReadLimits(bytes.NewReader(b), other, Limits{KeyFor: keyFor}); err != nil {
+			t.Fatalf("%v: read by key id: %v", a, err)
+		}
+		bad := bytes.Clone(b)
+		bad[headerSize] ^= 0xff
+		_, _, err := ReadLimits(bytes.NewReader(bad), testKey, Limits{KeyFor: keyFor})
+		if !errors.Is(err, errUnknown) || !strings.Contains(err.Error(), "fe02030405060708") {
+			t.Fatalf("%v: unknown key id: %v", a, err)
+		}
+		// Without KeyFor the id is authenticated with the rest.
+		if _, _, err := Read(bytes.NewReader(bad), testKey); !errors.Is(err, ErrTampered) {
+			t.Fatalf("%v: altered key id: %v", a, err)
+		}
+	}
+	var old bytes.Buffer
+	if _, err := WriteWith(&old, testKey, sampleMeta(), state, WriteOptions{version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.LittleEndian.Uint16(old.Bytes()[8:]); v != 1 {
+		t.Fatalf("format %d written, want 1", v)
+	}
+	if _, _, err := ReadLimits(bytes.NewReader(old.Bytes()), testKey, Limits{KeyFor: keyFor}); err != nil {
+		t.Fatalf("format 1: %v", err)
+	}
+	if _, _, err := ReadLimits(bytes.NewReader(old.Bytes()), other, Limits{KeyFor: keyFor}); !errors.Is(err, ErrTampered) {
+		t.Fatalf("format 1 under another key: %v", err)
 	}
 }

@@ -13,8 +13,18 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// Format is the format version this build writes and reads.
-const Format = 1
+// Format is the format version this build writes and the newest it
+// reads. Version 2 adds the key identifier after the header; version 1
+// checkpoints are still read.
+const Format = 2
+
+// KeyIDSize is the length of the key identifier a version 2 checkpoint
+// carries after its header.
+const KeyIDSize = 8
+
+// KeyID names the key a checkpoint was authenticated under without
+// revealing it. The zero value names no key.
+type KeyID = [KeyIDSize]byte
 
 // Defaults of Limits.
 const (
@@ -42,6 +52,12 @@ type Limits struct {
 	// TLS): checkpoints written with AuthChannel, which carry no MAC, are
 	// accepted from it. Never set it for a file.
 	Channel bool
+	// KeyFor, if set, picks the key of a checkpoint that names its key
+	// (format 2) from its identifier, in place of Read's key argument; its
+	// error is returned wrapped (say which key is missing). Checkpoints of
+	// format 1, and those whose identifier is zero, name no key and are
+	// checked under the key argument.
+	KeyFor func(id KeyID) ([]byte, error)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -124,10 +140,19 @@ func write(w io.Writer, key []byte, meta *Meta, state task.Task, o WriteOptions)
 	defer s.mac.stop()
 	var h [headerSize]byte
 	copy(h[:], magic)
-	binary.LittleEndian.PutUint16(h[8:], Format)
+	version := uint16(Format)
+	if o.version != 0 {
+		version = o.version
+	}
+	binary.LittleEndian.PutUint16(h[8:], version)
 	binary.LittleEndian.PutUint16(h[10:], authFlags(o.Auth))
 	if err := s.write(h[:]); err != nil {
 		return s.n, fmt.Errorf("header: %w", err)
+	}
+	if version >= 2 {
+		if err := s.write(o.KeyID[:]); err != nil {
+			return s.n, fmt.Errorf("header: key id: %w", err)
+		}
 	}
 	if salt != nil {
 		if err := s.write(salt); err != nil {
@@ -202,7 +227,7 @@ func ReadLimits(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 }
 
 func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
-	if len(key) == 0 {
+	if len(key) == 0 && lim.KeyFor == nil {
 		return nil, nil, errors.New("empty MAC key")
 	}
 	src := newSource(r)
@@ -213,7 +238,8 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 	if string(h[:8]) != magic {
 		return nil, nil, fmt.Errorf("not a dpvm checkpoint (magic %q, want %q): %w", h[:8], magic, ErrCorrupt)
 	}
-	switch v := binary.LittleEndian.Uint16(h[8:]); {
+	v := binary.LittleEndian.Uint16(h[8:])
+	switch {
 	case v == 0:
 		return nil, nil, fmt.Errorf("header: format version 0: %w", ErrCorrupt)
 	case v > Format:
@@ -225,6 +251,20 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 	auth, err := flagsAuth(binary.LittleEndian.Uint16(h[10:]))
 	if err != nil {
 		return nil, nil, err
+	}
+	var id KeyID
+	if v >= 2 {
+		if err := src.fullUnauthenticated(id[:], "header: key id"); err != nil {
+			return nil, nil, err
+		}
+		if lim.KeyFor != nil && auth != AuthChannel && id != (KeyID{}) {
+			if key, err = lim.KeyFor(id); err != nil {
+				return nil, nil, fmt.Errorf("key %x: %w", id[:], err)
+			}
+		}
+	}
+	if len(key) == 0 && auth != AuthChannel {
+		return nil, nil, errors.New("empty MAC key")
 	}
 	switch auth {
 	case AuthHMAC:
@@ -243,11 +283,17 @@ func read(r io.Reader, key []byte, lim Limits) (*Meta, task.Task, error) {
 			return nil, nil, err
 		}
 		src.mac.write(h[:])
+		if v >= 2 {
+			src.mac.write(id[:])
+		}
 		src.mac.write(salt[:])
 	}
 	defer src.mac.stop()
 	if auth != AuthGMAC {
 		src.mac.write(h[:])
+		if v >= 2 {
+			src.mac.write(id[:])
+		}
 	}
 
 	// The meta section. A problem with its content is kept until the MAC

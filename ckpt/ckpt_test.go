@@ -233,7 +233,7 @@ func TestBitFlips(t *testing.T) {
 			t.Fatalf("flip at %d (%s): %v is none of the sentinels", off, what(off), err)
 		}
 		switch what(off) {
-		case "content", "trailer", "mac":
+		case "content", "trailer", "mac", "keyid":
 			if !errors.Is(err, ErrTampered) {
 				t.Fatalf("flip of bit %d at %d (%s): %v, want ErrTampered", bit, off, what(off), err)
 			}
@@ -380,7 +380,7 @@ func TestCrafted(t *testing.T) {
 	}
 	// A chunk longer than the format allows.
 	bad := bytes.Clone(b)
-	binary.LittleEndian.PutUint32(bad[headerSize+1:], maxChunk+1)
+	binary.LittleEndian.PutUint32(bad[headerSize+KeyIDSize+1:], maxChunk+1)
 	if _, _, err := Read(bytes.NewReader(bad), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "chunk") {
 		t.Fatalf("oversized chunk: %v", err)
 	}

@@ -14,7 +14,7 @@
 // numbers goes out of and comes into the task's memory without conversion
 // on little-endian hosts.
 //
-// # Format, version 1
+// # Format, version 2
 //
 // All integers of the framing are little endian.
 //
@@ -22,12 +22,17 @@
 //
 //	header     16 bytes:
 //	             magic    8 bytes  "DPVMCKPT"
-//	             version  uint16   the format version (Format; 1)
+//	             version  uint16   the format version (Format; 2)
 //	             flags    uint16   the authentication, one of:
 //	                               0 HMAC, 1 GMAC, 2 channel (AuthHMAC,
 //	                               AuthGMAC, AuthChannel); other values
 //	                               are refused
 //	             reserved uint32   0
+//	key id     8 bytes, from version 2 on: the identifier of the key the
+//	           checkpoint is authenticated under (WriteOptions.KeyID; the
+//	           cluster secret's key id), which a reader holding several keys
+//	           uses to pick one (Limits.KeyFor); zero names no key. It is
+//	           covered by the MAC like the header.
 //	salt       16 bytes, only with flags 1: random, never reused under a key
 //
 //	section    = kind (1 byte: 'M' meta, 'S' state), chunk*, end
@@ -37,7 +42,7 @@
 //	trailer    41 bytes:
 //	             tag      1 byte   'E'
 //	             length   uint64   bytes before the trailer
-//	             mac      32 bytes over every byte before it (header, salt,
+//	             mac      32 bytes over every byte before it (header, key id, salt,
 //	                               sections, tag and length), by the flags:
 //
 //	flags 0    HMAC-SHA256 under the cluster's checkpoint key.
@@ -54,6 +59,10 @@
 //	           daemons under mutual TLS, a direct migration); a reader
 //	           accepts it only when told its source is one (Limits.Channel)
 //	           and refuses it otherwise with ErrTampered.
+//
+// Version 1 is version 2 without the key id; readers still accept it and
+// check it under the key they are given (a daemon tries every key of its
+// cluster secret).
 //
 // A section's content is its chunks' contents concatenated; the chunking
 // carries no meaning (a writer cuts where its buffer fills, and writes a

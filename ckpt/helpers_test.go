@@ -213,14 +213,14 @@ func encode(t testing.TB, meta *Meta, state task.Task) []byte {
 // region is a span of a checkpoint's bytes and what it holds.
 type region struct {
 	start, end int
-	what       string // "header", "kind", "chunk", "content", "end", "trailer", "mac"
+	what       string // "header", "keyid", "kind", "chunk", "content", "end", "trailer", "mac"
 }
 
 // layout parses a well-formed checkpoint's framing.
 func layout(t testing.TB, b []byte) []region {
 	t.Helper()
-	rs := []region{{0, headerSize, "header"}}
-	off := headerSize
+	rs := []region{{0, headerSize, "header"}, {headerSize, headerSize + KeyIDSize, "keyid"}}
+	off := headerSize + KeyIDSize
 	for range 2 {
 		rs = append(rs, region{off, off + 1, "kind"})
 		off++
@@ -253,6 +253,7 @@ func craft(t testing.TB, key []byte, wm *wireMeta, state []byte) []byte {
 	copy(h[:], magic)
 	binary.LittleEndian.PutUint16(h[8:], Format)
 	must(t, s.write(h[:]))
+	must(t, s.write(make([]byte, KeyIDSize)))
 	sw, err := newSecWriter(s, secMeta)
 	must(t, err)
 	b, err := msgpackMarshal(wm)

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +86,56 @@ func (d *Daemon) ckptKey() []byte {
 		return nil
 	}
 	return r.Key(labelCkpt)
+}
+
+// keyID is the current key for label with its identifier, taken together
+// from one keyring (a rotation between two loads cannot pair a key with
+// another's identifier).
+func (d *Daemon) keyID(label string) ([]byte, [8]byte) {
+	r := d.secret.Load()
+	if r == nil {
+		return nil, [8]byte{}
+	}
+	k := r.Keys(label)[0]
+	return k.Key, keyIDBytes(k.ID)
+}
+
+// keyIDBytes is a pki key identifier (hex) as the 8 bytes files carry; a
+// malformed one gives the zero value, which names no key.
+func keyIDBytes(id string) [8]byte {
+	var out [8]byte
+	if b, err := hex.DecodeString(id); err == nil && len(b) == len(out) {
+		copy(out[:], b)
+	}
+	return out
+}
+
+// ErrUnknownKey: a checkpoint or manifest names the key it was
+// authenticated under, and the cluster secret no longer holds it (dropped
+// by rotations, or the file comes from another cluster).
+var ErrUnknownKey = errors.New("key not in this daemon's cluster secret")
+
+// keyFor returns the lookup of label's key by identifier a reader of
+// format 2 files uses, and sets *named when it was asked (the file named
+// its key, so trying other keys is pointless). It is nil without a
+// secret.
+func (d *Daemon) keyFor(label, what string, named *bool) func([8]byte) ([]byte, error) {
+	r := d.secret.Load()
+	if r == nil {
+		return nil
+	}
+	keys := r.Keys(label)
+	return func(id [8]byte) ([]byte, error) {
+		*named = true
+		want := hex.EncodeToString(id[:])
+		for _, k := range keys {
+			if k.ID == want {
+				return k.Key, nil
+			}
+		}
+		return nil, fmt.Errorf("%s authenticated with key %s, which this daemon's keyring does not hold (it holds %s): %w",
+			what, want, strings.Join(r.IDs(), ", "), ErrUnknownKey)
+	}
 }
 
 // manifestKey is the key job checkpoint manifests are written under.
@@ -189,13 +241,19 @@ func (d *Daemon) refused(addr string, cert pki.Peer, why string) {
 // keys in turn: one written under an older key still verifies.
 func (d *Daemon) readCkptFile(dir ckpt.Dir, name string) (*ckpt.Meta, task.Task, error) {
 	keys := d.keysFor(labelCkpt)
+	var named bool
+	lim := ckpt.Limits{KeyFor: d.keyFor(labelCkpt, "checkpoint "+name, &named)}
 	for i, k := range keys {
 		f, err := dir.Open(name)
 		if err != nil {
 			return nil, nil, err
 		}
-		m, t, err := ckpt.Read(f, k.Key)
+		m, t, err := ckpt.ReadLimits(f, k.Key, lim)
 		f.Close()
+		if named {
+			// A format 2 file names its key: the answer is final.
+			return m, t, err
+		}
 		if err != nil && errors.Is(err, ckpt.ErrTampered) && i+1 < len(keys) {
 			continue
 		}
@@ -207,30 +265,36 @@ func (d *Daemon) readCkptFile(dir ckpt.Dir, name string) (*ckpt.Meta, task.Task,
 	return nil, nil, errors.New("no key") // not reached: keysFor is never empty
 }
 
-// readManifest reads the manifest of the set setDir, trying the cluster
-// secret's keys in turn.
+// readManifest reads the manifest of the set setDir under the key it names
+// (format 2) or, for one of format 1, trying the cluster secret's keys in
+// turn.
 func (d *Daemon) readManifest(setDir string) (*jobset.Manifest, error) {
 	keys := d.keysFor(labelManifest)
+	var named bool
+	keyFor := d.keyFor(labelManifest, "manifest of "+setDir, &named)
 	var err error
 	for _, k := range keys {
 		var m *jobset.Manifest
-		if m, err = jobset.ReadManifest(setDir, k.Key); err == nil || !errors.Is(err, jobset.ErrTampered) {
+		if m, err = jobset.ReadManifestWith(setDir, k.Key, keyFor); err == nil || named || !errors.Is(err, jobset.ErrTampered) {
 			return m, err
 		}
 	}
 	return nil, err
 }
 
-// latestSet is jobset.Latest under the first key of the cluster secret
-// that authenticates a set of jobDir: the current key's newest set, else
-// an older key's.
+// latestSet is jobset.Latest where each manifest of format 2 is read under
+// the key it names, and those of format 1 under the first key of the
+// cluster secret that authenticates a set of jobDir: the current key's
+// newest set, else an older key's.
 func (d *Daemon) latestSet(jobDir string) (string, *jobset.Manifest, []error, error) {
 	var setDir string
 	var m *jobset.Manifest
 	var skipped []error
 	var err error
+	var named bool
+	keyFor := d.keyFor(labelManifest, "a manifest of "+jobDir, &named)
 	for i, k := range d.keysFor(labelManifest) {
-		s, mm, sk, e := jobset.Latest(jobDir, k.Key)
+		s, mm, sk, e := jobset.LatestWith(jobDir, k.Key, keyFor)
 		if e == nil {
 			return s, mm, sk, nil
 		}

@@ -3,11 +3,15 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +133,10 @@ func TestRolesOverQUIC(t *testing.T) {
 
 // TestCheckpointKeyRotation: a checkpoint written under the cluster
 // secret's key verifies after the secret is rotated (the old key second),
-// and not under a secret that lacks the key.
+// whether it names its key (format 2, read under that key alone) or not
+// (format 1, as older builds wrote it: every key is tried); once rotations
+// have dropped the key, the first is refused with an error naming the key,
+// the second as failing authentication.
 func TestCheckpointKeyRotation(t *testing.T) {
 	old, err := pki.NewKeyring()
 	if err != nil {
@@ -139,32 +146,78 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := pki.NewKeyring()
-	if err != nil {
-		t.Fatal(err)
+	dropped := rotated
+	for range pki.MaxSecrets {
+		if dropped, err = dropped.Rotate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Contains(dropped.IDs(), old.IDs()[0]) {
+		t.Fatal("the old key survived the rotations")
 	}
 	dir := ckpt.Dir{Path: t.TempDir()}
 	st := &fnTask{Fn: "x", Arg: 7}
-	if _, err := dir.Save("t.ckpt", func(w io.Writer) error {
-		_, err := ckpt.Write(w, old.Key(labelCkpt), &ckpt.Meta{TID: task.NewTID(2, 5)}, st)
+	w := New(Config{Secret: old})
+	defer w.Halt(context.Background())
+	key, id := w.keyID(labelCkpt)
+	var named []byte
+	if _, err := dir.Save("named.ckpt", func(out io.Writer) error {
+		var b bytes.Buffer
+		_, err := ckpt.WriteWith(io.MultiWriter(out, &b), key, &ckpt.Meta{TID: task.NewTID(2, 5)}, st, ckpt.WriteOptions{KeyID: id})
+		named = b.Bytes()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dir.Save("format1.ckpt", func(out io.Writer) error {
+		_, err := out.Write(asFormat1(t, named, key))
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	d := New(Config{Secret: rotated})
 	defer d.Halt(context.Background())
-	meta, got, err := d.readCkptFile(dir, "t.ckpt")
-	if err != nil || meta.TID != task.NewTID(2, 5) || got.(*fnTask).Arg != 7 {
-		t.Fatalf("read under the rotated secret: %v %+v", err, got)
+	for _, name := range []string{"named.ckpt", "format1.ckpt"} {
+		meta, got, err := d.readCkptFile(dir, name)
+		if err != nil || meta.TID != task.NewTID(2, 5) || got.(*fnTask).Arg != 7 {
+			t.Fatalf("%s read under the rotated secret: %v %+v", name, err, got)
+		}
 	}
-	if d.ckptKey() == nil || bytes.Equal(d.ckptKey(), old.Key(labelCkpt)) {
+	if k, _ := d.keyID(labelCkpt); k == nil || bytes.Equal(k, key) {
 		t.Fatal("the rotated secret does not write under its new key")
 	}
-	d2 := New(Config{Secret: other})
+	d2 := New(Config{Secret: dropped})
 	defer d2.Halt(context.Background())
-	if _, _, err := d2.readCkptFile(dir, "t.ckpt"); !errors.Is(err, ckpt.ErrTampered) {
-		t.Fatalf("read under another secret: %v", err)
+	_, _, err = d2.readCkptFile(dir, "named.ckpt")
+	if !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "authenticated with key "+old.IDs()[0]+", which this daemon's keyring does not hold") {
+		t.Fatalf("read after the key was dropped: %v", err)
 	}
+	if _, _, err := d2.readCkptFile(dir, "format1.ckpt"); !errors.Is(err, ckpt.ErrTampered) {
+		t.Fatalf("format 1 read after the key was dropped: %v", err)
+	}
+}
+
+// asFormat1 rewrites an HMAC checkpoint of format 2 as format 1, the
+// format of older builds: no key id, and the trailer's length and MAC
+// recomputed under key.
+func asFormat1(t *testing.T, b, key []byte) []byte {
+	t.Helper()
+	const header, idLen, trailer = 16, 8, 41
+	if binary.LittleEndian.Uint16(b[8:]) != 2 || binary.LittleEndian.Uint16(b[10:]) != 0 {
+		t.Fatal("asFormat1: not an HMAC checkpoint of format 2")
+	}
+	out := append([]byte(nil), b[:header]...)
+	binary.LittleEndian.PutUint16(out[8:], 1)
+	out = append(out, b[header+idLen:len(b)-trailer]...)
+	out = append(out, 'E')
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(out)-1))
+	mac := hmac.New(sha256.New, key)
+	mac.Write(out)
+	out = mac.Sum(out)
+	if _, _, err := ckpt.Read(bytes.NewReader(out), key); err != nil {
+		t.Fatalf("asFormat1: %v", err)
+	}
+	return out
 }
 
 // TestRevocation: a certificate added to the master's revocation list

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path/filepath"
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
@@ -27,13 +29,16 @@ type ckWant struct {
 // wantOf is what entry e of a manifest says of its file.
 func wantOf(e jobset.Entry) ckWant { return ckWant{TID: e.TID, Bytes: e.Bytes, SHA256: e.SHA256} }
 
-// readSetFile reads task checkpoint name of a job set in dir, trying the
-// cluster secret's keys in turn, and refuses it with ErrCkptMismatch
+// readSetFile reads task checkpoint name of a job set in dir under the key
+// it names (format 2) or, for a file of format 1, trying the cluster
+// secret's keys in turn, and refuses it with ErrCkptMismatch
 // unless its size and SHA-256 are the manifest's and it holds the task
 // the manifest names. It reads at most one byte more than the manifest
 // records.
 func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta, task.Task, error) {
 	keys := d.keysFor(labelCkpt)
+	var named bool
+	lim := ckpt.Limits{KeyFor: d.keyFor(labelCkpt, "checkpoint "+name, &named)}
 	for i, k := range keys {
 		f, err := dir.Open(name)
 		if err != nil {
@@ -41,7 +46,7 @@ func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta
 		}
 		body := io.LimitReader(f, max(want.Bytes, 0)+1)
 		sum := jobset.NewSummer(io.Discard)
-		m, t, err := ckpt.Read(io.TeeReader(body, sum), k.Key)
+		m, t, err := ckpt.ReadLimits(io.TeeReader(body, sum), k.Key, lim)
 		_, cerr := io.Copy(sum, body) // the rest, for the whole file's hash
 		f.Close()
 		if cerr != nil {
@@ -51,8 +56,8 @@ func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta
 			return nil, nil, fmt.Errorf("%s is not the checkpoint of %s the manifest names (its size or SHA-256 differs: a swapped or altered file): %w",
 				name, want.TID, ErrCkptMismatch)
 		}
-		if err != nil && errors.Is(err, ckpt.ErrTampered) && i+1 < len(keys) {
-			continue
+		if err != nil && !named && errors.Is(err, ckpt.ErrTampered) && i+1 < len(keys) {
+			continue // format 1 names no key: try the next
 		}
 		if err != nil {
 			return nil, nil, err
@@ -60,7 +65,7 @@ func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta
 		if m.TID.String() != want.TID {
 			return nil, nil, fmt.Errorf("%s holds task %v, the manifest names %s: %w", name, m.TID, want.TID, ErrCkptMismatch)
 		}
-		if i > 0 {
+		if i > 0 && !named {
 			d.log.Info("checkpoint verified under an older key of the cluster secret", "file", name, "key", k.ID)
 		}
 		return m, t, nil
@@ -79,16 +84,31 @@ func (d *Daemon) noteSetSeq(name string, seq uint64) {
 }
 
 // checkSetSeq logs a warning when job name restarts from set seq while a
-// newer set was recorded complete: the newer sets were deleted or became
+// newer set was recorded complete — in this master's memory, or in the
+// job's latest record in the shared directory (jobset.LatestName), which
+// survives a restart of the master: the newer sets were deleted or became
 // unreadable, so the job goes back further than it should. It returns the
 // newest sequence recorded.
 func (d *Daemon) checkSetSeq(name string, seq uint64, setDir string) uint64 {
 	d.mu.Lock()
 	newest := d.setSeqs[name]
 	d.mu.Unlock()
+	from := "memory"
+	jobDir := filepath.Dir(filepath.Clean(setDir))
+	if key, _ := d.keyID(labelManifest); key != nil {
+		var named bool
+		rec, err := jobset.ReadLatestRecord(jobDir, key, d.keyFor(labelManifest, "the latest record of "+jobDir, &named))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			d.log.Warn("job restarts without its latest record: it does not authenticate", "job", name, "error", err)
+		case rec.Seq > newest:
+			newest, from = rec.Seq, "latest record"
+		}
+	}
 	if newest > seq {
 		d.log.Warn("job restarts from an older checkpoint set than the newest recorded: newer sets were deleted or are unreadable",
-			"job", name, "seq", seq, "newest", newest, "set", setDir)
+			"job", name, "seq", seq, "newest", newest, "recorded_in", from, "set", setDir)
 	}
 	return newest
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"log/slog"
@@ -92,11 +93,22 @@ func TestRestoreChecksManifest(t *testing.T) {
 		t.Fatal("a load without the manifest's entries was accepted")
 	}
 
-	// Delete the newer set to force the older one: the restart goes on
-	// from it, and says that a newer set was recorded.
+	// The newer set's manifest names its key and links to the older set.
+	if newer.Version != jobset.FormatVersion || newer.KeyID == ([jobset.KeyIDSize]byte{}) ||
+		newer.PrevSeq != older.Seq || newer.PrevSHA256 != sha256.Sum256(readFile(t, filepath.Join(cks[0].Dir, jobset.ManifestName))) {
+		t.Fatalf("set %d: version %d key %x links to set %d %x", newer.Seq, newer.Version, newer.KeyID, newer.PrevSeq, newer.PrevSHA256)
+	}
+
+	// Delete the newer set to force the older one, and forget what this
+	// master remembers of the job's sets, as a restarted master would: the
+	// restart goes on from the older set, and says that a newer set was
+	// recorded, in the job's latest record.
 	if err := os.RemoveAll(cks[1].Dir); err != nil {
 		t.Fatal(err)
 	}
+	m.mu.Lock()
+	clear(m.setSeqs)
+	m.mu.Unlock()
 	jobDir, _ := jobset.JobDir(shared, "swap")
 	js2, _, err := m.RestartJob(ctx, jobDir, JobOptions{}, func(uint64) io.Writer { return out })
 	if err != nil {
@@ -106,7 +118,7 @@ func TestRestoreChecksManifest(t *testing.T) {
 		t.Fatalf("restarted from set %d, want %d", js2.seq(), cks[0].Seq)
 	}
 	if !strings.Contains(logs.String(), "older checkpoint set than the newest recorded") ||
-		!strings.Contains(logs.String(), "newest=2") {
+		!strings.Contains(logs.String(), "newest=2") || !strings.Contains(logs.String(), `recorded_in="latest record"`) {
 		t.Fatalf("no warning about the deleted newer set:\n%s", logs.String())
 	}
 	<-ringMid
@@ -114,6 +126,15 @@ func TestRestoreChecksManifest(t *testing.T) {
 	if info, err := m.Wait(ctx, js2.root); err != nil || info.Status != 0 {
 		t.Fatalf("restarted ring: %+v %v\n%s", info, err, out)
 	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func copyFile(t *testing.T, from, to string) {

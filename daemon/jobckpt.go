@@ -282,7 +282,7 @@ func (d *Daemon) quietJob(a ckStep) ckReply {
 func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	var rep ckReply
 	dir := ckpt.Dir{Path: a.Dir}
-	key := d.ckptKey()
+	key, keyID := d.keyID(labelCkpt)
 	for _, h := range d.jobTasks(a.Job) {
 		p := h.pause.Load()
 		if p == nil {
@@ -296,7 +296,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		default:
 			return rep, fmt.Errorf("%v of job %d has not reached its safe point", h.tid, a.Job)
 		}
-		e, err := d.writePaused(dir, key, h, p, a)
+		e, err := d.writePaused(dir, key, keyID, h, p, a)
 		if err != nil {
 			return rep, err
 		}
@@ -308,7 +308,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 // writePaused writes the checkpoint of h, paused by p, into dir, unless p
 // has been released meanwhile (a resume or a kill that came before this
 // step, stalled on its way).
-func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, h *hosted, p *pauseReq, a ckStep) (jobset.Entry, error) {
+func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, keyID [8]byte, h *hosted, p *pauseReq, a ckStep) (jobset.Entry, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: ckptFileName(h.tid)}
@@ -319,7 +319,7 @@ func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, h *hosted, p *pauseReq, a
 	m.Groups = a.Groups[h.tid]
 	if _, err := dir.Save(e.File, func(w io.Writer) error {
 		sum := jobset.NewSummer(w)
-		_, err := ckpt.Write(sum, key, &m, h.t)
+		_, err := ckpt.WriteWith(sum, key, &m, h.t, ckpt.WriteOptions{KeyID: keyID})
 		sum.Fill(&e)
 		return err
 	}); err != nil {

@@ -538,12 +538,24 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Unlock()
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
 			Epoch: d.epochClock()}
-		err := jobset.WriteManifest(w.setDir, m, d.manifestKey())
+		key, keyID := d.keyID(labelManifest)
+		m.KeyID = keyID
+		jobDir := filepath.Dir(w.setDir)
+		var named bool
+		if prev, perr := jobset.Predecessor(jobDir, m.Seq, key, d.keyFor(labelManifest, "a manifest of "+jobDir, &named)); perr == nil {
+			m.PrevSeq, m.PrevSHA256 = prev.Seq, prev.SHA256
+		} else {
+			d.log.Warn("job checkpoint: no link to the previous set", "job", js.id, "error", perr)
+		}
+		err := jobset.WriteManifest(w.setDir, m, key)
 		if err == nil {
 			d.noteSetSeq(js.name, m.Seq)
+			if lerr := jobset.WriteLatestRecord(w.setDir); lerr != nil {
+				d.log.Warn("job checkpoint: recording the newest set", "job", js.id, "error", lerr)
+			}
 			// Before the tasks go on: a job that ends right after keeps
 			// only the sets it should.
-			if _, perr := jobset.Prune(filepath.Dir(w.setDir), js.opts.Keep, d.manifestKey()); perr != nil {
+			if _, perr := jobset.PruneWith(jobDir, js.opts.Keep, key, d.keyFor(labelManifest, "a manifest of "+jobDir, &named)); perr != nil {
 				d.log.Warn("pruning old job checkpoints", "job", js.id, "error", perr)
 			}
 		}

@@ -592,7 +592,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		l.sending = nil
 		d.mu.Unlock()
 	}()
-	key := d.ckptKey()
+	key, keyID := d.keyID(labelCkpt)
 	if a.Via == Indirect {
 		if d.cfg.SharedDir == "" {
 			return 0, ErrNoSharedDir
@@ -607,7 +607,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 		// (the destination verifies what it reads; a lost file aborts the
 		// move, and the task resumes here); a failed sync is logged.
 		n, sync, err := ckpt.Dir{Path: d.cfg.SharedDir, Transient: true}.SaveThenSync(a.Name, func(w io.Writer) error {
-			_, err := ckpt.WriteWith(w, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthGMAC})
+			_, err := ckpt.WriteWith(w, key, &l.meta, l.h.t, ckpt.WriteOptions{Auth: ckpt.AuthGMAC, KeyID: keyID})
 			return err
 		})
 		if err != nil {

@@ -35,7 +35,7 @@ func fuzzSeeds(t testing.TB) map[string][]byte {
 		return b
 	}
 	s, b := enc(small), enc(big)
-	body := s[headerLen : len(s)-macLen]
+	body := s[headerLen+KeyIDSize : len(s)-macLen]
 	dup := wireManifest{Job: "pi", Seq: 1, Entries: []wireEntry{{TID: "a", Type: "x", File: "f", SHA256: make([]byte, 32)}, {TID: "a", Type: "x", File: "g", SHA256: make([]byte, 32)}}}
 	dupBody, err := msgpack.Marshal(&dup)
 	must(t, err)
@@ -47,11 +47,11 @@ func fuzzSeeds(t testing.TB) map[string][]byte {
 		"big":            b,
 		"wrong-key":      wrongKey,
 		"truncated":      s[:len(s)/2],
-		"newer-version":  seal(FormatVersion+1, body, testKey),
-		"version-1":      seal(1, body, testKey),
-		"garbage-body":   seal(FormatVersion, []byte{0x93, 0xc1, 0xff, 0x00}, testKey),
-		"duplicate-tids": seal(FormatVersion, dupBody, testKey),
-		"huge-array":     seal(FormatVersion, []byte{0x81, 0xa7, 'e', 'n', 't', 'r', 'i', 'e', 's', 0xdd, 0xff, 0xff, 0xff, 0xff}, testKey),
+		"newer-version":  seal(FormatVersion+1, [KeyIDSize]byte{}, body, testKey),
+		"version-1":      seal(1, [KeyIDSize]byte{}, body, testKey),
+		"garbage-body":   seal(FormatVersion, [KeyIDSize]byte{}, []byte{0x93, 0xc1, 0xff, 0x00}, testKey),
+		"duplicate-tids": seal(FormatVersion, [KeyIDSize]byte{}, dupBody, testKey),
+		"huge-array":     seal(FormatVersion, [KeyIDSize]byte{}, []byte{0x81, 0xa7, 0x65, 0x6e, 0x74, 0x72, 0x69, 0x65, 0x73, 0xdd, 0xff, 0xff, 0xff, 0xff}, testKey),
 	}
 }
 
@@ -102,9 +102,11 @@ func FuzzReadManifest(f *testing.F) {
 		if len(data) < headerLen+macLen || !hmac.Equal(mac.Sum(nil), data[len(data)-macLen:]) {
 			t.Fatal("accepted a manifest without a valid MAC")
 		}
-		re := *m
-		re.Version = 0 // an older version is written in the current one
-		b, err := EncodeManifest(&re, testKey)
+		// Re-encoded in the current format (a format 1 manifest has no
+		// key id and no link, which format 2 writes as zero and absent).
+		cur := *m
+		cur.Version = 0
+		b, err := EncodeManifest(&cur, testKey)
 		if err != nil {
 			t.Fatalf("re-encoding an accepted manifest: %v", err)
 		}
@@ -132,7 +134,7 @@ func FuzzReadManifest(f *testing.F) {
 			t.Fatal("DecodeManifest and ReadManifest read differently")
 		}
 
-		sealed := seal(FormatVersion, data, testKey)
+		sealed := seal(FormatVersion, [KeyIDSize]byte{}, data, testKey)
 		m, err = DecodeManifest(sealed, testKey)
 		check(t, sealed, m, err)
 		runtime.ReadMemStats(&after)

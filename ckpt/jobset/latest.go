@@ -14,7 +14,13 @@ import (
 // over, newest first, naming its bad file (a set still being written shows
 // as ErrIncomplete). With no such set the error wraps ErrNoCheckpoint.
 func Latest(jobDir string, key []byte) (setDir string, m *Manifest, skipped []error, err error) {
-	if err := checkKey(key); err != nil {
+	return LatestWith(jobDir, key, nil)
+}
+
+// LatestWith is Latest where keyFor, if not nil, picks the key of each
+// manifest that names one (see DecodeManifestWith).
+func LatestWith(jobDir string, key []byte, keyFor KeyFunc) (setDir string, m *Manifest, skipped []error, err error) {
+	if err := checkKey(key); err != nil && keyFor == nil {
 		return "", nil, nil, fmt.Errorf("jobset: latest in %s: %w", jobDir, err)
 	}
 	seqs, err := Sets(jobDir)
@@ -23,7 +29,7 @@ func Latest(jobDir string, key []byte) (setDir string, m *Manifest, skipped []er
 	}
 	for _, seq := range slices.Backward(seqs) {
 		dir := SetDir(jobDir, seq)
-		m, err := load(dir, key)
+		m, err := load(dir, key, keyFor)
 		if err != nil {
 			skipped = append(skipped, err)
 			continue
@@ -37,8 +43,8 @@ func Latest(jobDir string, key []byte) (setDir string, m *Manifest, skipped []er
 }
 
 // load reads and verifies one set.
-func load(dir string, key []byte) (*Manifest, error) {
-	m, err := ReadManifest(dir, key)
+func load(dir string, key []byte, keyFor KeyFunc) (*Manifest, error) {
+	m, err := ReadManifestWith(dir, key, keyFor)
 	if err != nil {
 		return nil, err
 	}
@@ -58,10 +64,16 @@ func load(dir string, key []byte) (*Manifest, error) {
 // missing. Only the sets kept and any refused sets between them are
 // verified (their files hashed); older ones are removed unread.
 func Prune(jobDir string, keep int, key []byte) (removed []uint64, err error) {
+	return PruneWith(jobDir, keep, key, nil)
+}
+
+// PruneWith is Prune where keyFor, if not nil, picks the key of each
+// manifest that names one (see DecodeManifestWith).
+func PruneWith(jobDir string, keep int, key []byte, keyFor KeyFunc) (removed []uint64, err error) {
 	if keep < 1 {
 		return nil, fmt.Errorf("jobset: prune %s: keep %d, want at least 1", jobDir, keep)
 	}
-	if err := checkKey(key); err != nil {
+	if err := checkKey(key); err != nil && keyFor == nil {
 		return nil, fmt.Errorf("jobset: prune %s: %w", jobDir, err)
 	}
 	seqs, err := Sets(jobDir)
@@ -75,7 +87,7 @@ func Prune(jobDir string, keep int, key []byte) (removed []uint64, err error) {
 			doomed = append(doomed, seqs[i])
 			continue
 		}
-		if _, err := load(SetDir(jobDir, seqs[i]), key); err == nil {
+		if _, err := load(SetDir(jobDir, seqs[i]), key, keyFor); err == nil {
 			kept++
 			continue
 		}

@@ -69,7 +69,7 @@ func TestLatestVersionSkew(t *testing.T) {
 	newer, m := makeSet(t, jobDir, 2, 2, false)
 	data, err := EncodeManifest(m, testKey)
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(newer, ManifestName), seal(7, data[headerLen:len(data)-macLen], testKey), 0o600))
+	must(t, os.WriteFile(filepath.Join(newer, ManifestName), seal(7, [KeyIDSize]byte{}, data[headerLen+KeyIDSize:len(data)-macLen], testKey), 0o600))
 	dir, got, skipped, err := Latest(jobDir, testKey)
 	must(t, err)
 	if dir != prev || got.Seq != 1 || len(skipped) != 1 {

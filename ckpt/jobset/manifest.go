@@ -18,8 +18,8 @@ import (
 
 const (
 	// FormatVersion is the manifest format this build writes and the
-	// newest it reads. Version 2 adds the epoch field; version 1
-	// manifests are read with Epoch 0.
+	// newest it reads. Version 2 adds the key id, the epoch and the link to
+	// the previous set; version 1 manifests are read with none of them.
 	FormatVersion = 2
 	// KeySize is the length of the key that authenticates manifests.
 	KeySize = 32
@@ -30,7 +30,15 @@ const (
 	magic     = "DPVMJOBM"
 	headerLen = len(magic) + 2 + 2 + 4 // magic, version, flags, body length
 	macLen    = sha256.Size
+	// KeyIDSize is the length of the key identifier that follows the
+	// header from format 2 on.
+	KeyIDSize = 8
 )
+
+// KeyFunc picks the key a manifest of format 2 names by its identifier
+// (not called for a zero identifier, which names no key); its error (an
+// unknown key) is returned wrapped.
+type KeyFunc func(id [KeyIDSize]byte) ([]byte, error)
 
 // Entry describes one task checkpoint of a set.
 type Entry struct {
@@ -76,6 +84,15 @@ type Manifest struct {
 	// restores them has not seen the epochs of the one that checkpointed
 	// them (a recovered master, another machine on the same hosts).
 	Epoch uint64
+	// KeyID names the key the manifest is authenticated under (format 2;
+	// zero in a manifest of format 1).
+	KeyID [KeyIDSize]byte
+	// PrevSeq and PrevSHA256 link the set to the job's previous complete
+	// set: its sequence number and its manifest file's SHA-256 (zero for
+	// a job's first set and in format 1). A reader that meets an older set
+	// whose successor it has seen can tell that newer sets existed.
+	PrevSeq    uint64
+	PrevSHA256 [32]byte
 }
 
 // wireManifest and wireEntry are the msgpack body of format version 2
@@ -90,6 +107,9 @@ type wireManifest struct {
 	Args    []string    `msgpack:"args"`
 	Entries []wireEntry `msgpack:"entries"`
 	Epoch   uint64      `msgpack:"epoch,omitempty"`
+	// Format 2.
+	PrevSeq    uint64 `msgpack:"prev_seq,omitempty"`
+	PrevSHA256 []byte `msgpack:"prev_sha256,omitempty"`
 }
 
 type wireEntry struct {
@@ -168,10 +188,14 @@ func checkPlace(setDir string, m *Manifest) error {
 //	version  uint16   FormatVersion (2)
 //	flags    uint16   0
 //	length   uint32   the body's length
+//	key id   8 bytes  m.KeyID, the key's identifier (from format 2 on)
 //	body     msgpack map: job, seq, created, root, program, args, entries
 //	         (each entry a map: tid, type, host, file, bytes, sha256),
-//	         epoch (from version 2; left out when 0)
+//	         and from format 2 on epoch (left out when 0), prev_seq and
+//	         prev_sha256 when the set has a predecessor
 //	mac      32 bytes HMAC-SHA256 under key of every byte before it
+//
+// Format 1 has no key id and no prev fields; it is still read.
 func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
@@ -182,7 +206,10 @@ func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
 	}
-	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args, Epoch: m.Epoch}
+	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args, Epoch: m.Epoch, PrevSeq: m.PrevSeq}
+	if m.PrevSeq != 0 {
+		w.PrevSHA256 = m.PrevSHA256[:]
+	}
 	for _, e := range m.Entries {
 		w.Entries = append(w.Entries, wireEntry{TID: e.TID, Type: e.Type, Host: e.Host, File: e.File, Bytes: e.Bytes, SHA256: e.SHA256[:]})
 	}
@@ -190,19 +217,23 @@ func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
 	}
-	if headerLen+len(body)+macLen > MaxManifestSize {
-		return nil, fmt.Errorf("jobset: encode manifest: %d bytes exceed the limit of %d", headerLen+len(body)+macLen, MaxManifestSize)
+	if n := headerLen + KeyIDSize + len(body) + macLen; n > MaxManifestSize {
+		return nil, fmt.Errorf("jobset: encode manifest: %d bytes exceed the limit of %d", n, MaxManifestSize)
 	}
-	return seal(FormatVersion, body, key), nil
+	return seal(FormatVersion, m.KeyID, body, key), nil
 }
 
-// seal frames body under version and appends the MAC.
-func seal(version uint16, body, key []byte) []byte {
-	b := make([]byte, 0, headerLen+len(body)+macLen)
+// seal frames body under version (with the key id from format 2 on) and
+// appends the MAC.
+func seal(version uint16, id [KeyIDSize]byte, body, key []byte) []byte {
+	b := make([]byte, 0, headerLen+KeyIDSize+len(body)+macLen)
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint16(b, version)
 	b = binary.LittleEndian.AppendUint16(b, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
+	if version >= 2 {
+		b = append(b, id[:]...)
+	}
 	b = append(b, body...)
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b)
@@ -215,7 +246,14 @@ func seal(version uint16, body, key []byte) []byte {
 // (ErrCorrupt), the MAC under key (ErrTampered), and the body (ErrCorrupt).
 // Nothing of the body is decoded unless its MAC is right.
 func DecodeManifest(data, key []byte) (*Manifest, error) {
-	if err := checkKey(key); err != nil {
+	return DecodeManifestWith(data, key, nil)
+}
+
+// DecodeManifestWith is DecodeManifest where keyFor, if not nil, picks the
+// key of a manifest that names one (format 2); a manifest of format 1 is
+// checked under key.
+func DecodeManifestWith(data, key []byte, keyFor KeyFunc) (*Manifest, error) {
+	if err := checkKey(key); err != nil && keyFor == nil {
 		return nil, err
 	}
 	if len(data) == 0 {
@@ -238,7 +276,26 @@ func DecodeManifest(data, key []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("unknown flags %#x: %w", flags, ErrCorrupt)
 	}
 	bodyLen := int64(binary.LittleEndian.Uint32(data[12:]))
-	if want := int64(headerLen) + bodyLen + macLen; int64(len(data)) != want {
+	hl := headerLen
+	var id [KeyIDSize]byte
+	if version >= 2 {
+		hl += KeyIDSize
+		if len(data) < hl {
+			return nil, fmt.Errorf("truncated header (%d bytes): %w", len(data), ErrCorrupt)
+		}
+		copy(id[:], data[headerLen:])
+		if keyFor != nil && id != ([KeyIDSize]byte{}) {
+			k, err := keyFor(id)
+			if err != nil {
+				return nil, fmt.Errorf("key %x: %w", id[:], err)
+			}
+			key = k
+		}
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if want := int64(hl) + bodyLen + macLen; int64(len(data)) != want {
 		what := "truncated"
 		if int64(len(data)) > want {
 			what = "trailing bytes"
@@ -251,11 +308,18 @@ func DecodeManifest(data, key []byte) (*Manifest, error) {
 	if !hmac.Equal(mac.Sum(nil), sum) {
 		return nil, fmt.Errorf("MAC mismatch (altered, or written under another key): %w", ErrTampered)
 	}
-	m, err := decodeBody(signed[headerLen:], version)
+	m, err := decodeBody(signed[hl:], version)
 	if err != nil {
 		return nil, err
 	}
 	m.Version = int(version)
+	m.KeyID = id
+	if version < 2 && (m.PrevSeq != 0 || m.PrevSHA256 != [32]byte{}) {
+		return nil, fmt.Errorf("body: a format 1 manifest with format 2 fields: %w", ErrCorrupt)
+	}
+	if m.PrevSeq >= m.Seq && m.PrevSeq != 0 {
+		return nil, fmt.Errorf("body: set %d follows set %d: %w", m.Seq, m.PrevSeq, ErrCorrupt)
+	}
 	return m, nil
 }
 
@@ -332,6 +396,14 @@ func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader, version uint16) (*Man
 				return nil, fmt.Errorf("field epoch in a version %d manifest", version)
 			}
 			m.Epoch, err = dec.DecodeUint64()
+		case "prev_seq":
+			m.PrevSeq, err = dec.DecodeUint64()
+		case "prev_sha256":
+			var b []byte
+			if b, err = dec.DecodeBytes(); err == nil && len(b) != sha256.Size {
+				err = fmt.Errorf("%d bytes, want %d", len(b), sha256.Size)
+			}
+			copy(m.PrevSHA256[:], b)
 		case "entries":
 			var k int
 			if k, err = arrayLen(dec, r, "entries"); err == nil {
@@ -467,40 +539,55 @@ func WriteManifest(setDir string, m *Manifest, key []byte) (err error) {
 // or an authentic manifest of another set or job). It does not look at the
 // task checkpoints: see Verify.
 func ReadManifest(setDir string, key []byte) (*Manifest, error) {
-	path := filepath.Join(setDir, ManifestName)
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("jobset: read %s: %w", path, err)
+	return ReadManifestWith(setDir, key, nil)
+}
+
+// ReadManifestWith is ReadManifest where keyFor, if not nil, picks the key
+// of a manifest that names one (see DecodeManifestWith).
+func ReadManifestWith(setDir string, key []byte, keyFor KeyFunc) (*Manifest, error) {
+	m, _, err := readManifestFile(filepath.Join(setDir, ManifestName), key, keyFor)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPlace(setDir, m); err != nil {
+		return nil, fmt.Errorf("jobset: %s: %w", filepath.Join(setDir, ManifestName), err)
+	}
+	return m, nil
+}
+
+// readManifestFile reads and authenticates the manifest file at path,
+// returning it with the file's bytes; it does not check where it lies.
+func readManifestFile(path string, key []byte, keyFor KeyFunc) (*Manifest, []byte, error) {
+	if err := checkKey(key); err != nil && keyFor == nil {
+		return nil, nil, fmt.Errorf("jobset: read %s: %w", path, err)
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("jobset: %s: no manifest: %w", path, ErrIncomplete)
+		return nil, nil, fmt.Errorf("jobset: %s: no manifest: %w", path, ErrIncomplete)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jobset: read manifest: %w", err)
+		return nil, nil, fmt.Errorf("jobset: read manifest: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("jobset: read manifest: %w", err)
+		return nil, nil, fmt.Errorf("jobset: read manifest: %w", err)
 	}
 	if err := checkFile(path, fi); err != nil {
-		return nil, fmt.Errorf("jobset: %w", err)
+		return nil, nil, fmt.Errorf("jobset: %w", err)
 	}
 	if fi.Size() > MaxManifestSize {
-		return nil, fmt.Errorf("jobset: %s: %d bytes exceed the limit of %d: %w", path, fi.Size(), MaxManifestSize, ErrCorrupt)
+		return nil, nil, fmt.Errorf("jobset: %s: %d bytes exceed the limit of %d: %w", path, fi.Size(), MaxManifestSize, ErrCorrupt)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("jobset: read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("jobset: read %s: %w", path, err)
 	}
-	m, err := DecodeManifest(data, key)
+	m, err := DecodeManifestWith(data, key, keyFor)
 	if err != nil {
-		return nil, fmt.Errorf("jobset: %s: %w", path, err)
+		return nil, nil, fmt.Errorf("jobset: %s: %w", path, err)
 	}
-	if err := checkPlace(setDir, m); err != nil {
-		return nil, fmt.Errorf("jobset: %s: %w", path, err)
-	}
-	return m, nil
+	return m, data, nil
 }
 
 // checkFile refuses a set's file that is not a regular file or whose mode

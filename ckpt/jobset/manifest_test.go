@@ -129,7 +129,7 @@ func TestNewerVersion(t *testing.T) {
 	setDir, m := makeSet(t, jobDir, 1, 2, false)
 	data, err := EncodeManifest(m, testKey)
 	must(t, err)
-	newer := seal(FormatVersion+1, data[headerLen:len(data)-macLen], testKey)
+	newer := seal(FormatVersion+1, [KeyIDSize]byte{}, data[headerLen+KeyIDSize:len(data)-macLen], testKey)
 	path := filepath.Join(setDir, ManifestName)
 	must(t, os.WriteFile(path, newer, 0o600))
 	_, err = ReadManifest(setDir, testKey)
@@ -162,7 +162,7 @@ func TestCorruptBody(t *testing.T) {
 		return b
 	}
 	goodBody := edit(func(*wireManifest) {})
-	if _, err := DecodeManifest(seal(1, goodBody, testKey), testKey); err != nil {
+	if _, err := DecodeManifest(seal(1, [KeyIDSize]byte{}, goodBody, testKey), testKey); err != nil {
 		t.Fatalf("the unedited body: %v", err)
 	}
 	for name, body := range map[string][]byte{
@@ -181,7 +181,7 @@ func TestCorruptBody(t *testing.T) {
 		"negative size":  edit(func(w *wireManifest) { w.Entries[1].Bytes = -1 }),
 		"short SHA-256":  edit(func(w *wireManifest) { w.Entries[1].SHA256 = []byte{1} }),
 	} {
-		_, err := DecodeManifest(seal(1, body, testKey), testKey)
+		_, err := DecodeManifest(seal(1, [KeyIDSize]byte{}, body, testKey), testKey)
 		if !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
@@ -270,16 +270,77 @@ func TestManifestEpoch(t *testing.T) {
 	if got.Epoch != m.Epoch || got.Version != 2 {
 		t.Fatalf("read back epoch %d (version %d), want %d (version 2)", got.Epoch, got.Version, m.Epoch)
 	}
-	body := data[headerLen : len(data)-macLen]
-	if _, err := DecodeManifest(seal(1, body, testKey), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "epoch") {
+	body := data[headerLen+KeyIDSize : len(data)-macLen]
+	if _, err := DecodeManifest(seal(1, [KeyIDSize]byte{}, body, testKey), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "epoch") {
 		t.Fatalf("a version 1 manifest with an epoch: %v, want ErrCorrupt", err)
 	}
 	m.Epoch = 0
 	data, err = EncodeManifest(m, testKey)
 	must(t, err)
-	old, err := DecodeManifest(seal(1, data[headerLen:len(data)-macLen], testKey), testKey)
+	old, err := DecodeManifest(seal(1, [KeyIDSize]byte{}, data[headerLen+KeyIDSize:len(data)-macLen], testKey), testKey)
 	must(t, err)
 	if old.Version != 1 || old.Epoch != 0 || old.Job != m.Job || len(old.Entries) != len(m.Entries) {
 		t.Fatalf("version 1 manifest read as %+v", old)
 	}
+}
+
+// TestKeyIDAndLink: a manifest of format 2 names its key, which a reader
+// with several keys picks by that name (an unknown one refused with the
+// reader's error), and carries its link to the previous set; a manifest
+// of format 1 (no key id, no link) is still read under the key given.
+func TestKeyIDAndLink(t *testing.T) {
+	jobDir := newJobDir(t)
+	setDir, m := makeSet(t, jobDir, 3, 2, false)
+	other := bytes.Repeat([]byte{0x33}, KeySize)
+	m.KeyID = [KeyIDSize]byte{9, 8, 7, 6, 5, 4, 3, 2}
+	m.PrevSeq, m.PrevSHA256 = 2, sum([]byte("set 2's manifest"))
+	errUnknown := errors.New("unknown key")
+	keyFor := func(id [KeyIDSize]byte) ([]byte, error) {
+		if id == m.KeyID {
+			return testKey, nil
+		}
+		return nil, errUnknown
+	}
+	must(t, WriteManifest(setDir, m, testKey))
+	got, err := ReadManifestWith(setDir, other, keyFor)
+	must(t, err)
+	if got.Version != FormatVersion || got.KeyID != m.KeyID || got.PrevSeq != 2 || got.PrevSHA256 != m.PrevSHA256 {
+		t.Fatalf("read back version %d key %x prev %d %x", got.Version, got.KeyID, got.PrevSeq, got.PrevSHA256)
+	}
+	path := filepath.Join(setDir, ManifestName)
+	data, err := os.ReadFile(path)
+	must(t, err)
+	bad := bytes.Clone(data)
+	bad[headerLen] ^= 0xff
+	_, err = DecodeManifestWith(bad, testKey, keyFor)
+	wantErr(t, err, []error{errUnknown}, "f608070605040302")
+	_, err = DecodeManifest(bad, testKey)
+	wantErr(t, err, []error{ErrTampered})
+
+	// A link to a set that is not older is refused.
+	w := wireManifest{Job: m.Job, Seq: 3, Root: m.Root, PrevSeq: 3, PrevSHA256: make([]byte, 32)}
+	for _, e := range m.Entries {
+		w.Entries = append(w.Entries, wireEntry{TID: e.TID, Type: e.Type, File: e.File, Bytes: e.Bytes, SHA256: e.SHA256[:]})
+	}
+	body, err := msgpack.Marshal(&w)
+	must(t, err)
+	_, err = DecodeManifest(seal(FormatVersion, m.KeyID, body, testKey), testKey)
+	wantErr(t, err, []error{ErrCorrupt}, "follows set 3")
+	// Format 1 carries neither.
+	_, err = DecodeManifest(seal(1, [KeyIDSize]byte{}, body, testKey), testKey)
+	wantErr(t, err, []error{ErrCorrupt}, "format 2 fields")
+
+	// Format 1, as older builds wrote it: read under the key given, with
+	// or without keyFor.
+	w.PrevSeq, w.PrevSHA256 = 0, nil
+	body, err = msgpack.Marshal(&w)
+	must(t, err)
+	must(t, os.WriteFile(path, seal(1, [KeyIDSize]byte{}, body, testKey), 0o600))
+	got, err = ReadManifestWith(setDir, testKey, keyFor)
+	must(t, err)
+	if got.Version != 1 || got.KeyID != ([KeyIDSize]byte{}) || got.PrevSeq != 0 {
+		t.Fatalf("format 1 read back as version %d key %x prev %d", got.Version, got.KeyID, got.PrevSeq)
+	}
+	_, err = ReadManifestWith(setDir, other, keyFor)
+	wantErr(t, err, []error{ErrTampered})
 }

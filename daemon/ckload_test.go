@@ -36,7 +36,7 @@ func TestRestoreChecksManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.jobRunning(js, tids[0])
-	<-ringMid
+	waitRingMid(t)
 	var cks []JobCheckpoint
 	for range 2 {
 		ck, err := m.CheckpointJob(ctx, js.id, "")
@@ -121,7 +121,7 @@ func TestRestoreChecksManifest(t *testing.T) {
 		!strings.Contains(logs.String(), "newest=2") || !strings.Contains(logs.String(), `recorded_in="latest record"`) {
 		t.Fatalf("no warning about the deleted newer set:\n%s", logs.String())
 	}
-	<-ringMid
+	waitRingMid(t)
 	poke(t, m, js2.root)
 	if info, err := m.Wait(ctx, js2.root); err != nil || info.Status != 0 {
 		t.Fatalf("restarted ring: %+v %v\n%s", info, err, out)

@@ -410,7 +410,7 @@ func TestJobRollsBackWhileMessagesFly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ringMid
+	waitRingMid(t)
 	poke(t, m, root)
 	want := sum(root, job)
 
@@ -418,7 +418,7 @@ func TestJobRollsBackWhileMessagesFly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ringMid
+	waitRingMid(t)
 	poke(t, m, root) // the token goes round again
 	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
 		t.Fatal(err)

@@ -50,6 +50,20 @@ type ringToken struct {
 // ringMid hears when a ring's root waits halfway.
 var ringMid = make(chan task.TID, 16)
 
+// waitRingMid waits for a ring's root to reach half way, for at most a
+// minute: a ring whose job failed never does, and the test fails instead
+// of waiting for ever.
+func waitRingMid(t *testing.T) task.TID {
+	t.Helper()
+	select {
+	case tid := <-ringMid:
+		return tid
+	case <-time.After(time.Minute):
+		t.Fatal("no ring root reached half way within a minute")
+		return 0
+	}
+}
+
 func init() {
 	task.Register("daemon.test.ringroot", &ringRoot{})
 	task.Register("daemon.test.ringworker", &ringWorker{})
@@ -161,7 +175,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.jobRunning(js, tids[0])
-	<-ringMid
+	waitRingMid(t)
 	var cks []JobCheckpoint
 	for range 2 {
 		ck, err := m.CheckpointJob(ctx, js.id, "")
@@ -220,7 +234,7 @@ func TestJobCheckpointAndRestart(t *testing.T) {
 	if js2.root != js.root || js2.seq() != 1 {
 		t.Fatalf("restarted job: root %v seq %d", js2.root, js2.seq())
 	}
-	if got := <-ringMid; got != js.root {
+	if got := waitRingMid(t); got != js.root {
 		t.Fatalf("restored root %v waits, want %v", got, js.root)
 	}
 	poke(t, m2, js2.root)
@@ -292,7 +306,7 @@ func TestJobCheckpointFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.jobRunning(js, tids[0])
-	<-ringMid
+	waitRingMid(t)
 	// The job's directory is a file: nothing can be written under it.
 	if err := os.WriteFile(filepath.Join(shared, "job-ring2"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -333,7 +347,7 @@ func TestJobRollsBackWhenAHostIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ringMid
+	waitRingMid(t)
 	poke(t, m, root)
 	if info, err := m.Wait(ctx, root); err != nil || info.Status != 0 {
 		t.Fatalf("reference ring: %+v %v", info, err)
@@ -347,7 +361,7 @@ func TestJobRollsBackWhenAHostIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ringMid
+	waitRingMid(t)
 	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +372,7 @@ func TestJobRollsBackWhenAHostIsLost(t *testing.T) {
 	// h2 runs workers of the job (placed round robin); it crashes.
 	before := strings.Count(out.String(), "sum")
 	vm.Daemons[1].crash()
-	if got := <-ringMid; got != root {
+	if got := waitRingMid(t); got != root {
 		t.Fatalf("after the rollback %v waits halfway, want the root %v", got, root)
 	}
 	ts, err := m.AllTasks(ctx, false)
@@ -402,7 +416,7 @@ func TestSpawnRootsCheckpointPeriodically(t *testing.T) {
 	if err != nil || len(tids) != 1 {
 		t.Fatal(tids, err)
 	}
-	root := <-ringMid
+	root := waitRingMid(t)
 	var info TaskInfo
 	for _, ti := range m.Tasks(false) {
 		if ti.TID == root {
@@ -462,7 +476,7 @@ func TestRestartEpochAboveManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ringMid
+	waitRingMid(t)
 	ck, err := m.CheckpointJob(ctx, job, "")
 	if err != nil {
 		t.Fatal(err)
@@ -485,7 +499,7 @@ func TestRestartEpochAboveManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-ringMid; got != root {
+	if got := waitRingMid(t); got != root {
 		t.Fatalf("restored root %v waits, want %v", got, root)
 	}
 	if e := m2.routeEpoch(root); e <= man.Epoch {

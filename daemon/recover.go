@@ -243,9 +243,18 @@ func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []ro
 	d.learnOwnAddr(h)
 	n := d.nw
 	n.mu.Lock()
-	if _, ok := n.hosts[h.Host]; ok {
-		n.mu.Unlock()
-		return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine", h.Host)
+	var stale *peer
+	if prev, ok := n.hosts[h.Host]; ok {
+		if prev.Name != h.Name {
+			n.mu.Unlock()
+			return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine as %q", h.Host, prev.Name)
+		}
+		// The same host (its certificate's name and host ID) admitted
+		// already, whose answer was lost: it is answered as the first
+		// time, and its new connection replaces the old one (taken out
+		// of the peers first, so that its end deletes no host).
+		stale = n.peers[h.Host]
+		delete(n.peers, h.Host)
 	}
 	info := h.Info
 	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
@@ -256,6 +265,9 @@ func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []ro
 	n.joined[info.ID] = time.Now()
 	n.nextHost = max(n.nextHost, h.Host+1) // host IDs are never reused
 	n.mu.Unlock()
+	if stale != nil {
+		stale.close(errors.New("the host registered again"))
+	}
 	rep := h.Report
 	d.mu.Lock()
 	d.nextNum = max(d.nextNum, rep.MasterNum)

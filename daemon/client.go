@@ -180,9 +180,20 @@ func (c *Client) CallRaw(ctx context.Context, method string, body []byte) ([]byt
 
 // Hosts lists the virtual machine's hosts.
 func (c *Client) Hosts(ctx context.Context) ([]HostInfo, error) {
+	hosts, _, err := c.Conf(ctx)
+	return hosts, err
+}
+
+// Conf lists the virtual machine's hosts, each with its liveness, and says
+// how the master detects failed hosts.
+func (c *Client) Conf(ctx context.Context) ([]HostInfo, Detection, error) {
 	var rep confReply
 	err := c.call(ctx, mConf, struct{}{}, &rep)
-	return rep.Hosts, err
+	var x Detection
+	if rep.Detection != nil {
+		x = *rep.Detection
+	}
+	return rep.Hosts, x, err
 }
 
 // Tasks lists the running tasks of every host, and the remembered exited

@@ -101,8 +101,27 @@ type Config struct {
 	RTO time.Duration
 	// Heartbeat is how often a daemon pings the master (default 1s);
 	// DeadAfter is how long without a word before the master deletes a
-	// host, or a host gives up on the master (default 5s).
+	// host it suspects, or a host gives up on the master (default 5
+	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
+	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
+	// SuspectAfter is the least silence after which the master suspects
+	// a host (shown by conf and the status page; default 2 heartbeats, at
+	// most half of DeadAfter). A host whose own words come further apart
+	// is suspected later, after its phi-accrual bound.
+	SuspectAfter time.Duration
+	// MaxHealth bounds how far an overloaded master widens its
+	// timeouts: to at most (1+MaxHealth) times (default 4).
+	MaxHealth int
+	// JoinRate is how many registrations a second the master admits
+	// (default 64; negative: no limit), JoinBurst how many at once
+	// (default 32). A host that comes over the rate is told to retry
+	// later, and does, with jittered exponential backoff.
+	JoinRate  float64
+	JoinBurst int
+	// JoinTimeout bounds how long a daemon keeps trying to join a master
+	// that answers "busy" or not in time (default 10 minutes).
+	JoinTimeout time.Duration
 	// ReportEvery is how many heartbeats a host lets pass between load
 	// reports whose figures have not changed (default 10): a heartbeat
 	// carries a report only when the host's figures changed beyond
@@ -134,6 +153,14 @@ type Config struct {
 	MaxConns, MaxConnsPerPeer int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
+	// BulkThreshold is the payload size from which a message to another
+	// daemon goes on the transport's bulk lane (transport.BulkConn: TLS
+	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
+	// negative: never).
+	BulkThreshold int
+	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
+	// the messages go over QUIC.
+	BulkOpenTimeout time.Duration
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
@@ -141,7 +168,17 @@ type Config struct {
 	// daemon stops acknowledging messages for it, so that remote senders
 	// wait once their window is full (default 32 MiB). Acknowledgements
 	// resume when the task has drained its mailbox below half of it.
+	// A task on this daemon sending to a task whose mailbox holds
+	// MailboxHigh bytes or more waits in Send until the receiver takes
+	// messages (or the sender's context ends): messages count their
+	// payload plus a fixed 64 bytes each.
 	MailboxHigh int
+	// MailboxBudget bounds the memory of all the mailboxes of this
+	// daemon together, counted as for MailboxHigh (default 1 GiB): a task
+	// sending to another on this daemon waits while they hold as much.
+	// Messages from other daemons are bounded per mailbox by MailboxHigh
+	// and Window.
+	MailboxBudget int64
 	// Placer places tasks spawned anywhere (master; default round-robin).
 	Placer Placer
 	// SharedDir is the directory all hosts share for indirect migration
@@ -230,6 +267,15 @@ func (c *Config) setDefaults() {
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
 	}
+	if c.JoinRate == 0 {
+		c.JoinRate = 64
+	}
+	if c.JoinBurst <= 0 {
+		c.JoinBurst = 32
+	}
+	if c.JoinTimeout <= 0 {
+		c.JoinTimeout = 10 * time.Minute
+	}
 	if c.ReportEvery <= 0 {
 		c.ReportEvery = 10
 	}
@@ -278,8 +324,17 @@ func (c *Config) setDefaults() {
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
+	if c.BulkThreshold == 0 {
+		c.BulkThreshold = 64 << 10
+	}
+	if c.BulkOpenTimeout <= 0 {
+		c.BulkOpenTimeout = 5 * time.Second
+	}
 	if c.MailboxHigh <= 0 {
 		c.MailboxHigh = 32 << 20
+	}
+	if c.MailboxBudget <= 0 {
+		c.MailboxBudget = 1 << 30
 	}
 	if c.Placer == nil {
 		c.Placer = &RoundRobin{}
@@ -395,15 +450,19 @@ func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
 // Lock order: repMu, then rmu, then mu, then nw.mu; groups and mailboxes
 // lock on their own and call nothing that locks.
 type Daemon struct {
-	cfg    Config
-	log    *slog.Logger
-	out    *lockedWriter
-	ctx    context.Context
-	cancel context.CancelFunc
-	groups *groups
-	wg     sync.WaitGroup // task goroutines
-	bg     sync.WaitGroup // network goroutines
-	self   HostInfo
+	cfg Config
+	log *slog.Logger // its "host" attribute is logName, read at each line
+	// logName is the name the daemon logs under: set at construction and
+	// again when the master assigns the host its ID, while network loops
+	// may already be logging.
+	logName atomic.Pointer[string]
+	out     *lockedWriter
+	ctx     context.Context
+	cancel  context.CancelFunc
+	groups  *groups
+	wg      sync.WaitGroup // task goroutines
+	bg      sync.WaitGroup // network goroutines
+	self    HostInfo
 	// ownAddr is the master's address as its hosts reach it, learnt from
 	// the first host that joins when the master listens on a wildcard
 	// address and was given no --advertise (see learnOwnAddr).
@@ -418,6 +477,8 @@ type Daemon struct {
 	outbox *routing.Outbox
 	inbox  *routing.Inbox
 	acked  chan struct{} // closed (and set to nil) when acknowledgements free window; made by a sender that waits
+	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
+	mbMem gauge
 
 	placeMu sync.Mutex // serialises the Placer
 	load    *load.Injected
@@ -529,7 +590,6 @@ func newDaemon(cfg Config) *Daemon {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{
 		cfg:        cfg,
-		log:        cfg.Logger.With("host", cfg.Name),
 		ctx:        ctx,
 		cancel:     cancel,
 		groups:     newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
@@ -561,6 +621,8 @@ func newDaemon(cfg Config) *Daemon {
 		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 		met:        cfg.Metrics,
 	}
+	d.setLogName(cfg.Name)
+	d.log = cfg.Logger.With("host", logName{d})
 	if cfg.Secret != nil {
 		d.secret.Store(cfg.Secret)
 	}
@@ -774,6 +836,7 @@ type hosted struct {
 	// MailboxHigh, by pair, with the host to send each to.
 	defMu    sync.Mutex
 	deferred map[routing.Pair]deferredAck
+	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
 }
 
 type deferredAck struct {
@@ -845,6 +908,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
+	h.mb.total = &d.mbMem
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()
@@ -1000,7 +1064,7 @@ func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool)
 		return
 	}
 	if sequenced {
-		err = d.send(d.ctx, from, w.who, w.tag, p)
+		err = d.send(d.ctx, from, w.who, w.tag, p, noWait, nil)
 	} else {
 		err = d.sendSystem(from, w.who, w.tag, p)
 	}
@@ -1173,3 +1237,13 @@ func (d *Daemon) hostsJob(job uint64) bool {
 	}
 	return false
 }
+
+// logName is the value of a daemon's "host" log attribute: its current
+// name, resolved when a line is logged.
+type logName struct{ d *Daemon }
+
+// LogValue returns the daemon's name at the time of the log line.
+func (n logName) LogValue() slog.Value { return slog.StringValue(*n.d.logName.Load()) }
+
+// setLogName names the daemon in the log lines that follow.
+func (d *Daemon) setLogName(name string) { d.logName.Store(&name) }

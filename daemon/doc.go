@@ -73,6 +73,11 @@
 //     Restart epochs come from the move machine's clock, so that they are
 //     above every epoch handed out before, also for tasks whose routes the
 //     master has forgotten.
+//   - Membership (master, membership.go): the failure detector and the
+//     admission bucket (routing/member, pure), under nw.mu with the host
+//     registry they judge; checkHosts feeds the detector every heartbeat
+//     and carries out its verdicts (a suspicion shown, a death deleting
+//     the host) after releasing the lock.
 //   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
 //     peers and host registry, under nw.mu; the scheduler, under schedMu.
 //

@@ -56,7 +56,7 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 			// to make from it.
 			body.Data = bytes.Clone(p.Data)
 		}
-		if err := h.d.send(ctx, h.tid, t, tag, body); err != nil {
+		if err := h.d.send(ctx, h.tid, t, tag, body, waitRoom, nil); err != nil {
 			if h.ctx.Err() != nil {
 				return task.ErrKilled
 			}
@@ -64,6 +64,37 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SendSafe is Send to one task that is a safe point while it waits for
+// room in a receiver's mailbox on this daemon (task.SafeSender): it
+// returns sent == false, having sent nothing, when a move or checkpoint of
+// the sender is pending, so that the task goes to its safe point.
+func (h *hosted) SendSafe(ctx context.Context, to task.TID, tag int, p task.Payload) (bool, error) {
+	if err := h.ctxErr(ctx); err != nil {
+		return false, err
+	}
+	if h.sizeWanted.Load() {
+		h.measure()
+	}
+	if h.moveReq.Load() != nil || h.pause.Load() != nil {
+		return false, nil
+	}
+	if h.d.cfg.Emulate {
+		h.charge()
+	}
+	h.safeSeen(time.Now())
+	h.safeWait.Store(true)
+	err := h.d.send(ctx, h.tid, to, tag, p, waitRoom, h.moveKick)
+	h.safeAt.Store(time.Now().UnixNano())
+	h.safeWait.Store(false)
+	switch {
+	case errors.Is(err, errInterrupted):
+		return false, nil
+	case err != nil && h.ctx.Err() != nil:
+		return false, task.ErrKilled
+	}
+	return err == nil, err
 }
 
 func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (task.Message, bool, error) {
@@ -395,8 +426,4 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 	return h.d.callMaster(ctx, mMigrate, args, &res)
 }
 
-func (h *hosted) hasDeferred() bool {
-	h.defMu.Lock()
-	defer h.defMu.Unlock()
-	return len(h.deferred) > 0
-}
+func (h *hosted) hasDeferred() bool { return h.hasDef.Load() }

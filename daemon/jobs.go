@@ -449,14 +449,21 @@ func (js *jobState) workFor(r jobck.Round) *roundWork {
 }
 
 // feed steps the machine with the hosts' answers to a call, in the hosts'
-// order, and returns the actions that follow. A refused answer (a round
-// abandoned meanwhile) ends the feeding.
+// order, and returns the actions that follow. A refused answer ends the
+// feeding if its round was abandoned meanwhile; the answer of a host lost
+// meanwhile, whose answer the round no longer awaits, is skipped.
 func (d *Daemon) feed(js *jobState, evs []jobck.Event) []jobck.Action {
 	var out []jobck.Action
 	for _, ev := range evs {
 		acts, err := js.step(ev)
 		if err != nil {
 			d.log.Debug("job step refused", "job", js.id, "event", ev.Kind, "error", err)
+			js.mu.Lock()
+			current := js.mc.Round() == ev.Round
+			js.mu.Unlock()
+			if current && ev.Host != 0 && errors.Is(err, jobck.ErrStale) {
+				continue
+			}
 			return out
 		}
 		out = append(out, acts...)
@@ -555,11 +562,9 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActDone:
 		d.checkpointDone(js, w, a)
 	case jobck.ActKill:
-		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
-		defer cancel()
 		step.Timeout = d.cfg.MoveTimeout
 		d.dropJobMoves(js.id)
-		_, errs := d.eachHost(ctx, a.Hosts, mCkKill, step)
+		errs := d.killEverywhere(a.Hosts, step)
 		evs := make([]jobck.Event, len(a.Hosts))
 		for i, h := range a.Hosts {
 			if errs[i] != nil {
@@ -899,7 +904,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 // there are now (master).
 func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m *jobset.Manifest) error {
 	// Where each task goes.
-	hosts := d.placeable()
+	hosts := d.restorable()
 	here := map[task.HostID]bool{}
 	for _, h := range hosts {
 		here[h.ID] = true
@@ -1244,6 +1249,46 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 		return fmt.Errorf("%v of job %d not ended yet", late, a.Job)
 	}
 	return nil
+}
+
+// killEverywhere asks every host to end the job's tasks for a rollback.
+// A host that does not answer but is still a member — cut off for a
+// while, suspected, registering again — is asked again every heartbeat
+// until it answers or is deleted (then its answer no longer matters),
+// for at most the longest time the master takes to delete a silent host:
+// restoring the job while such a host may still run its tasks would run
+// them twice.
+func (d *Daemon) killEverywhere(hosts []task.HostID, step ckStep) []error {
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+	_, errs := d.eachHost(ctx, hosts, mCkKill, step)
+	cancel()
+	deadline := time.Now().Add(d.Detection().MaxDead)
+	for {
+		var again []int
+		for i, h := range hosts {
+			if errs[i] != nil && d.hostKnown(h) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || time.Now().After(deadline) || d.ctx.Err() != nil {
+			return errs
+		}
+		select {
+		case <-time.After(d.cfg.Heartbeat):
+		case <-d.ctx.Done():
+			return errs
+		}
+		retry := make([]task.HostID, len(again))
+		for k, i := range again {
+			retry[k] = hosts[i]
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+		_, rerrs := d.eachHost(ctx, retry, mCkKill, step)
+		cancel()
+		for k, i := range again {
+			errs[i] = rerrs[k]
+		}
+	}
 }
 
 // peerHosts lists the other hosts this daemon knows (none standalone).

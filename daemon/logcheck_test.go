@@ -69,7 +69,7 @@ func (h *checkLog) Handle(_ context.Context, r slog.Record) error {
 	})
 	for _, a := range all {
 		rec.keys = append(rec.keys, a.Key)
-		rec.attrs[a.Key] = a.Value.String()
+		rec.attrs[a.Key] = a.Value.Resolve().String()
 	}
 	h.mu.Lock()
 	*h.recs = append(*h.recs, rec)

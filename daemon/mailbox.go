@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
@@ -19,6 +20,14 @@ func (e *envelope) matches(from task.TID, tag int) bool {
 	return (from == task.AnyTask || from == e.from) && (tag == task.AnyTag || tag == e.tag)
 }
 
+// msgOverhead is what a queued message costs beyond its payload bytes (its
+// place in the queue and the payload's slice, rounded up): a mailbox full
+// of empty messages is bounded too.
+const msgOverhead = 64
+
+// charge is the memory a queued message is counted for.
+func charge(e *envelope) int64 { return int64(len(e.body.Data)) + msgOverhead }
+
 // waiter is a receiver blocked on a pattern. A matching put hands the
 // message over through ch (buffered, so put never blocks).
 type waiter struct {
@@ -31,6 +40,12 @@ type waiter struct {
 // receivers waiting for them. Messages match on (source, tag) with
 // wildcards; the oldest matching message is delivered first, so messages
 // from one sender are received in the order they were put.
+//
+// Its memory (payload plus msgOverhead per message) is mem, written under
+// mu and read by senders without it; the daemon's gauge of all its
+// mailboxes (total, nil: none) follows each mailbox in steps of
+// totalStep. Local senders wait on them (Daemon.send) while they are over
+// their limits.
 type mailbox struct {
 	mu      sync.Mutex
 	q       []envelope // q[head:] are the messages, oldest first
@@ -39,6 +54,67 @@ type mailbox struct {
 	waiters []*waiter
 	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
+
+	mem   atomic.Int64 // written under mu
+	lag   int64        // charged in or out since the last report (under mu)
+	room_ waitFall     // senders waiting for the mailbox to shrink
+	total *gauge
+	step  atomic.Int64 // the mailbox's share of total, in totalSteps
+}
+
+// totalStep is the granularity of a mailbox's share of the daemon's gauge:
+// a message changes the shared count only when its mailbox crosses a
+// multiple of it, so tasks on many cores do not all write one counter.
+const totalStep = 64 << 10
+
+// reportEvery is how many bytes a mailbox charges, in or out, before it
+// brings the daemon's gauge up to date: the gauge lags each mailbox by less
+// than that.
+const reportEvery = totalStep / 4
+
+// room returns a channel to wait on while the mailbox holds high bytes or
+// more, or the daemon's mailboxes together budget or more (a limit <= 0:
+// none); nil when there is room. The channel is closed when memory is
+// freed.
+func (m *mailbox) room(high, budget int64) <-chan struct{} {
+	if high > 0 && m.mem.Load() >= high {
+		if ch := m.room_.wait(func() bool { return m.mem.Load() >= high }); ch != nil {
+			return ch
+		}
+	}
+	if m.total != nil {
+		return m.total.over(budget)
+	}
+	return nil
+}
+
+// charged adds n (negative: frees) to the mailbox's memory, wakes the
+// senders waiting for room when it falls, and reports to the daemon's
+// gauge every reportEvery bytes. The caller holds mu.
+func (m *mailbox) charged(n int64) {
+	m.mem.Store(m.mem.Load() + n)
+	if n < 0 {
+		m.room_.fell()
+		n = -n
+	}
+	if m.lag += n; m.lag >= reportEvery {
+		m.lag = 0
+		m.report()
+	}
+}
+
+// report brings the mailbox's share of the daemon's gauge to its memory,
+// rounded up to a step. The caller holds mu.
+func (m *mailbox) report() {
+	if m.total == nil {
+		return
+	}
+	s := (m.mem.Load() + totalStep - 1) / totalStep
+	if old := m.step.Swap(s); s > old {
+		m.total.add((s - old) * totalStep)
+	} else if s < old {
+		m.total.sub((old - s) * totalStep)
+	}
 }
 
 // put appends e, or hands it to the first waiter whose pattern matches. It
@@ -59,6 +135,7 @@ func (m *mailbox) put(e envelope) bool {
 	}
 	m.q = append(m.q, e)
 	m.bytes += len(e.body.Data)
+	m.charged(charge(&e))
 	m.mu.Unlock()
 	return true
 }
@@ -87,6 +164,7 @@ func (m *mailbox) take(from task.TID, tag int) (envelope, bool) {
 			m.q, m.head = m.q[:n], 0
 		}
 		m.bytes -= len(e.body.Data)
+		m.charged(-charge(&e))
 		return e, true
 	}
 	return envelope{}, false
@@ -180,6 +258,7 @@ func (m *mailbox) close() {
 	m.closed = true
 	clear(m.q)
 	m.q, m.head, m.bytes = nil, 0, 0
+	m.emptied()
 	m.mu.Unlock()
 }
 
@@ -190,7 +269,16 @@ func (m *mailbox) drain() []envelope {
 	out := append([]envelope(nil), m.q[m.head:]...)
 	clear(m.q)
 	m.q, m.head, m.bytes = m.q[:0], 0, 0
+	m.emptied()
 	return out
+}
+
+// emptied records that the queue was emptied at once (mu held).
+func (m *mailbox) emptied() {
+	m.mem.Store(0)
+	m.lag = 0
+	m.room_.fell()
+	m.report()
 }
 
 // putEnvelope queues a message that came as a routing envelope (see put).
@@ -211,4 +299,88 @@ func (m *mailbox) stats() (n, bytes int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.q) - m.head, m.bytes
+}
+
+// gauge counts bytes held and wakes those waiting for it to fall: the
+// memory of one mailbox, or of all the mailboxes of a daemon. Adding and
+// subtracting are one atomic operation each while nobody waits.
+type gauge struct {
+	n       atomic.Int64
+	waiting atomic.Bool
+	mu      sync.Mutex
+	ch      chan struct{} // closed at the next fall, while someone waits
+}
+
+// add raises the count by n and returns the new count.
+func (g *gauge) add(n int64) int64 { return g.n.Add(n) }
+
+// sub lowers the count by n, wakes the waiters, if any, and returns the
+// new count.
+func (g *gauge) sub(n int64) int64 {
+	v := g.n.Add(-n)
+	if g.waiting.Load() {
+		g.mu.Lock()
+		if g.ch != nil {
+			close(g.ch)
+			g.ch = nil
+		}
+		g.waiting.Store(false)
+		g.mu.Unlock()
+	}
+	return v
+}
+
+// over returns a channel that is closed at the next fall of the count if
+// the count is at least limit (> 0), else nil.
+func (g *gauge) over(limit int64) <-chan struct{} {
+	if limit <= 0 || g.n.Load() < limit {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
+	g.waiting.Store(true)
+	if g.n.Load() < limit { // it fell before we were listening
+		return nil
+	}
+	return g.ch
+}
+
+// waitFall lets goroutines wait for a count to fall: fell costs one atomic
+// load while nobody waits.
+type waitFall struct {
+	waiting atomic.Bool
+	mu      sync.Mutex
+	ch      chan struct{}
+}
+
+// wait returns a channel closed at the next fall while still() holds
+// (checked again once the waiter is registered), else nil.
+func (w *waitFall) wait(still func() bool) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	w.waiting.Store(true)
+	if !still() {
+		return nil
+	}
+	return w.ch
+}
+
+// fell wakes the waiters, if any.
+func (w *waitFall) fell() {
+	if !w.waiting.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+	w.waiting.Store(false)
+	w.mu.Unlock()
 }

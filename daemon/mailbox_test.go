@@ -153,3 +153,61 @@ func BenchmarkMailboxPutGet(b *testing.B) {
 		}
 	}
 }
+
+// TestMailboxRoom: a mailbox's memory counts payload plus msgOverhead per
+// message; room is refused from MailboxHigh on, and the waiter is woken
+// when a message leaves. The daemon's gauge counts the mailbox in steps
+// and drops it when it is drained.
+func TestMailboxRoom(t *testing.T) {
+	var total gauge
+	m := mailbox{total: &total}
+	a := task.NewTID(1, 1)
+	high := int64(3 * (1 + msgOverhead))
+	for i := range 3 {
+		if ch := m.room(high, 0); ch != nil {
+			t.Fatalf("no room after %d messages", i)
+		}
+		m.put(env(a, i))
+	}
+	ch := m.room(high, 0)
+	if ch == nil {
+		t.Fatal("room past MailboxHigh")
+	}
+	if got := total.n.Load(); got != 0 {
+		t.Fatalf("the daemon counts %d for a small mailbox, want none before %d bytes", got, reportEvery)
+	}
+	m.report()
+	if got := total.n.Load(); got != totalStep {
+		t.Fatalf("the daemon counts %d for a small mailbox, want one step of %d", got, totalStep)
+	}
+	if ch := m.room(1<<30, totalStep); ch == nil {
+		t.Fatal("room past the daemon's budget")
+	}
+	select {
+	case <-ch:
+		t.Fatal("woken before a message left")
+	default:
+	}
+	if _, ok, _ := m.get(context.Background(), nil, a, task.AnyTag, false); !ok {
+		t.Fatal("no message")
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not woken when a message left")
+	}
+	if ch := m.room(high, 0); ch != nil {
+		t.Fatal("no room below MailboxHigh")
+	}
+	if n := len(m.drain()); n != 2 {
+		t.Fatalf("drained %d messages, want 2", n)
+	}
+	if m.mem.Load() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after drain: mailbox %d, daemon %d bytes", m.mem.Load(), total.n.Load())
+	}
+	m.put(env(a, 1))
+	m.close()
+	if m.mem.Load() != 0 || total.n.Load() != 0 {
+		t.Fatalf("after close: mailbox %d, daemon %d bytes", m.mem.Load(), total.n.Load())
+	}
+}

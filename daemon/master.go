@@ -56,8 +56,23 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 	if name == "" {
 		name = n.nextHost.String()
 	}
+	var stale task.HostID
 	for _, x := range n.hosts {
 		if x.Name == name {
+			if _, live := n.peers[x.ID]; live || x.ID == MasterID {
+				return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
+			}
+			// Registered, but its connection is gone: the same host (a
+			// host's name is its certificate's) that gave up waiting for
+			// the answer, or restarted. The new registration replaces it.
+			stale = x.ID
+		}
+	}
+	if stale != 0 {
+		n.mu.Unlock()
+		d.removeHost(stale, "replaced by a new registration of the same host")
+		n.mu.Lock()
+		if _, again := n.hosts[stale]; again {
 			return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
 		}
 	}
@@ -72,6 +87,7 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 	n.nextHost++ // host IDs are never reused
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = time.Now()
+	n.watchHost(info.ID, time.Now())
 	return info, n.hostList(self), routes, nil
 }
 
@@ -102,6 +118,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	hi := n.hosts[id]
 	delete(n.hosts, id)
 	delete(n.joined, id)
+	n.forgetHost(hi, why)
 	p := n.peers[id]
 	delete(n.peers, id)
 	n.mu.Unlock()
@@ -297,7 +314,8 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 		}
 		return psReply{Tasks: d.Tasks(a.All)}, nil
 	case mConf:
-		return confReply{Hosts: d.Hosts()}, nil
+		x := d.Detection()
+		return confReply{Hosts: d.Hosts(), Detection: &x}, nil
 	case mDelete:
 		var a hostArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -383,6 +401,11 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
 		d.stopAsync(fmt.Errorf("%w by the master: %s", task.ErrHalted, e.Reason))
+	case evRejoined:
+		if !d.cfg.Master {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		return d.rejoined(p.info.ID)
 	case evExited:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
@@ -639,7 +640,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := p.conn.OpenStream(ctx)
+	st, err := d.checkpointStream(ctx, p)
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
 	}
@@ -675,16 +676,40 @@ func (d *Daemon) acceptStreams(p *peer) {
 	}
 }
 
+// checkpointStream opens the stream a direct checkpoint travels on: the
+// bulk lane's when the peer offers one (TLS on TCP moves a checkpoint
+// several times faster than a QUIC stream), else a QUIC stream.
+func (d *Daemon) checkpointStream(ctx context.Context, p *peer) (transport.Stream, error) {
+	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 {
+		octx, cancel := context.WithTimeout(ctx, d.cfg.BulkOpenTimeout)
+		st, err := bc.OpenBulk(octx)
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if !errors.Is(err, transport.ErrNoBulk) {
+			d.log.Info("checkpoint over QUIC: no bulk lane", "peer", p.name(), "error", err)
+		}
+	}
+	return p.conn.OpenStream(ctx)
+}
+
 // receiveCheckpoint reads a checkpoint sent directly by another daemon for
 // a task prepared here, and hands it to the waiting restore.
 func (d *Daemon) receiveCheckpoint(p *peer, st io.ReadWriteCloser) {
 	defer st.Close()
-	r := routing.NewReader(st, 1<<10)
+	r := routing.NewReader(st, maxStreamHeader)
 	f, err := r.Next()
 	if err != nil || f.Kind != routing.KindStream {
 		d.log.Warn("refused a stream", "peer", p.name(), "error", err)
 		return
 	}
+	d.takeCheckpoint(p, st, f)
+}
+
+// takeCheckpoint reads the checkpoint that follows f, a stream's opening
+// KindStream frame, and hands it to the waiting restore.
+func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 	var h streamHeader
 	if err := decodeMsg(f.Body, &h); err != nil {
 		return
@@ -777,6 +802,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
 		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
+	h.mb.total = &d.mbMem
 	for _, g := range m.Groups { // the host's record, for a recovered master
 		if h.groups == nil {
 			h.groups = map[string]int{}

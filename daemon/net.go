@@ -50,6 +50,7 @@ type network struct {
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
+	mem      *membership
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -89,6 +90,10 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 			tr.Close()
 			return err
 		}
+		if err := d.startMembership(); err != nil {
+			tr.Close()
+			return err
+		}
 	}
 	d.watchCredential()
 	d.checkExpiry(time.Now())
@@ -107,12 +112,16 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	return nil
 }
 
-// join connects to the master and takes the host ID it assigns.
+// join connects to the master and takes the host ID it assigns; a busy
+// master, or one that does not answer in time, is tried again (joinRetry).
 func (d *Daemon) join(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Heartbeat*10)
-	defer cancel()
-	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
-		Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
+	var g *greeting
+	err := d.joinRetry(ctx, max(10*d.cfg.Heartbeat, 5*time.Second), func(ctx context.Context) error {
+		var err error
+		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
+			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
 	}
@@ -157,7 +166,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	if h.Seen != "" {
 		d.self.Addr = h.Seen
 	}
-	d.log = d.cfg.Logger.With("host", d.cfg.Name)
+	d.setLogName(d.cfg.Name)
 	n := d.nw
 	n.mu.Lock()
 	for i := range h.Hosts {
@@ -192,6 +201,7 @@ func (d *Daemon) startPeer(p *peer, r *routing.Reader) {
 	d.goFunc(func() { p.readLoop(r) })
 	if p.role == pki.RoleDaemon {
 		d.goFunc(func() { d.acceptStreams(p) })
+		d.goFunc(func() { d.acceptBulk(p) })
 	}
 }
 
@@ -306,11 +316,21 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
-		admit := d.admit
-		if h.Rejoin {
-			admit = d.admitAgain
+		if wait := d.admissionWait(h, time.Now()); wait > 0 {
+			// Over the admission rate: the host tries again later.
+			d.answerBusy(ctx, conn, st, wait)
+			return
 		}
-		info, hosts, routes, err := admit(h, conn.RemoteAddr())
+		var info HostInfo
+		var hosts []HostInfo
+		var routes []routing.Entry
+		var lost []task.TID
+		announce := true
+		if h.Rejoin {
+			info, hosts, routes, lost, announce, err = d.admitAgain(h, conn.RemoteAddr())
+		} else {
+			info, hosts, routes, err = d.admit(h, conn.RemoteAddr())
+		}
 		if err != nil {
 			refuse(err.Error())
 			return
@@ -325,15 +345,24 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		floor := d.tidFloor[info.ID]
 		d.mu.Unlock()
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
-			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials()}); err != nil {
+			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials(),
+			Deleted: !announce, Lost: lost}); err != nil {
 			conn.Close("handshake failed")
-			d.removeHost(info.ID, "handshake failed")
+			if !h.Rejoin || !announce {
+				// A new host, or one readmitted after its deletion
+				// (deleted again, it may come back again), never
+				// heard the answer. A member registering again stays
+				// one: the failure detector judges it.
+				d.removeHost(info.ID, "handshake failed")
+			}
 			return
 		}
-		d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
-		d.hostNotice(task.HostAdd, info)
-		d.schedDirty() // a new host, or one registering again with its tasks
-		d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
+		if announce {
+			d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
+			d.hostNotice(task.HostAdd, info)
+			d.schedDirty() // a new host, or one registering again with its tasks
+			d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
+		}
 	default:
 		n.mu.Lock()
 		hi := n.hosts[h.Host]
@@ -523,7 +552,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	}
 	switch f.Kind {
 	case routing.KindMsgs:
-		return d.receiveMsgs(p, f.Body)
+		return d.receiveMsgs(p, f.Body, false)
 	case routing.KindAcks:
 		return d.receiveAcks(f.Body)
 	case routing.KindRefuse:
@@ -718,10 +747,13 @@ func (d *Daemon) Hosts() []HostInfo {
 	for _, h := range n.hosts {
 		out = append(out, *h)
 	}
+	n.liveness(out, time.Now())
 	n.mu.Unlock()
 	for i := range out {
 		if out[i].ID == d.cfg.HostID {
+			lv := out[i].Liveness
 			out[i] = d.selfInfo()
+			out[i].Liveness = lv
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -787,28 +819,3 @@ func pongDue(silent, heartbeat, deadAfter time.Duration) bool {
 // it answers), so the host learns at its next heartbeat that its
 // connection is to a master that is gone.
 var pingPad [48]byte
-
-// checkHosts deletes the hosts the master has not heard from for DeadAfter.
-func (d *Daemon) checkHosts(now time.Time) {
-	n := d.nw
-	n.mu.Lock()
-	var dead []task.HostID
-	for id := range n.hosts {
-		if id == MasterID {
-			continue
-		}
-		last := n.joined[id]
-		if p := n.peers[id]; p != nil {
-			if t := time.Unix(0, p.lastHeard.Load()); t.After(last) {
-				last = t
-			}
-		}
-		if now.Sub(last) > d.cfg.DeadAfter {
-			dead = append(dead, id)
-		}
-	}
-	n.mu.Unlock()
-	for _, id := range dead {
-		d.removeHost(id, fmt.Sprintf("no heartbeat for %v", d.cfg.DeadAfter))
-	}
-}

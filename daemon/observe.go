@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing/member"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -64,7 +65,7 @@ func (d *Daemon) metricsSnapshot() metrics.Snapshot {
 	if d.cfg.Master {
 		for _, h := range d.Hosts() {
 			s.Hosts = append(s.Hosts, metrics.Host{Name: h.Name, Load: h.Load, Tasks: h.Tasks, Users: h.Users,
-				MemFreeBytes: mibBytes(float64(h.MemFreeMiB))})
+				MemFreeBytes: mibBytes(float64(h.MemFreeMiB)), Suspected: h.Liveness == member.Suspected.String(), SilentSeconds: float64(h.SilentMS) / 1000})
 		}
 	}
 	return s

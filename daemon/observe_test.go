@@ -141,6 +141,7 @@ func TestMetricsScrapeVM(t *testing.T) {
 		{0, "dpvm_quic_sent_bytes_total", []string{"peer=h2"}, 1, 1e12},
 		{2, "dpvm_quic_smoothed_rtt_seconds", []string{"peer=h1"}, 1e-9, 10},
 		{0, "dpvm_host_load", nil, 0, 1e6},
+		{0, "dpvm_vm_host_suspected", []string{"host=h2"}, 0, 0},
 	}
 	holds := func(f map[string]*dto.MetricFamily, c check) (float64, bool, bool) {
 		v, ok := metricstest.Value(f, c.name, c.labels...)

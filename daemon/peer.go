@@ -32,6 +32,7 @@ type peer struct {
 	st    transport.Stream
 	dialr bool          // we dialled this connection
 	ctr   *metrics.Peer // message counters of the peer host (nil: none kept); set before the peer is attached
+	bulk  *bulkLane     // large messages' lane (nil: none)
 
 	wmu     sync.Mutex
 	buf     []byte // frames waiting for the writer
@@ -59,6 +60,9 @@ func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *
 	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role, cert: conn.Peer(),
 		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
 	p.lastHeard.Store(time.Now().UnixNano())
+	if p.role == pki.RoleDaemon {
+		p.bulk = newBulkLane(p)
+	}
 	return p
 }
 
@@ -362,10 +366,16 @@ func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, ma
 	reply, err := readHello(ctx, r)
 	if err != nil {
 		conn.Close("handshake failed")
+		if ctx.Err() == nil {
+			err = &handshakeCut{err}
+		}
 		return nil, err
 	}
 	if reply.Err != "" {
 		conn.Close("refused")
+		if err := replyBusy(reply); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %s", ErrRefused, reply.Err)
 	}
 	return &greeting{conn: conn, st: st, r: r, reply: reply}, nil

@@ -182,9 +182,18 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 }
 
 // placeable lists the hosts placement may choose (master): every host, or
-// all but the master's own when it hosts no tasks (Config.MasterNoTasks).
+// all but the master's own when it hosts no tasks (Config.MasterNoTasks),
+// but a host registering again after its deletion.
 func (d *Daemon) placeable() []HostInfo {
 	hs := d.Hosts()
+	// A host registering again after its deletion is not announced yet.
+	up := hs[:0]
+	for _, h := range hs {
+		if h.Liveness != livenessRejoining {
+			up = append(up, h)
+		}
+	}
+	hs = up
 	if !d.cfg.MasterNoTasks || len(hs) < 2 {
 		return hs
 	}
@@ -195,4 +204,22 @@ func (d *Daemon) placeable() []HostInfo {
 		}
 	}
 	return out
+}
+
+// restorable lists the hosts a rollback may restore tasks on (master): the
+// placeable ones the master does not suspect — a host cut off may not
+// answer the restore, or may come back with the job's old tasks — or, if
+// it suspects them all, every placeable one.
+func (d *Daemon) restorable() []HostInfo {
+	hs := d.placeable()
+	var up []HostInfo
+	for _, h := range hs {
+		if placeableLiveness(h.Liveness) {
+			up = append(up, h)
+		}
+	}
+	if len(up) == 0 {
+		return hs
+	}
+	return up
 }

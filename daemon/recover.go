@@ -165,8 +165,14 @@ func (d *Daemon) orphaned(cause error) {
 	d.log.Warn("lost the master daemon; running on and registering again when a master is back", "cause", cause, "grace", grace)
 	d.goFunc(func() {
 		deadline := time.Now().Add(grace)
+		rng := d.retryRand()
+		var next time.Time // a busy master asked to wait until then
+		attempt := 0
 		d.every(d.cfg.Heartbeat, nil, func() bool {
-			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.Heartbeat+time.Second)
+			if now := time.Now(); now.Before(next) {
+				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
+			}
+			ctx, cancel := context.WithTimeout(d.ctx, max(10*d.cfg.Heartbeat, 5*time.Second))
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {
@@ -174,17 +180,36 @@ func (d *Daemon) orphaned(cause error) {
 				return false
 			}
 			d.log.Debug("register again", "error", err)
+			if hint, again := retryJoin(err); again {
+				// A master is there, under a storm: wait as it asks, and
+				// give it the time.
+				next = time.Now().Add(joinBackoff.Delay(attempt, hint, rng.Uint64()))
+				attempt++
+				if busy := (*BusyError)(nil); errors.As(err, &busy) && time.Now().Add(grace).After(deadline) {
+					deadline = time.Now().Add(grace)
+				}
+			}
 			if time.Now().After(deadline) {
-				d.log.Error("no master came back; stopping", "grace", grace, "last", err)
-				d.stopAsync(fmt.Errorf("%w: %v, and none came back within %v", ErrMasterLost, cause, grace))
-				return false
+				return d.giveUp(cause, grace, err)
 			}
 			return true
 		})
 	})
 }
 
-// rejoin registers this host again with a master at the master's address.
+// giveUp stops a host that found no master within its grace; it returns
+// false (for every's loop).
+func (d *Daemon) giveUp(cause error, grace time.Duration, last error) bool {
+	d.log.Error("no master came back; stopping", "grace", grace, "last", last)
+	d.stopAsync(fmt.Errorf("%w: %v, and none came back within %v", ErrMasterLost, cause, grace))
+	return false
+}
+
+// rejoin registers this host again with a master at the master's address:
+// a master that still counts it as a member takes it back as it is; one
+// that deleted it names the tasks it gave up (all the host had), which
+// this host stops before its connection runs, and announces it once told
+// so (evRejoined); a recovering master rebuilds it from its report.
 func (d *Daemon) rejoin(ctx context.Context) error {
 	rep := d.report()
 	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
@@ -197,6 +222,16 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	if h.Host != MasterID || h.Assigned != d.cfg.HostID {
 		conn.Close("bad handshake")
 		return fmt.Errorf("unexpected answer (host %v, assigned %v): %w", h.Host, h.Assigned, ErrRefused)
+	}
+	lost := map[task.TID]bool{}
+	if h.Deleted {
+		// Before the connection runs, so that nothing of these tasks
+		// goes out once the others may hear from this host again.
+		d.dropLost(h.Lost)
+		for _, t := range h.Lost {
+			lost[t] = true
+		}
+		d.forgetAbsent(h.Hosts)
 	}
 	n := d.nw
 	n.mu.Lock()
@@ -218,43 +253,68 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	n.peers[MasterID] = p
 	n.mu.Unlock()
 	d.startPeer(p, r)
-	d.log.Warn("registered again with a recovered master", "master", d.cfg.Join, "tasks", len(rep.Tasks))
-	// Barrier arrivals the old master took with it go again.
+	if h.Deleted {
+		if b, err := encodeMsg(&event{Kind: evRejoined}); err == nil {
+			p.frame(routing.KindEvent, b)
+		}
+		d.log.Warn("registered again with the master, which had deleted this host: its tasks were given up and are stopped", "master", d.cfg.Join, "stopped", len(h.Lost))
+	} else {
+		d.log.Warn("registered again with the master", "master", d.cfg.Join, "tasks", len(rep.Tasks))
+	}
+	// Barrier arrivals a recovered master lost with the old one go again;
+	// a live master still has them.
 	for _, a := range rep.Arrivals {
-		d.arrive(arrival{group: a.Group, count: a.Count, tid: a.TID})
+		if !lost[a.TID] {
+			d.arrive(arrival{group: a.Group, count: a.Count, tid: a.TID})
+		}
 	}
 	d.reportLoad()
 	return nil
 }
 
-// admitAgain takes back a host that registers again after its master was
-// lost (a recovered master): its host ID, tasks, routes, groups and
-// barrier arrivals.
-func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
-	if !d.cfg.Recover {
-		return HostInfo{}, nil, nil, errors.New("this master was not started to recover a virtual machine (--recover)")
-	}
+// admitAgain takes back a host that registers again after it lost its
+// master. A master that knows the host, or deleted it, readmits it (see
+// readmit: lost are the tasks it must stop, and it is announced once it
+// has, unless announce). Otherwise a recovering master rebuilds it: its
+// host ID, tasks, routes, groups and barrier arrivals.
+func (d *Daemon) admitAgain(h *hello, remote string) (info HostInfo, hosts []HostInfo, routes []routing.Entry, lost []task.TID, announce bool, err error) {
 	if h.Host <= MasterID || h.Addr == "" || h.Report == nil {
-		return HostInfo{}, nil, nil, errors.New("a host registering again must give its host ID, address and tasks")
+		return HostInfo{}, nil, nil, nil, false, errors.New("a host registering again must give its host ID, address and tasks")
 	}
 	if why := h.Info.Build.differs(ThisBuild()); why != "" {
-		return HostInfo{}, nil, nil, fmt.Errorf("the daemon registering again runs another build than the master: %s", why)
+		return HostInfo{}, nil, nil, nil, false, fmt.Errorf("the daemon registering again runs another build than the master: %s", why)
 	}
+	info, lost, announce, known, err := d.readmit(h, remote)
+	if err != nil {
+		return HostInfo{}, nil, nil, nil, false, err
+	}
+	if known {
+		d.learnOwnAddr(h)
+		self := d.selfInfo()
+		d.rmu.Lock()
+		routes = d.routes.Entries()
+		d.rmu.Unlock()
+		d.nw.mu.Lock()
+		hosts = d.nw.hostList(self)
+		d.nw.mu.Unlock()
+		return info, hosts, routes, lost, announce, nil
+	}
+	if !d.cfg.Recover {
+		return HostInfo{}, nil, nil, nil, false, errors.New("this master does not know the host, and was not started to recover a virtual machine (--recover)")
+	}
+	info, hosts, routes, err = d.recoverHost(h, remote)
+	return info, hosts, routes, nil, true, err
+}
+
+// recoverHost rebuilds, at a recovering master, a host registering again
+// from its report.
+func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
 	d.learnOwnAddr(h)
 	n := d.nw
 	n.mu.Lock()
-	var stale *peer
-	if prev, ok := n.hosts[h.Host]; ok {
-		if prev.Name != h.Name {
-			n.mu.Unlock()
-			return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine as %q", h.Host, prev.Name)
-		}
-		// The same host (its certificate's name and host ID) admitted
-		// already, whose answer was lost: it is answered as the first
-		// time, and its new connection replaces the old one (taken out
-		// of the peers first, so that its end deletes no host).
-		stale = n.peers[h.Host]
-		delete(n.peers, h.Host)
+	if _, ok := n.hosts[h.Host]; ok {
+		n.mu.Unlock()
+		return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine", h.Host)
 	}
 	info := h.Info
 	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
@@ -263,11 +323,9 @@ func (d *Daemon) admitAgain(h *hello, remote string) (HostInfo, []HostInfo, []ro
 	}
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = time.Now()
+	n.watchHost(info.ID, time.Now())
 	n.nextHost = max(n.nextHost, h.Host+1) // host IDs are never reused
 	n.mu.Unlock()
-	if stale != nil {
-		stale.close(errors.New("the host registered again"))
-	}
 	rep := h.Report
 	d.mu.Lock()
 	d.nextNum = max(d.nextNum, rep.MasterNum)

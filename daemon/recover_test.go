@@ -132,10 +132,15 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 			defer cancel()
 			po, _, _, next := pingPong(t, ctx, m, "h2", "h3")
 			next(10)
-			if _, err := m.Migrate(ctx, po, "h4", Direct); err == nil && c.point == "migrate:sent" {
+			_, err := m.Migrate(ctx, po, "h4", Direct)
+			if err == nil && c.point == "migrate:sent" {
 				t.Fatal("the move completed without its master")
 			}
-			<-m.Done()
+			select {
+			case <-m.Done():
+			case <-ctx.Done():
+				t.Fatalf("the master did not fail at %s: the move ended with %v", c.point, err)
+			}
 			m2 := startRecoveredMaster(ctx, t, m.Addr(), vm.Cluster, cfg)
 			for len(m2.Hosts()) < 4 {
 				next(1) // each pong is a moment for the hosts to register again
@@ -298,11 +303,11 @@ func TestAdmitAgainIsIdempotent(t *testing.T) {
 	h := func(name string) *hello {
 		return &hello{Host: 2, Name: name, Addr: "127.0.0.1:9", Rejoin: true, Report: &rejoinReport{}, Info: HostInfo{Build: ThisBuild()}}
 	}
-	first, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	first, _, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, hosts, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	again, hosts, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
 	if err != nil {
 		t.Fatalf("the same host registering again: %v", err)
 	}
@@ -312,7 +317,7 @@ func TestAdmitAgainIsIdempotent(t *testing.T) {
 	if len(hosts) != 2 {
 		t.Fatalf("hosts after the second try: %+v, want the master and h2", hosts)
 	}
-	if _, _, _, err := m.admitAgain(h("h3"), "127.0.0.1:9"); err == nil {
+	if _, _, _, _, _, err := m.admitAgain(h("h3"), "127.0.0.1:9"); err == nil {
 		t.Fatal("another host took h2's ID")
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,53 +10,70 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// sendWait says how a send waits for room in a local receiver's mailbox.
+type sendWait int
+
+const (
+	// waitRoom waits while the receiver's mailbox (or all of this daemon's
+	// mailboxes) are over their limits: a task's send.
+	waitRoom sendWait = iota
+	// noWait delivers at once: the daemon's own notices, which must not
+	// block the goroutine that reports an exit.
+	noWait
+)
+
+// errInterrupted is send's answer, with nothing sent, when intr received
+// while it waited for room: a move or checkpoint wants the sender at a
+// safe point.
+var errInterrupted = errors.New("send interrupted for a safe point")
+
 // send routes one message from a task to a task: into a local mailbox, or
 // to the daemon the routing table names. Every message gets the next
 // sequence number of its pair, so numbering survives moves. A message to a
 // remote task is kept until its daemon acknowledges it; when more than
 // Window bytes are unacknowledged for one receiver, send waits (a slow
-// receiver slows its senders) until ctx is done.
-func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload) error {
+// receiver slows its senders) until ctx is done. A message to a local task
+// waits likewise while the receiver's mailbox holds MailboxHigh bytes or
+// more, or this daemon's mailboxes MailboxBudget (unless w is noWait);
+// when intr receives meanwhile, send returns errInterrupted, having sent
+// nothing.
+func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}) error {
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	d.rmu.Lock()
-	for d.outbox.Pending(to) >= d.cfg.Window {
-		// Too much is unacknowledged for to: wait for acknowledgements.
-		if d.acked == nil {
-			d.acked = make(chan struct{})
+	var (
+		r routing.Route
+		h *hosted
+	)
+	for {
+		var wait <-chan struct{}
+		if d.outbox.Pending(to) >= d.cfg.Window {
+			// Too much is unacknowledged for to: wait for acknowledgements.
+			if d.acked == nil {
+				d.acked = make(chan struct{})
+			}
+			wait = d.acked
+		} else {
+			r, h = d.placeOf(to)
+			if r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom {
+				wait = h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget)
+			}
 		}
-		ch := d.acked
+		if wait == nil {
+			break
+		}
 		d.rmu.Unlock()
 		select {
-		case <-ch:
+		case <-wait:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-d.ctx.Done():
 			return task.ErrHalted
+		case <-intr:
+			return errInterrupted
 		}
 		d.rmu.Lock()
-	}
-	r := d.routes.Lookup(to)
-	d.mu.Lock()
-	h := d.tasks[to]
-	l, arr := d.moving[to], d.incoming[to]
-	d.mu.Unlock()
-	switch {
-	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
-		// Suspended here, moving away, its new route not yet broadcast:
-		// hold the message until it is.
-		r = l.dest
-		r.InTransit = true
-	case h == nil && l != nil && r.Host == d.cfg.HostID:
-		// Suspended here, its move aborted, the way back known: hold the
-		// message until it resumes here.
-		r.InTransit = true
-	case h == nil && arr != nil && r.Host == d.cfg.HostID:
-		// On its way here, and known to be (its new route is out): hold the
-		// message until it is restored. Before that it still runs at its
-		// origin, and messages go there.
-		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
 	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
 		if h == nil {
@@ -100,8 +118,40 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		d.log.Warn("message held", "to", to, "peer", r.Host, "error", err)
 		return nil
 	}
-	peer.envelope(&e, true)
+	peer.sendEnvelope(&e)
 	return nil
+}
+
+// placeOf is where a message to to goes now: its route, held (InTransit)
+// while the task moves through this daemon, and the task if it is hosted
+// here. The caller holds d.rmu.
+func (d *Daemon) placeOf(to task.TID) (routing.Route, *hosted) {
+	r := d.routes.Lookup(to)
+	d.mu.Lock()
+	h := d.tasks[to]
+	var l *leaving
+	var arr *arriving
+	if h == nil {
+		l, arr = d.moving[to], d.incoming[to]
+	}
+	d.mu.Unlock()
+	switch {
+	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
+		// Suspended here, moving away, its new route not yet broadcast:
+		// hold the message until it is.
+		r = l.dest
+		r.InTransit = true
+	case h == nil && l != nil && r.Host == d.cfg.HostID:
+		// Suspended here, its move aborted, the way back known: hold the
+		// message until it resumes here.
+		r.InTransit = true
+	case h == nil && arr != nil && r.Host == d.cfg.HostID:
+		// On its way here, and known to be (its new route is out): hold the
+		// message until it is restored. Before that it still runs at its
+		// origin, and messages go there.
+		r = routing.Route{Host: d.cfg.HostID, Epoch: r.Epoch, InTransit: true}
+	}
+	return r, h
 }
 
 func (d *Daemon) hostKnown(h task.HostID) bool {
@@ -115,13 +165,18 @@ func (d *Daemon) hostKnown(h task.HostID) bool {
 
 // receiveMsgs takes a batch of messages from another daemon into the
 // mailboxes of the tasks hosted here, acknowledging what was accepted and
-// refusing messages for tasks that are not here.
-func (d *Daemon) receiveMsgs(p *peer, body []byte) error {
+// refusing messages for tasks that are not here. With owned, body is
+// given away: the messages keep slices of it instead of copies.
+func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rmu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
-	err := routing.DecodeEnvelopes(body, func(e routing.Envelope) error {
+	decode := routing.DecodeEnvelopes
+	if owned {
+		decode = routing.DecodeEnvelopesOwned
+	}
+	err := decode(body, func(e routing.Envelope) error {
 		nRecv++
 		bRecv += len(e.Body.Data)
 		d.mu.Lock()
@@ -372,6 +427,7 @@ func (d *Daemon) withhold(to task.TID, host task.HostID, a routing.Ack) bool {
 		h.deferred = map[routing.Pair]deferredAck{}
 	}
 	h.deferred[routing.Pair{From: a.From, To: a.To}] = deferredAck{host: host, ack: a}
+	h.hasDef.Store(true)
 	h.defMu.Unlock()
 	return true
 }
@@ -393,6 +449,7 @@ func (d *Daemon) releaseAcks(h *hosted) {
 		byHost[da.host] = routing.AppendAck(byHost[da.host], da.ack)
 	}
 	h.deferred = nil
+	h.hasDef.Store(false)
 	h.defMu.Unlock()
 	for host, b := range byHost {
 		if p, err := d.peerFor(d.ctx, host); err == nil {

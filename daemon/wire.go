@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -49,6 +50,14 @@ type hello struct {
 	// Revoked is, in the master's answer to a host, its revocation list.
 	Revoked []string `msgpack:"rv,omitempty"`
 	Err     string   `msgpack:"e,omitempty"`
+	// RetryAfter, with Err, is a busy master's answer to a registration:
+	// try again after this long.
+	RetryAfter time.Duration `msgpack:"ra,omitempty"`
+	// Deleted is, in a live master's answer to a host registering again,
+	// that the master had deleted it: the host stops the tasks Lost names
+	// before anything else, then tells the master (evRejoined).
+	Deleted bool       `msgpack:"dd,omitempty"`
+	Lost    []task.TID `msgpack:"lo,omitempty"`
 }
 
 // HostInfo describes a host of the virtual machine.
@@ -74,6 +83,12 @@ type HostInfo struct {
 	// Build is the binary the host runs; every host of a virtual machine
 	// runs the master's.
 	Build Build `msgpack:"B" json:"build"`
+	// Liveness is, in the master's list, how its failure detector sees
+	// the host: "alive", "suspected" (silent for SilentMS milliseconds),
+	// or "rejoining" (registered again after its deletion, stopping its
+	// lost tasks). Empty from a daemon that is not the master.
+	Liveness string `msgpack:"lv,omitempty" json:"liveness,omitempty"`
+	SilentMS int64  `msgpack:"sm,omitempty" json:"silent_ms,omitempty"`
 }
 
 // call is a control request; the answer is a reply with the same ID.
@@ -121,6 +136,9 @@ const (
 	evLoad    = "load"     // a daemon's periodic report to the master
 	evJobNote = "job-note" // the master tells a job's client what befell the job
 	evRevoked = "revoked"  // the master's revocation list, whole
+	// evRejoined: a host registered again after its deletion has stopped
+	// its lost tasks; the master announces it to the others.
+	evRejoined = "rejoined"
 	// Barriers between hosts: a member's arrival and its withdrawal (host
 	// to master), and the release of a host's members (master to host).
 	evBarrier        = "barrier"
@@ -251,6 +269,8 @@ type (
 	}
 	confReply struct {
 		Hosts []HostInfo `msgpack:"h"`
+		// Detection is the master's failure detection.
+		Detection *Detection `msgpack:"d,omitempty"`
 	}
 	hostArgs struct {
 		Host string `msgpack:"h"`

@@ -8,19 +8,14 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// Jacobi is the root of the jacobi program: Jacobi iteration for Laplace's
-// equation on an N×N grid (top edge held at 1, the others at 0), split
-// into horizontal strips, one per task. The root spawns the other strips
-// as a communicator and works the first strip itself.
+// Jacobi is the jacobi program: Jacobi iteration for Laplace's
+// equation on an N×N grid (top edge held at 1, the others at 0), split into
+// horizontal strips, one per task. A strip holds rows [Lo, Hi) of the
+// interior, with a ghost row above and below, all in exported fields so
+// that it can be checkpointed at every iteration and moved. The root, the
+// strip with Workers set, spawns the others as a communicator.
 type Jacobi struct {
-	Workers int
-	S       JacobiStrip
-}
-
-// JacobiStrip is one strip of the grid: rows [Lo, Hi) of the interior, with
-// a ghost row above and below, all in exported fields so that the strip can
-// be checkpointed at every iteration and moved.
-type JacobiStrip struct {
+	Workers      int // strips in all; the root's only
 	C            task.Comm
 	N, MaxIter   int
 	K            int     // check convergence every K iterations
@@ -32,7 +27,6 @@ type JacobiStrip struct {
 
 func init() {
 	task.Register("examples.jacobi", &Jacobi{})
-	task.Register("examples.jacobi.strip", &JacobiStrip{})
 	task.RegisterProgram(task.Program{
 		Name:    "jacobi",
 		Summary: "Jacobi iteration on a grid in strips: ghost rows, a convergence all-reduce",
@@ -46,28 +40,26 @@ func init() {
 				if *n < 1 || *w < 1 || *w > *n || *it < 0 || *k < 1 {
 					return nil, fmt.Errorf("need -n >= 1, 1 <= -workers <= n, -iters >= 0, -k >= 1")
 				}
-				return &Jacobi{Workers: *w, S: JacobiStrip{N: *n, MaxIter: *it, K: *k, Tol: *tol}}, nil
+				return &Jacobi{Workers: *w, N: *n, MaxIter: *it, K: *k, Tol: *tol}, nil
 			}
 		},
 	})
 }
 
-// Run spawns the other strips once, then works strip 0.
-func (j *Jacobi) Run(c *task.Ctx) error {
-	if j.S.C.Size() == 0 {
-		proto := j.S
-		if err := c.SpawnComm(&j.S.C, &proto, j.Workers-1); err != nil {
+// Run spawns the other strips once (the root does), joins the
+// communicator (a no-op once C is set, as after a move), then iterates:
+// every K iterations an all-reduce of the largest change decides whether
+// to stop; each iteration swaps ghost rows with the neighbours, updates
+// the strip and ends at a safe point. At the end rank 0
+// gathers the grid and prints it summed.
+func (s *Jacobi) Run(c *task.Ctx) error {
+	if s.Workers > 0 && s.C.Size() == 0 {
+		proto := *s
+		proto.Workers = 0
+		if err := c.SpawnComm(&s.C, &proto, s.Workers-1); err != nil {
 			return err
 		}
 	}
-	return j.S.Run(c)
-}
-
-// Run iterates: every K iterations an all-reduce of the largest change
-// decides whether to stop; each iteration swaps ghost rows with the
-// neighbours, updates the strip and ends at a safe point. At the end rank 0
-// gathers the grid and prints it summed.
-func (s *JacobiStrip) Run(c *task.Ctx) error {
 	if err := c.JoinComm(&s.C); err != nil {
 		return err
 	}

@@ -72,11 +72,13 @@ func floodCase(t *testing.T, bin, source, sink string, n, budget int) (sent, pea
 // acknowledging past its mailbox budget (MailboxHigh, 32 MiB) and the
 // sender's daemon holds at most its window (8 MiB) unacknowledged, so Send
 // blocks: the source gets nowhere near its 384 messages and neither
-// daemon's memory passes 200 MiB.
+// daemon's memory passes 200 MiB. Then the same with both tasks on one
+// daemon: the local Send blocks once the sink's mailbox holds MailboxHigh.
 func TestSendForeverOfProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a second binary")
 	}
 	bin := buildFlood(t)
-	floodCase(t, bin, "h1", "h2", 384, 200)
+	t.Run("remote", func(t *testing.T) { floodCase(t, bin, "h1", "h2", 384, 200) })
+	t.Run("local", func(t *testing.T) { floodCase(t, bin, "h2", "h2", 384, 200) })
 }

@@ -180,9 +180,34 @@ func AppendEnvelope(dst []byte, e *Envelope) []byte {
 	return append(dst, e.Body.Data...)
 }
 
+// AppendEnvelopeFrameHeader appends the header of a KindMsgs frame holding
+// e alone, and e's own header: what precedes e's body on the wire, so that
+// the body can be written from where it is, without a copy.
+func AppendEnvelopeFrameHeader(dst []byte, e *Envelope) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(1+EnvelopeSize(e)))
+	dst = append(dst, byte(KindMsgs))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.From))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.To))
+	dst = binary.LittleEndian.AppendUint64(dst, e.Seq)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(e.Tag))
+	dst = append(dst, byte(e.Body.Enc))
+	return binary.LittleEndian.AppendUint32(dst, uint32(len(e.Body.Data)))
+}
+
 // DecodeEnvelopes decodes the body of a KindMsgs or KindRefuse frame: a
 // sequence of envelopes filling it exactly. Bodies are copied out of b.
 func DecodeEnvelopes(b []byte, fn func(Envelope) error) error {
+	return decodeEnvelopes(b, true, fn)
+}
+
+// DecodeEnvelopesOwned is DecodeEnvelopes for a b the caller gives away:
+// the bodies are slices of b, not copies (a large message is then copied
+// once, from the connection into b).
+func DecodeEnvelopesOwned(b []byte, fn func(Envelope) error) error {
+	return decodeEnvelopes(b, false, fn)
+}
+
+func decodeEnvelopes(b []byte, copied bool, fn func(Envelope) error) error {
 	for len(b) > 0 {
 		if len(b) < envHeader {
 			return fmt.Errorf("envelope header of %d bytes: %w", len(b), ErrMalformed)
@@ -202,13 +227,46 @@ func DecodeEnvelopes(b []byte, fn func(Envelope) error) error {
 		if !e.Body.Enc.Valid() || e.Tag < 0 || e.To == 0 || e.To == task.AnyTask || (e.From == 0 && e.Seq != 0) {
 			return fmt.Errorf("envelope %v→%v seq %d tag %d enc %d: %w", e.From, e.To, e.Seq, e.Tag, e.Body.Enc, ErrMalformed)
 		}
-		e.Body.Data = append([]byte(nil), b[:n]...)
+		if copied {
+			e.Body.Data = append([]byte(nil), b[:n]...)
+		} else {
+			e.Body.Data = b[:n:n]
+		}
 		b = b[n:]
 		if err := fn(e); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ReadFrameOwned reads one frame from r into a buffer of its own, which
+// the caller keeps (Reader.Next reuses its buffer instead): for frames
+// whose bodies are handed on without a copy. A frame longer than max
+// bytes of body is refused before anything is allocated for it.
+func ReadFrameOwned(r io.Reader, max int) (Frame, error) {
+	var hdr [headerBytes]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Frame{}, fmt.Errorf("frame header: %w", ErrMalformed)
+		}
+		return Frame{}, err
+	}
+	n := int(binary.LittleEndian.Uint32(hdr[:4]))
+	k := Kind(hdr[4])
+	switch {
+	case n < 1:
+		return Frame{}, fmt.Errorf("frame length %d: %w", n, ErrMalformed)
+	case n-1 > max:
+		return Frame{}, fmt.Errorf("%v frame of %d bytes, limit %d: %w", k, n-1, max, ErrFrameTooLarge)
+	case k < 1 || k > maxKind:
+		return Frame{}, fmt.Errorf("%v: %w", k, ErrUnknownKind)
+	}
+	body := make([]byte, n-1)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return Frame{}, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
+	}
+	return Frame{Kind: k, Body: body}, nil
 }
 
 // Pair names a (sender, receiver) pair of tasks.

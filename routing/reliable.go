@@ -462,6 +462,9 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 	default:
 		deliver(e)
 		next++
+		if in.earlyN == 0 {
+			break // nothing is early: the common case, without a lookup
+		}
 		if m := in.early[e.To][e.From]; m != nil {
 			for {
 				x, ok := m[next]

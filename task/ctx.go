@@ -374,6 +374,48 @@ func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
 	return nil
 }
 
+// SafeSender is implemented by endpoints whose sends can wait at a safe
+// point (the daemon's does): SendSafe returns sent == false, having sent
+// nothing, when a checkpoint or move of the sender is pending.
+type SafeSender interface {
+	SendSafe(ctx context.Context, to TID, tag int, p Payload) (sent bool, err error)
+}
+
+// SendSafe is Send for a task that may wait long for room in the
+// receiver's mailbox (a receiver on the same host that does not keep up):
+// while it waits it is a safe point, so the task can be moved or
+// checkpointed. Like RecvSafe, it returns ErrSuspended when the task has
+// been checkpointed, the message not sent (Run must return it); the task
+// resumes in Run, so call SendSafe where Run's fields say the task is
+// about to send v. Inside a critical section it is Send.
+func (c *Ctx) SendSafe(to TID, tag int, v any) error {
+	if err := checkTag(tag); err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	ss, ok := c.ep.(SafeSender)
+	if !ok || c.critical.Load() > 0 {
+		return c.Send(to, tag, v)
+	}
+	p, err := Encode(v)
+	if err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	for {
+		c.enter()
+		sent, err := ss.SendSafe(c.ep.Context(), to, tag, p)
+		c.leave()
+		if err != nil {
+			return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
+		}
+		if sent {
+			return nil
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
 // Mcast sends v with the given tag to every task in to, encoding it once.
 // It fails with ErrNoSuchTask if a receiver does not exist; the others
 // still get the message.

@@ -46,7 +46,8 @@ func TestConsoleAddErrors(t *testing.T) {
 			t.Errorf("line %d: %q, want %q", i+1, lines[i], w)
 		}
 	}
-	if strings.Count(out, "\n") != 2 || strings.Contains(out, "node9") {
+	// The header, the master, and how failures are detected.
+	if strings.Count(out, "\n") != 3 || strings.Contains(out, "node9") || !strings.Contains(out, "failure detection: ") {
 		t.Errorf("conf after the failed adds:\n%s", out)
 	}
 }

@@ -169,10 +169,12 @@ func TestConsoleSession(t *testing.T) {
 	vm, _, _ := startVM(t, 3)
 	tc := newTestConsole(t, vm)
 
-	// conf lists the three hosts, the master marked.
+	// conf lists the three hosts, the master marked, and how failures
+	// are detected.
 	conf := tc.ok("conf")
 	lines := strings.Split(strings.TrimSpace(conf), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "h1 (master)") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "h1 (master)") ||
+		!strings.HasPrefix(lines[4], "failure detection: a silent host is suspected after ") {
 		t.Fatalf("conf:\n%s", conf)
 	}
 	if hs := tc.hosts(); len(hs) != 3 || !hs[0].Master || hs[2].Name != "h3" {

@@ -70,7 +70,11 @@ func daemonCommand() *cli.Command {
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
-			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a host (or the master) is given up (default 5 heartbeats)"},
+			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a suspected host (or the master) is given up (default 5 heartbeats; an overloaded master widens it up to --max-health+1 times)"},
+			&cli.DurationFlag{Name: "suspect-after", Usage: "master: least silence after which a host is suspected, shown by conf (default 2 heartbeats)"},
+			&cli.IntFlag{Name: "max-health", Usage: "master: how far an overloaded master widens --dead-after: at most this plus 1 times (default 4)"},
+			&cli.Float64Flag{Name: "join-rate", Usage: "master: registrations admitted a second; the others are told to retry later (default 64; negative: no limit)"},
+			&cli.IntFlag{Name: "join-burst", Usage: "master: registrations admitted at once (default 32)"},
 			&cli.StringFlag{Name: "shared-dir", Usage: "directory every host shares, for indirect migration"},
 			&cli.StringFlag{Name: "placement", Value: "roundrobin", Usage: "master: where tasks spawned anywhere go: " + daemon.Placements},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "master: seed of the placement policies that probe random hosts"},
@@ -150,7 +154,8 @@ func daemonCommand() *cli.Command {
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
 				Credential: key, CredentialFile: c.String("credential"), Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
-				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"),
+				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"), SuspectAfter: c.Duration("suspect-after"),
+				MaxHealth: c.Int("max-health"), JoinRate: c.Float64("join-rate"), JoinBurst: c.Int("join-burst"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
@@ -332,11 +337,15 @@ func confControl() controlCommand {
 			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			hosts, err := cl.Hosts(ctx)
+			hosts, x, err := cl.Conf(ctx)
 			if err != nil {
 				return err
 			}
-			return printHosts(c.App.Writer, hosts, c.Bool("json"))
+			if err := printHosts(c.App.Writer, hosts, c.Bool("json")); err != nil || c.Bool("json") || x.DeadAfter == 0 {
+				return err
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "failure detection: %v\n", x)
+			return err
 		},
 	}
 }
@@ -354,6 +363,12 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		name := h.Name
 		if h.Master {
 			name += " (master)"
+		}
+		switch h.Liveness {
+		case "suspected":
+			name += fmt.Sprintf(" (suspected: silent %v)", time.Duration(h.SilentMS)*time.Millisecond)
+		case "rejoining":
+			name += " (rejoining)"
 		}
 		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	BarrierRounds int
 	// Timeout bounds the whole run (default 5m).
 	Timeout time.Duration
+	// NoBulk keeps every message between daemons on QUIC: the bulk lane
+	// (daemon.Config.BulkThreshold) is off.
+	NoBulk bool
 	// Metrics makes the daemons of a run between tasks keep their metrics
 	// (package daemon/metrics), as `dpvm daemon --metrics-listen` does; the
 	// run then scrapes them once, at its end (Result.MetricsMessages).
@@ -198,6 +201,10 @@ type SizeResult struct {
 	MBps float64 `json:"mbps"`
 	// Reps is the number of timed round trips.
 	Reps int `json:"reps"`
+	// CPUSPerGB is the CPU time (user and system, of the whole process:
+	// both ends) spent during the timed round trips, in seconds per 10^9
+	// bytes carried (a round trip carries the size both ways).
+	CPUSPerGB float64 `json:"cpu_s_per_gb,omitempty"`
 }
 
 // Result is what one run measured. Its JSON form is what `dpvm bench
@@ -275,11 +282,16 @@ func Measure(ctx context.Context, p Pair, mode string, o Options) (*Result, erro
 		if err := warmUp(ctx, p, size, reps, o.warmFor(reps), o.WarmTime); err != nil {
 			return nil, err
 		}
+		cpu0 := processCPU()
 		rtts, err := p.RoundTrips(ctx, size, reps, o.MaxTime)
 		if err != nil {
 			return nil, fmt.Errorf("round trips of %s: %w", FormatSize(size), err)
 		}
-		res.Results = append(res.Results, sizeResult(size, Median(rtts)/2, len(rtts)))
+		row := sizeResult(size, Median(rtts)/2, len(rtts))
+		if cpu := processCPU() - cpu0; cpu > 0 && len(rtts) > 0 {
+			row.CPUSPerGB = cpu.Seconds() / (float64(2*size*len(rtts)) / 1e9)
+		}
+		res.Results = append(res.Results, row)
 	}
 	st, err := p.Stream(ctx, o.RateMsgs, o.RateWindow, o.RateTime)
 	if err != nil {
@@ -325,17 +337,18 @@ func MedianResult(rounds []*Result) (*Result, error) {
 	first := rounds[0]
 	out := &Result{Mode: first.Mode, Rounds: len(rounds)}
 	for i, sr := range first.Results {
-		var ows []float64
+		var ows, cpus []float64
 		reps := 0
 		for _, r := range rounds {
 			if r.Mode != first.Mode || len(r.Results) != len(first.Results) || r.Results[i].Size != sr.Size {
 				return nil, fmt.Errorf("%w: rounds measured different things", ErrOptions)
 			}
 			ows = append(ows, r.Results[i].OnewayUS)
+			cpus = append(cpus, r.Results[i].CPUSPerGB)
 			reps += r.Results[i].Reps
 		}
 		ow := Median(ows)
-		row := SizeResult{Size: sr.Size, OnewayUS: ow, Reps: reps}
+		row := SizeResult{Size: sr.Size, OnewayUS: ow, Reps: reps, CPUSPerGB: Median(cpus)}
 		if ow > 0 {
 			row.MBps = float64(sr.Size) / ow
 		}

@@ -49,9 +49,9 @@ func WriteText(w io.Writer, r *Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s%s\n", r.Mode, Describe(r.Mode), rounds(r.Rounds))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "size\tone-way\tbandwidth\ttimed round trips\t")
+	fmt.Fprintln(tw, "size\tone-way\tbandwidth\tCPU per GB\ttimed round trips\t")
 	for _, s := range r.Results {
-		fmt.Fprintf(tw, "%s\t%.2f µs\t%s\t%d\t\n", FormatSize(s.Size), s.OnewayUS, formatBW(s.MBps), s.Reps)
+		fmt.Fprintf(tw, "%s\t%.2f µs\t%s\t%.2f s\t%d\t\n", FormatSize(s.Size), s.OnewayUS, formatBW(s.MBps), s.CPUSPerGB, s.Reps)
 	}
 	tw.Flush()
 	what := "one-way 8 B stream"

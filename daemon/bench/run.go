@@ -24,6 +24,9 @@ func Pingpong(ctx context.Context, mode string, o Options) (*Result, error) {
 	if o.Metrics {
 		cfg.Metrics = metrics.New(metrics.Options{})
 	}
+	if o.NoBulk {
+		cfg.BulkThreshold = -1
+	}
 	p, err := startPair(ctx, mode, cfg)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,10 @@ type Host struct {
 	Tasks        int
 	Users        int
 	MemFreeBytes float64
+	// Suspected: the master's failure detector suspects the host;
+	// SilentSeconds is how long it has been silent then.
+	Suspected     bool
+	SilentSeconds float64
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -83,6 +87,8 @@ var (
 	descVMTasks    = desc("vm_host_tasks", "Master: each host's tasks as it last reported them.", "host")
 	descVMUsers    = desc("vm_host_users", "Master: each host's interactive users as it last reported them.", "host")
 	descVMMem      = desc("vm_host_memory_free_bytes", "Master: each host's free memory as it last reported it (absent when unknown).", "host")
+	descVMSuspect  = desc("vm_host_suspected", "Master: 1 while the failure detector suspects the host (silent past its suspicion timeout, not yet deleted), else 0.", "host")
+	descVMSilent   = desc("vm_host_silent_seconds", "Master: how long a suspected host has been silent (absent when not suspected).", "host")
 )
 
 // stateCollector exports the peers' atomic counters and the daemon's
@@ -93,7 +99,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMsgsSent, descMsgsRecv, descByteSent, descByteRecv,
 		descTasks, descMbMsgs, descMbBytes, descMbMax, descLoad, descExternal, descUsers, descMemFree,
 		descRTT, descMinRTT, descQBytesSent, descQBytesRecv, descQPktSent, descQPktRecv, descQPktLost, descQCwnd,
-		descVMLoad, descVMTasks, descVMUsers, descVMMem} {
+		descVMLoad, descVMTasks, descVMUsers, descVMMem, descVMSuspect, descVMSilent} {
 		ch <- d
 	}
 }
@@ -144,6 +150,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, h := range s.Hosts {
 		gauge(descVMLoad, h.Load, h.Name)
+		suspected := 0.0
+		if h.Suspected {
+			suspected = 1
+			gauge(descVMSilent, h.SilentSeconds, h.Name)
+		}
+		gauge(descVMSuspect, suspected, h.Name)
 		gauge(descVMTasks, float64(h.Tasks), h.Name)
 		gauge(descVMUsers, float64(h.Users), h.Name)
 		if h.MemFreeBytes >= 0 {

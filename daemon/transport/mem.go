@@ -41,6 +41,7 @@ type Unit struct {
 	Index    int    // the unit's number within this direction of the stream
 	Data     []byte // the unit's bytes; read only
 	Held     bool   // an earlier unit of this direction is being held back
+	Bulk     bool   // the stream is on the bulk lane (OpenBulk)
 }
 
 // Decision is the fate of a unit. The zero Decision delivers it at once,
@@ -63,7 +64,15 @@ type Decision struct {
 	// Cut breaks the connection before the unit: both ends see it end,
 	// and whatever was not yet delivered is lost.
 	Cut bool
+	// Reset breaks the unit's stream alone, before the unit, as a reset
+	// TCP connection under a bulk lane would: reads and writes on both
+	// ends fail with ErrStreamReset; the connection lives on.
+	Reset bool
 }
+
+// ErrStreamReset is returned by reads and writes on a stream a Shaper
+// reset.
+var ErrStreamReset = errors.New("stream reset")
 
 // Shaper decides the fate of every unit carried by a Mem network. It is
 // called from many goroutines at once.
@@ -72,6 +81,8 @@ type Shaper interface {
 }
 
 // ErrConnLost is returned by reads and writes on a connection that ended.
+// The in-memory network offers a bulk lane (BulkConn) on every
+// connection: streams like the others, accepted apart.
 var ErrConnLost = errors.New("connection lost")
 
 // NewMem makes an in-memory network. shaper may be nil (no faults); frame,
@@ -275,6 +286,7 @@ type memConn struct {
 	peer   pki.Peer
 	remote string
 	accept chan *memStream
+	bulk   chan *memStream // streams opened with OpenBulk
 	done   chan struct{}
 	once   sync.Once
 
@@ -284,7 +296,7 @@ type memConn struct {
 
 func newMemConn(lk *link, ep *memEndpoint, peer pki.Peer, remote string) *memConn {
 	return &memConn{link: lk, ep: ep, peer: peer, remote: remote,
-		accept: make(chan *memStream, 1<<12), done: make(chan struct{})}
+		accept: make(chan *memStream, 1<<12), bulk: make(chan *memStream, 1<<6), done: make(chan struct{})}
 }
 
 func (c *memConn) other() *memConn {
@@ -311,6 +323,30 @@ func (c *memConn) shut() {
 }
 
 func (c *memConn) OpenStream(ctx context.Context) (Stream, error) {
+	return c.open(ctx, false)
+}
+
+// OpenBulk opens a stream on the bulk lane: the peer accepts it with
+// AcceptBulk.
+func (c *memConn) OpenBulk(ctx context.Context) (Stream, error) {
+	return c.open(ctx, true)
+}
+
+// AcceptBulk waits for the peer to open a bulk stream.
+func (c *memConn) AcceptBulk(ctx context.Context) (Stream, error) {
+	select {
+	case s := <-c.bulk:
+		return s, nil
+	case <-c.done:
+		return nil, ErrConnLost
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+var _ BulkConn = (*memConn)(nil)
+
+func (c *memConn) open(ctx context.Context, bulk bool) (Stream, error) {
 	lk := c.link
 	lk.mu.Lock()
 	if lk.ended || lk.silent == c {
@@ -327,6 +363,17 @@ func (c *memConn) OpenStream(ctx context.Context) (Stream, error) {
 	theirs := &memStream{conn: o, in: ab}
 	mine.out = newSender(c, o, n, ab)
 	theirs.out = newSender(o, c, n, ba)
+	mine.out.bulk, theirs.out.bulk = bulk, bulk
+	reset := func() {
+		for _, s := range [2]*memStream{mine, theirs} {
+			s.in.fail(ErrStreamReset)
+			s.out.mu.Lock()
+			s.out.wasReset = true
+			s.out.mu.Unlock()
+			s.out.stop()
+		}
+	}
+	mine.out.reset, theirs.out.reset = reset, reset
 	if !c.addStream(mine) {
 		return nil, ErrConnLost
 	}
@@ -336,8 +383,12 @@ func (c *memConn) OpenStream(ctx context.Context) (Stream, error) {
 	if !o.addStream(theirs) {
 		return nil, ErrConnLost
 	}
+	accept := o.accept
+	if bulk {
+		accept = o.bulk
+	}
 	select {
-	case o.accept <- theirs:
+	case accept <- theirs:
 		return mine, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -452,6 +503,9 @@ type sender struct {
 	from, to *memConn
 	stream   int
 	dst      *pipe
+	bulk     bool   // a bulk lane stream
+	reset    func() // breaks the stream, both ways
+	wasReset bool   // stopped by a reset (not the connection's end)
 
 	mu      sync.Mutex
 	pending []byte // bytes not yet making a whole frame
@@ -490,6 +544,9 @@ func (s *sender) write(p []byte) (int, error) {
 		return 0, errors.New("write on closed stream")
 	}
 	if s.stopped {
+		if s.wasReset {
+			return 0, ErrStreamReset
+		}
 		return 0, ErrConnLost
 	}
 	s.pending = append(s.pending, p...)
@@ -507,6 +564,9 @@ func (s *sender) write(p []byte) (int, error) {
 			s.pending = nil
 		}
 		if !s.unit(unit) {
+			if s.wasReset {
+				return 0, ErrStreamReset
+			}
 			return 0, ErrConnLost
 		}
 	}
@@ -518,7 +578,7 @@ func (s *sender) unit(b []byte) bool {
 	d := Decision{}
 	if sh := s.from.link.net.shaper; sh != nil {
 		d = sh.Shape(Unit{From: s.from.ep.addr, To: s.to.ep.addr, Conn: s.from.link.n,
-			Stream: s.stream, Index: s.index, Data: b, Held: s.held != nil})
+			Stream: s.stream, Index: s.index, Data: b, Held: s.held != nil, Bulk: s.bulk})
 	}
 	s.index++
 	if d.Raw {
@@ -527,6 +587,12 @@ func (s *sender) unit(b []byte) bool {
 	if d.Cut {
 		s.mu.Unlock()
 		s.from.link.end(nil)
+		s.mu.Lock()
+		return false
+	}
+	if d.Reset {
+		s.mu.Unlock()
+		s.reset()
 		s.mu.Lock()
 		return false
 	}

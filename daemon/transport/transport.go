@@ -1,6 +1,9 @@
 // Package transport carries bytes between dpvm daemons and clients. Every
 // connection is QUIC with mutual TLS under the cluster CA (package pki):
 // one connection per pair of endpoints, multiplexing long-lived streams.
+// Beside it, connections offer a bulk lane for large payloads (BulkConn:
+// TLS 1.3 on TCP, negotiated over the QUIC connection and authenticated
+// with the same certificates).
 //
 // The daemon sees connections through the small Conn and Stream
 // interfaces defined here, so the protocol code does not depend on
@@ -9,6 +12,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +98,9 @@ type Config struct {
 	// StreamWindow and ConnWindow are the largest flow-control windows
 	// (defaults 16 MiB and 32 MiB).
 	StreamWindow, ConnWindow uint64
+	// NoBulk turns the bulk lane off (BulkConn): a listening endpoint
+	// then opens no TCP listener and offers none to its peers.
+	NoBulk bool
 	// MaxConns bounds the connections a listening endpoint holds at once,
 	// those still in their handshake included (default DefaultMaxConns):
 	// one more is refused before its handshake.
@@ -136,7 +143,7 @@ func (c Config) quic() *quic.Config {
 		InitialConnectionReceiveWindow: c.ConnWindow,
 		MaxConnectionReceiveWindow:     c.ConnWindow,
 		MaxIncomingStreams:             1 << 12,
-		MaxIncomingUniStreams:          -1,
+		MaxIncomingUniStreams:          1, // the peer's bulk lane offer
 		KeepAlivePeriod:                c.IdleTimeout / 3,
 	}
 }
@@ -144,12 +151,14 @@ func (c Config) quic() *quic.Config {
 // QUIC is one endpoint's QUIC transport: a single UDP socket that listens
 // (if asked to) and dials.
 type QUIC struct {
-	udp  *net.UDPConn
-	tr   *quic.Transport
-	ln   *quic.Listener
-	id   *pki.Credential
-	conf *quic.Config
-	cnt  connCounter
+	udp    *net.UDPConn
+	tr     *quic.Transport
+	ln     *quic.Listener
+	id     *pki.Credential
+	conf   *quic.Config
+	client *tls.Config
+	bulk   *bulkListener // nil: no bulk lane offered
+	cnt    connCounter
 }
 
 // connCounter counts a listener's connections: all it holds, and those
@@ -238,6 +247,13 @@ func Listen(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 		q.Close()
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	if !cfg.NoBulk {
+		// A lane that cannot be opened is not fatal: connections then
+		// carry everything over QUIC.
+		if b, err := listenBulk(q.udp.LocalAddr().(*net.UDPAddr), id, q.conf.HandshakeIdleTimeout, cfg.Refused); err == nil {
+			q.bulk = b
+		}
+	}
 	return q, nil
 }
 
@@ -291,7 +307,11 @@ func open(addr string, id *pki.Credential, cfg Config) (*QUIC, error) {
 		key := quic.StatelessResetKey(k)
 		tr.StatelessResetKey = &key
 	}
-	return &QUIC{udp: udp, tr: tr, id: id, conf: cfg.quic()}, nil
+	q := &QUIC{udp: udp, tr: tr, id: id, conf: cfg.quic()}
+	if id != nil {
+		q.client = id.ClientConfig()
+	}
+	return q, nil
 }
 
 // Addr is the local UDP address.
@@ -314,7 +334,7 @@ func (q *QUIC) Accept(ctx context.Context) (Conn, error) {
 			return nil, err
 		}
 		q.cnt.accepted(c.Context())
-		qc, err := wrap(c)
+		qc, err := q.wrap(c)
 		if err != nil {
 			_ = c.CloseWithError(1, err.Error())
 			continue
@@ -329,11 +349,11 @@ func (q *QUIC) Dial(ctx context.Context, addr string) (Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c, err := q.tr.Dial(ctx, ua, q.id.ClientConfig(), q.conf)
+	c, err := q.tr.Dial(ctx, ua, q.client, q.conf)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	qc, err := wrap(c)
+	qc, err := q.wrap(c)
 	if err != nil {
 		_ = c.CloseWithError(1, err.Error())
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -346,22 +366,29 @@ func (q *QUIC) Close() error {
 	if q.ln != nil {
 		_ = q.ln.Close()
 	}
+	if q.bulk != nil {
+		q.bulk.close()
+	}
 	err := q.tr.Close()
 	_ = q.udp.Close()
 	return err
 }
 
 type quicConn struct {
-	c    *quic.Conn
-	peer pki.Peer
+	c      *quic.Conn
+	peer   pki.Peer
+	client *tls.Config
+	bulk   *bulkSide
 }
 
-func wrap(c *quic.Conn) (*quicConn, error) {
+func (q *QUIC) wrap(c *quic.Conn) (*quicConn, error) {
 	p, err := pki.PeerOf(c.ConnectionState().TLS)
 	if err != nil {
 		return nil, err
 	}
-	return &quicConn{c: c, peer: p}, nil
+	qc := &quicConn{c: c, peer: p, client: q.client}
+	q.startBulk(qc)
+	return qc, nil
 }
 
 func (c *quicConn) OpenStream(ctx context.Context) (Stream, error) {
@@ -408,4 +435,15 @@ func (c *quicConn) Stats() Stats {
 func (q *QUIC) Abort() {
 	_ = q.udp.Close()
 	_ = q.tr.Close()
+	if q.bulk != nil {
+		q.bulk.close()
+	}
+}
+
+// Overloaded reports whether err is a peer turning a new connection away
+// because it cannot take it now (QUIC's CONNECTION_REFUSED: its queue of
+// connections to accept is full): worth trying again later.
+func Overloaded(err error) bool {
+	var te *quic.TransportError
+	return errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused
 }

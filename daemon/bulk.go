@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
+)
+
+// maxStreamHeader bounds the opening frame of a checkpoint stream.
+const maxStreamHeader = 1 << 10
+
+// bulkRetry is how long a peer's bulk lane stays unused after it failed
+// to open or broke: its messages go over the QUIC connection meanwhile.
+const bulkRetry = time.Second
+
+// bulkLane carries a peer's large messages (Config.BulkThreshold and up)
+// on the transport's bulk lane (transport.BulkConn), one frame per
+// message, written by the lane's own goroutine, which owns the stream.
+// Per-pair order and exactly-once delivery do not depend on the lane: the
+// receiving daemon delivers by sequence number whichever lane a message
+// came by, and a message lost with a broken lane is still in the outbox,
+// sent again over QUIC at once.
+type bulkLane struct {
+	p  *peer
+	bc transport.BulkConn
+
+	mu      sync.Mutex
+	q       []routing.Envelope // waiting for the writer
+	running bool               // the writer goroutine runs
+	downAt  time.Time          // when the lane last failed (zero: never)
+
+	// st is the lane's stream, used by the writer goroutine alone (there
+	// is one at a time: running); the transport closes it with the
+	// connection.
+	st  transport.Stream
+	hdr []byte
+}
+
+// newBulkLane returns the peer's lane, or nil when its connection offers
+// none.
+func newBulkLane(p *peer) *bulkLane {
+	bc, ok := p.conn.(transport.BulkConn)
+	if !ok || p.d.cfg.BulkThreshold < 0 {
+		return nil
+	}
+	return &bulkLane{p: p, bc: bc}
+}
+
+// take queues e for the lane and reports true, or reports false when the
+// lane is down (the caller sends e over QUIC).
+func (b *bulkLane) take(e *routing.Envelope) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.downAt.IsZero() && time.Since(b.downAt) < bulkRetry {
+		return false
+	}
+	b.q = append(b.q, *e)
+	if !b.running {
+		b.running = true
+		b.p.d.goFunc(b.write)
+	}
+	return true
+}
+
+// write sends the queued messages on the lane's stream, opening it when
+// needed, until the queue is empty. On failure the stream is dropped and
+// the messages not known to be written go over QUIC.
+func (b *bulkLane) write() {
+	for {
+		b.mu.Lock()
+		if len(b.q) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		e := b.q[0]
+		b.q[0] = routing.Envelope{}
+		b.q = b.q[1:]
+		b.mu.Unlock()
+		if b.st == nil {
+			st, err := b.open()
+			if err != nil {
+				b.fail(err, &e)
+				return
+			}
+			b.st = st
+		}
+		b.hdr = routing.AppendEnvelopeFrameHeader(b.hdr[:0], &e)
+		_, err := b.st.Write(b.hdr)
+		if err == nil {
+			_, err = b.st.Write(e.Body.Data)
+		}
+		if err != nil {
+			_ = b.st.Close()
+			b.st = nil
+			b.fail(err, &e)
+			return
+		}
+		b.p.ctr.Sent(1, len(e.Body.Data))
+	}
+}
+
+// open opens a stream on the lane, bounded by the handshake timeout.
+func (b *bulkLane) open() (transport.Stream, error) {
+	d := b.p.d
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.BulkOpenTimeout)
+	defer cancel()
+	return b.bc.OpenBulk(ctx)
+}
+
+// fail marks the lane down and hands e and everything queued after it to
+// the QUIC connection.
+func (b *bulkLane) fail(err error, e *routing.Envelope) {
+	b.mu.Lock()
+	b.downAt = time.Now()
+	rest := b.q
+	b.q = nil
+	b.running = false
+	b.mu.Unlock()
+	if !errors.Is(err, transport.ErrNoBulk) {
+		b.p.d.log.Info("bulk lane down: its messages go over QUIC", "peer", b.p.name(), "error", err)
+	}
+	b.p.envelope(e, false)
+	for i := range rest {
+		b.p.envelope(&rest[i], false)
+	}
+}
+
+// sendEnvelope sends a task's message to the peer: on the bulk lane when it
+// is large and the lane is up, else batched on the QUIC stream (see
+// envelope).
+func (p *peer) sendEnvelope(e *routing.Envelope) {
+	if p.bulk != nil && len(e.Body.Data) >= p.d.cfg.BulkThreshold && p.bulk.take(e) {
+		return
+	}
+	p.envelope(e, true)
+}
+
+// acceptBulk serves the bulk streams a peer opens: frames of messages
+// only, read by a goroutine each.
+func (d *Daemon) acceptBulk(p *peer) {
+	bc, ok := p.conn.(transport.BulkConn)
+	if !ok {
+		return
+	}
+	for {
+		st, err := bc.AcceptBulk(d.ctx)
+		if err != nil {
+			return
+		}
+		d.goFunc(func() { d.readBulk(p, st) })
+	}
+}
+
+// readBulk reads message frames from a bulk stream until it ends, or a
+// direct checkpoint when the stream opens with a KindStream frame. Any
+// other frame, or a malformed one, closes the stream (the connection lives
+// on: what was lost is sent again).
+func (d *Daemon) readBulk(p *peer, st transport.Stream) {
+	defer st.Close()
+	stop := context.AfterFunc(d.ctx, func() { _ = st.Close() })
+	defer stop()
+	for first := true; ; first = false {
+		// Each frame in a buffer of its own, which its message keeps: a
+		// large message is copied once, from the connection.
+		f, err := routing.ReadFrameOwned(st, d.cfg.MaxFrame)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				d.log.Debug("bulk stream ended", "peer", p.name(), "error", err)
+			}
+			return
+		}
+		if first && f.Kind == routing.KindStream && len(f.Body) <= maxStreamHeader {
+			d.takeCheckpoint(p, st, f)
+			return
+		}
+		if f.Kind != routing.KindMsgs {
+			d.log.Warn("closing a bulk stream", "peer", p.name(), "frame", f.Kind)
+			return
+		}
+		p.lastHeard.Store(time.Now().UnixNano())
+		if err := d.receiveMsgs(p, f.Body, true); err != nil {
+			d.log.Warn("closing a bulk stream", "peer", p.name(), "error", err)
+			return
+		}
+	}
+}

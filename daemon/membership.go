@@ -1,0 +1,526 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing/member"
+	"github.com/dpvm/dpvm/task"
+)
+
+// Membership (daemon/README.md, "Membership and partitions"). The master
+// drives routing/member's pure machines: a failure detector fed, every
+// heartbeat, with when each host was last heard from, whose verdicts it
+// carries out (a suspicion is shown, a confirmed death deletes the host),
+// and a token bucket that paces registrations. A host cut off from a live
+// master registers again with it when the network heals: if the master
+// still counts it as a member, nothing changes; if the master deleted it,
+// the host first stops every task it reports (all of them were given up at
+// the deletion: lost, or rolled back elsewhere with their jobs) and only
+// then is announced to the other hosts again, under its old host ID.
+
+// ErrBusy: the master is admitting other hosts and asks this one to retry
+// after a while (errors.As to *BusyError for how long).
+var ErrBusy = errors.New("the master is busy admitting other hosts")
+
+// BusyError is the master's answer to a registration over its admission
+// rate: retry after RetryAfter.
+type BusyError struct{ RetryAfter time.Duration }
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v; retry after %v", ErrBusy, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// membership is the master's view of its hosts' liveness, under
+// network.mu.
+type membership struct {
+	det    *member.Detector
+	bucket *member.Bucket
+	// deleted are the hosts the detector deleted, by ID, with their
+	// names: they may register again (an operator's deletion is final).
+	deleted map[task.HostID]string
+	// pending are hosts registered again after their deletion, announced
+	// to the others once they have stopped their lost tasks.
+	pending map[task.HostID]bool
+	health  int // the local health last logged
+}
+
+// maxDeleted bounds how many deleted hosts the master remembers for their
+// return.
+const maxDeleted = 4096
+
+// reasonSilent starts the reason of a deletion by the failure detector.
+const reasonSilent = "no heartbeat for"
+
+// livenessRejoining is the liveness of a host registered again after its
+// deletion, not yet announced (HostInfo.Liveness).
+const livenessRejoining = "rejoining"
+
+// placeableLiveness says whether a rollback may restore tasks on a host of
+// this liveness: "" (a daemon that is not the master) or alive.
+func placeableLiveness(l string) bool { return l == "" || l == member.Alive.String() }
+
+// Detection is how the master detects failed hosts: the configured bounds
+// and where they stand now.
+type Detection struct {
+	Heartbeat    time.Duration `msgpack:"hb" json:"heartbeat_ns"`
+	SuspectAfter time.Duration `msgpack:"sa" json:"suspect_after_ns"`
+	DeadAfter    time.Duration `msgpack:"da" json:"dead_after_ns"`
+	// Health is the master's local health (0: it keeps up); DeadNow the
+	// silence that confirms a suspected host dead now, DeadAfter widened
+	// by it; MaxDead the most it can widen to.
+	Health    int           `msgpack:"h" json:"health"`
+	MaxHealth int           `msgpack:"mh" json:"max_health"`
+	DeadNow   time.Duration `msgpack:"dn" json:"dead_now_ns"`
+	MaxDead   time.Duration `msgpack:"md" json:"max_dead_ns"`
+	// Suspected is how many hosts are suspected now.
+	Suspected int `msgpack:"s" json:"suspected"`
+}
+
+// String says it in one line, for conf and the log.
+func (x Detection) String() string {
+	s := fmt.Sprintf("a silent host is suspected after %v (or its own pace), confirmed dead after %v", x.SuspectAfter, x.DeadNow)
+	if x.Health > 0 {
+		s += fmt.Sprintf(" (widened from %v: the master is overloaded, health %d of %d)", x.DeadAfter, x.Health, x.MaxHealth)
+	} else {
+		s += fmt.Sprintf(" (up to %v while the master is overloaded)", x.MaxDead)
+	}
+	if x.Suspected > 0 {
+		s += fmt.Sprintf("; %d suspected now", x.Suspected)
+	}
+	return s
+}
+
+// startMembership sets up the master's detector and admission.
+func (d *Daemon) startMembership() error {
+	c := d.cfg
+	det, err := member.NewDetector(member.Config{Heartbeat: c.Heartbeat, SuspectAfter: c.SuspectAfter, DeadAfter: c.DeadAfter, MaxHealth: c.MaxHealth})
+	if err != nil {
+		return err
+	}
+	rate := c.JoinRate
+	if rate < 0 {
+		rate = 0
+	}
+	d.nw.mem = &membership{det: det, bucket: member.NewBucket(rate, c.JoinBurst), deleted: map[task.HostID]string{}, pending: map[task.HostID]bool{}}
+	x := d.Detection()
+	d.log.Info("failure detection", "suspect_after", x.SuspectAfter, "dead_after", x.DeadAfter, "max_dead_after", x.MaxDead,
+		"join_rate", c.JoinRate, "join_burst", c.JoinBurst)
+	return nil
+}
+
+// Detection reports the master's failure detection; a daemon that is not
+// the master reports its own DeadAfter alone (how long it waits for its
+// master).
+func (d *Daemon) Detection() Detection {
+	x := Detection{Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
+	if d.nw == nil || d.nw.mem == nil {
+		return x
+	}
+	n := d.nw
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	det := n.mem.det
+	c := det.Config()
+	x.SuspectAfter, x.Health, x.MaxHealth = c.SuspectAfter, det.Health(), c.MaxHealth
+	x.DeadNow = det.DeadTimeout()
+	x.MaxDead = c.DeadAfter * time.Duration(1+c.MaxHealth)
+	for id := range n.hosts {
+		if det.State(id) == member.Suspected {
+			x.Suspected++
+		}
+	}
+	return x
+}
+
+// admissionWait takes a registration token at the master for h: 0 if
+// admitted now, otherwise how long the host is to wait. A member told to
+// wait has been heard from: it is not deleted for the silence the master
+// asked of it.
+func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
+	n := d.nw
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mem == nil {
+		return 0
+	}
+	wait := n.mem.bucket.Take(now)
+	if wait > 0 {
+		// Registrations beyond the rate: the master is under a storm,
+		// and its hosts' words may reach it late.
+		n.mem.det.Strain()
+	}
+	if cur := n.hosts[h.Host]; wait > 0 && h.Rejoin && cur != nil && cur.Name == h.Name && h.Host != MasterID {
+		n.mem.det.Heard(h.Host, now)
+	}
+	return wait
+}
+
+// watchHost starts watching a host just registered (n.mu held).
+func (n *network) watchHost(id task.HostID, now time.Time) {
+	if n.mem != nil {
+		n.mem.det.Add(id, now)
+		delete(n.mem.deleted, id)
+	}
+}
+
+// forgetHost stops watching a deleted host; one the detector deleted is
+// remembered, so that it may come back (n.mu held).
+func (n *network) forgetHost(hi *HostInfo, why string) {
+	if n.mem == nil || hi == nil {
+		return
+	}
+	n.mem.det.Remove(hi.ID)
+	pending := n.mem.pending[hi.ID]
+	delete(n.mem.pending, hi.ID)
+	if pending || strings.HasPrefix(why, reasonSilent) {
+		if len(n.mem.deleted) >= maxDeleted {
+			for id := range n.mem.deleted {
+				delete(n.mem.deleted, id)
+				break
+			}
+		}
+		n.mem.deleted[hi.ID] = hi.Name
+	}
+}
+
+// liveness fills in the hosts' liveness as the master sees it (n.mu held).
+func (n *network) liveness(hs []HostInfo, now time.Time) {
+	if n.mem == nil {
+		return
+	}
+	for i := range hs {
+		if hs[i].ID == MasterID {
+			hs[i].Liveness = member.Alive.String()
+			continue
+		}
+		st := n.mem.det.State(hs[i].ID)
+		hs[i].Liveness = st.String()
+		if n.mem.pending[hs[i].ID] {
+			hs[i].Liveness = livenessRejoining
+		}
+		if st == member.Suspected {
+			hs[i].SilentMS = n.mem.det.Silent(hs[i].ID, now).Milliseconds()
+		}
+	}
+}
+
+// checkHosts feeds the detector what was heard from each host since the
+// last heartbeat and carries out its verdicts (master).
+func (d *Daemon) checkHosts(now time.Time) {
+	n := d.nw
+	n.mu.Lock()
+	if n.mem == nil {
+		n.mu.Unlock()
+		return
+	}
+	det := n.mem.det
+	for id, p := range n.peers {
+		if id != MasterID {
+			det.Heard(id, time.Unix(0, p.lastHeard.Load()))
+		}
+	}
+	changes := det.Tick(now)
+	dead := det.DeadTimeout()
+	health, was := det.Health(), n.mem.health
+	n.mem.health = health
+	names := map[task.HostID]string{}
+	for _, c := range changes {
+		if hi := n.hosts[c.Host]; hi != nil {
+			names[c.Host] = hi.Name
+		}
+	}
+	n.mu.Unlock()
+	if health != was {
+		lvl := "failure detection widened: the master is overloaded, or many hosts fell silent at once"
+		if health < was {
+			lvl = "failure detection narrowing again"
+		}
+		d.log.Warn(lvl, "health", health, "dead_after", dead)
+	}
+	for _, c := range changes {
+		silent := c.Silent.Round(time.Millisecond)
+		switch c.To {
+		case member.Suspected:
+			d.log.Warn("host suspected", "peer", c.Host, "peer_name", names[c.Host], "silent", silent, "dead_after", dead)
+		case member.Alive:
+			d.log.Info("host no longer suspected", "peer", c.Host, "peer_name", names[c.Host], "silent", silent)
+		case member.Dead:
+			d.removeHost(c.Host, fmt.Sprintf("%s %v (suspected, then confirmed dead)", reasonSilent, silent))
+		}
+	}
+}
+
+// readmit takes back, at a live master, a host that registers again after
+// it lost its master: if the master still counts it as a member, with
+// everything it had (its old connection is dropped for the new one); if
+// the detector deleted it, under its old host ID but with none of its
+// tasks: lost lists every task it reports, which it must stop before it is
+// announced to the others (announce false). ok is false when the master
+// knows nothing of the host (a recovering master then rebuilds it from its
+// report).
+func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TID, announce, ok bool, err error) {
+	n := d.nw
+	n.mu.Lock()
+	if n.mem == nil {
+		n.mu.Unlock()
+		return HostInfo{}, nil, false, false, nil
+	}
+	if cur := n.hosts[h.Host]; cur != nil {
+		if cur.Name != h.Name {
+			n.mu.Unlock()
+			return HostInfo{}, nil, false, true, fmt.Errorf("host %v is %s, not %s", h.Host, cur.Name, h.Name)
+		}
+		old := n.peers[h.Host]
+		delete(n.peers, h.Host)
+		cur.Addr = reachableAddr(h, remote)
+		info = *cur
+		n.mem.det.Add(h.Host, time.Now())
+		n.mu.Unlock()
+		if old != nil {
+			old.close(errors.New("the host registered again"))
+		}
+		d.log.Warn("host registered again; it was still a member: nothing lost", "peer", info.ID, "peer_name", info.Name)
+		return info, nil, true, true, nil
+	}
+	name, deleted := n.mem.deleted[h.Host]
+	if !deleted {
+		n.mu.Unlock()
+		return HostInfo{}, nil, false, false, nil
+	}
+	if name != h.Name {
+		n.mu.Unlock()
+		return HostInfo{}, nil, false, true, fmt.Errorf("host %v was %s, not %s", h.Host, name, h.Name)
+	}
+	info = h.Info
+	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
+	info.Tasks, info.Load = 0, info.External
+	n.hosts[info.ID] = &info
+	n.joined[info.ID] = time.Now()
+	n.watchHost(info.ID, time.Now())
+	n.mem.pending[info.ID] = true
+	n.mu.Unlock()
+	if rep := h.Report; rep != nil {
+		for _, t := range rep.Tasks {
+			lost = append(lost, t.TID)
+		}
+		for _, m := range rep.Leaving {
+			lost = append(lost, m.TID)
+		}
+		lost = append(lost, rep.Arriving...)
+	}
+	slices.Sort(lost)
+	lost = slices.Compact(lost)
+	d.log.Warn("host registered again after its deletion: it stops the tasks it had, then rejoins empty", "peer", info.ID, "peer_name", info.Name, "tasks", len(lost))
+	return info, lost, false, true, nil
+}
+
+// rejoined announces a host registered again after its deletion, now that
+// it has stopped its lost tasks (master).
+func (d *Daemon) rejoined(id task.HostID) error {
+	n := d.nw
+	n.mu.Lock()
+	var info HostInfo
+	pending := n.mem != nil && n.mem.pending[id]
+	if pending {
+		delete(n.mem.pending, id)
+		if hi := n.hosts[id]; hi != nil {
+			info = *hi
+		}
+	}
+	n.mu.Unlock()
+	if !pending || info.ID == 0 {
+		return fmt.Errorf("%s event from %v, which is not registering again", evRejoined, id)
+	}
+	d.broadcast(&event{Kind: evHostAdd, Host: &info}, id)
+	d.hostNotice(task.HostAdd, info)
+	d.schedDirty()
+	d.log.Warn("host rejoined the virtual machine", "peer", id, "peer_name", info.Name)
+	return nil
+}
+
+// dropLost stops, on a host registering again after the master deleted
+// it, the tasks the master gave up (lost): quietly (their exits were
+// told when they were lost), and with what they sent and were sent, so
+// that nothing of theirs reaches a task restarted elsewhere. The host's
+// connection to the master is not running yet: nothing of these tasks has
+// gone out since the master answered.
+func (d *Daemon) dropLost(lost []task.TID) {
+	if len(lost) == 0 {
+		return
+	}
+	var hs []*hosted
+	var resolved []chan struct{}
+	d.mu.Lock()
+	for _, tid := range lost {
+		if h := d.tasks[tid]; h != nil {
+			hs = append(hs, h)
+		}
+		if l := d.moving[tid]; l != nil && !l.over {
+			l.over = true
+			delete(d.moving, tid)
+			resolved = append(resolved, l.resolved)
+		}
+		delete(d.incoming, tid)
+	}
+	d.mu.Unlock()
+	for _, ch := range resolved {
+		close(ch)
+	}
+	for _, h := range hs {
+		h.quiet.Store(true)
+		if p := h.pause.Swap(nil); p != nil {
+			p.release()
+		}
+		_ = d.Kill(h.tid)
+	}
+	t := time.NewTimer(d.cfg.MoveTimeout)
+	defer t.Stop()
+	for _, h := range hs {
+		select {
+		case <-h.whenEnded():
+		case <-t.C:
+		case <-d.ctx.Done():
+		}
+	}
+	d.rmu.Lock()
+	for _, tid := range lost {
+		d.outbox.DropReceiver(tid)
+		d.outbox.DropSender(tid)
+		d.inbox.Forget(tid)
+	}
+	d.rmu.Unlock()
+	d.bmu.Lock()
+	for _, tid := range lost {
+		delete(d.bpending, tid)
+	}
+	d.bmu.Unlock()
+	d.log.Warn("stopped the tasks the master gave up while this host was cut off", "tasks", len(lost))
+}
+
+// forgetAbsent forgets the hosts deleted while this host was cut off from
+// the master: those missing from the master's list (hosts).
+func (d *Daemon) forgetAbsent(hosts []HostInfo) {
+	in := map[task.HostID]bool{d.cfg.HostID: true}
+	for _, h := range hosts {
+		in[h.ID] = true
+	}
+	n := d.nw
+	n.mu.Lock()
+	var gone []task.HostID
+	for id := range n.hosts {
+		if !in[id] {
+			gone = append(gone, id)
+		}
+	}
+	n.mu.Unlock()
+	for _, id := range gone {
+		d.removeHost(id, "deleted while this host was cut off from the master")
+	}
+}
+
+// joinBackoff is how hosts space their tries at a busy master.
+var joinBackoff = member.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}
+
+// retryRand is this daemon's source of jitter for retries: seeded by its
+// name, so that hosts refused together spread out, and a test replays.
+func (d *Daemon) retryRand() *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(d.cfg.Name))
+	h.Write([]byte(d.self.Addr))
+	return rand.New(rand.NewPCG(h.Sum64(), 0x9e3779b97f4a7c15))
+}
+
+// joinRetry runs try until it succeeds, fails for good, or JoinTimeout has
+// passed: a busy master's answer, or no answer within one try's time, is
+// tried again after the hint plus jittered exponential backoff.
+func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.JoinTimeout)
+	defer cancel()
+	rng := d.retryRand()
+	for attempt := 0; ; attempt++ {
+		tctx, tcancel := context.WithTimeout(ctx, per)
+		err := try(tctx)
+		timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		tcancel()
+		if err == nil {
+			return nil
+		}
+		hint, again := retryJoin(err)
+		if !again && !timedOut {
+			return err
+		}
+		wait := joinBackoff.Delay(attempt, hint, rng.Uint64())
+		d.log.Warn("the master cannot take this host yet; trying again", "error", err, "in", wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (gave up after %v)", err, d.cfg.JoinTimeout)
+		}
+	}
+}
+
+// answerBusy tells a host registering over the admission rate to retry
+// after wait, and lets it hang up first: closing the connection at once
+// could overtake the answer (QUIC discards unsent stream data on close),
+// and the host would not know to retry.
+func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
+	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
+	if err := writeHello(st, h); err == nil {
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-conn.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	conn.Close("busy")
+}
+
+// retryJoin says whether a failed registration is tried again, and after
+// what hint: a busy master's answer; a connection the master took and
+// then lost before answering; a dial or handshake that timed out (a
+// master under a storm answers late, or not at all).
+func retryJoin(err error) (hint time.Duration, again bool) {
+	var busy *BusyError
+	var cut *handshakeCut
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrRefused):
+		return 0, false
+	case errors.As(err, &busy):
+		return busy.RetryAfter, true
+	case errors.As(err, &cut), errors.As(err, &ne) && ne.Timeout(), transport.Overloaded(err):
+		return 0, true
+	}
+	return 0, false
+}
+
+// handshakeCut is a handshake whose connection was made and then lost
+// before the answer: the master is there, and a join tries again.
+type handshakeCut struct{ err error }
+
+func (e *handshakeCut) Error() string { return e.err.Error() }
+func (e *handshakeCut) Unwrap() error { return e.err }
+
+// replyBusy turns a refusal that carries RetryAfter into a *BusyError.
+func replyBusy(h *hello) error {
+	if h.RetryAfter > 0 {
+		return &BusyError{RetryAfter: h.RetryAfter}
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -426,5 +427,133 @@ func TestJobRollsBackWhileMessagesFly(t *testing.T) {
 	vm.Daemons[1].crash() // h2 runs workers (placed round robin)
 	if got := sum(root, job); got != want || m.Rollbacks() != 1 {
 		t.Fatalf("rolled back ring sums %s after %d rollbacks, uninterrupted %s", got, m.Rollbacks(), want)
+	}
+}
+
+// TestRollbackKillsATaskCaughtMidMove: a worker's move is held after its
+// checkpoint has reached the destination (suspended at its origin, its
+// arrival staged at the destination) while its job rolls back for a lost
+// host. The rollback aborts the move and drops both copies with the job's
+// tasks, so the checkpointed worker is restored beside nothing: after the
+// rollback it is live on exactly one host, the held move's later steps
+// are refused, and the job ends as it would have.
+func TestRollbackKillsATaskCaughtMidMove(t *testing.T) {
+	shared := t.TempDir()
+	hold, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cfg := Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond}
+	cfg.FaultHook = func(point string) {
+		if point != "migrate:sent" {
+			return
+		}
+		once.Do(func() {
+			close(hold)
+			<-release
+		})
+	}
+	vm := startVM(t, 4, cfg)
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job, root, err := m.StartJob(ctx, &watchRoot{N: 3}, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-watchReady; got != root {
+		t.Fatalf("ready %v, want %v", got, root)
+	}
+	hostOf := map[task.TID]string{}
+	var workers []task.TID
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root {
+			workers = append(workers, ti.TID)
+			hostOf[ti.TID] = ti.Host
+		}
+	}
+	if len(workers) != 3 {
+		t.Fatalf("workers %v", workers)
+	}
+	moved, to, lost := workers[0], hostOf[workers[1]], hostOf[workers[2]]
+	if lost == to || lost == hostOf[moved] || lost == m.Name() || to == hostOf[moved] {
+		t.Fatalf("placement %v does not fit the test", hostOf)
+	}
+	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+		t.Fatal(err)
+	}
+	moveErr := make(chan error, 1)
+	go func() {
+		_, err := m.Migrate(ctx, moved, to, Direct)
+		moveErr <- err
+	}()
+	select {
+	case <-hold:
+	case err := <-moveErr:
+		t.Fatalf("the move ended before its checkpoint was sent: %v", err)
+	}
+	for _, d := range vm.Daemons {
+		if d.Name() == lost {
+			d.crash()
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Rollbacks() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no rollback after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	select {
+	case err := <-moveErr:
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("the held move: %v, want it aborted", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the held move never ended")
+	}
+	live := func() []string {
+		var on []string
+		for _, d := range vm.Daemons {
+			if d.Name() == lost {
+				continue
+			}
+			d.mu.Lock()
+			_, here := d.tasks[moved]
+			_, leaving := d.moving[moved]
+			_, arriving := d.incoming[moved]
+			d.mu.Unlock()
+			if here {
+				on = append(on, d.Name())
+			}
+			if leaving || arriving {
+				on = append(on, d.Name()+" (caught in the move)")
+			}
+		}
+		return on
+	}
+	if on := live(); len(on) != 1 || on[0] != hostOf[moved] {
+		t.Fatalf("%v after the rollback on %v, want on %s alone (where it was checkpointed)", moved, on, hostOf[moved])
+	}
+	js, err := m.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workers {
+		for _, tag := range []int{6, 5} {
+			if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(w, tag, nil) })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	info, err := m.waitJob(ctx, js)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("job after the rollback: %+v %v", info, err)
+	}
+	if on := live(); len(on) != 0 {
+		t.Fatalf("%v still on %v after its job ended", moved, on)
 	}
 }

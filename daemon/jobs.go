@@ -575,6 +575,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		d.checkpointDone(js, w, a)
 	case jobck.ActKill:
 		step.Timeout = d.cfg.MoveTimeout
+		d.dropJobMoves(js.id)
 		errs := d.killEverywhere(a.Hosts, step)
 		evs := make([]jobck.Event, len(a.Hosts))
 		for i, h := range a.Hosts {
@@ -1211,7 +1212,12 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	hs := d.jobTasks(a.Job)
 	for _, h := range hs {
-		h.quiet.Store(true)
+		h.quiet.Store(true) // from now on it does not suspend for a move
+	}
+	// Copies caught in a move go too: a suspended one would otherwise be
+	// resumed, or an arrival restored, beside the job's restored tasks.
+	caught := d.dropJobArrivals(a.Job)
+	for _, h := range hs {
 		if p := h.pause.Swap(nil); p != nil {
 			p.release()
 		}
@@ -1241,6 +1247,11 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 		d.outbox.DropReceiver(h.tid)
 		d.outbox.DropSender(h.tid)
 		d.inbox.Forget(h.tid)
+	}
+	for _, tid := range caught {
+		d.outbox.DropReceiver(tid)
+		d.outbox.DropSender(tid)
+		d.inbox.Forget(tid)
 	}
 	d.rmu.Unlock()
 	for _, id := range d.peerHosts() {

@@ -108,6 +108,7 @@ type leaving struct {
 type arriving struct {
 	typ   string
 	move  move.ID // the move that prepared it (0: a job restart)
+	job   uint64  // the task's job (0: none, or not told)
 	epoch uint64
 	from  task.HostID
 	held  []heldMsg
@@ -140,6 +141,7 @@ type (
 		TID     task.TID      `msgpack:"t"`
 		Move    move.ID       `msgpack:"m,omitempty"`
 		Type    string        `msgpack:"y,omitempty"`
+		Job     uint64        `msgpack:"j,omitempty"` // prepare: the task's job
 		Host    task.HostID   `msgpack:"h,omitempty"` // the other end
 		Epoch   uint64        `msgpack:"e,omitempty"`
 		Via     Via           `msgpack:"v,omitempty"`
@@ -149,6 +151,7 @@ type (
 	}
 	migReply struct {
 		Type  string `msgpack:"y,omitempty"`
+		Job   uint64 `msgpack:"j,omitempty"` // info: the task's job
 		Bytes int64  `msgpack:"b,omitempty"`
 		// Installed (cancel): the destination already runs the task.
 		Installed bool `msgpack:"i,omitempty"`
@@ -189,6 +192,7 @@ var stepMethods = map[move.Step]string{
 type moveRun struct {
 	from, to task.HostID
 	typ      string
+	job      uint64 // the task's job (0: none)
 	via      Via
 	res      MigrateResult
 	start    time.Time
@@ -257,7 +261,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	}
 	mv, _ := d.moves.Moving(tid)
 	res.Epoch, res.Move = mv.Epoch, id.String()
-	run := &moveRun{from: a, to: b, typ: info.Type, via: via, res: res, start: start, ended: make(chan struct{})}
+	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
 	d.runs[id] = run
 	acts := d.moves.Ready()
 	d.migMu.Unlock()
@@ -325,14 +329,15 @@ func (d *Daemon) callStep(a move.Action) {
 	var via Via
 	var typ string
 	var from task.HostID
+	var job uint64
 	if run != nil {
-		via, typ, from = run.via, run.typ, run.from
+		via, typ, from, job = run.via, run.typ, run.from, run.job
 	}
 	d.migMu.Unlock()
 	s := migStep{TID: a.TID, Move: a.Move, Epoch: a.Route.Epoch, Route: a.Route}
 	switch a.Step {
 	case move.StepPrepare:
-		s.Type, s.Host = typ, from
+		s.Type, s.Host, s.Job = typ, from, job
 	case move.StepSuspend:
 		s.Host, s.Timeout = a.Route.Host, d.cfg.MoveTimeout
 	case move.StepSend:
@@ -424,7 +429,7 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 		if h == nil {
 			return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
 		}
-		return migReply{Type: h.typ}, nil
+		return migReply{Type: h.typ, Job: h.job}, nil
 	case mMigPrep:
 		return nil, d.prepareArrival(a)
 	case mMigSusp:
@@ -469,7 +474,7 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	if d.incoming[a.TID] != nil {
 		return fmt.Errorf("%v: %w", a.TID, ErrMoving)
 	}
-	d.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
+	d.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, job: a.Job, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
 	return nil
 }
 
@@ -533,6 +538,14 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		d.rmu.Unlock()
 		req.done <- fmt.Errorf("%v: %w", h.tid, task.ErrNoSuchTask)
 		return task.ErrKilled
+	}
+	if h.quiet.Load() {
+		// Its job rolls back and the kill is on its way (killJob): it
+		// stays here to be killed rather than leave a copy in a move.
+		d.mu.Unlock()
+		d.rmu.Unlock()
+		req.done <- fmt.Errorf("suspend %v for %v: its job rolls back: %w", h.tid, req.move, ErrAborted)
+		return nil
 	}
 	if d.staleMove(h.tid, req.move) {
 		// The move was aborted (its resume came) while the request waited
@@ -975,6 +988,62 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 		d.transmit(h, envs)
 	}
 	return false
+}
+
+// dropJobMoves ends the moves of job's tasks (master), before its hosts
+// kill the job's tasks for a rollback: the hosts drop the suspended and
+// the arriving copies with the tasks (see dropJobArrivals), so each move
+// ends aborted without a resume, and a late answer of one of its steps is
+// stale.
+func (d *Daemon) dropJobMoves(job uint64) {
+	d.migMu.Lock()
+	for id, run := range d.runs {
+		if run.job != job {
+			continue
+		}
+		if mv, ok := d.moves.Moving(run.res.TID); ok && mv.ID == id {
+			d.moves.Drop(run.res.TID, fmt.Errorf("job %d rolls back", job))
+		}
+	}
+	acts := d.moves.Ready()
+	d.migMu.Unlock()
+	d.perform(acts)
+}
+
+// dropJobArrivals drops this host's copies of job's tasks caught in a
+// move: a task suspended here (the origin) and an arrival prepared here
+// (the destination). Every later step of those moves is refused (the
+// task's move floor rises to them). It returns the tasks dropped.
+func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
+	var tids []task.TID
+	var left []*leaving
+	d.mu.Lock()
+	for tid, l := range d.moving {
+		if l.h.job != job || l.over {
+			continue
+		}
+		l.over = true
+		delete(d.moving, tid)
+		d.moveFloor[tid] = max(d.moveFloor[tid], l.move)
+		tids, left = append(tids, tid), append(left, l)
+	}
+	for tid, arr := range d.incoming {
+		if arr.job != job || arr.move == 0 {
+			continue // another job's, or a job restart's (its restore owns it)
+		}
+		delete(d.incoming, tid)
+		d.moveFloor[tid] = max(d.moveFloor[tid], arr.move)
+		tids = append(tids, tid)
+	}
+	d.mu.Unlock()
+	for _, l := range left {
+		if l.file != "" {
+			_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
+		}
+		close(l.resolved)
+		d.log.Info("task caught in a move dropped with its job", "move", l.move, "tid", l.h.tid, "job", job)
+	}
+	return tids
 }
 
 // movesHostLost tells the move machine that host h was deleted (master),

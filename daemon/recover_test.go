@@ -289,3 +289,35 @@ func startRecoveredMaster(ctx context.Context, t *testing.T, addr string, cl *pk
 	})
 	return m
 }
+
+// TestAdmitAgainIsIdempotent: a recovered master that admitted a host
+// registering again answers that host's next try (its answer was lost) as
+// the first, with the same host ID, and still refuses another host (by
+// its certificate's name) claiming that ID.
+func TestAdmitAgainIsIdempotent(t *testing.T) {
+	cfg := Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond}
+	vm := startVM(t, 1, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m := startRecoveredMaster(ctx, t, "127.0.0.1:0", vm.Cluster, cfg)
+	h := func(name string) *hello {
+		return &hello{Host: 2, Name: name, Addr: "127.0.0.1:9", Rejoin: true, Report: &rejoinReport{}, Info: HostInfo{Build: ThisBuild()}}
+	}
+	first, _, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, hosts, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	if err != nil {
+		t.Fatalf("the same host registering again: %v", err)
+	}
+	if again.ID != first.ID || again.Name != first.Name || again.Addr != first.Addr {
+		t.Fatalf("answered %+v the second time, %+v the first", again, first)
+	}
+	if len(hosts) != 2 {
+		t.Fatalf("hosts after the second try: %+v, want the master and h2", hosts)
+	}
+	if _, _, _, _, _, err := m.admitAgain(h("h3"), "127.0.0.1:9"); err == nil {
+		t.Fatal("another host took h2's ID")
+	}
+}

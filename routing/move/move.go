@@ -511,6 +511,24 @@ func (m *Machine) originLost(mv *Move) {
 	}
 }
 
+// Drop ends tid's move under way, if any, as aborted with cause, and
+// returns its ID: the task's job rolls back, and its hosts drop both the
+// origin's suspended copy and the destination's arrival, so there is
+// nothing to resume or commit. A result of a step the move waited for is
+// refused as stale from now on.
+func (m *Machine) Drop(tid task.TID, cause error) (ID, bool) {
+	mv := m.byTID[tid]
+	if mv == nil {
+		return 0, false
+	}
+	if !errors.Is(cause, ErrAborted) {
+		cause = fmt.Errorf("%w: %w", ErrAborted, cause)
+	}
+	mv.Cause = cause
+	m.end(mv, Aborted, cause)
+	return mv.ID, true
+}
+
 // Tick retries the abort and commit steps whose retry time has come.
 func (m *Machine) Tick(now time.Time) {
 	for _, mv := range m.Moves() {

@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/transport"
+	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -125,4 +129,77 @@ func startMemVMWith(t *testing.T, n int, s transport.Shaper, cfg Config) *LocalV
 		cfg.RTO = 30 * time.Millisecond
 	}
 	return startVM(t, n, cfg)
+}
+
+// streamShaper counts the checkpoint streams opened on the bulk lane and
+// on QUIC: their first frame is a KindStream header.
+type streamShaper struct{ bulk, quic atomic.Int64 }
+
+func (s *streamShaper) Shape(u transport.Unit) transport.Decision {
+	if u.Index == 0 && len(u.Data) > 4 && routing.Kind(u.Data[4]) == routing.KindStream {
+		if u.Bulk {
+			s.bulk.Add(1)
+		} else {
+			s.quic.Add(1)
+		}
+		return transport.Decision{Raw: true}
+	}
+	return transport.Decision{}
+}
+
+// cargo holds a state of len(Data) bytes and reaches a safe point every
+// 10 ms.
+type cargo struct{ Data []byte }
+
+func init() { task.Register("daemon.test.cargo", &cargo{}) }
+
+func (b *cargo) Run(c *task.Ctx) error {
+	for {
+		time.Sleep(10 * time.Millisecond)
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
+// TestDirectCheckpointLane: a direct checkpoint of a small state goes on
+// a QUIC stream (no handshake to pay for), one of a state of
+// BulkCheckpointMin and more on the bulk lane; both arrive whole.
+func TestDirectCheckpointLane(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &streamShaper{}
+		vm := startMemVMWith(t, 2, s, Config{BulkCheckpointMin: 64 << 10})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, c := range []struct {
+			size       int
+			bulk, quic int64
+		}{{1 << 10, 0, 1}, {256 << 10, 1, 1}} {
+			data := make([]byte, c.size)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			tid := spawnOn(t, m, "h1", &cargo{Data: data})
+			if _, err := m.Migrate(ctx, tid, "h2", Direct); err != nil {
+				t.Fatalf("%d bytes: %v", c.size, err)
+			}
+			if b, q := s.bulk.Load(), s.quic.Load(); b != c.bulk || q != c.quic {
+				t.Errorf("after a move of %d bytes: %d checkpoint streams on the bulk lane, %d on QUIC; want %d and %d", c.size, b, q, c.bulk, c.quic)
+			}
+			d := vm.Daemons[1]
+			d.mu.Lock()
+			h := d.tasks[tid]
+			d.mu.Unlock()
+			if h == nil {
+				t.Fatalf("%v does not run on h2 after its move", tid)
+			}
+			if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
+				t.Fatalf("%d bytes: the state arrived changed (%d bytes)", c.size, len(got))
+			}
+			if err := m.KillTask(ctx, tid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

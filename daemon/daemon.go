@@ -158,6 +158,12 @@ type Config struct {
 	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
 	// negative: never).
 	BulkThreshold int
+	// BulkCheckpointMin is the estimated state size from which a direct
+	// checkpoint travels on the bulk lane instead of a QUIC stream
+	// (default 2 MiB). Each checkpoint opens a lane stream of its own, a
+	// TCP and TLS handshake of about a millisecond: below this size the
+	// QUIC stream, which needs none, moves the task sooner.
+	BulkCheckpointMin int64
 	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
 	// the messages go over QUIC.
 	BulkOpenTimeout time.Duration
@@ -326,6 +332,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BulkThreshold == 0 {
 		c.BulkThreshold = 64 << 10
+	}
+	if c.BulkCheckpointMin <= 0 {
+		c.BulkCheckpointMin = 2 << 20
 	}
 	if c.BulkOpenTimeout <= 0 {
 		c.BulkOpenTimeout = 5 * time.Second

@@ -640,7 +640,7 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := d.checkpointStream(ctx, p)
+	st, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
 	}
@@ -676,11 +676,13 @@ func (d *Daemon) acceptStreams(p *peer) {
 	}
 }
 
-// checkpointStream opens the stream a direct checkpoint travels on: the
-// bulk lane's when the peer offers one (TLS on TCP moves a checkpoint
-// several times faster than a QUIC stream), else a QUIC stream.
-func (d *Daemon) checkpointStream(ctx context.Context, p *peer) (transport.Stream, error) {
-	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 {
+// checkpointStream opens the stream a direct checkpoint of a state of
+// about size bytes travels on: for a large state, the bulk lane's when the
+// peer offers one (TLS on TCP moves a checkpoint several times faster than
+// a QUIC stream), else a QUIC stream (no handshake: a small state moves
+// sooner on it, see Config.BulkCheckpointMin).
+func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (transport.Stream, error) {
+	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 && size >= d.cfg.BulkCheckpointMin {
 		octx, cancel := context.WithTimeout(ctx, d.cfg.BulkOpenTimeout)
 		st, err := bc.OpenBulk(octx)
 		cancel()

@@ -517,9 +517,12 @@ type Daemon struct {
 	// migMu guards the move machine (master: the moves under way and the
 	// epoch clock) and the driver's record of each move. It is held only
 	// while the machine takes an event, never across a call.
-	migMu    sync.Mutex
-	moves    *move.Machine
-	runs     map[move.ID]*moveRun
+	migMu sync.Mutex
+	moves *move.Machine
+	runs  map[move.ID]*moveRun
+	// killing (under migMu) counts the kills under way per job: no move of
+	// the job's tasks starts meanwhile (KillJob).
+	killing  map[uint64]int
 	whyMu    sync.Mutex
 	why      error // the first reason given to stop
 	stopOnce sync.Once
@@ -616,6 +619,7 @@ func newDaemon(cfg Config) *Daemon {
 		incoming:   map[task.TID]*arriving{},
 		moves:      move.New(0, 0),
 		runs:       map[move.ID]*moveRun{},
+		killing:    map[uint64]int{},
 		moveFloor:  map[task.TID]move.ID{},
 		ckResumed:  map[uint64]uint64{},
 		bwait:      map[task.TID]chan error{},

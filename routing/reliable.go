@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -520,4 +521,24 @@ func (in *Inbox) SetReceiverState(to task.TID, expected map[task.TID]uint64, ear
 	for _, e := range early {
 		in.Accept(e, func(Envelope) {})
 	}
+}
+
+// Describe gives an account of what is queued for to, for diagnostics:
+// per sender, the range of sequence numbers unacknowledged or held, and
+// when the oldest was last sent.
+func (o *Outbox) Describe(to task.TID) string {
+	q := o.queues[to]
+	if q == nil {
+		return "nothing queued"
+	}
+	s := fmt.Sprintf("route %v epoch %d (in transit %v), held %v, resent %v:", q.route.Host, q.route.Epoch, q.route.InTransit, q.held, q.resent)
+	for _, from := range sortedKeys(q.pairs) {
+		f := q.pairs[from]
+		if f.head == len(f.msgs) {
+			continue
+		}
+		first, last := f.msgs[f.head], f.msgs[len(f.msgs)-1]
+		s += fmt.Sprintf(" from %v seq %d–%d (%d), oldest sent %s;", from, first.env.Seq, last.env.Seq, len(f.msgs)-f.head, first.sentAt.Format("15:04:05.000"))
+	}
+	return s
 }

@@ -122,6 +122,16 @@ type Config struct {
 	// JoinTimeout bounds how long a daemon keeps trying to join a master
 	// that answers "busy" or not in time (default 10 minutes).
 	JoinTimeout time.Duration
+	// HandshakeTimeout bounds a new connection's first exchange: the hello
+	// a daemon or client sends and its answer, dialling a peer, and how
+	// long a master keeps a "busy" answer's connection open for the host
+	// to read it (default 10s).
+	HandshakeTimeout time.Duration
+	// StopTimeout bounds a daemon's shutdown: the wait for its tasks'
+	// goroutines, and, for half of it, the flush of what each connection
+	// still has to send (default 5s). A host the master deletes gets the
+	// same half to read its notice.
+	StopTimeout time.Duration
 	// ReportEvery is how many heartbeats a host lets pass between load
 	// reports whose figures have not changed (default 10): a heartbeat
 	// carries a report only when the host's figures changed beyond
@@ -281,6 +291,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = 10 * time.Minute
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 5 * time.Second
 	}
 	if c.ReportEvery <= 0 {
 		c.ReportEvery = 10
@@ -699,7 +715,7 @@ func (d *Daemon) Err() error {
 // stop shuts the daemon down (see shutdown) with a bounded wait for task
 // goroutines.
 func (d *Daemon) stop(why error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
 	defer cancel()
 	_ = d.shutdown(ctx, why)
 }
@@ -765,7 +781,7 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p.drain(2 * time.Second)
+					p.drain(d.cfg.StopTimeout / 2)
 				}()
 			}
 			wg.Wait()

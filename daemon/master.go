@@ -702,7 +702,7 @@ func (d *Daemon) DeleteHost(ctx context.Context, name string) error {
 		if b, err := encodeMsg(&event{Kind: evHostDel, Host: hi, Reason: why}); err == nil {
 			p.frame(routing.KindEvent, b)
 		}
-		p.drain(2 * time.Second)
+		p.drain(d.cfg.StopTimeout / 2)
 	}
 	d.removeHost(id, why)
 	return nil

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -18,6 +20,7 @@ var (
 	simSeeds = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
 	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
+	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
 )
 
 // simRegressions are seeds that once broke an invariant or did not end;
@@ -113,7 +116,20 @@ func simSeed(t *testing.T, seed int, want string, st *simStats) {
 		synctest.Test(t, func(t *testing.T) {
 			f := &faults{seed: uint64(seed), drop: 100, hold: 100, delay: 300, cut: 1000, stall: 300}
 			out := &syncBuffer{}
-			vm := startMemVM(t, 4, f, simCfg(dir, out))
+			cfg := simCfg(dir, out)
+			if *simLogs != "" {
+				logs := &syncBuffer{}
+				cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				t.Cleanup(func() {
+					if t.Failed() {
+						name := filepath.Join(*simLogs, fmt.Sprintf("seed-%d.log", seed))
+						if err := os.WriteFile(name, []byte(logs.String()), 0o644); err != nil {
+							t.Log(err)
+						}
+					}
+				})
+			}
+			vm := startMemVM(t, 4, f, cfg)
 			f.stalling.Store(true)
 			c, a := migrateUnderTraffic(t, vm, uint64(seed), 3, 400, 12)
 			cr, fr, rb, rj, rc := simFaults(t, vm, f, out, dir, uint64(seed), want)
@@ -323,6 +339,7 @@ func simFaults(t *testing.T, vm *LocalVM, f *faults, out *syncBuffer, dir string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cfg := simCfg(dir, &syncBuffer{})
+	cfg.Logger = m.cfg.Logger
 	cfg.Network, cfg.Heartbeat, cfg.RTO = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO
 	cfg.Listen, cfg.Join, cfg.Secret = "mem:0", m.Addr(), vm.Cluster.Secret
 	cfg.Credential = hostCred(t, vm, victim.Name()+"r")
@@ -379,6 +396,7 @@ func simFaults(t *testing.T, vm *LocalVM, f *faults, out *syncBuffer, dir string
 	<-m.Done()
 	out2 := &syncBuffer{}
 	mc := simCfg(dir, out2)
+	mc.Logger = m.cfg.Logger
 	mc.Network, mc.Heartbeat, mc.RTO = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO
 	mc.Listen, mc.Master, mc.Recover, mc.Credential, mc.Secret = addr, true, true, vm.Cluster.Master, vm.Cluster.Secret
 	m2, err := Start(ctx, mc)

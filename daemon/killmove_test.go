@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
 )
 
 // slowTransfer delays every checkpoint stream by delay, and counts them.
@@ -95,4 +96,52 @@ func TestKillCatchesATaskMidMove(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestStoppedTaskRefusedWithItsNewRoute: a host where a task was stopped
+// (killed for its job's rollback, or given up with the host) and that has
+// since learnt the task's route to another host (its restored
+// incarnation) refuses a late message for it naming that route, not as
+// for a task that has exited: the sender follows the task instead of
+// dropping everything it holds for it.
+func TestStoppedTaskRefusedWithItsNewRoute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVMWith(t, 3, &streamShaper{}, Config{})
+		m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		x := spawnOn(t, m, h2.Name(), &cargo{})
+		if err := h2.Kill(x); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		// h2 learns that x lives on at h3 (a restore's route); the master
+		// and its tasks still send to h2.
+		restored := routing.Route{Host: h3.HostID(), Epoch: 99}
+		h2.applyRoutes([]routing.Entry{{TID: x, Route: restored}})
+		m.rmu.Lock()
+		m.routes.Update(x, routing.Route{Host: h2.HostID(), Epoch: 1})
+		m.rmu.Unlock()
+		s, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+			return c.Send(x, 1, "late")
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Wait(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		m.rmu.Lock()
+		r := m.routes.Lookup(x)
+		pending := m.outbox.Pending(x)
+		m.rmu.Unlock()
+		if pending == 0 {
+			t.Errorf("the sender dropped its message for %v after h2's refusal", x)
+		}
+		if r != restored {
+			t.Fatalf("the sender's route for %v is %+v after h2's refusal, want %+v", x, r, restored)
+		}
+	})
 }

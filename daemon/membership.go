@@ -320,7 +320,15 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 	n.joined[info.ID] = time.Now()
 	n.watchHost(info.ID, time.Now())
 	n.mem.pending[info.ID] = true
+	// A connection to the host the master made meanwhile would win the
+	// tie between two connections (attach keeps the one dialled by the
+	// smaller ID) and this registration would never be answered.
+	old := n.peers[h.Host]
+	delete(n.peers, h.Host)
 	n.mu.Unlock()
+	if old != nil {
+		old.close(errors.New("the host registered again"))
+	}
 	lost = reportedTasks(h)
 	d.log.Warn("host registered again after its deletion: it stops the tasks it had, then rejoins empty", "peer", info.ID, "peer_name", info.Name, "tasks", len(lost))
 	return info, lost, false, true, nil

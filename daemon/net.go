@@ -394,6 +394,14 @@ func (d *Daemon) attach(p *peer) bool {
 	p.ctr = d.met.Peer(p.info.Name)
 	n := d.nw
 	n.mu.Lock()
+	if d.cfg.Master && n.hosts[p.info.ID] == nil {
+		// A connection the master dialled to a host deleted while the
+		// dial was under way (a frozen host answers late): the host is
+		// told when it registers again; until then nothing goes to it.
+		n.mu.Unlock()
+		p.close(fmt.Errorf("host %v is not in the virtual machine", p.info.ID))
+		return false
+	}
 	old := n.peers[p.info.ID]
 	keep := old == nil
 	if old != nil {

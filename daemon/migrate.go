@@ -292,6 +292,19 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // the machine; a finish wakes whoever waits for the move. No lock is held
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
+	if a, ok := d.performFor(acts, 0); ok {
+		d.goFunc(func() { d.callStep(a) })
+	}
+}
+
+// performFor is perform, save for the next step of move id: a call of
+// that move the machine waits for is not started but returned, for the
+// caller to perform once the other actions are done. The goroutine that
+// performed a move's step thus performs its next one, without a hand-off
+// to a new goroutine: the machine waits for one step of a move at a time,
+// so the move's steps run one after another on one goroutine, as its
+// actions order them (a route set before the step that follows it).
+func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, ok bool) {
 	for _, a := range acts {
 		switch a.Kind {
 		case move.SetRoute:
@@ -314,14 +327,33 @@ func (d *Daemon) perform(acts []move.Action) {
 			if d.ctx.Err() != nil {
 				continue // stopping: the hosts settle a half-done move with a recovered master
 			}
+			if !ok && !a.Notify && (id == 0 || a.Move == id) {
+				next, ok = a, true
+				continue
+			}
 			d.goFunc(func() { d.callStep(a) })
 		}
 	}
+	return next, ok
 }
 
-// callStep performs one step of a move at its host and reports the
-// outcome to the machine (master).
+// callStep performs a step of a move at its host and reports the outcome
+// to the machine (master), then the move's next step, if the machine asks
+// for one, and so on.
 func (d *Daemon) callStep(a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
+			return
+		}
+		a = next
+	}
+}
+
+// step performs one step of a move at its host, reports the outcome to
+// the machine and performs the actions that follow, save the move's next
+// step, which it returns (see performFor).
+func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
 	defer cancel()
 	d.migMu.Lock()
@@ -361,7 +393,7 @@ func (d *Daemon) callStep(a move.Action) {
 		if err != nil {
 			d.log.Debug("move step", "move", a.Move, "step", a.Step, "host", a.Host, "error", err)
 		}
-		return
+		return move.Action{}, false
 	}
 	if o == move.OK {
 		switch a.Step {
@@ -388,7 +420,7 @@ func (d *Daemon) callStep(a move.Action) {
 	}
 	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	d.perform(acts)
+	return d.performFor(acts, a.Move)
 }
 
 // checkpointName is the shared directory's file name of a move's

@@ -672,9 +672,14 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
+	st, bulk, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
+	}
+	if bulk {
+		// The next checkpoint to the peer gets a stream opened ahead, once
+		// this one is written.
+		defer d.spareCheckpointStream(p, p.conn.(transport.BulkConn))
 	}
 	hdr, err := encodeMsg(&streamHeader{TID: a.TID, Epoch: a.Epoch, Move: a.Move})
 	if err != nil {
@@ -712,20 +717,27 @@ func (d *Daemon) acceptStreams(p *peer) {
 // about size bytes travels on: for a large state, the bulk lane's when the
 // peer offers one (TLS on TCP moves a checkpoint several times faster than
 // a QUIC stream), else a QUIC stream (no handshake: a small state moves
-// sooner on it, see Config.BulkCheckpointMin).
-func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (transport.Stream, error) {
+// sooner on it, see Config.BulkCheckpointMin). On the lane it takes the
+// stream kept for the peer's next checkpoint if there is one (its
+// handshakes are done: see spareCheckpointStream); bulk says that the
+// stream is the lane's.
+func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (st transport.Stream, bulk bool, err error) {
 	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 && size >= d.cfg.BulkCheckpointMin {
+		if st := p.ckpt.take(); st != nil {
+			return st, true, nil
+		}
 		octx, cancel := context.WithTimeout(ctx, d.cfg.BulkOpenTimeout)
 		st, err := bc.OpenBulk(octx)
 		cancel()
 		if err == nil {
-			return st, nil
+			return st, true, nil
 		}
 		if !errors.Is(err, transport.ErrNoBulk) {
 			d.log.Info("checkpoint over QUIC: no bulk lane", "peer", p.name(), "error", err)
 		}
 	}
-	return p.conn.OpenStream(ctx)
+	st, err = p.conn.OpenStream(ctx)
+	return st, false, err
 }
 
 // receiveCheckpoint reads a checkpoint sent directly by another daemon for

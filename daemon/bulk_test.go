@@ -162,6 +162,21 @@ func (b *cargo) Run(c *task.Ctx) error {
 	}
 }
 
+// checkCargo checks that the cargo task tid runs on d with data as its
+// state.
+func checkCargo(t *testing.T, d *Daemon, tid task.TID, data []byte) {
+	t.Helper()
+	d.mu.Lock()
+	h := d.tasks[tid]
+	d.mu.Unlock()
+	if h == nil {
+		t.Fatalf("%v does not run on %s after its move", tid, d.Name())
+	}
+	if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
+		t.Fatalf("%d bytes: the state arrived changed (%d bytes)", len(data), len(got))
+	}
+}
+
 // TestDirectCheckpointLane: a direct checkpoint of a small state goes on
 // a QUIC stream (no handshake to pay for), one of a state of
 // BulkCheckpointMin and more on the bulk lane; both arrive whole.
@@ -187,16 +202,7 @@ func TestDirectCheckpointLane(t *testing.T) {
 			if b, q := s.bulk.Load(), s.quic.Load(); b != c.bulk || q != c.quic {
 				t.Errorf("after a move of %d bytes: %d checkpoint streams on the bulk lane, %d on QUIC; want %d and %d", c.size, b, q, c.bulk, c.quic)
 			}
-			d := vm.Daemons[1]
-			d.mu.Lock()
-			h := d.tasks[tid]
-			d.mu.Unlock()
-			if h == nil {
-				t.Fatalf("%v does not run on h2 after its move", tid)
-			}
-			if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
-				t.Fatalf("%d bytes: the state arrived changed (%d bytes)", c.size, len(got))
-			}
+			checkCargo(t, vm.Daemons[1], tid, data)
 			if err := m.KillTask(ctx, tid); err != nil {
 				t.Fatal(err)
 			}
@@ -256,15 +262,7 @@ func TestCheckpointStreamKeptAhead(t *testing.T) {
 		if b, q := s.bulk.Load(), s.quic.Load(); b != 3 || q != 0 {
 			t.Errorf("%d checkpoint streams on the bulk lane, %d on QUIC; want 3 and 0", b, q)
 		}
-		h2.mu.Lock()
-		h := h2.tasks[tid]
-		h2.mu.Unlock()
-		if h == nil {
-			t.Fatalf("%v does not run on h2", tid)
-		}
-		if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
-			t.Fatalf("the state arrived changed (%d bytes)", len(got))
-		}
+		checkCargo(t, h2, tid, data)
 		if err := m.KillTask(ctx, tid); err != nil {
 			t.Fatal(err)
 		}

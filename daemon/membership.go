@@ -480,7 +480,7 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
 	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
 	if err := writeHello(st, h); err == nil {
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(d.cfg.HandshakeTimeout)
 		select {
 		case <-conn.Done():
 		case <-t.C:

@@ -52,6 +52,8 @@ var (
 	ErrAborted = move.ErrAborted
 	// ErrNoSharedDir: indirect migration needs a shared directory.
 	ErrNoSharedDir = errors.New("no shared directory configured (--shared-dir)")
+	// ErrKilling: the task's job is being killed; it is not moved.
+	ErrKilling = errors.New("the task's job is being killed")
 )
 
 // MigrateResult describes a completed migration.
@@ -254,6 +256,10 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		return fail(err)
 	}
 	d.migMu.Lock()
+	if info.Job != 0 && d.killing[info.Job] > 0 {
+		d.migMu.Unlock()
+		return fail(fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling))
+	}
 	id, err := d.moves.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
 	if err != nil {
 		d.migMu.Unlock()
@@ -997,10 +1003,17 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 // refuses every step of the move (and of older ones) for the task.
 func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 	tid, back := a.TID, a.Route
+	// The arrival goes and the way back comes in one critical section
+	// (rmu, then mu, as receiveMsgs takes them): a message that found
+	// neither would find this host's route to itself, the move's, and be
+	// refused as for a task that has exited, and its sender would drop
+	// every message it holds for the task.
+	d.rmu.Lock()
 	d.mu.Lock()
 	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
 	if h := d.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
 		d.mu.Unlock()
+		d.rmu.Unlock()
 		return true
 	}
 	arr := d.incoming[tid]
@@ -1010,7 +1023,6 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 		arr = nil // another move's arrival, or a job's: not this step's
 	}
 	d.mu.Unlock()
-	d.rmu.Lock()
 	d.routes.Update(tid, back)
 	var held []heldMsg
 	if arr != nil {
@@ -1090,6 +1102,40 @@ func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 		d.log.Info("task caught in a move dropped with its job", "move", l.move, "tid", l.h.tid, "job", job)
 	}
 	return tids
+}
+
+// settleMoves waits until no move of a task that match selects is under
+// way (master), for at most a move's longest course: a move ends
+// committed or aborted within its steps' timeouts, and then its task runs
+// on exactly one host, where a kill finds it. A task suspended or
+// arriving for a move is in no host's task table, so a kill sent
+// meanwhile would miss it and the move would bring it back to life.
+func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job uint64) bool) {
+	d.migMu.Lock()
+	var wait []chan struct{}
+	for _, mv := range d.moves.Moves() {
+		if run := d.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
+			wait = append(wait, run.ended)
+		}
+	}
+	d.migMu.Unlock()
+	if len(wait) == 0 {
+		return
+	}
+	t := time.NewTimer(d.cfg.MoveTimeout + d.cfg.MoveTransferTimeout + 4*d.cfg.MoveStepTimeout)
+	defer t.Stop()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-t.C:
+			d.log.Warn("moves still under way before a kill", "moves", len(wait))
+			return
+		case <-ctx.Done():
+			return
+		case <-d.ctx.Done():
+			return
+		}
+	}
 }
 
 // movesHostLost tells the move machine that host h was deleted (master),

@@ -286,6 +286,9 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	d.rmu.Lock()
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
 		d.routes.Update(rf.To, rf.Route)
+		if rf.Route.Host == 0 {
+			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.outbox.Describe(rf.To))
+		}
 		if h, envs := d.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}

@@ -17,6 +17,7 @@ import (
 var (
 	simSeeds = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
+	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
 )
 
 // simRegressions are seeds that once broke an invariant or did not end;
@@ -40,20 +41,25 @@ var (
 //     checkpoint was written (the write and the release are ordered).
 //   - 362: a restarted host's join timed out after the master took it in,
 //     and its retries were refused (the harness waits for the deletion).
-var simRegressions = []int{6, 16, 49, 65, 130, 141, 203, 362, 408, 418}
+//   - 6534, 9622: the destination of an aborted move dropped the arrival
+//     before it learnt the way back; a message in between found the
+//     host's route to itself and no task, was refused as for a task that
+//     has exited, and its sender dropped every message it held for the
+//     task (cancelArrival now does both in one critical section).
+var simRegressions = []int{6, 16, 49, 65, 130, 141, 203, 362, 408, 418, 6534, 9622}
 
 // simStats adds up what the simulation's seeds did: moves and the faults
 // injected.
 type simStats struct {
-	seeds                                   int
-	moves, aborts                           int
-	crashes, rollbacks, rejoins, recoveries int
-	dropped, held, delayed, stalled, cut    int64
+	seeds                                            int
+	moves, aborts                                    int
+	crashes, freezes, rollbacks, rejoins, recoveries int
+	dropped, held, delayed, stalled, cut, frozen     int64
 }
 
 func (s *simStats) String() string {
-	return fmt.Sprintf("%d seeds: %d moves committed, %d failed or aborted; %d hosts crashed, %d job rollbacks, %d hosts restarted, %d masters recovered; faults: %d frames dropped, %d swapped, %d units delayed, %d stalled, %d connections cut",
-		s.seeds, s.moves, s.aborts, s.crashes, s.rollbacks, s.rejoins, s.recoveries, s.dropped, s.held, s.delayed, s.stalled, s.cut)
+	return fmt.Sprintf("%d seeds: %d moves committed, %d failed or aborted; %d hosts crashed, %d frozen past deletion, %d job rollbacks, %d hosts restarted, %d masters recovered; faults: %d frames dropped, %d swapped, %d units delayed, %d stalled, %d held by a freeze, %d connections cut",
+		s.seeds, s.moves, s.aborts, s.crashes, s.freezes, s.rollbacks, s.rejoins, s.recoveries, s.dropped, s.held, s.delayed, s.stalled, s.frozen, s.cut)
 }
 
 // TestSim runs real daemons — the same drivers and move machine as over
@@ -103,11 +109,13 @@ func simSeed(t *testing.T, seed int, want string, st *simStats) {
 			vm := startMemVM(t, 4, f, simCfg(dir, out))
 			f.stalling.Store(true)
 			c, a := migrateUnderTraffic(t, vm, uint64(seed), 3, 400, 12)
-			cr, rb, rj, rc := simFaults(t, vm, out, dir, uint64(seed), want)
+			cr, fr, rb, rj, rc := simFaults(t, vm, f, out, dir, uint64(seed), want)
 			st.seeds++
 			st.moves += c
 			st.aborts += a
 			st.crashes += cr
+			st.freezes += fr
+			st.frozen += f.frozenUnits.Load()
 			st.rollbacks += rb
 			st.rejoins += rj
 			st.recoveries += rc
@@ -262,7 +270,7 @@ func simCheckJob(ds []*Daemon, job uint64, ended bool) error {
 // simFaults runs the later phases (see above) on vm, whose master's
 // output is out, under seed, checking every job against want; it returns
 // how many rollbacks there were.
-func simFaults(t *testing.T, vm *LocalVM, out *syncBuffer, dir string, seed uint64, want string) (crashes, rollbacks, rejoins, recoveries int) {
+func simFaults(t *testing.T, vm *LocalVM, f *faults, out *syncBuffer, dir string, seed uint64, want string) (crashes, freezes, rollbacks, rejoins, recoveries int) {
 	t.Helper()
 	m := vm.Master()
 	r := seed*0x9e3779b97f4a7c15 + 7
@@ -333,6 +341,28 @@ func simFaults(t *testing.T, vm *LocalVM, out *syncBuffer, dir string, seed uint
 	check("a host restarted", got)
 	rollbacks += int(rb)
 
+	// A host freezes past DeadAfter while a job with checkpoints runs:
+	// everything to and from it waits 1.5–3 s, then arrives at once, in
+	// order. Its tasks run on meanwhile. The master deletes it (unless its
+	// failure detector has learnt to wait that long) and rolls the job
+	// back; the host, heard from again, learns that it was deleted, drops
+	// its tasks and joins again, empty. While it is away its copies do not
+	// count: each task of the job runs on at most one member.
+	ls := live()
+	frozen := ls[1+next(uint64(len(ls)-1))]
+	freezeFor := time.Duration(1500+next(1500)) * time.Millisecond
+	after = time.Duration(next(300)) * time.Millisecond
+	got, rb = simJob(t, m, out, func() []*Daemon { return members(&LocalVM{Daemons: live()}) }, func() {
+		time.Sleep(after)
+		f.freeze(frozen.Addr(), freezeFor)
+	})
+	check("a host frozen", got)
+	freezes++
+	rollbacks += int(rb)
+	if err := waitMembers(&LocalVM{Daemons: live()}, time.Minute); err != nil {
+		t.Fatalf("after %s was frozen for %v: %v", frozen.Name(), freezeFor, err)
+	}
+
 	// The master crashes and one recovered at its address takes the hosts
 	// back: a job and a move work under it, and no epoch went back.
 	epochs := map[*Daemon]map[task.TID]uint64{}
@@ -381,7 +411,7 @@ func simFaults(t *testing.T, vm *LocalVM, out *syncBuffer, dir string, seed uint
 	if err := m2.KillTask(ctx, mv); err != nil {
 		t.Logf("kill %v: %v", mv, err)
 	}
-	return crashes, rollbacks, rejoins, recoveries
+	return crashes, freezes, rollbacks, rejoins, recoveries
 }
 
 // simDir is the shared directory of a simulation: on /dev/shm where there

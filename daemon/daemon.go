@@ -170,9 +170,11 @@ type Config struct {
 	BulkThreshold int
 	// BulkCheckpointMin is the estimated state size from which a direct
 	// checkpoint travels on the bulk lane instead of a QUIC stream
-	// (default 2 MiB). Each checkpoint opens a lane stream of its own, a
-	// TCP and TLS handshake of about a millisecond: below this size the
-	// QUIC stream, which needs none, moves the task sooner.
+	// (default 1 MiB). A lane stream costs a TCP and TLS handshake of
+	// about a millisecond, paid ahead for a peer's checkpoints after its
+	// first (a stream is kept for the next): below this size the QUIC
+	// stream, which needs none and carries a small state about as fast,
+	// moves the task sooner.
 	BulkCheckpointMin int64
 	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
 	// the messages go over QUIC.
@@ -350,7 +352,7 @@ func (c *Config) setDefaults() {
 		c.BulkThreshold = 64 << 10
 	}
 	if c.BulkCheckpointMin <= 0 {
-		c.BulkCheckpointMin = 2 << 20
+		c.BulkCheckpointMin = 1 << 20
 	}
 	if c.BulkOpenTimeout <= 0 {
 		c.BulkOpenTimeout = 5 * time.Second

@@ -298,6 +298,19 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // the machine; a finish wakes whoever waits for the move. No lock is held
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
+	if a, ok := d.performFor(acts, 0); ok {
+		d.goFunc(func() { d.callStep(a) })
+	}
+}
+
+// performFor is perform, save for the next step of move id: a call of
+// that move the machine waits for is not started but returned, for the
+// caller to perform once the other actions are done. The goroutine that
+// performed a move's step thus performs its next one, without a hand-off
+// to a new goroutine: the machine waits for one step of a move at a time,
+// so the move's steps run one after another on one goroutine, as its
+// actions order them (a route set before the step that follows it).
+func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, ok bool) {
 	for _, a := range acts {
 		switch a.Kind {
 		case move.SetRoute:
@@ -320,14 +333,33 @@ func (d *Daemon) perform(acts []move.Action) {
 			if d.ctx.Err() != nil {
 				continue // stopping: the hosts settle a half-done move with a recovered master
 			}
+			if !ok && !a.Notify && (id == 0 || a.Move == id) {
+				next, ok = a, true
+				continue
+			}
 			d.goFunc(func() { d.callStep(a) })
 		}
 	}
+	return next, ok
 }
 
-// callStep performs one step of a move at its host and reports the
-// outcome to the machine (master).
+// callStep performs a step of a move at its host and reports the outcome
+// to the machine (master), then the move's next step, if the machine asks
+// for one, and so on.
 func (d *Daemon) callStep(a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
+			return
+		}
+		a = next
+	}
+}
+
+// step performs one step of a move at its host, reports the outcome to
+// the machine and performs the actions that follow, save the move's next
+// step, which it returns (see performFor).
+func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
 	defer cancel()
 	d.migMu.Lock()
@@ -367,7 +399,7 @@ func (d *Daemon) callStep(a move.Action) {
 		if err != nil {
 			d.log.Debug("move step", "move", a.Move, "step", a.Step, "host", a.Host, "error", err)
 		}
-		return
+		return move.Action{}, false
 	}
 	if o == move.OK {
 		switch a.Step {
@@ -394,7 +426,7 @@ func (d *Daemon) callStep(a move.Action) {
 	}
 	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	d.perform(acts)
+	return d.performFor(acts, a.Move)
 }
 
 // checkpointName is the shared directory's file name of a move's
@@ -646,9 +678,14 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
+	st, bulk, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
+	}
+	if bulk {
+		// The next checkpoint to the peer gets a stream opened ahead, once
+		// this one is written.
+		defer d.spareCheckpointStream(p, p.conn.(transport.BulkConn))
 	}
 	hdr, err := encodeMsg(&streamHeader{TID: a.TID, Epoch: a.Epoch, Move: a.Move})
 	if err != nil {
@@ -686,20 +723,27 @@ func (d *Daemon) acceptStreams(p *peer) {
 // about size bytes travels on: for a large state, the bulk lane's when the
 // peer offers one (TLS on TCP moves a checkpoint several times faster than
 // a QUIC stream), else a QUIC stream (no handshake: a small state moves
-// sooner on it, see Config.BulkCheckpointMin).
-func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (transport.Stream, error) {
+// sooner on it, see Config.BulkCheckpointMin). On the lane it takes the
+// stream kept for the peer's next checkpoint if there is one (its
+// handshakes are done: see spareCheckpointStream); bulk says that the
+// stream is the lane's.
+func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (st transport.Stream, bulk bool, err error) {
 	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 && size >= d.cfg.BulkCheckpointMin {
+		if st := p.ckpt.take(); st != nil {
+			return st, true, nil
+		}
 		octx, cancel := context.WithTimeout(ctx, d.cfg.BulkOpenTimeout)
 		st, err := bc.OpenBulk(octx)
 		cancel()
 		if err == nil {
-			return st, nil
+			return st, true, nil
 		}
 		if !errors.Is(err, transport.ErrNoBulk) {
 			d.log.Info("checkpoint over QUIC: no bulk lane", "peer", p.name(), "error", err)
 		}
 	}
-	return p.conn.OpenStream(ctx)
+	st, err = p.conn.OpenStream(ctx)
+	return st, false, err
 }
 
 // receiveCheckpoint reads a checkpoint sent directly by another daemon for

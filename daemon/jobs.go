@@ -413,7 +413,14 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	}
 	now := time.Now()
 	js.mu.Lock()
-	acts, err := js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs()})
+	var acts []jobck.Action
+	if lost := d.jobLostHost(js.id); lost != 0 {
+		// Deleted, but the job's coordinator is not told yet: a round
+		// on the hosts left would miss the tasks lost there.
+		err = fmt.Errorf("%v: %w", lost, jobck.ErrBroken)
+	} else {
+		acts, err = js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs()})
+	}
 	var ch chan ckOutcome
 	if err == nil {
 		r := js.mc.Round()
@@ -545,6 +552,13 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActCommit:
 		if w == nil {
 			return nil
+		}
+		if lost := d.jobLostHost(js.id); lost != 0 {
+			// A host with tasks of the job was deleted during the round:
+			// the set misses them and must not become the one a rollback
+			// goes back to.
+			return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round,
+				Err: fmt.Errorf("%v with tasks of the job was lost during the round: %w", lost, jobck.ErrLost)}})
 		}
 		js.mu.Lock()
 		files := slices.Clone(w.files)
@@ -1093,6 +1107,35 @@ func (d *Daemon) localJobs() []uint64 {
 	return out
 }
 
+// jobLostHost returns a host that has tasks of job but is no longer in the
+// virtual machine (deleted, its jobs' coordinators perhaps not told yet),
+// or 0 (master).
+func (d *Daemon) jobLostHost(job uint64) task.HostID {
+	d.mu.Lock()
+	var on []task.HostID
+	for h, jobs := range d.hostJobs {
+		if jobs[job] {
+			on = append(on, h)
+		}
+	}
+	d.mu.Unlock()
+	if len(on) == 0 {
+		return 0
+	}
+	n := d.nw
+	if n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, h := range on {
+		if h != d.cfg.HostID && n.hosts[h] == nil {
+			return h
+		}
+	}
+	return 0
+}
+
 // jobsOn records that host h runs tasks of jobs (master): as its report
 // says (replace), or as a spawn placed them.
 func (d *Daemon) jobsOn(h task.HostID, jobs []uint64, replace bool) {
@@ -1127,8 +1170,15 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 			jss = append(jss, js)
 		}
 	}
-	delete(d.hostJobs, h)
 	d.mu.Unlock()
+	// The host's record goes once every coordinator is told (below): until
+	// then jobLostHost names it, so that no checkpoint round starts or
+	// commits without the tasks lost there.
+	defer func() {
+		d.mu.Lock()
+		delete(d.hostJobs, h)
+		d.mu.Unlock()
+	}()
 	hosts := d.hostIDs()
 	var rolling []chan struct{}
 	for _, js := range jss {

@@ -846,6 +846,10 @@ type hosted struct {
 	defMu    sync.Mutex
 	deferred map[routing.Pair]deferredAck
 	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
+
+	// near records where the task's recent receivers on this daemon are
+	// (under d.rmu; see sendNear).
+	near nearPeers
 }
 
 type deferredAck struct {
@@ -1073,7 +1077,7 @@ func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool)
 		return
 	}
 	if sequenced {
-		err = d.send(d.ctx, from, w.who, w.tag, p, noWait, nil)
+		err = d.send(d.ctx, nil, from, w.who, w.tag, p, noWait, nil)
 	} else {
 		err = d.sendSystem(from, w.who, w.tag, p)
 	}

@@ -148,7 +148,7 @@ func TestLocalSendWaitsForRoom(t *testing.T) {
 		if q, b := mb.stats(); q != fit || b != fit*size {
 			t.Fatalf("the mailbox holds %d messages, %d bytes; want %d, %d", q, b, fit, fit*size)
 		}
-		if mem := mb.mem.Load(); mem != int64(d.cfg.MailboxHigh) {
+		if mem := mb.memory(); mem != int64(d.cfg.MailboxHigh) {
 			t.Fatalf("mailbox memory %d, want %d", mem, d.cfg.MailboxHigh)
 		}
 		close(gate)

@@ -119,7 +119,7 @@ func (d *Daemon) flooderSent(tid task.TID) int {
 func (d *Daemon) mailboxOf(tid task.TID) *mailbox {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return &d.tasks[tid].mb
+	return d.tasks[tid].mb
 }
 
 // TestLocalSendWaitsForRoom: a task sending forever to one on the same

@@ -95,7 +95,7 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 			ok = ok && h.mb.putEnvelope(x)
 		})
 		if src != nil {
-			src.near.keep(to, h, d.outbox.Counter(from, to), d.inbox.Counter(to, from), d.routes.Version())
+			src.near.keep(to, h.mb, d.outbox.Counter(from, to), d.inbox.Counter(to, from), d.routes.Version())
 		}
 		d.rmu.Unlock()
 		_ = ok // a receiver that exited meanwhile drops it, as above
@@ -133,10 +133,13 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 // nearPeers is a task's record of the receivers it sent to on its own
 // daemon, so that its next messages to them skip the lookups of send's
 // general path (the routing table, the task table under d.mu, and the
-// pair's numbering in the outbox and inbox): the receiver, the pair's
-// counters and the routing table's version when it was recorded. It is
-// guarded by d.rmu. Entries are placed by the receiver's TID, a later one
-// replacing an earlier one in its place.
+// pair's numbering in the outbox and inbox): the receiver's mailbox, the
+// pair's counters and the routing table's version when it was recorded.
+// It is guarded by d.rmu. Entries are placed by the receiver's TID, a
+// later one replacing an earlier one in its place, and a stale one is
+// dropped at the next send to its receiver. An entry keeps a mailbox
+// alive, never a task's state: a receiver that moved away or exited
+// costs at most its empty mailbox until then.
 type nearPeers [nearSlots]nearPeer
 
 // nearSlots is how many receivers a task's nearPeers holds.
@@ -144,15 +147,15 @@ const nearSlots = 4
 
 type nearPeer struct {
 	to      task.TID
-	h       *hosted
+	mb      *mailbox // the receiver's, not the receiver: its state is not kept alive
 	out, in *routing.Counter
 	version uint64
 }
 
-// keep records that to is h, on this daemon, with the pair's counters out
-// and in, at the routing table's version.
-func (n *nearPeers) keep(to task.TID, h *hosted, out, in *routing.Counter, version uint64) {
-	n[uint32(to)%nearSlots] = nearPeer{to: to, h: h, out: out, in: in, version: version}
+// keep records that to is hosted here with mailbox mb, with the pair's
+// counters out and in, at the routing table's version.
+func (n *nearPeers) keep(to task.TID, mb *mailbox, out, in *routing.Counter, version uint64) {
+	n[uint32(to)%nearSlots] = nearPeer{to: to, mb: mb, out: out, in: in, version: version}
 }
 
 // sendNear delivers a message from src to to at once when src's record
@@ -169,19 +172,23 @@ func (n *nearPeers) keep(to task.TID, h *hosted, out, in *routing.Counter, versi
 // message to a task that has exited.
 func (d *Daemon) sendNear(src *hosted, to task.TID, tag int, p task.Payload, w sendWait) bool {
 	n := &src.near[uint32(to)%nearSlots]
-	if n.to != to || n.version != d.routes.Version() || n.out.Gone() || n.in.Gone() {
+	if n.to != to {
+		return false
+	}
+	if n.version != d.routes.Version() || n.out.Gone() || n.in.Gone() {
+		*n = nearPeer{} // stale: the general path records it again if it can
 		return false
 	}
 	if d.outbox.Pending(to) >= d.cfg.Window {
 		return false
 	}
-	if w == waitRoom && n.h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget) != nil {
+	if w == waitRoom && n.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget) != nil {
 		return false
 	}
 	if _, ok := routing.Local(n.out, n.in); !ok {
 		return false
 	}
-	n.h.mb.put(envelope{from: src.tid, tag: tag, body: p})
+	n.mb.put(envelope{from: src.tid, tag: tag, body: p})
 	return true
 }
 

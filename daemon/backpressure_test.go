@@ -119,7 +119,7 @@ func (d *Daemon) flooderSent(tid task.TID) int {
 func (d *Daemon) mailboxOf(tid task.TID) *mailbox {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return &d.tasks[tid].mb
+	return d.tasks[tid].mb
 }
 
 // TestLocalSendWaitsForRoom: a task sending forever to one on the same
@@ -148,7 +148,7 @@ func TestLocalSendWaitsForRoom(t *testing.T) {
 		if q, b := mb.stats(); q != fit || b != fit*size {
 			t.Fatalf("the mailbox holds %d messages, %d bytes; want %d, %d", q, b, fit, fit*size)
 		}
-		if mem := mb.mem.Load(); mem != int64(d.cfg.MailboxHigh) {
+		if mem := mb.memory(); mem != int64(d.cfg.MailboxHigh) {
 			t.Fatalf("mailbox memory %d, want %d", mem, d.cfg.MailboxHigh)
 		}
 		close(gate)

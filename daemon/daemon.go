@@ -803,13 +803,15 @@ func (d *Daemon) Name() string { return d.cfg.Name }
 
 // hosted is a task on this daemon; it implements task.Endpoint.
 type hosted struct {
-	d       *Daemon
-	tid     task.TID
-	parent  task.TID
-	job     uint64 // the job whose output this task's output joins (0: the daemon's)
-	typ     string
-	t       task.Task
-	mb      mailbox
+	d      *Daemon
+	tid    task.TID
+	parent task.TID
+	job    uint64 // the job whose output this task's output joins (0: the daemon's)
+	typ    string
+	t      task.Task
+	// mb is allocated apart from the task's record, so that what keeps
+	// the mailbox (a sender's nearPeers) does not keep the task's state.
+	mb      *mailbox
 	ctx     context.Context
 	cancel  context.CancelFunc
 	started time.Time
@@ -868,6 +870,10 @@ type hosted struct {
 	defMu    sync.Mutex
 	deferred map[routing.Pair]deferredAck
 	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
+
+	// near records where the task's recent receivers on this daemon are
+	// (under d.rmu; see sendNear).
+	near nearPeers
 }
 
 type deferredAck struct {
@@ -938,8 +944,8 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	tid := task.NewTID(d.cfg.HostID, d.nextNum)
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
-		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
-	h.mb.total = &d.mbMem
+		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1),
+		mb: &mailbox{total: &d.mbMem}}
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()
@@ -1095,7 +1101,7 @@ func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool)
 		return
 	}
 	if sequenced {
-		err = d.send(d.ctx, from, w.who, w.tag, p, noWait, nil)
+		err = d.send(d.ctx, nil, from, w.who, w.tag, p, noWait, nil)
 	} else {
 		err = d.sendSystem(from, w.who, w.tag, p)
 	}

@@ -40,7 +40,23 @@ func (h *hosted) ctxErr(ctx context.Context) error {
 	return nil
 }
 
-func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payload) error {
+func (h *hosted) Send(ctx context.Context, to task.TID, tag int, p task.Payload) error {
+	if err := h.ctxErr(ctx); err != nil {
+		return err
+	}
+	if h.d.cfg.Emulate {
+		h.charge()
+	}
+	if err := h.d.send(ctx, h, h.tid, to, tag, p, waitRoom, nil); err != nil {
+		if h.ctx.Err() != nil {
+			return task.ErrKilled
+		}
+		return err
+	}
+	return nil
+}
+
+func (h *hosted) Mcast(ctx context.Context, to []task.TID, tag int, p task.Payload) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
@@ -56,7 +72,7 @@ func (h *hosted) Send(ctx context.Context, to []task.TID, tag int, p task.Payloa
 			// to make from it.
 			body.Data = bytes.Clone(p.Data)
 		}
-		if err := h.d.send(ctx, h.tid, t, tag, body, waitRoom, nil); err != nil {
+		if err := h.d.send(ctx, h, h.tid, t, tag, body, waitRoom, nil); err != nil {
 			if h.ctx.Err() != nil {
 				return task.ErrKilled
 			}
@@ -85,7 +101,7 @@ func (h *hosted) SendSafe(ctx context.Context, to task.TID, tag int, p task.Payl
 	}
 	h.safeSeen(time.Now())
 	h.safeWait.Store(true)
-	err := h.d.send(ctx, h.tid, to, tag, p, waitRoom, h.moveKick)
+	err := h.d.send(ctx, h, h.tid, to, tag, p, waitRoom, h.moveKick)
 	h.safeAt.Store(time.Now().UnixNano())
 	h.safeWait.Store(false)
 	switch {

@@ -41,23 +41,49 @@ type waiter struct {
 // wildcards; the oldest matching message is delivered first, so messages
 // from one sender are received in the order they were put.
 //
-// Its memory (payload plus msgOverhead per message) is mem, written under
-// mu and read by senders without it; the daemon's gauge of all its
+// It has two sides, each under its own lock and on its own cache lines,
+// so that a sender and a receiver on two cores seldom touch the same
+// memory: senders append to q under mu; receivers work through rq under
+// rxMu and, when nothing there matches, take the whole of q into rq at
+// once (lock order: rxMu, then mu). Every message in rq is older than
+// every message in q.
+//
+// Its memory (payload plus msgOverhead per message) is in − out: in is
+// charged by senders under mu, out by receivers under rxMu, each side
+// writing only its own counter, and receivers publish out in steps (see
+// chargedOut), so that senders may count up to publishEvery bytes more
+// than the mailbox holds, never less. Senders read out only when in − the
+// out they last saw reaches their limit (room). The daemon's gauge of all its
 // mailboxes (total, nil: none) follows each mailbox in steps of
 // totalStep. Local senders wait on them (Daemon.send) while they are over
 // their limits.
 type mailbox struct {
+	// The receiving side, under rxMu.
+	rxMu   sync.Mutex
+	rq     []envelope // rq[rhead:] are the messages taken from q, oldest first
+	rhead  int
+	rbytes int   // payload bytes in rq
+	taken  int64 // memory taken out since the mailbox was made
+	outLag int64 // charged out since the last report to the daemon's gauge
+	// out is taken as published to senders (written under rxMu): at
+	// least every publishEvery bytes, at once while a sender waits for
+	// room, and before a receiver waits for a message.
+	out atomic.Int64
+
+	_ [64]byte // keeps the two sides off each other's cache lines
+
+	// The sending side, under mu.
 	mu      sync.Mutex
-	q       []envelope // q[head:] are the messages, oldest first
-	head    int
-	bytes   int
+	q       []envelope   // the messages put since receivers last took q, oldest first
+	bytes   int          // payload bytes in q
+	in      atomic.Int64 // memory put in since the mailbox was made (written under mu)
+	inLag   int64        // charged in since the last report (under mu)
+	outSeen atomic.Int64 // out as a sender last read it: out is at least this
 	waiters []*waiter
 	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
 
-	mem   atomic.Int64 // written under mu
-	lag   int64        // charged in or out since the last report (under mu)
-	room_ waitFall     // senders waiting for the mailbox to shrink
+	room_ waitFall // senders waiting for the mailbox to shrink
 	total *gauge
 	step  atomic.Int64 // the mailbox's share of total, in totalSteps
 }
@@ -67,18 +93,33 @@ type mailbox struct {
 // multiple of it, so tasks on many cores do not all write one counter.
 const totalStep = 64 << 10
 
-// reportEvery is how many bytes a mailbox charges, in or out, before it
+// publishEvery is how many bytes receivers take out of a mailbox, at most,
+// before they publish it to senders (mailbox.out).
+const publishEvery = 4 << 10
+
+// reportEvery is how many bytes a side of a mailbox charges before it
 // brings the daemon's gauge up to date: the gauge lags each mailbox by less
-// than that.
+// than twice that.
 const reportEvery = totalStep / 4
+
+// memory is the mailbox's memory: what it holds, payload plus msgOverhead
+// per message. Read without the locks, while messages come and go, it is
+// never less than what the mailbox held at some moment of the call (out
+// is read first, and both only grow).
+func (m *mailbox) memory() int64 {
+	out := m.out.Load()
+	return m.in.Load() - out
+}
 
 // room returns a channel to wait on while the mailbox holds high bytes or
 // more, or the daemon's mailboxes together budget or more (a limit <= 0:
 // none); nil when there is room. The channel is closed when memory is
 // freed.
 func (m *mailbox) room(high, budget int64) <-chan struct{} {
-	if high > 0 && m.mem.Load() >= high {
-		if ch := m.room_.wait(func() bool { return m.mem.Load() >= high }); ch != nil {
+	if high > 0 && m.in.Load()-m.outSeen.Load() >= high {
+		// Perhaps full: look at what receivers took.
+		m.outSeen.Store(m.out.Load())
+		if ch := m.room_.wait(func() bool { return m.memory() >= high }); ch != nil {
 			return ch
 		}
 	}
@@ -88,28 +129,48 @@ func (m *mailbox) room(high, budget int64) <-chan struct{} {
 	return nil
 }
 
-// charged adds n (negative: frees) to the mailbox's memory, wakes the
-// senders waiting for room when it falls, and reports to the daemon's
+// chargedIn adds n to the mailbox's memory and reports to the daemon's
 // gauge every reportEvery bytes. The caller holds mu.
-func (m *mailbox) charged(n int64) {
-	m.mem.Store(m.mem.Load() + n)
-	if n < 0 {
-		m.room_.fell()
-		n = -n
-	}
-	if m.lag += n; m.lag >= reportEvery {
-		m.lag = 0
+func (m *mailbox) chargedIn(n int64) {
+	m.in.Store(m.in.Load() + n)
+	if m.inLag += n; m.inLag >= reportEvery {
+		m.inLag = 0
 		m.report()
 	}
 }
 
+// chargedOut takes n from the mailbox's memory; it publishes what was
+// taken, and wakes the senders waiting for room, when one waits or every
+// publishEvery bytes, and reports to the daemon's gauge every reportEvery
+// bytes. The caller holds rxMu.
+func (m *mailbox) chargedOut(n int64) {
+	m.taken += n
+	if m.room_.waiting.Load() || m.taken-m.out.Load() >= publishEvery {
+		m.publish()
+	}
+	if m.outLag += n; m.outLag >= reportEvery {
+		m.outLag = 0
+		m.report()
+	}
+}
+
+// publish makes what receivers took out visible to senders and wakes the
+// senders waiting for room. The caller holds rxMu.
+func (m *mailbox) publish() {
+	if m.out.Load() != m.taken {
+		m.out.Store(m.taken)
+		m.room_.fell()
+	}
+}
+
 // report brings the mailbox's share of the daemon's gauge to its memory,
-// rounded up to a step. The caller holds mu.
+// rounded up to a step. Either side may call it (holding its own lock):
+// the share is swapped atomically, and the gauge follows the last swap.
 func (m *mailbox) report() {
 	if m.total == nil {
 		return
 	}
-	s := (m.mem.Load() + totalStep - 1) / totalStep
+	s := (max(m.memory(), 0) + totalStep - 1) / totalStep
 	if old := m.step.Swap(s); s > old {
 		m.total.add((s - old) * totalStep)
 	} else if s < old {
@@ -135,39 +196,63 @@ func (m *mailbox) put(e envelope) bool {
 	}
 	m.q = append(m.q, e)
 	m.bytes += len(e.body.Data)
-	m.charged(charge(&e))
+	m.chargedIn(charge(&e))
 	m.mu.Unlock()
 	return true
 }
 
-// take removes and returns the oldest message matching the pattern. The
-// caller holds m.mu.
-func (m *mailbox) take(from task.TID, tag int) (envelope, bool) {
-	for i := m.head; i < len(m.q); i++ {
-		if !m.q[i].matches(from, tag) {
-			continue
-		}
-		e := m.q[i]
-		if i == m.head {
-			m.q[i] = envelope{}
-			m.head++
-		} else {
-			copy(m.q[i:], m.q[i+1:])
-			m.q[len(m.q)-1] = envelope{}
-			m.q = m.q[:len(m.q)-1]
-		}
-		if m.head == len(m.q) {
-			m.q, m.head = m.q[:0], 0
-		} else if m.head > 64 && m.head > len(m.q)/2 {
-			n := copy(m.q, m.q[m.head:])
-			clear(m.q[n:])
-			m.q, m.head = m.q[:n], 0
-		}
-		m.bytes -= len(e.body.Data)
-		m.charged(-charge(&e))
-		return e, true
+// pull moves every message of q to the end of rq. The caller holds rxMu
+// and mu.
+func (m *mailbox) pull() {
+	if len(m.q) == 0 {
+		return
 	}
-	return envelope{}, false
+	if m.rhead == len(m.rq) {
+		// rq is empty: the two swap buffers, and senders go on appending
+		// to the one receivers emptied.
+		m.rq, m.q = m.q, m.rq[:0]
+		m.rhead = 0
+	} else {
+		m.rq = append(m.rq, m.q...)
+		clear(m.q)
+		m.q = m.q[:0]
+	}
+	m.rbytes += m.bytes
+	m.bytes = 0
+}
+
+// find returns the index in rq of the oldest message from rq[i:] on that
+// matches the pattern, or -1. The caller holds rxMu.
+func (m *mailbox) find(i int, from task.TID, tag int) int {
+	for ; i < len(m.rq); i++ {
+		if m.rq[i].matches(from, tag) {
+			return i
+		}
+	}
+	return -1
+}
+
+// takeAt removes and returns rq[i]. The caller holds rxMu.
+func (m *mailbox) takeAt(i int) envelope {
+	e := m.rq[i]
+	if i == m.rhead {
+		m.rq[i] = envelope{}
+		m.rhead++
+	} else {
+		copy(m.rq[i:], m.rq[i+1:])
+		m.rq[len(m.rq)-1] = envelope{}
+		m.rq = m.rq[:len(m.rq)-1]
+	}
+	if m.rhead == len(m.rq) {
+		m.rq, m.rhead = m.rq[:0], 0
+	} else if m.rhead > 64 && m.rhead > len(m.rq)/2 {
+		n := copy(m.rq, m.rq[m.rhead:])
+		clear(m.rq[n:])
+		m.rq, m.rhead = m.rq[:n], 0
+	}
+	m.rbytes -= len(e.body.Data)
+	m.chargedOut(charge(&e))
+	return e
 }
 
 // get returns the oldest message matching the pattern. With wait false it
@@ -180,11 +265,23 @@ func (m *mailbox) get(ctx context.Context, dead <-chan struct{}, from task.TID, 
 // getOr is get that also gives up, with ok == false and no error, when
 // intr receives.
 func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
-	m.mu.Lock()
-	if e, ok := m.take(from, tag); ok {
-		m.mu.Unlock()
+	m.rxMu.Lock()
+	if i := m.find(m.rhead, from, tag); i >= 0 {
+		e := m.takeAt(i)
+		m.rxMu.Unlock()
 		return e, true, nil
 	}
+	m.mu.Lock()
+	seen := len(m.rq)
+	m.pull()
+	if i := m.find(seen, from, tag); i >= 0 {
+		m.mu.Unlock()
+		e := m.takeAt(i)
+		m.rxMu.Unlock()
+		return e, true, nil
+	}
+	m.publish() // before a receiver waits, senders see all it took
+	m.rxMu.Unlock()
 	if m.closed {
 		m.mu.Unlock()
 		return envelope{}, false, task.ErrKilled
@@ -241,12 +338,14 @@ func (m *mailbox) recycle(w *waiter) {
 // probe reports the oldest message matching the pattern without removing
 // it.
 func (m *mailbox) probe(from task.TID, tag int) (task.Status, bool) {
+	m.rxMu.Lock()
+	defer m.rxMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i := m.head; i < len(m.q); i++ {
-		if e := &m.q[i]; e.matches(from, tag) {
-			return task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}, true
-		}
+	m.pull()
+	m.mu.Unlock()
+	if i := m.find(m.rhead, from, tag); i >= 0 {
+		e := &m.rq[i]
+		return task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}, true
 	}
 	return task.Status{}, false
 }
@@ -254,29 +353,45 @@ func (m *mailbox) probe(from task.TID, tag int) (task.Status, bool) {
 // close discards the mailbox's messages and refuses new ones. Waiting
 // receivers are woken by their task's dead channel.
 func (m *mailbox) close() {
+	m.rxMu.Lock()
 	m.mu.Lock()
 	m.closed = true
-	clear(m.q)
-	m.q, m.head, m.bytes = nil, 0, 0
-	m.emptied()
+	m.clearLocked()
+	m.rq, m.q = nil, nil
 	m.mu.Unlock()
+	m.rxMu.Unlock()
 }
 
 // drain removes and returns every queued message, oldest first.
 func (m *mailbox) drain() []envelope {
+	m.rxMu.Lock()
+	defer m.rxMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := append([]envelope(nil), m.q[m.head:]...)
-	clear(m.q)
-	m.q, m.head, m.bytes = m.q[:0], 0, 0
-	m.emptied()
+	out := m.queuedLocked()
+	m.clearLocked()
 	return out
 }
 
-// emptied records that the queue was emptied at once (mu held).
-func (m *mailbox) emptied() {
-	m.mem.Store(0)
-	m.lag = 0
+// queuedLocked returns a copy of the queued messages, oldest first (rxMu
+// and mu held).
+func (m *mailbox) queuedLocked() []envelope {
+	out := make([]envelope, 0, len(m.rq)-m.rhead+len(m.q))
+	out = append(out, m.rq[m.rhead:]...)
+	return append(out, m.q...)
+}
+
+// clearLocked empties both queues at once and the mailbox's memory with
+// them (rxMu and mu held).
+func (m *mailbox) clearLocked() {
+	clear(m.rq)
+	clear(m.q)
+	m.rq, m.rhead, m.rbytes = m.rq[:0], 0, 0
+	m.q, m.bytes = m.q[:0], 0
+	m.taken = m.in.Load()
+	m.out.Store(m.taken)
+	m.outSeen.Store(m.taken)
+	m.inLag, m.outLag = 0, 0
 	m.room_.fell()
 	m.report()
 }
@@ -289,16 +404,20 @@ func (m *mailbox) putEnvelope(e routing.Envelope) bool {
 // snapshot returns a copy of the queued messages, oldest first, leaving
 // them queued.
 func (m *mailbox) snapshot() []envelope {
+	m.rxMu.Lock()
+	defer m.rxMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]envelope(nil), m.q[m.head:]...)
+	return m.queuedLocked()
 }
 
 // stats reports the number of queued messages and their size in bytes.
 func (m *mailbox) stats() (n, bytes int) {
+	m.rxMu.Lock()
+	defer m.rxMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.q) - m.head, m.bytes
+	return len(m.rq) - m.rhead + len(m.q), m.rbytes + m.bytes
 }
 
 // gauge counts bytes held and wakes those waiting for it to fall: the

@@ -853,8 +853,8 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
 	ctx, cancel := context.WithCancel(d.ctx)
 	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
-		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1)}
-	h.mb.total = &d.mbMem
+		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1),
+		mb: &mailbox{total: &d.mbMem}}
 	for _, g := range m.Groups { // the host's record, for a recovered master
 		if h.groups == nil {
 			h.groups = map[string]int{}

@@ -36,12 +36,17 @@ var errInterrupted = errors.New("send interrupted for a safe point")
 // waits likewise while the receiver's mailbox holds MailboxHigh bytes or
 // more, or this daemon's mailboxes MailboxBudget (unless w is noWait);
 // when intr receives meanwhile, send returns errInterrupted, having sent
-// nothing.
-func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}) error {
+// nothing. src is the sending task when it is hosted here (nil for the
+// daemon's notices): it keeps where its recent local receivers are.
+func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}) error {
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	d.rmu.Lock()
+	if src != nil && d.sendNear(src, to, tag, p, w) {
+		d.rmu.Unlock()
+		return nil
+	}
 	var (
 		r routing.Route
 		h *hosted
@@ -89,6 +94,9 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 		d.inbox.Accept(e, func(x routing.Envelope) {
 			ok = ok && h.mb.putEnvelope(x)
 		})
+		if src != nil {
+			src.near.keep(to, h.mb, d.outbox.Counter(from, to), d.inbox.Counter(to, from), d.routes.Version())
+		}
 		d.rmu.Unlock()
 		_ = ok // a receiver that exited meanwhile drops it, as above
 		return nil
@@ -120,6 +128,68 @@ func (d *Daemon) send(ctx context.Context, from, to task.TID, tag int, p task.Pa
 	}
 	peer.sendEnvelope(&e)
 	return nil
+}
+
+// nearPeers is a task's record of the receivers it sent to on its own
+// daemon, so that its next messages to them skip the lookups of send's
+// general path (the routing table, the task table under d.mu, and the
+// pair's numbering in the outbox and inbox): the receiver's mailbox, the
+// pair's counters and the routing table's version when it was recorded.
+// It is guarded by d.rmu. Entries are placed by the receiver's TID, a
+// later one replacing an earlier one in its place, and a stale one is
+// dropped at the next send to its receiver. An entry keeps a mailbox
+// alive, never a task's state: a receiver that moved away or exited
+// costs at most its empty mailbox until then.
+type nearPeers [nearSlots]nearPeer
+
+// nearSlots is how many receivers a task's nearPeers holds.
+const nearSlots = 4
+
+type nearPeer struct {
+	to      task.TID
+	mb      *mailbox // the receiver's, not the receiver: its state is not kept alive
+	out, in *routing.Counter
+	version uint64
+}
+
+// keep records that to is hosted here with mailbox mb, with the pair's
+// counters out and in, at the routing table's version.
+func (n *nearPeers) keep(to task.TID, mb *mailbox, out, in *routing.Counter, version uint64) {
+	n[uint32(to)%nearSlots] = nearPeer{to: to, mb: mb, out: out, in: in, version: version}
+}
+
+// sendNear delivers a message from src to to at once when src's record
+// says to is hosted here and nothing of theirs is out of order: the route
+// unchanged since it was recorded, the pair's counters still the boxes',
+// nothing unacknowledged for to past the window, and room in to's mailbox
+// (w == waitRoom). It reports false, having done nothing, otherwise: send
+// takes its general path. The caller holds d.rmu.
+//
+// A receiver that leaves this daemon (suspended for a move, killed for a
+// rollback) is forgotten by the inbox under d.rmu, which marks its counter
+// gone; one that exits is forgotten likewise after its mailbox is closed,
+// and a message put meanwhile is dropped, as the general path drops a
+// message to a task that has exited.
+func (d *Daemon) sendNear(src *hosted, to task.TID, tag int, p task.Payload, w sendWait) bool {
+	n := &src.near[uint32(to)%nearSlots]
+	if n.to != to {
+		return false
+	}
+	if n.version != d.routes.Version() || n.out.Gone() || n.in.Gone() {
+		*n = nearPeer{} // stale: the general path records it again if it can
+		return false
+	}
+	if d.outbox.Pending(to) >= d.cfg.Window {
+		return false
+	}
+	if w == waitRoom && n.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget) != nil {
+		return false
+	}
+	if _, ok := routing.Local(n.out, n.in); !ok {
+		return false
+	}
+	n.mb.put(envelope{from: src.tid, tag: tag, body: p})
+	return true
 }
 
 // placeOf is where a message to to goes now: its route, held (InTransit)

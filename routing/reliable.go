@@ -15,8 +15,8 @@ import (
 // retransmit. It is pure: time is a parameter and it performs no I/O. An
 // Outbox is not safe for concurrent use.
 type Outbox struct {
-	next   map[task.TID]map[task.TID]uint64 // sender → receiver → last seq assigned
-	queues map[task.TID]*outQueue           // by receiver
+	next   map[task.TID]map[task.TID]*Counter // sender → receiver → last seq assigned
+	queues map[task.TID]*outQueue             // by receiver
 	bytes  int
 
 	// Emptied queues and pair FIFOs kept for reuse: in a conversation
@@ -97,20 +97,68 @@ func sortedKeys[V any](m map[task.TID]V) []task.TID {
 
 // NewOutbox returns an empty outbox.
 func NewOutbox() *Outbox {
-	return &Outbox{next: map[task.TID]map[task.TID]uint64{}, queues: map[task.TID]*outQueue{}}
+	return &Outbox{next: map[task.TID]map[task.TID]*Counter{}, queues: map[task.TID]*outQueue{}}
 }
+
+// Counter is one pair's sequence state as an Outbox or an Inbox holds it:
+// for the Outbox, the last number assigned to the pair's messages; for the
+// Inbox, the number it expects next and how many of the pair's messages
+// wait for a gap to fill. A daemon that delivers many messages between two
+// tasks it hosts keeps the pair's two counters (Outbox.Counter and
+// Inbox.Counter) and numbers each message with Local, without the lookups
+// of Seq and Accept. A counter stays its box's until the box forgets,
+// drops or replaces the task's state; it is then marked gone, and a holder
+// must ask the box again.
+type Counter struct {
+	n     uint64 // Outbox: the last number assigned; Inbox: the next expected (0 stands for 1)
+	early int    // Inbox: the pair's early arrivals
+	gone  bool
+}
+
+// Gone reports whether the counter's box has let it go (see Counter).
+func (c *Counter) Gone() bool { return c.gone }
+
+// Local numbers the next message of a pair whose sender and receiver are
+// hosted by one daemon, given the pair's Outbox counter out and Inbox
+// counter in: when every message of the pair numbered so far has been
+// delivered in order (none is early or missing), it advances both and
+// returns the message's sequence number and true; the caller delivers the
+// message at once. Otherwise it changes nothing and returns false: the
+// message goes through Seq and Accept.
+func Local(out, in *Counter) (uint64, bool) {
+	if out.gone || in.gone || in.early != 0 || max(in.n, 1) != out.n+1 {
+		return 0, false
+	}
+	out.n++
+	in.n = out.n + 1
+	return out.n, true
+}
+
+// pairCounter returns m[a][b], made (at zero) if missing.
+func pairCounter(m map[task.TID]map[task.TID]*Counter, a, b task.TID) *Counter {
+	byB := m[a]
+	if byB == nil {
+		byB = map[task.TID]*Counter{}
+		m[a] = byB
+	}
+	c := byB[b]
+	if c == nil {
+		c = &Counter{}
+		byB[b] = c
+	}
+	return c
+}
+
+// Counter returns the pair (from, to)'s counter, which Seq advances.
+func (o *Outbox) Counter(from, to task.TID) *Counter { return pairCounter(o.next, from, to) }
 
 // Seq assigns the next sequence number of the pair (from, to), starting at
 // 1. Every message gets one, local or remote, so numbering continues when
 // either task moves.
 func (o *Outbox) Seq(from, to task.TID) uint64 {
-	m := o.next[from]
-	if m == nil {
-		m = map[task.TID]uint64{}
-		o.next[from] = m
-	}
-	m[to]++
-	return m[to]
+	c := pairCounter(o.next, from, to)
+	c.n++
+	return c.n
 }
 
 // Push records e, about to be sent along route r at now, as unacknowledged.
@@ -351,7 +399,7 @@ func (o *Outbox) DropSender(from task.TID) int {
 			delete(o.queues, to)
 		}
 	}
-	delete(o.next, from)
+	o.ForgetSender(from)
 	return n
 }
 
@@ -370,7 +418,17 @@ func (o *Outbox) DropHost(h task.HostID) []task.TID {
 }
 
 // ForgetSender drops the sequence state of a sender that has exited.
-func (o *Outbox) ForgetSender(from task.TID) { delete(o.next, from) }
+func (o *Outbox) ForgetSender(from task.TID) {
+	release(o.next[from])
+	delete(o.next, from)
+}
+
+// release marks the counters of one task's state gone.
+func release(m map[task.TID]*Counter) {
+	for _, c := range m {
+		c.gone = true
+	}
+}
 
 // Pending is the number of bytes unacknowledged or held for to.
 func (o *Outbox) Pending(to task.TID) int {
@@ -398,27 +456,40 @@ func (o *Outbox) Bytes() int { return o.bytes }
 // SenderState returns from's last assigned sequence number per receiver, to
 // carry in its checkpoint.
 func (o *Outbox) SenderState(from task.TID) map[task.TID]uint64 {
-	return cloneSeqs(o.next[from])
+	return seqsOf(o.next[from])
 }
 
 // SetSenderState installs a restored sender's sequence state.
 func (o *Outbox) SetSenderState(from task.TID, s map[task.TID]uint64) {
-	if len(s) == 0 {
-		delete(o.next, from)
-		return
+	o.ForgetSender(from)
+	if len(s) > 0 {
+		o.next[from] = countersOf(s)
 	}
-	o.next[from] = cloneSeqs(s)
 }
 
-func cloneSeqs(m map[task.TID]uint64) map[task.TID]uint64 {
-	if m == nil {
-		return nil
+// seqsOf returns the numbers of one task's counters (nil for none); a
+// counter made but never advanced is left out, as if it had not been made.
+func seqsOf(m map[task.TID]*Counter) map[task.TID]uint64 {
+	var s map[task.TID]uint64
+	for k, c := range m {
+		if c.n == 0 {
+			continue
+		}
+		if s == nil {
+			s = make(map[task.TID]uint64, len(m))
+		}
+		s[k] = c.n
 	}
-	c := make(map[task.TID]uint64, len(m))
-	for k, v := range m {
-		c[k] = v
+	return s
+}
+
+// countersOf returns new counters holding the numbers of s.
+func countersOf(s map[task.TID]uint64) map[task.TID]*Counter {
+	m := make(map[task.TID]*Counter, len(s))
+	for k, n := range s {
+		m[k] = &Counter{n: n}
 	}
-	return c
+	return m
 }
 
 // Inbox is a daemon's receiving side of reliable delivery: per (sender,
@@ -426,15 +497,18 @@ func cloneSeqs(m map[task.TID]uint64) map[task.TID]uint64 {
 // keeping early arrivals until the gap before them fills, and says what to
 // acknowledge. Not safe for concurrent use.
 type Inbox struct {
-	expected map[task.TID]map[task.TID]uint64              // receiver → sender → next seq
+	expected map[task.TID]map[task.TID]*Counter            // receiver → sender → next seq
 	early    map[task.TID]map[task.TID]map[uint64]Envelope // receiver → sender → seq → message
 	earlyN   int
 }
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
-	return &Inbox{expected: map[task.TID]map[task.TID]uint64{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
+	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
 }
+
+// Counter returns the pair (from, to)'s counter, which Accept advances.
+func (in *Inbox) Counter(to, from task.TID) *Counter { return pairCounter(in.expected, to, from) }
 
 // Accept takes in e for a receiver hosted here and calls deliver for every
 // message that is now in order (e and any early arrivals it unblocks). It
@@ -442,15 +516,8 @@ func NewInbox() *Inbox {
 // last message delivered in order. A duplicate is dropped and
 // acknowledged again.
 func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
-	exp := in.expected[e.To]
-	if exp == nil {
-		exp = map[task.TID]uint64{}
-		in.expected[e.To] = exp
-	}
-	next := exp[e.From]
-	if next == 0 {
-		next = 1
-	}
+	c := pairCounter(in.expected, e.To, e.From)
+	next := max(c.n, 1)
 	switch {
 	case e.Seq < next: // duplicate
 	case e.Seq > next: // early: keep it
@@ -467,6 +534,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 		if _, dup := m[e.Seq]; !dup {
 			m[e.Seq] = e
 			in.earlyN++
+			c.early++
 		}
 	default:
 		deliver(e)
@@ -482,6 +550,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 				}
 				delete(m, next)
 				in.earlyN--
+				c.early--
 				deliver(x)
 				next++
 			}
@@ -490,7 +559,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 			}
 		}
 	}
-	exp[e.From] = next
+	c.n = next
 	return Ack{From: e.From, To: e.To, Seq: next - 1}
 }
 
@@ -503,6 +572,7 @@ func (in *Inbox) Forget(to task.TID) {
 		in.earlyN -= len(m)
 	}
 	delete(in.early, to)
+	release(in.expected[to])
 	delete(in.expected, to)
 }
 
@@ -515,7 +585,7 @@ func (in *Inbox) ReceiverState(to task.TID) (map[task.TID]uint64, []Envelope) {
 			early = append(early, e)
 		}
 	}
-	return cloneSeqs(in.expected[to]), early
+	return seqsOf(in.expected[to]), early
 }
 
 // SetReceiverState installs a restored receiver's inbox state; its early
@@ -524,7 +594,7 @@ func (in *Inbox) ReceiverState(to task.TID) (map[task.TID]uint64, []Envelope) {
 func (in *Inbox) SetReceiverState(to task.TID, expected map[task.TID]uint64, early []Envelope) {
 	in.Forget(to)
 	if len(expected) > 0 {
-		in.expected[to] = cloneSeqs(expected)
+		in.expected[to] = countersOf(expected)
 	}
 	for _, e := range early {
 		in.Accept(e, func(Envelope) {})

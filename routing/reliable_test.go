@@ -17,6 +17,10 @@ type simHost struct {
 	in     *Inbox
 	routes *Table
 	hosts  map[task.TID]bool // receivers hosted here
+	// local holds the counters of pairs delivered here, as a daemon's
+	// senders keep them for Local.
+	local map[Pair][2]*Counter
+	fast  int // messages numbered by Local
 }
 
 type simFrame struct {
@@ -47,7 +51,8 @@ func newSimNet(t *testing.T, seed uint64, nhosts int, loss, dup float64) *simNet
 		epoch: map[task.TID]uint64{}}
 	for i := 1; i <= nhosts; i++ {
 		id := task.HostID(i)
-		n.hosts[id] = &simHost{id: id, out: NewOutbox(), in: NewInbox(), routes: NewTable(), hosts: map[task.TID]bool{}}
+		n.hosts[id] = &simHost{id: id, out: NewOutbox(), in: NewInbox(), routes: NewTable(), hosts: map[task.TID]bool{},
+			local: map[Pair][2]*Counter{}}
 	}
 	return n
 }
@@ -57,14 +62,25 @@ func (n *simNet) send(from task.HostID, to task.HostID, f simFrame) {
 	n.flight = append(n.flight, f)
 }
 
-// sendMsg is a task on host h sending to receiver to.
+// sendMsg is a task on host h sending to receiver to. A message to a
+// receiver hosted here is numbered by Local when the pair's counters allow
+// it, else by Seq and Accept, as the daemon does.
 func (n *simNet) sendMsg(h *simHost, from, to task.TID) {
-	e := Envelope{From: from, To: to, Seq: h.out.Seq(from, to), Tag: 1}
 	r := h.routes.Lookup(to)
 	if r.Host == h.id && h.hosts[to] {
+		if c, ok := h.local[Pair{from, to}]; ok {
+			if seq, ok := Local(c[0], c[1]); ok {
+				h.fast++
+				n.deliver(Envelope{From: from, To: to, Seq: seq, Tag: 1})
+				return
+			}
+		}
+		e := Envelope{From: from, To: to, Seq: h.out.Seq(from, to), Tag: 1}
 		h.in.Accept(e, n.deliver) // local: straight into the mailbox
+		h.local[Pair{from, to}] = [2]*Counter{h.out.Counter(from, to), h.in.Counter(to, from)}
 		return
 	}
+	e := Envelope{From: from, To: to, Seq: h.out.Seq(from, to), Tag: 1}
 	if h.out.Push(e, r, n.now) {
 		n.send(h.id, r.Host, simFrame{kind: KindMsgs, env: e})
 	}
@@ -170,19 +186,23 @@ func TestReliableDeliveryUnderFaults(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
-	var refusals, resent int
+	var refusals, resent, fast int
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			n := runFaultySim(t, seed)
 			refusals += n.refusals
 			resent += n.resent
+			for _, h := range n.hosts {
+				fast += h.fast
+			}
 		})
 	}
-	// The scenarios must exercise the refusal and resend paths.
-	if refusals == 0 || resent == 0 {
-		t.Fatalf("%d refusals and %d resends over all seeds", refusals, resent)
+	// The scenarios must exercise the refusal and resend paths, and local
+	// numbering by Local.
+	if refusals == 0 || resent == 0 || fast == 0 {
+		t.Fatalf("%d refusals, %d resends and %d messages numbered by Local over all seeds", refusals, resent, fast)
 	}
-	t.Logf("%d seeds: %d refusals, %d resends", seeds, refusals, resent)
+	t.Logf("%d seeds: %d refusals, %d resends, %d messages numbered by Local", seeds, refusals, resent, fast)
 }
 
 func runFaultySim(t *testing.T, seed uint64) *simNet {
@@ -268,16 +288,21 @@ func TestTableEpochs(t *testing.T) {
 		{Route{Host: 2, Epoch: 2, InTransit: true}, false}, // older
 	}
 	for i, s := range steps {
+		v := tb.Version()
 		if got := tb.Update(tid, s.r); got != s.apply {
 			t.Fatalf("step %d: Update(%+v) = %v, want %v", i, s.r, got, s.apply)
+		}
+		if changed := tb.Version() != v; changed != s.apply {
+			t.Fatalf("step %d: version changed %v, the route applied %v", i, changed, s.apply)
 		}
 	}
 	if r := tb.Lookup(tid); r.Host != 1 || r.Epoch != 3 || tb.Len() != 1 {
 		t.Fatalf("final route %+v", r)
 	}
+	v := tb.Version()
 	tb.Forget(tid)
-	if tb.Len() != 0 {
-		t.Fatal("Forget left the entry")
+	if tb.Len() != 0 || tb.Version() == v {
+		t.Fatalf("Forget left the entry (%d) or the version (%d)", tb.Len(), tb.Version())
 	}
 }
 
@@ -468,6 +493,89 @@ func TestStaleRefusalResendsOncePerRoute(t *testing.T) {
 	}
 	if h, envs := o.Refused(Refusal{To: b, Route: Route{Host: 2, Epoch: 5}}, 2, now); h != 2 || len(envs) != 3 {
 		t.Fatalf("the first stale refusal on the new route resent %d messages to %v, want 3 to h2", len(envs), h)
+	}
+}
+
+// TestLocalCounters checks Local against Seq and Accept: it numbers a
+// pair's messages as they do, refuses while one of the pair's messages is
+// early or missing, and its counters are gone once their box lets the
+// task's state go, while the checkpointed state stays what Seq and Accept
+// alone would have made.
+func TestLocalCounters(t *testing.T) {
+	a, b := task.NewTID(1, 1), task.NewTID(1, 2)
+	out, in := NewOutbox(), NewInbox()
+	co, ci := out.Counter(a, b), in.Counter(b, a)
+	if s := out.SenderState(a); s != nil {
+		t.Fatalf("an unused counter shows in the sender's state: %v", s)
+	}
+	if s, _ := in.ReceiverState(b); s != nil {
+		t.Fatalf("an unused counter shows in the receiver's state: %v", s)
+	}
+	for want := uint64(1); want <= 3; want++ {
+		seq, ok := Local(co, ci)
+		if !ok || seq != want {
+			t.Fatalf("Local = %d, %v; want %d, true", seq, ok, want)
+		}
+	}
+	// Seq and Accept take over where Local stopped, and the reverse.
+	e := Envelope{From: a, To: b, Seq: out.Seq(a, b)}
+	var got []uint64
+	deliver := func(e Envelope) { got = append(got, e.Seq) }
+	if ack := in.Accept(e, deliver); e.Seq != 4 || ack.Seq != 4 {
+		t.Fatalf("Seq after Local: %d acknowledged %d, want 4", e.Seq, ack.Seq)
+	}
+	if seq, ok := Local(co, ci); !ok || seq != 5 {
+		t.Fatalf("Local after Accept = %d, %v; want 5, true", seq, ok)
+	}
+	// A number taken without delivery (a message on its way) stops Local
+	// until it is delivered; an early arrival too.
+	e6 := Envelope{From: a, To: b, Seq: out.Seq(a, b)}
+	if _, ok := Local(co, ci); ok {
+		t.Fatal("Local numbered past a message not yet delivered")
+	}
+	e7 := Envelope{From: a, To: b, Seq: out.Seq(a, b)}
+	in.Accept(e7, deliver)
+	if _, ok := Local(co, ci); ok {
+		t.Fatal("Local numbered with an early arrival waiting")
+	}
+	in.Accept(e6, deliver)
+	if seq, ok := Local(co, ci); !ok || seq != 8 {
+		t.Fatalf("Local once the gap filled = %d, %v; want 8, true", seq, ok)
+	}
+	if want := []uint64{4, 6, 7}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Accept delivered %v, want %v", got, want)
+	}
+	if s := out.SenderState(a); s[b] != 8 {
+		t.Fatalf("sender state %v, want %v:8", s, b)
+	}
+	if s, early := in.ReceiverState(b); s[a] != 9 || len(early) != 0 {
+		t.Fatalf("receiver state %v (%d early), want %v:9", s, len(early), a)
+	}
+
+	// Every way a box lets a task's state go marks its counters gone.
+	for _, c := range []struct {
+		name string
+		drop func(o *Outbox, i *Inbox)
+		out  bool // the outbox counter goes, else the inbox's
+	}{
+		{"ForgetSender", func(o *Outbox, _ *Inbox) { o.ForgetSender(a) }, true},
+		{"DropSender", func(o *Outbox, _ *Inbox) { o.DropSender(a) }, true},
+		{"SetSenderState", func(o *Outbox, _ *Inbox) { o.SetSenderState(a, map[task.TID]uint64{b: 1}) }, true},
+		{"Forget", func(_ *Outbox, i *Inbox) { i.Forget(b) }, false},
+		{"SetReceiverState", func(_ *Outbox, i *Inbox) { i.SetReceiverState(b, nil, nil) }, false},
+	} {
+		o, i := NewOutbox(), NewInbox()
+		co, ci := o.Counter(a, b), i.Counter(b, a)
+		if _, ok := Local(co, ci); !ok {
+			t.Fatalf("%s: Local refused fresh counters", c.name)
+		}
+		c.drop(o, i)
+		if co.Gone() != c.out || ci.Gone() == c.out {
+			t.Fatalf("%s: outbox counter gone %v, inbox counter gone %v", c.name, co.Gone(), ci.Gone())
+		}
+		if _, ok := Local(co, ci); ok {
+			t.Fatalf("%s: Local numbered with a counter gone", c.name)
+		}
 	}
 }
 

@@ -24,7 +24,8 @@ type Route struct {
 // cache updated by the master's broadcasts. A Table is not safe for
 // concurrent use.
 type Table struct {
-	m map[task.TID]Route
+	m       map[task.TID]Route
+	version uint64
 }
 
 // NewTable returns an empty table: every task lives on its origin host.
@@ -50,11 +51,19 @@ func (t *Table) Update(tid task.TID, r Route) bool {
 		return false
 	}
 	t.m[tid] = r
+	t.version++
 	return true
 }
 
 // Forget drops tid's entry (the task has exited).
-func (t *Table) Forget(tid task.TID) { delete(t.m, tid) }
+func (t *Table) Forget(tid task.TID) {
+	delete(t.m, tid)
+	t.version++
+}
+
+// Version changes whenever a route changes: a caller that remembers what
+// Lookup said knows it still holds while Version is the same.
+func (t *Table) Version() uint64 { return t.version }
 
 // Entries lists the table's entries in TID order, for snapshots.
 func (t *Table) Entries() []Entry {

@@ -254,7 +254,7 @@ func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
 	}
 	c.enter()
 	defer c.leave()
-	return c.ep.Send(c.ep.Context(), to, CommTag, p)
+	return c.ep.Mcast(c.ep.Context(), to, CommTag, p)
 }
 
 // collective runs one collective on m: send (once, even across a

@@ -128,8 +128,10 @@ type Endpoint interface {
 	// Context is cancelled when the task is killed or the VM halts.
 	Context() context.Context
 
-	// Send delivers p to every task in to, in order per receiver.
-	Send(ctx context.Context, to []TID, tag int, p Payload) error
+	// Send delivers p to task to.
+	Send(ctx context.Context, to TID, tag int, p Payload) error
+	// Mcast delivers p to every task in to, in order per receiver.
+	Mcast(ctx context.Context, to []TID, tag int, p Payload) error
 	// Recv removes and returns the first message in the mailbox matching
 	// from and tag (wildcards allowed). With wait false it returns
 	// ok == false at once when none matches.
@@ -367,8 +369,9 @@ func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
 	c.enter()
-	defer c.leave()
-	if err := c.ep.Send(ctx, []TID{to}, tag, p); err != nil {
+	err = c.ep.Send(ctx, to, tag, p)
+	c.leave()
+	if err != nil {
 		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
 	}
 	return nil
@@ -429,7 +432,7 @@ func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 	}
 	c.enter()
 	defer c.leave()
-	if err := c.ep.Send(c.ep.Context(), to, tag, p); err != nil {
+	if err := c.ep.Mcast(c.ep.Context(), to, tag, p); err != nil {
 		return fmt.Errorf("mcast tag %d: %w", tag, err)
 	}
 	return nil
@@ -438,13 +441,24 @@ func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 // RecvMsg blocks until a message matching from and tag arrives (AnyTask and
 // AnyTag are wildcards) or ctx is done, and returns it undecoded.
 func (c *Ctx) RecvMsg(ctx context.Context, from TID, tag int) (*Message, error) {
-	c.enter()
-	defer c.leave()
-	m, _, err := c.ep.Recv(ctx, from, tag, true)
+	// Small enough to be inlined, so that a caller that keeps the message
+	// to itself has it on its stack.
+	m, err := c.recvMsg(ctx, from, tag)
 	if err != nil {
-		return nil, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
+		return nil, err
 	}
 	return &m, nil
+}
+
+// recvMsg is RecvMsg returning the message itself.
+func (c *Ctx) recvMsg(ctx context.Context, from TID, tag int) (Message, error) {
+	c.enter()
+	m, _, err := c.ep.Recv(ctx, from, tag, true)
+	c.leave()
+	if err != nil {
+		return Message{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
+	}
+	return m, nil
 }
 
 // Recv blocks until a message matching from and tag arrives (AnyTask and
@@ -458,11 +472,11 @@ func (c *Ctx) Recv(from TID, tag int, v any) (Status, error) {
 
 // RecvContext is Recv that gives up when ctx is done, returning ctx's error.
 func (c *Ctx) RecvContext(ctx context.Context, from TID, tag int, v any) (Status, error) {
-	m, err := c.RecvMsg(ctx, from, tag)
+	m, err := c.recvMsg(ctx, from, tag)
 	if err != nil {
 		return Status{}, err
 	}
-	return m.Status(), decodeInto(m, v)
+	return m.Status(), decodeInto(&m, v)
 }
 
 // RecvTimeout is Recv that gives up after d with an error wrapping

@@ -81,6 +81,17 @@ var encPool = sync.Pool{New: func() any {
 	return &pooledEncoder{buf: &b, enc: enc}
 }}
 
+// cloneBytes is bytes.Clone (nil stays nil) by one allocation of exactly
+// len(b) bytes, without append's growth path.
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
+
 type pooledEncoder struct {
 	buf *bytes.Buffer
 	enc *msgpack.Encoder
@@ -92,7 +103,7 @@ type pooledEncoder struct {
 func Encode(v any) (Payload, error) {
 	switch x := v.(type) {
 	case []byte:
-		return Payload{EncBytes, bytes.Clone(x)}, nil
+		return Payload{EncBytes, cloneBytes(x)}, nil
 	case []float64:
 		return rawPayload(EncFloat64s, x), nil
 	case []float32:
@@ -110,7 +121,7 @@ func Encode(v any) (Payload, error) {
 	case []complex128:
 		return rawPayload(EncComplex128s, x), nil
 	case Payload:
-		return Payload{x.Enc, bytes.Clone(x.Data)}, nil
+		return Payload{x.Enc, cloneBytes(x.Data)}, nil
 	}
 	pe := encPool.Get().(*pooledEncoder)
 	defer encPool.Put(pe)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,10 +65,11 @@ func TestAdmitAddressesAndBuild(t *testing.T) {
 	m.self.Addr = "0.0.0.0:7070" // as a QUIC socket on the wildcard address names itself
 
 	h := &hello{Name: "node2", Addr: "[::]:7070", Dialled: "10.1.0.1:7070", Join: true, Info: HostInfo{Build: ThisBuild()}}
-	info, hosts, _, err := m.admit(h, "10.1.0.2:7070")
+	info, err := m.admit(h, "10.1.0.2:7070")
 	if err != nil {
 		t.Fatal(err)
 	}
+	hosts, _ := m.helloLists()
 	if info.Addr != "10.1.0.2:7070" {
 		t.Errorf("host recorded at %q, want 10.1.0.2:7070", info.Addr)
 	}
@@ -79,7 +81,7 @@ func TestAdmitAddressesAndBuild(t *testing.T) {
 	// A second host that reached the master another way does not change
 	// the address the first one taught it.
 	h3 := &hello{Name: "node3", Addr: "[::]:7070", Dialled: "master.example:7070", Join: true, Info: HostInfo{Build: ThisBuild()}}
-	if _, _, _, err := m.admit(h3, "10.1.0.3:7070"); err != nil {
+	if _, err := m.admit(h3, "10.1.0.3:7070"); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.selfInfo().Addr; got != "10.1.0.1:7070" {
@@ -88,13 +90,13 @@ func TestAdmitAddressesAndBuild(t *testing.T) {
 
 	other := ThisBuild()
 	other.Version = "v0.0.1"
-	_, _, _, err = m.admit(&hello{Name: "node4", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.4:7070")
+	_, err = m.admit(&hello{Name: "node4", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.4:7070")
 	if err == nil || !strings.Contains(err.Error(), "another build") || !strings.Contains(err.Error(), "v0.0.1") {
 		t.Errorf("another version: %v, want a refusal naming it", err)
 	}
 	other = ThisBuild()
 	other.Registry, other.Types = "000000000000", 1
-	_, _, _, err = m.admit(&hello{Name: "node5", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.5:7070")
+	_, err = m.admit(&hello{Name: "node5", Addr: "[::]:7070", Join: true, Info: HostInfo{Build: other}}, "10.1.0.5:7070")
 	if err == nil || !strings.Contains(err.Error(), "task types 000000000000 (1 types)") {
 		t.Errorf("other task types: %v, want a refusal naming them", err)
 	}
@@ -131,5 +133,60 @@ func TestSpawnCountBounded(t *testing.T) {
 	}
 	if _, err := m.Spawn(context.Background(), 0, task.SpawnRequest{Type: "daemon.test.fn", State: mustState(t, worker), Count: DefaultMaxSpawn + 1}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("spawn of DefaultMaxSpawn+1 tasks at the master: %v, want ErrLimit", err)
+	}
+}
+
+// TestJoinsCrossing: host a is admitted, and before the master attaches
+// its connection and answers it, host b joins in full. a must still hear
+// of b, and take b's connection. Before, a's lists were taken when it was
+// admitted (without b) and b's announcement went out before a was
+// attached: a never heard of b, refused b's connections as from an
+// unknown host, and b's messages to a's tasks were held for good (a
+// barrier of the scale benchmark hung so).
+func TestJoinsCrossing(t *testing.T) {
+	admitted, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	cfg := Config{FaultHook: func(point string) {
+		if point == "join:admitted" && held.CompareAndSwap(false, true) {
+			close(admitted)
+			<-release
+		}
+	}}
+	vm := startVM(t, 1, cfg)
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := func(name string) (*Daemon, error) {
+		return Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: hostCred(t, vm, name), Output: &syncBuffer{}})
+	}
+	type started struct {
+		d   *Daemon
+		err error
+	}
+	aDone := make(chan started, 1)
+	go func() {
+		d, err := start("a")
+		aDone <- started{d, err}
+	}()
+	<-admitted
+	b, err := start("b")
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Halt(context.Background()) })
+	close(release)
+	r := <-aDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	a := r.d
+	t.Cleanup(func() { _ = a.Halt(context.Background()) })
+	bID := b.cfg.HostID
+	if _, ok := hostInfo(a, "b"); !ok {
+		t.Fatalf("a knows %v, not b (%v)", a.Hosts(), bID)
+	}
+	if _, err := b.peerFor(ctx, a.cfg.HostID); err != nil {
+		t.Fatalf("b cannot reach a: %v", err)
 	}
 }

@@ -88,8 +88,9 @@
 // (migMu is never taken with rmu or mu held, nor held while they are
 // taken); a pause's pauseReq.mu before rmu and mu (a checkpoint write
 // captures the task's mailbox under it; a release takes it with no other
-// lock held). Groups, mailboxes and the move machine lock on their own and
-// call nothing that locks. No lock is held across a call to another
+// lock held); whyMu (why the daemon stops) last, after any of them.
+// Groups, mailboxes and the move machine lock on their own and call
+// nothing that locks. No lock is held across a call to another
 // daemon: a move's steps run with migMu released, and a resume that must
 // wait for a checkpoint being written waits with mu released.
 //

@@ -40,15 +40,11 @@ func (r *RoundRobin) Place(hosts []HostInfo, n int) ([]task.HostID, error) {
 }
 
 // admit registers a joining daemon and assigns its host ID (master only).
-func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
+func (d *Daemon) admit(h *hello, remote string) (HostInfo, error) {
 	if why := h.Info.Build.differs(ThisBuild()); why != "" {
-		return HostInfo{}, nil, nil, fmt.Errorf("the joining daemon runs another build than the master: %s", why)
+		return HostInfo{}, fmt.Errorf("the joining daemon runs another build than the master: %s", why)
 	}
 	d.learnOwnAddr(h)
-	d.rmu.Lock()
-	routes := d.routes.Entries()
-	d.rmu.Unlock()
-	self := d.selfInfo()
 	n := d.nw
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -60,7 +56,7 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 	for _, x := range n.hosts {
 		if x.Name == name {
 			if _, live := n.peers[x.ID]; live || x.ID == MasterID {
-				return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
+				return HostInfo{}, fmt.Errorf("a host named %q is already in the virtual machine", name)
 			}
 			// Registered, but its connection is gone: the same host (a
 			// host's name is its certificate's) that gave up waiting for
@@ -73,11 +69,11 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 		d.removeHost(stale, "replaced by a new registration of the same host")
 		n.mu.Lock()
 		if _, again := n.hosts[stale]; again {
-			return HostInfo{}, nil, nil, fmt.Errorf("a host named %q is already in the virtual machine", name)
+			return HostInfo{}, fmt.Errorf("a host named %q is already in the virtual machine", name)
 		}
 	}
 	if h.Addr == "" {
-		return HostInfo{}, nil, nil, errors.New("joining daemon gave no address")
+		return HostInfo{}, errors.New("joining daemon gave no address")
 	}
 	info := h.Info
 	info.ID = n.nextHost
@@ -88,7 +84,25 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, []HostInfo, []routing
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = time.Now()
 	n.watchHost(info.ID, time.Now())
-	return info, n.hostList(self), routes, nil
+	return info, nil
+}
+
+// helloLists is what a host hears when it joins or registers again: the
+// registered hosts and the routing table. They are taken once its
+// connection is attached, not when it is admitted: every host or route
+// announced from then on reaches it by broadcast, after its hello, and
+// everything announced before is in the lists. (Taken at admission, a
+// host admitted between the two was in neither and stayed unknown to it,
+// and its connections were refused as from an unknown host.)
+func (d *Daemon) helloLists() ([]HostInfo, []routing.Entry) {
+	self := d.selfInfo()
+	d.rmu.Lock()
+	routes := d.routes.Entries()
+	d.rmu.Unlock()
+	n := d.nw
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.hostList(self), routes
 }
 
 // hostList lists the registered hosts, the master's own entry as self

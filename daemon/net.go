@@ -322,25 +322,25 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		var info HostInfo
-		var hosts []HostInfo
-		var routes []routing.Entry
 		var lost []task.TID
 		announce := true
 		if h.Rejoin {
-			info, hosts, routes, lost, announce, err = d.admitAgain(h, conn.RemoteAddr())
+			info, lost, announce, err = d.admitAgain(h, conn.RemoteAddr())
 		} else {
-			info, hosts, routes, err = d.admit(h, conn.RemoteAddr())
+			info, err = d.admit(h, conn.RemoteAddr())
 		}
 		if err != nil {
 			refuse(err.Error())
 			return
 		}
 		p.info = info
+		d.fault("join:admitted")
 		// Attach before answering: once the new host hears back it may be
 		// addressed, and it must find this connection.
 		if !d.attach(p) {
 			return
 		}
+		hosts, routes := d.helloLists()
 		d.mu.Lock()
 		floor := d.tidFloor[info.ID]
 		d.mu.Unlock()
@@ -448,6 +448,15 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 		if h == MasterID && !d.cfg.Master && d.orphan.Load() {
 			n.mu.Unlock() // only registering again reaches a master now
 			return nil, fmt.Errorf("%v: %w: the master is lost", h, ErrNotConnected)
+		}
+		if d.isStopping() {
+			// A stopping daemon makes no new connections: what it still
+			// says (its tasks' exits) goes over those it has. A dial now
+			// could only wait, up to HandshakeTimeout per message, for a
+			// peer that is gone too (a master halted first never
+			// answers, and its loss is not taken for one while stopping).
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%v: %w: this daemon is stopping", h, ErrNotConnected)
 		}
 		if wait, busy := n.dialing[h]; busy {
 			n.mu.Unlock()

@@ -277,44 +277,37 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 // readmit: lost are the tasks it must stop, and it is announced once it
 // has, unless announce). Otherwise a recovering master rebuilds it: its
 // host ID, tasks, routes, groups and barrier arrivals.
-func (d *Daemon) admitAgain(h *hello, remote string) (info HostInfo, hosts []HostInfo, routes []routing.Entry, lost []task.TID, announce bool, err error) {
+func (d *Daemon) admitAgain(h *hello, remote string) (info HostInfo, lost []task.TID, announce bool, err error) {
 	if h.Host <= MasterID || h.Addr == "" || h.Report == nil {
-		return HostInfo{}, nil, nil, nil, false, errors.New("a host registering again must give its host ID, address and tasks")
+		return HostInfo{}, nil, false, errors.New("a host registering again must give its host ID, address and tasks")
 	}
 	if why := h.Info.Build.differs(ThisBuild()); why != "" {
-		return HostInfo{}, nil, nil, nil, false, fmt.Errorf("the daemon registering again runs another build than the master: %s", why)
+		return HostInfo{}, nil, false, fmt.Errorf("the daemon registering again runs another build than the master: %s", why)
 	}
 	info, lost, announce, known, err := d.readmit(h, remote)
 	if err != nil {
-		return HostInfo{}, nil, nil, nil, false, err
+		return HostInfo{}, nil, false, err
 	}
 	if known {
 		d.learnOwnAddr(h)
-		self := d.selfInfo()
-		d.rmu.Lock()
-		routes = d.routes.Entries()
-		d.rmu.Unlock()
-		d.nw.mu.Lock()
-		hosts = d.nw.hostList(self)
-		d.nw.mu.Unlock()
-		return info, hosts, routes, lost, announce, nil
+		return info, lost, announce, nil
 	}
 	if !d.cfg.Recover {
-		return HostInfo{}, nil, nil, nil, false, errors.New("this master does not know the host, and was not started to recover a virtual machine (--recover)")
+		return HostInfo{}, nil, false, errors.New("this master does not know the host, and was not started to recover a virtual machine (--recover)")
 	}
-	info, hosts, routes, err = d.recoverHost(h, remote)
-	return info, hosts, routes, nil, true, err
+	info, err = d.recoverHost(h, remote)
+	return info, nil, true, err
 }
 
 // recoverHost rebuilds, at a recovering master, a host registering again
 // from its report.
-func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, []HostInfo, []routing.Entry, error) {
+func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, error) {
 	d.learnOwnAddr(h)
 	n := d.nw
 	n.mu.Lock()
 	if _, ok := n.hosts[h.Host]; ok {
 		n.mu.Unlock()
-		return HostInfo{}, nil, nil, fmt.Errorf("host %v is already in the virtual machine", h.Host)
+		return HostInfo{}, fmt.Errorf("host %v is already in the virtual machine", h.Host)
 	}
 	info := h.Info
 	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
@@ -346,15 +339,8 @@ func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, []HostInfo, []r
 	d.applyRoutes(entries)
 	d.jobsOn(h.Host, jobs, true)
 	d.recovering(h.Host, rep)
-	self := d.selfInfo()
-	d.rmu.Lock()
-	routes := d.routes.Entries()
-	d.rmu.Unlock()
-	n.mu.Lock()
-	hosts := n.hostList(self)
-	n.mu.Unlock()
 	d.log.Warn("host registered again", "peer", info.ID, "peer_name", info.Name, "tasks", len(rep.Tasks))
-	return info, hosts, routes, nil
+	return info, nil
 }
 
 // orphanMove is a move the old master left half done, as its origin

@@ -303,21 +303,22 @@ func TestAdmitAgainIsIdempotent(t *testing.T) {
 	h := func(name string) *hello {
 		return &hello{Host: 2, Name: name, Addr: "127.0.0.1:9", Rejoin: true, Report: &rejoinReport{}, Info: HostInfo{Build: ThisBuild()}}
 	}
-	first, _, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	first, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, hosts, _, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
+	again, _, _, err := m.admitAgain(h("h2"), "127.0.0.1:9")
 	if err != nil {
 		t.Fatalf("the same host registering again: %v", err)
 	}
+	hosts, _ := m.helloLists()
 	if again.ID != first.ID || again.Name != first.Name || again.Addr != first.Addr {
 		t.Fatalf("answered %+v the second time, %+v the first", again, first)
 	}
 	if len(hosts) != 2 {
 		t.Fatalf("hosts after the second try: %+v, want the master and h2", hosts)
 	}
-	if _, _, _, _, _, err := m.admitAgain(h("h3"), "127.0.0.1:9"); err == nil {
+	if _, _, _, err := m.admitAgain(h("h3"), "127.0.0.1:9"); err == nil {
 		t.Fatal("another host took h2's ID")
 	}
 }
@@ -340,7 +341,7 @@ func TestReadmitWhileRejoining(t *testing.T) {
 	h := &hello{Host: 2, Name: "h2", Addr: "127.0.0.1:9", Rejoin: true, Info: HostInfo{Build: ThisBuild()},
 		Report: &rejoinReport{Tasks: []rejoinTask{{TID: tid}}}}
 	for try := 1; try <= 2; try++ {
-		_, _, _, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
+		_, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
 		if err != nil {
 			t.Fatalf("registration %d: %v", try, err)
 		}
@@ -351,7 +352,7 @@ func TestReadmitWhileRejoining(t *testing.T) {
 	if err := m.rejoined(2); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
+	_, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
 	if err != nil || !announce || len(lost) != 0 {
 		t.Fatalf("a member registering again: announce %v, lost %v, %v; want taken back as it is", announce, lost, err)
 	}

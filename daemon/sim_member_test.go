@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -625,19 +626,52 @@ func TestStaleRegistrationReplaced(t *testing.T) {
 		vm := memberVM(t, 2, &partitions{}, Config{})
 		m := vm.Master()
 		h := &hello{Name: "h7", Addr: "mem:77", Info: HostInfo{Build: ThisBuild()}}
-		first, _, _, err := m.admit(h, "mem:77")
+		first, err := m.admit(h, "mem:77")
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, _, _, err := m.admit(h, "mem:77")
+		again, err := m.admit(h, "mem:77")
 		if err != nil || again.ID == first.ID {
 			t.Fatalf("the same host registering again without a connection: %v, %v (first %v)", again.ID, err, first.ID)
 		}
 		if _, ok := hostInfo(m, "h7"); !ok || len(m.Hosts()) != 3 {
 			t.Fatalf("hosts %v", m.Hosts())
 		}
-		if _, _, _, err := m.admit(&hello{Name: "h2", Addr: "mem:78", Info: HostInfo{Build: ThisBuild()}}, "mem:78"); err == nil || !strings.Contains(err.Error(), "already in the virtual machine") {
+		if _, err := m.admit(&hello{Name: "h2", Addr: "mem:78", Info: HostInfo{Build: ThisBuild()}}, "mem:78"); err == nil || !strings.Contains(err.Error(), "already in the virtual machine") {
 			t.Fatalf("a connected host's name taken again: %v", err)
+		}
+	})
+}
+
+// TestHaltDialsNothing: a host halting after its master's connection has
+// ended (a whole machine's halt stops the master first) reports its tasks'
+// exits over the connections it has and dials nothing. Before, each exit
+// report dialled the master again and waited the handshake timeout for
+// it: a host of the scale benchmark took 100 s to halt.
+func TestHaltDialsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &partitions{}
+		vm := memberVM(t, 2, p, Config{})
+		m, h2 := vm.Master(), vm.Daemons[1]
+		for range 3 {
+			spawnOn(t, m, "h2", idler(t))
+		}
+		p.slowDown(m.Addr(), time.Hour) // a dial to the master is never answered
+		h2.stopping(task.ErrHalted)
+		h2.nw.mu.Lock()
+		mp := h2.nw.master
+		h2.nw.mu.Unlock()
+		mp.close(errors.New("the master is gone"))
+		synctest.Wait()
+		start := time.Now()
+		if err := h2.Halt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took >= h2.cfg.HandshakeTimeout {
+			t.Fatalf("the halt took %v, a handshake timeout (%v) or more", took, h2.cfg.HandshakeTimeout)
+		}
+		if _, err := h2.peerFor(context.Background(), MasterID); !errors.Is(err, ErrNotConnected) {
+			t.Fatalf("a halted host dialled the master: %v", err)
 		}
 	})
 }

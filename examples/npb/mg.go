@@ -172,6 +172,15 @@ func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 // residInterior is resid's compute part: r = v - A·u on the interior, from
 // u's interior and ghosts. r may be v.
 func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
+	if mgVector {
+		w.residRows(l, u, v, r)
+	} else {
+		w.residScalar(l, u, v, r)
+	}
+}
+
+// residScalar is residInterior in Go, one point at a time.
+func (w *MGWorker) residScalar(l *mgLevel, u, v, r []float64) {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
 	ps := m1 * m2
@@ -203,8 +212,62 @@ func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
 	}
 }
 
+// residRows is residInterior row by row in assembly, as NPB's resid is
+// written: a row's u1 and u2 sums first, then the row of r from them.
+func (w *MGWorker) residRows(l *mgLevel, u, v, r []float64) {
+	m1, m2, m3 := l.m1, l.m2, l.m3
+	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
+	ps := m1 * m2
+	u1, u2 := w.t1[:m1], w.t2[:m1]
+	for i3 := 1; i3 < m3-1; i3++ {
+		for i2 := 1; i2 < m2-1; i2++ {
+			o := m1 * (i2 + m2*i3)
+			rr, vv, uc := r[o:o+m1], v[o:o+m1], u[o:o+m1]
+			um, up := u[o-m1:][:m1], u[o+m1:][:m1]
+			uzm, uzp := u[o-ps:][:m1], u[o+ps:][:m1]
+			umm, upm := u[o-ps-m1:][:m1], u[o-ps+m1:][:m1]
+			ump, upp := u[o+ps-m1:][:m1], u[o+ps+m1:][:m1]
+			mgSum4(&u1[0], &um[0], &up[0], &uzm[0], &uzp[0], m1)
+			mgSum4(&u2[0], &umm[0], &upm[0], &ump[0], &upp[0], m1)
+			mgResidRow(&rr[0], &vv[0], &uc[0], &u1[0], &u2[0], m1, a0, a2, a3)
+		}
+	}
+}
+
+// psinvRows is psinv's interior row by row in assembly, as NPB's psinv is
+// written: a row's r1 and r2 sums first, then the row of u from them.
+func (w *MGWorker) psinvRows(l *mgLevel, r, u []float64) {
+	m1, m2, m3 := l.m1, l.m2, l.m3
+	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
+	ps := m1 * m2
+	r1, r2 := w.t1[:m1], w.t2[:m1]
+	for i3 := 1; i3 < m3-1; i3++ {
+		for i2 := 1; i2 < m2-1; i2++ {
+			o := m1 * (i2 + m2*i3)
+			uu, rc := u[o:o+m1], r[o:o+m1]
+			rm, rp := r[o-m1:][:m1], r[o+m1:][:m1]
+			rzm, rzp := r[o-ps:][:m1], r[o+ps:][:m1]
+			rmm, rpm := r[o-ps-m1:][:m1], r[o-ps+m1:][:m1]
+			rmp, rpp := r[o+ps-m1:][:m1], r[o+ps+m1:][:m1]
+			mgSum4(&r1[0], &rm[0], &rp[0], &rzm[0], &rzp[0], m1)
+			mgSum4(&r2[0], &rmm[0], &rpm[0], &rmp[0], &rpp[0], m1)
+			mgPsinvRow(&uu[0], &rc[0], &r1[0], &r2[0], m1, c0, c1, c2)
+		}
+	}
+}
+
 // psinv applies the smoother: u = u + C·r, and fills u's ghosts.
 func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
+	if mgVector {
+		w.psinvRows(l, r, u)
+	} else {
+		w.psinvScalar(l, r, u)
+	}
+	return w.comm3(cm, l, u)
+}
+
+// psinvScalar is psinv's interior in Go, one point at a time.
+func (w *MGWorker) psinvScalar(l *mgLevel, r, u []float64) {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
 	ps := m1 * m2
@@ -231,7 +294,6 @@ func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
 			}
 		}
 	}
-	return w.comm3(cm, l, u)
 }
 
 // rprj3 projects the fine residual r onto the coarse grid s (full

@@ -1,0 +1,26 @@
+package npb
+
+import "golang.org/x/sys/cpu"
+
+// mgVector says whether the stencil rows run in assembly (mg_amd64.s),
+// four doubles at a time with AVX. Go's compiler does not vectorise, and
+// the 27-point stencils of resid and psinv are most of MG's time.
+var mgVector = cpu.X86.HasAVX
+
+// mgSum4 sets dst[i] = ((a[i] + b[i]) + c[i]) + d[i] for i < n.
+//
+//go:noescape
+func mgSum4(dst, a, b, c, d *float64, n int)
+
+// mgResidRow sets, for 1 ≤ j < n-1,
+// r[j] = ((v[j] - a0·u[j]) - a2·((u2[j] + u1[j-1]) + u1[j+1])) - a3·(u2[j-1] + u2[j+1]).
+// r may be v.
+//
+//go:noescape
+func mgResidRow(r, v, u, u1, u2 *float64, n int, a0, a2, a3 float64)
+
+// mgPsinvRow sets, for 1 ≤ j < n-1,
+// u[j] = ((u[j] + c0·r[j]) + c1·((r[j-1] + r[j+1]) + r1[j])) + c2·((r2[j] + r1[j-1]) + r1[j+1]).
+//
+//go:noescape
+func mgPsinvRow(u, r, r1, r2 *float64, n int, c0, c1, c2 float64)

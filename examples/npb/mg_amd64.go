@@ -24,3 +24,9 @@ func mgResidRow(r, v, u, u1, u2 *float64, n int, a0, a2, a3 float64)
 //
 //go:noescape
 func mgPsinvRow(u, r, r1, r2 *float64, n int, c0, c1, c2 float64)
+
+// mgInterpRow adds to a fine row from a coarse one: for i < n,
+// u[2i] += a·x[i] and u[2i+1] += b·(x[i+1] + x[i]).
+//
+//go:noescape
+func mgInterpRow(u, x *float64, n int, a, b float64)

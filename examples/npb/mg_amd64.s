@@ -164,3 +164,54 @@ psinvtail:
 psinvdone:
 	VZEROUPPER
 	RET
+
+// func mgInterpRow(u, x *float64, n int, a, b float64)
+TEXT ·mgInterpRow(SB), NOSPLIT, $0-40
+	MOVQ         u+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSD a+24(FP), Y10
+	VBROADCASTSD b+32(FP), Y11
+	XORQ         AX, AX
+	MOVQ         CX, DX
+	ANDQ         $-4, DX
+
+interploop:
+	CMPQ       AX, DX
+	JGE        interptail
+	LEAQ       (AX)(AX*1), BX
+	VMOVUPD    (SI)(AX*8), Y0
+	VMOVUPD    8(SI)(AX*8), Y1
+	VADDPD     Y0, Y1, Y2           // x[i+1] + x[i]
+	VMULPD     Y10, Y0, Y3          // evens: a·x[i]
+	VMULPD     Y11, Y2, Y2          // odds: b·(x[i+1] + x[i])
+	VUNPCKLPD  Y2, Y3, Y4           // [e0 o0 e2 o2]
+	VUNPCKHPD  Y2, Y3, Y5           // [e1 o1 e3 o3]
+	VPERM2F128 $0x20, Y5, Y4, Y6    // [e0 o0 e1 o1]
+	VPERM2F128 $0x31, Y5, Y4, Y7    // [e2 o2 e3 o3]
+	VADDPD     (DI)(BX*8), Y6, Y6
+	VADDPD     32(DI)(BX*8), Y7, Y7
+	VMOVUPD    Y6, (DI)(BX*8)
+	VMOVUPD    Y7, 32(DI)(BX*8)
+	ADDQ       $4, AX
+	JMP        interploop
+
+interptail:
+	CMPQ   AX, CX
+	JGE    interpdone
+	LEAQ   (AX)(AX*1), BX
+	VMOVSD (SI)(AX*8), X0
+	VMOVSD 8(SI)(AX*8), X1
+	VADDSD X0, X1, X2
+	VMULSD X10, X0, X3
+	VMULSD X11, X2, X2
+	VADDSD (DI)(BX*8), X3, X3
+	VADDSD 8(DI)(BX*8), X2, X2
+	VMOVSD X3, (DI)(BX*8)
+	VMOVSD X2, 8(DI)(BX*8)
+	INCQ   AX
+	JMP    interptail
+
+interpdone:
+	VZEROUPPER
+	RET

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestMGRowsBitIdentical checks that the assembly rows of resid and psinv
-// give bit for bit what the Go loops give, on random grids of a few sizes
+// TestMGRowsBitIdentical checks that the assembly rows of resid, psinv,
+// interp and rprj3 give bit for bit what the Go loops give, on random grids of a few sizes
 // (odd row lengths exercise the rows' scalar tails).
 func TestMGRowsBitIdentical(t *testing.T) {
 	if !mgVector {
@@ -39,6 +39,29 @@ func TestMGRowsBitIdentical(t *testing.T) {
 		w.psinvScalar(&l, r0, uGo)
 		w.psinvRows(&l, r0, uAsm)
 		same(t, "psinv", n, uGo, uAsm)
+		// interp from a coarse level of n interior points to a fine one
+		// of 2n.
+		c := mgLevel{n: n, m1: n + 2, m2: n + 2, m3: n + 2}
+		f := mgLevel{n: 2 * n, m1: 2*n + 2, m2: 2*n + 2, m3: 2*n + 2}
+		w.t1, w.t2, w.t3 = make([]float64, c.m1), make([]float64, c.m1), make([]float64, c.m1)
+		z := make([]float64, c.size())
+		for i := range z {
+			z[i] = rng.NormFloat64()
+		}
+		uf := make([]float64, f.size())
+		for i := range uf {
+			uf[i] = rng.NormFloat64()
+		}
+		uGo, uAsm = append([]float64(nil), uf...), append([]float64(nil), uf...)
+		w.interpWith(&c, z, &f, uGo, false)
+		w.interpWith(&c, z, &f, uAsm, true)
+		same(t, "interp", n, uGo, uAsm)
+		// rprj3 from the fine level back to the coarse one.
+		sGo, sAsm := make([]float64, c.size()), make([]float64, c.size())
+		w.t1, w.t2 = make([]float64, f.m1), make([]float64, f.m1)
+		w.rprj3Interior(&f, uf, &c, sGo, false)
+		w.rprj3Interior(&f, uf, &c, sAsm, true)
+		same(t, "rprj3", n, sGo, sAsm)
 	}
 }
 

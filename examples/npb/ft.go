@@ -50,7 +50,7 @@ func cplx(f []float64) []complex128 {
 }
 
 // ftBlock is how many lines are transformed together.
-const ftBlock = 16
+const ftBlock = 32
 
 // rootsFor returns ω_n^k = exp(-2πi k/n) for k < n.
 func (w *FTWorker) rootsFor(n int) []complex128 {
@@ -86,7 +86,7 @@ func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, in
 				}
 			}
 		}
-		res := stockham(x, y, n, b, roots, inverse)
+		res := stockham(x, y, n, b, roots, inverse, useAVX)
 		for t := range n {
 			row := res[t*b : t*b+b]
 			o := base + t*stride
@@ -105,8 +105,10 @@ func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, in
 // sequence l at x[t*b+l]) with the Stockham autosort algorithm (radix 4,
 // and one radix-2 pass when log2 n is odd), using y as scratch, and returns
 // the buffer holding the result. roots holds ω_n^k for k < n; inverse
-// uses their conjugates.
-func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []complex128 {
+// uses their conjugates. With vec (useAVX must hold then), each group of
+// butterflies runs in assembly (ft_amd64.s), bit-identical.
+func stockham(x, y []complex128, n, b int, roots []complex128, inverse, vec bool) []complex128 {
+	x, y = x[:n*b], y[:n*b]
 	m, s := n, 1
 	if ilog2(n)%2 == 1 {
 		half := n / 2
@@ -115,6 +117,10 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []c
 			wr, wi := real(roots[p]), imag(roots[p])
 			if inverse {
 				wi = -wi
+			}
+			if vec {
+				ftRadix2(&y[run*2*p:][:2*run][0], &x[run*p:][:run+run*half][0], run, run*half, wr, wi)
+				continue
 			}
 			a := x[run*p:][:run]
 			c := x[run*(p+half):][:run]
@@ -144,6 +150,11 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []c
 			w3r, w3i := real(w3), imag(w3)
 			if inverse {
 				w1i, w2i, w3i = -w1i, -w2i, -w3i
+			}
+			if vec {
+				tw := [6]float64{w1r, w1i, w2r, w2i, w3r, w3i}
+				ftRadix4(&y[run*4*p:][:4*run][0], &x[run*p:][:run+3*run*q4][0], run, run*q4, &tw, sign)
+				continue
 			}
 			xa := x[run*p:][:run]
 			xb := x[run*(p+q4):][:run]

@@ -172,7 +172,7 @@ func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 // residInterior is resid's compute part: r = v - A·u on the interior, from
 // u's interior and ghosts. r may be v.
 func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
-	if mgVector {
+	if useAVX {
 		w.residRows(l, u, v, r)
 	} else {
 		w.residScalar(l, u, v, r)
@@ -258,7 +258,7 @@ func (w *MGWorker) psinvRows(l *mgLevel, r, u []float64) {
 
 // psinv applies the smoother: u = u + C·r, and fills u's ghosts.
 func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
-	if mgVector {
+	if useAVX {
 		w.psinvRows(l, r, u)
 	} else {
 		w.psinvScalar(l, r, u)
@@ -299,12 +299,12 @@ func (w *MGWorker) psinvScalar(l *mgLevel, r, u []float64) {
 // rprj3 projects the fine residual r onto the coarse grid s (full
 // weighting), and fills s's ghosts.
 func (w *MGWorker) rprj3(cm comm, f *mgLevel, r []float64, c *mgLevel, s []float64) error {
-	w.rprj3Interior(f, r, c, s, mgVector)
+	w.rprj3Interior(f, r, c, s, useAVX)
 	return w.comm3(cm, c, s)
 }
 
 // rprj3Interior is rprj3's projection, without the ghosts; its sums run
-// in assembly when vec is set (mgVector must hold then).
+// in assembly when vec is set (useAVX must hold then).
 func (w *MGWorker) rprj3Interior(f *mgLevel, r []float64, c *mgLevel, s []float64, vec bool) {
 	m1k, m2k := f.m1, f.m2
 	m1j, m2j, m3j := c.m1, c.m2, c.m3
@@ -351,10 +351,10 @@ func (w *MGWorker) rprj3Interior(f *mgLevel, r []float64, c *mgLevel, s []float6
 // interp adds the trilinear interpolation of the coarse z to the fine u,
 // ghosts included (they come out periodic since z's are).
 func (w *MGWorker) interp(c *mgLevel, z []float64, f *mgLevel, u []float64) {
-	w.interpWith(c, z, f, u, mgVector)
+	w.interpWith(c, z, f, u, useAVX)
 }
 
-// interpWith is interp, its rows in assembly when vec is set (mgVector
+// interpWith is interp, its rows in assembly when vec is set (useAVX
 // must hold then).
 func (w *MGWorker) interpWith(c *mgLevel, z []float64, f *mgLevel, u []float64, vec bool) {
 	mm1, mm2, mm3 := c.m1, c.m2, c.m3

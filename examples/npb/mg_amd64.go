@@ -1,12 +1,5 @@
 package npb
 
-import "golang.org/x/sys/cpu"
-
-// mgVector says whether the stencil rows run in assembly (mg_amd64.s),
-// four doubles at a time with AVX. Go's compiler does not vectorise, and
-// the 27-point stencils of resid and psinv are most of MG's time.
-var mgVector = cpu.X86.HasAVX
-
 // mgSum4 sets dst[i] = ((a[i] + b[i]) + c[i]) + d[i] for i < n.
 //
 //go:noescape

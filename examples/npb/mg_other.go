@@ -2,10 +2,6 @@
 
 package npb
 
-// mgVector is false: the stencils run in Go (the rows' assembly is
-// amd64's).
-const mgVector = false
-
 func mgSum4(dst, a, b, c, d *float64, n int) {
 	panic("npb: mgSum4 is amd64 assembly")
 }

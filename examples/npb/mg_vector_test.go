@@ -10,7 +10,7 @@ import (
 // interp and rprj3 give bit for bit what the Go loops give, on random grids of a few sizes
 // (odd row lengths exercise the rows' scalar tails).
 func TestMGRowsBitIdentical(t *testing.T) {
-	if !mgVector {
+	if !useAVX {
 		t.Skip("the stencil rows run in Go on this machine: nothing to compare")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -40,3 +40,34 @@ func TestFTButterfliesBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestFTGatherLines checks the four-at-a-time interleaving of lines against
+// the element-by-element definition, for block widths with and without a
+// remainder, and that scatterLines puts every element back.
+func TestFTGatherLines(t *testing.T) {
+	const lineStep, stride, n, base = 7, 50, 6, 3
+	u := make([]complex128, base+9*lineStep+n*stride)
+	for i := range u {
+		u[i] = complex(float64(i), -float64(i))
+	}
+	for _, b := range []int{1, 4, 6, 9} {
+		x := make([]complex128, n*b)
+		gatherLines(x, u, base, lineStep, stride, n, b)
+		for l := range b {
+			for e := range n {
+				if want := u[base+l*lineStep+e*stride]; x[e*b+l] != want {
+					t.Fatalf("b=%d: line %d element %d is %v, want %v", b, l, e, x[e*b+l], want)
+				}
+			}
+		}
+		back := make([]complex128, len(u))
+		scatterLines(back, x, base, lineStep, stride, n, b)
+		for l := range b {
+			for e := range n {
+				if i := base + l*lineStep + e*stride; back[i] != u[i] {
+					t.Fatalf("b=%d: scattered line %d element %d is %v, want %v", b, l, e, back[i], u[i])
+				}
+			}
+		}
+	}
+}

@@ -73,27 +73,28 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	w.edit(it)
 	// Local bucket counts, plus the test keys this task holds (each test
 	// index lives on exactly one task, the others contribute 0).
-	if nb > isBuckets {
-		return 0, fmt.Errorf("IS class %s: %d buckets, at most %d", p.Class, nb, isBuckets)
-	}
-	var bc [isBuckets]int32
-	keys := w.keys
-	countBuckets(&bc, keys, uint(shift))
 	tot := make([]int64, nb+5)
+	keys := w.keys
+	for _, k := range keys {
+		tot[k>>shift]++
+	}
 	local := make([]int, nb+1) // bucket start offsets in send
-	var ptr [isBuckets]int32
 	for b := range nb {
-		tot[b] = int64(bc[b])
-		ptr[b] = int32(local[b])
-		local[b+1] = local[b] + int(bc[b])
+		local[b+1] = local[b] + int(tot[b])
 	}
 	for i, ti := range p.TestIndex {
 		if j := ti - w.k0; j >= 0 && j < len(keys) {
 			tot[nb+i] = int64(keys[j]) + 1 // +1: tell 0 from "not mine"
 		}
 	}
+	ptr := make([]int, nb)
+	copy(ptr, local[:nb])
 	send := w.send[:len(keys)]
-	scatterBuckets(&ptr, send, keys, uint(shift))
+	for _, k := range keys {
+		b := k >> shift
+		send[ptr[b]] = k
+		ptr[b]++
+	}
 	if err := allreduce(cm, tot, sumOp[int64]); err != nil {
 		return 0, err
 	}
@@ -153,8 +154,11 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	}
 	counts := w.counts[:nk]
 	clear(counts)
+	mk := int32(w.minKey)
 	for _, seg := range segs {
-		countKeys(counts, seg, int32(w.minKey))
+		for _, k := range seg {
+			counts[k-mk]++
+		}
 	}
 	run := int32(w.offset)
 	for i, c := range counts {
@@ -176,49 +180,6 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		}
 	}
 	return passed, nil
-}
-
-// isBuckets is the largest NPB NUM_BUCKETS, 2^10 (classes W to C; S has
-// 2^9). A fixed size lets the bucket loops index arrays with a masked key
-// and no bounds check.
-const isBuckets = 1 << 10
-
-// countBuckets adds to c the number of keys in each bucket (key >> shift).
-// Keys are non-negative and below the class's buckets << shift (the
-// generator and the edits make them so); the mask only keeps the index
-// provably in range.
-func countBuckets(c *[isBuckets]int32, keys []int32, shift uint) {
-	shift &= 31
-	for len(keys) >= 4 {
-		k := keys[:4]
-		c[(uint32(k[0])>>shift)&(isBuckets-1)]++
-		c[(uint32(k[1])>>shift)&(isBuckets-1)]++
-		c[(uint32(k[2])>>shift)&(isBuckets-1)]++
-		c[(uint32(k[3])>>shift)&(isBuckets-1)]++
-		keys = keys[4:]
-	}
-	for _, k := range keys {
-		c[(uint32(k)>>shift)&(isBuckets-1)]++
-	}
-}
-
-// scatterBuckets copies keys into send ordered by bucket, each key at its
-// bucket's next free slot ptr[b], which it advances.
-func scatterBuckets(ptr *[isBuckets]int32, send, keys []int32, shift uint) {
-	shift &= 31
-	for _, k := range keys {
-		b := (uint32(k) >> shift) & (isBuckets - 1)
-		send[ptr[b]] = k
-		ptr[b]++
-	}
-}
-
-// countKeys adds to counts[k-minKey] one for every key k of seg; every key
-// lies in [minKey, minKey+len(counts)).
-func countKeys(counts, seg []int32, minKey int32) {
-	for _, k := range seg {
-		counts[uint32(k-minKey)]++
-	}
 }
 
 // isChunk is the most keys one message carries (2 MiB). A task's keys for

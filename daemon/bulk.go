@@ -131,6 +131,75 @@ func (b *bulkLane) fail(err error, e *routing.Envelope) {
 	}
 }
 
+// ckptLane keeps a bulk stream opened ahead for a peer's next direct
+// checkpoint (see checkpointStream), so that a move does not wait for the
+// lane's TCP and TLS handshakes. At most one is kept, and one opened at a
+// time; it is opened once a checkpoint has gone on the lane, so peers that
+// never receive a large one hold none. Its fields are guarded by mu.
+type ckptLane struct {
+	mu      sync.Mutex
+	st      transport.Stream // ready for the next checkpoint (nil: none)
+	opening bool             // a goroutine opens one
+	downAt  time.Time        // when opening one last failed (zero: never)
+}
+
+// take returns the stream kept for the next checkpoint, if any.
+func (l *ckptLane) take() transport.Stream {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.st
+	l.st = nil
+	return st
+}
+
+// spareCheckpointStream opens a bulk stream to p for its next direct
+// checkpoint, unless one is kept or being opened, or opening one failed
+// less than bulkRetry ago. The goroutine that opens it watches it until
+// it is taken and used, or ends: the receiving daemon never writes on a
+// checkpoint stream, so a read returns only when the stream has ended (the
+// peer closed it, the connection or this daemon stopped), and a stream
+// that ends while it is kept is dropped.
+func (d *Daemon) spareCheckpointStream(p *peer, bc transport.BulkConn) {
+	l := &p.ckpt
+	l.mu.Lock()
+	if l.st != nil || l.opening || (!l.downAt.IsZero() && time.Since(l.downAt) < bulkRetry) {
+		l.mu.Unlock()
+		return
+	}
+	l.opening = true
+	l.mu.Unlock()
+	d.goFunc(func() {
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.BulkOpenTimeout)
+		st, err := bc.OpenBulk(ctx)
+		cancel()
+		l.mu.Lock()
+		l.opening = false
+		if err != nil {
+			l.downAt = time.Now()
+			l.mu.Unlock()
+			if !errors.Is(err, transport.ErrNoBulk) && d.ctx.Err() == nil {
+				d.log.Debug("no spare checkpoint stream", "peer", p.name(), "error", err)
+			}
+			return
+		}
+		l.st = st
+		l.mu.Unlock()
+		stop := context.AfterFunc(d.ctx, func() { _ = st.Close() })
+		defer stop()
+		var b [1]byte
+		_, _ = st.Read(b[:])
+		l.mu.Lock()
+		kept := l.st == st
+		if kept {
+			l.st = nil
+		}
+		l.mu.Unlock()
+		if kept {
+			_ = st.Close()
+		}
+	})
+}
+
 // sendEnvelope sends a task's message to the peer: on the bulk lane when it
 // is large and the lane is up, else batched on the QUIC stream (see
 // envelope).

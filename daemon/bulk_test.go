@@ -162,6 +162,21 @@ func (b *cargo) Run(c *task.Ctx) error {
 	}
 }
 
+// checkCargo checks that the cargo task tid runs on d with data as its
+// state.
+func checkCargo(t *testing.T, d *Daemon, tid task.TID, data []byte) {
+	t.Helper()
+	d.mu.Lock()
+	h := d.tasks[tid]
+	d.mu.Unlock()
+	if h == nil {
+		t.Fatalf("%v does not run on %s after its move", tid, d.Name())
+	}
+	if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
+		t.Fatalf("%d bytes: the state arrived changed (%d bytes)", len(data), len(got))
+	}
+}
+
 // TestDirectCheckpointLane: a direct checkpoint of a small state goes on
 // a QUIC stream (no handshake to pay for), one of a state of
 // BulkCheckpointMin and more on the bulk lane; both arrive whole.
@@ -187,19 +202,69 @@ func TestDirectCheckpointLane(t *testing.T) {
 			if b, q := s.bulk.Load(), s.quic.Load(); b != c.bulk || q != c.quic {
 				t.Errorf("after a move of %d bytes: %d checkpoint streams on the bulk lane, %d on QUIC; want %d and %d", c.size, b, q, c.bulk, c.quic)
 			}
-			d := vm.Daemons[1]
-			d.mu.Lock()
-			h := d.tasks[tid]
-			d.mu.Unlock()
-			if h == nil {
-				t.Fatalf("%v does not run on h2 after its move", tid)
-			}
-			if got := h.t.(*cargo).Data; !bytes.Equal(got, data) {
-				t.Fatalf("%d bytes: the state arrived changed (%d bytes)", c.size, len(got))
-			}
+			checkCargo(t, vm.Daemons[1], tid, data)
 			if err := m.KillTask(ctx, tid); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+}
+
+// keptCheckpointStream is the stream d keeps for its next direct
+// checkpoint to host h (nil: none).
+func keptCheckpointStream(t *testing.T, d *Daemon, h task.HostID) transport.Stream {
+	t.Helper()
+	d.nw.mu.Lock()
+	p := d.nw.peers[h]
+	d.nw.mu.Unlock()
+	if p == nil {
+		t.Fatalf("%s has no peer %v", d.Name(), h)
+	}
+	p.ckpt.mu.Lock()
+	defer p.ckpt.mu.Unlock()
+	return p.ckpt.st
+}
+
+// TestCheckpointStreamKeptAhead: once a direct checkpoint has gone on the
+// bulk lane, the origin opens a stream ahead for its next one to that
+// peer, and that checkpoint goes on it, whole; a daemon that sent none
+// keeps none.
+func TestCheckpointStreamKeptAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &streamShaper{}
+		vm := startMemVMWith(t, 2, s, Config{BulkCheckpointMin: 64 << 10})
+		m, h2 := vm.Master(), vm.Daemons[1]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		data := make([]byte, 256<<10)
+		for i := range data {
+			data[i] = byte(i * 13)
+		}
+		tid := spawnOn(t, m, "h1", &cargo{Data: data})
+		if keptCheckpointStream(t, m, h2.HostID()) != nil {
+			t.Fatal("a stream kept before any checkpoint went on the lane")
+		}
+		var kept transport.Stream
+		for i, to := range []string{"h2", "h1", "h2"} {
+			if _, err := m.Migrate(ctx, tid, to, Direct); err != nil {
+				t.Fatalf("move %d to %s: %v", i+1, to, err)
+			}
+			synctest.Wait()
+			now := keptCheckpointStream(t, m, h2.HostID())
+			if now == nil {
+				t.Fatalf("after move %d, h1 keeps no stream for its next checkpoint to h2", i+1)
+			}
+			if i == 2 && now == kept {
+				t.Fatal("the checkpoint to h2 did not take the stream kept for it")
+			}
+			kept = now
+		}
+		if b, q := s.bulk.Load(), s.quic.Load(); b != 3 || q != 0 {
+			t.Errorf("%d checkpoint streams on the bulk lane, %d on QUIC; want 3 and 0", b, q)
+		}
+		checkCargo(t, h2, tid, data)
+		if err := m.KillTask(ctx, tid); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -122,6 +122,16 @@ type Config struct {
 	// JoinTimeout bounds how long a daemon keeps trying to join a master
 	// that answers "busy" or not in time (default 10 minutes).
 	JoinTimeout time.Duration
+	// HandshakeTimeout bounds a new connection's first exchange: the hello
+	// a daemon or client sends and its answer, dialling a peer, and how
+	// long a master keeps a "busy" answer's connection open for the host
+	// to read it (default 10s).
+	HandshakeTimeout time.Duration
+	// StopTimeout bounds a daemon's shutdown: the wait for its tasks'
+	// goroutines, and, for half of it, the flush of what each connection
+	// still has to send (default 5s). A host the master deletes gets the
+	// same half to read its notice.
+	StopTimeout time.Duration
 	// ReportEvery is how many heartbeats a host lets pass between load
 	// reports whose figures have not changed (default 10): a heartbeat
 	// carries a report only when the host's figures changed beyond
@@ -160,9 +170,11 @@ type Config struct {
 	BulkThreshold int
 	// BulkCheckpointMin is the estimated state size from which a direct
 	// checkpoint travels on the bulk lane instead of a QUIC stream
-	// (default 2 MiB). Each checkpoint opens a lane stream of its own, a
-	// TCP and TLS handshake of about a millisecond: below this size the
-	// QUIC stream, which needs none, moves the task sooner.
+	// (default 1 MiB). A lane stream costs a TCP and TLS handshake of
+	// about a millisecond, paid ahead for a peer's checkpoints after its
+	// first (a stream is kept for the next): below this size the QUIC
+	// stream, which needs none and carries a small state about as fast,
+	// moves the task sooner.
 	BulkCheckpointMin int64
 	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
 	// the messages go over QUIC.
@@ -282,6 +294,12 @@ func (c *Config) setDefaults() {
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = 10 * time.Minute
 	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 5 * time.Second
+	}
 	if c.ReportEvery <= 0 {
 		c.ReportEvery = 10
 	}
@@ -334,7 +352,7 @@ func (c *Config) setDefaults() {
 		c.BulkThreshold = 64 << 10
 	}
 	if c.BulkCheckpointMin <= 0 {
-		c.BulkCheckpointMin = 2 << 20
+		c.BulkCheckpointMin = 1 << 20
 	}
 	if c.BulkOpenTimeout <= 0 {
 		c.BulkOpenTimeout = 5 * time.Second
@@ -517,9 +535,12 @@ type Daemon struct {
 	// migMu guards the move machine (master: the moves under way and the
 	// epoch clock) and the driver's record of each move. It is held only
 	// while the machine takes an event, never across a call.
-	migMu    sync.Mutex
-	moves    *move.Machine
-	runs     map[move.ID]*moveRun
+	migMu sync.Mutex
+	moves *move.Machine
+	runs  map[move.ID]*moveRun
+	// killing (under migMu) counts the kills under way per job: no move of
+	// the job's tasks starts meanwhile (KillJob).
+	killing  map[uint64]int
 	whyMu    sync.Mutex
 	why      error // the first reason given to stop
 	stopOnce sync.Once
@@ -616,6 +637,7 @@ func newDaemon(cfg Config) *Daemon {
 		incoming:   map[task.TID]*arriving{},
 		moves:      move.New(0, 0),
 		runs:       map[move.ID]*moveRun{},
+		killing:    map[uint64]int{},
 		moveFloor:  map[task.TID]move.ID{},
 		ckResumed:  map[uint64]uint64{},
 		bwait:      map[task.TID]chan error{},
@@ -695,7 +717,7 @@ func (d *Daemon) Err() error {
 // stop shuts the daemon down (see shutdown) with a bounded wait for task
 // goroutines.
 func (d *Daemon) stop(why error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
 	defer cancel()
 	_ = d.shutdown(ctx, why)
 }
@@ -761,7 +783,7 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p.drain(2 * time.Second)
+					p.drain(d.cfg.StopTimeout / 2)
 				}()
 			}
 			wg.Wait()

@@ -46,7 +46,8 @@
 //     the driver (migrate.go: perform, callStep, moveTick, movesHostLost)
 //     takes its actions after releasing migMu, runs each step's call on a
 //     tracked goroutine bounded by a timeout from Config (MoveStepTimeout,
-//     MoveTimeout, MoveTransferTimeout), and feeds the outcome back. The
+//     MoveTimeout, MoveTransferTimeout), and feeds the outcome back; the
+//     goroutine that performed a move's step performs its next one. The
 //     hosts' step handlers check the move ID of every step (a step of a
 //     move a host has cancelled or resumed the task for is refused), and
 //     install checks, in the critical section that puts a task into
@@ -79,7 +80,9 @@
 //     and carries out its verdicts (a suspicion shown, a death deleting
 //     the host) after releasing the lock.
 //   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
-//     peers and host registry, under nw.mu; the scheduler, under schedMu.
+//     peers and host registry, under nw.mu; the scheduler, under schedMu;
+//     a peer's bulk stream kept for its next direct checkpoint, under
+//     that peer's ckpt.mu (bulk.go), taken with no other lock held.
 //
 // Lock order: repMu, then rmu, then mu, then nw.mu; migMu, then nw.mu
 // (migMu is never taken with rmu or mu held, nor held while they are

@@ -294,6 +294,19 @@ func (d *Daemon) KillJob(ctx context.Context, job uint64) (int, error) {
 	if job == 0 {
 		return 0, fmt.Errorf("kill job 0: %w", ErrNoJob)
 	}
+	// No move of the job's tasks starts from now on, and the moves under
+	// way end first: a task caught in one is on no host's task list.
+	d.migMu.Lock()
+	d.killing[job]++
+	d.migMu.Unlock()
+	defer func() {
+		d.migMu.Lock()
+		if d.killing[job]--; d.killing[job] <= 0 {
+			delete(d.killing, job)
+		}
+		d.migMu.Unlock()
+	}()
+	d.settleMoves(ctx, func(_ task.TID, j uint64) bool { return j == job })
 	killed := 0
 	var errs []error
 	for round := 0; round < 3; round++ {

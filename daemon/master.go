@@ -563,6 +563,7 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 
 // KillTask kills tid wherever it runs.
 func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
+	d.settleMoves(ctx, func(t task.TID, _ uint64) bool { return t == tid })
 	h := d.routeHost(tid)
 	if h == d.cfg.HostID {
 		return d.Kill(tid)
@@ -701,7 +702,7 @@ func (d *Daemon) DeleteHost(ctx context.Context, name string) error {
 		if b, err := encodeMsg(&event{Kind: evHostDel, Host: hi, Reason: why}); err == nil {
 			p.frame(routing.KindEvent, b)
 		}
-		p.drain(2 * time.Second)
+		p.drain(d.cfg.StopTimeout / 2)
 	}
 	d.removeHost(id, why)
 	return nil

@@ -287,9 +287,19 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 		cur.Addr = reachableAddr(h, remote)
 		info = *cur
 		n.mem.det.Add(h.Host, time.Now())
+		rejoining := n.mem.pending[h.Host]
 		n.mu.Unlock()
 		if old != nil {
 			old.close(errors.New("the host registered again"))
+		}
+		if rejoining {
+			// Taken back after its deletion, but the answer was lost or
+			// came too late and it tries again: it is told again that its
+			// tasks were given up, stops whatever it reports, and is
+			// announced once it says so.
+			lost = reportedTasks(h)
+			d.log.Warn("host registered again while rejoining after its deletion: it stops the tasks it had, then rejoins empty", "peer", info.ID, "peer_name", info.Name, "tasks", len(lost))
+			return info, lost, false, true, nil
 		}
 		d.log.Warn("host registered again; it was still a member: nothing lost", "peer", info.ID, "peer_name", info.Name)
 		return info, nil, true, true, nil
@@ -310,20 +320,35 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 	n.joined[info.ID] = time.Now()
 	n.watchHost(info.ID, time.Now())
 	n.mem.pending[info.ID] = true
+	// A connection to the host the master made meanwhile would win the
+	// tie between two connections (attach keeps the one dialled by the
+	// smaller ID) and this registration would never be answered.
+	old := n.peers[h.Host]
+	delete(n.peers, h.Host)
 	n.mu.Unlock()
-	if rep := h.Report; rep != nil {
-		for _, t := range rep.Tasks {
-			lost = append(lost, t.TID)
-		}
-		for _, m := range rep.Leaving {
-			lost = append(lost, m.TID)
-		}
-		lost = append(lost, rep.Arriving...)
+	if old != nil {
+		old.close(errors.New("the host registered again"))
 	}
-	slices.Sort(lost)
-	lost = slices.Compact(lost)
+	lost = reportedTasks(h)
 	d.log.Warn("host registered again after its deletion: it stops the tasks it had, then rejoins empty", "peer", info.ID, "peer_name", info.Name, "tasks", len(lost))
 	return info, lost, false, true, nil
+}
+
+// reportedTasks lists every task a host registering again reports:
+// running, suspended for a move, or arriving.
+func reportedTasks(h *hello) []task.TID {
+	var tids []task.TID
+	if rep := h.Report; rep != nil {
+		for _, t := range rep.Tasks {
+			tids = append(tids, t.TID)
+		}
+		for _, m := range rep.Leaving {
+			tids = append(tids, m.TID)
+		}
+		tids = append(tids, rep.Arriving...)
+	}
+	slices.Sort(tids)
+	return slices.Compact(tids)
 }
 
 // rejoined announces a host registered again after its deletion, now that
@@ -480,7 +505,7 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
 	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
 	if err := writeHello(st, h); err == nil {
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(d.cfg.HandshakeTimeout)
 		select {
 		case <-conn.Done():
 		case <-t.C:

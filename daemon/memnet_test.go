@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +41,21 @@ type faults struct {
 
 	stalling atomic.Bool // stalls start once the test sets it, after the daemons have joined
 
-	dropped, held, delayed, cuts, stalls atomic.Int64
+	// frozen, until thaw, is an endpoint whose traffic, both ways, waits
+	// until thaw: a host frozen (or cut off and back) past the failure
+	// detector's patience, whose units then arrive all at once, in order.
+	freezeMu sync.Mutex
+	frozen   string
+	thaw     time.Time
+
+	dropped, held, delayed, cuts, stalls, frozenUnits atomic.Int64
+}
+
+// freeze holds everything to and from the endpoint addr for d from now.
+func (f *faults) freeze(addr string, d time.Duration) {
+	f.freezeMu.Lock()
+	f.frozen, f.thaw = addr, time.Now().Add(d)
+	f.freezeMu.Unlock()
 }
 
 // roll returns a number in [0, n) determined by the seed, the unit's place
@@ -104,6 +121,14 @@ func (f *faults) Shape(u transport.Unit) transport.Decision {
 			f.held.Add(1)
 		}
 	}
+	f.freezeMu.Lock()
+	if f.frozen != "" && (u.From == f.frozen || u.To == f.frozen) {
+		if wait := time.Until(f.thaw); wait > 0 {
+			d.Delay = max(d.Delay, wait)
+			f.frozenUnits.Add(1)
+		}
+	}
+	f.freezeMu.Unlock()
 	if f.cut > 0 && u.From != f.master && u.To != f.master && f.roll(u, 'c', 100000) < f.cut {
 		d.Cut = true
 		f.cuts.Add(1)
@@ -281,6 +306,21 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 	hosts := len(vm.Daemons)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	var watched []task.TID // the movers and senders, once spawned
+	var wmu sync.Mutex
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		// Shortly before runRoot gives up: say where the messages are.
+		select {
+		case <-ended:
+		case <-time.After(55 * time.Second):
+			wmu.Lock()
+			tids := slices.Clone(watched)
+			wmu.Unlock()
+			t.Logf("the root has not ended after 55 s:\n%s", simDump(vm, tids))
+		}
+	}()
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
 		// A sender sends its numbers in a burst per move, each burst on
 		// the root's word just before the move, so that moves happen
@@ -319,6 +359,9 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 			}
 			mvs = append(mvs, mv...)
 			senders = append(senders, s...)
+			wmu.Lock()
+			watched = append(watched, mv[0], s[0])
+			wmu.Unlock()
 		}
 		// Moves chosen by the seed, one at a time, while the senders run;
 		// after each, the invariants are checked.
@@ -341,6 +384,9 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 				via = Indirect
 			}
 			_, err := m.Migrate(ctx, mv, to, via)
+			if *simTrace {
+				t.Logf("after move %d of %v (%v):\n%s", i, mv, err, simDump(vm, []task.TID{mv}))
+			}
 			if err == nil || errors.Is(err, ErrAborted) {
 				if cerr := checkMoved(vm, mv, epochs); cerr != nil {
 					return fmt.Errorf("move %d: %w", i, cerr)
@@ -405,4 +451,40 @@ func checkMoved(vm *LocalVM, tid task.TID, epochs map[*Daemon]map[task.TID]uint6
 		return fmt.Errorf("%v runs on %v after its move ended, want one host", tid, on)
 	}
 	return nil
+}
+
+// simDump describes where every daemon of vm has the tasks tids: hosted,
+// suspended or arriving for a move, the route it
+// knows, what its outbox holds for them, and what its inbox expects from
+// each sender. A simulation that does not end prints it, so that a failing
+// seed says where the messages are.
+func simDump(vm *LocalVM, tids []task.TID) string {
+	var b strings.Builder
+	for _, d := range vm.Daemons {
+		fmt.Fprintf(&b, "%s (host %v):\n", d.Name(), d.HostID())
+		for _, tid := range tids {
+			d.mu.Lock()
+			h, l, arr := d.tasks[tid], d.moving[tid], d.incoming[tid]
+			var state string
+			if h != nil {
+				n, _ := h.mb.stats()
+				state = fmt.Sprintf(" hosted, %d in its mailbox;", n)
+			}
+			if l != nil {
+				state += fmt.Sprintf(" suspended for %v (over %v, dest %+v, held %d)", l.move, l.over, l.dest, len(l.held))
+			}
+			if arr != nil {
+				state += fmt.Sprintf(" arriving for %v (held %d)", arr.move, len(arr.held))
+			}
+			floor := d.moveFloor[tid]
+			d.mu.Unlock()
+			d.rmu.Lock()
+			r := d.routes.Lookup(tid)
+			desc := d.outbox.Describe(tid)
+			exp, early := d.inbox.ReceiverState(tid)
+			d.rmu.Unlock()
+			fmt.Fprintf(&b, "  %v:%s floor %v; route %+v; outbox: %s; inbox expects %v, %d early\n", tid, state, floor, r, desc, exp, len(early))
+		}
+	}
+	return b.String()
 }

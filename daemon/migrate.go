@@ -52,6 +52,8 @@ var (
 	ErrAborted = move.ErrAborted
 	// ErrNoSharedDir: indirect migration needs a shared directory.
 	ErrNoSharedDir = errors.New("no shared directory configured (--shared-dir)")
+	// ErrKilling: the task's job is being killed; it is not moved.
+	ErrKilling = errors.New("the task's job is being killed")
 )
 
 // MigrateResult describes a completed migration.
@@ -254,6 +256,10 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		return fail(err)
 	}
 	d.migMu.Lock()
+	if info.Job != 0 && d.killing[info.Job] > 0 {
+		d.migMu.Unlock()
+		return fail(fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling))
+	}
 	id, err := d.moves.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
 	if err != nil {
 		d.migMu.Unlock()
@@ -292,6 +298,19 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // the machine; a finish wakes whoever waits for the move. No lock is held
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
+	if a, ok := d.performFor(acts, 0); ok {
+		d.goFunc(func() { d.callStep(a) })
+	}
+}
+
+// performFor is perform, save for the next step of move id: a call of
+// that move the machine waits for is not started but returned, for the
+// caller to perform once the other actions are done. The goroutine that
+// performed a move's step thus performs its next one, without a hand-off
+// to a new goroutine: the machine waits for one step of a move at a time,
+// so the move's steps run one after another on one goroutine, as its
+// actions order them (a route set before the step that follows it).
+func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, ok bool) {
 	for _, a := range acts {
 		switch a.Kind {
 		case move.SetRoute:
@@ -314,14 +333,33 @@ func (d *Daemon) perform(acts []move.Action) {
 			if d.ctx.Err() != nil {
 				continue // stopping: the hosts settle a half-done move with a recovered master
 			}
+			if !ok && !a.Notify && (id == 0 || a.Move == id) {
+				next, ok = a, true
+				continue
+			}
 			d.goFunc(func() { d.callStep(a) })
 		}
 	}
+	return next, ok
 }
 
-// callStep performs one step of a move at its host and reports the
-// outcome to the machine (master).
+// callStep performs a step of a move at its host and reports the outcome
+// to the machine (master), then the move's next step, if the machine asks
+// for one, and so on.
 func (d *Daemon) callStep(a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
+			return
+		}
+		a = next
+	}
+}
+
+// step performs one step of a move at its host, reports the outcome to
+// the machine and performs the actions that follow, save the move's next
+// step, which it returns (see performFor).
+func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
 	defer cancel()
 	d.migMu.Lock()
@@ -361,7 +399,7 @@ func (d *Daemon) callStep(a move.Action) {
 		if err != nil {
 			d.log.Debug("move step", "move", a.Move, "step", a.Step, "host", a.Host, "error", err)
 		}
-		return
+		return move.Action{}, false
 	}
 	if o == move.OK {
 		switch a.Step {
@@ -388,7 +426,7 @@ func (d *Daemon) callStep(a move.Action) {
 	}
 	acts := d.moves.Ready()
 	d.migMu.Unlock()
-	d.perform(acts)
+	return d.performFor(acts, a.Move)
 }
 
 // checkpointName is the shared directory's file name of a move's
@@ -640,9 +678,14 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
+	st, bulk, err := d.checkpointStream(ctx, p, stateBytes(l.h.t))
 	if err != nil {
 		return 0, fmt.Errorf("open a stream to %v: %w", a.Host, err)
+	}
+	if bulk {
+		// The next checkpoint to the peer gets a stream opened ahead, once
+		// this one is written.
+		defer d.spareCheckpointStream(p, p.conn.(transport.BulkConn))
 	}
 	hdr, err := encodeMsg(&streamHeader{TID: a.TID, Epoch: a.Epoch, Move: a.Move})
 	if err != nil {
@@ -680,20 +723,27 @@ func (d *Daemon) acceptStreams(p *peer) {
 // about size bytes travels on: for a large state, the bulk lane's when the
 // peer offers one (TLS on TCP moves a checkpoint several times faster than
 // a QUIC stream), else a QUIC stream (no handshake: a small state moves
-// sooner on it, see Config.BulkCheckpointMin).
-func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (transport.Stream, error) {
+// sooner on it, see Config.BulkCheckpointMin). On the lane it takes the
+// stream kept for the peer's next checkpoint if there is one (its
+// handshakes are done: see spareCheckpointStream); bulk says that the
+// stream is the lane's.
+func (d *Daemon) checkpointStream(ctx context.Context, p *peer, size int64) (st transport.Stream, bulk bool, err error) {
 	if bc, ok := p.conn.(transport.BulkConn); ok && d.cfg.BulkThreshold >= 0 && size >= d.cfg.BulkCheckpointMin {
+		if st := p.ckpt.take(); st != nil {
+			return st, true, nil
+		}
 		octx, cancel := context.WithTimeout(ctx, d.cfg.BulkOpenTimeout)
 		st, err := bc.OpenBulk(octx)
 		cancel()
 		if err == nil {
-			return st, nil
+			return st, true, nil
 		}
 		if !errors.Is(err, transport.ErrNoBulk) {
 			d.log.Info("checkpoint over QUIC: no bulk lane", "peer", p.name(), "error", err)
 		}
 	}
-	return p.conn.OpenStream(ctx)
+	st, err = p.conn.OpenStream(ctx)
+	return st, false, err
 }
 
 // receiveCheckpoint reads a checkpoint sent directly by another daemon for
@@ -953,10 +1003,17 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 // refuses every step of the move (and of older ones) for the task.
 func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 	tid, back := a.TID, a.Route
+	// The arrival goes and the way back comes in one critical section
+	// (rmu, then mu, as receiveMsgs takes them): a message that found
+	// neither would find this host's route to itself, the move's, and be
+	// refused as for a task that has exited, and its sender would drop
+	// every message it holds for the task.
+	d.rmu.Lock()
 	d.mu.Lock()
 	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
 	if h := d.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
 		d.mu.Unlock()
+		d.rmu.Unlock()
 		return true
 	}
 	arr := d.incoming[tid]
@@ -966,7 +1023,6 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 		arr = nil // another move's arrival, or a job's: not this step's
 	}
 	d.mu.Unlock()
-	d.rmu.Lock()
 	d.routes.Update(tid, back)
 	var held []heldMsg
 	if arr != nil {
@@ -1046,6 +1102,40 @@ func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 		d.log.Info("task caught in a move dropped with its job", "move", l.move, "tid", l.h.tid, "job", job)
 	}
 	return tids
+}
+
+// settleMoves waits until no move of a task that match selects is under
+// way (master), for at most a move's longest course: a move ends
+// committed or aborted within its steps' timeouts, and then its task runs
+// on exactly one host, where a kill finds it. A task suspended or
+// arriving for a move is in no host's task table, so a kill sent
+// meanwhile would miss it and the move would bring it back to life.
+func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job uint64) bool) {
+	d.migMu.Lock()
+	var wait []chan struct{}
+	for _, mv := range d.moves.Moves() {
+		if run := d.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
+			wait = append(wait, run.ended)
+		}
+	}
+	d.migMu.Unlock()
+	if len(wait) == 0 {
+		return
+	}
+	t := time.NewTimer(d.cfg.MoveTimeout + d.cfg.MoveTransferTimeout + 4*d.cfg.MoveStepTimeout)
+	defer t.Stop()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-t.C:
+			d.log.Warn("moves still under way before a kill", "moves", len(wait))
+			return
+		case <-ctx.Done():
+			return
+		case <-d.ctx.Done():
+			return
+		}
+	}
 }
 
 // movesHostLost tells the move machine that host h was deleted (master),

@@ -265,7 +265,7 @@ func (d *Daemon) acceptLoop() {
 // ID (at the master), a known daemon is attached as a peer, a client gets a
 // control connection.
 func (d *Daemon) handshake(conn transport.Conn) {
-	ctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
 	st, err := conn.AcceptStream(ctx)
 	if err != nil {
@@ -394,6 +394,14 @@ func (d *Daemon) attach(p *peer) bool {
 	p.ctr = d.met.Peer(p.info.Name)
 	n := d.nw
 	n.mu.Lock()
+	if d.cfg.Master && n.hosts[p.info.ID] == nil {
+		// A connection the master dialled to a host deleted while the
+		// dial was under way (a frozen host answers late): the host is
+		// told when it registers again; until then nothing goes to it.
+		n.mu.Unlock()
+		p.close(fmt.Errorf("host %v is not in the virtual machine", p.info.ID))
+		return false
+	}
 	old := n.peers[p.info.ID]
 	keep := old == nil
 	if old != nil {
@@ -473,7 +481,7 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 }
 
 func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
 	g, err := greet(ctx, d.nw.tr, addr, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self}, d.cfg.MaxFrame)
 	if err != nil {

@@ -33,6 +33,7 @@ type peer struct {
 	dialr bool          // we dialled this connection
 	ctr   *metrics.Peer // message counters of the peer host (nil: none kept); set before the peer is attached
 	bulk  *bulkLane     // large messages' lane (nil: none)
+	ckpt  ckptLane      // a bulk stream kept for the next direct checkpoint
 
 	wmu     sync.Mutex
 	buf     []byte // frames waiting for the writer

@@ -321,3 +321,38 @@ func TestAdmitAgainIsIdempotent(t *testing.T) {
 		t.Fatal("another host took h2's ID")
 	}
 }
+
+// TestReadmitWhileRejoining: a host the master deleted registers again,
+// and then once more before it has said that it stopped its tasks (the
+// master's first answer was lost or late). It is told both times that
+// its tasks were given up, and is announced only once it says it stopped
+// them. Before, the second registration was taken as that of a member
+// with nothing lost: the host never said it had stopped anything, and the
+// master showed it rejoining for good.
+func TestReadmitWhileRejoining(t *testing.T) {
+	cfg := Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond}
+	vm := startVM(t, 1, cfg)
+	m := vm.Master()
+	m.nw.mu.Lock()
+	m.nw.mem.deleted[2] = "h2"
+	m.nw.mu.Unlock()
+	tid := task.NewTID(2, 1)
+	h := &hello{Host: 2, Name: "h2", Addr: "127.0.0.1:9", Rejoin: true, Info: HostInfo{Build: ThisBuild()},
+		Report: &rejoinReport{Tasks: []rejoinTask{{TID: tid}}}}
+	for try := 1; try <= 2; try++ {
+		_, _, _, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
+		if err != nil {
+			t.Fatalf("registration %d: %v", try, err)
+		}
+		if announce || !slices.Equal(lost, []task.TID{tid}) {
+			t.Fatalf("registration %d: announce %v, lost %v; want its task given up and no announcement yet", try, announce, lost)
+		}
+	}
+	if err := m.rejoined(2); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, lost, announce, err := m.admitAgain(h, "127.0.0.1:9")
+	if err != nil || !announce || len(lost) != 0 {
+		t.Fatalf("a member registering again: announce %v, lost %v, %v; want taken back as it is", announce, lost, err)
+	}
+}

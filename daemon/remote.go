@@ -211,9 +211,12 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 				return nil // a notice for a task that is gone
 			}
 			r := d.routes.Lookup(e.To)
-			if gone || (r.Host == d.cfg.HostID && !r.InTransit) {
+			if r.Host == d.cfg.HostID && (gone || !r.InTransit) || r.Host == 0 && gone {
 				r = routing.Route{} // it has exited: the sender drops its messages
 			}
+			// Otherwise the route names another host: the task lives on
+			// there (moved, or restored there by its job's rollback after
+			// its incarnation here was stopped), and the sender follows.
 			refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: r})
 			return nil
 		}
@@ -286,6 +289,9 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	d.rmu.Lock()
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
 		d.routes.Update(rf.To, rf.Route)
+		if rf.Route.Host == 0 {
+			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.outbox.Describe(rf.To))
+		}
 		if h, envs := d.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}

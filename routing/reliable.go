@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -203,8 +204,9 @@ func (o *Outbox) Ack(a Ack) int {
 // with the host to send them to). If it is stale — the refuser knew less
 // than we do now, or is no longer where we send — they are resent along the
 // current route (the receiving side drops duplicates), once per route: later
-// stale refusals leave them to Due. Otherwise the task
-// is moving away from the refuser and the messages are held until Reroute
+// stale refusals leave them to Due. A refusal naming no route (the task
+// has exited) drops them, but only from the host they are routed to.
+// Otherwise the task is moving away from the refuser and the messages are held until Reroute
 // brings a newer route.
 func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.HostID, []Envelope) {
 	q := o.queues[rf.To]
@@ -212,6 +214,13 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 		return 0, nil
 	}
 	switch {
+	case rf.Route.Host == 0 && from != q.route.Host:
+		// "Exited", from a host the messages are no longer sent to: it
+		// answers for an incarnation of the task that is gone from there
+		// (a host deleted and back, refusing what was sent to it before
+		// the task was restored elsewhere). The task lives on where the
+		// route says; dropping would lose what is queued for it there.
+		return 0, nil
 	case rf.Route.Host == 0:
 		o.DropReceiver(rf.To)
 		return 0, nil
@@ -520,4 +529,24 @@ func (in *Inbox) SetReceiverState(to task.TID, expected map[task.TID]uint64, ear
 	for _, e := range early {
 		in.Accept(e, func(Envelope) {})
 	}
+}
+
+// Describe gives an account of what is queued for to, for diagnostics:
+// per sender, the range of sequence numbers unacknowledged or held, and
+// when the oldest was last sent.
+func (o *Outbox) Describe(to task.TID) string {
+	q := o.queues[to]
+	if q == nil {
+		return "nothing queued"
+	}
+	s := fmt.Sprintf("route %v epoch %d (in transit %v), held %v, resent %v:", q.route.Host, q.route.Epoch, q.route.InTransit, q.held, q.resent)
+	for _, from := range sortedKeys(q.pairs) {
+		f := q.pairs[from]
+		if f.head == len(f.msgs) {
+			continue
+		}
+		first, last := f.msgs[f.head], f.msgs[len(f.msgs)-1]
+		s += fmt.Sprintf(" from %v seq %d–%d (%d), oldest sent %s;", from, first.env.Seq, last.env.Seq, len(f.msgs)-f.head, first.sentAt.Format("15:04:05.000"))
+	}
+	return s
 }

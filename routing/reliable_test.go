@@ -470,3 +470,28 @@ func TestStaleRefusalResendsOncePerRoute(t *testing.T) {
 		t.Fatalf("the first stale refusal on the new route resent %d messages to %v, want 3 to h2", len(envs), h)
 	}
 }
+
+// TestExitedRefusalOnlyFromTheRoute: "exited" (a refusal naming no route)
+// drops the messages queued for the task only when it comes from the host
+// they are routed to. From another host — one that held an incarnation of
+// the task before it was restored elsewhere, and answers late — it would
+// lose what is queued for the task where it lives now.
+func TestExitedRefusalOnlyFromTheRoute(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(5, 3)
+	now := time.Unix(0, 0)
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Tag: 1}, Route{Host: 2, Epoch: 14}, now)
+	if h, envs := o.Refused(Refusal{To: b}, 5, now); h != 0 || len(envs) != 0 {
+		t.Fatalf("an exited refusal from h5 resent %d messages to %v", len(envs), h)
+	}
+	if got := o.Pending(b); got == 0 {
+		t.Fatal("an exited refusal from a host the messages are not routed to dropped them")
+	}
+	if got := o.Due(now.Add(time.Second), time.Second); len(got[2]) != 1 {
+		t.Fatalf("Due after the RTO = %v, want the message for h2", got)
+	}
+	o.Refused(Refusal{To: b}, 2, now)
+	if got := o.Pending(b); got != 0 {
+		t.Fatalf("an exited refusal from the route's host left %d bytes queued", got)
+	}
+}

@@ -46,7 +46,12 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 	if maxDepth <= 0 || maxDepth > MaxMsgpackDepth {
 		maxDepth = MaxMsgpackDepth
 	}
-	var stack [MaxMsgpackDepth + 1]uint64 // values left at each open level
+	// Values left at each open level. The first levels' counts live in
+	// this frame and deeper ones on the heap: an array for every level
+	// would put 2 KiB on the stack, which a goroutine whose stack the
+	// collector has shrunk grows again (a copy) on its first check.
+	var shallow [16]uint64
+	stack := shallow[:0]
 	depth := 0
 	left := uint64(1)    // values left at the current level
 	pending := uint64(1) // values left at every level: each takes a byte at least
@@ -91,7 +96,7 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 		if depth >= maxDepth {
 			return fmt.Errorf("at byte %d: arrays and maps nested deeper than %d levels: %w", i, maxDepth, ErrMsgpackBounds)
 		}
-		stack[depth] = left
+		stack = append(stack, left)
 		depth++
 		left = n
 		pending += n
@@ -104,6 +109,7 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 			}
 			depth--
 			left = stack[depth]
+			stack = stack[:depth]
 		}
 		if i >= len(data) {
 			return fmt.Errorf("truncated at byte %d: %w", i, ErrMsgpackBounds)

@@ -84,6 +84,32 @@ func TestCheckMsgpackLimits(t *testing.T) {
 	}
 }
 
+// TestCheckMsgpackDeepSiblings checks the counts of levels deeper than
+// those the walker keeps in its frame: each level of [[…[nil], 1]…, 1]
+// has an item left after its nested array, so every count must come back
+// intact for the value to end where its bytes do.
+func TestCheckMsgpackDeepSiblings(t *testing.T) {
+	for _, n := range []int{15, 16, 17, 40, MaxMsgpackDepth} {
+		b := []byte{0xc0}
+		for range n {
+			b = append(append([]byte{0x92}, b...), 0x01)
+		}
+		if err := CheckMsgpack(b); err != nil {
+			t.Errorf("%d levels of pairs: %v", n, err)
+		}
+		var v any
+		if err := msgpack.Unmarshal(b, &v); err != nil || depthOf(v) != n {
+			t.Fatalf("%d levels of pairs decode to depth %d: %v", n, depthOf(v), err)
+		}
+		if err := CheckMsgpack(b[:len(b)-1]); !errors.Is(err, ErrMsgpackBounds) {
+			t.Errorf("%d levels of pairs, last item cut: %v", n, err)
+		}
+		if err := CheckMsgpackLimits(b, MsgpackLimits{MaxDepth: n - 1}); !errors.Is(err, ErrMsgpackBounds) {
+			t.Errorf("%d levels of pairs under a limit of %d: %v", n, n-1, err)
+		}
+	}
+}
+
 // depthOf is how deeply a decoded value's arrays and maps nest.
 func depthOf(v any) int {
 	d := 0

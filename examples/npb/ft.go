@@ -50,7 +50,7 @@ func cplx(f []float64) []complex128 {
 }
 
 // ftBlock is how many lines are transformed together.
-const ftBlock = 16
+const ftBlock = 32
 
 // rootsFor returns ω_n^k = exp(-2πi k/n) for k < n.
 func (w *FTWorker) rootsFor(n int) []complex128 {
@@ -75,28 +75,65 @@ func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, in
 		b := min(ftBlock, nl-l0)
 		x, y := w.x[:n*b], w.y[:n*b]
 		base := off + l0*lineStep
-		for t := range n {
-			row := x[t*b : t*b+b]
-			o := base + t*stride
-			if lineStep == 1 {
-				copy(row, u[o:o+b])
-			} else {
-				for l := range row {
-					row[l] = u[o+l*lineStep]
-				}
+		if lineStep == 1 {
+			for t := range n {
+				o := base + t*stride
+				copy(x[t*b:t*b+b], u[o:o+b])
 			}
+		} else {
+			gatherLines(x, u, base, lineStep, stride, n, b)
 		}
-		res := stockham(x, y, n, b, roots, inverse)
-		for t := range n {
-			row := res[t*b : t*b+b]
-			o := base + t*stride
-			if lineStep == 1 {
-				copy(u[o:o+b], row)
-			} else {
-				for l, v := range row {
-					u[o+l*lineStep] = v
-				}
+		res := stockham(x, y, n, b, roots, inverse, useAVX)
+		if lineStep == 1 {
+			for t := range n {
+				o := base + t*stride
+				copy(u[o:o+b], res[t*b:t*b+b])
 			}
+		} else {
+			scatterLines(u, res, base, lineStep, stride, n, b)
+		}
+	}
+}
+
+// gatherLines interleaves b lines of n elements (line l's element t at
+// u[base + l·lineStep + t·stride]) into x (at x[t·b + l]), four lines at a
+// time: four read streams and whole cache lines written, where one line
+// per element t would hit b addresses lineStep apart (the same cache set
+// when lineStep·16 is a multiple of 4 KiB) for every t.
+func gatherLines(x, u []complex128, base, lineStep, stride, n, b int) {
+	l := 0
+	for ; l+4 <= b; l += 4 {
+		u0, u1 := u[base+l*lineStep:], u[base+(l+1)*lineStep:]
+		u2, u3 := u[base+(l+2)*lineStep:], u[base+(l+3)*lineStep:]
+		for t := range n {
+			o := t * stride
+			d := x[t*b+l:][:4]
+			d[0], d[1], d[2], d[3] = u0[o], u1[o], u2[o], u3[o]
+		}
+	}
+	for ; l < b; l++ {
+		for t := range n {
+			x[t*b+l] = u[base+l*lineStep+t*stride]
+		}
+	}
+}
+
+// scatterLines is the inverse of gatherLines: it copies x[t·b + l] back to
+// u[base + l·lineStep + t·stride], four lines at a time.
+func scatterLines(u, x []complex128, base, lineStep, stride, n, b int) {
+	l := 0
+	for ; l+4 <= b; l += 4 {
+		u0, u1 := u[base+l*lineStep:], u[base+(l+1)*lineStep:]
+		u2, u3 := u[base+(l+2)*lineStep:], u[base+(l+3)*lineStep:]
+		for t := range n {
+			o := t * stride
+			s := x[t*b+l:][:4]
+			u0[o], u1[o], u2[o], u3[o] = s[0], s[1], s[2], s[3]
+		}
+	}
+	for ; l < b; l++ {
+		for t := range n {
+			u[base+l*lineStep+t*stride] = x[t*b+l]
 		}
 	}
 }
@@ -105,8 +142,10 @@ func (w *FTWorker) fftLines(u []complex128, off, lineStep, stride, n, nl int, in
 // sequence l at x[t*b+l]) with the Stockham autosort algorithm (radix 4,
 // and one radix-2 pass when log2 n is odd), using y as scratch, and returns
 // the buffer holding the result. roots holds ω_n^k for k < n; inverse
-// uses their conjugates.
-func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []complex128 {
+// uses their conjugates. With vec (useAVX must hold then), each group of
+// butterflies runs in assembly (ft_amd64.s), bit-identical.
+func stockham(x, y []complex128, n, b int, roots []complex128, inverse, vec bool) []complex128 {
+	x, y = x[:n*b], y[:n*b]
 	m, s := n, 1
 	if ilog2(n)%2 == 1 {
 		half := n / 2
@@ -115,6 +154,10 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []c
 			wr, wi := real(roots[p]), imag(roots[p])
 			if inverse {
 				wi = -wi
+			}
+			if vec {
+				ftRadix2(&y[run*2*p:][:2*run][0], &x[run*p:][:run+run*half][0], run, run*half, wr, wi)
+				continue
 			}
 			a := x[run*p:][:run]
 			c := x[run*(p+half):][:run]
@@ -144,6 +187,11 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse bool) []c
 			w3r, w3i := real(w3), imag(w3)
 			if inverse {
 				w1i, w2i, w3i = -w1i, -w2i, -w3i
+			}
+			if vec {
+				tw := [6]float64{w1r, w1i, w2r, w2i, w3r, w3i}
+				ftRadix4(&y[run*4*p:][:4*run][0], &x[run*p:][:run+3*run*q4][0], run, run*q4, &tw, sign)
+				continue
 			}
 			xa := x[run*p:][:run]
 			xb := x[run*(p+q4):][:run]

@@ -172,6 +172,15 @@ func (w *MGWorker) resid(cm comm, l *mgLevel, u, v, r []float64) error {
 // residInterior is resid's compute part: r = v - A·u on the interior, from
 // u's interior and ghosts. r may be v.
 func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
+	if useAVX {
+		w.residRows(l, u, v, r)
+	} else {
+		w.residScalar(l, u, v, r)
+	}
+}
+
+// residScalar is residInterior in Go, one point at a time.
+func (w *MGWorker) residScalar(l *mgLevel, u, v, r []float64) {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
 	ps := m1 * m2
@@ -203,8 +212,62 @@ func (w *MGWorker) residInterior(l *mgLevel, u, v, r []float64) {
 	}
 }
 
+// residRows is residInterior row by row in assembly, as NPB's resid is
+// written: a row's u1 and u2 sums first, then the row of r from them.
+func (w *MGWorker) residRows(l *mgLevel, u, v, r []float64) {
+	m1, m2, m3 := l.m1, l.m2, l.m3
+	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
+	ps := m1 * m2
+	u1, u2 := w.t1[:m1], w.t2[:m1]
+	for i3 := 1; i3 < m3-1; i3++ {
+		for i2 := 1; i2 < m2-1; i2++ {
+			o := m1 * (i2 + m2*i3)
+			rr, vv, uc := r[o:o+m1], v[o:o+m1], u[o:o+m1]
+			um, up := u[o-m1:][:m1], u[o+m1:][:m1]
+			uzm, uzp := u[o-ps:][:m1], u[o+ps:][:m1]
+			umm, upm := u[o-ps-m1:][:m1], u[o-ps+m1:][:m1]
+			ump, upp := u[o+ps-m1:][:m1], u[o+ps+m1:][:m1]
+			mgSum4(&u1[0], &um[0], &up[0], &uzm[0], &uzp[0], m1)
+			mgSum4(&u2[0], &umm[0], &upm[0], &ump[0], &upp[0], m1)
+			mgResidRow(&rr[0], &vv[0], &uc[0], &u1[0], &u2[0], m1, a0, a2, a3)
+		}
+	}
+}
+
+// psinvRows is psinv's interior row by row in assembly, as NPB's psinv is
+// written: a row's r1 and r2 sums first, then the row of u from them.
+func (w *MGWorker) psinvRows(l *mgLevel, r, u []float64) {
+	m1, m2, m3 := l.m1, l.m2, l.m3
+	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
+	ps := m1 * m2
+	r1, r2 := w.t1[:m1], w.t2[:m1]
+	for i3 := 1; i3 < m3-1; i3++ {
+		for i2 := 1; i2 < m2-1; i2++ {
+			o := m1 * (i2 + m2*i3)
+			uu, rc := u[o:o+m1], r[o:o+m1]
+			rm, rp := r[o-m1:][:m1], r[o+m1:][:m1]
+			rzm, rzp := r[o-ps:][:m1], r[o+ps:][:m1]
+			rmm, rpm := r[o-ps-m1:][:m1], r[o-ps+m1:][:m1]
+			rmp, rpp := r[o+ps-m1:][:m1], r[o+ps+m1:][:m1]
+			mgSum4(&r1[0], &rm[0], &rp[0], &rzm[0], &rzp[0], m1)
+			mgSum4(&r2[0], &rmm[0], &rpm[0], &rmp[0], &rpp[0], m1)
+			mgPsinvRow(&uu[0], &rc[0], &r1[0], &r2[0], m1, c0, c1, c2)
+		}
+	}
+}
+
 // psinv applies the smoother: u = u + C·r, and fills u's ghosts.
 func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
+	if useAVX {
+		w.psinvRows(l, r, u)
+	} else {
+		w.psinvScalar(l, r, u)
+	}
+	return w.comm3(cm, l, u)
+}
+
+// psinvScalar is psinv's interior in Go, one point at a time.
+func (w *MGWorker) psinvScalar(l *mgLevel, r, u []float64) {
 	m1, m2, m3 := l.m1, l.m2, l.m3
 	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
 	ps := m1 * m2
@@ -231,12 +294,18 @@ func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
 			}
 		}
 	}
-	return w.comm3(cm, l, u)
 }
 
 // rprj3 projects the fine residual r onto the coarse grid s (full
 // weighting), and fills s's ghosts.
 func (w *MGWorker) rprj3(cm comm, f *mgLevel, r []float64, c *mgLevel, s []float64) error {
+	w.rprj3Interior(f, r, c, s, useAVX)
+	return w.comm3(cm, c, s)
+}
+
+// rprj3Interior is rprj3's projection, without the ghosts; its sums run
+// in assembly when vec is set (useAVX must hold then).
+func (w *MGWorker) rprj3Interior(f *mgLevel, r []float64, c *mgLevel, s []float64, vec bool) {
 	m1k, m2k := f.m1, f.m2
 	m1j, m2j, m3j := c.m1, c.m2, c.m3
 	x1, y1 := w.t1[:m1k], w.t2[:m1k]
@@ -251,13 +320,24 @@ func (w *MGWorker) rprj3(cm comm, f *mgLevel, r []float64, c *mgLevel, s []float
 			rzm, rzp := r[o-psk:o-psk+m1k], r[o+psk:o+psk+m1k]
 			rmm, rmp := r[o-psk-m1k:o-psk-m1k+m1k], r[o+psk-m1k:o+psk-m1k+m1k]
 			rpm, rpp := r[o-psk+m1k:o-psk+m1k+m1k], r[o+psk+m1k:o+psk+m1k+m1k]
+			so := m1j * (j2 + m2j*j3)
+			ss := s[so : so+m1j]
+			if vec {
+				// The sums at every point of the row, four at a time: x1
+				// and y1 at the even points are NPB's x2 and y2.
+				mgSum4(&x1[0], &rm[0], &rp[0], &rzm[0], &rzp[0], m1k)
+				mgSum4(&y1[0], &rmm[0], &rmp[0], &rpm[0], &rpp[0], m1k)
+				for j1 := 1; j1 < m1j-1; j1++ {
+					i := 2 * j1
+					ss[j1] = 0.5*rc[i] + 0.25*(rc[i-1]+rc[i+1]+x1[i]) + 0.125*(x1[i-1]+x1[i+1]+y1[i]) + 0.0625*(y1[i-1]+y1[i+1])
+				}
+				continue
+			}
 			for j1 := 1; j1 < m1j; j1++ {
 				i := 2*j1 - 1
 				x1[i] = rm[i] + rp[i] + rzm[i] + rzp[i]
 				y1[i] = rmm[i] + rmp[i] + rpm[i] + rpp[i]
 			}
-			so := m1j * (j2 + m2j*j3)
-			ss := s[so : so+m1j]
 			for j1 := 1; j1 < m1j-1; j1++ {
 				i := 2 * j1
 				y2 := rmm[i] + rmp[i] + rpm[i] + rpp[i]
@@ -266,14 +346,22 @@ func (w *MGWorker) rprj3(cm comm, f *mgLevel, r []float64, c *mgLevel, s []float
 			}
 		}
 	}
-	return w.comm3(cm, c, s)
 }
 
 // interp adds the trilinear interpolation of the coarse z to the fine u,
 // ghosts included (they come out periodic since z's are).
 func (w *MGWorker) interp(c *mgLevel, z []float64, f *mgLevel, u []float64) {
+	w.interpWith(c, z, f, u, useAVX)
+}
+
+// interpWith is interp, its rows in assembly when vec is set (useAVX
+// must hold then).
+func (w *MGWorker) interpWith(c *mgLevel, z []float64, f *mgLevel, u []float64, vec bool) {
 	mm1, mm2, mm3 := c.m1, c.m2, c.m3
 	n1, n2 := f.m1, f.m2
+	if vec && n1 < 2*(mm1-1) {
+		panic(fmt.Sprintf("npb: interp: fine rows of %d points, coarse of %d", n1, mm1))
+	}
 	z1, z2, z3 := w.t1[:mm1], w.t2[:mm1], w.t3[:mm1]
 	psc, psf := mm1*mm2, n1*n2
 	for i3 := 0; i3 < mm3-1; i3++ {
@@ -293,6 +381,14 @@ func (w *MGWorker) interp(c *mgLevel, z []float64, f *mgLevel, u []float64) {
 			u10 := u[fo+n1 : fo+2*n1]
 			u01 := u[fo+psf : fo+psf+n1]
 			u11 := u[fo+psf+n1 : fo+psf+2*n1]
+			if vec {
+				// u00 += zc exactly as 1·zc: x·1 is x.
+				mgInterpRow(&u00[0], &zc[0], mm1-1, 1, 0.5)
+				mgInterpRow(&u10[0], &z1[0], mm1-1, 0.5, 0.25)
+				mgInterpRow(&u01[0], &z2[0], mm1-1, 0.5, 0.25)
+				mgInterpRow(&u11[0], &z3[0], mm1-1, 0.25, 0.125)
+				continue
+			}
 			for i1 := 0; i1 < mm1-1; i1++ {
 				u00[2*i1] += zc[i1]
 				u00[2*i1+1] += 0.5 * (zc[i1+1] + zc[i1])
@@ -323,7 +419,12 @@ func (w *MGWorker) norm2u3(cm comm, l *mgLevel, x []float64) (rnm2, rnmu float64
 			row := x[m1*(i2+m2*i3):][:m1]
 			for _, v := range row[1 : m1-1] {
 				s += v * v
-				mx = max(mx, math.Abs(v))
+				// Not max(): its NaN and signed-zero rules cost a chain of
+				// eight instructions per point on mx; a NaN makes s NaN
+				// anyway.
+				if a := math.Abs(v); a > mx {
+					mx = a
+				}
 			}
 		}
 	}

@@ -246,8 +246,9 @@ type Config struct {
 	// protocol on the master ("migrate:sent", after the checkpoint has
 	// left the origin; "migrate:restored", after the destination has
 	// restored the task), so that tests can fail the master there; and
-	// "join:admitted", when a host joining or registering again has been
-	// admitted and is not yet attached, so that tests can hold it there.
+	// "join:admitted" or "rejoin:admitted", when a host joining or
+	// registering again has been admitted and its connection is not yet
+	// attached, so that tests can hold it there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.

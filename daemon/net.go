@@ -334,7 +334,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		p.info = info
-		d.fault("join:admitted")
+		if h.Rejoin {
+			d.fault("rejoin:admitted")
+		} else {
+			d.fault("join:admitted")
+		}
 		// Attach before answering: once the new host hears back it may be
 		// addressed, and it must find this connection.
 		if !d.attach(p) {

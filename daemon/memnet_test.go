@@ -57,9 +57,9 @@ type faults struct {
 // between its admission and its attachment (a master descheduled there),
 // the time drawn from the seed and the admission's number, so that
 // admissions cross: another host may be admitted, attached and announced
-// meanwhile. With -sim-rejoin-pause it holds hosts registering again too.
+// meanwhile. It holds hosts registering again likewise.
 func (f *faults) admitPause(point string) {
-	if point != "join:admitted" && (point != "rejoin:admitted" || !*simRejoinPause) {
+	if point != "join:admitted" && point != "rejoin:admitted" {
 		return
 	}
 	var b [17]byte

@@ -453,6 +453,16 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 			n.mu.Unlock() // only registering again reaches a master now
 			return nil, fmt.Errorf("%v: %w: the master is lost", h, ErrNotConnected)
 		}
+		if n.mem != nil && n.mem.pending[h] {
+			// A host registering again after its deletion connects to the
+			// master itself. A connection the master dialled meanwhile
+			// would win the tie between two connections (attach keeps
+			// the one dialled by the smaller ID) and its registration, or
+			// the word that it stopped its tasks, would be lost with the
+			// connection that lost.
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%v: %w: it is registering again", h, ErrNotConnected)
+		}
 		if d.isStopping() {
 			// A stopping daemon makes no new connections: what it still
 			// says (its tasks' exits) goes over those it has. A dial now

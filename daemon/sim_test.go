@@ -18,11 +18,10 @@ import (
 )
 
 var (
-	simSeeds       = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
-	simFirst       = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
-	simTrace       = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
-	simLogs        = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
-	simRejoinPause = flag.Bool("sim-rejoin-pause", false, "TestSim holds hosts registering again between admission and attachment too, as it holds joining hosts")
+	simSeeds = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
+	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
+	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
+	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
 )
 
 // simRegressions are seeds that once broke an invariant or did not end;

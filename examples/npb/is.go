@@ -2,6 +2,7 @@ package npb
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -68,8 +69,9 @@ func (w *ISWorker) edit(it int) {
 func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	p := w.p
 	np, me := cm.size(), cm.rank()
-	nb := 1 << p.LogBuckets
-	shift := p.LogMaxKey - p.LogBuckets
+	lb := isLogBuckets(p, np)
+	nb := 1 << lb
+	shift := p.LogMaxKey - lb
 	w.edit(it)
 	// Local bucket counts, plus the test keys this task holds (each test
 	// index lives on exactly one task, the others contribute 0).
@@ -163,6 +165,20 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		}
 	}
 	return passed, nil
+}
+
+// isBucketsPerTask is how many buckets (log₂) each task's share of the key
+// range spans on average when the class allows that few.
+const isBucketsPerTask = 5
+
+// isLogBuckets is log₂ of the number of buckets the keys are sorted into
+// for np tasks: NPB's count (1024) caps it, and fewer buckets make the
+// scatter faster (with 1024 buckets its writes go to more places than
+// the L1 cache holds lines), while 32 per task keep the tasks' shares of
+// the keys within a few percent of each other. The ranks do not depend on
+// it. np is a power of two no larger than NPB's count.
+func isLogBuckets(p ISParams, np int) int {
+	return min(p.LogBuckets, isBucketsPerTask+bits.Len(uint(np))-1)
 }
 
 // The three passes over the keys of a ranking are functions of their own

@@ -1,7 +1,9 @@
 package npb
 
 import (
+	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -18,7 +20,49 @@ type comm interface {
 	send(to, tag int, v any) error
 	// recv receives the next message with tag from rank from into v.
 	recv(from, tag int, v any) error
+	// recvPayload receives the next message with tag from rank from and
+	// returns its body undecoded; its bytes belong to the caller.
+	recvPayload(from, tag int) (task.Payload, error)
 }
+
+// recvInt32s receives the next message with tag from rank from, a slice of
+// int32 (sent as []int32), and returns it (see int32sOf).
+func recvInt32s(cm comm, from, tag int) ([]int32, error) {
+	p, err := cm.recvPayload(from, tag)
+	if err != nil {
+		return nil, err
+	}
+	s, err := int32sOf(p)
+	if err != nil {
+		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
+	}
+	return s, nil
+}
+
+// int32sOf returns the int32s of a payload sent as []int32. Where its
+// bytes have the slice's memory layout (a little-endian host, 4-byte
+// aligned, as every allocation is), the slice is those bytes, not a copy;
+// elsewhere they are decoded into a new slice.
+func int32sOf(p task.Payload) ([]int32, error) {
+	if p.Enc != task.EncInt32s || len(p.Data)%4 != 0 {
+		return nil, fmt.Errorf("%v payload of %d bytes, want int32s: %w", p.Enc, len(p.Data), task.ErrDecode)
+	}
+	if len(p.Data) == 0 {
+		return nil, nil
+	}
+	if nativeLittleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%4 == 0 {
+		return unsafe.Slice((*int32)(unsafe.Pointer(&p.Data[0])), len(p.Data)/4), nil
+	}
+	var s []int32
+	if err := p.Decode(&s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// nativeLittleEndian is true on hosts whose memory layout of numbers is the
+// payloads' (little-endian).
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // soloComm is a single rank with nobody to talk to.
 type soloComm struct{}
@@ -30,6 +74,9 @@ func (soloComm) send(to, tag int, _ any) error {
 }
 func (soloComm) recv(from, tag int, _ any) error {
 	return fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
+}
+func (soloComm) recvPayload(from, tag int) (task.Payload, error) {
+	return task.Payload{}, fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
 }
 
 // taskComm carries a worker's messages through the task API; ranks map to
@@ -48,6 +95,13 @@ func (t *taskComm) send(to, tag int, v any) error {
 func (t *taskComm) recv(from, tag int, v any) error {
 	_, err := t.c.Recv(t.peers[from], tag, v)
 	return err
+}
+func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
+	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
+	if err != nil {
+		return task.Payload{}, err
+	}
+	return m.Payload, nil
 }
 
 // Message tags. Messages between two tasks arrive in order, so every

@@ -22,8 +22,7 @@ type ISWorker struct {
 	k0     int       // global index of keys[0]
 	keys   []int32   // this task's block of the key array
 	send   []int32   // keys ordered by bucket
-	segs   [][]int32 // the keys of this task's buckets, by sender
-	bufs   [][]int32 // receive buffers, by sender
+	segs   [][]int32 // the keys of this task's buckets: its own, then the chunks received
 	counts []int32   // cumulative counts of this task's key range
 	minKey int
 	offset int // number of keys below minKey
@@ -108,26 +107,24 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		bs[q] = nb
 	}
 	// Exchange the keys: my keys of task q's buckets go to q. The keys of
-	// my buckets stay in segments: mine, then one per sender.
+	// my buckets stay in segments, each ordered by bucket: mine, then the
+	// chunks each sender sent, as they arrived.
 	segs := append(w.segs[:0], send[local[bs[me]]:local[bs[me+1]]])
 	if np > 1 {
 		want := 0
 		for b := bs[me]; b < bs[me+1]; b++ {
 			want += int(tot[b])
 		}
-		if len(w.bufs) < np {
-			w.bufs = make([][]int32, np)
-		}
 		got := len(segs[0])
 		for k := 1; k < np; k++ {
 			to, from := (me+k)%np, (me-k+np)%np
-			in, err := w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], w.bufs[from][:0])
+			var n int
+			var err error
+			segs, n, err = w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], segs)
 			if err != nil {
 				return 0, err
 			}
-			w.bufs[from] = in
-			segs = append(segs, in)
-			got += len(in)
+			got += n
 		}
 		if got != want {
 			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", got, bs[me], bs[me+1], want)
@@ -254,41 +251,40 @@ func isRankBuckets(counts []int32, segs [][]int32, minKey, width int, below int3
 const isChunk = 1 << 19
 
 // exchange sends out to rank to and receives from rank from, in chunks of
-// w.chunk keys (isChunk by default), into in's array (grown if it is too
-// small), and returns what it received.
-func (w *ISWorker) exchange(cm comm, to, from int, out, in []int32) ([]int32, error) {
+// w.chunk keys (isChunk by default). It appends the chunks received to segs
+// (each is the body of its message, not copied: see recvInt32s) and
+// returns them with the number of keys received.
+func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) ([][]int32, int, error) {
 	chunk := w.chunk
 	if chunk <= 0 {
 		chunk = isChunk
 	}
-	sent, sendDone, recvDone := 0, false, false
+	sent, got, sendDone, recvDone := 0, 0, false, false
 	for !sendDone || !recvDone {
 		if !sendDone {
 			end := min(len(out), sent+chunk)
 			if err := cm.send(to, tagKeys, out[sent:end]); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			sendDone = end-sent < chunk
 			sent = end
 		}
 		if !recvDone {
-			// Decode straight after what came before, when it fits.
-			part := in[len(in):len(in):cap(in)]
-			if err := cm.recv(from, tagKeys, &part); err != nil {
-				return nil, err
+			part, err := recvInt32s(cm, from, tagKeys)
+			if err != nil {
+				return nil, 0, err
 			}
 			if len(part) > chunk {
-				return nil, fmt.Errorf("IS: a chunk of %d keys from rank %d, at most %d", len(part), from, chunk)
+				return nil, 0, fmt.Errorf("IS: a chunk of %d keys from rank %d, at most %d", len(part), from, chunk)
 			}
 			recvDone = len(part) < chunk
-			if len(part) > 0 && len(in) < cap(in) && &part[0] == &in[:len(in)+1][len(in)] {
-				in = in[:len(in)+len(part)]
-			} else {
-				in = append(in, part...)
+			if len(part) > 0 {
+				segs = append(segs, part)
 			}
+			got += len(part)
 		}
 	}
-	return in, nil
+	return segs, got, nil
 }
 
 // fullVerify sorts this task's keys by their final ranks and checks the

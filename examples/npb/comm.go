@@ -3,6 +3,7 @@ package npb
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/dpvm/dpvm/task"
@@ -85,6 +86,12 @@ type taskComm struct {
 	c     *task.Ctx
 	me    int
 	peers []task.TID
+	// oneHost is set when the virtual machine had one host as the task
+	// attached: all its peers are then on its daemon, where a receive
+	// polls before it blocks (spin); between daemons a message takes
+	// longer than a poll lasts.
+	oneHost bool
+	spin    spinPolicy
 }
 
 func (t *taskComm) rank() int { return t.me }
@@ -93,15 +100,102 @@ func (t *taskComm) send(to, tag int, v any) error {
 	return t.c.Send(t.peers[to], tag, v)
 }
 func (t *taskComm) recv(from, tag int, v any) error {
+	if ok, err := t.poll(from, tag, v); ok || err != nil {
+		return err
+	}
 	_, err := t.c.Recv(t.peers[from], tag, v)
 	return err
 }
 func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
+	var p task.Payload
+	if ok, err := t.poll(from, tag, &p); ok || err != nil {
+		return p, err
+	}
 	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
 	if err != nil {
 		return task.Payload{}, err
 	}
 	return m.Payload, nil
+}
+
+// poll tries to receive the message for up to the spin policy's budget
+// before the caller blocks: a task that blocks is parked, and waking it
+// takes the runtime tens of microseconds (another thread must be woken
+// to run it), where a kernel's collectives wait for a partner that is
+// usually microseconds away. ok says whether v (a *task.Payload is
+// filled undecoded) holds the message.
+func (t *taskComm) poll(from, tag int, v any) (ok bool, err error) {
+	if !t.oneHost {
+		return false, nil
+	}
+	budget := t.spin.budget()
+	if budget == 0 {
+		return false, nil
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if p, isPayload := v.(*task.Payload); isPayload {
+			var m *task.Message
+			if m, ok, err = t.tryRecvMsg(from, tag); ok {
+				*p = m.Payload
+			}
+		} else {
+			_, ok, err = t.c.TryRecv(t.peers[from], tag, v)
+		}
+		if err != nil || ok {
+			t.spin.record(true)
+			return ok, err
+		}
+		if i%16 == 15 && time.Since(start) > budget {
+			t.spin.record(false)
+			return false, nil
+		}
+		osYield()
+	}
+}
+
+// tryRecvMsg is a non-blocking RecvMsg.
+func (t *taskComm) tryRecvMsg(from, tag int) (*task.Message, bool, error) {
+	if _, ok := t.c.Probe(t.peers[from], tag); !ok {
+		return nil, false, nil
+	}
+	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
+	return m, err == nil, err
+}
+
+// spinMax is the longest a receive polls before it blocks.
+const spinMax = 50 * time.Microsecond
+
+// spinPolicy decides how long a receive polls before blocking. Polling
+// pays when the message comes within the budget; when it does not (the
+// partner is far behind, or the machine's cores are busy with other work
+// and polling takes the partner's CPU), the receives that follow block at
+// once, for a run that doubles with every poll that failed (up to
+// maxSkip) and ends at the first that succeeds.
+type spinPolicy struct {
+	skip   int // receives left that block at once
+	failed int // run length after the last failed poll
+}
+
+const maxSkip = 64
+
+// budget is how long the next receive may poll.
+func (s *spinPolicy) budget() time.Duration {
+	if s.skip > 0 {
+		s.skip--
+		return 0
+	}
+	return spinMax
+}
+
+// record reports whether a poll received its message.
+func (s *spinPolicy) record(received bool) {
+	if received {
+		s.failed = 0
+		return
+	}
+	s.failed = min(max(2*s.failed, 1), maxSkip)
+	s.skip = s.failed
 }
 
 // Message tags. Messages between two tasks arrive in order, so every

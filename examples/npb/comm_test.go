@@ -193,3 +193,35 @@ func TestISChunkedExchange(t *testing.T) {
 		}
 	}
 }
+
+// TestSpinPolicy checks the poll budget: full while polls receive, then
+// after each failed poll a run of receives that block at once, doubling
+// up to maxSkip, and full again after a poll that received.
+func TestSpinPolicy(t *testing.T) {
+	var s spinPolicy
+	polls := func(n int) (spun int) {
+		for range n {
+			if s.budget() > 0 {
+				spun++
+			}
+		}
+		return spun
+	}
+	if s.budget() != spinMax {
+		t.Fatal("a new policy does not poll")
+	}
+	s.record(true)
+	for _, skip := range []int{1, 2, 4, 8, 16, 32, 64, 64} {
+		s.record(false)
+		if got := polls(skip); got != 0 {
+			t.Fatalf("after a failure with run %d: %d of %d receives polled", skip, got, skip)
+		}
+		if s.budget() != spinMax {
+			t.Fatalf("after a run of %d: the next receive does not poll", skip)
+		}
+	}
+	s.record(true)
+	if got := polls(10); got != 10 {
+		t.Fatalf("after a success: %d of 10 receives polled", got)
+	}
+}

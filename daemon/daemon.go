@@ -246,8 +246,9 @@ type Config struct {
 	// protocol on the master ("migrate:sent", after the checkpoint has
 	// left the origin; "migrate:restored", after the destination has
 	// restored the task), so that tests can fail the master there; and
-	// "join:admitted", when a host joining or registering again has been
-	// admitted and is not yet attached, so that tests can hold it there.
+	// "join:admitted" or "rejoin:admitted", when a host joining or
+	// registering again has been admitted and its connection is not yet
+	// attached, so that tests can hold it there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.
@@ -521,13 +522,10 @@ type Daemon struct {
 	// reportKick asks for a load report to the master now (hosts; see
 	// tasksChanged).
 	reportKick chan struct{}
-	bmu        sync.Mutex
-	bwait      map[task.TID]chan error // this host's tasks waiting in a barrier of the master
-	barr       []arrival               // arrivals not yet sent to the master
-	bsending   bool                    // an arriving task is sending arrivals
-	bflight    chan struct{}           // closed once the batch of arrivals taken from barr has been sent, under bmu
-	bpending   map[task.TID]arrival    // this host's tasks waiting in a barrier of the master, under bmu
-	orphan     atomic.Bool             // a host that has lost its master and looks for one
+	// arrivals is this host's side of the master's barriers (its own
+	// lock; see arrivals.go).
+	arrivals *arrivals
+	orphan   atomic.Bool // a host that has lost its master and looks for one
 	// reported is the last load report sent to the master and beats the
 	// heartbeats since (hosts), under repMu: a heartbeat sends a report
 	// only when the figures changed or ReportEvery beats have passed.
@@ -642,8 +640,7 @@ func newDaemon(cfg Config) *Daemon {
 		killing:    map[uint64]int{},
 		moveFloor:  map[task.TID]move.ID{},
 		ckResumed:  map[uint64]uint64{},
-		bwait:      map[task.TID]chan error{},
-		bpending:   map[task.TID]arrival{},
+		arrivals:   newArrivals(),
 		load:       load.NewInjected(cfg.Load),
 		sched:      &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
 		routes:     routing.NewTable(),

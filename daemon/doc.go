@@ -79,7 +79,7 @@
 //     registry they judge; checkHosts feeds the detector every heartbeat
 //     and carries out its verdicts (a suspicion shown, a death deleting
 //     the host) after releasing the lock.
-//   - Groups, under groups.mu; barrier arrivals, under bmu; the network's
+//   - Groups, under groups.mu; a host's barrier arrivals, under their own lock (arrivals.go); the network's
 //     peers and host registry, under nw.mu; the scheduler, under schedMu;
 //     a peer's bulk stream kept for its next direct checkpoint, under
 //     that peer's ckpt.mu (bulk.go), taken with no other lock held.

@@ -392,18 +392,9 @@ func (d *Daemon) sendRelease(h task.HostID, group string, tids []task.TID, faile
 // of this host: its arrival goes to the master as one message, and the
 // master releases all of this host's waiting members with one message.
 func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, count int) error {
-	ch := make(chan error, 1)
-	d.bmu.Lock()
-	d.bwait[h.tid] = ch
-	d.bpending[h.tid] = arrival{group: group, count: count, tid: h.tid}
-	d.bmu.Unlock()
-	forget := func() {
-		d.bmu.Lock()
-		delete(d.bwait, h.tid)
-		delete(d.bpending, h.tid)
-		d.bmu.Unlock()
-	}
-	d.arrive(arrival{group: group, count: count, tid: h.tid})
+	a := arrival{group: group, count: count, tid: h.tid}
+	ch := d.arrivals.waitIn(a)
+	d.arrive(a)
 	var err error
 	select {
 	case err = <-ch:
@@ -415,7 +406,7 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 	case <-d.ctx.Done():
 		err = task.ErrHalted
 	}
-	forget()
+	d.arrivals.forget(h.tid)
 	if !d.unarrive(h.tid) {
 		_ = d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{h.tid}})
 	}
@@ -427,41 +418,21 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 	return err
 }
 
-// arrival is a task of this host arriving at a barrier of the master.
-type arrival struct {
-	group string
-	count int
-	tid   task.TID
-}
-
 // arrive sends an arrival to the master. Arrivals that come while one is
 // being sent wait for it and then go together, one event per barrier, so
 // a host's members arriving at once cost one message, not one each: the
 // first arriving task sends for everyone until nobody is left waiting.
 func (d *Daemon) arrive(a arrival) {
-	d.bmu.Lock()
-	d.barr = append(d.barr, a)
-	if d.bsending {
-		d.bmu.Unlock()
+	if !d.arrivals.enqueue(a) {
 		return
 	}
-	d.bsending = true
-	d.bmu.Unlock()
 	// Let the members released with this one arrive too.
 	runtime.Gosched()
 	for {
-		d.bmu.Lock()
-		batch := d.barr
-		d.barr = nil
-		if len(batch) == 0 {
-			d.bsending = false
-			d.bflight = nil
-			d.bmu.Unlock()
+		batch, flight := d.arrivals.nextBatch()
+		if batch == nil {
 			return
 		}
-		flight := make(chan struct{})
-		d.bflight = flight
-		d.bmu.Unlock()
 		for len(batch) > 0 {
 			g, c := batch[0].group, batch[0].count
 			var tids []task.TID
@@ -488,16 +459,10 @@ func (d *Daemon) arrive(a arrival) {
 // being sent, and the withdrawal must follow it to the master (it will: it
 // waits until that whole batch has been sent).
 func (d *Daemon) unarrive(tid task.TID) bool {
-	d.bmu.Lock()
-	for i, a := range d.barr {
-		if a.tid == tid {
-			d.barr = slices.Delete(d.barr, i, i+1)
-			d.bmu.Unlock()
-			return true
-		}
+	taken, flight := d.arrivals.unqueue(tid)
+	if taken {
+		return true
 	}
-	flight := d.bflight
-	d.bmu.Unlock()
 	if flight != nil {
 		select {
 		case <-flight:
@@ -513,13 +478,5 @@ func (d *Daemon) barrierReleased(tids []task.TID, why, code string) {
 	if why != "" {
 		err = &remoteError{msg: why, sentinel: errorCodes[code]}
 	}
-	d.bmu.Lock()
-	defer d.bmu.Unlock()
-	for _, t := range tids {
-		if ch := d.bwait[t]; ch != nil {
-			delete(d.bwait, t)
-			delete(d.bpending, t)
-			ch <- err
-		}
-	}
+	d.arrivals.release(tids, err)
 }

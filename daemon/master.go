@@ -459,6 +459,13 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		started := false
 		d.nw.mu.Lock()
+		if d.nw.mem != nil && d.nw.mem.pending[p.info.ID] {
+			// A host registering again after its deletion stops every
+			// task it had before it says so: a report from before that
+			// names none of its jobs.
+			d.nw.mu.Unlock()
+			return nil
+		}
 		if h := d.nw.hosts[p.info.ID]; h != nil {
 			l := e.Load
 			started = l.Tasks > h.Tasks

@@ -426,11 +426,7 @@ func (d *Daemon) dropLost(lost []task.TID) {
 		d.inbox.Forget(tid)
 	}
 	d.rmu.Unlock()
-	d.bmu.Lock()
-	for _, tid := range lost {
-		delete(d.bpending, tid)
-	}
-	d.bmu.Unlock()
+	d.arrivals.forget(lost...)
 	d.log.Warn("stopped the tasks the master gave up while this host was cut off", "tasks", len(lost))
 }
 

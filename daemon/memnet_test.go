@@ -49,6 +49,24 @@ type faults struct {
 	thaw     time.Time
 
 	dropped, held, delayed, cuts, stalls, frozenUnits atomic.Int64
+
+	admitted atomic.Uint64 // admissions seen by admitPause
+}
+
+// admitPause, the master's fault hook, holds a joining host 0–59 ms
+// between its admission and its attachment (a master descheduled there),
+// the time drawn from the seed and the admission's number, so that
+// admissions cross: another host may be admitted, attached and announced
+// meanwhile. It holds hosts registering again likewise.
+func (f *faults) admitPause(point string) {
+	if point != "join:admitted" && point != "rejoin:admitted" {
+		return
+	}
+	var b [17]byte
+	binary.LittleEndian.PutUint64(b[0:], f.seed)
+	binary.LittleEndian.PutUint64(b[8:], f.admitted.Add(1))
+	b[16] = 'a'
+	time.Sleep(time.Duration(mix(b[:])%60) * time.Millisecond)
 }
 
 // freeze holds everything to and from the endpoint addr for d from now.

@@ -334,7 +334,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		p.info = info
-		d.fault("join:admitted")
+		if h.Rejoin {
+			d.fault("rejoin:admitted")
+		} else {
+			d.fault("join:admitted")
+		}
 		// Attach before answering: once the new host hears back it may be
 		// addressed, and it must find this connection.
 		if !d.attach(p) {
@@ -448,6 +452,16 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 		if h == MasterID && !d.cfg.Master && d.orphan.Load() {
 			n.mu.Unlock() // only registering again reaches a master now
 			return nil, fmt.Errorf("%v: %w: the master is lost", h, ErrNotConnected)
+		}
+		if n.mem != nil && n.mem.pending[h] {
+			// A host registering again after its deletion connects to the
+			// master itself. A connection the master dialled meanwhile
+			// would win the tie between two connections (attach keeps
+			// the one dialled by the smaller ID) and its registration, or
+			// the word that it stopped its tasks, would be lost with the
+			// connection that lost.
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%v: %w: it is registering again", h, ErrNotConnected)
 		}
 		if d.isStopping() {
 			// A stopping daemon makes no new connections: what it still

@@ -135,11 +135,7 @@ func (d *Daemon) report() rejoinReport {
 	}
 	d.mu.Unlock()
 	d.rmu.Unlock()
-	d.bmu.Lock()
-	for tid, a := range d.bpending {
-		r.Arrivals = append(r.Arrivals, arrivalMsg{Group: a.group, Count: a.count, TID: tid})
-	}
-	d.bmu.Unlock()
+	r.Arrivals = d.arrivals.waiting()
 	slices.SortFunc(r.Tasks, func(a, b rejoinTask) int { return cmp.Compare(a.TID, b.TID) })
 	return r
 }

@@ -675,3 +675,34 @@ func TestHaltDialsNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestPendingHostLeftAlone: while a host registers again after its
+// deletion (pending until it says it stopped its tasks), the master dials
+// it for nothing, and takes none of its jobs from a load report it sent
+// before. Before, a checkpoint round of a job the host had run dialled it
+// between its admission and its attachment; the master's connection won
+// the tie between the two, the registration's was closed, and the host,
+// registering again and again, stayed "rejoining".
+func TestPendingHostLeftAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := memberVM(t, 3, &partitions{}, Config{})
+		m := vm.Master()
+		m.nw.mu.Lock()
+		p := m.nw.peers[3]
+		delete(m.nw.peers, 3)
+		m.nw.mem.pending[3] = true
+		m.nw.mu.Unlock()
+		if _, err := m.peerFor(context.Background(), 3); !errors.Is(err, ErrNotConnected) {
+			t.Fatalf("the master reached a host registering again: %v", err)
+		}
+		if err := m.handleEvent(p, &event{Kind: evLoad, Load: &HostInfo{Tasks: 1}, Jobs: []uint64{7}}); err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		jobs := m.hostJobs[3]
+		m.mu.Unlock()
+		if jobs[7] {
+			t.Fatalf("a report of a host registering again put job 7 on it: %v", jobs)
+		}
+	})
+}

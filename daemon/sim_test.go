@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -124,6 +125,7 @@ func simSeed(t *testing.T, seed int, want string, st *simStats) {
 			f := &faults{seed: uint64(seed), drop: 100, hold: 100, delay: 300, cut: 1000, stall: 300}
 			out := &syncBuffer{}
 			cfg := simCfg(dir, out)
+			cfg.FaultHook = f.admitPause
 			if *simLogs != "" {
 				logs := &syncBuffer{}
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -342,31 +344,53 @@ func simFaults(t *testing.T, vm *LocalVM, f *faults, out *syncBuffer, dir string
 	}
 
 	// The host restarts: a daemon joins in its place, under a new ID, and
-	// gets tasks of the next job (placed round robin).
+	// a new host joins at the same moment, so that the two admissions
+	// cross at the master; both get tasks of the next job (placed round
+	// robin), whose ring runs over the connection between them, which
+	// each side must accept.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := simCfg(dir, &syncBuffer{})
-	cfg.Logger = m.cfg.Logger
-	cfg.Network, cfg.Heartbeat, cfg.RTO = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO
-	cfg.Listen, cfg.Join, cfg.Secret = "mem:0", m.Addr(), vm.Cluster.Secret
-	cfg.Credential = hostCred(t, vm, victim.Name()+"r")
-	// A join can time out under stalls (it waits 10 heartbeats) after the
-	// master took the host in; a host restarted by hand or by its service
-	// manager tries again, once the master has deleted the half-joined
-	// one (its name is taken until then).
-	var nd *Daemon
-	var err error
-	for try := 1; ; try++ {
-		nd, err = Start(ctx, cfg)
-		if err == nil {
-			break
+	start := func(name string) (*Daemon, error) {
+		cfg := simCfg(dir, &syncBuffer{})
+		cfg.Logger = m.cfg.Logger
+		cfg.Network, cfg.Heartbeat, cfg.RTO = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO
+		cfg.Listen, cfg.Join, cfg.Secret = "mem:0", m.Addr(), vm.Cluster.Secret
+		cred, err := vm.Cluster.Host(name)
+		if err != nil {
+			return nil, err
 		}
-		if try == 3 {
-			t.Fatalf("restart %s, 3 tries: %v", victim.Name(), err)
+		cfg.Credential = cred
+		// A join can time out under stalls (it waits 10 heartbeats) after
+		// the master took the host in; a host restarted by hand or by its
+		// service manager tries again, once the master has deleted the
+		// half-joined one (its name is taken until then).
+		for try := 1; ; try++ {
+			nd, err := Start(ctx, cfg)
+			if err == nil {
+				return nd, nil
+			}
+			if try == 3 {
+				return nil, fmt.Errorf("start %s, 3 tries: %w", name, err)
+			}
+			time.Sleep(2 * cfg.DeadAfter)
 		}
-		time.Sleep(2 * cfg.DeadAfter)
 	}
-	vm.Daemons = append(vm.Daemons, nd) // halted with the machine
+	names := []string{victim.Name() + "r", victim.Name() + "n"}
+	joined := make([]*Daemon, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { joined[i], errs[i] = start(name) })
+	}
+	wg.Wait()
+	for i, d := range joined {
+		if d != nil {
+			vm.Daemons = append(vm.Daemons, d) // halted with the machine
+		}
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
 	rejoins++
 	got, rb = simJob(t, m, out, live, nil)
 	check("a host restarted", got)

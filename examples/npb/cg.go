@@ -37,6 +37,28 @@ type csr struct {
 	rowstr []int32
 	colidx []int32
 	a      []float64
+	// ncol bounds colidx: every entry is in [0, ncol), rowstr rises from
+	// 0 to len(colidx) and len(a) == len(colidx) (checked by newCSR), so
+	// cgSpmv may index without checks once x holds ncol elements.
+	ncol int
+}
+
+// newCSR checks the invariants cgSpmv relies on and returns the matrix.
+func newCSR(rowstr, colidx []int32, a []float64, ncol int) (*csr, error) {
+	if len(rowstr) == 0 || rowstr[0] != 0 || int(rowstr[len(rowstr)-1]) != len(colidx) || len(a) != len(colidx) {
+		return nil, fmt.Errorf("cg: malformed matrix: %d row starts, %d columns, %d values", len(rowstr), len(colidx), len(a))
+	}
+	for j := 1; j < len(rowstr); j++ {
+		if rowstr[j] < rowstr[j-1] {
+			return nil, fmt.Errorf("cg: malformed matrix: row %d starts at %d, before row %d at %d", j, rowstr[j], j-1, rowstr[j-1])
+		}
+	}
+	for k, c := range colidx {
+		if c < 0 || int(c) >= ncol {
+			return nil, fmt.Errorf("cg: malformed matrix: entry %d has column %d, want [0, %d)", k, c, ncol)
+		}
+	}
+	return &csr{rowstr: rowstr, colidx: colidx, a: a, ncol: ncol}, nil
 }
 
 // cgMakeA generates CG's matrix (makea and sparse of NPB) and keeps rows
@@ -185,11 +207,27 @@ func cgMakeA(p CGParams, first, last int) *csr {
 		rowstr[j] -= nzloc[j-1]
 	}
 	nza = int(rowstr[nrows])
-	return &csr{rowstr: rowstr, colidx: colidx[:nza:nza], a: a[:nza:nza]}
+	m, err := newCSR(rowstr, colidx[:nza:nza], a[:nza:nza], n)
+	if err != nil {
+		panic(fmt.Sprintf("cg: internal error in sparse: %v", err))
+	}
+	return m
 }
 
-// spmv computes y = A·x for the block's rows.
+// spmv computes y = A·x for the block's rows: in assembly where there is
+// one (bit-identical), else spmvGo.
 func (m *csr) spmv(y, x []float64) {
+	nrows := len(m.rowstr) - 1
+	if cgSpmvAsm && nrows > 0 && len(m.colidx) > 0 && len(y) >= nrows && len(x) >= m.ncol {
+		cgSpmv(&y[0], &m.rowstr[0], nrows, &m.colidx[0], &m.a[0], &x[0])
+		return
+	}
+	m.spmvGo(y, x)
+}
+
+// spmvGo is spmv in Go: each row's sum is one chain of additions in the
+// order of its entries, as in NPB.
+func (m *csr) spmvGo(y, x []float64) {
 	rowstr, colidx, a := m.rowstr, m.colidx, m.a
 	y = y[:len(rowstr)-1]
 	for j := range y {

@@ -1,7 +1,10 @@
 package npb
 
 import (
+	"encoding/binary"
 	"fmt"
+	"time"
+	"unsafe"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -18,7 +21,49 @@ type comm interface {
 	send(to, tag int, v any) error
 	// recv receives the next message with tag from rank from into v.
 	recv(from, tag int, v any) error
+	// recvPayload receives the next message with tag from rank from and
+	// returns its body undecoded; its bytes belong to the caller.
+	recvPayload(from, tag int) (task.Payload, error)
 }
+
+// recvInt32s receives the next message with tag from rank from, a slice of
+// int32 (sent as []int32), and returns it (see int32sOf).
+func recvInt32s(cm comm, from, tag int) ([]int32, error) {
+	p, err := cm.recvPayload(from, tag)
+	if err != nil {
+		return nil, err
+	}
+	s, err := int32sOf(p)
+	if err != nil {
+		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
+	}
+	return s, nil
+}
+
+// int32sOf returns the int32s of a payload sent as []int32. Where its
+// bytes have the slice's memory layout (a little-endian host, 4-byte
+// aligned, as every allocation is), the slice is those bytes, not a copy;
+// elsewhere they are decoded into a new slice.
+func int32sOf(p task.Payload) ([]int32, error) {
+	if p.Enc != task.EncInt32s || len(p.Data)%4 != 0 {
+		return nil, fmt.Errorf("%v payload of %d bytes, want int32s: %w", p.Enc, len(p.Data), task.ErrDecode)
+	}
+	if len(p.Data) == 0 {
+		return nil, nil
+	}
+	if nativeLittleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%4 == 0 {
+		return unsafe.Slice((*int32)(unsafe.Pointer(&p.Data[0])), len(p.Data)/4), nil
+	}
+	var s []int32
+	if err := p.Decode(&s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// nativeLittleEndian is true on hosts whose memory layout of numbers is the
+// payloads' (little-endian).
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // soloComm is a single rank with nobody to talk to.
 type soloComm struct{}
@@ -31,6 +76,9 @@ func (soloComm) send(to, tag int, _ any) error {
 func (soloComm) recv(from, tag int, _ any) error {
 	return fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
 }
+func (soloComm) recvPayload(from, tag int) (task.Payload, error) {
+	return task.Payload{}, fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
+}
 
 // taskComm carries a worker's messages through the task API; ranks map to
 // TIDs through peers.
@@ -38,6 +86,12 @@ type taskComm struct {
 	c     *task.Ctx
 	me    int
 	peers []task.TID
+	// oneHost is set when the virtual machine had one host as the task
+	// attached: all its peers are then on its daemon, where a receive
+	// polls before it blocks (spin); between daemons a message takes
+	// longer than a poll lasts.
+	oneHost bool
+	spin    spinPolicy
 }
 
 func (t *taskComm) rank() int { return t.me }
@@ -46,8 +100,102 @@ func (t *taskComm) send(to, tag int, v any) error {
 	return t.c.Send(t.peers[to], tag, v)
 }
 func (t *taskComm) recv(from, tag int, v any) error {
+	if ok, err := t.poll(from, tag, v); ok || err != nil {
+		return err
+	}
 	_, err := t.c.Recv(t.peers[from], tag, v)
 	return err
+}
+func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
+	var p task.Payload
+	if ok, err := t.poll(from, tag, &p); ok || err != nil {
+		return p, err
+	}
+	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
+	if err != nil {
+		return task.Payload{}, err
+	}
+	return m.Payload, nil
+}
+
+// poll tries to receive the message for up to the spin policy's budget
+// before the caller blocks: a task that blocks is parked, and waking it
+// takes the runtime tens of microseconds (another thread must be woken
+// to run it), where a kernel's collectives wait for a partner that is
+// usually microseconds away. ok says whether v (a *task.Payload is
+// filled undecoded) holds the message.
+func (t *taskComm) poll(from, tag int, v any) (ok bool, err error) {
+	if !t.oneHost {
+		return false, nil
+	}
+	budget := t.spin.budget()
+	if budget == 0 {
+		return false, nil
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if p, isPayload := v.(*task.Payload); isPayload {
+			var m *task.Message
+			if m, ok, err = t.tryRecvMsg(from, tag); ok {
+				*p = m.Payload
+			}
+		} else {
+			_, ok, err = t.c.TryRecv(t.peers[from], tag, v)
+		}
+		if err != nil || ok {
+			t.spin.record(true)
+			return ok, err
+		}
+		if i%16 == 15 && time.Since(start) > budget {
+			t.spin.record(false)
+			return false, nil
+		}
+		osYield()
+	}
+}
+
+// tryRecvMsg is a non-blocking RecvMsg.
+func (t *taskComm) tryRecvMsg(from, tag int) (*task.Message, bool, error) {
+	if _, ok := t.c.Probe(t.peers[from], tag); !ok {
+		return nil, false, nil
+	}
+	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
+	return m, err == nil, err
+}
+
+// spinMax is the longest a receive polls before it blocks.
+const spinMax = 50 * time.Microsecond
+
+// spinPolicy decides how long a receive polls before blocking. Polling
+// pays when the message comes within the budget; when it does not (the
+// partner is far behind, or the machine's cores are busy with other work
+// and polling takes the partner's CPU), the receives that follow block at
+// once, for a run that doubles with every poll that failed (up to
+// maxSkip) and ends at the first that succeeds.
+type spinPolicy struct {
+	skip   int // receives left that block at once
+	failed int // run length after the last failed poll
+}
+
+const maxSkip = 64
+
+// budget is how long the next receive may poll.
+func (s *spinPolicy) budget() time.Duration {
+	if s.skip > 0 {
+		s.skip--
+		return 0
+	}
+	return spinMax
+}
+
+// record reports whether a poll received its message.
+func (s *spinPolicy) record(received bool) {
+	if received {
+		s.failed = 0
+		return
+	}
+	s.failed = min(max(2*s.failed, 1), maxSkip)
+	s.skip = s.failed
 }
 
 // Message tags. Messages between two tasks arrive in order, so every

@@ -48,6 +48,13 @@ func (c *localComm) send(to, tag int, v any) error {
 	return nil
 }
 func (c *localComm) recv(from, tag int, v any) error {
+	p, err := c.recvPayload(from, tag)
+	if err != nil {
+		return err
+	}
+	return p.Decode(v)
+}
+func (c *localComm) recvPayload(from, tag int) (task.Payload, error) {
 	n := c.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -56,7 +63,7 @@ func (c *localComm) recv(from, tag int, v any) error {
 		for i, m := range box {
 			if m.from == from && m.tag == tag {
 				n.boxes[c.me] = append(box[:i:i], box[i+1:]...)
-				return m.p.Decode(v)
+				return m.p, nil
 			}
 		}
 		n.cond.Wait()
@@ -123,7 +130,8 @@ func TestFTChunkedTranspose(t *testing.T) {
 
 // TestISExchangeChunks exchanges blocks of keys between two ranks in chunks
 // of 4: blocks shorter than a chunk, of exactly one and two chunks (which
-// end with an empty chunk), and longer, into arrays with and without room.
+// end with an empty chunk), and longer, appended after segments already
+// held; the chunks received, in order, are the block sent.
 func TestISExchangeChunks(t *testing.T) {
 	block := func(n, base int) []int32 {
 		b := make([]int32, n)
@@ -132,10 +140,11 @@ func TestISExchangeChunks(t *testing.T) {
 		}
 		return b
 	}
-	for _, c := range []struct{ n0, n1, room int }{{0, 0, 0}, {3, 4, 0}, {8, 3, 16}, {9, 8, 4}, {4, 13, 100}} {
+	for _, c := range []struct{ n0, n1, held int }{{0, 0, 0}, {3, 4, 1}, {8, 3, 0}, {9, 8, 2}, {4, 13, 1}} {
 		net := newLocalNet(2)
 		outs := [][]int32{block(c.n0, 0), block(c.n1, 1000)}
-		got := make([][]int32, 2)
+		got := make([][][]int32, 2)
+		ns := make([]int, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for r := range 2 {
@@ -143,7 +152,8 @@ func TestISExchangeChunks(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				w := &ISWorker{chunk: 4}
-				got[r], errs[r] = w.exchange(&localComm{net, r}, 1-r, 1-r, outs[r], make([]int32, 0, c.room))
+				held := make([][]int32, c.held)
+				got[r], ns[r], errs[r] = w.exchange(&localComm{net, r}, 1-r, 1-r, outs[r], held)
 			}()
 		}
 		wg.Wait()
@@ -151,8 +161,18 @@ func TestISExchangeChunks(t *testing.T) {
 			if errs[r] != nil {
 				t.Fatalf("%+v rank %d: %v", c, r, errs[r])
 			}
-			if want := outs[1-r]; !slices.Equal(got[r], want) {
-				t.Errorf("%+v rank %d: got %v, want %v", c, r, got[r], want)
+			if len(got[r]) < c.held {
+				t.Fatalf("%+v rank %d: %d segments, fewer than the %d held", c, r, len(got[r]), c.held)
+			}
+			var all []int32
+			for _, seg := range got[r][c.held:] {
+				if len(seg) == 0 || len(seg) > 4 {
+					t.Errorf("%+v rank %d: a segment of %d keys", c, r, len(seg))
+				}
+				all = append(all, seg...)
+			}
+			if want := outs[1-r]; !slices.Equal(all, want) || ns[r] != len(want) {
+				t.Errorf("%+v rank %d: got %v (%d keys), want %v", c, r, all, ns[r], want)
 			}
 		}
 	}
@@ -171,5 +191,37 @@ func TestISChunkedExchange(t *testing.T) {
 		if got == nil || got.Verified != Successful || !sameValues(want.Values, got.Values) {
 			t.Fatalf("np %d: chunked %+v, whole blocks %+v", np, got, want.Values)
 		}
+	}
+}
+
+// TestSpinPolicy checks the poll budget: full while polls receive, then
+// after each failed poll a run of receives that block at once, doubling
+// up to maxSkip, and full again after a poll that received.
+func TestSpinPolicy(t *testing.T) {
+	var s spinPolicy
+	polls := func(n int) (spun int) {
+		for range n {
+			if s.budget() > 0 {
+				spun++
+			}
+		}
+		return spun
+	}
+	if s.budget() != spinMax {
+		t.Fatal("a new policy does not poll")
+	}
+	s.record(true)
+	for _, skip := range []int{1, 2, 4, 8, 16, 32, 64, 64} {
+		s.record(false)
+		if got := polls(skip); got != 0 {
+			t.Fatalf("after a failure with run %d: %d of %d receives polled", skip, got, skip)
+		}
+		if s.budget() != spinMax {
+			t.Fatalf("after a run of %d: the next receive does not poll", skip)
+		}
+	}
+	s.record(true)
+	if got := polls(10); got != 10 {
+		t.Fatalf("after a success: %d of 10 receives polled", got)
 	}
 }

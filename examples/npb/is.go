@@ -2,6 +2,7 @@ package npb
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -21,8 +22,7 @@ type ISWorker struct {
 	k0     int       // global index of keys[0]
 	keys   []int32   // this task's block of the key array
 	send   []int32   // keys ordered by bucket
-	segs   [][]int32 // the keys of this task's buckets, by sender
-	bufs   [][]int32 // receive buffers, by sender
+	segs   [][]int32 // the keys of this task's buckets: its own, then the chunks received
 	counts []int32   // cumulative counts of this task's key range
 	minKey int
 	offset int // number of keys below minKey
@@ -68,16 +68,15 @@ func (w *ISWorker) edit(it int) {
 func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	p := w.p
 	np, me := cm.size(), cm.rank()
-	nb := 1 << p.LogBuckets
-	shift := p.LogMaxKey - p.LogBuckets
+	lb := isLogBuckets(p, np)
+	nb := 1 << lb
+	shift := p.LogMaxKey - lb
 	w.edit(it)
 	// Local bucket counts, plus the test keys this task holds (each test
 	// index lives on exactly one task, the others contribute 0).
 	tot := make([]int64, nb+5)
 	keys := w.keys
-	for _, k := range keys {
-		tot[k>>shift]++
-	}
+	isBucketCount(tot[:nb], keys, uint(shift))
 	local := make([]int, nb+1) // bucket start offsets in send
 	for b := range nb {
 		local[b+1] = local[b] + int(tot[b])
@@ -87,14 +86,8 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 			tot[nb+i] = int64(keys[j]) + 1 // +1: tell 0 from "not mine"
 		}
 	}
-	ptr := make([]int, nb)
-	copy(ptr, local[:nb])
 	send := w.send[:len(keys)]
-	for _, k := range keys {
-		b := k >> shift
-		send[ptr[b]] = k
-		ptr[b]++
-	}
+	isScatter(send, keys, local[:nb], shift)
 	if err := allreduce(cm, tot, sumOp[int64]); err != nil {
 		return 0, err
 	}
@@ -114,26 +107,24 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		bs[q] = nb
 	}
 	// Exchange the keys: my keys of task q's buckets go to q. The keys of
-	// my buckets stay in segments: mine, then one per sender.
+	// my buckets stay in segments, each ordered by bucket: mine, then the
+	// chunks each sender sent, as they arrived.
 	segs := append(w.segs[:0], send[local[bs[me]]:local[bs[me+1]]])
 	if np > 1 {
 		want := 0
 		for b := bs[me]; b < bs[me+1]; b++ {
 			want += int(tot[b])
 		}
-		if len(w.bufs) < np {
-			w.bufs = make([][]int32, np)
-		}
 		got := len(segs[0])
 		for k := 1; k < np; k++ {
 			to, from := (me+k)%np, (me-k+np)%np
-			in, err := w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], w.bufs[from][:0])
+			var n int
+			var err error
+			segs, n, err = w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], segs)
 			if err != nil {
 				return 0, err
 			}
-			w.bufs[from] = in
-			segs = append(segs, in)
-			got += len(in)
+			got += n
 		}
 		if got != want {
 			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", got, bs[me], bs[me+1], want)
@@ -153,17 +144,8 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 		w.counts = make([]int32, nk)
 	}
 	counts := w.counts[:nk]
-	clear(counts)
-	mk := int32(w.minKey)
-	for _, seg := range segs {
-		for _, k := range seg {
-			counts[k-mk]++
-		}
-	}
-	run := int32(w.offset)
-	for i, c := range counts {
-		run += c
-		counts[i] = run
+	if err := isRankBuckets(counts, segs, w.minKey, 1<<shift, int32(w.offset)); err != nil {
+		return 0, err
 	}
 	w.counts = counts
 	// Partial verification, by the owner of key k-1.
@@ -182,6 +164,86 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	return passed, nil
 }
 
+// isBucketsPerTask is how many buckets (log₂) each task's share of the key
+// range spans on average when the class allows that few.
+const isBucketsPerTask = 5
+
+// isLogBuckets is log₂ of the number of buckets the keys are sorted into
+// for np tasks: NPB's count (1024) caps it, and fewer buckets make the
+// scatter faster (with 1024 buckets its writes go to more places than
+// the L1 cache holds lines), while 32 per task keep the tasks' shares of
+// the keys within a few percent of each other. The ranks do not depend on
+// it. np is a power of two no larger than NPB's count.
+func isLogBuckets(p ISParams, np int) int {
+	return min(p.LogBuckets, isBucketsPerTask+bits.Len(uint(np))-1)
+}
+
+// The three passes over the keys of a ranking are functions of their own
+// with the shift an unsigned count below 32, so that the compiler checks
+// neither the shift nor (where it can) the indices inside their loops.
+
+// isBucketCount adds to tot[b] the number of keys whose bucket (key >>
+// shift) is b. Every key's bucket must be below len(tot).
+func isBucketCount(tot []int64, keys []int32, shift uint) {
+	shift &= 31
+	for _, k := range keys {
+		tot[uint32(k)>>shift]++
+	}
+}
+
+// isScatter writes keys to send ordered by bucket (key >> shift): bucket
+// b's keys go from send[start[b]] on, in the order of keys. start[b] must be
+// the number of keys in buckets below b. (Unlike the other two passes it
+// keeps a signed shift: that form measured a third faster here, the
+// unsigned one spilling the key to the stack.)
+func isScatter(send, keys []int32, start []int, shift int) {
+	ptr := make([]int, len(start))
+	copy(ptr, start)
+	for _, k := range keys {
+		b := k >> shift
+		send[ptr[b]] = k
+		ptr[b]++
+	}
+}
+
+// isRankBuckets sets counts[v] to below plus the number of keys k <= v+minKey
+// in segs, for v < len(counts), bucket by bucket (a bucket holds width
+// keys) as NPB does: a bucket's section of counts is cleared, counted and
+// accumulated while it is in the L1 cache, instead of three passes over
+// the whole array. Every segment must hold keys in [minKey, minKey+len(counts))
+// ordered by bucket (as the scatter and the exchange leave them).
+func isRankBuckets(counts []int32, segs [][]int32, minKey, width int, below int32) error {
+	cur := make([]int, len(segs))
+	run := below
+	for lo := 0; lo < len(counts); lo += width {
+		sec := counts[lo:min(lo+width, len(counts))]
+		clear(sec)
+		base := int32(minKey + lo)
+		n := uint32(len(sec))
+		for i, seg := range segs {
+			c := cur[i]
+			for ; c < len(seg); c++ {
+				v := uint32(seg[c] - base)
+				if v >= n {
+					break
+				}
+				sec[v]++
+			}
+			cur[i] = c
+		}
+		for i, c := range sec {
+			run += c
+			sec[i] = run
+		}
+	}
+	for i, seg := range segs {
+		if cur[i] != len(seg) {
+			return fmt.Errorf("IS: key %d at %d of segment %d is out of bucket order or outside [%d, %d)", seg[cur[i]], cur[i], i, minKey, minKey+len(counts))
+		}
+	}
+	return nil
+}
+
 // isChunk is the most keys one message carries (2 MiB). A task's keys for
 // another go in chunks, the last one short (empty if need be), and every
 // task sends one chunk and then receives one: at most a chunk per pair of
@@ -189,41 +251,40 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 const isChunk = 1 << 19
 
 // exchange sends out to rank to and receives from rank from, in chunks of
-// w.chunk keys (isChunk by default), into in's array (grown if it is too
-// small), and returns what it received.
-func (w *ISWorker) exchange(cm comm, to, from int, out, in []int32) ([]int32, error) {
+// w.chunk keys (isChunk by default). It appends the chunks received to segs
+// (each is the body of its message, not copied: see recvInt32s) and
+// returns them with the number of keys received.
+func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) ([][]int32, int, error) {
 	chunk := w.chunk
 	if chunk <= 0 {
 		chunk = isChunk
 	}
-	sent, sendDone, recvDone := 0, false, false
+	sent, got, sendDone, recvDone := 0, 0, false, false
 	for !sendDone || !recvDone {
 		if !sendDone {
 			end := min(len(out), sent+chunk)
 			if err := cm.send(to, tagKeys, out[sent:end]); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			sendDone = end-sent < chunk
 			sent = end
 		}
 		if !recvDone {
-			// Decode straight after what came before, when it fits.
-			part := in[len(in):len(in):cap(in)]
-			if err := cm.recv(from, tagKeys, &part); err != nil {
-				return nil, err
+			part, err := recvInt32s(cm, from, tagKeys)
+			if err != nil {
+				return nil, 0, err
 			}
 			if len(part) > chunk {
-				return nil, fmt.Errorf("IS: a chunk of %d keys from rank %d, at most %d", len(part), from, chunk)
+				return nil, 0, fmt.Errorf("IS: a chunk of %d keys from rank %d, at most %d", len(part), from, chunk)
 			}
 			recvDone = len(part) < chunk
-			if len(part) > 0 && len(in) < cap(in) && &part[0] == &in[:len(in)+1][len(in)] {
-				in = in[:len(in)+len(part)]
-			} else {
-				in = append(in, part...)
+			if len(part) > 0 {
+				segs = append(segs, part)
 			}
+			got += len(part)
 		}
 	}
-	return in, nil
+	return segs, got, nil
 }
 
 // fullVerify sorts this task's keys by their final ranks and checks the

@@ -29,7 +29,11 @@ func (p *Place) attach(c *task.Ctx) (comm, error) {
 	if p.C.Size() != p.NP {
 		return nil, fmt.Errorf("npb worker: a team of %d, want %d", p.C.Size(), p.NP)
 	}
-	return &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs}, nil
+	tc := &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs}
+	if hs, err := c.Hosts(); err == nil && len(hs) == 1 {
+		tc.oneHost = true
+	}
+	return tc, nil
 }
 
 // hooks connect a kernel's main loop to its surroundings.

@@ -176,3 +176,58 @@ func TestNoCheckpointWithoutALostHostsTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchCatchesATaskMidMove: an exit watch registered while the task
+// is caught in a move (suspended, its checkpoint on the way) waits for the
+// move and is registered where the task ends up: the watcher hears of the
+// task's real exit, and of nothing before. Before, the origin, which no
+// longer listed the task, answered at once that there was no such task
+// (NPB's kernels under migration saw a worker reported gone while it
+// moved).
+func TestWatchCatchesATaskMidMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &slowTransfer{delay: 300 * time.Millisecond}
+		vm := startMemVMWith(t, 3, s, Config{MoveTransferTimeout: 5 * time.Second})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		notices := make(chan task.Notice, 4)
+		obs := spawnOn(t, m, "h1", fn(t, func(c *task.Ctx, _ int) error {
+			for {
+				var n task.Notice
+				if _, err := c.Recv(task.AnyTask, 7, &n); err != nil {
+					return err
+				}
+				notices <- n
+			}
+		}))
+		tid := spawnOn(t, m, "h2", &cargo{Data: make([]byte, 4<<10)})
+		moved := make(chan error, 1)
+		go func() {
+			_, err := m.Migrate(ctx, tid, "h3", Direct)
+			moved <- err
+		}()
+		for s.streams.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if err := m.registerExitWatch(ctx, notifyArgs{Kind: task.TaskExit, Watcher: obs, Tag: 7, TIDs: []task.TID{tid}}); err != nil {
+			t.Fatalf("watch a task mid-move: %v", err)
+		}
+		if err := <-moved; err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case n := <-notices:
+			t.Fatalf("told %+v while %v lives on", n, tid)
+		default:
+		}
+		if err := m.KillTask(ctx, tid); err != nil {
+			t.Fatal(err)
+		}
+		n := <-notices
+		if n.TID != tid || n.Err == "no such task" {
+			t.Fatalf("after the kill: %+v", n)
+		}
+	})
+}

@@ -639,11 +639,39 @@ func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
 			continue
 		}
-		if err := d.callHost(ctx, h, mWatch, notifyArgs{Kind: task.TaskExit, Watcher: a.Watcher, Tag: a.Tag, TIDs: []task.TID{t}}, nil); err != nil {
+		if err := d.watchAt(ctx, t, a); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// watchAt registers a's watcher of t's exit at the host t runs on. A task
+// caught in a move is on neither host's task list, and its watchers travel
+// in its checkpoint only if they were there when it was taken: the host
+// answers ErrMoving, and the registration waits for the move to end and
+// goes to the host the task is on then (master).
+func (d *Daemon) watchAt(ctx context.Context, t task.TID, a notifyArgs) error {
+	one := notifyArgs{Kind: task.TaskExit, Watcher: a.Watcher, Tag: a.Tag, TIDs: []task.TID{t}}
+	wait := time.Millisecond
+	for {
+		h := d.routeHost(t)
+		err := d.callHost(ctx, h, mWatch, one, nil)
+		if !errors.Is(err, ErrMoving) {
+			return err
+		}
+		d.settleMoves(ctx, func(tid task.TID, _ uint64) bool { return tid == t })
+		// The move may have ended at the master before the hosts heard:
+		// try again shortly, then less and less often.
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("notify on %v: %w", t, ctx.Err())
+		case <-d.ctx.Done():
+			return task.ErrHalted
+		}
+		wait = min(2*wait, d.cfg.MoveStepTimeout)
+	}
 }
 
 // watchLocal registers TaskExit watchers for tasks of this daemon; a task
@@ -662,7 +690,14 @@ func (d *Daemon) watchLocal(a notifyArgs) error {
 			d.watch[t] = append(d.watch[t], w)
 		}
 		old := d.gone[t]
+		moving := !live && (d.moving[t] != nil || d.incoming[t] != nil)
 		d.mu.Unlock()
+		if moving {
+			// Suspended here or arriving: not gone. The master asks
+			// again where the task is once the move has ended.
+			errs = append(errs, fmt.Errorf("notify on %v: %w", t, ErrMoving))
+			continue
+		}
 		if full {
 			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
 			continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,15 +143,9 @@ func TestSpawnCountBounded(t *testing.T) {
 // unknown host, and b's messages to a's tasks were held for good (a
 // barrier of the scale benchmark hung so).
 func TestJoinsCrossing(t *testing.T) {
-	admitted, release := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
-	cfg := Config{FaultHook: func(point string) {
-		if point == "join:admitted" && held.CompareAndSwap(false, true) {
-			close(admitted)
-			<-release
-		}
-	}}
-	vm := startVM(t, 1, cfg)
+	hook, admitted, release := holdAt("join:admitted")
+	defer release()
+	vm := startVM(t, 1, Config{FaultHook: hook})
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -171,11 +164,10 @@ func TestJoinsCrossing(t *testing.T) {
 	<-admitted
 	b, err := start("b")
 	if err != nil {
-		close(release)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Halt(context.Background()) })
-	close(release)
+	release()
 	r := <-aDone
 	if r.err != nil {
 		t.Fatal(r.err)

@@ -800,6 +800,15 @@ func (d *Daemon) HostID() task.HostID { return d.cfg.HostID }
 // Name is the daemon's host name.
 func (d *Daemon) Name() string { return d.cfg.Name }
 
+// newHosted makes the record of task t, started here or arriving, with
+// its context, its channels and an empty mailbox.
+func (d *Daemon) newHosted(tid, parent task.TID, job uint64, typ string, t task.Task) *hosted {
+	ctx, cancel := context.WithCancel(d.ctx)
+	return &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
+		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1),
+		mb: &mailbox{total: &d.mbMem}}
+}
+
 // hosted is a task on this daemon; it implements task.Endpoint.
 type hosted struct {
 	d      *Daemon
@@ -941,10 +950,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	}
 	d.nextNum++
 	tid := task.NewTID(d.cfg.HostID, d.nextNum)
-	ctx, cancel := context.WithCancel(d.ctx)
-	h := &hosted{d: d, tid: tid, parent: parent, job: job, typ: typ, t: t, ctx: ctx, cancel: cancel,
-		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1),
-		mb: &mailbox{total: &d.mbMem}}
+	h := d.newHosted(tid, parent, job, typ, t)
 	d.tasks[tid] = h
 	d.wg.Add(1)
 	d.mu.Unlock()

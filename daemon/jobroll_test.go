@@ -439,18 +439,9 @@ func TestJobRollsBackWhileMessagesFly(t *testing.T) {
 // are refused, and the job ends as it would have.
 func TestRollbackKillsATaskCaughtMidMove(t *testing.T) {
 	shared := t.TempDir()
-	hold, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	cfg := Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond}
-	cfg.FaultHook = func(point string) {
-		if point != "migrate:sent" {
-			return
-		}
-		once.Do(func() {
-			close(hold)
-			<-release
-		})
-	}
+	hook, hold, release := holdAt("migrate:sent")
+	defer release()
+	cfg := Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, FaultHook: hook}
 	vm := startVM(t, 4, cfg)
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -506,7 +497,7 @@ func TestRollbackKillsATaskCaughtMidMove(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	close(release)
+	release()
 	select {
 	case err := <-moveErr:
 		if !errors.Is(err, ErrAborted) {

@@ -2,7 +2,7 @@ package daemon
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,18 +12,28 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// slowTransfer delays every checkpoint stream by delay, and counts them.
+// slowTransfer delays every checkpoint stream by delay, and closes sent
+// when the first one starts.
 type slowTransfer struct {
-	delay   time.Duration
-	streams atomic.Int64
+	delay time.Duration
+	once  sync.Once
+	sent  chan struct{}
 }
 
 func (s *slowTransfer) Shape(u transport.Unit) transport.Decision {
 	if u.Index == 0 && len(u.Data) > 4 && routing.Kind(u.Data[4]) == routing.KindStream {
-		s.streams.Add(1)
+		s.once.Do(func() { close(s.sent) })
 		return transport.Decision{Raw: true, Delay: s.delay}
 	}
 	return transport.Decision{}
+}
+
+// midMoveVM starts a machine of three daemons on transport.Mem whose
+// checkpoints take 300 ms to travel, so that a task moving is caught in
+// the move (on no host's task list) for that long after s.sent closes.
+func midMoveVM(t *testing.T) (*LocalVM, *slowTransfer) {
+	s := &slowTransfer{delay: 300 * time.Millisecond, sent: make(chan struct{})}
+	return startMemVMWith(t, 3, s, Config{MoveTransferTimeout: 5 * time.Second}), s
 }
 
 // TestKillCatchesATaskMidMove: a job killed, or a task killed, while one
@@ -40,8 +50,7 @@ func TestKillCatchesATaskMidMove(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := &slowTransfer{delay: 300 * time.Millisecond}
-				vm := startMemVMWith(t, 3, s, Config{MoveTransferTimeout: 5 * time.Second})
+				vm, s := midMoveVM(t)
 				m := vm.Master()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
@@ -64,9 +73,7 @@ func TestKillCatchesATaskMidMove(t *testing.T) {
 				}()
 				// Wait until the checkpoint is on its way: the task is in
 				// no host's task list.
-				for s.streams.Load() == 0 {
-					time.Sleep(time.Millisecond)
-				}
+				<-s.sent
 				for _, d := range vm.Daemons {
 					if runsOn(d, root) {
 						t.Fatalf("%v still runs on %s while its checkpoint travels", root, d.Name())
@@ -186,8 +193,7 @@ func TestNoCheckpointWithoutALostHostsTasks(t *testing.T) {
 // moved).
 func TestWatchCatchesATaskMidMove(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &slowTransfer{delay: 300 * time.Millisecond}
-		vm := startMemVMWith(t, 3, s, Config{MoveTransferTimeout: 5 * time.Second})
+		vm, s := midMoveVM(t)
 		m := vm.Master()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -207,9 +213,7 @@ func TestWatchCatchesATaskMidMove(t *testing.T) {
 			_, err := m.Migrate(ctx, tid, "h3", Direct)
 			moved <- err
 		}()
-		for s.streams.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		<-s.sent
 		if err := m.registerExitWatch(ctx, notifyArgs{Kind: task.TaskExit, Watcher: obs, Tag: 7, TIDs: []task.TID{tid}}); err != nil {
 			t.Fatalf("watch a task mid-move: %v", err)
 		}

@@ -461,8 +461,8 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		d.nw.mu.Lock()
 		if d.nw.mem != nil && d.nw.mem.pending[p.info.ID] {
 			// A host registering again after its deletion stops every
-			// task it had before it says so: a report from before that
-			// names none of its jobs.
+			// task it had before it says so: a report it sent before
+			// that is stale, naming jobs it no longer runs.
 			d.nw.mu.Unlock()
 			return nil
 		}

@@ -851,10 +851,7 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 // cancelled meanwhile, nothing is installed and the error wraps
 // ErrAborted.
 func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
-	ctx, cancel := context.WithCancel(d.ctx)
-	h := &hosted{d: d, tid: m.TID, parent: m.Parent, job: m.Job, typ: m.Type, t: t, ctx: ctx, cancel: cancel,
-		started: time.Now(), done: make(chan struct{}), moveKick: make(chan struct{}, 1),
-		mb: &mailbox{total: &d.mbMem}}
+	h := d.newHosted(m.TID, m.Parent, m.Job, m.Type, t)
 	for _, g := range m.Groups { // the host's record, for a recovered master
 		if h.groups == nil {
 			h.groups = map[string]int{}
@@ -867,7 +864,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	if (arr != nil && d.incoming[m.TID] != arr) || (left != nil && d.moving[m.TID] != left) {
 		d.mu.Unlock()
 		d.rmu.Unlock()
-		cancel()
+		h.cancel()
 		return fmt.Errorf("%v: its move was cancelled: %w", m.TID, ErrAborted)
 	}
 	for _, e := range m.Mailbox {

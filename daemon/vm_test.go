@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -576,4 +578,21 @@ func TestMigrateAbortRestoresAtOrigin(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// holdAt returns a fault hook (Config.FaultHook) that holds the first
+// caller at point until release is called, a channel closed once it holds
+// one, and release, which may be called more than once.
+func holdAt(point string) (hook func(string), held <-chan struct{}, release func()) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	var freed sync.Once
+	hook = func(p string) {
+		// Not a sync.Once: the callers after the first go on at once.
+		if p == point && first.CompareAndSwap(false, true) {
+			close(h)
+			<-r
+		}
+	}
+	return hook, h, func() { freed.Do(func() { close(r) }) }
 }

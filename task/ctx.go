@@ -527,6 +527,21 @@ func (c *Ctx) TryRecv(from TID, tag int, v any) (st Status, ok bool, err error) 
 	return m.Status(), true, decodeInto(&m, v)
 }
 
+// TryRecvMsg is a non-blocking RecvMsg: ok is false when no message
+// matches.
+func (c *Ctx) TryRecvMsg(from TID, tag int) (*Message, bool, error) {
+	c.enter()
+	m, ok, err := c.ep.Recv(c.ep.Context(), from, tag, false)
+	c.leave()
+	if err != nil {
+		return nil, false, fmt.Errorf("tryrecv from %v tag %d: %w", from, tag, err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	return &m, true, nil
+}
+
 // Probe reports whether a message matching from and tag is waiting, without
 // receiving it.
 func (c *Ctx) Probe(from TID, tag int) (Status, bool) {

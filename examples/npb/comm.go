@@ -1,10 +1,8 @@
 package npb
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/dpvm/dpvm/task"
 )
@@ -27,43 +25,19 @@ type comm interface {
 }
 
 // recvInt32s receives the next message with tag from rank from, a slice of
-// int32 (sent as []int32), and returns it (see int32sOf).
+// int32 (sent as []int32), and returns it: the message's bytes, not a
+// copy, where they can be (task.Payload.Int32s).
 func recvInt32s(cm comm, from, tag int) ([]int32, error) {
 	p, err := cm.recvPayload(from, tag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := int32sOf(p)
+	s, err := p.Int32s()
 	if err != nil {
 		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
 	}
 	return s, nil
 }
-
-// int32sOf returns the int32s of a payload sent as []int32. Where its
-// bytes have the slice's memory layout (a little-endian host, 4-byte
-// aligned, as every allocation is), the slice is those bytes, not a copy;
-// elsewhere they are decoded into a new slice.
-func int32sOf(p task.Payload) ([]int32, error) {
-	if p.Enc != task.EncInt32s || len(p.Data)%4 != 0 {
-		return nil, fmt.Errorf("%v payload of %d bytes, want int32s: %w", p.Enc, len(p.Data), task.ErrDecode)
-	}
-	if len(p.Data) == 0 {
-		return nil, nil
-	}
-	if nativeLittleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%4 == 0 {
-		return unsafe.Slice((*int32)(unsafe.Pointer(&p.Data[0])), len(p.Data)/4), nil
-	}
-	var s []int32
-	if err := p.Decode(&s); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// nativeLittleEndian is true on hosts whose memory layout of numbers is the
-// payloads' (little-endian).
-var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // soloComm is a single rank with nobody to talk to.
 type soloComm struct{}
@@ -100,18 +74,20 @@ func (t *taskComm) send(to, tag int, v any) error {
 	return t.c.Send(t.peers[to], tag, v)
 }
 func (t *taskComm) recv(from, tag int, v any) error {
-	if ok, err := t.poll(from, tag, v); ok || err != nil {
+	p, err := t.recvPayload(from, tag)
+	if err != nil {
 		return err
 	}
-	_, err := t.c.Recv(t.peers[from], tag, v)
-	return err
+	if err := p.Decode(v); err != nil {
+		return fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
+	}
+	return nil
 }
 func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
-	var p task.Payload
-	if ok, err := t.poll(from, tag, &p); ok || err != nil {
-		return p, err
+	m, err := t.poll(from, tag)
+	if m == nil && err == nil {
+		m, err = t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
 	}
-	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
 	if err != nil {
 		return task.Payload{}, err
 	}
@@ -122,45 +98,29 @@ func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
 // before the caller blocks: a task that blocks is parked, and waking it
 // takes the runtime tens of microseconds (another thread must be woken
 // to run it), where a kernel's collectives wait for a partner that is
-// usually microseconds away. ok says whether v (a *task.Payload is
-// filled undecoded) holds the message.
-func (t *taskComm) poll(from, tag int, v any) (ok bool, err error) {
+// usually microseconds away. It returns nil, and no error, when nothing
+// came.
+func (t *taskComm) poll(from, tag int) (*task.Message, error) {
 	if !t.oneHost {
-		return false, nil
+		return nil, nil
 	}
 	budget := t.spin.budget()
 	if budget == 0 {
-		return false, nil
+		return nil, nil
 	}
 	start := time.Now()
-	for i := 0; ; i++ {
-		if p, isPayload := v.(*task.Payload); isPayload {
-			var m *task.Message
-			if m, ok, err = t.tryRecvMsg(from, tag); ok {
-				*p = m.Payload
-			}
-		} else {
-			_, ok, err = t.c.TryRecv(t.peers[from], tag, v)
-		}
+	for {
+		m, ok, err := t.c.TryRecvMsg(t.peers[from], tag)
 		if err != nil || ok {
 			t.spin.record(true)
-			return ok, err
+			return m, err
 		}
-		if i%16 == 15 && time.Since(start) > budget {
+		if time.Since(start) > budget {
 			t.spin.record(false)
-			return false, nil
+			return nil, nil
 		}
 		osYield()
 	}
-}
-
-// tryRecvMsg is a non-blocking RecvMsg.
-func (t *taskComm) tryRecvMsg(from, tag int) (*task.Message, bool, error) {
-	if _, ok := t.c.Probe(t.peers[from], tag); !ok {
-		return nil, false, nil
-	}
-	m, err := t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
-	return m, err == nil, err
 }
 
 // spinMax is the longest a receive polls before it blocks.

@@ -109,6 +109,7 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	// Exchange the keys: my keys of task q's buckets go to q. The keys of
 	// my buckets stay in segments, each ordered by bucket: mine, then the
 	// chunks each sender sent, as they arrived.
+	clear(w.segs) // the last exchange's chunks are not kept alive through this one
 	segs := append(w.segs[:0], send[local[bs[me]]:local[bs[me+1]]])
 	if np > 1 {
 		want := 0

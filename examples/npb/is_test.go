@@ -1,12 +1,9 @@
 package npb
 
 import (
-	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"github.com/dpvm/dpvm/task"
 )
 
 // TestISRankBuckets checks the bucket-by-bucket ranking against a plain
@@ -91,39 +88,6 @@ func TestISVerifiesAcrossNP(t *testing.T) {
 		r := runLocal(t, "is", "S", np)
 		if r.Verified != Successful || r.Values.FullVerified == nil || !*r.Values.FullVerified {
 			t.Fatalf("np %d: %+v", np, r)
-		}
-	}
-}
-
-// TestInt32sOf checks the view of a payload as int32s: the keys sent, from
-// aligned and unaligned bytes, and an error for another encoding or a
-// length that is not a whole number of int32s.
-func TestInt32sOf(t *testing.T) {
-	keys := []int32{0, 1, -1, 1 << 30, -(1 << 31), 12345}
-	p, err := task.Encode(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := int32sOf(p)
-	if err != nil || !slices.Equal(got, keys) {
-		t.Fatalf("aligned: %v, %v", got, err)
-	}
-	odd := make([]byte, len(p.Data)+1)
-	copy(odd[1:], p.Data)
-	got, err = int32sOf(task.Payload{Enc: task.EncInt32s, Data: odd[1:]})
-	if err != nil || !slices.Equal(got, keys) {
-		t.Fatalf("unaligned: %v, %v", got, err)
-	}
-	if got, err := int32sOf(task.Payload{Enc: task.EncInt32s}); err != nil || len(got) != 0 {
-		t.Fatalf("empty: %v, %v", got, err)
-	}
-	f, err := task.Encode([]float64{1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []task.Payload{f, {Enc: task.EncInt32s, Data: p.Data[:5]}} {
-		if _, err := int32sOf(bad); !errors.Is(err, task.ErrDecode) {
-			t.Errorf("%v payload of %d bytes: %v, want ErrDecode", bad.Enc, len(bad.Data), err)
 		}
 	}
 }

@@ -48,12 +48,11 @@ type waiter struct {
 // once (lock order: rxMu, then mu). Every message in rq is older than
 // every message in q.
 //
-// Its memory (payload plus msgOverhead per message) is in − out: in is
-// charged by senders under mu, out by receivers under rxMu, each side
-// writing only its own counter, and receivers publish out in steps (see
-// chargedOut), so that senders may count up to publishEvery bytes more
-// than the mailbox holds, never less. Senders read out only when in − the
-// out they last saw reaches their limit (room). The daemon's gauge of all its
+// Its memory (payload plus msgOverhead per message) is in − taken: in is
+// charged by senders under mu, taken by receivers under rxMu, each side
+// writing only its own counter. Senders read taken only when in − the
+// taken they last saw reaches their limit (room), so that a receiver's
+// writes seldom meet a sender's reads. The daemon's gauge of all its
 // mailboxes (total, nil: none) follows each mailbox in steps of
 // totalStep. Local senders wait on them (Daemon.send) while they are over
 // their limits.
@@ -62,13 +61,9 @@ type mailbox struct {
 	rxMu   sync.Mutex
 	rq     []envelope // rq[rhead:] are the messages taken from q, oldest first
 	rhead  int
-	rbytes int   // payload bytes in rq
-	taken  int64 // memory taken out since the mailbox was made
-	outLag int64 // charged out since the last report to the daemon's gauge
-	// out is taken as published to senders (written under rxMu): at
-	// least every publishEvery bytes, at once while a sender waits for
-	// room, and before a receiver waits for a message.
-	out atomic.Int64
+	rbytes int          // payload bytes in rq
+	taken  atomic.Int64 // memory taken out since the mailbox was made (written under rxMu)
+	outLag int64        // charged out since the last report to the daemon's gauge
 
 	_ [64]byte // keeps the two sides off each other's cache lines
 
@@ -78,7 +73,7 @@ type mailbox struct {
 	bytes   int          // payload bytes in q
 	in      atomic.Int64 // memory put in since the mailbox was made (written under mu)
 	inLag   int64        // charged in since the last report (under mu)
-	outSeen atomic.Int64 // out as a sender last read it: out is at least this
+	outSeen atomic.Int64 // taken as a sender last read it: taken is at least this
 	waiters []*waiter
 	spare   *waiter // a finished waiter, its channel empty, for the next wait
 	closed  bool
@@ -93,10 +88,6 @@ type mailbox struct {
 // multiple of it, so tasks on many cores do not all write one counter.
 const totalStep = 64 << 10
 
-// publishEvery is how many bytes receivers take out of a mailbox, at most,
-// before they publish it to senders (mailbox.out).
-const publishEvery = 4 << 10
-
 // reportEvery is how many bytes a side of a mailbox charges before it
 // brings the daemon's gauge up to date: the gauge lags each mailbox by less
 // than twice that.
@@ -104,11 +95,11 @@ const reportEvery = totalStep / 4
 
 // memory is the mailbox's memory: what it holds, payload plus msgOverhead
 // per message. Read without the locks, while messages come and go, it is
-// never less than what the mailbox held at some moment of the call (out
+// never less than what the mailbox held at some moment of the call (taken
 // is read first, and both only grow).
 func (m *mailbox) memory() int64 {
-	out := m.out.Load()
-	return m.in.Load() - out
+	taken := m.taken.Load()
+	return m.in.Load() - taken
 }
 
 // room returns a channel to wait on while the mailbox holds high bytes or
@@ -117,8 +108,11 @@ func (m *mailbox) memory() int64 {
 // freed.
 func (m *mailbox) room(high, budget int64) <-chan struct{} {
 	if high > 0 && m.in.Load()-m.outSeen.Load() >= high {
-		// Perhaps full: look at what receivers took.
-		m.outSeen.Store(m.out.Load())
+		// Perhaps full: look at what receivers took. The waiter is
+		// registered before memory is read again, and a receiver stores
+		// what it took before it looks for waiters (chargedOut): either
+		// this sees the take, or the receiver sees the waiter.
+		m.outSeen.Store(m.taken.Load())
 		if ch := m.room_.wait(func() bool { return m.memory() >= high }); ch != nil {
 			return ch
 		}
@@ -139,27 +133,15 @@ func (m *mailbox) chargedIn(n int64) {
 	}
 }
 
-// chargedOut takes n from the mailbox's memory; it publishes what was
-// taken, and wakes the senders waiting for room, when one waits or every
-// publishEvery bytes, and reports to the daemon's gauge every reportEvery
+// chargedOut takes n from the mailbox's memory, wakes the senders waiting
+// for room, if any, and reports to the daemon's gauge every reportEvery
 // bytes. The caller holds rxMu.
 func (m *mailbox) chargedOut(n int64) {
-	m.taken += n
-	if m.room_.waiting.Load() || m.taken-m.out.Load() >= publishEvery {
-		m.publish()
-	}
+	m.taken.Store(m.taken.Load() + n)
+	m.room_.fell()
 	if m.outLag += n; m.outLag >= reportEvery {
 		m.outLag = 0
 		m.report()
-	}
-}
-
-// publish makes what receivers took out visible to senders and wakes the
-// senders waiting for room. The caller holds rxMu.
-func (m *mailbox) publish() {
-	if m.out.Load() != m.taken {
-		m.out.Store(m.taken)
-		m.room_.fell()
 	}
 }
 
@@ -280,7 +262,6 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 		m.rxMu.Unlock()
 		return e, true, nil
 	}
-	m.publish() // before a receiver waits, senders see all it took
 	m.rxMu.Unlock()
 	if m.closed {
 		m.mu.Unlock()
@@ -388,9 +369,9 @@ func (m *mailbox) clearLocked() {
 	clear(m.q)
 	m.rq, m.rhead, m.rbytes = m.rq[:0], 0, 0
 	m.q, m.bytes = m.q[:0], 0
-	m.taken = m.in.Load()
-	m.out.Store(m.taken)
-	m.outSeen.Store(m.taken)
+	in := m.in.Load()
+	m.taken.Store(in)
+	m.outSeen.Store(in)
 	m.inLag, m.outLag = 0, 0
 	m.room_.fell()
 	m.report()

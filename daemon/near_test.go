@@ -10,26 +10,20 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// pairSender sends To the numbers from Next up to Max, a safe point after
-// each, until its parent tells it to stop (tag 5), and waits for that word
-// once it has sent Max (a safe point too); it then tells its parent (tag
-// 4) how many it sent. Its numbering lives in its fields, so it goes on
-// where it was after a move.
+// pairSender sends To the numbers from Next on, a safe point after each,
+// and tells its parent (tag 6) each time it has sent Every more, until its
+// parent tells it to stop (tag 5); it then tells its parent (tag 4) how
+// many it sent. Its numbering lives in its fields, so it goes on where it
+// was after a move.
 type pairSender struct {
-	To        task.TID
-	Next, Max int
+	To          task.TID
+	Next, Every int
 }
 
 func init() { task.Register("daemon.test.pairSender", &pairSender{}) }
 
 func (s *pairSender) Run(c *task.Ctx) error {
 	for {
-		if s.Next == s.Max {
-			if _, err := c.RecvSafe(c.Parent(), 5, nil); err != nil {
-				return err
-			}
-			return c.Send(c.Parent(), 4, s.Next)
-		}
 		_, stop, err := c.TryRecv(c.Parent(), 5, nil)
 		if err != nil {
 			return err
@@ -41,6 +35,11 @@ func (s *pairSender) Run(c *task.Ctx) error {
 			return err
 		}
 		s.Next++
+		if s.Next%s.Every == 0 {
+			if err := c.Send(c.Parent(), 6, s.Next); err != nil {
+				return err
+			}
+		}
 		if err := c.SafePoint(); err != nil {
 			return err
 		}
@@ -67,10 +66,9 @@ func TestLocalPairAcrossMoves(t *testing.T) {
 }
 
 // localPairMoves runs a sender and a mover on h2 and moves one of the two
-// rounds times while the sender sends (its first 20,000 numbers or until
-// the moves are over): the sender or the mover, to the
-// other's host or away from it, as the seed says. It returns the moves
-// that committed.
+// rounds times while the sender sends, each move after the sender has
+// sent another 500 numbers: the sender or the mover, to the other's host
+// or away from it, as the seed says. It returns the moves that committed.
 func localPairMoves(t *testing.T, vm *LocalVM, seed uint64, rounds int) (committed int) {
 	t.Helper()
 	m := vm.Master()
@@ -81,13 +79,17 @@ func localPairMoves(t *testing.T, vm *LocalVM, seed uint64, rounds int) (committ
 		if err != nil {
 			return err
 		}
-		s, err := c.Spawn(&pairSender{To: mv[0], Max: 20000}, 1, task.OnHost("h2"))
+		s, err := c.Spawn(&pairSender{To: mv[0], Every: 500}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}
 		r := seed*0x9e3779b97f4a7c15 + 1
 		together := true
 		for i := range rounds {
+			// Each move while the sender sends: after its next 500.
+			if _, err := c.Recv(s[0], 6, nil); err != nil {
+				return err
+			}
 			r = r*6364136223846793005 + 1442695040888963407
 			who, other := s[0], mv[0]
 			if (r>>33)&1 == 1 {

@@ -281,7 +281,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 				return nil // a notice for a task that is gone
 			}
 			r := d.routes.Lookup(e.To)
-			if r.Host == d.cfg.HostID && (gone || !r.InTransit) || r.Host == 0 && gone {
+			if r.Host == d.cfg.HostID && (gone || !r.InTransit) {
 				r = routing.Route{} // it has exited: the sender drops its messages
 			}
 			// Otherwise the route names another host: the task lives on

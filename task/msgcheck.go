@@ -40,7 +40,8 @@ type MsgpackLimits struct {
 func CheckMsgpack(data []byte) error { return CheckMsgpackLimits(data, MsgpackLimits{}) }
 
 // CheckMsgpackLimits is CheckMsgpack under the given limits. It walks the
-// bytes once, without recursion and without allocating.
+// bytes once, without recursion, and allocates only for values nested
+// more than 16 levels deep.
 func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 	maxDepth := lim.MaxDepth
 	if maxDepth <= 0 || maxDepth > MaxMsgpackDepth {
@@ -52,7 +53,6 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 	// collector has shrunk grows again (a copy) on its first check.
 	var shallow [16]uint64
 	stack := shallow[:0]
-	depth := 0
 	left := uint64(1)    // values left at the current level
 	pending := uint64(1) // values left at every level: each takes a byte at least
 	i := 0
@@ -93,23 +93,21 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 		if n > uint64(len(data)-i) || pending+n > uint64(len(data)-i) {
 			return fmt.Errorf("at byte %d: %d values declared, %d bytes left: %w", i, n, len(data)-i, ErrMsgpackBounds)
 		}
-		if depth >= maxDepth {
+		if len(stack) >= maxDepth {
 			return fmt.Errorf("at byte %d: arrays and maps nested deeper than %d levels: %w", i, maxDepth, ErrMsgpackBounds)
 		}
 		stack = append(stack, left)
-		depth++
 		left = n
 		pending += n
 		return nil
 	}
 	for {
 		for left == 0 {
-			if depth == 0 {
+			if len(stack) == 0 {
 				return nil
 			}
-			depth--
-			left = stack[depth]
-			stack = stack[:depth]
+			left = stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
 		}
 		if i >= len(data) {
 			return fmt.Errorf("truncated at byte %d: %w", i, ErrMsgpackBounds)

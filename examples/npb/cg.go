@@ -237,7 +237,7 @@ func (m *csr) spmvGo(y, x []float64) {
 		vals = vals[:len(cols)]
 		var sum float64
 		for k, c := range cols {
-			sum += vals[k] * x[c]
+			sum += float64(vals[k] * x[c])
 		}
 		y[j] = sum
 	}

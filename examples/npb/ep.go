@@ -59,7 +59,7 @@ func epBatch(k int, an uint64, q *[epNQ]float64, sx, sy *float64, sc *epScratch)
 		x2 := float64(int64(s2))*r45 - 1
 		s1 = (s1 * a2) & mask46
 		s2 = (s2 * a2) & mask46
-		t1 := x1*x1 + x2*x2
+		t1 := float64(x1*x1) + float64(x2*x2)
 		// Every pair is written; the index moves on only past the kept
 		// ones (a conditional move, not a branch). n is at most twice the
 		// pairs drawn before this one, so the mask, there for the bounds

@@ -15,7 +15,7 @@ func epGauss(x *float64, t2 *float64, pairs int) {
 	ts := unsafe.Slice(t2, pairs)
 	for i := range ts {
 		x1, x2 := xs[2*i], xs[2*i+1]
-		t1 := x1*x1 + x2*x2
+		t1 := float64(x1*x1) + float64(x2*x2)
 		ts[i] = math.Sqrt(-2 * math.Log(t1) / t1)
 	}
 }

@@ -13,7 +13,7 @@ func epBatchPlain(k int, an uint64, q *[epNQ]float64, sx, sy *float64) {
 	for range epNK {
 		x1 := 2*Randlc(&s, RandA) - 1
 		x2 := 2*Randlc(&s, RandA) - 1
-		t1 := x1*x1 + x2*x2
+		t1 := float64(x1*x1) + float64(x2*x2)
 		if t1 <= 1 {
 			t2 := math.Sqrt(-2 * math.Log(t1) / t1)
 			t3 := x1 * t2
@@ -67,7 +67,7 @@ func TestEPGauss(t *testing.T) {
 		scale := math.Ldexp(1, -int(Randlc(&s, RandA)*40))
 		x1 := (2*Randlc(&s, RandA) - 1) * scale
 		x2 := (2*Randlc(&s, RandA) - 1) * scale
-		if x1*x1+x2*x2 <= 1 && x1*x1+x2*x2 > 0 {
+		if t := float64(x1*x1) + float64(x2*x2); t <= 1 && t > 0 {
 			xs = append(xs, x1, x2)
 		}
 	}
@@ -78,7 +78,7 @@ func TestEPGauss(t *testing.T) {
 	epGauss(&x[0], &t2[0], pairs+1)
 	for i := range pairs {
 		x1, x2 := x[2*i], x[2*i+1]
-		t1 := x1*x1 + x2*x2
+		t1 := float64(x1*x1) + float64(x2*x2)
 		want := math.Sqrt(-2 * math.Log(t1) / t1)
 		if math.Float64bits(t2[i]) != math.Float64bits(want) {
 			t.Fatalf("pair %d (%v, %v): %v, want %v", i, x1, x2, t2[i], want)

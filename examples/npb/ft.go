@@ -167,7 +167,7 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse, vec bool
 				cv := c[q]
 				y0[q] = av + cv
 				dr, di := real(av)-real(cv), imag(av)-imag(cv)
-				y1[q] = complex(dr*wr-di*wi, dr*wi+di*wr)
+				y1[q] = complex(float64(dr*wr)-float64(di*wi), float64(dr*wi)+float64(di*wr))
 			}
 		}
 		x, y = y, x
@@ -207,14 +207,14 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse, vec bool
 				amcR, amcI := real(a)-real(c), imag(a)-imag(c)
 				bpdR, bpdI := real(bb)+real(d), imag(bb)+imag(d)
 				// j·(b-d)
-				jR, jI := -sign*(imag(bb)-imag(d)), sign*(real(bb)-real(d))
+				jR, jI := float64(-sign*(imag(bb)-imag(d))), float64(sign*(real(bb)-real(d)))
 				y0[q] = complex(apcR+bpdR, apcI+bpdI)
 				t1R, t1I := amcR-jR, amcI-jI
-				y1[q] = complex(t1R*w1r-t1I*w1i, t1R*w1i+t1I*w1r)
+				y1[q] = complex(float64(t1R*w1r)-float64(t1I*w1i), float64(t1R*w1i)+float64(t1I*w1r))
 				t2R, t2I := apcR-bpdR, apcI-bpdI
-				y2[q] = complex(t2R*w2r-t2I*w2i, t2R*w2i+t2I*w2r)
+				y2[q] = complex(float64(t2R*w2r)-float64(t2I*w2i), float64(t2R*w2i)+float64(t2I*w2r))
 				t3R, t3I := amcR+jR, amcI+jI
-				y3[q] = complex(t3R*w3r-t3I*w3i, t3R*w3i+t3I*w3r)
+				y3[q] = complex(float64(t3R*w3r)-float64(t3I*w3i), float64(t3R*w3i)+float64(t3I*w3r))
 			}
 		}
 		x, y = y, x

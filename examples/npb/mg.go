@@ -204,7 +204,7 @@ func (w *MGWorker) residScalar(l *mgLevel, u, v, r []float64) {
 			for i1 := 2; i1 < n; i1++ {
 				u1p := um[i1] + up[i1] + uzm[i1] + uzp[i1]
 				u2p := umm[i1] + upm[i1] + ump[i1] + upp[i1]
-				rr[i1-1] = vv[i1-1] - a0*uc[i1-1] - a2*(u2c+u1m+u1p) - a3*(u2m+u2p)
+				rr[i1-1] = vv[i1-1] - float64(a0*uc[i1-1]) - float64(a2*(u2c+u1m+u1p)) - float64(a3*(u2m+u2p))
 				u1m, u1c = u1c, u1p
 				u2m, u2c = u2c, u2p
 			}
@@ -288,7 +288,7 @@ func (w *MGWorker) psinvScalar(l *mgLevel, r, u []float64) {
 			for i1 := 2; i1 < n; i1++ {
 				r1p := rm[i1] + rp[i1] + rzm[i1] + rzp[i1]
 				r2p := rmm[i1] + rpm[i1] + rmp[i1] + rpp[i1]
-				uu[i1-1] = uu[i1-1] + c0*rc[i1-1] + c1*(rc[i1-2]+rc[i1]+r1c) + c2*(r2c+r1m+r1p)
+				uu[i1-1] = uu[i1-1] + float64(c0*rc[i1-1]) + float64(c1*(rc[i1-2]+rc[i1]+r1c)) + float64(c2*(r2c+r1m+r1p))
 				r1m, r1c = r1c, r1p
 				r2c = r2p
 			}

@@ -215,43 +215,41 @@ func (w *MGWorker) residScalar(l *mgLevel, u, v, r []float64) {
 // residRows is residInterior row by row in assembly, as NPB's resid is
 // written: a row's u1 and u2 sums first, then the row of r from them.
 func (w *MGWorker) residRows(l *mgLevel, u, v, r []float64) {
-	m1, m2, m3 := l.m1, l.m2, l.m3
 	a0, a2, a3 := w.a[0], w.a[2], w.a[3]
-	ps := m1 * m2
-	u1, u2 := w.t1[:m1], w.t2[:m1]
-	for i3 := 1; i3 < m3-1; i3++ {
-		for i2 := 1; i2 < m2-1; i2++ {
-			o := m1 * (i2 + m2*i3)
-			rr, vv, uc := r[o:o+m1], v[o:o+m1], u[o:o+m1]
-			um, up := u[o-m1:][:m1], u[o+m1:][:m1]
-			uzm, uzp := u[o-ps:][:m1], u[o+ps:][:m1]
-			umm, upm := u[o-ps-m1:][:m1], u[o-ps+m1:][:m1]
-			ump, upp := u[o+ps-m1:][:m1], u[o+ps+m1:][:m1]
-			mgSum4(&u1[0], &um[0], &up[0], &uzm[0], &uzp[0], m1)
-			mgSum4(&u2[0], &umm[0], &upm[0], &ump[0], &upp[0], m1)
-			mgResidRow(&rr[0], &vv[0], &uc[0], &u1[0], &u2[0], m1, a0, a2, a3)
-		}
-	}
+	w.eachRowSums(l, u, func(o int, u1, u2 []float64) {
+		m1 := l.m1
+		mgResidRow(&r[o : o+m1][0], &v[o : o+m1][0], &u[o : o+m1][0], &u1[0], &u2[0], m1, a0, a2, a3)
+	})
 }
 
 // psinvRows is psinv's interior row by row in assembly, as NPB's psinv is
 // written: a row's r1 and r2 sums first, then the row of u from them.
 func (w *MGWorker) psinvRows(l *mgLevel, r, u []float64) {
-	m1, m2, m3 := l.m1, l.m2, l.m3
 	c0, c1, c2 := w.c[0], w.c[1], w.c[2]
+	w.eachRowSums(l, r, func(o int, r1, r2 []float64) {
+		m1 := l.m1
+		mgPsinvRow(&u[o : o+m1][0], &r[o : o+m1][0], &r1[0], &r2[0], m1, c0, c1, c2)
+	})
+}
+
+// eachRowSums calls row for every interior row of x's level, at offset o,
+// with the row's two neighbour sums in assembly (in w.t1 and w.t2): s1
+// of the four neighbours one step away in i2 or i3, s2 of the four
+// diagonal ones, as NPB's resid (u1, u2) and psinv (r1, r2) have them.
+func (w *MGWorker) eachRowSums(l *mgLevel, x []float64, row func(o int, s1, s2 []float64)) {
+	m1, m2, m3 := l.m1, l.m2, l.m3
 	ps := m1 * m2
-	r1, r2 := w.t1[:m1], w.t2[:m1]
+	s1, s2 := w.t1[:m1], w.t2[:m1]
 	for i3 := 1; i3 < m3-1; i3++ {
 		for i2 := 1; i2 < m2-1; i2++ {
 			o := m1 * (i2 + m2*i3)
-			uu, rc := u[o:o+m1], r[o:o+m1]
-			rm, rp := r[o-m1:][:m1], r[o+m1:][:m1]
-			rzm, rzp := r[o-ps:][:m1], r[o+ps:][:m1]
-			rmm, rpm := r[o-ps-m1:][:m1], r[o-ps+m1:][:m1]
-			rmp, rpp := r[o+ps-m1:][:m1], r[o+ps+m1:][:m1]
-			mgSum4(&r1[0], &rm[0], &rp[0], &rzm[0], &rzp[0], m1)
-			mgSum4(&r2[0], &rmm[0], &rpm[0], &rmp[0], &rpp[0], m1)
-			mgPsinvRow(&uu[0], &rc[0], &r1[0], &r2[0], m1, c0, c1, c2)
+			xm, xp := x[o-m1:][:m1], x[o+m1:][:m1]
+			xzm, xzp := x[o-ps:][:m1], x[o+ps:][:m1]
+			xmm, xpm := x[o-ps-m1:][:m1], x[o-ps+m1:][:m1]
+			xmp, xpp := x[o+ps-m1:][:m1], x[o+ps+m1:][:m1]
+			mgSum4(&s1[0], &xm[0], &xp[0], &xzm[0], &xzp[0], m1)
+			mgSum4(&s2[0], &xmm[0], &xpm[0], &xmp[0], &xpp[0], m1)
+			row(o, s1, s2)
 		}
 	}
 }

@@ -3,7 +3,7 @@
 // The rows of MG's stencils, four doubles at a time (AVX). Every element
 // gets the same IEEE operations in the same order as the Go code of mg.go
 // (no fused multiply-add), so the results are bit-identical to it. The
-// caller checks that mgVector (AVX) holds and that the slices are long
+// caller checks that useAVX holds and that the slices are long
 // enough.
 
 // func mgSum4(dst, a, b, c, d *float64, n int)

@@ -158,6 +158,21 @@ func BenchmarkMailboxPutGet(b *testing.B) {
 	}
 }
 
+// fillToHigh puts three one-byte messages from a into m, checking that
+// there was room for each under the limit it returns: m then holds
+// exactly that limit.
+func fillToHigh(t *testing.T, m *mailbox, a task.TID) (high int64) {
+	t.Helper()
+	high = int64(3 * (1 + msgOverhead))
+	for i := range 3 {
+		if ch := m.room(high, 0); ch != nil {
+			t.Fatalf("no room after %d messages", i)
+		}
+		m.put(env(a, i))
+	}
+	return high
+}
+
 // TestMailboxRoom: a mailbox's memory counts payload plus msgOverhead per
 // message; room is refused from MailboxHigh on, and the waiter is woken
 // when a message leaves. The daemon's gauge counts the mailbox in steps
@@ -166,13 +181,7 @@ func TestMailboxRoom(t *testing.T) {
 	var total gauge
 	m := mailbox{total: &total}
 	a := task.NewTID(1, 1)
-	high := int64(3 * (1 + msgOverhead))
-	for i := range 3 {
-		if ch := m.room(high, 0); ch != nil {
-			t.Fatalf("no room after %d messages", i)
-		}
-		m.put(env(a, i))
-	}
+	high := fillToHigh(t, &m, a)
 	ch := m.room(high, 0)
 	if ch == nil {
 		t.Fatal("room past MailboxHigh")
@@ -225,13 +234,7 @@ func TestMailboxRoom(t *testing.T) {
 func TestMailboxRoomAfterATakeUnseen(t *testing.T) {
 	var m mailbox
 	a := task.NewTID(1, 1)
-	high := int64(3 * (1 + msgOverhead))
-	for i := range 3 {
-		if ch := m.room(high, 0); ch != nil {
-			t.Fatalf("no room after %d messages", i)
-		}
-		m.put(env(a, i))
-	}
+	high := fillToHigh(t, &m, a)
 	if _, ok, _ := m.get(context.Background(), nil, a, task.AnyTag, false); !ok {
 		t.Fatal("no message")
 	}

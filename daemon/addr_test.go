@@ -182,3 +182,27 @@ func TestJoinsCrossing(t *testing.T) {
 		t.Fatalf("b cannot reach a: %v", err)
 	}
 }
+
+// TestRefusalReachesTheHost: a host refused at its registration (its name
+// is taken) hears the refusal and gives up at once, every time. Before,
+// the master closed the connection right after writing the refusal, the
+// close could overtake it (QUIC drops unsent stream data on close), and
+// the host, its connection lost before any answer, tried again until its
+// JoinTimeout (TestLeastPrivilegeOfProcesses saw it over real processes).
+func TestRefusalReachesTheHost(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	for i := range 30 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		d, err := Start(ctx, Config{Listen: "127.0.0.1:0", Join: m.Addr(), Credential: hostCred(t, vm, "h2"),
+			Output: &syncBuffer{}, JoinTimeout: 20 * time.Second})
+		cancel()
+		if err == nil {
+			_ = d.Halt(context.Background())
+			t.Fatalf("try %d: a second h2 joined", i)
+		}
+		if !errors.Is(err, ErrRefused) || strings.Contains(err.Error(), "gave up") {
+			t.Fatalf("try %d: %v, want the refusal at once", i, err)
+		}
+	}
+}

@@ -495,11 +495,18 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 }
 
 // answerBusy tells a host registering over the admission rate to retry
-// after wait, and lets it hang up first: closing the connection at once
-// could overtake the answer (QUIC discards unsent stream data on close),
-// and the host would not know to retry.
+// after wait (see lastWord).
 func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transport.Stream, wait time.Duration) {
-	h := &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}
+	d.lastWord(ctx, conn, st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, RetryAfter: wait, Err: (&BusyError{RetryAfter: wait}).Error()}, "busy")
+}
+
+// lastWord sends h, a handshake's answer that ends the connection (a
+// refusal, a busy master's), and lets the peer hang up first, for at most
+// HandshakeTimeout: closing the connection at once could overtake the
+// answer (QUIC discards unsent stream data on close), and the peer, its
+// connection lost before the answer, would take it for a cut and try
+// again instead of giving up or waiting as told.
+func (d *Daemon) lastWord(ctx context.Context, conn transport.Conn, st transport.Stream, h *hello, why string) {
 	if err := writeHello(st, h); err == nil {
 		t := time.NewTimer(d.cfg.HandshakeTimeout)
 		select {
@@ -509,7 +516,7 @@ func (d *Daemon) answerBusy(ctx context.Context, conn transport.Conn, st transpo
 		}
 		t.Stop()
 	}
-	conn.Close("busy")
+	conn.Close(why)
 }
 
 // retryJoin says whether a failed registration is tried again, and after

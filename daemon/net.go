@@ -281,9 +281,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 	}
 	cert := conn.Peer()
 	refuse := func(why string) {
-		_ = writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Err: why})
 		d.refused(conn.RemoteAddr(), cert, why)
-		conn.Close(why)
+		d.lastWord(ctx, conn, st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Err: why}, why)
 	}
 	if d.revoked.Load().Has(cert.Serial) {
 		refuse(fmt.Sprintf("the certificate of %s (serial %s) is revoked", cert, cert.Serial))

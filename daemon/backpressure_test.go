@@ -13,13 +13,14 @@ import (
 )
 
 // flooder sends the numbers Sent.. N-1 to To with SendSafe (or Send when
-// Plain), one message each: its fields say where it is, so it resumes
-// where it stopped after a move.
+// Plain, SendInPlace when InPlace), one message each: its fields say
+// where it is, so it resumes where it stopped after a move.
 type flooder struct {
 	To      task.TID
 	N, Sent int
 	Size    int
 	Plain   bool
+	InPlace bool
 }
 
 func init() { task.Register("daemon.test.flooder", &flooder{}) }
@@ -29,7 +30,9 @@ func (f *flooder) Run(c *task.Ctx) error {
 		msg := make([]byte, f.Size)
 		msg[0] = byte(f.Sent)
 		var err error
-		if f.Plain {
+		if f.InPlace {
+			err = c.SendInPlace(f.To, 1, msg)
+		} else if f.Plain {
 			err = c.Send(f.To, 1, msg)
 		} else {
 			err = c.SendSafe(f.To, 1, msg)
@@ -125,8 +128,15 @@ func (d *Daemon) mailboxOf(tid task.TID) *mailbox {
 // TestLocalSendWaitsForRoom: a task sending forever to one on the same
 // daemon that does not receive stops once the receiver's mailbox holds
 // MailboxHigh bytes, and goes on, every message delivered once and in
-// order, when the receiver takes them.
+// order, when the receiver takes them; with Send and with SendInPlace,
+// whose messages are the sender's slices and are counted the same.
 func TestLocalSendWaitsForRoom(t *testing.T) {
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in place %v", inPlace), func(t *testing.T) { localSendWaitsForRoom(t, inPlace) })
+	}
+}
+
+func localSendWaitsForRoom(t *testing.T, inPlace bool) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, size, fit = 100, 8, 10
 		d := New(Config{MailboxHigh: fit * (size + msgOverhead)})
@@ -136,7 +146,7 @@ func TestLocalSendWaitsForRoom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := d.SpawnTask(&flooder{To: rx, N: n, Size: size, Plain: true})
+		tx, err := d.SpawnTask(&flooder{To: rx, N: n, Size: size, Plain: true, InPlace: inPlace})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,12 +270,20 @@ func TestBlockedSafeSenderMoves(t *testing.T) {
 	})
 }
 
-// TestReceiverMovesWhileSenderWaits: a task waits in a plain Send for room
-// in the mailbox of a task on its daemon that does not receive but
-// reaches safe points; that task moves to another host, its mailbox with
-// it. The waiting sender must not hold the move up, and every message
-// arrives once, in order.
+// TestReceiverMovesWhileSenderWaits: a task waits in a plain Send (or a
+// SendInPlace) for room in the mailbox of a task on its daemon that does
+// not receive but reaches safe points; that task moves to another host,
+// its mailbox with it (in place, the queued messages are the sender's
+// slices, copied into the checkpoint). The waiting sender must not hold
+// the move up, the origin's mailbox gauge falls to nothing, and every
+// message arrives once, in order.
 func TestReceiverMovesWhileSenderWaits(t *testing.T) {
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in place %v", inPlace), func(t *testing.T) { receiverMovesWhileSenderWaits(t, inPlace) })
+	}
+}
+
+func receiverMovesWhileSenderWaits(t *testing.T, inPlace bool) {
 	const n, size, fit = 40, 8, 4
 	vm := startMemVM(t, 2, &faults{}, Config{MailboxHigh: fit * (size + msgOverhead)})
 	m := vm.Master()
@@ -274,7 +292,7 @@ func TestReceiverMovesWhileSenderWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := m.SpawnTask(&flooder{To: rx, N: n, Size: size, Plain: true})
+	tx, err := m.SpawnTask(&flooder{To: rx, N: n, Size: size, Plain: true, InPlace: inPlace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +306,9 @@ func TestReceiverMovesWhileSenderWaits(t *testing.T) {
 	}
 	if _, err := m.Migrate(ctx, rx, "h2", Direct); err != nil {
 		t.Fatalf("the receiver did not move: %v", err)
+	}
+	if total := m.mbMem.n.Load(); total != 0 {
+		t.Errorf("the origin counts %d bytes in mailboxes after the receiver left", total)
 	}
 	close(gate)
 	if err := <-res; err != nil {

@@ -56,6 +56,25 @@ func (h *hosted) Send(ctx context.Context, to task.TID, tag int, p task.Payload)
 	return nil
 }
 
+// SendInPlace is Send for a payload whose bytes are the sending task's
+// memory, given up to the receiver (task.InPlaceSender): a receiver hosted
+// here gets the bytes themselves, one elsewhere a copy.
+func (h *hosted) SendInPlace(ctx context.Context, to task.TID, tag int, p task.Payload) error {
+	if err := h.ctxErr(ctx); err != nil {
+		return err
+	}
+	if h.d.cfg.Emulate {
+		h.charge()
+	}
+	if err := h.d.sendMsg(ctx, h, h.tid, to, tag, p, waitRoom, nil, true); err != nil {
+		if h.ctx.Err() != nil {
+			return task.ErrKilled
+		}
+		return err
+	}
+	return nil
+}
+
 func (h *hosted) Mcast(ctx context.Context, to []task.TID, tag int, p task.Payload) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err

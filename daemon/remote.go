@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,15 @@ var errInterrupted = errors.New("send interrupted for a safe point")
 // nothing. src is the sending task when it is hosted here (nil for the
 // daemon's notices): it keeps where its recent local receivers are.
 func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}) error {
+	return d.sendMsg(ctx, src, from, to, tag, p, w, intr, false)
+}
+
+// sendMsg is send. With lent, p's bytes are the sender's memory
+// (task.InPlaceSender): a mailbox here takes them as they are, and a
+// message that goes to the outbox instead (to another daemon, or held
+// while its receiver moves), where it stays until acknowledged, gets a
+// copy, made outside the lock, as Send's encoding would have made.
+func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, tag int, p task.Payload, w sendWait, intr <-chan struct{}, lent bool) error {
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
@@ -112,6 +122,13 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 	if len(p.Data) > d.cfg.MaxFrame-64 {
 		d.rmu.Unlock()
 		return fmt.Errorf("message of %d bytes to %v: larger than the %d-byte frame limit: %w", len(p.Data), to, d.cfg.MaxFrame, ErrLimit)
+	}
+	if lent {
+		// Nothing is sent yet (no sequence number taken): start again
+		// with a copy of the bytes, which are then the message's own.
+		d.rmu.Unlock()
+		p.Data = bytes.Clone(p.Data)
+		return d.sendMsg(ctx, src, from, to, tag, p, w, intr, false)
 	}
 	e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
 	transmit := d.outbox.Push(e, r, time.Now())

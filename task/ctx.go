@@ -377,6 +377,58 @@ func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
 	return nil
 }
 
+// InPlaceSender is implemented by endpoints that can hand a payload's bytes
+// to a receiver on their own host without copying them (the daemon's
+// does): SendInPlace delivers p like Endpoint.Send, except that p.Data is
+// the sending task's memory, which a receiver on the endpoint's host gets
+// as it is; for a receiver elsewhere the endpoint copies it.
+type InPlaceSender interface {
+	SendInPlace(ctx context.Context, to TID, tag int, p Payload) error
+}
+
+// SendInPlace is Send for a slice the caller gives up (PVM's
+// PvmDataInPlace, carried through to the receiver). A []byte, or a slice
+// of fixed-size numbers whose memory already has the wire's layout (a
+// little-endian host), is not copied for a receiver on the sender's host:
+// the message's body is the slice's memory, and the receiver's
+// Payload.Int32s (or Decode into *[]byte) returns that memory itself. A
+// receiver on another host, or one the message must wait for while it
+// moves, gets a copy made at the send, exactly as with Send; other values
+// are encoded as Send encodes them.
+//
+// From the call on, the slice belongs to the message and then to its
+// receiver: the sender must not write to it until it knows the receiver
+// is done with it (typically from a message the receiver sent after it
+// had finished with the slice), and must not read it while the receiver
+// may write to it. That holds while the message waits in a mailbox too,
+// where a checkpoint or a move of the receiver reads it. Do not send a
+// slice of the task's exported state this way: the task's own
+// checkpoints read it.
+//
+// Order, delivery, back-pressure and the limits on a message's size are
+// Send's: a message sent in place is counted in its receiver's mailbox by
+// its bytes, as any other.
+func (c *Ctx) SendInPlace(to TID, tag int, v any) error {
+	ips, ok := c.ep.(InPlaceSender)
+	if !ok {
+		return c.Send(to, tag, v)
+	}
+	if err := checkTag(tag); err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	p, err := inPlace(v)
+	if err != nil {
+		return fmt.Errorf("send to %v: %w", to, err)
+	}
+	c.enter()
+	err = ips.SendInPlace(c.ep.Context(), to, tag, p)
+	c.leave()
+	if err != nil {
+		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
+	}
+	return nil
+}
+
 // SafeSender is implemented by endpoints whose sends can wait at a safe
 // point (the daemon's does): SendSafe returns sent == false, having sent
 // nothing, when a checkpoint or move of the sender is pending.

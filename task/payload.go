@@ -61,7 +61,8 @@ func (e Encoding) elemSize() int {
 }
 
 // Payload is an encoded message body. Its Data belongs to the payload: the
-// encoder copies the caller's value, so senders may reuse their values.
+// encoder copies the caller's value, so senders may reuse their values
+// (except with Ctx.SendInPlace, whose payload is the value's memory).
 type Payload struct {
 	Enc  Encoding
 	Data []byte
@@ -130,6 +131,44 @@ func Encode(v any) (Payload, error) {
 		return Payload{}, fmt.Errorf("encode %T: %w: %v", v, ErrEncode, err)
 	}
 	return Payload{EncMsgpack, bytes.Clone(pe.buf.Bytes())}, nil
+}
+
+// inPlace is Encode without the copy where the value's memory is already
+// the wire's form: a []byte, or a slice of fixed-size numbers on a
+// little-endian host whose elements have the wire's size. The payload's
+// bytes are then the value's memory (see Ctx.SendInPlace).
+func inPlace(v any) (Payload, error) {
+	switch x := v.(type) {
+	case []byte:
+		return Payload{EncBytes, x}, nil
+	case []float64:
+		return viewPayload(EncFloat64s, x), nil
+	case []float32:
+		return viewPayload(EncFloat32s, x), nil
+	case []int64:
+		return viewPayload(EncInt64s, x), nil
+	case []int32:
+		return viewPayload(EncInt32s, x), nil
+	case []int:
+		return viewPayload(EncInts, x), nil
+	case []uint64:
+		return viewPayload(EncUint64s, x), nil
+	case []uint32:
+		return viewPayload(EncUint32s, x), nil
+	case []complex128:
+		return viewPayload(EncComplex128s, x), nil
+	}
+	return Encode(v)
+}
+
+// viewPayload is a payload whose bytes are s's memory where that is the
+// wire's form, else rawPayload's copy.
+func viewPayload[T fixedNumber](enc Encoding, s []T) Payload {
+	var zero T
+	if !littleEndian || len(s) == 0 || int(unsafe.Sizeof(zero)) != enc.elemSize() {
+		return rawPayload(enc, s)
+	}
+	return Payload{enc, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*enc.elemSize())}
 }
 
 type fixedNumber interface {

@@ -17,6 +17,11 @@ type comm interface {
 	size() int
 	// send delivers v (encoded before send returns) to rank to.
 	send(to, tag int, v any) error
+	// sendInPlace delivers v, a slice the caller gives up, to rank to:
+	// a receiver on the sender's host may get the slice's memory itself
+	// (task.Ctx.SendInPlace), so the sender must not write to it until
+	// the receiver has said, by a later message, that it is done with it.
+	sendInPlace(to, tag int, v any) error
 	// recv receives the next message with tag from rank from into v.
 	recv(from, tag int, v any) error
 	// recvPayload receives the next message with tag from rank from and
@@ -47,6 +52,9 @@ func (soloComm) size() int { return 1 }
 func (soloComm) send(to, tag int, _ any) error {
 	return fmt.Errorf("send to rank %d tag %d: a serial run has no peers", to, tag)
 }
+func (soloComm) sendInPlace(to, tag int, _ any) error {
+	return fmt.Errorf("send to rank %d tag %d: a serial run has no peers", to, tag)
+}
 func (soloComm) recv(from, tag int, _ any) error {
 	return fmt.Errorf("recv from rank %d tag %d: a serial run has no peers", from, tag)
 }
@@ -72,6 +80,9 @@ func (t *taskComm) rank() int { return t.me }
 func (t *taskComm) size() int { return len(t.peers) }
 func (t *taskComm) send(to, tag int, v any) error {
 	return t.c.Send(t.peers[to], tag, v)
+}
+func (t *taskComm) sendInPlace(to, tag int, v any) error {
+	return t.c.SendInPlace(t.peers[to], tag, v)
 }
 func (t *taskComm) recv(from, tag int, v any) error {
 	p, err := t.recvPayload(from, tag)

@@ -86,11 +86,15 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 			tot[nb+i] = int64(keys[j]) + 1 // +1: tell 0 from "not mine"
 		}
 	}
-	send := w.send[:len(keys)]
-	isScatter(send, keys, local[:nb], shift)
+	// The all-reduce comes before the scatter: the other tasks received
+	// the last ranking's keys in place, as views of send (see exchange),
+	// and an all-reduce completes only once every task has finished that
+	// ranking and contributed to this one, so send is ours again.
 	if err := allreduce(cm, tot, sumOp[int64]); err != nil {
 		return 0, err
 	}
+	send := w.send[:len(keys)]
+	isScatter(send, keys, local[:nb], shift)
 	// Split the buckets: task q owns [bs[q], bs[q+1]).
 	bs := make([]int, np+1)
 	bs[np] = nb
@@ -254,7 +258,10 @@ const isChunk = 1 << 19
 // exchange sends out to rank to and receives from rank from, in chunks of
 // w.chunk keys (isChunk by default). It appends the chunks received to segs
 // (each is the body of its message, not copied: see recvInt32s) and
-// returns them with the number of keys received.
+// returns them with the number of keys received. The chunks go in place:
+// a receiver on this task's host gets views of out, which it reads until
+// its next ranking starts, and its part in that ranking's all-reduce
+// tells the sender so (rank reuses out only after that).
 func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) ([][]int32, int, error) {
 	chunk := w.chunk
 	if chunk <= 0 {
@@ -264,7 +271,7 @@ func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) 
 	for !sendDone || !recvDone {
 		if !sendDone {
 			end := min(len(out), sent+chunk)
-			if err := cm.send(to, tagKeys, out[sent:end]); err != nil {
+			if err := cm.sendInPlace(to, tagKeys, out[sent:end]); err != nil {
 				return nil, 0, err
 			}
 			sendDone = end-sent < chunk

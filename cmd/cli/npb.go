@@ -109,7 +109,7 @@ func npbAction(c *cli.Context, kernel string) error {
 		// collector is told to keep the heap within the run's estimate,
 		// so the garbage the messages leave is reclaimed as it comes
 		// instead of when the heap has doubled.
-		if limit, err := npb.HeapLimit(kernel, class, np); err == nil {
+		if limit, err := npb.HeapLimit(kernel, class, np, hosts); err == nil {
 			defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
 		}
 		vm := daemon.RunOptions{Hosts: hosts, Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir")}

@@ -89,7 +89,7 @@ func TestNPBMemoryNeedHonest(t *testing.T) {
 				// The peak of what the runtime manages, against the
 				// estimate less its allowance for the binary.
 				peak := float64((hwmKiB-fileKiB)<<10) / (1 << 20)
-				need, err := npb.HeapLimit(k, class, np)
+				need, err := npb.HeapLimit(k, class, np, 1)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -35,19 +35,22 @@ const memSlack = 1.15
 const memText = 8 << 20
 
 // MemoryNeed estimates the peak resident memory, in bytes, of a run of
-// kernel for class on np tasks that all live in this process (an embedded
-// virtual machine, whatever its number of hosts).
+// kernel for class on np tasks that all live in this process, an embedded
+// virtual machine of hosts hosts (below 1: not known, counted as more than
+// one).
 //
 // The estimate is the arrays the kernel's tasks allocate, worked out from
 // the class's parameters as the code sizes them, plus 15 % for the
 // collector's slack (memSlack), plus a fixed part for the runtime and for each task,
 // plus the messages that can be in flight at once (each
-// is an encoded payload, garbage once it is decoded). `dpvm npb` sets the
+// is an encoded payload, garbage once it is decoded). On one host IS's
+// keys cost nothing more: they go to the other tasks in place, and what a
+// task receives is views of its senders' arrays. `dpvm npb` sets the
 // collector's memory limit to HeapLimit, which is this estimate less the
 // resident code, so that the garbage the messages leave is reclaimed as it
 // comes instead of when the heap has doubled: the estimate is then also a
 // bound the run keeps to.
-func MemoryNeed(kernel, class string, np int) (int64, error) {
+func MemoryNeed(kernel, class string, np, hosts int) (int64, error) {
 	k, err := NormKernel(kernel)
 	if err != nil {
 		return 0, err
@@ -59,16 +62,16 @@ func MemoryNeed(kernel, class string, np int) (int64, error) {
 	if _, err := newWorker(k, cl, np); err != nil {
 		return 0, err
 	}
-	live, inflight := memArrays(k, cl, np)
+	live, inflight := memArrays(k, cl, np, hosts)
 	return int64(memBase + float64(np-1)*memTask + live*memSlack + inflight), nil
 }
 
 // HeapLimit is the memory limit for the Go runtime (debug.SetMemoryLimit)
-// of a process that runs kernel for class on np tasks and nothing else:
-// MemoryNeed less the binary's resident code, which the runtime does not
-// count.
-func HeapLimit(kernel, class string, np int) (int64, error) {
-	need, err := MemoryNeed(kernel, class, np)
+// of a process that runs kernel for class on np tasks of an embedded
+// virtual machine of hosts hosts and nothing else: MemoryNeed less the
+// binary's resident code, which the runtime does not count.
+func HeapLimit(kernel, class string, np, hosts int) (int64, error) {
+	need, err := MemoryNeed(kernel, class, np, hosts)
 	if err != nil {
 		return 0, err
 	}
@@ -77,8 +80,9 @@ func HeapLimit(kernel, class string, np int) (int64, error) {
 
 // memArrays returns the bytes of the arrays a run allocates (summed over its
 // np tasks, at their peak) and the bytes of the messages that can be in
-// flight at once. kernel, class and np must be valid.
-func memArrays(kernel, class string, np int) (live, inflight float64) {
+// flight at once on a virtual machine of hosts hosts. kernel, class and np
+// must be valid.
+func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 	nps := float64(np)
 	others := float64(np-1) / nps // the part of its block a task sends away
 	switch kernel {
@@ -148,10 +152,17 @@ func memArrays(kernel, class string, np int) (live, inflight float64) {
 		keys, maxKey := float64(p.Keys()), float64(p.MaxKey())
 		// The keys (int32, with an eighth to spare so the full
 		// verification can sort into them) and the keys ordered by bucket,
-		// the counts of each task's key range and their copy, and the
-		// keys received from the other tasks.
-		live = 4*keys + 4*keys*9/8 + 2*4*maxKey + 4*keys*others
-		// A chunk of keys per pair of tasks.
+		// the counts of each task's key range and their copy.
+		live = 4*keys + 4*keys*9/8 + 2*4*maxKey
+		if hosts == 1 {
+			// The keys go in place: a task receives views of its
+			// senders' keys ordered by bucket, and no copies are in
+			// flight.
+			return live, 0
+		}
+		// The keys received from the other tasks, and a chunk of keys
+		// per pair of tasks in flight.
+		live += 4 * keys * others
 		inflight = nps * (nps - 1) * 4 * min(float64(isChunk), keys/nps/nps)
 		return live, inflight
 	}
@@ -195,8 +206,8 @@ func procMemAvailable() (int64, error) {
 // checkMemory refuses a run whose estimated need exceeds the memory
 // available. When the available memory cannot be learnt (no /proc/meminfo),
 // the run goes ahead.
-func checkMemory(kernel, class string, np int, available func() (int64, error)) error {
-	need, err := MemoryNeed(kernel, class, np)
+func checkMemory(kernel, class string, np, hosts int, available func() (int64, error)) error {
+	need, err := MemoryNeed(kernel, class, np, hosts)
 	if err != nil {
 		return err
 	}

@@ -54,12 +54,13 @@ func FuzzParseMemAvailable(f *testing.F) {
 }
 
 // TestMemoryNeedGrows checks the estimate against the classes' sizes: it
-// grows from class S to A to C, and FT class C needs more on two tasks
-// (the transpose's buffers) than on one.
+// grows from class S to A to C, FT class C needs more on two tasks (the
+// transpose's buffers) than on one, and IS's two tasks more on two hosts
+// than on one.
 func TestMemoryNeedGrows(t *testing.T) {
 	need := func(k, c string, np int) int64 {
 		t.Helper()
-		n, err := MemoryNeed(k, c, np)
+		n, err := MemoryNeed(k, c, np, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,10 +77,23 @@ func TestMemoryNeedGrows(t *testing.T) {
 	if one, two := need("ft", "C", 1), need("ft", "C", 2); two <= one {
 		t.Errorf("FT class C: np 2 needs %d, np 1 %d", two, one)
 	}
-	if _, err := MemoryNeed("mg", "S", 3); !errors.Is(err, ErrBadNP) {
+	// IS's keys go in place between tasks of one host; on several hosts,
+	// or an unknown number, the keys received and the chunks in flight
+	// are counted.
+	isOn := func(hosts int) int64 {
+		n, err := MemoryNeed("is", "A", 2, hosts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if one, two, unknown := isOn(1), isOn(2), isOn(0); !(one < two && two == unknown) {
+		t.Errorf("IS class A np 2: need %d on one host, %d on two, %d on an unknown number", one, two, unknown)
+	}
+	if _, err := MemoryNeed("mg", "S", 3, 1); !errors.Is(err, ErrBadNP) {
 		t.Errorf("MemoryNeed(mg, S, 3): %v, want ErrBadNP", err)
 	}
-	if _, err := MemoryNeed("zz", "S", 1); !errors.Is(err, ErrUnknownKernel) {
+	if _, err := MemoryNeed("zz", "S", 1, 1); !errors.Is(err, ErrUnknownKernel) {
 		t.Errorf("MemoryNeed(zz): %v, want ErrUnknownKernel", err)
 	}
 }
@@ -100,7 +114,7 @@ func TestMemoryArraysTrackAllocations(t *testing.T) {
 		}
 		runtime.ReadMemStats(&after)
 		alloc := float64(after.TotalAlloc - before.TotalAlloc)
-		live, traffic := memArrays(k, "S", 1)
+		live, traffic := memArrays(k, "S", 1, 1)
 		if traffic != 0 {
 			t.Errorf("%s np 1: %g bytes of messages, want none", k, traffic)
 		}

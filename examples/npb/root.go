@@ -145,7 +145,9 @@ func (r *Root) Run(c *task.Ctx) error {
 
 // RunOptions configures Run.
 type RunOptions struct {
-	// Hosts is reported as the number of hosts the run had.
+	// Hosts is reported as the number of hosts the run had, and is the
+	// number of hosts of a Local run's memory estimate (0: not known,
+	// counted as more than one; see MemoryNeed).
 	Hosts int
 	// Progress, when set, receives rank 0's progress.
 	Progress func(Progress)
@@ -176,7 +178,7 @@ func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts 
 		return nil, err
 	}
 	if opts.Local && !opts.NoMemoryCheck {
-		if err := checkMemory(root.Kernel, root.Class, np, opts.MemAvailable); err != nil {
+		if err := checkMemory(root.Kernel, root.Class, np, opts.Hosts, opts.MemAvailable); err != nil {
 			return nil, err
 		}
 	}

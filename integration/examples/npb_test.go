@@ -143,7 +143,7 @@ func TestRunRefusesWithoutMemory(t *testing.T) {
 	if !errors.Is(err, npb.ErrNoMemory) {
 		t.Fatalf("FT class C np 2 with 4 GiB: %v, want npb.ErrNoMemory", err)
 	}
-	need, _ := npb.MemoryNeed("ft", "C", 2)
+	need, _ := npb.MemoryNeed("ft", "C", 2, 0)
 	for _, s := range []string{"FT class C np 2: needs about " + strconv.FormatFloat(float64(need)/(1<<30), 'f', 1, 64) + " GiB", "reports 4.0 GiB available"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not say %q", err, s)

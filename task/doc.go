@@ -34,7 +34,9 @@
 // task is never checkpointed half-way through a communication.
 //
 // Messages from one task to another arrive in the order they were sent. No
-// order holds between messages from different senders.
+// order holds between messages from different senders. Send copies the
+// value; SendInPlace hands a slice the sender gives up to a receiver on
+// its host without copying it.
 //
 // # Ranks and communicators
 //

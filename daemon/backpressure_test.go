@@ -108,18 +108,18 @@ func newGate(t *testing.T, n int) (chan struct{}, chan error) {
 }
 
 func (d *Daemon) flooderSent(tid task.TID) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if h := d.tasks[tid]; h != nil {
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	if h := d.ht.tasks[tid]; h != nil {
 		return h.t.(*flooder).Sent
 	}
 	return -1
 }
 
 func (d *Daemon) mailboxOf(tid task.TID) *mailbox {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.tasks[tid].mb
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	return d.ht.tasks[tid].mb
 }
 
 // TestLocalSendWaitsForRoom: a task sending forever to one on the same
@@ -241,9 +241,9 @@ func TestBlockedSafeSenderMoves(t *testing.T) {
 		if err := d.suspendForMove(ctx, step); err != nil {
 			t.Fatalf("the sender waiting for room did not suspend: %v", err)
 		}
-		d.mu.Lock()
-		l := d.moving[tx]
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		l := d.ht.moving[tx]
+		d.ht.mu.Unlock()
 		if l == nil || l.h.t.(*flooder).Sent != fit {
 			t.Fatalf("suspended sender: %+v", l)
 		}

@@ -306,9 +306,9 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 
 // SetResult records the task's result (task.ResultSetter).
 func (h *hosted) SetResult(p task.Payload) {
-	h.d.mu.Lock()
+	h.d.ht.mu.Lock()
 	h.result = p
-	h.d.mu.Unlock()
+	h.d.ht.mu.Unlock()
 }
 
 // sinceSafePoint is how long the task has gone without a safe point at now:

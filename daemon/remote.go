@@ -42,9 +42,9 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 	if to == 0 || to == task.AnyTask {
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
-	d.rmu.Lock()
+	d.rt.mu.Lock()
 	if src != nil && d.sendNear(src, to, tag, p, w) {
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		return nil
 	}
 	var (
@@ -53,12 +53,12 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 	)
 	for {
 		var wait <-chan struct{}
-		if d.outbox.Pending(to) >= d.cfg.Window {
+		if d.rt.outbox.Pending(to) >= d.cfg.Window {
 			// Too much is unacknowledged for to: wait for acknowledgements.
-			if d.acked == nil {
-				d.acked = make(chan struct{})
+			if d.rt.acked == nil {
+				d.rt.acked = make(chan struct{})
 			}
-			wait = d.acked
+			wait = d.rt.acked
 		} else {
 			r, h = d.placeOf(to)
 			if r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom {
@@ -68,7 +68,7 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 		if wait == nil {
 			break
 		}
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -78,7 +78,7 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 		case <-intr:
 			return errInterrupted
 		}
-		d.rmu.Lock()
+		d.rt.mu.Lock()
 	}
 	if r.Host == d.cfg.HostID && !r.InTransit {
 		if h == nil {
@@ -86,36 +86,36 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 			// that has exited on another host is (its daemon refuses it
 			// after Send has returned), so Send means the same wherever
 			// the receiver ran.
-			d.rmu.Unlock()
+			d.rt.mu.Unlock()
 			return nil
 		}
-		e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
+		e := routing.Envelope{From: from, To: to, Seq: d.rt.outbox.Seq(from, to), Tag: int32(tag), Body: p}
 		ok := true
-		d.inbox.Accept(e, func(x routing.Envelope) {
+		d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			ok = ok && h.mb.putEnvelope(x)
 		})
 		if src != nil {
-			src.near.keep(to, h.mb, d.outbox.Counter(from, to), d.inbox.Counter(to, from), d.routes.Version())
+			src.near.keep(to, h.mb, d.rt.outbox.Counter(from, to), d.rt.inbox.Counter(to, from), d.rt.routes.Version())
 		}
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		_ = ok // a receiver that exited meanwhile drops it, as above
 		return nil
 	}
 	if d.nw == nil {
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	if !r.InTransit && !d.hostKnown(r.Host) {
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		return fmt.Errorf("%v on %v: %w", to, r.Host, task.ErrNoSuchTask)
 	}
 	if len(p.Data) > d.cfg.MaxFrame-64 {
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		return fmt.Errorf("message of %d bytes to %v: larger than the %d-byte frame limit: %w", len(p.Data), to, d.cfg.MaxFrame, ErrLimit)
 	}
-	e := routing.Envelope{From: from, To: to, Seq: d.outbox.Seq(from, to), Tag: int32(tag), Body: p}
-	transmit := d.outbox.Push(e, r, time.Now())
-	d.rmu.Unlock()
+	e := routing.Envelope{From: from, To: to, Seq: d.rt.outbox.Seq(from, to), Tag: int32(tag), Body: p}
+	transmit := d.rt.outbox.Push(e, r, time.Now())
+	d.rt.mu.Unlock()
 	if !transmit {
 		return nil
 	}
@@ -132,10 +132,10 @@ func (d *Daemon) send(ctx context.Context, src *hosted, from, to task.TID, tag i
 
 // nearPeers is a task's record of the receivers it sent to on its own
 // daemon, so that its next messages to them skip the lookups of send's
-// general path (the routing table, the task table under d.mu, and the
+// general path (the routing table, the task table under d.ht.mu, and the
 // pair's numbering in the outbox and inbox): the receiver's mailbox, the
 // pair's counters and the routing table's version when it was recorded.
-// It is guarded by d.rmu. Entries are placed by the receiver's TID, a
+// It is guarded by d.rt.mu. Entries are placed by the receiver's TID, a
 // later one replacing an earlier one in its place, and a stale one is
 // dropped at the next send to its receiver. An entry keeps a mailbox
 // alive, never a task's state: a receiver that moved away or exited
@@ -163,10 +163,10 @@ func (n *nearPeers) keep(to task.TID, mb *mailbox, out, in *routing.Counter, ver
 // unchanged since it was recorded, the pair's counters still the boxes',
 // nothing unacknowledged for to past the window, and room in to's mailbox
 // (w == waitRoom). It reports false, having done nothing, otherwise: send
-// takes its general path. The caller holds d.rmu.
+// takes its general path. The caller holds d.rt.mu.
 //
 // A receiver that leaves this daemon (suspended for a move, killed for a
-// rollback) is forgotten by the inbox under d.rmu, which marks its counter
+// rollback) is forgotten by the inbox under d.rt.mu, which marks its counter
 // gone; one that exits is forgotten likewise after its mailbox is closed,
 // and a message put meanwhile is dropped, as the general path drops a
 // message to a task that has exited.
@@ -175,11 +175,11 @@ func (d *Daemon) sendNear(src *hosted, to task.TID, tag int, p task.Payload, w s
 	if n.to != to {
 		return false
 	}
-	if n.version != d.routes.Version() || n.out.Gone() || n.in.Gone() {
+	if n.version != d.rt.routes.Version() || n.out.Gone() || n.in.Gone() {
 		*n = nearPeer{} // stale: the general path records it again if it can
 		return false
 	}
-	if d.outbox.Pending(to) >= d.cfg.Window {
+	if d.rt.outbox.Pending(to) >= d.cfg.Window {
 		return false
 	}
 	if w == waitRoom && n.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget) != nil {
@@ -194,17 +194,17 @@ func (d *Daemon) sendNear(src *hosted, to task.TID, tag int, p task.Payload, w s
 
 // placeOf is where a message to to goes now: its route, held (InTransit)
 // while the task moves through this daemon, and the task if it is hosted
-// here. The caller holds d.rmu.
+// here. The caller holds d.rt.mu.
 func (d *Daemon) placeOf(to task.TID) (routing.Route, *hosted) {
-	r := d.routes.Lookup(to)
-	d.mu.Lock()
-	h := d.tasks[to]
+	r := d.rt.routes.Lookup(to)
+	d.ht.mu.Lock()
+	h := d.ht.tasks[to]
 	var l *leaving
 	var arr *arriving
 	if h == nil {
-		l, arr = d.moving[to], d.incoming[to]
+		l, arr = d.ht.moving[to], d.ht.incoming[to]
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	switch {
 	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
 		// Suspended here, moving away, its new route not yet broadcast:
@@ -240,7 +240,7 @@ func (d *Daemon) hostKnown(h task.HostID) bool {
 func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var refusals []byte
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
-	d.rmu.Lock()
+	d.rt.mu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
 	decode := routing.DecodeEnvelopes
 	if owned {
@@ -249,10 +249,10 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	err := decode(body, func(e routing.Envelope) error {
 		nRecv++
 		bRecv += len(e.Body.Data)
-		d.mu.Lock()
-		h := d.tasks[e.To]
-		_, gone := d.gone[e.To]
-		l, arr := d.moving[e.To], d.incoming[e.To]
+		d.ht.mu.Lock()
+		h := d.ht.tasks[e.To]
+		_, gone := d.ht.gone[e.To]
+		l, arr := d.ht.moving[e.To], d.ht.incoming[e.To]
 		back := h == nil && l != nil && d.comingBack(e.To, l)
 		switch {
 		case h == nil && arr != nil:
@@ -262,7 +262,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			// Its move aborted and it resumes here: likewise.
 			l.held = append(l.held, heldMsg{host: p.info.ID, env: e})
 		}
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		if h == nil && (arr != nil || back) {
 			return nil
 		}
@@ -280,7 +280,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			if e.Seq == 0 {
 				return nil // a notice for a task that is gone
 			}
-			r := d.routes.Lookup(e.To)
+			r := d.rt.routes.Lookup(e.To)
 			if r.Host == d.cfg.HostID && (gone || !r.InTransit) {
 				r = routing.Route{} // it has exited: the sender drops its messages
 			}
@@ -294,13 +294,13 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			h.mb.putEnvelope(e)
 			return nil
 		}
-		a := d.inbox.Accept(e, func(x routing.Envelope) {
+		a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
 		last = lastOfPair(last, a)
 		return nil
 	})
-	d.rmu.Unlock()
+	d.rt.mu.Unlock()
 	p.ctr.Received(nRecv, bRecv)
 	if err != nil {
 		return err
@@ -330,22 +330,22 @@ func lastOfPair(acks []routing.Ack, a routing.Ack) []routing.Ack {
 }
 
 func (d *Daemon) receiveAcks(body []byte) error {
-	d.rmu.Lock()
+	d.rt.mu.Lock()
 	freed := 0
-	err := routing.DecodeAcks(body, func(a routing.Ack) { freed += d.outbox.Ack(a) })
+	err := routing.DecodeAcks(body, func(a routing.Ack) { freed += d.rt.outbox.Ack(a) })
 	if freed > 0 {
 		d.windowFreed()
 	}
-	d.rmu.Unlock()
+	d.rt.mu.Unlock()
 	return err
 }
 
 // windowFreed wakes the senders waiting for acknowledgements to free
-// window, if any wait. The caller holds d.rmu.
+// window, if any wait. The caller holds d.rt.mu.
 func (d *Daemon) windowFreed() {
-	if d.acked != nil {
-		close(d.acked)
-		d.acked = nil
+	if d.rt.acked != nil {
+		close(d.rt.acked)
+		d.rt.acked = nil
 	}
 }
 
@@ -356,17 +356,17 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	}
 	var todo []resend
 	now := time.Now()
-	d.rmu.Lock()
+	d.rt.mu.Lock()
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
-		d.routes.Update(rf.To, rf.Route)
+		d.rt.routes.Update(rf.To, rf.Route)
 		if rf.Route.Host == 0 {
-			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.outbox.Describe(rf.To))
+			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.rt.outbox.Describe(rf.To))
 		}
-		if h, envs := d.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
+		if h, envs := d.rt.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}
 	})
-	d.rmu.Unlock()
+	d.rt.mu.Unlock()
 	for _, r := range todo {
 		d.transmit(r.host, r.envs)
 	}
@@ -377,28 +377,28 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 	if h == d.cfg.HostID {
 		// The receiver is here now: accept them locally.
-		d.rmu.Lock()
+		d.rt.mu.Lock()
 		for _, e := range envs {
-			d.mu.Lock()
-			t := d.tasks[e.To]
-			if arr := d.incoming[e.To]; t == nil && arr != nil {
+			d.ht.mu.Lock()
+			t := d.ht.tasks[e.To]
+			if arr := d.ht.incoming[e.To]; t == nil && arr != nil {
 				arr.held = append(arr.held, heldMsg{host: d.cfg.HostID, env: e})
 			}
-			if l := d.moving[e.To]; t == nil && l != nil {
+			if l := d.ht.moving[e.To]; t == nil && l != nil {
 				l.held = append(l.held, heldMsg{host: d.cfg.HostID, env: e})
 			}
-			d.mu.Unlock()
+			d.ht.mu.Unlock()
 			if t == nil {
 				continue
 			}
-			a := d.inbox.Accept(e, func(x routing.Envelope) {
+			a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 				t.mb.putEnvelope(x)
 			})
-			if d.outbox.Ack(a) > 0 {
+			if d.rt.outbox.Ack(a) > 0 {
 				d.windowFreed()
 			}
 		}
-		d.rmu.Unlock()
+		d.rt.mu.Unlock()
 		return
 	}
 	p, err := d.peerFor(d.ctx, h)
@@ -414,9 +414,9 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 // resendTo resends, on a new connection to host h, everything
 // unacknowledged that is routed there.
 func (d *Daemon) resendTo(h task.HostID, p *peer) {
-	d.rmu.Lock()
-	envs := d.outbox.ForHost(h, time.Now())
-	d.rmu.Unlock()
+	d.rt.mu.Lock()
+	envs := d.rt.outbox.ForHost(h, time.Now())
+	d.rt.mu.Unlock()
 	for i := range envs {
 		p.envelope(&envs[i], false)
 	}
@@ -431,24 +431,24 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 	}
 	var todo []resend
 	now := time.Now()
-	d.rmu.Lock()
+	d.rt.mu.Lock()
 	for _, e := range entries {
 		// The outbox follows the newest route known, even when the table
 		// knew it already (from a refusal): messages held for a move
 		// whose commit was learnt that way go now.
-		d.routes.Update(e.TID, e.Route)
-		r := d.routes.Lookup(e.TID)
-		d.mu.Lock()
-		arriving := d.incoming[e.TID] != nil
-		d.mu.Unlock()
+		d.rt.routes.Update(e.TID, e.Route)
+		r := d.rt.routes.Lookup(e.TID)
+		d.ht.mu.Lock()
+		arriving := d.ht.incoming[e.TID] != nil
+		d.ht.mu.Unlock()
 		if arriving && r.Host == d.cfg.HostID {
 			continue // what is held here for it is released when it is restored
 		}
-		if h, envs := d.outbox.Reroute(e.TID, r, now); len(envs) > 0 {
+		if h, envs := d.rt.outbox.Reroute(e.TID, r, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}
 	}
-	d.rmu.Unlock()
+	d.rt.mu.Unlock()
 	for _, r := range todo {
 		d.transmit(r.host, r.envs)
 	}
@@ -457,14 +457,14 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 // sendSystem delivers an unsequenced system message (a notification) to
 // to, wherever it lives.
 func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
-	d.rmu.Lock()
-	r := d.routes.Lookup(to)
-	d.rmu.Unlock()
+	d.rt.mu.Lock()
+	r := d.rt.routes.Lookup(to)
+	d.rt.mu.Unlock()
 	if r.Host == d.cfg.HostID {
-		d.mu.Lock()
-		h := d.tasks[to]
-		l := d.moving[to]
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		h := d.ht.tasks[to]
+		l := d.ht.moving[to]
+		d.ht.mu.Unlock()
 		if h == nil || !h.mb.put(envelope{from: from, tag: tag, body: p}) {
 			if l != nil {
 				d.forwardLater(l, routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
@@ -489,9 +489,7 @@ func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 // mailbox is over MailboxHigh: its remote senders then stop once their
 // window is full. It reports whether it did.
 func (d *Daemon) withhold(to task.TID, host task.HostID, a routing.Ack) bool {
-	d.mu.Lock()
-	h := d.tasks[to]
-	d.mu.Unlock()
+	h := d.ht.task(to)
 	if h == nil {
 		return false
 	}
@@ -554,9 +552,9 @@ func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
 // time) or one broke; the receiving side drops duplicates.
 func (d *Daemon) retransmit(now time.Time) {
 	rto := d.cfg.RTO
-	d.rmu.Lock()
-	due := d.outbox.Due(now, rto)
-	d.rmu.Unlock()
+	d.rt.mu.Lock()
+	due := d.rt.outbox.Due(now, rto)
+	d.rt.mu.Unlock()
 	for h, envs := range due {
 		d.transmit(h, envs)
 	}
@@ -566,9 +564,9 @@ func (d *Daemon) retransmit(now time.Time) {
 // resumes here: the master aborted the move, and the way back (a route to
 // this host newer than the move's) is known before the resume step has
 // come (the destination refuses naming it). Messages for it are then
-// kept for it, as for an arriving task, instead of refused (d.rmu and d.mu
+// kept for it, as for an arriving task, instead of refused (d.rt.mu and d.ht.mu
 // held).
 func (d *Daemon) comingBack(tid task.TID, l *leaving) bool {
-	r := d.routes.Lookup(tid)
+	r := d.rt.routes.Lookup(tid)
 	return r.Host == d.cfg.HostID && r.Epoch > l.dest.Epoch
 }

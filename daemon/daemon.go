@@ -983,7 +983,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
 	delete(d.ht.moveFloor, h.tid)
-	if _, ok := d.ht.ckResumed[h.job]; ok && !d.hostsJob(h.job) {
+	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
 		delete(d.ht.ckResumed, h.job)
 	}
 	h.state, h.status, h.err = state, status, msg
@@ -1197,16 +1197,6 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// hostsJob reports whether a task of job runs here (d.ht.mu held).
-func (d *Daemon) hostsJob(job uint64) bool {
-	for _, h := range d.ht.tasks {
-		if h.job == job {
-			return true
-		}
-	}
-	return false
 }
 
 // logName is the value of a daemon's "host" log attribute: its current

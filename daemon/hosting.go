@@ -1,6 +1,9 @@
 package daemon
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/dpvm/dpvm/routing/move"
@@ -66,4 +69,88 @@ func (ht *hosting) count() int {
 	ht.mu.Lock()
 	defer ht.mu.Unlock()
 	return len(ht.tasks)
+}
+
+// hostsJob reports whether a task of job runs here (mu held).
+func (ht *hosting) hostsJob(job uint64) bool {
+	for _, h := range ht.tasks {
+		if h.job == job {
+			return true
+		}
+	}
+	return false
+}
+
+// jobTasks lists this daemon's running tasks of job.
+func (ht *hosting) jobTasks(job uint64) []*hosted {
+	ht.mu.Lock()
+	defer ht.mu.Unlock()
+	var hs []*hosted
+	for _, h := range ht.tasks {
+		if h.job == job && h.state == Running {
+			hs = append(hs, h)
+		}
+	}
+	slices.SortFunc(hs, func(a, b *hosted) int { return cmp.Compare(a.tid, b.tid) })
+	return hs
+}
+
+// dropStagedLocked forgets the tasks of job staged here (mu held).
+func (ht *hosting) dropStagedLocked(job uint64) {
+	for tid, s := range ht.staged {
+		if s.meta.Job == job {
+			delete(ht.staged, tid)
+			delete(ht.incoming, tid)
+		}
+	}
+}
+
+// localJobs lists the jobs this daemon runs tasks of.
+func (ht *hosting) localJobs() []uint64 {
+	ht.mu.Lock()
+	defer ht.mu.Unlock()
+	seen := map[uint64]bool{}
+	var out []uint64
+	for _, h := range ht.tasks {
+		if h.job != 0 && !seen[h.job] {
+			seen[h.job] = true
+			out = append(out, h.job)
+		}
+	}
+	return out
+}
+
+// staleMove reports whether a step of move id for tid comes after this
+// host cancelled or resumed tid for that move or a newer one (mu held).
+func (ht *hosting) staleMove(tid task.TID, id move.ID) bool {
+	return id != 0 && id <= ht.moveFloor[tid]
+}
+
+// departure returns the task suspended here for move id, marked as
+// sending its checkpoint, or an error if there is none or it is resolved
+// (mu held).
+func (ht *hosting) departure(tid task.TID, id move.ID) (*leaving, error) {
+	l := ht.moving[tid]
+	if l == nil || l.over || (id != 0 && l.move != id) {
+		return nil, fmt.Errorf("%v is not suspended here for %v", tid, id)
+	}
+	if l.sending != nil {
+		return nil, fmt.Errorf("the checkpoint of %v is being sent", tid)
+	}
+	l.sending = make(chan struct{})
+	return l, nil
+}
+
+// remember records a task's group membership (inst < 0: it left).
+func (ht *hosting) remember(h *hosted, group string, inst int) {
+	ht.mu.Lock()
+	defer ht.mu.Unlock()
+	if inst < 0 {
+		delete(h.groups, group)
+		return
+	}
+	if h.groups == nil {
+		h.groups = map[string]int{}
+	}
+	h.groups[group] = inst
 }

@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,20 +129,6 @@ const (
 	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
-// jobTasks lists this daemon's running tasks of job.
-func (d *Daemon) jobTasks(job uint64) []*hosted {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	var hs []*hosted
-	for _, h := range d.ht.tasks {
-		if h.job == job && h.state == Running {
-			hs = append(hs, h)
-		}
-	}
-	slices.SortFunc(hs, func(a, b *hosted) int { return cmp.Compare(a.tid, b.tid) })
-	return hs
-}
-
 // handleJobCkpt serves the job checkpoint steps on a host.
 func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
 	var a ckStep
@@ -190,7 +174,7 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 		}
 	}
 	d.ht.mu.Unlock()
-	hs := d.jobTasks(a.Job)
+	hs := d.ht.jobTasks(a.Job)
 	var rep ckReply
 	var reqs []*pauseReq
 	for _, h := range hs {
@@ -256,7 +240,7 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 // since the pause) and the messages from its tasks not yet acknowledged.
 func (d *Daemon) quietJob(a ckStep) ckReply {
 	var rep ckReply
-	for _, h := range d.jobTasks(a.Job) {
+	for _, h := range d.ht.jobTasks(a.Job) {
 		rep.TIDs = append(rep.TIDs, h.tid)
 		p := h.pause.Load()
 		if p == nil {
@@ -279,7 +263,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	var rep ckReply
 	dir := ckpt.Dir{Path: a.Dir}
 	key, keyID := d.keyID(labelCkpt)
-	for _, h := range d.jobTasks(a.Job) {
+	for _, h := range d.ht.jobTasks(a.Job) {
 		p := h.pause.Load()
 		if p == nil {
 			return rep, fmt.Errorf("%v of job %d is not paused", h.tid, a.Job)
@@ -363,7 +347,7 @@ func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 // one go on (try 0: whatever round): a late resume of an abandoned round
 // leaves a newer round's pause be.
 func (d *Daemon) resumeJob(job, try uint64) {
-	for _, h := range d.jobTasks(job) {
+	for _, h := range d.ht.jobTasks(job) {
 		p := h.pause.Load()
 		if p == nil || (try != 0 && p.try.Load() > try) {
 			continue

@@ -828,7 +828,7 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 	// What an earlier restore of the job staged here and never started
 	// (it failed, and its drop did not come: the master's call timed out
 	// before this host answered) gives way to this one.
-	d.dropStagedLocked(a.Job)
+	d.ht.dropStagedLocked(a.Job)
 	for _, s := range got {
 		tid := s.meta.TID
 		if _, here := d.ht.tasks[tid]; here || d.ht.incoming[tid] != nil || d.ht.moving[tid] != nil {
@@ -871,17 +871,7 @@ func (d *Daemon) startStaged(a restoreArgs) {
 func (d *Daemon) dropStaged(a restoreArgs) {
 	d.ht.mu.Lock()
 	defer d.ht.mu.Unlock()
-	d.dropStagedLocked(a.Job)
-}
-
-// dropStagedLocked forgets the tasks of job staged here (d.ht.mu held).
-func (d *Daemon) dropStagedLocked(job uint64) {
-	for tid, s := range d.ht.staged {
-		if s.meta.Job == job {
-			delete(d.ht.staged, tid)
-			delete(d.ht.incoming, tid)
-		}
-	}
+	d.ht.dropStagedLocked(a.Job)
 }
 
 // RestartJob starts a job again from the newest complete checkpoint under
@@ -1058,21 +1048,6 @@ func (d *Daemon) findSet(dir string) (string, *jobset.Manifest, []error, error) 
 
 // Rolling a job back when a host is lost.
 
-// localJobs lists the jobs this daemon runs tasks of.
-func (d *Daemon) localJobs() []uint64 {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	seen := map[uint64]bool{}
-	var out []uint64
-	for _, h := range d.ht.tasks {
-		if h.job != 0 && !seen[h.job] {
-			seen[h.job] = true
-			out = append(out, h.job)
-		}
-	}
-	return out
-}
-
 // jobLostHost returns a host that has tasks of job but is no longer in the
 // virtual machine (deleted, its jobs' coordinators perhaps not told yet),
 // or 0 (master).
@@ -1212,7 +1187,7 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 // notices, drops messages for them, and makes sure every frame sent
 // before reaches its peer first (a host).
 func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
-	hs := d.jobTasks(a.Job)
+	hs := d.ht.jobTasks(a.Job)
 	for _, h := range hs {
 		h.quiet.Store(true) // from now on it does not suspend for a move
 	}

@@ -483,12 +483,6 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 	return nil, fmt.Errorf("unknown method %q", method)
 }
 
-// staleMove reports whether a step of move id for tid comes after this
-// host cancelled or resumed tid for that move or a newer one (d.ht.mu held).
-func (d *Daemon) staleMove(tid task.TID, id move.ID) bool {
-	return id != 0 && id <= d.ht.moveFloor[tid]
-}
-
 // prepareArrival readies this daemon (the destination) to receive a task.
 func (d *Daemon) prepareArrival(a migStep) error {
 	if _, err := task.New(a.Type, nil); err != nil {
@@ -496,7 +490,7 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	}
 	d.ht.mu.Lock()
 	defer d.ht.mu.Unlock()
-	if d.staleMove(a.TID, a.Move) {
+	if d.ht.staleMove(a.TID, a.Move) {
 		return fmt.Errorf("prepare %v for %v: %w", a.TID, a.Move, ErrAborted)
 	}
 	if _, here := d.ht.tasks[a.TID]; here {
@@ -520,7 +514,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	cur := d.rt.lookup(a.TID).Epoch
 	d.ht.mu.Lock()
 	h := d.ht.tasks[a.TID]
-	stale := d.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
+	stale := d.ht.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
 	d.ht.mu.Unlock()
 	if stale {
 		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)
@@ -576,7 +570,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		req.done <- fmt.Errorf("suspend %v for %v: its job rolls back: %w", h.tid, req.move, ErrAborted)
 		return nil
 	}
-	if d.staleMove(h.tid, req.move) {
+	if d.ht.staleMove(h.tid, req.move) {
 		// The move was aborted (its resume came) while the request waited
 		// for this safe point: the task runs on here.
 		d.ht.mu.Unlock()
@@ -603,27 +597,12 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	return task.ErrSuspended
 }
 
-// departure returns the task suspended here for move id, marked as
-// sending its checkpoint, or an error if there is none or it is resolved
-// (d.ht.mu held).
-func (d *Daemon) departure(tid task.TID, id move.ID) (*leaving, error) {
-	l := d.ht.moving[tid]
-	if l == nil || l.over || (id != 0 && l.move != id) {
-		return nil, fmt.Errorf("%v is not suspended here for %v", tid, id)
-	}
-	if l.sending != nil {
-		return nil, fmt.Errorf("the checkpoint of %v is being sent", tid)
-	}
-	l.sending = make(chan struct{})
-	return l, nil
-}
-
 // sendCheckpoint writes a suspended task's checkpoint to the destination
 // (direct) or the shared directory (indirect) and returns its size. While
 // it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	d.ht.mu.Lock()
-	l, err := d.departure(a.TID, a.Move)
+	l, err := d.ht.departure(a.TID, a.Move)
 	d.ht.mu.Unlock()
 	if err != nil {
 		return 0, err

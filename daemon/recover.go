@@ -69,20 +69,6 @@ type arrivalMsg struct {
 	TID   task.TID `msgpack:"t"`
 }
 
-// remember records a task's group membership (inst < 0: it left).
-func (d *Daemon) remember(h *hosted, group string, inst int) {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	if inst < 0 {
-		delete(h.groups, group)
-		return
-	}
-	if h.groups == nil {
-		h.groups = map[string]int{}
-	}
-	h.groups[group] = inst
-}
-
 // memberships lists the task's group memberships this host knows of, by
 // group name (d.ht.mu held).
 func (h *hosted) memberships() []ckpt.Membership {

@@ -438,7 +438,7 @@ func (d *Daemon) sendReport(force bool) {
 		return
 	}
 	d.rep.mu.Lock()
-	r := loadReport{info: d.selfInfo(), jobs: d.localJobs(), sent: true}
+	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
 	slices.Sort(r.jobs)
 	d.rep.beats++
 	if !force && !reportDue(d.rep.last, r, d.rep.beats, d.cfg.ReportEvery) {

@@ -166,9 +166,7 @@ func (b *cargo) Run(c *task.Ctx) error {
 // state.
 func checkCargo(t *testing.T, d *Daemon, tid task.TID, data []byte) {
 	t.Helper()
-	d.mu.Lock()
-	h := d.tasks[tid]
-	d.mu.Unlock()
+	h := d.ht.task(tid)
 	if h == nil {
 		t.Fatalf("%v does not run on %s after its move", tid, d.Name())
 	}

@@ -76,11 +76,7 @@ func (d *Daemon) readSetFile(dir ckpt.Dir, name string, want ckWant) (*ckpt.Meta
 // noteSetSeq records that set seq of job name is complete (master): a
 // later restart or rollback from an older set is then noticed.
 func (d *Daemon) noteSetSeq(name string, seq uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if seq > d.setSeqs[name] {
-		d.setSeqs[name] = seq
-	}
+	d.reg.noteSetSeq(name, seq)
 }
 
 // checkSetSeq logs a warning when job name restarts from set seq while a
@@ -90,9 +86,7 @@ func (d *Daemon) noteSetSeq(name string, seq uint64) {
 // unreadable, so the job goes back further than it should. It returns the
 // newest sequence recorded.
 func (d *Daemon) checkSetSeq(name string, seq uint64, setDir string) uint64 {
-	d.mu.Lock()
-	newest := d.setSeqs[name]
-	d.mu.Unlock()
+	newest := d.reg.setSeq(name)
 	from := "memory"
 	jobDir := filepath.Dir(filepath.Clean(setDir))
 	if key, _ := d.keyID(labelManifest); key != nil {

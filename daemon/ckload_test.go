@@ -106,9 +106,9 @@ func TestRestoreChecksManifest(t *testing.T) {
 	if err := os.RemoveAll(cks[1].Dir); err != nil {
 		t.Fatal(err)
 	}
-	m.mu.Lock()
-	clear(m.setSeqs)
-	m.mu.Unlock()
+	m.reg.mu.Lock()
+	clear(m.reg.setSeqs)
+	m.reg.mu.Unlock()
 	jobDir, _ := jobset.JobDir(shared, "swap")
 	js2, _, err := m.RestartJob(ctx, jobDir, JobOptions{}, func(uint64) io.Writer { return out })
 	if err != nil {

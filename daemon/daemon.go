@@ -475,11 +475,14 @@ func (ti TaskInfo) ResultValue() (v any, ok bool, err error) {
 }
 
 // Daemon hosts tasks as goroutines, with a mailbox each, and routes
-// messages among them.
-//
-// Lock order: repMu, then rmu, then mu, then nw.mu; groups and mailboxes
-// lock on their own and call nothing that locks.
+// messages among them. It is the driver of its parts, each with one
+// owner (see the package documentation for what each owns, and the lock
+// order): message routing (rt), task hosting (ht), groups and barrier
+// arrivals, the network (nw), and at the master the job registry (reg),
+// the moves (mv) and the scheduler (sched).
 type Daemon struct {
+	// Identity and configuration, fixed once the daemon runs (but for
+	// the atomics).
 	cfg Config
 	log *slog.Logger // its "host" attribute is logName, read at each line
 	// logName is the name the daemon logs under: set at construction and
@@ -487,110 +490,59 @@ type Daemon struct {
 	// may already be logging.
 	logName atomic.Pointer[string]
 	out     *lockedWriter
-	ctx     context.Context
-	cancel  context.CancelFunc
-	groups  *groups
-	wg      sync.WaitGroup // task goroutines
-	bg      sync.WaitGroup // network goroutines
 	self    HostInfo
 	// ownAddr is the master's address as its hosts reach it, learnt from
 	// the first host that joins when the master listens on a wildcard
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
-	nw      *network         // nil for a standalone daemon
 	met     *metrics.Metrics // nil: no metrics (see observe.go)
 
-	// Routing state, guarded by rmu: the route cache (authoritative at the
-	// master), and reliable delivery's sending and receiving sides.
-	rmu    sync.Mutex
-	routes *routing.Table
-	outbox *routing.Outbox
-	inbox  *routing.Inbox
-	acked  chan struct{} // closed (and set to nil) when acknowledgements free window; made by a sender that waits
-	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
-	mbMem gauge
-
-	placeMu sync.Mutex // serialises the Placer
-	load    *load.Injected
-	sampled load.Sample // the last sample, taken every heartbeat (guarded by mu)
-	// slowdown is the factor emulated tasks run slower by, from the last
-	// sample (float64 bits; see hosted.charge): read at every message an
-	// emulated task sends, so not under mu.
-	slowdown atomic.Uint64
-	schedMu  sync.Mutex
-	sched    *schedState
-	// reportKick asks for a load report to the master now (hosts; see
-	// tasksChanged).
-	reportKick chan struct{}
-	// arrivals is this host's side of the master's barriers (its own
-	// lock; see arrivals.go).
-	arrivals *arrivals
-	orphan   atomic.Bool // a host that has lost its master and looks for one
-	// reported is the last load report sent to the master and beats the
-	// heartbeats since (hosts), under repMu: a heartbeat sends a report
-	// only when the figures changed or ReportEvery beats have passed.
-	repMu    sync.Mutex
-	reported loadReport
-	beats    int
-	// migMu guards the move machine (master: the moves under way and the
-	// epoch clock) and the driver's record of each move. It is held only
-	// while the machine takes an event, never across a call.
-	migMu sync.Mutex
-	moves *move.Machine
-	runs  map[move.ID]*moveRun
-	// killing (under migMu) counts the kills under way per job: no move of
-	// the job's tasks starts meanwhile (KillJob).
-	killing  map[uint64]int
-	whyMu    sync.Mutex
-	why      error // the first reason given to stop
+	// Lifecycle: every goroutine is tracked and ends when ctx does.
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // task goroutines
+	bg       sync.WaitGroup // network loops and move steps (goFunc)
+	whyMu    sync.Mutex     // taken last, after any other lock
+	why      error          // the first reason given to stop
 	stopOnce sync.Once
 	done     chan struct{} // closed when the daemon has stopped
 	stopErr  error
 
+	// The parts every daemon has.
+	rt *router  // message routing: routes, outbox, inbox (router.go)
+	ht *hosting // task hosting: tasks, registrations, moves' halves here (hosting.go)
+	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
+	mbMem  gauge
+	groups *groups // the group server's state (groups.go)
+	// arrivals is this host's side of the master's barriers (arrivals.go).
+	arrivals *arrivals
+	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
+	orphan   atomic.Bool // a host that has lost its master and looks for one
+
+	// Load: the injected overlays, the last sample, and (hosts) the
+	// reports to the master.
+	load    *load.Injected
+	sampled atomic.Pointer[load.Sample] // the last sample, taken every heartbeat (nil before the first)
+	// slowdown is the factor emulated tasks run slower by, from the last
+	// sample (float64 bits; see hosted.charge): read at every message an
+	// emulated task sends, so atomic.
+	slowdown atomic.Uint64
+	rep      reports
+
+	// The master's parts.
+	reg    *registry   // the job registry (registry.go)
+	mv     *mover      // moves and the epoch clock (mover.go)
+	sched  *schedState // the scheduler and placement (scheduler.go)
+	owners owners      // who started which job
+
+	// Trust: keys, revocations, credentials, refusals (auth.go, renew.go).
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
-	owners     owners                      // master: who started which job
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
 	conns      connCount                   // accepted connections, by certificate
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
-
-	mu      sync.Mutex
-	tasks   map[task.TID]*hosted // running tasks
-	exited  []*hosted            // most recent last, at most cfg.KeepExited
-	gone    map[task.TID]*hosted // exited tasks by TID (the same set)
-	nextNum uint32
-	watch   map[task.TID][]watcher // TaskExit registrations by watched task
-	hostW   []hostWatcher          // HostAdd/HostDelete registrations
-	// lossWatch (master) holds TaskExit registrations so they fire when a
-	// task is lost with its host.
-	lossWatch map[task.TID][]watcher
-	halted    bool
-	// jobs (master) maps a job to the console its output goes to.
-	jobs      map[uint64]io.Writer
-	jobReg    map[uint64]*jobState            // master: jobs and their checkpoints
-	setSeqs   map[string]uint64               // master: the newest complete checkpoint set of each job name
-	staged    map[task.TID]staged             // tasks read from a job checkpoint, waiting to start
-	tidFloor  map[task.HostID]uint32          // master: restored TIDs of hosts not (yet) here
-	hostJobs  map[task.HostID]map[uint64]bool // master: the jobs with tasks on each host
-	rollbacks atomic.Int64                    // master: job rollbacks made
-	// A recovered master (under migMu): moves the old master left half
-	// done, and where hosts registering again run their tasks.
-	orphanMoves map[task.TID]orphanMove
-	runningAt   map[task.TID]task.HostID
-	nextJob     uint64
-	// Migration: tasks suspended here while they move away, and tasks
-	// prepared here that are on their way in.
-	moving   map[task.TID]*leaving
-	incoming map[task.TID]*arriving
-	// moveFloor is, per task, the newest move this host cancelled or
-	// resumed it for: steps of that move and older ones are refused.
-	moveFloor map[task.TID]move.ID
-	// ckResumed is, per job with tasks here, the newest checkpoint round
-	// (its try) the master resumed: a pause of that round or an older one
-	// is refused. It goes with the job's last task here.
-	ckResumed map[uint64]uint64
 }
 
 type watcher struct {
@@ -619,37 +571,21 @@ func newDaemon(cfg Config) *Daemon {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Daemon{
-		cfg:        cfg,
-		ctx:        ctx,
-		cancel:     cancel,
-		groups:     newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
-		tasks:      map[task.TID]*hosted{},
-		gone:       map[task.TID]*hosted{},
-		watch:      map[task.TID][]watcher{},
-		lossWatch:  map[task.TID][]watcher{},
-		jobs:       map[uint64]io.Writer{},
-		jobReg:     map[uint64]*jobState{},
-		setSeqs:    map[string]uint64{},
-		staged:     map[task.TID]staged{},
-		tidFloor:   map[task.HostID]uint32{},
-		hostJobs:   map[task.HostID]map[uint64]bool{},
-		moving:     map[task.TID]*leaving{},
-		incoming:   map[task.TID]*arriving{},
-		moves:      move.New(0, 0),
-		runs:       map[move.ID]*moveRun{},
-		killing:    map[uint64]int{},
-		moveFloor:  map[task.TID]move.ID{},
-		ckResumed:  map[uint64]uint64{},
-		arrivals:   newArrivals(),
-		load:       load.NewInjected(cfg.Load),
-		sched:      &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
-		routes:     routing.NewTable(),
-		outbox:     routing.NewOutbox(),
-		inbox:      routing.NewInbox(),
-		done:       make(chan struct{}),
-		reportKick: make(chan struct{}, 1),
-		self:       HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
-		met:        cfg.Metrics,
+		cfg:      cfg,
+		ctx:      ctx,
+		cancel:   cancel,
+		groups:   newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
+		reg:      newRegistry(),
+		ht:       newHosting(),
+		mv:       newMover(),
+		arrivals: newArrivals(),
+		load:     load.NewInjected(cfg.Load),
+		sched:    &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
+		rt:       newRouter(),
+		done:     make(chan struct{}),
+		rep:      reports{kick: make(chan struct{}, 1)},
+		self:     HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
+		met:      cfg.Metrics,
 	}
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})
@@ -825,7 +761,7 @@ type hosted struct {
 	started time.Time
 	done    chan struct{} // closed when the task has exited
 
-	// Set once, under d.mu, when the task ends.
+	// Set once, under d.ht.mu, when the task ends.
 	state  TaskState
 	status int
 	err    string
@@ -848,7 +784,7 @@ type hosted struct {
 	ended bool
 	endCh chan struct{}
 	// groups are the task's memberships (hosts other than the master),
-	// by group, under d.mu: what it re-registers with a recovered master.
+	// by group, under d.ht.mu: what it re-registers with a recovered master.
 	groups map[string]int
 	// quiet marks a task killed to roll its job back: its end notifies
 	// nobody (the job restarts from a checkpoint).
@@ -870,7 +806,7 @@ type hosted struct {
 	// point in time, and cleared at its next safe point: one warning per
 	// late stretch, however many moves or checkpoint rounds wait on it.
 	warned atomic.Bool
-	// result is what the task recorded with SetResult (under d.mu).
+	// result is what the task recorded with SetResult (under d.ht.mu).
 	result task.Payload
 
 	// deferred holds acknowledgements withheld while the mailbox is over
@@ -880,7 +816,7 @@ type hosted struct {
 	hasDef   atomic.Bool // deferred is not empty: read on every receive without the lock
 
 	// near records where the task's recent receivers on this daemon are
-	// (under d.rmu; see sendNear).
+	// (under d.rt.mu; see sendNear).
 	near nearPeers
 }
 
@@ -907,9 +843,7 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	hosted := len(d.tasks)
-	d.mu.Unlock()
+	hosted := d.ht.count()
 	if hosted+req.Count > d.cfg.MaxTasks {
 		return nil, fmt.Errorf("spawn %d tasks on %s, which hosts %d: at most %d tasks on one daemon: %w",
 			req.Count, d.cfg.Name, hosted, d.cfg.MaxTasks, ErrLimit)
@@ -943,17 +877,17 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 }
 
 func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (task.TID, error) {
-	d.mu.Lock()
-	if d.halted {
-		d.mu.Unlock()
+	d.ht.mu.Lock()
+	if d.ht.halted {
+		d.ht.mu.Unlock()
 		return 0, task.ErrHalted
 	}
-	d.nextNum++
-	tid := task.NewTID(d.cfg.HostID, d.nextNum)
+	d.ht.nextNum++
+	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
 	h := d.newHosted(tid, parent, job, typ, t)
-	d.tasks[tid] = h
+	d.ht.tasks[tid] = h
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	d.tasksChanged()
 	d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
 	go d.run(h)
@@ -1037,32 +971,32 @@ func (h *hosted) measure() {
 // groups and fires the notifications watching it. Only the first call for a
 // task counts.
 func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
-	d.mu.Lock()
-	if cur, ok := d.tasks[h.tid]; !ok || cur != h {
-		d.mu.Unlock()
+	d.ht.mu.Lock()
+	if cur, ok := d.ht.tasks[h.tid]; !ok || cur != h {
+		d.ht.mu.Unlock()
 		return
 	}
 	if req := h.moveReq.Swap(nil); req != nil {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
-	delete(d.tasks, h.tid)
+	delete(d.ht.tasks, h.tid)
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
-	delete(d.moveFloor, h.tid)
-	if _, ok := d.ckResumed[h.job]; ok && !d.hostsJob(h.job) {
-		delete(d.ckResumed, h.job)
+	delete(d.ht.moveFloor, h.tid)
+	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
+		delete(d.ht.ckResumed, h.job)
 	}
 	h.state, h.status, h.err = state, status, msg
-	d.gone[h.tid] = h
-	d.exited = append(d.exited, h)
-	if len(d.exited) > d.cfg.KeepExited {
-		old := d.exited[0]
-		d.exited = d.exited[1:]
-		delete(d.gone, old.tid)
+	d.ht.gone[h.tid] = h
+	d.ht.exited = append(d.ht.exited, h)
+	if len(d.ht.exited) > d.cfg.KeepExited {
+		old := d.ht.exited[0]
+		d.ht.exited = d.ht.exited[1:]
+		delete(d.ht.gone, old.tid)
 	}
-	ws := d.watch[h.tid]
-	delete(d.watch, h.tid)
-	d.mu.Unlock()
+	ws := d.ht.watch[h.tid]
+	delete(d.ht.watch, h.tid)
+	d.ht.mu.Unlock()
 
 	h.mb.close()
 	h.cancel()
@@ -1090,10 +1024,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 			d.notify(h.tid, w, n, true)
 		}
 	}
-	d.rmu.Lock()
-	d.inbox.Forget(h.tid)
-	d.outbox.ForgetSender(h.tid)
-	d.rmu.Unlock()
+	d.rt.exited(h.tid)
 }
 
 // notify delivers a notice to w as a message from from: sequenced (from's
@@ -1118,9 +1049,7 @@ func (d *Daemon) notify(from task.TID, w watcher, n task.Notice, sequenced bool)
 // Kill ends task tid: its mailbox is discarded, its exit is notified at
 // once, and its goroutine ends at its next IPC call or safe point.
 func (d *Daemon) Kill(tid task.TID) error {
-	d.mu.Lock()
-	h := d.tasks[tid]
-	d.mu.Unlock()
+	h := d.ht.task(tid)
 	if h == nil {
 		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
 	}
@@ -1135,13 +1064,13 @@ var ErrNotExited = errors.New("task has not exited")
 // It follows the task when it migrates.
 func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 	for {
-		d.mu.Lock()
-		h := d.tasks[tid]
+		d.ht.mu.Lock()
+		h := d.ht.tasks[tid]
 		if h == nil {
-			h = d.gone[tid]
+			h = d.ht.gone[tid]
 		}
-		l := d.moving[tid]
-		d.mu.Unlock()
+		l := d.ht.moving[tid]
+		d.ht.mu.Unlock()
 		var wait <-chan struct{}
 		switch {
 		case h != nil:
@@ -1167,10 +1096,10 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 		if h == nil {
 			continue
 		}
-		d.mu.Lock()
+		d.ht.mu.Lock()
 		moved := h.moved
 		info := d.infoLocked(h)
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		if !moved {
 			return info, nil
 		}
@@ -1192,14 +1121,14 @@ func (d *Daemon) infoLocked(h *hosted) TaskInfo {
 // Tasks lists the running tasks, and with all the remembered exited ones
 // too, in TID order.
 func (d *Daemon) Tasks(all bool) []TaskInfo {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]TaskInfo, 0, len(d.tasks))
-	for _, h := range d.tasks {
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	out := make([]TaskInfo, 0, len(d.ht.tasks))
+	for _, h := range d.ht.tasks {
 		out = append(out, d.infoLocked(h))
 	}
 	if all {
-		for _, h := range d.exited {
+		for _, h := range d.ht.exited {
 			out = append(out, d.infoLocked(h))
 		}
 	}
@@ -1217,13 +1146,13 @@ func (d *Daemon) Halt(ctx context.Context) error {
 
 // halt kills every task and waits for their goroutines.
 func (d *Daemon) halt(ctx context.Context) error {
-	d.mu.Lock()
-	d.halted = true
-	live := make([]*hosted, 0, len(d.tasks))
-	for _, h := range d.tasks {
+	d.ht.mu.Lock()
+	d.ht.halted = true
+	live := make([]*hosted, 0, len(d.ht.tasks))
+	for _, h := range d.ht.tasks {
 		live = append(live, h)
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for _, h := range live {
 		d.finish(h, Killed, -1, "virtual machine halted")
 	}
@@ -1268,16 +1197,6 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// hostsJob reports whether a task of job runs here (d.mu held).
-func (d *Daemon) hostsJob(job uint64) bool {
-	for _, h := range d.tasks {
-		if h.job == job {
-			return true
-		}
-	}
-	return false
 }
 
 // logName is the value of a daemon's "host" log attribute: its current

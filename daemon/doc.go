@@ -22,29 +22,36 @@
 //
 // # Parts and owners
 //
-// A Daemon is still one struct; its state is split among locks, each the
-// single owner of its part:
+// A Daemon is the driver of its parts. Each part is a type of its own
+// with one owner, a lock (or, for the scheduler's loop and a peer's
+// write loop, a goroutine), and the part's methods take that lock
+// themselves; the Daemon's methods combine them.
 //
-//   - Message routing, under rmu: the route cache (authoritative at the
-//     master), and reliable delivery's Outbox and Inbox (package routing,
-//     pure). Every message a task sends takes rmu once.
-//   - Task hosting, under mu: the tasks running here, the exited ones
-//     (`ps -a`), notify registrations, and the two halves of a move at a
-//     host: tasks suspended here while they move away (moving, with the
-//     move they are suspended for, and whether their checkpoint is being
-//     written) and tasks prepared here on their way in (incoming, with
-//     the move that prepared them); moveFloor, per task, the newest move
-//     this host cancelled or resumed it for (gone when the task ends
-//     here; a suspend step older than the route this host holds for the
-//     task is refused too); ckResumed, per job with tasks here, the
-//     newest checkpoint round the master resumed (a later pause of it is
-//     refused). mu also guards, for the master, the job registry's maps
-//     and staged restarts (jobs.go).
-//   - Moves, under migMu (master): the move machine (routing/move), which
-//     holds every move under way and the virtual machine's epoch clock,
-//     and the driver's record of each move (runs). The machine decides;
-//     the driver (migrate.go: perform, callStep, moveTick, movesHostLost)
-//     takes its actions after releasing migMu, runs each step's call on a
+//   - Message routing (router, router.go; Daemon.rt), under rt.mu: the
+//     route cache (authoritative at the master), and reliable delivery's
+//     Outbox and Inbox (package routing, pure). Every message a task
+//     sends takes rt.mu once. The send and receive paths (remote.go,
+//     endpoint.go) drive it.
+//   - Task hosting (hosting, hosting.go; Daemon.ht), under ht.mu: the
+//     tasks running here, the exited ones (`ps -a`), notify
+//     registrations, tasks staged from a job checkpoint, and the two
+//     halves of a move at a host: tasks suspended here while they move
+//     away (moving, with the move they are suspended for, and whether
+//     their checkpoint is being written) and tasks prepared here on their
+//     way in (incoming, with the move that prepared them); moveFloor, per
+//     task, the newest move this host cancelled or resumed it for (gone
+//     when the task ends here; a suspend step older than the route this
+//     host holds for the task is refused too); ckResumed, per job with
+//     tasks here, the newest checkpoint round the master resumed (a later
+//     pause of it is refused). A task's mailbox has its own locks
+//     (mailbox.go).
+//   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
+//     machine (routing/move), which holds every move under way and the
+//     virtual machine's epoch clock, the driver's record of each move
+//     (runs), the kills under way, and what a recovered master learnt of
+//     the moves its predecessor left half done. The machine decides; the
+//     driver (migrate.go: perform, callStep, moveTick, movesHostLost)
+//     takes its actions after releasing mv.mu, runs each step's call on a
 //     tracked goroutine bounded by a timeout from Config (MoveStepTimeout,
 //     MoveTimeout, MoveTransferTimeout), and feeds the outcome back; the
 //     goroutine that performed a move's step performs its next one. The
@@ -56,43 +63,53 @@
 //     order: the destination drops its arrival first (or answers that it
 //     already runs the task, and the move commits instead), then the
 //     origin resumes the task at a newer route; a lost destination counts
-//     as dropped. A recovered master adopts the moves its predecessor left
-//     half done (recover.go). Epochs: one clock for the whole virtual machine, the move machine's,
-//     numbers every route the master hands out — moves, aborts, job
-//     restores and rollbacks — so a task's epoch never goes back. A job
-//     checkpoint's manifest records the clock, and a restore hands out
-//     epochs above it; a recovered master takes the hosts' largest epochs
-//     and move IDs from their reports.
+//     as dropped. A recovered master adopts the moves its predecessor
+//     left half done (recover.go). Epochs: one clock for the whole
+//     virtual machine, the move machine's, numbers every route the master
+//     hands out — moves, aborts, job restores and rollbacks — so a task's
+//     epoch never goes back. A job checkpoint's manifest records the
+//     clock, and a restore hands out epochs above it; a recovered master
+//     takes the hosts' largest epochs and move IDs from their reports.
+//   - The job registry (registry, registry.go; Daemon.reg, master), under
+//     reg.mu: the jobs and their coordinators, where each job's output
+//     goes, the hosts each job has tasks on, the newest complete set of
+//     each job name, and TIDs restored for hosts not (yet) here.
 //   - Jobs' checkpoints and rollbacks (jobs.go, jobckpt.go): each job's
 //     coordinator (routing/jobck) under the job's own lock, jobState.mu,
 //     held only to step it and keep its bookkeeping, never across a call
-//     to the hosts (see above). A rollback asks again the hosts whose kill
-//     failed and starts again if its restore fails; a host refuses a pause
-//     of a round already resumed, and a task's checkpoint write and its
-//     release are ordered by the pause's own lock (pauseReq.mu), held
-//     across the write to the shared directory but never across a call.
-//     Restart epochs come from the move machine's clock, so that they are
-//     above every epoch handed out before, also for tasks whose routes the
-//     master has forgotten.
+//     to the hosts; driveJob carries out the machine's actions. A
+//     rollback asks again the hosts whose kill failed and starts again if
+//     its restore fails; a host refuses a pause of a round already
+//     resumed, and a task's checkpoint write and its release are ordered
+//     by the pause's own lock (pauseReq.mu), held across the write to the
+//     shared directory but never across a call. Restart epochs come from
+//     the move machine's clock, so that they are above every epoch handed
+//     out before, also for tasks whose routes the master has forgotten.
 //   - Membership (master, membership.go): the failure detector and the
 //     admission bucket (routing/member, pure), under nw.mu with the host
 //     registry they judge; checkHosts feeds the detector every heartbeat
 //     and carries out its verdicts (a suspicion shown, a death deleting
 //     the host) after releasing the lock.
-//   - Groups, under groups.mu; a host's barrier arrivals, under their own lock (arrivals.go); the network's
-//     peers and host registry, under nw.mu; the scheduler, under schedMu;
-//     a peer's bulk stream kept for its next direct checkpoint, under
-//     that peer's ckpt.mu (bulk.go), taken with no other lock held.
+//   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
+//     master): its loop owns the listings; the status, classes and dirty
+//     hosts are under sched.mu; sched.placeMu serialises the Placer.
+//   - Groups, under groups.mu; a host's barrier arrivals, under their own
+//     lock (arrivals.go); the network's peers and host registry, under
+//     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
+//     kept for its next direct checkpoint, under that peer's ckpt.mu
+//     (bulk.go), taken with no other lock held.
 //
-// Lock order: repMu, then rmu, then mu, then nw.mu; migMu, then nw.mu
-// (migMu is never taken with rmu or mu held, nor held while they are
-// taken); a pause's pauseReq.mu before rmu and mu (a checkpoint write
-// captures the task's mailbox under it; a release takes it with no other
-// lock held); whyMu (why the daemon stops) last, after any of them.
-// Groups, mailboxes and the move machine lock on their own and call
-// nothing that locks. No lock is held across a call to another
-// daemon: a move's steps run with migMu released, and a resume that must
-// wait for a checkpoint being written waits with mu released.
+// Lock order: rep.mu, then rt.mu, then ht.mu, then nw.mu; mv.mu, then
+// nw.mu (mv.mu is never taken with rt.mu or ht.mu held, nor held while
+// they are taken); a job's jobState.mu, then reg.mu, then nw.mu; a
+// pause's pauseReq.mu before rt.mu and ht.mu (a checkpoint write captures
+// the task's mailbox under it; a release takes it with no other lock
+// held); whyMu (why the daemon stops) last, after any of them. The
+// registry, the scheduler's locks, groups, arrivals, mailboxes and the
+// move machine lock on their own and call nothing that locks. No lock is
+// held across a call to another daemon: a move's steps run with mv.mu
+// released, and a resume that must wait for a checkpoint being written
+// waits with ht.mu released.
 //
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.

@@ -270,7 +270,7 @@ func (h *hosted) Join(ctx context.Context, group string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	h.d.remember(h, group, rep.N)
+	h.d.ht.remember(h, group, rep.N)
 	return rep.N, nil
 }
 
@@ -284,7 +284,7 @@ func (h *hosted) Leave(ctx context.Context, group string) error {
 	}
 	err := h.d.callMaster(ctx, mLeave, groupArgs{Group: group, TID: h.tid}, nil)
 	if err == nil {
-		h.d.remember(h, group, -1)
+		h.d.ht.remember(h, group, -1)
 	}
 	return err
 }

@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,20 +129,6 @@ const (
 	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
-// jobTasks lists this daemon's running tasks of job.
-func (d *Daemon) jobTasks(job uint64) []*hosted {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var hs []*hosted
-	for _, h := range d.tasks {
-		if h.job == job && h.state == Running {
-			hs = append(hs, h)
-		}
-	}
-	slices.SortFunc(hs, func(a, b *hosted) int { return cmp.Compare(a.tid, b.tid) })
-	return hs
-}
-
 // handleJobCkpt serves the job checkpoint steps on a host.
 func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
 	var a ckStep
@@ -162,9 +146,9 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 		if a.Round.Try != 0 {
 			// A pause of this round or an older one that comes after
 			// (stalled on its way) would hold the tasks for good.
-			d.mu.Lock()
-			d.ckResumed[a.Job] = max(d.ckResumed[a.Job], a.Round.Try)
-			d.mu.Unlock()
+			d.ht.mu.Lock()
+			d.ht.ckResumed[a.Job] = max(d.ht.ckResumed[a.Job], a.Round.Try)
+			d.ht.mu.Unlock()
 		}
 		d.resumeJob(a.Job, a.Round.Try)
 		return nil, nil
@@ -178,19 +162,19 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 // some do not get there within the timeout, every task of the job here
 // goes on and the reply names the late ones; a task moving fails the call.
 func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
-	d.mu.Lock()
-	if a.Round.Try != 0 && a.Round.Try <= d.ckResumed[a.Job] {
-		d.mu.Unlock()
+	d.ht.mu.Lock()
+	if a.Round.Try != 0 && a.Round.Try <= d.ht.ckResumed[a.Job] {
+		d.ht.mu.Unlock()
 		return ckReply{}, fmt.Errorf("pause of %v after its resume: %w", a.Round, ErrAborted)
 	}
-	for _, l := range d.moving {
+	for _, l := range d.ht.moving {
 		if l.h.job == a.Job {
-			d.mu.Unlock()
+			d.ht.mu.Unlock()
 			return ckReply{}, fmt.Errorf("%v of job %d: %w", l.h.tid, a.Job, ErrMoving)
 		}
 	}
-	d.mu.Unlock()
-	hs := d.jobTasks(a.Job)
+	d.ht.mu.Unlock()
+	hs := d.ht.jobTasks(a.Job)
 	var rep ckReply
 	var reqs []*pauseReq
 	for _, h := range hs {
@@ -256,7 +240,7 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 // since the pause) and the messages from its tasks not yet acknowledged.
 func (d *Daemon) quietJob(a ckStep) ckReply {
 	var rep ckReply
-	for _, h := range d.jobTasks(a.Job) {
+	for _, h := range d.ht.jobTasks(a.Job) {
 		rep.TIDs = append(rep.TIDs, h.tid)
 		p := h.pause.Load()
 		if p == nil {
@@ -269,11 +253,7 @@ func (d *Daemon) quietJob(a ckStep) ckReply {
 			rep.Running++
 		}
 	}
-	d.rmu.Lock()
-	for _, tid := range rep.TIDs {
-		rep.Pending += d.outbox.PendingFrom(tid)
-	}
-	d.rmu.Unlock()
+	rep.Pending += d.rt.pendingFrom(rep.TIDs)
 	return rep
 }
 
@@ -283,7 +263,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	var rep ckReply
 	dir := ckpt.Dir{Path: a.Dir}
 	key, keyID := d.keyID(labelCkpt)
-	for _, h := range d.jobTasks(a.Job) {
+	for _, h := range d.ht.jobTasks(a.Job) {
 		p := h.pause.Load()
 		if p == nil {
 			return rep, fmt.Errorf("%v of job %d is not paused", h.tid, a.Job)
@@ -334,28 +314,28 @@ func ckptFileName(tid task.TID) string { return fmt.Sprintf("task-%d-%d.ckpt", t
 // captureMeta describes a paused task for its checkpoint, leaving it as
 // it is: a copy of its mailbox, its sequence state and registrations.
 func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
-	d.rmu.Lock()
-	d.mu.Lock()
-	defer d.rmu.Unlock()
-	defer d.mu.Unlock()
+	d.rt.mu.Lock()
+	d.ht.mu.Lock()
+	defer d.rt.mu.Unlock()
+	defer d.ht.mu.Unlock()
 	return d.metaLocked(h, h.mb.snapshot())
 }
 
 // metaLocked describes task h for a checkpoint with the given mailbox:
 // its identity, group memberships as this host knows them, sequence state
-// and notify registrations (rmu and mu held). A move then takes the task
+// and notify registrations (rt.mu and ht.mu held). A move then takes the task
 // out of service; a job checkpoint leaves it be.
 func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now(), Groups: h.memberships()}
 	for _, e := range mailbox {
 		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
 	}
-	m.InSeq, m.Early = d.inbox.ReceiverState(h.tid)
-	m.OutSeq = d.outbox.SenderState(h.tid)
-	for _, w := range d.watch[h.tid] {
+	m.InSeq, m.Early = d.rt.inbox.ReceiverState(h.tid)
+	m.OutSeq = d.rt.outbox.SenderState(h.tid)
+	for _, w := range d.ht.watch[h.tid] {
 		m.Watchers = append(m.Watchers, ckpt.Watcher{Who: w.who, Tag: w.tag})
 	}
-	for _, w := range d.hostW {
+	for _, w := range d.ht.hostW {
 		if w.who == h.tid {
 			m.HostWatches = append(m.HostWatches, ckpt.HostWatch{Kind: w.kind, Host: w.host, Tag: w.tag})
 		}
@@ -367,7 +347,7 @@ func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 // one go on (try 0: whatever round): a late resume of an abandoned round
 // leaves a newer round's pause be.
 func (d *Daemon) resumeJob(job, try uint64) {
-	for _, h := range d.jobTasks(job) {
+	for _, h := range d.ht.jobTasks(job) {
 		p := h.pause.Load()
 		if p == nil || (try != 0 && p.try.Load() > try) {
 			continue

@@ -219,14 +219,14 @@ func TestKillJobDropsWhatItsTasksSent(t *testing.T) {
 	}
 	sender := tids[0]
 	far := task.NewTID(2, 999) // a task of the job on h2, moving: messages for it are held
-	m.rmu.Lock()
-	e := routing.Envelope{From: sender, To: far, Seq: m.outbox.Seq(sender, far), Tag: 2, Body: task.Payload{Data: []byte("token")}}
-	m.outbox.Push(e, routing.Route{Host: 2, Epoch: 3, InTransit: true}, time.Now())
-	m.rmu.Unlock()
+	m.rt.mu.Lock()
+	e := routing.Envelope{From: sender, To: far, Seq: m.rt.outbox.Seq(sender, far), Tag: 2, Body: task.Payload{Data: []byte("token")}}
+	m.rt.outbox.Push(e, routing.Route{Host: 2, Epoch: 3, InTransit: true}, time.Now())
+	m.rt.mu.Unlock()
 	m.killJob(ctx, ckStep{Job: js.id, Timeout: time.Second})
-	m.rmu.Lock()
-	left := m.outbox.PendingFrom(sender)
-	m.rmu.Unlock()
+	m.rt.mu.Lock()
+	left := m.rt.outbox.PendingFrom(sender)
+	m.rt.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d messages of the killed %v kept", left, sender)
 	}
@@ -291,9 +291,9 @@ func TestSlowSafePointsGetCheckpointed(t *testing.T) {
 
 // jobTask is the task tid hosted here, or nil.
 func (d *Daemon) jobTask(tid task.TID) *hosted {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.tasks[tid]
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	return d.ht.tasks[tid]
 }
 
 // TestRollbackRestoresWhereCheckpointed: a worker moved away from its
@@ -512,11 +512,11 @@ func TestRollbackKillsATaskCaughtMidMove(t *testing.T) {
 			if d.Name() == lost {
 				continue
 			}
-			d.mu.Lock()
-			_, here := d.tasks[moved]
-			_, leaving := d.moving[moved]
-			_, arriving := d.incoming[moved]
-			d.mu.Unlock()
+			d.ht.mu.Lock()
+			_, here := d.ht.tasks[moved]
+			_, leaving := d.ht.moving[moved]
+			_, arriving := d.ht.incoming[moved]
+			d.ht.mu.Unlock()
 			if here {
 				on = append(on, d.Name())
 			}

@@ -160,10 +160,7 @@ type JobCheckpoint struct {
 
 // newJob registers a job (master).
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.nextJob++
-	js := &jobState{id: d.nextJob, name: name, typ: typ, opts: opts, done: make(chan struct{})}
+	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{})}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -172,7 +169,7 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	}
 	js.mc = jobck.New(js.id, 0, d.jobckConfig(opts))
 	js.waiters = map[jobck.Round]chan ckOutcome{}
-	d.jobReg[js.id] = js
+	d.reg.add(js)
 	return js
 }
 
@@ -257,10 +254,7 @@ func (d *Daemon) endJob(js *jobState) {
 		close(js.done)
 		acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
 		d.driveJob(js, acts)
-		d.mu.Lock()
-		delete(d.jobReg, js.id)
-		delete(d.jobs, js.id)
-		d.mu.Unlock()
+		d.reg.remove(js.id)
 	})
 }
 
@@ -296,16 +290,7 @@ func (d *Daemon) KillJob(ctx context.Context, job uint64) (int, error) {
 	}
 	// No move of the job's tasks starts from now on, and the moves under
 	// way end first: a task caught in one is on no host's task list.
-	d.migMu.Lock()
-	d.killing[job]++
-	d.migMu.Unlock()
-	defer func() {
-		d.migMu.Lock()
-		if d.killing[job]--; d.killing[job] <= 0 {
-			delete(d.killing, job)
-		}
-		d.migMu.Unlock()
-	}()
+	defer d.mv.holdMoves(job)()
 	d.settleMoves(ctx, func(_ task.TID, j uint64) bool { return j == job })
 	killed := 0
 	var errs []error
@@ -344,9 +329,7 @@ func (d *Daemon) KillJob(ctx context.Context, job uint64) (int, error) {
 
 // jobRoot is job's root task, or 0 when the master does not know the job.
 func (d *Daemon) jobRoot(job uint64) task.TID {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if js := d.jobReg[job]; js != nil {
+	if js := d.reg.get(job); js != nil {
 		return js.root
 	}
 	return 0
@@ -361,9 +344,7 @@ func boolInt(b bool) int {
 
 // job finds a registered job by its number (master).
 func (d *Daemon) job(id uint64) (*jobState, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	js := d.jobReg[id]
+	js := d.reg.get(id)
 	if js == nil {
 		return nil, fmt.Errorf("job %d: %w", id, ErrNoJob)
 	}
@@ -809,9 +790,9 @@ func (d *Daemon) handleRestore(method string, body []byte) (any, error) {
 	}
 	switch method {
 	case mCkFloor:
-		d.mu.Lock()
-		d.nextNum = max(d.nextNum, a.Floor)
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		d.ht.nextNum = max(d.ht.nextNum, a.Floor)
+		d.ht.mu.Unlock()
 		return nil, nil
 	case mCkLoad:
 		return d.loadStaged(a)
@@ -842,23 +823,23 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 		}
 		got = append(got, staged{meta: m, t: t})
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
 	// What an earlier restore of the job staged here and never started
 	// (it failed, and its drop did not come: the master's call timed out
 	// before this host answered) gives way to this one.
-	d.dropStagedLocked(a.Job)
+	d.ht.dropStagedLocked(a.Job)
 	for _, s := range got {
 		tid := s.meta.TID
-		if _, here := d.tasks[tid]; here || d.incoming[tid] != nil || d.moving[tid] != nil {
+		if _, here := d.ht.tasks[tid]; here || d.ht.incoming[tid] != nil || d.ht.moving[tid] != nil {
 			return rep, fmt.Errorf("restore %v: a task of that id is here already", tid)
 		}
 	}
 	rep.Groups = map[task.TID][]ckpt.Membership{}
 	for _, s := range got {
 		s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
-		d.incoming[s.meta.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
-		d.staged[s.meta.TID] = s
+		d.ht.incoming[s.meta.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
+		d.ht.staged[s.meta.TID] = s
 		if len(s.meta.Groups) > 0 {
 			rep.Groups[s.meta.TID] = s.meta.Groups
 		}
@@ -868,17 +849,17 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 
 // startStaged puts the staged tasks of a restart into service.
 func (d *Daemon) startStaged(a restoreArgs) {
-	d.mu.Lock()
+	d.ht.mu.Lock()
 	var todo []staged
 	var arrs []*arriving
-	for tid, s := range d.staged {
+	for tid, s := range d.ht.staged {
 		if s.meta.Job == a.Job {
 			todo = append(todo, s)
-			arrs = append(arrs, d.incoming[tid])
-			delete(d.staged, tid)
+			arrs = append(arrs, d.ht.incoming[tid])
+			delete(d.ht.staged, tid)
 		}
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for i, s := range todo {
 		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
 			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
@@ -888,19 +869,9 @@ func (d *Daemon) startStaged(a restoreArgs) {
 
 // dropStaged forgets the staged tasks of a failed restart.
 func (d *Daemon) dropStaged(a restoreArgs) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.dropStagedLocked(a.Job)
-}
-
-// dropStagedLocked forgets the tasks of job staged here (d.mu held).
-func (d *Daemon) dropStagedLocked(job uint64) {
-	for tid, s := range d.staged {
-		if s.meta.Job == job {
-			delete(d.staged, tid)
-			delete(d.incoming, tid)
-		}
-	}
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	d.ht.dropStagedLocked(a.Job)
 }
 
 // RestartJob starts a job again from the newest complete checkpoint under
@@ -926,9 +897,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
 	js.mu.Unlock()
 	if out != nil {
-		d.mu.Lock()
-		d.jobs[js.id] = out(js.id)
-		d.mu.Unlock()
+		d.reg.setOutput(js.id, out(js.id))
 	}
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {
 		d.endJob(js)
@@ -972,9 +941,9 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		}
 	}
 	if len(away) > 0 {
-		d.placeMu.Lock()
+		d.sched.placeMu.Lock()
 		ps, err := d.cfg.Placer.Place(hosts, len(away))
-		d.placeMu.Unlock()
+		d.sched.placeMu.Unlock()
 		if err != nil {
 			return err
 		}
@@ -990,9 +959,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 				return err
 			}
 		} else {
-			d.mu.Lock()
-			d.tidFloor[h] = max(d.tidFloor[h], n)
-			d.mu.Unlock()
+			d.reg.raiseFloor(h, n)
 		}
 	}
 	// Stage everywhere, then route, then start: a task that starts first
@@ -1057,23 +1024,12 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 // checkpoint set's manifest (a master that has not seen the epochs of the
 // one that took the set: recovered, or of another machine).
 func (d *Daemon) restartEpoch(tids []task.TID, floor uint64) uint64 {
-	d.rmu.Lock()
-	e := floor
-	for _, t := range tids {
-		e = max(e, d.routes.Lookup(t).Epoch)
-	}
-	d.rmu.Unlock()
-	d.migMu.Lock()
-	defer d.migMu.Unlock()
-	d.moves.Observe(e)
-	return d.moves.NextEpoch()
+	return d.mv.nextEpoch(d.rt.maxEpoch(tids, floor))
 }
 
 // epochClock is the virtual machine's route epoch clock now (master).
 func (d *Daemon) epochClock() uint64 {
-	d.migMu.Lock()
-	defer d.migMu.Unlock()
-	return d.moves.Epoch()
+	return d.mv.epoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -1092,33 +1048,11 @@ func (d *Daemon) findSet(dir string) (string, *jobset.Manifest, []error, error) 
 
 // Rolling a job back when a host is lost.
 
-// localJobs lists the jobs this daemon runs tasks of.
-func (d *Daemon) localJobs() []uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	seen := map[uint64]bool{}
-	var out []uint64
-	for _, h := range d.tasks {
-		if h.job != 0 && !seen[h.job] {
-			seen[h.job] = true
-			out = append(out, h.job)
-		}
-	}
-	return out
-}
-
 // jobLostHost returns a host that has tasks of job but is no longer in the
 // virtual machine (deleted, its jobs' coordinators perhaps not told yet),
 // or 0 (master).
 func (d *Daemon) jobLostHost(job uint64) task.HostID {
-	d.mu.Lock()
-	var on []task.HostID
-	for h, jobs := range d.hostJobs {
-		if jobs[job] {
-			on = append(on, h)
-		}
-	}
-	d.mu.Unlock()
+	on := d.reg.hostsOf(job)
 	if len(on) == 0 {
 		return 0
 	}
@@ -1139,16 +1073,7 @@ func (d *Daemon) jobLostHost(job uint64) task.HostID {
 // jobsOn records that host h runs tasks of jobs (master): as its report
 // says (replace), or as a spawn placed them.
 func (d *Daemon) jobsOn(h task.HostID, jobs []uint64, replace bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	set := d.hostJobs[h]
-	if set == nil || replace {
-		set = map[uint64]bool{}
-		d.hostJobs[h] = set
-	}
-	for _, j := range jobs {
-		set[j] = true
-	}
+	d.reg.jobsOn(h, jobs, replace)
 }
 
 // rollBackJobsOf tells the coordinator of every job that had tasks on the
@@ -1163,22 +1088,11 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 	if stopping || d.ctx.Err() != nil {
 		return nil // the machine is halting: its hosts leave with their jobs
 	}
-	d.mu.Lock()
-	var jss []*jobState
-	for j := range d.hostJobs[h] {
-		if js := d.jobReg[j]; js != nil {
-			jss = append(jss, js)
-		}
-	}
-	d.mu.Unlock()
+	jss := d.reg.jobsOf(h)
 	// The host's record goes once every coordinator is told (below): until
 	// then jobLostHost names it, so that no checkpoint round starts or
 	// commits without the tasks lost there.
-	defer func() {
-		d.mu.Lock()
-		delete(d.hostJobs, h)
-		d.mu.Unlock()
-	}()
+	defer d.reg.forgetHost(h)
 	hosts := d.hostIDs()
 	var rolling []chan struct{}
 	for _, js := range jss {
@@ -1261,7 +1175,7 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 		d.log.Error("job rollback failed; the job is lost", "job", js.id, "seq", seq, "error", a.Err)
 		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), a.Err)
 	} else {
-		d.rollbacks.Add(1)
+		d.reg.rollbacks.Add(1)
 		d.met.RolledBack(js.id, time.Duration(secs*float64(time.Second)), nil)
 		d.log.Warn("job rolled back to its checkpoint after losing a host", "job", js.id, "lost_host", host,
 			"seq", seq, "tasks", tasks, "seconds", secs)
@@ -1273,7 +1187,7 @@ func (d *Daemon) rolledBack(js *jobState, a jobck.Action) {
 // notices, drops messages for them, and makes sure every frame sent
 // before reaches its peer first (a host).
 func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
-	hs := d.jobTasks(a.Job)
+	hs := d.ht.jobTasks(a.Job)
 	for _, h := range hs {
 		h.quiet.Store(true) // from now on it does not suspend for a move
 	}
@@ -1305,18 +1219,10 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	}
 	// Nothing the old incarnations sent or were sent may reach the new
 	// ones: drop it, held or unacknowledged, with their numbering.
-	d.rmu.Lock()
 	for _, h := range hs {
-		d.outbox.DropReceiver(h.tid)
-		d.outbox.DropSender(h.tid)
-		d.inbox.Forget(h.tid)
+		d.rt.drop(h.tid)
 	}
-	for _, tid := range caught {
-		d.outbox.DropReceiver(tid)
-		d.outbox.DropSender(tid)
-		d.inbox.Forget(tid)
-	}
-	d.rmu.Unlock()
+	d.rt.drop(caught...)
 	for _, id := range d.peerHosts() {
 		_ = d.callHost(ctx, id, mSendCheck, struct{}{}, nil)
 	}
@@ -1383,7 +1289,7 @@ func (d *Daemon) peerHosts() []task.HostID {
 }
 
 // Rollbacks is how many job rollbacks the master has made.
-func (d *Daemon) Rollbacks() int64 { return d.rollbacks.Load() }
+func (d *Daemon) Rollbacks() int64 { return d.reg.rollbacks.Load() }
 
 // JobNote tells the client that runs a job what befell it: a rollback,
 // and to which checkpoint, or its loss.
@@ -1416,9 +1322,7 @@ func (n JobNote) String() string {
 
 // jobNote sends a note to the client that runs the job, if one does.
 func (d *Daemon) jobNote(n JobNote) {
-	d.mu.Lock()
-	w := d.jobs[n.Job]
-	d.mu.Unlock()
+	w := d.reg.output(n.Job)
 	co, ok := w.(*clientOutput)
 	if !ok {
 		return

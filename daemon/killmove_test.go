@@ -126,9 +126,9 @@ func TestStoppedTaskRefusedWithItsNewRoute(t *testing.T) {
 		// and its tasks still send to h2.
 		restored := routing.Route{Host: h3.HostID(), Epoch: 99}
 		h2.applyRoutes([]routing.Entry{{TID: x, Route: restored}})
-		m.rmu.Lock()
-		m.routes.Update(x, routing.Route{Host: h2.HostID(), Epoch: 1})
-		m.rmu.Unlock()
+		m.rt.mu.Lock()
+		m.rt.routes.Update(x, routing.Route{Host: h2.HostID(), Epoch: 1})
+		m.rt.mu.Unlock()
 		s, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 			return c.Send(x, 1, "late")
 		}))
@@ -140,10 +140,10 @@ func TestStoppedTaskRefusedWithItsNewRoute(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
-		m.rmu.Lock()
-		r := m.routes.Lookup(x)
-		pending := m.outbox.Pending(x)
-		m.rmu.Unlock()
+		m.rt.mu.Lock()
+		r := m.rt.routes.Lookup(x)
+		pending := m.rt.outbox.Pending(x)
+		m.rt.mu.Unlock()
 		if pending == 0 {
 			t.Errorf("the sender dropped its message for %v after h2's refusal", x)
 		}
@@ -175,9 +175,7 @@ func TestNoCheckpointWithoutALostHostsTasks(t *testing.T) {
 		if _, err := m.CheckpointJob(ctx, job, ""); err == nil {
 			t.Fatal("a checkpoint round ran while a deleted host held tasks of the job")
 		}
-		m.mu.Lock()
-		delete(m.hostJobs, gone)
-		m.mu.Unlock()
+		m.reg.forgetHost(gone)
 		if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
 			t.Fatalf("once the loss is handled: %v", err)
 		}

@@ -71,10 +71,10 @@ func (d *Daemon) addHostWatchers(ws ...hostWatcher) error {
 	if len(ws) == 0 {
 		return nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
 	held := 0
-	for _, w := range d.hostW {
+	for _, w := range d.ht.hostW {
 		if w.who == ws[0].who {
 			held++
 		}
@@ -82,7 +82,7 @@ func (d *Daemon) addHostWatchers(ws ...hostWatcher) error {
 	if held+len(ws) > d.cfg.MaxWatchers {
 		return fmt.Errorf("notify on host events: %v holds %d registrations, at most %d: %w", ws[0].who, held, d.cfg.MaxWatchers, ErrLimit)
 	}
-	d.hostW = append(d.hostW, ws...)
+	d.ht.hostW = append(d.ht.hostW, ws...)
 	return nil
 }
 

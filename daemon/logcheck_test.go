@@ -107,7 +107,7 @@ func logLinesOverAVMLife(t *testing.T, haltVM bool) {
 	spawned, moved := make(chan task.TID, 1), make(chan struct{})
 	rootTID, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		c.Log().Info("root task speaking")
-		tids, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		tids, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}

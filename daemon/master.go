@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/load"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
@@ -96,9 +97,7 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, error) {
 // and its connections were refused as from an unknown host.)
 func (d *Daemon) helloLists() ([]HostInfo, []routing.Entry) {
 	self := d.selfInfo()
-	d.rmu.Lock()
-	routes := d.routes.Entries()
-	d.rmu.Unlock()
+	routes := d.rt.entries()
 	n := d.nw
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -142,9 +141,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	if p != nil {
 		p.close(fmt.Errorf("host deleted: %s", why))
 	}
-	d.rmu.Lock()
-	dropped := d.outbox.DropHost(id)
-	d.rmu.Unlock()
+	dropped := d.rt.dropHost(id)
 	if len(dropped) > 0 {
 		d.log.Log(context.Background(), d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
 	}
@@ -177,19 +174,19 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 // taskLossNotices fires the exit notifications of tasks lost with host id
 // (master): those the routing table still places there.
 func (d *Daemon) taskLossNotices(id task.HostID) {
-	d.mu.Lock()
-	watched := make(map[task.TID][]watcher, len(d.lossWatch))
-	for tid, ws := range d.lossWatch {
+	d.ht.mu.Lock()
+	watched := make(map[task.TID][]watcher, len(d.ht.lossWatch))
+	for tid, ws := range d.ht.lossWatch {
 		watched[tid] = ws
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for tid, ws := range watched {
 		if d.routeHost(tid) != id {
 			continue
 		}
-		d.mu.Lock()
-		delete(d.lossWatch, tid)
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		delete(d.ht.lossWatch, tid)
+		d.ht.mu.Unlock()
 		for _, w := range ws {
 			d.notify(tid, w, task.Notice{Kind: task.TaskExit, TID: tid, Status: -1, Err: "lost with its host"}, false)
 		}
@@ -208,21 +205,19 @@ func (d *Daemon) lostFromGroups(id task.HostID) {
 
 // routeHost is where the routing table says tid lives.
 func (d *Daemon) routeHost(tid task.TID) task.HostID {
-	d.rmu.Lock()
-	defer d.rmu.Unlock()
-	return d.routes.Lookup(tid).Host
+	return d.rt.lookup(tid).Host
 }
 
 // hostNotice fires this daemon's HostAdd/HostDelete registrations for h.
 func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
-	d.mu.Lock()
+	d.ht.mu.Lock()
 	var ws []watcher
-	for _, w := range d.hostW {
+	for _, w := range d.ht.hostW {
 		if w.kind == kind && (w.host == 0 || w.host == h.ID) {
 			ws = append(ws, w.watcher)
 		}
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for _, w := range ws {
 		d.notify(0, w, task.Notice{Kind: kind, Host: h.ID, Name: h.Name}, false)
 	}
@@ -487,13 +482,11 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 func (d *Daemon) taskGone(tid task.TID) {
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
-	d.mu.Lock()
-	delete(d.lossWatch, tid)
-	delete(d.moveFloor, tid) // the floor of an arrival cancelled here
-	d.mu.Unlock()
-	d.rmu.Lock()
-	d.routes.Forget(tid)
-	d.rmu.Unlock()
+	d.ht.mu.Lock()
+	delete(d.ht.lossWatch, tid)
+	delete(d.ht.moveFloor, tid) // the floor of an arrival cancelled here
+	d.ht.mu.Unlock()
+	d.rt.forgetRoute(tid)
 	d.forgetClass(tid)
 }
 
@@ -518,10 +511,10 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		}
 	} else {
 		hosts := d.placeable()
-		d.placeMu.Lock()
+		d.sched.placeMu.Lock()
 		var err error
 		places, err = d.cfg.Placer.Place(hosts, req.Count)
-		d.placeMu.Unlock()
+		d.sched.placeMu.Unlock()
 		if err != nil {
 			return nil, err
 		}
@@ -629,12 +622,12 @@ func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 			d.notify(t, w, task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}, false)
 			continue
 		}
-		d.mu.Lock()
-		full := len(d.lossWatch[t]) >= d.cfg.MaxWatchers
+		d.ht.mu.Lock()
+		full := len(d.ht.lossWatch[t]) >= d.cfg.MaxWatchers
 		if !full {
-			d.lossWatch[t] = append(d.lossWatch[t], w)
+			d.ht.lossWatch[t] = append(d.ht.lossWatch[t], w)
 		}
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		if full {
 			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
 			continue
@@ -683,15 +676,15 @@ func (d *Daemon) watchLocal(a notifyArgs) error {
 	w := watcher{who: a.Watcher, tag: a.Tag}
 	var errs []error
 	for _, t := range a.TIDs {
-		d.mu.Lock()
-		_, live := d.tasks[t]
-		full := live && len(d.watch[t]) >= d.cfg.MaxWatchers
+		d.ht.mu.Lock()
+		_, live := d.ht.tasks[t]
+		full := live && len(d.ht.watch[t]) >= d.cfg.MaxWatchers
 		if live && !full {
-			d.watch[t] = append(d.watch[t], w)
+			d.ht.watch[t] = append(d.ht.watch[t], w)
 		}
-		old := d.gone[t]
-		moving := !live && (d.moving[t] != nil || d.incoming[t] != nil)
-		d.mu.Unlock()
+		old := d.ht.gone[t]
+		moving := !live && (d.ht.moving[t] != nil || d.ht.incoming[t] != nil)
+		d.ht.mu.Unlock()
 		if moving {
 			// Suspended here or arriving: not gone. The master asks
 			// again where the task is once the move has ended.
@@ -707,9 +700,9 @@ func (d *Daemon) watchLocal(a notifyArgs) error {
 		}
 		n := task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}
 		if old != nil {
-			d.mu.Lock()
+			d.ht.mu.Lock()
 			n.Status, n.Err = old.status, old.err
-			d.mu.Unlock()
+			d.ht.mu.Unlock()
 		}
 		d.notify(t, w, n, false)
 	}
@@ -781,10 +774,8 @@ func (d *Daemon) selfInfo() HostInfo {
 	if a := d.ownAddr.Load(); a != nil {
 		h.Addr = *a
 	}
-	d.mu.Lock()
-	h.Tasks = len(d.tasks)
-	s := d.sampled
-	d.mu.Unlock()
+	h.Tasks = d.ht.count()
+	s := d.lastSample()
 	h.Load = float64(h.Tasks) + s.External
 	h.External = s.External
 	h.MemFreeMiB = int64(s.MemFreeMiB)
@@ -798,17 +789,21 @@ func (d *Daemon) selfInfo() HostInfo {
 // refreshSample takes a new load sample for selfInfo.
 func (d *Daemon) refreshSample(now time.Time) {
 	s := d.sample(now)
-	d.mu.Lock()
-	d.sampled = s
-	d.mu.Unlock()
+	d.sampled.Store(&s)
 	d.setSlowdown(s.EmulatedLoad)
+}
+
+// lastSample is the last load sample taken (zero before the first).
+func (d *Daemon) lastSample() load.Sample {
+	if s := d.sampled.Load(); s != nil {
+		return *s
+	}
+	return load.Sample{}
 }
 
 // jobOut writes output of job to its console (master).
 func (d *Daemon) jobOut(job uint64, b []byte) (int, error) {
-	d.mu.Lock()
-	w := d.jobs[job]
-	d.mu.Unlock()
+	w := d.reg.output(job)
 	if w == nil {
 		return d.out.Write(b)
 	}
@@ -836,9 +831,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		}
 	} else {
 		js = d.newJob("", a.Req.Type, a.Opts)
-		d.mu.Lock()
-		d.jobs[js.id] = &clientOutput{p: client, job: js.id}
-		d.mu.Unlock()
+		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
 		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
 		if err != nil {

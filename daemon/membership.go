@@ -387,19 +387,19 @@ func (d *Daemon) dropLost(lost []task.TID) {
 	}
 	var hs []*hosted
 	var resolved []chan struct{}
-	d.mu.Lock()
+	d.ht.mu.Lock()
 	for _, tid := range lost {
-		if h := d.tasks[tid]; h != nil {
+		if h := d.ht.tasks[tid]; h != nil {
 			hs = append(hs, h)
 		}
-		if l := d.moving[tid]; l != nil && !l.over {
+		if l := d.ht.moving[tid]; l != nil && !l.over {
 			l.over = true
-			delete(d.moving, tid)
+			delete(d.ht.moving, tid)
 			resolved = append(resolved, l.resolved)
 		}
-		delete(d.incoming, tid)
+		delete(d.ht.incoming, tid)
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for _, ch := range resolved {
 		close(ch)
 	}
@@ -419,13 +419,7 @@ func (d *Daemon) dropLost(lost []task.TID) {
 		case <-d.ctx.Done():
 		}
 	}
-	d.rmu.Lock()
-	for _, tid := range lost {
-		d.outbox.DropReceiver(tid)
-		d.outbox.DropSender(tid)
-		d.inbox.Forget(tid)
-	}
-	d.rmu.Unlock()
+	d.rt.drop(lost...)
 	d.arrivals.forget(lost...)
 	d.log.Warn("stopped the tasks the master gave up while this host was cut off", "tasks", len(lost))
 }

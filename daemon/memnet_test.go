@@ -364,7 +364,7 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 		var senders []task.TID
 		var mvs []task.TID
 		for i := range movers {
-			mv, err := c.Spawn(&mover{}, 1, task.OnHost(fmt.Sprintf("h%d", 2+i%(hosts-1))))
+			mv, err := c.Spawn(&movingTask{}, 1, task.OnHost(fmt.Sprintf("h%d", 2+i%(hosts-1))))
 			if err != nil {
 				return err
 			}
@@ -444,13 +444,13 @@ func migrateUnderTraffic(t *testing.T, vm *LocalVM, seed uint64, movers, msgs, m
 func checkMoved(vm *LocalVM, tid task.TID, epochs map[*Daemon]map[task.TID]uint64) error {
 	var on []string
 	for _, d := range vm.Daemons {
-		d.rmu.Lock()
-		e := d.routes.Lookup(tid).Epoch
-		d.rmu.Unlock()
-		d.mu.Lock()
-		_, runs := d.tasks[tid]
-		_, suspended := d.moving[tid]
-		d.mu.Unlock()
+		d.rt.mu.Lock()
+		e := d.rt.routes.Lookup(tid).Epoch
+		d.rt.mu.Unlock()
+		d.ht.mu.Lock()
+		_, runs := d.ht.tasks[tid]
+		_, suspended := d.ht.moving[tid]
+		d.ht.mu.Unlock()
 		if runs {
 			on = append(on, d.Name())
 		}
@@ -481,8 +481,8 @@ func simDump(vm *LocalVM, tids []task.TID) string {
 	for _, d := range vm.Daemons {
 		fmt.Fprintf(&b, "%s (host %v):\n", d.Name(), d.HostID())
 		for _, tid := range tids {
-			d.mu.Lock()
-			h, l, arr := d.tasks[tid], d.moving[tid], d.incoming[tid]
+			d.ht.mu.Lock()
+			h, l, arr := d.ht.tasks[tid], d.ht.moving[tid], d.ht.incoming[tid]
 			var state string
 			if h != nil {
 				n, _ := h.mb.stats()
@@ -494,13 +494,13 @@ func simDump(vm *LocalVM, tids []task.TID) string {
 			if arr != nil {
 				state += fmt.Sprintf(" arriving for %v (held %d)", arr.move, len(arr.held))
 			}
-			floor := d.moveFloor[tid]
-			d.mu.Unlock()
-			d.rmu.Lock()
-			r := d.routes.Lookup(tid)
-			desc := d.outbox.Describe(tid)
-			exp, early := d.inbox.ReceiverState(tid)
-			d.rmu.Unlock()
+			floor := d.ht.moveFloor[tid]
+			d.ht.mu.Unlock()
+			d.rt.mu.Lock()
+			r := d.rt.routes.Lookup(tid)
+			desc := d.rt.outbox.Describe(tid)
+			exp, early := d.rt.inbox.ReceiverState(tid)
+			d.rt.mu.Unlock()
 			fmt.Fprintf(&b, "  %v:%s floor %v; route %+v; outbox: %s; inbox expects %v, %d early\n", tid, state, floor, r, desc, exp, len(early))
 		}
 	}

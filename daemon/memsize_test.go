@@ -84,9 +84,9 @@ func TestSpawnRecordsClassAndMemory(t *testing.T) {
 				return err
 			}
 		}
-		m.schedMu.Lock()
+		m.sched.mu.Lock()
 		classes := []int{m.sched.class[tids[0]], m.sched.class[tids[1]]}
-		m.schedMu.Unlock()
+		m.sched.mu.Unlock()
 		// h2 ran nothing when the spawn was placed (static load: its own
 		// tasks only); each task expects α(1 + the tasks placed before
 		// it): delays 1 and 2, classes 1 and 2.

@@ -85,7 +85,7 @@ type moveRequest struct {
 }
 
 // leaving is a task suspended on this daemon (the origin) while it moves:
-// what an abort needs to resume it here. Its fields are guarded by d.mu.
+// what an abort needs to resume it here. Its fields are guarded by d.ht.mu.
 type leaving struct {
 	h        *hosted
 	move     move.ID // the move it is suspended for
@@ -190,7 +190,7 @@ var stepMethods = map[move.Step]string{
 }
 
 // moveRun is the driver's record of one move of the machine (master,
-// guarded by migMu).
+// guarded by mv.mu).
 type moveRun struct {
 	from, to task.HostID
 	typ      string
@@ -234,9 +234,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if err != nil {
 		return fail(err)
 	}
-	d.rmu.Lock()
-	cur := d.routes.Lookup(tid)
-	d.rmu.Unlock()
+	cur := d.rt.lookup(tid)
 	a := cur.Host
 	res.From, res.To = a, b
 	if !d.hostKnown(a) {
@@ -245,32 +243,29 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if a == b {
 		return fail(fmt.Errorf("it already runs on %v", b))
 	}
-	d.migMu.Lock()
-	_, moving := d.moves.Moving(tid)
-	d.migMu.Unlock()
-	if moving {
+	if d.mv.moving(tid) {
 		return fail(ErrMoving)
 	}
 	var info migReply
 	if err := d.callHost(ctx, a, mMigInfo, migStep{TID: tid}, &info); err != nil {
 		return fail(err)
 	}
-	d.migMu.Lock()
-	if info.Job != 0 && d.killing[info.Job] > 0 {
-		d.migMu.Unlock()
+	d.mv.mu.Lock()
+	if info.Job != 0 && d.mv.killing[info.Job] > 0 {
+		d.mv.mu.Unlock()
 		return fail(fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling))
 	}
-	id, err := d.moves.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
+	id, err := d.mv.machine.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
 	if err != nil {
-		d.migMu.Unlock()
+		d.mv.mu.Unlock()
 		return fail(err)
 	}
-	mv, _ := d.moves.Moving(tid)
+	mv, _ := d.mv.machine.Moving(tid)
 	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
-	d.runs[id] = run
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	d.mv.runs[id] = run
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	d.perform(acts)
 	select {
 	case <-run.ended:
@@ -280,9 +275,9 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		// The hosts settle the move with a recovered master.
 		return fail(fmt.Errorf("move %v: the master stopped: %w", id, task.ErrHalted))
 	}
-	d.migMu.Lock()
+	d.mv.mu.Lock()
 	res, err, frozen = run.res, run.err, run.frozen
-	d.migMu.Unlock()
+	d.mv.mu.Unlock()
 	if err != nil {
 		return fail(err)
 	}
@@ -316,15 +311,15 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 		case move.SetRoute:
 			d.setRoute(a.TID, a.Route)
 		case move.Finish:
-			d.migMu.Lock()
-			run := d.runs[a.Move]
-			delete(d.runs, a.Move)
+			d.mv.mu.Lock()
+			run := d.mv.runs[a.Move]
+			delete(d.mv.runs, a.Move)
 			if run != nil {
 				run.err = a.Err
 				run.res.Seconds = time.Since(run.start).Seconds()
 				close(run.ended)
 			}
-			d.migMu.Unlock()
+			d.mv.mu.Unlock()
 			if a.Err != nil {
 				d.log.Warn("move ended without moving the task", "move", a.Move, "tid", a.TID, "cause", a.Err)
 			}
@@ -362,8 +357,8 @@ func (d *Daemon) callStep(a move.Action) {
 func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
 	defer cancel()
-	d.migMu.Lock()
-	run := d.runs[a.Move]
+	d.mv.mu.Lock()
+	run := d.mv.runs[a.Move]
 	var via Via
 	var typ string
 	var from task.HostID
@@ -371,7 +366,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	if run != nil {
 		via, typ, from, job = run.via, run.typ, run.from, run.job
 	}
-	d.migMu.Unlock()
+	d.mv.mu.Unlock()
 	s := migStep{TID: a.TID, Move: a.Move, Epoch: a.Route.Epoch, Route: a.Route}
 	switch a.Step {
 	case move.StepPrepare:
@@ -410,7 +405,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 		}
 	}
 	now := time.Now()
-	d.migMu.Lock()
+	d.mv.mu.Lock()
 	if run != nil && o == move.OK {
 		switch a.Step {
 		case move.StepSuspend:
@@ -421,11 +416,11 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
 		}
 	}
-	if rerr := d.moves.Result(a.Move, a.Step, o, err, now); rerr != nil {
+	if rerr := d.mv.machine.Result(a.Move, a.Step, o, err, now); rerr != nil {
 		d.log.Debug("move step answered late", "error", rerr)
 	}
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	return d.performFor(acts, a.Move)
 }
 
@@ -438,10 +433,10 @@ func checkpointName(tid task.TID, epoch uint64) string {
 // moveTick drives the move machine's clock (master): abort and commit
 // steps that failed are tried again.
 func (d *Daemon) moveTick() {
-	d.migMu.Lock()
-	d.moves.Tick(time.Now())
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	d.mv.mu.Lock()
+	d.mv.machine.Tick(time.Now())
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	d.perform(acts)
 }
 
@@ -461,9 +456,7 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 	}
 	switch method {
 	case mMigInfo:
-		d.mu.Lock()
-		h := d.tasks[a.TID]
-		d.mu.Unlock()
+		h := d.ht.task(a.TID)
 		if h == nil {
 			return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
 		}
@@ -490,29 +483,23 @@ func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, bo
 	return nil, fmt.Errorf("unknown method %q", method)
 }
 
-// staleMove reports whether a step of move id for tid comes after this
-// host cancelled or resumed tid for that move or a newer one (d.mu held).
-func (d *Daemon) staleMove(tid task.TID, id move.ID) bool {
-	return id != 0 && id <= d.moveFloor[tid]
-}
-
 // prepareArrival readies this daemon (the destination) to receive a task.
 func (d *Daemon) prepareArrival(a migStep) error {
 	if _, err := task.New(a.Type, nil); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.staleMove(a.TID, a.Move) {
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	if d.ht.staleMove(a.TID, a.Move) {
 		return fmt.Errorf("prepare %v for %v: %w", a.TID, a.Move, ErrAborted)
 	}
-	if _, here := d.tasks[a.TID]; here {
+	if _, here := d.ht.tasks[a.TID]; here {
 		return fmt.Errorf("%v already runs here", a.TID)
 	}
-	if d.incoming[a.TID] != nil {
+	if d.ht.incoming[a.TID] != nil {
 		return fmt.Errorf("%v: %w", a.TID, ErrMoving)
 	}
-	d.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, job: a.Job, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
+	d.ht.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, job: a.Job, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
 	return nil
 }
 
@@ -524,13 +511,11 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	// restored since the move began (an abort, a job's rollback): the
 	// step is late even where the task's floor has gone with an earlier
 	// incarnation.
-	d.rmu.Lock()
-	cur := d.routes.Lookup(a.TID).Epoch
-	d.rmu.Unlock()
-	d.mu.Lock()
-	h := d.tasks[a.TID]
-	stale := d.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
-	d.mu.Unlock()
+	cur := d.rt.lookup(a.TID).Epoch
+	d.ht.mu.Lock()
+	h := d.ht.tasks[a.TID]
+	stale := d.ht.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
+	d.ht.mu.Unlock()
 	if stale {
 		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)
 	}
@@ -569,42 +554,42 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 // is pending: it takes the task out of service and captures what moves
 // with it. Messages for it are refused from now on (senders hold them).
 func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
-	d.rmu.Lock()
-	d.mu.Lock()
-	if cur := d.tasks[h.tid]; cur != h {
-		d.mu.Unlock()
-		d.rmu.Unlock()
+	d.rt.mu.Lock()
+	d.ht.mu.Lock()
+	if cur := d.ht.tasks[h.tid]; cur != h {
+		d.ht.mu.Unlock()
+		d.rt.mu.Unlock()
 		req.done <- fmt.Errorf("%v: %w", h.tid, task.ErrNoSuchTask)
 		return task.ErrKilled
 	}
 	if h.quiet.Load() {
 		// Its job rolls back and the kill is on its way (killJob): it
 		// stays here to be killed rather than leave a copy in a move.
-		d.mu.Unlock()
-		d.rmu.Unlock()
+		d.ht.mu.Unlock()
+		d.rt.mu.Unlock()
 		req.done <- fmt.Errorf("suspend %v for %v: its job rolls back: %w", h.tid, req.move, ErrAborted)
 		return nil
 	}
-	if d.staleMove(h.tid, req.move) {
+	if d.ht.staleMove(h.tid, req.move) {
 		// The move was aborted (its resume came) while the request waited
 		// for this safe point: the task runs on here.
-		d.mu.Unlock()
-		d.rmu.Unlock()
+		d.ht.mu.Unlock()
+		d.rt.mu.Unlock()
 		req.done <- fmt.Errorf("suspend %v for %v: %w", h.tid, req.move, ErrAborted)
 		return nil
 	}
-	delete(d.tasks, h.tid)
+	delete(d.ht.tasks, h.tid)
 	m := d.metaLocked(h, h.mb.drain())
 	m.Epoch = req.epoch
-	d.inbox.Forget(h.tid)
-	d.outbox.ForgetSender(h.tid)
-	delete(d.watch, h.tid)
-	d.hostW = slices.DeleteFunc(d.hostW, func(w hostWatcher) bool { return w.who == h.tid })
-	d.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
+	d.rt.inbox.Forget(h.tid)
+	d.rt.outbox.ForgetSender(h.tid)
+	delete(d.ht.watch, h.tid)
+	d.ht.hostW = slices.DeleteFunc(d.ht.hostW, func(w hostWatcher) bool { return w.who == h.tid })
+	d.ht.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
 	h.moved = true
 	h.mb.close()
-	d.mu.Unlock()
-	d.rmu.Unlock()
+	d.ht.mu.Unlock()
+	d.rt.mu.Unlock()
 	h.cancel() // its goroutine ends now; calls it might still make fail
 	close(h.done)
 	d.log.Info("task suspended for a move", "move", req.move, "tid", h.tid, "to", req.to)
@@ -612,36 +597,21 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	return task.ErrSuspended
 }
 
-// departure returns the task suspended here for move id, marked as
-// sending its checkpoint, or an error if there is none or it is resolved
-// (d.mu held).
-func (d *Daemon) departure(tid task.TID, id move.ID) (*leaving, error) {
-	l := d.moving[tid]
-	if l == nil || l.over || (id != 0 && l.move != id) {
-		return nil, fmt.Errorf("%v is not suspended here for %v", tid, id)
-	}
-	if l.sending != nil {
-		return nil, fmt.Errorf("the checkpoint of %v is being sent", tid)
-	}
-	l.sending = make(chan struct{})
-	return l, nil
-}
-
 // sendCheckpoint writes a suspended task's checkpoint to the destination
 // (direct) or the shared directory (indirect) and returns its size. While
 // it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
-	d.mu.Lock()
-	l, err := d.departure(a.TID, a.Move)
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	l, err := d.ht.departure(a.TID, a.Move)
+	d.ht.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	defer func() {
-		d.mu.Lock()
+		d.ht.mu.Lock()
 		close(l.sending)
 		l.sending = nil
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 	}()
 	key, keyID := d.keyID(labelCkpt)
 	if a.Via == Indirect {
@@ -669,9 +639,9 @@ func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 				d.log.Warn("checkpoint file not synced", "tid", a.TID, "error", err)
 			}
 		})
-		d.mu.Lock()
+		d.ht.mu.Lock()
 		l.file = a.Name
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		return n, nil
 	}
 	p, err := d.peerFor(ctx, a.Host)
@@ -766,9 +736,9 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 	if err := decodeMsg(f.Body, &h); err != nil {
 		return
 	}
-	d.mu.Lock()
-	arr := d.incoming[h.TID]
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	arr := d.ht.incoming[h.TID]
+	d.ht.mu.Unlock()
 	if arr == nil || arr.epoch != h.Epoch || arr.move != h.Move || arr.from != p.info.ID {
 		d.log.Warn("refused a checkpoint for a task not prepared here", "tid", h.TID, "move", h.Move, "peer", p.name())
 		return
@@ -790,9 +760,9 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 // arrival is still the one prepared, in the critical section that puts
 // the task into service.
 func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
-	d.mu.Lock()
-	arr := d.incoming[a.TID]
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	arr := d.ht.incoming[a.TID]
+	d.ht.mu.Unlock()
 	if arr == nil || (a.Move != 0 && arr.move != a.Move) {
 		return fmt.Errorf("%v is not prepared here for %v", a.TID, a.Move)
 	}
@@ -859,65 +829,65 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		h.groups[g.Group] = g.Inst
 	}
 	acks := map[task.HostID][]byte{}
-	d.rmu.Lock()
-	d.mu.Lock()
-	if (arr != nil && d.incoming[m.TID] != arr) || (left != nil && d.moving[m.TID] != left) {
-		d.mu.Unlock()
-		d.rmu.Unlock()
+	d.rt.mu.Lock()
+	d.ht.mu.Lock()
+	if (arr != nil && d.ht.incoming[m.TID] != arr) || (left != nil && d.ht.moving[m.TID] != left) {
+		d.ht.mu.Unlock()
+		d.rt.mu.Unlock()
 		h.cancel()
 		return fmt.Errorf("%v: its move was cancelled: %w", m.TID, ErrAborted)
 	}
 	for _, e := range m.Mailbox {
 		h.mb.putEnvelope(e)
 	}
-	d.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
-	d.outbox.SetSenderState(m.TID, m.OutSeq)
+	d.rt.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
+	d.rt.outbox.SetSenderState(m.TID, m.OutSeq)
 	var held []heldMsg
 	if arr != nil {
 		held = arr.held
 		h.arrived = arr.move
-		delete(d.incoming, m.TID)
+		delete(d.ht.incoming, m.TID)
 	}
 	if left != nil {
 		held = append(held, left.held...)
-		delete(d.moving, m.TID)
+		delete(d.ht.moving, m.TID)
 	}
-	d.tasks[m.TID] = h
+	d.ht.tasks[m.TID] = h
 	for _, w := range m.Watchers {
-		d.watch[m.TID] = append(d.watch[m.TID], watcher{who: w.Who, tag: w.Tag})
+		d.ht.watch[m.TID] = append(d.ht.watch[m.TID], watcher{who: w.Who, tag: w.Tag})
 	}
 	for _, w := range m.HostWatches {
-		d.hostW = append(d.hostW, hostWatcher{watcher: watcher{who: m.TID, tag: w.Tag}, kind: w.Kind, host: w.Host})
+		d.ht.hostW = append(d.ht.hostW, hostWatcher{watcher: watcher{who: m.TID, tag: w.Tag}, kind: w.Kind, host: w.Host})
 	}
 	d.wg.Add(1)
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	d.tasksChanged()
 	for _, x := range held {
 		if x.env.Seq == 0 {
 			h.mb.putEnvelope(x.env)
 			continue
 		}
-		a := d.inbox.Accept(x.env, func(e routing.Envelope) {
+		a := d.rt.inbox.Accept(x.env, func(e routing.Envelope) {
 			h.mb.putEnvelope(e)
 		})
 		if x.host == d.cfg.HostID {
-			d.outbox.Ack(a)
+			d.rt.outbox.Ack(a)
 		} else {
 			acks[x.host] = routing.AppendAck(acks[x.host], a)
 		}
 	}
 	// Messages this daemon's own tasks held for the task go in too.
 	var local []routing.Envelope
-	if r := d.routes.Lookup(m.TID); r.Host == d.cfg.HostID {
-		_, local = d.outbox.Reroute(m.TID, r, time.Now())
+	if r := d.rt.routes.Lookup(m.TID); r.Host == d.cfg.HostID {
+		_, local = d.rt.outbox.Reroute(m.TID, r, time.Now())
 	}
 	for _, e := range local {
-		a := d.inbox.Accept(e, func(x routing.Envelope) {
+		a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
-		d.outbox.Ack(a)
+		d.rt.outbox.Ack(a)
 	}
-	d.rmu.Unlock()
+	d.rt.mu.Unlock()
 	for host, b := range acks {
 		if p, err := d.peerFor(d.ctx, host); err == nil {
 			p.frame(routing.KindAcks, b)
@@ -934,15 +904,15 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 
 // commitDeparture forgets a task that now runs elsewhere (origin).
 func (d *Daemon) commitDeparture(a migStep) {
-	d.mu.Lock()
-	l := d.moving[a.TID]
+	d.ht.mu.Lock()
+	l := d.ht.moving[a.TID]
 	if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		return
 	}
 	l.over = true
-	delete(d.moving, a.TID)
-	d.mu.Unlock()
+	delete(d.ht.moving, a.TID)
+	d.ht.mu.Unlock()
 	if l.file != "" {
 		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 	}
@@ -956,36 +926,34 @@ func (d *Daemon) commitDeparture(a migStep) {
 // here already (resumed before, or never suspended) is left as it is.
 func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 	tid := a.TID
-	d.mu.Lock()
-	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
+	d.ht.mu.Lock()
+	d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], a.Move)
 	for {
-		l := d.moving[tid]
+		l := d.ht.moving[tid]
 		if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
-			running := d.tasks[tid] != nil
-			d.mu.Unlock()
+			running := d.ht.tasks[tid] != nil
+			d.ht.mu.Unlock()
 			if running || (l != nil && l.over) {
 				return nil
 			}
 			return fmt.Errorf("%v is not suspended here for %v", tid, a.Move)
 		}
 		if ch := l.sending; ch != nil {
-			d.mu.Unlock()
+			d.ht.mu.Unlock()
 			select {
 			case <-ch:
 			case <-ctx.Done():
 				return fmt.Errorf("resume %v: its checkpoint is still being sent: %w", tid, ctx.Err())
 			}
-			d.mu.Lock()
+			d.ht.mu.Lock()
 			continue
 		}
 		l.over = true
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 		if l.file != "" {
 			_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 		}
-		d.rmu.Lock()
-		d.routes.Update(tid, a.Route)
-		d.rmu.Unlock()
+		d.rt.update(tid, a.Route)
 		m := l.meta
 		err := d.install(&m, l.h.t, nil, l)
 		close(l.resolved)
@@ -1001,26 +969,26 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 	tid, back := a.TID, a.Route
 	// The arrival goes and the way back comes in one critical section
-	// (rmu, then mu, as receiveMsgs takes them): a message that found
+	// (rt.mu, then ht.mu, as receiveMsgs takes them): a message that found
 	// neither would find this host's route to itself, the move's, and be
 	// refused as for a task that has exited, and its sender would drop
 	// every message it holds for the task.
-	d.rmu.Lock()
-	d.mu.Lock()
-	d.moveFloor[tid] = max(d.moveFloor[tid], a.Move)
-	if h := d.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
-		d.mu.Unlock()
-		d.rmu.Unlock()
+	d.rt.mu.Lock()
+	d.ht.mu.Lock()
+	d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], a.Move)
+	if h := d.ht.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
+		d.ht.mu.Unlock()
+		d.rt.mu.Unlock()
 		return true
 	}
-	arr := d.incoming[tid]
+	arr := d.ht.incoming[tid]
 	if arr != nil && arr.move == a.Move {
-		delete(d.incoming, tid)
+		delete(d.ht.incoming, tid)
 	} else {
 		arr = nil // another move's arrival, or a job's: not this step's
 	}
-	d.mu.Unlock()
-	d.routes.Update(tid, back)
+	d.ht.mu.Unlock()
+	d.rt.routes.Update(tid, back)
 	var held []heldMsg
 	if arr != nil {
 		held = arr.held
@@ -1032,8 +1000,8 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 		}
 		refusals[x.host] = routing.AppendRefusal(refusals[x.host], routing.Refusal{To: tid, Route: back})
 	}
-	h, envs := d.outbox.Reroute(tid, back, time.Now())
-	d.rmu.Unlock()
+	h, envs := d.rt.outbox.Reroute(tid, back, time.Now())
+	d.rt.mu.Unlock()
 	for host, b := range refusals {
 		if p, err := d.peerFor(d.ctx, host); err == nil {
 			p.frame(routing.KindRefuse, b)
@@ -1051,17 +1019,17 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // ends aborted without a resume, and a late answer of one of its steps is
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
-	d.migMu.Lock()
-	for id, run := range d.runs {
+	d.mv.mu.Lock()
+	for id, run := range d.mv.runs {
 		if run.job != job {
 			continue
 		}
-		if mv, ok := d.moves.Moving(run.res.TID); ok && mv.ID == id {
-			d.moves.Drop(run.res.TID, fmt.Errorf("job %d rolls back", job))
+		if mv, ok := d.mv.machine.Moving(run.res.TID); ok && mv.ID == id {
+			d.mv.machine.Drop(run.res.TID, fmt.Errorf("job %d rolls back", job))
 		}
 	}
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	d.perform(acts)
 }
 
@@ -1072,25 +1040,25 @@ func (d *Daemon) dropJobMoves(job uint64) {
 func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 	var tids []task.TID
 	var left []*leaving
-	d.mu.Lock()
-	for tid, l := range d.moving {
+	d.ht.mu.Lock()
+	for tid, l := range d.ht.moving {
 		if l.h.job != job || l.over {
 			continue
 		}
 		l.over = true
-		delete(d.moving, tid)
-		d.moveFloor[tid] = max(d.moveFloor[tid], l.move)
+		delete(d.ht.moving, tid)
+		d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], l.move)
 		tids, left = append(tids, tid), append(left, l)
 	}
-	for tid, arr := range d.incoming {
+	for tid, arr := range d.ht.incoming {
 		if arr.job != job || arr.move == 0 {
 			continue // another job's, or a job restart's (its restore owns it)
 		}
-		delete(d.incoming, tid)
-		d.moveFloor[tid] = max(d.moveFloor[tid], arr.move)
+		delete(d.ht.incoming, tid)
+		d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], arr.move)
 		tids = append(tids, tid)
 	}
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
 	for _, l := range left {
 		if l.file != "" {
 			_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
@@ -1108,14 +1076,14 @@ func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 // arriving for a move is in no host's task table, so a kill sent
 // meanwhile would miss it and the move would bring it back to life.
 func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job uint64) bool) {
-	d.migMu.Lock()
+	d.mv.mu.Lock()
 	var wait []chan struct{}
-	for _, mv := range d.moves.Moves() {
-		if run := d.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
+	for _, mv := range d.mv.machine.Moves() {
+		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
 			wait = append(wait, run.ended)
 		}
 	}
-	d.migMu.Unlock()
+	d.mv.mu.Unlock()
 	if len(wait) == 0 {
 		return
 	}
@@ -1141,16 +1109,16 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 // routed to the lost host, so that messages held for the task follow it
 // back instead of being dropped with the host.
 func (d *Daemon) movesHostLost(h task.HostID) {
-	d.migMu.Lock()
+	d.mv.mu.Lock()
 	var wait []chan struct{}
-	for _, mv := range d.moves.Moves() {
-		if run := d.runs[mv.ID]; run != nil && mv.To == h {
+	for _, mv := range d.mv.machine.Moves() {
+		if run := d.mv.runs[mv.ID]; run != nil && mv.To == h {
 			wait = append(wait, run.ended)
 		}
 	}
-	d.moves.HostLost(h, time.Now())
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	d.mv.machine.HostLost(h, time.Now())
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	d.perform(acts)
 	if len(wait) == 0 {
 		return

@@ -75,9 +75,9 @@ func TestLateRestoreAfterCancelIsRefused(t *testing.T) {
 		if err := d.prepareArrival(step); err != nil {
 			t.Fatal(err)
 		}
-		d.mu.Lock()
-		arr := d.incoming[tid]
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		arr := d.ht.incoming[tid]
+		d.ht.mu.Unlock()
 		restored := make(chan error, 1)
 		go func() { restored <- d.restoreArrival(context.Background(), step) }()
 		synctest.Wait() // the restore waits for the checkpoint
@@ -88,9 +88,7 @@ func TestLateRestoreAfterCancelIsRefused(t *testing.T) {
 		if err := <-restored; err == nil {
 			t.Error("a restore finished after its move was cancelled")
 		}
-		d.mu.Lock()
-		h := d.tasks[tid]
-		d.mu.Unlock()
+		h := d.ht.task(tid)
 		if h != nil {
 			t.Fatalf("%v runs at the destination after the move was cancelled (and at its origin again)", tid)
 		}
@@ -138,9 +136,9 @@ func TestResumeWaitsForCheckpointSend(t *testing.T) {
 		synctest.Wait()
 		select {
 		case err := <-resumed:
-			d.mu.Lock()
-			running := d.tasks[tid] != nil
-			d.mu.Unlock()
+			d.ht.mu.Lock()
+			running := d.ht.tasks[tid] != nil
+			d.ht.mu.Unlock()
 			t.Errorf("resume returned (%v, running %v) while the checkpoint was being written", err, running)
 		default:
 		}
@@ -157,9 +155,9 @@ func TestResumeWaitsForCheckpointSend(t *testing.T) {
 		if _, err := d.sendCheckpoint(ctx, migStep{TID: tid, Move: 3, Host: 2, Epoch: 1, Via: Indirect, Name: "u.ckpt"}); err == nil {
 			t.Error("a checkpoint was sent after its move was resumed")
 		}
-		d.mu.Lock()
-		running := d.tasks[tid] != nil
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		running := d.ht.tasks[tid] != nil
+		d.ht.mu.Unlock()
 		if !running {
 			t.Fatalf("%v does not run at its origin after the resume", tid)
 		}
@@ -180,7 +178,7 @@ func TestEpochAboveForgottenRoutes(t *testing.T) {
 	defer cancel()
 	var mv task.TID
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
-		tids, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		tids, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}
@@ -195,9 +193,9 @@ func TestEpochAboveForgottenRoutes(t *testing.T) {
 	}
 	held := uint64(0)
 	for _, d := range vm.Daemons {
-		d.rmu.Lock()
-		held = max(held, d.routes.Lookup(mv).Epoch)
-		d.rmu.Unlock()
+		d.rt.mu.Lock()
+		held = max(held, d.rt.routes.Lookup(mv).Epoch)
+		d.rt.mu.Unlock()
 	}
 	if held == 0 {
 		t.Fatal("no daemon holds a route for the moved task")
@@ -215,9 +213,9 @@ func TestEpochAboveForgottenRoutes(t *testing.T) {
 }
 
 func (d *Daemon) routeEpoch(tid task.TID) uint64 {
-	d.rmu.Lock()
-	defer d.rmu.Unlock()
-	return d.routes.Lookup(tid).Epoch
+	d.rt.mu.Lock()
+	defer d.rt.mu.Unlock()
+	return d.rt.routes.Lookup(tid).Epoch
 }
 
 // napper reaches a safe point once a (virtual) second.
@@ -255,10 +253,10 @@ func TestSuspendAfterResumeIsRefused(t *testing.T) {
 		if err := <-suspended; !errors.Is(err, ErrAborted) {
 			t.Errorf("suspend for an aborted move: %v, want ErrAborted", err)
 		}
-		d.mu.Lock()
-		_, away := d.moving[tid]
-		_, here := d.tasks[tid]
-		d.mu.Unlock()
+		d.ht.mu.Lock()
+		_, away := d.ht.moving[tid]
+		_, here := d.ht.tasks[tid]
+		d.ht.mu.Unlock()
 		if away || !here {
 			t.Fatalf("%v suspended for an aborted move (suspended %v, running %v)", tid, away, here)
 		}
@@ -278,7 +276,7 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
 			t.Fatal(err)
 		}
-		if floor := underMu(d, func() move.ID { return d.moveFloor[tid] }); floor != 5 {
+		if floor := underMu(d, func() move.ID { return d.ht.moveFloor[tid] }); floor != 5 {
 			t.Fatalf("floor of %v after the resume: %v, want move 5", tid, floor)
 		}
 		if err := d.Kill(tid); err != nil {
@@ -287,7 +285,7 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 		if _, err := d.Wait(ctx, tid); err != nil {
 			t.Fatal(err)
 		}
-		if underMu(d, func() bool { _, kept := d.moveFloor[tid]; return kept }) {
+		if underMu(d, func() bool { _, kept := d.ht.moveFloor[tid]; return kept }) {
 			t.Fatalf("%v exited and its move floor is still kept", tid)
 		}
 	})
@@ -300,14 +298,14 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 func TestSuspendOlderThanRouteIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d, tid := napperHere(t)
-		d.rmu.Lock()
-		d.routes.Update(tid, routing.Route{Host: 1, Epoch: 3})
-		d.rmu.Unlock()
+		d.rt.mu.Lock()
+		d.rt.routes.Update(tid, routing.Route{Host: 1, Epoch: 3})
+		d.rt.mu.Unlock()
 		err := d.suspendForMove(context.Background(), migStep{TID: tid, Move: 9, Host: 2, Epoch: 2, Timeout: time.Minute})
 		if !errors.Is(err, ErrAborted) {
 			t.Fatalf("suspend for a move older than the route: %v, want ErrAborted", err)
 		}
-		if underMu(d, func() bool { _, away := d.moving[tid]; return away }) {
+		if underMu(d, func() bool { _, away := d.ht.moving[tid]; return away }) {
 			t.Fatalf("%v suspended for a move older than its route", tid)
 		}
 	})
@@ -341,9 +339,7 @@ func TestLatePauseAfterResumeIsRefused(t *testing.T) {
 		if err := call(mCkPause, 3); !errors.Is(err, ErrAborted) {
 			t.Errorf("a pause of round 3 after its resume: %v, want ErrAborted", err)
 		}
-		d.mu.Lock()
-		h := d.tasks[root]
-		d.mu.Unlock()
+		h := d.ht.task(root)
 		if h == nil || h.pause.Load() != nil {
 			t.Fatalf("%v is left paused by a round already resumed", root)
 		}
@@ -360,10 +356,10 @@ func TestLatePauseAfterResumeIsRefused(t *testing.T) {
 	})
 }
 
-// underMu returns what f returns, called with d.mu held.
+// underMu returns what f returns, called with d.ht.mu held.
 func underMu[T any](d *Daemon, f func() T) T {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
 	return f()
 }
 

@@ -75,7 +75,7 @@ func localPairMoves(t *testing.T, vm *LocalVM, seed uint64, rounds int) (committ
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
-		mv, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		mv, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}

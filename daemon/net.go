@@ -156,9 +156,9 @@ func (d *Daemon) join(ctx context.Context) error {
 	}
 	d.cfg.HostID = h.Assigned
 	d.self.ID = h.Assigned
-	d.mu.Lock()
-	d.nextNum = max(d.nextNum, h.TIDFloor)
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	d.ht.nextNum = max(d.ht.nextNum, h.TIDFloor)
+	d.ht.mu.Unlock()
 	if d.cfg.Name == "" || d.cfg.Name == "h0" {
 		d.cfg.Name = h.Assigned.String()
 	}
@@ -179,11 +179,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	self := d.self
 	n.hosts[d.self.ID] = &self
 	n.mu.Unlock()
-	d.rmu.Lock()
-	for _, e := range h.Routes {
-		d.routes.Update(e.TID, e.Route)
-	}
-	d.rmu.Unlock()
+	d.rt.updateAll(h.Routes)
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info
 	p.ctr = d.met.Peer(p.info.Name)
@@ -344,9 +340,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		hosts, routes := d.helloLists()
-		d.mu.Lock()
-		floor := d.tidFloor[info.ID]
-		d.mu.Unlock()
+		floor := d.reg.floor(info.ID)
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
 			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials(),
 			Deleted: !announce, Lost: lost}); err != nil {

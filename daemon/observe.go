@@ -22,24 +22,24 @@ func (d *Daemon) Metrics() *metrics.Metrics { return d.met }
 // metricsSnapshot is the daemon's state for one scrape.
 func (d *Daemon) metricsSnapshot() metrics.Snapshot {
 	s := metrics.Snapshot{Tasks: map[string]int{}}
-	d.mu.Lock()
-	s.Tasks[Running.String()] = len(d.tasks)
-	s.Tasks["moving"] = len(d.moving)
-	s.Tasks["arriving"] = len(d.incoming)
+	d.ht.mu.Lock()
+	s.Tasks[Running.String()] = len(d.ht.tasks)
+	s.Tasks["moving"] = len(d.ht.moving)
+	s.Tasks["arriving"] = len(d.ht.incoming)
 	for _, st := range []TaskState{Exited, Failed, Killed} {
 		s.Tasks[st.String()] = 0
 	}
-	for _, h := range d.exited {
+	for _, h := range d.ht.exited {
 		s.Tasks[h.state.String()]++
 	}
-	for _, h := range d.tasks {
+	for _, h := range d.ht.tasks {
 		n, b := h.mb.stats()
 		s.MailboxMessages += n
 		s.MailboxBytes += b
 		s.MailboxMaxMessages = max(s.MailboxMaxMessages, n)
 	}
-	sample := d.sampled
-	d.mu.Unlock()
+	d.ht.mu.Unlock()
+	sample := d.lastSample()
 	s.External = sample.External
 	s.Load = float64(s.Tasks[Running.String()]) + sample.External
 	s.Users = sample.Users

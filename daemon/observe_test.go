@@ -71,7 +71,7 @@ func TestMetricsScrapeVM(t *testing.T) {
 	const msgs = 3
 	spawned, moved := make(chan task.TID, 1), make(chan struct{})
 	root := fn(t, func(c *task.Ctx, _ int) error {
-		tids, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		tids, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}

@@ -69,22 +69,8 @@ type arrivalMsg struct {
 	TID   task.TID `msgpack:"t"`
 }
 
-// remember records a task's group membership (inst < 0: it left).
-func (d *Daemon) remember(h *hosted, group string, inst int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if inst < 0 {
-		delete(h.groups, group)
-		return
-	}
-	if h.groups == nil {
-		h.groups = map[string]int{}
-	}
-	h.groups[group] = inst
-}
-
 // memberships lists the task's group memberships this host knows of, by
-// group name (d.mu held).
+// group name (d.ht.mu held).
 func (h *hosted) memberships() []ckpt.Membership {
 	var out []ckpt.Membership
 	for g, i := range h.groups {
@@ -102,39 +88,39 @@ func (d *Daemon) report() rejoinReport {
 			r.MasterNum = max(r.MasterNum, t.Num())
 		}
 	}
-	d.rmu.Lock()
-	d.mu.Lock()
-	for _, h := range d.tasks {
-		rt := rejoinTask{TID: h.tid, Job: h.job, Epoch: d.routes.Lookup(h.tid).Epoch, Groups: h.memberships()}
+	d.rt.mu.Lock()
+	d.ht.mu.Lock()
+	for _, h := range d.ht.tasks {
+		rt := rejoinTask{TID: h.tid, Job: h.job, Epoch: d.rt.routes.Lookup(h.tid).Epoch, Groups: h.memberships()}
 		r.Tasks = append(r.Tasks, rt)
 		seen(h.tid)
 		seen(h.parent)
 	}
-	for tid, l := range d.moving {
+	for tid, l := range d.ht.moving {
 		r.Leaving = append(r.Leaving, rejoinMove{TID: tid, Dest: l.dest, Move: l.move})
 		r.MaxEpoch = max(r.MaxEpoch, l.dest.Epoch)
 		r.MaxMove = max(r.MaxMove, l.move)
 		seen(tid)
 	}
-	for tid, a := range d.incoming {
-		if _, staged := d.staged[tid]; !staged {
+	for tid, a := range d.ht.incoming {
+		if _, staged := d.ht.staged[tid]; !staged {
 			r.Arriving = append(r.Arriving, tid)
 		}
 		r.MaxEpoch = max(r.MaxEpoch, a.epoch)
 		r.MaxMove = max(r.MaxMove, a.move)
 	}
-	for _, id := range d.moveFloor {
+	for _, id := range d.ht.moveFloor {
 		r.MaxMove = max(r.MaxMove, id)
 	}
-	for _, h := range d.tasks {
+	for _, h := range d.ht.tasks {
 		r.MaxMove = max(r.MaxMove, h.arrived)
 	}
-	for _, e := range d.routes.Entries() {
+	for _, e := range d.rt.routes.Entries() {
 		seen(e.TID)
 		r.MaxEpoch = max(r.MaxEpoch, e.Route.Epoch)
 	}
-	d.mu.Unlock()
-	d.rmu.Unlock()
+	d.ht.mu.Unlock()
+	d.rt.mu.Unlock()
 	r.Arrivals = d.arrivals.waiting()
 	slices.SortFunc(r.Tasks, func(a, b rejoinTask) int { return cmp.Compare(a.TID, b.TID) })
 	return r
@@ -316,9 +302,9 @@ func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, error) {
 	n.nextHost = max(n.nextHost, h.Host+1) // host IDs are never reused
 	n.mu.Unlock()
 	rep := h.Report
-	d.mu.Lock()
-	d.nextNum = max(d.nextNum, rep.MasterNum)
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	d.ht.nextNum = max(d.ht.nextNum, rep.MasterNum)
+	d.ht.mu.Unlock()
 	var entries []routing.Entry
 	var jobs []uint64
 	for _, t := range rep.Tasks {
@@ -350,23 +336,23 @@ type orphanMove struct {
 // recovering records what a host registering again reports about moves
 // (master), and resolves those whose two hosts are back.
 func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
-	d.migMu.Lock()
-	if d.orphanMoves == nil {
-		d.orphanMoves = map[task.TID]orphanMove{}
-		d.runningAt = map[task.TID]task.HostID{}
+	d.mv.mu.Lock()
+	if d.mv.orphans == nil {
+		d.mv.orphans = map[task.TID]orphanMove{}
+		d.mv.runningAt = map[task.TID]task.HostID{}
 	}
-	d.moves.Observe(rep.MaxEpoch)
-	d.moves.ObserveMove(rep.MaxMove)
+	d.mv.machine.Observe(rep.MaxEpoch)
+	d.mv.machine.ObserveMove(rep.MaxMove)
 	for _, t := range rep.Tasks {
-		d.moves.Observe(t.Epoch)
+		d.mv.machine.Observe(t.Epoch)
 	}
 	for _, m := range rep.Leaving {
-		d.orphanMoves[m.TID] = orphanMove{id: m.Move, origin: from, dest: m.Dest}
+		d.mv.orphans[m.TID] = orphanMove{id: m.Move, origin: from, dest: m.Dest}
 	}
 	for _, t := range rep.Tasks {
-		d.runningAt[t.TID] = from
+		d.mv.runningAt[t.TID] = from
 	}
-	d.migMu.Unlock()
+	d.mv.mu.Unlock()
 	d.goFunc(d.resolveMoves)
 }
 
@@ -375,23 +361,23 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 // forgets it; otherwise the destination drops it and the origin resumes
 // it (move.Machine.Adopt).
 func (d *Daemon) resolveMoves() {
-	d.migMu.Lock()
+	d.mv.mu.Lock()
 	now := time.Now()
-	for tid, m := range d.orphanMoves {
+	for tid, m := range d.mv.orphans {
 		if !d.hostKnown(m.origin) || !d.hostKnown(m.dest.Host) {
 			continue
 		}
-		delete(d.orphanMoves, tid)
-		at := d.runningAt[tid]
-		if err := d.moves.Adopt(m.id, tid, m.origin, m.dest, at == m.dest.Host, d.moveTimeouts(), now); err != nil {
+		delete(d.mv.orphans, tid)
+		at := d.mv.runningAt[tid]
+		if err := d.mv.machine.Adopt(m.id, tid, m.origin, m.dest, at == m.dest.Host, d.moveTimeouts(), now); err != nil {
 			d.log.Warn("recover: a move the old master left half done", "tid", tid, "error", err)
 			continue
 		}
-		d.runs[m.id] = &moveRun{from: m.origin, to: m.dest.Host, start: now, ended: make(chan struct{})}
+		d.mv.runs[m.id] = &moveRun{from: m.origin, to: m.dest.Host, start: now, ended: make(chan struct{})}
 		d.log.Warn("recover: settling a move the old master left half done", "tid", tid, "move", m.id, "at", at)
 	}
-	acts := d.moves.Ready()
-	d.migMu.Unlock()
+	acts := d.mv.machine.Ready()
+	d.mv.mu.Unlock()
 	d.perform(acts)
 }
 

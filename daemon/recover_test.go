@@ -149,9 +149,9 @@ func TestRecoveryResolvesHalfDoneMoves(t *testing.T) {
 			// task again.
 			origin := vm.Daemons[1]
 			for {
-				origin.mu.Lock()
-				_, moving := origin.moving[po]
-				origin.mu.Unlock()
+				origin.ht.mu.Lock()
+				_, moving := origin.ht.moving[po]
+				origin.ht.mu.Unlock()
 				if !moving {
 					break
 				}
@@ -186,7 +186,7 @@ func TestMigrateUnwritableSharedDirAndUnknownType(t *testing.T) {
 	}
 	t.Cleanup(func() { bad.Halt(context.Background()) })
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
-		mv, err := c.Spawn(&mover{}, 1, task.OnHost(bad.Name()))
+		mv, err := c.Spawn(&movingTask{}, 1, task.OnHost(bad.Name()))
 		if err != nil {
 			return err
 		}

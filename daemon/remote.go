@@ -506,9 +506,7 @@ func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 // mailbox is over MailboxHigh: its remote senders then stop once their
 // window is full. It reports whether it did.
 func (d *Daemon) withhold(to task.TID, host task.HostID, a routing.Ack) bool {
-	d.ht.mu.Lock()
-	h := d.ht.tasks[to]
-	d.ht.mu.Unlock()
+	h := d.ht.task(to)
 	if h == nil {
 		return false
 	}

@@ -96,10 +96,15 @@ type ProcessStatus struct {
 
 // schedState is the master scheduler's memory between checks.
 type schedState struct {
+	// mu guards the state below but for the atomics and the fields the
+	// scheduler's loop owns.
+	mu sync.Mutex
+	// placeMu serialises the Placer: one spawn is placed at a time.
+	placeMu  sync.Mutex
 	counters map[task.TID]int
 	backoff  map[task.TID]time.Time
 	status   SchedStatus
-	// class is the delay class each task was started in (under schedMu):
+	// class is the delay class each task was started in (under mu):
 	// its expected delay, which condition 1 of Definition 1 holds it to
 	// wherever it has moved since.
 	class map[task.TID]int
@@ -112,7 +117,7 @@ type schedState struct {
 	procs []sched.Process
 	tids  map[string]task.TID
 	// all is set when the next check that lists must list every host;
-	// otherwise it lists the hosts in dirtyHosts (under schedMu), whose
+	// otherwise it lists the hosts in dirtyHosts (under mu), whose
 	// processes changed, and refreshes the oldest of the others (see
 	// listProcesses). listings are the hosts' last listings and rounds
 	// counts the checks that listed (both owned by the scheduler's loop).
@@ -159,12 +164,12 @@ func (d *Daemon) schedDirty() {
 // schedDirtyHost makes the next check list host h's processes (master):
 // a task started or ended there.
 func (d *Daemon) schedDirtyHost(h task.HostID) {
-	d.schedMu.Lock()
+	d.sched.mu.Lock()
 	if d.sched.dirtyHosts == nil {
 		d.sched.dirtyHosts = map[task.HostID]bool{}
 	}
 	d.sched.dirtyHosts[h] = true
-	d.schedMu.Unlock()
+	d.sched.mu.Unlock()
 	d.sched.dirty.Store(true)
 }
 
@@ -177,10 +182,10 @@ func (d *Daemon) schedDirtyHost(h task.HostID) {
 func (d *Daemon) listProcesses(ctx context.Context, hosts []HostInfo) ([]TaskInfo, int, error) {
 	st := d.sched
 	all := st.all.Swap(false)
-	d.schedMu.Lock()
+	d.sched.mu.Lock()
 	dirty := st.dirtyHosts
 	st.dirtyHosts = nil
-	d.schedMu.Unlock()
+	d.sched.mu.Unlock()
 	if st.listings == nil {
 		st.listings, all = map[task.HostID]hostListing{}, true
 	}
@@ -255,7 +260,7 @@ func (d *Daemon) tasksChanged() {
 		return
 	}
 	select {
-	case d.reportKick <- struct{}{}:
+	case d.rep.kick <- struct{}{}:
 	default:
 	}
 }
@@ -266,7 +271,7 @@ func (d *Daemon) reportOnKick() {
 		select {
 		case <-d.ctx.Done():
 			return
-		case <-d.reportKick:
+		case <-d.rep.kick:
 		}
 		d.reportLoad()
 	}
@@ -277,8 +282,8 @@ func (d *Daemon) startedInClass(tids []task.TID, class int) {
 	for _, t := range tids {
 		d.schedDirtyHost(t.Host())
 	}
-	d.schedMu.Lock()
-	defer d.schedMu.Unlock()
+	d.sched.mu.Lock()
+	defer d.sched.mu.Unlock()
 	for _, t := range tids {
 		d.sched.class[t] = class
 	}
@@ -290,8 +295,8 @@ func (d *Daemon) startedOn(h HostInfo, tids []task.TID) {
 	d.schedDirtyHost(h.ID)
 	snap := hostSnapshot([]HostInfo{h}, d.cfg.Sched)
 	host := snap.Hosts[0]
-	d.schedMu.Lock()
-	defer d.schedMu.Unlock()
+	d.sched.mu.Lock()
+	defer d.sched.mu.Unlock()
 	for i, t := range tids {
 		d.sched.class[t] = sched.ClassOf(snap.Classes, sched.DelayFactor(host.Alpha, host.Load+float64(i)))
 	}
@@ -302,8 +307,8 @@ func (d *Daemon) startedOn(h HostInfo, tids []task.TID) {
 // scheduler sees it, the class of its host's delay then, not counting
 // itself.
 func (d *Daemon) classOf(ti TaskInfo, snap *sched.Snapshot) int {
-	d.schedMu.Lock()
-	defer d.schedMu.Unlock()
+	d.sched.mu.Lock()
+	defer d.sched.mu.Unlock()
 	if c, ok := d.sched.class[ti.TID]; ok {
 		return c
 	}
@@ -319,9 +324,9 @@ func (d *Daemon) classOf(ti TaskInfo, snap *sched.Snapshot) int {
 
 // forgetClass drops an ended task's class (master).
 func (d *Daemon) forgetClass(tid task.TID) {
-	d.schedMu.Lock()
+	d.sched.mu.Lock()
 	delete(d.sched.class, tid)
-	d.schedMu.Unlock()
+	d.sched.mu.Unlock()
 }
 
 func (c SchedConfig) classes() []sched.Class {
@@ -346,9 +351,9 @@ func (d *Daemon) sample(now time.Time) load.Sample {
 		d.log.Warn("load sample", "error", err)
 		s = load.Sample{Time: now}
 	}
-	d.mu.Lock()
-	s.Tasks = len(d.tasks)
-	d.mu.Unlock()
+	d.ht.mu.Lock()
+	s.Tasks = len(d.ht.tasks)
+	d.ht.mu.Unlock()
 	return s
 }
 
@@ -367,6 +372,19 @@ func (d *Daemon) InjectLoad(o load.Overlay, clear bool) error {
 	d.refreshSample(now)
 	d.reportLoad()
 	return nil
+}
+
+// reports is a host's side of its load reports to the master.
+type reports struct {
+	// kick asks for a report now (see tasksChanged).
+	kick chan struct{}
+	// mu orders the reports and guards last, the last report sent, and
+	// beats, the heartbeats since: a heartbeat sends a report only when
+	// the figures changed or ReportEvery beats have passed. It is taken
+	// before the router's and the hosting lock (a report reads the tasks).
+	mu    sync.Mutex
+	last  loadReport
+	beats int
 }
 
 // loadReport is what a host's load report says, as compared between
@@ -419,16 +437,16 @@ func (d *Daemon) sendReport(force bool) {
 	if d.nw == nil || d.cfg.Master {
 		return
 	}
-	d.repMu.Lock()
-	r := loadReport{info: d.selfInfo(), jobs: d.localJobs(), sent: true}
+	d.rep.mu.Lock()
+	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
 	slices.Sort(r.jobs)
-	d.beats++
-	if !force && !reportDue(d.reported, r, d.beats, d.cfg.ReportEvery) {
-		d.repMu.Unlock()
+	d.rep.beats++
+	if !force && !reportDue(d.rep.last, r, d.rep.beats, d.cfg.ReportEvery) {
+		d.rep.mu.Unlock()
 		return
 	}
-	d.reported, d.beats = r, 0
-	d.repMu.Unlock()
+	d.rep.last, d.rep.beats = r, 0
+	d.rep.mu.Unlock()
 	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &r.info, Jobs: r.jobs}); err != nil {
 		d.log.Debug("load report", "error", err)
 	}
@@ -563,9 +581,9 @@ func (d *Daemon) schedCheck(now time.Time) {
 			delete(st.backoff, tid)
 		}
 	}
-	d.schedMu.Lock()
+	d.sched.mu.Lock()
 	st.status = status
-	d.schedMu.Unlock()
+	d.sched.mu.Unlock()
 	d.schedObserved(now, true, status.Processes)
 }
 
@@ -597,8 +615,8 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 	if !sched.Idle(q) {
 		return false
 	}
-	d.schedMu.Lock()
-	defer d.schedMu.Unlock()
+	d.sched.mu.Lock()
+	defer d.sched.mu.Unlock()
 	prev := st.status
 	status := SchedStatus{Enabled: true, Period: d.cfg.Sched.Period, Checks: prev.Checks + 1, Listings: prev.Listings,
 		At: now, Classes: q.Classes, Availability: sched.Availability(q), Hosts: hostStatus(q.Hosts),
@@ -620,8 +638,8 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 
 // SchedStatus returns the scheduler's last check (master).
 func (d *Daemon) SchedStatus() SchedStatus {
-	d.schedMu.Lock()
-	defer d.schedMu.Unlock()
+	d.sched.mu.Lock()
+	defer d.sched.mu.Unlock()
 	s := d.sched.status
 	s.Enabled = d.cfg.Sched.Period > 0
 	s.Period = d.cfg.Sched.Period

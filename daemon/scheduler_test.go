@@ -23,7 +23,7 @@ func TestSchedulerEvacuatesBusyHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
-		movers, err := c.Spawn(&mover{}, 2, task.OnHost("h2"))
+		movers, err := c.Spawn(&movingTask{}, 2, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}
@@ -87,7 +87,7 @@ func TestSchedulerQuietChecksSkipListing(t *testing.T) {
 		// below every class's bound.
 		var movers []task.TID
 		for _, h := range []string{"h2", "h3"} {
-			tids, err := c.Spawn(&mover{}, 1, task.OnHost(h))
+			tids, err := c.Spawn(&movingTask{}, 1, task.OnHost(h))
 			if err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func TestSchedulerListsLocalSpawn(t *testing.T) {
 			if _, err := c.Recv(c.Parent(), 1, &start); err != nil {
 				return err
 			}
-			kid, err := c.Spawn(&mover{}, 1, task.OnHost("h3"))
+			kid, err := c.Spawn(&movingTask{}, 1, task.OnHost("h3"))
 			if err != nil {
 				return err
 			}
@@ -349,9 +349,9 @@ func TestSchedulerListsChangedHosts(t *testing.T) {
 	// and the new task is seen.
 	tid := spawnOn("h7")
 	reported(hosts)
-	m.schedMu.Lock()
+	m.sched.mu.Lock()
 	m.sched.dirtyHosts = map[task.HostID]bool{ids["h7"]: true} // the spawn's mark and the report's, once
-	m.schedMu.Unlock()
+	m.sched.mu.Unlock()
 	ts, called = list()
 	if called != 3 || len(ts) != hosts || m.sched.listings[ids["h7"]].round != m.sched.rounds {
 		t.Fatalf("after a spawn on h7: %d hosts called, %d tasks, h7 listed in round %d of %d", called, len(ts), m.sched.listings[ids["h7"]].round, m.sched.rounds)

@@ -314,15 +314,15 @@ func members(vm *LocalVM) []*Daemon {
 func onceOn(ds []*Daemon) error {
 	on := map[task.TID]string{}
 	for _, d := range ds {
-		d.mu.Lock()
-		for tid := range d.tasks {
+		d.ht.mu.Lock()
+		for tid := range d.ht.tasks {
 			if other, ok := on[tid]; ok {
-				d.mu.Unlock()
+				d.ht.mu.Unlock()
 				return fmt.Errorf("%v runs on %s and on %s", tid, other, d.Name())
 			}
 			on[tid] = d.Name()
 		}
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 	}
 	return nil
 }
@@ -497,9 +497,9 @@ func idler(t *testing.T) task.Task {
 
 // runsOn reports whether d hosts tid.
 func runsOn(d *Daemon, tid task.TID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.tasks[tid]
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	_, ok := d.ht.tasks[tid]
 	return ok
 }
 
@@ -698,9 +698,9 @@ func TestPendingHostLeftAlone(t *testing.T) {
 		if err := m.handleEvent(p, &event{Kind: evLoad, Load: &HostInfo{Tasks: 1}, Jobs: []uint64{7}}); err != nil {
 			t.Fatal(err)
 		}
-		m.mu.Lock()
-		jobs := m.hostJobs[3]
-		m.mu.Unlock()
+		m.reg.mu.Lock()
+		jobs := m.reg.hostJobs[3]
+		m.reg.mu.Unlock()
 		if jobs[7] {
 			t.Fatalf("a report of a host registering again put job 7 on it: %v", jobs)
 		}

@@ -283,13 +283,13 @@ func simJob(t *testing.T, m *Daemon, out *syncBuffer, live func() []*Daemon, fau
 func simCheckJob(ds []*Daemon, job uint64, ended bool) error {
 	on := map[task.TID][]string{}
 	for _, d := range ds {
-		d.mu.Lock()
-		for tid, h := range d.tasks {
+		d.ht.mu.Lock()
+		for tid, h := range d.ht.tasks {
 			if h.job == job {
 				on[tid] = append(on[tid], d.Name())
 			}
 		}
-		d.mu.Unlock()
+		d.ht.mu.Unlock()
 	}
 	for tid, hosts := range on {
 		if len(hosts) > 1 || ended {

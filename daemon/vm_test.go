@@ -423,19 +423,19 @@ func TestRefusesStrangers(t *testing.T) {
 	}
 }
 
-// mover is a task that receives numbered messages and checks their order;
+// movingTask is a task that receives numbered messages and checks their order;
 // it waits in RecvSafe, so it can be moved at any time. Told to stop (tag
 // 2) with a count, it reports what it got to its parent once it has that
 // many (messages from other tasks may overtake its senders').
-type mover struct {
+type movingTask struct {
 	Next, Bad int
 	Want      int
 	Stopping  bool
 }
 
-func init() { task.Register("daemon.test.mover", &mover{}) }
+func init() { task.Register("daemon.test.mover", &movingTask{}) }
 
-func (m *mover) Run(c *task.Ctx) error {
+func (m *movingTask) Run(c *task.Ctx) error {
 	for {
 		var n int
 		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
@@ -501,7 +501,7 @@ func TestMigrateFailures(t *testing.T) {
 		}
 		// Indirect without a shared directory, a missing host, a missing
 		// task, a move to where it is.
-		mv, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		mv, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}
@@ -545,7 +545,7 @@ func TestMigrateAbortRestoresAtOrigin(t *testing.T) {
 	}
 	t.Cleanup(func() { odd.Halt(context.Background()) })
 	runRoot(t, m, func(c *task.Ctx, _ int) error {
-		mv, err := c.Spawn(&mover{}, 1, task.OnHost("h2"))
+		mv, err := c.Spawn(&movingTask{}, 1, task.OnHost("h2"))
 		if err != nil {
 			return err
 		}

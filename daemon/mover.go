@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"sync"
+
+	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/task"
+)
+
+// mover is the master's part for moves: the move machine (routing/move),
+// which holds every move under way and the virtual machine's epoch clock,
+// the driver's record of each move, the kills under way, and what a
+// recovered master learnt of the moves its predecessor left half done.
+// One lock, mu, owns it all. It is held only while the machine takes an
+// event or the records change, never across a call to a host, and never
+// taken with the router's or the hosting lock held (see doc.go).
+type mover struct {
+	mu      sync.Mutex
+	machine *move.Machine
+	runs    map[move.ID]*moveRun
+	// killing counts the kills under way per job: no move of the job's
+	// tasks starts meanwhile (KillJob).
+	killing map[uint64]int
+	// A recovered master: moves the old master left half done, and where
+	// hosts registering again run their tasks (nil until a host
+	// registers again).
+	orphans   map[task.TID]orphanMove
+	runningAt map[task.TID]task.HostID
+}
+
+func newMover() *mover {
+	return &mover{machine: move.New(0, 0), runs: map[move.ID]*moveRun{}, killing: map[uint64]int{}}
+}
+
+// epoch is the virtual machine's route epoch clock now.
+func (m *mover) epoch() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.machine.Epoch()
+}
+
+// nextEpoch raises the clock to at least floor and hands out the epoch
+// after it.
+func (m *mover) nextEpoch(floor uint64) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.machine.Observe(floor)
+	return m.machine.NextEpoch()
+}
+
+// moving reports whether tid is in a move under way.
+func (m *mover) moving(tid task.TID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.machine.Moving(tid)
+	return ok
+}
+
+// holdMoves keeps moves of job's tasks from starting until the returned
+// function is called (a kill of the job under way). Holds nest.
+func (m *mover) holdMoves(job uint64) (release func()) {
+	m.mu.Lock()
+	m.killing[job]++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.killing[job]--; m.killing[job] <= 0 {
+			delete(m.killing, job)
+		}
+	}
+}

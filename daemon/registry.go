@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// registry is the master's job registry: the jobs it runs and their
+// coordinators, where each job's output goes, the hosts each job has
+// tasks on, the newest complete checkpoint set of each job name, and the
+// TIDs restored for hosts not (yet) in the machine. One lock, mu, owns
+// it; it is taken with no other lock held and calls nothing that locks.
+// A job's coordinator has its own lock (jobState.mu).
+type registry struct {
+	mu   sync.Mutex
+	next uint64 // the last job number handed out
+	byID map[uint64]*jobState
+	// outputs maps a job to the console its output goes to.
+	outputs  map[uint64]io.Writer
+	setSeqs  map[string]uint64               // the newest complete checkpoint set of each job name
+	tidFloor map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
+	hostJobs map[task.HostID]map[uint64]bool // the jobs with tasks on each host
+	// rollbacks counts the job rollbacks made.
+	rollbacks atomic.Int64
+}
+
+func newRegistry() *registry {
+	return &registry{
+		byID:     map[uint64]*jobState{},
+		outputs:  map[uint64]io.Writer{},
+		setSeqs:  map[string]uint64{},
+		tidFloor: map[task.HostID]uint32{},
+		hostJobs: map[task.HostID]map[uint64]bool{},
+	}
+}
+
+// newID hands out the next job number.
+func (r *registry) newID() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next++
+	return r.next
+}
+
+// add registers job js under its number.
+func (r *registry) add(js *jobState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byID[js.id] = js
+}
+
+// remove forgets job id and its console.
+func (r *registry) remove(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.byID, id)
+	delete(r.outputs, id)
+}
+
+// get is job id, or nil.
+func (r *registry) get(id uint64) *jobState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
+// output is the console job id's output goes to, or nil.
+func (r *registry) output(id uint64) io.Writer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outputs[id]
+}
+
+// setOutput sends job id's output to w.
+func (r *registry) setOutput(id uint64, w io.Writer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outputs[id] = w
+}
+
+// raiseFloor records that TIDs up to n of host h were restored while h
+// was not in the machine.
+func (r *registry) raiseFloor(h task.HostID, n uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tidFloor[h] = max(r.tidFloor[h], n)
+}
+
+// floor is the largest TID number restored for host h while it was away.
+func (r *registry) floor(h task.HostID) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tidFloor[h]
+}
+
+// jobsOn records that host h runs tasks of jobs: as its report says
+// (replace), or as a spawn placed them.
+func (r *registry) jobsOn(h task.HostID, jobs []uint64, replace bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.hostJobs[h]
+	if set == nil || replace {
+		set = map[uint64]bool{}
+		r.hostJobs[h] = set
+	}
+	for _, j := range jobs {
+		set[j] = true
+	}
+}
+
+// hostsOf lists the hosts recorded with tasks of job.
+func (r *registry) hostsOf(job uint64) []task.HostID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var on []task.HostID
+	for h, jobs := range r.hostJobs {
+		if jobs[job] {
+			on = append(on, h)
+		}
+	}
+	return on
+}
+
+// jobsOf lists the registered jobs recorded with tasks on host h.
+func (r *registry) jobsOf(h task.HostID) []*jobState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var jss []*jobState
+	for j := range r.hostJobs[h] {
+		if js := r.byID[j]; js != nil {
+			jss = append(jss, js)
+		}
+	}
+	return jss
+}
+
+// forgetHost drops host h's record of jobs.
+func (r *registry) forgetHost(h task.HostID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.hostJobs, h)
+}
+
+// noteSetSeq records that set seq of job name is complete.
+func (r *registry) noteSetSeq(name string, seq uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setSeqs[name] = max(r.setSeqs[name], seq)
+}
+
+// setSeq is the newest complete set recorded for job name.
+func (r *registry) setSeq(name string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.setSeqs[name]
+}

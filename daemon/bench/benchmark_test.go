@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon"
 )
 
 // The benchmarks below time the steady state of each measurement: the
@@ -19,8 +21,19 @@ import (
 func startRemote(b *testing.B) Pair { return startTasks(b, ModeRemote) }
 func startLocal(b *testing.B) Pair  { return startTasks(b, ModeLocal) }
 
+// startRemoteNoBulk is startRemote with the bulk lane off: every message
+// between the daemons goes over QUIC, as with `dpvm bench pingpong
+// --no-bulk`.
+func startRemoteNoBulk(b *testing.B) Pair {
+	return startConfigured(b, ModeRemote, daemon.Config{BulkThreshold: -1})
+}
+
 func startTasks(b *testing.B, mode string) Pair {
-	p, err := StartTasks(context.Background(), mode)
+	return startConfigured(b, mode, daemon.Config{})
+}
+
+func startConfigured(b *testing.B, mode string, cfg daemon.Config) Pair {
+	p, err := startPair(context.Background(), mode, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,9 +78,10 @@ func benchRoundTrip(b *testing.B, start func(*testing.B) Pair) {
 	}
 }
 
-func BenchmarkRemoteRoundTrip(b *testing.B) { benchRoundTrip(b, startRemote) }
-func BenchmarkLocalRoundTrip(b *testing.B)  { benchRoundTrip(b, startLocal) }
-func BenchmarkQUICRoundTrip(b *testing.B)   { benchRoundTrip(b, startQUIC) }
+func BenchmarkRemoteRoundTrip(b *testing.B)       { benchRoundTrip(b, startRemote) }
+func BenchmarkRemoteNoBulkRoundTrip(b *testing.B) { benchRoundTrip(b, startRemoteNoBulk) }
+func BenchmarkLocalRoundTrip(b *testing.B)        { benchRoundTrip(b, startLocal) }
+func BenchmarkQUICRoundTrip(b *testing.B)         { benchRoundTrip(b, startQUIC) }
 
 func benchStream(b *testing.B, start func(*testing.B) Pair) {
 	ctx := context.Background()

@@ -259,11 +259,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rt.mu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
-	decode := routing.DecodeEnvelopes
-	if owned {
-		decode = routing.DecodeEnvelopesOwned
-	}
-	err := decode(body, func(e routing.Envelope) error {
+	accept := func(e routing.Envelope) error {
 		nRecv++
 		bRecv += len(e.Body.Data)
 		d.ht.mu.Lock()
@@ -316,7 +312,15 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		})
 		last = lastOfPair(last, a)
 		return nil
-	})
+	}
+	// Called directly, not through a function value, so that accept and
+	// what it captures stay on the stack.
+	var err error
+	if owned {
+		err = routing.DecodeEnvelopesOwned(body, accept)
+	} else {
+		err = routing.DecodeEnvelopes(body, accept)
+	}
 	d.rt.mu.Unlock()
 	p.ctr.Received(nRecv, bRecv)
 	if err != nil {

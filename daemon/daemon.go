@@ -818,6 +818,9 @@ type hosted struct {
 	// near records where the task's recent receivers on this daemon are
 	// (under d.rt.mu; see sendNear).
 	near nearPeers
+	// lastGroup is the last group name the task used, translated (see
+	// groupName).
+	lastGroup atomic.Pointer[groupNames]
 }
 
 type deferredAck struct {

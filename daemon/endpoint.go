@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -247,14 +248,27 @@ func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids
 // groupName is the group server's name for a group a task names: its job's
 // own group, unless the name asks for the VM-wide one (task.VMWide). So two
 // runs of one program at once never share a group.
-func (h *hosted) groupName(group string) string { return jobGroup(h.job, group) }
+//
+// The task's last name and its translation are kept: a task that syncs
+// in one group over and over (a barrier per iteration) makes no garbage.
+func (h *hosted) groupName(group string) string {
+	if g := h.lastGroup.Load(); g != nil && g.group == group {
+		return g.name
+	}
+	name := jobGroup(h.job, group)
+	h.lastGroup.Store(&groupNames{group: group, name: name})
+	return name
+}
+
+// groupNames is a group's name as a task gave it and the group server's.
+type groupNames struct{ group, name string }
 
 // jobGroup is the group server's name for group as named by a task of job.
 func jobGroup(job uint64, group string) string {
 	if strings.HasPrefix(group, task.VMWide) {
 		return group
 	}
-	return fmt.Sprintf("j%d:%s", job, group)
+	return "j" + strconv.FormatUint(job, 10) + ":" + group
 }
 
 func (h *hosted) Join(ctx context.Context, group string) (int, error) {

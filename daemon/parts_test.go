@@ -141,3 +141,22 @@ func TestMoverHolds(t *testing.T) {
 		t.Fatalf("next epoch %d above 40, clock %d", e, m.epoch())
 	}
 }
+
+// TestGroupNameKept checks a task's group names: its job's own group, the
+// VM-wide one when asked, and no garbage for a name used over and over.
+func TestGroupNameKept(t *testing.T) {
+	h := &hosted{job: 7}
+	if got := h.groupName("g"); got != "j7:g" {
+		t.Fatalf("groupName(g) = %q, want j7:g", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { h.groupName("g") }); n != 0 {
+		t.Fatalf("%v allocations for a name used again, want 0", n)
+	}
+	wide := task.VMWide + "all"
+	if got := h.groupName(wide); got != wide {
+		t.Fatalf("groupName(%q) = %q", wide, got)
+	}
+	if got := h.groupName("g"); got != "j7:g" {
+		t.Fatalf("groupName(g) after another = %q, want j7:g", got)
+	}
+}

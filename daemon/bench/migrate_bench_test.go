@@ -19,7 +19,7 @@ import (
 //	go test -run '^$' -bench 'Migrate/indirect/16MiB' -benchtime 40x -cpuprofile cpu.out ./daemon/bench
 //	go tool pprof -top cpu.out
 
-var migrateBenchSizes = []float64{1, 16}
+var migrateBenchSizes = []float64{0, 1, 16}
 
 func BenchmarkMigrate(b *testing.B) {
 	for _, via := range []daemon.Via{daemon.Direct, daemon.Indirect} {

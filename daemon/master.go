@@ -236,6 +236,24 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 	if masterMethods[method] && !d.isMaster() {
 		return nil, fmt.Errorf("method %q: this daemon is not the master", method)
 	}
+	// The steps of moves and job checkpoints go straight to their
+	// handlers: every call runs on a goroutine of its own, and the
+	// control methods' frame below (its many reply values) would make
+	// each such goroutine grow its stack, copying it, at every step.
+	switch method {
+	case mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop:
+		return d.handleMigration(ctx, p, method, body)
+	case mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill:
+		return d.handleJobCkpt(ctx, method, body)
+	case mCkLoad, mCkGo, mCkDrop, mCkFloor:
+		return d.handleRestore(method, body)
+	}
+	return d.handleControl(ctx, p, method, body)
+}
+
+// handleControl serves the control methods but the steps of moves and job
+// checkpoints.
+func (d *Daemon) handleControl(ctx context.Context, p *peer, method string, body []byte) (any, error) {
 	switch method {
 	case mSendCheck:
 		return nil, nil
@@ -277,10 +295,6 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			return nil, err
 		}
 		return d.CheckpointJob(ctx, a.Job, a.Dir)
-	case mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill:
-		return d.handleJobCkpt(ctx, method, body)
-	case mCkLoad, mCkGo, mCkDrop, mCkFloor:
-		return d.handleRestore(method, body)
 	case mKill:
 		var a tidArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -360,8 +374,6 @@ func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte
 			return nil, err
 		}
 		return d.Wait(ctx, a.TID)
-	case mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop:
-		return d.handleMigration(ctx, p, method, body)
 	}
 	return nil, fmt.Errorf("unknown method %q", method)
 }

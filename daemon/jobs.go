@@ -545,7 +545,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
-			Epoch: d.epochClock()}
+			Epoch: d.mv.epoch()}
 		key, keyID := d.keyID(labelManifest)
 		m.KeyID = keyID
 		jobDir := filepath.Dir(w.setDir)
@@ -1012,7 +1012,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
 			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
-		d.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
+		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
 	return nil
 }
@@ -1025,11 +1025,6 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 // one that took the set: recovered, or of another machine).
 func (d *Daemon) restartEpoch(tids []task.TID, floor uint64) uint64 {
 	return d.mv.nextEpoch(d.rt.maxEpoch(tids, floor))
-}
-
-// epochClock is the virtual machine's route epoch clock now (master).
-func (d *Daemon) epochClock() uint64 {
-	return d.mv.epoch()
 }
 
 // findSet resolves dir to a verified checkpoint set: dir itself if it is
@@ -1068,12 +1063,6 @@ func (d *Daemon) jobLostHost(job uint64) task.HostID {
 		}
 	}
 	return 0
-}
-
-// jobsOn records that host h runs tasks of jobs (master): as its report
-// says (replace), or as a spawn placed them.
-func (d *Daemon) jobsOn(h task.HostID, jobs []uint64, replace bool) {
-	d.reg.jobsOn(h, jobs, replace)
 }
 
 // rollBackJobsOf tells the coordinator of every job that had tasks on the

@@ -171,7 +171,7 @@ func TestNoCheckpointWithoutALostHostsTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 		const gone = task.HostID(99) // deleted; its jobs not yet told
-		m.jobsOn(gone, []uint64{job}, false)
+		m.reg.jobsOn(gone, []uint64{job}, false)
 		if _, err := m.CheckpointJob(ctx, job, ""); err == nil {
 			t.Fatal("a checkpoint round ran while a deleted host held tasks of the job")
 		}

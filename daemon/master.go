@@ -483,7 +483,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if started {
 			d.schedDirtyHost(p.info.ID) // tasks started there since its last report
 		}
-		d.jobsOn(p.info.ID, e.Jobs, true)
+		d.reg.jobsOn(p.info.ID, e.Jobs, true)
 	default:
 		return fmt.Errorf("unknown event %q", e.Kind)
 	}
@@ -555,7 +555,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 			// After the answer: a load report the host sent before it
 			// started them has been applied by now, and will not
 			// overwrite this.
-			d.jobsOn(h, []uint64{job}, false)
+			d.reg.jobsOn(h, []uint64{job}, false)
 		}
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)

@@ -319,7 +319,7 @@ func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, error) {
 		}
 	}
 	d.applyRoutes(entries)
-	d.jobsOn(h.Host, jobs, true)
+	d.reg.jobsOn(h.Host, jobs, true)
 	d.recovering(h.Host, rep)
 	d.log.Warn("host registered again", "peer", info.ID, "peer_name", info.Name, "tasks", len(rep.Tasks))
 	return info, nil

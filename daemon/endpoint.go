@@ -42,32 +42,26 @@ func (h *hosted) ctxErr(ctx context.Context) error {
 }
 
 func (h *hosted) Send(ctx context.Context, to task.TID, tag int, p task.Payload) error {
-	if err := h.ctxErr(ctx); err != nil {
-		return err
-	}
-	if h.d.cfg.Emulate {
-		h.charge()
-	}
-	if err := h.d.send(ctx, h, h.tid, to, tag, p, waitRoom, nil); err != nil {
-		if h.ctx.Err() != nil {
-			return task.ErrKilled
-		}
-		return err
-	}
-	return nil
+	return h.sendFrom(ctx, to, tag, p, false)
 }
 
 // SendInPlace is Send for a payload whose bytes are the sending task's
 // memory, given up to the receiver (task.InPlaceSender): a receiver hosted
 // here gets the bytes themselves, one elsewhere a copy.
 func (h *hosted) SendInPlace(ctx context.Context, to task.TID, tag int, p task.Payload) error {
+	return h.sendFrom(ctx, to, tag, p, true)
+}
+
+// sendFrom sends p from the task to to, waiting for room; lent says p's
+// bytes are the task's memory (see Daemon.sendMsg).
+func (h *hosted) sendFrom(ctx context.Context, to task.TID, tag int, p task.Payload, lent bool) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
 	if h.d.cfg.Emulate {
 		h.charge()
 	}
-	if err := h.d.sendMsg(ctx, h, h.tid, to, tag, p, waitRoom, nil, true); err != nil {
+	if err := h.d.sendMsg(ctx, h, h.tid, to, tag, p, waitRoom, nil, lent); err != nil {
 		if h.ctx.Err() != nil {
 			return task.ErrKilled
 		}

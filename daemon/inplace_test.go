@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/dpvm/dpvm/task"
@@ -46,7 +47,7 @@ func TestSendInPlaceLocalAndRemote(t *testing.T) {
 					if err == nil && len(s) > 0 {
 						first = &s[0]
 					}
-					if want := inPlaceChunk(i, size); err == nil && fmt.Sprint(s) != fmt.Sprint(want) {
+					if want := inPlaceChunk(i, size); err == nil && !slices.Equal(s, want) {
 						err = fmt.Errorf("%d int32s %v…, want %v…", len(s), s[:min(3, len(s))], want[:3])
 					}
 					arrived <- arrival{first, err}

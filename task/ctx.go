@@ -361,12 +361,9 @@ func (c *Ctx) Send(to TID, tag int, v any) error {
 // SendContext is Send with a context: a send that must wait for buffer
 // space gives up when ctx is done.
 func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
-	if err := checkTag(tag); err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
-	}
-	p, err := Encode(v)
+	p, err := sendPayload(to, tag, v, Encode)
 	if err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
+		return err
 	}
 	c.enter()
 	err = c.ep.Send(ctx, to, tag, p)
@@ -375,6 +372,18 @@ func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
 		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
 	}
 	return nil
+}
+
+// sendPayload checks a send's tag and encodes v for it with encode.
+func sendPayload(to TID, tag int, v any, encode func(any) (Payload, error)) (Payload, error) {
+	if err := checkTag(tag); err != nil {
+		return Payload{}, fmt.Errorf("send to %v: %w", to, err)
+	}
+	p, err := encode(v)
+	if err != nil {
+		return Payload{}, fmt.Errorf("send to %v: %w", to, err)
+	}
+	return p, nil
 }
 
 // InPlaceSender is implemented by endpoints that can hand a payload's bytes
@@ -413,12 +422,9 @@ func (c *Ctx) SendInPlace(to TID, tag int, v any) error {
 	if !ok {
 		return c.Send(to, tag, v)
 	}
-	if err := checkTag(tag); err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
-	}
-	p, err := inPlace(v)
+	p, err := sendPayload(to, tag, v, inPlace)
 	if err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
+		return err
 	}
 	c.enter()
 	err = ips.SendInPlace(c.ep.Context(), to, tag, p)
@@ -444,16 +450,13 @@ type SafeSender interface {
 // resumes in Run, so call SendSafe where Run's fields say the task is
 // about to send v. Inside a critical section it is Send.
 func (c *Ctx) SendSafe(to TID, tag int, v any) error {
-	if err := checkTag(tag); err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
-	}
 	ss, ok := c.ep.(SafeSender)
 	if !ok || c.critical.Load() > 0 {
 		return c.Send(to, tag, v)
 	}
-	p, err := Encode(v)
+	p, err := sendPayload(to, tag, v, Encode)
 	if err != nil {
-		return fmt.Errorf("send to %v: %w", to, err)
+		return err
 	}
 	for {
 		c.enter()

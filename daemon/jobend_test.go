@@ -158,3 +158,48 @@ func TestJobEndsWhole(t *testing.T) {
 		waitJobGone(t, m, tids)
 	})
 }
+
+// TestCheckpointRefusedOnceJobOver: between its root's end and the
+// master forgetting it, a job's periodic checkpoint may still tick; if a
+// host leaves then (the embedded machine stopping), the round must be
+// refused as the job's end, not fail as tasks lost with a host.
+func TestCheckpointRefusedOnceJobOver(t *testing.T) {
+	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	spawned := make(chan []task.TID, 1)
+	job, _, err := m.StartJob(ctx, fn(t, func(c *task.Ctx, _ int) error {
+		if err := spawnWaiters(t, c, 2, spawned); err != nil {
+			return err
+		}
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	}), JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-spawned
+	js := m.reg.get(job)
+	if js == nil {
+		t.Fatalf("job %d is not registered", job)
+	}
+	if on := m.reg.hostsOf(job); len(on) != 2 {
+		t.Fatalf("job %d runs on %v, want both hosts", job, on)
+	}
+	js.ended.Do(func() { close(js.done) }) // endJob's first half
+	if err := vm.Daemons[1].Halt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for len(m.Hosts()) != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("h2 still a member: %+v", m.Hosts())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := m.checkpointJob(ctx, js, ""); !errors.Is(err, ErrNoJob) {
+		t.Errorf("checkpoint of an ended job after a host left: %v, want ErrNoJob", err)
+	}
+	m.forgetJob(js)
+}

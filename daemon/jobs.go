@@ -37,8 +37,13 @@ type jobState struct {
 	typ  string
 	opts JobOptions
 
-	done  chan struct{}
-	ended sync.Once
+	done      chan struct{} // closed when the job's root has ended
+	forgotten chan struct{} // closed once the master has forgotten the job
+	ended     sync.Once
+	// drivers counts the goroutines driving the job's machine. One is
+	// added only under mu and before the job is over (done closed), so
+	// that once forgotten is closed the count only falls.
+	drivers sync.WaitGroup
 
 	// mu guards the fields below. It is held only to step the machine and
 	// read or change this bookkeeping, never across a call to a host.
@@ -160,7 +165,7 @@ type JobCheckpoint struct {
 
 // newJob registers a job (master).
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
-	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{})}
+	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{})}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -189,18 +194,64 @@ func (d *Daemon) jobckConfig(opts JobOptions) jobck.Config {
 // master of a virtual machine), with the job's checkpoints as opts asks.
 // The job ends when its root task does.
 func (d *Daemon) StartJob(ctx context.Context, root task.Task, opts JobOptions) (uint64, task.TID, error) {
-	typ, state, err := task.EncodeState(root)
+	js, err := d.startJob(ctx, root, opts)
 	if err != nil {
 		return 0, 0, err
+	}
+	return js.id, js.root, nil
+}
+
+// startJob is StartJob, returning the job's record.
+func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) (*jobState, error) {
+	typ, state, err := task.EncodeState(root)
+	if err != nil {
+		return nil, err
 	}
 	js := d.newJob("", typ, opts)
 	tids, err := d.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 1})
 	if err != nil {
 		d.endJob(js)
-		return 0, 0, err
+		return nil, err
 	}
 	d.jobRunning(js, tids[0])
-	return js.id, js.root, nil
+	return js, nil
+}
+
+// runEmbeddedJob starts root as the root task of a new job and waits until the
+// job is over (master). It returns the root's final state, following the
+// job's rollbacks, once the job is forgotten: no checkpoint round of it is
+// still under way when the caller goes on to stop the machine.
+func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions) (TaskInfo, error) {
+	js, err := d.startJob(ctx, root, opts)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	info, err := d.waitJob(ctx, js)
+	if err != nil {
+		return info, err
+	}
+	over := make(chan struct{})
+	d.goFunc(func() {
+		<-js.forgotten
+		js.drivers.Wait()
+		close(over)
+	})
+	select {
+	case <-over:
+		return info, nil
+	case <-ctx.Done():
+		return info, fmt.Errorf("wait for job %d to end: %w", js.id, ctx.Err())
+	}
+}
+
+// over reports whether the job's root has ended.
+func (js *jobState) over() bool {
+	select {
+	case <-js.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // spawnRoots places and starts req.Count tasks, each the root of a job of
@@ -252,10 +303,17 @@ func (d *Daemon) freshJobName(id uint64) string {
 func (d *Daemon) endJob(js *jobState) {
 	js.ended.Do(func() {
 		close(js.done)
-		acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
-		d.driveJob(js, acts)
-		d.reg.remove(js.id)
+		d.forgetJob(js)
 	})
+}
+
+// forgetJob is the second half of endJob: the job's machine is told, a
+// round under way is abandoned, and the registry forgets the job.
+func (d *Daemon) forgetJob(js *jobState) {
+	acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
+	d.driveJob(js, acts)
+	d.reg.remove(js.id)
+	close(js.forgotten)
 }
 
 // jobRunning records that job js runs with root as its root task: its
@@ -395,7 +453,9 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	now := time.Now()
 	js.mu.Lock()
 	var acts []jobck.Action
-	if lost := d.jobLostHost(js.id); lost != 0 {
+	if js.over() {
+		err = jobck.ErrEnded
+	} else if lost := d.jobLostHost(js.id); lost != 0 {
 		// Deleted, but the job's coordinator is not told yet: a round
 		// on the hosts left would miss the tasks lost there.
 		err = fmt.Errorf("%v: %w", lost, jobck.ErrBroken)
@@ -408,6 +468,7 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 		js.work = &roundWork{round: r, root: root, start: now}
 		ch = make(chan ckOutcome, 1)
 		js.waiters[r] = ch
+		js.drivers.Add(1)
 	}
 	js.mu.Unlock()
 	switch {
@@ -418,7 +479,10 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	case err != nil:
 		return res, fmt.Errorf("checkpoint job %d: %w", js.id, err)
 	}
-	d.goFunc(func() { d.driveJob(js, acts) })
+	d.goFunc(func() {
+		defer js.drivers.Done()
+		d.driveJob(js, acts)
+	})
 	select {
 	case o := <-ch:
 		return o.res, o.err
@@ -621,7 +685,8 @@ func (d *Daemon) resumeHosts(job uint64, hosts []task.HostID, step ckStep) {
 		_, errs := d.eachHost(ctx, hosts, mCkResume, step)
 		var failed []task.HostID
 		for i, err := range errs {
-			if err != nil {
+			// A host no longer in the machine took its tasks with it.
+			if err != nil && !errors.Is(err, task.ErrNoSuchHost) {
 				failed = append(failed, hosts[i])
 			}
 		}
@@ -1097,12 +1162,21 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 				js.work = &roundWork{round: js.mc.Round(), start: now, lostHost: h}
 			}
 		}
+		counted := err == nil && !js.over()
+		if counted {
+			js.drivers.Add(1)
+		}
 		js.mu.Unlock()
 		if err != nil {
 			d.log.Error("job rollback", "job", js.id, "error", err)
 			continue
 		}
-		d.goFunc(func() { d.driveJob(js, acts) })
+		d.goFunc(func() {
+			if counted {
+				defer js.drivers.Done()
+			}
+			d.driveJob(js, acts)
+		})
 	}
 	return rolling
 }

@@ -80,19 +80,22 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 		defer vm.Halt(opts.HaltTimeout)
 		d = vm.Master()
 	}
-	var tid task.TID
-	var err error
+	var info TaskInfo
 	if opts.Hosts > 1 {
-		_, tid, err = d.StartJob(ctx, root, opts.Job)
+		// The machine stops only once the job is over: a checkpoint round
+		// still running would see its hosts leave as lost.
+		var err error
+		if info, err = d.runEmbeddedJob(ctx, root, opts.Job); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
 	} else {
-		tid, err = d.SpawnTask(root)
-	}
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	info, err := d.Wait(ctx, tid)
-	if err != nil {
-		return fmt.Errorf("run: %w", err)
+		tid, err := d.SpawnTask(root)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		if info, err = d.Wait(ctx, tid); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
 	}
 	if opts.Result != nil && len(info.Result.Data) > 0 {
 		if err := info.Result.Decode(opts.Result); err != nil {

@@ -48,12 +48,17 @@
 //   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
 //     machine (routing/move), which holds every move under way and the
 //     virtual machine's epoch clock, the driver's record of each move
-//     (runs), the kills under way, and what a recovered master learnt of
-//     the moves its predecessor left half done. The machine decides; the
-//     driver (migrate.go: perform, callStep, moveTick, movesHostLost)
-//     takes its actions after releasing mv.mu, runs each step's call on a
-//     tracked goroutine bounded by a timeout from Config (MoveStepTimeout,
-//     MoveTimeout, MoveTransferTimeout), and feeds the outcome back; the
+//     (runs), the kills under way, what a recovered master learnt of
+//     the moves its predecessor left half done, and the type and job of
+//     the tasks moved before (facts: asked of the origin before a task's
+//     first move; the origin checks them at the suspend step, so a move on
+//     a stale record aborts before anything is captured). The machine
+//     decides; the driver (migrate.go: perform, callStep, moveTick,
+//     movesHostLost) takes its actions after releasing mv.mu, runs each
+//     step's call on a tracked goroutine bounded by a timeout from Config
+//     (MoveStepTimeout, MoveTimeout, MoveTransferTimeout), and feeds the
+//     outcome back (a suspend the origin refused, as with no safe point
+//     in time or no such task, ends the move with nothing to resume); the
 //     goroutine that performed a move's step performs its next one. The
 //     hosts' step handlers check the move ID of every step (a step of a
 //     move a host has cancelled or resumed the task for is refused), and

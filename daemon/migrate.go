@@ -143,7 +143,7 @@ type (
 		TID     task.TID      `msgpack:"t"`
 		Move    move.ID       `msgpack:"m,omitempty"`
 		Type    string        `msgpack:"y,omitempty"`
-		Job     uint64        `msgpack:"j,omitempty"` // prepare: the task's job
+		Job     uint64        `msgpack:"j,omitempty"` // prepare, suspend: the task's job
 		Host    task.HostID   `msgpack:"h,omitempty"` // the other end
 		Epoch   uint64        `msgpack:"e,omitempty"`
 		Via     Via           `msgpack:"v,omitempty"`
@@ -168,7 +168,7 @@ type (
 // Migration control methods.
 const (
 	mMigrate = "migrate"     // at the master: move a task
-	mMigInfo = "mig.info"    // at the origin: the task's type
+	mMigInfo = "mig.info"    // at the origin: the task's type and job
 	mMigPrep = "mig.prepare" // at the destination
 	mMigSusp = "mig.suspend" // at the origin: suspend at a safe point
 	mMigSend = "mig.send"    // at the origin: write the checkpoint
@@ -246,9 +246,15 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	if d.mv.moving(tid) {
 		return fail(ErrMoving)
 	}
-	var info migReply
-	if err := d.callHost(ctx, a, mMigInfo, migStep{TID: tid}, &info); err != nil {
-		return fail(err)
+	// A task's type and job are asked of its host before its first move
+	// and remembered: they never change while the task lives, and the
+	// origin checks them when it suspends the task, so a move on a stale
+	// record aborts there, before anything is captured.
+	info, known := d.mv.factsOf(tid)
+	if !known {
+		if err := d.callHost(ctx, a, mMigInfo, migStep{TID: tid}, &info); err != nil {
+			return fail(err)
+		}
 	}
 	d.mv.mu.Lock()
 	if info.Job != 0 && d.mv.killing[info.Job] > 0 {
@@ -260,6 +266,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		d.mv.mu.Unlock()
 		return fail(err)
 	}
+	d.mv.rememberLocked(tid, info)
 	mv, _ := d.mv.machine.Moving(tid)
 	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
@@ -279,6 +286,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	res, err, frozen = run.res, run.err, run.frozen
 	d.mv.mu.Unlock()
 	if err != nil {
+		d.mv.forgetFacts(tid) // the next move asks again
 		return fail(err)
 	}
 	d.log.Info("migrated", "move", id, "tid", tid, "from", a, "to", b, "via", via, "bytes", res.CheckpointBytes,
@@ -372,7 +380,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	case move.StepPrepare:
 		s.Type, s.Host, s.Job = typ, from, job
 	case move.StepSuspend:
-		s.Host, s.Timeout = a.Route.Host, d.cfg.MoveTimeout
+		s.Type, s.Job, s.Host, s.Timeout = typ, job, a.Route.Host, d.cfg.MoveTimeout
 	case move.StepSend:
 		s.Host, s.Via, s.Name = a.Route.Host, via, checkpointName(a.TID, a.Route.Epoch)
 	case move.StepRestore:
@@ -385,7 +393,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	case err == nil && a.Step == move.StepCancel && rep.Installed:
 		o = move.Installed
 	case err == nil:
-	case a.Step == move.StepSuspend && errors.Is(err, ErrNoSafePoint):
+	case a.Step == move.StepSuspend && suspendRefused(err):
 		o = move.Refused
 	default:
 		o = move.Failed
@@ -422,6 +430,17 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	return d.performFor(acts, a.Move)
+}
+
+// suspendRefused reports whether a suspend step's error is the origin's
+// answer that it did not suspend the task for the move: no safe point in
+// time, no such task there (nor suspended for the move: see
+// suspendForMove), or the move (or the master's record of the task)
+// stale. The move then ends with nothing to resume; any other failure (a
+// timeout, a lost link) leaves it open whether the task was suspended,
+// and the move is cancelled.
+func suspendRefused(err error) bool {
+	return errors.Is(err, ErrNoSafePoint) || errors.Is(err, task.ErrNoSuchTask) || errors.Is(err, ErrAborted)
 }
 
 // checkpointName is the shared directory's file name of a move's
@@ -515,12 +534,22 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	d.ht.mu.Lock()
 	h := d.ht.tasks[a.TID]
 	stale := d.ht.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
+	l := d.ht.moving[a.TID]
+	already := h == nil && l != nil && !l.over && a.Move != 0 && l.move == a.Move
 	d.ht.mu.Unlock()
 	if stale {
 		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)
 	}
+	if already {
+		return nil // suspended for this very move: the step is done
+	}
 	if h == nil {
 		return fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
+	}
+	if a.Type != "" && (h.typ != a.Type || h.job != a.Job) {
+		// The master moves the task on a stale record of it.
+		return fmt.Errorf("suspend %v for %v: it is a %s of job %d here, the move's record a %s of job %d: %w",
+			a.TID, a.Move, h.typ, h.job, a.Type, a.Job, ErrAborted)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {

@@ -375,3 +375,77 @@ func napperHere(t *testing.T) (*Daemon, task.TID) {
 	}
 	return d, tid
 }
+
+// TestSuspendOnStaleRecordIsRefused: the master moves a task on what it
+// remembers of the task's type and job; a suspend whose record does not
+// match the task the origin runs is refused before anything is captured,
+// and the task runs on.
+func TestSuspendOnStaleRecordIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tid := napperHere(t)
+		err := d.suspendForMove(context.Background(), migStep{TID: tid, Move: 3, Type: "daemon.test.napper", Job: 7, Host: 2, Epoch: 1, Timeout: time.Minute})
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("suspend on a stale record: %v, want ErrAborted", err)
+		}
+		if underMu(d, func() bool { _, away := d.ht.moving[tid]; return away }) || d.ht.task(tid) == nil {
+			t.Fatalf("%v suspended on a stale record", tid)
+		}
+	})
+}
+
+// TestMoveRemembersTaskFacts: the master asks a task's type and job only
+// before its first move. A remembered task that exited since fails its
+// next move with ErrNoSuchTask and leaves nothing prepared at the
+// destination; a stale record aborts at the origin's suspend, the task
+// runs on there, and the next move, asking afresh, goes through.
+func TestMoveRemembersTaskFacts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVMWith(t, 3, nil, Config{})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tid := spawnOn(t, m, "h2", &cargo{Data: []byte("x")})
+		if _, err := m.Migrate(ctx, tid, "h3", Direct); err != nil {
+			t.Fatal(err)
+		}
+		f, ok := m.mv.factsOf(tid)
+		if !ok || f.Type != "daemon.test.cargo" || f.Job != 0 {
+			t.Fatalf("after a move the master remembers %+v (%v)", f, ok)
+		}
+
+		// A stale record: the origin refuses to suspend the task.
+		m.mv.mu.Lock()
+		m.mv.rememberLocked(tid, migReply{Type: f.Type, Job: 99})
+		m.mv.mu.Unlock()
+		if _, err := m.Migrate(ctx, tid, "h2", Direct); !errors.Is(err, ErrAborted) {
+			t.Fatalf("move on a stale record: %v, want ErrAborted", err)
+		}
+		synctest.Wait()
+		if !runsOn(vm.Daemons[2], tid) || runsOn(vm.Daemons[1], tid) {
+			t.Fatalf("%v does not run on h3 alone after the aborted move", tid)
+		}
+		if _, ok := m.mv.factsOf(tid); ok {
+			t.Fatal("the stale record is kept after the move failed")
+		}
+		if _, err := m.Migrate(ctx, tid, "h2", Direct); err != nil {
+			t.Fatalf("move after asking afresh: %v", err)
+		}
+
+		// The task exits: its next move fails, nothing is left prepared.
+		if err := m.KillTask(ctx, tid); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.mv.factsOf(tid); !ok {
+			t.Fatal("the record went with the kill: the next move would not use it")
+		}
+		if _, err := m.Migrate(ctx, tid, "h3", Direct); !errors.Is(err, task.ErrNoSuchTask) {
+			t.Fatalf("move of an exited task: %v, want ErrNoSuchTask", err)
+		}
+		synctest.Wait()
+		for _, d := range vm.Daemons {
+			if n := underMu(d, func() int { return len(d.ht.incoming) + len(d.ht.moving) }); n != 0 {
+				t.Errorf("%s keeps %d arrivals or departures after the failed move", d.Name(), n)
+			}
+		}
+	})
+}

@@ -26,6 +26,41 @@ type mover struct {
 	// registers again).
 	orphans   map[task.TID]orphanMove
 	runningAt map[task.TID]task.HostID
+	// facts remembers the type and job of the tasks moved before (see
+	// Daemon.taskFacts).
+	facts map[task.TID]migReply
+}
+
+// maxFacts bounds the tasks whose facts the mover remembers; past it, it
+// starts afresh.
+const maxFacts = 1 << 16
+
+// factsOf returns what the mover remembers of tid's type and job.
+func (m *mover) factsOf(tid task.TID) (migReply, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.facts[tid]
+	return f, ok
+}
+
+// rememberLocked records tid's type and job (m.mu held).
+func (m *mover) rememberLocked(tid task.TID, f migReply) {
+	if m.facts == nil || len(m.facts) >= maxFacts {
+		m.facts = map[task.TID]migReply{}
+	}
+	m.facts[tid] = f
+}
+
+// forgetFacts drops what the mover remembers of tid, or of every task
+// when tid is zero.
+func (m *mover) forgetFacts(tid task.TID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if tid == 0 {
+		m.facts = nil
+		return
+	}
+	delete(m.facts, tid)
 }
 
 func newMover() *mover {

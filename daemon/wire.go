@@ -164,6 +164,7 @@ var errorCodes = map[string]error{
 	"internal":      ErrInternal,
 	"forbidden":     ErrForbidden,
 	"outside":       ErrOutsideShared,
+	"aborted":       ErrAborted,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

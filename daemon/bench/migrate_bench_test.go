@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -25,9 +26,18 @@ func BenchmarkMigrate(b *testing.B) {
 	for _, via := range []daemon.Via{daemon.Direct, daemon.Indirect} {
 		b.Run(string(via), func(b *testing.B) {
 			for _, mib := range migrateBenchSizes {
-				b.Run(fmt.Sprintf("%gMiB", mib), func(b *testing.B) { benchMigrate(b, via, mib) })
+				b.Run(fmt.Sprintf("%gMiB", mib), func(b *testing.B) { benchMigrate(b, via, mib, false) })
 			}
 		})
+	}
+}
+
+// BenchmarkMigrateAfterGC is BenchmarkMigrate with a collection before
+// each move, untimed, as `dpvm bench migrate` runs one: a move then
+// starts with the goroutine stacks shrunk and the caches cold.
+func BenchmarkMigrateAfterGC(b *testing.B) {
+	for _, via := range []daemon.Via{daemon.Direct, daemon.Indirect} {
+		b.Run(string(via), func(b *testing.B) { benchMigrate(b, via, 0, true) })
 	}
 }
 
@@ -50,7 +60,7 @@ func startMigBenchB(b *testing.B, baselines bool) *migBench {
 	return mb
 }
 
-func benchMigrate(b *testing.B, via daemon.Via, mib float64) {
+func benchMigrate(b *testing.B, via daemon.Via, mib float64, gc bool) {
 	ctx := context.Background()
 	mb := startMigBenchB(b, false)
 	n := StateElements(mib)
@@ -67,6 +77,11 @@ func benchMigrate(b *testing.B, via daemon.Via, mib float64) {
 	freezes := make([]float64, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
+		if gc {
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+		}
 		r, err := mv.move(ctx, via)
 		if err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -44,6 +45,9 @@ func KeyID(key []byte) string {
 // made; Rotate returns a new one.
 type Keyring struct {
 	keys []Secret
+	// derived memoizes Keys by label: a keyring never changes (Rotate
+	// makes another), and every checkpoint written or read asks.
+	derived sync.Map // label → []LabeledKey
 }
 
 // NewKeyring makes a keyring of one fresh random key.
@@ -125,13 +129,17 @@ type LabeledKey struct {
 }
 
 // Keys is every key's derivation for label, the current one first: what a
-// reader tries in turn.
+// reader tries in turn. The keys are shared with every caller: read only.
 func (r *Keyring) Keys(label string) []LabeledKey {
+	if v, ok := r.derived.Load(label); ok {
+		return v.([]LabeledKey)
+	}
 	out := make([]LabeledKey, len(r.keys))
 	for i, s := range r.keys {
 		out[i] = LabeledKey{ID: s.ID, Key: derive(s.Key, label)}
 	}
-	return out
+	v, _ := r.derived.LoadOrStore(label, out)
+	return v.([]LabeledKey)
 }
 
 // PEM encodes the keyring as a cluster secret file: one block per key, the

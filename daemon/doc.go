@@ -55,7 +55,8 @@
 //     a stale record aborts before anything is captured). The machine
 //     decides; the driver (migrate.go: perform, callStep, moveTick,
 //     movesHostLost) takes its actions after releasing mv.mu, runs each
-//     step's call on a tracked goroutine bounded by a timeout from Config
+//     step's call (on Migrate's own goroutine while its caller waits, else
+//     on a tracked goroutine) bounded by a timeout from Config
 //     (MoveStepTimeout, MoveTimeout, MoveTransferTimeout), and feeds the
 //     outcome back (a suspend the origin refused, as with no safe point
 //     in time or no such task, ends the move with nothing to resume); the

@@ -273,7 +273,9 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	d.mv.runs[id] = run
 	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
-	d.perform(acts)
+	if next, ok := d.performFor(acts, id); ok {
+		d.driveHere(ctx, next)
+	}
 	select {
 	case <-run.ended:
 	case <-ctx.Done():
@@ -344,6 +346,26 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 		}
 	}
 	return next, ok
+}
+
+// driveHere performs a move's steps on the goroutine that asked for the
+// move (Migrate's), from a, one after another as callStep does: handing
+// them to a tracked goroutine and the outcome back would add two
+// goroutine wake-ups to every move. Each step is bounded by its own
+// timeout; once ctx ends, the steps left go on on a tracked goroutine
+// and the caller is free after the step under way.
+func (d *Daemon) driveHere(ctx context.Context, a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
+			return
+		}
+		if ctx.Err() != nil {
+			d.goFunc(func() { d.callStep(next) })
+			return
+		}
+		a = next
+	}
 }
 
 // callStep performs a step of a move at its host and reports the outcome

@@ -32,6 +32,38 @@ func BenchmarkMigrate(b *testing.B) {
 	}
 }
 
+// BenchmarkMigrateFresh times the first moves of an empty state on a fresh
+// virtual machine, each after a collection, as a short `dpvm bench
+// migrate` run (a few reps) does: an op is nine direct moves after an
+// untimed one.
+func BenchmarkMigrateFresh(b *testing.B) {
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		mb := startMigBenchB(b, false)
+		holder, err := mb.spawnHolder(ctx, 0, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mv := &migMover{b: mb, tid: holder}
+		if _, err := mv.move(ctx, daemon.Direct); err != nil {
+			b.Fatal(err)
+		}
+		for range 9 {
+			runtime.GC()
+			b.StartTimer()
+			if _, err := mv.move(ctx, daemon.Direct); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+		}
+		if err := mb.close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(9*b.N), "µs/move")
+}
+
 // BenchmarkMigrateAfterGC is BenchmarkMigrate with a collection before
 // each move, untimed, as `dpvm bench migrate` runs one: a move then
 // starts with the goroutine stacks shrunk and the caches cold.

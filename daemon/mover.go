@@ -26,8 +26,8 @@ type mover struct {
 	// registers again).
 	orphans   map[task.TID]orphanMove
 	runningAt map[task.TID]task.HostID
-	// facts remembers the type and job of the tasks moved before (see
-	// Daemon.taskFacts).
+	// facts remembers the type and job of the tasks moved before: Migrate
+	// asks the origin only before a task's first move.
 	facts map[task.TID]migReply
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/task"
@@ -23,6 +24,18 @@ func spawnWaiters(t *testing.T, c *task.Ctx, n int, spawned chan<- []task.TID) e
 	}
 	spawned <- append([]task.TID{c.MyTID()}, kids...)
 	return nil
+}
+
+// waitingRoot is a root task that spawns n waiters (spawnWaiters) and
+// then waits, as they do, for a message that never comes.
+func waitingRoot(t *testing.T, n int, spawned chan<- []task.TID) task.Task {
+	return fn(t, func(c *task.Ctx, _ int) error {
+		if err := spawnWaiters(t, c, n, spawned); err != nil {
+			return err
+		}
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	})
 }
 
 // jobOf returns the job of task tid.
@@ -104,13 +117,7 @@ func TestJobEndsWhole(t *testing.T) {
 	})
 
 	t.Run("kill job", func(t *testing.T) {
-		job, _, err := m.StartJob(ctx, fn(t, func(c *task.Ctx, _ int) error {
-			if err := spawnWaiters(t, c, 3, spawned); err != nil {
-				return err
-			}
-			_, err := c.RecvSafe(task.AnyTask, 1, nil)
-			return err
-		}), JobOptions{})
+		job, _, err := m.StartJob(ctx, waitingRoot(t, 3, spawned), JobOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,13 +138,7 @@ func TestJobEndsWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cl.Close()
-		typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
-			if err := spawnWaiters(t, c, 3, spawned); err != nil {
-				return err
-			}
-			_, err := c.RecvSafe(task.AnyTask, 1, nil)
-			return err
-		}))
+		typ, state, err := task.EncodeState(waitingRoot(t, 3, spawned))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,42 +165,35 @@ func TestJobEndsWhole(t *testing.T) {
 // host leaves then (the embedded machine stopping), the round must be
 // refused as the job's end, not fail as tasks lost with a host.
 func TestCheckpointRefusedOnceJobOver(t *testing.T) {
-	vm := startVM(t, 2, Config{SharedDir: t.TempDir()})
-	m := vm.Master()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	spawned := make(chan []task.TID, 1)
-	job, _, err := m.StartJob(ctx, fn(t, func(c *task.Ctx, _ int) error {
-		if err := spawnWaiters(t, c, 2, spawned); err != nil {
-			return err
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVMWith(t, 2, nil, Config{SharedDir: t.TempDir()})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		spawned := make(chan []task.TID, 1)
+		job, _, err := m.StartJob(ctx, waitingRoot(t, 2, spawned), JobOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
-		return err
-	}), JobOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-spawned
-	js := m.reg.get(job)
-	if js == nil {
-		t.Fatalf("job %d is not registered", job)
-	}
-	if on := m.reg.hostsOf(job); len(on) != 2 {
-		t.Fatalf("job %d runs on %v, want both hosts", job, on)
-	}
-	js.ended.Do(func() { close(js.done) }) // endJob's first half
-	if err := vm.Daemons[1].Halt(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for len(m.Hosts()) != 1 {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("h2 still a member: %+v", m.Hosts())
-		case <-time.After(5 * time.Millisecond):
+		<-spawned
+		js := m.reg.get(job)
+		if js == nil {
+			t.Fatalf("job %d is not registered", job)
 		}
-	}
-	if _, err := m.checkpointJob(ctx, js, ""); !errors.Is(err, ErrNoJob) {
-		t.Errorf("checkpoint of an ended job after a host left: %v, want ErrNoJob", err)
-	}
-	m.forgetJob(js)
+		if on := m.reg.hostsOf(job); len(on) != 2 {
+			t.Fatalf("job %d runs on %v, want both hosts", job, on)
+		}
+		js.ended.Do(func() { close(js.done) }) // endJob's first half
+		if err := vm.Daemons[1].Halt(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the master has handled h2's leaving
+		if hs := m.Hosts(); len(hs) != 1 {
+			t.Fatalf("h2 still a member after it left: %+v", hs)
+		}
+		if _, err := m.checkpointJob(ctx, js, ""); !errors.Is(err, ErrNoJob) {
+			t.Errorf("checkpoint of an ended job after a host left: %v, want ErrNoJob", err)
+		}
+		m.forgetJob(js)
+	})
 }

@@ -958,7 +958,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
-	d.mv.forgetFacts(0) // its tasks come back under the new job
+	d.mv.clearFacts() // its tasks come back under the new job
 	js.mu.Lock()
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
 	js.mu.Unlock()

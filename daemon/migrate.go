@@ -274,7 +274,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	if next, ok := d.performFor(acts, id); ok {
-		d.driveHere(ctx, next)
+		d.callStep(ctx, next)
 	}
 	select {
 	case <-run.ended:
@@ -304,7 +304,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
 	if a, ok := d.performFor(acts, 0); ok {
-		d.goFunc(func() { d.callStep(a) })
+		d.goFunc(func() { d.callStep(context.Background(), a) })
 	}
 }
 
@@ -342,39 +342,29 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				next, ok = a, true
 				continue
 			}
-			d.goFunc(func() { d.callStep(a) })
+			d.goFunc(func() { d.callStep(context.Background(), a) })
 		}
 	}
 	return next, ok
 }
 
-// driveHere performs a move's steps on the goroutine that asked for the
-// move (Migrate's), from a, one after another as callStep does: handing
-// them to a tracked goroutine and the outcome back would add two
-// goroutine wake-ups to every move. Each step is bounded by its own
-// timeout; once ctx ends, the steps left go on on a tracked goroutine
-// and the caller is free after the step under way.
-func (d *Daemon) driveHere(ctx context.Context, a move.Action) {
+// callStep performs a step of a move at its host and reports the outcome
+// to the machine (master), then the move's next step, if the machine asks
+// for one, and so on. Migrate calls it on its own goroutine while its
+// caller waits (handing the steps to a tracked goroutine and the outcome
+// back would add two goroutine wake-ups to every move); once that
+// caller's ctx ends, the steps left go on on a tracked goroutine, and the
+// caller is free after the step under way (each is bounded by its own
+// timeout). Elsewhere it runs on a tracked goroutine with a ctx that
+// never ends.
+func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 	for {
 		next, ok := d.step(a)
 		if !ok {
 			return
 		}
 		if ctx.Err() != nil {
-			d.goFunc(func() { d.callStep(next) })
-			return
-		}
-		a = next
-	}
-}
-
-// callStep performs a step of a move at its host and reports the outcome
-// to the machine (master), then the move's next step, if the machine asks
-// for one, and so on.
-func (d *Daemon) callStep(a move.Action) {
-	for {
-		next, ok := d.step(a)
-		if !ok {
+			d.goFunc(func() { d.callStep(context.Background(), next) })
 			return
 		}
 		a = next

@@ -449,3 +449,37 @@ func TestMoveRemembersTaskFacts(t *testing.T) {
 		}
 	})
 }
+
+// TestMoveOutlivesItsCaller: Migrate drives the move's steps on its
+// caller's goroutine; when the caller gives up mid-move (its context
+// ends while the checkpoint travels), Migrate returns after the step
+// under way and the move goes on to its end without it: the task runs at
+// the destination alone, and the master holds no move of it.
+func TestMoveOutlivesItsCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm, s := midMoveVM(t)
+		m := vm.Master()
+		tid := spawnOn(t, m, "h2", &cargo{Data: make([]byte, 4<<10)})
+		ctx, giveUp := context.WithCancel(context.Background())
+		moved := make(chan error, 1)
+		go func() {
+			_, err := m.Migrate(ctx, tid, "h3", Direct)
+			moved <- err
+		}()
+		<-s.sent
+		giveUp()
+		if err := <-moved; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Migrate after its caller gave up: %v, want context.Canceled", err)
+		}
+		// The checkpoint's travel (virtual time), then the move's last
+		// steps on a tracked goroutine.
+		time.Sleep(s.delay)
+		synctest.Wait()
+		if !runsOn(vm.Daemons[2], tid) || runsOn(vm.Daemons[1], tid) {
+			t.Fatalf("%v does not run on h3 alone once the move is over", tid)
+		}
+		if m.mv.moving(tid) {
+			t.Fatalf("the master still holds a move of %v", tid)
+		}
+	})
+}

@@ -51,16 +51,18 @@ func (m *mover) rememberLocked(tid task.TID, f migReply) {
 	m.facts[tid] = f
 }
 
-// forgetFacts drops what the mover remembers of tid, or of every task
-// when tid is zero.
+// forgetFacts drops what the mover remembers of tid.
 func (m *mover) forgetFacts(tid task.TID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if tid == 0 {
-		m.facts = nil
-		return
-	}
 	delete(m.facts, tid)
+}
+
+// clearFacts drops what the mover remembers of every task.
+func (m *mover) clearFacts() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.facts = nil
 }
 
 func newMover() *mover {

@@ -483,3 +483,28 @@ func TestMoveOutlivesItsCaller(t *testing.T) {
 		}
 	})
 }
+
+// TestSuspendRepeatedForItsMove: a suspend step for the move a task is
+// already suspended for succeeds, so a repeated step is not taken for a
+// refusal (which would end the move with the task suspended and nobody to
+// resume it); one for another move is refused as for no such task.
+func TestSuspendRepeatedForItsMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tid := napperHere(t)
+		ctx := context.Background()
+		step := migStep{TID: tid, Move: 5, Host: 2, Epoch: 1, Timeout: time.Minute}
+		if err := d.suspendForMove(ctx, step); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.suspendForMove(ctx, step); err != nil {
+			t.Fatalf("suspend repeated for its move: %v, want success", err)
+		}
+		step.Move = 6
+		if err := d.suspendForMove(ctx, step); !errors.Is(err, task.ErrNoSuchTask) {
+			t.Fatalf("suspend for another move: %v, want ErrNoSuchTask", err)
+		}
+		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

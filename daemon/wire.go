@@ -202,7 +202,8 @@ func encodeMsg(v any) ([]byte, error) {
 }
 
 func decodeMsg(b []byte, v any) error {
-	if err := task.CheckMsgpackLimits(b, controlLimits); err != nil {
+	b, err := task.SafeMsgpack(b, controlLimits)
+	if err != nil {
 		return fmt.Errorf("decode %T: %w: %w", v, routing.ErrMalformed, err)
 	}
 	if err := msgpack.Unmarshal(b, v); err != nil {

@@ -12,6 +12,10 @@ import (
 // than it holds, nests deeper than its limit, or is not msgpack.
 var ErrMsgpackBounds = errors.New("msgpack declares more than its bytes hold")
 
+// ErrMsgpackAmbiguous is returned for an extension msgpack's decoder could
+// read as a map (see CheckMsgpackLimits). It wraps ErrMsgpackBounds.
+var ErrMsgpackAmbiguous = fmt.Errorf("msgpack extension that reads as a map: %w", ErrMsgpackBounds)
+
 // MaxMsgpackDepth is the deepest nesting of arrays and maps CheckMsgpack
 // accepts, and the largest MsgpackLimits.MaxDepth may be.
 const MaxMsgpackDepth = 256
@@ -42,7 +46,75 @@ func CheckMsgpack(data []byte) error { return CheckMsgpackLimits(data, MsgpackLi
 // CheckMsgpackLimits is CheckMsgpack under the given limits. It walks the
 // bytes once, without recursion, and allocates only for values nested
 // more than 16 levels deep.
+//
+// It also refuses, with ErrMsgpackAmbiguous, an extension whose payload
+// begins like a map or nil: msgpack's decoder reads such an extension as
+// that map when the Go value at its place is a map, and the bytes it then
+// reads are the payload's, which this walk takes as opaque. Timestamps in
+// their 4- and 8-byte forms begin so for some times; SafeMsgpack rewrites
+// those instead of refusing them.
 func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
+	return walkMsgpack(data, lim, nil)
+}
+
+// SafeMsgpack returns data, checked as CheckMsgpackLimits does, in a form
+// msgpack's decoder reads only as checked: data itself, or, when a
+// timestamp's payload would read as a map, a copy in which every such
+// timestamp is in its 12-byte form, which holds the same time and whose
+// payload begins with a byte below 0x3c.
+func SafeMsgpack(data []byte, lim MsgpackLimits) ([]byte, error) {
+	var times []int
+	if err := walkMsgpack(data, lim, &times); err != nil {
+		return nil, err
+	}
+	if len(times) == 0 {
+		return data, nil
+	}
+	out := make([]byte, 0, len(data)+7*len(times))
+	prev := 0
+	for _, at := range times {
+		out = append(out, data[prev:at]...)
+		var payload []byte
+		if data[at] == 0xc7 { // ext 8: length, type, payload
+			payload = data[at+3 : at+3+int(data[at+1])]
+		} else { // fixext 4 or 8: type, payload
+			payload = data[at+2 : at+2+1<<(data[at]-0xd4)]
+		}
+		prev = at + (len(payload) + 2)
+		if data[at] == 0xc7 {
+			prev++
+		}
+		var nsec uint32
+		var sec uint64
+		if len(payload) == 4 {
+			sec = uint64(binary.BigEndian.Uint32(payload))
+		} else {
+			v := binary.BigEndian.Uint64(payload)
+			nsec, sec = uint32(v>>34), v&(1<<34-1)
+		}
+		out = append(out, 0xc7, 12, timeExt)
+		out = binary.BigEndian.AppendUint32(out, nsec)
+		out = binary.BigEndian.AppendUint64(out, sec)
+	}
+	out = append(out, data[prev:]...)
+	if err := walkMsgpack(out, lim, nil); err != nil {
+		return nil, fmt.Errorf("timestamps rewritten: %w", err)
+	}
+	return out, nil
+}
+
+// timeExt is the extension type of msgpack's timestamps (-1).
+const timeExt = 0xff
+
+// mapOrNil reports whether c begins a map or nil, which msgpack's decoder
+// accepts as a map's header.
+func mapOrNil(c byte) bool {
+	return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf || c == 0xc0
+}
+
+// walkMsgpack is CheckMsgpackLimits; with times not nil, it notes where
+// each timestamp SafeMsgpack must rewrite begins instead of refusing it.
+func walkMsgpack(data []byte, lim MsgpackLimits, times *[]int) error {
 	maxDepth := lim.MaxDepth
 	if maxDepth <= 0 || maxDepth > MaxMsgpackDepth {
 		maxDepth = MaxMsgpackDepth
@@ -82,6 +154,29 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 	skip := func(n uint64) error {
 		if err := need(n); err != nil {
 			return err
+		}
+		i += int(n)
+		return nil
+	}
+	// ext passes over an extension of n payload bytes whose code is at
+	// byte at, with i at its type byte. msgpack's decoder, asked for a map
+	// (DecodeMapLen, for every Go map type), passes over an extension's
+	// header and reads the byte after it as the map's header; it then
+	// reads on from there, inside the payload, as if the payload were
+	// msgpack. An extension whose payload (or, when empty, the byte
+	// after it) begins like a map or nil would hand the decoder bytes
+	// this walk never checked, so it is refused; a timestamp that begins
+	// so is noted for SafeMsgpack to rewrite, when times is not nil.
+	ext := func(at int, n uint64) error {
+		typ := data[i]
+		i++
+		if i < len(data) && mapOrNil(data[i]) {
+			// Only the forms msgpack writes (fixext 4 and 8, and ext 8)
+			// are rewritten.
+			if typ != timeExt || (n != 4 && n != 8) || data[at] == 0xc8 || data[at] == 0xc9 || times == nil {
+				return fmt.Errorf("at byte %d: an extension of type %d whose payload reads as a map (%#x): %w", at, int8(typ), data[i], ErrMsgpackAmbiguous)
+			}
+			*times = append(*times, at)
 		}
 		i += int(n)
 		return nil
@@ -141,9 +236,12 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 				err = skip(n)
 			}
 		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8/16/32: length, type, data
+			at := i - 1
 			var n uint64
 			if n, err = length(1 << (c - 0xc7)); err == nil {
-				err = skip(n + 1)
+				if err = need(n + 1); err == nil {
+					err = ext(at, n)
+				}
 			}
 		case c == 0xca:
 			err = skip(4)
@@ -154,7 +252,9 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 		case c >= 0xd0 && c <= 0xd3: // int 8..64
 			err = skip(1 << (c - 0xd0))
 		case c >= 0xd4 && c <= 0xd8: // fixext 1..16, with its type byte
-			err = skip(1 + 1<<(c-0xd4))
+			if err = need(1 + 1<<(c-0xd4)); err == nil {
+				err = ext(i-1, 1<<(c-0xd4))
+			}
 		case c == 0xdc, c == 0xde:
 			var n uint64
 			if n, err = length(2); err == nil {
@@ -187,9 +287,11 @@ func UnmarshalMsgpack(data []byte, v any) error {
 }
 
 // UnmarshalMsgpackLimits decodes untrusted msgpack data into v, refusing
-// data CheckMsgpackLimits refuses under lim before msgpack allocates for it.
+// data CheckMsgpackLimits refuses under lim before msgpack allocates for it
+// (timestamps it would refuse are rewritten; see SafeMsgpack).
 func UnmarshalMsgpackLimits(data []byte, v any, lim MsgpackLimits) error {
-	if err := CheckMsgpackLimits(data, lim); err != nil {
+	data, err := SafeMsgpack(data, lim)
+	if err != nil {
 		return err
 	}
 	return msgpack.Unmarshal(data, v)

@@ -3,7 +3,9 @@ package task
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -133,6 +135,102 @@ func depthOf(v any) int {
 	return 0
 }
 
+// TestAmbiguousExtensionRefused: msgpack's decoder reads an extension as
+// the map its payload begins with when it decodes into a Go map, so a
+// payload the walk took as opaque bytes would reach the decoder unchecked.
+// Each case below is refused; without the refusal the first decodes a
+// header of a million elements (16 MB) from inside the payload.
+func TestAmbiguousExtensionRefused(t *testing.T) {
+	cases := map[string][]byte{
+		"array inside":   {0xc7, 7, 0x30, 0x81, 0xa0, 0xdd, 0x00, 0x10, 0x00, 0x00},
+		"fixext8":        {0xd7, 0x30, 0x8f, 0xa2, 0xe5, 0xb7, 0xdd, 0xc9, 0xae, 0x30},
+		"nil then more":  {0x92, 0xd4, 0x01, 0xc0, 0xdd, 0xff, 0xff, 0xff, 0xff},
+		"map16":          {0xd5, 0x02, 0xde, 0x00},
+		"empty then map": {0x92, 0xc7, 0, 0x05, 0x80},
+		// A timestamp msgpack never writes (12 bytes, nanoseconds past a
+		// second) is not rewritten.
+		"timestamp 12": {0xc7, 12, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+	}
+	for name, b := range cases {
+		if err := CheckMsgpack(b); !errors.Is(err, ErrMsgpackAmbiguous) || !errors.Is(err, ErrMsgpackBounds) {
+			t.Errorf("%s: check: %v", name, err)
+		}
+		var m map[string]any
+		if err := UnmarshalMsgpack(b, &m); !errors.Is(err, ErrMsgpackAmbiguous) {
+			t.Errorf("%s: decode into a map: %v (%v)", name, err, m)
+		}
+	}
+}
+
+// TestTimestampsRewritten: times whose 4- or 8-byte form begins like a map
+// (about 7% of nanosecond fractions, and seconds from 2038 to 2046) are
+// rewritten, not refused, and decode to the times sent, into their own
+// types and into any; other times pass as they are.
+func TestTimestampsRewritten(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	type stamped struct {
+		At   time.Time
+		Seen []time.Time
+		By   map[string]time.Time
+	}
+	ambiguous := 0
+	for i := range 2000 {
+		sec := rng.Int64N(1 << 34)
+		if i%4 == 0 { // 2038 to 2046: the 4-byte form begins with 0x80 to 0x8f
+			sec = 1<<31 + rng.Int64N(1<<28)
+		}
+		nsec := rng.Int64N(1e9)
+		if i%4 == 0 {
+			nsec = 0
+		}
+		at := time.Unix(sec, nsec)
+		v := stamped{At: at, Seen: []time.Time{at, at.Add(time.Nanosecond)}, By: map[string]time.Time{"a": at}}
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		safe, err := SafeMsgpack(b, MsgpackLimits{})
+		if err != nil {
+			t.Fatalf("%v: %v", at, err)
+		}
+		if CheckMsgpack(b) != nil {
+			ambiguous++
+			if bytes.Equal(safe, b) {
+				t.Fatalf("%v: refused, yet not rewritten", at)
+			}
+		} else if !bytes.Equal(safe, b) {
+			t.Fatalf("%v: rewritten though accepted", at)
+		}
+		var got stamped
+		if err := UnmarshalMsgpack(b, &got); err != nil {
+			t.Fatalf("%v: %v", at, err)
+		}
+		if !got.At.Equal(at) || !got.Seen[0].Equal(at) || !got.Seen[1].Equal(at.Add(time.Nanosecond)) || !got.By["a"].Equal(at) {
+			t.Fatalf("%v: decoded %+v", at, got)
+		}
+		var loose any
+		if err := UnmarshalMsgpack(b, &loose); err != nil {
+			t.Fatalf("%v into any: %v", at, err)
+		}
+		if tm, ok := loose.(map[string]any)["At"].(time.Time); !ok || !tm.Equal(at) {
+			t.Fatalf("%v into any: %v", at, loose)
+		}
+		// A rewritten timestamp where a map is expected is an error, not
+		// a map.
+		tb, err := msgpack.Marshal(at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := UnmarshalMsgpack(tb, &m); err == nil {
+			t.Fatalf("%v: a timestamp decoded as the map %v", at, m)
+		}
+	}
+	if ambiguous < 100 {
+		t.Fatalf("only %d of 2000 encodings needed a rewrite: the test misses its case", ambiguous)
+	}
+}
+
 // FuzzCheckMsgpack: the walk never panics, and what it passes the decoder
 // decodes without error into a value nested no deeper than the limit.
 func FuzzCheckMsgpack(f *testing.F) {
@@ -145,6 +243,14 @@ func FuzzCheckMsgpack(f *testing.F) {
 		if CheckMsgpackLimits(b, lim) != nil {
 			return
 		}
+		// Maps as targets too: the decoder reads an extension as a map
+		// there (see TestAmbiguousExtensionRefused).
+		var (
+			m  map[string]any
+			mm map[int][]map[string]any
+		)
+		_ = msgpack.Unmarshal(b, &m)
+		_ = msgpack.Unmarshal(b, &mm)
 		var v any
 		if err := msgpack.Unmarshal(b, &v); err != nil {
 			// The walk checks framing, not what the decoder makes of

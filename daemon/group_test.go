@@ -423,3 +423,30 @@ func TestGroupServerIndex(t *testing.T) {
 		t.Fatalf("the emptied group: %v", err)
 	}
 }
+
+// TestGroupRefusesTheZeroTID: joining or rejoining as the zero TID is
+// refused with task.ErrBadTID. The group server once took it: a zero
+// member looks like a free slot, so a later leave trimmed it off the end
+// of the members while the index kept it, and leaving all groups as the
+// zero TID then indexed past the end (found by FuzzControlHandlers: a
+// group.join, then a group.leaveall, each with no TID in its body).
+func TestGroupRefusesTheZeroTID(t *testing.T) {
+	g := newGroups(groupLimits{groups: 8, name: 64, members: 16})
+	if _, err := g.join("g", 0); !errors.Is(err, task.ErrBadTID) {
+		t.Fatalf("join as the zero TID: %v, want ErrBadTID", err)
+	}
+	if err := g.rejoin("g", 0, 0); !errors.Is(err, task.ErrBadTID) {
+		t.Fatalf("rejoin as the zero TID: %v, want ErrBadTID", err)
+	}
+	// A member, and the zero TID's leaves, which find nothing.
+	if _, err := g.join("g", task.NewTID(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	g.leaveAll(0)
+	if err := g.leave("g", 0); !errors.Is(err, task.ErrNotInGroup) {
+		t.Fatalf("leave as the zero TID: %v", err)
+	}
+	if m, _ := g.members("g"); len(m) != 1 {
+		t.Fatalf("members = %v, want the one member", m)
+	}
+}

@@ -105,7 +105,14 @@ func (g *groups) groupLocked(name string) (*group, error) {
 	return gr, nil
 }
 
+// join makes tid a member of group name at the lowest free instance,
+// which it returns. The zero TID names no task and is refused: a member's
+// free slot is a zero TID, so a zero member would be cut off the end of
+// members while the index still held it.
 func (g *groups) join(name string, tid task.TID) (int, error) {
+	if tid.IsZero() {
+		return -1, fmt.Errorf("join %q as %v: %w", name, tid, task.ErrBadTID)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gr, err := g.groupLocked(name)
@@ -150,6 +157,9 @@ func (g *groups) memberships(tid task.TID) []ckpt.Membership {
 func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if name == "" || inst < 0 {
 		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
+	}
+	if tid.IsZero() {
+		return fmt.Errorf("rejoin %q as instance %d of %v: %w", name, inst, tid, task.ErrBadTID)
 	}
 	if inst >= g.lim.members {
 		return fmt.Errorf("rejoin %q as instance %d: at most %d members: %w", name, inst, g.lim.members, ErrLimit)

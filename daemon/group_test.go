@@ -424,29 +424,32 @@ func TestGroupServerIndex(t *testing.T) {
 	}
 }
 
-// TestGroupRefusesTheZeroTID: joining or rejoining as the zero TID is
-// refused with task.ErrBadTID. The group server once took it: a zero
-// member looks like a free slot, so a later leave trimmed it off the end
-// of the members while the index kept it, and leaving all groups as the
-// zero TID then indexed past the end (found by FuzzControlHandlers: a
-// group.join, then a group.leaveall, each with no TID in its body).
+// TestGroupRefusesTheZeroTID: joining or rejoining as the zero TID, or as
+// AnyTask, is refused with task.ErrBadTID. The group server once took the
+// zero TID: a zero member looks like a free slot, so a later leave trimmed
+// it off the end of the members while the index kept it, and leaving all
+// groups as the zero TID then indexed past the end (found by
+// FuzzControlHandlers: a group.join, then a group.leaveall, each with no
+// TID in its body). The test plays that sequence through.
 func TestGroupRefusesTheZeroTID(t *testing.T) {
 	g := newGroups(groupLimits{groups: 8, name: 64, members: 16})
-	if _, err := g.join("g", 0); !errors.Is(err, task.ErrBadTID) {
-		t.Fatalf("join as the zero TID: %v, want ErrBadTID", err)
+	for _, bad := range []task.TID{0, task.AnyTask} {
+		if _, err := g.join("g", bad); !errors.Is(err, task.ErrBadTID) {
+			t.Fatalf("join as %v: %v, want ErrBadTID", bad, err)
+		}
+		if err := g.rejoin("g", bad, 0); !errors.Is(err, task.ErrBadTID) {
+			t.Fatalf("rejoin as %v: %v, want ErrBadTID", bad, err)
+		}
 	}
-	if err := g.rejoin("g", 0, 0); !errors.Is(err, task.ErrBadTID) {
-		t.Fatalf("rejoin as the zero TID: %v, want ErrBadTID", err)
+	one := task.NewTID(1, 1)
+	if inst, err := g.join("g", one); err != nil || inst != 0 {
+		t.Fatalf("join = %d, %v; want instance 0 (the refused joins took none)", inst, err)
 	}
-	// A member, and the zero TID's leaves, which find nothing.
-	if _, err := g.join("g", task.NewTID(1, 1)); err != nil {
+	if err := g.leave("g", one); err != nil {
 		t.Fatal(err)
 	}
-	g.leaveAll(0)
-	if err := g.leave("g", 0); !errors.Is(err, task.ErrNotInGroup) {
-		t.Fatalf("leave as the zero TID: %v", err)
-	}
-	if m, _ := g.members("g"); len(m) != 1 {
-		t.Fatalf("members = %v, want the one member", m)
+	g.leaveAll(0) // indexed past the end when the zero TID was a member
+	if _, err := g.members("g"); !errors.Is(err, task.ErrNoSuchGroup) {
+		t.Fatalf("the group after its one member left: %v, want ErrNoSuchGroup", err)
 	}
 }

@@ -105,13 +105,21 @@ func (g *groups) groupLocked(name string) (*group, error) {
 	return gr, nil
 }
 
+// memberTID refuses, with task.ErrBadTID, a TID that names no single task:
+// the zero TID, which members uses for a free slot (a zero member would be
+// cut off the end of members while inst still held it), and AnyTask.
+func memberTID(tid task.TID) error {
+	if tid.IsZero() || tid == task.AnyTask {
+		return fmt.Errorf("%v as a group member: %w", tid, task.ErrBadTID)
+	}
+	return nil
+}
+
 // join makes tid a member of group name at the lowest free instance,
-// which it returns. The zero TID names no task and is refused: a member's
-// free slot is a zero TID, so a zero member would be cut off the end of
-// members while the index still held it.
+// which it returns.
 func (g *groups) join(name string, tid task.TID) (int, error) {
-	if tid.IsZero() {
-		return -1, fmt.Errorf("join %q as %v: %w", name, tid, task.ErrBadTID)
+	if err := memberTID(tid); err != nil {
+		return -1, fmt.Errorf("join %q: %w", name, err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -158,8 +166,8 @@ func (g *groups) rejoin(name string, tid task.TID, inst int) error {
 	if name == "" || inst < 0 {
 		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
 	}
-	if tid.IsZero() {
-		return fmt.Errorf("rejoin %q as instance %d of %v: %w", name, inst, tid, task.ErrBadTID)
+	if err := memberTID(tid); err != nil {
+		return fmt.Errorf("rejoin %q as instance %d: %w", name, inst, err)
 	}
 	if inst >= g.lim.members {
 		return fmt.Errorf("rejoin %q as instance %d: at most %d members: %w", name, inst, g.lim.members, ErrLimit)

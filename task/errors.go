@@ -20,7 +20,8 @@ var (
 	ErrNotInGroup = errors.New("not a member of the group")
 	// ErrUnknownType: the task type is not registered in this binary.
 	ErrUnknownType = errors.New("unknown task type")
-	// ErrBadTID: a TID could not be parsed.
+	// ErrBadTID: a TID could not be parsed, or names no single task
+	// where one is needed (the zero TID or AnyTask as a group member).
 	ErrBadTID = errors.New("malformed TID")
 	// ErrBadTag: a message tag is negative (only Recv may use AnyTag) or
 	// larger than MaxTag.

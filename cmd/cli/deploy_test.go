@@ -102,6 +102,12 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("ExecStart uses ${%s}, which %s does not set", m[1], envFile)
 				}
 			}
+			// A daemon that 'dpvm halt' or systemctl stop ended exits 0
+			// and stays down; one that lost its master exits 1 and is
+			// started again.
+			if svc["Restart"] != "on-failure" {
+				t.Errorf("Restart=%s: want on-failure (Restart=always cycles after dpvm halt)", svc["Restart"])
+			}
 			systemdVerify(t, file, words[0], envFile)
 		})
 	}
@@ -328,9 +334,10 @@ func TestSlurmScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	// One daemon per node; requeued rather than lost; the output of every
-	// run in one file; SIGTERM to the batch shell before the time limit.
-	for _, want := range []string{"#SBATCH --ntasks-per-node=1", "#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:TERM@"} {
+	// One daemon per node, with the node's CPUs it reports; requeued
+	// rather than lost; the output of every run in one file; SIGTERM to
+	// the batch shell before the time limit.
+	for _, want := range []string{"#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=", "#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:TERM@"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("%s lacks %q", file, want)
 		}

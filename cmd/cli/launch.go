@@ -26,6 +26,13 @@ import (
 // errNotJoined: a started daemon did not join the virtual machine in time.
 var errNotJoined = errors.New("did not join")
 
+// errDaemonExited: a started daemon is no longer running on its host
+// (it could not start, or stopped before joining).
+var errDaemonExited = errors.New("the daemon exited")
+
+// errHostKey: ssh refused a host whose key is not known, or changed.
+var errHostKey = errors.New("host key verification failed")
+
 // A remoteRunner runs a POSIX shell script on a host, with stdin as its
 // standard input (nil: none), and returns what it printed.
 type remoteRunner interface {
@@ -66,12 +73,78 @@ func (s sshRunner) Run(ctx context.Context, h hostLine, script string, stdin io.
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
+		if herr := hostKeyError(h, out.String()); herr != nil {
+			return out.Bytes(), herr
+		}
 		if msg := strings.TrimSpace(out.String()); msg != "" {
 			return out.Bytes(), fmt.Errorf("%s: %w: %s", s.command[0], err, msg)
 		}
 		return out.Bytes(), fmt.Errorf("%s: %w", s.command[0], err)
 	}
 	return out.Bytes(), nil
+}
+
+// hostKeyError is the error, with what to do about it, of an ssh whose
+// output says it refused h's host key; nil when it does not say so.
+func hostKeyError(h hostLine, out string) error {
+	if !strings.Contains(out, "Host key verification failed") {
+		return nil
+	}
+	if strings.Contains(out, "HAS CHANGED") {
+		return fmt.Errorf("%w: the key of %s has changed since it was recorded in known_hosts: if the machine was reinstalled, 'ssh-keygen -R %s' and connect again; otherwise do not trust it", errHostKey, h.Host, h.Host)
+	}
+	return fmt.Errorf("%w: the key of %s is not known: connect once with 'ssh %s' and check its fingerprint, or give --accept-new-host-keys to record the keys of hosts never seen before", errHostKey, h.Host, h.Host)
+}
+
+// acceptNewHostKeys is the ssh option --accept-new-host-keys adds: record
+// the key of a host never seen, refuse one that changed.
+var acceptNewHostKeys = []string{"-o", "StrictHostKeyChecking=accept-new"}
+
+// A hostResolver says at which address a host's daemon is reached: the
+// host's name in the hostfile may be an ssh alias that only ssh knows.
+type hostResolver interface {
+	Resolve(ctx context.Context, h hostLine) (string, error)
+}
+
+// resolveArgv is the ssh command line that prints the configuration ssh
+// would use to reach h (ssh -G), whose hostname is h's address.
+func (s sshRunner) resolveArgv(h hostLine) []string {
+	args := append([]string(nil), s.command...)
+	args = append(args, "-G")
+	if h.Port != 0 {
+		args = append(args, "-p", strconv.Itoa(h.Port))
+	}
+	if h.User != "" {
+		args = append(args, "-l", h.User)
+	}
+	return append(args, "--", h.Host)
+}
+
+// Resolve is the host name ssh dials for h: its HostName in the ssh
+// configuration (h.Host itself when there is none), read from ssh -G.
+func (s sshRunner) Resolve(ctx context.Context, h hostLine) (string, error) {
+	if len(s.command) == 0 {
+		return "", errors.New("no ssh command")
+	}
+	argv := s.resolveArgv(h)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = time.Second
+	var out limitedBuffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s -G %s: %w", s.command[0], h.Host, err)
+	}
+	return parseSSHConfigHostname(out.String())
+}
+
+// parseSSHConfigHostname is the hostname of ssh -G's output.
+func parseSSHConfigHostname(out string) (string, error) {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "hostname "); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", errors.New("ssh -G printed no hostname")
 }
 
 // limitedBuffer keeps the first maxRemoteOutput bytes written to it.
@@ -105,6 +178,9 @@ type launchConfig struct {
 	Port        int           // the port daemons listen on, unless their flags say
 	StopGrace   time.Duration // how long a stop waits for a daemon to exit, then after SIGTERM
 	Poll        time.Duration // how often joins are checked
+	// AliveEvery is how often, while waiting for them, the daemons not
+	// yet joined are checked over ssh to be still running (default 2s).
+	AliveEvery time.Duration
 }
 
 // A startedHost is a daemon started on a host: what dpvm down needs to
@@ -143,13 +219,20 @@ func (l *launcher) files(h hostLine) (pid, log, cred, secret string) {
 }
 
 // masterAddr is the address hosts join and clients dial: the master's
-// host at its daemon's port.
-func (l *launcher) masterAddr(m hostLine) (string, error) {
+// host (its address as ssh resolves it, when the runner can say) at its
+// daemon's port.
+func (l *launcher) masterAddr(ctx context.Context, m hostLine) (string, error) {
 	port, err := m.listenPort(l.cfg.Port)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", m.Name, err)
 	}
-	return net.JoinHostPort(m.Host, strconv.Itoa(port)), nil
+	host := m.Host
+	if r, ok := l.run.(hostResolver); ok {
+		if a, err := r.Resolve(ctx, m); err == nil {
+			host = a
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
 // daemonArgs are the arguments of h's daemon: the master's when join is
@@ -313,7 +396,7 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 	if len(hosts) == 0 || !hosts[0].Master {
 		return "", nil, nil, errors.New("no master host")
 	}
-	addr, err := l.masterAddr(hosts[0])
+	addr, err := l.masterAddr(ctx, hosts[0])
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -337,7 +420,10 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 		return fail(err)
 	}
 	started = append(started, m)
-	if vm, err = l.waitMaster(ctx, addr, dial); err != nil {
+	if vm, err = l.waitMaster(ctx, addr, m, dial); err != nil {
+		if errors.Is(err, errDaemonExited) {
+			return fail(fmt.Errorf("master %w", err))
+		}
 		return fail(fmt.Errorf("master %s at %s: %w\n%s", m.Name, addr, err, l.status(context.WithoutCancel(ctx), m)))
 	}
 	rest, err := l.startAll(ctx, hosts[1:], addr)
@@ -370,26 +456,70 @@ func (l *launcher) startAll(ctx context.Context, hosts []hostLine, join string) 
 	return ok, errors.Join(errs...)
 }
 
-// waitMaster dials the master until it answers or ctx ends.
-func (l *launcher) waitMaster(ctx context.Context, addr string, dial dialFunc) (vmControl, error) {
+// waitMaster dials the master until it answers or ctx ends, and fails
+// at once when its daemon m is found no longer running.
+func (l *launcher) waitMaster(ctx context.Context, addr string, m startedHost, dial dialFunc) (vmControl, error) {
 	var last error
+	checked := time.Now()
 	for {
 		vm, err := dial(ctx, addr)
 		if err == nil {
 			return vm, nil
 		}
 		last = err
+		if time.Since(checked) >= l.aliveEvery() {
+			if err := l.checkAlive(ctx, []startedHost{m}); err != nil {
+				return nil, err
+			}
+			checked = time.Now()
+		}
 		if err := l.pause(ctx); err != nil {
 			return nil, fmt.Errorf("%w (last: %v)", err, last)
 		}
 	}
 }
 
+// aliveEvery is how often waiting daemons are checked to be running.
+func (l *launcher) aliveEvery() time.Duration {
+	if l.cfg.AliveEvery <= 0 {
+		return 2 * time.Second
+	}
+	return l.cfg.AliveEvery
+}
+
+// checkAlive checks over ssh, all at once, that the daemons of started
+// still run; the error names those that do not, with the end of their
+// logs. A host that cannot be asked is not counted as exited.
+func (l *launcher) checkAlive(ctx context.Context, started []startedHost) error {
+	errs := make([]error, len(started))
+	var wg sync.WaitGroup
+	for i, s := range started {
+		wg.Go(func() {
+			out, err := l.run.Run(ctx, s.hostLine, statusScript(s.PIDFile, s.LogFile), nil)
+			if err != nil {
+				return
+			}
+			first, rest, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+			if strings.TrimSpace(first) == "daemon not running" {
+				if rest = strings.TrimSpace(rest); rest == "" {
+					rest = "(its log " + s.LogFile + " is empty)"
+				}
+				errs[i] = fmt.Errorf("%s (%s): %w; the end of its log %s:\n%s", s.Name, s.Host, errDaemonExited, s.LogFile, rest)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // waitJoined polls the master until every started daemon has joined or
 // ctx ends; then the error names the missing hosts and their state.
+// Every AliveEvery it checks that the daemons not yet joined still run,
+// and fails at once when one does not.
 func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []startedHost) error {
 	var missing []startedHost
 	var last error
+	checked := time.Now()
 	for {
 		hosts, err := vm.Hosts(ctx)
 		last = err
@@ -397,6 +527,12 @@ func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []start
 			missing = missingHosts(started, hosts)
 			if len(missing) == 0 {
 				return nil
+			}
+			if time.Since(checked) >= l.aliveEvery() {
+				if err := l.checkAlive(ctx, missing); err != nil {
+					return err
+				}
+				checked = time.Now()
 			}
 		}
 		if err := l.pause(ctx); err != nil {

@@ -45,7 +45,7 @@ func TestDaemonArgs(t *testing.T) {
 		!reflect.DeepEqual(got[4:8], []string{"--name", "n1", "--credential", "k"}) || !reflect.DeepEqual(got[8:10], []string{"--secret", "s"}) {
 		t.Errorf("master args %q", got)
 	}
-	addr, err := l.masterAddr(hostLine{Host: "fd00::1", Name: "m", Flags: []string{"--listen", "[::]:7071"}})
+	addr, err := l.masterAddr(t.Context(), hostLine{Host: "fd00::1", Name: "m", Flags: []string{"--listen", "[::]:7071"}})
 	if err != nil || addr != "[fd00::1]:7071" {
 		t.Errorf("master address %q %v, want [fd00::1]:7071", addr, err)
 	}
@@ -171,7 +171,9 @@ type fakeRunner struct {
 	mu      sync.Mutex
 	starts  map[string]string // host name → start script
 	stopped []string
-	fail    string // host whose start fails
+	fail    string            // host whose start fails
+	dead    map[string]string // host name → the log of its daemon, which exited at start
+	checks  int               // status checks made
 }
 
 func (f *fakeRunner) Run(ctx context.Context, h hostLine, script string, stdin io.Reader) ([]byte, error) {
@@ -188,7 +190,11 @@ func (f *fakeRunner) Run(ctx context.Context, h hostLine, script string, stdin i
 		f.stopped = append(f.stopped, h.Name)
 		return []byte("stopped\n"), nil
 	case strings.Contains(script, "tail -n"):
-		return []byte("daemon not running\nlog line"), nil
+		f.checks++
+		if log, ok := f.dead[h.Name]; ok {
+			return []byte("daemon not running\n" + log), nil
+		}
+		return []byte("daemon running\nlog line"), nil
 	}
 	return nil, nil
 }
@@ -288,7 +294,7 @@ func TestUpStopsWhatItStartedOnFailure(t *testing.T) {
 		if !errors.Is(err, errNotJoined) || started != nil {
 			t.Fatalf("up with a host that never joins: %v, %d started", err, len(started))
 		}
-		if !strings.Contains(err.Error(), "h3 (h3):\ndaemon not running\nlog line") {
+		if !strings.Contains(err.Error(), "h3 (h3):\ndaemon running\nlog line") {
 			t.Errorf("error lacks the missing host's state: %v", err)
 		}
 		if len(run.stopped) != 3 || !vm.halted {

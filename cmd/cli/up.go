@@ -136,6 +136,10 @@ func sshFlag() cli.Flag {
 	return &cli.StringFlag{Name: "ssh", Value: "ssh -o BatchMode=yes", Usage: "ssh command and options, split as a shell would (OpenSSH; -p and -l come from the hostfile)"}
 }
 
+func acceptNewHostKeysFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "accept-new-host-keys", Usage: "record the ssh host key of a host never contacted before (ssh -o StrictHostKeyChecking=accept-new); a changed key is still refused"}
+}
+
 func copyFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "copy", Usage: "copy the dpvm binary (--bin) to each host's --remote-bin first"}
 }
@@ -179,6 +183,9 @@ func launcherFrom(c *cli.Context) (*launcher, []string, error) {
 	ssh, err := splitWords(c.String("ssh"))
 	if err != nil || len(ssh) == 0 {
 		return nil, nil, fmt.Errorf("--ssh %q: want a command", c.String("ssh"))
+	}
+	if c.Bool("accept-new-host-keys") {
+		ssh = append(ssh, acceptNewHostKeys...)
 	}
 	cfg := launchConfig{
 		RemoteDir: c.String("remote-dir"), RemoteBin: c.String("remote-bin"),
@@ -266,8 +273,12 @@ func upCommand() *cli.Command {
 			"given DIR/host-NAME.pem (the master DIR/master.pem if it names the master's host, else\n" +
 			"DIR/master-NAME.pem, and DIR/secret.pem), NAME the hostfile's; one missing is issued under\n" +
 			"DIR/ca.pem and kept there. Clients (up itself, down, and you) use DIR/admin.pem.\n" +
+			"ssh must know the hosts' keys (known_hosts), or --accept-new-host-keys records those of\n" +
+			"hosts never contacted. A daemon that exits before joining (no dpvm on the host's PATH:\n" +
+			"give --copy) fails up within seconds, with the end of its log. A host named by an ssh\n" +
+			"alias is reached at the HostName ssh resolves it to (ssh -G).\n" +
 			"  dpvm keygen --out creds && dpvm up hosts.txt --credentials creds --copy",
-		Flags: []cli.Flag{credentialsFlag(), legacyKeyFlag(), sshFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteCredsFlag(),
+		Flags: []cli.Flag{credentialsFlag(), legacyKeyFlag(), sshFlag(), acceptNewHostKeysFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteCredsFlag(),
 			daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
 		Action: upAction,
 	}
@@ -361,6 +372,20 @@ func (t timedRunner) Run(ctx context.Context, h hostLine, script string, stdin i
 		defer cancel()
 	}
 	return t.r.Run(ctx, h, script, stdin)
+}
+
+// Resolve asks the runner it wraps, within the timeout, where h is.
+func (t timedRunner) Resolve(ctx context.Context, h hostLine) (string, error) {
+	r, ok := t.r.(hostResolver)
+	if !ok {
+		return h.Host, nil
+	}
+	if t.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+	}
+	return r.Resolve(ctx, h)
 }
 
 func downCommand() *cli.Command {

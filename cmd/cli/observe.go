@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -23,7 +24,7 @@ import (
 // keeps state in its flags.
 func observeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (and recent moves as JSON at /events); loopback only unless --metrics-public (default: off)"},
+		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (recent moves as JSON at /events, the daemon's health at /healthz); loopback only unless --metrics-public (default: off)"},
 		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"},
 		&cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"},
 		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"},
@@ -82,13 +83,46 @@ func (o *observers) startStatus(c *cli.Context, d *daemon.Daemon, token string, 
 // observers are the HTTP servers a daemon's observability flags started.
 type observers struct {
 	servers []*metrics.Server
+	health  daemonHealth
 }
+
+// healthPath is where the metrics server answers health probes.
+const healthPath = "/healthz"
+
+// daemonHealth answers health probes: 200 "ok" while the daemon runs,
+// 503 before it has started (a host not yet joined) and once it stopped.
+type daemonHealth struct{ d atomic.Pointer[daemon.Daemon] }
+
+func (h *daemonHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	d := h.d.Load()
+	if d == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	select {
+	case <-d.Done():
+		http.Error(w, "stopped", http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+// started tells the health probes that d runs.
+func (o *observers) started(d *daemon.Daemon) { o.health.d.Store(d) }
 
 // startObservers checks the observability flags and starts the servers
 // they ask for: metrics from m (made by the caller when --metrics-listen
-// is given), profiles. Each one's address is printed on w.
+// is given), with the daemon's health at /healthz; profiles. Each one's
+// address is printed on w.
 func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers, error) {
 	o := &observers{}
+	metricsHandler := func() http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+healthPath, &o.health)
+		mux.Handle("/", metrics.Handler(m))
+		return mux
+	}
 	type srv struct {
 		flag, addr string
 		public     bool
@@ -96,7 +130,7 @@ func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers
 		path, what string
 	}
 	for _, s := range []srv{
-		{"--metrics-listen", c.String("metrics-listen"), c.Bool("metrics-public"), func() http.Handler { return metrics.Handler(m) }, "/metrics", "metrics"},
+		{"--metrics-listen", c.String("metrics-listen"), c.Bool("metrics-public"), metricsHandler, "/metrics", "metrics"},
 		{"--pprof", c.String("pprof"), c.Bool("pprof-public"), metrics.PprofHandler, "/debug/pprof/", "profiles"},
 	} {
 		if s.addr == "" {

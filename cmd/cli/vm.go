@@ -168,6 +168,7 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
+			obs.started(d)
 			if err := obs.startStatus(c, d, token, c.App.ErrWriter); err != nil {
 				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()

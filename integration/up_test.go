@@ -254,6 +254,12 @@ func TestUpDownOverSSH(t *testing.T) {
 	if _, err := os.Stat(table.State); !os.IsNotExist(err) {
 		t.Errorf("state file %s left after down: %v", table.State, err)
 	}
+	// The credentials up and add copied to the hosts are gone with them.
+	for _, f := range []string{"n1.pem", "n2.pem", "n3.pem", pki.SecretFile} {
+		if _, err := os.Stat(filepath.Join(remote, f)); !os.IsNotExist(err) {
+			t.Errorf("credential %s left on the host after down: %v", f, err)
+		}
+	}
 }
 
 // processGone reports whether process pid has exited: absent, or a zombie

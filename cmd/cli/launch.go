@@ -191,7 +191,10 @@ type startedHost struct {
 	PIDFile        string `json:"pid_file"`
 	LogFile        string `json:"log_file"`
 	CredentialFile string `json:"credential_file"`
-	PID            int    `json:"pid"`
+	// Copied are the credential files up copied to the host (its
+	// credential, the master's secret), removed when it is stopped.
+	Copied []string `json:"copied,omitempty"`
+	PID    int      `json:"pid"`
 }
 
 // launcher starts and stops daemons on hosts.
@@ -285,17 +288,22 @@ func startScript(argv []string, pid, log string) string {
 // stopScript waits up to grace seconds for the daemon of the PID file pid
 // to exit (a halted virtual machine stops its daemons), then sends it
 // SIGTERM and waits as long again, then SIGKILL; it prints what it took:
-// "not running", "stopped", "terminated" or "killed".
-func stopScript(pid string, grace int) string {
+// "not running", "stopped", "terminated" or "killed". The files remove
+// (the credentials copied for the daemon) are removed once it is gone.
+func stopScript(pid string, grace int, remove []string) string {
 	g := strconv.Itoa(grace)
+	rm := ""
+	if len(remove) > 0 {
+		rm = "rm -f " + shellJoin(remove) + "\n"
+	}
 	return aliveFunc + "f=" + shellQuote(pid) + "\n" +
-		"if [ ! -f \"$f\" ]; then echo 'not running'; exit 0; fi\n" +
+		"if [ ! -f \"$f\" ]; then\n" + rm + "echo 'not running'; exit 0\nfi\n" +
 		"p=$(cat \"$f\")\n" +
 		"i=0; while alive \"$p\" && [ $i -lt " + g + " ]; do sleep 1; i=$((i+1)); done\n" +
 		"r=stopped\n" +
 		"if alive \"$p\"; then kill \"$p\" 2>/dev/null || true; r=terminated; i=0; while alive \"$p\" && [ $i -lt " + g + " ]; do sleep 1; i=$((i+1)); done; fi\n" +
 		"if alive \"$p\"; then kill -9 \"$p\" 2>/dev/null || true; r=killed; fi\n" +
-		"rm -f \"$f\"\necho \"$r\"\n"
+		"rm -f \"$f\"\n" + rm + "echo \"$r\"\n"
 }
 
 // statusScript says whether the daemon of pid runs and prints its log's end.
@@ -328,6 +336,7 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 		if _, err := l.run.Run(ctx, h, copyScript(cred, "600"), bytes.NewReader(pem)); err != nil {
 			return s, fmt.Errorf("%s: copy its credential to %s: %w", h.Name, cred, err)
 		}
+		s.Copied = append(s.Copied, cred)
 		if join == "" {
 			sec, err := l.cfg.Creds.secret()
 			if err != nil {
@@ -336,6 +345,7 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 			if _, err := l.run.Run(ctx, h, copyScript(secret, "600"), bytes.NewReader(sec)); err != nil {
 				return s, fmt.Errorf("%s: copy the cluster secret to %s: %w", h.Name, secret, err)
 			}
+			s.Copied = append(s.Copied, secret)
 		}
 	}
 	argv := append([]string{s.Bin}, l.daemonArgs(h, join, cred, secret)...)
@@ -357,7 +367,7 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 // stop makes sure s's daemon is gone and says how.
 func (l *launcher) stop(ctx context.Context, s startedHost) (string, error) {
 	grace := int((l.cfg.StopGrace + time.Second - 1) / time.Second)
-	out, err := l.run.Run(ctx, s.hostLine, stopScript(s.PIDFile, grace), nil)
+	out, err := l.run.Run(ctx, s.hostLine, stopScript(s.PIDFile, grace, s.Copied), nil)
 	if err != nil {
 		return "", fmt.Errorf("%s: stop the daemon: %w", s.Name, err)
 	}

@@ -158,6 +158,15 @@ func TestScriptsStartStop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, s.PIDFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("PID file left: %v", err)
 	}
+	// The credentials copied there are gone with the daemon.
+	if want := []string{"state/n1.pem", "state/secret.pem"}; !reflect.DeepEqual(s.Copied, want) {
+		t.Errorf("copied %q, want %q", s.Copied, want)
+	}
+	for _, f := range s.Copied {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("credential %s left after stop: %v", f, err)
+		}
+	}
 	if r, err := l.stop(ctx, s); err != nil || r != "not running" {
 		t.Errorf("second stop: %q %v", r, err)
 	}

@@ -483,6 +483,9 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%w (interrupted while trying again)", err)
+			}
 			return fmt.Errorf("%w (gave up after %v)", err, d.cfg.JoinTimeout)
 		}
 	}

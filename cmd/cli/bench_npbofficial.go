@@ -14,20 +14,19 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dpvm/dpvm/daemon/bench/npbofficial"
 	"github.com/dpvm/dpvm/examples/npb"
-	"github.com/dpvm/dpvm/integration/npbofficial"
-	"github.com/dpvm/dpvm/integration/peers"
 )
 
 // benchNPBOfficialCommand is `dpvm bench npb-official`: the NPB kernels
 // beside the official NPB 3.4 serial and MPI codes, measured in one run by
-// integration/npbofficial/run.sh.
+// daemon/bench/npbofficial/run.sh.
 func benchNPBOfficialCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "npb-official",
 		Usage: "the NPB kernels beside the official NPB 3.4 serial and MPI codes on this host, with ratios",
-		Description: "Runs the harness integration/npbofficial/run.sh (found from the current directory\n" +
-			"or this binary's, or given with --script) on the official NPB 3.4 source in --src\n" +
+		Description: "Runs the harness this binary carries (daemon/bench/npbofficial/run.sh, written into\n" +
+			"OUT/harness; --script runs another) on the official NPB 3.4 source in --src\n" +
 			"(dpvm does not ship it). The harness installs gfortran and Open MPI with apt-get\n" +
 			"when they are missing (--no-install: fail instead), builds the official serial and\n" +
 			"MPI kernels from the suites' own make.def templates at -O3, and runs them in\n" +
@@ -42,7 +41,7 @@ func benchNPBOfficialCommand() *cli.Command {
 			&cli.IntFlag{Name: "rounds", Value: 3, Usage: "rounds over all runs, alternating their order"},
 			&cli.StringFlag{Name: "kernels", Value: strings.Join(npb.Kernels, ","), Usage: "comma-separated `kernels`"},
 			&cli.StringFlag{Name: "out", Value: "npb-official-results", Usage: "`DIR` for the builds, results.jsonl and machine.txt"},
-			&cli.StringFlag{Name: "script", Usage: "the harness script (default: " + npbofficial.ScriptPath + " of the repository)"},
+			&cli.StringFlag{Name: "script", Usage: "the harness script (default: the one this binary carries, written into --out/harness)"},
 			&cli.StringFlag{Name: "dpvm-bin", Usage: "the dpvm binary to measure (default: this one)"},
 			&cli.BoolFlag{Name: "no-install", Usage: "fail instead of installing missing packages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as one JSON object"},
@@ -98,34 +97,26 @@ func runBenchNPBOfficial(ctx context.Context, o benchNPBOfficialOptions, stdout,
 		}
 	}
 	o.Kernels = strings.Join(ks, ",")
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return usage("--out: %v", err)
+	}
 	script := o.Script
-	var dirs []string
-	if wd, err := os.Getwd(); err == nil {
-		dirs = append(dirs, wd)
-	}
-	exe, err := os.Executable()
-	if err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
-	}
 	if script == "" {
-		var ok bool
-		if script, ok = peers.FindUp(npbofficial.ScriptPath, dirs...); !ok {
-			return cli.Exit(fmt.Sprintf("bench npb-official: %s not found (looked in %s and their parents); run it inside the repository or pass --script",
-				npbofficial.ScriptPath, strings.Join(dirs, ", ")), 1)
+		// The harness this binary carries, written beside the results.
+		if script, err = npbofficial.WriteScript(filepath.Join(out, "harness")); err != nil {
+			return cli.Exit("bench npb-official: "+err.Error(), 1)
 		}
 	} else if st, err := os.Stat(script); err != nil || st.IsDir() {
 		return cli.Exit(fmt.Sprintf("bench npb-official: --script %s: not a file", script), 1)
 	}
+	exe, _ := os.Executable()
 	bin := o.Dpvm
 	if bin == "" {
 		if exe == "" {
 			return cli.Exit("bench npb-official: cannot find this binary to measure dpvm; pass --dpvm-bin", 1)
 		}
 		bin = exe
-	}
-	out, err := filepath.Abs(o.Out)
-	if err != nil {
-		return usage("--out: %v", err)
 	}
 	src, err := filepath.Abs(o.Src)
 	if err != nil {

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpvm/dpvm/daemon/bench/npbofficial"
 )
 
-// fakeNPBHarness stands in for integration/npbofficial/run.sh: it checks
+// fakeNPBHarness stands in for daemon/bench/npbofficial/run.sh: it checks
 // its arguments and writes recorded results.
 const fakeNPBHarness = `#!/usr/bin/env bash
 set -eu
@@ -98,5 +100,21 @@ func TestBenchNPBOfficialErrors(t *testing.T) {
 	code, _, stderr := dpvm(t, "bench", "npb-official", "--src", dir, "--script", filepath.Join(dir, "none.sh"))
 	if code != 1 || !strings.Contains(stderr, "not a file") {
 		t.Errorf("missing script: status %d, stderr %q", code, stderr)
+	}
+}
+
+// TestBenchNPBOfficialCarriesItsHarness: outside the repository, with no
+// --script, the harness the binary carries is written into --out/harness
+// and run; here it stops at once, as --src holds no NPB source.
+func TestBenchNPBOfficialCarriesItsHarness(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	code, _, stderr := dpvm(t, "bench", "npb-official", "--src", dir, "--no-install", "--rounds", "1", "--out", "res")
+	script := filepath.Join(dir, "res", "harness", npbofficial.ScriptName)
+	if code != 1 || !strings.Contains(stderr, "bash "+script+" ") {
+		t.Errorf("status %d; did not run the harness it carries (%s): %s", code, script, stderr)
+	}
+	if st, err := os.Stat(script); err != nil || st.Mode().Perm()&0o100 == 0 {
+		t.Errorf("harness script: %v %v", st, err)
 	}
 }

@@ -2,7 +2,7 @@
 # NPB comparison harness: the official NPB 3.4 kernels (serial and MPI)
 # beside `dpvm npb`, measured in alternating rounds on this host.
 #
-#   integration/npbofficial/run.sh --src DIR --dpvm-bin PATH
+#   daemon/bench/npbofficial/run.sh --src DIR --dpvm-bin PATH
 #                                  [--class A] [--rounds 3]
 #                                  [--kernels ep,cg,mg,ft,is] [--out DIR]
 #                                  [--no-install]

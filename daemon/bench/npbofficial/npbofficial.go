@@ -11,11 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dpvm/dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 )
-
-// ScriptPath is where the harness's script lives in the repository.
-const ScriptPath = "integration/npbofficial/run.sh"
 
 // Systems of a result line.
 const (

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/dpvm/dpvm/daemon/pki"
 )
 
 // TestUpFailsFastWhenTheMasterDies: a master daemon that could not start
@@ -178,5 +180,29 @@ func TestAcceptNewHostKeysFlag(t *testing.T) {
 				t.Errorf("%s --accept-new-host-keys=%v: ssh %q", cmd.Name, accept, got)
 			}
 		}
+	}
+}
+
+// TestMasterNote: up says when keygen's master.pem names another host than
+// the hostfile's master, and so goes unused.
+func TestMasterNote(t *testing.T) {
+	dir := t.TempDir()
+	cl, err := pki.NewCluster(time.Now(), "master", "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	u := upCreds{dir: dir}
+	if note := u.masterNote("master"); note != "" {
+		t.Errorf("master.pem names the master: %q", note)
+	}
+	note := u.masterNote("n1")
+	if !strings.Contains(note, "master-n1.pem") || !strings.Contains(note, "--master-name n1") {
+		t.Errorf("master.pem names another host: %q", note)
+	}
+	if note := (upCreds{dir: t.TempDir()}).masterNote("n1"); note != "" {
+		t.Errorf("no master.pem: %q", note)
 	}
 }

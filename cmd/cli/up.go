@@ -331,6 +331,11 @@ func upAction(c *cli.Context) error {
 	defer cancel()
 	l.cfg.Poll = 200 * time.Millisecond
 	l.run = timedRunner{l.run, c.Duration("ssh-timeout")}
+	if l.cfg.Creds != nil {
+		if note := l.cfg.Creds.masterNote(hosts[0].Name); note != "" {
+			fmt.Fprintf(c.App.ErrWriter, "dpvm up: %s\n", note)
+		}
+	}
 	fmt.Fprintf(c.App.ErrWriter, "dpvm up: starting %d daemons (master %s)\n", len(hosts), hosts[0].Name)
 	addr, started, vm, err := l.up(ctx, hosts, dialClient(key))
 	if err != nil {

@@ -73,6 +73,10 @@ func npbCommand() *cli.Command {
 	}
 }
 
+// npbMemAvailable reports the memory available to a run on an embedded
+// machine (MemAvailable in /proc/meminfo; tests replace it).
+var npbMemAvailable = npb.MemAvailable
+
 func npbAction(c *cli.Context, kernel string) error {
 	class, np, hosts := c.String("class"), c.Int("np"), c.Int("hosts")
 	root, err := npb.NewRoot(kernel, class, np)
@@ -128,7 +132,8 @@ func npbAction(c *cli.Context, kernel string) error {
 		rep, err = npb.Run(ctx, cl.Runner(job), kernel, class, np, opts)
 	} else {
 		opts.Local = true
-		announceMemory(stderr, root, hosts)
+		opts.MemAvailable = npbMemAvailable
+		announceMemory(stderr, root, hosts, npbMemAvailable)
 		// Every task lives in this process, which runs nothing else: the
 		// collector is told to keep the heap within the run's estimate,
 		// so the garbage the messages leave is reclaimed as it comes
@@ -180,14 +185,14 @@ func npbVerdict(kernel string, rep *npb.Report, noVerify bool) error {
 
 // announceMemory says on w how much memory a local run needs before it
 // starts, for class D and for any run that needs 1 GiB or more, with the
-// memory /proc/meminfo reports available when it can be read.
-func announceMemory(w io.Writer, root *npb.Root, hosts int) {
+// memory available (from /proc/meminfo) when it can be learnt.
+func announceMemory(w io.Writer, root *npb.Root, hosts int, available func() (int64, error)) {
 	need, err := npb.MemoryNeed(root.Kernel, root.Class, root.NP, hosts)
 	if err != nil || (root.Class != "D" && need < 1<<30) {
 		return
 	}
 	msg := fmt.Sprintf("npb %s class %s np %d: needs about %s of memory", root.Kernel, root.Class, root.NP, npb.FormatBytes(need))
-	if avail, err := npb.MemAvailable(); err == nil {
+	if avail, err := available(); err == nil {
 		msg += fmt.Sprintf("; /proc/meminfo reports %s available", npb.FormatBytes(avail))
 	}
 	fmt.Fprintln(w, msg)

@@ -985,7 +985,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	delete(d.ht.tasks, h.tid)
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
-	delete(d.ht.moveFloor, h.tid)
+	d.ht.moveGone(h.tid)
 	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
 		delete(d.ht.ckResumed, h.job)
 	}

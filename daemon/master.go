@@ -496,7 +496,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.groups.leaveAll(tid)
 	d.ht.mu.Lock()
 	delete(d.ht.lossWatch, tid)
-	delete(d.ht.moveFloor, tid) // the floor of an arrival cancelled here
+	d.ht.moveGone(tid) // the floor of an arrival cancelled here
 	d.ht.mu.Unlock()
 	d.rt.forgetRoute(tid)
 	d.forgetClass(tid)

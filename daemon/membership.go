@@ -392,12 +392,9 @@ func (d *Daemon) dropLost(lost []task.TID) {
 		if h := d.ht.tasks[tid]; h != nil {
 			hs = append(hs, h)
 		}
-		if l := d.ht.moving[tid]; l != nil && !l.over {
-			l.over = true
-			delete(d.ht.moving, tid)
+		if l := d.ht.moveLost(tid); l != nil {
 			resolved = append(resolved, l.resolved)
 		}
-		delete(d.ht.incoming, tid)
 	}
 	d.ht.mu.Unlock()
 	for _, ch := range resolved {

@@ -109,9 +109,7 @@ func (d *Daemon) report() rejoinReport {
 		r.MaxEpoch = max(r.MaxEpoch, a.epoch)
 		r.MaxMove = max(r.MaxMove, a.move)
 	}
-	for _, id := range d.ht.moveFloor {
-		r.MaxMove = max(r.MaxMove, id)
-	}
+	r.MaxMove = max(r.MaxMove, d.ht.moves.MaxMove())
 	for _, h := range d.ht.tasks {
 		r.MaxMove = max(r.MaxMove, h.arrived)
 	}

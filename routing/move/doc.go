@@ -30,6 +30,17 @@
 // checkpoint send is still under way at the origin; it waits for that
 // step's outcome (the driver bounds every call with the step's timeout).
 //
+// The host half. Host is the other side of the same protocol: what one
+// daemon decides about its tasks' moves, as origin and as destination.
+// Its one seam is Step: an event (a step from the master, a task at its
+// safe point, a checkpoint's write over, an install) with what the
+// daemon's task table and route cache know of the task (Local) and the
+// current time in; effects out (answer or refuse the step, suspend or
+// capture the task, write, receive or restore its checkpoint, install it,
+// drop an arrival or a departure, set a route). It holds each task's
+// departure, arrival and floor: the newest move the host cancelled or
+// resumed the task for, whose steps, and older ones, it refuses.
+//
 // Epochs. The Machine holds the virtual machine's epoch clock: every epoch
 // it hands out (a move's, the way back of an abort's, a job restart's)
 // is larger than every epoch it has handed out or observed before. A

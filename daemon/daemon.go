@@ -652,7 +652,9 @@ func (d *Daemon) Err() error {
 // stop shuts the daemon down (see shutdown) with a bounded wait for task
 // goroutines.
 func (d *Daemon) stop(why error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
+	// The daemon's context ends as it stops: the wait keeps its values,
+	// not its cancellation.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), d.cfg.StopTimeout)
 	defer cancel()
 	_ = d.shutdown(ctx, why)
 }
@@ -1016,7 +1018,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		d.taskGone(h.tid)
 	default:
 		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Log(context.Background(), d.lossLevel(), "report exit", "tid", h.tid, "error", err)
+			d.log.Log(d.ctx, d.lossLevel(), "report exit", "tid", h.tid, "error", err)
 		}
 	}
 	// Exit notices travel as the task's last messages to their watchers,

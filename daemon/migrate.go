@@ -304,7 +304,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
 	if a, ok := d.performFor(acts, 0); ok {
-		d.goFunc(func() { d.callStep(context.Background(), a) })
+		d.goFunc(func() { d.runSteps(a) })
 	}
 }
 
@@ -342,7 +342,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				next, ok = a, true
 				continue
 			}
-			d.goFunc(func() { d.callStep(context.Background(), a) })
+			d.goFunc(func() { d.runSteps(a) })
 		}
 	}
 	return next, ok
@@ -355,8 +355,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 // back would add two goroutine wake-ups to every move); once that
 // caller's ctx ends, the steps left go on on a tracked goroutine, and the
 // caller is free after the step under way (each is bounded by its own
-// timeout). Elsewhere it runs on a tracked goroutine with a ctx that
-// never ends.
+// timeout). Elsewhere the steps run on a tracked goroutine (runSteps).
 func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 	for {
 		next, ok := d.step(a)
@@ -364,7 +363,20 @@ func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 			return
 		}
 		if ctx.Err() != nil {
-			d.goFunc(func() { d.callStep(context.Background(), next) })
+			d.goFunc(func() { d.runSteps(next) })
+			return
+		}
+		a = next
+	}
+}
+
+// runSteps is callStep on a tracked goroutine, with no caller to free:
+// it performs the move's steps until the machine asks for none (each is
+// bounded by its timeout under the daemon's context).
+func (d *Daemon) runSteps(a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
 			return
 		}
 		a = next

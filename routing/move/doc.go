@@ -1,7 +1,8 @@
 // Package move is the pure state machine of a task's move from one host to
-// another (DESIGN §5 and §8), and the virtual machine's epoch clock. It
-// performs no I/O, starts no goroutines, takes no locks and reads no
-// clock: the master's daemon drives it.
+// another (DESIGN §5 and §8), the virtual machine's epoch clock, and the
+// host half of moves (Host). It performs no I/O, starts no goroutines,
+// takes no locks and reads no clock: the master's daemon drives the
+// Machine, and every daemon its own Host.
 //
 // The shape is etcd-io/raft's: the driver feeds events in (Start, Result,
 // HostLost, Tick, Adopt, each with the current time), the machine appends

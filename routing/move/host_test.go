@@ -3,12 +3,14 @@ package move
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -156,4 +158,108 @@ func (s *hostScript) state() string {
 	deps, arrs := s.h.Counts()
 	lines = append(lines, fmt.Sprintf("%d departures, %d arrivals, max move %v", deps, arrs, s.h.MaxMove()))
 	return strings.Join(lines, "\n")
+}
+
+// FuzzHost feeds the host half of moves any sequence of events and checks
+// its rules after each: a task's floor only rises (until the task is
+// gone); no prepare, suspend or capture of a move at or below the floor
+// is taken; a departure is made only by a capture and an arrival only by
+// a prepare; an install takes the record of its own move; a step is
+// answered by its last effect. go test ./routing/move -fuzz FuzzHost.
+func FuzzHost(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 10, 1, 1, 2, 1, 0, 3, 1, 0, 4, 1, 0, 7, 1, 0})
+	f.Add([]byte{0, 1, 0, 10, 1, 1, 2, 1, 0, 9, 1, 0, 1, 1, 0, 8, 1, 0})
+	f.Add([]byte{1, 1, 0, 5, 1, 0, 6, 1, 0, 10, 1, 0, 7, 1, 8, 12, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) { _ = runHostFuzz(t, data) })
+}
+
+// hostStats counts what a run exercised.
+type hostStats struct{ captures, installs, staleRefusals, resumes int }
+
+func runHostFuzz(t *testing.T, data []byte) (st hostStats) {
+	h := NewHost()
+	now := time.Unix(0, 0)
+	tids := []task.TID{task.NewTID(2, 1), task.NewTID(2, 2)}
+	for i := 0; i+2 < len(data); i += 3 {
+		op, who, flags := data[i], data[i+1], data[i+2]
+		tid := tids[int(who)%len(tids)]
+		e := HostEvent{Kind: HostEventKind(int(op)%len(hostEventNames[1:]) + 1), TID: tid, Move: ID(who>>1) % 6,
+			Route: routing.Route{Host: task.HostID(1 + flags%3), Epoch: uint64(flags>>2) % 4}, Peer: task.HostID(1 + (flags>>4)%3),
+			Job: uint64(flags>>6) % 2, Back: flags&1 == 1,
+			Local: Local{Running: flags&2 == 2, Arrived: ID(flags>>3) % 6, Route: uint64(flags>>5) % 4, Restoring: flags&128 == 128, Quiet: flags&64 == 64}}
+		floor, _ := h.Floor(tid)
+		dep, hadDep := h.Departure(tid)
+		arr, hadArr := h.Arrival(tid)
+		now = now.Add(time.Millisecond)
+		fx := h.Step(now, e)
+		for _, x := range fx {
+			if x.String() == "" {
+				t.Fatalf("%v: an effect with no text", e)
+			}
+		}
+		if f, _ := h.Floor(tid); f < floor && e.Kind != EvGone && e.Kind != EvDropJob {
+			t.Fatalf("%v: floor of %v went from %v to %v", e, tid, floor, f)
+		}
+		last := HostEffect{Kind: DoOK}
+		if len(fx) > 0 {
+			last = fx[len(fx)-1]
+		}
+		stale := e.Move != 0 && e.Move <= floor
+		switch e.Kind {
+		case EvPrepare, EvSuspend, EvSafePoint:
+			if stale && last.Kind != DoRefuse {
+				t.Fatalf("%v at floor %v: answered %v", e, floor, last)
+			}
+			if stale {
+				st.staleRefusals++
+			}
+		}
+		switch last.Kind {
+		case DoCapture:
+			st.captures++
+		case DoInstall:
+			st.installs++
+		case DoResume:
+			st.resumes++
+		}
+		if d, ok := h.Departure(tid); ok && !hadDep && (e.Kind != EvSafePoint || d.Move != e.Move) {
+			t.Fatalf("%v made departure %+v", e, d)
+		}
+		if a, ok := h.Arrival(tid); ok && !hadArr && (e.Kind != EvPrepare || a.Move != e.Move) {
+			t.Fatalf("%v made arrival %+v", e, a)
+		}
+		if e.Kind == EvInstall && last.Kind == DoInstall {
+			switch {
+			case e.Back && (!hadDep || dep.Move != e.Move || !dep.Over):
+				t.Fatalf("%v installed back without its resumed departure (%+v)", e, dep)
+			case !e.Back && (!hadArr || arr.Move != e.Move):
+				t.Fatalf("%v installed without its arrival (%+v)", e, arr)
+			}
+		}
+		if last.Kind == DoRefuse && last.Err == nil {
+			t.Fatalf("%v: refused with no error", e)
+		}
+	}
+	return st
+}
+
+// TestHostSeeds runs FuzzHost's checks over seeded random event strings.
+func TestHostSeeds(t *testing.T) {
+	var all hostStats
+	for seed := range uint64(2000) {
+		r := rand.New(rand.NewPCG(seed, 0x686f7374))
+		data := make([]byte, 3*(10+r.IntN(100)))
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		st := runHostFuzz(t, data)
+		all.captures += st.captures
+		all.installs += st.installs
+		all.staleRefusals += st.staleRefusals
+		all.resumes += st.resumes
+	}
+	if all.captures == 0 || all.installs == 0 || all.staleRefusals == 0 || all.resumes == 0 {
+		t.Fatalf("the seeds exercised too little: %+v", all)
+	}
+	t.Logf("2000 seeds: %+v", all)
 }

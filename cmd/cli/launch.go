@@ -178,6 +178,9 @@ type launchConfig struct {
 	Port        int           // the port daemons listen on, unless their flags say
 	StopGrace   time.Duration // how long a stop waits for a daemon to exit, then after SIGTERM
 	Poll        time.Duration // how often joins are checked
+	// Parallel starts the hosts' daemons all at once rather than one after
+	// another in hostfile order.
+	Parallel bool
 	// AliveEvery is how often, while waiting for them, the daemons not
 	// yet joined are checked over ssh to be still running (default 2s).
 	AliveEvery time.Duration
@@ -318,6 +321,18 @@ func statusScript(pid, log string) string {
 // configuration says so, and the daemon's credential (and the master's
 // secret) from the credentials directory.
 func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedHost, error) {
+	s, err := l.prepare(ctx, h, join)
+	if err != nil {
+		return s, err
+	}
+	return l.launch(ctx, s, join)
+}
+
+// prepare copies to h what its daemon needs before it starts: the binary
+// when the configuration says so, its credential (and the master's
+// secret) from the credentials directory. The copied credentials are
+// listed in the result, for stop to remove.
+func (l *launcher) prepare(ctx context.Context, h hostLine, join string) (startedHost, error) {
 	pid, log, cred, secret := l.files(h)
 	s := startedHost{hostLine: h, Bin: l.cfg.RemoteBin, PIDFile: pid, LogFile: log, CredentialFile: cred}
 	if s.Bin == "" {
@@ -348,8 +363,16 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 			s.Copied = append(s.Copied, secret)
 		}
 	}
+	return s, nil
+}
+
+// launch starts the daemon of the prepared host s: the master when join is
+// empty, else a host joining the master at join.
+func (l *launcher) launch(ctx context.Context, s startedHost, join string) (startedHost, error) {
+	h := s.hostLine
+	_, _, cred, secret := l.files(h)
 	argv := append([]string{s.Bin}, l.daemonArgs(h, join, cred, secret)...)
-	out, err := l.run.Run(ctx, h, startScript(argv, pid, log), nil)
+	out, err := l.run.Run(ctx, h, startScript(argv, s.PIDFile, s.LogFile), nil)
 	if err != nil {
 		return s, fmt.Errorf("%s: start the daemon: %w", h.Name, err)
 	}
@@ -397,8 +420,9 @@ type vmControl interface {
 // dialFunc connects to the master at addr.
 type dialFunc func(ctx context.Context, addr string) (vmControl, error)
 
-// up starts the master (hosts[0]) and then the other hosts' daemons, and
-// waits until all have joined or ctx ends. On failure it stops what it
+// up starts the master (hosts[0]) and then the other hosts' daemons, one
+// after another in order (Parallel: all at once), and waits until all have
+// joined or ctx ends. On failure it stops what it
 // started, and the error carries the state of the hosts that did not
 // join. It returns the master's address, the started daemons and a
 // connection to the master.
@@ -436,25 +460,59 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 		}
 		return fail(fmt.Errorf("master %s at %s: %w\n%s", m.Name, addr, err, l.status(context.WithoutCancel(ctx), m)))
 	}
-	rest, err := l.startAll(ctx, hosts[1:], addr)
-	started = append(started, rest...)
+	// The other hosts get their files all at once. On a failure, what was
+	// started is stopped, and what was copied removed.
+	others := hosts[1:]
+	prepared, err := forAll(len(others), func(i int) (startedHost, error) { return l.prepare(ctx, others[i], addr) })
+	withCopies := func(ps []startedHost) {
+		for _, p := range ps {
+			if len(p.Copied) > 0 {
+				started = append(started, p)
+			}
+		}
+	}
 	if err != nil {
+		withCopies(prepared)
 		return fail(err)
 	}
-	if err := l.waitJoined(ctx, vm, started); err != nil {
-		return fail(err)
+	if l.cfg.Parallel {
+		rest, err := forAll(len(prepared), func(i int) (startedHost, error) { return l.launch(ctx, prepared[i], addr) })
+		if err != nil {
+			// Those whose start failed too: ssh may fail after the start.
+			started = append(started, prepared...)
+			return fail(err)
+		}
+		started = append(started, rest...)
+		if err := l.waitJoined(ctx, vm, started); err != nil {
+			return fail(err)
+		}
+		return addr, started, vm, nil
+	}
+	// One after another in hostfile order, each once the one before has
+	// joined: the master numbers hosts as they join, so their IDs follow
+	// the hostfile.
+	for i, p := range prepared {
+		s, err := l.launch(ctx, p, addr)
+		started = append(started, s) // stopped on failure too: ssh may fail after the start
+		if err == nil {
+			err = l.waitJoined(ctx, vm, []startedHost{s})
+		}
+		if err != nil {
+			withCopies(prepared[i+1:])
+			return fail(err)
+		}
 	}
 	return addr, started, vm, nil
 }
 
-// startAll starts the daemons of hosts joining join, all at once, and
-// returns those that started.
-func (l *launcher) startAll(ctx context.Context, hosts []hostLine, join string) ([]startedHost, error) {
-	res := make([]startedHost, len(hosts))
-	errs := make([]error, len(hosts))
+// forAll runs f(0) to f(n-1) at once; it returns the results of those
+// that succeeded, in order, and the errors of the others.
+func forAll(n int, f func(i int) (startedHost, error)) ([]startedHost, error) {
+	res := make([]startedHost, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, h := range hosts {
-		wg.Go(func() { res[i], errs[i] = l.start(ctx, h, join) })
+	for i := range n {
+		wg.Go(func() { res[i], errs[i] = f(i) })
 	}
 	wg.Wait()
 	var ok []startedHost

@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/pki"
 )
 
@@ -204,5 +206,73 @@ func TestMasterNote(t *testing.T) {
 	}
 	if note := (upCreds{dir: t.TempDir()}).masterNote("n1"); note != "" {
 		t.Errorf("no master.pem: %q", note)
+	}
+}
+
+// startedVM is a master that lists the hosts whose daemons were started, as
+// they would join, and remembers which it has listed.
+type startedVM struct {
+	run    *fakeRunner
+	mu     sync.Mutex
+	listed map[string]bool
+}
+
+func (v *startedVM) Hosts(ctx context.Context) ([]daemon.HostInfo, error) {
+	v.run.mu.Lock()
+	names := slices.Clone(v.run.order)
+	v.run.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	hosts := make([]daemon.HostInfo, len(names))
+	for i, n := range names {
+		hosts[i] = daemon.HostInfo{Name: n}
+		v.listed[n] = true
+	}
+	return hosts, nil
+}
+
+func (v *startedVM) Halt(ctx context.Context) error { return nil }
+func (v *startedVM) Close() error                   { return nil }
+
+// TestUpStartsInHostfileOrder: the hosts' daemons start one after another
+// in hostfile order, each once the one before has joined, so that the
+// master numbers them as the hostfile lists them; --parallel starts them
+// all at once.
+func TestUpStartsInHostfileOrder(t *testing.T) {
+	hosts, err := parseHostfile(strings.NewReader("m1\nh2\nh3\nh4\nh5\n"), "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, parallel := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			run := &fakeRunner{starts: map[string]string{}}
+			vm := &startedVM{run: run, listed: map[string]bool{}}
+			var early []string // hosts started before the one before them joined
+			run.onStart = func(name string) {
+				i := slices.IndexFunc(hosts, func(h hostLine) bool { return h.Name == name })
+				vm.mu.Lock()
+				defer vm.mu.Unlock()
+				if i > 1 && !vm.listed[hosts[i-1].Name] {
+					early = append(early, name)
+				}
+			}
+			l := &launcher{run: run, cfg: launchConfig{Port: 7070, Poll: time.Second, Parallel: parallel}}
+			dial := func(ctx context.Context, addr string) (vmControl, error) { return vm, nil }
+			_, started, _, err := l.up(t.Context(), hosts, dial)
+			if err != nil || len(started) != 5 {
+				t.Fatalf("parallel %v: up: %v, %d started", parallel, err, len(started))
+			}
+			for i, s := range started {
+				if s.Name != hosts[i].Name {
+					t.Errorf("parallel %v: started %d is %s, want %s", parallel, i, s.Name, hosts[i].Name)
+				}
+			}
+			if !parallel && (!slices.Equal(run.order, []string{"m1", "h2", "h3", "h4", "h5"}) || len(early) != 0) {
+				t.Errorf("started in order %v, %v before the host before them joined", run.order, early)
+			}
+			if parallel && len(early) == 0 {
+				t.Errorf("--parallel: every host waited for the one before it (order %v)", run.order)
+			}
+		})
 	}
 }

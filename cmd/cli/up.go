@@ -136,6 +136,10 @@ func sshFlag() cli.Flag {
 	return &cli.StringFlag{Name: "ssh", Value: "ssh -o BatchMode=yes", Usage: "ssh command and options, split as a shell would (OpenSSH; -p and -l come from the hostfile)"}
 }
 
+func parallelFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "parallel", Usage: "start the hosts' daemons all at once (quicker for many hosts; host IDs then follow the order they join in, not the hostfile's)"}
+}
+
 func acceptNewHostKeysFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "accept-new-host-keys", Usage: "record the ssh host key of a host never contacted before (ssh -o StrictHostKeyChecking=accept-new); a changed key is still refused"}
 }
@@ -190,7 +194,7 @@ func launcherFrom(c *cli.Context) (*launcher, []string, error) {
 	cfg := launchConfig{
 		RemoteDir: c.String("remote-dir"), RemoteBin: c.String("remote-bin"),
 		RemoteCreds: c.String("remote-credentials"), Port: c.Int("daemon-port"),
-		StopGrace: c.Duration("stop-grace"),
+		StopGrace: c.Duration("stop-grace"), Parallel: c.Bool("parallel"),
 	}
 	if cfg.Port <= 0 || cfg.Port > 65535 {
 		return nil, nil, fmt.Errorf("--daemon-port %d: out of range", cfg.Port)
@@ -267,7 +271,8 @@ func upCommand() *cli.Command {
 			"  host [master] [user=U] [port=P] [name=N] [speed=S] [cores=C] [shared-dir=DIR] [flags=\"...\"]\n" +
 			"port is ssh's; the master is the line with 'master', or the first. dpvm up starts the\n" +
 			"master's daemon, then one on every other host joining it (nohup, PID file and log in\n" +
-			"--remote-dir), waits until all have joined and prints the host table. It records what\n" +
+			"--remote-dir), one after another in hostfile order so that host IDs follow it (--parallel:\n" +
+			"all at once), waits until all have joined and prints the host table. It records what\n" +
 			"it started so that 'dpvm down HOSTFILE' stops it.\n" +
 			"Credentials: --credentials DIR is the directory of 'dpvm keygen --out DIR'. Each daemon is\n" +
 			"given DIR/host-NAME.pem (the master DIR/master.pem if it names the master's host, else\n" +
@@ -279,7 +284,7 @@ func upCommand() *cli.Command {
 			"alias is reached at the HostName ssh resolves it to (ssh -G).\n" +
 			"  dpvm keygen --out creds && dpvm up hosts.txt --credentials creds --copy",
 		Flags: []cli.Flag{credentialsFlag(), legacyKeyFlag(), sshFlag(), acceptNewHostKeysFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteCredsFlag(),
-			daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
+			parallelFlag(), daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
 		Action: upAction,
 	}
 }

@@ -1013,13 +1013,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// anything, so the floor against late steps goes with it.
 	d.ht.moveGone(h.tid)
 	// Its pause goes, and its job's newest resume with its last task here.
-	for _, x := range d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}) {
-		if p := d.ht.pauses[h.tid]; x.Kind == jobck.DoRelease && p != nil && p.id == x.Pause {
-			delete(d.ht.pauses, h.tid)
-			p.h.pause.CompareAndSwap(p, nil)
-			close(p.resume)
-		}
-	}
+	_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}), nil)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)

@@ -159,68 +159,72 @@ func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) 
 }
 
 // stepCkpt feeds the host half of job checkpoints the event that event
-// builds, under ht.mu, and performs its effects: it makes and drops the
-// tasks' pause records, wakes a task asked to pause, marks a write under
-// way, and forgets staged tasks; perform, when set, gets every effect
-// after that, still under ht.mu. Where the machine says to wait for a
-// checkpoint write under way, it waits with ht.mu released and feeds the
-// event again. It returns the step's refusal, if any.
+// builds, under ht.mu, and performs its effects (doCkpt). Where the
+// machine says to wait for a checkpoint write under way, it waits with
+// ht.mu released and feeds the event again. It returns the step's
+// refusal, if any.
 func (d *Daemon) stepCkpt(event func() jobck.HostEvent, perform func(jobck.HostEffect)) error {
 	d.ht.mu.Lock()
 	for {
-		fx := d.ht.ckpts.Step(event())
-		var wait []chan struct{}
-		var err error
-		for _, x := range fx {
-			p := d.ht.pauses[x.TID]
-			switch x.Kind {
-			case jobck.DoRefuse:
-				err = x.Err
-			case jobck.DoPause:
-				h := d.ht.tasks[x.TID]
-				if x.New && h != nil {
-					p = &pauseReq{id: x.Pause, h: h, paused: make(chan struct{}), resume: make(chan struct{})}
-					d.ht.pauses[x.TID] = p
-					h.pause.Store(p)
-				}
-				if h != nil {
-					select { // wake the task if it waits in RecvSafe
-					case h.moveKick <- struct{}{}:
-					default:
-					}
-				}
-			case jobck.DoRelease:
-				if p != nil && p.id == x.Pause {
-					delete(d.ht.pauses, x.TID)
-					p.h.pause.CompareAndSwap(p, nil)
-					close(p.resume)
-				}
-			case jobck.DoWait:
-				if p != nil && p.id == x.Pause && p.writing != nil {
-					wait = append(wait, p.writing)
-				}
-			case jobck.DoWrite:
-				if p != nil && p.id == x.Pause {
-					p.writing = make(chan struct{})
-				}
-			case jobck.DoUnstage:
-				delete(d.ht.staged, x.TID)
-				delete(d.ht.incoming, x.TID)
-			}
-			if perform != nil {
-				perform(x)
-			}
-		}
+		wait, err := d.ht.doCkpt(d.ht.ckpts.Step(event()), perform)
+		d.ht.mu.Unlock()
 		if len(wait) == 0 {
-			d.ht.mu.Unlock()
 			return err
 		}
-		d.ht.mu.Unlock()
 		for _, ch := range wait {
 			<-ch // a write to the shared directory: it ends
 		}
 		d.ht.mu.Lock()
 	}
+}
+
+// doCkpt performs the effects of the host half of job checkpoints that
+// are the task table's (mu held): it makes and drops the tasks' pause
+// records, wakes a task asked to pause, marks a write under way, and
+// forgets staged tasks; perform, when set, gets every effect after that.
+// It returns the writes under way to wait for and the step's refusal.
+func (ht *hosting) doCkpt(fx []jobck.HostEffect, perform func(jobck.HostEffect)) (wait []chan struct{}, err error) {
+	for _, x := range fx {
+		p := ht.pauses[x.TID]
+		switch x.Kind {
+		case jobck.DoRefuse:
+			err = x.Err
+		case jobck.DoPause:
+			h := ht.tasks[x.TID]
+			if x.New && h != nil {
+				p = &pauseReq{id: x.Pause, h: h, paused: make(chan struct{}), resume: make(chan struct{})}
+				ht.pauses[x.TID] = p
+				h.pause.Store(p)
+			}
+			if h != nil {
+				select { // wake the task if it waits in RecvSafe
+				case h.moveKick <- struct{}{}:
+				default:
+				}
+			}
+		case jobck.DoRelease:
+			if p != nil && p.id == x.Pause {
+				delete(ht.pauses, x.TID)
+				p.h.pause.CompareAndSwap(p, nil)
+				close(p.resume)
+			}
+		case jobck.DoWait:
+			if p != nil && p.id == x.Pause && p.writing != nil {
+				wait = append(wait, p.writing)
+			}
+		case jobck.DoWrite:
+			if p != nil && p.id == x.Pause {
+				p.writing = make(chan struct{})
+			}
+		case jobck.DoUnstage:
+			delete(ht.staged, x.TID)
+			delete(ht.incoming, x.TID)
+		}
+		if perform != nil {
+			perform(x)
+		}
+	}
+	return wait, err
 }
 
 // pauseFacts is what the task table knows of tid for the host half of
@@ -347,7 +351,7 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 		}
 		e, err := d.writePaused(dir, key, keyID, h, a)
 		d.ht.mu.Lock()
-		d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: a.Job, TID: h.tid, Pause: p.id})
+		_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: a.Job, TID: h.tid, Pause: p.id}), nil)
 		close(p.writing)
 		p.writing = nil
 		d.ht.mu.Unlock()

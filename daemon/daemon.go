@@ -19,6 +19,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -1011,9 +1012,8 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
 	d.ht.moveGone(h.tid)
-	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
-		delete(d.ht.ckResumed, h.job)
-	}
+	// Its pause goes, and its job's newest resume with its last task here.
+	_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}), nil)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)

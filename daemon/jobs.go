@@ -888,43 +888,46 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 		}
 		got = append(got, staged{meta: m, t: t})
 	}
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	// What an earlier restore of the job staged here and never started
-	// (it failed, and its drop did not come: the master's call timed out
-	// before this host answered) gives way to this one.
-	d.ht.dropStagedLocked(a.Job)
-	for _, s := range got {
-		tid := s.meta.TID
-		if _, here := d.ht.tasks[tid]; here || d.ht.incoming[tid] != nil || d.ht.moving[tid] != nil {
-			return rep, fmt.Errorf("restore %v: a task of that id is here already", tid)
-		}
-	}
 	rep.Groups = map[task.TID][]ckpt.Membership{}
-	for _, s := range got {
-		s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
-		d.ht.incoming[s.meta.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
-		d.ht.staged[s.meta.TID] = s
-		if len(s.meta.Groups) > 0 {
-			rep.Groups[s.meta.TID] = s.meta.Groups
+	byTID := map[task.TID]staged{}
+	err := d.stepCkpt(func() jobck.HostEvent {
+		e := jobck.HostEvent{Kind: jobck.HostStage, Job: a.Job}
+		for _, s := range got {
+			tid := s.meta.TID
+			arr := d.ht.incoming[tid]
+			_, here := d.ht.tasks[tid]
+			e.Tasks = append(e.Tasks, jobck.Local{TID: tid, Running: here,
+				Moving: d.ht.moving[tid] != nil || (arr != nil && arr.move != 0), Arriving: arr != nil && arr.move == 0})
+			byTID[tid] = s
 		}
+		return e
+	}, func(x jobck.HostEffect) {
+		if s, ok := byTID[x.TID]; ok && x.Kind == jobck.DoStage {
+			s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
+			d.ht.incoming[x.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
+			d.ht.staged[x.TID] = s
+			if len(s.meta.Groups) > 0 {
+				rep.Groups[x.TID] = s.meta.Groups
+			}
+		}
+	})
+	if err != nil {
+		return ckStep{}, err
 	}
 	return rep, nil
 }
 
 // startStaged puts the staged tasks of a restart into service.
 func (d *Daemon) startStaged(a restoreArgs) {
-	d.ht.mu.Lock()
 	var todo []staged
 	var arrs []*arriving
-	for tid, s := range d.ht.staged {
-		if s.meta.Job == a.Job {
+	_ = d.stepCkpt(func() jobck.HostEvent { return jobck.HostEvent{Kind: jobck.HostStart, Job: a.Job} }, func(x jobck.HostEffect) {
+		if s, ok := d.ht.staged[x.TID]; ok && x.Kind == jobck.DoStart {
 			todo = append(todo, s)
-			arrs = append(arrs, d.ht.incoming[tid])
-			delete(d.ht.staged, tid)
+			arrs = append(arrs, d.ht.incoming[x.TID])
+			delete(d.ht.staged, x.TID)
 		}
-	}
-	d.ht.mu.Unlock()
+	})
 	for i, s := range todo {
 		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
 			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
@@ -934,9 +937,7 @@ func (d *Daemon) startStaged(a restoreArgs) {
 
 // dropStaged forgets the staged tasks of a failed restart.
 func (d *Daemon) dropStaged(a restoreArgs) {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	d.ht.dropStagedLocked(a.Job)
+	_ = d.stepCkpt(func() jobck.HostEvent { return jobck.HostEvent{Kind: jobck.HostUnstage, Job: a.Job} }, nil)
 }
 
 // RestartJob starts a job again from the newest complete checkpoint under
@@ -1258,10 +1259,8 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	// Copies caught in a move go too: a suspended one would otherwise be
 	// resumed, or an arrival restored, beside the job's restored tasks.
 	caught := d.dropJobArrivals(a.Job)
+	d.releasePauses(a.Job, nil)
 	for _, h := range hs {
-		if p := h.pause.Swap(nil); p != nil {
-			p.release()
-		}
 		_ = d.Kill(h.tid)
 	}
 	t := time.NewTimer(max(a.Timeout, time.Second))

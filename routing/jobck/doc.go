@@ -54,4 +54,14 @@
 // [Config.MinPause] and [Config.MaxPause]: a job whose tasks reach safe
 // points every 0.7 s gets a budget over 0.7 s, so its checkpoints succeed
 // from the round after the first report on.
+//
+// # The host half
+//
+// [Host] is what each host decides about the steps of a round for its own
+// tasks, one seam (Step: a [HostEvent] in, [HostEffect]s out) with no
+// I/O either: a pause of a round already resumed is refused, a write is
+// taken only for a task paused for the step's round and at its safe
+// point, a release waits for its task's write under way, and a restart's
+// tasks are staged only where no task of their TID runs or moves.
+// Package daemon steps it under the lock that owns the host's tasks.
 package jobck

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,15 +52,36 @@ type jobState struct {
 	// mc coordinates the job's checkpoints and rollbacks (routing/jobck);
 	// the daemon drives it (driveJob).
 	mc *jobck.Machine
-	// work is the driver's record of the round under way.
-	work *roundWork
+	// ck is the driver's record of the checkpoint round under way, and
+	// work that of the rollback under way: a rollback that abandons a
+	// checkpoint round begins before the driver has carried out that
+	// round's discard, which needs the round's set directory.
+	ck, work *roundWork
 	// waiters get the outcome of the checkpoint rounds they started, by
 	// round.
 	waiters map[jobck.Round]chan ckOutcome
 	// rolling is closed when the rollback under way is over (nil: none).
 	rolling chan struct{}
-	// lost is why the job could not roll back after losing tasks.
-	lost error
+	// lost is why the job could not roll back after losing tasks;
+	// ending, when not nil, is closed once such a job's other tasks are
+	// killed and its command told why (endLostJob).
+	lost       error
+	ending     chan struct{}
+	lostEnding bool // endLostJob has begun
+	// seen are the job's tasks on each host as the latest checkpoint
+	// round's pause answers named them, with those placed there since:
+	// what a host lost with no checkpoint to go back to took with it.
+	seen map[task.HostID][]task.TID
+}
+
+// placed records that the master started tids of the job on host h.
+func (js *jobState) placed(h task.HostID, tids []task.TID) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.seen == nil {
+		js.seen = map[task.HostID][]task.TID{}
+	}
+	js.seen[h] = append(js.seen[h], tids...)
 }
 
 // roundWork is what the driver gathers during a round.
@@ -126,8 +148,14 @@ var ErrJobLost = errors.New("job lost")
 
 // waitJob waits for the job's root task to exit, following it through
 // rollbacks: its old incarnation is killed and a new one restored, and an
-// exit of the old one is not the job's.
+// exit of the old one is not the job's. A wait that fails because the
+// root's host cannot be reached (its connection dropped: the host is
+// about to be deleted, and the job rolled back, or it comes back) is
+// asked again every heartbeat, until the job rolls back, is lost, or the
+// root is reached again, for at most the time the master takes to delete
+// a silent host and roll a job back.
 func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
+	var unreached time.Time // when the root was first found unreachable (zero: it was not)
 	for {
 		_, gen, _ := js.rollingBack()
 		info, err := d.Wait(ctx, js.root)
@@ -138,13 +166,40 @@ func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 			case <-ctx.Done():
 				return info, fmt.Errorf("wait for job %d: %w", js.id, ctx.Err())
 			}
+			unreached = time.Time{}
 			continue
 		}
 		if now != gen {
+			unreached = time.Time{}
 			continue
 		}
 		if lost != nil {
+			js.mu.Lock()
+			ending := js.ending
+			js.mu.Unlock()
+			if ending != nil {
+				// The command hears why before the job's end.
+				select {
+				case <-ending:
+				case <-ctx.Done():
+				}
+				_, _, lost = js.rollingBack()
+			}
 			return info, fmt.Errorf("job %d: %w", js.id, lost)
+		}
+		if err != nil && ctx.Err() == nil && d.ctx.Err() == nil && !js.over() {
+			if unreached.IsZero() {
+				unreached = time.Now()
+				d.log.Info("job's root unreachable; following the job", "job", js.id, "root", js.root, "error", err)
+			}
+			if time.Since(unreached) < d.Detection().MaxDead+4*d.cfg.MoveTimeout {
+				select {
+				case <-time.After(d.cfg.Heartbeat):
+				case <-ctx.Done():
+					return info, fmt.Errorf("wait for job %d: %w", js.id, ctx.Err())
+				}
+				continue
+			}
 		}
 		return info, err
 	}
@@ -187,7 +242,8 @@ func (d *Daemon) jobckConfig(opts JobOptions) jobck.Config {
 	if opts.CheckpointEvery > 0 {
 		lo = min(max(opts.CheckpointEvery/2, 50*time.Millisecond), d.cfg.MoveTimeout)
 	}
-	return jobck.Config{MinPause: lo, MaxPause: max(d.cfg.PauseMax, lo), QuietTimeout: d.cfg.MoveTimeout}
+	return jobck.Config{MinPause: lo, MaxPause: max(d.cfg.PauseMax, lo), QuietTimeout: d.cfg.MoveTimeout,
+		EndLost: opts.CheckpointEvery > 0}
 }
 
 // StartJob starts root as the root task of a new job on this daemon (the
@@ -450,6 +506,10 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	if root == "" {
 		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ErrNoSharedDir)
 	}
+	floor, ferr := setFloor(root, js.name)
+	if ferr != nil {
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ferr)
+	}
 	now := time.Now()
 	js.mu.Lock()
 	var acts []jobck.Action
@@ -460,12 +520,12 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 		// on the hosts left would miss the tasks lost there.
 		err = fmt.Errorf("%v: %w", lost, jobck.ErrBroken)
 	} else {
-		acts, err = js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs()})
+		acts, err = js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs(), Floor: floor})
 	}
 	var ch chan ckOutcome
 	if err == nil {
 		r := js.mc.Round()
-		js.work = &roundWork{round: r, root: root, start: now}
+		js.ck = &roundWork{round: r, root: root, start: now}
 		ch = make(chan ckOutcome, 1)
 		js.waiters[r] = ch
 		js.drivers.Add(1)
@@ -491,6 +551,20 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	}
 }
 
+// setFloor is the largest set number in job name's directory under root,
+// complete or not (0: none): a new set of the job takes a number above it.
+func setFloor(root, name string) (uint64, error) {
+	jobDir, err := jobset.JobDir(root, name)
+	if err != nil {
+		return 0, err
+	}
+	seqs, err := jobset.Sets(jobDir)
+	if err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	return seqs[len(seqs)-1], nil
+}
+
 // driveJob carries out the job machine's actions, in order, with those
 // that follow from the events they produce. Several drivers may run at
 // once (a host lost during a checkpoint starts one); the machine refuses
@@ -503,14 +577,18 @@ func (d *Daemon) driveJob(js *jobState, acts []jobck.Action) {
 }
 
 // workFor returns the driver's record of round r, if it is the current
-// one.
+// checkpoint or rollback round.
 func (js *jobState) workFor(r jobck.Round) *roundWork {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	if js.work == nil || js.work.round != r {
+	w := js.work
+	if r.Kind == jobck.Checkpoint {
+		w = js.ck
+	}
+	if w == nil || w.round != r {
 		return nil
 	}
-	return js.work
+	return w
 }
 
 // feed steps the machine with the hosts' answers to a call, in the hosts'
@@ -552,6 +630,16 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		reps, errs := d.eachHost(ctx, a.Hosts, mCkPause, step)
 		evs := make([]jobck.Event, len(a.Hosts))
 		now := time.Now()
+		js.mu.Lock()
+		if js.seen == nil {
+			js.seen = map[task.HostID][]task.TID{}
+		}
+		for i, h := range a.Hosts {
+			if errs[i] == nil {
+				js.seen[h] = reps[i].TIDs
+			}
+		}
+		js.mu.Unlock()
 		for i, h := range a.Hosts {
 			err := errs[i]
 			if err == nil && len(reps[i].Late) > 0 {
@@ -663,11 +751,75 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActRolledBack:
 		d.rolledBack(js, a)
 	case jobck.ActUnrecoverable:
+		if a.End {
+			d.endLostJob(js, a.Host)
+			return nil
+		}
 		// PVM's behaviour: the lost tasks are reported exited to their
 		// watchers, and the job goes on without them as it can.
 		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
 	return nil
+}
+
+// endLostJob ends a job that asked for checkpoints and lost tasks with
+// host h before it had one (master): why is recorded first, so that the
+// command waiting for the job hears it rather than its root's end; then
+// its other tasks are killed, and the command is told which host had
+// which tasks.
+func (d *Daemon) endLostJob(js *jobState, h task.HostID) {
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+	defer cancel()
+	js.mu.Lock()
+	took := slices.Clone(js.seen[h])
+	ending := js.ending
+	again := js.lostEnding
+	js.lostEnding = true
+	js.mu.Unlock()
+	if again {
+		return // another host lost since: the job is ending already
+	}
+	if ending != nil {
+		defer close(ending)
+	}
+	ts, err := d.AllTasks(ctx, false)
+	if err != nil {
+		d.log.Warn("job lost: listing its tasks", "job", js.id, "error", err)
+	}
+	var others []string
+	for _, t := range ts {
+		if t.Job == js.id && t.State == Running {
+			others = append(others, fmt.Sprintf("%v on %s", t.TID, t.Host))
+		}
+	}
+	why := fmt.Sprintf("no complete checkpoint to roll back to; host %v took tasks %s with it; its other tasks are killed: %s",
+		h, tidList(took, "(none placed there by the master)"), listOr(others, "none"))
+	js.mu.Lock()
+	js.lost = fmt.Errorf("%s: %w", why, ErrJobLost)
+	js.mu.Unlock()
+	d.log.Error("job lost tasks with a host and has no checkpoint to roll back to; it ends", "job", js.id, "lost_host", h,
+		"lost_tasks", took, "killed", others)
+	d.jobNote(JobNote{Job: js.id, Kind: NoteLost, Host: h.String(), Tasks: len(took), Err: why})
+	if n, err := d.KillJob(ctx, js.id); err != nil {
+		d.log.Warn("job lost: killing its other tasks", "job", js.id, "killed", n, "error", err)
+	}
+}
+
+// tidList spells tids, or none when there are none.
+func tidList(tids []task.TID, none string) string {
+	s := make([]string, len(tids))
+	for i, t := range tids {
+		s[i] = t.String()
+	}
+	return listOr(s, none)
+}
+
+// listOr joins s with commas, or is none when s is empty.
+func listOr(s []string, none string) string {
+	if len(s) == 0 {
+		return none
+	}
+	return strings.Join(s, ", ")
 }
 
 // resumeAttempts bounds how many times a round's resume is asked of a host.
@@ -783,8 +935,8 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 	js.mu.Lock()
 	ch := js.waiters[a.Round]
 	delete(js.waiters, a.Round)
-	if js.work != nil && js.work.round == a.Round {
-		js.work = nil
+	if js.ck != nil && js.ck.round == a.Round {
+		js.ck = nil
 	}
 	js.mu.Unlock()
 	if ch != nil {
@@ -1154,6 +1306,14 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 		now := time.Now()
 		js.mu.Lock()
 		acts, err := js.mc.Step(jobck.Event{Kind: jobck.EvHostLost, Now: now, Host: h, Hosts: hosts})
+		for _, a := range acts {
+			if a.Kind == jobck.ActUnrecoverable && a.End && js.lost == nil {
+				// Before the lost tasks' exits are told (the root may
+				// end on one): the job's end is its loss.
+				js.lost = fmt.Errorf("lost host %v with no complete checkpoint to roll back to: %w", h, ErrJobLost)
+				js.ending = make(chan struct{})
+			}
+		}
 		if st := js.mc.State(); st == jobck.Killing || st == jobck.Restoring {
 			if js.rolling == nil {
 				js.rolling = make(chan struct{})
@@ -1379,6 +1539,9 @@ func (n JobNote) String() string {
 	case NoteRolledBack:
 		return fmt.Sprintf("job %d lost host %s and rolled back to checkpoint %d (%d tasks)", n.Job, n.Host, n.Seq, n.Tasks)
 	case NoteLost:
+		if n.Seq == 0 {
+			return fmt.Sprintf("job %d lost host %s and ends: %s", n.Job, n.Host, n.Err)
+		}
 		return fmt.Sprintf("job %d lost host %s and could not roll back to checkpoint %d: %s", n.Job, n.Host, n.Seq, n.Err)
 	}
 	return fmt.Sprintf("job %d: %s", n.Job, n.Kind)

@@ -559,6 +559,9 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		}
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
+		if js := d.reg.get(job); js != nil && job != 0 {
+			js.placed(h, rep.TIDs)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
 		}

@@ -1,0 +1,297 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
+)
+
+// runWatch runs a watchRoot of n workers for a client of vm's master with
+// opts, and returns the client, the notes it hears, the job's output, its
+// outcome to come, the job and its root.
+func runWatch(t *testing.T, ctx context.Context, vm *LocalVM, n int, opts JobOptions) (notes func() []JobNote, out *syncBuffer, done chan runOutcome, job uint64, root task.TID) {
+	t.Helper()
+	m := vm.Master()
+	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	var mu sync.Mutex
+	var heard []JobNote
+	cl.OnJobNote(func(n JobNote) {
+		mu.Lock()
+		heard = append(heard, n)
+		mu.Unlock()
+	})
+	notes = func() []JobNote {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]JobNote(nil), heard...)
+	}
+	out = &syncBuffer{}
+	done = make(chan runOutcome, 1)
+	go func() {
+		info, err := cl.RunJob(ctx, "daemon.test.watchroot", mustState(t, &watchRoot{N: n}), opts, out)
+		done <- runOutcome{info, err}
+	}()
+	root = <-watchReady
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.TID == root {
+			job = ti.Job
+		}
+	}
+	if job == 0 {
+		t.Fatalf("no job of root %v in %+v", root, ts)
+	}
+	return notes, out, done, job, root
+}
+
+type runOutcome struct {
+	info TaskInfo
+	err  error
+}
+
+// daemonNamed is the daemon of vm named name.
+func daemonNamed(t *testing.T, vm *LocalVM, name string) *Daemon {
+	t.Helper()
+	for _, d := range vm.Daemons {
+		if d.Name() == name {
+			return d
+		}
+	}
+	t.Fatalf("no daemon %s", name)
+	return nil
+}
+
+// TestRunFollowsItsRootsHostLoss: a job run by a client has its root moved
+// to h2 (off the master), takes a checkpoint, and h2 crashes. The client's
+// wait does not end with the connection to h2: the job rolls back, its
+// root restored from the checkpoint on a host left, the client hears
+// which checkpoint it went back to and gets the job's real result. The
+// job's next checkpoints complete, in new sets, although an incomplete
+// set numbered after the one it went back to is on disk (as an abandoned
+// round leaves one). Before, the run ended with "wait …: host
+// unreachable", and the checkpoint after the rollback failed with "mkdir
+// …: file exists".
+func TestRunFollowsItsRootsHostLoss(t *testing.T) {
+	shared := t.TempDir()
+	vm := startVM(t, 3, Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, MoveTimeout: 3 * time.Second})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	notes, out, done, job, root := runWatch(t, ctx, vm, 2, JobOptions{Keep: 10})
+	if _, err := m.Migrate(ctx, root, "h2", Direct); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := m.CheckpointJob(ctx, job, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := m.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobDir, err := jobset.JobDir(shared, js.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(jobset.SetDir(jobDir, ck.Seq+1), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	daemonNamed(t, vm, "h2").crash()
+	deadline := time.Now().Add(30 * time.Second)
+	for m.Rollbacks() < 1 {
+		select {
+		case r := <-done:
+			t.Fatalf("the run ended before the rollback: %+v %v", r.info, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no rollback after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var seqs []uint64
+	for range 2 {
+		c, err := m.CheckpointJob(ctx, job, "")
+		if err != nil {
+			t.Fatalf("checkpoint after the rollback: %v", err)
+		}
+		seqs = append(seqs, c.Seq)
+	}
+	if seqs[0] <= ck.Seq+1 || seqs[1] <= seqs[0] {
+		t.Fatalf("checkpoints %v after going back to %d past an incomplete set %d", seqs, ck.Seq, ck.Seq+1)
+	}
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootBack := false
+	for _, ti := range ts {
+		if ti.Job != job {
+			continue
+		}
+		if ti.TID == root {
+			rootBack = ti.Host != "h2"
+			continue
+		}
+		for _, tag := range []int{6, 5} {
+			if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(ti.TID, tag, nil) })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !rootBack {
+		t.Fatalf("root %v not restored on a host left: %+v", root, ts)
+	}
+	var r runOutcome
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the run did not end")
+	}
+	if r.err != nil || r.info.Status != 0 || r.info.State != Exited {
+		t.Fatalf("run: %+v %v\n%s", r.info, r.err, out)
+	}
+	if !strings.Contains(out.String(), "all 2 workers done") {
+		t.Fatalf("output %q", out)
+	}
+	ns := notes()
+	if len(ns) != 1 || ns[0].Kind != NoteRolledBack || ns[0].Seq != ck.Seq || ns[0].Host != "h2" {
+		t.Fatalf("notes %+v, want one rollback to checkpoint %d after losing h2", ns, ck.Seq)
+	}
+}
+
+// TestJobWithoutCheckpointEndsAtOnce: a job that asks for periodic
+// checkpoints and has none yet loses a host running one of its workers:
+// it cannot roll back, so it ends at once, its other tasks killed; the
+// client hears why and which host took which tasks, and its run fails
+// with ErrJobLost. Before, the run waited for good.
+func TestJobWithoutCheckpointEndsAtOnce(t *testing.T) {
+	shared := t.TempDir()
+	vm := startVM(t, 3, Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, MoveTimeout: 3 * time.Second})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	notes, out, done, job, root := runWatch(t, ctx, vm, 3, JobOptions{CheckpointEvery: time.Hour})
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost task.TID
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root && ti.Host != m.Name() && lost == 0 {
+			lost = ti.TID
+			daemonNamed(t, vm, ti.Host).crash()
+		}
+	}
+	if lost == 0 {
+		t.Fatalf("no worker off the master: %+v", ts)
+	}
+	var r runOutcome
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the run of a job that lost a worker with no checkpoint did not end")
+	}
+	if !errors.Is(r.err, ErrJobLost) && !strings.Contains(errString(r.err), ErrJobLost.Error()) {
+		t.Fatalf("run: %+v %v, want the job lost\n%s", r.info, r.err, out)
+	}
+	ns := notes()
+	if len(ns) != 1 || ns[0].Kind != NoteLost || ns[0].Host != lost.Host().String() ||
+		!strings.Contains(ns[0].Err, lost.String()) || !strings.Contains(ns[0].String(), "no complete checkpoint") {
+		t.Fatalf("notes %+v, want one saying the job is lost with %v on %v", ns, lost, lost.Host())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ts, err := m.AllTasks(ctx, false)
+		left := 0
+		for _, ti := range ts {
+			if ti.Job == job && ti.State == Running {
+				left++
+			}
+		}
+		if err == nil && left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks of the lost job still run: %+v %v", ts, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCheckpointSkipsSetsOnDisk: a job's checkpoint directory holds an
+// incomplete set numbered after its newest complete one (an abandoned
+// round's, or one an earlier machine left); the next checkpoints take
+// numbers above it and complete. Before, every checkpoint failed with
+// "mkdir …: file exists". Virtual time (synctest).
+func TestCheckpointSkipsSetsOnDisk(t *testing.T) {
+	shared := t.TempDir()
+	secret, err := pki.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{Output: &syncBuffer{}, SharedDir: shared, Secret: secret})
+		ctx := context.Background()
+		job, _, err := d.StartJob(ctx, &slowSafe{Every: 10 * time.Millisecond, N: 1000}, JobOptions{Keep: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := d.CheckpointJob(ctx, job, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(filepath.Dir(first.Dir), filepath.Base(jobset.SetDir("", first.Seq+1))), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []uint64{first.Seq + 2, first.Seq + 3} {
+			c, err := d.CheckpointJob(ctx, job, "")
+			if err != nil || c.Seq != want {
+				t.Fatalf("checkpoint past an incomplete set %d: seq %d %v, want %d", first.Seq+1, c.Seq, err, want)
+			}
+		}
+		// The incomplete set, older than the newest complete one, is
+		// pruned.
+		if got := setsOf(t, shared, "j1"); !slices.Equal(got, []uint64{first.Seq, first.Seq + 2, first.Seq + 3}) {
+			t.Fatalf("sets %v", got)
+		}
+		if err := d.Halt(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// setsOf lists the sets of job name under root.
+func setsOf(t *testing.T, root, name string) []uint64 {
+	t.Helper()
+	s, err := jobset.Sets(filepath.Join(root, "job-"+name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -274,13 +274,16 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 }
 
 // runEmbeddedJob starts root as the root task of a new job and waits until the
-// job is over (master). It returns the root's final state, following the
+// job is over (master); notes, if not nil, hears what befalls the job. It returns the root's final state, following the
 // job's rollbacks, once the job is forgotten: no checkpoint round of it is
 // still under way when the caller goes on to stop the machine.
-func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions) (TaskInfo, error) {
+func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions, notes func(JobNote)) (TaskInfo, error) {
 	js, err := d.startJob(ctx, root, opts)
 	if err != nil {
 		return TaskInfo{}, err
+	}
+	if notes != nil {
+		d.reg.setNotes(js.id, notes)
 	}
 	info, err := d.waitJob(ctx, js)
 	if err != nil {
@@ -1547,8 +1550,12 @@ func (n JobNote) String() string {
 	return fmt.Sprintf("job %d: %s", n.Job, n.Kind)
 }
 
-// jobNote sends a note to the client that runs the job, if one does.
+// jobNote sends a note to the client that runs the job, if one does, or
+// to the embedded run's listener.
 func (d *Daemon) jobNote(n JobNote) {
+	if fn := d.reg.notes(n.Job); fn != nil {
+		fn(n)
+	}
 	w := d.reg.output(n.Job)
 	co, ok := w.(*clientOutput)
 	if !ok {

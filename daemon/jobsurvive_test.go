@@ -295,3 +295,69 @@ func setsOf(t *testing.T, root, name string) []uint64 {
 	}
 	return s
 }
+
+// TestEmbeddedRunHearsItsRollback: an embedded run (Run, LocalRunner:
+// runEmbeddedJob) is told its job rolled back, and to which checkpoint,
+// when a host with its worker is lost, and gets the job's result.
+func TestEmbeddedRunHearsItsRollback(t *testing.T) {
+	shared := t.TempDir()
+	vm := startVM(t, 3, Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond, MoveTimeout: 3 * time.Second})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	heard := make(chan JobNote, 4)
+	done := make(chan runOutcome, 1)
+	go func() {
+		info, err := m.runEmbeddedJob(ctx, &watchRoot{N: 2}, JobOptions{}, func(n JobNote) { heard <- n })
+		done <- runOutcome{info, err}
+	}()
+	root := <-watchReady
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job uint64
+	var workers []task.TID
+	lost := ""
+	for _, ti := range ts {
+		if ti.TID == root {
+			job = ti.Job
+		}
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root {
+			workers = append(workers, ti.TID)
+			if ti.Host != m.Name() {
+				lost = ti.Host
+			}
+		}
+	}
+	if lost == "" {
+		t.Fatalf("no worker off the master: %+v", ts)
+	}
+	ck, err := m.CheckpointJob(ctx, job, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemonNamed(t, vm, lost).crash()
+	var n JobNote
+	select {
+	case n = <-heard:
+	case <-ctx.Done():
+		t.Fatal("no note of the rollback")
+	}
+	if n.Kind != NoteRolledBack || n.Seq != ck.Seq || n.Host != lost || n.Job != job {
+		t.Fatalf("note %+v, want a rollback of job %d to %d after losing %s", n, job, ck.Seq, lost)
+	}
+	for _, w := range workers {
+		for _, tag := range []int{6, 5} {
+			if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(w, tag, nil) })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := <-done
+	if r.err != nil || r.info.Status != 0 || r.info.State != Exited {
+		t.Fatalf("run: %+v %v", r.info, r.err)
+	}
+}

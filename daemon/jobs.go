@@ -40,7 +40,11 @@ type jobState struct {
 
 	done      chan struct{} // closed when the job's root has ended
 	forgotten chan struct{} // closed once the master has forgotten the job
-	ended     sync.Once
+	// attach hands the connection of a command that follows the job
+	// again (its earlier one dropped) to the goroutine that kills the job
+	// when its command goes away (runJob).
+	attach chan *peer
+	ended  sync.Once
 	// drivers counts the goroutines driving the job's machine. One is
 	// added only under mu and before the job is over (done closed), so
 	// that once forgotten is closed the count only falls.
@@ -220,7 +224,8 @@ type JobCheckpoint struct {
 
 // newJob registers a job (master).
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
-	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{})}
+	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{}),
+		attach: make(chan *peer, 1)}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -1531,10 +1536,13 @@ type JobNote struct {
 	Err   string `json:"error,omitempty" msgpack:"e,omitempty"`
 }
 
-// Kinds of JobNote.
+// Kinds of JobNote. NoteStarted tells the client the number of the job
+// it started (Client keeps it to follow the job when its connection
+// drops; it does not pass it on).
 const (
 	NoteRolledBack = "rolled-back"
 	NoteLost       = "lost"
+	NoteStarted    = "started"
 )
 
 func (n JobNote) String() string {
@@ -1561,10 +1569,15 @@ func (d *Daemon) jobNote(n JobNote) {
 	if !ok {
 		return
 	}
+	noteTo(co.p, n)
+}
+
+// noteTo sends a job note to a client.
+func noteTo(p *peer, n JobNote) {
 	b, err := encodeMsg(&event{Kind: evJobNote, Job: n.Job, Note: &n})
 	if err != nil {
-		d.log.Error("encode job note", "error", err)
+		p.d.log.Error("encode job note", "error", err)
 		return
 	}
-	co.p.frame(routing.KindEvent, b)
+	p.frame(routing.KindEvent, b)
 }

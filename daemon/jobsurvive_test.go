@@ -361,3 +361,113 @@ func TestEmbeddedRunHearsItsRollback(t *testing.T) {
 		t.Fatalf("run: %+v %v", r.info, r.err)
 	}
 }
+
+// TestRunFollowsItsJobThroughAReconnection: the connection of a client
+// running a job drops (cut on the client's side). The client connects
+// again and attaches to its job, which the master kept: the job's output
+// after the cut reaches the client, and the run returns the job's real
+// result; another user may not attach to it. Before, the run failed
+// with "host unreachable" and the master killed the job.
+func TestRunFollowsItsJobThroughAReconnection(t *testing.T) {
+	vm := startVM(t, 2, Config{Heartbeat: 50 * time.Millisecond, DeadAfter: 2 * time.Second})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := &syncBuffer{}
+	done := make(chan runOutcome, 1)
+	go func() {
+		info, err := cl.Run(ctx, "daemon.test.watchroot", mustState(t, &watchRoot{N: 2}), out)
+		done <- runOutcome{info, err}
+	}()
+	root := <-watchReady
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job uint64
+	var workers []task.TID
+	for _, ti := range ts {
+		if ti.TID == root {
+			job = ti.Job
+		}
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root {
+			workers = append(workers, ti.TID)
+		}
+	}
+	attached := func() *peer {
+		if co, ok := m.reg.output(job).(*clientOutput); ok {
+			return co.p
+		}
+		return nil
+	}
+	first := attached()
+	if job == 0 || len(workers) != 2 || first == nil {
+		t.Fatalf("job %d, workers %v, client %v", job, workers, first)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the client knows its job's number
+		cl.mu.Lock()
+		known := cl.job == job
+		cl.mu.Unlock()
+		if known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client was not told its job's number")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Another user may not follow the job.
+	bob, err := vm.Cluster.User("bob", pki.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Dial(ctx, m.Addr(), bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := encodeMsg(runArgs{Attach: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.CallRaw(ctx, mRun, body); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("another user attached to job %d: %v", job, err)
+	}
+	other.Close()
+	cl.mu.Lock()
+	conn := cl.conn
+	cl.mu.Unlock()
+	conn.Close("cut")
+	for p := attached(); p == nil || p == first; p = attached() {
+		select {
+		case r := <-done:
+			t.Fatalf("the run ended with its connection: %+v %v", r.info, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not attach to its job again within 30 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, w := range workers {
+		for _, tag := range []int{6, 5} {
+			if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(w, tag, nil) })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := <-done
+	if r.err != nil || r.info.Status != 0 || r.info.State != Exited {
+		t.Fatalf("run: %+v %v\n%s", r.info, r.err, out)
+	}
+	if !strings.Contains(out.String(), "all 2 workers done") {
+		t.Fatalf("output after the reconnection %q", out)
+	}
+}

@@ -830,6 +830,9 @@ func (d *Daemon) jobOut(job uint64, b []byte) (int, error) {
 // when the root task has exited. If the client goes away first, the root
 // task is killed.
 func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo, error) {
+	if a.Attach != 0 {
+		return d.attachJob(ctx, client, a.Attach)
+	}
 	var js *jobState
 	if a.Restart != "" {
 		var skipped []error
@@ -859,16 +862,61 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 	d.ownJob(ctx, js.id)
 	root := js.root
 	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
+	// The client learns the job's number: if its connection drops, it
+	// connects again and follows the job (attachJob).
+	noteTo(client, JobNote{Job: js.id, Kind: NoteStarted})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		select {
-		case <-client.closed:
-			n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
-			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
-		case <-wctx.Done():
+		// The job follows its command: when the connection drops, the
+		// command has as long as the master takes to delete a silent
+		// host to come back and attach; then the job is killed.
+		cur := client
+		for {
+			select {
+			case p := <-js.attach:
+				cur = p
+				continue
+			case <-cur.closed:
+			case <-wctx.Done():
+				return
+			}
+			t := time.NewTimer(d.Detection().MaxDead)
+			select {
+			case p := <-js.attach:
+				t.Stop()
+				cur = p
+				continue
+			case <-t.C:
+				n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
+				d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
+			case <-wctx.Done():
+				t.Stop()
+			}
+			return
 		}
 	}()
+	return d.waitJob(ctx, js)
+}
+
+// attachJob follows the running job for a client that ran it and whose
+// connection dropped (master): the job's output and notes come to client
+// from now on, and the answer is the job's end, as runJob's.
+func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskInfo, error) {
+	js, err := d.job(job)
+	if err != nil {
+		return TaskInfo{}, fmt.Errorf("attach: %w", err)
+	}
+	if d.reg.output(job) == nil {
+		return TaskInfo{}, fmt.Errorf("attach to job %d: no command runs it: %w", job, ErrNoJob)
+	}
+	select {
+	case js.attach <- client:
+	default:
+		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
+	}
+	d.reg.setOutput(job, &clientOutput{p: client, job: job})
+	d.log.Info("job attached", "job", job, "client", client.name())
 	return d.waitJob(ctx, js)
 }
 

@@ -268,6 +268,13 @@ func (c *Client) Tasks(ctx context.Context, all bool) ([]TaskInfo, error) {
 	return rep.Tasks, err
 }
 
+// PS is Tasks with the checkpoint progress of the master's jobs.
+func (c *Client) PS(ctx context.Context, all bool) ([]TaskInfo, []JobCheckpointStatus, error) {
+	var rep psReply
+	err := c.call(ctx, mPS, psArgs{All: all, Gather: true}, &rep)
+	return rep.Tasks, rep.Jobs, err
+}
+
 // Spawn starts count tasks of a registered type with the given state
 // (msgpack of the task struct; nil for the zero value), on the named host
 // or anywhere ("").

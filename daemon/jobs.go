@@ -72,6 +72,8 @@ type jobState struct {
 	lost       error
 	ending     chan struct{}
 	lostEnding bool // endLostJob has begun
+	// prog is the job's checkpoint progress, for ps.
+	prog ckProgress
 	// seen are the job's tasks on each host as the latest checkpoint
 	// round's pause answers named them, with those placed there since:
 	// what a host lost with no checkpoint to go back to took with it.
@@ -100,6 +102,93 @@ type roundWork struct {
 	lostHost      task.HostID // a rollback's cause
 	restoredTasks int
 	restoredSeq   uint64
+	late          []task.TID // tasks that reached no safe point within the budget (pause)
+}
+
+// ckProgress is a job's checkpoint progress: when the job started, when
+// its newest complete set was written, and the newest failed round since.
+type ckProgress struct {
+	started, done time.Time
+	failed        time.Time
+	failErr       string
+	late          []task.TID
+	budget        time.Duration
+	warned        bool // the overdue warning was logged
+}
+
+// overduePeriods is how many checkpoint periods a job may go without a
+// complete checkpoint before ps and the log warn of it.
+const overduePeriods = 3
+
+// JobCheckpointStatus is a job's checkpoint progress as ps shows it.
+type JobCheckpointStatus struct {
+	Job uint64 `json:"job" msgpack:"j"`
+	// Every is the job's checkpoint period (0: only when asked).
+	EverySeconds float64 `json:"checkpoint_every_s,omitempty" msgpack:"e,omitempty"`
+	// Last is the newest complete checkpoint (0: none), AgeSeconds how
+	// long ago it completed, or, with none, how long ago the job started.
+	Last       uint64  `json:"last_checkpoint" msgpack:"l"`
+	AgeSeconds float64 `json:"age_s" msgpack:"a"`
+	// Failed is why the newest round since failed, if one did; HeldUpBy
+	// the tasks that reached no safe point within the HeldUpSeconds it
+	// allowed.
+	Failed        string   `json:"failed,omitempty" msgpack:"f,omitempty"`
+	HeldUpBy      []string `json:"held_up_by,omitempty" msgpack:"h,omitempty"`
+	HeldUpSeconds float64  `json:"held_up_s,omitempty" msgpack:"hs,omitempty"`
+	// Warning says the job has had no complete checkpoint for three
+	// periods, and which tasks held it up.
+	Warning string `json:"warning,omitempty" msgpack:"w,omitempty"`
+}
+
+// status is the progress of a job with newest set seq, checkpointed
+// every every, at now.
+func (p ckProgress) status(job, seq uint64, every time.Duration, now time.Time) JobCheckpointStatus {
+	st := JobCheckpointStatus{Job: job, EverySeconds: every.Seconds(), Last: seq, Failed: p.failErr, HeldUpSeconds: p.budget.Seconds()}
+	since := p.started
+	if seq != 0 && !p.done.IsZero() {
+		since = p.done
+	}
+	age := now.Sub(since)
+	st.AgeSeconds = age.Seconds()
+	for _, t := range p.late {
+		st.HeldUpBy = append(st.HeldUpBy, t.String())
+	}
+	if len(st.HeldUpBy) == 0 {
+		st.HeldUpSeconds = 0
+	}
+	if every > 0 && age > overduePeriods*every {
+		what := "since it started"
+		if seq != 0 {
+			what = fmt.Sprintf("since checkpoint %d", seq)
+		}
+		st.Warning = fmt.Sprintf("job %d has had no complete checkpoint for %v (%d periods of %v) %s", job, age.Round(time.Millisecond), overduePeriods, every, what)
+		switch {
+		case len(st.HeldUpBy) > 0:
+			st.Warning += fmt.Sprintf("; held up by %s, which reached no safe point within %v", strings.Join(st.HeldUpBy, ", "), p.budget)
+		case st.Failed != "":
+			st.Warning += "; the last round failed: " + st.Failed
+		}
+	}
+	return st
+}
+
+// checkpointStatus is the job's checkpoint progress now.
+func (js *jobState) checkpointStatus(now time.Time) JobCheckpointStatus {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.prog.status(js.id, js.mc.Seq(), js.opts.CheckpointEvery, now)
+}
+
+// JobStatuses lists the checkpoint progress of the jobs the master runs,
+// in job order (master).
+func (d *Daemon) JobStatuses() []JobCheckpointStatus {
+	now := time.Now()
+	var out []JobCheckpointStatus
+	for _, js := range d.reg.all() {
+		out = append(out, js.checkpointStatus(now))
+	}
+	slices.SortFunc(out, func(a, b JobCheckpointStatus) int { return cmp.Compare(a.Job, b.Job) })
+	return out
 }
 
 type ckOutcome struct {
@@ -234,6 +323,7 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	}
 	js.mc = jobck.New(js.id, 0, d.jobckConfig(opts))
 	js.waiters = map[jobck.Round]chan ckOutcome{}
+	js.prog.started = time.Now()
 	d.reg.add(js)
 	return js
 }
@@ -485,6 +575,14 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 				return false
 			}
 			d.log.Warn("job checkpoint failed; the previous one stands", "job", js.id, "error", err)
+			st := js.checkpointStatus(time.Now())
+			js.mu.Lock()
+			warn := st.Warning != "" && !js.prog.warned
+			js.prog.warned = js.prog.warned || warn
+			js.mu.Unlock()
+			if warn {
+				d.log.Warn(st.Warning, "job", js.id, "held_up_by", st.HeldUpBy)
+			}
 			return true
 		}
 		d.log.Info("job checkpointed", "job", js.id, "seq", r.Seq, "tasks", r.Tasks, "bytes", r.Bytes, "paused_ms", r.PausedMS)
@@ -646,6 +744,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 			if errs[i] == nil {
 				js.seen[h] = reps[i].TIDs
 			}
+			w.late = append(w.late, reps[i].Late...)
 		}
 		js.mu.Unlock()
 		for i, h := range a.Hosts {
@@ -945,6 +1044,14 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 	delete(js.waiters, a.Round)
 	if js.ck != nil && js.ck.round == a.Round {
 		js.ck = nil
+	}
+	if err == nil {
+		js.prog = ckProgress{started: js.prog.started, done: time.Now()}
+	} else if !errors.Is(err, ErrNoJob) {
+		js.prog.failed, js.prog.failErr, js.prog.late, js.prog.budget = time.Now(), a.Err.Error(), nil, 0
+		if w != nil {
+			js.prog.late, js.prog.budget = slices.Clone(w.late), w.budget
+		}
 	}
 	js.mu.Unlock()
 	if ch != nil {

@@ -471,3 +471,69 @@ func TestRunFollowsItsJobThroughAReconnection(t *testing.T) {
 		t.Fatalf("output after the reconnection %q", out)
 	}
 }
+
+// TestCheckpointProgressWarns: a job checkpointed every second whose task
+// reaches no safe point (it computes for an hour first) has no complete
+// checkpoint: its progress names the task that held up the failed rounds
+// and the budget it missed, and past three periods warns of it, naming
+// the task. Virtual time (synctest).
+func TestCheckpointProgressWarns(t *testing.T) {
+	shared := t.TempDir()
+	secret, err := pki.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		d := New(Config{Output: &syncBuffer{}, SharedDir: shared, Secret: secret, PauseMax: time.Second})
+		ctx := context.Background()
+		job, root, err := d.StartJob(ctx, &slowSafe{Offset: time.Hour, N: 1}, JobOptions{CheckpointEvery: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1600 * time.Millisecond) // the first round has failed
+		synctest.Wait()
+		sts := d.JobStatuses()
+		if len(sts) != 1 || sts[0].Job != job || sts[0].Last != 0 || sts[0].Warning != "" ||
+			!slices.Equal(sts[0].HeldUpBy, []string{root.String()}) || sts[0].HeldUpSeconds <= 0 || sts[0].Failed == "" {
+			t.Fatalf("after one failed round: %+v", sts)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		sts = d.JobStatuses()
+		if len(sts) != 1 || !strings.Contains(sts[0].Warning, "no complete checkpoint") || !strings.Contains(sts[0].Warning, root.String()) {
+			t.Fatalf("after four periods: %+v", sts)
+		}
+		if _, err := d.KillJob(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Halt(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestProgressStatus: a job's progress as ps shows it, from its record.
+func TestProgressStatus(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	late := []task.TID{task.NewTID(2, 3)}
+	for _, c := range []struct {
+		name     string
+		p        ckProgress
+		seq      uint64
+		every    time.Duration
+		now      time.Time
+		age      float64
+		warnings string // a substring of the warning, or "" for none
+	}{
+		{"fresh job", ckProgress{started: t0}, 0, time.Second, t0.Add(2 * time.Second), 2, ""},
+		{"no checkpoint for 3.5 periods", ckProgress{started: t0, late: late, budget: time.Second}, 0, time.Second, t0.Add(3500 * time.Millisecond), 3.5, "held up by t2:3"},
+		{"checkpointed lately", ckProgress{started: t0, done: t0.Add(9 * time.Second)}, 4, time.Second, t0.Add(10 * time.Second), 1, ""},
+		{"overdue since a checkpoint", ckProgress{started: t0, done: t0.Add(time.Second), failErr: "quiet timeout"}, 4, time.Second, t0.Add(10 * time.Second), 9, "since checkpoint 4; the last round failed: quiet timeout"},
+		{"no period: never overdue", ckProgress{started: t0}, 0, 0, t0.Add(time.Hour), 3600, ""},
+	} {
+		st := c.p.status(7, c.seq, c.every, c.now)
+		if st.AgeSeconds != c.age || st.Last != c.seq || (c.warnings == "") != (st.Warning == "") || !strings.Contains(st.Warning, c.warnings) {
+			t.Errorf("%s: %+v", c.name, st)
+		}
+	}
+}

@@ -333,7 +333,7 @@ func (d *Daemon) handleControl(ctx context.Context, p *peer, method string, body
 		}
 		if a.Gather && d.isMaster() {
 			ts, err := d.AllTasks(ctx, a.All)
-			return psReply{Tasks: ts}, err
+			return psReply{Tasks: ts, Jobs: d.JobStatuses()}, err
 		}
 		return psReply{Tasks: d.Tasks(a.All)}, nil
 	case mConf:

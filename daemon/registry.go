@@ -142,6 +142,17 @@ func (r *registry) hostsOf(job uint64) []task.HostID {
 	return on
 }
 
+// all lists the registered jobs.
+func (r *registry) all() []*jobState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	jss := make([]*jobState, 0, len(r.byID))
+	for _, js := range r.byID {
+		jss = append(jss, js)
+	}
+	return jss
+}
+
 // jobsOf lists the registered jobs recorded with tasks on host h.
 func (r *registry) jobsOf(h task.HostID) []*jobState {
 	r.mu.Lock()

@@ -272,6 +272,8 @@ type (
 	}
 	psReply struct {
 		Tasks []TaskInfo `msgpack:"t"`
+		// Jobs is the checkpoint progress of the master's jobs (Gather).
+		Jobs []JobCheckpointStatus `msgpack:"j,omitempty"`
 	}
 	confReply struct {
 		Hosts []HostInfo `msgpack:"h"`

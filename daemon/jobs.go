@@ -729,6 +729,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:pause")
 		w.budget = a.Budget
 		step.Timeout = a.Budget
 		ctx, cancel := context.WithTimeout(d.ctx, a.Budget+d.cfg.MoveTimeout)
@@ -772,6 +773,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:quiet")
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
 		defer cancel()
 		reps, errs := d.eachHost(ctx, a.Hosts, mCkQuiet, step)
@@ -793,6 +795,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:commit")
 		if lost := d.jobLostHost(js.id); lost != 0 {
 			// A host with tasks of the job was deleted during the round:
 			// the set misses them and must not become the one a rollback
@@ -995,6 +998,7 @@ func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Ev
 		_ = os.RemoveAll(setDir)
 		return fail(jobck.ErrStale)
 	}
+	d.fault("ckpt:write")
 	step := ckStep{Job: js.id, Round: a.Round, Dir: setDir, Groups: map[task.TID][]ckpt.Membership{}}
 	for _, t := range w.tids {
 		if ms := d.groups.memberships(t); len(ms) > 0 {

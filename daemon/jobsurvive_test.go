@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -535,5 +536,91 @@ func TestProgressStatus(t *testing.T) {
 		if st.AgeSeconds != c.age || st.Last != c.seq || (c.warnings == "") != (st.Warning == "") || !strings.Contains(st.Warning, c.warnings) {
 			t.Errorf("%s: %+v", c.name, st)
 		}
+	}
+}
+
+// TestCheckpointsAfterALossAtEachStep: a job with a complete checkpoint
+// loses a host (crashed, then deleted by the master) at each step of its
+// next checkpoint round in turn — pause, quiet, write (its set's
+// directory made), commit. The job rolls back, and its next checkpoints
+// complete, numbered after every set before. Before, the discard of the
+// round abandoned at its write missed its directory (the rollback had
+// taken the driver's record), and the next checkpoint failed with "mkdir
+// …: file exists".
+func TestCheckpointsAfterALossAtEachStep(t *testing.T) {
+	for _, point := range []string{"ckpt:pause", "ckpt:quiet", "ckpt:write", "ckpt:commit"} {
+		t.Run(point, func(t *testing.T) {
+			var armed atomic.Bool
+			var vm *LocalVM
+			hook := func(p string) {
+				if p != point || !armed.CompareAndSwap(true, false) {
+					return
+				}
+				victim := vm.Daemons[2]
+				victim.crash()
+				m := vm.Master()
+				deadline := time.Now().Add(20 * time.Second)
+				for m.hostKnown(victim.cfg.HostID) && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			shared := t.TempDir()
+			vm = startVM(t, 3, Config{SharedDir: shared, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond,
+				MoveTimeout: 3 * time.Second, FaultHook: hook})
+			m := vm.Master()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			job, root, err := m.StartJob(ctx, &watchRoot{N: 3}, JobOptions{Keep: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := <-watchReady; got != root {
+				t.Fatalf("ready %v, want %v", got, root)
+			}
+			first, err := m.CheckpointJob(ctx, job, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			lossRound, _ := m.CheckpointJob(ctx, job, "")
+			deadline := time.Now().Add(30 * time.Second)
+			for m.Rollbacks() < 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("no rollback after 30 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			top := max(first.Seq, lossRound.Seq)
+			for range 2 {
+				c, err := m.CheckpointJob(ctx, job, "")
+				if err != nil {
+					t.Fatalf("checkpoint after the loss at %s: %v", point, err)
+				}
+				if c.Seq <= top {
+					t.Fatalf("checkpoint %d after sets up to %d", c.Seq, top)
+				}
+				top = c.Seq
+			}
+			ts, err := m.AllTasks(ctx, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ti := range ts {
+				if ti.Job == job && ti.TID != root {
+					for _, tag := range []int{6, 5} {
+						if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(ti.TID, tag, nil) })); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			js, err := m.job(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, err := m.waitJob(ctx, js); err != nil || info.Status != 0 {
+				t.Fatalf("job after the loss at %s: %+v %v", point, info, err)
+			}
+		})
 	}
 }

@@ -229,6 +229,17 @@ func (js *jobState) rollingBack() (chan struct{}, int, error) {
 	return js.rolling, js.mc.Rollbacks(), js.lost
 }
 
+// mayRollBack reports whether a job whose root cannot be reached may
+// still roll back (or be found lost) and its root be reached again: the
+// root's host is still a member (rootHere), the job has a complete
+// checkpoint, or it asked for periodic ones (a loss without one ends it,
+// and says why). Otherwise the root is lost for good.
+func (js *jobState) mayRollBack(rootHere bool) bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return rootHere || js.mc.Seq() > 0 || js.opts.CheckpointEvery > 0
+}
+
 // seq is the newest complete checkpoint of the job.
 func (js *jobState) seq() uint64 {
 	js.mu.Lock()
@@ -246,7 +257,8 @@ var ErrJobLost = errors.New("job lost")
 // about to be deleted, and the job rolled back, or it comes back) is
 // asked again every heartbeat, until the job rolls back, is lost, or the
 // root is reached again, for at most the time the master takes to delete
-// a silent host and roll a job back.
+// a silent host and roll a job back; at once when the job cannot roll
+// back (mayRollBack).
 func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 	var unreached time.Time // when the root was first found unreachable (zero: it was not)
 	for {
@@ -280,7 +292,7 @@ func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 			}
 			return info, fmt.Errorf("job %d: %w", js.id, lost)
 		}
-		if err != nil && ctx.Err() == nil && d.ctx.Err() == nil && !js.over() {
+		if err != nil && ctx.Err() == nil && d.ctx.Err() == nil && !js.over() && js.mayRollBack(d.hostKnown(d.routeHost(js.root))) {
 			if unreached.IsZero() {
 				unreached = time.Now()
 				d.log.Info("job's root unreachable; following the job", "job", js.id, "root", js.root, "error", err)

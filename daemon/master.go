@@ -910,12 +910,15 @@ func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskI
 	if d.reg.output(job) == nil {
 		return TaskInfo{}, fmt.Errorf("attach to job %d: no command runs it: %w", job, ErrNoJob)
 	}
+	// The output comes here from now on (what the job printed while no
+	// command was connected is lost); the goroutine that kills the job
+	// when its command goes away watches this connection.
+	d.reg.setOutput(job, &clientOutput{p: client, job: job})
 	select {
 	case js.attach <- client:
 	default:
 		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
 	}
-	d.reg.setOutput(job, &clientOutput{p: client, job: job})
 	d.log.Info("job attached", "job", job, "client", client.name())
 	return d.waitJob(ctx, js)
 }

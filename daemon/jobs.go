@@ -109,7 +109,6 @@ type roundWork struct {
 // its newest complete set was written, and the newest failed round since.
 type ckProgress struct {
 	started, done time.Time
-	failed        time.Time
 	failErr       string
 	late          []task.TID
 	budget        time.Duration
@@ -381,9 +380,10 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 }
 
 // runEmbeddedJob starts root as the root task of a new job and waits until the
-// job is over (master); notes, if not nil, hears what befalls the job. It returns the root's final state, following the
-// job's rollbacks, once the job is forgotten: no checkpoint round of it is
-// still under way when the caller goes on to stop the machine.
+// job is over (master); notes, if not nil, hears what befalls the job. It
+// returns the root's final state, following the job's rollbacks, once the
+// job is forgotten: no checkpoint round of it is still under way when the
+// caller goes on to stop the machine.
 func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions, notes func(JobNote)) (TaskInfo, error) {
 	js, err := d.startJob(ctx, root, opts)
 	if err != nil {
@@ -1064,7 +1064,7 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 	if err == nil {
 		js.prog = ckProgress{started: js.prog.started, done: time.Now()}
 	} else if !errors.Is(err, ErrNoJob) {
-		js.prog.failed, js.prog.failErr, js.prog.late, js.prog.budget = time.Now(), a.Err.Error(), nil, 0
+		js.prog.failErr, js.prog.late, js.prog.budget = a.Err.Error(), nil, 0
 		if w != nil {
 			js.prog.late, js.prog.budget = slices.Clone(w.late), w.budget
 		}

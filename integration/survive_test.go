@@ -169,5 +169,5 @@ func TestLostWithoutCheckpointOfProcesses(t *testing.T) {
 		}
 		return true
 	})
-	t.Logf("the command exited %d %v after the loss; tasks left %v", code, took.Round(time.Millisecond), ts)
+	t.Logf("the command exited %d %v after the loss; tasks left %v; it said:\n%s", code, took.Round(time.Millisecond), ts, errOut)
 }

@@ -260,7 +260,10 @@ type Config struct {
 	// restored the task), so that tests can fail the master there; and
 	// "join:admitted" or "rejoin:admitted", when a host joining or
 	// registering again has been admitted and its connection is not yet
-	// attached, so that tests can hold it there.
+	// attached, so that tests can hold it there; and at each step of a
+	// job checkpoint round, before the master asks the hosts
+	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
+	// is made, and "ckpt:commit"), so that tests can lose a host there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.

@@ -333,7 +333,7 @@ func (d *Daemon) handleControl(ctx context.Context, p *peer, method string, body
 		}
 		if a.Gather && d.isMaster() {
 			ts, err := d.AllTasks(ctx, a.All)
-			return psReply{Tasks: ts}, err
+			return psReply{Tasks: ts, Jobs: d.JobStatuses()}, err
 		}
 		return psReply{Tasks: d.Tasks(a.All)}, nil
 	case mConf:
@@ -559,6 +559,9 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		}
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
+		if js := d.reg.get(job); js != nil && job != 0 {
+			js.placed(h, rep.TIDs)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
 		}
@@ -827,6 +830,9 @@ func (d *Daemon) jobOut(job uint64, b []byte) (int, error) {
 // when the root task has exited. If the client goes away first, the root
 // task is killed.
 func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo, error) {
+	if a.Attach != 0 {
+		return d.attachJob(ctx, client, a.Attach)
+	}
 	var js *jobState
 	if a.Restart != "" {
 		var skipped []error
@@ -856,16 +862,64 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 	d.ownJob(ctx, js.id)
 	root := js.root
 	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
+	// The client learns the job's number: if its connection drops, it
+	// connects again and follows the job (attachJob).
+	noteTo(client, JobNote{Job: js.id, Kind: NoteStarted})
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		select {
-		case <-client.closed:
-			n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
-			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
-		case <-wctx.Done():
+		// The job follows its command: when the connection drops, the
+		// command has as long as the master takes to delete a silent
+		// host to come back and attach; then the job is killed.
+		cur := client
+		for {
+			select {
+			case p := <-js.attach:
+				cur = p
+				continue
+			case <-cur.closed:
+			case <-wctx.Done():
+				return
+			}
+			t := time.NewTimer(d.Detection().MaxDead)
+			select {
+			case p := <-js.attach:
+				t.Stop()
+				cur = p
+				continue
+			case <-t.C:
+				n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
+				d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
+			case <-wctx.Done():
+				t.Stop()
+			}
+			return
 		}
 	}()
+	return d.waitJob(ctx, js)
+}
+
+// attachJob follows the running job for a client that ran it and whose
+// connection dropped (master): the job's output and notes come to client
+// from now on, and the answer is the job's end, as runJob's.
+func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskInfo, error) {
+	js, err := d.job(job)
+	if err != nil {
+		return TaskInfo{}, fmt.Errorf("attach: %w", err)
+	}
+	if d.reg.output(job) == nil {
+		return TaskInfo{}, fmt.Errorf("attach to job %d: no command runs it: %w", job, ErrNoJob)
+	}
+	// The output comes here from now on (what the job printed while no
+	// command was connected is lost); the goroutine that kills the job
+	// when its command goes away watches this connection.
+	d.reg.setOutput(job, &clientOutput{p: client, job: job})
+	select {
+	case js.attach <- client:
+	default:
+		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
+	}
+	d.log.Info("job attached", "job", job, "client", client.name())
 	return d.waitJob(ctx, js)
 }
 

@@ -152,6 +152,14 @@ func (d *Daemon) checkOwnership(ctx context.Context, user, method string, body [
 			return err
 		}
 		return d.checkJobOwner(user, a.Job, fmt.Sprintf("job %d", a.Job))
+	case mRun:
+		var a runArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		if a.Attach != 0 {
+			return d.checkJobOwner(user, a.Attach, fmt.Sprintf("job %d", a.Attach))
+		}
 	case mSpawn:
 		var a spawnArgs
 		if err := decodeMsg(body, &a); err != nil {

@@ -210,6 +210,15 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// mustDefaults is c with its defaults, for a c known to be valid.
+func (c Config) mustDefaults() Config {
+	d, err := c.withDefaults()
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
 // EventKind is the kind of an Event.
 type EventKind uint8
 
@@ -554,14 +563,18 @@ func (n *Node) Step(now time.Time, ev Event) []Effect {
 }
 
 // credit shifts every deadline by the time the node was stalled — stepped
-// more than half a probe interval after it asked to be — and lowers its
-// health: an overloaded host must not accuse those it failed to hear.
+// more than half a probe interval after it asked to be — plus a probe
+// timeout, and lowers its health: an overloaded host must not accuse
+// those it failed to hear.
 func (n *Node) credit(now time.Time) {
 	lag := now.Sub(n.due)
 	if n.due.IsZero() || lag <= n.cfg.ProbeInterval/2 {
 		return
 	}
 	n.aware(1)
+	// Plus a probe timeout: the answers queued behind the stall are read
+	// before anything times out.
+	lag += n.scale(n.cfg.ProbeTimeout)
 	n.nextProbe = n.nextProbe.Add(lag)
 	if p := n.probe; p != nil {
 		p.direct, p.end = p.direct.Add(lag), p.end.Add(lag)
@@ -948,7 +961,8 @@ func (n *Node) send(msg Msg) {
 		slices.SortStableFunc(n.queue, func(a, b gossip) int { return a.sent - b.sent })
 		take := min(room, len(n.queue))
 		for i := range take {
-			if len(msg.Gossip) > 0 && msg.Gossip[0].Host == n.queue[i].u.Host {
+			if u := n.queue[i].u; (len(msg.Gossip) > 0 && msg.Gossip[0].Host == u.Host) || (u.Host == msg.To && u.State == Alive) {
+				// Already said first, or the recipient's own liveness.
 				continue
 			}
 			msg.Gossip = append(msg.Gossip, n.queue[i].u)

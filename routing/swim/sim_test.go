@@ -86,7 +86,7 @@ type cluster struct {
 	group   map[task.HostID]int // partition group; absent: 0
 	loss    float64
 	delay   [2]time.Duration
-	trace   hash.Hash64
+	trace   hash.Hash64 // nil: no trace (the cost model's large runs)
 	verbose bool
 
 	// What the master received, by kind of effect.
@@ -146,6 +146,9 @@ func (c *cluster) lat() time.Duration {
 }
 
 func (c *cluster) log(format string, args ...any) {
+	if c.trace == nil {
+		return
+	}
 	s := fmt.Sprintf("%d "+format+"\n", append([]any{c.now.UnixMicro()}, args...)...)
 	c.trace.Write([]byte(s))
 	if c.verbose {

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -492,8 +493,8 @@ func (c *cluster) faults(span time.Duration, crashes int) {
 
 // simulate runs one seeded fault history and checks it; it returns the
 // trace's hash.
-func simulate(t *testing.T, seed uint64, n int) (uint64, *cluster) {
-	c := newCluster(t, n, Config{}, seed)
+func simulate(t testing.TB, seed uint64, n int, cfg Config) (uint64, *cluster) {
+	c := newCluster(t, n, cfg, seed)
 	c.loss = 0.03 * c.rnd.Float64()
 	span := 10 * time.Minute
 	c.faults(span, n/6)
@@ -520,8 +521,8 @@ func TestSimulation(t *testing.T) {
 	hashes := map[uint64]uint64{}
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			h1, c := simulate(t, seed, 24)
-			h2, _ := simulate(t, seed, 24)
+			h1, c := simulate(t, seed, 24, Config{})
+			h2, _ := simulate(t, seed, 24, Config{})
 			if h1 != h2 {
 				t.Fatalf("seed %d does not replay: trace %x then %x", seed, h1, h2)
 			}
@@ -541,4 +542,36 @@ func TestSimulation(t *testing.T) {
 			t.Logf("seed %d: trace %x, %d steps, loss %.3f, deleted %v, master heard %v", seed, h1, c.steps, c.loss, c.deletes, msgs)
 		})
 	}
+}
+
+// catcher records the oracle's first complaint and stops the run.
+type catcher struct {
+	testing.TB
+	failed string
+}
+
+func (c *catcher) Fatalf(format string, args ...any) {
+	c.failed = fmt.Sprintf(format, args...)
+	panic(c)
+}
+func (c *catcher) Errorf(format string, args ...any) { c.Fatalf(format, args...) }
+func (c *catcher) Fatal(args ...any)                 { c.Fatalf("%s", fmt.Sprint(args...)) }
+
+// TestSimulationCatchesHastyMaster: the oracle is not blind. A referee
+// whose checks time out before any answer can come (1µs) deletes live
+// hosts it could reach, and the simulation must say so.
+func TestSimulationCatchesHastyMaster(t *testing.T) {
+	c := &catcher{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != c {
+				panic(r)
+			}
+		}()
+		simulate(c, 1, 24, Config{CheckTimeout: time.Microsecond, CheckTries: 1})
+	}()
+	if !strings.Contains(c.failed, "live and reachable") {
+		t.Fatalf("a hasty master went unnoticed (oracle said %q)", c.failed)
+	}
+	t.Logf("caught: %s", c.failed)
 }

@@ -16,6 +16,8 @@ type costRun struct {
 	probes float64
 	// perFailure: messages the master heard for one crash, by kind.
 	perFailure map[string]int
+	// sent: messages the master sent for it (checks, refutations).
+	sent int
 	// detect: from the crash to the master's deletion.
 	detect time.Duration
 }
@@ -31,6 +33,7 @@ func measure(t *testing.T, n int) costRun {
 	r := costRun{n: n,
 		idle:   float64(c.heard()-heard0) / idleSpan.Seconds(),
 		probes: float64(c.sent-sent0) / idleSpan.Seconds() / float64(n)}
+	sent0 = c.fromMaster
 	before := map[string]int{}
 	for k, v := range c.toMaster {
 		before[k] = v
@@ -52,6 +55,7 @@ func measure(t *testing.T, n int) costRun {
 	}
 	// The stragglers' late reports, if any.
 	c.run(c.now.Add(30*time.Second), nil)
+	r.sent = c.fromMaster - sent0
 	r.perFailure = map[string]int{}
 	for k, v := range c.toMaster {
 		if d := v - before[k]; d > 0 {
@@ -103,8 +107,8 @@ func TestCostModel(t *testing.T) {
 		}
 		// Today's heartbeats: every host's beat reaches the master, one
 		// packet in (and one out) per host per heartbeat.
-		t.Logf("N=%5d  master idle %.2f msg/s (heartbeats: %d msg/s)  per failure %3d msgs %v  detected in %v  host probe load %.2f msg/s sent",
-			n, r.idle, n, total, fmt.Sprint(r.perFailure), r.detect.Round(time.Second), r.probes)
+		t.Logf("N=%5d  master idle %.2f msg/s (heartbeats: %d msg/s)  per failure %3d msgs in %v, %d out  detected in %v  host probe load %.2f msg/s sent",
+			n, r.idle, n, total, fmt.Sprint(r.perFailure), r.sent, r.detect.Round(time.Second), r.probes)
 		if r.idle != 0 {
 			t.Errorf("N=%d: the idle master heard %.2f msg/s, want none", n, r.idle)
 		}

@@ -58,6 +58,16 @@
 // backstop should every accuser fail too). The first accuser — the host
 // whose probe turns an alive member suspect — reports the suspicion.
 //
+// Reports until confirmed. A death stays unconfirmed in a host's view
+// until the master's confirmation reaches it (the death as an update
+// from the master, accuser 0, gossiped on like any other). Until then the
+// host that declared it reports it again every ReportEvery, and a host
+// that only heard of it reports it after twice the longest suspicion
+// timeout and a random part of one, then every ReportEvery: a death whose
+// reporters failed, or were cut off from the master, is still confirmed.
+// The confirmation, spread from the reporters, stops the others' reports
+// before their backstop.
+//
 // Refutation. A host that hears it is suspected at its incarnation, or is
 // checked by the master at it, takes a larger incarnation, gossips it as
 // alive and reports it to the master. Alive at a larger incarnation
@@ -82,8 +92,9 @@
 // it — the accused has refuted, and the reporters are told so
 // (RefGossip), as the hosts that could not reach it could not hear its
 // refutation — and the host stays. No answer: RefDelete, the master's
-// lost-host path, and the deleted host is told when its connection is
-// back. So a live host the master can reach is never deleted, whatever
+// lost-host path; the reporters get the confirmation (RefGossip), the
+// deleted host is told when its connection is back, and a later report
+// of the death is answered with its confirmation. So a live host the master can reach is never deleted, whatever
 // its observers' load or partitions; a partition that cuts the hosts in
 // two cannot make each half delete the other. A host the master cannot
 // reach either is deleted, and rejoins when the partition heals.
@@ -91,11 +102,21 @@
 // Costs. Idle, the master hears nothing. A failure costs it the first
 // accusers' suspicion reports, the accusers' death reports (those whose
 // timers fire before the death's gossip reaches them), the checks: a
-// count bounded by the suspicion window in probe intervals, not by n. A
+// count bounded by the suspicion window in probe intervals, not by n; it
+// sends the checks and a confirmation to each reporter. A
 // host sends a ping and an ack per interval, receives as many, plus the
 // indirect probes of failures. TestCostModel measures them at 1,000,
 // 4,096 and 10,000 hosts (about 20 messages to the master per failure, 2
 // messages per second sent per host, 0 to an idle master).
+//
+// Trust. A swim message's sender is its connection's certificate (the
+// daemon refuses one that claims another), and gossip never adds a
+// member: hosts are learnt from the master's list or from their own
+// messages. Updates about third parties are not signed, so a byzantine
+// host can accuse others or repeat their refutations; it cannot get a
+// live host deleted — deletion is the master's, after its own checks —
+// and at worst it delays the detection of another's death while it keeps
+// forging that host's refutations.
 //
 // # Wire format
 //

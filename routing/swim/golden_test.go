@@ -27,6 +27,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts under testdat
 //	node <self> <h1,h2,...>       a Node (seeded rand 1) joined to the roster
 //	tick <duration>               advance the clock and step EvTick
 //	wait <duration>               advance the clock only
+//	run <duration>                tick at every Next() within the duration,
+//	                              each effect prefixed by its time
 //	recv <msg>                    step EvMsg; <msg> as Msg.String prints it
 //	check s<seq> #<inc>           step EvCheck
 //	gossip <update>               step EvGossip; <update> as Update.String
@@ -95,6 +97,15 @@ func (s *script) run(cmd string) string {
 		effects(s.node.Step(s.now, Event{Kind: EvTick}))
 	case "wait":
 		s.now = s.now.Add(dur(t, f[1]))
+	case "run":
+		end := s.now.Add(dur(t, f[1]))
+		for next := s.node.Next(); !next.After(end); next = s.node.Next() {
+			s.now = next
+			for _, e := range s.node.Step(s.now, Event{Kind: EvTick}) {
+				lines = append(lines, fmt.Sprintf("+%v %v", s.now.Sub(s.start), e))
+			}
+		}
+		s.now = end
 	case "recv":
 		m, err := parseMsg(strings.TrimPrefix(cmd, "recv "))
 		if err != nil {

@@ -147,6 +147,9 @@ type Config struct {
 	// RejoinEvery is how often a host that learnt it was declared dead
 	// asks the master again (default 5 probe intervals).
 	RejoinEvery time.Duration
+	// ReportEvery is how often a host reports again a death it declared
+	// that the master has not confirmed (default 5 probe intervals).
+	ReportEvery time.Duration
 	// CheckTimeout is how long the master waits for the answer to its
 	// check of an accused host (default 2 probe timeouts).
 	CheckTimeout time.Duration
@@ -200,6 +203,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RejoinEvery <= 0 {
 		c.RejoinEvery = 5 * c.ProbeInterval
+	}
+	if c.ReportEvery <= 0 {
+		c.ReportEvery = 5 * c.ProbeInterval
 	}
 	if c.CheckTimeout <= 0 {
 		c.CheckTimeout = 2 * c.ProbeTimeout
@@ -325,6 +331,11 @@ type member struct {
 	susp  *suspicion
 	// forgotten: the master dropped it; a tombstone.
 	forgotten bool
+	// confirmed: held dead, and the master confirmed it (an update of the
+	// death from the master). Until then the death is reported again at
+	// reportAt.
+	confirmed bool
+	reportAt  time.Time
 }
 
 // suspicion is the timer of a suspected member (Lifeguard's dynamic
@@ -501,6 +512,9 @@ func (n *Node) Next() time.Time {
 		if m.susp != nil {
 			early(m.susp.deadline())
 		}
+		if !m.reportAt.IsZero() {
+			early(m.reportAt)
+		}
 	}
 	if n.rejoining {
 		early(n.rejoinAt)
@@ -548,7 +562,7 @@ func (n *Node) Step(now time.Time, ev Event) []Effect {
 	case EvForget:
 		if ev.Host != n.self {
 			m := n.get(ev.Host)
-			m.forgotten, m.susp = true, nil
+			m.forgotten, m.susp, m.reportAt = true, nil, time.Time{}
 			if m.state != Dead {
 				m.state = Dead
 			}
@@ -585,6 +599,9 @@ func (n *Node) credit(now time.Time) {
 	for _, m := range n.diff {
 		if m.susp != nil {
 			m.susp.start = m.susp.start.Add(lag)
+		}
+		if !m.reportAt.IsZero() {
+			m.reportAt = m.reportAt.Add(lag)
 		}
 	}
 	if n.rejoining {
@@ -623,10 +640,13 @@ func (n *Node) tick(now time.Time) {
 			}
 		}
 	}
-	var due []task.HostID
+	var due, report []task.HostID
 	for h, m := range n.diff {
 		if m.susp != nil && !now.Before(m.susp.deadline()) {
 			due = append(due, h)
+		}
+		if !m.reportAt.IsZero() && !now.Before(m.reportAt) {
+			report = append(report, h)
 		}
 	}
 	slices.Sort(due)
@@ -635,6 +655,15 @@ func (n *Node) tick(now time.Time) {
 		u := Update{State: Dead, Host: h, Inc: m.inc, From: n.self}
 		n.apply(now, u)
 		n.out = append(n.out, Effect{Kind: EffReport, Update: u})
+	}
+	// Deaths the master has not confirmed: this host's own, reported
+	// again; those it only heard of, reported after a backstop (their
+	// reporters may have failed, or been cut off from the master).
+	slices.Sort(report)
+	for _, h := range report {
+		m := n.diff[h]
+		m.reportAt = now.Add(n.cfg.ReportEvery)
+		n.out = append(n.out, Effect{Kind: EffReport, Update: Update{State: Dead, Host: h, Inc: m.inc, From: n.self}})
 	}
 	if n.rejoining && !now.Before(n.rejoinAt) {
 		n.rejoinAt = now.Add(n.cfg.RejoinEvery)
@@ -755,11 +784,16 @@ func (n *Node) receive(now time.Time, msg Msg) {
 		return
 	}
 	// The sender is heard from: learn it if new or newer.
-	if st, inc, ok := n.State(msg.From); !ok || msg.Inc > inc || (st == Alive && msg.Inc > inc) {
+	if _, inc, ok := n.State(msg.From); !ok || msg.Inc > inc {
 		n.apply(now, Update{State: Alive, Host: msg.From, Inc: msg.Inc, From: msg.From})
 	}
 	for _, u := range msg.Gossip {
-		n.apply(now, u)
+		if _, _, known := n.State(u.Host); known {
+			// Gossip never adds a member: a host is learnt from the
+			// master's list or from its own messages, whose sender its
+			// connection's certificate vouches for.
+			n.apply(now, u)
+		}
 	}
 	// What this host holds of the sender if it is not alive here: it is
 	// told so on the answer.
@@ -853,6 +887,7 @@ func (n *Node) apply(now time.Time, u Update) {
 			m.forgotten = false
 		}
 		m.state, m.inc, m.susp = Alive, u.Inc, nil
+		m.confirmed, m.reportAt = false, time.Time{}
 		n.undead(u.Host)
 		n.tidy(u.Host)
 	case Suspect:
@@ -874,14 +909,32 @@ func (n *Node) apply(now time.Time, u Update) {
 			n.undead(u.Host)
 		}
 	case Dead:
-		if known && (u.Inc < inc || (st == Dead && u.Inc <= inc)) {
+		if known && u.Inc < inc {
 			return
 		}
 		if !known {
 			n.addRoster(u.Host)
 		}
 		m := n.get(u.Host)
+		if st == Dead && u.Inc == inc {
+			// Known; news only if the master confirms it now.
+			if u.From != master || m.confirmed {
+				return
+			}
+			m.confirmed, m.reportAt = true, time.Time{}
+			break
+		}
 		m.state, m.inc, m.susp = Dead, u.Inc, nil
+		m.confirmed = u.From == master
+		switch {
+		case m.confirmed || m.forgotten:
+			m.reportAt = time.Time{}
+		case u.From == n.self:
+			m.reportAt = now.Add(n.cfg.ReportEvery)
+		default:
+			_, hi, _ := suspicionBounds(n.cfg, n.Members())
+			m.reportAt = now.Add(2*hi + time.Duration(n.rnd.Int64N(int64(hi))))
+		}
 		if !m.forgotten {
 			if i, found := slices.BinarySearch(n.dead, u.Host); !found {
 				n.dead = slices.Insert(n.dead, i, u.Host)

@@ -107,7 +107,11 @@ func (e RefEffect) String() string {
 type Referee struct {
 	cfg   Config
 	hosts map[task.HostID]*refHost
-	seq   uint32
+	// gone: the hosts deleted, at the incarnation they died at, until
+	// they are admitted again; a report of their death is answered with
+	// its confirmation.
+	gone map[task.HostID]uint32
+	seq  uint32
 }
 
 type refHost struct {
@@ -131,7 +135,7 @@ func NewReferee(cfg Config) (*Referee, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Referee{cfg: c, hosts: map[task.HostID]*refHost{}}, nil
+	return &Referee{cfg: c, hosts: map[task.HostID]*refHost{}, gone: map[task.HostID]uint32{}}, nil
 }
 
 // Member reports whether h is a member, and its incarnation as last known.
@@ -160,8 +164,10 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 	switch ev.Kind {
 	case RefAdmit:
 		r.hosts[ev.Host] = &refHost{inc: ev.Inc, state: Alive}
+		delete(r.gone, ev.Host)
 	case RefRemove:
 		delete(r.hosts, ev.Host)
+		delete(r.gone, ev.Host)
 	case RefReport:
 		out = r.report(now, ev.From, ev.Update, out)
 	case RefCheckAck:
@@ -193,8 +199,16 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 		c := x.check
 		if c.tries >= r.cfg.CheckTries {
 			delete(r.hosts, h)
-			out = append(out, RefEffect{Kind: RefDelete, Host: h, Inc: c.inc},
-				RefEffect{Kind: RefGossip, To: h, Update: Update{State: Dead, Host: h, Inc: c.inc, From: master}})
+			r.gone[h] = c.inc
+			dead := Update{State: Dead, Host: h, Inc: c.inc, From: master}
+			out = append(out, RefEffect{Kind: RefDelete, Host: h, Inc: c.inc}, RefEffect{Kind: RefGossip, To: h, Update: dead})
+			// The reporters learn the confirmation, and spread it: the
+			// others stop waiting to report it themselves.
+			for _, to := range c.reporters {
+				if r.hosts[to] != nil {
+					out = append(out, RefEffect{Kind: RefGossip, To: to, Update: dead})
+				}
+			}
 			continue
 		}
 		c.tries++
@@ -213,7 +227,14 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 		return append(out, RefEffect{Kind: RefGossip, To: from, Update: Update{State: Dead, Host: from, Inc: u.Inc, From: master}})
 	}
 	x := r.hosts[u.Host]
-	if x == nil || u.Inc < x.inc {
+	if x == nil {
+		if inc, ok := r.gone[u.Host]; ok && u.State == Dead && u.Inc <= inc {
+			// Confirmed already: the reporter learns so.
+			out = append(out, RefEffect{Kind: RefGossip, To: from, Update: Update{State: Dead, Host: u.Host, Inc: inc, From: master}})
+		}
+		return out
+	}
+	if u.Inc < x.inc {
 		return out
 	}
 	switch u.State {

@@ -2,6 +2,7 @@ package swim
 
 import (
 	"container/heap"
+	"flag"
 	"fmt"
 	"hash"
 	"hash/fnv"
@@ -92,8 +93,10 @@ type cluster struct {
 
 	// What the master received, by kind of effect.
 	toMaster map[string]int
-	deletes  []string
-	deleted  map[task.HostID]uint32 // confirmed dead, at incarnation
+	// fromMaster: what the master sent, checks and gossip.
+	fromMaster int
+	deletes    []string
+	deleted    map[task.HostID]uint32 // confirmed dead, at incarnation
 	// healedAt is when the last partition healed (crash bounds count
 	// from it).
 	healedAt time.Time
@@ -224,6 +227,7 @@ func (c *cluster) stepMaster(ev RefEvent) {
 }
 
 func (c *cluster) toHost(h task.HostID, ev Event) {
+	c.fromMaster++
 	if c.linked(master, h) {
 		c.push(&simEv{at: c.now.Add(c.lat()), kind: sFromMaster, to: h, ev: ev})
 	}
@@ -508,21 +512,24 @@ func simulate(t testing.TB, seed uint64, n int, cfg Config) (uint64, *cluster) {
 	return c.trace.Sum64(), c
 }
 
-// TestSimulation runs seeded fault histories of a 24-host cluster and
+var simSeeds = flag.Int("seeds", 6, "how many seeded fault histories TestSimulation runs")
+
+// TestSimulation runs seeded fault histories of 8, 24 and 48 hosts and
 // checks, after every step, that no live host the master can reach is
 // deleted and that every crashed host is confirmed within the bound; at
 // the end, that the healed hosts rejoined and every view converged. Each
 // seed runs twice and must replay event for event.
 func TestSimulation(t *testing.T) {
-	seeds := 6
+	seeds := *simSeeds
 	if testing.Short() {
-		seeds = 2
+		seeds = min(seeds, 2)
 	}
 	hashes := map[uint64]uint64{}
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			h1, c := simulate(t, seed, 24, Config{})
-			h2, _ := simulate(t, seed, 24, Config{})
+		n := []int{24, 8, 48}[seed%3]
+		t.Run(fmt.Sprintf("seed%d-hosts%d", seed, n), func(t *testing.T) {
+			h1, c := simulate(t, seed, n, Config{})
+			h2, _ := simulate(t, seed, n, Config{})
 			if h1 != h2 {
 				t.Fatalf("seed %d does not replay: trace %x then %x", seed, h1, h2)
 			}
@@ -539,7 +546,7 @@ func TestSimulation(t *testing.T) {
 			for _, k := range keys {
 				msgs = append(msgs, fmt.Sprintf("%s=%d", k, c.toMaster[k]))
 			}
-			t.Logf("seed %d: trace %x, %d steps, loss %.3f, deleted %v, master heard %v", seed, h1, c.steps, c.loss, c.deletes, msgs)
+			t.Logf("seed %d: trace %x, %d steps, loss %.3f, deleted %v, master heard %v, sent %d", seed, h1, c.steps, c.loss, c.deletes, msgs, c.fromMaster)
 		})
 	}
 }

@@ -161,6 +161,10 @@ type Config struct {
 // master is the From of the updates the master sends.
 const master task.HostID = 0
 
+// maxRelays bounds the PingReqs a node serves at once: in a healthy
+// cluster it serves about IndirectChecks a failure.
+const maxRelays = 1024
+
 // MaxGossip bounds the updates one message may carry on the wire.
 const MaxGossip = 64
 
@@ -809,6 +813,12 @@ func (n *Node) receive(now time.Time, msg Msg) {
 			n.send(Msg{Kind: Ack, To: msg.From, Seq: msg.Seq, Target: msg.Target, Gossip: about})
 			return
 		}
+		if len(n.relays) >= maxRelays {
+			// Asked for more than a host's share: refused, as if
+			// the target were silent.
+			n.send(Msg{Kind: Nack, To: msg.From, Seq: msg.Seq, Target: msg.Target})
+			return
+		}
 		n.seq++
 		n.relays[n.seq] = &relay{from: msg.From, seq: msg.Seq, target: msg.Target,
 			nackAt: now.Add(n.cfg.ProbeTimeout * 4 / 5), until: now.Add(2 * n.cfg.ProbeInterval)}
@@ -896,13 +906,15 @@ func (n *Node) apply(now time.Time, u Update) {
 		}
 		m := n.get(u.Host)
 		if st == Suspect && u.Inc == inc && m.susp != nil {
-			if slices.Contains(m.susp.from, u.From) {
-				return
-			}
-			m.susp.from = append(m.susp.from, u.From)
 			if u.From == n.self {
 				m.susp.mine = true
 			}
+			if slices.Contains(m.susp.from, u.From) || len(m.susp.from) > m.susp.k {
+				// Counted already, or enough to reach the least
+				// timeout: no news to gossip on.
+				return
+			}
+			m.susp.from = append(m.susp.from, u.From)
 		} else {
 			m.state, m.inc = Suspect, u.Inc
 			m.susp = n.newSuspicion(now, u.From)

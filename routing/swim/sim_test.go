@@ -76,16 +76,19 @@ type simHost struct {
 }
 
 type cluster struct {
-	t       testing.TB
-	cfg     Config
-	rnd     *rand.Rand
-	now     time.Time
-	q       evHeap
-	seq     uint64
-	hosts   []*simHost // by ID-1
-	ref     *Referee
-	refAt   time.Time
-	group   map[task.HostID]int // partition group; absent: 0
+	t     testing.TB
+	cfg   Config
+	rnd   *rand.Rand
+	now   time.Time
+	q     evHeap
+	seq   uint64
+	hosts []*simHost // by ID-1
+	ref   *Referee
+	refAt time.Time
+	group map[task.HostID]int // partition group; absent: 0
+	// cut: directed links between hosts that carry nothing (one-way
+	// partitions: a→b cut, b→a not).
+	cut     map[[2]task.HostID]bool
 	loss    float64
 	delay   [2]time.Duration
 	trace   hash.Hash64 // nil: no trace (the cost model's large runs)
@@ -143,7 +146,9 @@ func (c *cluster) push(e *simEv) {
 }
 
 // linked: a and b (either may be the master) can reach each other.
-func (c *cluster) linked(a, b task.HostID) bool { return c.group[a] == c.group[b] }
+func (c *cluster) linked(a, b task.HostID) bool {
+	return c.group[a] == c.group[b] && !c.cut[[2]task.HostID{a, b}]
+}
 
 func (c *cluster) lat() time.Duration {
 	return c.delay[0] + time.Duration(c.rnd.Int64N(int64(c.delay[1]-c.delay[0])+1))
@@ -461,8 +466,8 @@ func (c *cluster) checkConverged() {
 }
 
 // faults schedules a random fault history over span: crashes, freezes of
-// up to a minute, partitions of random shape (the master in one group)
-// that heal, and a loss rate.
+// up to a minute, one-way cuts of random links between hosts, partitions
+// of random shape (the master in one group) that heal.
 func (c *cluster) faults(span time.Duration, crashes int) {
 	r := c.rnd
 	n := len(c.hosts)
@@ -475,6 +480,22 @@ func (c *cluster) faults(span time.Duration, crashes int) {
 		h := c.hosts[r.IntN(n)]
 		d := time.Duration(r.Int64N(int64(60 * time.Second)))
 		c.at(time.Duration(r.Int64N(int64(span))), func() { c.freeze(h, d) })
+	}
+	// One-way cuts: a random tenth of the directed links between hosts
+	// carry nothing for a while.
+	for range 3 {
+		at := time.Duration(r.Int64N(int64(span)))
+		d := time.Duration(r.Int64N(int64(60 * time.Second)))
+		cut := map[[2]task.HostID]bool{}
+		for _, a := range c.hosts {
+			for _, b := range c.hosts {
+				if a != b && r.IntN(10) == 0 {
+					cut[[2]task.HostID{a.id, b.id}] = true
+				}
+			}
+		}
+		c.at(at, func() { c.log("cut %d links", len(cut)); c.cut = cut })
+		c.at(at+d, func() { c.log("uncut"); c.cut = nil })
 	}
 	// Partitions, one at a time.
 	t := time.Duration(0)

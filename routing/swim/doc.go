@@ -136,8 +136,10 @@
 //
 // Each host daemon runs a Node from one loop: it steps EvJoin with the
 // host list it gets at registration, EvTick at Next (a timer reset after
-// every step), EvMsg for every swim frame from a peer, and EvCheck,
-// EvGossip and EvRejoined for what the master says; it performs EffSend
+// every step), EvMsg for every swim frame from a peer, EvCheck, EvGossip
+// and EvRejoined for what the master says, and EvForget for a host the
+// master's host list drops (its tombstone stays; it is no longer
+// probed); it performs EffSend
 // as a frame on the peer connection (a new frame kind, KindSwim, whose
 // body is AppendMsg's), EffReport and EffCheckAck as control calls to the
 // master, and EffRejoin as the registration it already makes after its
@@ -147,8 +149,8 @@
 // refused: the cluster's QUIC credentials authenticate every probe, and no
 // other key is needed. Config comes from the daemon's: ProbeInterval =
 // Heartbeat, ProbeTimeout = Heartbeat/2, CheckTimeout = 2·ProbeTimeout and
-// CheckTries such that CheckTries·CheckTimeout ≤ DeadAfter, the rest at
-// their defaults. The master daemon runs the Referee under the lock that
+// CheckTries such that CheckTries·CheckTimeout ≤ DeadAfter, RejoinEvery
+// and ReportEvery the join retry's base, the rest at their defaults. The master daemon runs the Referee under the lock that
 // owns membership: RefAdmit for every admitted host, RefReport and
 // RefCheckAck for the calls, RefTick at Next; it sends RefCheck and
 // RefGossip on the host's connection and calls removeHost for RefDelete.

@@ -129,33 +129,16 @@ const (
 	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
-// handleJobCkpt serves the job checkpoint steps on a host.
-func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
-	var a ckStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
+// resumeJobStep resumes the job's tasks here at the end of a round.
+func (d *Daemon) resumeJobStep(a ckStep) {
+	if a.Round.Try != 0 {
+		// A pause of this round or an older one that comes after
+		// (stalled on its way) would hold the tasks for good.
+		d.ht.mu.Lock()
+		d.ht.ckResumed[a.Job] = max(d.ht.ckResumed[a.Job], a.Round.Try)
+		d.ht.mu.Unlock()
 	}
-	switch method {
-	case mCkPause:
-		return d.pauseJob(ctx, a)
-	case mCkQuiet:
-		return d.quietJob(a), nil
-	case mCkWrite:
-		return d.writeJob(a)
-	case mCkResume:
-		if a.Round.Try != 0 {
-			// A pause of this round or an older one that comes after
-			// (stalled on its way) would hold the tasks for good.
-			d.ht.mu.Lock()
-			d.ht.ckResumed[a.Job] = max(d.ht.ckResumed[a.Job], a.Round.Try)
-			d.ht.mu.Unlock()
-		}
-		d.resumeJob(a.Job, a.Round.Try)
-		return nil, nil
-	case mCkKill:
-		return nil, d.killJob(ctx, a)
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
+	d.resumeJob(a.Job, a.Round.Try)
 }
 
 // pauseJob stops every local task of the job at its next safe point. If

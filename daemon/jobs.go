@@ -847,28 +847,12 @@ type staged struct {
 	t    task.Task
 }
 
-// handleRestore serves the restart steps on a host.
-func (d *Daemon) handleRestore(method string, body []byte) (any, error) {
-	var a restoreArgs
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mCkFloor:
-		d.ht.mu.Lock()
-		d.ht.nextNum = max(d.ht.nextNum, a.Floor)
-		d.ht.mu.Unlock()
-		return nil, nil
-	case mCkLoad:
-		return d.loadStaged(a)
-	case mCkGo:
-		d.startStaged(a)
-		return nil, nil
-	case mCkDrop:
-		d.dropStaged(a)
-		return nil, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
+// raiseTIDFloor makes this host never number a new task at or below
+// floor (a restart brings back tasks numbered up to it).
+func (d *Daemon) raiseTIDFloor(floor uint32) {
+	d.ht.mu.Lock()
+	d.ht.nextNum = max(d.ht.nextNum, floor)
+	d.ht.mu.Unlock()
 }
 
 // loadStaged reads and verifies task checkpoints and readies this host to

@@ -478,42 +478,6 @@ func (d *Daemon) setRoute(tid task.TID, r routing.Route) {
 	d.broadcast(&event{Kind: evRoute, Routes: []routing.Entry{e}}, 0)
 }
 
-// handleMigration serves the migration steps at the origin and the
-// destination.
-func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	var a migStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mMigInfo:
-		h := d.ht.task(a.TID)
-		if h == nil {
-			return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
-		}
-		return migReply{Type: h.typ, Job: h.job}, nil
-	case mMigPrep:
-		return nil, d.prepareArrival(a)
-	case mMigSusp:
-		return nil, d.suspendForMove(ctx, a)
-	case mMigSend:
-		t0 := time.Now()
-		n, err := d.sendCheckpoint(ctx, a)
-		d.met.Transferred(string(a.Via), time.Since(t0), err)
-		return migReply{Bytes: n}, err
-	case mMigLoad:
-		return nil, d.restoreArrival(ctx, a)
-	case mMigDone:
-		d.commitDeparture(a)
-		return nil, nil
-	case mMigBack:
-		return nil, d.resumeDeparture(ctx, a)
-	case mMigDrop:
-		return migReply{Installed: d.cancelArrival(a)}, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
-}
-
 // prepareArrival readies this daemon (the destination) to receive a task.
 func (d *Daemon) prepareArrival(a migStep) error {
 	if _, err := task.New(a.Type, nil); err != nil {

@@ -680,26 +680,7 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 			res, err = nil, fmt.Errorf("%s: %w: %v", method, ErrInternal, r)
 		}
 	}()
-	if err := authorize(p, method); err != nil {
-		return nil, err
-	}
-	if p == nil || !p.cert.Role.Client() {
-		return d.handle(ctx, p, method, body)
-	}
-	ctx = withCaller(ctx, p.cert)
-	if err := d.checkDirs(method, body); err != nil {
-		return nil, err
-	}
-	if p.cert.Role == pki.RoleUser {
-		if err := d.checkOwnership(ctx, p.cert.Name, method, body); err != nil {
-			return nil, err
-		}
-	}
-	res, err = d.handle(ctx, p, method, body)
-	if r, ok := res.(tidsReply); ok && err == nil && method == mSpawn {
-		d.owners.setTasks(r.TIDs, p.cert.Name)
-	}
-	return res, err
+	return d.serveMethod(ctx, p, method, body)
 }
 
 // serveCall runs a control request and sends the reply.

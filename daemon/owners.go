@@ -130,45 +130,6 @@ func (d *Daemon) checkJobOwner(user string, job uint64, what string) error {
 	return nil
 }
 
-// checkOwnership checks that a user's call acts only on what they own:
-// kill, migrate and checkpoint, and spawning into a job or under a parent.
-func (d *Daemon) checkOwnership(ctx context.Context, user, method string, body []byte) error {
-	switch method {
-	case mKill:
-		var a tidArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		return d.checkTaskOwner(ctx, user, a.TID)
-	case mMigrate:
-		var a migrateArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		return d.checkTaskOwner(ctx, user, a.TID)
-	case mCheckpoint:
-		var a jobArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		return d.checkJobOwner(user, a.Job, fmt.Sprintf("job %d", a.Job))
-	case mSpawn:
-		var a spawnArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		if a.Job != 0 {
-			if err := d.checkJobOwner(user, a.Job, fmt.Sprintf("job %d", a.Job)); err != nil {
-				return err
-			}
-		}
-		if !a.Parent.IsZero() {
-			return d.checkTaskOwner(ctx, user, a.Parent)
-		}
-	}
-	return nil
-}
-
 // ErrOutsideShared is a directory a client named for a checkpoint or a
 // restart that lies outside the shared directory and Config.AllowDirs:
 // daemons never write or read where any client says.
@@ -217,23 +178,4 @@ func resolveDir(dir string) (string, error) {
 		}
 		rest = filepath.Join(filepath.Base(p), rest)
 	}
-}
-
-// checkDirs confines the directories a client's call names.
-func (d *Daemon) checkDirs(method string, body []byte) error {
-	switch method {
-	case mCheckpoint:
-		var a jobArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		return d.confineDir(a.Dir)
-	case mRun:
-		var a runArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return err
-		}
-		return d.confineDir(a.Restart)
-	}
-	return nil
 }

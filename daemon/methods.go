@@ -1,0 +1,434 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
+)
+
+// caller is who may call a control method, by the certificate of the
+// connection the call comes on. A call a daemon makes to itself is always
+// allowed.
+type caller uint8
+
+const (
+	// callHost: host daemons only (any host certificate).
+	callHost caller = iota + 1
+	// callMaster: the master's host certificate only: the steps of moves,
+	// job checkpoints and restarts it drives on the hosts.
+	callMaster
+	// callUser: users and admins, and host daemons.
+	callUser
+	// callAdmin: admins, and host daemons: calls that act on the whole
+	// virtual machine rather than on one's own jobs.
+	callAdmin
+)
+
+// String is the caller as daemon/pki/README.md's table names it.
+func (c caller) String() string {
+	switch c {
+	case callHost:
+		return "host"
+	case callMaster:
+		return "master"
+	case callUser:
+		return "user"
+	case callAdmin:
+		return "admin"
+	}
+	return fmt.Sprintf("caller(%d)", uint8(c))
+}
+
+// ownRule is what a user's call must own to act on it; admins and host
+// daemons are not held to it.
+type ownRule uint8
+
+const (
+	// ownNone: the call acts on nothing a user owns.
+	ownNone ownRule = iota
+	// ownTask: the caller owns the task named: one they spawned outside
+	// any job, or one of a job they own.
+	ownTask
+	// ownJob: the caller owns the job named.
+	ownJob
+	// ownJobDir: the caller owns the job named, and the directory named
+	// lies within the shared directory (or an allowed one).
+	ownJobDir
+	// ownSpawn: the caller owns the job and the parent task named, if
+	// any; the spawn counts against the caller's quotas.
+	ownSpawn
+	// ownRun: a new job is the caller's and counts against their quota; a
+	// restart's directory lies within the shared directory, and its
+	// checkpoint is the caller's (its manifest names them as its owner).
+	ownRun
+)
+
+// String is the rule as daemon/pki/README.md's table states it.
+func (o ownRule) String() string {
+	switch o {
+	case ownNone:
+		return "none"
+	case ownTask:
+		return "caller owns the task"
+	case ownJob:
+		return "caller owns the job"
+	case ownJobDir:
+		return "caller owns the job; directory inside the shared one"
+	case ownSpawn:
+		return "caller owns the job and parent named; caller's quotas"
+	case ownRun:
+		return "caller's quotas; a restart: caller owns the checkpoint, directory inside the shared one"
+	}
+	return fmt.Sprintf("ownRule(%d)", uint8(o))
+}
+
+// method is one control method: its name, who may call it, what a user's
+// call must own, whether only the master serves it, and its handler. The
+// handler decodes its own request (bounded: see decodeMsg) and checks the
+// ownership rule on it before acting.
+type method struct {
+	name   string
+	who    caller
+	owns   ownRule
+	master bool // served by the master only
+	serve  func(d *Daemon, ctx context.Context, p *peer, body []byte) (any, error)
+}
+
+// op declares a method whose request is an A: the body is decoded into
+// it, the rule checked on it for a user's call, and h called with it.
+func op[A any](name string, who caller, owns ownRule, master bool, h func(d *Daemon, ctx context.Context, p *peer, a *A) (any, error)) method {
+	return method{name: name, who: who, owns: owns, master: master,
+		serve: func(d *Daemon, ctx context.Context, p *peer, body []byte) (any, error) {
+			var a A
+			if err := decodeMsg(body, &a); err != nil {
+				return nil, err
+			}
+			if err := d.checkRule(ctx, p, owns, &a); err != nil {
+				return nil, err
+			}
+			return h(d, ctx, p, &a)
+		}}
+}
+
+// op0 declares a method without a request: its body is not read.
+func op0(name string, who caller, master bool, h func(d *Daemon, ctx context.Context, p *peer) (any, error)) method {
+	return method{name: name, who: who, owns: ownNone, master: master,
+		serve: func(d *Daemon, ctx context.Context, p *peer, _ []byte) (any, error) { return h(d, ctx, p) }}
+}
+
+// methodTable is every control method a daemon serves, with who may call
+// it and what a user's call must own side by side (declared in
+// declareMethods). Dispatch (serveMethod) and authorization (authorize,
+// checkRule) read it and nothing else; daemon/pki/README.md's table of
+// methods is checked against it. methods indexes it by name.
+var (
+	methodTable []method
+	methods     map[string]*method
+)
+
+// init fills methodTable at start: the handlers it names reach the
+// daemon's calls, which read the table (a variable's initializer may not
+// refer to itself).
+func init() {
+	methodTable = declareMethods()
+	methods = make(map[string]*method, len(methodTable))
+	for i := range methodTable {
+		if methods[methodTable[i].name] != nil {
+			panic("control method " + methodTable[i].name + " declared twice")
+		}
+		methods[methodTable[i].name] = &methodTable[i]
+	}
+}
+
+// declareMethods is the table of control methods.
+func declareMethods() []method {
+	return []method{
+		// Clients' calls.
+		op(mRun, callUser, ownRun, true, (*Daemon).serveRun),
+		op(mSpawn, callUser, ownSpawn, true, (*Daemon).serveSpawn),
+		op(mKill, callUser, ownTask, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (any, error) {
+			return nil, d.KillTask(ctx, a.TID)
+		}),
+		op(mKillJob, callUser, ownJob, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (any, error) {
+			n, err := d.KillJob(ctx, a.Job)
+			return intReply{N: n}, err
+		}),
+		op(mCheckpoint, callUser, ownJobDir, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (any, error) {
+			return d.CheckpointJob(ctx, a.Job, a.Dir)
+		}),
+		op(mMigrate, callUser, ownTask, true, func(d *Daemon, ctx context.Context, _ *peer, a *migrateArgs) (any, error) {
+			return d.Migrate(ctx, a.TID, a.To, a.Via)
+		}),
+		op(mWait, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (any, error) {
+			return d.Wait(ctx, a.TID)
+		}),
+		op(mPS, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *psArgs) (any, error) {
+			if a.Gather && d.isMaster() {
+				ts, err := d.AllTasks(ctx, a.All)
+				return psReply{Tasks: ts}, err
+			}
+			return psReply{Tasks: d.Tasks(a.All)}, nil
+		}),
+		op0(mConf, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
+			x := d.Detection()
+			return confReply{Hosts: d.Hosts(), Detection: &x}, nil
+		}),
+		op0(mSchedStatus, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
+			return d.SchedStatus(), nil
+		}),
+		op0(mSendCheck, callUser, false, func(*Daemon, context.Context, *peer) (any, error) { return nil, nil }),
+		op(mInject, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *injectArgs) (any, error) {
+			return nil, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
+		}),
+		op(mDelete, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *hostArgs) (any, error) {
+			return nil, d.DeleteHost(ctx, a.Host)
+		}),
+		op0(mHalt, callAdmin, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
+			d.goFunc(func() { d.HaltVM() })
+			return nil, nil
+		}),
+
+		// Host daemons' calls for their tasks.
+		op(mStart, callHost, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (any, error) {
+			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
+			return tidsReply{TIDs: tids}, err
+		}),
+		op(mJoin, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+			inst, err := d.groups.join(a.Group, a.TID)
+			return intReply{N: inst}, err
+		}),
+		op(mLeave, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+			return nil, d.groups.leave(a.Group, a.TID)
+		}),
+		op(mMembers, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+			m, err := d.groups.members(a.Group)
+			return tidsReply{TIDs: m}, err
+		}),
+		op(mBarrier, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *groupArgs) (any, error) {
+			return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
+		}),
+		op(mLeaveAll, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+			d.groups.leaveAll(a.TID)
+			return nil, nil
+		}),
+		op(mNotify, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *notifyArgs) (any, error) {
+			return nil, d.registerExitWatch(ctx, *a)
+		}),
+		op(mWatch, callHost, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (any, error) {
+			return nil, d.watchLocal(*a)
+		}),
+
+		// The master's steps of moves.
+		op(mMigInfo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+			h := d.ht.task(a.TID)
+			if h == nil {
+				return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
+			}
+			return migReply{Type: h.typ, Job: h.job}, nil
+		}),
+		op(mMigPrep, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+			return nil, d.prepareArrival(*a)
+		}),
+		op(mMigSusp, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
+			return nil, d.suspendForMove(ctx, *a)
+		}),
+		op(mMigSend, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
+			t0 := time.Now()
+			n, err := d.sendCheckpoint(ctx, *a)
+			d.met.Transferred(string(a.Via), time.Since(t0), err)
+			return migReply{Bytes: n}, err
+		}),
+		op(mMigLoad, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
+			return nil, d.restoreArrival(ctx, *a)
+		}),
+		op(mMigDone, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+			d.commitDeparture(*a)
+			return nil, nil
+		}),
+		op(mMigBack, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
+			return nil, d.resumeDeparture(ctx, *a)
+		}),
+		op(mMigDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+			return migReply{Installed: d.cancelArrival(*a)}, nil
+		}),
+
+		// The master's steps of job checkpoints and rollbacks.
+		op(mCkPause, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (any, error) {
+			return d.pauseJob(ctx, *a)
+		}),
+		op(mCkQuiet, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+			return d.quietJob(*a), nil
+		}),
+		op(mCkWrite, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+			return d.writeJob(*a)
+		}),
+		op(mCkResume, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+			d.resumeJobStep(*a)
+			return nil, nil
+		}),
+		op(mCkKill, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (any, error) {
+			return nil, d.killJob(ctx, *a)
+		}),
+
+		// The master's steps of restarts.
+		op(mCkLoad, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+			return d.loadStaged(*a)
+		}),
+		op(mCkGo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+			d.startStaged(*a)
+			return nil, nil
+		}),
+		op(mCkDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+			d.dropStaged(*a)
+			return nil, nil
+		}),
+		op(mCkFloor, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+			d.raiseTIDFloor(a.Floor)
+			return nil, nil
+		}),
+
+		// Load injection on a host, which the master forwards.
+		op(mInjectHere, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *injectArgs) (any, error) {
+			return nil, d.InjectLoad(a.Overlay, a.Clear)
+		}),
+	}
+}
+
+// methodNames lists the control methods in the table's order.
+func methodNames() []string {
+	out := make([]string, 0, len(methodTable))
+	for _, m := range methodTable {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+// authorize says whether the holder of p's certificate may call method. A
+// call this daemon makes to itself (p nil) is always allowed; an unknown
+// method is refused.
+func authorize(p *peer, name string) error {
+	m := methods[name]
+	if m == nil {
+		return fmt.Errorf("unknown method %q", name)
+	}
+	if p == nil {
+		return nil
+	}
+	c := p.cert
+	switch {
+	case c.Role.Client():
+		switch m.who {
+		case callUser:
+		case callAdmin:
+			if c.Role != pki.RoleAdmin {
+				return fmt.Errorf("method %q needs an admin certificate (%s): %w", name, c, ErrForbidden)
+			}
+		default:
+			return fmt.Errorf("method %q is not open to clients (%s): %w", name, c, ErrForbidden)
+		}
+	case c.Role == pki.RoleDaemon:
+		if m.who == callMaster && !c.Master {
+			return fmt.Errorf("method %q is the master's to call, not %s's: %w", name, c.Name, ErrForbidden)
+		}
+	default:
+		return fmt.Errorf("method %q: unknown role %q: %w", name, c.Role, ErrForbidden)
+	}
+	return nil
+}
+
+// serveMethod authorizes a control call and runs its handler. p is the
+// connection it came from, nil for calls this daemon makes to itself.
+func (d *Daemon) serveMethod(ctx context.Context, p *peer, name string, body []byte) (any, error) {
+	if err := authorize(p, name); err != nil {
+		return nil, err
+	}
+	m := methods[name]
+	if m.master && !d.isMaster() {
+		return nil, fmt.Errorf("method %q: this daemon is not the master", name)
+	}
+	if p != nil && p.cert.Role.Client() {
+		ctx = withCaller(ctx, p.cert)
+	}
+	return m.serve(d, ctx, p, body)
+}
+
+// checkRule checks a client's call against its method's rule: the
+// directories it names, for any client; what it acts on, for a user.
+func (d *Daemon) checkRule(ctx context.Context, p *peer, r ownRule, args any) error {
+	if p == nil || !p.cert.Role.Client() {
+		return nil
+	}
+	user := p.cert.Role == pki.RoleUser
+	switch a := args.(type) {
+	case *tidArgs:
+		if r == ownTask && user {
+			return d.checkTaskOwner(ctx, p.cert.Name, a.TID)
+		}
+	case *migrateArgs:
+		if r == ownTask && user {
+			return d.checkTaskOwner(ctx, p.cert.Name, a.TID)
+		}
+	case *jobArgs:
+		if r == ownJobDir {
+			if err := d.confineDir(a.Dir); err != nil {
+				return err
+			}
+		}
+		if (r == ownJob || r == ownJobDir) && user {
+			return d.checkJobOwner(p.cert.Name, a.Job, fmt.Sprintf("job %d", a.Job))
+		}
+	case *spawnArgs:
+		if r == ownSpawn && user {
+			if a.Job != 0 {
+				if err := d.checkJobOwner(p.cert.Name, a.Job, fmt.Sprintf("job %d", a.Job)); err != nil {
+					return err
+				}
+			}
+			if !a.Parent.IsZero() {
+				return d.checkTaskOwner(ctx, p.cert.Name, a.Parent)
+			}
+		}
+	case *runArgs:
+		// The checkpoint's owner is checked as its manifest is read
+		// (RestartJob): the rule needs what the file says.
+		if r == ownRun {
+			return d.confineDir(a.Restart)
+		}
+	}
+	return nil
+}
+
+// serveSpawn places and starts tasks for a client or a host: a parallel
+// job mapped with SED, one job per root, or tasks of a job (or none).
+func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (res any, err error) {
+	if c, ok := callerOf(ctx); ok {
+		// What a person spawns is theirs.
+		defer func() {
+			if r, ok := res.(tidsReply); ok && err == nil {
+				d.owners.setTasks(r.TIDs, c.Name)
+			}
+		}()
+	}
+	if a.MinSize > 0 || a.MaxSize > 0 {
+		tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
+		return tidsReply{TIDs: tids}, err
+	}
+	if a.Roots && a.Parent.IsZero() {
+		tids, err := d.spawnRoots(ctx, a.Req, a.Opts)
+		return tidsReply{TIDs: tids}, err
+	}
+	tids, err := d.spawnAnywhere(ctx, a.Parent, a.Job, a.Req)
+	return tidsReply{TIDs: tids}, err
+}
+
+// serveRun runs a program's root task, or restarts a job, for a client.
+func (d *Daemon) serveRun(ctx context.Context, p *peer, a *runArgs) (any, error) {
+	if p == nil {
+		return nil, fmt.Errorf("method %q is for clients", mRun)
+	}
+	info, err := d.runJob(ctx, p, *a)
+	return runReply{Info: info}, err
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
@@ -213,6 +214,7 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 		d.endJob(js)
 		return nil, err
 	}
+	d.owners.addJobTasks(js.id, tids)
 	d.jobRunning(js, tids[0])
 	return js, nil
 }
@@ -257,13 +259,26 @@ func (js *jobState) over() bool {
 // spawnRoots places and starts req.Count tasks, each the root of a job of
 // its own (master).
 func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts JobOptions) ([]task.TID, error) {
-	if req.Count < 1 {
-		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+		return nil, err
 	}
-	var tids []task.TID
+	release := func(int) {}
+	if c, ok := callerOwner(ctx); ok {
+		var err error
+		if release, err = d.owners.admitJobs(c, req.Count, d.quota()); err != nil {
+			return nil, err
+		}
+	}
+	defer release(req.Count) // what is left of the reservation
+	tids := make([]task.TID, 0, prealloc(req.Count))
 	for range req.Count {
+		if err := ctx.Err(); err != nil {
+			// The caller is gone: the jobs started so far go on.
+			return tids, fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+		}
 		js := d.newJob("", req.Type, opts)
 		d.ownJob(ctx, js.id)
+		release(1)
 		r := req
 		r.Count = 1
 		got, err := d.spawnAnywhere(ctx, 0, js.id, r)
@@ -313,6 +328,7 @@ func (d *Daemon) forgetJob(js *jobState) {
 	acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
 	d.driveJob(js, acts)
 	d.reg.remove(js.id)
+	d.owners.jobOver(js.id)
 	close(js.forgotten)
 }
 
@@ -608,8 +624,9 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Lock()
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
+		owner, _ := d.owners.job(js.id)
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
-			Epoch: d.mv.epoch()}
+			Epoch: d.mv.epoch(), Owner: owner.name}
 		key, keyID := d.keyID(labelManifest)
 		m.KeyID = keyID
 		jobDir := filepath.Dir(w.setDir)
@@ -939,9 +956,23 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	if err != nil {
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
+	owner, err := d.restartOwner(ctx, setDir, m)
+	if err != nil {
+		return nil, skipped, err
+	}
+	release := func(int) {}
+	if owner.name != "" {
+		if release, err = d.owners.admitJobs(owner, 1, d.quota()); err != nil {
+			return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
+		}
+	}
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
+	if owner.name != "" {
+		d.owners.setJob(js.id, owner)
+	}
+	release(1)
 	d.mv.clearFacts() // its tasks come back under the new job
 	js.mu.Lock()
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
@@ -953,9 +984,35 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		d.endJob(js)
 		return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
 	}
+	restored := make([]task.TID, 0, len(m.Entries))
+	for _, e := range m.Entries {
+		if tid, err := task.ParseTID(e.TID); err == nil {
+			restored = append(restored, tid)
+		}
+	}
+	d.owners.addJobTasks(js.id, restored)
 	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
 	d.jobRunning(js, root)
 	return js, skipped, nil
+}
+
+// restartOwner is whose job a restart of set m makes: the owner its
+// manifest names. A user may restart only a set of theirs; an admin any,
+// a set of no one's becoming the admin's. A restart no person asked for
+// (ctx carries no caller) keeps the manifest's owner.
+func (d *Daemon) restartOwner(ctx context.Context, setDir string, m *jobset.Manifest) (owner, error) {
+	c, ok := callerOf(ctx)
+	switch {
+	case !ok:
+		return owner{name: m.Owner}, nil
+	case c.Role == pki.RoleUser && m.Owner == "":
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint belongs to no user (an admin's to restart): %w", setDir, ErrForbidden)
+	case c.Role == pki.RoleUser && m.Owner != c.Name:
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint is %s's: %w", setDir, m.Owner, ErrForbidden)
+	case m.Owner == "" || m.Owner == c.Name:
+		return owner{name: c.Name, admin: c.Role == pki.RoleAdmin}, nil
+	}
+	return owner{name: m.Owner}, nil
 }
 
 // restoreSet starts the tasks of a checkpoint set as job js, on the hosts

@@ -337,6 +337,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 
 // taskGone is the master's bookkeeping when a task ends anywhere.
 func (d *Daemon) taskGone(tid task.TID) {
+	d.owners.ended(tid)
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
 	d.ht.mu.Lock()
@@ -347,11 +348,23 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.forgetClass(tid)
 }
 
-// spawnAnywhere places and starts tasks (master).
+// spawnAnywhere places and starts tasks (master), within the quotas of
+// the job and of the person they are for (admitSpawn).
 func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
+	done, err := d.admitSpawn(ctx, parent, job, req.Count)
+	if err != nil {
+		return nil, err
+	}
+	tids, err := d.placeAndStart(ctx, parent, job, req)
+	done(tids)
+	return tids, err
+}
+
+// placeAndStart places and starts admitted tasks (master).
+func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	defer d.placing()()
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
@@ -418,14 +431,25 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 	return tids, errors.Join(errs...)
 }
 
-// spawn starts tasks for a local parent: on this host directly when asked
-// to, otherwise through the master's placement.
+// spawn starts tasks for a local parent: on the master (or a standalone
+// daemon) directly when asked to, within the quotas; otherwise through
+// the master, which counts them against the quotas and places them.
 func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	if d.nw == nil || (req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())) {
-		if d.nw == nil && req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
+	here := req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())
+	if d.nw == nil || (here && d.cfg.Master) {
+		if d.nw == nil && req.Host != "" && !here {
 			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
 		}
-		return d.startLocal(ctx, parent, job, req)
+		if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+			return nil, err
+		}
+		done, err := d.admitSpawn(ctx, parent, job, req.Count)
+		if err != nil {
+			return nil, err
+		}
+		tids, err := d.startLocal(ctx, parent, job, req)
+		done(tids)
+		return tids, err
 	}
 	var rep tidsReply
 	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Job: job, Req: req}, &rep)
@@ -667,10 +691,25 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return TaskInfo{}, err
 		}
 	} else {
+		release := func(int) {}
+		if c, ok := callerOwner(ctx); ok {
+			var err error
+			if release, err = d.owners.admitJobs(c, 1, d.quota()); err != nil {
+				return TaskInfo{}, err
+			}
+		}
 		js = d.newJob("", a.Req.Type, a.Opts)
+		d.ownJob(ctx, js.id)
+		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
+		done, err := d.admitSpawn(ctx, 0, js.id, 1)
+		if err != nil {
+			d.endJob(js)
+			return TaskInfo{}, err
+		}
 		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
+		done(tids)
 		if err != nil {
 			d.endJob(js)
 			return TaskInfo{}, err
@@ -678,20 +717,22 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		d.jobRunning(js, tids[0])
 	}
 	defer d.endJob(js)
-	d.ownJob(ctx, js.id)
 	root := js.root
 	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-client.closed:
-			n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
-			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
-		case <-wctx.Done():
+	// ctx is the client's connection's: the wait ends when it goes, and
+	// the job with it.
+	info, err := d.waitJob(ctx, js)
+	select {
+	case <-client.closed:
+		if !js.over() {
+			kctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+			n, kerr := d.KillJob(kctx, js.id)
+			cancel()
+			d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", kerr)
 		}
-	}()
-	return d.waitJob(ctx, js)
+	default:
+	}
+	return info, err
 }
 
 // clientOutput sends a job's output to the client that runs it.

@@ -403,15 +403,7 @@ func (d *Daemon) checkRule(ctx context.Context, p *peer, r ownRule, args any) er
 
 // serveSpawn places and starts tasks for a client or a host: a parallel
 // job mapped with SED, one job per root, or tasks of a job (or none).
-func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (res any, err error) {
-	if c, ok := callerOf(ctx); ok {
-		// What a person spawns is theirs.
-		defer func() {
-			if r, ok := res.(tidsReply); ok && err == nil {
-				d.owners.setTasks(r.TIDs, c.Name)
-			}
-		}()
-	}
+func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (any, error) {
 	if a.MinSize > 0 || a.MaxSize > 0 {
 		tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
 		return tidsReply{TIDs: tids}, err

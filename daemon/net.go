@@ -685,7 +685,11 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 
 // serveCall runs a control request and sends the reply.
 func (d *Daemon) serveCall(p *peer, c *call) {
-	res, err := d.safeHandle(d.ctx, p, c.Method, c.Body)
+	ctx := d.ctx
+	if p.cert.Role.Client() {
+		ctx = p.ctx // a client's call ends with its connection
+	}
+	res, err := d.safeHandle(ctx, p, c.Method, c.Body)
 	d.audit(p, c.Method, err)
 	r := reply{ID: c.ID}
 	if err != nil {

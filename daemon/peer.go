@@ -52,6 +52,11 @@ type peer struct {
 	closed   chan struct{}
 	once     sync.Once
 	err      error
+	// ctx is the daemon's, ended when the connection is: the calls of a
+	// client run under it, so that work done for a client stops when it
+	// goes.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
@@ -60,6 +65,7 @@ type peer struct {
 func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
 	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role, cert: conn.Peer(),
 		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(d.ctx)
 	p.lastHeard.Store(time.Now().UnixNano())
 	if p.role == pki.RoleDaemon {
 		p.bulk = newBulkLane(p)
@@ -72,6 +78,7 @@ func (p *peer) close(err error) {
 	p.once.Do(func() {
 		p.err = err
 		close(p.closed)
+		p.cancel()
 		reason := "closed"
 		if err != nil {
 			reason = err.Error()

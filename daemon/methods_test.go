@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/task"
+)
+
+// methodRow is a method's row in daemon/pki/README.md's table.
+func methodRow(m *method) string {
+	served := "any daemon"
+	if m.master {
+		served = "master"
+	}
+	return fmt.Sprintf("| `%s` | %s | %s | %s |", m.name, m.who, m.owns, served)
+}
+
+// TestMethodTableREADME: daemon/pki/README.md's table of control methods
+// says what the code's table does, row for row, in the same order.
+func TestMethodTableREADME(t *testing.T) {
+	b, err := os.ReadFile("pki/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Control methods\n")
+	if !ok {
+		t.Fatal(`pki/README.md has no "## Control methods" section`)
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	var got []string // the rows of the section's first table
+	for _, l := range strings.Split(sec, "\n") {
+		if strings.HasPrefix(l, "| `") {
+			got = append(got, strings.TrimSpace(l))
+		} else if len(got) > 0 && !strings.HasPrefix(l, "|") {
+			break
+		}
+	}
+	var want []string
+	for i := range methodTable {
+		want = append(want, methodRow(&methodTable[i]))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("pki/README.md's table of control methods differs from the code's; the code's is:\n%s", strings.Join(want, "\n"))
+	}
+}
+
+// TestMethodRulesEnforced: for every method of the table open to users
+// with an ownership rule, a user's call naming what another owns is
+// refused with ErrForbidden, before the handler acts.
+func TestMethodRulesEnforced(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	ctx := context.Background()
+	bobs, err := d.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.owners.setTasks([]task.TID{bobs}, owner{name: "bob"})
+	d.owners.setJob(7, owner{name: "bob"})
+	alice := &peer{cert: pki.Peer{Role: pki.RoleUser, Name: "alice"}, info: HostInfo{Name: "alice"}}
+	bodies := map[ownRule]any{
+		ownTask:   tidArgs{TID: bobs},
+		ownJob:    jobArgs{Job: 7},
+		ownJobDir: jobArgs{Job: 7},
+		ownSpawn:  spawnArgs{Parent: bobs, Req: task.SpawnRequest{Type: "x", Count: 1}},
+	}
+	for i := range methodTable {
+		m := &methodTable[i]
+		if m.who != callUser || m.owns == ownNone || m.owns == ownRun {
+			continue
+		}
+		args, ok := bodies[m.owns]
+		if !ok {
+			t.Errorf("%s: no case for rule %q", m.name, m.owns)
+			continue
+		}
+		if m.name == mMigrate {
+			args = migrateArgs{TID: bobs, To: "h1"}
+		}
+		body, err := encodeMsg(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.safeHandle(ctx, alice, m.name, body); !errors.Is(err, ErrForbidden) {
+			t.Errorf("alice's %s on bob's: %v, want ErrForbidden", m.name, err)
+		}
+	}
+	if err := d.Kill(bobs); err != nil {
+		t.Errorf("bob's task was killed by a refused call: %v", err)
+	}
+}

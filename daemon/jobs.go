@@ -284,6 +284,9 @@ func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts Job
 		got, err := d.spawnAnywhere(ctx, 0, js.id, r)
 		if err != nil || len(got) == 0 {
 			d.endJob(js)
+			if err != nil && req.Count > 1 {
+				err = fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+			}
 			return tids, err
 		}
 		d.jobRunning(js, got[0])

@@ -12,18 +12,30 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// TestControlMethodsListed: every method the daemons call is in the
-// table, and an unknown one is refused.
+// controlMethods is every control method of the table, in the order the
+// committed corpus of FuzzControlHandlers numbers them (a new method goes
+// at the end: TestControlMethodsListed holds the list to the table).
+var controlMethods = []string{
+	mRun, mSpawn, mStart, mKill, mKillJob, mJoin, mLeave, mMembers, mBarrier, mLeaveAll,
+	mNotify, mWatch, mPS, mWait, mSchedStatus, mInject, mInjectHere, mConf, mDelete, mHalt,
+	mSendCheck, mCheckpoint,
+	mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
+	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
+}
+
+// TestControlMethodsListed: controlMethods and the table name the same
+// methods, and an unknown one is refused.
 func TestControlMethodsListed(t *testing.T) {
-	for _, m := range []string{
-		mRun, mSpawn, mStart, mKill, mKillJob, mJoin, mLeave, mMembers, mBarrier, mLeaveAll,
-		mNotify, mWatch, mPS, mWait, mSchedStatus, mInject, mInjectHere, mConf, mDelete, mHalt,
-		mSendCheck, mCheckpoint,
-		mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
-		mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
-	} {
+	listed := map[string]bool{}
+	for _, m := range controlMethods {
+		listed[m] = true
 		if methods[m] == nil {
 			t.Errorf("method %q is not in the table", m)
+		}
+	}
+	for _, m := range methodNames() {
+		if !listed[m] {
+			t.Errorf("method %q of the table is not in controlMethods", m)
 		}
 	}
 	d := New(Config{Output: &syncBuffer{}})
@@ -60,7 +72,6 @@ func fuzzSeeds() [][]byte {
 // or an error, and a panic (ErrInternal from safeHandle) fails the fuzz.
 // Halt is decoded only: it would end the daemon the next inputs need.
 func FuzzControlHandlers(f *testing.F) {
-	controlMethods := methodNames() // the whole table
 	for i := range controlMethods {
 		for _, b := range fuzzSeeds() {
 			f.Add(uint8(i), uint8(i%3), b)

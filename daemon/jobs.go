@@ -987,13 +987,6 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 		d.endJob(js)
 		return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
 	}
-	restored := make([]task.TID, 0, len(m.Entries))
-	for _, e := range m.Entries {
-		if tid, err := task.ParseTID(e.TID); err == nil {
-			restored = append(restored, tid)
-		}
-	}
-	d.owners.addJobTasks(js.id, restored)
 	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
 	d.jobRunning(js, root)
 	return js, skipped, nil
@@ -1124,6 +1117,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		}
 		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 	}
+	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
 	return nil
 }
 

@@ -95,11 +95,27 @@ type method struct {
 	owns   ownRule
 	master bool // served by the master only
 	serve  func(d *Daemon, ctx context.Context, p *peer, body []byte) (any, error)
+	// local serves a call this daemon makes to itself with the request
+	// as it is (typed false: args is not the method's request type).
+	local func(d *Daemon, ctx context.Context, args any) (res any, typed bool, err error)
 }
 
-// op declares a method whose request is an A: the body is decoded into
-// it, the rule checked on it for a user's call, and h called with it.
-func op[A any](name string, who caller, owns ownRule, master bool, h func(d *Daemon, ctx context.Context, p *peer, a *A) (any, error)) method {
+// none is the answer of a method that answers nothing but success.
+type none struct{}
+
+// answer is a handler's answer as a call gives it back: nil for none.
+func answer[R any](r R) any {
+	if _, ok := any(r).(none); ok {
+		return nil
+	}
+	return r
+}
+
+// op declares a method whose request is an A and answer an R: the body is
+// decoded into an A, the rule checked on it for a user's call, and h
+// called with it; a call the daemon makes to itself with an A skips the
+// codec both ways.
+func op[A, R any](name string, who caller, owns ownRule, master bool, h func(d *Daemon, ctx context.Context, p *peer, a *A) (R, error)) method {
 	return method{name: name, who: who, owns: owns, master: master,
 		serve: func(d *Daemon, ctx context.Context, p *peer, body []byte) (any, error) {
 			var a A
@@ -109,14 +125,31 @@ func op[A any](name string, who caller, owns ownRule, master bool, h func(d *Dae
 			if err := d.checkRule(ctx, p, owns, &a); err != nil {
 				return nil, err
 			}
-			return h(d, ctx, p, &a)
+			r, err := h(d, ctx, p, &a)
+			return answer(r), err
+		},
+		local: func(d *Daemon, ctx context.Context, args any) (any, bool, error) {
+			a, ok := args.(A)
+			if !ok {
+				return nil, false, nil
+			}
+			r, err := h(d, ctx, nil, &a)
+			return answer(r), true, err
 		}}
 }
 
-// op0 declares a method without a request: its body is not read.
-func op0(name string, who caller, master bool, h func(d *Daemon, ctx context.Context, p *peer) (any, error)) method {
+// op0 declares a method without a request (its body is not read) and
+// with an answer R.
+func op0[R any](name string, who caller, master bool, h func(d *Daemon, ctx context.Context, p *peer) (R, error)) method {
 	return method{name: name, who: who, owns: ownNone, master: master,
-		serve: func(d *Daemon, ctx context.Context, p *peer, _ []byte) (any, error) { return h(d, ctx, p) }}
+		serve: func(d *Daemon, ctx context.Context, p *peer, _ []byte) (any, error) {
+			r, err := h(d, ctx, p)
+			return answer(r), err
+		},
+		local: func(d *Daemon, ctx context.Context, _ any) (any, bool, error) {
+			r, err := h(d, ctx, nil)
+			return answer(r), true, err
+		}}
 }
 
 // methodTable is every control method a daemon serves, with who may call
@@ -149,150 +182,151 @@ func declareMethods() []method {
 		// Clients' calls.
 		op(mRun, callUser, ownRun, true, (*Daemon).serveRun),
 		op(mSpawn, callUser, ownSpawn, true, (*Daemon).serveSpawn),
-		op(mKill, callUser, ownTask, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (any, error) {
-			return nil, d.KillTask(ctx, a.TID)
+		op(mKill, callUser, ownTask, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (none, error) {
+			return none{}, d.KillTask(ctx, a.TID)
 		}),
-		op(mKillJob, callUser, ownJob, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (any, error) {
+		op(mKillJob, callUser, ownJob, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (intReply, error) {
 			n, err := d.KillJob(ctx, a.Job)
 			return intReply{N: n}, err
 		}),
-		op(mCheckpoint, callUser, ownJobDir, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (any, error) {
+		op(mCheckpoint, callUser, ownJobDir, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (JobCheckpoint, error) {
 			return d.CheckpointJob(ctx, a.Job, a.Dir)
 		}),
-		op(mMigrate, callUser, ownTask, true, func(d *Daemon, ctx context.Context, _ *peer, a *migrateArgs) (any, error) {
+		op(mMigrate, callUser, ownTask, true, func(d *Daemon, ctx context.Context, _ *peer, a *migrateArgs) (MigrateResult, error) {
 			return d.Migrate(ctx, a.TID, a.To, a.Via)
 		}),
-		op(mWait, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (any, error) {
+		op(mWait, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (TaskInfo, error) {
 			return d.Wait(ctx, a.TID)
 		}),
-		op(mPS, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *psArgs) (any, error) {
+		op(mPS, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *psArgs) (psReply, error) {
 			if a.Gather && d.isMaster() {
 				ts, err := d.AllTasks(ctx, a.All)
 				return psReply{Tasks: ts}, err
 			}
 			return psReply{Tasks: d.Tasks(a.All)}, nil
 		}),
-		op0(mConf, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
+		op0(mConf, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (confReply, error) {
 			x := d.Detection()
 			return confReply{Hosts: d.Hosts(), Detection: &x}, nil
 		}),
-		op0(mSchedStatus, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
+		op0(mSchedStatus, callUser, true, func(d *Daemon, _ context.Context, _ *peer) (SchedStatus, error) {
 			return d.SchedStatus(), nil
 		}),
-		op0(mSendCheck, callUser, false, func(*Daemon, context.Context, *peer) (any, error) { return nil, nil }),
-		op(mInject, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *injectArgs) (any, error) {
-			return nil, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
+		op0(mSendCheck, callUser, false, func(*Daemon, context.Context, *peer) (none, error) { return none{}, nil }),
+		op(mInject, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *injectArgs) (none, error) {
+			return none{}, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
 		}),
-		op(mDelete, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *hostArgs) (any, error) {
-			return nil, d.DeleteHost(ctx, a.Host)
+		op(mDelete, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *hostArgs) (none, error) {
+			return none{}, d.DeleteHost(ctx, a.Host)
 		}),
-		op0(mHalt, callAdmin, true, func(d *Daemon, _ context.Context, _ *peer) (any, error) {
-			d.goFunc(func() { d.HaltVM() })
-			return nil, nil
+		op0(mHalt, callAdmin, true, func(d *Daemon, _ context.Context, _ *peer) (none, error) {
+			// Not a tracked goroutine: halting waits for those.
+			go d.HaltVM()
+			return none{}, nil
 		}),
 
 		// Host daemons' calls for their tasks.
-		op(mStart, callHost, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (any, error) {
+		op(mStart, callHost, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
 			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
 			return tidsReply{TIDs: tids}, err
 		}),
-		op(mJoin, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+		op(mJoin, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (intReply, error) {
 			inst, err := d.groups.join(a.Group, a.TID)
 			return intReply{N: inst}, err
 		}),
-		op(mLeave, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
-			return nil, d.groups.leave(a.Group, a.TID)
+		op(mLeave, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (none, error) {
+			return none{}, d.groups.leave(a.Group, a.TID)
 		}),
-		op(mMembers, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+		op(mMembers, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (tidsReply, error) {
 			m, err := d.groups.members(a.Group)
 			return tidsReply{TIDs: m}, err
 		}),
-		op(mBarrier, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *groupArgs) (any, error) {
-			return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
+		op(mBarrier, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *groupArgs) (none, error) {
+			return none{}, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
 		}),
-		op(mLeaveAll, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (any, error) {
+		op(mLeaveAll, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (none, error) {
 			d.groups.leaveAll(a.TID)
-			return nil, nil
+			return none{}, nil
 		}),
-		op(mNotify, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *notifyArgs) (any, error) {
-			return nil, d.registerExitWatch(ctx, *a)
+		op(mNotify, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *notifyArgs) (none, error) {
+			return none{}, d.registerExitWatch(ctx, *a)
 		}),
-		op(mWatch, callHost, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (any, error) {
-			return nil, d.watchLocal(*a)
+		op(mWatch, callHost, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (none, error) {
+			return none{}, d.watchLocal(*a)
 		}),
 
 		// The master's steps of moves.
-		op(mMigInfo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+		op(mMigInfo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (migReply, error) {
 			h := d.ht.task(a.TID)
 			if h == nil {
-				return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
+				return migReply{}, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
 			}
 			return migReply{Type: h.typ, Job: h.job}, nil
 		}),
-		op(mMigPrep, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
-			return nil, d.prepareArrival(*a)
+		op(mMigPrep, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (none, error) {
+			return none{}, d.prepareArrival(*a)
 		}),
-		op(mMigSusp, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
-			return nil, d.suspendForMove(ctx, *a)
+		op(mMigSusp, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (none, error) {
+			return none{}, d.suspendForMove(ctx, *a)
 		}),
-		op(mMigSend, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
+		op(mMigSend, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (migReply, error) {
 			t0 := time.Now()
 			n, err := d.sendCheckpoint(ctx, *a)
 			d.met.Transferred(string(a.Via), time.Since(t0), err)
 			return migReply{Bytes: n}, err
 		}),
-		op(mMigLoad, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
-			return nil, d.restoreArrival(ctx, *a)
+		op(mMigLoad, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (none, error) {
+			return none{}, d.restoreArrival(ctx, *a)
 		}),
-		op(mMigDone, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+		op(mMigDone, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (none, error) {
 			d.commitDeparture(*a)
-			return nil, nil
+			return none{}, nil
 		}),
-		op(mMigBack, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (any, error) {
-			return nil, d.resumeDeparture(ctx, *a)
+		op(mMigBack, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *migStep) (none, error) {
+			return none{}, d.resumeDeparture(ctx, *a)
 		}),
-		op(mMigDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (any, error) {
+		op(mMigDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *migStep) (migReply, error) {
 			return migReply{Installed: d.cancelArrival(*a)}, nil
 		}),
 
 		// The master's steps of job checkpoints and rollbacks.
-		op(mCkPause, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (any, error) {
+		op(mCkPause, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (ckReply, error) {
 			return d.pauseJob(ctx, *a)
 		}),
-		op(mCkQuiet, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+		op(mCkQuiet, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (ckReply, error) {
 			return d.quietJob(*a), nil
 		}),
-		op(mCkWrite, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+		op(mCkWrite, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (ckReply, error) {
 			return d.writeJob(*a)
 		}),
-		op(mCkResume, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (any, error) {
+		op(mCkResume, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *ckStep) (none, error) {
 			d.resumeJobStep(*a)
-			return nil, nil
+			return none{}, nil
 		}),
-		op(mCkKill, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (any, error) {
-			return nil, d.killJob(ctx, *a)
+		op(mCkKill, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *ckStep) (none, error) {
+			return none{}, d.killJob(ctx, *a)
 		}),
 
 		// The master's steps of restarts.
-		op(mCkLoad, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+		op(mCkLoad, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (ckStep, error) {
 			return d.loadStaged(*a)
 		}),
-		op(mCkGo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+		op(mCkGo, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (none, error) {
 			d.startStaged(*a)
-			return nil, nil
+			return none{}, nil
 		}),
-		op(mCkDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+		op(mCkDrop, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (none, error) {
 			d.dropStaged(*a)
-			return nil, nil
+			return none{}, nil
 		}),
-		op(mCkFloor, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (any, error) {
+		op(mCkFloor, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *restoreArgs) (none, error) {
 			d.raiseTIDFloor(a.Floor)
-			return nil, nil
+			return none{}, nil
 		}),
 
 		// Load injection on a host, which the master forwards.
-		op(mInjectHere, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *injectArgs) (any, error) {
-			return nil, d.InjectLoad(a.Overlay, a.Clear)
+		op(mInjectHere, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *injectArgs) (none, error) {
+			return none{}, d.InjectLoad(a.Overlay, a.Clear)
 		}),
 	}
 }
@@ -403,7 +437,7 @@ func (d *Daemon) checkRule(ctx context.Context, p *peer, r ownRule, args any) er
 
 // serveSpawn places and starts tasks for a client or a host: a parallel
 // job mapped with SED, one job per root, or tasks of a job (or none).
-func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (any, error) {
+func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
 	if a.MinSize > 0 || a.MaxSize > 0 {
 		tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
 		return tidsReply{TIDs: tids}, err
@@ -417,9 +451,9 @@ func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (any, er
 }
 
 // serveRun runs a program's root task, or restarts a job, for a client.
-func (d *Daemon) serveRun(ctx context.Context, p *peer, a *runArgs) (any, error) {
+func (d *Daemon) serveRun(ctx context.Context, p *peer, a *runArgs) (runReply, error) {
 	if p == nil {
-		return nil, fmt.Errorf("method %q is for clients", mRun)
+		return runReply{}, fmt.Errorf("method %q is for clients", mRun)
 	}
 	info, err := d.runJob(ctx, p, *a)
 	return runReply{Info: info}, err

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/task"
 )
@@ -98,4 +100,47 @@ func TestMethodRulesEnforced(t *testing.T) {
 	if err := d.Kill(bobs); err != nil {
 		t.Errorf("bob's task was killed by a refused call: %v", err)
 	}
+}
+
+// TestLocalCallSkipsCodec: a call a daemon makes to itself with its
+// method's request type reaches the handler without the codec — it
+// allocates less than the same call as an encoded body — and answers the
+// same.
+func TestLocalCallSkipsCodec(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	for range 3 {
+		if _, err := d.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
+			_, err := c.RecvSafe(task.AnyTask, 1, nil)
+			return err
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	body, err := encodeMsg(psArgs{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typed, coded psReply
+	if err := d.callHost(ctx, d.cfg.HostID, mPS, psArgs{All: true}, &typed); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.callHost(ctx, d.cfg.HostID, mPS, msgpack.RawMessage(body), &coded); err != nil {
+		t.Fatal(err)
+	}
+	if len(typed.Tasks) != 3 || len(coded.Tasks) != 3 {
+		t.Fatalf("ps: %d tasks typed, %d through the codec; want 3", len(typed.Tasks), len(coded.Tasks))
+	}
+	a := testing.AllocsPerRun(50, func() {
+		var r psReply
+		_ = d.callHost(ctx, d.cfg.HostID, mPS, psArgs{All: true}, &r)
+	})
+	b := testing.AllocsPerRun(50, func() {
+		var r psReply
+		_ = d.callHost(ctx, d.cfg.HostID, mPS, msgpack.RawMessage(body), &r)
+	})
+	if a >= b {
+		t.Fatalf("a typed local call allocates %.0f times, through the codec %.0f", a, b)
+	}
+	t.Logf("allocations of a local ps: %.0f typed, %.0f through the codec", a, b)
 }

@@ -412,12 +412,12 @@ func (d *Daemon) checkRule(ctx context.Context, p *peer, r ownRule, args any) er
 			}
 		}
 		if (r == ownJob || r == ownJobDir) && user {
-			return d.checkJobOwner(p.cert.Name, a.Job, fmt.Sprintf("job %d", a.Job))
+			return d.checkJobOwner(p.cert.Name, a.Job, "")
 		}
 	case *spawnArgs:
 		if r == ownSpawn && user {
 			if a.Job != 0 {
-				if err := d.checkJobOwner(p.cert.Name, a.Job, fmt.Sprintf("job %d", a.Job)); err != nil {
+				if err := d.checkJobOwner(p.cert.Name, a.Job, ""); err != nil {
 					return err
 				}
 			}

@@ -380,13 +380,21 @@ func (d *Daemon) checkTaskOwner(ctx context.Context, user string, tid task.TID) 
 	return d.checkJobOwner(user, job, tid.String())
 }
 
+// checkJobOwner says whether user may act on job, or on a task of it
+// (what, when not empty, names the task in the refusal).
 func (d *Daemon) checkJobOwner(user string, job uint64, what string) error {
 	o, ok := d.owners.job(job)
-	if job == 0 || !ok {
-		return fmt.Errorf("%s belongs to no job of %s (an admin's to control): %w", what, user, ErrForbidden)
-	}
-	if o.name != user {
+	switch {
+	case what != "" && job == 0:
+		return fmt.Errorf("%s belongs to no job and was not spawned by %s (an admin's to control): %w", what, user, ErrForbidden)
+	case what != "" && !ok:
+		return fmt.Errorf("%s is of job %d, which has no owner on record (an admin's to control): %w", what, job, ErrForbidden)
+	case what != "" && o.name != user:
 		return fmt.Errorf("%s is of job %d, %s's: %w", what, job, o.name, ErrForbidden)
+	case !ok:
+		return fmt.Errorf("job %d has no owner on record (an admin's to control): %w", job, ErrForbidden)
+	case o.name != user:
+		return fmt.Errorf("job %d is %s's: %w", job, o.name, ErrForbidden)
 	}
 	return nil
 }

@@ -272,3 +272,60 @@ func TestSpawnEndsWithCaller(t *testing.T) {
 		t.Fatalf("the spawn did not say it stopped:\n%s", audit.String())
 	}
 }
+
+// TestOwnersCounts: the master's counts behind the quotas — a reservation
+// holds its place until its spawn answers, a task that ends before its
+// spawn's answer is not counted, a job's end drops its tasks, and an
+// admin is held to the job's quota only.
+func TestOwnersCounts(t *testing.T) {
+	var o owners
+	q := quota{userTasks: 4, userJobs: 1, jobTasks: 3}
+	alice := owner{name: "alice"}
+	done, err := o.admit(&alice, 0, 3, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.admit(&alice, 0, 2, q); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a spawn past a pending reservation: %v, want ErrLimit", err)
+	}
+	o.ended(task.NewTID(2, 3)) // ends before the answer
+	done([]task.TID{task.NewTID(2, 1), task.NewTID(2, 2), task.NewTID(2, 3)})
+	if n, _ := o.held("alice"); n != 2 {
+		t.Fatalf("alice holds %d tasks, want 2 (one ended before its spawn answered)", n)
+	}
+	release, err := o.admitJobs(alice, 1, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.setJob(9, alice)
+	release(1)
+	if _, err := o.admitJobs(alice, 1, q); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a second job, quota 1: %v, want ErrLimit", err)
+	}
+	done, err = o.admit(nil, 9, 2, q) // the job's tasks are its owner's
+	if err != nil {
+		t.Fatal(err)
+	}
+	done([]task.TID{task.NewTID(3, 1), task.NewTID(3, 2)})
+	if n, jobs := o.held("alice"); n != 4 || jobs != 1 {
+		t.Fatalf("alice holds %d tasks and %d jobs, want 4 and 1", n, jobs)
+	}
+	if _, err := o.admit(nil, 9, 1, q); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a fifth task of alice's: %v, want ErrLimit", err)
+	}
+	o.jobOver(9)
+	if n, jobs := o.held("alice"); n != 2 || jobs != 0 {
+		t.Fatalf("after her job's end alice holds %d tasks and %d jobs, want 2 and 0", n, jobs)
+	}
+	root := owner{name: "root", admin: true}
+	o.setJob(10, root)
+	if _, err := o.admit(nil, 10, 3, q); err != nil {
+		t.Fatalf("an admin's job within its quota: %v", err)
+	}
+	if _, err := o.admit(nil, 10, 4, q); !errors.Is(err, ErrLimit) {
+		t.Fatalf("an admin's job past its quota: %v, want ErrLimit", err)
+	}
+	if _, err := o.admit(&root, 0, 100, q); err != nil {
+		t.Fatalf("an admin past a user's quota: %v", err)
+	}
+}

@@ -213,6 +213,12 @@ func declareMethods() []method {
 			return d.SchedStatus(), nil
 		}),
 		op0(mSendCheck, callUser, false, func(*Daemon, context.Context, *peer) (none, error) { return none{}, nil }),
+		op(mCancel, callUser, ownNone, false, func(_ *Daemon, _ context.Context, p *peer, a *cancelArgs) (none, error) {
+			if p != nil {
+				p.cancelCall(a.ID) // only the caller's own connection's calls
+			}
+			return none{}, nil
+		}),
 		op(mInject, callAdmin, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *injectArgs) (none, error) {
 			return none{}, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
 		}),

@@ -727,7 +727,11 @@ func setReply(res, out any) error {
 func (d *Daemon) serveCall(p *peer, c *call) {
 	ctx := d.ctx
 	if p.cert.Role.Client() {
-		ctx = p.ctx // a client's call ends with its connection
+		// A client's call ends with its connection, or when the client
+		// cancels it.
+		var done func()
+		ctx, done = p.callCtx(c.ID)
+		defer done()
 	}
 	res, err := d.safeHandle(ctx, p, c.Method, c.Body)
 	d.audit(p, c.Method, err)

@@ -57,6 +57,10 @@ type peer struct {
 	// goes.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// running are the cancels of a client's calls under way, by call ID:
+	// the client cancels one with a call.cancel call.
+	runMu   sync.Mutex
+	running map[uint64]context.CancelFunc
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
@@ -71,6 +75,35 @@ func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *
 		p.bulk = newBulkLane(p)
 	}
 	return p
+}
+
+// callCtx is the context a client's call id runs under: the
+// connection's, ended also by the client's call.cancel naming id; done
+// forgets it when the call is over.
+func (p *peer) callCtx(id uint64) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	p.runMu.Lock()
+	if p.running == nil {
+		p.running = map[uint64]context.CancelFunc{}
+	}
+	p.running[id] = cancel
+	p.runMu.Unlock()
+	return ctx, func() {
+		p.runMu.Lock()
+		delete(p.running, id)
+		p.runMu.Unlock()
+		cancel()
+	}
+}
+
+// cancelCall cancels the client's call id, if it is still under way.
+func (p *peer) cancelCall(id uint64) {
+	p.runMu.Lock()
+	cancel := p.running[id]
+	p.runMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // close ends the connection once, recording why.

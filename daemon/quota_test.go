@@ -329,3 +329,38 @@ func TestOwnersCounts(t *testing.T) {
 		t.Fatalf("an admin past a user's quota: %v", err)
 	}
 }
+
+// TestCancelledCallStops: a spawn of many jobs stops when the client
+// gives the call up (its context ends), and the client's connection
+// serves on.
+func TestCancelledCallStops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm, alice, _, _, audit := memUsers(t, 2, Config{MaxUserTasks: 1 << 20, MaxUserJobs: 1 << 20, MaxJobTasks: 8})
+	m := vm.Master()
+	typ, state := waitingType(t)
+	const asked = 1 << 20
+	callCtx, giveUp := context.WithCancel(ctx)
+	spawned := make(chan error, 1)
+	go func() {
+		_, err := alice.SpawnRoots(callCtx, typ, state, asked, "", JobOptions{})
+		spawned <- err
+	}()
+	pollFor(t, "the first jobs", func() bool { return jobCount(m) >= 3 })
+	giveUp()
+	if err := <-spawned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the given-up spawn: %v", err)
+	}
+	pollFor(t, "the spawn's call to end", func() bool {
+		return strings.Contains(audit.String(), "method=spawn outcome=")
+	})
+	if n := jobCount(m); n >= asked {
+		t.Fatalf("%d jobs started for a call given up", n)
+	}
+	if !strings.Contains(audit.String(), "context canceled") {
+		t.Fatalf("the spawn did not end with its call:\n%s", audit.String())
+	}
+	if hs, err := alice.Hosts(ctx); err != nil || len(hs) != 2 {
+		t.Fatalf("the client after giving a call up: %v %v", hs, err)
+	}
+}

@@ -232,10 +232,6 @@ func declareMethods() []method {
 		}),
 
 		// Host daemons' calls for their tasks.
-		op(mStart, callHost, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
-			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
-			return tidsReply{TIDs: tids}, err
-		}),
 		op(mJoin, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (intReply, error) {
 			inst, err := d.groups.join(a.Group, a.TID)
 			return intReply{N: inst}, err
@@ -257,7 +253,15 @@ func declareMethods() []method {
 		op(mNotify, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *notifyArgs) (none, error) {
 			return none{}, d.registerExitWatch(ctx, *a)
 		}),
-		op(mWatch, callHost, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (none, error) {
+
+		// The master's calls to a host for its tasks: starting the tasks
+		// it placed (counted against the quotas: a host's spawns go
+		// through the master), and watching a task's exit.
+		op(mStart, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
+			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
+			return tidsReply{TIDs: tids}, err
+		}),
+		op(mWatch, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (none, error) {
 			return none{}, d.watchLocal(*a)
 		}),
 

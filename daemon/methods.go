@@ -64,6 +64,9 @@ const (
 	// restart's directory lies within the shared directory, and its
 	// checkpoint is the caller's (its manifest names them as its owner).
 	ownRun
+	// ownCall: the call named is the caller's own, made on the same
+	// connection (a connection's calls are the only ones it can name).
+	ownCall
 )
 
 // String is the rule as daemon/pki/README.md's table states it.
@@ -81,6 +84,8 @@ func (o ownRule) String() string {
 		return "caller owns the job and parent named; caller's quotas"
 	case ownRun:
 		return "caller's quotas; a restart: caller owns the checkpoint, directory inside the shared one"
+	case ownCall:
+		return "the call is the caller's (same connection)"
 	}
 	return fmt.Sprintf("ownRule(%d)", uint8(o))
 }
@@ -213,7 +218,7 @@ func declareMethods() []method {
 			return d.SchedStatus(), nil
 		}),
 		op0(mSendCheck, callUser, false, func(*Daemon, context.Context, *peer) (none, error) { return none{}, nil }),
-		op(mCancel, callUser, ownNone, false, func(_ *Daemon, _ context.Context, p *peer, a *cancelArgs) (none, error) {
+		op(mCancel, callUser, ownCall, false, func(_ *Daemon, _ context.Context, p *peer, a *cancelArgs) (none, error) {
 			if p != nil {
 				p.cancelCall(a.ID) // only the caller's own connection's calls
 			}

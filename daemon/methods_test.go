@@ -78,8 +78,8 @@ func TestMethodRulesEnforced(t *testing.T) {
 	}
 	for i := range methodTable {
 		m := &methodTable[i]
-		if m.who != callUser || m.owns == ownNone || m.owns == ownRun {
-			continue
+		if m.who != callUser || m.owns == ownNone || m.owns == ownRun || m.owns == ownCall {
+			continue // ownRun: TestRestartCheckpointOwner; ownCall: TestCancelOwnCallsOnly
 		}
 		args, ok := bodies[m.owns]
 		if !ok {
@@ -143,4 +143,29 @@ func TestLocalCallSkipsCodec(t *testing.T) {
 		t.Fatalf("a typed local call allocates %.0f times, through the codec %.0f", a, b)
 	}
 	t.Logf("allocations of a local ps: %.0f typed, %.0f through the codec", a, b)
+}
+
+// TestCancelOwnCallsOnly: call.cancel on one connection cancels that
+// connection's call of the ID named, never another connection's.
+func TestCancelOwnCallsOnly(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	alice := &peer{cert: pki.Peer{Role: pki.RoleUser, Name: "alice"}, ctx: context.Background()}
+	bob := &peer{cert: pki.Peer{Role: pki.RoleUser, Name: "bob"}, ctx: context.Background()}
+	bobCtx, bobDone := bob.callCtx(7)
+	defer bobDone()
+	aliceCtx, aliceDone := alice.callCtx(7)
+	defer aliceDone()
+	body, err := encodeMsg(cancelArgs{ID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.safeHandle(context.Background(), alice, mCancel, body); err != nil {
+		t.Fatal(err)
+	}
+	if aliceCtx.Err() == nil {
+		t.Error("alice's call 7 runs on after she cancelled it")
+	}
+	if bobCtx.Err() != nil {
+		t.Error("alice's cancel ended bob's call 7")
+	}
 }

@@ -151,6 +151,14 @@ type Config struct {
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
 	MaxSpawn, MaxTasks int
+	// MaxUserTasks and MaxUserJobs are how many live tasks and jobs one
+	// user may hold in the virtual machine (the tasks outside jobs they
+	// spawned and those of their jobs), and MaxJobTasks how many live
+	// tasks one job may hold (defaults DefaultMaxUserTasks,
+	// DefaultMaxUserJobs, DefaultMaxJobTasks); the master counts them. A
+	// spawn or a job past them fails with ErrLimit. Admins are not held
+	// to the users' bounds; their jobs are held to MaxJobTasks.
+	MaxUserTasks, MaxUserJobs, MaxJobTasks int
 	// MaxGroups is how many groups the master's group server holds at
 	// once, MaxGroupName the longest group name in bytes, MaxGroupMembers
 	// how many instances one group may have (defaults DefaultMaxGroups,
@@ -344,6 +352,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = DefaultMaxTasks
+	}
+	if c.MaxUserTasks <= 0 {
+		c.MaxUserTasks = DefaultMaxUserTasks
+	}
+	if c.MaxUserJobs <= 0 {
+		c.MaxUserJobs = DefaultMaxUserJobs
+	}
+	if c.MaxJobTasks <= 0 {
+		c.MaxJobTasks = DefaultMaxJobTasks
 	}
 	if c.MaxGroups <= 0 {
 		c.MaxGroups = DefaultMaxGroups

@@ -63,7 +63,23 @@ type Comm struct {
 	// without being safe points.
 	Overflow bool `msgpack:",omitempty"`
 
-	next int // collectives called since Run (re-)entered or the last safe point
+	// ID tells this communicator's messages from those of others with
+	// members in common (Dup, Split and CartCreate give each new one its
+	// own); the communicator SpawnComm makes is 0.
+	ID int `msgpack:",omitempty"`
+	// Dims and Periods are the Cartesian topology CartCreate gave it:
+	// the extent of each dimension, row-major (the last varies fastest),
+	// and whether it wraps.
+	Dims    []int  `msgpack:",omitempty"`
+	Periods []bool `msgpack:",omitempty"`
+	// Reqs are the non-blocking operations started and not yet completed,
+	// and those completed since the last safe point (for replay); LastReq
+	// is the number of the last one started.
+	Reqs    []ReqState `msgpack:",omitempty"`
+	LastReq int        `msgpack:",omitempty"`
+
+	next int         // calls replayed or recorded since Run (re-)entered or the last safe point
+	dst  map[int]any // where each receive request's message is decoded to
 }
 
 // Size is the number of members.
@@ -105,7 +121,55 @@ func (m *Comm) check(what string, ranks ...int) error {
 // state is a fresh starting point for Run.
 func (m *Comm) resetStep() {
 	m.Done, m.next, m.Overflow = nil, 0, false
+	m.dropWaited()
 }
+
+// replay returns the recorded result of the next call when Run, re-entered,
+// has not yet caught up with the calls made before the checkpoint.
+func (m *Comm) replay() (Payload, bool) {
+	if m.next < len(m.Done) {
+		m.next++
+		return m.Done[m.next-1], true
+	}
+	return Payload{}, false
+}
+
+// record keeps res as the result of the call just completed, for replay.
+func (m *Comm) record(res Payload) {
+	if !m.Overflow && len(m.Done) < maxReplay {
+		m.Done = append(m.Done, res)
+	} else {
+		m.Done, m.Overflow = nil, true
+		m.dropWaited()
+	}
+	m.next++
+}
+
+// Tags of communicator traffic. A communicator of ID k sends its
+// collectives' messages on CommTag-k and its point-to-point messages of
+// tag t on commP2PBase + k<<15 + t; both ranges lie above every tag below
+// commP2PBase, which programs' own messages should use.
+const (
+	// MaxCommTag is the largest tag of a point-to-point message on a
+	// communicator (MPI_TAG_UB).
+	MaxCommTag = 1<<15 - 1
+	// maxCommID bounds communicator IDs, so that the two ranges of tags
+	// stay apart.
+	maxCommID   = 1<<14 - 1
+	commP2PBase = 1 << 30
+)
+
+// collTag is the tag of m's collectives' messages (CommTag for a nil m:
+// the set-up message).
+func (m *Comm) collTag() int {
+	if m == nil {
+		return CommTag
+	}
+	return CommTag - m.ID
+}
+
+// p2pTag is the tag of m's point-to-point messages of tag t.
+func (m *Comm) p2pTag(t int) int { return commP2PBase + m.ID<<15 + t }
 
 // SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
 // communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
@@ -220,7 +284,7 @@ func (c *Ctx) waitPoint() error {
 func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	if (m != nil && m.Overflow) || c.critical.Load() > 0 {
 		c.enter()
-		msg, _, err := c.ep.Recv(c.ep.Context(), from, CommTag, true)
+		msg, _, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), true)
 		c.leave()
 		if err != nil {
 			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
@@ -229,7 +293,7 @@ func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	}
 	for {
 		c.enter()
-		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, CommTag)
+		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, m.collTag())
 		c.leave()
 		if err != nil {
 			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
@@ -254,7 +318,7 @@ func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
 	}
 	c.enter()
 	defer c.leave()
-	return c.ep.Mcast(c.ep.Context(), to, CommTag, p)
+	return c.ep.Mcast(c.ep.Context(), to, m.collTag(), p)
 }
 
 // collective runs one collective on m: send (once, even across a
@@ -264,9 +328,8 @@ func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
 // recorded before Run re-entered. An ErrSuspended comes back unwrapped.
 func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got []Payload) (Payload, error)) (res Payload, replayed bool, err error) {
 	c.track(m)
-	if m.next < len(m.Done) {
-		m.next++
-		return m.Done[m.next-1], true, nil
+	if p, ok := m.replay(); ok {
+		return p, true, nil
 	}
 	if !m.Sent {
 		if send != nil {
@@ -296,12 +359,7 @@ func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got
 		return Payload{}, false, err
 	}
 	m.Sent, m.Have, m.Got = false, nil, nil
-	if !m.Overflow && len(m.Done) < maxReplay {
-		m.Done = append(m.Done, res)
-	} else {
-		m.Done, m.Overflow = nil, true
-	}
-	m.next++
+	m.record(res)
 	return res, false, nil
 }
 

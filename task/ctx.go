@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -250,6 +251,11 @@ func (c *Ctx) SafePoint() error {
 		return nil
 	}
 	for _, m := range c.comms {
+		if m.pendingRecv() {
+			return nil // see Comm.Irecv
+		}
+	}
+	for _, m := range c.comms {
 		m.resetStep()
 	}
 	return c.ep.SafePoint(c.task)
@@ -474,9 +480,10 @@ func (c *Ctx) SendSafe(to TID, tag int, v any) error {
 	}
 }
 
-// Mcast sends v with the given tag to every task in to, encoding it once.
-// It fails with ErrNoSuchTask if a receiver does not exist; the others
-// still get the message.
+// Mcast sends v with the given tag to every task in to but the caller,
+// encoding it once: as pvm_mcast, the caller does not get the message
+// even when it is listed. It fails with ErrNoSuchTask if a receiver does
+// not exist; the others still get the message.
 func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("mcast: %w", err)
@@ -484,6 +491,12 @@ func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 	p, err := Encode(v)
 	if err != nil {
 		return fmt.Errorf("mcast: %w", err)
+	}
+	if self := c.MyTID(); slices.Contains(to, self) {
+		to = slices.DeleteFunc(slices.Clone(to), func(t TID) bool { return t == self })
+		if len(to) == 0 {
+			return nil
+		}
 	}
 	c.enter()
 	defer c.leave()

@@ -253,15 +253,17 @@ func (m *Comm) finish(rs *ReqState) (CommStatus, error) {
 
 // Wait blocks until request r is complete (MPI_Wait) and reports the
 // message it received; it is a safe point while it waits. The zero
-// Request, or one already reported, returns at once.
+// Request returns at once, and so does one already reported (by Test,
+// say), with its status while the communicator keeps it (until the next
+// safe point).
 func (m *Comm) Wait(c *Ctx, r Request) (CommStatus, error) {
 	if r == 0 {
 		return CommStatus{}, nil
 	}
-	i, st, err := m.waitAny(c, []Request{r})
-	if err == nil && i < 0 {
-		err = fmt.Errorf("wait: no request %d on this communicator", r)
+	if r < 0 || int(r) > m.LastReq {
+		return CommStatus{}, fmt.Errorf("wait: no request %d on this communicator", r)
 	}
+	_, st, err := m.waitAny(c, []Request{r}, true)
 	return st, err
 }
 
@@ -281,11 +283,12 @@ func (m *Comm) Waitall(c *Ctx, rs ...Request) error {
 // or -1 when none is left to report; it is a safe point while it waits.
 // Replayed after a move, it returns what it returned before.
 func (m *Comm) Waitany(c *Ctx, rs ...Request) (int, CommStatus, error) {
-	return m.waitAny(c, rs)
+	return m.waitAny(c, rs, false)
 }
 
-// waitAny is Waitany; its choice is recorded for replay.
-func (m *Comm) waitAny(c *Ctx, rs []Request) (int, CommStatus, error) {
+// waitAny is Waitany, and with single Wait, which also returns a request
+// already reported; its choice is recorded for replay.
+func (m *Comm) waitAny(c *Ctx, rs []Request, single bool) (int, CommStatus, error) {
 	if err := m.check("wait"); err != nil {
 		return -1, CommStatus{}, err
 	}
@@ -299,18 +302,26 @@ func (m *Comm) waitAny(c *Ctx, rs []Request) (int, CommStatus, error) {
 		if i < 0 {
 			return -1, CommStatus{}, nil
 		}
-		rs := m.req(rs[i])
-		if rs == nil {
-			return -1, CommStatus{}, fmt.Errorf("wait: a replayed request is gone")
+		if i >= len(rs) {
+			return -1, CommStatus{}, fmt.Errorf("wait: replayed choice %d of %d requests", i, len(rs))
 		}
-		st, err := m.finish(rs)
+		s := m.req(rs[i])
+		if s == nil { // reported and forgotten before
+			return i, CommStatus{}, nil
+		}
+		st, err := m.finish(s)
 		return i, st, err
 	}
 	for {
 		live := false
 		for i, r := range rs {
 			s := m.req(r)
-			if r == 0 || s == nil || s.Waited {
+			if single && r != 0 && s == nil { // reported and forgotten before
+				p, _ := Encode([]int64{int64(i)})
+				m.record(p)
+				return i, CommStatus{}, nil
+			}
+			if r == 0 || s == nil || (s.Waited && !single) {
 				continue
 			}
 			live = true

@@ -16,7 +16,10 @@ const NoColor = -1
 // member of m calls it. A member passing NoColor gets an empty out. out
 // must be another field of the task's struct than m: it is part of the
 // task's state, and its messages never mix with m's or any other
-// communicator's of the same members. It is a safe point while it waits.
+// communicator's of the same members. Between two safe points, give each
+// new communicator a field of its own: when Run re-enters and the Split
+// is replayed, it finds out as the checkpoint left it. It is a safe point
+// while it waits.
 func (m *Comm) Split(c *Ctx, color, key int, out *Comm) error {
 	if err := m.check("split"); err != nil {
 		return err
@@ -44,17 +47,22 @@ func (m *Comm) Split(c *Ctx, color, key int, out *Comm) error {
 	if id > maxCommID {
 		return fmt.Errorf("split: more than %d communicators in use", maxCommID)
 	}
-	*out = Comm{}
 	if color == NoColor {
+		*out = Comm{}
 		return nil
 	}
 	slices.SortStableFunc(mine, func(a, b member) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.rank, b.rank)) })
-	out.ID = id
+	nc := Comm{ID: id}
 	for i, x := range mine {
-		out.TIDs = append(out.TIDs, m.TIDs[x.rank])
+		nc.TIDs = append(nc.TIDs, m.TIDs[x.rank])
 		if x.rank == m.Rank {
-			out.Rank = i
+			nc.Rank = i
 		}
+	}
+	// Replayed after a checkpoint, out may already be this communicator,
+	// with the state of its own calls since: keep it.
+	if out.ID != nc.ID || out.Rank != nc.Rank || !slices.Equal(out.TIDs, nc.TIDs) {
+		*out = nc
 	}
 	c.track(out)
 	return nil

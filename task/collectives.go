@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 )
@@ -38,8 +39,50 @@ func decodeSame[T any](p Payload, data []T) error {
 	return nil
 }
 
-// packParts encodes a result made of one payload per rank.
-func packParts(parts []Payload) (Payload, error) { return Encode(parts) }
+// packParts encodes a result made of one payload per rank, for the replay
+// record: the parts' encodings and lengths, then their bytes, so that
+// numeric parts cost one copy.
+func packParts(parts []Payload) (Payload, error) {
+	n := 4 + 5*len(parts)
+	for _, q := range parts {
+		n += len(q.Data)
+	}
+	b := make([]byte, 0, n)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(parts)))
+	for _, q := range parts {
+		b = append(b, byte(q.Enc))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(q.Data)))
+	}
+	for _, q := range parts {
+		b = append(b, q.Data...)
+	}
+	return Payload{Enc: EncBytes, Data: b}, nil
+}
+
+// unpackParts splits what packParts made back into the parts, which share
+// p's bytes.
+func unpackParts(p Payload) ([]Payload, error) {
+	b := p.Data
+	if len(b) < 4 {
+		return nil, fmt.Errorf("a record of parts of %d bytes: %w", len(b), ErrDecode)
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > MaxCommSize || len(b) < 5*n {
+		return nil, fmt.Errorf("a record of %d parts in %d bytes: %w", n, len(b), ErrDecode)
+	}
+	head, body := b[:5*n], b[5*n:]
+	parts := make([]Payload, n)
+	for i := range parts {
+		l := int(binary.LittleEndian.Uint32(head[5*i+1:]))
+		if l > len(body) {
+			return nil, fmt.Errorf("a record's part of %d bytes past its end: %w", l, ErrDecode)
+		}
+		parts[i] = Payload{Enc: Encoding(head[5*i]), Data: body[:l:l]}
+		body = body[l:]
+	}
+	return parts, nil
+}
 
 // decodeParts decodes one payload per rank.
 func decodeParts[T any](parts []Payload) ([][]T, error) {
@@ -63,16 +106,18 @@ func (m *Comm) exchange(c *Ctx, send func() error, from []int, mine Payload) ([]
 	res, replayed, err := m.collective(c, send, from, func(got []Payload) (Payload, error) {
 		parts = slices.Clone(got)
 		parts[m.Rank] = mine
-		return packParts(parts)
+		return Payload{}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	if replayed {
-		if err := res.Decode(&parts); err != nil {
-			return nil, err
-		}
+		return unpackParts(res)
 	}
+	// collective recorded a placeholder: the parts replace it.
+	m.next--
+	m.Done = m.Done[:len(m.Done)-min(1, len(m.Done))]
+	m.recordParts(parts)
 	return parts, nil
 }
 
@@ -103,16 +148,29 @@ func Allgatherv[T any](c *Ctx, m *Comm, data []T) ([][]T, error) {
 // order (MPI_Allgather). Every member passes data of the same length. It
 // is a safe point while it waits.
 func Allgather[T any](c *Ctx, m *Comm, data []T) ([]T, error) {
-	parts, err := Allgatherv(c, m, data)
-	if err != nil {
+	if err := m.check("allgather"); err != nil {
 		return nil, err
 	}
+	p, err := Encode(data)
+	if err != nil {
+		return nil, fmt.Errorf("allgather: %w", err)
+	}
+	others := m.others(m.Rank)
+	parts, err := m.exchange(c, func() error { return c.sendComm(m, p, others...) }, others, p)
+	if err != nil {
+		return nil, collErr("allgather", err)
+	}
 	out := make([]T, 0, len(data)*len(parts))
-	for r, q := range parts {
-		if len(q) != len(data) {
-			return nil, fmt.Errorf("allgather: rank %d sent %d elements, this member %d", r, len(q), len(data))
+	var in []T
+	for r, q := range parts { // this member's too: replayed, it is the record's
+		in = in[:0]
+		if err := q.Decode(&in); err != nil {
+			return nil, fmt.Errorf("allgather: rank %d: %w", r, err)
 		}
-		out = append(out, q...)
+		if len(in) != len(data) {
+			return nil, fmt.Errorf("allgather: rank %d sent %d elements, this member %d", r, len(in), len(data))
+		}
+		out = append(out, in...)
 	}
 	return out, nil
 }

@@ -80,6 +80,26 @@ type Comm struct {
 
 	next int         // calls replayed or recorded since Run (re-)entered or the last safe point
 	dst  map[int]any // where each receive request's message is decoded to
+	// lazy are results of several parts whose places in Done are
+	// placeholders: packed into Done only when the task is checkpointed
+	// (flush), so that a call that completes without a checkpoint does not
+	// copy them.
+	lazy map[int][]Payload
+}
+
+// flush packs the results kept in parts into their places in Done.
+func (m *Comm) flush() error {
+	for i, parts := range m.lazy {
+		if i < len(m.Done) {
+			p, err := packParts(parts)
+			if err != nil {
+				return err
+			}
+			m.Done[i] = p
+		}
+	}
+	m.lazy = nil
+	return nil
 }
 
 // Size is the number of members.
@@ -120,7 +140,7 @@ func (m *Comm) check(what string, ranks ...int) error {
 // resetStep forgets the results kept since the last safe point: the task's
 // state is a fresh starting point for Run.
 func (m *Comm) resetStep() {
-	m.Done, m.next, m.Overflow = nil, 0, false
+	m.Done, m.next, m.Overflow, m.lazy = nil, 0, false, nil
 	m.dropWaited()
 }
 
@@ -139,10 +159,22 @@ func (m *Comm) record(res Payload) {
 	if !m.Overflow && len(m.Done) < maxReplay {
 		m.Done = append(m.Done, res)
 	} else {
-		m.Done, m.Overflow = nil, true
+		m.Done, m.Overflow, m.lazy = nil, true, nil
 		m.dropWaited()
 	}
 	m.next++
+}
+
+// recordParts is record for a result of several parts, packed only if the
+// task is checkpointed before its next safe point.
+func (m *Comm) recordParts(parts []Payload) {
+	m.record(Payload{})
+	if !m.Overflow {
+		if m.lazy == nil {
+			m.lazy = map[int][]Payload{}
+		}
+		m.lazy[len(m.Done)-1] = parts
+	}
 }
 
 // Tags of communicator traffic. A communicator of ID k sends its
@@ -274,6 +306,11 @@ func (c *Ctx) track(m *Comm) {
 func (c *Ctx) waitPoint() error {
 	if c.critical.Load() > 0 {
 		return nil
+	}
+	for _, m := range c.comms {
+		if err := m.flush(); err != nil {
+			return err
+		}
 	}
 	return c.ep.SafePoint(c.task)
 }

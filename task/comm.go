@@ -28,8 +28,11 @@ const maxReplay = 1024
 //
 // A Comm must be an exported field of the task's struct: it is part of the
 // task's state. Its collectives (Barrier, Bcast, SendRecv, AllReduce,
-// CommGather, CommScatter) are safe points while they wait, so a task
-// blocked in one can be checkpointed or moved. What a collective has sent
+// CommReduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
+// CommGather, Gatherv, CommScatter, Scatterv, Split, Dup, CartCreate,
+// CartSub) and the waits of its non-blocking operations (Wait, Waitall,
+// Waitany) are safe points while they wait, so a task blocked in one can
+// be checkpointed or moved. What a collective has sent
 // and received so far, and the results of the collectives completed since
 // the task's last SafePoint, are kept in the Comm; when Run is called again
 // on the restored state and reaches the same collectives again, the
@@ -38,8 +41,9 @@ const maxReplay = 1024
 // make the same collective calls in the same order with the same arguments
 // when it re-enters: compute from fields, and change fields that a
 // collective's arguments depend on only after the step's last collective
-// (then call SafePoint). A task that makes more than 1024 collective calls
-// between safe points is not checkpointed inside the later ones.
+// (then call SafePoint). Isend, Irecv and the waits are replayed the same
+// way (see Irecv). A task that makes more than 1024 such calls between
+// safe points is not checkpointed inside the later ones.
 //
 // Every member calls each collective in the same order. Messages between
 // two members arrive in the order sent, so a collective's messages never

@@ -240,7 +240,9 @@ func (c *Ctx) Critical(f func() error) error {
 // migration pending, SafePoint takes it and returns ErrSuspended, which Run
 // must return at once, unchanged; the runtime calls Run again on the
 // restored state (possibly on another host). It returns ErrKilled when the
-// task has been killed. Inside a critical section it does nothing.
+// task has been killed. Inside a critical section it does nothing, and so
+// while a receive request is outstanding on a communicator (see
+// Comm.Irecv).
 //
 // Tasks that compute for long between messages should call SafePoint
 // regularly (at least once per iteration): a task that never reaches one

@@ -306,7 +306,7 @@ func CommReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, root int
 			return Payload{}, err
 		}
 		copy(data, acc)
-		return Encode(acc)
+		return inPlace(acc) // acc is the record's alone from here
 	})
 	if err != nil {
 		return collErr("reduce", err)
@@ -342,24 +342,36 @@ func scan[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, exclusive bool
 			}
 		}
 		acc := data
-		if r > 0 {
+		switch {
+		case r > 0 && exclusive:
 			acc = slices.Clone(below)
 			op(acc, data)
+		case r > 0:
+			acc = below // below is this call's own: fold into it
+			op(acc, data)
 		}
+		var sent Payload
 		if r+1 < n {
-			p, err := Encode(acc)
-			if err != nil {
+			var err error
+			if sent, err = Encode(acc); err != nil {
 				return Payload{}, err
 			}
-			if err := c.sendComm(m, p, r+1); err != nil {
+			if err := c.sendComm(m, sent, r+1); err != nil {
 				return Payload{}, err
 			}
 		}
 		switch {
 		case !exclusive:
 			copy(data, acc)
+			if r > 0 {
+				return inPlace(acc) // acc is the record's alone from here
+			}
 		case r > 0:
 			copy(data, below)
+			return inPlace(below)
+		}
+		if sent.Data != nil && !exclusive {
+			return sent, nil // the same values
 		}
 		return Encode(data)
 	})
@@ -440,7 +452,7 @@ func ReduceScatter[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, count
 				return Payload{}, err
 			}
 		}
-		return Encode(acc)
+		return inPlace(acc) // acc is the record's alone from here
 	})
 	if err != nil {
 		return nil, collErr("reduce-scatter", err)

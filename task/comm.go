@@ -399,7 +399,11 @@ func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got
 	if err != nil {
 		return Payload{}, false, err
 	}
-	m.Sent, m.Have, m.Got = false, nil, nil
+	// Kept for the next collective, emptied: a task calling collective
+	// after collective allocates them once.
+	m.Sent = false
+	clear(m.Have)
+	clear(m.Got)
 	m.record(res)
 	return res, false, nil
 }

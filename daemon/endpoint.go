@@ -17,7 +17,10 @@ import (
 )
 
 // hosted implements task.Endpoint: the calls a task's Ctx makes.
-var _ task.Endpoint = (*hosted)(nil)
+var (
+	_ task.Endpoint     = (*hosted)(nil)
+	_ task.FuncReceiver = (*hosted)(nil)
+)
 
 func (h *hosted) Self() task.TID                                   { return h.tid }
 func (h *hosted) Parent() task.TID                                 { return h.parent }

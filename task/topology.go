@@ -30,7 +30,7 @@ func (m *Comm) Split(c *Ctx, color, key int, out *Comm) error {
 	if out == m {
 		return fmt.Errorf("split: the new communicator must be another than m")
 	}
-	all, err := Allgather(c, m, []int64{int64(color), int64(key), int64(c.highestCommID(m))})
+	all, err := Allgather(c, m, []int64{int64(color), int64(key), int64(c.highestCommID(m, out))})
 	if err != nil {
 		return collErr("split", err)
 	}
@@ -82,14 +82,20 @@ func (m *Comm) Dup(c *Ctx, out *Comm) error {
 // highestCommID is the highest ID among m and the communicators the task
 // holds: those it has used in this run of Run and those in its struct's
 // fields (structs, pointers, slices and arrays of them, a few levels
-// deep).
-func (c *Ctx) highestCommID(m *Comm) int {
+// deep), but for out, which the new one replaces: a program that splits
+// into the same field step after step reuses the IDs.
+func (c *Ctx) highestCommID(m, out *Comm) int {
 	hi := m.ID
+	see := func(x *Comm) {
+		if x != out {
+			hi = max(hi, x.ID)
+		}
+	}
 	for _, x := range c.comms {
-		hi = max(hi, x.ID)
+		see(x)
 	}
 	if c.task != nil {
-		walkComms(reflect.ValueOf(c.task), 6, func(x *Comm) { hi = max(hi, x.ID) })
+		walkComms(reflect.ValueOf(c.task), 6, see)
 	}
 	return hi
 }

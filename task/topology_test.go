@@ -241,3 +241,32 @@ func gridSub(c *Ctx, g, sub *Comm, keep, r int) error {
 	}
 	return nil
 }
+
+// TestSplitReusesIDs: a Dup into the same field step after step gets the
+// same ID each time (the communicator it replaces does not count), and
+// works each time, with and without checkpoints.
+func TestSplitReusesIDs(t *testing.T) {
+	for _, every := range []int{0, 2} {
+		runScript(t, 3, every, func(c *Ctx, s *scriptTask) error {
+			for ; s.Step < 40; s.Step++ {
+				if err := s.C.Dup(c, &s.D); err != nil {
+					return err
+				}
+				if s.D.ID != 1 {
+					return fmt.Errorf("step %d: dup ID %d, want 1", s.Step, s.D.ID)
+				}
+				v := []int64{int64(s.Step + s.D.Rank)}
+				if err := AllReduce(c, &s.D, Sum[int64], v); err != nil {
+					return err
+				}
+				if v[0] != int64(3*s.Step+3) {
+					return fmt.Errorf("step %d: sum %d", s.Step, v[0])
+				}
+				if err := c.SafePoint(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -252,15 +252,24 @@ func (c *Ctx) SafePoint() error {
 	if c.critical.Load() > 0 {
 		return nil
 	}
-	for _, m := range c.comms {
-		if m.pendingRecv() {
-			return nil // see Comm.Irecv
-		}
+	if c.recvPending() {
+		return nil // see Comm.Irecv
 	}
 	for _, m := range c.comms {
 		m.resetStep()
 	}
 	return c.ep.SafePoint(c.task)
+}
+
+// recvPending reports whether a receive request is outstanding on one of
+// the task's communicators: SafePoint is then no safe point.
+func (c *Ctx) recvPending() bool {
+	for _, m := range c.comms {
+		if m.pendingRecv() {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxResult bounds the encoded size of a task's result.
@@ -456,10 +465,11 @@ type SafeSender interface {
 // checkpointed. Like RecvSafe, it returns ErrSuspended when the task has
 // been checkpointed, the message not sent (Run must return it); the task
 // resumes in Run, so call SendSafe where Run's fields say the task is
-// about to send v. Inside a critical section it is Send.
+// about to send v. Inside a critical section, or while a receive request
+// is outstanding on a communicator (see Comm.Irecv), it is Send.
 func (c *Ctx) SendSafe(to TID, tag int, v any) error {
 	ss, ok := c.ep.(SafeSender)
-	if !ok || c.critical.Load() > 0 {
+	if !ok || c.critical.Load() > 0 || c.recvPending() {
 		return c.Send(to, tag, v)
 	}
 	p, err := sendPayload(to, tag, v, Encode)
@@ -565,8 +575,12 @@ func (c *Ctx) RecvTimeout(from TID, tag int, v any, d time.Duration) (Status, er
 // come it is a safe point, so the task can be moved while it waits. Like
 // SafePoint, it returns ErrSuspended when the task has been checkpointed
 // (Run must return it); the task resumes in Run, so call RecvSafe where
-// Run's fields say the task is waiting.
+// Run's fields say the task is waiting. While a receive request is
+// outstanding on a communicator (see Comm.Irecv) it is Recv.
 func (c *Ctx) RecvSafe(from TID, tag int, v any) (Status, error) {
+	if c.recvPending() { // SafePoint would not be one: wait as Recv does
+		return c.Recv(from, tag, v)
+	}
 	for {
 		c.enter()
 		m, ok, err := c.ep.RecvSafe(c.ep.Context(), from, tag)

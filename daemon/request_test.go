@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,4 +168,146 @@ func TestRecvFunc(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// reqRoot starts a team of reqWorkers with itself as rank 0, takes each
+// worker's send, then waits at a safe point (RecvSafe, tag 9) to be told
+// to go on before it sends the workers the data their receives wait for.
+type reqRoot struct {
+	C     task.Comm
+	Step  int
+	Ranks []int
+}
+
+// reqReady hears each time a reqRoot waits to be told to go on.
+var reqReady = make(chan task.TID, 4)
+
+func init() { task.Register("daemon.test.reqroot", &reqRoot{}) }
+
+func (s *reqRoot) Run(c *task.Ctx) error {
+	if s.C.Size() == 0 {
+		if err := c.SpawnComm(&s.C, &reqWorker{}, 3); err != nil {
+			return err
+		}
+	}
+	if s.Step == 0 {
+		ranks := make([]int, s.C.Size())
+		var reqs []task.Request
+		for r := 1; r < s.C.Size(); r++ {
+			rq, err := s.C.Irecv(c, r, 2, &ranks[r])
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, rq)
+		}
+		if err := s.C.Waitall(c, reqs...); err != nil {
+			return err
+		}
+		s.Ranks, s.Step = ranks, 1
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+	if s.Step == 1 {
+		select {
+		case reqReady <- c.MyTID():
+		default:
+		}
+		if _, err := c.RecvSafe(task.AnyTask, 9, nil); err != nil {
+			return err
+		}
+		s.Step = 2
+	}
+	for r := 1; r < s.C.Size(); r++ {
+		if s.Ranks[r] != r {
+			return fmt.Errorf("rank %d sent %d", r, s.Ranks[r])
+		}
+		if _, err := s.C.Isend(c, r, 1, []float64{float64(10 * r), 0.5}); err != nil {
+			return err
+		}
+	}
+	got, err := task.CommGather(c, &s.C, []string{c.HostName(), ""}, 0)
+	if err != nil {
+		return err
+	}
+	for r := 1; r < s.C.Size(); r++ {
+		if got[2*r+1] != "" {
+			return fmt.Errorf("%s", got[2*r+1])
+		}
+	}
+	// A worker that sent again after the rollback would have done so
+	// before its part of the gather: it would be here by now.
+	again, err := s.C.Irecv(c, task.AnyRank, 2, nil)
+	if err != nil {
+		return err
+	}
+	if ok, st, err := s.C.Test(c, again); ok || err != nil {
+		return fmt.Errorf("a second send from rank %d (%v)", st.From, err)
+	}
+	c.Printf("requests: %d workers done\n", s.C.Size()-1)
+	return nil
+}
+
+// TestRequestsSurviveARollback: a job whose workers wait in Waitall with a
+// receive outstanding is checkpointed, loses a host running a worker and
+// rolls back: restored, every worker still waits for its receive (its send
+// not made again), and once the root sends, each gets the right data and
+// the job ends cleanly.
+func TestRequestsSurviveARollback(t *testing.T) {
+	shared := t.TempDir()
+	out := &syncBuffer{}
+	vm := startVM(t, 4, Config{SharedDir: shared, Output: out, Heartbeat: 50 * time.Millisecond, DeadAfter: 500 * time.Millisecond})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job, root, err := m.StartJob(ctx, &reqRoot{}, JobOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := m.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reqReady:
+	case <-ctx.Done():
+		t.Fatal("the root never heard from its workers")
+	}
+	lose := ""
+	ts, err := m.AllTasks(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range ts {
+		if ti.Job == job && ti.TID != root && ti.Host != m.Name() {
+			lose = ti.Host
+		}
+	}
+	if lose == "" {
+		t.Fatalf("no worker away from the master's host: %+v", ts)
+	}
+	if _, err := m.CheckpointJob(ctx, job, ""); err != nil {
+		t.Fatalf("checkpoint with receives outstanding: %v", err)
+	}
+	for _, d := range vm.Daemons {
+		if d.Name() == lose {
+			d.crash()
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); m.Rollbacks() < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no rollback after 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error { return c.Send(root, 9, nil) })); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.waitJob(ctx, js)
+	if err != nil || info.Status != 0 {
+		t.Fatalf("job after the rollback: %+v %v\n%s", info, err, out)
+	}
+	if !strings.Contains(out.String(), "requests: 3 workers done") {
+		t.Fatalf("output %q", out)
+	}
 }

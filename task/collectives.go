@@ -179,6 +179,19 @@ func Allgather[T any](c *Ctx, m *Comm, data []T) ([]T, error) {
 // what each member sent this one (MPI_Alltoallv); send has one chunk per
 // member, of any lengths. It is a safe point while it waits.
 func Alltoallv[T any](c *Ctx, m *Comm, send [][]T) ([][]T, error) {
+	parts, err := alltoallParts(c, m, send)
+	if err != nil {
+		return nil, err
+	}
+	out, err := decodeParts[T](parts)
+	if err != nil {
+		return nil, fmt.Errorf("alltoall: %w", err)
+	}
+	return out, nil
+}
+
+// alltoallParts is Alltoallv returning what it received undecoded.
+func alltoallParts[T any](c *Ctx, m *Comm, send [][]T) ([]Payload, error) {
 	if err := m.check("alltoall"); err != nil {
 		return nil, err
 	}
@@ -204,11 +217,7 @@ func Alltoallv[T any](c *Ctx, m *Comm, send [][]T) ([][]T, error) {
 	if err != nil {
 		return nil, collErr("alltoall", err)
 	}
-	out, err := decodeParts[T](parts)
-	if err != nil {
-		return nil, fmt.Errorf("alltoall: %w", err)
-	}
-	return out, nil
+	return parts, nil
 }
 
 // Alltoall sends the r-th of Size equal chunks of data to the member of
@@ -227,16 +236,21 @@ func Alltoall[T any](c *Ctx, m *Comm, data []T) ([]T, error) {
 	for r := range n {
 		send[r] = data[r*k : (r+1)*k]
 	}
-	parts, err := Alltoallv(c, m, send)
+	parts, err := alltoallParts(c, m, send)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]T, 0, len(data))
+	var in []T
 	for r, q := range parts {
-		if len(q) != k {
-			return nil, fmt.Errorf("alltoall: rank %d sent %d elements, want %d", r, len(q), k)
+		in = in[:0]
+		if err := q.Decode(&in); err != nil {
+			return nil, fmt.Errorf("alltoall: rank %d: %w", r, err)
 		}
-		out = append(out, q...)
+		if len(in) != k {
+			return nil, fmt.Errorf("alltoall: rank %d sent %d elements, want %d", r, len(in), k)
+		}
+		out = append(out, in...)
 	}
 	return out, nil
 }
@@ -443,14 +457,20 @@ func ReduceScatter[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, count
 				return Payload{}, fmt.Errorf("rank 0 sent %d elements, want %d", len(acc), len(mine))
 			}
 		}
+		var in []T
 		for q := 1; q < n; q++ {
 			if q == r {
 				op(acc, mine)
 				continue
 			}
-			if err := fold(op, acc, got, []int{q}); err != nil {
+			in = in[:0]
+			if err := got[q].Decode(&in); err != nil {
 				return Payload{}, err
 			}
+			if len(in) != len(acc) {
+				return Payload{}, fmt.Errorf("rank %d sent %d elements, want %d", q, len(in), len(acc))
+			}
+			op(acc, in)
 		}
 		return inPlace(acc) // acc is the record's alone from here
 	})

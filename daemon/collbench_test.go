@@ -174,7 +174,7 @@ var collBenches = []collBench{
 // float64s beside its hand-written exchange (the same messages by Send and
 // Recv), a SafePoint after each call in both:
 //
-//	go test -run XXX -bench Collectives -benchtime 500x -benchmem ./daemon/
+//	go test -run XXX -bench Collectives -benchtime 1000x -benchmem ./daemon/
 func BenchmarkCollectives(b *testing.B) {
 	const members, length = 4, 1024
 	for _, k := range collBenches {

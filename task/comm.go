@@ -81,9 +81,14 @@ type Comm struct {
 	// is the number of the last one started.
 	Reqs    []ReqState `msgpack:",omitempty"`
 	LastReq int        `msgpack:",omitempty"`
+	// StepReq is LastReq at the last safe point: the requests started
+	// since are numbered from it on, in order, so a replayed Isend or
+	// Irecv knows its number without a record.
+	StepReq int `msgpack:",omitempty"`
 
-	next int         // calls replayed or recorded since Run (re-)entered or the last safe point
-	dst  map[int]any // where each receive request's message is decoded to
+	next   int         // calls replayed or recorded since Run (re-)entered or the last safe point
+	starts int         // requests started or replayed since then
+	dst    map[int]any // where each receive request's message is decoded to
 	// lazy are results of several parts whose places in Done are
 	// placeholders: packed into Done only when the task is checkpointed
 	// (flush), so that a call that completes without a checkpoint does not
@@ -144,7 +149,9 @@ func (m *Comm) check(what string, ranks ...int) error {
 // resetStep forgets the results kept since the last safe point: the task's
 // state is a fresh starting point for Run.
 func (m *Comm) resetStep() {
-	m.Done, m.next, m.Overflow, m.lazy = nil, 0, false, nil
+	clear(m.Done) // kept for the next step's records, emptied
+	m.Done, m.next, m.Overflow, m.lazy = m.Done[:0], 0, false, nil
+	m.StepReq, m.starts = m.LastReq, 0
 	m.dropWaited()
 }
 

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 )
@@ -74,27 +75,42 @@ func (m *Comm) pendingRecv() bool {
 }
 
 // start records a new request and returns it; on replay it returns the
-// request the same call made before the checkpoint.
+// request the same call made before the checkpoint: requests are numbered
+// in order from StepReq on, so the record is only a place in Done.
 func (m *Comm) start(rs ReqState) (Request, error) {
-	if p, ok := m.replay(); ok {
-		var id []int64
-		if err := p.Decode(&id); err != nil || len(id) != 1 {
-			return 0, fmt.Errorf("replayed request: %v", err)
-		}
-		return Request(id[0]), nil
+	if _, ok := m.replay(); ok {
+		m.starts++
+		return Request(m.StepReq + m.starts), nil
 	}
 	if len(m.Reqs) >= maxRequests {
 		return 0, fmt.Errorf("%d operations outstanding on a communicator: complete some first", len(m.Reqs))
 	}
 	m.LastReq++
+	m.starts++
 	rs.ID = m.LastReq
 	m.Reqs = append(m.Reqs, rs)
-	p, err := Encode([]int64{int64(rs.ID)})
-	if err != nil {
-		return 0, err
-	}
-	m.record(p)
+	m.record(Payload{})
 	return Request(rs.ID), nil
+}
+
+// smallInts holds the int64s -1 to 254, little-endian, for the records
+// of Waitany's choices: a record of a small choice allocates nothing.
+var smallInts = func() []byte {
+	b := make([]byte, 0, 8*256)
+	for i := -1; i < 255; i++ {
+		b = binary.LittleEndian.AppendUint64(b, uint64(int64(i)))
+	}
+	return b
+}()
+
+// choicePayload is the record of Waitany's choice i.
+func choicePayload(i int) Payload {
+	if i >= -1 && i < 255 {
+		k := 8 * (i + 1)
+		return Payload{Enc: EncInt64s, Data: smallInts[k : k+8 : k+8]}
+	}
+	p, _ := Encode([]int64{int64(i)})
+	return p
 }
 
 // Isend sends v to the member of rank to with tag (0..MaxCommTag), as
@@ -263,7 +279,8 @@ func (m *Comm) Wait(c *Ctx, r Request) (CommStatus, error) {
 	if r < 0 || int(r) > m.LastReq {
 		return CommStatus{}, fmt.Errorf("wait: no request %d on this communicator", r)
 	}
-	_, st, err := m.waitAny(c, []Request{r}, true)
+	one := [1]Request{r}
+	_, st, err := m.waitAny(c, one[:], true)
 	return st, err
 }
 
@@ -317,8 +334,7 @@ func (m *Comm) waitAny(c *Ctx, rs []Request, single bool) (int, CommStatus, erro
 		for i, r := range rs {
 			s := m.req(r)
 			if single && r != 0 && s == nil { // reported and forgotten before
-				p, _ := Encode([]int64{int64(i)})
-				m.record(p)
+				m.record(choicePayload(i))
 				return i, CommStatus{}, nil
 			}
 			if r == 0 || s == nil || (s.Waited && !single) {
@@ -326,18 +342,13 @@ func (m *Comm) waitAny(c *Ctx, rs []Request, single bool) (int, CommStatus, erro
 			}
 			live = true
 			if s.Done {
-				p, err := Encode([]int64{int64(i)})
-				if err != nil {
-					return -1, CommStatus{}, err
-				}
 				st, err := m.finish(s) // before record, which may drop s
-				m.record(p)
+				m.record(choicePayload(i))
 				return i, st, err
 			}
 		}
 		if !live {
-			p, _ := Encode([]int64{-1})
-			m.record(p)
+			m.record(choicePayload(-1))
 			return -1, CommStatus{}, nil
 		}
 		if _, err := m.progress(c, true); err != nil {

@@ -357,24 +357,27 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 // resolveMoves hands the half-done moves whose two hosts are back to the
 // move machine (master): if the destination runs the task, the origin
 // forgets it; otherwise the destination drops it and the origin resumes
-// it (move.Machine.Adopt).
+// it (the move machine's Adopt event).
 func (d *Daemon) resolveMoves() {
 	d.mv.mu.Lock()
 	now := time.Now()
+	var acts []move.Action
 	for tid, m := range d.mv.orphans {
 		if !d.hostKnown(m.origin) || !d.hostKnown(m.dest.Host) {
 			continue
 		}
 		delete(d.mv.orphans, tid)
 		at := d.mv.runningAt[tid]
-		if err := d.mv.machine.Adopt(m.id, tid, m.origin, m.dest, at == m.dest.Host, d.moveTimeouts(), now); err != nil {
+		x := d.mv.machine.Step(now, move.Event{Kind: move.Adopt, Move: m.id, AtDest: at == m.dest.Host,
+			Spec: move.Spec{TID: tid, From: m.origin, To: m.dest.Host, Epoch: m.dest.Epoch, Timeouts: d.moveTimeouts()}})
+		if err := rejection(x); err != nil {
 			d.log.Warn("recover: a move the old master left half done", "tid", tid, "error", err)
 			continue
 		}
+		acts = append(acts, x...)
 		d.mv.runs[m.id] = &moveRun{from: m.origin, to: m.dest.Host, start: now, ended: make(chan struct{})}
 		d.log.Warn("recover: settling a move the old master left half done", "tid", tid, "move", m.id, "at", at)
 	}
-	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }

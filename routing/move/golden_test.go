@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -23,7 +22,7 @@ var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfe
 
 // TestTranscripts replays the scripted scenarios of testdata/*.txt. A
 // script is a sequence of blocks: a command, a line "----", and the
-// transcript it produces (the actions Ready hands over, errors, states),
+// transcript it produces (the actions Step returns, rejections, states),
 // then a blank line. Commands:
 //
 //	start <tid> <from> <to> <epoch>     a move
@@ -111,32 +110,28 @@ func runScript(t *testing.T, path string, run func(cmd string) string) {
 func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 	f := strings.Fields(cmd)
 	var lines []string
-	fail := func(err error) {
-		if err != nil {
-			lines = append(lines, "error: "+err.Error())
-		}
-	}
+	var ev Event
 	switch f[0] {
 	case "start":
-		_, err := m.Start(Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}, *now)
-		fail(err)
+		ev = Event{Kind: Start, Spec: Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}}
 	case "adopt":
-		fail(m.Adopt(ID(num(t, strings.TrimPrefix(f[1], "m"))), tid(t, f[2]), host(t, f[3]), routing.Route{Host: host(t, f[4]), Epoch: num(t, f[5])}, f[6] == "true", testTimeouts, *now))
+		ev = Event{Kind: Adopt, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), AtDest: f[6] == "true",
+			Spec: Spec{TID: tid(t, f[2]), From: host(t, f[3]), To: host(t, f[4]), Epoch: num(t, f[5]), Timeouts: testTimeouts}}
 	case "result":
 		var cause error
 		if len(f) > 4 {
 			cause = errors.New(strings.Join(f[4:], " "))
 		}
-		fail(m.Result(ID(num(t, strings.TrimPrefix(f[1], "m"))), parseStep(t, f[2]), parseOutcome(t, f[3]), cause, *now))
+		ev = Event{Kind: Result, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), Step: parseStep(t, f[2]), Outcome: parseOutcome(t, f[3]), Err: cause}
 	case "lost":
-		m.HostLost(host(t, f[1]), *now)
+		ev = Event{Kind: HostLost, Host: host(t, f[1])}
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {
 			t.Fatal(err)
 		}
 		*now = now.Add(d)
-		m.Tick(*now)
+		ev = Event{Kind: Tick}
 	case "observe":
 		m.Observe(num(t, f[1]))
 		lines = append(lines, fmt.Sprintf("epoch %d", m.Epoch()))
@@ -149,8 +144,10 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 	default:
 		t.Fatalf("unknown command %q", cmd)
 	}
-	for _, a := range m.Ready() {
-		lines = append(lines, a.String())
+	if ev.Kind != 0 {
+		for _, a := range m.Step(*now, ev) {
+			lines = append(lines, a.String())
+		}
 	}
 	if len(lines) == 0 {
 		return "ok"

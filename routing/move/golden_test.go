@@ -25,10 +25,13 @@ var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfe
 // transcript it produces (the actions Step returns, rejections, states),
 // then a blank line. Commands:
 //
-//	start <tid> <from> <to> <epoch>     a move
+//	start <tid> <from> <to> <epoch> [job] a move
 //	adopt <move> <tid> <from> <to> <epoch> <at-dest>
 //	result <move> <step> <outcome> [error text]
 //	lost <host>                          a host deleted
+//	drop <tid> <cause…>                  the task's job rolls back
+//	drop-job <job> <cause…>              the job's tasks' moves end
+//	hold <job> | release <job>           a kill of the job starts, ends
 //	tick <duration>                      advance the clock and tick
 //	observe <epoch> | next-epoch         the epoch clock
 //	moves                                the moves under way
@@ -114,6 +117,9 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 	switch f[0] {
 	case "start":
 		ev = Event{Kind: Start, Spec: Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}}
+		if len(f) > 5 {
+			ev.Spec.Job = num(t, f[5])
+		}
 	case "adopt":
 		ev = Event{Kind: Adopt, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), AtDest: f[6] == "true",
 			Spec: Spec{TID: tid(t, f[2]), From: host(t, f[3]), To: host(t, f[4]), Epoch: num(t, f[5]), Timeouts: testTimeouts}}
@@ -125,6 +131,14 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 		ev = Event{Kind: Result, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), Step: parseStep(t, f[2]), Outcome: parseOutcome(t, f[3]), Err: cause}
 	case "lost":
 		ev = Event{Kind: HostLost, Host: host(t, f[1])}
+	case "drop":
+		ev = Event{Kind: Drop, TID: tid(t, f[1]), Err: errors.New(strings.Join(f[2:], " "))}
+	case "drop-job":
+		ev = Event{Kind: DropJob, Job: num(t, f[1]), Err: errors.New(strings.Join(f[2:], " "))}
+	case "hold":
+		ev = Event{Kind: Hold, Job: num(t, f[1])}
+	case "release":
+		ev = Event{Kind: Release, Job: num(t, f[1])}
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {

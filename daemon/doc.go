@@ -126,18 +126,20 @@
 //     the move machine's clock, so that they are above every epoch handed
 //     out before, also for tasks whose routes the master has forgotten.
 //   - Membership (master, membership.go): the membership machine
-//     (routing/member.Machine, pure: the failure detector and the
-//     admission bucket behind one seam, Step(now, Event) []Effect), under
-//     nw.mu with the host registry it judges. It decides whom to admit
-//     and how long the others wait, which hosts are suspected, cleared or
-//     deleted, and when failure detection widens. The driver feeds it
-//     registrations (admissionWait), hosts registered and deleted
-//     (watchHost, forgetHost, readmit) and, every heartbeat, what was
+//     (routing/member.Machine, pure: the failure detector, the admission
+//     bucket and the deleted hosts that may come back, behind one seam,
+//     Step(now, Event) []Effect), under nw.mu with the host registry it
+//     judges. It decides whom to admit and how long the others wait,
+//     which hosts are suspected, cleared or deleted, when failure
+//     detection widens, and which deleted host is taken back. The driver
+//     feeds it registrations (admissionWait, readmit), hosts registered
+//     and deleted (watchHost, forgetHost) and, every heartbeat, what was
 //     heard from each host and a tick (checkHosts); it performs the
-//     effects after releasing the lock (a suspicion or a health change
-//     logged, a dead host deleted, a busy answer sent). Which deleted
-//     hosts may come back, and the rejoining ones, are still the
-//     driver's (membership.deleted, pending).
+//     effects (a suspicion or a health change logged, a dead host
+//     deleted, a busy answer sent, a host taken back), removing hosts
+//     after releasing the lock. The hosts rejoining after their deletion,
+//     not yet announced, are the driver's (membership.pending: read by
+//     the network's handshake and peers).
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.

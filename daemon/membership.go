@@ -47,17 +47,10 @@ func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 // network.mu.
 type membership struct {
 	m *member.Machine
-	// deleted are the hosts the detector deleted, by ID, with their
-	// names: they may register again (an operator's deletion is final).
-	deleted map[task.HostID]string
 	// pending are hosts registered again after their deletion, announced
 	// to the others once they have stopped their lost tasks.
 	pending map[task.HostID]bool
 }
-
-// maxDeleted bounds how many deleted hosts the master remembers for their
-// return.
-const maxDeleted = 4096
 
 // reasonSilent starts the reason of a deletion by the failure detector.
 const reasonSilent = "no heartbeat for"
@@ -108,7 +101,7 @@ func (d *Daemon) startMembership() error {
 	if err != nil {
 		return err
 	}
-	d.nw.mem = &membership{m: m, deleted: map[task.HostID]string{}, pending: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}}
 	x := d.Detection()
 	d.log.Info("failure detection", "suspect_after", x.SuspectAfter, "dead_after", x.DeadAfter, "max_dead_after", x.MaxDead,
 		"join_rate", c.JoinRate, "join_burst", c.JoinBurst)
@@ -164,28 +157,20 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 func (n *network) watchHost(id task.HostID, now time.Time) {
 	if n.mem != nil {
 		n.mem.m.Step(now, member.Event{Kind: member.Watch, Host: id})
-		delete(n.mem.deleted, id)
 	}
 }
 
-// forgetHost stops watching a deleted host; one the detector deleted is
-// remembered, so that it may come back (n.mu held).
+// forgetHost tells the membership machine that a host was deleted, and
+// why: the machine remembers one deleted for its silence (or while it
+// rejoined), so that it may come back (n.mu held).
 func (n *network) forgetHost(hi *HostInfo, why string) {
 	if n.mem == nil || hi == nil {
 		return
 	}
-	n.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: hi.ID})
-	pending := n.mem.pending[hi.ID]
+	rejoining := n.mem.pending[hi.ID]
 	delete(n.mem.pending, hi.ID)
-	if pending || strings.HasPrefix(why, reasonSilent) {
-		if len(n.mem.deleted) >= maxDeleted {
-			for id := range n.mem.deleted {
-				delete(n.mem.deleted, id)
-				break
-			}
-		}
-		n.mem.deleted[hi.ID] = hi.Name
-	}
+	n.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
+		Silent: strings.HasPrefix(why, reasonSilent), Rejoining: rejoining})
 }
 
 // liveness fills in the hosts' liveness as the master sees it (n.mu held).
@@ -296,21 +281,23 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 		d.log.Warn("host registered again; it was still a member: nothing lost", "peer", info.ID, "peer_name", info.Name)
 		return info, nil, true, true, nil
 	}
-	name, deleted := n.mem.deleted[h.Host]
-	if !deleted {
+	now := time.Now()
+	x := n.mem.m.Step(now, member.Event{Kind: member.Return, Host: h.Host, Name: h.Name})
+	switch {
+	case len(x) == 0: // not a host the machine deleted
 		n.mu.Unlock()
 		return HostInfo{}, nil, false, false, nil
-	}
-	if name != h.Name {
+	case x[0].Kind == member.Refuse:
 		n.mu.Unlock()
-		return HostInfo{}, nil, false, true, fmt.Errorf("host %v was %s, not %s", h.Host, name, h.Name)
+		return HostInfo{}, nil, false, true, x[0].Err
 	}
+	// Readmit: under its old host ID, with none of its tasks; the machine
+	// watches it from now on.
 	info = h.Info
 	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
 	info.Tasks, info.Load = 0, info.External
 	n.hosts[info.ID] = &info
-	n.joined[info.ID] = time.Now()
-	n.watchHost(info.ID, time.Now())
+	n.joined[info.ID] = now
 	n.mem.pending[info.ID] = true
 	// A connection to the host the master made meanwhile would win the
 	// tie between two connections (attach keeps the one dialled by the

@@ -10,11 +10,14 @@
 // Machine holds the detector and the admission bucket behind one seam,
 // Step(now, Event) []Effect, the shape of routing/move's machines. Events:
 // Join (a host asks to register), Watch and Forget (a host registered,
-// deleted), Heard (when a host was last heard from) and Tick (every
-// heartbeat). Effects: Admit or Busy (retry after), Suspect, Clear and
-// Delete (a host's verdict: show the suspicion, clear it, delete the
-// host), and Health (the observer's health changed, and with it the death
-// timeout). The driver feeds the events and performs the effects; what a
+// deleted, and why), Heard (when a host was last heard from), Tick (every
+// heartbeat) and Return (a host the master does not count as a member
+// registers again). Effects: Admit or Busy (retry after), Suspect, Clear
+// and Delete (a host's verdict: show the suspicion, clear it, delete the
+// host), Health (the observer's health changed, and with it the death
+// timeout), and Readmit or Refuse (a host deleted for its silence comes
+// back under its old ID with none of its tasks; an operator's deletion is
+// final). The driver feeds the events and performs the effects; what a
 // verdict leads to is the machine's, not the driver's.
 //
 // # Failure detection

@@ -2,6 +2,7 @@ package member
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,13 +13,23 @@ import (
 // the admission bucket behind one seam, Step, with the policy that turns
 // their answers into what the driver does (admit a host or tell it to
 // retry, show a suspicion or clear it, delete a dead host, report the
-// observer's health). Like the rest of the package it performs no I/O and
-// reads no clock, and it is not safe for concurrent use.
+// observer's health, take back a host deleted for its silence). Like the
+// rest of the package it performs no I/O and reads no clock, and it is not
+// safe for concurrent use.
 type Machine struct {
 	det    *Detector
 	bucket *Bucket
 	health int // the health last reported (Health effect)
+	// gone are the hosts deleted that may register again (for their
+	// silence, or while rejoining), with their names, oldest first in
+	// order; an operator's deletion is final.
+	gone  map[task.HostID]string
+	order []task.HostID
 }
+
+// MaxGone bounds how many deleted hosts the machine remembers for their
+// return; past it, the oldest is forgotten.
+const MaxGone = 4096
 
 // NewMachine returns a machine whose detector is tuned by cfg and whose
 // bucket admits rate registrations a second, burst at once (rate <= 0:
@@ -28,7 +39,7 @@ func NewMachine(cfg Config, rate float64, burst int) (*Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Machine{det: det, bucket: NewBucket(max(rate, 0), burst)}, nil
+	return &Machine{det: det, bucket: NewBucket(max(rate, 0), burst), gone: map[task.HostID]string{}}, nil
 }
 
 // EventKind is the kind of an Event.
@@ -43,16 +54,23 @@ const (
 	Join EventKind = iota + 1
 	// Watch: Host was registered at now; its silence counts from now.
 	Watch
-	// Forget: Host was deleted; it is watched no more.
+	// Forget: Host, named Name, was deleted; it is watched no more. It
+	// may register again if Silent (deleted for its silence: the
+	// machine's Delete) or Rejoining (deleted while it rejoined).
 	Forget
 	// Heard: Host was last heard from At.
 	Heard
 	// Tick: judge every watched host at now. The driver ticks every
 	// heartbeat, after feeding what it heard since the last one.
 	Tick
+	// Return: Host, which the master does not count as a member, registers
+	// again under Name. One deleted for its silence under that name is
+	// taken back (Readmit); one deleted under another name is refused; of
+	// any other the machine knows nothing (no effect).
+	Return
 )
 
-var eventNames = [...]string{"", "join", "watch", "forget", "heard", "tick"}
+var eventNames = [...]string{"", "join", "watch", "forget", "heard", "tick", "return"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -65,10 +83,14 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind EventKind
 	Host task.HostID
+	// Name (Forget, Return) is the host's name.
+	Name string
 	// At (Heard) is when the host was last heard from.
 	At time.Time
 	// Member (Join): the host is a member registering again.
 	Member bool
+	// Silent and Rejoining (Forget): why the host was deleted.
+	Silent, Rejoining bool
 }
 
 func (e Event) String() string {
@@ -78,8 +100,12 @@ func (e Event) String() string {
 			return fmt.Sprintf("join %v member", e.Host)
 		}
 		return fmt.Sprintf("join %v", e.Host)
-	case Watch, Forget:
+	case Watch:
 		return fmt.Sprintf("%v %v", e.Kind, e.Host)
+	case Forget:
+		return fmt.Sprintf("forget %v %s silent %v rejoining %v", e.Host, e.Name, e.Silent, e.Rejoining)
+	case Return:
+		return fmt.Sprintf("return %v %s", e.Host, e.Name)
 	case Heard:
 		return fmt.Sprintf("heard %v at %v", e.Host, e.At.Format(time.RFC3339Nano))
 	}
@@ -106,9 +132,14 @@ const (
 	// Health: the observer's local health went from Was to Health; a
 	// suspected host is confirmed dead after DeadAfter now.
 	Health
+	// Readmit: take Host back under its old ID with none of its tasks (all
+	// were given up at its deletion); it is watched from now on.
+	Readmit
+	// Refuse: refuse Host's registration with Err.
+	Refuse
 )
 
-var effectNames = [...]string{"", "admit", "busy", "suspect", "clear", "delete", "health"}
+var effectNames = [...]string{"", "admit", "busy", "suspect", "clear", "delete", "health", "readmit", "refuse"}
 
 func (k EffectKind) String() string {
 	if int(k) < len(effectNames) && k != 0 {
@@ -132,12 +163,16 @@ type Effect struct {
 	// Health and Was (Health) are the observer's local health now and
 	// before.
 	Health, Was int
+	// Err (Refuse) says why.
+	Err error
 }
 
 func (e Effect) String() string {
 	switch e.Kind {
-	case Admit:
-		return fmt.Sprintf("admit %v", e.Host)
+	case Admit, Readmit:
+		return fmt.Sprintf("%v %v", e.Kind, e.Host)
+	case Refuse:
+		return fmt.Sprintf("refuse %v: %v", e.Host, e.Err)
 	case Busy:
 		return fmt.Sprintf("busy %v, retry after %v", e.Host, e.RetryAfter)
 	case Suspect:
@@ -168,14 +203,51 @@ func (m *Machine) Step(now time.Time, ev Event) []Effect {
 		return []Effect{{Kind: Busy, Host: ev.Host, RetryAfter: wait}}
 	case Watch:
 		m.det.Add(ev.Host, now)
+		m.unforget(ev.Host)
 	case Forget:
 		m.det.Remove(ev.Host)
+		if ev.Silent || ev.Rejoining {
+			m.remember(ev.Host, ev.Name)
+		}
+	case Return:
+		name, ok := m.gone[ev.Host]
+		switch {
+		case !ok:
+			return nil
+		case name != ev.Name:
+			return []Effect{{Kind: Refuse, Host: ev.Host, Err: fmt.Errorf("host %v was %s, not %s", ev.Host, name, ev.Name)}}
+		}
+		m.det.Add(ev.Host, now)
+		m.unforget(ev.Host)
+		return []Effect{{Kind: Readmit, Host: ev.Host}}
 	case Heard:
 		m.det.Heard(ev.Host, ev.At)
 	case Tick:
 		return m.tick(now)
 	}
 	return nil
+}
+
+// remember keeps h, deleted, for its return; past MaxGone the oldest goes.
+func (m *Machine) remember(h task.HostID, name string) {
+	m.unforget(h)
+	if len(m.order) >= MaxGone {
+		delete(m.gone, m.order[0])
+		m.order = m.order[1:]
+	}
+	m.gone[h] = name
+	m.order = append(m.order, h)
+}
+
+// unforget drops h from the deleted hosts remembered.
+func (m *Machine) unforget(h task.HostID) {
+	if _, ok := m.gone[h]; !ok {
+		return
+	}
+	delete(m.gone, h)
+	if i := slices.Index(m.order, h); i >= 0 {
+		m.order = slices.Delete(m.order, i, i+1)
+	}
 }
 
 // tick judges the hosts: a health that changed is reported first, then

@@ -167,3 +167,48 @@ func TestMachineFollowsDetector(t *testing.T) {
 	}
 	t.Logf("effects: %v", seen)
 }
+
+// TestMachineReturn: a host deleted for its silence, or while it
+// rejoined, may register again under its name and is watched again; an
+// operator's deletion is final; another name is refused; registering
+// anew forgets the deletion; at most MaxGone deletions are remembered,
+// the oldest forgotten first.
+func TestMachineReturn(t *testing.T) {
+	m := newMachine(t, 0, 1)
+	now := t0
+	ret := func(h task.HostID, name string) []Effect {
+		return m.Step(now, Event{Kind: Return, Host: h, Name: name})
+	}
+	m.Step(now, Event{Kind: Forget, Host: 2, Name: "h2", Silent: true})
+	m.Step(now, Event{Kind: Forget, Host: 3, Name: "h3"})
+	m.Step(now, Event{Kind: Forget, Host: 4, Name: "h4", Rejoining: true})
+	if x := ret(2, "other"); len(x) != 1 || x[0].Kind != Refuse || x[0].Err == nil || x[0].Err.Error() != "host h2 was h2, not other" {
+		t.Fatalf("return under another name: %v, want refused", x)
+	}
+	if x := ret(2, "h2"); len(x) != 1 || x[0].Kind != Readmit || x[0].Host != 2 {
+		t.Fatalf("return of a host deleted for its silence: %v, want readmit", x)
+	}
+	if m.State(2) != Alive {
+		t.Fatalf("readmitted host %v, want watched and alive", m.State(2))
+	}
+	if x := ret(2, "h2"); len(x) != 0 {
+		t.Fatalf("a second return: %v, want nothing (it is watched again)", x)
+	}
+	if x := ret(3, "h3"); len(x) != 0 {
+		t.Fatalf("return after an operator's deletion: %v, want nothing", x)
+	}
+	m.Step(now, Event{Kind: Watch, Host: 4})
+	if x := ret(4, "h4"); len(x) != 0 {
+		t.Fatalf("return of a host registered anew: %v, want nothing", x)
+	}
+	for i := range MaxGone + 1 {
+		h := task.HostID(100 + i)
+		m.Step(now, Event{Kind: Forget, Host: h, Name: h.String(), Silent: true})
+	}
+	if x := ret(100, task.HostID(100).String()); len(x) != 0 {
+		t.Fatalf("return of the oldest past the bound: %v, want nothing", x)
+	}
+	if x := ret(101, task.HostID(101).String()); len(x) != 1 || x[0].Kind != Readmit {
+		t.Fatalf("return of the next oldest: %v, want readmit", x)
+	}
+}

@@ -77,21 +77,23 @@
 //     the move machine learns of through move.Local.Restoring.
 //   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
 //     machine (routing/move), which holds every move under way, the
-//     kills under way that hold a job's moves, and the virtual machine's
-//     epoch clock; the driver's record of each move (runs: what a step's
-//     request carries, the channel Migrate waits on, the measurements),
-//     what a recovered master learnt of the moves its predecessor left
-//     half done, and the type and job of the tasks moved before (facts:
+//     kills under way that hold a job's moves, what a recovered master
+//     learnt of the moves its predecessor left half done, and the virtual
+//     machine's epoch clock; the driver's record of each move (runs: what
+//     a step's request carries, the channel Migrate waits on, the
+//     measurements), and the type and job of the tasks moved before (facts:
 //     asked of the origin before a task's first move; the origin checks
 //     them at the suspend step, so a move on a stale record aborts before
 //     anything is captured). The machine decides, through its one seam,
 //     Step(now, Event) []Action: which step follows which, each step's
 //     timeout, when a failed abort or commit step goes again, which moves
-//     a host's loss or a job's rollback ends, which moves may start. The
+//     a host's loss or a job's rollback ends, which moves may start, and
+//     when and how a half-done move of a previous master is settled. The
 //     driver (migrate.go: Migrate, step, perform, moveTick, dropJobMoves,
-//     movesHostLost; recover.go: resolveMoves) feeds it events (a move
-//     asked for, a step's answer translated into an outcome, a heartbeat
-//     tick, a host deleted, a job rolled back or killed) and performs its
+//     movesHostLost; recover.go: recovering, resolveMoves) feeds it events
+//     (a move asked for, a step's answer translated into an outcome, a
+//     heartbeat tick, a host deleted, a job rolled back or killed, a
+//     host's report to a recovered master, the hosts back) and performs its
 //     actions after releasing mv.mu: it runs each step's call (on
 //     Migrate's own goroutine while its caller waits, else on a tracked
 //     goroutine) bounded by the action's timeout (from Config:

@@ -9,20 +9,16 @@ import (
 )
 
 // mover is the master's part for moves: the move machine (routing/move),
-// which holds every move under way and the virtual machine's epoch clock,
-// the driver's record of each move, and what a recovered master learnt of the moves its predecessor left half done.
-// One lock, mu, owns it all. It is held only while the machine takes an
+// which holds every move under way (and, at a recovered master, the moves
+// its predecessor left half done until both their hosts are back), the
+// kills under way and the virtual machine's epoch clock; and the driver's
+// record of each move. One lock, mu, owns it all. It is held only while the machine takes an
 // event or the records change, never across a call to a host, and never
 // taken with the router's or the hosting lock held (see doc.go).
 type mover struct {
 	mu      sync.Mutex
 	machine *move.Machine
 	runs    map[move.ID]*moveRun
-	// A recovered master: moves the old master left half done, and where
-	// hosts registering again run their tasks (nil until a host
-	// registers again).
-	orphans   map[task.TID]orphanMove
-	runningAt map[task.TID]task.HostID
 	// facts remembers the type and job of the tasks moved before: Migrate
 	// asks the origin only before a task's first move.
 	facts map[task.TID]migReply

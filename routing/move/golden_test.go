@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -32,6 +33,10 @@ var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfe
 //	drop <tid> <cause…>                  the task's job rolls back
 //	drop-job <job> <cause…>              the job's tasks' moves end
 //	hold <job> | release <job>           a kill of the job starts, ends
+//	report <host> [<move> <tid> <dest> <epoch>]… [running <tid>…]
+//	                                     a host registers again with a
+//	                                     recovered master
+//	resolve <host>…                      the hosts back
 //	tick <duration>                      advance the clock and tick
 //	observe <epoch> | next-epoch         the epoch clock
 //	moves                                the moves under way
@@ -139,6 +144,26 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 		ev = Event{Kind: Hold, Job: num(t, f[1])}
 	case "release":
 		ev = Event{Kind: Release, Job: num(t, f[1])}
+	case "report":
+		ev = Event{Kind: Report, Host: host(t, f[1])}
+		rest := f[2:]
+		for len(rest) >= 4 && rest[0] != "running" {
+			ev.Orphans = append(ev.Orphans, Orphan{Move: ID(num(t, strings.TrimPrefix(rest[0], "m"))), TID: tid(t, rest[1]),
+				Dest: routing.Route{Host: host(t, rest[2]), Epoch: num(t, rest[3])}})
+			rest = rest[4:]
+		}
+		if len(rest) > 0 && rest[0] == "running" {
+			for _, x := range rest[1:] {
+				ev.Running = append(ev.Running, tid(t, x))
+			}
+		} else if len(rest) > 0 {
+			t.Fatalf("report: cannot parse %q", rest)
+		}
+	case "resolve":
+		ev = Event{Kind: Resolve, Spec: Spec{Timeouts: testTimeouts}}
+		for _, x := range f[1:] {
+			ev.Hosts = append(ev.Hosts, host(t, x))
+		}
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {

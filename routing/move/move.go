@@ -242,9 +242,19 @@ const (
 	Hold
 	// Release: one Hold of Job is over.
 	Release
+	// Report: Host, registering again with a recovered master, reports
+	// the moves it is the origin of that a previous master left half done
+	// (Orphans) and the tasks it runs (Running). They are kept until both
+	// hosts of a move are back (Resolve).
+	Report
+	// Resolve: Hosts are in the virtual machine now. Every reported move
+	// whose origin and destination are among them is adopted (as Adopt,
+	// with Spec.Timeouts), in task order: it commits if its destination
+	// reported the task running, and aborts otherwise.
+	Resolve
 )
 
-var eventNames = [...]string{"", "start", "result", "tick", "host-lost", "adopt", "drop", "drop-job", "hold", "release"}
+var eventNames = [...]string{"", "start", "result", "tick", "host-lost", "adopt", "drop", "drop-job", "hold", "release", "report", "resolve"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -272,6 +282,19 @@ type Event struct {
 	Job uint64
 	// AtDest (Adopt): the destination runs the task.
 	AtDest bool
+	// Orphans and Running (Report) are what Host reports; Hosts
+	// (Resolve) are the hosts of the virtual machine.
+	Orphans []Orphan
+	Running []task.TID
+	Hosts   []task.HostID
+}
+
+// Orphan is a move a previous master left half done, as its origin
+// reports it: its task is suspended there for Move to Dest.
+type Orphan struct {
+	Move ID
+	TID  task.TID
+	Dest routing.Route
 }
 
 func (e Event) String() string {
@@ -294,6 +317,10 @@ func (e Event) String() string {
 		return fmt.Sprintf("drop-job %d: %v", e.Job, e.Err)
 	case Hold, Release:
 		return fmt.Sprintf("%v job %d", e.Kind, e.Job)
+	case Report:
+		return fmt.Sprintf("report %v: %d orphans, %d running", e.Host, len(e.Orphans), len(e.Running))
+	case Resolve:
+		return fmt.Sprintf("resolve %v", e.Hosts)
 	}
 	return e.Kind.String()
 }
@@ -374,6 +401,15 @@ type Machine struct {
 	byID   map[ID]*Move
 	held   map[uint64]int // Hold counts per job
 	acts   []Action
+	// A recovered master: the moves reported half done, by task, with
+	// their origins, and where the reporting hosts run their tasks.
+	orphans   map[task.TID]orphan
+	runningAt map[task.TID]task.HostID
+}
+
+type orphan struct {
+	Orphan
+	from task.HostID
 }
 
 // New returns a machine whose epoch clock starts at epoch and whose move
@@ -413,6 +449,18 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		if m.held[ev.Job]--; m.held[ev.Job] <= 0 {
 			delete(m.held, ev.Job)
 		}
+	case Report:
+		if m.orphans == nil {
+			m.orphans, m.runningAt = map[task.TID]orphan{}, map[task.TID]task.HostID{}
+		}
+		for _, o := range ev.Orphans {
+			m.orphans[o.TID] = orphan{Orphan: o, from: ev.Host}
+		}
+		for _, tid := range ev.Running {
+			m.runningAt[tid] = ev.Host
+		}
+	case Resolve:
+		m.resolve(ev.Hosts, ev.Spec.Timeouts)
 	default:
 		err = fmt.Errorf("%v: %w", ev.Kind, ErrBadEvent)
 	}
@@ -506,6 +554,27 @@ func (m *Machine) adopt(id ID, s Spec, atDest bool) error {
 	}
 	m.cancel(mv, errors.New("the previous master left it half done"))
 	return nil
+}
+
+// resolve adopts the reported moves whose two hosts are among hosts, in
+// task order; one that cannot be adopted (the task moves already) is
+// rejected and forgotten.
+func (m *Machine) resolve(hosts []task.HostID, t Timeouts) {
+	var tids []task.TID
+	for tid, o := range m.orphans {
+		if slices.Contains(hosts, o.from) && slices.Contains(hosts, o.Dest.Host) {
+			tids = append(tids, tid)
+		}
+	}
+	slices.Sort(tids)
+	for _, tid := range tids {
+		o := m.orphans[tid]
+		delete(m.orphans, tid)
+		s := Spec{TID: tid, From: o.from, To: o.Dest.Host, Epoch: o.Dest.Epoch, Timeouts: t}
+		if err := m.adopt(o.Move, s, m.runningAt[tid] == o.Dest.Host); err != nil {
+			m.acts = append(m.acts, Action{Kind: Reject, Move: o.Move, TID: tid, Err: err})
+		}
+	}
 }
 
 // ObserveMove raises the move IDs handed out above id, one a host knows

@@ -150,6 +150,17 @@
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
 //     kept for its next direct checkpoint, under that peer's ckpt.mu
 //     (bulk.go), taken with no other lock held.
+//   - Owners and quotas (owners, owners.go; Daemon.owners, master), under
+//     owners.mu: who started each job and spawned each task outside a
+//     job, and the live tasks and jobs counted against the quotas
+//     (Config.MaxUserTasks, MaxUserJobs, MaxJobTasks); it locks on its own
+//     and calls nothing that locks.
+//
+// Control calls: one table (methods.go) declares each method with its
+// typed request and answer, who may call it and what a user's call must
+// own; serveMethod dispatches and authorizes from it alone, and a call a
+// daemon makes to itself skips the codec (callLocal). A client's calls
+// run under a context that ends with its connection.
 //
 // Lock order: rep.mu, then rt.mu, then ht.mu, then nw.mu; mv.mu, then
 // nw.mu (mv.mu is never taken with rt.mu or ht.mu held, nor held while

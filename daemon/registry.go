@@ -18,22 +18,25 @@ type registry struct {
 	mu   sync.Mutex
 	next uint64 // the last job number handed out
 	byID map[uint64]*jobState
-	// outputs maps a job to the console its output goes to.
-	outputs  map[uint64]io.Writer
-	setSeqs  map[string]uint64               // the newest complete checkpoint set of each job name
-	tidFloor map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
-	hostJobs map[task.HostID]map[uint64]bool // the jobs with tasks on each host
+	// outputs maps a job to the console its output goes to, and
+	// listeners to what hears of its rollbacks (an embedded run).
+	outputs   map[uint64]io.Writer
+	listeners map[uint64]func(JobNote)
+	setSeqs   map[string]uint64               // the newest complete checkpoint set of each job name
+	tidFloor  map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
+	hostJobs  map[task.HostID]map[uint64]bool // the jobs with tasks on each host
 	// rollbacks counts the job rollbacks made.
 	rollbacks atomic.Int64
 }
 
 func newRegistry() *registry {
 	return &registry{
-		byID:     map[uint64]*jobState{},
-		outputs:  map[uint64]io.Writer{},
-		setSeqs:  map[string]uint64{},
-		tidFloor: map[task.HostID]uint32{},
-		hostJobs: map[task.HostID]map[uint64]bool{},
+		byID:      map[uint64]*jobState{},
+		outputs:   map[uint64]io.Writer{},
+		listeners: map[uint64]func(JobNote){},
+		setSeqs:   map[string]uint64{},
+		tidFloor:  map[task.HostID]uint32{},
+		hostJobs:  map[task.HostID]map[uint64]bool{},
 	}
 }
 
@@ -58,6 +61,21 @@ func (r *registry) remove(id uint64) {
 	defer r.mu.Unlock()
 	delete(r.byID, id)
 	delete(r.outputs, id)
+	delete(r.listeners, id)
+}
+
+// setNotes makes fn hear what befalls job id.
+func (r *registry) setNotes(id uint64, fn func(JobNote)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listeners[id] = fn
+}
+
+// notes is what hears of job id's rollbacks, or nil.
+func (r *registry) notes(id uint64) func(JobNote) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.listeners[id]
 }
 
 // get is job id, or nil.
@@ -122,6 +140,17 @@ func (r *registry) hostsOf(job uint64) []task.HostID {
 		}
 	}
 	return on
+}
+
+// all lists the registered jobs.
+func (r *registry) all() []*jobState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	jss := make([]*jobState, 0, len(r.byID))
+	for _, js := range r.byID {
+		jss = append(jss, js)
+	}
+	return jss
 }
 
 // jobsOf lists the registered jobs recorded with tasks on host h.

@@ -257,21 +257,20 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		}
 	}
 	d.mv.mu.Lock()
-	if info.Job != 0 && d.mv.killing[info.Job] > 0 {
+	acts := d.mv.machine.Step(start, move.Event{Kind: move.Start, Spec: move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Job: info.Job, Timeouts: d.moveTimeouts()}})
+	mv, ok := d.mv.machine.Moving(tid)
+	if err := rejection(acts); err != nil || !ok {
 		d.mv.mu.Unlock()
-		return fail(fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling))
-	}
-	id, err := d.mv.machine.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
-	if err != nil {
-		d.mv.mu.Unlock()
+		if errors.Is(err, move.ErrHeld) {
+			err = fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling)
+		}
 		return fail(err)
 	}
+	id := mv.ID
 	d.mv.rememberLocked(tid, info)
-	mv, _ := d.mv.machine.Moving(tid)
 	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
 	d.mv.runs[id] = run
-	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	if next, ok := d.performFor(acts, id); ok {
 		d.callStep(ctx, next)
@@ -334,6 +333,10 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				d.log.Warn("move ended without moving the task", "move", a.Move, "tid", a.TID, "cause", a.Err)
 			}
 			d.schedDirty()
+		case move.Reject:
+			// A result the move no longer waits for (late, duplicated,
+			// or of a move that ended meanwhile).
+			d.log.Debug("move step answered late", "move", a.Move, "error", a.Err)
 		case move.Call:
 			if d.ctx.Err() != nil {
 				continue // stopping: the hosts settle a half-done move with a recovered master
@@ -448,12 +451,20 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
 		}
 	}
-	if rerr := d.mv.machine.Result(a.Move, a.Step, o, err, now); rerr != nil {
-		d.log.Debug("move step answered late", "error", rerr)
-	}
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(now, move.Event{Kind: move.Result, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
 	d.mv.mu.Unlock()
 	return d.performFor(acts, a.Move)
+}
+
+// rejection returns the error of the move machine's rejection of the event
+// that gave acts (nil: it took the event).
+func rejection(acts []move.Action) error {
+	for _, a := range acts {
+		if a.Kind == move.Reject {
+			return a.Err
+		}
+	}
+	return nil
 }
 
 // suspendRefused reports whether a suspend step's error is the origin's
@@ -477,8 +488,7 @@ func checkpointName(tid task.TID, epoch uint64) string {
 // steps that failed are tried again.
 func (d *Daemon) moveTick() {
 	d.mv.mu.Lock()
-	d.mv.machine.Tick(time.Now())
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.Tick})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }
@@ -1050,15 +1060,7 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
 	d.mv.mu.Lock()
-	for id, run := range d.mv.runs {
-		if run.job != job {
-			continue
-		}
-		if mv, ok := d.mv.machine.Moving(run.res.TID); ok && mv.ID == id {
-			d.mv.machine.Drop(run.res.TID, fmt.Errorf("job %d rolls back", job))
-		}
-	}
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.DropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }
@@ -1104,7 +1106,7 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 	d.mv.mu.Lock()
 	var wait []chan struct{}
 	for _, mv := range d.mv.machine.Moves() {
-		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
+		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, mv.Job) {
 			wait = append(wait, run.ended)
 		}
 	}
@@ -1112,7 +1114,7 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 	if len(wait) == 0 {
 		return
 	}
-	t := time.NewTimer(d.cfg.MoveTimeout + d.cfg.MoveTransferTimeout + 4*d.cfg.MoveStepTimeout)
+	t := time.NewTimer(d.moveTimeouts().Course())
 	defer t.Stop()
 	for _, ch := range wait {
 		select {
@@ -1141,14 +1143,13 @@ func (d *Daemon) movesHostLost(h task.HostID) {
 			wait = append(wait, run.ended)
 		}
 	}
-	d.mv.machine.HostLost(h, time.Now())
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.HostLost, Host: h})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 	if len(wait) == 0 {
 		return
 	}
-	t := time.NewTimer(d.cfg.MoveTransferTimeout + 2*d.cfg.MoveStepTimeout)
+	t := time.NewTimer(d.moveTimeouts().Unwind())
 	defer t.Stop()
 	for _, ch := range wait {
 		select {

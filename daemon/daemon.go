@@ -161,6 +161,15 @@ type Config struct {
 	// closed at once and logged as refused. Over QUIC, MaxConns also
 	// bounds connections still in their handshake (Transport.MaxConns).
 	MaxConns, MaxConnsPerPeer int
+	// MaxForgeries is how many frames making claims about tasks their
+	// host does not hold (routing.Judge) a daemon connection may send
+	// within ForgeryWindow before it is closed (defaults
+	// DefaultMaxForgeries, DefaultForgeryWindow). Each such claim is
+	// refused whatever the count; an honest host makes one only while a
+	// route is on its way to this daemon, and its refused messages are
+	// resent.
+	MaxForgeries  int
+	ForgeryWindow time.Duration
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
@@ -341,6 +350,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConnsPerPeer <= 0 {
 		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.MaxForgeries <= 0 {
+		c.MaxForgeries = DefaultMaxForgeries
+	}
+	if c.ForgeryWindow <= 0 {
+		c.ForgeryWindow = DefaultForgeryWindow
 	}
 	if c.Transport.MaxConns <= 0 {
 		c.Transport.MaxConns = c.MaxConns // QUIC refuses one more before its handshake
@@ -538,6 +553,7 @@ type Daemon struct {
 	// Trust: keys, revocations, credentials, refusals (auth.go, renew.go).
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
+	forgeLog   refusalLog                  // refused claims about tasks (claims.go)
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
@@ -1189,6 +1205,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type jobWriter struct {
 	d   *Daemon
 	job uint64
+	tid task.TID // the writing task: the master checks that the host runs it
 }
 
 func (w jobWriter) Write(p []byte) (int, error) {
@@ -1196,7 +1213,7 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return w.d.jobOut(w.job, p)
 	}
 	b := append([]byte(nil), p...)
-	if err := w.d.sendEvent(w.d.ctx, MasterID, &event{Kind: evOutput, Job: w.job, Output: b}); err != nil {
+	if err := w.d.sendEvent(w.d.ctx, MasterID, &event{Kind: evOutput, Job: w.job, TID: w.tid, Output: b}); err != nil {
 		return 0, err
 	}
 	return len(p), nil

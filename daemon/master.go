@@ -431,10 +431,16 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
+		if d.refuseClaim(p, "exited event", routing.ClaimExit, e.TID) != nil {
+			return nil
+		}
 		d.taskGone(e.TID)
 	case evOutput:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.outputClaim(p, e) != nil {
+			return nil // refused (and counted); the connection is closed if it has sent too many
 		}
 		_, _ = d.jobOut(e.Job, e.Output)
 	case evBarrier:
@@ -443,6 +449,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		// Several of the host's members may arrive in one event.
 		for _, tid := range e.TIDs {
+			if d.refuseClaim(p, "barrier event", routing.ClaimAct, tid) != nil {
+				continue
+			}
 			b, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
 			if err != nil {
 				d.sendRelease(p.info.ID, e.Group, []task.TID{tid}, err)
@@ -453,6 +462,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 	case evBarrierCancel:
 		if !d.cfg.Master || len(e.TIDs) != 1 {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.refuseClaim(p, "barrier-cancel event", routing.ClaimAct, e.TIDs[0]) != nil {
+			return nil
 		}
 		d.groups.withdraw(e.Group, e.TIDs[0])
 	case evBarrierRelease:
@@ -550,6 +562,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
+		settle := d.reg.expect(h, job) // their output may come before the answer is read
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		if job != 0 && len(rep.TIDs) > 0 {
 			// After the answer: a load report the host sent before it
@@ -557,6 +570,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 			// overwrite this.
 			d.reg.jobsOn(h, []uint64{job}, false)
 		}
+		settle()
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
 		if err != nil {
@@ -576,11 +590,20 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 // spawn starts tasks for a local parent: on this host directly when asked
 // to, otherwise through the master's placement.
 func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	if d.nw == nil || (req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())) {
-		if d.nw == nil && req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
-			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
+	if d.nw == nil {
+		if req.Host != "" {
+			if _, err := resolveHost([]HostInfo{d.selfInfo()}, req.Host); err != nil {
+				return nil, err
+			}
 		}
 		return d.startLocal(ctx, parent, job, req)
+	}
+	if req.Host != "" {
+		// Here when it names this host alone (resolveHost); otherwise
+		// the master resolves it, and says why it cannot.
+		if h, err := d.hostByName(req.Host); err == nil && h == d.cfg.HostID {
+			return d.startLocal(ctx, parent, job, req)
+		}
 	}
 	var rep tidsReply
 	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Job: job, Req: req}, &rep)

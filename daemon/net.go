@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -578,7 +579,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	case routing.KindMsgs:
 		return d.receiveMsgs(p, f.Body, false)
 	case routing.KindAcks:
-		return d.receiveAcks(f.Body)
+		return d.receiveAcks(p, f.Body)
 	case routing.KindRefuse:
 		return d.receiveRefusals(p, f.Body)
 	case routing.KindCall:
@@ -684,6 +685,9 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 		return nil, err
 	}
 	if p == nil || !p.cert.Role.Client() {
+		if err := d.hostCallClaim(p, method, body); err != nil {
+			return nil, err
+		}
 		return d.handle(ctx, p, method, body)
 	}
 	ctx = withCaller(ctx, p.cert)
@@ -784,14 +788,46 @@ func (d *Daemon) Hosts() []HostInfo {
 	return out
 }
 
-// hostByName resolves a host name, or "h<ID>", to its ID.
+// hostByName resolves a host to its ID (resolveHost).
 func (d *Daemon) hostByName(name string) (task.HostID, error) {
-	for _, h := range d.Hosts() {
-		if h.Name == name || h.ID.String() == name {
-			return h.ID, nil
+	return resolveHost(d.Hosts(), name)
+}
+
+// ErrAmbiguousHost is a host given by a word that is one host's name and
+// another's ID.
+var ErrAmbiguousHost = errors.New("names one host and is the ID of another")
+
+// resolveHost finds the host s names among hosts: "name:N" the host named
+// N, "id:hN" the host with ID hN, and a bare word the host with that name
+// or that ID — a word that is one host's name and another's ID is refused
+// with ErrAmbiguousHost (say which with a prefix), never resolved to
+// either.
+func resolveHost(hosts []HostInfo, s string) (task.HostID, error) {
+	byName, byID := true, true
+	word := s
+	if w, ok := strings.CutPrefix(s, "name:"); ok {
+		word, byID = w, false
+	} else if w, ok := strings.CutPrefix(s, "id:"); ok {
+		word, byName = w, false
+	}
+	var named, ided task.HostID
+	for _, h := range hosts {
+		if byName && h.Name == word {
+			named = h.ID
+		}
+		if byID && h.ID.String() == word {
+			ided = h.ID
 		}
 	}
-	return 0, fmt.Errorf("host %q: %w", name, task.ErrNoSuchHost)
+	switch {
+	case named != 0 && ided != 0 && named != ided:
+		return 0, fmt.Errorf("host %q: %w (%v is named %q): say name:%s or id:%s", s, ErrAmbiguousHost, named, word, word, word)
+	case named != 0:
+		return named, nil
+	case ided != 0:
+		return ided, nil
+	}
+	return 0, fmt.Errorf("host %q: %w", s, task.ErrNoSuchHost)
 }
 
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
@@ -805,6 +841,7 @@ func (d *Daemon) heartbeatLoop() {
 			d.log.Error("credential file", "file", d.cfg.CredentialFile, "error", err)
 		}
 		d.checkExpiry(now)
+		d.dropExpired(now)
 		if d.cfg.Master {
 			d.reloadRevoked()
 			d.checkHosts(now)

@@ -53,6 +53,9 @@ type peer struct {
 	once     sync.Once
 	err      error
 
+	// forgeries counts the frames with claims refused (claims.go).
+	forgeries forgeCount
+
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
 }

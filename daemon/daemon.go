@@ -170,6 +170,14 @@ type Config struct {
 	// resent.
 	MaxForgeries  int
 	ForgeryWindow time.Duration
+	// FrameBudget bounds the bytes of large frame bodies (of
+	// routing.BudgetFrom or more) the readers of all connections hold at
+	// once, from before a body is allocated until the frame has been
+	// handled, and FrameBudgetPerCert those of the connections made with
+	// one certificate (defaults DefaultFrameBudget,
+	// DefaultFrameBudgetPerCert; neither below MaxFrame): a frame that
+	// does not fit waits, and its connection is not read meanwhile.
+	FrameBudget, FrameBudgetPerCert int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
@@ -363,6 +371,14 @@ func (c *Config) setDefaults() {
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
 	}
+	if c.FrameBudgetPerCert <= 0 {
+		c.FrameBudgetPerCert = DefaultFrameBudgetPerCert
+	}
+	if c.FrameBudget <= 0 {
+		c.FrameBudget = DefaultFrameBudget
+	}
+	c.FrameBudgetPerCert = max(c.FrameBudgetPerCert, c.MaxFrame)
+	c.FrameBudget = max(c.FrameBudget, c.FrameBudgetPerCert)
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
@@ -554,6 +570,7 @@ type Daemon struct {
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
 	forgeLog   refusalLog                  // refused claims about tasks (claims.go)
+	frames     *frameBudget                // large frame bodies held by the connections' readers (budget.go)
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
@@ -602,6 +619,7 @@ func newDaemon(cfg Config) *Daemon {
 		rep:      reports{kick: make(chan struct{}, 1)},
 		self:     HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 		met:      cfg.Metrics,
+		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert),
 	}
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})

@@ -270,7 +270,9 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		return
 	}
 	r := routing.NewReader(st, d.cfg.MaxFrame)
+	r.SetBudget(d.budgetFor(conn))
 	h, err := readHello(ctx, r)
+	r.Free() // the hello is decoded: a connection refused holds nothing
 	if err != nil {
 		d.refused(conn.RemoteAddr(), conn.Peer(), err.Error())
 		conn.Close(err.Error())
@@ -519,6 +521,7 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)
 	}
+	g.r.SetBudget(d.budgetFor(g.conn))
 	p := newPeer(d, g.conn, g.st, true)
 	p.info = g.reply.Info
 	if !d.attach(p) {

@@ -281,6 +281,7 @@ func (p *peer) name() string {
 // malformed or forbidden frame closes the connection.
 func (p *peer) readLoop(r *routing.Reader) {
 	defer p.d.peerGone(p)
+	defer r.Free()
 	for {
 		f, err := r.Next()
 		if err != nil {

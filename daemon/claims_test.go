@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
@@ -302,6 +306,116 @@ func TestResolveHost(t *testing.T) {
 		got, err := resolveHost(hosts, c.in)
 		if got != c.want || !errors.Is(err, c.err) {
 			t.Errorf("resolveHost(%q) = %v, %v; want %v, %v", c.in, got, err, c.want, c.err)
+		}
+	}
+}
+
+// TestSimByzantine: the simulation's job (a ring with periodic
+// checkpoints) runs over four daemons on the in-memory network, with
+// delays from the seed, while one of them, byzantine, forges on its own
+// authenticated connections, every millisecond of virtual time, a claim
+// about a task of the job that another daemon hosts: a message from it to
+// another task of the job (sequence numbers and contents from the seed),
+// acknowledgements and refusals speaking for it, its exit, output for it,
+// a barrier arrival and a group join for it. The job must print the
+// fault-free run's result, and the daemons must have refused the claims.
+func TestSimByzantine(t *testing.T) {
+	want := simReference(t)
+	for seed := range memSeeds(t, 3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			dir := simDir(t)
+			synctest.Test(t, func(t *testing.T) {
+				out := &syncBuffer{}
+				cfg := simCfg(dir, out)
+				cfg.MaxForgeries = 1 << 30 // judged and refused, but its connections stay
+				cfg.Metrics = metrics.New(metrics.Options{NoRuntime: true})
+				vm := startMemVM(t, 4, &faults{seed: uint64(seed), delay: 300}, cfg)
+				bad := vm.Daemons[3]
+				stop := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					byzantine(bad, vm.Daemons, rand.New(rand.NewPCG(uint64(seed), 36)), stop)
+				}()
+				got, _ := simJob(t, vm.Master(), out, nil, nil)
+				close(stop)
+				<-done
+				if got != want {
+					t.Fatalf("with a byzantine host the job printed %s, want %s", got, want)
+				}
+				n := 0.0
+				for _, d := range vm.Daemons {
+					n += forgedCount(t, d)
+				}
+				if n == 0 {
+					t.Fatal("no forged claim was refused: the byzantine host forged nothing")
+				}
+				t.Logf("%v claims refused", n)
+			})
+		})
+	}
+}
+
+// byzantine forges claims from daemon bad about the tasks the other
+// daemons host, until stop is closed.
+func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) {
+	ctx := context.Background()
+	type victim struct {
+		tid  task.TID
+		host task.HostID
+		job  uint64
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		var vs []victim
+		for _, d := range ds {
+			if d == bad {
+				continue
+			}
+			d.ht.mu.Lock()
+			for tid, h := range d.ht.tasks {
+				vs = append(vs, victim{tid, d.cfg.HostID, h.job})
+			}
+			d.ht.mu.Unlock()
+		}
+		if len(vs) < 2 {
+			continue
+		}
+		slices.SortFunc(vs, func(a, b victim) int { return int(a.tid - b.tid) })
+		v, other := vs[rng.IntN(len(vs))], vs[rng.IntN(len(vs))]
+		send := func(h task.HostID, k routing.Kind, body []byte) {
+			if p, err := bad.peerFor(ctx, h); err == nil {
+				p.frame(k, body)
+			}
+		}
+		toMaster := func(e *event) {
+			if b, err := encodeMsg(e); err == nil {
+				send(MasterID, routing.KindEvent, b)
+			}
+		}
+		switch rng.IntN(7) {
+		case 0:
+			p, _ := task.Encode(rng.IntN(1000))
+			env := routing.Envelope{From: v.tid, To: other.tid, Seq: uint64(1 + rng.IntN(64)), Tag: int32(rng.IntN(8)), Body: p}
+			send(other.host, routing.KindMsgs, routing.AppendEnvelope(nil, &env))
+		case 1:
+			send(other.host, routing.KindAcks, routing.AppendAck(nil, routing.Ack{From: other.tid, To: v.tid, Seq: 1 << 40}))
+		case 2:
+			send(other.host, routing.KindRefuse, routing.AppendRefusal(nil, routing.Refusal{To: v.tid, Route: routing.Route{Host: bad.cfg.HostID, Epoch: 1 << 40}}))
+		case 3:
+			toMaster(&event{Kind: evExited, TID: v.tid})
+		case 4:
+			toMaster(&event{Kind: evOutput, Job: v.job, TID: v.tid, Output: []byte("sum 1\n")})
+		case 5:
+			toMaster(&event{Kind: evBarrier, Group: "j" + fmt.Sprint(v.job) + ":ring", TIDs: []task.TID{v.tid}, Count: 2})
+		case 6:
+			if p, err := bad.peerFor(ctx, MasterID); err == nil {
+				_ = bad.callPeer(ctx, p, mJoin, groupArgs{Group: "j" + fmt.Sprint(v.job) + ":ring", TID: v.tid}, nil)
+			}
 		}
 	}
 }

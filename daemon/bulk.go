@@ -14,10 +14,6 @@ import (
 // maxStreamHeader bounds the opening frame of a checkpoint stream.
 const maxStreamHeader = 1 << 10
 
-// bulkRetry is how long a peer's bulk lane stays unused after it failed
-// to open or broke: its messages go over the QUIC connection meanwhile.
-const bulkRetry = time.Second
-
 // bulkLane carries a peer's large messages (Config.BulkThreshold and up)
 // on the transport's bulk lane (transport.BulkConn), one frame per
 // message, written by the lane's own goroutine, which owns the stream.
@@ -56,7 +52,7 @@ func newBulkLane(p *peer) *bulkLane {
 func (b *bulkLane) take(e *routing.Envelope) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.downAt.IsZero() && time.Since(b.downAt) < bulkRetry {
+	if !b.downAt.IsZero() && time.Since(b.downAt) < b.p.d.cfg.BulkRetry {
 		return false
 	}
 	b.q = append(b.q, *e)
@@ -154,7 +150,7 @@ func (l *ckptLane) take() transport.Stream {
 
 // spareCheckpointStream opens a bulk stream to p for its next direct
 // checkpoint, unless one is kept or being opened, or opening one failed
-// less than bulkRetry ago. The goroutine that opens it watches it until
+// less than Config.BulkRetry ago. The goroutine that opens it watches it until
 // it is taken and used, or ends: the receiving daemon never writes on a
 // checkpoint stream, so a read returns only when the stream has ended (the
 // peer closed it, the connection or this daemon stopped), and a stream
@@ -162,7 +158,7 @@ func (l *ckptLane) take() transport.Stream {
 func (d *Daemon) spareCheckpointStream(p *peer, bc transport.BulkConn) {
 	l := &p.ckpt
 	l.mu.Lock()
-	if l.st != nil || l.opening || (!l.downAt.IsZero() && time.Since(l.downAt) < bulkRetry) {
+	if l.st != nil || l.opening || (!l.downAt.IsZero() && time.Since(l.downAt) < d.cfg.BulkRetry) {
 		l.mu.Unlock()
 		return
 	}

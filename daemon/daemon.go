@@ -122,6 +122,13 @@ type Config struct {
 	// JoinTimeout bounds how long a daemon keeps trying to join a master
 	// that answers "busy" or not in time (default 10 minutes).
 	JoinTimeout time.Duration
+	// JoinCallTimeout bounds one try to join or rejoin the master
+	// (default the larger of 5s and ten heartbeats).
+	JoinCallTimeout time.Duration
+	// JoinBackoffBase and JoinBackoffMax space a host's tries at a busy
+	// master: jittered exponential backoff from the base up to the most
+	// (defaults 100ms and 10s), or as the master's answer asks.
+	JoinBackoffBase, JoinBackoffMax time.Duration
 	// HandshakeTimeout bounds a new connection's first exchange: the hello
 	// a daemon or client sends and its answer, dialling a peer, and how
 	// long a master keeps a "busy" answer's connection open for the host
@@ -196,6 +203,10 @@ type Config struct {
 	// BulkOpenTimeout bounds opening a bulk lane (default 5s); past it
 	// the messages go over QUIC.
 	BulkOpenTimeout time.Duration
+	// BulkRetry is how long a peer's bulk lane stays unused after it
+	// failed to open or broke (default 1s): its messages go over QUIC
+	// meanwhile.
+	BulkRetry time.Duration
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
@@ -314,6 +325,15 @@ func (c *Config) setDefaults() {
 	if c.JoinTimeout <= 0 {
 		c.JoinTimeout = 10 * time.Minute
 	}
+	if c.JoinCallTimeout <= 0 {
+		c.JoinCallTimeout = max(10*c.Heartbeat, 5*time.Second)
+	}
+	if c.JoinBackoffBase <= 0 {
+		c.JoinBackoffBase = 100 * time.Millisecond
+	}
+	if c.JoinBackoffMax <= 0 {
+		c.JoinBackoffMax = max(10*time.Second, c.JoinBackoffBase)
+	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
@@ -390,6 +410,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BulkOpenTimeout <= 0 {
 		c.BulkOpenTimeout = 5 * time.Second
+	}
+	if c.BulkRetry <= 0 {
+		c.BulkRetry = time.Second
 	}
 	if c.MailboxHigh <= 0 {
 		c.MailboxHigh = 32 << 20
@@ -686,7 +709,9 @@ func (d *Daemon) Err() error {
 // stop shuts the daemon down (see shutdown) with a bounded wait for task
 // goroutines.
 func (d *Daemon) stop(why error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StopTimeout)
+	// The daemon's context ends as it stops: the wait keeps its values,
+	// not its cancellation.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.ctx), d.cfg.StopTimeout)
 	defer cancel()
 	_ = d.shutdown(ctx, why)
 }
@@ -1019,7 +1044,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	delete(d.ht.tasks, h.tid)
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
-	delete(d.ht.moveFloor, h.tid)
+	d.ht.moveGone(h.tid)
 	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
 		delete(d.ht.ckResumed, h.job)
 	}
@@ -1050,7 +1075,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		d.taskGone(h.tid)
 	default:
 		if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evExited, TID: h.tid}); err != nil {
-			d.log.Log(context.Background(), d.lossLevel(), "report exit", "tid", h.tid, "error", err)
+			d.log.Log(d.ctx, d.lossLevel(), "report exit", "tid", h.tid, "error", err)
 		}
 	}
 	// Exit notices travel as the task's last messages to their watchers,

@@ -34,17 +34,28 @@
 //     endpoint.go) drive it.
 //   - Task hosting (hosting, hosting.go; Daemon.ht), under ht.mu: the
 //     tasks running here, the exited ones (`ps -a`), notify
-//     registrations, tasks staged from a job checkpoint, and the two
-//     halves of a move at a host: tasks suspended here while they move
-//     away (moving, with the move they are suspended for, and whether
-//     their checkpoint is being written) and tasks prepared here on their
-//     way in (incoming, with the move that prepared them); moveFloor, per
-//     task, the newest move this host cancelled or resumed it for (gone
-//     when the task ends here; a suspend step older than the route this
-//     host holds for the task is refused too); ckResumed, per job with
-//     tasks here, the newest checkpoint round the master resumed (a later
-//     pause of it is refused). A task's mailbox has its own locks
-//     (mailbox.go).
+//     registrations, tasks staged from a job checkpoint; ckResumed, per
+//     job with tasks here, the newest checkpoint round the master resumed
+//     (a later pause of it is refused); and this host's halves of moves.
+//     A task's mailbox has its own locks (mailbox.go).
+//   - The host half of moves (ht.moves, a routing/move.Host), under
+//     ht.mu: a pure machine that decides every step of a move at this
+//     host — prepare, suspend and the capture at the task's safe point,
+//     the checkpoint's write and its direct stream, restore and install,
+//     commit, resume, cancel, a job's drop, a task given up or ended — and
+//     owns, per task, the departure (suspended here for a move, and
+//     whether its checkpoint is being written), the arrival (prepared here
+//     for a move) and the floor (the newest move this host cancelled or
+//     resumed it for; gone when the task ends). The step handlers
+//     (migrate.go) feed it each step with what the task table and the
+//     route cache know of the task (move.Local), and perform the effects
+//     it returns; they keep what a departure or an arrival carries that
+//     is no decision (moving: the captured state, the checkpoint file,
+//     the channels a resume and Wait block on; incoming: the messages
+//     held for an arrival and the direct checkpoint's hand-off), adding
+//     and removing entries only as its effects say. A job restore's staged
+//     tasks are arrivals of the shell alone (incoming with move 0; jobs.go),
+//     which the machine learns of through move.Local.Restoring.
 //   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
 //     machine (routing/move), which holds every move under way and the
 //     virtual machine's epoch clock, the driver's record of each move
@@ -61,11 +72,11 @@
 //     outcome back (a suspend the origin refused, as with no safe point
 //     in time or no such task, ends the move with nothing to resume); the
 //     goroutine that performed a move's step performs its next one. The
-//     hosts' step handlers check the move ID of every step (a step of a
-//     move a host has cancelled or resumed the task for is refused), and
-//     install checks, in the critical section that puts a task into
-//     service, that its arrival is still the one prepared, so a restore
-//     finishing after an abort installs nothing. A move aborts in one
+//     hosts' move machines check the move ID of every step (a step of a
+//     move a host has cancelled or resumed the task for is refused), and,
+//     in the critical section that puts a task into service, that its
+//     arrival is still the one prepared, so a restore finishing after an
+//     abort installs nothing. A move aborts in one
 //     order: the destination drops its arrival first (or answers that it
 //     already runs the task, and the move commits instead), then the
 //     origin resumes the task at a newer route; a lost destination counts

@@ -26,7 +26,7 @@ func (h *hosted) Context() context.Context                         { return h.ct
 func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job, h.tid} }
 func (h *hosted) Logger() *slog.Logger                             { return h.d.taskLog(h) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
-func (h *hosted) alive() error                                     { return h.ctxErr(context.Background()) }
+func (h *hosted) alive() error                                     { return h.ctxErr(h.ctx) }
 func (h *hosted) dead() <-chan struct{}                            { return h.ctx.Done() }
 func (h *hosted) Probe(from task.TID, tag int) (task.Status, bool) { return h.mb.probe(from, tag) }
 
@@ -457,12 +457,12 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 	if tid == h.tid {
 		// The move needs this task at a safe point: ask, and let it go on
 		// to one.
-		go func() {
+		h.d.goFunc(func() {
 			var res MigrateResult
 			if err := h.d.callMaster(h.d.ctx, mMigrate, args, &res); err != nil {
 				h.d.log.Warn("self-migration", "tid", tid, "error", err)
 			}
-		}()
+		})
 		return nil
 	}
 	var res MigrateResult

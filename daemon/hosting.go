@@ -2,9 +2,9 @@ package daemon
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
@@ -12,11 +12,13 @@ import (
 
 // hosting is a daemon's task hosting part: the tasks running here and the
 // exited ones (`ps -a`), notify registrations, tasks staged from a job
-// checkpoint, and this host's two halves of a move — tasks suspended here
-// while they move away, and tasks prepared here on their way in. One
-// lock, mu, owns it all; where a critical section must also see the
-// routes (a message received for a task, a move's suspend or install) it
-// takes the router's lock first (see doc.go).
+// checkpoint, and this host's two halves of a move — the host move
+// machine (routing/move.Host), which decides every step, and what the
+// shell keeps for its departures and arrivals: tasks suspended here while
+// they move away, and tasks prepared here on their way in. One lock, mu,
+// owns it all; where a critical section must also see the routes (a
+// message received for a task, a move's suspend or install) it takes the
+// router's lock first (see doc.go).
 type hosting struct {
 	mu      sync.Mutex
 	tasks   map[task.TID]*hosted   // running tasks
@@ -30,13 +32,16 @@ type hosting struct {
 	lossWatch map[task.TID][]watcher
 	halted    bool                // the daemon is stopping: no task starts
 	staged    map[task.TID]staged // tasks read from a job checkpoint, waiting to start
-	// Migration: tasks suspended here while they move away, and tasks
-	// prepared here that are on their way in.
+	// moves is the host half of moves: it decides every step of a move
+	// here and holds, per task, the departure, the arrival and the floor
+	// (the newest move this host cancelled or resumed the task for).
+	moves *move.Host
+	// What the shell keeps for moves, as moves' effects tell it: tasks
+	// suspended here while they move away (a departure each), and tasks
+	// prepared here that are on their way in (an arrival each, or, with
+	// move 0, a job restore's staged task).
 	moving   map[task.TID]*leaving
 	incoming map[task.TID]*arriving
-	// moveFloor is, per task, the newest move this host cancelled or
-	// resumed it for: steps of that move and older ones are refused.
-	moveFloor map[task.TID]move.ID
 	// ckResumed is, per job with tasks here, the newest checkpoint round
 	// (its try) the master resumed: a pause of that round or an older one
 	// is refused. It goes with the job's last task here.
@@ -52,7 +57,7 @@ func newHosting() *hosting {
 		staged:    map[task.TID]staged{},
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
-		moveFloor: map[task.TID]move.ID{},
+		moves:     move.NewHost(),
 		ckResumed: map[uint64]uint64{},
 	}
 }
@@ -120,25 +125,57 @@ func (ht *hosting) localJobs() []uint64 {
 	return out
 }
 
-// staleMove reports whether a step of move id for tid comes after this
-// host cancelled or resumed tid for that move or a newer one (mu held).
-func (ht *hosting) staleMove(tid task.TID, id move.ID) bool {
-	return id != 0 && id <= ht.moveFloor[tid]
+// stepMove feeds one event to the host half of moves (mu held), with
+// what the task table knows of the task, and returns its effects; a
+// step's answer is the last.
+func (ht *hosting) stepMove(e move.HostEvent) []move.HostEffect {
+	if e.TID != 0 && e.Kind != move.EvSafePoint {
+		e.Local = ht.localLocked(e.TID, e.Local.Route)
+	}
+	return ht.moves.Step(time.Now(), e)
 }
 
-// departure returns the task suspended here for move id, marked as
-// sending its checkpoint, or an error if there is none or it is resolved
-// (mu held).
-func (ht *hosting) departure(tid task.TID, id move.ID) (*leaving, error) {
-	l := ht.moving[tid]
-	if l == nil || l.over || (id != 0 && l.move != id) {
-		return nil, fmt.Errorf("%v is not suspended here for %v", tid, id)
+// localLocked is what the task table knows of tid (mu held); route is the
+// epoch of the route the router holds for it.
+func (ht *hosting) localLocked(tid task.TID, route uint64) move.Local {
+	l := move.Local{Route: route}
+	if h := ht.tasks[tid]; h != nil {
+		l.Running, l.Type, l.Job, l.Arrived, l.Quiet = true, h.typ, h.job, h.arrived, h.quiet.Load()
 	}
-	if l.sending != nil {
-		return nil, fmt.Errorf("the checkpoint of %v is being sent", tid)
+	if arr := ht.incoming[tid]; arr != nil && arr.move == 0 {
+		l.Restoring = true
 	}
-	l.sending = make(chan struct{})
-	return l, nil
+	return l
+}
+
+// answer is a step's answer among its effects: the last one.
+func answer(fx []move.HostEffect) move.HostEffect {
+	if len(fx) == 0 {
+		return move.HostEffect{Kind: move.DoOK}
+	}
+	return fx[len(fx)-1]
+}
+
+// moveLost forgets what this host holds of tid caught in a move (mu
+// held): the master gave the task up. It returns the departure's kept
+// state the machine dropped, if any; the arrival goes (a move's, or a job
+// restore's).
+func (ht *hosting) moveLost(tid task.TID) *leaving {
+	var left *leaving
+	for _, x := range ht.stepMove(move.HostEvent{Kind: move.EvLost, TID: tid}) {
+		if l := ht.moving[tid]; x.Kind == move.DoDropDeparture && l != nil {
+			delete(ht.moving, tid)
+			left = l
+		}
+	}
+	delete(ht.incoming, tid)
+	return left
+}
+
+// moveGone tells the host half of moves that tid has ended (mu held): its
+// floor against late steps goes with it.
+func (ht *hosting) moveGone(tid task.TID) {
+	ht.moves.Step(time.Now(), move.HostEvent{Kind: move.EvGone, TID: tid})
 }
 
 // remember records a task's group membership (inst < 0: it left).

@@ -143,13 +143,13 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	}
 	dropped := d.rt.dropHost(id)
 	if len(dropped) > 0 {
-		d.log.Log(context.Background(), d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
+		d.log.Log(d.ctx, d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
 	}
 	lvl := slog.LevelWarn
 	if why == reasonLeft {
 		lvl = slog.LevelInfo
 	}
-	d.log.Log(context.Background(), lvl, "host deleted", "peer", id, "peer_name", hi.Name, "reason", why)
+	d.log.Log(d.ctx, lvl, "host deleted", "peer", id, "peer_name", hi.Name, "reason", why)
 	if d.cfg.Master {
 		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
 		d.lostFromGroups(id)
@@ -508,7 +508,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.groups.leaveAll(tid)
 	d.ht.mu.Lock()
 	delete(d.ht.lossWatch, tid)
-	delete(d.ht.moveFloor, tid) // the floor of an arrival cancelled here
+	d.ht.moveGone(tid) // the floor of an arrival cancelled here
 	d.ht.mu.Unlock()
 	d.rt.forgetRoute(tid)
 	d.forgetClass(tid)

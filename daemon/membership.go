@@ -392,12 +392,9 @@ func (d *Daemon) dropLost(lost []task.TID) {
 		if h := d.ht.tasks[tid]; h != nil {
 			hs = append(hs, h)
 		}
-		if l := d.ht.moving[tid]; l != nil && !l.over {
-			l.over = true
-			delete(d.ht.moving, tid)
+		if l := d.ht.moveLost(tid); l != nil {
 			resolved = append(resolved, l.resolved)
 		}
-		delete(d.ht.incoming, tid)
 	}
 	d.ht.mu.Unlock()
 	for _, ch := range resolved {
@@ -445,8 +442,11 @@ func (d *Daemon) forgetAbsent(hosts []HostInfo) {
 	}
 }
 
-// joinBackoff is how hosts space their tries at a busy master.
-var joinBackoff = member.Backoff{Base: 100 * time.Millisecond, Max: 10 * time.Second}
+// joinBackoff is how this host spaces its tries at a busy master
+// (Config.JoinBackoffBase, JoinBackoffMax).
+func (d *Daemon) joinBackoff() member.Backoff {
+	return member.Backoff{Base: d.cfg.JoinBackoffBase, Max: d.cfg.JoinBackoffMax}
+}
 
 // retryRand is this daemon's source of jitter for retries: seeded by its
 // name, so that hosts refused together spread out, and a test replays.
@@ -476,13 +476,16 @@ func (d *Daemon) joinRetry(ctx context.Context, per time.Duration, try func(ctx 
 		if !again && !timedOut {
 			return err
 		}
-		wait := joinBackoff.Delay(attempt, hint, rng.Uint64())
+		wait := d.joinBackoff().Delay(attempt, hint, rng.Uint64())
 		d.log.Warn("the master cannot take this host yet; trying again", "error", err, "in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%w (interrupted while trying again)", err)
+			}
 			return fmt.Errorf("%w (gave up after %v)", err, d.cfg.JoinTimeout)
 		}
 	}

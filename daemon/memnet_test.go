@@ -489,12 +489,13 @@ func simDump(vm *LocalVM, tids []task.TID) string {
 				state = fmt.Sprintf(" hosted, %d in its mailbox;", n)
 			}
 			if l != nil {
-				state += fmt.Sprintf(" suspended for %v (over %v, dest %+v, held %d)", l.move, l.over, l.dest, len(l.held))
+				dep, _ := d.ht.moves.Departure(tid)
+				state += fmt.Sprintf(" suspended for %v (over %v, dest %+v, held %d)", l.move, dep.Over, l.dest, len(l.held))
 			}
 			if arr != nil {
 				state += fmt.Sprintf(" arriving for %v (held %d)", arr.move, len(arr.held))
 			}
-			floor := d.ht.moveFloor[tid]
+			floor, _ := d.ht.moves.Floor(tid)
 			d.ht.mu.Unlock()
 			d.rt.mu.Lock()
 			r := d.rt.routes.Lookup(tid)

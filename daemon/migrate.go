@@ -85,28 +85,28 @@ type moveRequest struct {
 }
 
 // leaving is a task suspended on this daemon (the origin) while it moves:
-// what an abort needs to resume it here. Its fields are guarded by d.ht.mu.
+// what an abort needs to resume it here, kept while the host move machine
+// holds its departure. Its fields are guarded by d.ht.mu.
 type leaving struct {
 	h        *hosted
-	move     move.ID // the move it is suspended for
+	move     move.ID // the move it is suspended for (the departure's)
 	meta     ckpt.Meta
 	dest     routing.Route
 	file     string        // indirect: the checkpoint file to remove on commit
 	resolved chan struct{} // closed on commit or abort
 	// sending is set while its checkpoint is written, and closed when the
-	// write is over: a resume waits for it, so that the task never runs
-	// while its state is encoded.
+	// write is over: a resume the machine tells to wait waits for it, so
+	// that the task never runs while its state is encoded.
 	sending chan struct{}
-	// over is set once a commit or resume has taken it: no step of its
-	// move is served any more.
-	over bool
 	// held are messages kept for it, unacknowledged, once its move has
 	// aborted and before it resumes here (see comingBack).
 	held []heldMsg
 }
 
 // arriving is a task prepared on this daemon (the destination): messages
-// for it are held, unacknowledged, until it is restored.
+// for it are held, unacknowledged, until it is restored. For a move, it is
+// kept while the host move machine holds its arrival; with move 0, it is a
+// job restore's staged task (jobs.go), which the machine does not hold.
 type arriving struct {
 	typ   string
 	move  move.ID // the move that prepared it (0: a job restart)
@@ -304,7 +304,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // across a call.
 func (d *Daemon) perform(acts []move.Action) {
 	if a, ok := d.performFor(acts, 0); ok {
-		d.goFunc(func() { d.callStep(context.Background(), a) })
+		d.goFunc(func() { d.runSteps(a) })
 	}
 }
 
@@ -342,7 +342,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				next, ok = a, true
 				continue
 			}
-			d.goFunc(func() { d.callStep(context.Background(), a) })
+			d.goFunc(func() { d.runSteps(a) })
 		}
 	}
 	return next, ok
@@ -355,8 +355,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 // back would add two goroutine wake-ups to every move); once that
 // caller's ctx ends, the steps left go on on a tracked goroutine, and the
 // caller is free after the step under way (each is bounded by its own
-// timeout). Elsewhere it runs on a tracked goroutine with a ctx that
-// never ends.
+// timeout). Elsewhere the steps run on a tracked goroutine (runSteps).
 func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 	for {
 		next, ok := d.step(a)
@@ -364,7 +363,20 @@ func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 			return
 		}
 		if ctx.Err() != nil {
-			d.goFunc(func() { d.callStep(context.Background(), next) })
+			d.goFunc(func() { d.runSteps(next) })
+			return
+		}
+		a = next
+	}
+}
+
+// runSteps is callStep on a tracked goroutine, with no caller to free:
+// it performs the move's steps until the machine asks for none (each is
+// bounded by its timeout under the daemon's context).
+func (d *Daemon) runSteps(a move.Action) {
+	for {
+		next, ok := d.step(a)
+		if !ok {
 			return
 		}
 		a = next
@@ -533,14 +545,10 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	}
 	d.ht.mu.Lock()
 	defer d.ht.mu.Unlock()
-	if d.ht.staleMove(a.TID, a.Move) {
-		return fmt.Errorf("prepare %v for %v: %w", a.TID, a.Move, ErrAborted)
-	}
-	if _, here := d.ht.tasks[a.TID]; here {
-		return fmt.Errorf("%v already runs here", a.TID)
-	}
-	if d.ht.incoming[a.TID] != nil {
-		return fmt.Errorf("%v: %w", a.TID, ErrMoving)
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: a.TID, Move: a.Move,
+		Route: routing.Route{Host: d.cfg.HostID, Epoch: a.Epoch}, Peer: a.Host, Job: a.Job, Type: a.Type}))
+	if x.Kind == move.DoRefuse {
+		return x.Err
 	}
 	d.ht.incoming[a.TID] = &arriving{typ: a.Type, move: a.Move, job: a.Job, epoch: a.Epoch, from: a.Host, received: make(chan transferred, 1)}
 	return nil
@@ -550,30 +558,19 @@ func (d *Daemon) prepareArrival(a migStep) error {
 // waits until it has, or the timeout passes (then the request is
 // withdrawn and the task runs on).
 func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
-	// A route here newer than the move's means the task came back or was
-	// restored since the move began (an abort, a job's rollback): the
-	// step is late even where the task's floor has gone with an earlier
-	// incarnation.
+	// The machine compares the move with the route held here: one newer
+	// than the move's means the task came back or was restored since.
 	cur := d.rt.lookup(a.TID).Epoch
 	d.ht.mu.Lock()
 	h := d.ht.tasks[a.TID]
-	stale := d.ht.staleMove(a.TID, a.Move) || (a.Epoch != 0 && a.Epoch < cur)
-	l := d.ht.moving[a.TID]
-	already := h == nil && l != nil && !l.over && a.Move != 0 && l.move == a.Move
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
+		Route: routing.Route{Host: a.Host, Epoch: a.Epoch}, Type: a.Type, Job: a.Job, Local: move.Local{Route: cur}}))
 	d.ht.mu.Unlock()
-	if stale {
-		return fmt.Errorf("suspend %v for %v: %w", a.TID, a.Move, ErrAborted)
-	}
-	if already {
+	switch x.Kind {
+	case move.DoRefuse:
+		return x.Err
+	case move.DoOK:
 		return nil // suspended for this very move: the step is done
-	}
-	if h == nil {
-		return fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
-	}
-	if a.Type != "" && (h.typ != a.Type || h.job != a.Job) {
-		// The master moves the task on a stale record of it.
-		return fmt.Errorf("suspend %v for %v: it is a %s of job %d here, the move's record a %s of job %d: %w",
-			a.TID, a.Move, h.typ, h.job, a.Type, a.Job, ErrAborted)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {
@@ -609,26 +606,20 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	d.rt.mu.Lock()
 	d.ht.mu.Lock()
-	if cur := d.ht.tasks[h.tid]; cur != h {
+	// The machine refuses a task no longer in service here (it exited),
+	// one whose job rolls back (killJob: it stays here to be killed rather
+	// than leave a copy in a move), and a move aborted while the request
+	// waited for this safe point (the task runs on here).
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: h.tid, Move: req.move,
+		Route: routing.Route{Host: req.to, Epoch: req.epoch},
+		Local: move.Local{Running: d.ht.tasks[h.tid] == h, Type: h.typ, Job: h.job, Quiet: h.quiet.Load()}}))
+	if x.Kind == move.DoRefuse {
 		d.ht.mu.Unlock()
 		d.rt.mu.Unlock()
-		req.done <- fmt.Errorf("%v: %w", h.tid, task.ErrNoSuchTask)
-		return task.ErrKilled
-	}
-	if h.quiet.Load() {
-		// Its job rolls back and the kill is on its way (killJob): it
-		// stays here to be killed rather than leave a copy in a move.
-		d.ht.mu.Unlock()
-		d.rt.mu.Unlock()
-		req.done <- fmt.Errorf("suspend %v for %v: its job rolls back: %w", h.tid, req.move, ErrAborted)
-		return nil
-	}
-	if d.ht.staleMove(h.tid, req.move) {
-		// The move was aborted (its resume came) while the request waited
-		// for this safe point: the task runs on here.
-		d.ht.mu.Unlock()
-		d.rt.mu.Unlock()
-		req.done <- fmt.Errorf("suspend %v for %v: %w", h.tid, req.move, ErrAborted)
+		req.done <- x.Err
+		if errors.Is(x.Err, task.ErrNoSuchTask) {
+			return task.ErrKilled
+		}
 		return nil
 	}
 	delete(d.ht.tasks, h.tid)
@@ -638,7 +629,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	d.rt.outbox.ForgetSender(h.tid)
 	delete(d.ht.watch, h.tid)
 	d.ht.hostW = slices.DeleteFunc(d.ht.hostW, func(w hostWatcher) bool { return w.who == h.tid })
-	d.ht.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: routing.Route{Host: req.to, Epoch: req.epoch}, resolved: make(chan struct{})}
+	d.ht.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: x.Route, resolved: make(chan struct{})}
 	h.moved = true
 	h.mb.close()
 	d.ht.mu.Unlock()
@@ -655,13 +646,20 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 // it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	d.ht.mu.Lock()
-	l, err := d.ht.departure(a.TID, a.Move)
-	d.ht.mu.Unlock()
-	if err != nil {
-		return 0, err
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSend, TID: a.TID, Move: a.Move}))
+	l := d.ht.moving[a.TID]
+	if x.Kind == move.DoRefuse || l == nil {
+		d.ht.mu.Unlock()
+		if x.Kind != move.DoRefuse {
+			return 0, fmt.Errorf("%v: no state kept for its departure", a.TID)
+		}
+		return 0, x.Err
 	}
+	l.sending = make(chan struct{})
+	d.ht.mu.Unlock()
 	defer func() {
 		d.ht.mu.Lock()
+		d.ht.stepMove(move.HostEvent{Kind: move.EvSent, TID: a.TID, Move: l.move})
 		close(l.sending)
 		l.sending = nil
 		d.ht.mu.Unlock()
@@ -790,9 +788,10 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 		return
 	}
 	d.ht.mu.Lock()
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvStream, TID: h.TID, Move: h.Move, Route: routing.Route{Epoch: h.Epoch}, Peer: p.info.ID}))
 	arr := d.ht.incoming[h.TID]
 	d.ht.mu.Unlock()
-	if arr == nil || arr.epoch != h.Epoch || arr.move != h.Move || arr.from != p.info.ID {
+	if x.Kind != move.DoReceive || arr == nil {
 		d.log.Warn("refused a checkpoint for a task not prepared here", "tid", h.TID, "move", h.Move, "peer", p.name())
 		return
 	}
@@ -814,10 +813,14 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 // the task into service.
 func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	d.ht.mu.Lock()
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvRestore, TID: a.TID, Move: a.Move}))
 	arr := d.ht.incoming[a.TID]
 	d.ht.mu.Unlock()
-	if arr == nil || (a.Move != 0 && arr.move != a.Move) {
-		return fmt.Errorf("%v is not prepared here for %v", a.TID, a.Move)
+	if x.Kind == move.DoRefuse {
+		return x.Err
+	}
+	if arr == nil {
+		return fmt.Errorf("%v: no state kept for its arrival", a.TID)
 	}
 	if d.cfg.Fault == "exit-on-restore" {
 		d.log.Error("fault injected: exiting in the middle of a migration", "tid", a.TID)
@@ -852,10 +855,11 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	if got.err != nil {
 		return fmt.Errorf("checkpoint of %v: %w", a.TID, got.err)
 	}
-	if got.meta.TID != a.TID || got.meta.Epoch != arr.epoch || got.meta.Type != arr.typ {
-		return fmt.Errorf("checkpoint is of %v epoch %d (%s), want %v epoch %d (%s)",
-			got.meta.TID, got.meta.Epoch, got.meta.Type, a.TID, arr.epoch, arr.typ)
+	if got.meta.TID != a.TID {
+		return fmt.Errorf("checkpoint is of %v, want %v", got.meta.TID, a.TID)
 	}
+	// install has the machine check the checkpoint's epoch and type
+	// against the arrival.
 	if err := d.install(got.meta, got.t, arr, nil); err != nil {
 		return fmt.Errorf("restore %v: %w", a.TID, err)
 	}
@@ -872,7 +876,9 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 // sender would drop it. In that critical section it checks that arr (or
 // left) is still this daemon's record of the task: if the move was
 // cancelled meanwhile, nothing is installed and the error wraps
-// ErrAborted.
+// ErrAborted. For a move's arrival or a resume the host move machine
+// decides (and checks the arrival's epoch and type against m); a job
+// restore's staged task is the shell's own.
 func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
 	h := d.newHosted(m.TID, m.Parent, m.Job, m.Type, t)
 	for _, g := range m.Groups { // the host's record, for a recovered master
@@ -884,11 +890,25 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	acks := map[task.HostID][]byte{}
 	d.rt.mu.Lock()
 	d.ht.mu.Lock()
-	if (arr != nil && d.ht.incoming[m.TID] != arr) || (left != nil && d.ht.moving[m.TID] != left) {
+	refused := (arr != nil && d.ht.incoming[m.TID] != arr) || (left != nil && d.ht.moving[m.TID] != left)
+	var err error
+	switch {
+	case refused:
+	case arr != nil && arr.move != 0:
+		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
+		refused, err = x.Kind == move.DoRefuse, x.Err
+	case left != nil:
+		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: left.move, Back: true}))
+		refused, err = x.Kind == move.DoRefuse, x.Err
+	}
+	if refused {
 		d.ht.mu.Unlock()
 		d.rt.mu.Unlock()
 		h.cancel()
-		return fmt.Errorf("%v: its move was cancelled: %w", m.TID, ErrAborted)
+		if err == nil {
+			err = fmt.Errorf("%v: its move was cancelled: %w", m.TID, ErrAborted)
+		}
+		return err
 	}
 	for _, e := range m.Mailbox {
 		h.mb.putEnvelope(e)
@@ -958,12 +978,12 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 // commitDeparture forgets a task that now runs elsewhere (origin).
 func (d *Daemon) commitDeparture(a migStep) {
 	d.ht.mu.Lock()
+	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvCommit, TID: a.TID, Move: a.Move}))
 	l := d.ht.moving[a.TID]
-	if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
+	if x.Kind != move.DoForget || l == nil {
 		d.ht.mu.Unlock()
 		return
 	}
-	l.over = true
 	delete(d.ht.moving, a.TID)
 	d.ht.mu.Unlock()
 	if l.file != "" {
@@ -980,18 +1000,19 @@ func (d *Daemon) commitDeparture(a migStep) {
 func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 	tid := a.TID
 	d.ht.mu.Lock()
-	d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], a.Move)
 	for {
+		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvResume, TID: tid, Move: a.Move, Route: a.Route}))
 		l := d.ht.moving[tid]
-		if l == nil || l.over || (a.Move != 0 && l.move != a.Move) {
-			running := d.ht.tasks[tid] != nil
+		switch {
+		case x.Kind == move.DoRefuse:
 			d.ht.mu.Unlock()
-			if running || (l != nil && l.over) {
-				return nil
+			return x.Err
+		case x.Kind == move.DoWait:
+			if l == nil || l.sending == nil {
+				d.ht.mu.Unlock()
+				return fmt.Errorf("resume %v: no checkpoint write kept for its departure", tid)
 			}
-			return fmt.Errorf("%v is not suspended here for %v", tid, a.Move)
-		}
-		if ch := l.sending; ch != nil {
+			ch := l.sending
 			d.ht.mu.Unlock()
 			select {
 			case <-ch:
@@ -1000,13 +1021,15 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 			}
 			d.ht.mu.Lock()
 			continue
+		case x.Kind != move.DoResume || l == nil:
+			d.ht.mu.Unlock()
+			return nil // resumed before, or never suspended
 		}
-		l.over = true
 		d.ht.mu.Unlock()
 		if l.file != "" {
 			_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 		}
-		d.rt.update(tid, a.Route)
+		d.rt.update(tid, x.Route)
 		m := l.meta
 		err := d.install(&m, l.h.t, nil, l)
 		close(l.resolved)
@@ -1028,17 +1051,19 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 	// every message it holds for the task.
 	d.rt.mu.Lock()
 	d.ht.mu.Lock()
-	d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], a.Move)
-	if h := d.ht.tasks[tid]; h != nil && a.Move != 0 && h.arrived == a.Move {
-		d.ht.mu.Unlock()
-		d.rt.mu.Unlock()
-		return true
-	}
-	arr := d.ht.incoming[tid]
-	if arr != nil && arr.move == a.Move {
-		delete(d.ht.incoming, tid)
-	} else {
-		arr = nil // another move's arrival, or a job's: not this step's
+	var arr *arriving // this move's arrival, if the machine drops it
+	for _, x := range d.ht.stepMove(move.HostEvent{Kind: move.EvCancel, TID: tid, Move: a.Move, Route: back}) {
+		switch x.Kind {
+		case move.DoInstalled:
+			d.ht.mu.Unlock()
+			d.rt.mu.Unlock()
+			return true
+		case move.DoDropArrival:
+			arr = d.ht.incoming[tid]
+			delete(d.ht.incoming, tid)
+		case move.DoSetRoute:
+			back = x.Route
+		}
 	}
 	d.ht.mu.Unlock()
 	d.rt.routes.Update(tid, back)
@@ -1094,22 +1119,17 @@ func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 	var tids []task.TID
 	var left []*leaving
 	d.ht.mu.Lock()
-	for tid, l := range d.ht.moving {
-		if l.h.job != job || l.over {
-			continue
+	for _, x := range d.ht.stepMove(move.HostEvent{Kind: move.EvDropJob, Job: job}) {
+		switch x.Kind {
+		case move.DoDropDeparture:
+			if l := d.ht.moving[x.TID]; l != nil {
+				delete(d.ht.moving, x.TID)
+				left = append(left, l)
+			}
+		case move.DoDropArrival:
+			delete(d.ht.incoming, x.TID)
 		}
-		l.over = true
-		delete(d.ht.moving, tid)
-		d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], l.move)
-		tids, left = append(tids, tid), append(left, l)
-	}
-	for tid, arr := range d.ht.incoming {
-		if arr.job != job || arr.move == 0 {
-			continue // another job's, or a job restart's (its restore owns it)
-		}
-		delete(d.ht.incoming, tid)
-		d.ht.moveFloor[tid] = max(d.ht.moveFloor[tid], arr.move)
-		tids = append(tids, tid)
+		tids = append(tids, x.TID)
 	}
 	d.ht.mu.Unlock()
 	for _, l := range left {

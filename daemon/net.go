@@ -117,7 +117,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 // master, or one that does not answer in time, is tried again (joinRetry).
 func (d *Daemon) join(ctx context.Context) error {
 	var g *greeting
-	err := d.joinRetry(ctx, max(10*d.cfg.Heartbeat, 5*time.Second), func(ctx context.Context) error {
+	err := d.joinRetry(ctx, d.cfg.JoinCallTimeout, func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
 			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)

@@ -109,9 +109,7 @@ func (d *Daemon) report() rejoinReport {
 		r.MaxEpoch = max(r.MaxEpoch, a.epoch)
 		r.MaxMove = max(r.MaxMove, a.move)
 	}
-	for _, id := range d.ht.moveFloor {
-		r.MaxMove = max(r.MaxMove, id)
-	}
+	r.MaxMove = max(r.MaxMove, d.ht.moves.MaxMove())
 	for _, h := range d.ht.tasks {
 		r.MaxMove = max(r.MaxMove, h.arrived)
 	}
@@ -154,7 +152,7 @@ func (d *Daemon) orphaned(cause error) {
 			if now := time.Now(); now.Before(next) {
 				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
 			}
-			ctx, cancel := context.WithTimeout(d.ctx, max(10*d.cfg.Heartbeat, 5*time.Second))
+			ctx, cancel := context.WithTimeout(d.ctx, d.cfg.JoinCallTimeout)
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {
@@ -165,7 +163,7 @@ func (d *Daemon) orphaned(cause error) {
 			if hint, again := retryJoin(err); again {
 				// A master is there, under a storm: wait as it asks, and
 				// give it the time.
-				next = time.Now().Add(joinBackoff.Delay(attempt, hint, rng.Uint64()))
+				next = time.Now().Add(d.joinBackoff().Delay(attempt, hint, rng.Uint64()))
 				attempt++
 				if busy := (*BusyError)(nil); errors.As(err, &busy) && time.Now().Add(grace).After(deadline) {
 					deadline = time.Now().Add(grace)

@@ -58,7 +58,7 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	if opts.Hosts == 1 {
 		d = New(Config{Output: opts.Output, Logger: opts.Logger})
 		defer func() {
-			hctx, cancel := context.WithTimeout(context.Background(), opts.HaltTimeout)
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.HaltTimeout) // ctx may have ended
 			defer cancel()
 			if err := d.Halt(hctx); err != nil {
 				d.log.Warn("halt", "error", err)
@@ -182,7 +182,7 @@ func (vm *LocalVM) Halt(timeout time.Duration) {
 		vm.Master().stopping(task.ErrHalted)
 	}
 	for i := len(vm.Daemons) - 1; i >= 0; i-- {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(vm.Daemons[i].ctx), timeout)
 		_ = vm.Daemons[i].Halt(ctx)
 		cancel()
 	}

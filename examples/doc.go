@@ -10,6 +10,8 @@
 //   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
 //     exchange and a convergence all-reduce.
 //
+// The ports of PVM 3.4's example programs live in examples/pvm.
+//
 // Each program is one file that compiles on its own — its tags and
 // constants are declared in it (jacobi_serial.go is jacobi's serial
 // reference for the tests) — keeps its whole progress in its exported

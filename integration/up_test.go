@@ -54,13 +54,12 @@ LogLevel ERROR
 	startCmd(t, fmt.Sprintf("sshd %d", i), exec.Command("ip", "netns", "exec", ns.names[i-1], sshd, "-D", "-e", "-f", conf))
 }
 
-// TestUpDownOverSSH starts a virtual machine with 'dpvm up' over ssh (an
-// sshd with key authentication in each of three network namespaces, the
-// binary copied to each) on two hosts, adds the third from the console,
-// runs a program across them, and stops it with 'dpvm down', checking that
-// no daemon is left.
-func TestUpDownOverSSH(t *testing.T) {
-	ns := newNetns(t, 3)
+// sshHosts starts n network namespaces each with an sshd that lets in the
+// key id (in dir), and waits until each does; it skips the test where
+// namespaces, sshd or the OpenSSH client are missing.
+func sshHosts(t *testing.T, n int) (ns *netns, dir, id string) {
+	t.Helper()
+	ns = newNetns(t, n)
 	sshd := sshdBin()
 	if sshd == "" {
 		t.Skip("no sshd (Debian: apt-get install openssh-server; .ci/run installs it): skipping the ssh launcher test")
@@ -74,8 +73,8 @@ func TestUpDownOverSSH(t *testing.T) {
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	id := filepath.Join(dir, "id")
+	dir = t.TempDir()
+	id = filepath.Join(dir, "id")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", id).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
@@ -87,12 +86,12 @@ func TestUpDownOverSSH(t *testing.T) {
 	if err := os.WriteFile(authorized, pub, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		startSSHD(t, ns, i, dir, sshd, authorized)
 	}
 	ssh := "ssh -F /dev/null -i " + id + " -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5"
 	// Real sockets: poll each sshd until it lets the key in.
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			args := append([]string{"netns", "exec", ns.names[0]}, strings.Fields(ssh)...)
@@ -106,6 +105,17 @@ func TestUpDownOverSSH(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return ns, dir, id
+}
+
+// TestUpDownOverSSH starts a virtual machine with 'dpvm up' over ssh (an
+// sshd with key authentication in each of three network namespaces, the
+// binary copied to each) on two hosts, adds the third from the console,
+// runs a program across them, and stops it with 'dpvm down', checking that
+// no daemon is left.
+func TestUpDownOverSSH(t *testing.T) {
+	ns, dir, id := sshHosts(t, 3)
+	ssh := "ssh -F /dev/null -i " + id + " -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5"
 
 	// The credentials directory holds the CA: dpvm up issues each daemon's
 	// credential under it, named as the hostfile names the host.
@@ -244,6 +254,12 @@ func TestUpDownOverSSH(t *testing.T) {
 	if _, err := os.Stat(table.State); !os.IsNotExist(err) {
 		t.Errorf("state file %s left after down: %v", table.State, err)
 	}
+	// The credentials up and add copied to the hosts are gone with them.
+	for _, f := range []string{"n1.pem", "n2.pem", "n3.pem", pki.SecretFile} {
+		if _, err := os.Stat(filepath.Join(remote, f)); !os.IsNotExist(err) {
+			t.Errorf("credential %s left on the host after down: %v", f, err)
+		}
+	}
 }
 
 // processGone reports whether process pid has exited: absent, or a zombie
@@ -258,4 +274,83 @@ func processGone(pid int) bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) > 2 && (f[2] == "Z" || f[2] == "X")
+}
+
+// TestUpFirstContact is 'dpvm up' as on fresh machines: their ssh host
+// keys are not known yet, the hostfile names them by ssh aliases, and
+// dpvm is not installed on them. Without --accept-new-host-keys up stops
+// at once and names the flag; with it, a daemon that cannot start (its
+// binary missing) fails up at once with the end of its log, not after
+// --wait; with --copy the virtual machine comes up, dialled at the
+// aliases' addresses.
+func TestUpFirstContact(t *testing.T) {
+	ns, dir, id := sshHosts(t, 2)
+	knownHosts := filepath.Join(dir, "known_hosts")
+	config := filepath.Join(dir, "ssh_config")
+	cfg := fmt.Sprintf("Host alpha\n  HostName 10.213.0.1\nHost beta\n  HostName 10.213.0.2\nHost *\n  IdentityFile %s\n  UserKnownHostsFile %s\n  LogLevel ERROR\n  ConnectTimeout 5\n", id, knownHosts)
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// ssh's defaults but the configuration file: host keys are checked.
+	ssh := "ssh -F " + config + " -o BatchMode=yes"
+	creds := filepath.Join(dir, "creds")
+	if code, _, errOut := dpvm(t, nil, "keygen", "--out", creds); code != 0 {
+		t.Fatal(errOut)
+	}
+	hostfile := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hostfile, []byte("alpha name=n1 cores=2\nbeta name=n2 cores=2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remote := filepath.Join(dir, "remote")
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(dir, "state")}
+	var stdout string
+	up := func(name string, args ...string) (int, string) {
+		cmd := exec.Command("ip", ns.in(1, append([]string{"up", hostfile, "--credentials", creds, "--ssh", ssh, "--remote-dir", remote, "--wait", "90s"}, args...)...)...)
+		cmd.Env = append(os.Environ(), env...)
+		p := startCmd(t, name, cmd)
+		code := p.wait()
+		stdout = p.out.String()
+		return code, p.out.String() + p.err.String()
+	}
+
+	// Unknown host keys: refused, with what to do.
+	code, out := up("dpvm up (unknown keys)")
+	if code == 0 || !strings.Contains(out, "host key verification failed") || !strings.Contains(out, "--accept-new-host-keys") {
+		t.Fatalf("dpvm up with unknown host keys: %d\n%s", code, out)
+	}
+
+	// Keys accepted, but no dpvm there: the master's daemon exits at
+	// start, and up says so with its log rather than waiting out --wait.
+	code, out = up("dpvm up (no binary)", "--accept-new-host-keys", "--remote-bin", "/nonexistent/dpvm")
+	if code == 0 || !strings.Contains(out, "the daemon exited") || !strings.Contains(out, "/nonexistent/dpvm") || strings.Contains(out, "deadline exceeded") {
+		t.Fatalf("dpvm up with no binary on the hosts: %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(knownHosts); err != nil || !strings.Contains(string(b), "10.213.0.1") {
+		t.Fatalf("known_hosts after --accept-new-host-keys: %v\n%s", err, b)
+	}
+
+	// With the binary copied: up, with the master dialled and joined at
+	// alpha's address.
+	code, out = up("dpvm up (copy)", "--accept-new-host-keys", "--copy", "--bin", dpvmBin, "--json")
+	if code != 0 {
+		t.Fatalf("dpvm up --copy: %d\n%s", code, out)
+	}
+	t.Cleanup(func() {
+		cmd := exec.Command("ip", ns.in(1, "down", hostfile, "--stop-grace", "1s")...)
+		cmd.Env = append(os.Environ(), env...)
+		startCmd(t, "dpvm down", cmd).wait()
+	})
+	var table struct {
+		Master string `json:"master"`
+		Hosts  []struct {
+			Name string `json:"name"`
+			Addr string `json:"addr"`
+		} `json:"hosts"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &table); err != nil {
+		t.Fatalf("dpvm up --json: %v\n%s", err, out)
+	}
+	if table.Master != "10.213.0.1:7070" || len(table.Hosts) != 2 || table.Hosts[1].Addr != "10.213.0.2:7070" {
+		t.Fatalf("dpvm up through aliases: %+v", table)
+	}
 }

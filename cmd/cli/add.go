@@ -26,7 +26,7 @@ func addSpec() *cli.Command {
 			"--remote-credentials). When a 'dpvm up' recorded this virtual machine, the host\n" +
 			"is added to its record, so that 'dpvm down' stops it too.\n" +
 			"  dpvm add node4 user=dpvm cores=8 --copy --master node1:7070 --credential creds/admin.pem --credentials creds",
-		Flags: []cli.Flag{sshFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), credentialsFlag(), remoteCredsFlag(),
+		Flags: []cli.Flag{sshFlag(), acceptNewHostKeysFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), credentialsFlag(), remoteCredsFlag(),
 			daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), jsonFlag()},
 	}
 }

@@ -14,17 +14,17 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon/bench"
-	"github.com/dpvm/dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 )
 
 // benchPeersCommand is `dpvm bench peers`: dpvm beside PVM 3.4 and Open
-// MPI, measured in one run by integration/peers/run.sh.
+// MPI, measured in one run by daemon/bench/peers/run.sh.
 func benchPeersCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "peers",
 		Usage: "dpvm beside PVM 3.4 and Open MPI on this host, in one run, with ratios",
-		Description: "Runs the peer harness integration/peers/run.sh (found from the current directory\n" +
-			"or this binary's, or given with --script). It installs PVM 3.4 and Open MPI with\n" +
+		Description: "Runs the peer harness this binary carries (daemon/bench/peers/run.sh, written into\n" +
+			"OUT/harness; --script runs another). It installs PVM 3.4 and Open MPI with\n" +
 			"apt-get when they are missing (--no-install: fail instead), starts a private PVM\n" +
 			"virtual machine, and measures in alternating rounds PVM through pvmd and with\n" +
 			"PvmRouteDirect, Open MPI over shared memory and TCP, raw TCP, and dpvm itself\n" +
@@ -39,7 +39,7 @@ func benchPeersCommand() *cli.Command {
 			&cli.Float64Flag{Name: "scale", Value: 1, Usage: "repetitions and time caps multiplied by `S` (0.1 is a quick run)"},
 			&cli.StringFlag{Name: "out", Value: "peers-results", Usage: "`DIR` for results.jsonl, machine.txt and table.md"},
 			&cli.StringFlag{Name: "plot", Usage: "draw latency and bandwidth against message size as SVG into `FILE.svg`"},
-			&cli.StringFlag{Name: "script", Usage: "the harness script (default: integration/peers/run.sh of the repository)"},
+			&cli.StringFlag{Name: "script", Usage: "the harness script (default: the one this binary carries, written into --out/harness)"},
 			&cli.StringFlag{Name: "only", Usage: "comma-separated `systems` to run (run.sh --only; default all)"},
 			&cli.BoolFlag{Name: "no-install", Usage: "fail instead of installing missing packages"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summaries as one JSON object"},
@@ -90,18 +90,15 @@ func runBenchPeers(ctx context.Context, o benchPeersOptions, stdout, stderr io.W
 	if !(o.Scale > 0 && o.Scale <= 10) {
 		return cli.Exit(fmt.Sprintf("bench peers: --scale %v is outside (0, 10]", o.Scale), 2)
 	}
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return cli.Exit("bench peers: --out: "+err.Error(), 2)
+	}
 	script := o.Script
 	if script == "" {
-		var dirs []string
-		if wd, err := os.Getwd(); err == nil {
-			dirs = append(dirs, wd)
-		}
-		if exe, err := os.Executable(); err == nil {
-			dirs = append(dirs, filepath.Dir(exe))
-		}
-		var err error
-		if script, err = peers.FindScript(dirs...); err != nil {
-			return cli.Exit(fmt.Sprintf("bench peers: %v; run it inside the repository or pass --script", err), 1)
+		// The harness this binary carries, written beside the results.
+		if script, err = peers.WriteHarness(filepath.Join(out, "harness")); err != nil {
+			return cli.Exit("bench peers: "+err.Error(), 1)
 		}
 	} else if st, err := os.Stat(script); err != nil || st.IsDir() {
 		return cli.Exit(fmt.Sprintf("bench peers: --script %s: not a file", script), 1)
@@ -109,10 +106,6 @@ func runBenchPeers(ctx context.Context, o benchPeersOptions, stdout, stderr io.W
 	exe, err := os.Executable()
 	if err != nil {
 		return cli.Exit("bench peers: cannot find this binary to measure dpvm: "+err.Error(), 1)
-	}
-	out, err := filepath.Abs(o.Out)
-	if err != nil {
-		return cli.Exit("bench peers: --out: "+err.Error(), 2)
 	}
 	args := []string{script, "--rounds", strconv.Itoa(o.Rounds), "--scale", strconv.FormatFloat(o.Scale, 'g', -1, 64),
 		"--out", out, "--dpvm-bin", exe, "--no-table"}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpvm/dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 )
 
 // TestBenchPeersLine: --line prints one line the harness's parser accepts,
@@ -119,10 +119,23 @@ func TestBenchPeersErrors(t *testing.T) {
 			t.Errorf("%v: status %d, stderr %q; want %d mentioning %q", c.args, code, errOut, c.code, c.msg)
 		}
 	}
-	// Outside the repository, with no --script: a clear error.
+}
+
+// TestBenchPeersCarriesItsHarness: outside the repository, with no
+// --script, the harness the binary carries is written into --out/harness
+// and run from there (here told not to install anything, on one quick
+// system: whether the machine has a C compiler decides how far it gets).
+func TestBenchPeersCarriesItsHarness(t *testing.T) {
+	dir := t.TempDir()
 	t.Chdir(dir)
-	code, _, errOut := dpvm(t, "bench", "peers")
-	if code != 1 || !strings.Contains(errOut, "--script") {
-		t.Errorf("no script: status %d, stderr %q", code, errOut)
+	_, _, errOut := dpvm(t, "bench", "peers", "--no-install", "--only", "raw-tcp", "--rounds", "1", "--scale", "0.01", "--out", "res")
+	script := filepath.Join(dir, "res", "harness", peers.ScriptName)
+	if !strings.Contains(errOut, "bash "+script+" ") {
+		t.Errorf("did not run the harness it carries (%s): %s", script, errOut)
+	}
+	for _, f := range []string{script, filepath.Join(dir, "res", "harness", "csrc", "raw_bench.c")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("harness file: %v", err)
+		}
 	}
 }

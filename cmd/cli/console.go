@@ -271,8 +271,7 @@ func (con *console) exec(ctx context.Context, line string) (leave bool) {
 		con.fail(err)
 		return false
 	}
-	if con.halted {
-		fmt.Fprintln(con.out, "virtual machine halted")
+	if con.halted { // halt said so
 		return true
 	}
 	return false
@@ -504,6 +503,10 @@ func migrateControl() controlCommand {
 			}
 			tid, _ := task.ParseTID(c.Args().First())
 			res, err := cl.Migrate(ctx, tid, c.String("to"), via)
+			if errors.Is(err, task.ErrNoSuchTask) {
+				// Not the hop that said so: the task is gone.
+				return fmt.Errorf("migrate %v to %s: %w: it has exited, or never ran ('dpvm ps -a' lists the tasks)", tid, c.String("to"), task.ErrNoSuchTask)
+			}
 			if err != nil {
 				return err
 			}

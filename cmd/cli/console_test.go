@@ -486,7 +486,7 @@ func TestControlCommands(t *testing.T) {
 		t.Fatalf("delete: %d %q %q", code, out, errOut)
 	}
 	waitClosed(t, "h2 stopping", vm.Daemons[1].Done())
-	if code, out, errOut = cmd("halt"); code != 0 || errOut != "" {
+	if code, out, errOut = cmd("halt"); code != 0 || errOut != "" || out != "virtual machine halted\n" {
 		t.Fatalf("halt: %d %q %q", code, out, errOut)
 	}
 	waitClosed(t, "the master halting", vm.Master().Done())

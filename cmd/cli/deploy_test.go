@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -12,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"gopkg.in/yaml.v3"
 )
 
 // deployDir holds the service files checked here.
@@ -102,6 +99,12 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("ExecStart uses ${%s}, which %s does not set", m[1], envFile)
 				}
 			}
+			// A daemon that 'dpvm halt' or systemctl stop ended exits 0
+			// and stays down; one that lost its master exits 1 and is
+			// started again.
+			if svc["Restart"] != "on-failure" {
+				t.Errorf("Restart=%s: want on-failure (Restart=always cycles after dpvm halt)", svc["Restart"])
+			}
 			systemdVerify(t, file, words[0], envFile)
 		})
 	}
@@ -140,173 +143,6 @@ func systemdVerify(t *testing.T, file, bin, envFile string) {
 	}
 }
 
-func TestKubernetesManifests(t *testing.T) {
-	file := filepath.Join(deployDir, "kubernetes", "dpvm.yaml")
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	type container struct {
-		Name         string   `yaml:"name"`
-		Image        string   `yaml:"image"`
-		Args         []string `yaml:"args"`
-		VolumeMounts []struct {
-			Name      string `yaml:"name"`
-			MountPath string `yaml:"mountPath"`
-		} `yaml:"volumeMounts"`
-	}
-	type object struct {
-		Kind     string `yaml:"kind"`
-		Metadata struct {
-			Name string `yaml:"name"`
-		} `yaml:"metadata"`
-		Spec struct {
-			ClusterIP   string   `yaml:"clusterIP"`
-			AccessModes []string `yaml:"accessModes"`
-			ServiceName string   `yaml:"serviceName"`
-			Replicas    *int     `yaml:"replicas"`
-			Template    struct {
-				Spec struct {
-					Containers []container `yaml:"containers"`
-					Volumes    []struct {
-						Name   string `yaml:"name"`
-						Secret *struct {
-							SecretName string `yaml:"secretName"`
-						} `yaml:"secret"`
-						PVC *struct {
-							ClaimName string `yaml:"claimName"`
-						} `yaml:"persistentVolumeClaim"`
-					} `yaml:"volumes"`
-				} `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
-	}
-	byKind := map[string][]object{}
-	dec := yaml.NewDecoder(f)
-	for {
-		var o object
-		if err := dec.Decode(&o); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		byKind[o.Kind] = append(byKind[o.Kind], o)
-	}
-	if len(byKind["Service"]) != 1 || byKind["Service"][0].Spec.ClusterIP != "None" {
-		t.Fatalf("want one headless Service (clusterIP: None): %+v", byKind["Service"])
-	}
-	svc := byKind["Service"][0].Metadata.Name
-	pvcs := map[string]bool{}
-	for _, p := range byKind["PersistentVolumeClaim"] {
-		if !slices.Contains(p.Spec.AccessModes, "ReadWriteMany") {
-			t.Errorf("claim %s: not ReadWriteMany: %v", p.Metadata.Name, p.Spec.AccessModes)
-		}
-		pvcs[p.Metadata.Name] = true
-	}
-	b, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	app := newApp(io.Discard, io.Discard)
-	var masterName string
-	sets := byKind["StatefulSet"]
-	if len(sets) != 2 {
-		t.Fatalf("want two StatefulSets (master, hosts), got %d", len(sets))
-	}
-	for _, s := range sets {
-		if s.Spec.ServiceName != svc {
-			t.Errorf("%s: serviceName %q, want the headless Service %q", s.Metadata.Name, s.Spec.ServiceName, svc)
-		}
-		spec := s.Spec.Template.Spec
-		if len(spec.Containers) != 1 {
-			t.Fatalf("%s: want one container", s.Metadata.Name)
-		}
-		c := spec.Containers[0]
-		if err := checkCommandLine(app, append([]string{"dpvm"}, c.Args...)); err != nil || len(c.Args) == 0 || c.Args[0] != "daemon" {
-			t.Fatalf("%s: args %q: %v (want dpvm daemon)", s.Metadata.Name, c.Args, err)
-		}
-		mounts := map[string]string{} // volume → path
-		for _, m := range c.VolumeMounts {
-			mounts[m.Name] = m.MountPath
-		}
-		var secretDir, sharedDir string
-		for _, v := range spec.Volumes {
-			switch {
-			case v.Secret != nil:
-				secretDir = mounts[v.Name]
-				// The README's command makes that Secret, with the
-				// files' names the daemon is given: the master's
-				// credential and secret by name, the hosts' credentials
-				// one per pod, from a directory.
-				mk := fmt.Sprintf("kubectl create secret generic %s ", v.Secret.SecretName)
-				if !strings.Contains(readme, mk) {
-					t.Errorf("%s: the README does not create its Secret (%q)", s.Metadata.Name, mk)
-				}
-				for _, f := range []string{"--credential", "--secret"} {
-					base := filepath.Base(flagValue(c.Args, f))
-					if base == "." || strings.Contains(base, "$(POD_NAME)") {
-						continue
-					}
-					if from := "--from-file=" + base + "="; !strings.Contains(readme, from) {
-						t.Errorf("%s: the README's Secret %s has no %s (%q)", s.Metadata.Name, v.Secret.SecretName, f, from)
-					}
-				}
-			case v.PVC != nil:
-				if !pvcs[v.PVC.ClaimName] {
-					t.Errorf("%s: claim %s is not in the manifest", s.Metadata.Name, v.PVC.ClaimName)
-				}
-				sharedDir = mounts[v.Name]
-			}
-		}
-		cred := flagValue(c.Args, "--credential")
-		if secretDir == "" || filepath.Dir(cred) != secretDir {
-			t.Errorf("%s: --credential %s is not in the Secret's mount %q", s.Metadata.Name, cred, secretDir)
-		}
-		if sec := flagValue(c.Args, "--secret"); slices.Contains(c.Args, "--master") && (sec == "" || filepath.Dir(sec) != secretDir) {
-			t.Errorf("%s: the master's --secret %q is not in the Secret's mount %q", s.Metadata.Name, sec, secretDir)
-		}
-		// A host's credential is its pod's, named as the pod: the
-		// daemon's --name.
-		if !slices.Contains(c.Args, "--master") && (filepath.Base(cred) != "$(POD_NAME).pem" || flagValue(c.Args, "--name") != "$(POD_NAME)") {
-			t.Errorf("%s: --credential %s --name %s: want the pod's own", s.Metadata.Name, cred, flagValue(c.Args, "--name"))
-		}
-		if dir := flagValue(c.Args, "--shared-dir"); sharedDir == "" || dir != sharedDir {
-			t.Errorf("%s: --shared-dir %s is not the ReadWriteMany volume's mount %q", s.Metadata.Name, dir, sharedDir)
-		}
-		if slices.Contains(c.Args, "--master") {
-			if s.Spec.Replicas == nil || *s.Spec.Replicas != 1 {
-				t.Errorf("master %s: want one replica", s.Metadata.Name)
-			}
-			masterName = s.Metadata.Name
-		}
-	}
-	if masterName == "" {
-		t.Fatal("no StatefulSet runs the master")
-	}
-	for _, s := range sets {
-		if s.Metadata.Name == masterName {
-			continue
-		}
-		join := flagValue(s.Spec.Template.Spec.Containers[0].Args, "--join")
-		if want := masterName + "-0." + svc + ":"; !strings.HasPrefix(join, want) {
-			t.Errorf("%s: --join %q, want the master's stable name %s…", s.Metadata.Name, join, want)
-		}
-	}
-	// The Dockerfile the manifest's image is built with builds the command.
-	b, err = os.ReadFile(filepath.Join(deployDir, "kubernetes", "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "./cmd/dpvm") {
-		t.Error("Dockerfile does not build ./cmd/dpvm")
-	}
-	if _, err := os.Stat("../dpvm/main.go"); err != nil {
-		t.Errorf("the Dockerfile's package: %v", err)
-	}
-}
-
 func flagValue(args []string, flag string) string {
 	for i, a := range args {
 		if a == flag && i+1 < len(args) {
@@ -328,9 +164,10 @@ func TestSlurmScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	// One daemon per node; requeued rather than lost; the output of every
-	// run in one file; SIGTERM to the batch shell before the time limit.
-	for _, want := range []string{"#SBATCH --ntasks-per-node=1", "#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:TERM@"} {
+	// One daemon per node, with the node's CPUs it reports; requeued
+	// rather than lost; the output of every run in one file; SIGTERM to
+	// the batch shell before the time limit.
+	for _, want := range []string{"#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=", "#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --signal=B:TERM@"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("%s lacks %q", file, want)
 		}

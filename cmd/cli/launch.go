@@ -26,6 +26,13 @@ import (
 // errNotJoined: a started daemon did not join the virtual machine in time.
 var errNotJoined = errors.New("did not join")
 
+// errDaemonExited: a started daemon is no longer running on its host
+// (it could not start, or stopped before joining).
+var errDaemonExited = errors.New("the daemon exited")
+
+// errHostKey: ssh refused a host whose key is not known, or changed.
+var errHostKey = errors.New("host key verification failed")
+
 // A remoteRunner runs a POSIX shell script on a host, with stdin as its
 // standard input (nil: none), and returns what it printed.
 type remoteRunner interface {
@@ -66,12 +73,78 @@ func (s sshRunner) Run(ctx context.Context, h hostLine, script string, stdin io.
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
+		if herr := hostKeyError(h, out.String()); herr != nil {
+			return out.Bytes(), herr
+		}
 		if msg := strings.TrimSpace(out.String()); msg != "" {
 			return out.Bytes(), fmt.Errorf("%s: %w: %s", s.command[0], err, msg)
 		}
 		return out.Bytes(), fmt.Errorf("%s: %w", s.command[0], err)
 	}
 	return out.Bytes(), nil
+}
+
+// hostKeyError is the error, with what to do about it, of an ssh whose
+// output says it refused h's host key; nil when it does not say so.
+func hostKeyError(h hostLine, out string) error {
+	if !strings.Contains(out, "Host key verification failed") {
+		return nil
+	}
+	if strings.Contains(out, "HAS CHANGED") {
+		return fmt.Errorf("%w: the key of %s has changed since it was recorded in known_hosts: if the machine was reinstalled, 'ssh-keygen -R %s' and connect again; otherwise do not trust it", errHostKey, h.Host, h.Host)
+	}
+	return fmt.Errorf("%w: the key of %s is not known: connect once with 'ssh %s' and check its fingerprint, or give --accept-new-host-keys to record the keys of hosts never seen before", errHostKey, h.Host, h.Host)
+}
+
+// acceptNewHostKeys is the ssh option --accept-new-host-keys adds: record
+// the key of a host never seen, refuse one that changed.
+var acceptNewHostKeys = []string{"-o", "StrictHostKeyChecking=accept-new"}
+
+// A hostResolver says at which address a host's daemon is reached: the
+// host's name in the hostfile may be an ssh alias that only ssh knows.
+type hostResolver interface {
+	Resolve(ctx context.Context, h hostLine) (string, error)
+}
+
+// resolveArgv is the ssh command line that prints the configuration ssh
+// would use to reach h (ssh -G), whose hostname is h's address.
+func (s sshRunner) resolveArgv(h hostLine) []string {
+	args := append([]string(nil), s.command...)
+	args = append(args, "-G")
+	if h.Port != 0 {
+		args = append(args, "-p", strconv.Itoa(h.Port))
+	}
+	if h.User != "" {
+		args = append(args, "-l", h.User)
+	}
+	return append(args, "--", h.Host)
+}
+
+// Resolve is the host name ssh dials for h: its HostName in the ssh
+// configuration (h.Host itself when there is none), read from ssh -G.
+func (s sshRunner) Resolve(ctx context.Context, h hostLine) (string, error) {
+	if len(s.command) == 0 {
+		return "", errors.New("no ssh command")
+	}
+	argv := s.resolveArgv(h)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = time.Second
+	var out limitedBuffer
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s -G %s: %w", s.command[0], h.Host, err)
+	}
+	return parseSSHConfigHostname(out.String())
+}
+
+// parseSSHConfigHostname is the hostname of ssh -G's output.
+func parseSSHConfigHostname(out string) (string, error) {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "hostname "); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", errors.New("ssh -G printed no hostname")
 }
 
 // limitedBuffer keeps the first maxRemoteOutput bytes written to it.
@@ -105,6 +178,12 @@ type launchConfig struct {
 	Port        int           // the port daemons listen on, unless their flags say
 	StopGrace   time.Duration // how long a stop waits for a daemon to exit, then after SIGTERM
 	Poll        time.Duration // how often joins are checked
+	// Parallel starts the hosts' daemons all at once rather than one after
+	// another in hostfile order.
+	Parallel bool
+	// AliveEvery is how often, while waiting for them, the daemons not
+	// yet joined are checked over ssh to be still running (default 2s).
+	AliveEvery time.Duration
 }
 
 // A startedHost is a daemon started on a host: what dpvm down needs to
@@ -115,7 +194,10 @@ type startedHost struct {
 	PIDFile        string `json:"pid_file"`
 	LogFile        string `json:"log_file"`
 	CredentialFile string `json:"credential_file"`
-	PID            int    `json:"pid"`
+	// Copied are the credential files up copied to the host (its
+	// credential, the master's secret), removed when it is stopped.
+	Copied []string `json:"copied,omitempty"`
+	PID    int      `json:"pid"`
 }
 
 // launcher starts and stops daemons on hosts.
@@ -143,13 +225,20 @@ func (l *launcher) files(h hostLine) (pid, log, cred, secret string) {
 }
 
 // masterAddr is the address hosts join and clients dial: the master's
-// host at its daemon's port.
-func (l *launcher) masterAddr(m hostLine) (string, error) {
+// host (its address as ssh resolves it, when the runner can say) at its
+// daemon's port.
+func (l *launcher) masterAddr(ctx context.Context, m hostLine) (string, error) {
 	port, err := m.listenPort(l.cfg.Port)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", m.Name, err)
 	}
-	return net.JoinHostPort(m.Host, strconv.Itoa(port)), nil
+	host := m.Host
+	if r, ok := l.run.(hostResolver); ok {
+		if a, err := r.Resolve(ctx, m); err == nil {
+			host = a
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
 // daemonArgs are the arguments of h's daemon: the master's when join is
@@ -202,17 +291,22 @@ func startScript(argv []string, pid, log string) string {
 // stopScript waits up to grace seconds for the daemon of the PID file pid
 // to exit (a halted virtual machine stops its daemons), then sends it
 // SIGTERM and waits as long again, then SIGKILL; it prints what it took:
-// "not running", "stopped", "terminated" or "killed".
-func stopScript(pid string, grace int) string {
+// "not running", "stopped", "terminated" or "killed". The files remove
+// (the credentials copied for the daemon) are removed once it is gone.
+func stopScript(pid string, grace int, remove []string) string {
 	g := strconv.Itoa(grace)
+	rm := ""
+	if len(remove) > 0 {
+		rm = "rm -f " + shellJoin(remove) + "\n"
+	}
 	return aliveFunc + "f=" + shellQuote(pid) + "\n" +
-		"if [ ! -f \"$f\" ]; then echo 'not running'; exit 0; fi\n" +
+		"if [ ! -f \"$f\" ]; then\n" + rm + "echo 'not running'; exit 0\nfi\n" +
 		"p=$(cat \"$f\")\n" +
 		"i=0; while alive \"$p\" && [ $i -lt " + g + " ]; do sleep 1; i=$((i+1)); done\n" +
 		"r=stopped\n" +
 		"if alive \"$p\"; then kill \"$p\" 2>/dev/null || true; r=terminated; i=0; while alive \"$p\" && [ $i -lt " + g + " ]; do sleep 1; i=$((i+1)); done; fi\n" +
 		"if alive \"$p\"; then kill -9 \"$p\" 2>/dev/null || true; r=killed; fi\n" +
-		"rm -f \"$f\"\necho \"$r\"\n"
+		"rm -f \"$f\"\n" + rm + "echo \"$r\"\n"
 }
 
 // statusScript says whether the daemon of pid runs and prints its log's end.
@@ -227,6 +321,18 @@ func statusScript(pid, log string) string {
 // configuration says so, and the daemon's credential (and the master's
 // secret) from the credentials directory.
 func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedHost, error) {
+	s, err := l.prepare(ctx, h, join)
+	if err != nil {
+		return s, err
+	}
+	return l.launch(ctx, s, join)
+}
+
+// prepare copies to h what its daemon needs before it starts: the binary
+// when the configuration says so, its credential (and the master's
+// secret) from the credentials directory. The copied credentials are
+// listed in the result, for stop to remove.
+func (l *launcher) prepare(ctx context.Context, h hostLine, join string) (startedHost, error) {
 	pid, log, cred, secret := l.files(h)
 	s := startedHost{hostLine: h, Bin: l.cfg.RemoteBin, PIDFile: pid, LogFile: log, CredentialFile: cred}
 	if s.Bin == "" {
@@ -245,6 +351,7 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 		if _, err := l.run.Run(ctx, h, copyScript(cred, "600"), bytes.NewReader(pem)); err != nil {
 			return s, fmt.Errorf("%s: copy its credential to %s: %w", h.Name, cred, err)
 		}
+		s.Copied = append(s.Copied, cred)
 		if join == "" {
 			sec, err := l.cfg.Creds.secret()
 			if err != nil {
@@ -253,10 +360,19 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 			if _, err := l.run.Run(ctx, h, copyScript(secret, "600"), bytes.NewReader(sec)); err != nil {
 				return s, fmt.Errorf("%s: copy the cluster secret to %s: %w", h.Name, secret, err)
 			}
+			s.Copied = append(s.Copied, secret)
 		}
 	}
+	return s, nil
+}
+
+// launch starts the daemon of the prepared host s: the master when join is
+// empty, else a host joining the master at join.
+func (l *launcher) launch(ctx context.Context, s startedHost, join string) (startedHost, error) {
+	h := s.hostLine
+	_, _, cred, secret := l.files(h)
 	argv := append([]string{s.Bin}, l.daemonArgs(h, join, cred, secret)...)
-	out, err := l.run.Run(ctx, h, startScript(argv, pid, log), nil)
+	out, err := l.run.Run(ctx, h, startScript(argv, s.PIDFile, s.LogFile), nil)
 	if err != nil {
 		return s, fmt.Errorf("%s: start the daemon: %w", h.Name, err)
 	}
@@ -274,7 +390,7 @@ func (l *launcher) start(ctx context.Context, h hostLine, join string) (startedH
 // stop makes sure s's daemon is gone and says how.
 func (l *launcher) stop(ctx context.Context, s startedHost) (string, error) {
 	grace := int((l.cfg.StopGrace + time.Second - 1) / time.Second)
-	out, err := l.run.Run(ctx, s.hostLine, stopScript(s.PIDFile, grace), nil)
+	out, err := l.run.Run(ctx, s.hostLine, stopScript(s.PIDFile, grace, s.Copied), nil)
 	if err != nil {
 		return "", fmt.Errorf("%s: stop the daemon: %w", s.Name, err)
 	}
@@ -304,8 +420,9 @@ type vmControl interface {
 // dialFunc connects to the master at addr.
 type dialFunc func(ctx context.Context, addr string) (vmControl, error)
 
-// up starts the master (hosts[0]) and then the other hosts' daemons, and
-// waits until all have joined or ctx ends. On failure it stops what it
+// up starts the master (hosts[0]) and then the other hosts' daemons, one
+// after another in order (Parallel: all at once), and waits until all have
+// joined or ctx ends. On failure it stops what it
 // started, and the error carries the state of the hosts that did not
 // join. It returns the master's address, the started daemons and a
 // connection to the master.
@@ -313,7 +430,7 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 	if len(hosts) == 0 || !hosts[0].Master {
 		return "", nil, nil, errors.New("no master host")
 	}
-	addr, err := l.masterAddr(hosts[0])
+	addr, err := l.masterAddr(ctx, hosts[0])
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -337,28 +454,65 @@ func (l *launcher) up(ctx context.Context, hosts []hostLine, dial dialFunc) (str
 		return fail(err)
 	}
 	started = append(started, m)
-	if vm, err = l.waitMaster(ctx, addr, dial); err != nil {
+	if vm, err = l.waitMaster(ctx, addr, m, dial); err != nil {
+		if errors.Is(err, errDaemonExited) {
+			return fail(fmt.Errorf("master %w", err))
+		}
 		return fail(fmt.Errorf("master %s at %s: %w\n%s", m.Name, addr, err, l.status(context.WithoutCancel(ctx), m)))
 	}
-	rest, err := l.startAll(ctx, hosts[1:], addr)
-	started = append(started, rest...)
+	// The other hosts get their files all at once. On a failure, what was
+	// started is stopped, and what was copied removed.
+	others := hosts[1:]
+	prepared, err := forAll(len(others), func(i int) (startedHost, error) { return l.prepare(ctx, others[i], addr) })
+	withCopies := func(ps []startedHost) {
+		for _, p := range ps {
+			if len(p.Copied) > 0 {
+				started = append(started, p)
+			}
+		}
+	}
 	if err != nil {
+		withCopies(prepared)
 		return fail(err)
 	}
-	if err := l.waitJoined(ctx, vm, started); err != nil {
-		return fail(err)
+	if l.cfg.Parallel {
+		rest, err := forAll(len(prepared), func(i int) (startedHost, error) { return l.launch(ctx, prepared[i], addr) })
+		if err != nil {
+			// Those whose start failed too: ssh may fail after the start.
+			started = append(started, prepared...)
+			return fail(err)
+		}
+		started = append(started, rest...)
+		if err := l.waitJoined(ctx, vm, started); err != nil {
+			return fail(err)
+		}
+		return addr, started, vm, nil
+	}
+	// One after another in hostfile order, each once the one before has
+	// joined: the master numbers hosts as they join, so their IDs follow
+	// the hostfile.
+	for i, p := range prepared {
+		s, err := l.launch(ctx, p, addr)
+		started = append(started, s) // stopped on failure too: ssh may fail after the start
+		if err == nil {
+			err = l.waitJoined(ctx, vm, []startedHost{s})
+		}
+		if err != nil {
+			withCopies(prepared[i+1:])
+			return fail(err)
+		}
 	}
 	return addr, started, vm, nil
 }
 
-// startAll starts the daemons of hosts joining join, all at once, and
-// returns those that started.
-func (l *launcher) startAll(ctx context.Context, hosts []hostLine, join string) ([]startedHost, error) {
-	res := make([]startedHost, len(hosts))
-	errs := make([]error, len(hosts))
+// forAll runs f(0) to f(n-1) at once; it returns the results of those
+// that succeeded, in order, and the errors of the others.
+func forAll(n int, f func(i int) (startedHost, error)) ([]startedHost, error) {
+	res := make([]startedHost, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, h := range hosts {
-		wg.Go(func() { res[i], errs[i] = l.start(ctx, h, join) })
+	for i := range n {
+		wg.Go(func() { res[i], errs[i] = f(i) })
 	}
 	wg.Wait()
 	var ok []startedHost
@@ -370,26 +524,70 @@ func (l *launcher) startAll(ctx context.Context, hosts []hostLine, join string) 
 	return ok, errors.Join(errs...)
 }
 
-// waitMaster dials the master until it answers or ctx ends.
-func (l *launcher) waitMaster(ctx context.Context, addr string, dial dialFunc) (vmControl, error) {
+// waitMaster dials the master until it answers or ctx ends, and fails
+// at once when its daemon m is found no longer running.
+func (l *launcher) waitMaster(ctx context.Context, addr string, m startedHost, dial dialFunc) (vmControl, error) {
 	var last error
+	checked := time.Now()
 	for {
 		vm, err := dial(ctx, addr)
 		if err == nil {
 			return vm, nil
 		}
 		last = err
+		if time.Since(checked) >= l.aliveEvery() {
+			if err := l.checkAlive(ctx, []startedHost{m}); err != nil {
+				return nil, err
+			}
+			checked = time.Now()
+		}
 		if err := l.pause(ctx); err != nil {
 			return nil, fmt.Errorf("%w (last: %v)", err, last)
 		}
 	}
 }
 
+// aliveEvery is how often waiting daemons are checked to be running.
+func (l *launcher) aliveEvery() time.Duration {
+	if l.cfg.AliveEvery <= 0 {
+		return 2 * time.Second
+	}
+	return l.cfg.AliveEvery
+}
+
+// checkAlive checks over ssh, all at once, that the daemons of started
+// still run; the error names those that do not, with the end of their
+// logs. A host that cannot be asked is not counted as exited.
+func (l *launcher) checkAlive(ctx context.Context, started []startedHost) error {
+	errs := make([]error, len(started))
+	var wg sync.WaitGroup
+	for i, s := range started {
+		wg.Go(func() {
+			out, err := l.run.Run(ctx, s.hostLine, statusScript(s.PIDFile, s.LogFile), nil)
+			if err != nil {
+				return
+			}
+			first, rest, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+			if strings.TrimSpace(first) == "daemon not running" {
+				if rest = strings.TrimSpace(rest); rest == "" {
+					rest = "(its log " + s.LogFile + " is empty)"
+				}
+				errs[i] = fmt.Errorf("%s (%s): %w; the end of its log %s:\n%s", s.Name, s.Host, errDaemonExited, s.LogFile, rest)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // waitJoined polls the master until every started daemon has joined or
 // ctx ends; then the error names the missing hosts and their state.
+// Every AliveEvery it checks that the daemons not yet joined still run,
+// and fails at once when one does not.
 func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []startedHost) error {
 	var missing []startedHost
 	var last error
+	checked := time.Now()
 	for {
 		hosts, err := vm.Hosts(ctx)
 		last = err
@@ -397,6 +595,12 @@ func (l *launcher) waitJoined(ctx context.Context, vm vmControl, started []start
 			missing = missingHosts(started, hosts)
 			if len(missing) == 0 {
 				return nil
+			}
+			if time.Since(checked) >= l.aliveEvery() {
+				if err := l.checkAlive(ctx, missing); err != nil {
+					return err
+				}
+				checked = time.Now()
 			}
 		}
 		if err := l.pause(ctx); err != nil {

@@ -45,7 +45,7 @@ func TestDaemonArgs(t *testing.T) {
 		!reflect.DeepEqual(got[4:8], []string{"--name", "n1", "--credential", "k"}) || !reflect.DeepEqual(got[8:10], []string{"--secret", "s"}) {
 		t.Errorf("master args %q", got)
 	}
-	addr, err := l.masterAddr(hostLine{Host: "fd00::1", Name: "m", Flags: []string{"--listen", "[::]:7071"}})
+	addr, err := l.masterAddr(t.Context(), hostLine{Host: "fd00::1", Name: "m", Flags: []string{"--listen", "[::]:7071"}})
 	if err != nil || addr != "[fd00::1]:7071" {
 		t.Errorf("master address %q %v, want [fd00::1]:7071", addr, err)
 	}
@@ -158,6 +158,15 @@ func TestScriptsStartStop(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, s.PIDFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("PID file left: %v", err)
 	}
+	// The credentials copied there are gone with the daemon.
+	if want := []string{"state/n1.pem", "state/secret.pem"}; !reflect.DeepEqual(s.Copied, want) {
+		t.Errorf("copied %q, want %q", s.Copied, want)
+	}
+	for _, f := range s.Copied {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("credential %s left after stop: %v", f, err)
+		}
+	}
 	if r, err := l.stop(ctx, s); err != nil || r != "not running" {
 		t.Errorf("second stop: %q %v", r, err)
 	}
@@ -170,11 +179,18 @@ func TestScriptsStartStop(t *testing.T) {
 type fakeRunner struct {
 	mu      sync.Mutex
 	starts  map[string]string // host name → start script
+	order   []string          // hosts in the order their daemons were started
+	onStart func(name string) // called, unlocked, before a start is answered
 	stopped []string
-	fail    string // host whose start fails
+	fail    string            // host whose start fails
+	dead    map[string]string // host name → the log of its daemon, which exited at start
+	checks  int               // status checks made
 }
 
 func (f *fakeRunner) Run(ctx context.Context, h hostLine, script string, stdin io.Reader) ([]byte, error) {
+	if f.onStart != nil && strings.Contains(script, "nohup ") {
+		f.onStart(h.Name)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
@@ -183,12 +199,17 @@ func (f *fakeRunner) Run(ctx context.Context, h hostLine, script string, stdin i
 			return nil, errors.New("connection refused")
 		}
 		f.starts[h.Name] = script
+		f.order = append(f.order, h.Name)
 		return []byte(fmt.Sprintf("pid %d\n", 100+len(f.starts))), nil
 	case strings.Contains(script, "kill -9"):
 		f.stopped = append(f.stopped, h.Name)
 		return []byte("stopped\n"), nil
 	case strings.Contains(script, "tail -n"):
-		return []byte("daemon not running\nlog line"), nil
+		f.checks++
+		if log, ok := f.dead[h.Name]; ok {
+			return []byte("daemon not running\n" + log), nil
+		}
+		return []byte("daemon running\nlog line"), nil
 	}
 	return nil, nil
 }
@@ -288,7 +309,7 @@ func TestUpStopsWhatItStartedOnFailure(t *testing.T) {
 		if !errors.Is(err, errNotJoined) || started != nil {
 			t.Fatalf("up with a host that never joins: %v, %d started", err, len(started))
 		}
-		if !strings.Contains(err.Error(), "h3 (h3):\ndaemon not running\nlog line") {
+		if !strings.Contains(err.Error(), "h3 (h3):\ndaemon running\nlog line") {
 			t.Errorf("error lacks the missing host's state: %v", err)
 		}
 		if len(run.stopped) != 3 || !vm.halted {
@@ -301,8 +322,8 @@ func TestUpStopsWhatItStartedOnFailure(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "h2: start the daemon: connection refused") {
 			t.Fatalf("up with a host that cannot be started: %v", err)
 		}
-		if len(run.stopped) != 2 {
-			t.Errorf("stopped %v, want the two started", run.stopped)
+		if !reflect.DeepEqual(run.stopped, []string{"m1", "h2"}) && !reflect.DeepEqual(run.stopped, []string{"h2", "m1"}) {
+			t.Errorf("stopped %v, want the master and h2 (h3 was never started)", run.stopped)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -23,9 +24,9 @@ import (
 // keeps state in its flags.
 func observeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (and recent moves as JSON at /events); loopback only unless --metrics-public (default: off)"},
+		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (recent moves as JSON at /events, the daemon's health at /healthz); loopback only unless --metrics-public (default: off)"},
 		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach (needs --metrics-token-file)"},
-		&cli.StringFlag{Name: "metrics-token-file", Usage: "file whose first line is the token the metrics require (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
+		&cli.StringFlag{Name: "metrics-token-file", Usage: "file whose first line is the token the metrics and events require (Authorization: Bearer TOKEN, or ?token=TOKEN; /healthz needs none)"},
 		&cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"},
 		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach (needs --pprof-token-file)"},
 		&cli.StringFlag{Name: "pprof-token-file", Usage: "file whose first line is the token the profiles require (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
@@ -91,22 +92,56 @@ func (o *observers) startStatus(c *cli.Context, d *daemon.Daemon, token string, 
 // observers are the HTTP servers a daemon's observability flags started.
 type observers struct {
 	servers []*metrics.Server
+	health  daemonHealth
 }
+
+// healthPath is where the metrics server answers health probes.
+const healthPath = "/healthz"
+
+// daemonHealth answers health probes: 200 "ok" while the daemon runs,
+// 503 before it has started (a host not yet joined) and once it stopped.
+type daemonHealth struct{ d atomic.Pointer[daemon.Daemon] }
+
+func (h *daemonHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	d := h.d.Load()
+	if d == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	select {
+	case <-d.Done():
+		http.Error(w, "stopped", http.StatusServiceUnavailable)
+	default:
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+// started tells the health probes that d runs.
+func (o *observers) started(d *daemon.Daemon) { o.health.d.Store(d) }
 
 // startObservers checks the observability flags and starts the servers
 // they ask for: metrics from m (made by the caller when --metrics-listen
-// is given), profiles. Each one's address is printed on w.
+// is given), with the daemon's health at /healthz; profiles. Each one's
+// address is printed on w.
 func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers, error) {
 	o := &observers{}
+	// Health probes need no token; metrics and events do, when one is set.
+	metricsHandler := func(token string) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+healthPath, &o.health)
+		mux.Handle("/", metrics.RequireToken(metrics.Handler(m), token))
+		return mux
+	}
 	type srv struct {
 		flag, name, addr string
 		public           bool
-		h                func() http.Handler
+		h                func(token string) http.Handler
 		path, what       string
 	}
 	for _, s := range []srv{
-		{"--metrics-listen", "metrics", c.String("metrics-listen"), c.Bool("metrics-public"), func() http.Handler { return metrics.Handler(m) }, "/metrics", "metrics"},
-		{"--pprof", "pprof", c.String("pprof"), c.Bool("pprof-public"), metrics.PprofHandler, "/debug/pprof/", "profiles"},
+		{"--metrics-listen", "metrics", c.String("metrics-listen"), c.Bool("metrics-public"), metricsHandler, "/metrics", "metrics"},
+		{"--pprof", "pprof", c.String("pprof"), c.Bool("pprof-public"), func(token string) http.Handler { return metrics.RequireToken(metrics.PprofHandler(), token) }, "/debug/pprof/", "profiles"},
 	} {
 		if s.addr == "" {
 			continue
@@ -120,7 +155,7 @@ func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers
 			o.close()
 			return nil, err
 		}
-		server, err := metrics.Serve(s.addr, metrics.RequireToken(s.h(), token))
+		server, err := metrics.Serve(s.addr, s.h(token))
 		if err != nil {
 			o.close()
 			return nil, fmt.Errorf("%s: %w", s.flag, err)

@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -58,6 +60,10 @@ func TestDaemonServesMetricsAndProfiles(t *testing.T) {
 
 	if body := metricstest.Get(t, metricsURL); !strings.Contains(body, `dpvm_tasks{state="running"} 0`) || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("%s:\n%s", metricsURL, body)
+	}
+	// The health probe Kubernetes is given: the daemon runs.
+	if body := metricstest.Get(t, strings.TrimSuffix(metricsURL, "/metrics")+healthPath); body != "ok\n" {
+		t.Errorf("%s: %q, want ok", healthPath, body)
 	}
 	if body := metricstest.Get(t, pprofURL); !strings.Contains(body, "goroutine") {
 		t.Errorf("%s:\n%s", pprofURL, body)
@@ -124,5 +130,17 @@ func TestObserveFlagsRefuse(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestDaemonHealthStarting: before the daemon has started (a host still
+// joining) the health probe answers 503, so Kubernetes does not count it
+// ready.
+func TestDaemonHealthStarting(t *testing.T) {
+	var h daemonHealth
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", healthPath, nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "starting") {
+		t.Errorf("health before start: %d %q", rec.Code, rec.Body.String())
 	}
 }

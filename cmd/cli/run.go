@@ -15,7 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dpvm/dpvm/daemon"
-	_ "github.com/dpvm/dpvm/examples" // registers the example programs
+	_ "github.com/dpvm/dpvm/examples"     // registers the example programs
+	_ "github.com/dpvm/dpvm/examples/pvm" // registers the ports of PVM's examples
 	"github.com/dpvm/dpvm/task"
 )
 

@@ -38,8 +38,9 @@ func slurmCommand() *cli.Command {
 		Usage:     "run a program on a virtual machine of the Slurm allocation this runs in, resuming it from its checkpoint after a requeue",
 		ArgsUsage: "[--] PROGRAM [program flags] | npb KERNEL [--class C] [--np N]",
 		Description: "Run from a batch script (see cmd/dpvm/deploy/slurm/README.md). Reads the allocation\n" +
-			"(SLURM_JOB_NODELIST, SLURM_JOB_ID, SLURM_NTASKS_PER_NODE or SLURM_CPUS_ON_NODE),\n" +
-			"starts one daemon per node with srun (the master on the first node), waits until\n" +
+			"(SLURM_JOB_NODELIST, SLURM_JOB_ID, SLURM_CPUS_PER_TASK), starts one daemon per node\n" +
+			"with srun (the master on the first node), each reporting the cores Slurm gave it\n" +
+			"(its step's SLURM_CPUS_ON_NODE: '#SBATCH --cpus-per-task=N'), waits until\n" +
 			"all have joined and runs the program as a job that is checkpointed every\n" +
 			"--checkpoint-every into the state directory. If that directory already holds a\n" +
 			"complete checkpoint (the same job requeued, or the same --state-dir), the job\n" +
@@ -73,10 +74,12 @@ func slurmCommand() *cli.Command {
 // slurmAlloc is what a Slurm allocation says about itself in the
 // environment of its batch script.
 type slurmAlloc struct {
-	JobID     string
-	Nodes     []string
-	Cores     int // cores for dpvm on each node (0: the daemon's own count)
-	SubmitDir string
+	JobID string
+	Nodes []string
+	Cores int // cores for dpvm on this node (0: the daemon's own count)
+	// CPUsPerTask is the batch script's --cpus-per-task (0: not given).
+	CPUsPerTask int
+	SubmitDir   string
 }
 
 // readAllocation reads the allocation from environment variables as
@@ -95,7 +98,9 @@ func readAllocation(getenv func(string) string) (slurmAlloc, error) {
 		return a, fmt.Errorf("SLURM_JOB_NODELIST: %w", err)
 	}
 	a.Nodes = nodes
-	for _, v := range []string{"SLURM_NTASKS_PER_NODE", "SLURM_CPUS_ON_NODE"} {
+	// The CPUs of this node's step (srun sets SLURM_CPUS_ON_NODE per
+	// node, from --cpus-per-task), else those of each task.
+	for _, v := range []string{"SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK"} {
 		s := getenv(v)
 		if s == "" {
 			continue
@@ -107,7 +112,27 @@ func readAllocation(getenv func(string) string) (slurmAlloc, error) {
 		a.Cores = n
 		break
 	}
+	if s := getenv("SLURM_CPUS_PER_TASK"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1<<16 {
+			return a, fmt.Errorf("SLURM_CPUS_PER_TASK=%q: want a positive count", s)
+		}
+		a.CPUsPerTask = n
+	}
 	return a, nil
+}
+
+// srunArgs are the options of the job step that starts one daemon per
+// node: the step is given the batch script's --cpus-per-task explicitly,
+// since srun does not inherit it (Slurm 22.05 and later), so that each
+// node's daemon sees, and reports, the cores it was allocated.
+func (a slurmAlloc) srunArgs() []string {
+	n := strconv.Itoa(len(a.Nodes))
+	args := []string{"--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1"}
+	if a.CPUsPerTask > 0 {
+		args = append(args, "--cpus-per-task="+strconv.Itoa(a.CPUsPerTask))
+	}
+	return args
 }
 
 // slurmDirs resolves the shared and state directories.
@@ -347,10 +372,10 @@ func slurmLaunch(c *cli.Context) error {
 		return fail(1, "%v", err)
 	}
 	n := len(alloc.Nodes)
-	srunArgs := []string{"--nodes=" + strconv.Itoa(n), "--ntasks=" + strconv.Itoa(n), "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+	srunArgs := append(alloc.srunArgs(),
 		self, "--log-level", c.String("log-level"), "slurm", "--node", "--master-host", masterHost, "--port", strconv.Itoa(c.Int("port")),
 		"--credentials", creds.dir, "--state-dir", stateDir, "--grace", c.Duration("grace").String(),
-		"--join-timeout", c.Duration("join-timeout").String()}
+		"--join-timeout", c.Duration("join-timeout").String())
 	srun := exec.Command(c.String("srun"), srunArgs...)
 	srun.Stdout, srun.Stderr = c.App.ErrWriter, c.App.ErrWriter
 	if err := srun.Start(); err != nil {

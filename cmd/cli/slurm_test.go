@@ -71,25 +71,37 @@ func FuzzExpandHostlist(f *testing.F) {
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestReadAllocation(t *testing.T) {
+	// One task per node with 8 CPUs each: every daemon reports its node's
+	// 8 cores, not the one task.
 	a, err := readAllocation(env(map[string]string{
-		"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_NTASKS_PER_NODE": "4",
-		"SLURM_CPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": "/home/u",
+		"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_NTASKS_PER_NODE": "1",
+		"SLURM_CPUS_PER_TASK": "8", "SLURM_CPUS_ON_NODE": "8", "SLURM_SUBMIT_DIR": "/home/u",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.JobID != "42" || !slices.Equal(a.Nodes, []string{"n1", "n2", "n3"}) || a.Cores != 4 || a.SubmitDir != "/home/u" {
+	if a.JobID != "42" || !slices.Equal(a.Nodes, []string{"n1", "n2", "n3"}) || a.Cores != 8 || a.CPUsPerTask != 8 || a.SubmitDir != "/home/u" {
 		t.Errorf("allocation %+v", a)
 	}
+	// The step that starts the daemons asks for those CPUs again: srun
+	// does not inherit the batch script's --cpus-per-task.
+	if got, want := a.srunArgs(), []string{"--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--cpus-per-task=8"}; !slices.Equal(got, want) {
+		t.Errorf("srun arguments %q, want %q", got, want)
+	}
 	a, err = readAllocation(env(map[string]string{"SLURM_JOB_ID": "7", "SLURM_NODELIST": "gpu1", "SLURM_CPUS_ON_NODE": "2"}))
-	if err != nil || a.Cores != 2 || !slices.Equal(a.Nodes, []string{"gpu1"}) {
+	if err != nil || a.Cores != 2 || a.CPUsPerTask != 0 || !slices.Equal(a.Nodes, []string{"gpu1"}) || slices.ContainsFunc(a.srunArgs(), func(s string) bool { return strings.HasPrefix(s, "--cpus-per-task") }) {
+		t.Errorf("allocation %+v, %v", a, err)
+	}
+	// Without SLURM_CPUS_ON_NODE, a task's CPUs.
+	a, err = readAllocation(env(map[string]string{"SLURM_JOB_ID": "7", "SLURM_NODELIST": "gpu1", "SLURM_CPUS_PER_TASK": "6"}))
+	if err != nil || a.Cores != 6 {
 		t.Errorf("allocation %+v, %v", a, err)
 	}
 	for _, m := range []map[string]string{
 		{"SLURM_JOB_NODELIST": "n1"},
 		{"SLURM_JOB_ID": "1"},
 		{"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n[1-"},
-		{"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_NTASKS_PER_NODE": "2(x3)"},
+		{"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "2(x3)"},
 		{"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_ON_NODE": "0"},
 	} {
 		if a, err := readAllocation(env(m)); err == nil {

@@ -136,6 +136,14 @@ func sshFlag() cli.Flag {
 	return &cli.StringFlag{Name: "ssh", Value: "ssh -o BatchMode=yes", Usage: "ssh command and options, split as a shell would (OpenSSH; -p and -l come from the hostfile)"}
 }
 
+func parallelFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "parallel", Usage: "start the hosts' daemons all at once (quicker for many hosts; host IDs then follow the order they join in, not the hostfile's)"}
+}
+
+func acceptNewHostKeysFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "accept-new-host-keys", Usage: "record the ssh host key of a host never contacted before (ssh -o StrictHostKeyChecking=accept-new); a changed key is still refused"}
+}
+
 func copyFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "copy", Usage: "copy the dpvm binary (--bin) to each host's --remote-bin first"}
 }
@@ -180,10 +188,13 @@ func launcherFrom(c *cli.Context) (*launcher, []string, error) {
 	if err != nil || len(ssh) == 0 {
 		return nil, nil, fmt.Errorf("--ssh %q: want a command", c.String("ssh"))
 	}
+	if c.Bool("accept-new-host-keys") {
+		ssh = append(ssh, acceptNewHostKeys...)
+	}
 	cfg := launchConfig{
 		RemoteDir: c.String("remote-dir"), RemoteBin: c.String("remote-bin"),
 		RemoteCreds: c.String("remote-credentials"), Port: c.Int("daemon-port"),
-		StopGrace: c.Duration("stop-grace"),
+		StopGrace: c.Duration("stop-grace"), Parallel: c.Bool("parallel"),
 	}
 	if cfg.Port <= 0 || cfg.Port > 65535 {
 		return nil, nil, fmt.Errorf("--daemon-port %d: out of range", cfg.Port)
@@ -260,15 +271,20 @@ func upCommand() *cli.Command {
 			"  host [master] [user=U] [port=P] [name=N] [speed=S] [cores=C] [shared-dir=DIR] [flags=\"...\"]\n" +
 			"port is ssh's; the master is the line with 'master', or the first. dpvm up starts the\n" +
 			"master's daemon, then one on every other host joining it (nohup, PID file and log in\n" +
-			"--remote-dir), waits until all have joined and prints the host table. It records what\n" +
+			"--remote-dir), one after another in hostfile order so that host IDs follow it (--parallel:\n" +
+			"all at once), waits until all have joined and prints the host table. It records what\n" +
 			"it started so that 'dpvm down HOSTFILE' stops it.\n" +
 			"Credentials: --credentials DIR is the directory of 'dpvm keygen --out DIR'. Each daemon is\n" +
 			"given DIR/host-NAME.pem (the master DIR/master.pem if it names the master's host, else\n" +
 			"DIR/master-NAME.pem, and DIR/secret.pem), NAME the hostfile's; one missing is issued under\n" +
 			"DIR/ca.pem and kept there. Clients (up itself, down, and you) use DIR/admin.pem.\n" +
+			"ssh must know the hosts' keys (known_hosts), or --accept-new-host-keys records those of\n" +
+			"hosts never contacted. A daemon that exits before joining (no dpvm on the host's PATH:\n" +
+			"give --copy) fails up within seconds, with the end of its log. A host named by an ssh\n" +
+			"alias is reached at the HostName ssh resolves it to (ssh -G).\n" +
 			"  dpvm keygen --out creds && dpvm up hosts.txt --credentials creds --copy",
-		Flags: []cli.Flag{credentialsFlag(), legacyKeyFlag(), sshFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteCredsFlag(),
-			daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
+		Flags: []cli.Flag{credentialsFlag(), legacyKeyFlag(), sshFlag(), acceptNewHostKeysFlag(), copyFlag(), binFlag(), remoteBinFlag(), remoteDirFlag(), remoteCredsFlag(),
+			parallelFlag(), daemonPortFlag(), waitFlag(), sshTimeoutFlag(), stopGraceFlag(), stateFlag(), jsonFlag()},
 		Action: upAction,
 	}
 }
@@ -320,6 +336,11 @@ func upAction(c *cli.Context) error {
 	defer cancel()
 	l.cfg.Poll = 200 * time.Millisecond
 	l.run = timedRunner{l.run, c.Duration("ssh-timeout")}
+	if l.cfg.Creds != nil {
+		if note := l.cfg.Creds.masterNote(hosts[0].Name); note != "" {
+			fmt.Fprintf(c.App.ErrWriter, "dpvm up: %s\n", note)
+		}
+	}
 	fmt.Fprintf(c.App.ErrWriter, "dpvm up: starting %d daemons (master %s)\n", len(hosts), hosts[0].Name)
 	addr, started, vm, err := l.up(ctx, hosts, dialClient(key))
 	if err != nil {
@@ -361,6 +382,20 @@ func (t timedRunner) Run(ctx context.Context, h hostLine, script string, stdin i
 		defer cancel()
 	}
 	return t.r.Run(ctx, h, script, stdin)
+}
+
+// Resolve asks the runner it wraps, within the timeout, where h is.
+func (t timedRunner) Resolve(ctx context.Context, h hostLine) (string, error) {
+	r, ok := t.r.(hostResolver)
+	if !ok {
+		return h.Host, nil
+	}
+	if t.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+	}
+	return r.Resolve(ctx, h)
 }
 
 func downCommand() *cli.Command {

@@ -75,3 +75,16 @@ func (u upCreds) credential(name string, master bool) ([]byte, error) {
 	}
 	return c.PEM()
 }
+
+// masterNote says, when DIR/master.pem (from 'dpvm keygen') names another
+// host than the hostfile's master, that up will give the master
+// DIR/master-NAME.pem instead; "" when there is nothing to say.
+func (u upCreds) masterNote(name string) string {
+	file := filepath.Join(u.dir, pki.MasterFile)
+	c, err := pki.LoadCredential(file)
+	if err != nil || (c.Name == name && c.Master) {
+		return ""
+	}
+	return fmt.Sprintf("%s names the master %q, not the hostfile's %q: the master is given %s (for %s to be used, 'dpvm keygen --master-name %s')",
+		file, c.Name, name, filepath.Join(u.dir, "master-"+name+".pem"), pki.MasterFile, name)
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -168,6 +169,7 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
+			obs.started(d)
 			if err := obs.startStatus(c, d, token, c.App.ErrWriter); err != nil {
 				hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -333,7 +335,7 @@ func confControl() controlCommand {
 	return controlCommand{
 		cmd: &cli.Command{
 			Name:  "conf",
-			Usage: "list the hosts of a running virtual machine",
+			Usage: "list the hosts of a running virtual machine (SPEED is 1/α: 1 the reference machine, 0.5 twice as slow; the status page shows α)",
 			Flags: []cli.Flag{jsonFlag()},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
@@ -370,10 +372,14 @@ func printHosts(w io.Writer, hosts []daemon.HostInfo, asJSON bool) error {
 		case "rejoining":
 			name += " (rejoining)"
 		}
-		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%g\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, h.Speed, h.Load, h.Tasks, buildLabel(h.Build))
+		fmt.Fprintf(tw, "%v\t%s\t%s\t%d\t%s\t%.2f\t%d\t%s\t\n", h.ID, name, h.Addr, h.Cores, formatSpeed(h.Speed), h.Load, h.Tasks, buildLabel(h.Build))
 	}
 	return tw.Flush()
 }
+
+// formatSpeed is a host's speed (1/α: 1 the reference machine, 0.5 twice
+// as slow) to three significant digits, as conf shows it.
+func formatSpeed(s float64) string { return strconv.FormatFloat(s, 'g', 3, 64) }
 
 // buildLabel is a host's build in one word: its version, its revision's
 // first 12 digits, its Go version and its task registry's fingerprint.
@@ -655,7 +661,8 @@ func haltControl() controlCommand {
 			if c.Bool("json") {
 				return printJSON(c.App.Writer, map[string]any{"halted": true, "master": cl.Master().Name})
 			}
-			return nil
+			_, err := fmt.Fprintln(c.App.Writer, "virtual machine halted")
+			return err
 		},
 	}
 }

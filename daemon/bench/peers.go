@@ -9,12 +9,12 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// The peer comparison (`dpvm bench peers`, integration/peers) measures dpvm
+// The peer comparison (`dpvm bench peers`, daemon/bench/peers) measures dpvm
 // exactly as its C programs measure PVM 3.4 and Open MPI: the same sizes,
 // repetition bounds, time caps and stream length, scaled alike, and on one
 // daemon the same spawn and collective protocols as pvm_bench.c.
 
-// Bounds of the peer protocol at scale 1 (integration/peers/csrc).
+// Bounds of the peer protocol at scale 1 (daemon/bench/peers/csrc).
 var (
 	peerReps      = map[int]int{8: 4000, 1 << 10: 4000, 64 << 10: 600, 1 << 20: 120}
 	peerSpawns    = []int{1, 8, 32}

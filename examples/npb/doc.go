@@ -12,8 +12,10 @@
 // rank and its peers' TIDs), then talks through Send and Recv.
 //
 // The kernels follow NPB 3.4: the same random number generator reproduced
-// bit for bit (the integer form of randlc/vranlc), the same problem classes,
-// iteration counts, timed regions, Mop/s formulas and verification values.
+// bit for bit (the integer form of randlc/vranlc), the same problem classes
+// (S, W, A, B, C, D), iteration counts, timed regions and Mop/s formulas, and
+// the same verification: Verify checks every class against the official
+// reference values with the official tolerances.
 // Their decompositions:
 //
 //   - EP: contiguous blocks of the 2^(M-16) batches; the sums are reduced.

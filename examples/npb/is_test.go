@@ -91,3 +91,38 @@ func TestISVerifiesAcrossNP(t *testing.T) {
 		}
 	}
 }
+
+// TestISCountsWrapAtClassD checks what IS class D relies on: with 2^31 keys
+// a task's cumulative counts (int32) can pass 2^31-1 and wrap, yet a count
+// less the keys below the task's range (what the full verification takes as
+// a position) stays exact, and so does every count below 2^31 (the ranks
+// the partial checks compare).
+func TestISCountsWrapAtClassD(t *testing.T) {
+	const width, nkeys = 8, 64
+	below := int32(1<<31 - 100) // the keys of the tasks before this one
+	seg := make([]int32, 0, 300)
+	for k := range nkeys {
+		for range 1 + k%7 {
+			seg = append(seg, int32(k))
+		}
+	}
+	counts := make([]int32, nkeys)
+	if err := isRankBuckets(counts, [][]int32{seg}, 0, width, below); err != nil {
+		t.Fatal(err)
+	}
+	wrapped, n := false, 0
+	for v := range nkeys {
+		n += 1 + v%7
+		if got := counts[v] - below; int(got) != n {
+			t.Fatalf("count of keys <= %d less those below: %d, want %d", v, got, n)
+		}
+		if total := int64(below) + int64(n); total < 1<<31 && int64(counts[v]) != total {
+			t.Fatalf("count of keys <= %d: %d, want %d", v, counts[v], total)
+		} else if total >= 1<<31 {
+			wrapped = true
+		}
+	}
+	if !wrapped {
+		t.Fatal("the counts never passed 2^31-1: the test does not test the wrap")
+	}
+}

@@ -194,8 +194,8 @@ func ParseMemAvailable(meminfo []byte) (int64, error) {
 	return 0, errors.New("meminfo: no MemAvailable line")
 }
 
-// procMemAvailable reads MemAvailable from /proc/meminfo.
-func procMemAvailable() (int64, error) {
+// MemAvailable reads MemAvailable from /proc/meminfo, in bytes.
+func MemAvailable() (int64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, err
@@ -212,7 +212,7 @@ func checkMemory(kernel, class string, np, hosts int, available func() (int64, e
 		return err
 	}
 	if available == nil {
-		available = procMemAvailable
+		available = MemAvailable
 	}
 	avail, err := available()
 	if err != nil {
@@ -220,12 +220,16 @@ func checkMemory(kernel, class string, np, hosts int, available func() (int64, e
 	}
 	if need > avail {
 		return fmt.Errorf("%s class %s np %d: needs about %s of memory and /proc/meminfo reports %s available: %w",
-			strings.ToUpper(kernel), class, np, gib(need), gib(avail), ErrNoMemory)
+			strings.ToUpper(kernel), class, np, FormatBytes(need), FormatBytes(avail), ErrNoMemory)
 	}
 	return nil
 }
 
-// gib formats bytes in GiB with one decimal.
-func gib(b int64) string {
+// FormatBytes formats a memory size with one decimal: in MiB below 1 GiB,
+// else in GiB.
+func FormatBytes(b int64) string {
+	if b < 1<<30 {
+		return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB"
+	}
 	return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) + " GiB"
 }

@@ -54,7 +54,7 @@ func FuzzParseMemAvailable(f *testing.F) {
 }
 
 // TestMemoryNeedGrows checks the estimate against the classes' sizes: it
-// grows from class S to A to C, FT class C needs more on two tasks (the
+// grows from class S to A to C to D, FT class C needs more on two tasks (the
 // transpose's buffers) than on one, and IS's two tasks more on two hosts
 // than on one.
 func TestMemoryNeedGrows(t *testing.T) {
@@ -68,9 +68,9 @@ func TestMemoryNeedGrows(t *testing.T) {
 	}
 	for _, k := range Kernels[1:] {
 		for _, np := range []int{1, 2, 4} {
-			s, a, c := need(k, "S", np), need(k, "A", np), need(k, "C", np)
-			if !(memBase < s && s < a && a < c) {
-				t.Errorf("%s np %d: need S %d, A %d, C %d: not increasing", k, np, s, a, c)
+			s, a, c, d := need(k, "S", np), need(k, "A", np), need(k, "C", np), need(k, "D", np)
+			if !(memBase < s && s < a && a < c && c < d) {
+				t.Errorf("%s np %d: need S %d, A %d, C %d, D %d: not increasing", k, np, s, a, c, d)
 			}
 		}
 	}

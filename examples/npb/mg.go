@@ -696,6 +696,7 @@ func (w *MGWorker) setup(cm comm) error {
 	if err != nil {
 		return err
 	}
+	p.Nit = w.iters(p.Nit)
 	w.p, w.lt = p, p.Levels()
 	np, me := cm.size(), cm.rank()
 	w.kr = 0
@@ -812,9 +813,8 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, nil
 	}
 	t := w.elapsed(h)
-	ok := math.Abs(rnm2-p.Rnm2)/p.Rnm2 <= 1e-8
 	r := w.finish("mg", p.Nit, t, p.Mop())
-	r.Verified = verdict(p.HasRef, ok)
 	r.Values.Rnm2 = &rnm2
+	Verify(r)
 	return r, nil
 }

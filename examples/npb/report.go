@@ -25,10 +25,13 @@ type Report struct {
 	TimeS       float64 `json:"time_s"`
 	Mops        float64 `json:"mops"`
 	MopsPerTask float64 `json:"mops_per_task"`
-	// Verified is Successful, Unsuccessful or NotPerformed (no reference
-	// values for the class).
+	// Verified is Successful, Unsuccessful or NotPerformed (the values
+	// could not be checked); see Verify.
 	Verified string `json:"verified"`
-	Values   Values `json:"values"`
+	// Reason says why a run is not Successful: the first value outside
+	// its tolerance, or what made the check impossible.
+	Reason string `json:"reason,omitempty"`
+	Values Values `json:"values"`
 }
 
 // Values holds a run's verification quantities; only the kernel's own are
@@ -49,19 +52,9 @@ type Values struct {
 	FullVerified    *bool `json:"full_verified,omitempty"`
 }
 
-// Passed reports whether the run verified; NotPerformed counts as not
-// failing.
-func (r *Report) Passed() bool { return r.Verified != Unsuccessful }
-
-func verdict(hasRef, ok bool) string {
-	switch {
-	case !hasRef:
-		return NotPerformed
-	case ok:
-		return Successful
-	}
-	return Unsuccessful
-}
+// Passed reports whether the run verified: a run that could not be
+// verified (NotPerformed) has not passed.
+func (r *Report) Passed() bool { return r.Verified == Successful }
 
 // WriteText prints the report the way NPB does.
 func (r *Report) WriteText(w io.Writer) error {
@@ -99,6 +92,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " Full verify     = %12t\n", *v.FullVerified)
 	}
 	fmt.Fprintf(&b, " Verification    = %12s\n", r.Verified)
+	if r.Reason != "" {
+		fmt.Fprintf(&b, " Reason          = %s\n", r.Reason)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

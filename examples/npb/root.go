@@ -19,6 +19,9 @@ type Root struct {
 	Kernel string
 	Class  string
 	NP     int
+	// Iterations, when above 0, replaces the class's iteration count
+	// (see RunOptions.Iterations).
+	Iterations int
 	// Lines makes the root print machine-readable progress and report
 	// lines (for Run) instead of the NPB-style text report.
 	Lines   bool
@@ -44,7 +47,7 @@ func init() {
 			Name:    "npb-" + k,
 			Summary: summaries[k],
 			Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-				class := fs.String("class", "S", "problem class: S, W, A, B or C")
+				class := fs.String("class", "S", "problem class: S, W, A, B, C or D")
 				np := fs.Int("np", 1, "number of worker tasks")
 				return func(args []string) (task.Task, error) {
 					if len(args) > 0 {
@@ -82,6 +85,10 @@ func (r *Root) Run(c *task.Ctx) error {
 		if err != nil {
 			return err
 		}
+		if err := checkIterations(r.Kernel, r.Iterations); err != nil {
+			return err
+		}
+		proto.place().Iters = r.Iterations
 		tids, err := c.SpawnTeam(proto, r.NP) // ranks 0..NP-1; the root is not one
 		if err == nil {
 			err = c.Notify(task.TaskExit, tagExit, tids...)
@@ -163,6 +170,37 @@ type RunOptions struct {
 	MemAvailable func() (int64, error)
 	// NoMemoryCheck skips the memory check.
 	NoMemoryCheck bool
+	// Iterations, when above 0, replaces the class's iteration count of
+	// CG, MG or FT (the official suite reads MG's and FT's from an input
+	// file). The reference values hold for the class's own count only,
+	// so such a run is not verified (NotPerformed).
+	Iterations int
+}
+
+// ErrBadIterations: an iteration count that the kernel does not take or
+// that is out of range.
+var ErrBadIterations = errors.New("unsupported iteration count")
+
+// maxIterations bounds RunOptions.Iterations.
+const maxIterations = 100000
+
+// TakesIterations reports whether kernel takes an iteration count
+// (RunOptions.Iterations).
+func TakesIterations(kernel string) bool {
+	return kernel == "cg" || kernel == "mg" || kernel == "ft"
+}
+
+// checkIterations checks an iteration count for kernel (0: the class's).
+func checkIterations(kernel string, n int) error {
+	switch {
+	case n == 0:
+		return nil
+	case !TakesIterations(kernel):
+		return fmt.Errorf("%s: only CG, MG and FT take an iteration count: %w", strings.ToUpper(kernel), ErrBadIterations)
+	case n < 0 || n > maxIterations:
+		return fmt.Errorf("%s: %d iterations, want 1 to %d: %w", strings.ToUpper(kernel), n, maxIterations, ErrBadIterations)
+	}
+	return nil
 }
 
 // ErrNoReport: the run ended without a report.
@@ -170,13 +208,18 @@ var ErrNoReport = errors.New("npb: the run ended without a report")
 
 // Run runs kernel for class on np worker tasks as a job through r (an
 // embedded virtual machine, or a running one's client) and returns the
-// report. A run that completes but does not verify returns its report
-// (Verified Unsuccessful) and no error.
+// report, verified (Verify) against this program's reference values. A
+// run that completes but does not verify returns its report (Verified
+// Unsuccessful or NotPerformed, with the reason) and no error.
 func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts RunOptions) (*Report, error) {
 	root, err := NewRoot(kernel, class, np)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIterations(root.Kernel, opts.Iterations); err != nil {
+		return nil, err
+	}
+	root.Iterations = opts.Iterations
 	if opts.Local && !opts.NoMemoryCheck {
 		if err := checkMemory(root.Kernel, root.Class, np, opts.Hosts, opts.MemAvailable); err != nil {
 			return nil, err
@@ -199,5 +242,8 @@ func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts 
 		return nil, runErr
 	}
 	sink.report.Hosts = max(opts.Hosts, 1)
+	// The verdict is this program's: the workers may run another build
+	// (on a running virtual machine) with other reference values.
+	Verify(sink.report)
 	return sink.report, nil
 }

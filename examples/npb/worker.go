@@ -14,6 +14,9 @@ import (
 type Place struct {
 	Class string
 	NP    int
+	// Iters, when above 0, replaces the class's iteration count (CG, MG
+	// and FT only; see RunOptions.Iterations).
+	Iters int
 	// C is the run's workers by rank; the root is not a member.
 	C task.Comm
 	// T0 is when the timed region started (Unix nanoseconds, rank 0 only).
@@ -70,6 +73,15 @@ func (p *Place) startTimer(cm comm, h *hooks) {
 // elapsed is the time since the timed region started, in seconds.
 func (p *Place) elapsed(h *hooks) float64 {
 	return float64(h.now().UnixNano()-p.T0) / 1e9
+}
+
+// iters returns the iteration count of the run: Iters when it is set, else
+// the class's own count.
+func (p *Place) iters(class int) int {
+	if p.Iters > 0 {
+		return p.Iters
+	}
+	return class
 }
 
 // worker is a kernel task.s code: run executes the kernel (resuming from the

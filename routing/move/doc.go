@@ -1,7 +1,8 @@
 // Package move is the pure state machine of a task's move from one host to
-// another (DESIGN §5 and §8), and the virtual machine's epoch clock. It
-// performs no I/O, starts no goroutines, takes no locks and reads no
-// clock: the master's daemon drives it.
+// another (DESIGN §5 and §8), the virtual machine's epoch clock, and the
+// host half of moves (Host). It performs no I/O, starts no goroutines,
+// takes no locks and reads no clock: the master's daemon drives the
+// Machine, and every daemon its own Host.
 //
 // The shape is etcd-io/raft's: the driver feeds events in (Start, Result,
 // HostLost, Tick, Adopt, each with the current time), the machine appends
@@ -29,6 +30,17 @@
 // restore might still complete. A move never aborts while a suspend or a
 // checkpoint send is still under way at the origin; it waits for that
 // step's outcome (the driver bounds every call with the step's timeout).
+//
+// The host half. Host is the other side of the same protocol: what one
+// daemon decides about its tasks' moves, as origin and as destination.
+// Its one seam is Step: an event (a step from the master, a task at its
+// safe point, a checkpoint's write over, an install) with what the
+// daemon's task table and route cache know of the task (Local) and the
+// current time in; effects out (answer or refuse the step, suspend or
+// capture the task, write, receive or restore its checkpoint, install it,
+// drop an arrival or a departure, set a route). It holds each task's
+// departure, arrival and floor: the newest move the host cancelled or
+// resumed the task for, whose steps, and older ones, it refuses.
 //
 // Epochs. The Machine holds the virtual machine's epoch clock: every epoch
 // it hands out (a move's, the way back of an abort's, a job restart's)

@@ -13,11 +13,10 @@ import (
 // The machine against a model of the hosts it commands, under every
 // interleaving a byte string can pick: steps answered, answered late
 // (the driver's call timed out but the host still does the step), done
-// with their answer lost, never done; hosts lost; the clock moving. The
-// hosts follow the rules the daemon's step handlers follow: each step
-// names its move, an arrival or a suspended task belongs to one move, and
-// a host remembers the newest move it cancelled or resumed a task for and
-// refuses older steps for that task. The oracle, checked after every
+// with their answer lost, never done; hosts lost; the clock moving. Each
+// host's decisions are its own Host's (the host half of moves), fed every
+// step as the daemon's step handlers feed it, whose effects the host
+// performs. The oracle, checked after every
 // event: a task runs on at most one host; a task's route epochs only grow;
 // the epoch clock never goes back; a move finishes once, and a move that
 // finishes well leaves its task running at the destination. At the end,
@@ -25,13 +24,10 @@ import (
 // its host runs on exactly one host.
 
 type wHost struct {
-	alive     bool
-	running   map[task.TID]bool
-	suspended map[task.TID]ID // suspended for a move
-	arrivals  map[task.TID]ID // prepared for a move
-	ckpt      map[task.TID]ID // checkpoint of a move received
-	installed map[task.TID]ID // the move a running task arrived with
-	floor     map[task.TID]ID // newest move cancelled or resumed here
+	alive   bool
+	moves   *Host
+	running map[task.TID]ID // running here, with the move that restored each (0: none)
+	ckpt    map[task.TID]ID // checkpoint of a move received
 }
 
 type flight struct {
@@ -49,6 +45,7 @@ type world struct {
 	epoch    uint64
 	routes   map[task.TID]uint64
 	started  map[ID]bool
+	from     map[ID]task.HostID // each move's origin
 	finished map[ID]bool
 	lost     map[task.TID]bool // lost with a host
 	noSafe   bool              // the next suspend finds no safe point
@@ -57,87 +54,120 @@ type world struct {
 
 func newWorld() *world {
 	w := &world{m: New(0, 0), now: time.Unix(0, 0), hosts: map[task.HostID]*wHost{}, routes: map[task.TID]uint64{},
-		started: map[ID]bool{}, finished: map[ID]bool{}, lost: map[task.TID]bool{}}
+		started: map[ID]bool{}, from: map[ID]task.HostID{}, finished: map[ID]bool{}, lost: map[task.TID]bool{}}
 	for i := 1; i <= 4; i++ {
 		id := task.HostID(i)
-		h := &wHost{alive: true, running: map[task.TID]bool{}, suspended: map[task.TID]ID{}, arrivals: map[task.TID]ID{},
-			ckpt: map[task.TID]ID{}, installed: map[task.TID]ID{}, floor: map[task.TID]ID{}}
+		h := &wHost{alive: true, moves: NewHost(), running: map[task.TID]ID{}, ckpt: map[task.TID]ID{}}
 		w.hosts[id] = h
 		w.ids = append(w.ids, id)
 		for n := 1; n <= 2; n++ {
 			tid := task.NewTID(id, uint32(n))
-			h.running[tid] = true
+			h.running[tid] = 0
 			w.tids = append(w.tids, tid)
 		}
 	}
 	return w
 }
 
-// do performs a step at its host as the daemon's handlers do, and says
-// what the host answers.
+// step feeds h's Host an event with what h's task table knows of the
+// task, and returns the step's answer: the last effect.
+func (w *world) step(h *wHost, e HostEvent) HostEffect {
+	if e.Kind != EvSafePoint {
+		arrived, running := h.running[e.TID]
+		e.Local = Local{Running: running, Arrived: arrived}
+	}
+	fx := h.moves.Step(w.now, e)
+	if len(fx) == 0 {
+		return HostEffect{Kind: DoOK}
+	}
+	return fx[len(fx)-1]
+}
+
+// do performs a step at its host as the daemon's handlers do: the host's
+// Host decides, the host performs the effects; it says what the host
+// answers. A refused suspend is answered Refused, as the master's driver
+// reads the daemon's refusals (the task was not suspended for the move).
 func (w *world) do(a Action) (Outcome, error) {
 	h := w.hosts[a.Host]
 	if h == nil || !h.alive {
 		return Failed, errors.New("host lost")
 	}
 	t := a.TID
-	if a.Move <= h.floor[t] && a.Step <= StepRestore { // cancel, resume and commit repeat harmlessly
-		return Failed, fmt.Errorf("%v of an aborted move", a.Step)
-	}
+	ev := func(k HostEventKind) HostEvent { return HostEvent{Kind: k, TID: t, Move: a.Move, Route: a.Route} }
 	switch a.Step {
 	case StepPrepare:
-		if h.running[t] || h.suspended[t] != 0 || h.arrivals[t] != 0 {
-			return Failed, errors.New("already here")
+		e := ev(EvPrepare)
+		e.Peer = w.from[a.Move]
+		if x := w.step(h, e); x.Kind == DoRefuse {
+			return Failed, x.Err
 		}
-		h.arrivals[t] = a.Move
 	case StepSuspend:
-		if !h.running[t] || h.suspended[t] != 0 {
-			return Failed, errors.New("not running here")
+		x := w.step(h, ev(EvSuspend))
+		switch x.Kind {
+		case DoRefuse:
+			if errors.Is(x.Err, ErrAborted) || errors.Is(x.Err, task.ErrNoSuchTask) {
+				return Refused, x.Err
+			}
+			return Failed, x.Err
+		case DoAskSuspend:
+			if w.noSafe {
+				w.noSafe = false
+				return Refused, errors.New("no safe point")
+			}
+			e := ev(EvSafePoint)
+			e.Local = Local{Running: true}
+			if x := w.step(h, e); x.Kind == DoRefuse {
+				return Refused, x.Err
+			}
+			delete(h.running, t)
 		}
-		if w.noSafe {
-			w.noSafe = false
-			return Refused, errors.New("no safe point")
-		}
-		delete(h.running, t)
-		delete(h.installed, t)
-		h.suspended[t] = a.Move
 	case StepSend:
-		if h.suspended[t] != a.Move {
-			return Failed, errors.New("not suspended here")
+		if x := w.step(h, ev(EvSend)); x.Kind == DoRefuse {
+			return Failed, x.Err
 		}
-		if d := w.hosts[a.Route.Host]; d != nil && d.alive && d.arrivals[t] == a.Move {
-			d.ckpt[t] = a.Move
+		if d := w.hosts[a.Route.Host]; d != nil && d.alive {
+			e := ev(EvStream)
+			e.Peer = a.Host
+			if w.step(d, e).Kind == DoReceive {
+				d.ckpt[t] = a.Move
+			}
 		}
+		w.step(h, ev(EvSent))
 	case StepRestore:
-		if h.arrivals[t] != a.Move || h.ckpt[t] != a.Move {
+		if x := w.step(h, ev(EvRestore)); x.Kind == DoRefuse {
+			return Failed, x.Err
+		}
+		if h.ckpt[t] != a.Move {
 			return Failed, errors.New("no checkpoint")
 		}
-		delete(h.arrivals, t)
+		if x := w.step(h, ev(EvInstall)); x.Kind == DoRefuse {
+			return Failed, x.Err
+		}
 		delete(h.ckpt, t)
-		h.running[t] = true
-		h.installed[t] = a.Move
+		h.running[t] = a.Move
 	case StepCommit:
-		if h.suspended[t] == a.Move {
-			delete(h.suspended, t)
-		}
+		w.step(h, ev(EvCommit))
 	case StepCancel:
-		if h.running[t] && h.installed[t] == a.Move {
-			return Installed, nil
-		}
-		h.floor[t] = max(h.floor[t], a.Move)
-		if h.arrivals[t] == a.Move {
-			delete(h.arrivals, t)
-			delete(h.ckpt, t)
+		arrived, running := h.running[t]
+		for _, x := range h.moves.Step(w.now, HostEvent{Kind: EvCancel, TID: t, Move: a.Move, Route: a.Route, Local: Local{Running: running, Arrived: arrived}}) {
+			switch x.Kind {
+			case DoInstalled:
+				return Installed, nil
+			case DoDropArrival:
+				delete(h.ckpt, t)
+			}
 		}
 	case StepResume:
-		h.floor[t] = max(h.floor[t], a.Move)
-		switch {
-		case h.suspended[t] == a.Move:
-			delete(h.suspended, t)
-			h.running[t] = true
-		case h.running[t]:
-		default:
-			return Failed, errors.New("not suspended here")
+		switch x := w.step(h, ev(EvResume)); x.Kind {
+		case DoRefuse:
+			return Failed, x.Err
+		case DoResume:
+			e := ev(EvInstall)
+			e.Back = true
+			if x := w.step(h, e); x.Kind != DoInstall {
+				return Failed, fmt.Errorf("resumed, then refused its install: %v", x)
+			}
+			h.running[t] = 0
 		}
 	}
 	return OK, nil
@@ -183,7 +213,7 @@ func (w *world) drain(t *testing.T) {
 	for _, tid := range w.tids {
 		n := 0
 		for _, id := range w.ids {
-			if h := w.hosts[id]; h.alive && h.running[tid] {
+			if _, running := w.hosts[id].running[tid]; running && w.hosts[id].alive {
 				n++
 			}
 		}
@@ -208,7 +238,7 @@ func (w *world) event(t *testing.T, op, arg byte) {
 		tid := w.tids[pick(len(w.tids))]
 		from := task.HostID(0)
 		for _, id := range w.ids {
-			if w.hosts[id].alive && w.hosts[id].running[tid] {
+			if _, running := w.hosts[id].running[tid]; running && w.hosts[id].alive {
 				from = id
 			}
 		}
@@ -219,6 +249,7 @@ func (w *world) event(t *testing.T, op, arg byte) {
 		id, err := w.m.Start(Spec{TID: tid, From: from, To: to, Epoch: w.routes[tid], Timeouts: testTimeouts}, w.now)
 		if err == nil {
 			w.started[id] = true
+			w.from[id] = from
 		} else if !errors.Is(err, ErrMoving) && !errors.Is(err, ErrSameHost) {
 			t.Fatal(err)
 		}
@@ -264,8 +295,10 @@ func (w *world) event(t *testing.T, op, arg byte) {
 			for tid := range h.running {
 				w.lost[tid] = true
 			}
-			for tid := range h.suspended {
-				w.lost[tid] = true
+			for _, tid := range w.tids {
+				if _, ok := h.moves.Departure(tid); ok {
+					w.lost[tid] = true
+				}
 			}
 			w.m.HostLost(id, w.now)
 		}
@@ -317,7 +350,7 @@ func (w *world) settle(t *testing.T) {
 	for _, tid := range w.tids {
 		n := 0
 		for _, id := range w.ids {
-			if h := w.hosts[id]; h.alive && h.running[tid] {
+			if _, running := w.hosts[id].running[tid]; running && w.hosts[id].alive {
 				n++
 			}
 		}

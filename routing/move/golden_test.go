@@ -41,17 +41,21 @@ func TestTranscripts(t *testing.T) {
 		t.Fatalf("no transcripts: %v", err)
 	}
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runTranscript(t, f) })
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			m := New(0, 0)
+			now := time.Unix(0, 0).UTC()
+			runScript(t, f, func(cmd string) string { return runCommand(t, m, &now, cmd) })
+		})
 	}
 }
 
-func runTranscript(t *testing.T, path string) {
+// runScript replays the script at path, each command through run, and
+// compares (or, with -rewrite, replaces) the transcripts.
+func runScript(t *testing.T, path string, run func(cmd string) string) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(0, 0)
-	now := time.Unix(0, 0).UTC()
 	var out strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
 	type block struct {
@@ -91,7 +95,7 @@ func runTranscript(t *testing.T, path string) {
 	}
 	for _, b := range blocks {
 		cmd := b.cmd[strings.LastIndex(b.cmd, "\n")+1:]
-		got := runCommand(t, m, &now, cmd)
+		got := run(cmd)
 		if !*rewrite && got != b.want {
 			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, cmd, got, b.want)
 		}

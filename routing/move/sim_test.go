@@ -16,10 +16,12 @@ import (
 
 // This file checks that moves carried out by the move machine keep
 // reliable delivery exact: the master's decisions are the real Machine's,
-// the daemons' sending and receiving sides are the real routing.Outbox
-// and routing.Inbox, on a simulated network that loses, duplicates and
+// each host's are the real Host's (the host half of moves), the daemons'
+// sending and receiving sides are the real routing.Outbox and
+// routing.Inbox, on a simulated network that loses, duplicates and
 // reorders frames, with broadcasts that reach each daemon after its own
-// delay. The hosts do each step the way the daemon's handlers do:
+// delay. Each host feeds its Host every step and performs the effects it
+// returns, as the daemon's handlers do (daemon/migrate.go):
 //
 //   - prepare (destination B): messages for T are buffered there,
 //     unacknowledged, until T is restored;
@@ -35,8 +37,9 @@ import (
 //     buffered, naming the way back (A, e'), A restores T from what it
 //     kept, and the route back is broadcast.
 //
-// Steps fail at random (a refused prepare, no safe point, a failed
-// transfer or restore). The invariant, checked on every seed: every
+// Steps fail at random (a failed prepare, no safe point, a failed
+// transfer or restore), and the Host refuses what it must (a step of a
+// move cancelled or resumed, a checkpoint of an arrival dropped). The invariant, checked on every seed: every
 // message sent is delivered exactly once, in per-pair order.
 
 var simSeeds = flag.Int("seeds", 400, "how many seeds TestMovesExactlyOnce runs (go test ./routing/move -run TestMovesExactlyOnce -seeds 5000)")
@@ -62,11 +65,63 @@ type mHost struct {
 	out    *routing.Outbox
 	in     *routing.Inbox
 	routes *routing.Table
-	tasks  map[task.TID]presence
-	dest   map[task.TID]routing.Route // leaving: where to
-	buf    map[task.TID][]buffered    // arriving: held messages
-	kept   map[task.TID]moveState     // leaving: what A keeps for an abort
-	moveOf map[task.TID]move.ID       // the move a task is leaving or arriving with, or was restored by
+	moves  *move.Host              // the host half of moves
+	tasks  map[task.TID]move.ID    // running here, with the move that restored each (0: none)
+	buf    map[task.TID][]buffered // arriving: held messages
+	kept   map[task.TID]moveState  // leaving: what A keeps for an abort
+	ckpts  map[task.TID]received   // arriving: the checkpoint received
+}
+
+// received is a checkpoint that reached a destination.
+type received struct {
+	move  move.ID
+	epoch uint64
+	st    moveState
+}
+
+// presence is where tid is at h: running, or caught in a move as the
+// Host holds it.
+func (h *mHost) presence(tid task.TID) presence {
+	if _, ok := h.tasks[tid]; ok {
+		return hosted
+	}
+	if _, ok := h.moves.Departure(tid); ok {
+		return leaving
+	}
+	if _, ok := h.moves.Arrival(tid); ok {
+		return arriving
+	}
+	return absent
+}
+
+// dest is where the task leaving h goes.
+func (h *mHost) dest(tid task.TID) routing.Route {
+	d, _ := h.moves.Departure(tid)
+	return d.Dest
+}
+
+// step feeds h's Host an event, with what h's task table and routes know
+// of the task, as the daemon's stepMove does.
+func (n *mNet) hostStep(h *mHost, e move.HostEvent) []move.HostEffect {
+	if e.Kind != move.EvSafePoint {
+		arrived, running := h.tasks[e.TID]
+		e.Local = move.Local{Running: running, Arrived: arrived, Route: h.routes.Lookup(e.TID).Epoch}
+	}
+	return h.moves.Step(n.now, e)
+}
+
+// last is a step's answer among its effects.
+func last(fx []move.HostEffect) move.HostEffect {
+	if len(fx) == 0 {
+		return move.HostEffect{Kind: move.DoOK}
+	}
+	return fx[len(fx)-1]
+}
+
+// refusedSuspend is the master's reading of a refused suspend (the
+// daemon's suspendRefused): the task was not suspended for the move.
+func refusedSuspend(err error) bool {
+	return errors.Is(err, move.ErrAborted) || errors.Is(err, task.ErrNoSuchTask)
 }
 
 type moveState struct {
@@ -94,6 +149,7 @@ type mNet struct {
 	m       *move.Machine
 	calls   []move.Action // steps the machine asked for, not yet done
 	moving  map[task.TID]bool
+	from    map[move.ID]task.HostID // each move's origin
 	got     map[routing.Pair][]uint64
 	sent    map[routing.Pair]uint64
 	aborted int
@@ -103,12 +159,12 @@ type mNet struct {
 func newMNet(t *testing.T, seed uint64) *mNet {
 	n := &mNet{t: t, rng: rand.New(rand.NewPCG(seed, 0xd5e)), now: time.Unix(0, 0),
 		hosts: map[task.HostID]*mHost{}, master: routing.NewTable(), m: move.New(0, 0), moving: map[task.TID]bool{},
-		got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{}}
+		from: map[move.ID]task.HostID{}, got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{}}
 	for i := 1; i <= 3; i++ {
 		id := task.HostID(i)
 		n.hosts[id] = &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: routing.NewTable(),
-			tasks: map[task.TID]presence{}, dest: map[task.TID]routing.Route{}, buf: map[task.TID][]buffered{},
-			kept: map[task.TID]moveState{}, moveOf: map[task.TID]move.ID{}}
+			moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
+			kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
 	}
 	return n
 }
@@ -126,7 +182,7 @@ func (n *mNet) frame(f mFrame) { n.flight = append(n.flight, f) }
 
 func (n *mNet) hostOf(tid task.TID) *mHost {
 	for _, h := range n.sorted() {
-		if h.tasks[tid] == hosted {
+		if h.presence(tid) == hosted {
 			return h
 		}
 	}
@@ -142,12 +198,12 @@ func (n *mNet) deliver(e routing.Envelope) {
 func (n *mNet) send(h *mHost, s, t task.TID) {
 	e := routing.Envelope{From: s, To: t, Seq: h.out.Seq(s, t), Tag: 1}
 	n.sent[routing.Pair{From: s, To: t}]++
-	switch h.tasks[t] {
+	switch h.presence(t) {
 	case hosted:
 		h.in.Accept(e, n.deliver)
 		return
 	case leaving:
-		if r := h.dest[t]; h.routes.Lookup(t).Epoch < r.Epoch {
+		if r := h.dest(t); h.routes.Lookup(t).Epoch < r.Epoch {
 			r.InTransit = true
 			h.out.Push(e, r, n.now) // held until the broadcast
 			return
@@ -198,7 +254,7 @@ func (n *mNet) arrive(h *mHost, from task.HostID, e routing.Envelope) {
 	}
 	refuse := func(r routing.Route) {
 		if r.Host == h.id && !r.InTransit {
-			n.t.Fatalf("%v refuses %v→%v naming itself (%+v, presence %v)", h.id, e.From, e.To, r, h.tasks[e.To])
+			n.t.Fatalf("%v refuses %v→%v naming itself (%+v, presence %v)", h.id, e.From, e.To, r, h.presence(e.To))
 		}
 		if from == h.id {
 			h.routes.Update(e.To, r)
@@ -208,11 +264,11 @@ func (n *mNet) arrive(h *mHost, from task.HostID, e routing.Envelope) {
 		}
 		n.frame(mFrame{from: h.id, to: from, kind: routing.KindRefuse, ref: routing.Refusal{To: e.To, Route: r}})
 	}
-	switch h.tasks[e.To] {
+	switch h.presence(e.To) {
 	case hosted:
 		ack(h.in.Accept(e, n.deliver))
 	case leaving:
-		r := h.dest[e.To]
+		r := h.dest(e.To)
 		if cur := h.routes.Lookup(e.To); cur.Epoch > r.Epoch && cur.Host == h.id {
 			// The way back of an abort, known before the task resumes
 			// here: kept, unacknowledged, until it does.
@@ -234,7 +290,7 @@ func (n *mNet) arrive(h *mHost, from task.HostID, e routing.Envelope) {
 func (n *mNet) applyRoute(h *mHost, en routing.Entry) {
 	h.routes.Update(en.TID, en.Route)
 	r := h.routes.Lookup(en.TID)
-	if h.tasks[en.TID] == arriving && r.Host == h.id {
+	if h.presence(en.TID) == arriving && r.Host == h.id {
 		return // released when the task is restored here
 	}
 	host, envs := h.out.Reroute(en.TID, r, n.now)
@@ -299,7 +355,7 @@ func (n *mNet) drain() {
 		case move.SetRoute:
 			en := routing.Entry{TID: a.TID, Route: a.Route}
 			for _, h := range n.sorted() {
-				if h.tasks[a.TID] == leaving {
+				if h.presence(a.TID) == leaving {
 					// The origin hears the new route before it is asked to
 					// transfer the task (both come from the master, in
 					// order); the others later.
@@ -328,19 +384,21 @@ func (n *mNet) begin(tid task.TID, to task.HostID) {
 	if a == nil || a.id == to || n.moving[tid] {
 		return
 	}
-	if _, err := n.m.Start(move.Spec{TID: tid, From: a.id, To: to, Epoch: n.master.Lookup(tid).Epoch, Timeouts: simTimeouts}, n.now); err != nil {
+	id, err := n.m.Start(move.Spec{TID: tid, From: a.id, To: to, Epoch: n.master.Lookup(tid).Epoch, Timeouts: simTimeouts}, n.now)
+	if err != nil {
 		n.t.Fatal(err)
 	}
+	n.from[id] = a.id
 	n.moving[tid] = true
 	n.drain()
 }
 
-// restore installs a moving task's state on host h and releases what was
-// held for it there.
-func (n *mNet) restore(h *mHost, tid task.TID, st moveState) {
+// restore installs a moving task's state on host h (arrived with move
+// id, or 0 when it comes back) and releases what was held for it there.
+func (n *mNet) restore(h *mHost, tid task.TID, st moveState, id move.ID) {
 	h.in.SetReceiverState(tid, st.inSeq, st.early)
 	h.out.SetSenderState(tid, st.outSeq)
-	h.tasks[tid] = hosted
+	h.tasks[tid] = id
 	bufs := h.buf[tid]
 	delete(h.buf, tid)
 	for _, b := range bufs {
@@ -353,8 +411,9 @@ func (n *mNet) restore(h *mHost, tid task.TID, st moveState) {
 	}
 }
 
-// step does one step the machine asked for, at its host, and reports the
-// outcome; some fail at random, without effect.
+// doStep does one step the machine asked for, at its host, as the
+// daemon's handlers do: the host's Host decides, the host performs its
+// effects. Some steps fail at random, without effect.
 func (n *mNet) doStep() {
 	i := n.rng.IntN(len(n.calls))
 	c := n.calls[i]
@@ -368,79 +427,115 @@ func (n *mNet) doStep() {
 		}
 		return false
 	}
+	ev := func(k move.HostEventKind) move.HostEvent {
+		return move.HostEvent{Kind: k, TID: tid, Move: c.Move, Route: c.Route}
+	}
 	switch c.Step {
 	case move.StepPrepare:
-		if h.tasks[tid] != absent {
-			o = move.Failed
+		if fail(10) {
 			break
 		}
-		if !fail(10) {
-			h.tasks[tid] = arriving
-			h.moveOf[tid] = c.Move
+		e := ev(move.EvPrepare)
+		e.Peer = n.from[c.Move]
+		if last(n.hostStep(h, e)).Kind == move.DoRefuse {
+			o = move.Failed
 		}
 	case move.StepSuspend:
-		if h.tasks[tid] != hosted {
+		switch x := last(n.hostStep(h, ev(move.EvSuspend))); x.Kind {
+		case move.DoRefuse:
 			o = move.Failed
-			break
+			if refusedSuspend(x.Err) {
+				o = move.Refused
+			}
+		case move.DoAskSuspend:
+			if n.rng.IntN(10) == 0 {
+				o = move.Refused // no safe point in time: the request is withdrawn
+				break
+			}
+			e := ev(move.EvSafePoint)
+			e.Local = move.Local{Running: true, Route: h.routes.Lookup(tid).Epoch}
+			x = last(n.hostStep(h, e))
+			if x.Kind == move.DoRefuse {
+				o = move.Refused
+				break
+			}
+			inSeq, early := h.in.ReceiverState(tid)
+			h.kept[tid] = moveState{inSeq: inSeq, early: early, outSeq: h.out.SenderState(tid)}
+			h.in.Forget(tid)
+			h.out.ForgetSender(tid)
+			delete(h.tasks, tid)
 		}
-		if n.rng.IntN(10) == 0 {
-			o = move.Refused // no safe point in time
-			break
-		}
-		inSeq, early := h.in.ReceiverState(tid)
-		st := moveState{inSeq: inSeq, early: early, outSeq: h.out.SenderState(tid)}
-		h.in.Forget(tid)
-		h.out.ForgetSender(tid)
-		h.tasks[tid] = leaving
-		h.dest[tid] = c.Route
-		h.kept[tid] = st
-		h.moveOf[tid] = c.Move
 	case move.StepSend:
-		fail(8)
-	case move.StepRestore:
-		if h.tasks[tid] != arriving || h.moveOf[tid] != c.Move {
+		if last(n.hostStep(h, ev(move.EvSend))).Kind == move.DoRefuse {
 			o = move.Failed
 			break
 		}
-		if !fail(6) {
-			a := n.hosts[n.originOf(tid)]
-			n.restore(h, tid, a.kept[tid])
-			h.moveOf[tid] = c.Move
+		if !fail(8) {
+			// The checkpoint reaches the destination, which takes it only
+			// for the arrival the move prepared.
+			dst := n.hosts[c.Route.Host]
+			e := ev(move.EvStream)
+			e.Peer = h.id
+			if last(n.hostStep(dst, e)).Kind == move.DoReceive {
+				dst.ckpts[tid] = received{move: c.Move, epoch: c.Route.Epoch, st: h.kept[tid]}
+			}
 		}
+		n.hostStep(h, ev(move.EvSent))
+	case move.StepRestore:
+		x := last(n.hostStep(h, ev(move.EvRestore)))
+		got, ok := h.ckpts[tid]
+		if x.Kind == move.DoRefuse || !ok || got.move != x.Move || fail(6) {
+			o = move.Failed // not prepared, no checkpoint came, or it did not read
+			break
+		}
+		e := ev(move.EvInstall)
+		e.Route.Epoch = got.epoch
+		if last(n.hostStep(h, e)).Kind != move.DoInstall {
+			o = move.Failed
+			break
+		}
+		delete(h.ckpts, tid)
+		n.restore(h, tid, got.st, c.Move)
 	case move.StepCommit:
-		if h.tasks[tid] != leaving || h.moveOf[tid] != c.Move {
-			break
+		if last(n.hostStep(h, ev(move.EvCommit))).Kind == move.DoForget {
+			delete(h.kept, tid)
 		}
-		h.tasks[tid] = absent
-		delete(h.dest, tid)
-		delete(h.kept, tid)
 	case move.StepCancel:
-		if h.tasks[tid] == hosted && h.moveOf[tid] == c.Move {
-			o = move.Installed
-			break
-		}
 		// B drops the arrival prepared for this move, if any, and refuses
 		// what it buffered, naming the way back.
-		h.routes.Update(tid, c.Route)
 		var bufs []buffered
-		if h.tasks[tid] == arriving && h.moveOf[tid] == c.Move {
-			h.tasks[tid] = absent
-			bufs = h.buf[tid]
-			delete(h.buf, tid)
+		for _, x := range n.hostStep(h, ev(move.EvCancel)) {
+			switch x.Kind {
+			case move.DoInstalled:
+				o = move.Installed
+			case move.DoDropArrival:
+				bufs = h.buf[tid]
+				delete(h.buf, tid)
+				delete(h.ckpts, tid)
+			case move.DoSetRoute:
+				h.routes.Update(tid, x.Route)
+				for _, b := range bufs {
+					n.arrive(h, b.from, b.env)
+				}
+				host, envs := h.out.Reroute(tid, x.Route, n.now)
+				n.transmit(h, host, envs)
+			}
 		}
-		for _, x := range bufs {
-			n.arrive(h, x.from, x.env)
-		}
-		host, envs := h.out.Reroute(tid, c.Route, n.now)
-		n.transmit(h, host, envs)
 	case move.StepResume:
-		if h.tasks[tid] != leaving || h.moveOf[tid] != c.Move {
-			break // never suspended for this move
+		x := last(n.hostStep(h, ev(move.EvResume)))
+		switch x.Kind {
+		case move.DoRefuse:
+			o = move.Failed
+		case move.DoResume:
+			h.routes.Update(tid, x.Route)
+			e := ev(move.EvInstall)
+			e.Back = true
+			if last(n.hostStep(h, e)).Kind != move.DoInstall {
+				n.t.Fatalf("%v: resumed, then refused its install", tid)
+			}
+			n.restore(h, tid, h.kept[tid], 0)
+			delete(h.kept, tid)
 		}
-		h.routes.Update(tid, c.Route)
-		delete(h.dest, tid)
-		n.restore(h, tid, h.kept[tid])
-		delete(h.kept, tid)
 	}
 	if c.Notify {
 		return
@@ -451,24 +546,13 @@ func (n *mNet) doStep() {
 	n.drain()
 }
 
-// originOf is the host where tid is suspended, leaving.
-func (n *mNet) originOf(tid task.TID) task.HostID {
-	for _, h := range n.sorted() {
-		if h.tasks[tid] == leaving {
-			return h.id
-		}
-	}
-	n.t.Fatalf("%v is suspended nowhere", tid)
-	return 0
-}
-
 func runMigrationSim(t *testing.T, seed uint64) *mNet {
 	n := newMNet(t, seed)
 	var tasks []task.TID
 	for h := 1; h <= 3; h++ {
 		for i := 1; i <= 2; i++ {
 			tid := task.NewTID(task.HostID(h), uint32(i))
-			n.hosts[task.HostID(h)].tasks[tid] = hosted
+			n.hosts[task.HostID(h)].tasks[tid] = 0
 			tasks = append(tasks, tid)
 		}
 	}

@@ -27,8 +27,8 @@
 // with the ratio of each peer to dpvm in the same mode when dpvm's lines are
 // present. cmd/peertable is the command run.sh uses. WriteSideBySide is the
 // one table of `dpvm bench peers` (dpvm beside each peer with the ratio
-// after it), WritePlots its latency and bandwidth charts, and FindScript
-// how it finds run.sh.
+// after it), WritePlots its latency and bandwidth charts, and WriteHarness
+// writes out the harness the dpvm binary carries (run.sh and csrc).
 //
 // Nothing here needs PVM or Open MPI installed: the tests use recorded lines.
 package peers

@@ -3,7 +3,7 @@
 //	peertable FILE...
 //
 // Each FILE holds result lines (one JSON object a line): the peers' lines
-// written by integration/peers/run.sh and, optionally, dpvm's own from
+// written by daemon/bench/peers/run.sh and, optionally, dpvm's own from
 // `dpvm bench pingpong --json`. The table goes to standard output as
 // Markdown: the median over the rounds of every system with the range in
 // parentheses, and dpvm's ratio to each peer when dpvm's lines are given.
@@ -14,7 +14,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/dpvm/dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 )
 
 func main() {

@@ -3,7 +3,7 @@
 # `dpvm bench pingpong` measures dpvm, so that the figures can stand side by
 # side.
 #
-#   integration/peers/run.sh [--rounds N] [--scale S] [--only LIST]
+#   daemon/bench/peers/run.sh [--rounds N] [--scale S] [--only LIST]
 #                            [--out DIR] [--dpvm FILE] [--dpvm-bin PATH]
 #                            [--no-install] [--no-table]
 #                            [--pvm-fragsize BYTES]
@@ -46,7 +46,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+# The repository, when run from a checkout (the table is built with Go there).
+repo=$(cd "$here/../../.." && pwd)
 
 rounds=3
 scale=1
@@ -368,7 +369,7 @@ if [ "$table" = 0 ]; then
 	:
 elif command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
 	PATH=$PATH:/usr/local/go/bin
-	(cd "$repo" && go run ./integration/peers/cmd/peertable "${table_inputs[@]}") >"$out/table.md"
+	(cd "$repo" && go run ./daemon/bench/peers/cmd/peertable "${table_inputs[@]}") >"$out/table.md"
 	{
 		echo
 		cat "$out/machine.txt"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,15 +128,34 @@ func TestCharts(t *testing.T) {
 	}
 }
 
-func TestFindScript(t *testing.T) {
-	got, err := FindScript("", filepath.Join("testdata"))
+// TestWriteHarness: the harness the binary carries is the script and C
+// sources of this directory, written out with the script executable, and
+// the script parses.
+func TestWriteHarness(t *testing.T) {
+	dir := t.TempDir()
+	script, err := WriteHarness(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := filepath.Abs("run.sh"); got != want {
-		t.Errorf("FindScript = %s, want %s", got, want)
+	if st, err := os.Stat(script); err != nil || st.Mode().Perm()&0o100 == 0 {
+		t.Fatalf("%s: %v %v, want an executable script", script, st, err)
 	}
-	if _, err := FindScript(t.TempDir()); !errors.Is(err, ErrNoScript) {
-		t.Errorf("in an empty directory: %v, want ErrNoScript", err)
+	srcs, _ := filepath.Glob("csrc/*")
+	if len(srcs) == 0 {
+		t.Fatal("no C sources in csrc")
+	}
+	for _, f := range append(srcs, ScriptName) {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(dir, f)); err != nil || string(got) != string(want) {
+			t.Errorf("%s written out differs from the source: %v", f, err)
+		}
+	}
+	if bash, err := exec.LookPath("bash"); err == nil {
+		if out, err := exec.Command(bash, "-n", script).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", script, err, out)
+		}
 	}
 }

@@ -2,21 +2,24 @@
 # NPB comparison harness: the official NPB 3.4 kernels (serial and MPI)
 # beside `dpvm npb`, measured in alternating rounds on this host.
 #
-#   integration/npbofficial/run.sh --src DIR --dpvm-bin PATH
+#   daemon/bench/npbofficial/run.sh --src DIR --dpvm-bin PATH
 #                                  [--class A] [--rounds 3]
 #                                  [--kernels ep,cg,mg,ft,is] [--out DIR]
-#                                  [--no-install]
+#                                  [--omp [--threads 1,2]] [--no-install]
 #
 #   --src DIR       the official NPB 3.4 source: a directory holding
 #                   NPB3.4-OMP and NPB3.4-MPI (and NPB3.4-SER if present),
 #                   or one of its parents down to two levels (dpvm does not
 #                   ship it)
 #   --dpvm-bin PATH the dpvm binary to measure (`PATH npb K --json`)
-#   --class C       the NPB class, S, W, A, B or C (A)
+#   --class C       the NPB class, S, W, A, B, C or D (A)
 #   --rounds N      rounds over all runs (3)
 #   --kernels LIST  comma-separated kernels among ep, cg, mg, ft, is (all)
 #   --out DIR       where the builds, results.jsonl and machine.txt go
 #                   (./npb-official-results)
+#   --omp           also build the OpenMP suite and run it at each thread
+#                   count N beside `dpvm npb K --np N`
+#   --threads LIST  comma-separated thread counts for --omp (1,2)
 #   --no-install    fail instead of installing missing packages
 #
 # It installs gfortran, gcc, make and Open MPI with apt-get when they are
@@ -26,11 +29,14 @@
 # of the class, and then, round after round, runs for every kernel the
 # official serial binary, `dpvm npb K --np 1`, `mpirun -np 2` of the MPI
 # binary and `dpvm npb K --np 2`. The order of the official and dpvm runs
-# alternates from one round to the next. Every run is one JSON line in
-# results.jsonl:
+# alternates from one round to the next. With --omp, the OpenMP suite is
+# built with -fopenmp too, and every round then runs, for each thread count
+# N, the OpenMP binary with OMP_NUM_THREADS=N beside `dpvm npb K --np N`.
+# Every run is one JSON line in results.jsonl, whose suite is the official
+# suite of the run or of its partner (serial, mpi or omp):
 #
-#   {"round":1,"kernel":"ep","class":"A","system":"official","np":1,
-#    "time_s":…,"mops":…,"verified":true,"maxrss_kib":[…]}
+#   {"round":1,"kernel":"ep","class":"A","system":"official","suite":"serial",
+#    "np":1,"time_s":…,"mops":…,"verified":true,"maxrss_kib":[…]}
 #
 # maxrss_kib holds the peak resident set of every process of the run (one
 # per MPI rank, from /usr/bin/time around each rank; dpvm's tasks share one
@@ -45,6 +51,8 @@ rounds=3
 kernels=ep,cg,mg,ft,is
 out=$PWD/npb-official-results
 install=1
+omp=0
+threads=
 # Seconds one run may take before it is stopped.
 per_run_timeout=1800
 
@@ -61,6 +69,8 @@ while [ $# -gt 0 ]; do
 	--rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
 	--kernels) kernels=${2:?--kernels needs a list}; shift 2 ;;
 	--out) out=${2:?--out needs a directory}; shift 2 ;;
+	--omp) omp=1; shift ;;
+	--threads) threads=${2:?--threads needs a list}; shift 2 ;;
 	--no-install) install=0; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown argument $1" ;;
@@ -70,7 +80,7 @@ done
 [ -n "$src" ] || die "--src DIR is required (the official NPB 3.4 source)"
 [ -n "$dpvm_bin" ] || die "--dpvm-bin PATH is required"
 [ -x "$dpvm_bin" ] || die "--dpvm-bin $dpvm_bin: not an executable"
-case "$class" in S | W | A | B | C) ;; *) die "--class $class: want S, W, A, B or C" ;; esac
+case "$class" in S | W | A | B | C | D) ;; *) die "--class $class: want S, W, A, B, C or D" ;; esac
 case "$rounds" in '' | *[!0-9]*) die "--rounds $rounds: not a number" ;; esac
 [ "$rounds" -ge 1 ] && [ "$rounds" -le 50 ] || die "--rounds $rounds is outside 1..50"
 IFS=, read -r -a klist <<<"$kernels"
@@ -78,6 +88,17 @@ IFS=, read -r -a klist <<<"$kernels"
 for k in "${klist[@]}"; do
 	case "$k" in ep | cg | mg | ft | is) ;; *) die "--kernels: unknown kernel $k" ;; esac
 done
+tlist=()
+if [ "$omp" = 1 ]; then
+	IFS=, read -r -a tlist <<<"${threads:-1,2}"
+	[ ${#tlist[@]} -gt 0 ] || die "--threads is empty"
+	for n in "${tlist[@]}"; do
+		case "$n" in '' | *[!0-9]* | 0*) die "--threads: $n is not a thread count" ;; esac
+		[ "$n" -le 1024 ] || die "--threads: $n is above 1024"
+	done
+elif [ -n "$threads" ]; then
+	die "--threads needs --omp"
+fi
 
 # Find the suites: DIR itself, or one or two levels below it.
 root=
@@ -88,6 +109,7 @@ for d in "$src" "$src"/* "$src"/*/*; do
 	fi
 done
 [ -n "$root" ] || die "--src $src: no NPB3.4-MPI beside NPB3.4-OMP or NPB3.4-SER in it or two levels below"
+[ "$omp" = 0 ] || [ -d "$root/NPB3.4-OMP" ] || die "--omp: no NPB3.4-OMP in $root"
 
 need=()
 command -v gfortran >/dev/null || need+=(gfortran)
@@ -117,7 +139,7 @@ results=$out/results.jsonl
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "official: NPB 3.4 from $root; $(gfortran --version | head -1); $(mpirun --version 2>/dev/null | head -1)"
 	echo "dpvm: $dpvm_bin"
-	echo "class $class, $rounds rounds, kernels ${klist[*]}"
+	echo "class $class, $rounds rounds, kernels ${klist[*]}${tlist[*]:+, OpenMP at ${tlist[*]} threads}"
 } >"$out/machine.txt"
 
 # build_suite SUITE DIR FLAGS [EXTRA]: copy the suite into DIR, write make.def and
@@ -150,6 +172,7 @@ if [ "$(gfortran -dumpversion | cut -d. -f1)" -ge 10 ]; then
 	mpiextra=-fallow-argument-mismatch
 fi
 build_suite NPB3.4-MPI "$build/mpi" "-O3" "$mpiextra"
+[ "$omp" = 0 ] || build_suite NPB3.4-OMP "$build/omp" "-O3 -fopenmp"
 
 mpiflags=(-np 2)
 [ "$(id -u)" = 0 ] && mpiflags+=(--allow-run-as-root)
@@ -158,14 +181,18 @@ mpiflags+=(--oversubscribe)
 
 failed=0
 
-# official NP ROUND K: run the official binary and print its line.
+# official SUITE NP ROUND K: run the official binary of SUITE (serial, mpi
+# or omp) and print its line.
 official() {
-	local np=$1 r=$2 k=$3 bin log
-	log=$out/logs/official-$k-np$np-r$r
+	local suite=$1 np=$2 r=$3 k=$4 bin log
+	log=$out/logs/official-$suite-$k-np$np-r$r
 	mkdir -p "$out/logs"
 	rm -f "$log".rss.*
 	export OMP_NUM_THREADS=1
-	if [ "$np" = 1 ]; then
+	if [ "$suite" = omp ]; then
+		bin=$build/omp/bin/$k.$class.x
+		(cd "$build/omp/bin" && OMP_NUM_THREADS=$np timeout "$per_run_timeout" /usr/bin/time -f %M -o "$log.rss.0" "$bin") >"$log.out" 2>&1 || true
+	elif [ "$suite" = serial ]; then
 		bin=$build/ser/bin/$k.$class.x
 		(cd "$build/ser/bin" && timeout "$per_run_timeout" /usr/bin/time -f %M -o "$log.rss.0" "$bin") >"$log.out" 2>&1 || true
 	else
@@ -179,15 +206,15 @@ official() {
 	v=false
 	grep -q '^ *Verification *= *SUCCESSFUL' "$log.out" && v=true
 	rss=$(cat "$log".rss.* 2>/dev/null | grep -E '^[0-9]+$' | paste -sd, -)
-	[ "$v" = true ] || { failed=1; echo "npb-official: official $k np $np round $r did not verify; see $log.out" >&2; }
-	printf '{"round":%d,"kernel":"%s","class":"%s","system":"official","np":%d,"time_s":%s,"mops":%s,"verified":%s,"maxrss_kib":[%s]}\n' \
-		"$r" "$k" "$class" "$np" "${t:-0}" "${m:-0}" "$v" "$rss" | tee -a "$results" >&2
+	[ "$v" = true ] || { failed=1; echo "npb-official: official $suite $k np $np round $r did not verify; see $log.out" >&2; }
+	printf '{"round":%d,"kernel":"%s","class":"%s","system":"official","suite":"%s","np":%d,"time_s":%s,"mops":%s,"verified":%s,"maxrss_kib":[%s]}\n' \
+		"$r" "$k" "$class" "$suite" "$np" "${t:-0}" "${m:-0}" "$v" "$rss" | tee -a "$results" >&2
 }
 
-# dpvm NP ROUND K: run `dpvm npb` and print its line.
+# dpvm SUITE NP ROUND K: run `dpvm npb` beside SUITE's run and print its line.
 dpvm() {
-	local np=$1 r=$2 k=$3 log
-	log=$out/logs/dpvm-$k-np$np-r$r
+	local suite=$1 np=$2 r=$3 k=$4 log
+	log=$out/logs/dpvm-$suite-$k-np$np-r$r
 	mkdir -p "$out/logs"
 	timeout "$per_run_timeout" /usr/bin/time -f %M -o "$log.rss" \
 		"$dpvm_bin" npb "$k" --class "$class" --np "$np" --json >"$log.out" 2>"$log.err" || true
@@ -197,21 +224,28 @@ dpvm() {
 	v=false
 	grep -q '"verified":"SUCCESSFUL"' "$log.out" && v=true
 	rss=$(grep -E '^[0-9]+$' "$log.rss" 2>/dev/null | paste -sd, -)
-	[ "$v" = true ] || { failed=1; echo "npb-official: dpvm $k np $np round $r did not verify; see $log.out and $log.err" >&2; }
-	printf '{"round":%d,"kernel":"%s","class":"%s","system":"dpvm","np":%d,"time_s":%s,"mops":%s,"verified":%s,"maxrss_kib":[%s]}\n' \
-		"$r" "$k" "$class" "$np" "${t:-0}" "${m:-0}" "$v" "$rss" | tee -a "$results" >&2
+	[ "$v" = true ] || { failed=1; echo "npb-official: dpvm $k np $np ($suite) round $r did not verify; see $log.out and $log.err" >&2; }
+	printf '{"round":%d,"kernel":"%s","class":"%s","system":"dpvm","suite":"%s","np":%d,"time_s":%s,"mops":%s,"verified":%s,"maxrss_kib":[%s]}\n' \
+		"$r" "$k" "$class" "$suite" "$np" "${t:-0}" "${m:-0}" "$v" "$rss" | tee -a "$results" >&2
+}
+
+# pair SUITE NP ROUND K: the official run and dpvm's, in the round's order.
+pair() {
+	if [ $(($3 % 2)) = 1 ]; then
+		official "$@"
+		dpvm "$@"
+	else
+		dpvm "$@"
+		official "$@"
+	fi
 }
 
 for r in $(seq 1 "$rounds"); do
 	for k in "${klist[@]}"; do
-		for np in 1 2; do
-			if [ $((r % 2)) = 1 ]; then
-				official "$np" "$r" "$k"
-				dpvm "$np" "$r" "$k"
-			else
-				dpvm "$np" "$r" "$k"
-				official "$np" "$r" "$k"
-			fi
+		pair serial 1 "$r" "$k"
+		pair mpi 2 "$r" "$k"
+		for n in "${tlist[@]}"; do
+			pair omp "$n" "$r" "$k"
 		done
 	done
 done

@@ -3,6 +3,7 @@ package npbofficial
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -96,6 +97,8 @@ func TestParseLinesRejects(t *testing.T) {
 		`{"round":1,"kernel":"ep","class":"A","system":"dpvm","np":1,"time_s":-1,"mops":1,"verified":true,"maxrss_kib":[]}`,
 		`{"round":1,"kernel":"ep","class":"A","system":"dpvm","np":1,"time_s":1,"mops":1,"verified":true,"maxrss_kib":[-5]}`,
 		`{"round":1,"kernel":"ep","class":"A","system":"dpvm","np":1,"time_s":1,"mops":1,"verified":true,"extra":1}`,
+		`{"round":1,"kernel":"ep","class":"A","system":"dpvm","suite":"hpf","np":1,"time_s":1,"mops":1,"verified":true}`,
+		`{"round":1,"kernel":"ep","class":"A","system":"official","suite":"serial","np":2,"time_s":1,"mops":1,"verified":true}`,
 		`not json`,
 	} {
 		if _, err := ParseLines(strings.NewReader("# comment\n\n" + bad + "\n")); !errors.Is(err, ErrBadLine) {
@@ -124,4 +127,61 @@ func FuzzParseLines(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestSummarizeOMP pairs each dpvm run with the official run of its own
+// suite: at np 2 one round holds an MPI pair and an OpenMP pair, and lines
+// without a suite (older harnesses) count as serial at np 1 and MPI above.
+func TestSummarizeOMP(t *testing.T) {
+	mk := func(system, suite string, np int, mops float64, kib ...int64) Line {
+		return Line{Round: 1, Kernel: "cg", Class: "A", System: system, Suite: suite, NP: np, Mops: mops, Verified: true, MaxRSSKiB: kib}
+	}
+	lines := []Line{
+		mk(SystemOfficial, "", 1, 100, 1024), mk(SystemDpvm, "", 1, 110, 2048),
+		mk(SystemOfficial, SuiteMPI, 2, 200, 1024, 1024), mk(SystemDpvm, SuiteMPI, 2, 150, 2048),
+		mk(SystemOfficial, SuiteOMP, 2, 250, 1024), mk(SystemDpvm, SuiteOMP, 2, 200, 2048),
+		mk(SystemOfficial, SuiteOMP, 4, 400, 2048), mk(SystemDpvm, SuiteOMP, 4, 500, 3072),
+	}
+	rows := Summarize(lines)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v, want one", rows)
+	}
+	type sn struct {
+		suite string
+		np    int
+		ratio float64
+	}
+	var got []sn
+	for _, p := range rows[0].Pairs {
+		got = append(got, sn{p.Suite, p.NP, p.Ratio.Median})
+		if p.Rounds != 1 || p.Failed != 0 {
+			t.Errorf("%s np %d: %+v", p.Suite, p.NP, p)
+		}
+	}
+	want := []sn{{SuiteSerial, 1, 1.1}, {SuiteMPI, 2, 0.75}, {SuiteOMP, 2, 0.8}, {SuiteOMP, 4, 1.25}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pairs %v, want %v", got, want)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"| CG | A | 1.10 | 0.75 | 2 vs 2 | 1.00 | 110 vs 100 | 150 vs 200 | 0 |",
+		"| kernel | class | N | dpvm np=N ÷ official OMP at N threads |",
+		"| CG | A | 2 | 0.80 | 2 vs 1 | 2.00 | 200 vs 250 | 0 |",
+		"| CG | A | 4 | 1.25 | 3 vs 2 | 1.50 | 500 vs 400 | 0 |",
+	} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, b.String())
+		}
+	}
+	// Without OpenMP pairs there is no second table.
+	b.Reset()
+	if err := WriteTable(&b, Summarize(lines[:4])); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "OMP") {
+		t.Errorf("an OpenMP table without OpenMP runs:\n%s", b.String())
+	}
 }

@@ -1,4 +1,4 @@
-package npbofficial
+package integration
 
 import (
 	"bytes"
@@ -7,14 +7,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/dpvm/dpvm/daemon/bench/npbofficial"
 )
 
-// TestHarnessClassS runs the whole harness, `dpvm bench npb-official`, on
-// class S with one round: it builds the official kernels from the source in
-// DPVM_NPB_SRC (dpvm does not ship it; .ci/run sets it when the source is
-// there) and checks that every kernel ran and verified on both sides, with
-// its peak memory measured.
-func TestHarnessClassS(t *testing.T) {
+// TestNPBOfficialClassS runs the whole harness, `dpvm bench npb-official`,
+// on class S with one round, from a directory outside the repository (the
+// binary carries its script): it builds the official kernels from the
+// source in DPVM_NPB_SRC (dpvm does not ship it; .ci/run sets it when the
+// source is there) and checks that every kernel ran and verified on both
+// sides, with its peak memory measured.
+func TestNPBOfficialClassS(t *testing.T) {
 	src := os.Getenv("DPVM_NPB_SRC")
 	if src == "" {
 		t.Skip("DPVM_NPB_SRC is not set: no official NPB 3.4 source to compare with")
@@ -23,24 +26,16 @@ func TestHarnessClassS(t *testing.T) {
 		t.Skip("-short: builds the official NPB kernels")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "dpvm")
-	build := exec.Command("go", "build", "-o", bin, "github.com/dpvm/dpvm/cmd/dpvm")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	script, err := filepath.Abs("run.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin, "bench", "npb-official", "--src", src, "--class", "S", "--rounds", "1",
-		"--out", filepath.Join(dir, "out"), "--script", script, "--json")
+	cmd := exec.Command(dpvmBin, "bench", "npb-official", "--src", src, "--class", "S", "--rounds", "1",
+		"--out", filepath.Join(dir, "out"), "--json")
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	var rep struct {
-		Kernels []Row `json:"kernels"`
+		Kernels []npbofficial.Row `json:"kernels"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, stdout.String())

@@ -11,11 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dpvm/dpvm/integration/peers"
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 )
-
-// ScriptPath is where the harness's script lives in the repository.
-const ScriptPath = "integration/npbofficial/run.sh"
 
 // Systems of a result line.
 const (
@@ -23,16 +20,31 @@ const (
 	SystemDpvm     = "dpvm"     // dpvm npb
 )
 
+// Official suites: the one an official run belongs to, and the one a dpvm
+// run is paired with.
+const (
+	SuiteSerial = "serial" // the serial code (or the OpenMP suite on one thread), np 1
+	SuiteMPI    = "mpi"    // the MPI code, np ranks
+	SuiteOMP    = "omp"    // the OpenMP code, np threads
+)
+
+// suiteOrder is the order of a row's pairs (then by task count).
+var suiteOrder = []string{SuiteSerial, SuiteMPI, SuiteOMP}
+
 // ErrBadLine is returned (wrapped, with the line number) for a line that is
 // not a valid result.
 var ErrBadLine = errors.New("npbofficial: bad result line")
 
 // Line is one run of one kernel.
 type Line struct {
-	Round     int     `json:"round"`
-	Kernel    string  `json:"kernel"`
-	Class     string  `json:"class"`
-	System    string  `json:"system"`
+	Round  int    `json:"round"`
+	Kernel string `json:"kernel"`
+	Class  string `json:"class"`
+	System string `json:"system"`
+	// Suite is the official suite of the run (official) or of the run it
+	// is paired with (dpvm): serial, mpi or omp. Lines of harnesses
+	// without OpenMP runs leave it out: serial at np 1, mpi above.
+	Suite     string  `json:"suite,omitempty"`
 	NP        int     `json:"np"`
 	TimeS     float64 `json:"time_s"`
 	Mops      float64 `json:"mops"`
@@ -57,6 +69,10 @@ func (l Line) Validate() error {
 		return fmt.Errorf("system %q: want %s or %s", l.System, SystemOfficial, SystemDpvm)
 	case l.NP < 1:
 		return fmt.Errorf("np %d: want 1 or more", l.NP)
+	case l.Suite != "" && !slices.Contains(suiteOrder, l.Suite):
+		return fmt.Errorf("suite %q: want %s", l.Suite, strings.Join(suiteOrder, ", "))
+	case l.Suite == SuiteSerial && l.NP != 1:
+		return fmt.Errorf("suite %s with np %d: the serial code runs one task", l.Suite, l.NP)
 	case !(l.Mops >= 0) || math.IsInf(l.Mops, 0) || !(l.TimeS >= 0) || math.IsInf(l.TimeS, 0):
 		return fmt.Errorf("time %v s, %v Mop/s: want finite and not negative", l.TimeS, l.Mops)
 	case len(l.MaxRSSKiB) > maxProcs:
@@ -68,6 +84,18 @@ func (l Line) Validate() error {
 		}
 	}
 	return nil
+}
+
+// SuiteOf returns the line's suite, inferring it for lines that leave it
+// out (serial at np 1, mpi above).
+func (l Line) SuiteOf() string {
+	switch {
+	case l.Suite != "":
+		return l.Suite
+	case l.NP == 1:
+		return SuiteSerial
+	}
+	return SuiteMPI
 }
 
 // PeakMiB is the run's peak memory: the sum of its processes' peak
@@ -113,9 +141,10 @@ func ReadFile(name string) ([]Line, error) {
 	return ParseLines(f)
 }
 
-// Pair compares dpvm with the official code on one kernel at one task
-// count, over the rounds where both ran and verified.
+// Pair compares dpvm with one official suite on one kernel at one task (or
+// thread) count, over the rounds where both ran and verified.
 type Pair struct {
+	Suite  string     `json:"suite"`
 	NP     int        `json:"np"`
 	Rounds int        `json:"rounds"` // rounds with both runs verified
 	Failed int        `json:"failed"` // runs that failed or did not verify
@@ -140,27 +169,28 @@ func (p Pair) MemRatio() float64 {
 type Row struct {
 	Kernel string `json:"kernel"`
 	Class  string `json:"class"`
-	Pairs  []Pair `json:"pairs"` // by task count
+	Pairs  []Pair `json:"pairs"` // by suite (serial, mpi, omp), then task count
 }
 
 // kernelOrder is the table's row order (NPB's own).
 var kernelOrder = []string{"ep", "cg", "mg", "ft", "is"}
 
 // Summarize pairs every dpvm run with the official run of the same kernel,
-// class, task count and round, and reduces the pairs to medians and ranges.
+// class, suite, task count and round, and reduces the pairs to medians and
+// ranges.
 // A pair counts only when both runs verified; the others are counted in
 // Failed. Rows come in NPB's kernel order, then by class.
 func Summarize(lines []Line) []Row {
 	type key struct {
-		kernel, class string
-		np            int
+		kernel, class, suite string
+		np                   int
 	}
 	type both struct{ dpvm, official *Line }
 	runs := map[key]map[int]*both{}
 	var keys []key
 	for i := range lines {
 		l := &lines[i]
-		k := key{l.Kernel, l.Class, l.NP}
+		k := key{l.Kernel, l.Class, l.SuiteOf(), l.NP}
 		if runs[k] == nil {
 			runs[k] = map[int]*both{}
 			keys = append(keys, k)
@@ -192,6 +222,9 @@ func Summarize(lines []Line) []Row {
 		if c := strings.Compare(a.class, b.class); c != 0 {
 			return c
 		}
+		if c := slices.Index(suiteOrder, a.suite) - slices.Index(suiteOrder, b.suite); c != 0 {
+			return c
+		}
 		return a.np - b.np
 	})
 	var rows []Row
@@ -199,7 +232,7 @@ func Summarize(lines []Line) []Row {
 		if len(rows) == 0 || rows[len(rows)-1].Kernel != k.kernel || rows[len(rows)-1].Class != k.class {
 			rows = append(rows, Row{Kernel: k.kernel, Class: k.class})
 		}
-		p := Pair{NP: k.np}
+		p := Pair{Suite: k.suite, NP: k.np}
 		var ratio, dm, om, dmem, omem []float64
 		for _, b := range runs[k] {
 			for _, l := range []*Line{b.dpvm, b.official} {
@@ -249,9 +282,9 @@ func cell(s peers.Stat, digits int) string {
 	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
 }
 
-func (r Row) pair(np int) (Pair, bool) {
+func (r Row) pair(suite string, np int) (Pair, bool) {
 	for _, p := range r.Pairs {
-		if p.NP == np {
+		if p.Suite == suite && p.NP == np {
 			return p, true
 		}
 	}
@@ -262,14 +295,16 @@ func (r Row) pair(np int) (Pair, bool) {
 // dpvm's Mop/s over the official serial code's at np = 1 and over the
 // official MPI code's at np = 2 (medians of the per-round ratios, with
 // their range), peak memory at np = 2 (the sum of the processes), and the
-// Mop/s behind the ratios. Above 1 in a ratio column, dpvm is faster.
+// Mop/s behind the ratios. Above 1 in a ratio column, dpvm is faster. When
+// the rows hold OpenMP pairs, a second table follows with one line per
+// kernel and thread count: dpvm at np = N over the OpenMP code at N threads.
 func WriteTable(w io.Writer, rows []Row) error {
 	var b strings.Builder
 	b.WriteString("| kernel | class | dpvm np=1 ÷ official serial | dpvm np=2 ÷ official MPI np=2 | peak memory np=2, dpvm vs MPI (MiB, sum of ranks) | memory ÷ MPI | Mop/s np=1, dpvm vs serial | Mop/s np=2, dpvm vs MPI | failed runs |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		p1, _ := r.pair(1)
-		p2, _ := r.pair(2)
+		p1, _ := r.pair(SuiteSerial, 1)
+		p2, _ := r.pair(SuiteMPI, 2)
 		mem := "—"
 		if p2.DpvmMiB.N > 0 || p2.OfficialMiB.N > 0 {
 			mem = cell(p2.DpvmMiB, 0) + " vs " + cell(p2.OfficialMiB, 0)
@@ -285,6 +320,33 @@ func WriteTable(w io.Writer, rows []Row) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s vs %s | %s vs %s | %d |\n",
 			strings.ToUpper(r.Kernel), r.Class, cell(p1.Ratio, 2), cell(p2.Ratio, 2), mem, memRatio,
 			cell(p1.DpvmMops, 0), cell(p1.OfficialMops, 0), cell(p2.DpvmMops, 0), cell(p2.OfficialMops, 0), failed)
+	}
+	omp := false
+	for _, r := range rows {
+		for _, p := range r.Pairs {
+			omp = omp || p.Suite == SuiteOMP
+		}
+	}
+	if omp {
+		b.WriteString("\n| kernel | class | N | dpvm np=N ÷ official OMP at N threads | peak memory, dpvm vs OMP (MiB) | memory ÷ OMP | Mop/s, dpvm vs OMP | failed runs |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rows {
+			for _, p := range r.Pairs {
+				if p.Suite != SuiteOMP {
+					continue
+				}
+				mem, memRatio := "—", "—"
+				if p.DpvmMiB.N > 0 || p.OfficialMiB.N > 0 {
+					mem = cell(p.DpvmMiB, 0) + " vs " + cell(p.OfficialMiB, 0)
+				}
+				if m := p.MemRatio(); m > 0 {
+					memRatio = fmt.Sprintf("%.2f", m)
+				}
+				fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s vs %s | %d |\n",
+					strings.ToUpper(r.Kernel), r.Class, p.NP, cell(p.Ratio, 2), mem, memRatio,
+					cell(p.DpvmMops, 0), cell(p.OfficialMops, 0), p.Failed)
+			}
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

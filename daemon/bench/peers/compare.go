@@ -2,7 +2,6 @@ package peers
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,48 +11,6 @@ import (
 
 	"github.com/dpvm/dpvm/sched/sim"
 )
-
-// ErrNoScript is returned by FindScript when no run.sh is found.
-var ErrNoScript = errors.New("peers: integration/peers/run.sh not found")
-
-// ScriptPath is where the harness's script lives in the repository.
-const ScriptPath = "integration/peers/run.sh"
-
-// FindScript looks for ScriptPath in each of dirs and their parents, in
-// order, and returns the first found.
-func FindScript(dirs ...string) (string, error) {
-	p, ok := FindUp(ScriptPath, dirs...)
-	if !ok {
-		return "", fmt.Errorf("%w (looked in %s and their parents)", ErrNoScript, strings.Join(dirs, ", "))
-	}
-	return p, nil
-}
-
-// FindUp looks for the regular file rel in each of dirs and their parents,
-// in order, and returns the first found. Empty dirs are skipped.
-func FindUp(rel string, dirs ...string) (string, bool) {
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		d, err := filepath.Abs(d)
-		if err != nil {
-			continue
-		}
-		for {
-			p := filepath.Join(d, rel)
-			if st, err := os.Stat(p); err == nil && !st.IsDir() {
-				return p, true
-			}
-			parent := filepath.Dir(d)
-			if parent == d {
-				break
-			}
-			d = parent
-		}
-	}
-	return "", false
-}
 
 // ReadFile reads the result lines of one file (results.jsonl).
 func ReadFile(name string) ([]Line, error) {

@@ -225,6 +225,27 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	if n := pending(); n != held {
 		t.Fatalf("after forged acknowledgements h2 holds %d bytes for %v, want %d", n, hold, held)
 	}
+	// A person's calls: refused from a host.
+	for _, method := range []string{mHalt, mDelete, mKillJob} {
+		if err := h3.callPeer(ctx, pm, method, hostArgs{Host: "h2"}, nil); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("a host calling %s: %v, want ErrForbidden", method, err)
+		}
+	}
+	if !m.hostKnown(h2.cfg.HostID) {
+		t.Fatal("a host deleted another")
+	}
+	// Starting tasks on h2 is the master's to ask.
+	p2, err := h3.peerFor(ctx, h2.cfg.HostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(h2.Tasks(false))
+	if err := h3.callPeer(ctx, p2, mStart, spawnArgs{Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a host starting tasks on another: %v, want ErrForbidden", err)
+	}
+	if n := len(h2.Tasks(false)); n != before {
+		t.Fatalf("h2 runs %d tasks after a refused start, %d before", n, before)
+	}
 	refusal := routing.AppendRefusal(nil, routing.Refusal{To: hold, Route: routing.Route{Host: h3.cfg.HostID, Epoch: 99}})
 	if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindRefuse, refusal); err != nil {
 		t.Fatal(err)
@@ -237,8 +258,8 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	if n := forgedCount(t, m); n != 6 {
 		t.Errorf("the master counted %v forged claims, want 6 (message, exit, barrier, join, two outputs)", n)
 	}
-	if n := forgedCount(t, h2); n < 2 {
-		t.Errorf("h2 counted %v forged claims, want the acknowledgements and the refusal", n)
+	if n := forgedCount(t, h2); n != 3 {
+		t.Errorf("h2 counted %v forged claims, want 3 (the acknowledgement, the start, the refusal)", n)
 	}
 	if !strings.Contains(logs.String(), `msg="refused a claim about a task"`) {
 		t.Errorf("no refusal logged:\n%s", logs.String())

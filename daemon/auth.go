@@ -21,45 +21,6 @@ import (
 // a host other than the master driving a move or checkpoint step.
 var ErrForbidden = errors.New("forbidden")
 
-// adminMethods are the client methods only an admin may call: they act on
-// the whole virtual machine rather than on one's own jobs.
-var adminMethods = map[string]bool{mHalt: true, mDelete: true, mInject: true}
-
-// masterSteps are the daemon-to-daemon methods only the master's
-// certificate may call: the steps of a move, of a job checkpoint and of a
-// rollback, and load injection on a host.
-var masterSteps = map[string]bool{
-	mMigInfo: true, mMigPrep: true, mMigSusp: true, mMigSend: true, mMigLoad: true, mMigDone: true, mMigBack: true, mMigDrop: true,
-	mCkPause: true, mCkQuiet: true, mCkWrite: true, mCkResume: true, mCkKill: true,
-	mCkLoad: true, mCkGo: true, mCkDrop: true, mCkFloor: true,
-	mInjectHere: true,
-}
-
-// authorize says whether the holder of p's certificate may call method. A
-// call this daemon makes to itself (p nil) is always allowed.
-func authorize(p *peer, method string) error {
-	if p == nil {
-		return nil
-	}
-	c := p.cert
-	switch {
-	case c.Role.Client():
-		if !clientMethods[method] {
-			return fmt.Errorf("method %q is not open to clients (%s): %w", method, c, ErrForbidden)
-		}
-		if adminMethods[method] && c.Role != pki.RoleAdmin {
-			return fmt.Errorf("method %q needs an admin certificate (%s): %w", method, c, ErrForbidden)
-		}
-	case c.Role == pki.RoleDaemon:
-		if masterSteps[method] && !c.Master {
-			return fmt.Errorf("method %q is the master's to call, not %s's: %w", method, c.Name, ErrForbidden)
-		}
-	default:
-		return fmt.Errorf("method %q: unknown role %q: %w", method, c.Role, ErrForbidden)
-	}
-	return nil
-}
-
 // audit records a control call a person made: who (certificate name and
 // role), what, and the outcome.
 func (d *Daemon) audit(p *peer, method string, err error) {

@@ -112,12 +112,11 @@ func (d *Daemon) refuseClaim(p *peer, what string, k routing.ClaimKind, tid task
 
 // hostCallClaim judges the task a daemon's call acts for: the member of a
 // group call, the parent of a spawn, the watcher of a notify call (a
-// task may kill or move any task: those calls name no actor). Starting tasks
-// on a host and watching a task's exit there are the master's to ask (a
-// host's own spawns go through the master's placement); halting the
+// task may kill or move any task: those calls name no actor). Halting the
 // machine, deleting a host, injecting load, killing or checkpointing a
-// job and running a program are a person's. Other calls that act for no
-// task pass.
+// job and running a program are a person's calls, refused from a daemon
+// but the master (authorize leaves them open to daemons). Other calls
+// that act for no task pass.
 func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 	if !judged(p) {
 		return nil
@@ -130,15 +129,6 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 			return nil
 		}
 		return fmt.Errorf("method %q is a person's to call, not host %s's: %w", method, p.cert.Name, ErrForbidden)
-	case mStart, mWatch:
-		if p.cert.Master {
-			return nil
-		}
-		if err := d.forged(p, "call "+method, routing.ClaimAct, 0, routing.RefuseElsewhere, 1); err != nil {
-			p.close(err)
-			return err
-		}
-		return fmt.Errorf("method %q from %s: the master's to call: %w", method, p.name(), ErrForged)
 	case mJoin, mLeave, mBarrier, mLeaveAll:
 		var a groupArgs
 		if err := decodeMsg(body, &a); err != nil {

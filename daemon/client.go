@@ -24,6 +24,10 @@ import (
 // methods that act on the whole machine.
 type Client struct {
 	tr   transport.Endpoint
+	addr string // the master's, to connect again
+	// conn, st, info, closed and err are the current connection's; a
+	// run whose connection drops replaces them (reconnect), holding wmu
+	// and mu.
 	conn transport.Conn
 	st   transport.Stream
 	info HostInfo // the master
@@ -31,11 +35,18 @@ type Client struct {
 	wmu    sync.Mutex
 	mu     sync.Mutex
 	calls  pendingCalls
-	closed chan struct{}
-	err    error
+	closed chan struct{} // closed when the current connection ends
+	err    error         // why it ended
 	out    io.Writer     // where a running job's output goes
 	notes  func(JobNote) // told what befalls a running job
+	job    uint64        // the job the run under way started (0: none known)
+	done   bool          // Close was called
 }
+
+// ReconnectFor bounds how long a run whose connection to the master
+// dropped tries to connect again to follow its job; the master keeps the
+// job for as long as it takes to delete a silent host (5 s by default).
+const ReconnectFor = 30 * time.Second
 
 // OnJobNote makes fn hear what befalls the jobs this client runs (Run,
 // RunJob, Restart): a rollback after a host was lost, and to which
@@ -64,7 +75,7 @@ func DialNetwork(ctx context.Context, nw transport.Network, addr string, cred *p
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{tr: tr, closed: make(chan struct{})}
+	c := &Client{tr: tr, addr: addr}
 	if err := c.handshake(ctx, addr); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -81,12 +92,52 @@ func (c *Client) handshake(ctx context.Context, addr string) error {
 		g.conn.Close("not the master")
 		return fmt.Errorf("%s is host %v, not the master: give the master's address", addr, g.reply.Host)
 	}
-	c.conn, c.st, c.info = g.conn, g.st, g.reply.Info
-	go c.readLoop(g.r)
+	closed := make(chan struct{})
+	c.wmu.Lock()
+	c.mu.Lock()
+	c.conn, c.st, c.info, c.closed, c.err = g.conn, g.st, g.reply.Info, closed, nil
+	c.mu.Unlock()
+	c.wmu.Unlock()
+	go c.readLoop(g.r, closed)
 	return nil
 }
 
-func (c *Client) readLoop(r *routing.Reader) {
+// reconnect connects to the master again, trying with backoff for at
+// most ReconnectFor.
+func (c *Client) reconnect(ctx context.Context) error {
+	c.mu.Lock()
+	old := c.conn
+	c.mu.Unlock()
+	old.Close("reconnecting")
+	deadline := time.Now().Add(ReconnectFor)
+	wait := 50 * time.Millisecond
+	for {
+		c.mu.Lock()
+		done := c.done
+		c.mu.Unlock()
+		if done {
+			return errors.New("the client is closed")
+		}
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.handshake(hctx, c.addr)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("connect to %s again: %w", c.addr, err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// readLoop reads the connection whose end closes closed.
+func (c *Client) readLoop(r *routing.Reader, closed chan struct{}) {
 	var err error
 	for {
 		var f routing.Frame
@@ -107,6 +158,10 @@ func (c *Client) readLoop(r *routing.Reader) {
 				if w != nil {
 					_, _ = w.Write(e.Output)
 				}
+			case e.Kind == evJobNote && e.Note != nil && e.Note.Kind == NoteStarted:
+				c.mu.Lock()
+				c.job = e.Note.Job
+				c.mu.Unlock()
 			case e.Kind == evJobNote && e.Note != nil:
 				c.mu.Lock()
 				fn := c.notes
@@ -130,15 +185,21 @@ func (c *Client) readLoop(r *routing.Reader) {
 		err = errors.New("the master closed the connection")
 	}
 	c.mu.Lock()
-	c.err = err
+	if c.closed == closed {
+		c.err = err
+	}
 	c.mu.Unlock()
-	close(c.closed)
+	close(closed)
 }
 
 // Close ends the connection.
 func (c *Client) Close() error {
-	if c.conn != nil {
-		c.conn.Close("client done")
+	c.mu.Lock()
+	c.done = true
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil {
+		conn.Close("client done")
 	}
 	return c.tr.Close()
 }
@@ -153,6 +214,9 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 	}
 	c.wmu.Lock()
 	_, err = c.st.Write(routing.AppendFrame(nil, routing.KindCall, b))
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
 	c.wmu.Unlock()
 	if err != nil {
 		c.calls.forget(id)
@@ -160,11 +224,28 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 	}
 	// The master's answer says what went wrong and the caller knows
 	// which operation it asked for: neither is repeated here.
-	return c.calls.await(ctx, id, ch, c.closed, func() error {
+	err = c.calls.await(ctx, id, ch, closed, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.err
 	}, out)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		c.cancel(id)
+	}
+	return err
+}
+
+// cancel tells the master that the call id is given up, so that the work
+// it does for it stops; the answer to that is not awaited.
+func (c *Client) cancel(id uint64) {
+	cid, _, b, err := c.calls.start(mCancel, cancelArgs{ID: id})
+	if err != nil {
+		return
+	}
+	c.calls.forget(cid)
+	c.wmu.Lock()
+	_, _ = c.st.Write(routing.AppendFrame(nil, routing.KindCall, b))
+	c.wmu.Unlock()
 }
 
 // CallRaw sends the control call method with body, msgpack bytes sent as
@@ -202,6 +283,13 @@ func (c *Client) Tasks(ctx context.Context, all bool) ([]TaskInfo, error) {
 	var rep psReply
 	err := c.call(ctx, mPS, psArgs{All: all, Gather: true}, &rep)
 	return rep.Tasks, err
+}
+
+// PS is Tasks with the checkpoint progress of the master's jobs.
+func (c *Client) PS(ctx context.Context, all bool) ([]TaskInfo, []JobCheckpointStatus, error) {
+	var rep psReply
+	err := c.call(ctx, mPS, psArgs{All: all, Gather: true}, &rep)
+	return rep.Tasks, rep.Jobs, err
 }
 
 // Spawn starts count tasks of a registered type with the given state
@@ -282,15 +370,44 @@ func (c *Client) Restart(ctx context.Context, dir string, opts JobOptions, out i
 	return c.run(ctx, runArgs{Restart: dir, Opts: opts}, out)
 }
 
+// run runs or restarts a job and follows it to its end. When the
+// connection to the master drops, it connects again and follows the job
+// there (the master keeps it a while); when ctx ends, it kills the job.
 func (c *Client) run(ctx context.Context, a runArgs, out io.Writer) (TaskInfo, error) {
 	c.mu.Lock()
-	c.out = out
+	c.out, c.job = out, 0
 	c.mu.Unlock()
 	var rep runReply
 	err := c.call(ctx, mRun, a, &rep)
-	if ctx.Err() != nil {
-		c.Close() // the master kills the job
+	for errors.Is(err, ErrNotConnected) && ctx.Err() == nil {
+		c.mu.Lock()
+		job := c.job
+		c.mu.Unlock()
+		if job == 0 {
+			break // not started, or not known to have started
+		}
+		if rerr := c.reconnect(ctx); rerr != nil {
+			err = fmt.Errorf("%w; job %d: %w", err, job, rerr)
+			break
+		}
+		err = c.call(ctx, mRun, runArgs{Attach: job}, &rep)
 	}
+	if ctx.Err() != nil {
+		c.mu.Lock()
+		job := c.job
+		c.mu.Unlock()
+		if job != 0 {
+			// The master would keep the job a while for this command
+			// to come back: it does not.
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = c.call(kctx, mKillJob, jobArgs{Job: job}, nil)
+			cancel()
+		}
+		c.Close() // and the master kills the job
+	}
+	c.mu.Lock()
+	c.job = 0
+	c.mu.Unlock()
 	return rep.Info, err
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -150,6 +151,14 @@ type Config struct {
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
 	MaxSpawn, MaxTasks int
+	// MaxUserTasks and MaxUserJobs are how many live tasks and jobs one
+	// user may hold in the virtual machine (the tasks outside jobs they
+	// spawned and those of their jobs), and MaxJobTasks how many live
+	// tasks one job may hold (defaults DefaultMaxUserTasks,
+	// DefaultMaxUserJobs, DefaultMaxJobTasks); the master counts them. A
+	// spawn or a job past them fails with ErrLimit. Admins are not held
+	// to the users' bounds; their jobs are held to MaxJobTasks.
+	MaxUserTasks, MaxUserJobs, MaxJobTasks int
 	// MaxGroups is how many groups the master's group server holds at
 	// once, MaxGroupName the longest group name in bytes, MaxGroupMembers
 	// how many instances one group may have (defaults DefaultMaxGroups,
@@ -276,7 +285,10 @@ type Config struct {
 	// restored the task), so that tests can fail the master there; and
 	// "join:admitted" or "rejoin:admitted", when a host joining or
 	// registering again has been admitted and its connection is not yet
-	// attached, so that tests can hold it there.
+	// attached, so that tests can hold it there; and at each step of a
+	// job checkpoint round, before the master asks the hosts
+	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
+	// is made, and "ckpt:commit"), so that tests can lose a host there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.
@@ -357,6 +369,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = DefaultMaxTasks
+	}
+	if c.MaxUserTasks <= 0 {
+		c.MaxUserTasks = DefaultMaxUserTasks
+	}
+	if c.MaxUserJobs <= 0 {
+		c.MaxUserJobs = DefaultMaxUserJobs
+	}
+	if c.MaxJobTasks <= 0 {
+		c.MaxJobTasks = DefaultMaxJobTasks
 	}
 	if c.MaxGroups <= 0 {
 		c.MaxGroups = DefaultMaxGroups
@@ -1045,9 +1066,8 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	// It will not run here again: no step of a move of it can start
 	// anything, so the floor against late steps goes with it.
 	d.ht.moveGone(h.tid)
-	if _, ok := d.ht.ckResumed[h.job]; ok && !d.ht.hostsJob(h.job) {
-		delete(d.ht.ckResumed, h.job)
-	}
+	// Its pause goes, and its job's newest resume with its last task here.
+	_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}), nil)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)

@@ -34,10 +34,28 @@
 //     endpoint.go) drive it.
 //   - Task hosting (hosting, hosting.go; Daemon.ht), under ht.mu: the
 //     tasks running here, the exited ones (`ps -a`), notify
-//     registrations, tasks staged from a job checkpoint; ckResumed, per
-//     job with tasks here, the newest checkpoint round the master resumed
-//     (a later pause of it is refused); and this host's halves of moves.
-//     A task's mailbox has its own locks (mailbox.go).
+//     registrations, this host's half of job checkpoints and its halves
+//     of moves. A task's mailbox has its own locks (mailbox.go).
+//   - The host half of job checkpoints (ht.ckpts, a routing/jobck.Host),
+//     under ht.mu: a pure machine that decides every step of a job's
+//     checkpoint or restart round at this host — pause (refused for a
+//     round already resumed, or while a task of the job moves), the
+//     pause's end (a late task or a cancelled step lets the tasks go on),
+//     quiet, write (only of a task paused for the step's round and at its
+//     safe point), resume, a rollback's kill, a task given up or ended,
+//     and a restart's stage, start and drop — and owns, per task, the
+//     pause (its round and whether its checkpoint is being written), per
+//     job the newest round the master resumed (gone with the job's last
+//     task here), and the staged tasks. The step handlers (jobckpt.go;
+//     a restart's in jobs.go) feed it each step with what the task table
+//     knows of the tasks (jobck.Local), under ht.mu, and perform its
+//     effects; they keep what is no decision (pauses: the channels a
+//     paused task and the pause step block on, found by the task through
+//     hosted.pause without a lock; staged: the tasks read from the
+//     checkpoint), adding and removing entries only as its effects say.
+//     A task's checkpoint write and its release are ordered by the
+//     machine: a release waits, with ht.mu released, for a write under
+//     way (DoWait), and a write after the release is refused.
 //   - The host half of moves (ht.moves, a routing/move.Host), under
 //     ht.mu: a pure machine that decides every step of a move at this
 //     host — prepare, suspend and the capture at the task's safe point,
@@ -54,8 +72,9 @@
 //     the channels a resume and Wait block on; incoming: the messages
 //     held for an arrival and the direct checkpoint's hand-off), adding
 //     and removing entries only as its effects say. A job restore's staged
-//     tasks are arrivals of the shell alone (incoming with move 0; jobs.go),
-//     which the machine learns of through move.Local.Restoring.
+//     tasks are not moves: the host half of job checkpoints stages them,
+//     and their arrivals (incoming with move 0) are the shell's, which
+//     the move machine learns of through move.Local.Restoring.
 //   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
 //     machine (routing/move), which holds every move under way and the
 //     virtual machine's epoch clock, the driver's record of each move
@@ -96,10 +115,7 @@
 //     held only to step it and keep its bookkeeping, never across a call
 //     to the hosts; driveJob carries out the machine's actions. A
 //     rollback asks again the hosts whose kill failed and starts again if
-//     its restore fails; a host refuses a pause of a round already
-//     resumed, and a task's checkpoint write and its release are ordered
-//     by the pause's own lock (pauseReq.mu), held across the write to the
-//     shared directory but never across a call. Restart epochs come from
+//     its restore fails. Restart epochs come from
 //     the move machine's clock, so that they are above every epoch handed
 //     out before, also for tasks whose routes the master has forgotten.
 //   - Membership (master, membership.go): the failure detector and the
@@ -115,18 +131,26 @@
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
 //     kept for its next direct checkpoint, under that peer's ckpt.mu
 //     (bulk.go), taken with no other lock held.
+//   - Owners and quotas (owners, owners.go; Daemon.owners, master), under
+//     owners.mu: who started each job and spawned each task outside a
+//     job, and the live tasks and jobs counted against the quotas
+//     (Config.MaxUserTasks, MaxUserJobs, MaxJobTasks); it locks on its own
+//     and calls nothing that locks.
+//
+// Control calls: one table (methods.go) declares each method with its
+// typed request and answer, who may call it and what a user's call must
+// own; serveMethod dispatches and authorizes from it alone, and a call a
+// daemon makes to itself skips the codec (callLocal). A client's calls
+// run under a context that ends with its connection.
 //
 // Lock order: rep.mu, then rt.mu, then ht.mu, then nw.mu; mv.mu, then
 // nw.mu (mv.mu is never taken with rt.mu or ht.mu held, nor held while
-// they are taken); a job's jobState.mu, then reg.mu, then nw.mu; a
-// pause's pauseReq.mu before rt.mu and ht.mu (a checkpoint write captures
-// the task's mailbox under it; a release takes it with no other lock
-// held); whyMu (why the daemon stops) last, after any of them. The
+// they are taken); a job's jobState.mu, then reg.mu, then nw.mu; whyMu (why the daemon stops) last, after any of them. The
 // registry, the scheduler's locks, groups, arrivals, mailboxes and the
 // move machine lock on their own and call nothing that locks. No lock is
 // held across a call to another daemon: a move's steps run with mv.mu
-// released, and a resume that must wait for a checkpoint being written
-// waits with ht.mu released.
+// released, and a resume (of a move, or of a job's checkpoint) that must
+// wait for a checkpoint being written waits with ht.mu released.
 //
 // Claims: every frame another daemon sends is judged, claim by claim,
 // against the host its certificate proves and this daemon's route table

@@ -6,13 +6,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
 // hosting is a daemon's task hosting part: the tasks running here and the
-// exited ones (`ps -a`), notify registrations, tasks staged from a job
-// checkpoint, and this host's two halves of a move — the host move
+// exited ones (`ps -a`), notify registrations, the host half of job
+// checkpoints (routing/jobck.Host) with the shell's records of its pauses
+// and staged tasks, and this host's two halves of a move — the host move
 // machine (routing/move.Host), which decides every step, and what the
 // shell keeps for its departures and arrivals: tasks suspended here while
 // they move away, and tasks prepared here on their way in. One lock, mu,
@@ -42,10 +44,14 @@ type hosting struct {
 	// move 0, a job restore's staged task).
 	moving   map[task.TID]*leaving
 	incoming map[task.TID]*arriving
-	// ckResumed is, per job with tasks here, the newest checkpoint round
-	// (its try) the master resumed: a pause of that round or an older one
-	// is refused. It goes with the job's last task here.
-	ckResumed map[uint64]uint64
+	// ckpts is the host half of job checkpoints: it decides every step
+	// of a job's checkpoint or restart round here (pause, quiet, write,
+	// resume, kill, stage, start, drop) and holds, per task, the pause
+	// under way, per job the newest round resumed, and the staged tasks.
+	ckpts *jobck.Host
+	// pauses are the shell's records of the pauses ckpts holds, made and
+	// dropped as its effects say (jobckpt.go).
+	pauses map[task.TID]*pauseReq
 }
 
 func newHosting() *hosting {
@@ -58,7 +64,8 @@ func newHosting() *hosting {
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
 		moves:     move.NewHost(),
-		ckResumed: map[uint64]uint64{},
+		ckpts:     jobck.NewHost(),
+		pauses:    map[task.TID]*pauseReq{},
 	}
 }
 
@@ -90,6 +97,12 @@ func (ht *hosting) hostsJob(job uint64) bool {
 func (ht *hosting) jobTasks(job uint64) []*hosted {
 	ht.mu.Lock()
 	defer ht.mu.Unlock()
+	return ht.jobTasksLocked(job)
+}
+
+// jobTasksLocked lists this daemon's running tasks of job, in TID order
+// (mu held).
+func (ht *hosting) jobTasksLocked(job uint64) []*hosted {
 	var hs []*hosted
 	for _, h := range ht.tasks {
 		if h.job == job && h.state == Running {
@@ -98,16 +111,6 @@ func (ht *hosting) jobTasks(job uint64) []*hosted {
 	}
 	slices.SortFunc(hs, func(a, b *hosted) int { return cmp.Compare(a.tid, b.tid) })
 	return hs
-}
-
-// dropStagedLocked forgets the tasks of job staged here (mu held).
-func (ht *hosting) dropStagedLocked(job uint64) {
-	for tid, s := range ht.staged {
-		if s.meta.Job == job {
-			delete(ht.staged, tid)
-			delete(ht.incoming, tid)
-		}
-	}
 }
 
 // localJobs lists the jobs this daemon runs tasks of.
@@ -148,8 +151,8 @@ func (ht *hosting) localLocked(tid task.TID, route uint64) move.Local {
 	return l
 }
 
-// answer is a step's answer among its effects: the last one.
-func answer(fx []move.HostEffect) move.HostEffect {
+// stepAnswer is a move step's answer among its effects: the last one.
+func stepAnswer(fx []move.HostEffect) move.HostEffect {
 	if len(fx) == 0 {
 		return move.HostEffect{Kind: move.DoOK}
 	}

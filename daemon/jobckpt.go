@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
@@ -36,23 +35,28 @@ import (
 //     sequence state, registrations, group memberships), and the master
 //     writes the manifest last, which completes the set.
 //  4. resume: the tasks go on from their safe points.
+//
+// The host half of job checkpoints (routing/jobck.Host, ht.ckpts) decides
+// every step here: the handlers below feed it under ht.mu with what the
+// task table knows of the job's tasks, and perform its effects (hold a
+// task, release it, write its checkpoint, wait for a write under way).
 
 // ErrNoJob is returned for a job that does not run (or has no task left).
 var ErrNoJob = errors.New("no such job")
 
-// pauseReq holds a task at its safe point during a job checkpoint.
+// pauseReq is the shell's record of a task's pause for a job checkpoint,
+// made and dropped as the host half of job checkpoints (ht.ckpts) says:
+// the channels the task and the pause step block on. The task's goroutine
+// finds it through hosted.pause without a lock.
 type pauseReq struct {
+	id     uint64 // the machine's name for the pause
+	h      *hosted
 	paused chan struct{} // closed when the task has stopped at a safe point
 	once   sync.Once
 	resume chan struct{} // closed to let it go on
-	try    atomic.Uint64 // the newest round that asked for it
-	// mu orders writing the task's checkpoint and releasing it: a
-	// release (a resume, a kill) waits for a write under way, and a write
-	// after the release is refused, so the state is never encoded while
-	// the task runs. It is held across the write to the shared directory,
-	// never across a call to another daemon.
-	mu       sync.Mutex
-	released bool
+	// writing (ht.mu) is closed when the write of the task's checkpoint
+	// under way ends: a release, or the same write again, waits for it.
+	writing chan struct{}
 }
 
 // safeSeen records that the task is at a safe point at now.
@@ -75,12 +79,14 @@ func (h *hosted) safeInterval(now time.Time, atOne bool) time.Duration {
 }
 
 func (p *pauseReq) arrived() { p.once.Do(func() { close(p.paused) }) }
-func (p *pauseReq) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.released {
-		p.released = true
-		close(p.resume)
+
+// atSafePoint reports whether the task has stopped at its safe point.
+func (p *pauseReq) atSafePoint() bool {
+	select {
+	case <-p.paused:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -129,73 +135,130 @@ const (
 	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
-// handleJobCkpt serves the job checkpoint steps on a host.
-func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
-	var a ckStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mCkPause:
-		return d.pauseJob(ctx, a)
-	case mCkQuiet:
-		return d.quietJob(a), nil
-	case mCkWrite:
-		return d.writeJob(a)
-	case mCkResume:
-		if a.Round.Try != 0 {
-			// A pause of this round or an older one that comes after
-			// (stalled on its way) would hold the tasks for good.
-			d.ht.mu.Lock()
-			d.ht.ckResumed[a.Job] = max(d.ht.ckResumed[a.Job], a.Round.Try)
-			d.ht.mu.Unlock()
+// resumeJobStep resumes the job's tasks here at the end of a round; the
+// host half of job checkpoints (jobck.Host) records the round resumed, so
+// that a pause of it or an older one that comes after is refused.
+func (d *Daemon) resumeJobStep(a ckStep) error {
+	return d.stepCkpt(func() jobck.HostEvent {
+		return jobck.HostEvent{Kind: jobck.HostResume, Job: a.Job, Round: a.Round}
+	}, nil)
+}
+
+// stepCkpt feeds the host half of job checkpoints the event that event
+// builds, under ht.mu, and performs its effects (doCkpt). Where the
+// machine says to wait for a checkpoint write under way, it waits with
+// ht.mu released and feeds the event again. It returns the step's
+// refusal, if any.
+func (d *Daemon) stepCkpt(event func() jobck.HostEvent, perform func(jobck.HostEffect)) error {
+	d.ht.mu.Lock()
+	for {
+		wait, err := d.ht.doCkpt(d.ht.ckpts.Step(event()), perform)
+		d.ht.mu.Unlock()
+		if len(wait) == 0 {
+			return err
 		}
-		d.resumeJob(a.Job, a.Round.Try)
-		return nil, nil
-	case mCkKill:
-		return nil, d.killJob(ctx, a)
+		for _, ch := range wait {
+			<-ch // a write to the shared directory: it ends
+		}
+		d.ht.mu.Lock()
 	}
-	return nil, fmt.Errorf("unknown method %q", method)
+}
+
+// doCkpt performs the effects of the host half of job checkpoints that
+// are the task table's (mu held): it makes and drops the tasks' pause
+// records, wakes a task asked to pause, marks a write under way, and
+// forgets staged tasks; perform, when set, gets every effect after that.
+// It returns the writes under way to wait for and the step's refusal.
+func (ht *hosting) doCkpt(fx []jobck.HostEffect, perform func(jobck.HostEffect)) (wait []chan struct{}, err error) {
+	for _, x := range fx {
+		p := ht.pauses[x.TID]
+		switch x.Kind {
+		case jobck.DoRefuse:
+			err = x.Err
+		case jobck.DoPause:
+			h := ht.tasks[x.TID]
+			if x.New && h != nil {
+				p = &pauseReq{id: x.Pause, h: h, paused: make(chan struct{}), resume: make(chan struct{})}
+				ht.pauses[x.TID] = p
+				h.pause.Store(p)
+			}
+			if h != nil {
+				select { // wake the task if it waits in RecvSafe
+				case h.moveKick <- struct{}{}:
+				default:
+				}
+			}
+		case jobck.DoRelease:
+			if p != nil && p.id == x.Pause {
+				delete(ht.pauses, x.TID)
+				p.h.pause.CompareAndSwap(p, nil)
+				close(p.resume)
+			}
+		case jobck.DoWait:
+			if p != nil && p.id == x.Pause && p.writing != nil {
+				wait = append(wait, p.writing)
+			}
+		case jobck.DoWrite:
+			if p != nil && p.id == x.Pause {
+				p.writing = make(chan struct{})
+			}
+		case jobck.DoUnstage:
+			delete(ht.staged, x.TID)
+			delete(ht.incoming, x.TID)
+		}
+		if perform != nil {
+			perform(x)
+		}
+	}
+	return wait, err
+}
+
+// pauseFacts is what the task table knows of tid for the host half of
+// job checkpoints (ht.mu held).
+func (ht *hosting) pauseFacts(h *hosted) jobck.Local {
+	l := jobck.Local{TID: h.tid, MoveAsked: h.moveReq.Load() != nil}
+	if p := ht.pauses[h.tid]; p != nil && p.h == h {
+		l.Arrived = p.atSafePoint()
+	}
+	return l
+}
+
+// jobEvent is an event of kind k for the job's tasks here (ht.mu held).
+func (ht *hosting) jobEvent(k jobck.HostEventKind, a ckStep) jobck.HostEvent {
+	e := jobck.HostEvent{Kind: k, Job: a.Job, Round: a.Round}
+	for _, h := range ht.jobTasksLocked(a.Job) {
+		e.Tasks = append(e.Tasks, ht.pauseFacts(h))
+	}
+	return e
 }
 
 // pauseJob stops every local task of the job at its next safe point. If
 // some do not get there within the timeout, every task of the job here
 // goes on and the reply names the late ones; a task moving fails the call.
 func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
-	d.ht.mu.Lock()
-	if a.Round.Try != 0 && a.Round.Try <= d.ht.ckResumed[a.Job] {
-		d.ht.mu.Unlock()
-		return ckReply{}, fmt.Errorf("pause of %v after its resume: %w", a.Round, ErrAborted)
-	}
-	for _, l := range d.ht.moving {
-		if l.h.job == a.Job {
-			d.ht.mu.Unlock()
-			return ckReply{}, fmt.Errorf("%v of job %d: %w", l.h.tid, a.Job, ErrMoving)
-		}
-	}
-	d.ht.mu.Unlock()
-	hs := d.ht.jobTasks(a.Job)
 	var rep ckReply
 	var reqs []*pauseReq
-	for _, h := range hs {
-		p := h.pause.Load()
-		for p == nil { // another step may resume it meanwhile: ask again
-			p = &pauseReq{paused: make(chan struct{}), resume: make(chan struct{})}
-			if !h.pause.CompareAndSwap(nil, p) {
-				p = h.pause.Load()
+	err := d.stepCkpt(func() jobck.HostEvent {
+		e := d.ht.jobEvent(jobck.HostPause, a)
+		for tid, l := range d.ht.moving {
+			if l.h.job == a.Job {
+				e.Departing = append(e.Departing, tid)
 			}
 		}
-		p.try.Store(max(p.try.Load(), a.Round.Try))
-		if h.moveReq.Load() != nil {
-			d.resumeJob(a.Job, a.Round.Try)
-			return rep, fmt.Errorf("%v of job %d: %w", h.tid, a.Job, ErrMoving)
+		return e
+	}, func(x jobck.HostEffect) {
+		if p := d.ht.pauses[x.TID]; x.Kind == jobck.DoPause && p != nil {
+			reqs = append(reqs, p)
+			rep.TIDs = append(rep.TIDs, x.TID)
 		}
-		select { // wake the task if it waits in RecvSafe
-		case h.moveKick <- struct{}{}:
-		default:
-		}
-		reqs = append(reqs, p)
-		rep.TIDs = append(rep.TIDs, h.tid)
+	})
+	if err != nil {
+		return rep, err
+	}
+	over := func(late []task.TID, err error) {
+		_ = d.stepCkpt(func() jobck.HostEvent {
+			return jobck.HostEvent{Kind: jobck.HostPauseOver, Job: a.Job, Round: a.Round, Late: late, Err: err}
+		}, nil)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {
@@ -204,57 +267,51 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	expired := false
-	for i, p := range reqs {
+	for _, p := range reqs {
+		h := p.h
 		arrived := true
 		if !expired {
 			select {
 			case <-p.paused:
-			case <-hs[i].done: // it exited meanwhile: nothing to save
+			case <-h.done: // it exited meanwhile: nothing to save
 			case <-t.C:
 				expired, arrived = true, false
 			case <-ctx.Done():
-				d.resumeJob(a.Job, a.Round.Try)
+				over(nil, ctx.Err())
 				return rep, ctx.Err()
 			}
 		} else {
 			select {
 			case <-p.paused:
-			case <-hs[i].done:
+			case <-h.done:
 			default:
 				arrived = false
 			}
 		}
 		if !arrived {
-			hs[i].warnNoSafePoint("job checkpoint", timeout)
-			rep.Late = append(rep.Late, hs[i].tid)
+			h.warnNoSafePoint("job checkpoint", timeout)
+			rep.Late = append(rep.Late, h.tid)
 		}
-		rep.SafeEvery = max(rep.SafeEvery, hs[i].safeInterval(time.Now(), arrived))
+		rep.SafeEvery = max(rep.SafeEvery, h.safeInterval(time.Now(), arrived))
 	}
-	if len(rep.Late) > 0 {
-		d.resumeJob(a.Job, a.Round.Try)
-	}
+	over(rep.Late, nil)
 	return rep, nil
 }
 
 // quietJob reports the job's tasks here that are not paused (spawned
 // since the pause) and the messages from its tasks not yet acknowledged.
-func (d *Daemon) quietJob(a ckStep) ckReply {
+func (d *Daemon) quietJob(a ckStep) (ckReply, error) {
 	var rep ckReply
-	for _, h := range d.ht.jobTasks(a.Job) {
-		rep.TIDs = append(rep.TIDs, h.tid)
-		p := h.pause.Load()
-		if p == nil {
-			rep.Running++
-			continue
+	err := d.stepCkpt(func() jobck.HostEvent { return d.ht.jobEvent(jobck.HostQuiet, a) }, func(x jobck.HostEffect) {
+		if x.Kind == jobck.DoReport {
+			rep.TIDs, rep.Running = x.TIDs, x.Running
 		}
-		select {
-		case <-p.paused:
-		default:
-			rep.Running++
-		}
+	})
+	if err != nil {
+		return rep, err
 	}
 	rep.Pending += d.rt.pendingFrom(rep.TIDs)
-	return rep
+	return rep, nil
 }
 
 // writeJob writes a checkpoint of each paused local task of the job into
@@ -264,19 +321,26 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	dir := ckpt.Dir{Path: a.Dir}
 	key, keyID := d.keyID(labelCkpt)
 	for _, h := range d.ht.jobTasks(a.Job) {
-		p := h.pause.Load()
-		if p == nil {
-			return rep, fmt.Errorf("%v of job %d is not paused", h.tid, a.Job)
+		var p *pauseReq
+		err := d.stepCkpt(func() jobck.HostEvent {
+			return jobck.HostEvent{Kind: jobck.HostWrite, Job: a.Job, Round: a.Round, Local: d.ht.pauseFacts(h)}
+		}, func(x jobck.HostEffect) {
+			if x.Kind == jobck.DoWrite {
+				p = d.ht.pauses[x.TID]
+			}
+		})
+		if err == nil && p == nil {
+			err = fmt.Errorf("%v of job %d: no pause kept for its write", h.tid, a.Job)
 		}
-		if got := p.try.Load(); got != a.Round.Try {
-			return rep, fmt.Errorf("%v of job %d paused for round %d, not %v: %w", h.tid, a.Job, got, a.Round, jobck.ErrStale)
+		if err != nil {
+			return rep, err
 		}
-		select {
-		case <-p.paused:
-		default:
-			return rep, fmt.Errorf("%v of job %d has not reached its safe point", h.tid, a.Job)
-		}
-		e, err := d.writePaused(dir, key, keyID, h, p, a)
+		e, err := d.writePaused(dir, key, keyID, h, a)
+		d.ht.mu.Lock()
+		_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: a.Job, TID: h.tid, Pause: p.id}), nil)
+		close(p.writing)
+		p.writing = nil
+		d.ht.mu.Unlock()
 		if err != nil {
 			return rep, err
 		}
@@ -285,16 +349,10 @@ func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
 	return rep, nil
 }
 
-// writePaused writes the checkpoint of h, paused by p, into dir, unless p
-// has been released meanwhile (a resume or a kill that came before this
-// step, stalled on its way).
-func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, keyID [8]byte, h *hosted, p *pauseReq, a ckStep) (jobset.Entry, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// writePaused writes the checkpoint of h into dir; the host half of job
+// checkpoints holds its release until the write is over.
+func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, keyID [8]byte, h *hosted, a ckStep) (jobset.Entry, error) {
 	e := jobset.Entry{TID: h.tid.String(), Type: h.typ, File: ckptFileName(h.tid)}
-	if p.released {
-		return e, fmt.Errorf("%v of job %d was resumed before round %v wrote it: %w", h.tid, a.Job, a.Round, jobck.ErrStale)
-	}
 	m := d.captureMeta(h)
 	m.Groups = a.Groups[h.tid]
 	if _, err := dir.Save(e.File, func(w io.Writer) error {
@@ -306,6 +364,22 @@ func (d *Daemon) writePaused(dir ckpt.Dir, key []byte, keyID [8]byte, h *hosted,
 		return e, fmt.Errorf("checkpoint %v: %w", h.tid, err)
 	}
 	return e, nil
+}
+
+// releasePauses lets the paused tasks of job (tids nil), or tids, go on
+// for a kill: their job rolls back, or the master gave them up. A
+// checkpoint write under way is waited for.
+func (d *Daemon) releasePauses(job uint64, tids []task.TID) {
+	_ = d.stepCkpt(func() jobck.HostEvent {
+		if tids == nil {
+			return jobck.HostEvent{Kind: jobck.HostKill, Job: job}
+		}
+		e := jobck.HostEvent{Kind: jobck.HostLost}
+		for _, tid := range tids {
+			e.Tasks = append(e.Tasks, jobck.Local{TID: tid})
+		}
+		return e
+	}, nil)
 }
 
 // ckptFileName is the file of a task's checkpoint in a set.
@@ -341,19 +415,4 @@ func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 		}
 	}
 	return m
-}
-
-// resumeJob lets the job's tasks paused here for round try or an older
-// one go on (try 0: whatever round): a late resume of an abandoned round
-// leaves a newer round's pause be.
-func (d *Daemon) resumeJob(job, try uint64) {
-	for _, h := range d.ht.jobTasks(job) {
-		p := h.pause.Load()
-		if p == nil || (try != 0 && p.try.Load() > try) {
-			continue
-		}
-		if h.pause.CompareAndSwap(p, nil) {
-			p.release()
-		}
-	}
 }

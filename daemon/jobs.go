@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
@@ -39,7 +41,11 @@ type jobState struct {
 
 	done      chan struct{} // closed when the job's root has ended
 	forgotten chan struct{} // closed once the master has forgotten the job
-	ended     sync.Once
+	// attach hands the connection of a command that follows the job
+	// again (its earlier one dropped) to the goroutine that kills the job
+	// when its command goes away (runJob).
+	attach chan *peer
+	ended  sync.Once
 	// drivers counts the goroutines driving the job's machine. One is
 	// added only under mu and before the job is over (done closed), so
 	// that once forgotten is closed the count only falls.
@@ -51,15 +57,38 @@ type jobState struct {
 	// mc coordinates the job's checkpoints and rollbacks (routing/jobck);
 	// the daemon drives it (driveJob).
 	mc *jobck.Machine
-	// work is the driver's record of the round under way.
-	work *roundWork
+	// ck is the driver's record of the checkpoint round under way, and
+	// work that of the rollback under way: a rollback that abandons a
+	// checkpoint round begins before the driver has carried out that
+	// round's discard, which needs the round's set directory.
+	ck, work *roundWork
 	// waiters get the outcome of the checkpoint rounds they started, by
 	// round.
 	waiters map[jobck.Round]chan ckOutcome
 	// rolling is closed when the rollback under way is over (nil: none).
 	rolling chan struct{}
-	// lost is why the job could not roll back after losing tasks.
-	lost error
+	// lost is why the job could not roll back after losing tasks;
+	// ending, when not nil, is closed once such a job's other tasks are
+	// killed and its command told why (endLostJob).
+	lost       error
+	ending     chan struct{}
+	lostEnding bool // endLostJob has begun
+	// prog is the job's checkpoint progress, for ps.
+	prog ckProgress
+	// seen are the job's tasks on each host as the latest checkpoint
+	// round's pause answers named them, with those placed there since:
+	// what a host lost with no checkpoint to go back to took with it.
+	seen map[task.HostID][]task.TID
+}
+
+// placed records that the master started tids of the job on host h.
+func (js *jobState) placed(h task.HostID, tids []task.TID) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if js.seen == nil {
+		js.seen = map[task.HostID][]task.TID{}
+	}
+	js.seen[h] = append(js.seen[h], tids...)
 }
 
 // roundWork is what the driver gathers during a round.
@@ -74,6 +103,92 @@ type roundWork struct {
 	lostHost      task.HostID // a rollback's cause
 	restoredTasks int
 	restoredSeq   uint64
+	late          []task.TID // tasks that reached no safe point within the budget (pause)
+}
+
+// ckProgress is a job's checkpoint progress: when the job started, when
+// its newest complete set was written, and the newest failed round since.
+type ckProgress struct {
+	started, done time.Time
+	failErr       string
+	late          []task.TID
+	budget        time.Duration
+	warned        bool // the overdue warning was logged
+}
+
+// overduePeriods is how many checkpoint periods a job may go without a
+// complete checkpoint before ps and the log warn of it.
+const overduePeriods = 3
+
+// JobCheckpointStatus is a job's checkpoint progress as ps shows it.
+type JobCheckpointStatus struct {
+	Job uint64 `json:"job" msgpack:"j"`
+	// Every is the job's checkpoint period (0: only when asked).
+	EverySeconds float64 `json:"checkpoint_every_s,omitempty" msgpack:"e,omitempty"`
+	// Last is the newest complete checkpoint (0: none), AgeSeconds how
+	// long ago it completed, or, with none, how long ago the job started.
+	Last       uint64  `json:"last_checkpoint" msgpack:"l"`
+	AgeSeconds float64 `json:"age_s" msgpack:"a"`
+	// Failed is why the newest round since failed, if one did; HeldUpBy
+	// the tasks that reached no safe point within the HeldUpSeconds it
+	// allowed.
+	Failed        string   `json:"failed,omitempty" msgpack:"f,omitempty"`
+	HeldUpBy      []string `json:"held_up_by,omitempty" msgpack:"h,omitempty"`
+	HeldUpSeconds float64  `json:"held_up_s,omitempty" msgpack:"hs,omitempty"`
+	// Warning says the job has had no complete checkpoint for three
+	// periods, and which tasks held it up.
+	Warning string `json:"warning,omitempty" msgpack:"w,omitempty"`
+}
+
+// status is the progress of a job with newest set seq, checkpointed
+// every every, at now.
+func (p ckProgress) status(job, seq uint64, every time.Duration, now time.Time) JobCheckpointStatus {
+	st := JobCheckpointStatus{Job: job, EverySeconds: every.Seconds(), Last: seq, Failed: p.failErr, HeldUpSeconds: p.budget.Seconds()}
+	since := p.started
+	if seq != 0 && !p.done.IsZero() {
+		since = p.done
+	}
+	age := now.Sub(since)
+	st.AgeSeconds = age.Seconds()
+	for _, t := range p.late {
+		st.HeldUpBy = append(st.HeldUpBy, t.String())
+	}
+	if len(st.HeldUpBy) == 0 {
+		st.HeldUpSeconds = 0
+	}
+	if every > 0 && age > overduePeriods*every {
+		what := "since it started"
+		if seq != 0 {
+			what = fmt.Sprintf("since checkpoint %d", seq)
+		}
+		st.Warning = fmt.Sprintf("job %d has had no complete checkpoint for %v (%d periods of %v) %s", job, age.Round(time.Millisecond), overduePeriods, every, what)
+		switch {
+		case len(st.HeldUpBy) > 0:
+			st.Warning += fmt.Sprintf("; held up by %s, which reached no safe point within %v", strings.Join(st.HeldUpBy, ", "), p.budget)
+		case st.Failed != "":
+			st.Warning += "; the last round failed: " + st.Failed
+		}
+	}
+	return st
+}
+
+// checkpointStatus is the job's checkpoint progress now.
+func (js *jobState) checkpointStatus(now time.Time) JobCheckpointStatus {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.prog.status(js.id, js.mc.Seq(), js.opts.CheckpointEvery, now)
+}
+
+// JobStatuses lists the checkpoint progress of the jobs the master runs,
+// in job order (master).
+func (d *Daemon) JobStatuses() []JobCheckpointStatus {
+	now := time.Now()
+	var out []JobCheckpointStatus
+	for _, js := range d.reg.all() {
+		out = append(out, js.checkpointStatus(now))
+	}
+	slices.SortFunc(out, func(a, b JobCheckpointStatus) int { return cmp.Compare(a.Job, b.Job) })
+	return out
 }
 
 type ckOutcome struct {
@@ -114,6 +229,17 @@ func (js *jobState) rollingBack() (chan struct{}, int, error) {
 	return js.rolling, js.mc.Rollbacks(), js.lost
 }
 
+// mayRollBack reports whether a job whose root cannot be reached may
+// still roll back (or be found lost) and its root be reached again: the
+// root's host is still a member (rootHere), the job has a complete
+// checkpoint, or it asked for periodic ones (a loss without one ends it,
+// and says why). Otherwise the root is lost for good.
+func (js *jobState) mayRollBack(rootHere bool) bool {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return rootHere || js.mc.Seq() > 0 || js.opts.CheckpointEvery > 0
+}
+
 // seq is the newest complete checkpoint of the job.
 func (js *jobState) seq() uint64 {
 	js.mu.Lock()
@@ -126,8 +252,15 @@ var ErrJobLost = errors.New("job lost")
 
 // waitJob waits for the job's root task to exit, following it through
 // rollbacks: its old incarnation is killed and a new one restored, and an
-// exit of the old one is not the job's.
+// exit of the old one is not the job's. A wait that fails because the
+// root's host cannot be reached (its connection dropped: the host is
+// about to be deleted, and the job rolled back, or it comes back) is
+// asked again every heartbeat, until the job rolls back, is lost, or the
+// root is reached again, for at most the time the master takes to delete
+// a silent host and roll a job back; at once when the job cannot roll
+// back (mayRollBack).
 func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
+	var unreached time.Time // when the root was first found unreachable (zero: it was not)
 	for {
 		_, gen, _ := js.rollingBack()
 		info, err := d.Wait(ctx, js.root)
@@ -138,13 +271,40 @@ func (d *Daemon) waitJob(ctx context.Context, js *jobState) (TaskInfo, error) {
 			case <-ctx.Done():
 				return info, fmt.Errorf("wait for job %d: %w", js.id, ctx.Err())
 			}
+			unreached = time.Time{}
 			continue
 		}
 		if now != gen {
+			unreached = time.Time{}
 			continue
 		}
 		if lost != nil {
+			js.mu.Lock()
+			ending := js.ending
+			js.mu.Unlock()
+			if ending != nil {
+				// The command hears why before the job's end.
+				select {
+				case <-ending:
+				case <-ctx.Done():
+				}
+				_, _, lost = js.rollingBack()
+			}
 			return info, fmt.Errorf("job %d: %w", js.id, lost)
+		}
+		if err != nil && ctx.Err() == nil && d.ctx.Err() == nil && !js.over() && js.mayRollBack(d.hostKnown(d.routeHost(js.root))) {
+			if unreached.IsZero() {
+				unreached = time.Now()
+				d.log.Info("job's root unreachable; following the job", "job", js.id, "root", js.root, "error", err)
+			}
+			if time.Since(unreached) < d.Detection().MaxDead+4*d.cfg.MoveTimeout {
+				select {
+				case <-time.After(d.cfg.Heartbeat):
+				case <-ctx.Done():
+					return info, fmt.Errorf("wait for job %d: %w", js.id, ctx.Err())
+				}
+				continue
+			}
 		}
 		return info, err
 	}
@@ -165,7 +325,8 @@ type JobCheckpoint struct {
 
 // newJob registers a job (master).
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
-	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{})}
+	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{}),
+		attach: make(chan *peer, 1)}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -174,6 +335,7 @@ func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	}
 	js.mc = jobck.New(js.id, 0, d.jobckConfig(opts))
 	js.waiters = map[jobck.Round]chan ckOutcome{}
+	js.prog.started = time.Now()
 	d.reg.add(js)
 	return js
 }
@@ -187,7 +349,8 @@ func (d *Daemon) jobckConfig(opts JobOptions) jobck.Config {
 	if opts.CheckpointEvery > 0 {
 		lo = min(max(opts.CheckpointEvery/2, 50*time.Millisecond), d.cfg.MoveTimeout)
 	}
-	return jobck.Config{MinPause: lo, MaxPause: max(d.cfg.PauseMax, lo), QuietTimeout: d.cfg.MoveTimeout}
+	return jobck.Config{MinPause: lo, MaxPause: max(d.cfg.PauseMax, lo), QuietTimeout: d.cfg.MoveTimeout,
+		EndLost: opts.CheckpointEvery > 0}
 }
 
 // StartJob starts root as the root task of a new job on this daemon (the
@@ -213,18 +376,23 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 		d.endJob(js)
 		return nil, err
 	}
+	d.owners.addJobTasks(js.id, tids)
 	d.jobRunning(js, tids[0])
 	return js, nil
 }
 
 // runEmbeddedJob starts root as the root task of a new job and waits until the
-// job is over (master). It returns the root's final state, following the
-// job's rollbacks, once the job is forgotten: no checkpoint round of it is
-// still under way when the caller goes on to stop the machine.
-func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions) (TaskInfo, error) {
+// job is over (master); notes, if not nil, hears what befalls the job. It
+// returns the root's final state, following the job's rollbacks, once the
+// job is forgotten: no checkpoint round of it is still under way when the
+// caller goes on to stop the machine.
+func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOptions, notes func(JobNote)) (TaskInfo, error) {
 	js, err := d.startJob(ctx, root, opts)
 	if err != nil {
 		return TaskInfo{}, err
+	}
+	if notes != nil {
+		d.reg.setNotes(js.id, notes)
 	}
 	info, err := d.waitJob(ctx, js)
 	if err != nil {
@@ -257,18 +425,34 @@ func (js *jobState) over() bool {
 // spawnRoots places and starts req.Count tasks, each the root of a job of
 // its own (master).
 func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts JobOptions) ([]task.TID, error) {
-	if req.Count < 1 {
-		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+		return nil, err
 	}
-	var tids []task.TID
+	release := func(int) {}
+	if c, ok := callerOwner(ctx); ok {
+		var err error
+		if release, err = d.owners.admitJobs(c, req.Count, d.quota()); err != nil {
+			return nil, err
+		}
+	}
+	defer release(req.Count) // what is left of the reservation
+	tids := make([]task.TID, 0, prealloc(req.Count))
 	for range req.Count {
+		if err := ctx.Err(); err != nil {
+			// The caller is gone: the jobs started so far go on.
+			return tids, fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+		}
 		js := d.newJob("", req.Type, opts)
 		d.ownJob(ctx, js.id)
+		release(1)
 		r := req
 		r.Count = 1
 		got, err := d.spawnAnywhere(ctx, 0, js.id, r)
 		if err != nil || len(got) == 0 {
 			d.endJob(js)
+			if err != nil && req.Count > 1 {
+				err = fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+			}
 			return tids, err
 		}
 		d.jobRunning(js, got[0])
@@ -313,6 +497,7 @@ func (d *Daemon) forgetJob(js *jobState) {
 	acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
 	d.driveJob(js, acts)
 	d.reg.remove(js.id)
+	d.owners.jobOver(js.id)
 	close(js.forgotten)
 }
 
@@ -421,6 +606,14 @@ func (d *Daemon) checkpointLoop(js *jobState) {
 				return false
 			}
 			d.log.Warn("job checkpoint failed; the previous one stands", "job", js.id, "error", err)
+			st := js.checkpointStatus(time.Now())
+			js.mu.Lock()
+			warn := st.Warning != "" && !js.prog.warned
+			js.prog.warned = js.prog.warned || warn
+			js.mu.Unlock()
+			if warn {
+				d.log.Warn(st.Warning, "job", js.id, "held_up_by", st.HeldUpBy)
+			}
 			return true
 		}
 		d.log.Info("job checkpointed", "job", js.id, "seq", r.Seq, "tasks", r.Tasks, "bytes", r.Bytes, "paused_ms", r.PausedMS)
@@ -450,6 +643,10 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	if root == "" {
 		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ErrNoSharedDir)
 	}
+	floor, ferr := setFloor(root, js.name)
+	if ferr != nil {
+		return res, fmt.Errorf("checkpoint job %d: %w", js.id, ferr)
+	}
 	now := time.Now()
 	js.mu.Lock()
 	var acts []jobck.Action
@@ -460,12 +657,12 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 		// on the hosts left would miss the tasks lost there.
 		err = fmt.Errorf("%v: %w", lost, jobck.ErrBroken)
 	} else {
-		acts, err = js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs()})
+		acts, err = js.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: d.hostIDs(), Floor: floor})
 	}
 	var ch chan ckOutcome
 	if err == nil {
 		r := js.mc.Round()
-		js.work = &roundWork{round: r, root: root, start: now}
+		js.ck = &roundWork{round: r, root: root, start: now}
 		ch = make(chan ckOutcome, 1)
 		js.waiters[r] = ch
 		js.drivers.Add(1)
@@ -491,6 +688,20 @@ func (d *Daemon) checkpointJob(ctx context.Context, js *jobState, root string) (
 	}
 }
 
+// setFloor is the largest set number in job name's directory under root,
+// complete or not (0: none): a new set of the job takes a number above it.
+func setFloor(root, name string) (uint64, error) {
+	jobDir, err := jobset.JobDir(root, name)
+	if err != nil {
+		return 0, err
+	}
+	seqs, err := jobset.Sets(jobDir)
+	if err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	return seqs[len(seqs)-1], nil
+}
+
 // driveJob carries out the job machine's actions, in order, with those
 // that follow from the events they produce. Several drivers may run at
 // once (a host lost during a checkpoint starts one); the machine refuses
@@ -503,14 +714,18 @@ func (d *Daemon) driveJob(js *jobState, acts []jobck.Action) {
 }
 
 // workFor returns the driver's record of round r, if it is the current
-// one.
+// checkpoint or rollback round.
 func (js *jobState) workFor(r jobck.Round) *roundWork {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	if js.work == nil || js.work.round != r {
+	w := js.work
+	if r.Kind == jobck.Checkpoint {
+		w = js.ck
+	}
+	if w == nil || w.round != r {
 		return nil
 	}
-	return js.work
+	return w
 }
 
 // feed steps the machine with the hosts' answers to a call, in the hosts'
@@ -545,6 +760,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:pause")
 		w.budget = a.Budget
 		step.Timeout = a.Budget
 		ctx, cancel := context.WithTimeout(d.ctx, a.Budget+d.cfg.MoveTimeout)
@@ -552,6 +768,17 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		reps, errs := d.eachHost(ctx, a.Hosts, mCkPause, step)
 		evs := make([]jobck.Event, len(a.Hosts))
 		now := time.Now()
+		js.mu.Lock()
+		if js.seen == nil {
+			js.seen = map[task.HostID][]task.TID{}
+		}
+		for i, h := range a.Hosts {
+			if errs[i] == nil {
+				js.seen[h] = reps[i].TIDs
+			}
+			w.late = append(w.late, reps[i].Late...)
+		}
+		js.mu.Unlock()
 		for i, h := range a.Hosts {
 			err := errs[i]
 			if err == nil && len(reps[i].Late) > 0 {
@@ -577,6 +804,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:quiet")
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
 		defer cancel()
 		reps, errs := d.eachHost(ctx, a.Hosts, mCkQuiet, step)
@@ -598,6 +826,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		if w == nil {
 			return nil
 		}
+		d.fault("ckpt:commit")
 		if lost := d.jobLostHost(js.id); lost != 0 {
 			// A host with tasks of the job was deleted during the round:
 			// the set misses them and must not become the one a rollback
@@ -608,8 +837,9 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Lock()
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
+		owner, _ := d.owners.job(js.id)
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
-			Epoch: d.mv.epoch()}
+			Epoch: d.mv.epoch(), Owner: owner.name}
 		key, keyID := d.keyID(labelManifest)
 		m.KeyID = keyID
 		jobDir := filepath.Dir(w.setDir)
@@ -663,11 +893,75 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 	case jobck.ActRolledBack:
 		d.rolledBack(js, a)
 	case jobck.ActUnrecoverable:
+		if a.End {
+			d.endLostJob(js, a.Host)
+			return nil
+		}
 		// PVM's behaviour: the lost tasks are reported exited to their
 		// watchers, and the job goes on without them as it can.
 		d.log.Warn("job lost tasks with a host and has no checkpoint to roll back to", "job", js.id, "lost_host", a.Host)
 	}
 	return nil
+}
+
+// endLostJob ends a job that asked for checkpoints and lost tasks with
+// host h before it had one (master): why is recorded first, so that the
+// command waiting for the job hears it rather than its root's end; then
+// its other tasks are killed, and the command is told which host had
+// which tasks.
+func (d *Daemon) endLostJob(js *jobState, h task.HostID) {
+	ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+	defer cancel()
+	js.mu.Lock()
+	took := slices.Clone(js.seen[h])
+	ending := js.ending
+	again := js.lostEnding
+	js.lostEnding = true
+	js.mu.Unlock()
+	if again {
+		return // another host lost since: the job is ending already
+	}
+	if ending != nil {
+		defer close(ending)
+	}
+	ts, err := d.AllTasks(ctx, false)
+	if err != nil {
+		d.log.Warn("job lost: listing its tasks", "job", js.id, "error", err)
+	}
+	var others []string
+	for _, t := range ts {
+		if t.Job == js.id && t.State == Running {
+			others = append(others, fmt.Sprintf("%v on %s", t.TID, t.Host))
+		}
+	}
+	why := fmt.Sprintf("no complete checkpoint to roll back to; host %v took tasks %s with it; its other tasks are killed: %s",
+		h, tidList(took, "(none placed there by the master)"), listOr(others, "none"))
+	js.mu.Lock()
+	js.lost = fmt.Errorf("%s: %w", why, ErrJobLost)
+	js.mu.Unlock()
+	d.log.Error("job lost tasks with a host and has no checkpoint to roll back to; it ends", "job", js.id, "lost_host", h,
+		"lost_tasks", took, "killed", others)
+	d.jobNote(JobNote{Job: js.id, Kind: NoteLost, Host: h.String(), Tasks: len(took), Err: why})
+	if n, err := d.KillJob(ctx, js.id); err != nil {
+		d.log.Warn("job lost: killing its other tasks", "job", js.id, "killed", n, "error", err)
+	}
+}
+
+// tidList spells tids, or none when there are none.
+func tidList(tids []task.TID, none string) string {
+	s := make([]string, len(tids))
+	for i, t := range tids {
+		s[i] = t.String()
+	}
+	return listOr(s, none)
+}
+
+// listOr joins s with commas, or is none when s is empty.
+func listOr(s []string, none string) string {
+	if len(s) == 0 {
+		return none
+	}
+	return strings.Join(s, ", ")
 }
 
 // resumeAttempts bounds how many times a round's resume is asked of a host.
@@ -736,6 +1030,7 @@ func (d *Daemon) writeSet(js *jobState, w *roundWork, a jobck.Action) []jobck.Ev
 		_ = os.RemoveAll(setDir)
 		return fail(jobck.ErrStale)
 	}
+	d.fault("ckpt:write")
 	step := ckStep{Job: js.id, Round: a.Round, Dir: setDir, Groups: map[task.TID][]ckpt.Membership{}}
 	for _, t := range w.tids {
 		if ms := d.groups.memberships(t); len(ms) > 0 {
@@ -783,8 +1078,16 @@ func (d *Daemon) checkpointDone(js *jobState, w *roundWork, a jobck.Action) {
 	js.mu.Lock()
 	ch := js.waiters[a.Round]
 	delete(js.waiters, a.Round)
-	if js.work != nil && js.work.round == a.Round {
-		js.work = nil
+	if js.ck != nil && js.ck.round == a.Round {
+		js.ck = nil
+	}
+	if err == nil {
+		js.prog = ckProgress{started: js.prog.started, done: time.Now()}
+	} else if !errors.Is(err, ErrNoJob) {
+		js.prog.failErr, js.prog.late, js.prog.budget = a.Err.Error(), nil, 0
+		if w != nil {
+			js.prog.late, js.prog.budget = slices.Clone(w.late), w.budget
+		}
 	}
 	js.mu.Unlock()
 	if ch != nil {
@@ -847,28 +1150,12 @@ type staged struct {
 	t    task.Task
 }
 
-// handleRestore serves the restart steps on a host.
-func (d *Daemon) handleRestore(method string, body []byte) (any, error) {
-	var a restoreArgs
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mCkFloor:
-		d.ht.mu.Lock()
-		d.ht.nextNum = max(d.ht.nextNum, a.Floor)
-		d.ht.mu.Unlock()
-		return nil, nil
-	case mCkLoad:
-		return d.loadStaged(a)
-	case mCkGo:
-		d.startStaged(a)
-		return nil, nil
-	case mCkDrop:
-		d.dropStaged(a)
-		return nil, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
+// raiseTIDFloor makes this host never number a new task at or below
+// floor (a restart brings back tasks numbered up to it).
+func (d *Daemon) raiseTIDFloor(floor uint32) {
+	d.ht.mu.Lock()
+	d.ht.nextNum = max(d.ht.nextNum, floor)
+	d.ht.mu.Unlock()
 }
 
 // loadStaged reads and verifies task checkpoints and readies this host to
@@ -888,43 +1175,46 @@ func (d *Daemon) loadStaged(a restoreArgs) (ckStep, error) {
 		}
 		got = append(got, staged{meta: m, t: t})
 	}
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	// What an earlier restore of the job staged here and never started
-	// (it failed, and its drop did not come: the master's call timed out
-	// before this host answered) gives way to this one.
-	d.ht.dropStagedLocked(a.Job)
-	for _, s := range got {
-		tid := s.meta.TID
-		if _, here := d.ht.tasks[tid]; here || d.ht.incoming[tid] != nil || d.ht.moving[tid] != nil {
-			return rep, fmt.Errorf("restore %v: a task of that id is here already", tid)
-		}
-	}
 	rep.Groups = map[task.TID][]ckpt.Membership{}
-	for _, s := range got {
-		s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
-		d.ht.incoming[s.meta.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
-		d.ht.staged[s.meta.TID] = s
-		if len(s.meta.Groups) > 0 {
-			rep.Groups[s.meta.TID] = s.meta.Groups
+	byTID := map[task.TID]staged{}
+	err := d.stepCkpt(func() jobck.HostEvent {
+		e := jobck.HostEvent{Kind: jobck.HostStage, Job: a.Job}
+		for _, s := range got {
+			tid := s.meta.TID
+			arr := d.ht.incoming[tid]
+			_, here := d.ht.tasks[tid]
+			e.Tasks = append(e.Tasks, jobck.Local{TID: tid, Running: here,
+				Moving: d.ht.moving[tid] != nil || (arr != nil && arr.move != 0), Arriving: arr != nil && arr.move == 0})
+			byTID[tid] = s
 		}
+		return e
+	}, func(x jobck.HostEffect) {
+		if s, ok := byTID[x.TID]; ok && x.Kind == jobck.DoStage {
+			s.meta.Job, s.meta.Epoch = a.Job, a.Epoch
+			d.ht.incoming[x.TID] = &arriving{typ: s.meta.Type, epoch: a.Epoch, received: make(chan transferred, 1)}
+			d.ht.staged[x.TID] = s
+			if len(s.meta.Groups) > 0 {
+				rep.Groups[x.TID] = s.meta.Groups
+			}
+		}
+	})
+	if err != nil {
+		return ckStep{}, err
 	}
 	return rep, nil
 }
 
 // startStaged puts the staged tasks of a restart into service.
 func (d *Daemon) startStaged(a restoreArgs) {
-	d.ht.mu.Lock()
 	var todo []staged
 	var arrs []*arriving
-	for tid, s := range d.ht.staged {
-		if s.meta.Job == a.Job {
+	_ = d.stepCkpt(func() jobck.HostEvent { return jobck.HostEvent{Kind: jobck.HostStart, Job: a.Job} }, func(x jobck.HostEffect) {
+		if s, ok := d.ht.staged[x.TID]; ok && x.Kind == jobck.DoStart {
 			todo = append(todo, s)
-			arrs = append(arrs, d.ht.incoming[tid])
-			delete(d.ht.staged, tid)
+			arrs = append(arrs, d.ht.incoming[x.TID])
+			delete(d.ht.staged, x.TID)
 		}
-	}
-	d.ht.mu.Unlock()
+	})
 	for i, s := range todo {
 		if err := d.install(s.meta, s.t, arrs[i], nil); err != nil {
 			d.log.Warn("restore: start a restored task", "tid", s.meta.TID, "error", err)
@@ -934,9 +1224,7 @@ func (d *Daemon) startStaged(a restoreArgs) {
 
 // dropStaged forgets the staged tasks of a failed restart.
 func (d *Daemon) dropStaged(a restoreArgs) {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	d.ht.dropStagedLocked(a.Job)
+	_ = d.stepCkpt(func() jobck.HostEvent { return jobck.HostEvent{Kind: jobck.HostUnstage, Job: a.Job} }, nil)
 }
 
 // RestartJob starts a job again from the newest complete checkpoint under
@@ -955,9 +1243,23 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	if err != nil {
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
+	owner, err := d.restartOwner(ctx, setDir, m)
+	if err != nil {
+		return nil, skipped, err
+	}
+	release := func(int) {}
+	if owner.name != "" {
+		if release, err = d.owners.admitJobs(owner, 1, d.quota()); err != nil {
+			return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
+		}
+	}
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
+	if owner.name != "" {
+		d.owners.setJob(js.id, owner)
+	}
+	release(1)
 	d.mv.clearFacts() // its tasks come back under the new job
 	js.mu.Lock()
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
@@ -972,6 +1274,25 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
 	d.jobRunning(js, root)
 	return js, skipped, nil
+}
+
+// restartOwner is whose job a restart of set m makes: the owner its
+// manifest names. A user may restart only a set of theirs; an admin any,
+// a set of no one's becoming the admin's. A restart no person asked for
+// (ctx carries no caller) keeps the manifest's owner.
+func (d *Daemon) restartOwner(ctx context.Context, setDir string, m *jobset.Manifest) (owner, error) {
+	c, ok := callerOf(ctx)
+	switch {
+	case !ok:
+		return owner{name: m.Owner}, nil
+	case c.Role == pki.RoleUser && m.Owner == "":
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint belongs to no user (an admin's to restart): %w", setDir, ErrForbidden)
+	case c.Role == pki.RoleUser && m.Owner != c.Name:
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint is %s's: %w", setDir, m.Owner, ErrForbidden)
+	case m.Owner == "" || m.Owner == c.Name:
+		return owner{name: c.Name, admin: c.Role == pki.RoleAdmin}, nil
+	}
+	return owner{name: m.Owner}, nil
 }
 
 // restoreSet starts the tasks of a checkpoint set as job js, on the hosts
@@ -1082,6 +1403,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 		settle()
 	}
+	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
 	return nil
 }
 
@@ -1156,6 +1478,14 @@ func (d *Daemon) rollBackJobsOf(h task.HostID) []chan struct{} {
 		now := time.Now()
 		js.mu.Lock()
 		acts, err := js.mc.Step(jobck.Event{Kind: jobck.EvHostLost, Now: now, Host: h, Hosts: hosts})
+		for _, a := range acts {
+			if a.Kind == jobck.ActUnrecoverable && a.End && js.lost == nil {
+				// Before the lost tasks' exits are told (the root may
+				// end on one): the job's end is its loss.
+				js.lost = fmt.Errorf("lost host %v with no complete checkpoint to roll back to: %w", h, ErrJobLost)
+				js.ending = make(chan struct{})
+			}
+		}
 		if st := js.mc.State(); st == jobck.Killing || st == jobck.Restoring {
 			if js.rolling == nil {
 				js.rolling = make(chan struct{})
@@ -1260,10 +1590,8 @@ func (d *Daemon) killJob(ctx context.Context, a ckStep) error {
 	// Copies caught in a move go too: a suspended one would otherwise be
 	// resumed, or an arrival restored, beside the job's restored tasks.
 	caught := d.dropJobArrivals(a.Job)
+	d.releasePauses(a.Job, nil)
 	for _, h := range hs {
-		if p := h.pause.Swap(nil); p != nil {
-			p.release()
-		}
 		_ = d.Kill(h.tid)
 	}
 	t := time.NewTimer(max(a.Timeout, time.Second))
@@ -1370,10 +1698,13 @@ type JobNote struct {
 	Err   string `json:"error,omitempty" msgpack:"e,omitempty"`
 }
 
-// Kinds of JobNote.
+// Kinds of JobNote. NoteStarted tells the client the number of the job
+// it started (Client keeps it to follow the job when its connection
+// drops; it does not pass it on).
 const (
 	NoteRolledBack = "rolled-back"
 	NoteLost       = "lost"
+	NoteStarted    = "started"
 )
 
 func (n JobNote) String() string {
@@ -1381,22 +1712,34 @@ func (n JobNote) String() string {
 	case NoteRolledBack:
 		return fmt.Sprintf("job %d lost host %s and rolled back to checkpoint %d (%d tasks)", n.Job, n.Host, n.Seq, n.Tasks)
 	case NoteLost:
+		if n.Seq == 0 {
+			return fmt.Sprintf("job %d lost host %s and ends: %s", n.Job, n.Host, n.Err)
+		}
 		return fmt.Sprintf("job %d lost host %s and could not roll back to checkpoint %d: %s", n.Job, n.Host, n.Seq, n.Err)
 	}
 	return fmt.Sprintf("job %d: %s", n.Job, n.Kind)
 }
 
-// jobNote sends a note to the client that runs the job, if one does.
+// jobNote sends a note to the client that runs the job, if one does, or
+// to the embedded run's listener.
 func (d *Daemon) jobNote(n JobNote) {
+	if fn := d.reg.notes(n.Job); fn != nil {
+		fn(n)
+	}
 	w := d.reg.output(n.Job)
 	co, ok := w.(*clientOutput)
 	if !ok {
 		return
 	}
+	noteTo(co.p, n)
+}
+
+// noteTo sends a job note to a client.
+func noteTo(p *peer, n JobNote) {
 	b, err := encodeMsg(&event{Kind: evJobNote, Job: n.Job, Note: &n})
 	if err != nil {
-		d.log.Error("encode job note", "error", err)
+		p.d.log.Error("encode job note", "error", err)
 		return
 	}
-	co.p.frame(routing.KindEvent, b)
+	p.frame(routing.KindEvent, b)
 }

@@ -402,9 +402,9 @@ func (d *Daemon) dropLost(lost []task.TID) {
 	}
 	for _, h := range hs {
 		h.quiet.Store(true)
-		if p := h.pause.Swap(nil); p != nil {
-			p.release()
-		}
+	}
+	d.releasePauses(0, lost)
+	for _, h := range hs {
 		_ = d.Kill(h.tid)
 	}
 	t := time.NewTimer(d.cfg.MoveTimeout)

@@ -502,42 +502,6 @@ func (d *Daemon) setRoute(tid task.TID, r routing.Route) {
 	d.broadcast(&event{Kind: evRoute, Routes: []routing.Entry{e}}, 0)
 }
 
-// handleMigration serves the migration steps at the origin and the
-// destination.
-func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	var a migStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mMigInfo:
-		h := d.ht.task(a.TID)
-		if h == nil {
-			return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
-		}
-		return migReply{Type: h.typ, Job: h.job}, nil
-	case mMigPrep:
-		return nil, d.prepareArrival(a)
-	case mMigSusp:
-		return nil, d.suspendForMove(ctx, a)
-	case mMigSend:
-		t0 := time.Now()
-		n, err := d.sendCheckpoint(ctx, a)
-		d.met.Transferred(string(a.Via), time.Since(t0), err)
-		return migReply{Bytes: n}, err
-	case mMigLoad:
-		return nil, d.restoreArrival(ctx, a)
-	case mMigDone:
-		d.commitDeparture(a)
-		return nil, nil
-	case mMigBack:
-		return nil, d.resumeDeparture(ctx, a)
-	case mMigDrop:
-		return migReply{Installed: d.cancelArrival(a)}, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
-}
-
 // prepareArrival readies this daemon (the destination) to receive a task.
 func (d *Daemon) prepareArrival(a migStep) error {
 	if _, err := task.New(a.Type, nil); err != nil {
@@ -545,7 +509,7 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	}
 	d.ht.mu.Lock()
 	defer d.ht.mu.Unlock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: a.TID, Move: a.Move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: d.cfg.HostID, Epoch: a.Epoch}, Peer: a.Host, Job: a.Job, Type: a.Type}))
 	if x.Kind == move.DoRefuse {
 		return x.Err
@@ -563,7 +527,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	cur := d.rt.lookup(a.TID).Epoch
 	d.ht.mu.Lock()
 	h := d.ht.tasks[a.TID]
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: a.Host, Epoch: a.Epoch}, Type: a.Type, Job: a.Job, Local: move.Local{Route: cur}}))
 	d.ht.mu.Unlock()
 	switch x.Kind {
@@ -610,7 +574,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	// one whose job rolls back (killJob: it stays here to be killed rather
 	// than leave a copy in a move), and a move aborted while the request
 	// waited for this safe point (the task runs on here).
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: h.tid, Move: req.move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: h.tid, Move: req.move,
 		Route: routing.Route{Host: req.to, Epoch: req.epoch},
 		Local: move.Local{Running: d.ht.tasks[h.tid] == h, Type: h.typ, Job: h.job, Quiet: h.quiet.Load()}}))
 	if x.Kind == move.DoRefuse {
@@ -646,7 +610,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 // it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSend, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSend, TID: a.TID, Move: a.Move}))
 	l := d.ht.moving[a.TID]
 	if x.Kind == move.DoRefuse || l == nil {
 		d.ht.mu.Unlock()
@@ -788,7 +752,7 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 		return
 	}
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvStream, TID: h.TID, Move: h.Move, Route: routing.Route{Epoch: h.Epoch}, Peer: p.info.ID}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvStream, TID: h.TID, Move: h.Move, Route: routing.Route{Epoch: h.Epoch}, Peer: p.info.ID}))
 	arr := d.ht.incoming[h.TID]
 	d.ht.mu.Unlock()
 	if x.Kind != move.DoReceive || arr == nil {
@@ -813,7 +777,7 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 // the task into service.
 func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvRestore, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvRestore, TID: a.TID, Move: a.Move}))
 	arr := d.ht.incoming[a.TID]
 	d.ht.mu.Unlock()
 	if x.Kind == move.DoRefuse {
@@ -895,10 +859,10 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	switch {
 	case refused:
 	case arr != nil && arr.move != 0:
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	case left != nil:
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: left.move, Back: true}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: left.move, Back: true}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	}
 	if refused {
@@ -978,7 +942,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 // commitDeparture forgets a task that now runs elsewhere (origin).
 func (d *Daemon) commitDeparture(a migStep) {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvCommit, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvCommit, TID: a.TID, Move: a.Move}))
 	l := d.ht.moving[a.TID]
 	if x.Kind != move.DoForget || l == nil {
 		d.ht.mu.Unlock()
@@ -1001,7 +965,7 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 	tid := a.TID
 	d.ht.mu.Lock()
 	for {
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvResume, TID: tid, Move: a.Move, Route: a.Route}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvResume, TID: tid, Move: a.Move, Route: a.Route}))
 		l := d.ht.moving[tid]
 		switch {
 		case x.Kind == move.DoRefuse:

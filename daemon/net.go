@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -637,24 +638,11 @@ func (d *Daemon) callPeer(ctx context.Context, p *peer, method string, args, out
 // callHost sends a control request to host h (this daemon itself included).
 func (d *Daemon) callHost(ctx context.Context, h task.HostID, method string, args, out any) error {
 	if h == d.cfg.HostID {
-		body, err := encodeMsg(args)
+		res, err := d.callLocal(ctx, method, args)
 		if err != nil {
 			return err
 		}
-		res, err := d.safeHandle(ctx, nil, method, body)
-		if err != nil {
-			return err
-		}
-		if out != nil && res != nil {
-			// Round-trip through msgpack so local and remote calls behave
-			// alike.
-			b, err := encodeMsg(res)
-			if err != nil {
-				return err
-			}
-			return decodeMsg(b, out)
-		}
-		return nil
+		return setReply(res, out)
 	}
 	if d.nw == nil {
 		return fmt.Errorf("%v: %w", h, task.ErrNoSuchHost)
@@ -684,34 +672,72 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 			res, err = nil, fmt.Errorf("%s: %w: %v", method, ErrInternal, r)
 		}
 	}()
-	if err := authorize(p, method); err != nil {
-		return nil, err
-	}
-	if p == nil || !p.cert.Role.Client() {
-		if err := d.hostCallClaim(p, method, body); err != nil {
+	return d.serveMethod(ctx, p, method, body)
+}
+
+// callLocal runs a control request this daemon makes to itself. A request
+// of the type its method declares goes to the handler as it is, without
+// the codec; another (a raw body, a pointer) is encoded and served as a
+// peer's would be. A panic fails the call with ErrInternal, as in
+// safeHandle.
+func (d *Daemon) callLocal(ctx context.Context, name string, args any) (res any, err error) {
+	m := methods[name]
+	if m == nil || m.local == nil {
+		body, err := encodeMsg(args)
+		if err != nil {
 			return nil, err
 		}
-		return d.handle(ctx, p, method, body)
+		return d.safeHandle(ctx, nil, name, body)
 	}
-	ctx = withCaller(ctx, p.cert)
-	if err := d.checkDirs(method, body); err != nil {
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.Error("control handler panicked", "method", name, "from", "this daemon", "panic", r, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("%s: %w: %v", name, ErrInternal, r)
+		}
+	}()
+	if m.master && !d.isMaster() {
+		return nil, fmt.Errorf("method %q: this daemon is not the master", name)
+	}
+	res, typed, err := m.local(d, ctx, args)
+	if typed {
+		return res, err
+	}
+	body, err := encodeMsg(args)
+	if err != nil {
 		return nil, err
 	}
-	if p.cert.Role == pki.RoleUser {
-		if err := d.checkOwnership(ctx, p.cert.Name, method, body); err != nil {
-			return nil, err
-		}
+	return d.serveMethod(ctx, nil, name, body)
+}
+
+// setReply stores a local call's answer res in out: as it is when out
+// points to res's type (the answer its method declares), through the
+// codec otherwise.
+func setReply(res, out any) error {
+	if out == nil || res == nil {
+		return nil
 	}
-	res, err = d.handle(ctx, p, method, body)
-	if r, ok := res.(tidsReply); ok && err == nil && method == mSpawn {
-		d.owners.setTasks(r.TIDs, p.cert.Name)
+	if ov := reflect.ValueOf(out); ov.Kind() == reflect.Pointer && !ov.IsNil() && ov.Elem().Type() == reflect.TypeOf(res) {
+		ov.Elem().Set(reflect.ValueOf(res))
+		return nil
 	}
-	return res, err
+	b, err := encodeMsg(res)
+	if err != nil {
+		return err
+	}
+	return decodeMsg(b, out)
 }
 
 // serveCall runs a control request and sends the reply.
 func (d *Daemon) serveCall(p *peer, c *call) {
-	res, err := d.safeHandle(d.ctx, p, c.Method, c.Body)
+	ctx := d.ctx
+	if p.cert.Role.Client() {
+		// A client's call ends with its connection, or when the client
+		// cancels it.
+		var done func()
+		ctx, done = p.callCtx(c.ID)
+		defer done()
+	}
+	res, err := d.safeHandle(ctx, p, c.Method, c.Body)
 	d.audit(p, c.Method, err)
 	r := reply{ID: c.ID}
 	if err != nil {

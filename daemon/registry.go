@@ -18,11 +18,13 @@ type registry struct {
 	mu   sync.Mutex
 	next uint64 // the last job number handed out
 	byID map[uint64]*jobState
-	// outputs maps a job to the console its output goes to.
-	outputs  map[uint64]io.Writer
-	setSeqs  map[string]uint64               // the newest complete checkpoint set of each job name
-	tidFloor map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
-	hostJobs map[task.HostID]map[uint64]bool // the jobs with tasks on each host
+	// outputs maps a job to the console its output goes to, and
+	// listeners to what hears of its rollbacks (an embedded run).
+	outputs   map[uint64]io.Writer
+	listeners map[uint64]func(JobNote)
+	setSeqs   map[string]uint64               // the newest complete checkpoint set of each job name
+	tidFloor  map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
+	hostJobs  map[task.HostID]map[uint64]bool // the jobs with tasks on each host
 	// starting counts, per host and job, the starts of tasks under way
 	// there (a spawn's, a restore's, a move's), until their answer has
 	// been recorded in hostJobs: the tasks may speak (output) before.
@@ -33,12 +35,13 @@ type registry struct {
 
 func newRegistry() *registry {
 	return &registry{
-		byID:     map[uint64]*jobState{},
-		outputs:  map[uint64]io.Writer{},
-		setSeqs:  map[string]uint64{},
-		tidFloor: map[task.HostID]uint32{},
-		hostJobs: map[task.HostID]map[uint64]bool{},
-		starting: map[task.HostID]map[uint64]int{},
+		byID:      map[uint64]*jobState{},
+		outputs:   map[uint64]io.Writer{},
+		listeners: map[uint64]func(JobNote){},
+		setSeqs:   map[string]uint64{},
+		tidFloor:  map[task.HostID]uint32{},
+		hostJobs:  map[task.HostID]map[uint64]bool{},
+		starting:  map[task.HostID]map[uint64]int{},
 	}
 }
 
@@ -63,6 +66,21 @@ func (r *registry) remove(id uint64) {
 	defer r.mu.Unlock()
 	delete(r.byID, id)
 	delete(r.outputs, id)
+	delete(r.listeners, id)
+}
+
+// setNotes makes fn hear what befalls job id.
+func (r *registry) setNotes(id uint64, fn func(JobNote)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listeners[id] = fn
+}
+
+// notes is what hears of job id's rollbacks, or nil.
+func (r *registry) notes(id uint64) func(JobNote) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.listeners[id]
 }
 
 // get is job id, or nil.
@@ -162,6 +180,17 @@ func (r *registry) hostsOf(job uint64) []task.HostID {
 		}
 	}
 	return on
+}
+
+// all lists the registered jobs.
+func (r *registry) all() []*jobState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	jss := make([]*jobState, 0, len(r.byID))
+	for _, js := range r.byID {
+		jss = append(jss, js)
+	}
+	return jss
 }
 
 // jobsOf lists the registered jobs recorded with tasks on host h.

@@ -35,6 +35,10 @@ type RunOptions struct {
 	// Result, when not nil, is a pointer the root task's result (what it
 	// recorded with Ctx.SetResult) is decoded into.
 	Result any
+	// OnJobNote, when not nil, hears what befalls the program's job
+	// (several hosts): a rollback after a host was lost, and to which
+	// checkpoint, or the job's loss. It must not block.
+	OnJobNote func(JobNote)
 }
 
 // ErrUnsupported is returned for options this build cannot honour yet.
@@ -85,7 +89,7 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 		// The machine stops only once the job is over: a checkpoint round
 		// still running would see its hosts leave as lost.
 		var err error
-		if info, err = d.runEmbeddedJob(ctx, root, opts.Job); err != nil {
+		if info, err = d.runEmbeddedJob(ctx, root, opts.Job, opts.OnJobNote); err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
 	} else {

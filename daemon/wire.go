@@ -237,6 +237,10 @@ type (
 		Req     task.SpawnRequest `msgpack:"r"`
 		Opts    JobOptions        `msgpack:"o"`
 		Restart string            `msgpack:"rs,omitempty"`
+		// Attach follows the running job Attach instead, for a client
+		// whose connection dropped while it ran the job: its output
+		// comes to this connection, and the answer is the job's end.
+		Attach uint64 `msgpack:"at,omitempty"`
 	}
 	jobArgs struct {
 		Job uint64 `msgpack:"j"`
@@ -268,6 +272,8 @@ type (
 	}
 	psReply struct {
 		Tasks []TaskInfo `msgpack:"t"`
+		// Jobs is the checkpoint progress of the master's jobs (Gather).
+		Jobs []JobCheckpointStatus `msgpack:"j,omitempty"`
 	}
 	confReply struct {
 		Hosts []HostInfo `msgpack:"h"`
@@ -276,6 +282,10 @@ type (
 	}
 	hostArgs struct {
 		Host string `msgpack:"h"`
+	}
+	// cancelArgs names a call of the caller's, on the same connection.
+	cancelArgs struct {
+		ID uint64 `msgpack:"i"`
 	}
 )
 
@@ -303,4 +313,5 @@ const (
 	mHalt        = "halt"         // at the master: stop the virtual machine
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
 	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
+	mCancel      = "call.cancel"  // anywhere: cancel a call of the caller's under way
 )

@@ -141,7 +141,7 @@ func npbAction(c *cli.Context, kernel string) error {
 		if limit, err := npb.HeapLimit(kernel, class, np, hosts); err == nil {
 			defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
 		}
-		vm := daemon.RunOptions{Hosts: hosts, Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir")}
+		vm := daemon.RunOptions{Hosts: hosts, Logger: loggerFrom(c), Job: job, SharedDir: c.String("shared-dir"), OnJobNote: jobNoteTo(stderr)}
 		rep, err = npb.Run(ctx, daemon.LocalRunner(vm), kernel, class, np, opts)
 	}
 	if prog != nil {

@@ -95,6 +95,7 @@ func runCommand() *cli.Command {
 					SharedDir: c.String("shared-dir"),
 					Job:       opts,
 					Result:    &result,
+					OnJobNote: jobNoteTo(c.App.ErrWriter),
 				})
 			}
 			if c.Bool("json") {

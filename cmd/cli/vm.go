@@ -410,22 +410,78 @@ func psControl() controlCommand {
 			Flags: []cli.Flag{jsonFlag(), &cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "include exited tasks"}},
 		},
 		act: func(c *cli.Context, cl *daemon.Client, ctx context.Context) error {
-			ts, err := cl.Tasks(ctx, c.Bool("all"))
+			ts, jobs, err := cl.PS(ctx, c.Bool("all"))
 			if err != nil {
 				return err
 			}
-			return printTasks(c.App.Writer, ts, c.Bool("json"))
+			return printPS(c.App.Writer, ts, jobs, c.Bool("json"))
 		},
 	}
 }
 
 func printTasks(w io.Writer, ts []daemon.TaskInfo, asJSON bool) error {
-	if asJSON {
-		if ts == nil {
-			ts = []daemon.TaskInfo{}
-		}
-		return printJSON(w, ts)
+	return printPS(w, ts, nil, asJSON)
+}
+
+// psTask is a task as ps --json prints it: with its job's checkpoint
+// progress.
+type psTask struct {
+	daemon.TaskInfo
+	Checkpoint *daemon.JobCheckpointStatus `json:"checkpoint,omitempty"`
+}
+
+// printPS prints the tasks, then each job's checkpoint progress and its
+// warnings; with asJSON, one array of the tasks, each of a job carrying
+// its job's progress as "checkpoint".
+func printPS(w io.Writer, ts []daemon.TaskInfo, jobs []daemon.JobCheckpointStatus, asJSON bool) error {
+	byJob := map[uint64]*daemon.JobCheckpointStatus{}
+	for i := range jobs {
+		byJob[jobs[i].Job] = &jobs[i]
 	}
+	if asJSON {
+		out := make([]psTask, len(ts))
+		for i, t := range ts {
+			out[i] = psTask{TaskInfo: t, Checkpoint: byJob[t.Job]}
+		}
+		return printJSON(w, out)
+	}
+	if err := printTaskTable(w, ts); err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tEVERY\tLAST CHECKPOINT\tAGE\tHELD UP BY\tLAST FAILURE\t")
+	for _, j := range jobs {
+		every, last, held := "-", "none", ""
+		if j.EverySeconds > 0 {
+			every = secs(j.EverySeconds).String()
+		}
+		if j.Last != 0 {
+			last = fmt.Sprint(j.Last)
+		}
+		if len(j.HeldUpBy) > 0 {
+			held = fmt.Sprintf("%s (%v)", strings.Join(j.HeldUpBy, ","), secs(j.HeldUpSeconds))
+		}
+		fmt.Fprintf(tw, "j%d\t%s\t%s\t%v\t%s\t%s\t\n", j.Job, every, last, secs(j.AgeSeconds).Round(time.Millisecond), held, j.Failed)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if j.Warning != "" {
+			fmt.Fprintf(w, "warning: %s\n", j.Warning)
+		}
+	}
+	return nil
+}
+
+// secs is a duration of s seconds.
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func printTaskTable(w io.Writer, ts []daemon.TaskInfo) error {
 	// Tasks of a job together, in job order, then the tasks of no job.
 	ts = slices.Clone(ts)
 	slices.SortStableFunc(ts, func(a, b daemon.TaskInfo) int {

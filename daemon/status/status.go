@@ -24,6 +24,12 @@ type Source interface {
 	SchedStatus() daemon.SchedStatus
 }
 
+// checkpointSource is a Source that keeps its jobs' checkpoint progress
+// (the master daemon does).
+type checkpointSource interface {
+	JobStatuses() []daemon.JobCheckpointStatus
+}
+
 // Config configures the status page.
 type Config struct {
 	// Source is the master daemon.
@@ -50,6 +56,9 @@ type State struct {
 	Moves     []metrics.Move       `json:"moves"`
 	Decisions []metrics.SchedEvent `json:"decisions"`
 	Jobs      []metrics.JobEvent   `json:"jobs"`
+	// Checkpoints is each running job's checkpoint progress, as `dpvm
+	// ps` shows it (a Source that keeps none: empty).
+	Checkpoints []daemon.JobCheckpointStatus `json:"checkpoints"`
 	// Partial says which hosts' tasks are missing, if any.
 	Partial string `json:"partial,omitempty"`
 }
@@ -133,7 +142,10 @@ func (s *server) state(w http.ResponseWriter, r *http.Request) {
 	st.Moves, _ = s.cfg.Events.Moves()
 	st.Decisions, _ = s.cfg.Events.Sched()
 	st.Jobs, _ = s.cfg.Events.Jobs()
-	st.Moves, st.Decisions, st.Jobs = nonNil(st.Moves), nonNil(st.Decisions), nonNil(st.Jobs)
+	if cs, ok := s.cfg.Source.(checkpointSource); ok {
+		st.Checkpoints = cs.JobStatuses()
+	}
+	st.Moves, st.Decisions, st.Jobs, st.Checkpoints = nonNil(st.Moves), nonNil(st.Decisions), nonNil(st.Jobs), nonNil(st.Checkpoints)
 	writeJSON(w, st)
 }
 

@@ -54,6 +54,9 @@ func vmWithAMove(t *testing.T, token string) (string, task.TID) {
 	if _, err := m.Migrate(ctx, tids[0], "h3", daemon.Direct); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := m.StartJob(ctx, &waiter{}, daemon.JobOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	s, err := metrics.Serve("127.0.0.1:0", Handler(Config{Source: m, Events: m.Metrics().Events(), Token: token}))
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +70,8 @@ func vmWithAMove(t *testing.T, token string) (string, task.TID) {
 }
 
 // TestStatusAPI checks the page's JSON API after a move: the hosts as
-// `dpvm conf --json` has them, the tasks as `dpvm ps -a --json`, the move.
+// `dpvm conf --json` has them, the tasks as `dpvm ps -a --json`, the move,
+// and a job's checkpoint progress.
 func TestStatusAPI(t *testing.T) {
 	base, tid := vmWithAMove(t, "")
 	code, body := metricstest.Fetch(t, base+"api/state", "")
@@ -93,6 +97,9 @@ func TestStatusAPI(t *testing.T) {
 	if len(st.Moves) != 1 || st.Moves[0].TID != tid.String() || st.Moves[0].From != "h2" || st.Moves[0].To != "h3" ||
 		st.Moves[0].Outcome != metrics.OutcomeCommitted || st.Moves[0].Freeze <= 0 {
 		t.Errorf("moves %+v", st.Moves)
+	}
+	if len(st.Checkpoints) != 1 || st.Checkpoints[0].Job == 0 || st.Checkpoints[0].Last != 0 || st.Checkpoints[0].Warning != "" {
+		t.Errorf("checkpoint progress %+v, want the job with none yet", st.Checkpoints)
 	}
 	var hosts []daemon.HostInfo
 	if code, body := metricstest.Fetch(t, base+"api/hosts", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &hosts) != nil || len(hosts) != 3 {
@@ -151,7 +158,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		return string(out)
 	}
 	dom := run("--dump-dom", url)
-	for _, want := range []string{"h1 (master)", ">h2<", ">h3<", tid.String(), "h2 → h3", ">committed<", ">direct<"} {
+	for _, want := range []string{"h1 (master)", ">h2<", ">h3<", tid.String(), "h2 → h3", ">committed<", ">direct<", "Job checkpoint progress", ">none<"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q:\n%s", want, dom)
 		}

@@ -8,7 +8,10 @@
 // # Rounds
 //
 // The machine runs one round at a time. A round is a checkpoint (write set
-// Seq = newest+1) or a rollback (go back to set Seq, the newest complete
+// Seq, one above the newest complete set, above the set of any round
+// abandoned when a host was lost, and above every set on disk, which the
+// driver reports as the event's Floor: a set never collides with one an
+// abandoned round or an earlier machine left) or a rollback (go back to set Seq, the newest complete
 // one). Its identity, [Round], is (Job, Seq, Try): Try counts the job's
 // rounds, so two rollbacks to the same set differ. Every action carries
 // the round, every reply event must carry it back, and a reply for a round
@@ -41,8 +44,9 @@
 // alone, up to 5 times in all before the restore; a failed restore starts
 // the rollback again (kill, restore), up to 3 times before the job is
 // given up. A host lost during a rollback makes another one follow. A job lost with no checkpoint cannot
-// roll back: the machine says so (action Unrecoverable) and the daemon
-// reports the loss as PVM does.
+// roll back: the machine says so (action Unrecoverable); a job that asked
+// for checkpoints ([Config.EndLost]) is to end at once, another goes on
+// without the lost tasks, whose loss the daemon reports as PVM does.
 //
 // # Pause budget
 //
@@ -54,4 +58,14 @@
 // [Config.MinPause] and [Config.MaxPause]: a job whose tasks reach safe
 // points every 0.7 s gets a budget over 0.7 s, so its checkpoints succeed
 // from the round after the first report on.
+//
+// # The host half
+//
+// [Host] is what each host decides about the steps of a round for its own
+// tasks, one seam (Step: a [HostEvent] in, [HostEffect]s out) with no
+// I/O either: a pause of a round already resumed is refused, a write is
+// taken only for a task paused for the step's round and at its safe
+// point, a release waits for its task's write under way, and a restart's
+// tasks are staged only where no task of their TID runs or moves.
+// Package daemon steps it under the lock that owns the host's tasks.
 package jobck

@@ -15,8 +15,10 @@ import (
 //   - a refused event changes nothing and asks for nothing;
 //   - Idle exactly when there is no round; rounds only grow in Try;
 //   - no action names a round older than the one under way;
-//   - the newest set only grows, by one per completed checkpoint, and
-//     only after every host of the round wrote its part;
+//   - the newest set only grows, to the set of a completed checkpoint,
+//     and only after every host of the round wrote its part;
+//   - a checkpoint round's set is above the newest complete one and
+//     above that of every round abandoned when a host was lost;
 //   - every checkpoint round that paused tasks resumes them when it ends;
 //   - no checkpoint starts while the job is broken.
 func FuzzMachine(f *testing.F) {
@@ -28,6 +30,7 @@ func FuzzMachine(f *testing.F) {
 		hosts := []task.HostID{1, 2, 3}
 		now := base
 		var prev Round
+		var abandoned uint64 // the largest set of a round abandoned by a loss
 		written := map[task.HostID]bool{}
 		for i, b := range in {
 			ev := Event{Now: now, Round: m.Round(), Host: hosts[int(b>>4)%len(hosts)]}
@@ -88,6 +91,9 @@ func FuzzMachine(f *testing.F) {
 					if broken && a.Round != round {
 						t.Fatalf("step %d: a checkpoint of a broken job", i)
 					}
+					if a.Round != round && (a.Round.Seq <= seq || a.Round.Seq <= abandoned) {
+						t.Fatalf("step %d: set %d after newest %d and abandoned %d", i, a.Round.Seq, seq, abandoned)
+					}
 				case ActResume:
 					resumed = true
 				case ActCommit:
@@ -97,12 +103,15 @@ func FuzzMachine(f *testing.F) {
 						}
 					}
 				case ActDone:
-					if a.Err == nil && m.Seq() != seq+1 {
+					if a.Err == nil && (m.Seq() != a.Round.Seq || a.Round.Seq <= seq) {
 						t.Fatalf("step %d: set %d completed, newest %d → %d", i, a.Round.Seq, seq, m.Seq())
+					}
+					if errors.Is(a.Err, ErrLost) {
+						abandoned = max(abandoned, a.Round.Seq)
 					}
 				}
 			}
-			if m.Seq() != seq && (m.Seq() != seq+1 || ev.Kind != EvCommitted) {
+			if m.Seq() != seq && (m.Seq() <= seq || ev.Kind != EvCommitted) {
 				t.Fatalf("step %d: newest set %d → %d on %v", i, seq, m.Seq(), ev.Kind)
 			}
 			if round.Kind == Checkpoint && m.Round() != round && before.state >= Pausing && !resumed {

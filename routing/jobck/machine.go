@@ -106,6 +106,11 @@ type Config struct {
 	// questions, doubling up to 20 ms (default 100 µs).
 	QuietTimeout time.Duration
 	QuietPoll    time.Duration
+	// EndLost makes a job that loses tasks with a host and has no
+	// checkpoint to go back to end at once (ActUnrecoverable with End
+	// set): a job that asked for checkpoints counts on them. Without it
+	// the job goes on without the lost tasks, as PVM's do.
+	EndLost bool
 }
 
 func (c Config) withDefaults() Config {
@@ -182,6 +187,12 @@ type Event struct {
 	Pending   int
 	Running   int
 	Tasks     int
+	// Floor (EvCheckpoint) is the largest set number present in the
+	// job's checkpoint directory, complete or not (0: none): the new set
+	// takes a number above it, so that it never collides with what an
+	// abandoned round, an earlier machine or a discard that did not
+	// happen left on disk.
+	Floor uint64
 }
 
 // ActionKind says what the driver is to do.
@@ -216,7 +227,8 @@ const (
 	// Round.Seq or lost (Err).
 	ActRolledBack
 	// ActUnrecoverable: the job lost tasks with Host and has no
-	// checkpoint to go back to.
+	// checkpoint to go back to; with End set it is to end at once (its
+	// other tasks killed), else it goes on without the lost tasks.
 	ActUnrecoverable
 )
 
@@ -240,6 +252,8 @@ type Action struct {
 	Err    error
 	// Tasks is how many tasks the set holds (ActDone).
 	Tasks int
+	// End: the job is to end (ActUnrecoverable).
+	End bool
 }
 
 func (a Action) String() string {
@@ -259,6 +273,9 @@ func (a Action) String() string {
 	}
 	if a.Kind == ActDone && a.Err == nil {
 		fmt.Fprintf(&b, " tasks=%d", a.Tasks)
+	}
+	if a.End {
+		b.WriteString(" end")
 	}
 	if a.Err != nil {
 		fmt.Fprintf(&b, " err=%q", a.Err.Error())
@@ -283,7 +300,11 @@ type Machine struct {
 	round Round
 	tries uint64
 	seq   uint64 // the newest complete set (0: none)
-	gen   int    // rollbacks completed
+	// top is the largest set number of a checkpoint round abandoned when
+	// a host was lost: its writers may still be at work on the set, so a
+	// later round never takes that number again.
+	top uint64
+	gen int // rollbacks completed
 
 	hosts   []task.HostID        // the round's hosts
 	waiting map[task.HostID]bool // hosts asked in the current step, not yet answered
@@ -325,6 +346,11 @@ func (m *Machine) Round() Round { return m.round }
 
 // Seq is the newest complete checkpoint set.
 func (m *Machine) Seq() uint64 { return m.seq }
+
+// Next is the number the next checkpoint round's set takes, given the
+// largest set number on disk (floor): one above the newest complete set,
+// the set of a round abandoned when a host was lost, and floor.
+func (m *Machine) Next(floor uint64) uint64 { return max(m.seq, m.top, floor) + 1 }
 
 // Broken reports whether the job lost tasks with a host and has not rolled
 // back since.
@@ -405,7 +431,7 @@ func (m *Machine) startCheckpoint(ev Event) ([]Action, error) {
 	case len(ev.Hosts) == 0:
 		return nil, ErrNoHosts
 	}
-	m.begin(Checkpoint, m.seq+1, ev.Hosts)
+	m.begin(Checkpoint, m.Next(ev.Floor), ev.Hosts)
 	m.state = Pausing
 	m.roundMax = 0
 	return []Action{{Kind: ActPause, Round: m.round, Hosts: m.ask(m.hosts), Budget: m.Budget()}}, nil
@@ -623,10 +649,11 @@ func (m *Machine) hostLost(ev Event) []Action {
 		return nil
 	case Idle:
 	default:
+		m.top = max(m.top, m.round.Seq)
 		acts = m.abort(fmt.Errorf("%v: %w", ev.Host, ErrLost))
 	}
 	if m.seq == 0 {
-		return append(acts, Action{Kind: ActUnrecoverable, Host: ev.Host})
+		return append(acts, Action{Kind: ActUnrecoverable, Host: ev.Host, End: m.cfg.EndLost})
 	}
 	hosts := slices.DeleteFunc(slices.Clone(ev.Hosts), func(h task.HostID) bool { return h == ev.Host })
 	return append(acts, m.startRollback(hosts)...)

@@ -328,7 +328,8 @@ func (c *Client) KillJob(ctx context.Context, job uint64) (int, error) {
 	return rep.N, err
 }
 
-// Delete removes a host (by name or "h<ID>") from the virtual machine.
+// Delete removes a host (by name or "h<ID>"; "name:N" or "id:hN" where a
+// name is another host's ID) from the virtual machine.
 func (c *Client) Delete(ctx context.Context, host string) error {
 	return c.call(ctx, mDelete, hostArgs{Host: host}, nil)
 }

@@ -171,6 +171,11 @@
 // released, and a resume (of a move, or of a job's checkpoint) that must
 // wait for a checkpoint being written waits with ht.mu released.
 //
+// Claims: every frame another daemon sends is judged, claim by claim,
+// against the host its certificate proves and this daemon's route table
+// (routing.Judge; claims.go): what a host says about a task it does not
+// host is dropped, logged, counted, and too many close its connection.
+//
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.
 package daemon

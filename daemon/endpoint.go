@@ -26,7 +26,7 @@ func (h *hosted) Self() task.TID                                   { return h.ti
 func (h *hosted) Parent() task.TID                                 { return h.parent }
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
-func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job} }
+func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job, h.tid} }
 func (h *hosted) Logger() *slog.Logger                             { return h.d.taskLog(h) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
 func (h *hosted) alive() error                                     { return h.ctxErr(h.ctx) }

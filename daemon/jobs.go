@@ -1396,10 +1396,12 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	d.applyRoutes(entries)
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
+		settle := d.reg.expect(h, js.id) // their output may come before the answer is read
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
 			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
 		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
+		settle()
 	}
 	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
 	return nil

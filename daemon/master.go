@@ -276,10 +276,16 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
+		if d.refuseClaim(p, "exited event", routing.ClaimExit, e.TID) != nil {
+			return nil
+		}
 		d.taskGone(e.TID)
 	case evOutput:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.outputClaim(p, e) != nil {
+			return nil // refused (and counted); the connection is closed if it has sent too many
 		}
 		_, _ = d.jobOut(e.Job, e.Output)
 	case evBarrier:
@@ -288,6 +294,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		// Several of the host's members may arrive in one event.
 		for _, tid := range e.TIDs {
+			if d.refuseClaim(p, "barrier event", routing.ClaimAct, tid) != nil {
+				continue
+			}
 			b, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
 			if err != nil {
 				d.sendRelease(p.info.ID, e.Group, []task.TID{tid}, err)
@@ -298,6 +307,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 	case evBarrierCancel:
 		if !d.cfg.Master || len(e.TIDs) != 1 {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.refuseClaim(p, "barrier-cancel event", routing.ClaimAct, e.TIDs[0]) != nil {
+			return nil
 		}
 		d.groups.withdraw(e.Group, e.TIDs[0])
 	case evBarrierRelease:
@@ -408,6 +420,7 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
+		settle := d.reg.expect(h, job) // their output may come before the answer is read
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		if job != 0 && len(rep.TIDs) > 0 {
 			// After the answer: a load report the host sent before it
@@ -415,6 +428,7 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 			// overwrite this.
 			d.reg.jobsOn(h, []uint64{job}, false)
 		}
+		settle()
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
 		if js := d.reg.get(job); js != nil && job != 0 {
@@ -438,11 +452,20 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 // daemon) directly when asked to, within the quotas; otherwise through
 // the master, which counts them against the quotas and places them.
 func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	here := req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())
-	if d.nw == nil || (here && d.cfg.Master) {
-		if d.nw == nil && req.Host != "" && !here {
-			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
+	// Here when it names this host alone (resolveHost); otherwise the
+	// master resolves it, and says why it cannot.
+	here := false
+	if req.Host != "" {
+		if d.nw == nil {
+			if _, err := resolveHost([]HostInfo{d.selfInfo()}, req.Host); err != nil {
+				return nil, err
+			}
+			here = true
+		} else if h, err := d.hostByName(req.Host); err == nil && h == d.cfg.HostID {
+			here = true
 		}
+	}
+	if d.nw == nil || (here && d.cfg.Master) {
 		if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 			return nil, err
 		}

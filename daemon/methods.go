@@ -393,6 +393,9 @@ func (d *Daemon) serveMethod(ctx context.Context, p *peer, name string, body []b
 	if err := authorize(p, name); err != nil {
 		return nil, err
 	}
+	if err := d.hostCallClaim(p, name, body); err != nil {
+		return nil, err
+	}
 	m := methods[name]
 	if m.master && !d.isMaster() {
 		return nil, fmt.Errorf("method %q: this daemon is not the master", name)

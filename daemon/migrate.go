@@ -414,7 +414,19 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 		s.Host, s.Via, s.Name, s.Timeout = from, via, checkpointName(a.TID, a.Route.Epoch), a.Timeout
 	}
 	var rep migReply
+	var settle func()
+	if a.Step == move.StepRestore {
+		// The task runs at its destination from the restore on: its
+		// output may come before the answer is read.
+		settle = d.reg.expect(a.Host, job)
+	}
 	err := d.callHost(ctx, a.Host, stepMethods[a.Step], s, &rep)
+	if settle != nil {
+		if err == nil && job != 0 {
+			d.reg.jobsOn(a.Host, []uint64{job}, false)
+		}
+		settle()
+	}
 	o := move.OK
 	switch {
 	case err == nil && a.Step == move.StepCancel && rep.Installed:

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -270,7 +271,9 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		return
 	}
 	r := routing.NewReader(st, d.cfg.MaxFrame)
+	r.SetBudget(d.budgetFor(conn))
 	h, err := readHello(ctx, r)
+	r.Free() // the hello is decoded: a connection refused holds nothing
 	if err != nil {
 		d.refused(conn.RemoteAddr(), conn.Peer(), err.Error())
 		conn.Close(err.Error())
@@ -519,6 +522,7 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)
 	}
+	g.r.SetBudget(d.budgetFor(g.conn))
 	p := newPeer(d, g.conn, g.st, true)
 	p.info = g.reply.Info
 	if !d.attach(p) {
@@ -579,7 +583,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	case routing.KindMsgs:
 		return d.receiveMsgs(p, f.Body, false)
 	case routing.KindAcks:
-		return d.receiveAcks(f.Body)
+		return d.receiveAcks(p, f.Body)
 	case routing.KindRefuse:
 		return d.receiveRefusals(p, f.Body)
 	case routing.KindCall:
@@ -813,14 +817,46 @@ func (d *Daemon) Hosts() []HostInfo {
 	return out
 }
 
-// hostByName resolves a host name, or "h<ID>", to its ID.
+// hostByName resolves a host to its ID (resolveHost).
 func (d *Daemon) hostByName(name string) (task.HostID, error) {
-	for _, h := range d.Hosts() {
-		if h.Name == name || h.ID.String() == name {
-			return h.ID, nil
+	return resolveHost(d.Hosts(), name)
+}
+
+// ErrAmbiguousHost is a host given by a word that is one host's name and
+// another's ID.
+var ErrAmbiguousHost = errors.New("names one host and is the ID of another")
+
+// resolveHost finds the host s names among hosts: "name:N" the host named
+// N, "id:hN" the host with ID hN, and a bare word the host with that name
+// or that ID — a word that is one host's name and another's ID is refused
+// with ErrAmbiguousHost (say which with a prefix), never resolved to
+// either.
+func resolveHost(hosts []HostInfo, s string) (task.HostID, error) {
+	byName, byID := true, true
+	word := s
+	if w, ok := strings.CutPrefix(s, "name:"); ok {
+		word, byID = w, false
+	} else if w, ok := strings.CutPrefix(s, "id:"); ok {
+		word, byName = w, false
+	}
+	var named, ided task.HostID
+	for _, h := range hosts {
+		if byName && h.Name == word {
+			named = h.ID
+		}
+		if byID && h.ID.String() == word {
+			ided = h.ID
 		}
 	}
-	return 0, fmt.Errorf("host %q: %w", name, task.ErrNoSuchHost)
+	switch {
+	case named != 0 && ided != 0 && named != ided:
+		return 0, fmt.Errorf("host %q: %w (%v is named %q): say name:%s or id:%s", s, ErrAmbiguousHost, named, word, word, word)
+	case named != 0:
+		return named, nil
+	case ided != 0:
+		return ided, nil
+	}
+	return 0, fmt.Errorf("host %q: %w", s, task.ErrNoSuchHost)
 }
 
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
@@ -834,6 +870,7 @@ func (d *Daemon) heartbeatLoop() {
 			d.log.Error("credential file", "file", d.cfg.CredentialFile, "error", err)
 		}
 		d.checkExpiry(now)
+		d.dropExpired(now)
 		if d.cfg.Master {
 			d.reloadRevoked()
 			d.checkHosts(now)

@@ -62,6 +62,9 @@ type peer struct {
 	runMu   sync.Mutex
 	running map[uint64]context.CancelFunc
 
+	// forgeries counts the frames with claims refused (claims.go).
+	forgeries forgeCount
+
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
 }
@@ -318,6 +321,7 @@ func (p *peer) name() string {
 // malformed or forbidden frame closes the connection.
 func (p *peer) readLoop(r *routing.Reader) {
 	defer p.d.peerGone(p)
+	defer r.Free()
 	for {
 		f, err := r.Next()
 		if err != nil {

@@ -20,6 +20,11 @@
 //     duplicates. Together they keep the invariant that every message is
 //     delivered exactly once, in per-pair order, through losses,
 //     duplicates, reordering and moves of the receiver.
+//   - Claims (claim.go): Judge decides whether a host may say what a frame
+//     says about a task (its sender, receiver, exit, action), from where
+//     the judging daemon knows the task lives and has lived (Table.Past):
+//     a host speaks only for the tasks it hosts, and for those that lived
+//     on it while what they left there is settled.
 //   - Failure detection (swim): the hosts probe each other, SWIM with
 //     Lifeguard's suspicion and local health, and tell the master only of
 //     suspicions, deaths and refutations; the master deletes a host only

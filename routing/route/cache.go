@@ -236,12 +236,18 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 			delete(c.asks, e.TID) // exited: the outbox drops its messages
 			break
 		}
-		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
-			break // the refusal itself names a better route
-		}
 		stuck := e.Using
 		if Supersedes(e.Route, stuck) {
 			stuck = e.Route
+		}
+		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit {
+			// The cache knows better than the refusal and the outbox.
+			delete(c.asks, e.TID)
+			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: cur})
+			break
+		}
+		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
+			break // the refusal itself names a better route
 		}
 		out = c.ask(now, e.TID, stuck, out)
 	case EvHeld:

@@ -60,6 +60,9 @@ func (c *Cache) Authority(tid task.TID) bool { return tid.Host() == c.self }
 // Len is the number of routes the cache holds.
 func (c *Cache) Len() int { return len(c.routes) }
 
+// Queries is the number of queries outstanding at origins.
+func (c *Cache) Queries() int { return len(c.asks) }
+
 // Asking reports whether a query for tid is outstanding.
 func (c *Cache) Asking(tid task.TID) bool { _, ok := c.asks[tid]; return ok }
 

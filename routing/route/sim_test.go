@@ -188,11 +188,13 @@ type mNet struct {
 	done    int
 	asks    int
 
-	// Faults: hosts down, pairs cut apart, each until a step.
-	faults bool
-	down   map[task.HostID]int
-	cut    map[[2]task.HostID]int
-	steps  int
+	// Faults: hosts down, pairs cut apart, each until a step; lossless
+	// turns off the random loss and duplication of frames.
+	faults   bool
+	lossless bool
+	down     map[task.HostID]int
+	cut      map[[2]task.HostID]int
+	steps    int
 
 	check  bool                                // check the invariants after every step
 	epochs map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
@@ -451,11 +453,11 @@ func (n *mNet) step() {
 	n.flight[i] = n.flight[len(n.flight)-1]
 	n.flight = n.flight[:len(n.flight)-1]
 	if f.route == nil { // the master's routes go over reliable streams; the rest may be lost or repeated
-		if !n.through(f.from, f.to) || n.rng.Float64() < 0.08 {
+		if !n.through(f.from, f.to) || !n.lossless && n.rng.Float64() < 0.08 {
 			n.event("lost %v→%v kind %v", f.from, f.to, f.kind)
 			return
 		}
-		if n.rng.Float64() < 0.04 {
+		if !n.lossless && n.rng.Float64() < 0.04 {
 			n.flight = append(n.flight, f)
 		}
 	}
@@ -512,8 +514,8 @@ func (n *mNet) fault() {
 func (n *mNet) tick() {
 	n.event("tick")
 	for _, h := range n.list {
-		if !n.up(h.id) {
-			continue
+		if !n.up(h.id) || h.out.Bytes() == 0 && h.routes.Queries() == 0 {
+			continue // down, or nothing to resend or ask
 		}
 		due := h.out.Due(n.now, 30*time.Millisecond)
 		for _, to := range slices.Sorted(maps.Keys(due)) {

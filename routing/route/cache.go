@@ -28,6 +28,7 @@ type Cache struct {
 	cfg    Config
 	routes map[task.TID]routing.Route
 	asks   map[task.TID]*ask
+	lost   map[task.HostID]bool // hosts deleted from the virtual machine
 }
 
 // ask is a query outstanding at a task's origin: the sender's messages are
@@ -41,7 +42,7 @@ type ask struct {
 // New returns the route cache of host self: it knows no route, so every
 // task lives at its origin, at epoch 0.
 func New(self task.HostID, cfg Config) *Cache {
-	return &Cache{self: self, cfg: cfg, routes: map[task.TID]routing.Route{}, asks: map[task.TID]*ask{}}
+	return &Cache{self: self, cfg: cfg, routes: map[task.TID]routing.Route{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}}
 }
 
 // Lookup returns the newest route the cache knows for tid: its entry, or
@@ -56,6 +57,20 @@ func (c *Cache) Lookup(tid task.TID) routing.Route {
 // Authority reports whether this host is tid's origin, the authority for
 // its route.
 func (c *Cache) Authority(tid task.TID) bool { return tid.Host() == c.self }
+
+// Asked is the host a query for tid goes to: its origin, or the master
+// (host 0, which holds every route) once the origin has been deleted.
+func (c *Cache) Asked(tid task.TID) task.HostID {
+	if c.lost[tid.Host()] {
+		return 0
+	}
+	return tid.Host()
+}
+
+// Lost reports whether host h has been deleted (EvHostLost): a route
+// naming it leads nowhere, and a sender holds its messages and asks
+// (EvHeld) instead of sending them there.
+func (c *Cache) Lost(h task.HostID) bool { return c.lost[h] }
 
 // Len is the number of routes the cache holds.
 func (c *Cache) Len() int { return len(c.routes) }
@@ -115,9 +130,13 @@ const (
 	EvForget
 	// EvTick: the clock; queries due are asked again.
 	EvTick
+	// EvHostLost: the master has deleted host Peer. Queries for the tasks
+	// it was the origin of go to the master from now on, and those open
+	// are asked there at once.
+	EvHostLost
 )
 
-var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick"}
+var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -147,6 +166,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%v %v using %s", e.Kind, e.TID, fmtRoute(e.Using))
 	case EvMiss, EvAsk:
 		return fmt.Sprintf("%v %v from %v", e.Kind, e.TID, e.Peer)
+	case EvHostLost:
+		return fmt.Sprintf("%v %v", e.Kind, e.Peer)
 	}
 	return fmt.Sprintf("%v %v", e.Kind, e.TID)
 }
@@ -165,7 +186,8 @@ const (
 	// DoRefuse: refuse the messages for TID from Host, naming Route (the
 	// newest this host knows; Host 0 when TID has exited).
 	DoRefuse
-	// DoAsk: ask Host, TID's origin, for TID's route.
+	// DoAsk: ask Host, TID's origin, for TID's route (Host 0: the
+	// master, when the origin has been deleted).
 	DoAsk
 	// DoAnswer: tell Host that TID's route is Route.
 	DoAnswer
@@ -193,6 +215,9 @@ func (e Effect) String() string {
 	case DoReroute:
 		return fmt.Sprintf("%v %v %s", e.Kind, e.TID, fmtRoute(e.Route))
 	case DoAsk:
+		if e.Host == 0 {
+			return fmt.Sprintf("%v %v at the master", e.Kind, e.TID)
+		}
 		return fmt.Sprintf("%v %v at %v", e.Kind, e.TID, e.Host)
 	}
 	return fmt.Sprintf("%v %v %v %s", e.Kind, e.TID, e.Host, fmtRoute(e.Route))
@@ -243,7 +268,7 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 		if Supersedes(e.Route, stuck) {
 			stuck = e.Route
 		}
-		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit {
+		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
 			// The cache knows better than the refusal and the outbox.
 			delete(c.asks, e.TID)
 			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: cur})
@@ -275,6 +300,14 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 	case EvForget:
 		delete(c.asks, e.TID)
 		delete(c.routes, e.TID)
+	case EvHostLost:
+		c.lost[e.Peer] = true
+		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
+			if tid.Host() == e.Peer {
+				c.asks[tid].due = now.Add(c.cfg.Retry)
+				out = append(out, Effect{Kind: DoAsk, TID: tid, Host: 0})
+			}
+		}
 	case EvTick:
 		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
 			a := c.asks[tid]
@@ -282,7 +315,7 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 				continue
 			}
 			a.due = now.Add(c.cfg.Retry)
-			out = append(out, Effect{Kind: DoAsk, TID: tid, Host: tid.Host()})
+			out = append(out, Effect{Kind: DoAsk, TID: tid, Host: c.Asked(tid)})
 		}
 	}
 	return out
@@ -292,8 +325,9 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 // already open is asked again only when due; one settled by what the
 // cache knows now is not asked.
 func (c *Cache) ask(now time.Time, tid task.TID, stuck routing.Route, out []Effect) []Effect {
-	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit {
-		// The cache knows better than the outbox: reroute.
+	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
+		// The cache knows better than the outbox (and not a deleted host):
+		// reroute.
 		delete(c.asks, tid)
 		return append(out, Effect{Kind: DoReroute, TID: tid, Route: cur})
 	}
@@ -309,5 +343,5 @@ func (c *Cache) ask(now time.Time, tid task.TID, stuck routing.Route, out []Effe
 		return out
 	}
 	c.asks[tid] = &ask{stuck: stuck, due: now.Add(c.cfg.Retry)}
-	return append(out, Effect{Kind: DoAsk, TID: tid, Host: tid.Host()})
+	return append(out, Effect{Kind: DoAsk, TID: tid, Host: c.Asked(tid)})
 }

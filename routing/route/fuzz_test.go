@@ -30,7 +30,7 @@ func FuzzCache(f *testing.F) {
 		}
 		for ; len(b) >= 4; b = b[4:] {
 			tid := tids[int(b[1])%len(tids)]
-			e := Event{Kind: EventKind(1 + b[0]%8), TID: tid, Route: route(b[2], b[3]), Using: route(b[3], b[2]>>3), Peer: task.HostID(1 + b[2]%4)}
+			e := Event{Kind: EventKind(1 + b[0]%9), TID: tid, Route: route(b[2], b[3]), Using: route(b[3], b[2]>>3), Peer: task.HostID(1 + b[2]%4)}
 			if e.Kind == EvTick {
 				now = now.Add(time.Duration(b[3]) * 100 * time.Millisecond)
 			}
@@ -40,7 +40,7 @@ func FuzzCache(f *testing.F) {
 			for _, x := range c.Step(now, e) {
 				switch x.Kind {
 				case DoAsk:
-					if x.Host != x.TID.Host() || c.Authority(x.TID) {
+					if x.Host != c.Asked(x.TID) || c.Authority(x.TID) {
 						t.Fatalf("%v: %v: a query goes to the task's origin, from another host", e, x)
 					}
 				case DoRefuse:

@@ -28,7 +28,7 @@ var testConfig = Config{Retry: time.Second}
 //	set <tid> <route> | answer <tid> <route>
 //	refused <tid> <peer> <route> <using>
 //	miss <tid> <peer> | ask <tid> <peer>
-//	held <tid> <using> | forget <tid>
+//	held <tid> <using> | forget <tid> | lost <host>
 //	tick <duration>
 //	lookup <tid>
 //
@@ -123,6 +123,8 @@ func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 		}
 	case "held":
 		e = Event{Kind: EvHeld, TID: parseTID(t, f[1]), Using: parseRoute(t, f[2])}
+	case "lost":
+		e = Event{Kind: EvHostLost, Peer: parseHost(t, f[1])}
 	case "forget":
 		e = Event{Kind: EvForget, TID: parseTID(t, f[1])}
 	case "tick":

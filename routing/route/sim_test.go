@@ -40,6 +40,10 @@ import (
 
 var simSeeds = flag.Int("seeds", 200, "how many seeds TestRoutesOnDemand runs (go test ./routing/route -run TestRoutesOnDemand -seeds 5000)")
 
+var simTrace = flag.Bool("simtrace", false, "log every event of the simulation (with -seeds 1 -seed0 N)")
+
+var simSeed0 = flag.Uint64("seed0", 0, "the first seed TestRoutesOnDemand runs")
+
 var cacheConfig = route.Config{Retry: 40 * time.Millisecond}
 
 var simTimeouts = move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}
@@ -193,6 +197,8 @@ type mNet struct {
 	faults   bool
 	lossless bool
 	down     map[task.HostID]int
+	dead     map[task.HostID]bool // deleted for good
+	crashes  int
 	cut      map[[2]task.HostID]int
 	steps    int
 
@@ -206,7 +212,7 @@ func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
 	n := &mNet{t: t, rng: rand.New(rand.NewPCG(seed, 0xd5e)), mode: md, now: time.Unix(0, 0),
 		hosts: map[task.HostID]*mHost{}, master: routing.NewTable(), m: move.New(0, 0), moving: map[task.TID]bool{},
 		from: map[move.ID]task.HostID{}, to: map[move.ID]task.HostID{}, got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{},
-		down: map[task.HostID]int{}, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{},
+		down: map[task.HostID]int{}, dead: map[task.HostID]bool{}, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{},
 		trace: fnv.New64a(), cost: cost{hostFrames: map[task.HostID]int{}, hostBytes: map[task.HostID]int{}}}
 	for i := 1; i <= hosts; i++ {
 		id := task.HostID(i)
@@ -221,6 +227,9 @@ func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
 
 // event adds a line to the trace, whose hash two runs of a seed compare.
 func (n *mNet) event(format string, args ...any) {
+	if *simTrace {
+		n.t.Logf("%d "+format, append([]any{n.steps}, args...)...)
+	}
 	fmt.Fprintf(n.trace, "%d ", n.steps)
 	fmt.Fprintf(n.trace, format, args...)
 	n.trace.Write([]byte{'\n'})
@@ -254,7 +263,7 @@ func (n *mNet) handled(h task.HostID, f mFrame) {
 const KindRefuse = routing.KindRefuse
 
 // up reports whether host h is up.
-func (n *mNet) up(h task.HostID) bool { return n.down[h] <= n.steps }
+func (n *mNet) up(h task.HostID) bool { return !n.dead[h] && n.down[h] <= n.steps }
 
 // through reports whether a frame from a to b gets through now.
 func (n *mNet) through(a, b task.HostID) bool {
@@ -316,6 +325,13 @@ func (n *mNet) send(h *mHost, s, t task.TID) {
 	r := h.routes.Lookup(t)
 	if r.Host == h.id {
 		n.t.Fatalf("%v routes %v to itself, where it is not", h.id, t)
+	}
+	if h.routes.Lost(r.Host) {
+		// The route leads to a deleted host: hold, and ask.
+		r.InTransit = true
+		h.out.Push(e, r, n.now)
+		n.perform(h, h.routes.Step(n.now, route.Event{Kind: route.EvHeld, TID: t, Using: r}))
+		return
 	}
 	if h.out.Push(e, r, n.now) {
 		n.frame(mFrame{from: h.id, to: r.Host, kind: routing.KindMsgs, env: e})
@@ -447,11 +463,14 @@ func (n *mNet) step() {
 	}
 	i := n.rng.IntN(len(n.flight))
 	f := n.flight[i]
-	if f.route != nil && !n.up(f.to) {
+	if f.route != nil && !n.dead[f.to] && !n.up(f.to) {
 		return // the master's stream waits for the host to come back
 	}
 	n.flight[i] = n.flight[len(n.flight)-1]
 	n.flight = n.flight[:len(n.flight)-1]
+	if f.route != nil && n.dead[f.to] {
+		return
+	}
 	if f.route == nil { // the master's routes go over reliable streams; the rest may be lost or repeated
 		if !n.through(f.from, f.to) || !n.lossless && n.rng.Float64() < 0.08 {
 			n.event("lost %v→%v kind %v", f.from, f.to, f.kind)
@@ -460,6 +479,13 @@ func (n *mNet) step() {
 		if !n.lossless && n.rng.Float64() < 0.04 {
 			n.flight = append(n.flight, f)
 		}
+	}
+	if f.to == 0 { // a query to the master, which holds every route
+		n.event("frame %v→master %v", f.from, f.ref)
+		n.frame(mFrame{from: 0, to: f.from, kind: kindAnswer, ref: routing.Refusal{To: f.ref.To, Route: n.master.Lookup(f.ref.To)}})
+		n.cost.masterFrames++
+		n.cost.masterBytes += routeBytes
+		return
 	}
 	h := n.hosts[f.to]
 	n.handled(h.id, f)
@@ -488,6 +514,17 @@ func (n *mNet) fault() {
 	}
 	a := n.list[n.rng.IntN(len(n.list))].id
 	span := 20 + n.rng.IntN(200)
+	if n.rng.IntN(4) == 0 {
+		for i := range n.list { // the first host from a that can go
+			if n.crash(n.list[(int(a)-1+i)%len(n.list)].id) {
+				break
+			}
+		}
+		return
+	}
+	if n.dead[a] {
+		return
+	}
 	if n.rng.IntN(2) == 0 {
 		for _, until := range n.down {
 			if until > n.steps {
@@ -509,6 +546,41 @@ func (n *mNet) fault() {
 	}
 	n.cut[[2]task.HostID{min(a, b), max(a, b)}] = n.steps + span
 	n.event("cut %v %v for %d", a, b, span)
+}
+
+// crash deletes host a for good, and reports whether it did: only if it has nothing that would be lost
+// with it: no task running, leaving or arriving, nothing unacknowledged
+// in its outbox, no move under way. (A host lost with a task, or with
+// messages only it still holds, loses them; the job's rollback answers
+// for those, not routing.) Every other host hears of it, as from the
+// master, and what its outbox sends to it is asked for afresh.
+func (n *mNet) crash(a task.HostID) bool {
+	h := n.hosts[a]
+	if n.crashes > 0 || len(n.moving) > 0 || len(n.calls) > 0 || h.out.Bytes() > 0 || len(h.buf) > 0 || len(h.kept) > 0 || len(h.ckpts) > 0 {
+		return false
+	}
+	for _, tid := range n.tasks {
+		if h.presence(tid) != absent {
+			return false
+		}
+	}
+	n.crashes++
+	n.dead[a] = true
+	n.event("crash %v", a)
+	n.m.HostLost(a, n.now)
+	n.drain()
+	for _, o := range n.list {
+		if n.dead[o.id] {
+			continue
+		}
+		n.perform(o, o.routes.Step(n.now, route.Event{Kind: route.EvHostLost, Peer: a}))
+		for _, tid := range n.tasks {
+			if r, _, ok := o.out.Route(tid); ok && r.Host == a {
+				n.perform(o, o.routes.Step(n.now, route.Event{Kind: route.EvHeld, TID: tid, Using: r}))
+			}
+		}
+	}
+	return true
 }
 
 func (n *mNet) tick() {
@@ -578,7 +650,7 @@ func (n *mNet) drain() {
 // begin asks the machine to move tid to host to.
 func (n *mNet) begin(tid task.TID, to task.HostID) {
 	a := n.hostOf(tid)
-	if a == nil || a.id == to || n.moving[tid] {
+	if a == nil || a.id == to || n.moving[tid] || n.dead[to] {
 		return
 	}
 	id, err := n.m.Start(move.Spec{TID: tid, From: a.id, To: to, Epoch: n.master.Lookup(tid).Epoch, Timeouts: simTimeouts}, n.now)
@@ -842,7 +914,7 @@ func (n *mNet) loop(seed uint64, act func() bool, more func() bool) {
 			for _, h := range n.list {
 				for _, to := range n.tasks {
 					if p := h.out.Pending(to); p > 0 {
-						n.t.Logf("host %v holds %d bytes for %v: %s; its route %+v; master %+v", h.id, p, to, h.out.Describe(to), h.routes.Lookup(to), n.master.Lookup(to))
+						n.t.Logf("host %v holds %d bytes for %v: %s; its route %+v, asking %v; master %+v; dead %v", h.id, p, to, h.out.Describe(to), h.routes.Lookup(to), h.routes.Asking(to), n.master.Lookup(to), n.dead)
 					}
 				}
 			}
@@ -903,8 +975,8 @@ func TestRoutesOnDemand(t *testing.T) {
 	if testing.Short() {
 		seeds = min(seeds, 50)
 	}
-	var done, aborted, asks int
-	for seed := range uint64(seeds) {
+	var done, aborted, asks, crashes int
+	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
 		a := runSim(t, seed, simSpecDefault)
 		b := runSim(t, seed, simSpecDefault)
 		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
@@ -913,9 +985,10 @@ func TestRoutesOnDemand(t *testing.T) {
 		done += a.done
 		aborted += a.aborted
 		asks += a.asks
+		crashes += a.crashes
 	}
-	if done == 0 || aborted == 0 || asks == 0 {
-		t.Fatalf("the seeds made %d moves, %d aborts and %d queries: every path must be exercised", done, aborted, asks)
+	if done == 0 || aborted == 0 || asks == 0 || crashes == 0 {
+		t.Fatalf("the seeds made %d moves, %d aborts, %d queries and %d hosts deleted: every path must be exercised", done, aborted, asks, crashes)
 	}
-	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries to origins", seeds, done, aborted, asks)
+	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries, %d hosts deleted", seeds, done, aborted, asks, crashes)
 }

@@ -82,7 +82,7 @@
 //     route.EvRefused with the Outbox's Route for the task, and the cache
 //     hands the refusal back (DoRefusal) for Outbox.Refused; a message for
 //     a task not here and not moving feeds route.EvMiss, whose DoRefuse
-//     is the refusal to send; a deleted host (evHostDown) feeds
+//     is the refusal to send; a deleted host (evHostDel) feeds
 //     route.EvHostLost; the daemon's retransmission tick feeds
 //     route.EvTick; a send along a route to a deleted host holds the
 //     message and feeds route.EvHeld.

@@ -6,6 +6,11 @@
 //
 //   - The master tells a move's route to the task's origin host, its old
 //     host and its new host, and to no one else (EvSet).
+//   - The old host, while the task moves away, refuses its messages
+//     naming the move in transit until the master's route reaches it,
+//     then naming that route: the new host keeps what arrives for the
+//     task until it is restored, so the sender need not wait and ask.
+//     (This is the shell's rule: move.Host holds the departure.)
 //   - A host sent messages for a task it does not have refuses them naming
 //     the newest route it knows, or the task's origin when it knows none
 //     (EvMiss → DoRefuse).
@@ -25,6 +30,9 @@
 // Outbox and Inbox and this cache on a network that loses, duplicates,
 // delays and reorders frames, with partitions and hosts that go down and
 // come back, and checks those invariants after every step.
+//
+// On the wire (wire.go), a query is a TID (AppendAsk, DecodeAsks) and an
+// answer a routing.Refusal's layout (the TID and its route).
 //
 // Cache is pure: one seam, Step(now, Event) []Effect; it performs no I/O,
 // starts no goroutines and reads no clock.

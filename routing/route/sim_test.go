@@ -38,7 +38,7 @@ import (
 // task to every task after the last move (every sender reaches every
 // moved task).
 
-var simSeeds = flag.Int("seeds", 200, "how many seeds TestRoutesOnDemand runs (go test ./routing/route -run TestRoutesOnDemand -seeds 5000)")
+var simSeeds = flag.Int("seeds", 100, "how many seeds TestRoutesOnDemand runs (go test ./routing/route -run TestRoutesOnDemand -seeds 5000)")
 
 var simTrace = flag.Bool("simtrace", false, "log every event of the simulation (with -seeds 1 -seed0 N)")
 

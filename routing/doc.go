@@ -94,7 +94,9 @@
 //     the frame maximum. A host answers an ask with route.EvAsk's
 //     DoAnswer; an answer feeds route.EvAnswer.
 //
-// The master's traffic per move is then a constant three routes (six
-// when the move aborts: the way back too), whatever the number of hosts:
-// see go test ./routing/route -run TestMoveCost -v.
+// The master's route traffic per move is then three frames for each route
+// the move sets (the way there, and the way back when it aborts after the
+// suspend), whatever the number of hosts, and hosts that neither take part
+// nor send to the task handle none: go test ./routing/route -run
+// TestMoveCost -v.
 package routing

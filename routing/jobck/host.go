@@ -324,151 +324,212 @@ func (h *Host) let(tid task.TID) HostEffect {
 // answer of a step is its last effect: DoRefuse (with the error), DoOK or
 // DoReport. A step refused changes nothing but what its effects before
 // the refusal say.
+//
+// Each event has a method of its own, so that Step's frame stays small: a
+// task's goroutine feeds its end, and a control call's goroutine its step,
+// each on a small stack, which one frame for every event's locals made
+// grow (a copy of the stack) at every call.
 func (h *Host) Step(e HostEvent) []HostEffect {
-	refuse := func(out []HostEffect, err error) []HostEffect {
-		return append(out, HostEffect{Kind: DoRefuse, TID: e.TID, Err: err})
-	}
-	ok := func(out []HostEffect) []HostEffect { return append(out, HostEffect{Kind: DoOK}) }
-	try := e.Round.Try
 	switch e.Kind {
 	case HostPause:
-		if try != 0 && try <= h.resumed[e.Job] {
-			// It comes after its round's resume (stalled on its way):
-			// taking it would hold the tasks for good.
-			return refuse(nil, fmt.Errorf("pause of %v after its resume: %w", e.Round, move.ErrAborted))
-		}
-		if len(e.Departing) > 0 {
-			return refuse(nil, fmt.Errorf("%v of job %d: %w", slices.Min(e.Departing), e.Job, move.ErrMoving))
-		}
-		for _, l := range e.Tasks {
-			if l.MoveAsked {
-				// It will suspend for a move at its next safe point:
-				// the round fails, and the job's tasks go on.
-				return refuse(h.release(e.Job, try), fmt.Errorf("%v of job %d: %w", l.TID, e.Job, move.ErrMoving))
-			}
-		}
-		var out []HostEffect
-		for _, l := range e.Tasks {
-			p := h.pauses[l.TID]
-			fresh := p == nil || p.Job != e.Job
-			if fresh {
-				h.next++
-				p = &Pause{ID: h.next, Job: e.Job}
-				h.pauses[l.TID] = p
-			}
-			p.Try = max(p.Try, try)
-			out = append(out, HostEffect{Kind: DoPause, TID: l.TID, Pause: p.ID, Try: p.Try, New: fresh})
-		}
-		return ok(out)
-
+		return h.onPause(e)
 	case HostPauseOver:
-		if len(e.Late) == 0 && e.Err == nil {
-			return ok(nil)
-		}
-		// Some task reached no safe point in time, or the step was
-		// cancelled: the round fails here, and the tasks go on.
-		return ok(h.release(e.Job, try))
-
+		return h.onPauseOver(e)
 	case HostQuiet:
-		rep := HostEffect{Kind: DoReport}
-		for _, l := range e.Tasks {
-			rep.TIDs = append(rep.TIDs, l.TID)
-			if p := h.pauses[l.TID]; p == nil || p.Job != e.Job || !l.Arrived {
-				rep.Running++ // spawned since the pause, or not at its safe point yet
-			}
-		}
-		return []HostEffect{rep}
-
+		return h.onQuiet(e)
 	case HostWrite:
-		tid := e.Local.TID
-		p := h.pauses[tid]
-		switch {
-		case p == nil || p.Job != e.Job:
-			return refuse(nil, fmt.Errorf("%v of job %d is not paused", tid, e.Job))
-		case p.Try != try:
-			return refuse(nil, fmt.Errorf("%v of job %d paused for round %d, not %v: %w", tid, e.Job, p.Try, e.Round, ErrStale))
-		case !e.Local.Arrived:
-			return refuse(nil, fmt.Errorf("%v of job %d has not reached its safe point", tid, e.Job))
-		case p.Writing:
-			// The same step again: its write is under way.
-			return []HostEffect{{Kind: DoWait, TID: tid, Pause: p.ID, Try: p.Try}}
-		}
-		p.Writing = true
-		return []HostEffect{{Kind: DoWrite, TID: tid, Pause: p.ID, Try: p.Try}}
-
+		return h.onWrite(e)
 	case HostWriteOver:
-		if p := h.pauses[e.TID]; p != nil && p.ID == e.Pause {
-			p.Writing = false
-		}
-		return ok(nil)
-
+		return h.onWriteOver(e)
 	case HostResume:
-		if try != 0 {
-			h.resumed[e.Job] = max(h.resumed[e.Job], try)
-		}
-		return ok(h.release(e.Job, try))
-
+		return h.onResume(e)
 	case HostKill:
-		return ok(h.release(e.Job, 0))
-
+		return h.onKill(e)
 	case HostLost:
-		var out []HostEffect
-		for _, l := range e.Tasks {
-			if h.pauses[l.TID] != nil {
-				out = append(out, h.let(l.TID))
-			}
-		}
-		return ok(out)
-
+		return h.onLost(e)
 	case HostGone:
-		// It will not run here again: its pause goes (a write under way
-		// reads a task that no longer runs), and its job's resume goes
-		// with the job's last task here.
-		var out []HostEffect
-		if p := h.pauses[e.TID]; p != nil {
-			delete(h.pauses, e.TID)
-			out = append(out, HostEffect{Kind: DoRelease, TID: e.TID, Pause: p.ID, Try: p.Try})
-		}
-		if e.JobLeft {
-			delete(h.resumed, e.Job)
-		}
-		return ok(out)
-
+		return h.onGone(e)
 	case HostStage:
-		// What an earlier restart of the job staged here and never
-		// started (it failed, and its drop did not come: the master's
-		// call timed out before this host answered) gives way to this
-		// one.
-		out := h.unstage(e.Job)
-		dropped := map[task.TID]bool{}
-		for _, x := range out {
-			dropped[x.TID] = true
-		}
-		for _, l := range e.Tasks {
-			if l.Running || l.Moving || (l.Arriving && !dropped[l.TID]) {
-				return refuse(out, fmt.Errorf("restore %v: %w", l.TID, ErrHere))
-			}
-		}
-		for _, l := range e.Tasks {
-			h.staged[l.TID] = e.Job
-			out = append(out, HostEffect{Kind: DoStage, TID: l.TID})
-		}
-		return ok(out)
-
+		return h.onStage(e)
 	case HostStart:
-		var out []HostEffect
-		for _, tid := range slices.Sorted(maps.Keys(h.staged)) {
-			if h.staged[tid] == e.Job {
-				delete(h.staged, tid)
-				out = append(out, HostEffect{Kind: DoStart, TID: tid})
-			}
-		}
-		return ok(out)
-
+		return h.onStart(e)
 	case HostUnstage:
-		return ok(h.unstage(e.Job))
+		return h.onUnstage(e)
 	}
-	return refuse(nil, fmt.Errorf("%v: unknown host event", e.Kind))
+	return refuseStep(e, nil, fmt.Errorf("%v: unknown host event", e.Kind))
+}
+
+// refuseStep appends the refusal of e, for err, to out.
+func refuseStep(e HostEvent, out []HostEffect, err error) []HostEffect {
+	return append(out, HostEffect{Kind: DoRefuse, TID: e.TID, Err: err})
+}
+
+// okStep appends the step's success to out.
+func okStep(out []HostEffect) []HostEffect { return append(out, HostEffect{Kind: DoOK}) }
+
+// onPause serves HostPause.
+func (h *Host) onPause(e HostEvent) []HostEffect {
+	try := e.Round.Try
+	if try != 0 && try <= h.resumed[e.Job] {
+		// It comes after its round's resume (stalled on its way):
+		// taking it would hold the tasks for good.
+		return refuseStep(e, nil, fmt.Errorf("pause of %v after its resume: %w", e.Round, move.ErrAborted))
+	}
+	if len(e.Departing) > 0 {
+		return refuseStep(e, nil, fmt.Errorf("%v of job %d: %w", slices.Min(e.Departing), e.Job, move.ErrMoving))
+	}
+	for _, l := range e.Tasks {
+		if l.MoveAsked {
+			// It will suspend for a move at its next safe point:
+			// the round fails, and the job's tasks go on.
+			return refuseStep(e, h.release(e.Job, try), fmt.Errorf("%v of job %d: %w", l.TID, e.Job, move.ErrMoving))
+		}
+	}
+	var out []HostEffect
+	for _, l := range e.Tasks {
+		p := h.pauses[l.TID]
+		fresh := p == nil || p.Job != e.Job
+		if fresh {
+			h.next++
+			p = &Pause{ID: h.next, Job: e.Job}
+			h.pauses[l.TID] = p
+		}
+		p.Try = max(p.Try, try)
+		out = append(out, HostEffect{Kind: DoPause, TID: l.TID, Pause: p.ID, Try: p.Try, New: fresh})
+	}
+	return okStep(out)
+}
+
+// onPauseOver serves HostPauseOver.
+func (h *Host) onPauseOver(e HostEvent) []HostEffect {
+	try := e.Round.Try
+	if len(e.Late) == 0 && e.Err == nil {
+		return okStep(nil)
+	}
+	// Some task reached no safe point in time, or the step was
+	// cancelled: the round fails here, and the tasks go on.
+	return okStep(h.release(e.Job, try))
+}
+
+// onQuiet serves HostQuiet.
+func (h *Host) onQuiet(e HostEvent) []HostEffect {
+	rep := HostEffect{Kind: DoReport}
+	for _, l := range e.Tasks {
+		rep.TIDs = append(rep.TIDs, l.TID)
+		if p := h.pauses[l.TID]; p == nil || p.Job != e.Job || !l.Arrived {
+			rep.Running++ // spawned since the pause, or not at its safe point yet
+		}
+	}
+	return []HostEffect{rep}
+}
+
+// onWrite serves HostWrite.
+func (h *Host) onWrite(e HostEvent) []HostEffect {
+	try := e.Round.Try
+	tid := e.Local.TID
+	p := h.pauses[tid]
+	switch {
+	case p == nil || p.Job != e.Job:
+		return refuseStep(e, nil, fmt.Errorf("%v of job %d is not paused", tid, e.Job))
+	case p.Try != try:
+		return refuseStep(e, nil, fmt.Errorf("%v of job %d paused for round %d, not %v: %w", tid, e.Job, p.Try, e.Round, ErrStale))
+	case !e.Local.Arrived:
+		return refuseStep(e, nil, fmt.Errorf("%v of job %d has not reached its safe point", tid, e.Job))
+	case p.Writing:
+		// The same step again: its write is under way.
+		return []HostEffect{{Kind: DoWait, TID: tid, Pause: p.ID, Try: p.Try}}
+	}
+	p.Writing = true
+	return []HostEffect{{Kind: DoWrite, TID: tid, Pause: p.ID, Try: p.Try}}
+}
+
+// onWriteOver serves HostWriteOver.
+func (h *Host) onWriteOver(e HostEvent) []HostEffect {
+	if p := h.pauses[e.TID]; p != nil && p.ID == e.Pause {
+		p.Writing = false
+	}
+	return okStep(nil)
+}
+
+// onResume serves HostResume.
+func (h *Host) onResume(e HostEvent) []HostEffect {
+	try := e.Round.Try
+	if try != 0 {
+		h.resumed[e.Job] = max(h.resumed[e.Job], try)
+	}
+	return okStep(h.release(e.Job, try))
+}
+
+// onKill serves HostKill.
+func (h *Host) onKill(e HostEvent) []HostEffect {
+	return okStep(h.release(e.Job, 0))
+}
+
+// onLost serves HostLost.
+func (h *Host) onLost(e HostEvent) []HostEffect {
+	var out []HostEffect
+	for _, l := range e.Tasks {
+		if h.pauses[l.TID] != nil {
+			out = append(out, h.let(l.TID))
+		}
+	}
+	return okStep(out)
+}
+
+// onGone serves HostGone.
+func (h *Host) onGone(e HostEvent) []HostEffect {
+	// It will not run here again: its pause goes (a write under way
+	// reads a task that no longer runs), and its job's resume goes
+	// with the job's last task here.
+	var out []HostEffect
+	if p := h.pauses[e.TID]; p != nil {
+		delete(h.pauses, e.TID)
+		out = append(out, HostEffect{Kind: DoRelease, TID: e.TID, Pause: p.ID, Try: p.Try})
+	}
+	if e.JobLeft {
+		delete(h.resumed, e.Job)
+	}
+	return okStep(out)
+}
+
+// onStage serves HostStage.
+func (h *Host) onStage(e HostEvent) []HostEffect {
+	// What an earlier restart of the job staged here and never
+	// started (it failed, and its drop did not come: the master's
+	// call timed out before this host answered) gives way to this
+	// one.
+	out := h.unstage(e.Job)
+	dropped := map[task.TID]bool{}
+	for _, x := range out {
+		dropped[x.TID] = true
+	}
+	for _, l := range e.Tasks {
+		if l.Running || l.Moving || (l.Arriving && !dropped[l.TID]) {
+			return refuseStep(e, out, fmt.Errorf("restore %v: %w", l.TID, ErrHere))
+		}
+	}
+	for _, l := range e.Tasks {
+		h.staged[l.TID] = e.Job
+		out = append(out, HostEffect{Kind: DoStage, TID: l.TID})
+	}
+	return okStep(out)
+}
+
+// onStart serves HostStart.
+func (h *Host) onStart(e HostEvent) []HostEffect {
+	var out []HostEffect
+	for _, tid := range slices.Sorted(maps.Keys(h.staged)) {
+		if h.staged[tid] == e.Job {
+			delete(h.staged, tid)
+			out = append(out, HostEffect{Kind: DoStart, TID: tid})
+		}
+	}
+	return okStep(out)
+}
+
+// onUnstage serves HostUnstage.
+func (h *Host) onUnstage(e HostEvent) []HostEffect {
+	return okStep(h.unstage(e.Job))
 }
 
 // unstage forgets the tasks of job staged here.

@@ -338,186 +338,264 @@ func (h *Host) raise(tid task.TID, id ID) {
 // Step feeds one event and returns the effects to perform, in order. The
 // answer of a step is its last effect's: DoRefuse (with the error), or the
 // work to do.
+//
+// Each event has a method of its own, so that Step's frame stays small: a
+// task's goroutine feeds its safe point and its end, and a control call's
+// goroutine its step, each on a small stack, which one frame for every
+// event's locals made grow (a copy of the stack) at every call.
 func (h *Host) Step(now time.Time, e HostEvent) []HostEffect {
-	tid := e.TID
-	one := func(k EffectKind, r routing.Route) []HostEffect {
-		return []HostEffect{{Kind: k, TID: tid, Move: e.Move, Route: r}}
-	}
-	refuse := func(err error) []HostEffect {
-		return []HostEffect{{Kind: DoRefuse, TID: tid, Move: e.Move, Err: err}}
-	}
 	switch e.Kind {
 	case EvPrepare:
-		switch {
-		case h.stale(tid, e.Move):
-			return refuse(fmt.Errorf("prepare %v for %v: %w", tid, e.Move, ErrAborted))
-		case e.Local.Running:
-			return refuse(fmt.Errorf("%v already runs here", tid))
-		case h.arrs[tid] != nil || e.Local.Restoring:
-			return refuse(fmt.Errorf("%v: %w", tid, ErrMoving))
-		}
-		h.arrs[tid] = &Arrival{Move: e.Move, Epoch: e.Route.Epoch, From: e.Peer, Job: e.Job, Type: e.Type, Since: now}
-		return one(DoPrepare, e.Route)
-
+		return h.onPrepare(now, e)
 	case EvSuspend:
-		// A route here newer than the move's means the task came back or
-		// was restored since the move began (an abort, a job's rollback):
-		// the step is late even where the task's floor has gone with an
-		// earlier incarnation.
-		if h.stale(tid, e.Move) || (e.Route.Epoch != 0 && e.Route.Epoch < e.Local.Route) {
-			return refuse(fmt.Errorf("suspend %v for %v: %w", tid, e.Move, ErrAborted))
-		}
-		if d := h.deps[tid]; !e.Local.Running && d != nil && !d.Over && e.Move != 0 && d.Move == e.Move {
-			return one(DoOK, d.Dest) // suspended for this very move: the step is done
-		}
-		if !e.Local.Running {
-			return refuse(fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
-		}
-		if e.Type != "" && (e.Local.Type != e.Type || e.Local.Job != e.Job) {
-			// The master moves the task on a stale record of it.
-			return refuse(fmt.Errorf("suspend %v for %v: it is a %s of job %d here, the move's record a %s of job %d: %w",
-				tid, e.Move, e.Local.Type, e.Local.Job, e.Type, e.Job, ErrAborted))
-		}
-		return one(DoAskSuspend, e.Route)
-
+		return h.onSuspend(now, e)
 	case EvSafePoint:
-		switch {
-		case !e.Local.Running:
-			return refuse(fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
-		case e.Local.Quiet:
-			// Its job rolls back and the kill is on its way: it stays
-			// here to be killed rather than leave a copy in a move.
-			return refuse(fmt.Errorf("suspend %v for %v: its job rolls back: %w", tid, e.Move, ErrAborted))
-		case h.stale(tid, e.Move):
-			// The move was aborted (its resume came) while the request
-			// waited for this safe point: the task runs on here.
-			return refuse(fmt.Errorf("suspend %v for %v: %w", tid, e.Move, ErrAborted))
-		}
-		h.deps[tid] = &Departure{Move: e.Move, Dest: e.Route, Job: e.Local.Job, Since: now}
-		return one(DoCapture, e.Route)
-
+		return h.onSafePoint(now, e)
 	case EvSend:
-		d := h.deps[tid]
-		if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
-			return refuse(fmt.Errorf("%v is not suspended here for %v: %w", tid, e.Move, ErrNotHere))
-		}
-		if d.Sending {
-			return refuse(fmt.Errorf("%v: %w", tid, ErrSending))
-		}
-		d.Sending = true
-		return one(DoSend, d.Dest)
-
+		return h.onSend(now, e)
 	case EvSent:
-		if d := h.deps[tid]; d != nil && d.Move == e.Move {
-			d.Sending = false
-		}
-		return one(DoOK, routing.Route{})
-
+		return h.onSent(now, e)
 	case EvStream:
-		a := h.arrs[tid]
-		if a == nil || a.Epoch != e.Route.Epoch || a.Move != e.Move || a.From != e.Peer {
-			return refuse(fmt.Errorf("%v is not prepared here for %v from %v: %w", tid, e.Move, e.Peer, ErrNotHere))
-		}
-		return one(DoReceive, routing.Route{Epoch: a.Epoch})
-
+		return h.onStream(now, e)
 	case EvRestore:
-		a := h.arrs[tid]
-		if a == nil || (e.Move != 0 && a.Move != e.Move) {
-			return refuse(fmt.Errorf("%v is not prepared here for %v: %w", tid, e.Move, ErrNotHere))
-		}
-		return []HostEffect{{Kind: DoRestore, TID: tid, Move: a.Move, Route: routing.Route{Epoch: a.Epoch}}}
-
+		return h.onRestore(now, e)
 	case EvInstall:
-		if e.Back {
-			d := h.deps[tid]
-			if d == nil || !d.Over || d.Move != e.Move {
-				return refuse(fmt.Errorf("%v: its move was cancelled: %w", tid, ErrAborted))
-			}
-			delete(h.deps, tid)
-			return one(DoInstall, routing.Route{})
-		}
-		a := h.arrs[tid]
-		if a == nil || a.Move != e.Move {
-			return refuse(fmt.Errorf("%v: its move was cancelled: %w", tid, ErrAborted))
-		}
-		if a.Epoch != e.Route.Epoch || a.Type != e.Type {
-			return refuse(fmt.Errorf("checkpoint of %v is of epoch %d (%s), want epoch %d (%s): %w",
-				tid, e.Route.Epoch, e.Type, a.Epoch, a.Type, ErrBadCheckpoint))
-		}
-		delete(h.arrs, tid)
-		return one(DoInstall, routing.Route{Epoch: a.Epoch})
-
+		return h.onInstall(now, e)
 	case EvCommit:
+		return h.onCommit(now, e)
+	case EvResume:
+		return h.onResume(now, e)
+	case EvCancel:
+		return h.onCancel(now, e)
+	case EvDropJob:
+		return h.onDropJob(now, e)
+	case EvLost:
+		return h.onLost(now, e)
+	case EvGone:
+		return h.onGone(now, e)
+	}
+	return refuseEffect(e, fmt.Errorf("%v: unknown host event", e.Kind))
+}
+
+// oneEffect is the answer k, with route r, to e.
+func oneEffect(e HostEvent, k EffectKind, r routing.Route) []HostEffect {
+	return []HostEffect{{Kind: k, TID: e.TID, Move: e.Move, Route: r}}
+}
+
+// refuseEffect is the refusal of e, for err.
+func refuseEffect(e HostEvent, err error) []HostEffect {
+	return []HostEffect{{Kind: DoRefuse, TID: e.TID, Move: e.Move, Err: err}}
+}
+
+// onPrepare serves EvPrepare.
+func (h *Host) onPrepare(now time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	switch {
+	case h.stale(tid, e.Move):
+		return refuseEffect(e, fmt.Errorf("prepare %v for %v: %w", tid, e.Move, ErrAborted))
+	case e.Local.Running:
+		return refuseEffect(e, fmt.Errorf("%v already runs here", tid))
+	case h.arrs[tid] != nil || e.Local.Restoring:
+		return refuseEffect(e, fmt.Errorf("%v: %w", tid, ErrMoving))
+	}
+	h.arrs[tid] = &Arrival{Move: e.Move, Epoch: e.Route.Epoch, From: e.Peer, Job: e.Job, Type: e.Type, Since: now}
+	return oneEffect(e, DoPrepare, e.Route)
+}
+
+// onSuspend serves EvSuspend.
+func (h *Host) onSuspend(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	// A route here newer than the move's means the task came back or
+	// was restored since the move began (an abort, a job's rollback):
+	// the step is late even where the task's floor has gone with an
+	// earlier incarnation.
+	if h.stale(tid, e.Move) || (e.Route.Epoch != 0 && e.Route.Epoch < e.Local.Route) {
+		return refuseEffect(e, fmt.Errorf("suspend %v for %v: %w", tid, e.Move, ErrAborted))
+	}
+	if d := h.deps[tid]; !e.Local.Running && d != nil && !d.Over && e.Move != 0 && d.Move == e.Move {
+		return oneEffect(e, DoOK, d.Dest) // suspended for this very move: the step is done
+	}
+	if !e.Local.Running {
+		return refuseEffect(e, fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
+	}
+	if e.Type != "" && (e.Local.Type != e.Type || e.Local.Job != e.Job) {
+		// The master moves the task on a stale record of it.
+		return refuseEffect(e, fmt.Errorf("suspend %v for %v: it is a %s of job %d here, the move's record a %s of job %d: %w",
+			tid, e.Move, e.Local.Type, e.Local.Job, e.Type, e.Job, ErrAborted))
+	}
+	return oneEffect(e, DoAskSuspend, e.Route)
+}
+
+// onSafePoint serves EvSafePoint.
+func (h *Host) onSafePoint(now time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	switch {
+	case !e.Local.Running:
+		return refuseEffect(e, fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
+	case e.Local.Quiet:
+		// Its job rolls back and the kill is on its way: it stays
+		// here to be killed rather than leave a copy in a move.
+		return refuseEffect(e, fmt.Errorf("suspend %v for %v: its job rolls back: %w", tid, e.Move, ErrAborted))
+	case h.stale(tid, e.Move):
+		// The move was aborted (its resume came) while the request
+		// waited for this safe point: the task runs on here.
+		return refuseEffect(e, fmt.Errorf("suspend %v for %v: %w", tid, e.Move, ErrAborted))
+	}
+	h.deps[tid] = &Departure{Move: e.Move, Dest: e.Route, Job: e.Local.Job, Since: now}
+	return oneEffect(e, DoCapture, e.Route)
+}
+
+// onSend serves EvSend.
+func (h *Host) onSend(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	d := h.deps[tid]
+	if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
+		return refuseEffect(e, fmt.Errorf("%v is not suspended here for %v: %w", tid, e.Move, ErrNotHere))
+	}
+	if d.Sending {
+		return refuseEffect(e, fmt.Errorf("%v: %w", tid, ErrSending))
+	}
+	d.Sending = true
+	return oneEffect(e, DoSend, d.Dest)
+}
+
+// onSent serves EvSent.
+func (h *Host) onSent(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	if d := h.deps[tid]; d != nil && d.Move == e.Move {
+		d.Sending = false
+	}
+	return oneEffect(e, DoOK, routing.Route{})
+}
+
+// onStream serves EvStream.
+func (h *Host) onStream(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	a := h.arrs[tid]
+	if a == nil || a.Epoch != e.Route.Epoch || a.Move != e.Move || a.From != e.Peer {
+		return refuseEffect(e, fmt.Errorf("%v is not prepared here for %v from %v: %w", tid, e.Move, e.Peer, ErrNotHere))
+	}
+	return oneEffect(e, DoReceive, routing.Route{Epoch: a.Epoch})
+}
+
+// onRestore serves EvRestore.
+func (h *Host) onRestore(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	a := h.arrs[tid]
+	if a == nil || (e.Move != 0 && a.Move != e.Move) {
+		return refuseEffect(e, fmt.Errorf("%v is not prepared here for %v: %w", tid, e.Move, ErrNotHere))
+	}
+	return []HostEffect{{Kind: DoRestore, TID: tid, Move: a.Move, Route: routing.Route{Epoch: a.Epoch}}}
+}
+
+// onInstall serves EvInstall.
+func (h *Host) onInstall(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	if e.Back {
 		d := h.deps[tid]
-		if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
-			return one(DoOK, routing.Route{})
+		if d == nil || !d.Over || d.Move != e.Move {
+			return refuseEffect(e, fmt.Errorf("%v: its move was cancelled: %w", tid, ErrAborted))
 		}
 		delete(h.deps, tid)
-		return []HostEffect{{Kind: DoForget, TID: tid, Move: d.Move, Route: d.Dest}}
-
-	case EvResume:
-		h.raise(tid, e.Move)
-		d := h.deps[tid]
-		if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
-			if e.Local.Running || (d != nil && d.Over) {
-				return one(DoOK, e.Route) // resumed before, or never suspended
-			}
-			return refuse(fmt.Errorf("%v is not suspended here for %v: %w", tid, e.Move, ErrNotHere))
-		}
-		if d.Sending {
-			return []HostEffect{{Kind: DoWait, TID: tid, Move: d.Move}}
-		}
-		d.Over = true
-		return []HostEffect{{Kind: DoResume, TID: tid, Move: d.Move, Route: e.Route}}
-
-	case EvCancel:
-		h.raise(tid, e.Move)
-		if e.Local.Running && e.Move != 0 && e.Local.Arrived == e.Move {
-			return one(DoInstalled, routing.Route{})
-		}
-		var out []HostEffect
-		if a := h.arrs[tid]; a != nil && a.Move == e.Move {
-			delete(h.arrs, tid)
-			out = append(out, HostEffect{Kind: DoDropArrival, TID: tid, Move: a.Move, Route: e.Route})
-		}
-		return append(out, HostEffect{Kind: DoSetRoute, TID: tid, Move: e.Move, Route: e.Route})
-
-	case EvDropJob:
-		var out []HostEffect
-		for _, t := range slices.Sorted(maps.Keys(h.deps)) {
-			if d := h.deps[t]; d.Job == e.Job && !d.Over {
-				delete(h.deps, t)
-				h.raise(t, d.Move)
-				out = append(out, HostEffect{Kind: DoDropDeparture, TID: t, Move: d.Move, Route: d.Dest})
-			}
-		}
-		for _, t := range slices.Sorted(maps.Keys(h.arrs)) {
-			if a := h.arrs[t]; a.Job == e.Job {
-				delete(h.arrs, t)
-				h.raise(t, a.Move)
-				out = append(out, HostEffect{Kind: DoDropArrival, TID: t, Move: a.Move})
-			}
-		}
-		slices.SortStableFunc(out, func(a, b HostEffect) int { return cmp.Compare(a.TID, b.TID) })
-		return out
-
-	case EvLost:
-		var out []HostEffect
-		if d := h.deps[tid]; d != nil && !d.Over {
-			delete(h.deps, tid)
-			out = append(out, HostEffect{Kind: DoDropDeparture, TID: tid, Move: d.Move, Route: d.Dest})
-		}
-		if a := h.arrs[tid]; a != nil {
-			delete(h.arrs, tid)
-			out = append(out, HostEffect{Kind: DoDropArrival, TID: tid, Move: a.Move})
-		}
-		return out
-
-	case EvGone:
-		// It will not run here again: no step of a move of it can start
-		// anything, so the floor against late steps goes with it.
-		delete(h.floor, tid)
-		return nil
+		return oneEffect(e, DoInstall, routing.Route{})
 	}
-	return refuse(fmt.Errorf("%v: unknown host event", e.Kind))
+	a := h.arrs[tid]
+	if a == nil || a.Move != e.Move {
+		return refuseEffect(e, fmt.Errorf("%v: its move was cancelled: %w", tid, ErrAborted))
+	}
+	if a.Epoch != e.Route.Epoch || a.Type != e.Type {
+		return refuseEffect(e, fmt.Errorf("checkpoint of %v is of epoch %d (%s), want epoch %d (%s): %w",
+			tid, e.Route.Epoch, e.Type, a.Epoch, a.Type, ErrBadCheckpoint))
+	}
+	delete(h.arrs, tid)
+	return oneEffect(e, DoInstall, routing.Route{Epoch: a.Epoch})
+}
+
+// onCommit serves EvCommit.
+func (h *Host) onCommit(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	d := h.deps[tid]
+	if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
+		return oneEffect(e, DoOK, routing.Route{})
+	}
+	delete(h.deps, tid)
+	return []HostEffect{{Kind: DoForget, TID: tid, Move: d.Move, Route: d.Dest}}
+}
+
+// onResume serves EvResume.
+func (h *Host) onResume(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	h.raise(tid, e.Move)
+	d := h.deps[tid]
+	if d == nil || d.Over || (e.Move != 0 && d.Move != e.Move) {
+		if e.Local.Running || (d != nil && d.Over) {
+			return oneEffect(e, DoOK, e.Route) // resumed before, or never suspended
+		}
+		return refuseEffect(e, fmt.Errorf("%v is not suspended here for %v: %w", tid, e.Move, ErrNotHere))
+	}
+	if d.Sending {
+		return []HostEffect{{Kind: DoWait, TID: tid, Move: d.Move}}
+	}
+	d.Over = true
+	return []HostEffect{{Kind: DoResume, TID: tid, Move: d.Move, Route: e.Route}}
+}
+
+// onCancel serves EvCancel.
+func (h *Host) onCancel(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	h.raise(tid, e.Move)
+	if e.Local.Running && e.Move != 0 && e.Local.Arrived == e.Move {
+		return oneEffect(e, DoInstalled, routing.Route{})
+	}
+	var out []HostEffect
+	if a := h.arrs[tid]; a != nil && a.Move == e.Move {
+		delete(h.arrs, tid)
+		out = append(out, HostEffect{Kind: DoDropArrival, TID: tid, Move: a.Move, Route: e.Route})
+	}
+	return append(out, HostEffect{Kind: DoSetRoute, TID: tid, Move: e.Move, Route: e.Route})
+}
+
+// onDropJob serves EvDropJob.
+func (h *Host) onDropJob(_ time.Time, e HostEvent) []HostEffect {
+	var out []HostEffect
+	for _, t := range slices.Sorted(maps.Keys(h.deps)) {
+		if d := h.deps[t]; d.Job == e.Job && !d.Over {
+			delete(h.deps, t)
+			h.raise(t, d.Move)
+			out = append(out, HostEffect{Kind: DoDropDeparture, TID: t, Move: d.Move, Route: d.Dest})
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(h.arrs)) {
+		if a := h.arrs[t]; a.Job == e.Job {
+			delete(h.arrs, t)
+			h.raise(t, a.Move)
+			out = append(out, HostEffect{Kind: DoDropArrival, TID: t, Move: a.Move})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b HostEffect) int { return cmp.Compare(a.TID, b.TID) })
+	return out
+}
+
+// onLost serves EvLost.
+func (h *Host) onLost(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	var out []HostEffect
+	if d := h.deps[tid]; d != nil && !d.Over {
+		delete(h.deps, tid)
+		out = append(out, HostEffect{Kind: DoDropDeparture, TID: tid, Move: d.Move, Route: d.Dest})
+	}
+	if a := h.arrs[tid]; a != nil {
+		delete(h.arrs, tid)
+		out = append(out, HostEffect{Kind: DoDropArrival, TID: tid, Move: a.Move})
+	}
+	return out
+}
+
+// onGone serves EvGone.
+func (h *Host) onGone(_ time.Time, e HostEvent) []HostEffect {
+	tid := e.TID
+	// It will not run here again: no step of a move of it can start
+	// anything, so the floor against late steps goes with it.
+	delete(h.floor, tid)
+	return nil
 }

@@ -849,6 +849,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		}
 	} else {
 		js = d.newJob("", a.Req.Type, a.Opts)
+		js.killOnReturn = killsOnReturn(a.Req.Type, a.Req.State)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
 		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
@@ -896,7 +897,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return
 		}
 	}()
-	return d.waitJob(ctx, js)
+	return d.waitJobEnd(ctx, js)
 }
 
 // attachJob follows the running job for a client that ran it and whose
@@ -920,7 +921,7 @@ func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskI
 		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
 	}
 	d.log.Info("job attached", "job", job, "client", client.name())
-	return d.waitJob(ctx, js)
+	return d.waitJobEnd(ctx, js)
 }
 
 // clientOutput sends a job's output to the client that runs it.

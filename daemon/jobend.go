@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// How a job ends (master). The job's coordinator (jobRunning) follows its
+// root task; when the root has ended:
+//
+//   - the root failed or was killed: the job's other tasks are killed;
+//   - the root returned and asked for it (task.JobEnder, task.KillTasks):
+//     they are killed too;
+//   - otherwise the job waits until they have ended, as PVM's tasks
+//     outlive their parent.
+//
+// Either way the job's other tasks that failed or were killed are listed
+// in the root's final state (TaskInfo.JobFailures), and a run whose job
+// lists any fails, naming them (exitError). Only then is the job over:
+// its command is answered and the master forgets it.
+
+// ErrJobTasks marks a run whose job had other tasks that failed or were
+// killed with it.
+var ErrJobTasks = errors.New("tasks of the job failed or were killed")
+
+// killsOnReturn reports whether a root task of type typ with state asks
+// that its job's other tasks be killed when it returns (task.JobEnder).
+// With no state the type's zero value answers.
+func killsOnReturn(typ string, state []byte) bool {
+	t, err := task.New(typ, state)
+	if err != nil {
+		return false
+	}
+	e, ok := t.(task.JobEnder)
+	return ok && e.JobEnd() == task.KillTasks
+}
+
+// settleJob follows job js to its end: its root's, then its other tasks',
+// killing them when the root failed or asked for it. It records the
+// outcome (js.final) and closes js.settled. A rollback while it waits for
+// the other tasks (a host lost) restores the root too: it follows the
+// root again.
+func (d *Daemon) settleJob(js *jobState) {
+	defer close(js.settled)
+	for {
+		_, gen, _ := js.rollingBack()
+		info, err := d.waitJob(d.ctx, js)
+		if err != nil {
+			js.final = info
+			return
+		}
+		rootOK := info.State == Exited && info.Status == 0
+		if !rootOK || js.killOnReturn {
+			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+			n, err := d.KillJob(ctx, js.id)
+			cancel()
+			if n > 0 || err != nil {
+				d.log.Warn("job's tasks killed as its root ended", "job", js.id, "root", info.TID, "state", info.State,
+					"status", info.Status, "kill_on_return", js.killOnReturn, "tasks_killed", n, "error", err)
+			}
+		}
+		failed := d.awaitJobTasks(d.ctx, js)
+		if ch, now, _ := js.rollingBack(); ch != nil || now != gen {
+			continue
+		}
+		info.JobFailures = failed
+		js.final = info
+		if len(failed) > 0 {
+			d.log.Warn("job ended with failed tasks", "job", js.id, "root", info.TID, "failed", failedList(failed))
+		}
+		return
+	}
+}
+
+// awaitJobTasks waits until every task of job js but its root has ended
+// and returns those that failed or were killed, in TID order. It looks
+// for the job's tasks on every host, and among those the master placed
+// or a checkpoint round found, again until a look finds none it has not
+// waited for (tasks spawned meanwhile).
+func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState) []TaskInfo {
+	waited := map[task.TID]bool{js.root: true}
+	var failed []TaskInfo
+	for ctx.Err() == nil {
+		var todo []task.TID
+		add := func(t task.TID) {
+			if !waited[t] && !slices.Contains(todo, t) {
+				todo = append(todo, t)
+			}
+		}
+		ts, err := d.AllTasks(ctx, true)
+		if err != nil {
+			d.log.Debug("job end: task lists", "job", js.id, "error", err)
+		}
+		for _, t := range ts {
+			if t.Job == js.id {
+				add(t.TID)
+			}
+		}
+		js.mu.Lock()
+		for _, tids := range js.seen {
+			for _, t := range tids {
+				add(t)
+			}
+		}
+		js.mu.Unlock()
+		if len(todo) == 0 {
+			break
+		}
+		slices.Sort(todo)
+		for _, t := range todo {
+			waited[t] = true
+			info, err := d.Wait(ctx, t)
+			switch {
+			case errors.Is(err, task.ErrNoSuchTask):
+				// Ended long ago and forgotten, or never started.
+			case err != nil:
+				if ctx.Err() != nil {
+					return failed
+				}
+				failed = append(failed, TaskInfo{TID: t, Job: js.id, State: Failed, Status: -1, Err: "not followed to its end: " + err.Error()})
+			case info.State != Exited || info.Status != 0:
+				failed = append(failed, info)
+			}
+		}
+	}
+	slices.SortFunc(failed, func(a, b TaskInfo) int { return cmp.Compare(a.TID, b.TID) })
+	return failed
+}
+
+// waitJobEnd waits until job js is over (settleJob) and returns its
+// root's final state with the job's failed tasks; an error when the
+// root could not be followed (the job lost, ctx done).
+func (d *Daemon) waitJobEnd(ctx context.Context, js *jobState) (TaskInfo, error) {
+	info, err := d.waitJob(ctx, js)
+	if err != nil {
+		return info, err
+	}
+	select {
+	case <-js.settled:
+		return js.final, nil
+	case <-ctx.Done():
+		return info, fmt.Errorf("wait for job %d's other tasks: %w", js.id, ctx.Err())
+	}
+}
+
+// failedList names a job's failed tasks and how each ended.
+func failedList(ts []TaskInfo) string {
+	var b strings.Builder
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%v", t.TID)
+		if t.Type != "" {
+			fmt.Fprintf(&b, " (%s)", t.Type)
+		}
+		switch {
+		case t.State == Killed:
+			b.WriteString(" killed with its job")
+		case t.State == Exited:
+			fmt.Fprintf(&b, " exited with status %d", t.Status)
+		default:
+			fmt.Fprintf(&b, " %s", t.State)
+		}
+		if t.Err != "" && t.Err != "killed" {
+			fmt.Fprintf(&b, ": %s", t.Err)
+		}
+	}
+	return b.String()
+}

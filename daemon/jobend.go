@@ -20,10 +20,11 @@ import (
 //   - otherwise the job waits until they have ended, as PVM's tasks
 //     outlive their parent.
 //
-// Either way the job's other tasks that failed or were killed are listed
-// in the root's final state (TaskInfo.JobFailures), and a run whose job
-// lists any fails, naming them (exitError). Only then is the job over:
-// its command is answered and the master forgets it.
+// Either way the job's other tasks that failed, and those killed at its
+// end, are listed in the root's final state (TaskInfo.JobFailures), and a
+// run whose job lists any fails, naming them (exitError); a task killed
+// earlier by a task of the job or an operator is no failure. Only then is
+// the job over: its command is answered and the master forgets it.
 
 // ErrJobTasks marks a run whose job had other tasks that failed or were
 // killed with it.
@@ -55,17 +56,8 @@ func (d *Daemon) settleJob(js *jobState) {
 			js.final = info
 			return
 		}
-		rootOK := info.State == Exited && info.Status == 0
-		if !rootOK || js.killOnReturn {
-			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
-			n, err := d.KillJob(ctx, js.id)
-			cancel()
-			if n > 0 || err != nil {
-				d.log.Warn("job's tasks killed as its root ended", "job", js.id, "root", info.TID, "state", info.State,
-					"status", info.Status, "kill_on_return", js.killOnReturn, "tasks_killed", n, "error", err)
-			}
-		}
-		failed := d.awaitJobTasks(d.ctx, js)
+		kill := info.State != Exited || info.Status != 0 || js.killOnReturn
+		failed := d.awaitJobTasks(d.ctx, js, kill)
 		if ch, now, _ := js.rollingBack(); ch != nil || now != gen {
 			continue
 		}
@@ -78,12 +70,19 @@ func (d *Daemon) settleJob(js *jobState) {
 	}
 }
 
-// awaitJobTasks waits until every task of job js but its root has ended
-// and returns those that failed or were killed, in TID order. It looks
-// for the job's tasks on every host, and among those the master placed
-// or a checkpoint round found, again until a look finds none it has not
-// waited for (tasks spawned meanwhile).
-func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState) []TaskInfo {
+// awaitJobTasks waits until every task of job js but its root has ended,
+// killing each first when kill is set, and returns those that failed and
+// those it killed, in TID order. A task killed before (by a task of the
+// job, as PVM's timing kills its slave, or by an operator) is no failure.
+// It looks for the job's tasks on every host, and among those the master
+// placed or a checkpoint round found, again until a look finds none it
+// has not waited for (tasks spawned meanwhile).
+func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState, kill bool) []TaskInfo {
+	if kill {
+		// No move of the job's tasks starts meanwhile: a task caught in
+		// one is on no host's task list.
+		defer d.mv.holdMoves(js.id)()
+	}
 	waited := map[task.TID]bool{js.root: true}
 	var failed []TaskInfo
 	for ctx.Err() == nil {
@@ -115,6 +114,14 @@ func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState) []TaskInfo {
 		slices.Sort(todo)
 		for _, t := range todo {
 			waited[t] = true
+			killed := false
+			if kill {
+				err := d.KillTask(ctx, t)
+				killed = err == nil
+				if err != nil && !errors.Is(err, task.ErrNoSuchTask) {
+					d.log.Warn("job end: kill", "job", js.id, "task", t, "error", err)
+				}
+			}
 			info, err := d.Wait(ctx, t)
 			switch {
 			case errors.Is(err, task.ErrNoSuchTask):
@@ -124,6 +131,8 @@ func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState) []TaskInfo {
 					return failed
 				}
 				failed = append(failed, TaskInfo{TID: t, Job: js.id, State: Failed, Status: -1, Err: "not followed to its end: " + err.Error()})
+			case info.State == Killed && !killed:
+				// Killed before the job's end, on purpose.
 			case info.State != Exited || info.Status != 0:
 				failed = append(failed, info)
 			}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -99,11 +101,15 @@ func (r *Root) Run(c *task.Ctx) error {
 		r.Workers = tids
 	}
 	for {
-		m, err := c.RecvMsg(c.Context(), task.AnyTask, task.AnyTag)
+		// The root waits for its workers at a safe point, so that a job
+		// checkpoint or a move finds it ready; each message comes raw and
+		// is decoded by its tag.
+		var m rawMsg
+		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &m.data)
 		if err != nil {
 			return err
 		}
-		switch m.Tag {
+		switch st.Tag {
 		case tagProgress:
 			var p Progress
 			if err := m.Decode(&p); err == nil && r.Lines {
@@ -247,3 +253,10 @@ func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts 
 	Verify(sink.report)
 	return sink.report, nil
 }
+
+// rawMsg is a message to the root as it came, in msgpack, decoded once
+// its tag is known.
+type rawMsg struct{ data msgpack.RawMessage }
+
+// Decode decodes the message into v.
+func (m *rawMsg) Decode(v any) error { return task.UnmarshalMsgpack(m.data, v) }

@@ -183,3 +183,16 @@ func failedList(ts []TaskInfo) string {
 	}
 	return b.String()
 }
+
+// WaitJob waits until job has ended (master): its root task and its other
+// tasks, as a run of it ends. It returns the root's final state with the
+// job's failed tasks and those killed at its end (TaskInfo.JobFailures);
+// ExitError turns it into the run's result. A job that has already ended
+// and been forgotten is ErrNoJob.
+func (d *Daemon) WaitJob(ctx context.Context, job uint64) (TaskInfo, error) {
+	js, err := d.job(job)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	return d.waitJobEnd(ctx, js)
+}

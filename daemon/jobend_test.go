@@ -363,3 +363,45 @@ func TestJobKillsOnReturn(t *testing.T) {
 		})
 	}
 }
+
+// TestClientRunReportsJobFailures: the tasks killed at a job's end reach
+// the command that ran it (dpvm run --master), in the root's final state,
+// and ExitError names them.
+func TestClientRunReportsJobFailures(t *testing.T) {
+	vm := startVM(t, 2, Config{})
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	spawned := make(chan []task.TID, 1)
+	typ, state, err := task.EncodeState(&fnKillTask{*fn(t, func(c *task.Ctx, _ int) error {
+		return spawnWaiters(t, c, 2, spawned)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cl.RunJob(ctx, typ, state, JobOptions{}, &syncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids := <-spawned
+	if info.TID != tids[0] || info.State != Exited || info.Status != 0 {
+		t.Errorf("root's final state %+v", info)
+	}
+	if len(info.JobFailures) != 2 {
+		t.Fatalf("job failures %+v, want the 2 children killed", info.JobFailures)
+	}
+	err = ExitError(info)
+	if !errors.Is(err, ErrJobTasks) {
+		t.Fatalf("ExitError: %v, want ErrJobTasks", err)
+	}
+	for _, k := range tids[1:] {
+		if !strings.Contains(err.Error(), k.String()+" (daemon.test.fn) killed with its job") {
+			t.Errorf("ExitError %q does not name %v", err, k)
+		}
+	}
+}

@@ -405,3 +405,31 @@ func TestClientRunReportsJobFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestJobTaskKilledByItsJobIsNoFailure: a task that a task of its job
+// kills (PVM's timing kills its slave) ended on purpose: the run
+// succeeds.
+func TestJobTaskKilledByItsJobIsNoFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVMWith(t, 2, nil, Config{})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		spawned := make(chan []task.TID, 1)
+		root := fn(t, func(c *task.Ctx, _ int) error {
+			if err := spawnWaiters(t, c, 2, spawned); err != nil {
+				return err
+			}
+			for _, k := range (<-spawned)[1:] {
+				if err := c.Kill(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		r := <-runJobAsync(ctx, m, root)
+		if r.err != nil || len(r.info.JobFailures) != 0 {
+			t.Fatalf("run: %v, failures %+v; want success", r.err, r.info.JobFailures)
+		}
+	})
+}

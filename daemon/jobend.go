@@ -27,8 +27,9 @@ import (
 // the job over: its command is answered and the master forgets it.
 
 // ErrJobTasks marks a run whose job had other tasks that failed or were
-// killed with it.
-var ErrJobTasks = errors.New("tasks of the job failed or were killed")
+// killed at its end (task.ErrJobTasks, for programs that import only the
+// task API).
+var ErrJobTasks = task.ErrJobTasks
 
 // killsOnReturn reports whether a root task of type typ with state asks
 // that its job's other tasks be killed when it returns (task.JobEnder).

@@ -1,5 +1,11 @@
 package task
 
+import "errors"
+
+// ErrJobTasks marks the result of a run whose job had other tasks that
+// failed or were killed at its end (see JobEnder); the error names them.
+var ErrJobTasks = errors.New("tasks of the job failed or were killed")
+
 // JobEnd says what becomes of a job's other tasks when its root task
 // returns.
 type JobEnd int

@@ -91,6 +91,9 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	// The machine stops only once the job is over: a checkpoint round
 	// still running would see its hosts leave as lost, and the job's
 	// other tasks are waited for (or killed, as the root asks) first.
+	if opts.Hosts == 1 {
+		opts.Job = JobOptions{} // checkpoints need several hosts
+	}
 	info, err := d.runEmbeddedJob(ctx, root, opts.Job, opts.OnJobNote)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)

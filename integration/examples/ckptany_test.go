@@ -147,6 +147,11 @@ func TestEveryExampleCheckpointsAtAnyMoment(t *testing.T) {
 				t.Errorf("%q, want (serial) %q", out, want)
 			}
 		}},
+		"jacobi2d": {[]string{"-n", "32", "-tasks", "4", "-iters", "1000", "-k", "10", "-tol", "0"}, func(t *testing.T, out string) {
+			if want := jacobi2DWant(32, 2, 2, 1000, 10, 0); out != want {
+				t.Errorf("%q, want (serial) %q", out, want)
+			}
+		}},
 		"pvm.master1": {nil, func(t *testing.T, out string) {
 			n := 0
 			for _, l := range strings.Split(pvm.Normalise(out, false), "\n") {

@@ -316,16 +316,6 @@ func TestReadmeCommands(t *testing.T) {
 	}
 }
 
-// narrativePending are READMEs whose dated paragraphs are being rewritten
-// on other branches, relative to the repository's root; they are not
-// checked for dated narrative until then. Empty this list when they have
-// landed.
-var narrativePending = []string{
-	"daemon/pki/README.md",
-	"routing/move/README.md",
-	"task/README.md",
-}
-
 // proseParagraphs returns the paragraphs of md outside its fenced code
 // blocks and its tables, each joined into one line. Headings and list
 // items are prose; a table row is not, so a row may carry a date.
@@ -403,9 +393,6 @@ func TestDatedNarrative(t *testing.T) {
 func TestReadmesAreReference(t *testing.T) {
 	checked := 0
 	for _, rel := range readmes(t) {
-		if slices.Contains(narrativePending, filepath.ToSlash(rel)) {
-			continue
-		}
 		checked++
 		for _, p := range proseParagraphs(readRepo(t, rel)) {
 			if w := datedNarrative(p); w != "" {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -16,6 +17,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/swim"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -53,6 +55,11 @@ type network struct {
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
 	mem      *membership
+	// pingsIn counts the liveness pings received (the master: one per
+	// host per heartbeat under the master detector, none under swim).
+	pingsIn atomic.Int64
+	// swimChecks counts the checks the master's swim referee sent.
+	swimChecks atomic.Int64
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -83,9 +90,16 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		n.nextHost = MasterID + 1
 		self := d.self
 		n.hosts[MasterID] = &self
-	} else if err := d.join(ctx); err != nil {
-		tr.Close()
-		return err
+	} else if d.swimOn() {
+		// Before the join: other hosts may probe this one as soon as it
+		// is announced.
+		d.sw = &swimHost{in: make(chan swim.Event, swimInBuffer), dialing: map[task.HostID]bool{}}
+	}
+	if !c.Master {
+		if err := d.join(ctx); err != nil {
+			tr.Close()
+			return err
+		}
 	}
 	if c.Master {
 		if err := d.loadRevoked(); err != nil {
@@ -104,6 +118,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	d.goFunc(d.heartbeatLoop)
 	if !c.Master {
 		d.goFunc(d.reportOnKick)
+	}
+	if d.sw != nil {
+		d.goFunc(d.swimLoop)
 	}
 	if c.Master {
 		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
@@ -604,7 +621,10 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 			return err
 		}
 		return d.handleEvent(p, &e)
+	case routing.KindSwim:
+		return d.receiveSwim(p, f.Body)
 	case routing.KindPing:
+		d.nw.pingsIn.Add(1)
 		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {
 			return nil
 		}
@@ -881,6 +901,13 @@ func (d *Daemon) heartbeatLoop() {
 		m := n.master
 		n.mu.Unlock()
 		if m == nil {
+			return true
+		}
+		if d.sw != nil {
+			// Under swim the host does not ping the master: the master's
+			// loss shows as its connection's (QUIC's keep-alive and idle
+			// timeout). Load reports keep their own pace (ReportEvery).
+			d.sendReport(false)
 			return true
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {

@@ -157,6 +157,7 @@ func (d *Daemon) orphaned(cause error) {
 			cancel()
 			if err == nil {
 				d.orphan.Store(false)
+				d.swimRejoined()
 				return false
 			}
 			d.log.Debug("register again", "error", err)

@@ -314,4 +314,10 @@ const (
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
 	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
 	mCancel      = "call.cancel"  // anywhere: cancel a call of the caller's under way
+	// The swim failure detector (swim.go): a host's reports and answers to
+	// the master's checks, and the master's checks and news to a host.
+	mSwimReport   = "swim.report"
+	mSwimCheckAck = "swim.checkack"
+	mSwimCheck    = "swim.check"
+	mSwimGossip   = "swim.gossip"
 )

@@ -17,7 +17,6 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
-	"github.com/dpvm/dpvm/routing/swim"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -93,7 +92,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	} else if d.swimOn() {
 		// Before the join: other hosts may probe this one as soon as it
 		// is announced.
-		d.sw = &swimHost{in: make(chan swim.Event, swimInBuffer), dialing: map[task.HostID]bool{}}
+		d.sw = &swimHost{in: make(chan swimIn, swimInBuffer), dialing: map[task.HostID]bool{}}
 	}
 	if !c.Master {
 		if err := d.join(ctx); err != nil {

@@ -213,6 +213,7 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 			lost[t] = true
 		}
 		d.forgetAbsent(h.Hosts)
+		d.swimDeleted()
 	}
 	n := d.nw
 	n.mu.Lock()

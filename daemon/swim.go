@@ -76,22 +76,37 @@ func (d *Daemon) swimConfig() swim.Config {
 
 // swimHost is a host's side of the swim detector: the events for its loop.
 type swimHost struct {
-	in chan swim.Event
+	in chan swimIn
 	// dialing are the hosts a probe is dialling a connection to (one at a
 	// time each), under mu.
 	mu      sync.Mutex
 	dialing map[task.HostID]bool
 }
 
+// swimIn is an event for a host's swim loop. deleted says the master
+// deleted this host, which has just registered again: the node takes it
+// as the master's news of its death without asking to register again
+// (it just did), and EvRejoined follows.
+type swimIn struct {
+	ev      swim.Event
+	deleted bool
+}
+
 // swimFeed hands ev to the host's swim loop; it drops ev when the loop is
 // that far behind (the protocol takes a lost probe, and the master checks
 // again).
 func (d *Daemon) swimFeed(ev swim.Event) bool {
+	return d.swimPut(swimIn{ev: ev})
+}
+
+// swimPut hands x to the host's swim loop, unless it is that far behind.
+func (d *Daemon) swimPut(x swimIn) bool {
 	if d.sw == nil {
 		return false
 	}
+	ev := x.ev
 	select {
-	case d.sw.in <- ev:
+	case d.sw.in <- x:
 		return true
 	default:
 		d.log.Debug("swim: event dropped, the loop is behind", "event", ev.Kind)
@@ -115,11 +130,11 @@ func (d *Daemon) swimLoop() {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		ev := swim.Event{Kind: swim.EvTick}
+		x := swimIn{ev: swim.Event{Kind: swim.EvTick}}
 		select {
 		case <-d.ctx.Done():
 			return
-		case ev = <-d.sw.in:
+		case x = <-d.sw.in:
 		case <-t.C:
 		}
 		now := time.Now()
@@ -128,7 +143,12 @@ func (d *Daemon) swimLoop() {
 			rosterAt = now
 			roster, effs = d.swimRoster(node, now, roster)
 		}
-		effs = append(effs, node.Step(now, ev)...)
+		step := node.Step(now, x.ev)
+		if x.deleted {
+			// Registered again already: what it would ask is done.
+			step = slices.DeleteFunc(step, func(e swim.Effect) bool { return e.Kind == swim.EffRejoin })
+		}
+		effs = append(effs, step...)
 		d.swimPerform(effs)
 		wait := d.cfg.Heartbeat
 		if next := node.Next(); !next.IsZero() {
@@ -343,6 +363,14 @@ func (d *Daemon) serveSwimGossip(_ context.Context, _ *peer, a *swimUpdate) (non
 	}
 	d.swimFeed(swim.Event{Kind: swim.EvGossip, Update: u})
 	return none{}, nil
+}
+
+// swimDeleted tells the host's swim node that the master had deleted this
+// host, which has just registered again (swimRejoined follows): its
+// incarnation rises above the one it died at, and the others, which may
+// still hold it dead, hear it alive.
+func (d *Daemon) swimDeleted() {
+	d.swimPut(swimIn{ev: swim.Event{Kind: swim.EvGossip, Update: swim.Update{State: swim.Dead, Host: d.cfg.HostID}}, deleted: true})
 }
 
 // swimRejoined tells the host's swim node that it is registered again

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -137,7 +138,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	err := d.joinRetry(ctx, d.cfg.JoinCallTimeout, func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
-			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
+			Dialled: d.cfg.Join, Join: true, Info: d.self, Detector: d.helloDetector()}, d.cfg.MaxFrame)
 		return err
 	})
 	if err != nil {
@@ -328,6 +329,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		}
 		if role != pki.RoleDaemon || cert.Master {
 			refuse(fmt.Sprintf("%s cannot join as a host: it needs a host certificate of its own", cert))
+			return
+		}
+		if h.Detector != d.helloDetector() {
+			refuse(fmt.Sprintf("the host's failure detector is %q, the master's %q: give every daemon the same --detector",
+				cmp.Or(h.Detector, DetectorMaster), d.cfg.Detector))
 			return
 		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says

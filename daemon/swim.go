@@ -52,6 +52,15 @@ func checkDetector(s string) error {
 	return fmt.Errorf("%w %q: want %s or %s", ErrDetector, s, DetectorMaster, DetectorSwim)
 }
 
+// helloDetector is this daemon's detector as its hello names it: "" for
+// DetectorMaster, so that a default hello is as it was.
+func (d *Daemon) helloDetector() string {
+	if d.cfg.Detector == DetectorMaster {
+		return ""
+	}
+	return d.cfg.Detector
+}
+
 // reasonSwimDead starts the reason of a deletion by the swim detector.
 const reasonSwimDead = "declared dead by its peers"
 

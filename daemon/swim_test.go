@@ -276,3 +276,23 @@ func FuzzSwimFrames(f *testing.F) {
 		}
 	})
 }
+
+// TestSwimDetectorMismatchRefused: a host whose failure detector is not
+// the master's is refused at its join, with the flag to fix it.
+func TestSwimDetectorMismatchRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := transport.NewMem(&partitions{}, frameLen)
+		vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
+			Detector: DetectorSwim, Output: &syncBuffer{}})
+		if err == nil {
+			_ = d.Halt(ctx)
+			t.Fatal("a swim host joined a master that runs the master detector")
+		}
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--detector") {
+			t.Errorf("join: %v", err)
+		}
+	})
+}

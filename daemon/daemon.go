@@ -100,7 +100,8 @@ type Config struct {
 	// is sent again (default the larger of 2s and two heartbeats). Over
 	// QUIC only a broken connection loses messages.
 	RTO time.Duration
-	// Heartbeat is how often a daemon pings the master (default 1s);
+	// Heartbeat is how often a daemon pings the master (default 1s; under
+	// DetectorSwim, how often a host probes another instead);
 	// DeadAfter is how long without a word before the master deletes a
 	// host it suspects, or a host gives up on the master (default 5
 	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times

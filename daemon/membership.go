@@ -55,6 +55,15 @@ type membership struct {
 	// otherwise), and refOut its effects waiting for refFlush.
 	ref    *swim.Referee
 	refOut []swim.RefEffect
+	// accused are the hosts the referee shows suspected or dead (being
+	// checked): their liveness is "suspected".
+	accused map[task.HostID]bool
+}
+
+// swimAccused says whether the swim referee shows h suspected or being
+// checked (n.mu held).
+func (n *network) swimAccused(h task.HostID) bool {
+	return n.mem != nil && n.mem.accused[h]
 }
 
 // reasonSilent starts the reason of a deletion by the failure detector.
@@ -106,7 +115,7 @@ func (d *Daemon) startMembership() error {
 	if err != nil {
 		return err
 	}
-	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}, accused: map[task.HostID]bool{}}
 	if d.swimOn() {
 		if d.nw.mem.ref, err = swim.NewReferee(d.swimConfig()); err != nil {
 			return err
@@ -138,7 +147,7 @@ func (d *Daemon) Detection() Detection {
 	x.DeadNow = m.DeadTimeout()
 	x.MaxDead = c.DeadAfter * time.Duration(1+c.MaxHealth)
 	for id := range n.hosts {
-		if m.State(id) == member.Suspected {
+		if m.State(id) == member.Suspected || n.swimAccused(id) {
 			x.Suspected++
 		}
 	}
@@ -203,6 +212,9 @@ func (n *network) liveness(hs []HostInfo, now time.Time) {
 		hs[i].Liveness = st.String()
 		if n.mem.pending[hs[i].ID] {
 			hs[i].Liveness = livenessRejoining
+		}
+		if n.swimAccused(hs[i].ID) {
+			hs[i].Liveness = member.Suspected.String()
 		}
 		if st == member.Suspected {
 			hs[i].SilentMS = n.mem.m.Silent(hs[i].ID, now).Milliseconds()

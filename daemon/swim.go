@@ -229,7 +229,7 @@ func (d *Daemon) swimPerform(effs []swim.Effect) {
 }
 
 // swimCall makes one call of the swim detector to the master, bounded by
-// a probe interval's worth of time and the join call's.
+// JoinCallTimeout (the node reports again until the master confirms).
 func (d *Daemon) swimCall(method string, args any) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.JoinCallTimeout)
 	defer cancel()
@@ -394,7 +394,19 @@ func (n *network) refStep(now time.Time, ev swim.RefEvent) bool {
 	if n.mem == nil || n.mem.ref == nil {
 		return false
 	}
-	n.mem.refOut = append(n.mem.refOut, n.mem.ref.Step(now, ev)...)
+	if ev.Kind == swim.RefAdmit || ev.Kind == swim.RefRemove {
+		delete(n.mem.accused, ev.Host)
+	}
+	effs := n.mem.ref.Step(now, ev)
+	for _, e := range effs {
+		switch {
+		case e.Kind == swim.RefShow && e.State == swim.Alive, e.Kind == swim.RefDelete:
+			delete(n.mem.accused, e.Host)
+		case e.Kind == swim.RefShow:
+			n.mem.accused[e.Host] = true
+		}
+	}
+	n.mem.refOut = append(n.mem.refOut, effs...)
 	return true
 }
 

@@ -312,3 +312,31 @@ func TestSwimDetectorMismatchRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSwimSlowHostNotDeleted: a host whose every frame comes 100 ms late
+// (frozen, or behind a congested link) fails its peers' 10 ms probes and
+// is accused, but answers the master's checks within --dead-after: it is
+// not deleted, and its task runs on.
+func TestSwimSlowHostNotDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &partitions{}
+		vm := swimVM(t, 4, p, Config{DeadAfter: time.Second})
+		m, h3 := vm.Master(), vm.Daemons[2]
+		tid := spawnOn(t, m, "h3", idler(t))
+		p.slowDown(h3.Addr(), 100*time.Millisecond)
+		time.Sleep(5 * time.Second)
+		if m.nw.swimChecks.Load() == 0 {
+			t.Fatal("the slow host was never accused: the master checked nobody")
+		}
+		if _, ok := hostInfo(m, "h3"); !ok || !runsOn(h3, tid) || m.Rollbacks() != 0 {
+			t.Errorf("h3 listed %v, its task runs %v, %d rollbacks", ok, runsOn(h3, tid), m.Rollbacks())
+		}
+		p.slowDown("", 0)
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := onceAtAll(vm); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

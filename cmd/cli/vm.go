@@ -111,6 +111,9 @@ func daemonCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)
 			}
+			if det := c.String("detector"); det != daemon.DetectorMaster && det != daemon.DetectorSwim {
+				return cli.Exit(fmt.Sprintf("daemon: --detector %q: want %s or %s", det, daemon.DetectorMaster, daemon.DetectorSwim), 2)
+			}
 			via, err := daemon.ParseVia(c.String("sched-via"))
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)

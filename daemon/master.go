@@ -851,7 +851,17 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		js = d.newJob("", a.Req.Type, a.Opts)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
-		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
+		// The root runs on the master's host, but where the master hosts
+		// no tasks: there it is placed as a spawn is, so that the
+		// master's loss takes no task of the job with it.
+		start := d.startLocal
+		if d.cfg.MasterNoTasks {
+			start = d.spawnAnywhere
+		}
+		tids, err := start(ctx, 0, js.id, a.Req)
+		if err == nil && len(tids) == 0 {
+			err = fmt.Errorf("start the root of job %d: no task started", js.id)
+		}
 		if err != nil {
 			d.endJob(js)
 			return TaskInfo{}, err

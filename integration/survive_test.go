@@ -171,3 +171,77 @@ func TestLostWithoutCheckpointOfProcesses(t *testing.T) {
 	})
 	t.Logf("the command exited %d %v after the loss; tasks left %v; it said:\n%s", code, took.Round(time.Millisecond), ts, errOut)
 }
+
+// TestMasterLossOfProcesses: `dpvm run --checkpoint-every` of squares on a
+// master and two hosts; once a checkpoint is complete, the master daemon
+// is SIGKILLed and one is started again at its address with --recover.
+// A recovered master does not take jobs back, so the job cannot be
+// followed: the command says the job was lost with its master and how to
+// run it again, kills what is left of it and exits non-zero; `dpvm
+// restart` of its directory then prints the sum of an uninterrupted run.
+// With --no-tasks every task of the job runs on the hosts and survives
+// the master until the command kills it; without, those on the master's
+// host die with it. Before, the command ended with the bare "attach: job
+// N: no such job", the job's tasks on the hosts ran on, unowned, and the
+// run's root was on the master's host even under --no-tasks.
+func TestMasterLossOfProcesses(t *testing.T) {
+	for _, noTasks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("no-tasks=%v", noTasks), func(t *testing.T) {
+			const n = 3_000_000
+			shared := t.TempDir()
+			flags := []string{"--shared-dir", shared, "--master-grace", "60s"}
+			if noTasks {
+				flags = append(flags, "--no-tasks")
+			}
+			v := startVM(t, 2, flags...)
+			run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms",
+				"squares", "-n", fmt.Sprint(n), "-workers", "4")
+			var job uint64
+			ts := waitTasks(t, v, run, func(ts []psTask) bool {
+				job = 0
+				for _, x := range ts {
+					job = x.Job
+				}
+				return len(ts) == 5
+			})
+			for _, x := range ts {
+				if noTasks && x.Host == "h1" {
+					t.Fatalf("task %s of the job on the master's host under --no-tasks: %v", x.TID, ts)
+				}
+			}
+			jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job))
+			deadline := time.Now().Add(60 * time.Second)
+			for manifests(jobDir) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			_ = v.master.cmd.Process.Signal(syscall.SIGKILL)
+			v.master.wait()
+			m2 := start(t, "recovered master", nil, append(append([]string{"daemon", "--master", "--recover", "--listen", v.addr,
+				"--heartbeat", "100ms", "--dead-after", "2s"}, flags...), v.creds.master()...)...)
+			m2.waitFor(listening, true)
+			code := run.wait()
+			errOut := run.err.String()
+			if code == 0 || !strings.Contains(errOut, fmt.Sprintf("job %d was lost with its master", job)) ||
+				!strings.Contains(errOut, "dpvm restart") {
+				t.Fatalf("the command through its master's loss: status %d\n%s\n%s", code, errOut, m2.err.String())
+			}
+			left := waitTasks(t, v, run, func(ts []psTask) bool {
+				for _, x := range ts {
+					if x.Job == job {
+						return false
+					}
+				}
+				return true
+			})
+			code, out, rerr := dpvm(t, v.env, "restart", jobDir)
+			want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
+			if code != 0 || !strings.Contains(out, want) {
+				t.Fatalf("restart after the master's loss: status %d, want %q\n%s\n%s", code, want, out, rerr)
+			}
+			t.Logf("tasks before %v; after %v; the command said:\n%s", ts, left, errOut)
+		})
+	}
+}

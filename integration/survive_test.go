@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -244,4 +246,155 @@ func TestMasterLossOfProcesses(t *testing.T) {
 			t.Logf("tasks before %v; after %v; the command said:\n%s", ts, left, errOut)
 		})
 	}
+}
+
+// TestSurviveKillOfProcesses is the survival measurement of `dpvm npb cg
+// --np 4 --checkpoint-every`: on a master (--no-tasks) and two host
+// daemons, the host of one of the job's tasks, picked at random (the
+// root's included), is SIGKILLed at a random moment, and the command must
+// exit 0 with the benchmark verified. Seeded: the same seed picks the same
+// moments and tasks. By default it makes one run of class W with a
+// checkpoint every 100 ms, the kill 0–300 ms after the first complete
+// checkpoint. The environment sets a measurement:
+//
+//	DPVM_SURVIVE_RUNS=20      how many runs
+//	DPVM_SURVIVE_CLASS=B      the class
+//	DPVM_SURVIVE_EVERY=1s     the checkpoint period (1s for B and C, else 100ms)
+//	DPVM_SURVIVE_WINDOW=5s-30s  the kill moment after the command's start
+//	                          (the default for B and C; otherwise after
+//	                          the first complete checkpoint, 0s-300ms)
+//	DPVM_SURVIVE_SEED=1       the seed
+//
+// A run that ended before its kill moment is counted apart; the test
+// fails if a killed run did not finish verified, or if no run was killed.
+func TestSurviveKillOfProcesses(t *testing.T) {
+	env := func(k, def string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	runs, err := strconv.Atoi(env("DPVM_SURVIVE_RUNS", "1"))
+	if err != nil || runs < 1 {
+		t.Fatalf("DPVM_SURVIVE_RUNS=%q: want a positive count", os.Getenv("DPVM_SURVIVE_RUNS"))
+	}
+	class := strings.ToUpper(env("DPVM_SURVIVE_CLASS", "W"))
+	big := class == "B" || class == "C"
+	every := env("DPVM_SURVIVE_EVERY", map[bool]string{true: "1s", false: "100ms"}[big])
+	fromStart := big || os.Getenv("DPVM_SURVIVE_WINDOW") != ""
+	window := env("DPVM_SURVIVE_WINDOW", map[bool]string{true: "5s-30s", false: "0s-300ms"}[big])
+	lo, hi, ok := strings.Cut(window, "-")
+	from, err1 := time.ParseDuration(lo)
+	to, err2 := time.ParseDuration(hi)
+	if !ok || err1 != nil || err2 != nil || to < from {
+		t.Fatalf("DPVM_SURVIVE_WINDOW=%q: want LOW-HIGH durations", window)
+	}
+	seed, err := strconv.ParseUint(env("DPVM_SURVIVE_SEED", "1"), 10, 64)
+	if err != nil {
+		t.Fatalf("DPVM_SURVIVE_SEED: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 37))
+	var verified, early int
+	var lines []string
+	for i := range runs {
+		at := from + time.Duration(rng.Int64N(int64(to-from)+1))
+		pick := rng.IntN(1 << 20)
+		line, killed, ok := surviveRun(t, class, every, at, fromStart, pick)
+		lines = append(lines, fmt.Sprintf("run %d: %s", i+1, line))
+		switch {
+		case !killed:
+			early++
+		case ok:
+			verified++
+		}
+	}
+	t.Logf("class %s, checkpoint every %s, kill at %s after the %s, seed %d: %d of %d killed runs verified, %d ended before their kill\n%s",
+		class, every, window, map[bool]string{true: "start", false: "first checkpoint"}[fromStart], seed, verified, runs-early, early, strings.Join(lines, "\n"))
+	if verified == 0 && !t.Failed() {
+		t.Fatalf("no run was killed while it ran: every run of class %s ended before its kill moment", class)
+	}
+}
+
+// surviveRun makes one run of TestSurviveKillOfProcesses: the job's task
+// pick (modulo their number) has its host SIGKILLed at after from the
+// command's start (fromStart) or from its first complete checkpoint. It
+// fails the test if the killed run did not finish verified, and returns
+// what happened, whether the kill came while the job ran and whether the
+// run finished verified.
+func surviveRun(t *testing.T, class, every string, after time.Duration, fromStart bool, pick int) (string, bool, bool) {
+	t.Helper()
+	shared := t.TempDir()
+	v := startVM(t, 2, "--shared-dir", shared, "--no-tasks")
+	began := time.Now()
+	run := start(t, "npb cg", v.env, "npb", "cg", "--class", class, "--np", "4", "--json",
+		"--master", v.addr, "--checkpoint-every", every)
+	jobDir := filepath.Join(shared, "job-j1")
+	base := began
+	if !fromStart {
+		for manifests(jobDir) == 0 {
+			select {
+			case <-run.done:
+				return "ended before its first checkpoint", false, false
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Since(began) > 5*time.Minute {
+				t.Fatalf("no checkpoint within 5 min\n%s", run.err.String())
+			}
+		}
+		base = time.Now()
+	}
+	select {
+	case <-run.done:
+		return fmt.Sprintf("ended %v after its start, before its kill", time.Since(began).Round(time.Millisecond)), false, false
+	case <-time.After(time.Until(base.Add(after))):
+	}
+	code, out, _ := dpvm(t, v.env, "ps", "--json")
+	var ts []psTask
+	if err := json.Unmarshal([]byte(out), &ts); code != 0 || err != nil {
+		t.Fatalf("ps: %d %v %s", code, err, out)
+	}
+	var job []psTask
+	for _, x := range ts {
+		if x.Job == 1 {
+			job = append(job, x)
+		}
+	}
+	if len(job) == 0 {
+		return "no task left at its kill moment", false, false
+	}
+	victim := job[pick%len(job)]
+	var host *proc
+	for i, h := range v.hosts {
+		if victim.Host == fmt.Sprintf("h%d", i+2) {
+			host = h
+		}
+	}
+	if host == nil {
+		t.Fatalf("task %s on %s, not a host daemon (--no-tasks): %v", victim.TID, victim.Host, job)
+	}
+	killedAt := time.Since(began)
+	sets := manifests(jobDir)
+	_ = host.cmd.Process.Signal(syscall.SIGKILL)
+	host.wait()
+	select {
+	case <-run.done:
+	case <-time.After(30 * time.Minute):
+		t.Fatalf("the run did not end within 30 min of its kill")
+	}
+	status := 0
+	var ee *exec.ExitError
+	if run.waitErr != nil && asExit(run.waitErr, &ee) {
+		status = ee.ExitCode()
+	}
+	var rep struct {
+		Verified string `json:"verified"`
+	}
+	_ = json.Unmarshal([]byte(run.out.String()), &rep)
+	line := fmt.Sprintf("%s (%s) on %s killed %v after the start, %d sets complete; status %d, %q in %v",
+		victim.TID, victim.Type, victim.Host, killedAt.Round(time.Millisecond), sets, status, rep.Verified, time.Since(began).Round(time.Millisecond))
+	if status != 0 || rep.Verified != "SUCCESSFUL" {
+		t.Errorf("%s\n%s\n%s", line, run.err.String(), v.master.err.String())
+		return line, true, false
+	}
+	return line, true, true
 }

@@ -398,3 +398,150 @@ func surviveRun(t *testing.T, class, every string, after time.Duration, fromStar
 	}
 	return line, true, true
 }
+
+// squaresUnderLoss runs `dpvm run --checkpoint-every 200ms squares` on a
+// master (--no-tasks) and three hosts, h2 to h4, and once a checkpoint is
+// complete calls fault with the VM, the command and the job's tasks. The
+// command must print the sum of an uninterrupted run, say that the job
+// rolled back, and exit 0; it returns what the command said.
+func squaresUnderLoss(t *testing.T, fault func(v *vm, run *proc, job []psTask)) string {
+	t.Helper()
+	const n = 3_000_000
+	shared := t.TempDir()
+	v := startVM(t, 3, "--shared-dir", shared, "--no-tasks")
+	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
+		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	job := waitTasks(t, v, run, func(ts []psTask) bool { return len(ts) == 5 })
+	jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job[0].Job))
+	deadline := time.Now().Add(60 * time.Second)
+	for manifests(jobDir) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fault(v, run, job)
+	code := run.wait()
+	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
+	if code != 0 || !strings.Contains(run.out.String(), want) {
+		t.Fatalf("status %d, want %q\n%s\n%s\n%s", code, want, run.out.String(), run.err.String(), v.master.err.String())
+	}
+	if !regexp.MustCompile(fmt.Sprintf(`dpvm: job %d lost host h\d+ and rolled back to checkpoint \d+`, job[0].Job)).MatchString(run.err.String()) {
+		t.Fatalf("the command did not say the job rolled back:\n%s", run.err.String())
+	}
+	return run.err.String()
+}
+
+// hostProc is host daemon name (h2, h3, …) of v.
+func hostProc(t *testing.T, v *vm, name string) *proc {
+	t.Helper()
+	for i, h := range v.hosts {
+		if name == fmt.Sprintf("h%d", i+2) {
+			return h
+		}
+	}
+	t.Fatalf("no host daemon %s", name)
+	return nil
+}
+
+// waitLog polls p's stderr until re matches after its first skip bytes.
+func waitLog(t *testing.T, p *proc, skip int, re *regexp.Regexp) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if s := p.err.String(); len(s) > skip && re.MatchString(s[skip:]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %v within 60 s:\n%s", p.name, re, p.err.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestHostLostDuringRollbackOfProcesses: squares loses the host of a
+// worker to SIGKILL; the moment the master deletes it, and so starts the
+// job's rollback, a second host with tasks of the job is SIGKILLed too,
+// its kill and restore steps failing or its restored tasks lost. The job
+// rolls back again onto the one host left and finishes with the
+// uninterrupted sum.
+func TestHostLostDuringRollbackOfProcesses(t *testing.T) {
+	said := squaresUnderLoss(t, func(v *vm, run *proc, job []psTask) {
+		on := map[string]bool{}
+		for _, x := range job {
+			on[x.Host] = true
+		}
+		var hs []string
+		for _, h := range []string{"h2", "h3", "h4"} {
+			if on[h] {
+				hs = append(hs, h)
+			}
+		}
+		if len(hs) < 2 {
+			t.Fatalf("the job's tasks on fewer than two hosts: %v", job)
+		}
+		skip := len(v.master.err.String())
+		first := hostProc(t, v, hs[0])
+		_ = first.cmd.Process.Signal(syscall.SIGKILL)
+		first.wait()
+		waitLog(t, v.master, skip, regexp.MustCompile(`msg="host deleted".* peer_name=`+hs[0]))
+		second := hostProc(t, v, hs[1])
+		_ = second.cmd.Process.Signal(syscall.SIGKILL)
+		second.wait()
+	})
+	t.Logf("the command said:\n%s", said)
+}
+
+// TestHostLostDuringRootMoveOfProcesses: squares' root is being moved to
+// another host (`dpvm migrate`) whose daemon is stopped (SIGSTOP), so
+// that the move waits on it; once the master has the move under way (a
+// second migrate is refused: the task is already moving), the origin —
+// or the destination — is SIGKILLed, and the other continued. The move
+// does not commit, the job rolls back (the host lost had tasks of the
+// job) and it finishes with the uninterrupted sum.
+func TestHostLostDuringRootMoveOfProcesses(t *testing.T) {
+	for _, lose := range []string{"origin", "destination"} {
+		t.Run(lose, func(t *testing.T) {
+			said := squaresUnderLoss(t, func(v *vm, run *proc, job []psTask) {
+				var root psTask
+				for _, x := range job {
+					if x.Type == "examples.squares" {
+						root = x
+					}
+				}
+				to := "h2"
+				if root.Host == to {
+					to = "h3"
+				}
+				origin, dest := hostProc(t, v, root.Host), hostProc(t, v, to)
+				_ = dest.cmd.Process.Signal(syscall.SIGSTOP)
+				mv := start(t, "migrate the root", v.env, "migrate", root.TID, "--to", to)
+				for probes := 0; ; probes++ {
+					code, _, errOut := dpvm(t, v.env, "migrate", root.TID, "--to", to, "--timeout", "300ms")
+					if code == 0 {
+						t.Fatalf("a move of %s committed with its destination stopped", root.TID)
+					}
+					if strings.Contains(errOut, "already moving") {
+						break
+					}
+					if probes == 100 {
+						t.Fatalf("no move of %s under way after 100 probes: %s", root.TID, errOut)
+					}
+				}
+				victim, other := origin, dest
+				if lose == "destination" {
+					victim, other = dest, origin
+				}
+				_ = victim.cmd.Process.Signal(syscall.SIGKILL)
+				victim.wait()
+				_ = other.cmd.Process.Signal(syscall.SIGCONT)
+				code := mv.wait()
+				if code == 0 {
+					t.Fatalf("the move of %s committed although its %s was lost: %s", root.TID, lose, mv.out.String())
+				}
+				t.Logf("migrate %s from %s to %s, the %s killed mid-move: status %d %s", root.TID, root.Host, to, lose, code, mv.err.String())
+			})
+			t.Logf("the command said:\n%s", said)
+		})
+	}
+}

@@ -21,45 +21,6 @@ import (
 // a host other than the master driving a move or checkpoint step.
 var ErrForbidden = errors.New("forbidden")
 
-// adminMethods are the client methods only an admin may call: they act on
-// the whole virtual machine rather than on one's own jobs.
-var adminMethods = map[string]bool{mHalt: true, mDelete: true, mInject: true}
-
-// masterSteps are the daemon-to-daemon methods only the master's
-// certificate may call: the steps of a move, of a job checkpoint and of a
-// rollback, and load injection on a host.
-var masterSteps = map[string]bool{
-	mMigInfo: true, mMigPrep: true, mMigSusp: true, mMigSend: true, mMigLoad: true, mMigDone: true, mMigBack: true, mMigDrop: true,
-	mCkPause: true, mCkQuiet: true, mCkWrite: true, mCkResume: true, mCkKill: true,
-	mCkLoad: true, mCkGo: true, mCkDrop: true, mCkFloor: true,
-	mInjectHere: true,
-}
-
-// authorize says whether the holder of p's certificate may call method. A
-// call this daemon makes to itself (p nil) is always allowed.
-func authorize(p *peer, method string) error {
-	if p == nil {
-		return nil
-	}
-	c := p.cert
-	switch {
-	case c.Role.Client():
-		if !clientMethods[method] {
-			return fmt.Errorf("method %q is not open to clients (%s): %w", method, c, ErrForbidden)
-		}
-		if adminMethods[method] && c.Role != pki.RoleAdmin {
-			return fmt.Errorf("method %q needs an admin certificate (%s): %w", method, c, ErrForbidden)
-		}
-	case c.Role == pki.RoleDaemon:
-		if masterSteps[method] && !c.Master {
-			return fmt.Errorf("method %q is the master's to call, not %s's: %w", method, c.Name, ErrForbidden)
-		}
-	default:
-		return fmt.Errorf("method %q: unknown role %q: %w", method, c.Role, ErrForbidden)
-	}
-	return nil
-}
-
 // audit records a control call a person made: who (certificate name and
 // role), what, and the outcome.
 func (d *Daemon) audit(p *peer, method string, err error) {
@@ -370,22 +331,48 @@ func (d *Daemon) dropRevoked() {
 	if n == nil || rv.Len() == 0 {
 		return
 	}
+	d.dropCerts(func(c pki.Peer) bool { return rv.Has(c.Serial) }, "revoked", true)
+}
+
+// dropExpired drops the connections whose certificates have expired by
+// now (a handshake checks a certificate's dates, a connection made before
+// it expired would otherwise live on). A host whose certificate expired
+// cannot connect again with it: unless it has taken up a renewal and
+// registers again (Config.MasterGrace), it is lost to the master's
+// failure detector, and its jobs roll back.
+func (d *Daemon) dropExpired(now time.Time) {
+	if d.nw == nil {
+		return
+	}
+	d.dropCerts(func(c pki.Peer) bool { return !c.NotAfter.IsZero() && now.After(c.NotAfter) }, "expired", false)
+}
+
+// dropCerts closes the connections whose certificates doomed says must
+// go, saying why (revoked, expired). With remove, at the master, a host
+// whose certificate goes is deleted at once as a lost host is (its jobs
+// roll back): it can never register again with it.
+func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool) {
+	n := d.nw
 	n.mu.Lock()
-	var doomed []*peer
+	var ps []*peer
 	for _, p := range n.peers {
-		if rv.Has(p.cert.Serial) {
-			doomed = append(doomed, p)
+		if doomed(p.cert) {
+			ps = append(ps, p)
 		}
 	}
 	for p := range n.clients {
-		if rv.Has(p.cert.Serial) {
-			doomed = append(doomed, p)
+		if doomed(p.cert) {
+			ps = append(ps, p)
 		}
 	}
 	n.mu.Unlock()
-	for _, p := range doomed {
-		d.log.Warn("dropped the connection of a revoked certificate", "certificate", p.cert.String(), "serial", p.cert.Serial, "from", p.conn.RemoteAddr())
-		p.close(fmt.Errorf("the certificate of %s is revoked", p.cert))
+	for _, p := range ps {
+		d.log.Warn("dropped the connection of a certificate "+why, "certificate", p.cert.String(), "serial", p.cert.Serial, "from", p.conn.RemoteAddr())
+		err := fmt.Errorf("the certificate of %s is %s", p.cert, why)
+		if remove && d.cfg.Master && p.role == pki.RoleDaemon && p.info.ID != 0 {
+			d.removeHost(p.info.ID, err.Error())
+		}
+		p.close(err)
 	}
 }
 

@@ -41,7 +41,8 @@ func TestAuthorizeTable(t *testing.T) {
 		{user, mJoin, false}, {user, mMigSusp, false}, {user, mCkLoad, false}, {user, mStart, false},
 		{admin, mHalt, true}, {admin, mDelete, true}, {admin, mInject, true},
 		{admin, mMigSend, false}, {admin, mCkWrite, false}, {admin, mInjectHere, false},
-		{host, mJoin, true}, {host, mWait, true}, {host, mStart, true},
+		{host, mJoin, true}, {host, mWait, true}, {host, mStart, false}, {host, mWatch, false},
+		{master, mStart, true}, {master, mWatch, true},
 		{host, mMigSusp, false}, {host, mMigLoad, false}, {host, mCkPause, false}, {host, mCkLoad, false}, {host, mInjectHere, false},
 		{master, mMigSusp, true}, {master, mCkLoad, true}, {master, mInjectHere, true},
 		{stranger, mPS, false},
@@ -96,6 +97,11 @@ func TestRolesOverQUIC(t *testing.T) {
 	}
 	if err := h3.callHost(ctx, 2, mCkPause, ckStep{Job: 1}, nil); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("a host drove a checkpoint step: %v", err)
+	}
+	// Nor start tasks there: a host's spawns go through the master, which
+	// counts them against the quotas.
+	if err := h3.callHost(ctx, 2, mStart, spawnArgs{Req: task.SpawnRequest{Type: "x", Count: 1}}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a host started tasks on another: %v", err)
 	}
 
 	// A daemon holding h3's certificate says it is h2.

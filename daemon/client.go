@@ -224,11 +224,28 @@ func (c *Client) call(ctx context.Context, method string, args, out any) error {
 	}
 	// The master's answer says what went wrong and the caller knows
 	// which operation it asked for: neither is repeated here.
-	return c.calls.await(ctx, id, ch, closed, func() error {
+	err = c.calls.await(ctx, id, ch, closed, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.err
 	}, out)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		c.cancel(id)
+	}
+	return err
+}
+
+// cancel tells the master that the call id is given up, so that the work
+// it does for it stops; the answer to that is not awaited.
+func (c *Client) cancel(id uint64) {
+	cid, _, b, err := c.calls.start(mCancel, cancelArgs{ID: id})
+	if err != nil {
+		return
+	}
+	c.calls.forget(cid)
+	c.wmu.Lock()
+	_, _ = c.st.Write(routing.AppendFrame(nil, routing.KindCall, b))
+	c.wmu.Unlock()
 }
 
 // CallRaw sends the control call method with body, msgpack bytes sent as
@@ -311,7 +328,8 @@ func (c *Client) KillJob(ctx context.Context, job uint64) (int, error) {
 	return rep.N, err
 }
 
-// Delete removes a host (by name or "h<ID>") from the virtual machine.
+// Delete removes a host (by name or "h<ID>"; "name:N" or "id:hN" where a
+// name is another host's ID) from the virtual machine.
 func (c *Client) Delete(ctx context.Context, host string) error {
 	return c.call(ctx, mDelete, hostArgs{Host: host}, nil)
 }

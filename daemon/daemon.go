@@ -151,6 +151,14 @@ type Config struct {
 	// DefaultMaxSpawn); MaxTasks how many tasks this daemon hosts at most
 	// (default DefaultMaxTasks). Larger requests fail with ErrLimit.
 	MaxSpawn, MaxTasks int
+	// MaxUserTasks and MaxUserJobs are how many live tasks and jobs one
+	// user may hold in the virtual machine (the tasks outside jobs they
+	// spawned and those of their jobs), and MaxJobTasks how many live
+	// tasks one job may hold (defaults DefaultMaxUserTasks,
+	// DefaultMaxUserJobs, DefaultMaxJobTasks); the master counts them. A
+	// spawn or a job past them fails with ErrLimit. Admins are not held
+	// to the users' bounds; their jobs are held to MaxJobTasks.
+	MaxUserTasks, MaxUserJobs, MaxJobTasks int
 	// MaxGroups is how many groups the master's group server holds at
 	// once, MaxGroupName the longest group name in bytes, MaxGroupMembers
 	// how many instances one group may have (defaults DefaultMaxGroups,
@@ -169,6 +177,23 @@ type Config struct {
 	// closed at once and logged as refused. Over QUIC, MaxConns also
 	// bounds connections still in their handshake (Transport.MaxConns).
 	MaxConns, MaxConnsPerPeer int
+	// MaxForgeries is how many frames making claims about tasks their
+	// host does not hold (routing.Judge) a daemon connection may send
+	// within ForgeryWindow before it is closed (defaults
+	// DefaultMaxForgeries, DefaultForgeryWindow). Each such claim is
+	// refused whatever the count; an honest host makes one only while a
+	// route is on its way to this daemon, and its refused messages are
+	// resent.
+	MaxForgeries  int
+	ForgeryWindow time.Duration
+	// FrameBudget bounds the bytes of large frame bodies (of
+	// routing.BudgetFrom or more) the readers of all connections hold at
+	// once, from before a body is allocated until the frame has been
+	// handled, and FrameBudgetPerCert those of the connections made with
+	// one certificate (defaults DefaultFrameBudget,
+	// DefaultFrameBudgetPerCert; neither below MaxFrame): a frame that
+	// does not fit waits, and its connection is not read meanwhile.
+	FrameBudget, FrameBudgetPerCert int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
@@ -347,6 +372,15 @@ func (c *Config) setDefaults() {
 	if c.MaxTasks <= 0 {
 		c.MaxTasks = DefaultMaxTasks
 	}
+	if c.MaxUserTasks <= 0 {
+		c.MaxUserTasks = DefaultMaxUserTasks
+	}
+	if c.MaxUserJobs <= 0 {
+		c.MaxUserJobs = DefaultMaxUserJobs
+	}
+	if c.MaxJobTasks <= 0 {
+		c.MaxJobTasks = DefaultMaxJobTasks
+	}
 	if c.MaxGroups <= 0 {
 		c.MaxGroups = DefaultMaxGroups
 	}
@@ -368,12 +402,26 @@ func (c *Config) setDefaults() {
 	if c.MaxConnsPerPeer <= 0 {
 		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
 	}
+	if c.MaxForgeries <= 0 {
+		c.MaxForgeries = DefaultMaxForgeries
+	}
+	if c.ForgeryWindow <= 0 {
+		c.ForgeryWindow = DefaultForgeryWindow
+	}
 	if c.Transport.MaxConns <= 0 {
 		c.Transport.MaxConns = c.MaxConns // QUIC refuses one more before its handshake
 	}
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = routing.DefaultMaxFrame
 	}
+	if c.FrameBudgetPerCert <= 0 {
+		c.FrameBudgetPerCert = DefaultFrameBudgetPerCert
+	}
+	if c.FrameBudget <= 0 {
+		c.FrameBudget = DefaultFrameBudget
+	}
+	c.FrameBudgetPerCert = max(c.FrameBudgetPerCert, c.MaxFrame)
+	c.FrameBudget = max(c.FrameBudget, c.FrameBudgetPerCert)
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
@@ -567,6 +615,8 @@ type Daemon struct {
 	// Trust: keys, revocations, credentials, refusals (auth.go, renew.go).
 	secret     atomic.Pointer[pki.Keyring] // the cluster secret: Config.Secret, or the master's
 	refusals   refusalLog
+	forgeLog   refusalLog                  // refused claims about tasks (claims.go)
+	frames     *frameBudget                // large frame bodies held by the connections' readers (budget.go)
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
@@ -615,6 +665,7 @@ func newDaemon(cfg Config) *Daemon {
 		rep:      reports{kick: make(chan struct{}, 1)},
 		self:     HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 		met:      cfg.Metrics,
+		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert),
 	}
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})
@@ -1219,6 +1270,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type jobWriter struct {
 	d   *Daemon
 	job uint64
+	tid task.TID // the writing task: the master checks that the host runs it
 }
 
 func (w jobWriter) Write(p []byte) (int, error) {
@@ -1226,7 +1278,7 @@ func (w jobWriter) Write(p []byte) (int, error) {
 		return w.d.jobOut(w.job, p)
 	}
 	b := append([]byte(nil), p...)
-	if err := w.d.sendEvent(w.d.ctx, MasterID, &event{Kind: evOutput, Job: w.job, Output: b}); err != nil {
+	if err := w.d.sendEvent(w.d.ctx, MasterID, &event{Kind: evOutput, Job: w.job, TID: w.tid, Output: b}); err != nil {
 		return 0, err
 	}
 	return len(p), nil

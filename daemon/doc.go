@@ -76,20 +76,29 @@
 //     and their arrivals (incoming with move 0) are the shell's, which
 //     the move machine learns of through move.Local.Restoring.
 //   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
-//     machine (routing/move), which holds every move under way and the
-//     virtual machine's epoch clock, the driver's record of each move
-//     (runs), the kills under way, what a recovered master learnt of
-//     the moves its predecessor left half done, and the type and job of
-//     the tasks moved before (facts: asked of the origin before a task's
-//     first move; the origin checks them at the suspend step, so a move on
-//     a stale record aborts before anything is captured). The machine
-//     decides; the driver (migrate.go: perform, callStep, moveTick,
-//     movesHostLost) takes its actions after releasing mv.mu, runs each
-//     step's call (on Migrate's own goroutine while its caller waits, else
-//     on a tracked goroutine) bounded by a timeout from Config
-//     (MoveStepTimeout, MoveTimeout, MoveTransferTimeout), and feeds the
-//     outcome back (a suspend the origin refused, as with no safe point
-//     in time or no such task, ends the move with nothing to resume); the
+//     machine (routing/move), which holds every move under way, the
+//     kills under way that hold a job's moves, what a recovered master
+//     learnt of the moves its predecessor left half done, and the virtual
+//     machine's epoch clock; the driver's record of each move (runs: what
+//     a step's request carries, the channel Migrate waits on, the
+//     measurements), and the type and job of the tasks moved before (facts:
+//     asked of the origin before a task's first move; the origin checks
+//     them at the suspend step, so a move on a stale record aborts before
+//     anything is captured). The machine decides, through its one seam,
+//     Step(now, Event) []Action: which step follows which, each step's
+//     timeout, when a failed abort or commit step goes again, which moves
+//     a host's loss or a job's rollback ends, which moves may start, and
+//     when and how a half-done move of a previous master is settled. The
+//     driver (migrate.go: Migrate, step, perform, moveTick, dropJobMoves,
+//     movesHostLost; recover.go: recovering, resolveMoves) feeds it events
+//     (a move asked for, a step's answer translated into an outcome, a
+//     heartbeat tick, a host deleted, a job rolled back or killed, a
+//     host's report to a recovered master, the hosts back) and performs its
+//     actions after releasing mv.mu: it runs each step's call (on
+//     Migrate's own goroutine while its caller waits, else on a tracked
+//     goroutine) bounded by the action's timeout (from Config:
+//     MoveStepTimeout, MoveTimeout, MoveTransferTimeout), sets and
+//     broadcasts routes, and wakes whoever waits for a move; the
 //     goroutine that performed a move's step performs its next one. The
 //     hosts' move machines check the move ID of every step (a step of a
 //     move a host has cancelled or resumed the task for is refused), and,
@@ -118,11 +127,21 @@
 //     its restore fails. Restart epochs come from
 //     the move machine's clock, so that they are above every epoch handed
 //     out before, also for tasks whose routes the master has forgotten.
-//   - Membership (master, membership.go): the failure detector and the
-//     admission bucket (routing/member, pure), under nw.mu with the host
-//     registry they judge; checkHosts feeds the detector every heartbeat
-//     and carries out its verdicts (a suspicion shown, a death deleting
-//     the host) after releasing the lock.
+//   - Membership (master, membership.go): the membership machine
+//     (routing/member.Machine, pure: the failure detector, the admission
+//     bucket and the deleted hosts that may come back, behind one seam,
+//     Step(now, Event) []Effect), under nw.mu with the host registry it
+//     judges. It decides whom to admit and how long the others wait,
+//     which hosts are suspected, cleared or deleted, when failure
+//     detection widens, and which deleted host is taken back. The driver
+//     feeds it registrations (admissionWait, readmit), hosts registered
+//     and deleted (watchHost, forgetHost) and, every heartbeat, what was
+//     heard from each host and a tick (checkHosts); it performs the
+//     effects (a suspicion or a health change logged, a dead host
+//     deleted, a busy answer sent, a host taken back), removing hosts
+//     after releasing the lock. The hosts rejoining after their deletion,
+//     not yet announced, are the driver's (membership.pending: read by
+//     the network's handshake and peers).
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.
@@ -131,6 +150,17 @@
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
 //     kept for its next direct checkpoint, under that peer's ckpt.mu
 //     (bulk.go), taken with no other lock held.
+//   - Owners and quotas (owners, owners.go; Daemon.owners, master), under
+//     owners.mu: who started each job and spawned each task outside a
+//     job, and the live tasks and jobs counted against the quotas
+//     (Config.MaxUserTasks, MaxUserJobs, MaxJobTasks); it locks on its own
+//     and calls nothing that locks.
+//
+// Control calls: one table (methods.go) declares each method with its
+// typed request and answer, who may call it and what a user's call must
+// own; serveMethod dispatches and authorizes from it alone, and a call a
+// daemon makes to itself skips the codec (callLocal). A client's calls
+// run under a context that ends with its connection.
 //
 // Lock order: rep.mu, then rt.mu, then ht.mu, then nw.mu; mv.mu, then
 // nw.mu (mv.mu is never taken with rt.mu or ht.mu held, nor held while
@@ -140,6 +170,11 @@
 // held across a call to another daemon: a move's steps run with mv.mu
 // released, and a resume (of a move, or of a job's checkpoint) that must
 // wait for a checkpoint being written waits with ht.mu released.
+//
+// Claims: every frame another daemon sends is judged, claim by claim,
+// against the host its certificate proves and this daemon's route table
+// (routing.Judge; claims.go): what a host says about a task it does not
+// host is dropped, logged, counted, and too many close its connection.
 //
 // Goroutines: tasks (wg), network loops and move steps (bg, through
 // goFunc); all end when the daemon stops.

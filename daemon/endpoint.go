@@ -17,13 +17,16 @@ import (
 )
 
 // hosted implements task.Endpoint: the calls a task's Ctx makes.
-var _ task.Endpoint = (*hosted)(nil)
+var (
+	_ task.Endpoint     = (*hosted)(nil)
+	_ task.FuncReceiver = (*hosted)(nil)
+)
 
 func (h *hosted) Self() task.TID                                   { return h.tid }
 func (h *hosted) Parent() task.TID                                 { return h.parent }
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
-func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job} }
+func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job, h.tid} }
 func (h *hosted) Logger() *slog.Logger                             { return h.d.taskLog(h) }
 func (h *hosted) Exit(status int)                                  { h.exitStatus, h.exitCalled = status, true }
 func (h *hosted) alive() error                                     { return h.ctxErr(h.ctx) }
@@ -128,13 +131,19 @@ func (h *hosted) SendSafe(ctx context.Context, to task.TID, tag int, p task.Payl
 }
 
 func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (task.Message, bool, error) {
+	return h.RecvFunc(ctx, from, tag, nil, wait)
+}
+
+// RecvFunc is Recv taking only a message match accepts as well
+// (task.FuncReceiver).
+func (h *hosted) RecvFunc(ctx context.Context, from task.TID, tag int, match func(task.Status) bool, wait bool) (task.Message, bool, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return task.Message{}, false, err
 	}
 	if waited := h.waitStarted(); waited != nil {
 		defer waited()
 	}
-	e, ok, err := h.mb.get(ctx, h.dead(), from, tag, wait)
+	e, ok, err := h.mb.getOr(ctx, h.dead(), nil, from, tag, match, wait)
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
 			err = task.ErrKilled
@@ -148,6 +157,12 @@ func (h *hosted) Recv(ctx context.Context, from task.TID, tag int, wait bool) (t
 }
 
 func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Message, bool, error) {
+	return h.RecvFuncSafe(ctx, from, tag, nil)
+}
+
+// RecvFuncSafe is RecvSafe taking only a message match accepts as well
+// (task.FuncReceiver).
+func (h *hosted) RecvFuncSafe(ctx context.Context, from task.TID, tag int, match func(task.Status) bool) (task.Message, bool, error) {
 	if err := h.ctxErr(ctx); err != nil {
 		return task.Message{}, false, err
 	}
@@ -164,7 +179,7 @@ func (h *hosted) RecvSafe(ctx context.Context, from task.TID, tag int) (task.Mes
 	// between the task's safe points.
 	h.safeSeen(time.Now())
 	h.safeWait.Store(true)
-	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, true)
+	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, match, true)
 	h.safeAt.Store(time.Now().UnixNano())
 	h.safeWait.Store(false)
 	if err != nil || !ok {

@@ -12,36 +12,31 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// controlMethods is every control method a daemon serves (append a new
-// one here: FuzzControlHandlers runs each).
+// controlMethods is every control method of the table, in the order the
+// committed corpus of FuzzControlHandlers numbers them (a new method goes
+// at the end: TestControlMethodsListed holds the list to the table).
 var controlMethods = []string{
 	mRun, mSpawn, mStart, mKill, mKillJob, mJoin, mLeave, mMembers, mBarrier, mLeaveAll,
 	mNotify, mWatch, mPS, mWait, mSchedStatus, mInject, mInjectHere, mConf, mDelete, mHalt,
 	mSendCheck, mCheckpoint,
 	mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
 	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
+	mCancel,
 }
 
-// TestControlMethodsListed: every method the handler knows is in
-// controlMethods, so the fuzz target covers it.
+// TestControlMethodsListed: controlMethods and the table name the same
+// methods, and an unknown one is refused.
 func TestControlMethodsListed(t *testing.T) {
 	listed := map[string]bool{}
 	for _, m := range controlMethods {
 		listed[m] = true
-	}
-	for m := range clientMethods {
-		if !listed[m] {
-			t.Errorf("client method %q is not in controlMethods", m)
+		if methods[m] == nil {
+			t.Errorf("method %q is not in the table", m)
 		}
 	}
-	for m := range masterSteps {
+	for _, m := range methodNames() {
 		if !listed[m] {
-			t.Errorf("master step %q is not in controlMethods", m)
-		}
-	}
-	for m := range masterMethods {
-		if !listed[m] {
-			t.Errorf("master method %q is not in controlMethods", m)
+			t.Errorf("method %q of the table is not in controlMethods", m)
 		}
 	}
 	d := New(Config{Output: &syncBuffer{}})

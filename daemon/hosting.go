@@ -151,8 +151,8 @@ func (ht *hosting) localLocked(tid task.TID, route uint64) move.Local {
 	return l
 }
 
-// answer is a step's answer among its effects: the last one.
-func answer(fx []move.HostEffect) move.HostEffect {
+// stepAnswer is a move step's answer among its effects: the last one.
+func stepAnswer(fx []move.HostEffect) move.HostEffect {
 	if len(fx) == 0 {
 		return move.HostEffect{Kind: move.DoOK}
 	}

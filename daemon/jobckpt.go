@@ -135,27 +135,13 @@ const (
 	mCkKill   = "ckpt.kill" // a job rolls back: end its tasks here quietly
 )
 
-// handleJobCkpt serves the job checkpoint steps on a host.
-func (d *Daemon) handleJobCkpt(ctx context.Context, method string, body []byte) (any, error) {
-	var a ckStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mCkPause:
-		return d.pauseJob(ctx, a)
-	case mCkQuiet:
-		return d.quietJob(a)
-	case mCkWrite:
-		return d.writeJob(a)
-	case mCkResume:
-		return nil, d.stepCkpt(func() jobck.HostEvent {
-			return jobck.HostEvent{Kind: jobck.HostResume, Job: a.Job, Round: a.Round}
-		}, nil)
-	case mCkKill:
-		return nil, d.killJob(ctx, a)
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
+// resumeJobStep resumes the job's tasks here at the end of a round; the
+// host half of job checkpoints (jobck.Host) records the round resumed, so
+// that a pause of it or an older one that comes after is refused.
+func (d *Daemon) resumeJobStep(a ckStep) error {
+	return d.stepCkpt(func() jobck.HostEvent {
+		return jobck.HostEvent{Kind: jobck.HostResume, Job: a.Job, Round: a.Round}
+	}, nil)
 }
 
 // stepCkpt feeds the host half of job checkpoints the event that event

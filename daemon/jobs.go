@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/ckpt/jobset"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/task"
@@ -375,6 +376,7 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 		d.endJob(js)
 		return nil, err
 	}
+	d.owners.addJobTasks(js.id, tids)
 	d.jobRunning(js, tids[0])
 	return js, nil
 }
@@ -423,18 +425,34 @@ func (js *jobState) over() bool {
 // spawnRoots places and starts req.Count tasks, each the root of a job of
 // its own (master).
 func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts JobOptions) ([]task.TID, error) {
-	if req.Count < 1 {
-		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", req.Count)
+	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+		return nil, err
 	}
-	var tids []task.TID
+	release := func(int) {}
+	if c, ok := callerOwner(ctx); ok {
+		var err error
+		if release, err = d.owners.admitJobs(c, req.Count, d.quota()); err != nil {
+			return nil, err
+		}
+	}
+	defer release(req.Count) // what is left of the reservation
+	tids := make([]task.TID, 0, prealloc(req.Count))
 	for range req.Count {
+		if err := ctx.Err(); err != nil {
+			// The caller is gone: the jobs started so far go on.
+			return tids, fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+		}
 		js := d.newJob("", req.Type, opts)
 		d.ownJob(ctx, js.id)
+		release(1)
 		r := req
 		r.Count = 1
 		got, err := d.spawnAnywhere(ctx, 0, js.id, r)
 		if err != nil || len(got) == 0 {
 			d.endJob(js)
+			if err != nil && req.Count > 1 {
+				err = fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
+			}
 			return tids, err
 		}
 		d.jobRunning(js, got[0])
@@ -479,6 +497,7 @@ func (d *Daemon) forgetJob(js *jobState) {
 	acts, _ := js.step(jobck.Event{Kind: jobck.EvEnded, Now: time.Now()})
 	d.driveJob(js, acts)
 	d.reg.remove(js.id)
+	d.owners.jobOver(js.id)
 	close(js.forgotten)
 }
 
@@ -818,8 +837,9 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		js.mu.Lock()
 		files := slices.Clone(w.files)
 		js.mu.Unlock()
+		owner, _ := d.owners.job(js.id)
 		m := &jobset.Manifest{Job: js.name, Seq: a.Round.Seq, Created: time.Now().UTC(), Root: js.root.String(), Program: js.typ, Entries: files,
-			Epoch: d.mv.epoch()}
+			Epoch: d.mv.epoch(), Owner: owner.name}
 		key, keyID := d.keyID(labelManifest)
 		m.KeyID = keyID
 		jobDir := filepath.Dir(w.setDir)
@@ -1130,28 +1150,12 @@ type staged struct {
 	t    task.Task
 }
 
-// handleRestore serves the restart steps on a host.
-func (d *Daemon) handleRestore(method string, body []byte) (any, error) {
-	var a restoreArgs
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mCkFloor:
-		d.ht.mu.Lock()
-		d.ht.nextNum = max(d.ht.nextNum, a.Floor)
-		d.ht.mu.Unlock()
-		return nil, nil
-	case mCkLoad:
-		return d.loadStaged(a)
-	case mCkGo:
-		d.startStaged(a)
-		return nil, nil
-	case mCkDrop:
-		d.dropStaged(a)
-		return nil, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
+// raiseTIDFloor makes this host never number a new task at or below
+// floor (a restart brings back tasks numbered up to it).
+func (d *Daemon) raiseTIDFloor(floor uint32) {
+	d.ht.mu.Lock()
+	d.ht.nextNum = max(d.ht.nextNum, floor)
+	d.ht.mu.Unlock()
 }
 
 // loadStaged reads and verifies task checkpoints and readies this host to
@@ -1239,9 +1243,23 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	if err != nil {
 		return nil, skipped, fmt.Errorf("restart from %s: root %q: %w", setDir, m.Root, err)
 	}
+	owner, err := d.restartOwner(ctx, setDir, m)
+	if err != nil {
+		return nil, skipped, err
+	}
+	release := func(int) {}
+	if owner.name != "" {
+		if release, err = d.owners.admitJobs(owner, 1, d.quota()); err != nil {
+			return nil, skipped, fmt.Errorf("restart from %s: %w", setDir, err)
+		}
+	}
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
+	if owner.name != "" {
+		d.owners.setJob(js.id, owner)
+	}
+	release(1)
 	d.mv.clearFacts() // its tasks come back under the new job
 	js.mu.Lock()
 	js.mc = jobck.New(js.id, m.Seq, d.jobckConfig(js.opts))
@@ -1256,6 +1274,25 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	d.log.Info("job restarted", "job", js.id, "name", js.name, "seq", m.Seq, "tasks", len(m.Entries), "root", root)
 	d.jobRunning(js, root)
 	return js, skipped, nil
+}
+
+// restartOwner is whose job a restart of set m makes: the owner its
+// manifest names. A user may restart only a set of theirs; an admin any,
+// a set of no one's becoming the admin's. A restart no person asked for
+// (ctx carries no caller) keeps the manifest's owner.
+func (d *Daemon) restartOwner(ctx context.Context, setDir string, m *jobset.Manifest) (owner, error) {
+	c, ok := callerOf(ctx)
+	switch {
+	case !ok:
+		return owner{name: m.Owner}, nil
+	case c.Role == pki.RoleUser && m.Owner == "":
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint belongs to no user (an admin's to restart): %w", setDir, ErrForbidden)
+	case c.Role == pki.RoleUser && m.Owner != c.Name:
+		return owner{}, fmt.Errorf("restart from %s: the checkpoint is %s's: %w", setDir, m.Owner, ErrForbidden)
+	case m.Owner == "" || m.Owner == c.Name:
+		return owner{name: c.Name, admin: c.Role == pki.RoleAdmin}, nil
+	}
+	return owner{name: m.Owner}, nil
 }
 
 // restoreSet starts the tasks of a checkpoint set as job js, on the hosts
@@ -1359,11 +1396,14 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	d.applyRoutes(entries)
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
 	for _, h := range order {
+		settle := d.reg.expect(h, js.id) // their output may come before the answer is read
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
 			d.log.Error("restore: start restored tasks", "peer", h, "error", err)
 		}
 		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
+		settle()
 	}
+	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
 	return nil
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // ErrLimit is returned when a request asks for more than a configured
-// bound allows (Config.MaxSpawn, Config.MaxTasks). Counts that arrive from
+// bound allows (Config.MaxSpawn, Config.MaxTasks, the quotas
+// Config.MaxUserTasks, Config.MaxUserJobs and Config.MaxJobTasks). Counts that arrive from
 // the network or a client are checked against their bound before anything
 // is allocated for them.
 var ErrLimit = errors.New("over a configured limit")
@@ -22,6 +23,14 @@ const (
 	DefaultMaxSpawn = 1 << 20
 	// DefaultMaxTasks is how many tasks one daemon hosts at most.
 	DefaultMaxTasks = 1 << 20
+	// DefaultMaxUserTasks is how many live tasks one user may hold: a
+	// thirty-second of what one daemon hosts, so that no user alone fills
+	// a host, let alone the machine.
+	DefaultMaxUserTasks = DefaultMaxTasks / 32
+	// DefaultMaxUserJobs is how many live jobs one user may run.
+	DefaultMaxUserJobs = 1 << 10
+	// DefaultMaxJobTasks is how many live tasks one job may hold.
+	DefaultMaxJobTasks = DefaultMaxUserTasks
 	// DefaultMaxGroups is how many groups the group server holds at once.
 	DefaultMaxGroups = 1 << 16
 	// DefaultMaxGroupName is the longest group name, in bytes.

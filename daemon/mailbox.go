@@ -20,6 +20,12 @@ func (e *envelope) matches(from task.TID, tag int) bool {
 	return (from == task.AnyTask || from == e.from) && (tag == task.AnyTag || tag == e.tag)
 }
 
+// matchesFn is matches that also asks fn, when given, about the message
+// (task.FuncReceiver): fn runs under the mailbox's locks.
+func (e *envelope) matchesFn(from task.TID, tag int, fn func(task.Status) bool) bool {
+	return e.matches(from, tag) && (fn == nil || fn(task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}))
+}
+
 // msgOverhead is what a queued message costs beyond its payload bytes (its
 // place in the queue and the payload's slice, rounded up): a mailbox full
 // of empty messages is bounded too.
@@ -33,6 +39,7 @@ func charge(e *envelope) int64 { return int64(len(e.body.Data)) + msgOverhead }
 type waiter struct {
 	from task.TID
 	tag  int
+	fn   func(task.Status) bool // nil, or a further test the message must pass
 	ch   chan envelope
 }
 
@@ -169,7 +176,7 @@ func (m *mailbox) put(e envelope) bool {
 		return false
 	}
 	for i, w := range m.waiters {
-		if e.matches(w.from, w.tag) {
+		if e.matchesFn(w.from, w.tag, w.fn) {
 			m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 			m.mu.Unlock()
 			w.ch <- e
@@ -205,9 +212,9 @@ func (m *mailbox) pull() {
 
 // find returns the index in rq of the oldest message from rq[i:] on that
 // matches the pattern, or -1. The caller holds rxMu.
-func (m *mailbox) find(i int, from task.TID, tag int) int {
+func (m *mailbox) find(i int, from task.TID, tag int, fn func(task.Status) bool) int {
 	for ; i < len(m.rq); i++ {
-		if m.rq[i].matches(from, tag) {
+		if m.rq[i].matchesFn(from, tag, fn) {
 			return i
 		}
 	}
@@ -241,14 +248,14 @@ func (m *mailbox) takeAt(i int) envelope {
 // returns ok == false when none is there; otherwise it blocks until one
 // arrives, ctx or dead is done, or the mailbox is closed.
 func (m *mailbox) get(ctx context.Context, dead <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
-	return m.getOr(ctx, dead, nil, from, tag, wait)
+	return m.getOr(ctx, dead, nil, from, tag, nil, wait)
 }
 
 // getOr is get that also gives up, with ok == false and no error, when
-// intr receives.
-func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from task.TID, tag int, wait bool) (envelope, bool, error) {
+// intr receives, and takes only a message fn (when not nil) accepts.
+func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from task.TID, tag int, fn func(task.Status) bool, wait bool) (envelope, bool, error) {
 	m.rxMu.Lock()
-	if i := m.find(m.rhead, from, tag); i >= 0 {
+	if i := m.find(m.rhead, from, tag, fn); i >= 0 {
 		e := m.takeAt(i)
 		m.rxMu.Unlock()
 		return e, true, nil
@@ -256,7 +263,7 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 	m.mu.Lock()
 	seen := len(m.rq)
 	m.pull()
-	if i := m.find(seen, from, tag); i >= 0 {
+	if i := m.find(seen, from, tag, fn); i >= 0 {
 		m.mu.Unlock()
 		e := m.takeAt(i)
 		m.rxMu.Unlock()
@@ -276,7 +283,7 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 		w = &waiter{ch: make(chan envelope, 1)}
 	}
 	m.spare = nil
-	w.from, w.tag = from, tag
+	w.from, w.tag, w.fn = from, tag, fn
 	m.waiters = append(m.waiters, w)
 	m.mu.Unlock()
 
@@ -312,6 +319,7 @@ func (m *mailbox) getOr(ctx context.Context, dead, intr <-chan struct{}, from ta
 // next wait: a task blocking in receive after receive allocates nothing.
 func (m *mailbox) recycle(w *waiter) {
 	m.mu.Lock()
+	w.fn = nil
 	m.spare = w
 	m.mu.Unlock()
 }
@@ -324,7 +332,7 @@ func (m *mailbox) probe(from task.TID, tag int) (task.Status, bool) {
 	m.mu.Lock()
 	m.pull()
 	m.mu.Unlock()
-	if i := m.find(m.rhead, from, tag); i >= 0 {
+	if i := m.find(m.rhead, from, tag, nil); i >= 0 {
 		e := &m.rq[i]
 		return task.Status{From: e.from, Tag: e.tag, Len: len(e.body.Data), Enc: e.body.Enc}, true
 	}

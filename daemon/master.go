@@ -223,161 +223,6 @@ func (d *Daemon) hostNotice(kind task.NotifyKind, h HostInfo) {
 	}
 }
 
-// clientMethods are the control methods a client (CLI, console) may call.
-var clientMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKill: true, mKillJob: true, mPS: true, mConf: true, mDelete: true, mHalt: true, mSendCheck: true, mWait: true}
-
-// masterMethods are served by the master only.
-var masterMethods = map[string]bool{mCheckpoint: true, mSchedStatus: true, mInject: true, mMigrate: true, mRun: true, mSpawn: true, mKillJob: true, mJoin: true, mLeave: true, mMembers: true, mBarrier: true,
-	mLeaveAll: true, mNotify: true, mConf: true, mDelete: true, mHalt: true}
-
-// handle runs a control request. p is the connection it came from, nil for
-// calls this daemon makes to itself.
-func (d *Daemon) handle(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	if masterMethods[method] && !d.isMaster() {
-		return nil, fmt.Errorf("method %q: this daemon is not the master", method)
-	}
-	// The steps of moves and job checkpoints go straight to their
-	// handlers: every call runs on a goroutine of its own, and the
-	// control methods' frame below (its many reply values) would make
-	// each such goroutine grow its stack, copying it, at every step.
-	switch method {
-	case mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop:
-		return d.handleMigration(ctx, p, method, body)
-	case mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill:
-		return d.handleJobCkpt(ctx, method, body)
-	case mCkLoad, mCkGo, mCkDrop, mCkFloor:
-		return d.handleRestore(method, body)
-	}
-	return d.handleControl(ctx, p, method, body)
-}
-
-// handleControl serves the control methods but the steps of moves and job
-// checkpoints.
-func (d *Daemon) handleControl(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	switch method {
-	case mSendCheck:
-		return nil, nil
-	case mSpawn:
-		var a spawnArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		if a.MinSize > 0 || a.MaxSize > 0 {
-			tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
-			return tidsReply{TIDs: tids}, err
-		}
-		if a.Roots && a.Parent.IsZero() {
-			tids, err := d.spawnRoots(ctx, a.Req, a.Opts)
-			return tidsReply{TIDs: tids}, err
-		}
-		tids, err := d.spawnAnywhere(ctx, a.Parent, a.Job, a.Req)
-		return tidsReply{TIDs: tids}, err
-	case mStart:
-		var a spawnArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
-		return tidsReply{TIDs: tids}, err
-	case mRun:
-		var a runArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		if p == nil {
-			return nil, fmt.Errorf("method %q is for clients", method)
-		}
-		info, err := d.runJob(ctx, p, a)
-		return runReply{Info: info}, err
-	case mCheckpoint:
-		var a jobArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return d.CheckpointJob(ctx, a.Job, a.Dir)
-	case mKill:
-		var a tidArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.KillTask(ctx, a.TID)
-	case mKillJob:
-		var a jobArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		n, err := d.KillJob(ctx, a.Job)
-		return intReply{N: n}, err
-	case mJoin, mLeave, mMembers, mBarrier, mLeaveAll:
-		var a groupArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return d.groupOp(ctx, method, a)
-	case mNotify:
-		var a notifyArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.registerExitWatch(ctx, a)
-	case mWatch:
-		var a notifyArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.watchLocal(a)
-	case mPS:
-		var a psArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		if a.Gather && d.isMaster() {
-			ts, err := d.AllTasks(ctx, a.All)
-			return psReply{Tasks: ts, Jobs: d.JobStatuses()}, err
-		}
-		return psReply{Tasks: d.Tasks(a.All)}, nil
-	case mConf:
-		x := d.Detection()
-		return confReply{Hosts: d.Hosts(), Detection: &x}, nil
-	case mDelete:
-		var a hostArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.DeleteHost(ctx, a.Host)
-	case mHalt:
-		go d.HaltVM()
-		return nil, nil
-	case mSchedStatus:
-		return d.SchedStatus(), nil
-	case mInject:
-		var a injectArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.injectAt(ctx, a.Host, a.Overlay, a.Clear)
-	case mInjectHere:
-		var a injectArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return nil, d.InjectLoad(a.Overlay, a.Clear)
-	case mMigrate:
-		var a migrateArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return d.Migrate(ctx, a.TID, a.To, a.Via)
-	case mWait:
-		var a tidArgs
-		if err := decodeMsg(body, &a); err != nil {
-			return nil, err
-		}
-		return d.Wait(ctx, a.TID)
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
-}
-
 func (d *Daemon) isMaster() bool { return d.nw == nil || d.cfg.Master }
 
 // handleEvent applies an event from p.
@@ -431,10 +276,16 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
 		}
+		if d.refuseClaim(p, "exited event", routing.ClaimExit, e.TID) != nil {
+			return nil
+		}
 		d.taskGone(e.TID)
 	case evOutput:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.outputClaim(p, e) != nil {
+			return nil // refused (and counted); the connection is closed if it has sent too many
 		}
 		_, _ = d.jobOut(e.Job, e.Output)
 	case evBarrier:
@@ -443,6 +294,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		}
 		// Several of the host's members may arrive in one event.
 		for _, tid := range e.TIDs {
+			if d.refuseClaim(p, "barrier event", routing.ClaimAct, tid) != nil {
+				continue
+			}
 			b, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
 			if err != nil {
 				d.sendRelease(p.info.ID, e.Group, []task.TID{tid}, err)
@@ -453,6 +307,9 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 	case evBarrierCancel:
 		if !d.cfg.Master || len(e.TIDs) != 1 {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		if d.refuseClaim(p, "barrier-cancel event", routing.ClaimAct, e.TIDs[0]) != nil {
+			return nil
 		}
 		d.groups.withdraw(e.Group, e.TIDs[0])
 	case evBarrierRelease:
@@ -492,6 +349,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 
 // taskGone is the master's bookkeeping when a task ends anywhere.
 func (d *Daemon) taskGone(tid task.TID) {
+	d.owners.ended(tid)
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
 	d.ht.mu.Lock()
@@ -502,11 +360,23 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.forgetClass(tid)
 }
 
-// spawnAnywhere places and starts tasks (master).
+// spawnAnywhere places and starts tasks (master), within the quotas of
+// the job and of the person they are for (admitSpawn).
 func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
+	done, err := d.admitSpawn(ctx, parent, job, req.Count)
+	if err != nil {
+		return nil, err
+	}
+	tids, err := d.placeAndStart(ctx, parent, job, req)
+	done(tids)
+	return tids, err
+}
+
+// placeAndStart places and starts admitted tasks (master).
+func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
 	defer d.placing()()
 	if _, err := task.New(req.Type, nil); err != nil {
 		return nil, err
@@ -550,6 +420,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
+		settle := d.reg.expect(h, job) // their output may come before the answer is read
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
 		if job != 0 && len(rep.TIDs) > 0 {
 			// After the answer: a load report the host sent before it
@@ -557,6 +428,7 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 			// overwrite this.
 			d.reg.jobsOn(h, []uint64{job}, false)
 		}
+		settle()
 		got[h] = rep.TIDs
 		d.startedOn(info[h], rep.TIDs)
 		if js := d.reg.get(job); js != nil && job != 0 {
@@ -576,14 +448,34 @@ func (d *Daemon) spawnAnywhere(ctx context.Context, parent task.TID, job uint64,
 	return tids, errors.Join(errs...)
 }
 
-// spawn starts tasks for a local parent: on this host directly when asked
-// to, otherwise through the master's placement.
+// spawn starts tasks for a local parent: on the master (or a standalone
+// daemon) directly when asked to, within the quotas; otherwise through
+// the master, which counts them against the quotas and places them.
 func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	if d.nw == nil || (req.Host != "" && (req.Host == d.cfg.Name || req.Host == d.cfg.HostID.String())) {
-		if d.nw == nil && req.Host != "" && req.Host != d.cfg.Name && req.Host != d.cfg.HostID.String() {
-			return nil, fmt.Errorf("host %q: %w", req.Host, task.ErrNoSuchHost)
+	// Here when it names this host alone (resolveHost); otherwise the
+	// master resolves it, and says why it cannot.
+	here := false
+	if req.Host != "" {
+		if d.nw == nil {
+			if _, err := resolveHost([]HostInfo{d.selfInfo()}, req.Host); err != nil {
+				return nil, err
+			}
+			here = true
+		} else if h, err := d.hostByName(req.Host); err == nil && h == d.cfg.HostID {
+			here = true
 		}
-		return d.startLocal(ctx, parent, job, req)
+	}
+	if d.nw == nil || (here && d.cfg.Master) {
+		if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+			return nil, err
+		}
+		done, err := d.admitSpawn(ctx, parent, job, req.Count)
+		if err != nil {
+			return nil, err
+		}
+		tids, err := d.startLocal(ctx, parent, job, req)
+		done(tids)
+		return tids, err
 	}
 	var rep tidsReply
 	err := d.callMaster(ctx, mSpawn, spawnArgs{Parent: parent, Job: job, Req: req}, &rep)
@@ -601,26 +493,6 @@ func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
 		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
 	}
 	return d.callHost(ctx, h, mKill, tidArgs{TID: tid}, nil)
-}
-
-// groupOp runs a group server request (master).
-func (d *Daemon) groupOp(ctx context.Context, method string, a groupArgs) (any, error) {
-	switch method {
-	case mJoin:
-		inst, err := d.groups.join(a.Group, a.TID)
-		return intReply{N: inst}, err
-	case mLeave:
-		return nil, d.groups.leave(a.Group, a.TID)
-	case mMembers:
-		m, err := d.groups.members(a.Group)
-		return tidsReply{TIDs: m}, err
-	case mBarrier:
-		return nil, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
-	case mLeaveAll:
-		d.groups.leaveAll(a.TID)
-		return nil, nil
-	}
-	return nil, fmt.Errorf("unknown group method %q", method)
 }
 
 // registerExitWatch records a TaskExit registration (master): for the loss
@@ -848,19 +720,38 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return TaskInfo{}, err
 		}
 	} else {
+		release := func(int) {}
+		if c, ok := callerOwner(ctx); ok {
+			var err error
+			if release, err = d.owners.admitJobs(c, 1, d.quota()); err != nil {
+				return TaskInfo{}, err
+			}
+		}
 		js = d.newJob("", a.Req.Type, a.Opts)
+		d.ownJob(ctx, js.id)
+		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
 		// The root runs on the master's host, but where the master hosts
-		// no tasks: there it is placed as a spawn is, so that the
-		// master's loss takes no task of the job with it.
-		start := d.startLocal
+		// no tasks: there it is placed as a spawn is (spawnAnywhere
+		// admits it), so that the master's loss takes no task of the job
+		// with it.
+		var tids []task.TID
+		var err error
 		if d.cfg.MasterNoTasks {
-			start = d.spawnAnywhere
-		}
-		tids, err := start(ctx, 0, js.id, a.Req)
-		if err == nil && len(tids) == 0 {
-			err = fmt.Errorf("start the root of job %d: no task started", js.id)
+			tids, err = d.spawnAnywhere(ctx, 0, js.id, a.Req)
+			if err == nil && len(tids) == 0 {
+				err = fmt.Errorf("start the root of job %d: no task started", js.id)
+			}
+		} else {
+			var done func([]task.TID)
+			done, err = d.admitSpawn(ctx, 0, js.id, 1)
+			if err != nil {
+				d.endJob(js)
+				return TaskInfo{}, err
+			}
+			tids, err = d.startLocal(ctx, 0, js.id, a.Req)
+			done(tids)
 		}
 		if err != nil {
 			d.endJob(js)
@@ -869,15 +760,31 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		d.jobRunning(js, tids[0])
 	}
 	defer d.endJob(js)
-	d.ownJob(ctx, js.id)
 	root := js.root
 	d.log.Info("job started", "job", js.id, "root", root, "type", js.typ, "client", client.name())
 	// The client learns the job's number: if its connection drops, it
-	// connects again and follows the job (attachJob).
-	noteTo(client, JobNote{Job: js.id, Kind: NoteStarted})
-	wctx, cancel := context.WithCancel(ctx)
+	// connects again and follows the job (attachJob). So the job's wait
+	// outlives this call's connection (wctx); a call its command
+	// cancels (call.cancel, as an interrupted command sends) kills the
+	// job at once.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	go func() {
+	noteTo(client, JobNote{Job: js.id, Kind: NoteStarted})
+	stop := context.AfterFunc(ctx, func() {
+		select {
+		case <-client.closed:
+			return // the connection dropped: the follower below decides
+		case <-wctx.Done():
+			return // the job is over
+		default:
+		}
+		kctx, kcancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+		n, err := d.KillJob(kctx, js.id)
+		kcancel()
+		d.log.Warn("job killed: its command cancelled it", "job", js.id, "tasks", n, "error", err)
+	})
+	defer stop()
+	d.goFunc(func() {
 		// The job follows its command: when the connection drops, the
 		// command has as long as the master takes to delete a silent
 		// host to come back and attach; then the job is killed.
@@ -898,15 +805,17 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 				cur = p
 				continue
 			case <-t.C:
-				n, err := d.KillJob(context.WithoutCancel(wctx), js.id)
+				kctx, kcancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
+				n, err := d.KillJob(kctx, js.id)
+				kcancel()
 				d.log.Warn("job killed: the command that ran it went away", "job", js.id, "tasks", n, "error", err)
 			case <-wctx.Done():
 				t.Stop()
 			}
 			return
 		}
-	}()
-	return d.waitJob(ctx, js)
+	})
+	return d.waitJob(wctx, js)
 }
 
 // attachJob follows the running job for a client that ran it and whose

@@ -17,10 +17,11 @@ import (
 )
 
 // Membership (daemon/README.md, "Membership and partitions"). The master
-// drives routing/member's pure machines: a failure detector fed, every
-// heartbeat, with when each host was last heard from, whose verdicts it
-// carries out (a suspicion is shown, a confirmed death deletes the host),
-// and a token bucket that paces registrations. A host cut off from a live
+// drives routing/member's pure membership machine: it feeds it every
+// registration (the machine's token bucket admits it or says how long the
+// host is to wait), every host registered and deleted, and, every
+// heartbeat, when each host was last heard from and a tick; it performs
+// the effects (a suspicion is shown, a confirmed death deletes the host). A host cut off from a live
 // master registers again with it when the network heals: if the master
 // still counts it as a member, nothing changes; if the master deleted it,
 // the host first stops every task it reports (all of them were given up at
@@ -45,20 +46,11 @@ func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 // membership is the master's view of its hosts' liveness, under
 // network.mu.
 type membership struct {
-	det    *member.Detector
-	bucket *member.Bucket
-	// deleted are the hosts the detector deleted, by ID, with their
-	// names: they may register again (an operator's deletion is final).
-	deleted map[task.HostID]string
+	m *member.Machine
 	// pending are hosts registered again after their deletion, announced
 	// to the others once they have stopped their lost tasks.
 	pending map[task.HostID]bool
-	health  int // the local health last logged
 }
-
-// maxDeleted bounds how many deleted hosts the master remembers for their
-// return.
-const maxDeleted = 4096
 
 // reasonSilent starts the reason of a deletion by the failure detector.
 const reasonSilent = "no heartbeat for"
@@ -105,15 +97,11 @@ func (x Detection) String() string {
 // startMembership sets up the master's detector and admission.
 func (d *Daemon) startMembership() error {
 	c := d.cfg
-	det, err := member.NewDetector(member.Config{Heartbeat: c.Heartbeat, SuspectAfter: c.SuspectAfter, DeadAfter: c.DeadAfter, MaxHealth: c.MaxHealth})
+	m, err := member.NewMachine(member.Config{Heartbeat: c.Heartbeat, SuspectAfter: c.SuspectAfter, DeadAfter: c.DeadAfter, MaxHealth: c.MaxHealth}, c.JoinRate, c.JoinBurst)
 	if err != nil {
 		return err
 	}
-	rate := c.JoinRate
-	if rate < 0 {
-		rate = 0
-	}
-	d.nw.mem = &membership{det: det, bucket: member.NewBucket(rate, c.JoinBurst), deleted: map[task.HostID]string{}, pending: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}}
 	x := d.Detection()
 	d.log.Info("failure detection", "suspect_after", x.SuspectAfter, "dead_after", x.DeadAfter, "max_dead_after", x.MaxDead,
 		"join_rate", c.JoinRate, "join_burst", c.JoinBurst)
@@ -131,23 +119,22 @@ func (d *Daemon) Detection() Detection {
 	n := d.nw
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	det := n.mem.det
-	c := det.Config()
-	x.SuspectAfter, x.Health, x.MaxHealth = c.SuspectAfter, det.Health(), c.MaxHealth
-	x.DeadNow = det.DeadTimeout()
+	m := n.mem.m
+	c := m.Config()
+	x.SuspectAfter, x.Health, x.MaxHealth = c.SuspectAfter, m.Health(), c.MaxHealth
+	x.DeadNow = m.DeadTimeout()
 	x.MaxDead = c.DeadAfter * time.Duration(1+c.MaxHealth)
 	for id := range n.hosts {
-		if det.State(id) == member.Suspected {
+		if m.State(id) == member.Suspected {
 			x.Suspected++
 		}
 	}
 	return x
 }
 
-// admissionWait takes a registration token at the master for h: 0 if
-// admitted now, otherwise how long the host is to wait. A member told to
-// wait has been heard from: it is not deleted for the silence the master
-// asked of it.
+// admissionWait asks the membership machine to admit h's registration:
+// 0 if admitted now, otherwise how long the host is to wait (the machine
+// counts a member told to wait as heard from).
 func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 	n := d.nw
 	n.mu.Lock()
@@ -155,14 +142,13 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 	if n.mem == nil {
 		return 0
 	}
-	wait := n.mem.bucket.Take(now)
-	if wait > 0 {
-		// Registrations beyond the rate: the master is under a storm,
-		// and its hosts' words may reach it late.
-		n.mem.det.Strain()
-	}
-	if cur := n.hosts[h.Host]; wait > 0 && h.Rejoin && cur != nil && cur.Name == h.Name && h.Host != MasterID {
-		n.mem.det.Heard(h.Host, now)
+	cur := n.hosts[h.Host]
+	isMember := h.Rejoin && cur != nil && cur.Name == h.Name && h.Host != MasterID
+	var wait time.Duration
+	for _, x := range n.mem.m.Step(now, member.Event{Kind: member.Join, Host: h.Host, Member: isMember}) {
+		if x.Kind == member.Busy {
+			wait = x.RetryAfter
+		}
 	}
 	return wait
 }
@@ -170,29 +156,21 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 // watchHost starts watching a host just registered (n.mu held).
 func (n *network) watchHost(id task.HostID, now time.Time) {
 	if n.mem != nil {
-		n.mem.det.Add(id, now)
-		delete(n.mem.deleted, id)
+		n.mem.m.Step(now, member.Event{Kind: member.Watch, Host: id})
 	}
 }
 
-// forgetHost stops watching a deleted host; one the detector deleted is
-// remembered, so that it may come back (n.mu held).
+// forgetHost tells the membership machine that a host was deleted, and
+// why: the machine remembers one deleted for its silence (or while it
+// rejoined), so that it may come back (n.mu held).
 func (n *network) forgetHost(hi *HostInfo, why string) {
 	if n.mem == nil || hi == nil {
 		return
 	}
-	n.mem.det.Remove(hi.ID)
-	pending := n.mem.pending[hi.ID]
+	rejoining := n.mem.pending[hi.ID]
 	delete(n.mem.pending, hi.ID)
-	if pending || strings.HasPrefix(why, reasonSilent) {
-		if len(n.mem.deleted) >= maxDeleted {
-			for id := range n.mem.deleted {
-				delete(n.mem.deleted, id)
-				break
-			}
-		}
-		n.mem.deleted[hi.ID] = hi.Name
-	}
+	n.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
+		Silent: strings.HasPrefix(why, reasonSilent), Rejoining: rejoining})
 }
 
 // liveness fills in the hosts' liveness as the master sees it (n.mu held).
@@ -205,19 +183,22 @@ func (n *network) liveness(hs []HostInfo, now time.Time) {
 			hs[i].Liveness = member.Alive.String()
 			continue
 		}
-		st := n.mem.det.State(hs[i].ID)
+		st := n.mem.m.State(hs[i].ID)
 		hs[i].Liveness = st.String()
 		if n.mem.pending[hs[i].ID] {
 			hs[i].Liveness = livenessRejoining
 		}
 		if st == member.Suspected {
-			hs[i].SilentMS = n.mem.det.Silent(hs[i].ID, now).Milliseconds()
+			hs[i].SilentMS = n.mem.m.Silent(hs[i].ID, now).Milliseconds()
 		}
 	}
 }
 
-// checkHosts feeds the detector what was heard from each host since the
-// last heartbeat and carries out its verdicts (master).
+// checkHosts feeds the membership machine what was heard from each host
+// since the last heartbeat and a tick (master), and performs the effects
+// after releasing the lock: health changes and suspicions are logged (the
+// liveness shown comes from the machine), a confirmed death deletes the
+// host.
 func (d *Daemon) checkHosts(now time.Time) {
 	n := d.nw
 	n.mu.Lock()
@@ -225,39 +206,35 @@ func (d *Daemon) checkHosts(now time.Time) {
 		n.mu.Unlock()
 		return
 	}
-	det := n.mem.det
+	m := n.mem.m
 	for id, p := range n.peers {
 		if id != MasterID {
-			det.Heard(id, time.Unix(0, p.lastHeard.Load()))
+			m.Step(now, member.Event{Kind: member.Heard, Host: id, At: time.Unix(0, p.lastHeard.Load())})
 		}
 	}
-	changes := det.Tick(now)
-	dead := det.DeadTimeout()
-	health, was := det.Health(), n.mem.health
-	n.mem.health = health
+	effects := m.Step(now, member.Event{Kind: member.Tick})
 	names := map[task.HostID]string{}
-	for _, c := range changes {
-		if hi := n.hosts[c.Host]; hi != nil {
-			names[c.Host] = hi.Name
+	for _, x := range effects {
+		if hi := n.hosts[x.Host]; x.Host != 0 && hi != nil {
+			names[x.Host] = hi.Name
 		}
 	}
 	n.mu.Unlock()
-	if health != was {
-		lvl := "failure detection widened: the master is overloaded, or many hosts fell silent at once"
-		if health < was {
-			lvl = "failure detection narrowing again"
-		}
-		d.log.Warn(lvl, "health", health, "dead_after", dead)
-	}
-	for _, c := range changes {
-		silent := c.Silent.Round(time.Millisecond)
-		switch c.To {
-		case member.Suspected:
-			d.log.Warn("host suspected", "peer", c.Host, "peer_name", names[c.Host], "silent", silent, "dead_after", dead)
-		case member.Alive:
-			d.log.Info("host no longer suspected", "peer", c.Host, "peer_name", names[c.Host], "silent", silent)
-		case member.Dead:
-			d.removeHost(c.Host, fmt.Sprintf("%s %v (suspected, then confirmed dead)", reasonSilent, silent))
+	for _, x := range effects {
+		silent := x.Silent.Round(time.Millisecond)
+		switch x.Kind {
+		case member.Health:
+			lvl := "failure detection widened: the master is overloaded, or many hosts fell silent at once"
+			if x.Health < x.Was {
+				lvl = "failure detection narrowing again"
+			}
+			d.log.Warn(lvl, "health", x.Health, "dead_after", x.DeadAfter)
+		case member.Suspect:
+			d.log.Warn("host suspected", "peer", x.Host, "peer_name", names[x.Host], "silent", silent, "dead_after", x.DeadAfter)
+		case member.Clear:
+			d.log.Info("host no longer suspected", "peer", x.Host, "peer_name", names[x.Host], "silent", silent)
+		case member.Delete:
+			d.removeHost(x.Host, fmt.Sprintf("%s %v (suspected, then confirmed dead)", reasonSilent, silent))
 		}
 	}
 }
@@ -286,7 +263,7 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 		delete(n.peers, h.Host)
 		cur.Addr = reachableAddr(h, remote)
 		info = *cur
-		n.mem.det.Add(h.Host, time.Now())
+		n.mem.m.Step(time.Now(), member.Event{Kind: member.Watch, Host: h.Host})
 		rejoining := n.mem.pending[h.Host]
 		n.mu.Unlock()
 		if old != nil {
@@ -304,21 +281,23 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 		d.log.Warn("host registered again; it was still a member: nothing lost", "peer", info.ID, "peer_name", info.Name)
 		return info, nil, true, true, nil
 	}
-	name, deleted := n.mem.deleted[h.Host]
-	if !deleted {
+	now := time.Now()
+	x := n.mem.m.Step(now, member.Event{Kind: member.Return, Host: h.Host, Name: h.Name})
+	switch {
+	case len(x) == 0: // not a host the machine deleted
 		n.mu.Unlock()
 		return HostInfo{}, nil, false, false, nil
-	}
-	if name != h.Name {
+	case x[0].Kind == member.Refuse:
 		n.mu.Unlock()
-		return HostInfo{}, nil, false, true, fmt.Errorf("host %v was %s, not %s", h.Host, name, h.Name)
+		return HostInfo{}, nil, false, true, x[0].Err
 	}
+	// Readmit: under its old host ID, with none of its tasks; the machine
+	// watches it from now on.
 	info = h.Info
 	info.ID, info.Name, info.Addr, info.Master = h.Host, h.Name, reachableAddr(h, remote), false
 	info.Tasks, info.Load = 0, info.External
 	n.hosts[info.ID] = &info
-	n.joined[info.ID] = time.Now()
-	n.watchHost(info.ID, time.Now())
+	n.joined[info.ID] = now
 	n.mem.pending[info.ID] = true
 	// A connection to the host the master made meanwhile would win the
 	// tie between two connections (attach keeps the one dialled by the

@@ -257,21 +257,20 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		}
 	}
 	d.mv.mu.Lock()
-	if info.Job != 0 && d.mv.killing[info.Job] > 0 {
+	acts := d.mv.machine.Step(start, move.Event{Kind: move.Start, Spec: move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Job: info.Job, Timeouts: d.moveTimeouts()}})
+	mv, ok := d.mv.machine.Moving(tid)
+	if err := rejection(acts); err != nil || !ok {
 		d.mv.mu.Unlock()
-		return fail(fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling))
-	}
-	id, err := d.mv.machine.Start(move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Timeouts: d.moveTimeouts()}, start)
-	if err != nil {
-		d.mv.mu.Unlock()
+		if errors.Is(err, move.ErrHeld) {
+			err = fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling)
+		}
 		return fail(err)
 	}
+	id := mv.ID
 	d.mv.rememberLocked(tid, info)
-	mv, _ := d.mv.machine.Moving(tid)
 	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
 	d.mv.runs[id] = run
-	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	if next, ok := d.performFor(acts, id); ok {
 		d.callStep(ctx, next)
@@ -334,6 +333,10 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				d.log.Warn("move ended without moving the task", "move", a.Move, "tid", a.TID, "cause", a.Err)
 			}
 			d.schedDirty()
+		case move.Reject:
+			// A result the move no longer waits for (late, duplicated,
+			// or of a move that ended meanwhile).
+			d.log.Debug("move step answered late", "move", a.Move, "error", a.Err)
 		case move.Call:
 			if d.ctx.Err() != nil {
 				continue // stopping: the hosts settle a half-done move with a recovered master
@@ -411,7 +414,19 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 		s.Host, s.Via, s.Name, s.Timeout = from, via, checkpointName(a.TID, a.Route.Epoch), a.Timeout
 	}
 	var rep migReply
+	var settle func()
+	if a.Step == move.StepRestore {
+		// The task runs at its destination from the restore on: its
+		// output may come before the answer is read.
+		settle = d.reg.expect(a.Host, job)
+	}
 	err := d.callHost(ctx, a.Host, stepMethods[a.Step], s, &rep)
+	if settle != nil {
+		if err == nil && job != 0 {
+			d.reg.jobsOn(a.Host, []uint64{job}, false)
+		}
+		settle()
+	}
 	o := move.OK
 	switch {
 	case err == nil && a.Step == move.StepCancel && rep.Installed:
@@ -448,12 +463,20 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
 		}
 	}
-	if rerr := d.mv.machine.Result(a.Move, a.Step, o, err, now); rerr != nil {
-		d.log.Debug("move step answered late", "error", rerr)
-	}
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(now, move.Event{Kind: move.Result, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
 	d.mv.mu.Unlock()
 	return d.performFor(acts, a.Move)
+}
+
+// rejection returns the error of the move machine's rejection of the event
+// that gave acts (nil: it took the event).
+func rejection(acts []move.Action) error {
+	for _, a := range acts {
+		if a.Kind == move.Reject {
+			return a.Err
+		}
+	}
+	return nil
 }
 
 // suspendRefused reports whether a suspend step's error is the origin's
@@ -477,8 +500,7 @@ func checkpointName(tid task.TID, epoch uint64) string {
 // steps that failed are tried again.
 func (d *Daemon) moveTick() {
 	d.mv.mu.Lock()
-	d.mv.machine.Tick(time.Now())
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.Tick})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }
@@ -490,42 +512,6 @@ func (d *Daemon) setRoute(tid task.TID, r routing.Route) {
 	d.broadcast(&event{Kind: evRoute, Routes: []routing.Entry{e}}, 0)
 }
 
-// handleMigration serves the migration steps at the origin and the
-// destination.
-func (d *Daemon) handleMigration(ctx context.Context, p *peer, method string, body []byte) (any, error) {
-	var a migStep
-	if err := decodeMsg(body, &a); err != nil {
-		return nil, err
-	}
-	switch method {
-	case mMigInfo:
-		h := d.ht.task(a.TID)
-		if h == nil {
-			return nil, fmt.Errorf("%v: %w", a.TID, task.ErrNoSuchTask)
-		}
-		return migReply{Type: h.typ, Job: h.job}, nil
-	case mMigPrep:
-		return nil, d.prepareArrival(a)
-	case mMigSusp:
-		return nil, d.suspendForMove(ctx, a)
-	case mMigSend:
-		t0 := time.Now()
-		n, err := d.sendCheckpoint(ctx, a)
-		d.met.Transferred(string(a.Via), time.Since(t0), err)
-		return migReply{Bytes: n}, err
-	case mMigLoad:
-		return nil, d.restoreArrival(ctx, a)
-	case mMigDone:
-		d.commitDeparture(a)
-		return nil, nil
-	case mMigBack:
-		return nil, d.resumeDeparture(ctx, a)
-	case mMigDrop:
-		return migReply{Installed: d.cancelArrival(a)}, nil
-	}
-	return nil, fmt.Errorf("unknown method %q", method)
-}
-
 // prepareArrival readies this daemon (the destination) to receive a task.
 func (d *Daemon) prepareArrival(a migStep) error {
 	if _, err := task.New(a.Type, nil); err != nil {
@@ -533,7 +519,7 @@ func (d *Daemon) prepareArrival(a migStep) error {
 	}
 	d.ht.mu.Lock()
 	defer d.ht.mu.Unlock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: a.TID, Move: a.Move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: d.cfg.HostID, Epoch: a.Epoch}, Peer: a.Host, Job: a.Job, Type: a.Type}))
 	if x.Kind == move.DoRefuse {
 		return x.Err
@@ -551,7 +537,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	cur := d.rt.lookup(a.TID).Epoch
 	d.ht.mu.Lock()
 	h := d.ht.tasks[a.TID]
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: a.Host, Epoch: a.Epoch}, Type: a.Type, Job: a.Job, Local: move.Local{Route: cur}}))
 	d.ht.mu.Unlock()
 	switch x.Kind {
@@ -598,7 +584,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	// one whose job rolls back (killJob: it stays here to be killed rather
 	// than leave a copy in a move), and a move aborted while the request
 	// waited for this safe point (the task runs on here).
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: h.tid, Move: req.move,
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: h.tid, Move: req.move,
 		Route: routing.Route{Host: req.to, Epoch: req.epoch},
 		Local: move.Local{Running: d.ht.tasks[h.tid] == h, Type: h.typ, Job: h.job, Quiet: h.quiet.Load()}}))
 	if x.Kind == move.DoRefuse {
@@ -634,7 +620,7 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 // it writes, the task cannot be resumed here.
 func (d *Daemon) sendCheckpoint(ctx context.Context, a migStep) (int64, error) {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvSend, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSend, TID: a.TID, Move: a.Move}))
 	l := d.ht.moving[a.TID]
 	if x.Kind == move.DoRefuse || l == nil {
 		d.ht.mu.Unlock()
@@ -776,7 +762,7 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 		return
 	}
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvStream, TID: h.TID, Move: h.Move, Route: routing.Route{Epoch: h.Epoch}, Peer: p.info.ID}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvStream, TID: h.TID, Move: h.Move, Route: routing.Route{Epoch: h.Epoch}, Peer: p.info.ID}))
 	arr := d.ht.incoming[h.TID]
 	d.ht.mu.Unlock()
 	if x.Kind != move.DoReceive || arr == nil {
@@ -801,7 +787,7 @@ func (d *Daemon) takeCheckpoint(p *peer, st io.Reader, f routing.Frame) {
 // the task into service.
 func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvRestore, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvRestore, TID: a.TID, Move: a.Move}))
 	arr := d.ht.incoming[a.TID]
 	d.ht.mu.Unlock()
 	if x.Kind == move.DoRefuse {
@@ -883,10 +869,10 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	switch {
 	case refused:
 	case arr != nil && arr.move != 0:
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	case left != nil:
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: left.move, Back: true}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvInstall, TID: m.TID, Move: left.move, Back: true}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	}
 	if refused {
@@ -966,7 +952,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 // commitDeparture forgets a task that now runs elsewhere (origin).
 func (d *Daemon) commitDeparture(a migStep) {
 	d.ht.mu.Lock()
-	x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvCommit, TID: a.TID, Move: a.Move}))
+	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvCommit, TID: a.TID, Move: a.Move}))
 	l := d.ht.moving[a.TID]
 	if x.Kind != move.DoForget || l == nil {
 		d.ht.mu.Unlock()
@@ -989,7 +975,7 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 	tid := a.TID
 	d.ht.mu.Lock()
 	for {
-		x := answer(d.ht.stepMove(move.HostEvent{Kind: move.EvResume, TID: tid, Move: a.Move, Route: a.Route}))
+		x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvResume, TID: tid, Move: a.Move, Route: a.Route}))
 		l := d.ht.moving[tid]
 		switch {
 		case x.Kind == move.DoRefuse:
@@ -1086,15 +1072,7 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
 	d.mv.mu.Lock()
-	for id, run := range d.mv.runs {
-		if run.job != job {
-			continue
-		}
-		if mv, ok := d.mv.machine.Moving(run.res.TID); ok && mv.ID == id {
-			d.mv.machine.Drop(run.res.TID, fmt.Errorf("job %d rolls back", job))
-		}
-	}
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.DropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }
@@ -1140,7 +1118,7 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 	d.mv.mu.Lock()
 	var wait []chan struct{}
 	for _, mv := range d.mv.machine.Moves() {
-		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, run.job) {
+		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, mv.Job) {
 			wait = append(wait, run.ended)
 		}
 	}
@@ -1148,7 +1126,7 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 	if len(wait) == 0 {
 		return
 	}
-	t := time.NewTimer(d.cfg.MoveTimeout + d.cfg.MoveTransferTimeout + 4*d.cfg.MoveStepTimeout)
+	t := time.NewTimer(d.moveTimeouts().Course())
 	defer t.Stop()
 	for _, ch := range wait {
 		select {
@@ -1177,14 +1155,13 @@ func (d *Daemon) movesHostLost(h task.HostID) {
 			wait = append(wait, run.ended)
 		}
 	}
-	d.mv.machine.HostLost(h, time.Now())
-	acts := d.mv.machine.Ready()
+	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.HostLost, Host: h})
 	d.mv.mu.Unlock()
 	d.perform(acts)
 	if len(wait) == 0 {
 		return
 	}
-	t := time.NewTimer(d.cfg.MoveTransferTimeout + 2*d.cfg.MoveStepTimeout)
+	t := time.NewTimer(d.moveTimeouts().Unwind())
 	defer t.Stop()
 	for _, ch := range wait {
 		select {

@@ -330,7 +330,7 @@ func TestLatePauseAfterResumeIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = d.handleJobCkpt(ctx, method, body)
+			_, err = d.safeHandle(ctx, nil, method, body)
 			return err
 		}
 		if err := call(mCkResume, 3); err != nil {

@@ -2,30 +2,23 @@ package daemon
 
 import (
 	"sync"
+	"time"
 
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
 // mover is the master's part for moves: the move machine (routing/move),
-// which holds every move under way and the virtual machine's epoch clock,
-// the driver's record of each move, the kills under way, and what a
-// recovered master learnt of the moves its predecessor left half done.
-// One lock, mu, owns it all. It is held only while the machine takes an
+// which holds every move under way (and, at a recovered master, the moves
+// its predecessor left half done until both their hosts are back), the
+// kills under way and the virtual machine's epoch clock; and the driver's
+// record of each move. One lock, mu, owns it all. It is held only while the machine takes an
 // event or the records change, never across a call to a host, and never
 // taken with the router's or the hosting lock held (see doc.go).
 type mover struct {
 	mu      sync.Mutex
 	machine *move.Machine
 	runs    map[move.ID]*moveRun
-	// killing counts the kills under way per job: no move of the job's
-	// tasks starts meanwhile (KillJob).
-	killing map[uint64]int
-	// A recovered master: moves the old master left half done, and where
-	// hosts registering again run their tasks (nil until a host
-	// registers again).
-	orphans   map[task.TID]orphanMove
-	runningAt map[task.TID]task.HostID
 	// facts remembers the type and job of the tasks moved before: Migrate
 	// asks the origin only before a task's first move.
 	facts map[task.TID]migReply
@@ -66,7 +59,7 @@ func (m *mover) clearFacts() {
 }
 
 func newMover() *mover {
-	return &mover{machine: move.New(0, 0), runs: map[move.ID]*moveRun{}, killing: map[uint64]int{}}
+	return &mover{machine: move.New(0, 0), runs: map[move.ID]*moveRun{}}
 }
 
 // epoch is the virtual machine's route epoch clock now.
@@ -94,16 +87,15 @@ func (m *mover) moving(tid task.TID) bool {
 }
 
 // holdMoves keeps moves of job's tasks from starting until the returned
-// function is called (a kill of the job under way). Holds nest.
+// function is called (a kill of the job under way): the machine rejects
+// them (move.ErrHeld). Holds nest. Neither event yields an action.
 func (m *mover) holdMoves(job uint64) (release func()) {
 	m.mu.Lock()
-	m.killing[job]++
+	m.machine.Step(time.Now(), move.Event{Kind: move.Hold, Job: job})
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.killing[job]--; m.killing[job] <= 0 {
-			delete(m.killing, job)
-		}
+		m.machine.Step(time.Now(), move.Event{Kind: move.Release, Job: job})
 	}
 }

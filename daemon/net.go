@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -269,7 +271,9 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		return
 	}
 	r := routing.NewReader(st, d.cfg.MaxFrame)
+	r.SetBudget(d.budgetFor(conn))
 	h, err := readHello(ctx, r)
+	r.Free() // the hello is decoded: a connection refused holds nothing
 	if err != nil {
 		d.refused(conn.RemoteAddr(), conn.Peer(), err.Error())
 		conn.Close(err.Error())
@@ -518,6 +522,7 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)
 	}
+	g.r.SetBudget(d.budgetFor(g.conn))
 	p := newPeer(d, g.conn, g.st, true)
 	p.info = g.reply.Info
 	if !d.attach(p) {
@@ -578,7 +583,7 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	case routing.KindMsgs:
 		return d.receiveMsgs(p, f.Body, false)
 	case routing.KindAcks:
-		return d.receiveAcks(f.Body)
+		return d.receiveAcks(p, f.Body)
 	case routing.KindRefuse:
 		return d.receiveRefusals(p, f.Body)
 	case routing.KindCall:
@@ -633,24 +638,11 @@ func (d *Daemon) callPeer(ctx context.Context, p *peer, method string, args, out
 // callHost sends a control request to host h (this daemon itself included).
 func (d *Daemon) callHost(ctx context.Context, h task.HostID, method string, args, out any) error {
 	if h == d.cfg.HostID {
-		body, err := encodeMsg(args)
+		res, err := d.callLocal(ctx, method, args)
 		if err != nil {
 			return err
 		}
-		res, err := d.safeHandle(ctx, nil, method, body)
-		if err != nil {
-			return err
-		}
-		if out != nil && res != nil {
-			// Round-trip through msgpack so local and remote calls behave
-			// alike.
-			b, err := encodeMsg(res)
-			if err != nil {
-				return err
-			}
-			return decodeMsg(b, out)
-		}
-		return nil
+		return setReply(res, out)
 	}
 	if d.nw == nil {
 		return fmt.Errorf("%v: %w", h, task.ErrNoSuchHost)
@@ -680,31 +672,72 @@ func (d *Daemon) safeHandle(ctx context.Context, p *peer, method string, body []
 			res, err = nil, fmt.Errorf("%s: %w: %v", method, ErrInternal, r)
 		}
 	}()
-	if err := authorize(p, method); err != nil {
-		return nil, err
-	}
-	if p == nil || !p.cert.Role.Client() {
-		return d.handle(ctx, p, method, body)
-	}
-	ctx = withCaller(ctx, p.cert)
-	if err := d.checkDirs(method, body); err != nil {
-		return nil, err
-	}
-	if p.cert.Role == pki.RoleUser {
-		if err := d.checkOwnership(ctx, p.cert.Name, method, body); err != nil {
+	return d.serveMethod(ctx, p, method, body)
+}
+
+// callLocal runs a control request this daemon makes to itself. A request
+// of the type its method declares goes to the handler as it is, without
+// the codec; another (a raw body, a pointer) is encoded and served as a
+// peer's would be. A panic fails the call with ErrInternal, as in
+// safeHandle.
+func (d *Daemon) callLocal(ctx context.Context, name string, args any) (res any, err error) {
+	m := methods[name]
+	if m == nil || m.local == nil {
+		body, err := encodeMsg(args)
+		if err != nil {
 			return nil, err
 		}
+		return d.safeHandle(ctx, nil, name, body)
 	}
-	res, err = d.handle(ctx, p, method, body)
-	if r, ok := res.(tidsReply); ok && err == nil && method == mSpawn {
-		d.owners.setTasks(r.TIDs, p.cert.Name)
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.Error("control handler panicked", "method", name, "from", "this daemon", "panic", r, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("%s: %w: %v", name, ErrInternal, r)
+		}
+	}()
+	if m.master && !d.isMaster() {
+		return nil, fmt.Errorf("method %q: this daemon is not the master", name)
 	}
-	return res, err
+	res, typed, err := m.local(d, ctx, args)
+	if typed {
+		return res, err
+	}
+	body, err := encodeMsg(args)
+	if err != nil {
+		return nil, err
+	}
+	return d.serveMethod(ctx, nil, name, body)
+}
+
+// setReply stores a local call's answer res in out: as it is when out
+// points to res's type (the answer its method declares), through the
+// codec otherwise.
+func setReply(res, out any) error {
+	if out == nil || res == nil {
+		return nil
+	}
+	if ov := reflect.ValueOf(out); ov.Kind() == reflect.Pointer && !ov.IsNil() && ov.Elem().Type() == reflect.TypeOf(res) {
+		ov.Elem().Set(reflect.ValueOf(res))
+		return nil
+	}
+	b, err := encodeMsg(res)
+	if err != nil {
+		return err
+	}
+	return decodeMsg(b, out)
 }
 
 // serveCall runs a control request and sends the reply.
 func (d *Daemon) serveCall(p *peer, c *call) {
-	res, err := d.safeHandle(d.ctx, p, c.Method, c.Body)
+	ctx := d.ctx
+	if p.cert.Role.Client() {
+		// A client's call ends with its connection, or when the client
+		// cancels it.
+		var done func()
+		ctx, done = p.callCtx(c.ID)
+		defer done()
+	}
+	res, err := d.safeHandle(ctx, p, c.Method, c.Body)
 	d.audit(p, c.Method, err)
 	r := reply{ID: c.ID}
 	if err != nil {
@@ -784,14 +817,46 @@ func (d *Daemon) Hosts() []HostInfo {
 	return out
 }
 
-// hostByName resolves a host name, or "h<ID>", to its ID.
+// hostByName resolves a host to its ID (resolveHost).
 func (d *Daemon) hostByName(name string) (task.HostID, error) {
-	for _, h := range d.Hosts() {
-		if h.Name == name || h.ID.String() == name {
-			return h.ID, nil
+	return resolveHost(d.Hosts(), name)
+}
+
+// ErrAmbiguousHost is a host given by a word that is one host's name and
+// another's ID.
+var ErrAmbiguousHost = errors.New("names one host and is the ID of another")
+
+// resolveHost finds the host s names among hosts: "name:N" the host named
+// N, "id:hN" the host with ID hN, and a bare word the host with that name
+// or that ID — a word that is one host's name and another's ID is refused
+// with ErrAmbiguousHost (say which with a prefix), never resolved to
+// either.
+func resolveHost(hosts []HostInfo, s string) (task.HostID, error) {
+	byName, byID := true, true
+	word := s
+	if w, ok := strings.CutPrefix(s, "name:"); ok {
+		word, byID = w, false
+	} else if w, ok := strings.CutPrefix(s, "id:"); ok {
+		word, byName = w, false
+	}
+	var named, ided task.HostID
+	for _, h := range hosts {
+		if byName && h.Name == word {
+			named = h.ID
+		}
+		if byID && h.ID.String() == word {
+			ided = h.ID
 		}
 	}
-	return 0, fmt.Errorf("host %q: %w", name, task.ErrNoSuchHost)
+	switch {
+	case named != 0 && ided != 0 && named != ided:
+		return 0, fmt.Errorf("host %q: %w (%v is named %q): say name:%s or id:%s", s, ErrAmbiguousHost, named, word, word, word)
+	case named != 0:
+		return named, nil
+	case ided != 0:
+		return ided, nil
+	}
+	return 0, fmt.Errorf("host %q: %w", s, task.ErrNoSuchHost)
 }
 
 // heartbeatLoop pings the master (hosts) or checks the hosts' pings (the
@@ -805,6 +870,7 @@ func (d *Daemon) heartbeatLoop() {
 			d.log.Error("credential file", "file", d.cfg.CredentialFile, "error", err)
 		}
 		d.checkExpiry(now)
+		d.dropExpired(now)
 		if d.cfg.Master {
 			d.reloadRevoked()
 			d.checkHosts(now)

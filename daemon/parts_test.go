@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -121,21 +123,22 @@ func TestRegistryParts(t *testing.T) {
 // one ends.
 func TestMoverHolds(t *testing.T) {
 	m := newMover()
+	start := func() error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		acts := m.machine.Step(time.Now(), move.Event{Kind: move.Start, Spec: move.Spec{TID: task.NewTID(2, 1), From: 2, To: 3, Job: 3,
+			Timeouts: move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}}})
+		return rejection(acts)
+	}
 	r1 := m.holdMoves(3)
 	r2 := m.holdMoves(3)
 	r1()
-	m.mu.Lock()
-	held := m.killing[3]
-	m.mu.Unlock()
-	if held != 1 {
-		t.Fatalf("%d holds after one of two ended, want 1", held)
+	if err := start(); !errors.Is(err, move.ErrHeld) {
+		t.Fatalf("a move after one of two holds ended: %v, want %v", err, move.ErrHeld)
 	}
 	r2()
-	m.mu.Lock()
-	_, left := m.killing[3]
-	m.mu.Unlock()
-	if left {
-		t.Fatal("a job stayed held after its kills ended")
+	if err := start(); err != nil {
+		t.Fatalf("a move after its job's kills ended: %v", err)
 	}
 	if e := m.nextEpoch(40); e <= 40 || m.epoch() != e {
 		t.Fatalf("next epoch %d above 40, clock %d", e, m.epoch())

@@ -52,6 +52,18 @@ type peer struct {
 	closed   chan struct{}
 	once     sync.Once
 	err      error
+	// ctx is the daemon's, ended when the connection is: the calls of a
+	// client run under it, so that work done for a client stops when it
+	// goes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// running are the cancels of a client's calls under way, by call ID:
+	// the client cancels one with a call.cancel call.
+	runMu   sync.Mutex
+	running map[uint64]context.CancelFunc
+
+	// forgeries counts the frames with claims refused (claims.go).
+	forgeries forgeCount
 
 	lastHeard atomic.Int64 // unix nanoseconds of the last frame received
 	lastWrite atomic.Int64 // unix nanoseconds of the end of the last write
@@ -60,6 +72,7 @@ type peer struct {
 func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
 	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role, cert: conn.Peer(),
 		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(d.ctx)
 	p.lastHeard.Store(time.Now().UnixNano())
 	if p.role == pki.RoleDaemon {
 		p.bulk = newBulkLane(p)
@@ -67,11 +80,41 @@ func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *
 	return p
 }
 
+// callCtx is the context a client's call id runs under: the
+// connection's, ended also by the client's call.cancel naming id; done
+// forgets it when the call is over.
+func (p *peer) callCtx(id uint64) (ctx context.Context, done func()) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	p.runMu.Lock()
+	if p.running == nil {
+		p.running = map[uint64]context.CancelFunc{}
+	}
+	p.running[id] = cancel
+	p.runMu.Unlock()
+	return ctx, func() {
+		p.runMu.Lock()
+		delete(p.running, id)
+		p.runMu.Unlock()
+		cancel()
+	}
+}
+
+// cancelCall cancels the client's call id, if it is still under way.
+func (p *peer) cancelCall(id uint64) {
+	p.runMu.Lock()
+	cancel := p.running[id]
+	p.runMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
 // close ends the connection once, recording why.
 func (p *peer) close(err error) {
 	p.once.Do(func() {
 		p.err = err
 		close(p.closed)
+		p.cancel()
 		reason := "closed"
 		if err != nil {
 			reason = err.Error()
@@ -278,6 +321,7 @@ func (p *peer) name() string {
 // malformed or forbidden frame closes the connection.
 func (p *peer) readLoop(r *routing.Reader) {
 	defer p.d.peerGone(p)
+	defer r.Free()
 	for {
 		f, err := r.Next()
 		if err != nil {

@@ -161,8 +161,16 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 	if m.Class == 0 {
 		return nil, fmt.Errorf("spawn job of at least %d tasks: no delay class offers that many (availability %v)", minSize, m.Availability)
 	}
+	if err := checkSpawnCount(m.Size, d.cfg.MaxSpawn); err != nil {
+		return nil, fmt.Errorf("spawn job: %w", err)
+	}
+	done, err := d.admitSpawn(ctx, parent, 0, m.Size)
+	if err != nil {
+		return nil, fmt.Errorf("spawn job: %w", err)
+	}
 	d.log.Info("job mapped with SED", "type", req.Type, "class", m.Class, "size", m.Size, "edt", m.EDT, "placement", m.Placement)
 	var tids []task.TID
+	defer func() { done(tids) }()
 	for _, h := range hosts {
 		n := m.Placement[h.Name]
 		if n == 0 {

@@ -323,58 +323,54 @@ func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, error) {
 	return info, nil
 }
 
-// orphanMove is a move the old master left half done, as its origin
-// reported it.
-type orphanMove struct {
-	id     move.ID
-	origin task.HostID
-	dest   routing.Route
-}
-
-// recovering records what a host registering again reports about moves
-// (master), and resolves those whose two hosts are back.
+// recovering tells the move machine what a host registering again
+// reports about moves (master): the moves it is the origin of that the old
+// master left half done, and the tasks it runs; they are resolved once
+// both hosts of a move are back (resolveMoves).
 func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
-	d.mv.mu.Lock()
-	if d.mv.orphans == nil {
-		d.mv.orphans = map[task.TID]orphanMove{}
-		d.mv.runningAt = map[task.TID]task.HostID{}
+	ev := move.Event{Kind: move.Report, Host: from}
+	for _, m := range rep.Leaving {
+		ev.Orphans = append(ev.Orphans, move.Orphan{Move: m.Move, TID: m.TID, Dest: m.Dest})
 	}
+	for _, t := range rep.Tasks {
+		ev.Running = append(ev.Running, t.TID)
+	}
+	d.mv.mu.Lock()
 	d.mv.machine.Observe(rep.MaxEpoch)
 	d.mv.machine.ObserveMove(rep.MaxMove)
 	for _, t := range rep.Tasks {
 		d.mv.machine.Observe(t.Epoch)
 	}
-	for _, m := range rep.Leaving {
-		d.mv.orphans[m.TID] = orphanMove{id: m.Move, origin: from, dest: m.Dest}
-	}
-	for _, t := range rep.Tasks {
-		d.mv.runningAt[t.TID] = from
-	}
+	d.mv.machine.Step(time.Now(), ev)
 	d.mv.mu.Unlock()
 	d.goFunc(d.resolveMoves)
 }
 
-// resolveMoves hands the half-done moves whose two hosts are back to the
-// move machine (master): if the destination runs the task, the origin
-// forgets it; otherwise the destination drops it and the origin resumes
-// it (move.Machine.Adopt).
+// resolveMoves tells the move machine which hosts are back (master): it
+// adopts the half-done moves whose two hosts are (if the destination runs
+// the task, the origin forgets it; otherwise the destination drops it and
+// the origin resumes it), and the driver performs its actions.
 func (d *Daemon) resolveMoves() {
+	n := d.nw
+	n.mu.Lock()
+	hosts := make([]task.HostID, 0, len(n.hosts))
+	for id := range n.hosts {
+		hosts = append(hosts, id)
+	}
+	n.mu.Unlock()
 	d.mv.mu.Lock()
 	now := time.Now()
-	for tid, m := range d.mv.orphans {
-		if !d.hostKnown(m.origin) || !d.hostKnown(m.dest.Host) {
-			continue
+	acts := d.mv.machine.Step(now, move.Event{Kind: move.Resolve, Hosts: hosts, Spec: move.Spec{Timeouts: d.moveTimeouts()}})
+	for _, a := range acts {
+		switch {
+		case a.Kind == move.Reject:
+			d.log.Warn("recover: a move the old master left half done", "tid", a.TID, "move", a.Move, "error", a.Err)
+		case a.Kind == move.Call && d.mv.runs[a.Move] == nil:
+			mv, _ := d.mv.machine.Moving(a.TID)
+			d.mv.runs[a.Move] = &moveRun{from: mv.From, to: mv.To, start: now, ended: make(chan struct{})}
+			d.log.Warn("recover: settling a move the old master left half done", "tid", a.TID, "move", a.Move, "step", a.Step)
 		}
-		delete(d.mv.orphans, tid)
-		at := d.mv.runningAt[tid]
-		if err := d.mv.machine.Adopt(m.id, tid, m.origin, m.dest, at == m.dest.Host, d.moveTimeouts(), now); err != nil {
-			d.log.Warn("recover: a move the old master left half done", "tid", tid, "error", err)
-			continue
-		}
-		d.mv.runs[m.id] = &moveRun{from: m.origin, to: m.dest.Host, start: now, ended: make(chan struct{})}
-		d.log.Warn("recover: settling a move the old master left half done", "tid", tid, "move", m.id, "at", at)
 	}
-	acts := d.mv.machine.Ready()
 	d.mv.mu.Unlock()
 	d.perform(acts)
 }

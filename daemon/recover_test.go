@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/routing/member"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -335,7 +336,7 @@ func TestReadmitWhileRejoining(t *testing.T) {
 	vm := startVM(t, 1, cfg)
 	m := vm.Master()
 	m.nw.mu.Lock()
-	m.nw.mem.deleted[2] = "h2"
+	m.nw.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: 2, Name: "h2", Silent: true})
 	m.nw.mu.Unlock()
 	tid := task.NewTID(2, 1)
 	h := &hello{Host: 2, Name: "h2", Addr: "127.0.0.1:9", Rejoin: true, Info: HostInfo{Build: ThisBuild()},

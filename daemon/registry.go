@@ -25,6 +25,10 @@ type registry struct {
 	setSeqs   map[string]uint64               // the newest complete checkpoint set of each job name
 	tidFloor  map[task.HostID]uint32          // restored TIDs of hosts not (yet) here
 	hostJobs  map[task.HostID]map[uint64]bool // the jobs with tasks on each host
+	// starting counts, per host and job, the starts of tasks under way
+	// there (a spawn's, a restore's, a move's), until their answer has
+	// been recorded in hostJobs: the tasks may speak (output) before.
+	starting map[task.HostID]map[uint64]int
 	// rollbacks counts the job rollbacks made.
 	rollbacks atomic.Int64
 }
@@ -37,6 +41,7 @@ func newRegistry() *registry {
 		setSeqs:   map[string]uint64{},
 		tidFloor:  map[task.HostID]uint32{},
 		hostJobs:  map[task.HostID]map[uint64]bool{},
+		starting:  map[task.HostID]map[uint64]int{},
 	}
 }
 
@@ -127,6 +132,41 @@ func (r *registry) jobsOn(h task.HostID, jobs []uint64, replace bool) {
 	for _, j := range jobs {
 		set[j] = true
 	}
+}
+
+// expect records that tasks of job are being started on host h, until the
+// function it returns is called (after the start's answer, and jobsOn).
+func (r *registry) expect(h task.HostID, job uint64) (settle func()) {
+	if job == 0 {
+		return func() {}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.starting[h]
+	if m == nil {
+		m = map[uint64]int{}
+		r.starting[h] = m
+	}
+	m[job]++
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		m := r.starting[h]
+		if m[job]--; m[job] <= 0 {
+			delete(m, job)
+		}
+		if len(m) == 0 {
+			delete(r.starting, h)
+		}
+	}
+}
+
+// runs reports whether host h is recorded with tasks of job, or tasks of
+// it are being started there.
+func (r *registry) runs(h task.HostID, job uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hostJobs[h][job] || r.starting[h][job] > 0
 }
 
 // hostsOf lists the hosts recorded with tasks of job.

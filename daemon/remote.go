@@ -259,9 +259,34 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rt.mu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
+	// Claims refused: how many, and the first.
+	var bad int
+	var badKind routing.ClaimKind
+	var badTID task.TID
+	var badWhy routing.Verdict
+	judging := judged(p)
 	accept := func(e routing.Envelope) error {
 		nRecv++
 		bRecv += len(e.Body.Data)
+		if judging {
+			// A message speaks for its sender; a notice (unsequenced)
+			// does too (an exit notice for a watch registered after the
+			// exit), or is the master's, or is relayed by a host its
+			// receiver lived on.
+			k, who := routing.ClaimSource, e.From
+			v := d.judgeLocked(p, k, who)
+			if e.Seq == 0 && v != routing.Allow {
+				k, who = routing.ClaimNotice, e.To
+				v = d.judgeLocked(p, k, who)
+			}
+			if v != routing.Allow {
+				if bad == 0 {
+					badKind, badTID, badWhy = k, who, v
+				}
+				bad++
+				return nil // neither taken nor acknowledged
+			}
+		}
 		d.ht.mu.Lock()
 		h := d.ht.tasks[e.To]
 		_, gone := d.ht.gone[e.To]
@@ -335,6 +360,9 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	if len(refusals) > 0 {
 		p.frame(routing.KindRefuse, refusals)
 	}
+	if bad > 0 {
+		return d.forged(p, "messages", badKind, badTID, badWhy, bad)
+	}
 	return nil
 }
 
@@ -350,15 +378,37 @@ func lastOfPair(acks []routing.Ack, a routing.Ack) []routing.Ack {
 	return append(acks, a)
 }
 
-func (d *Daemon) receiveAcks(body []byte) error {
+// receiveAcks applies a batch of acknowledgements from p: each speaks for
+// its receiving task, which p must host (or have hosted).
+func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 	d.rt.mu.Lock()
-	freed := 0
-	err := routing.DecodeAcks(body, func(a routing.Ack) { freed += d.rt.outbox.Ack(a) })
+	freed, bad := 0, 0
+	var first routing.Ack
+	var why routing.Verdict
+	judging := judged(p)
+	err := routing.DecodeAcks(body, func(a routing.Ack) {
+		if judging {
+			if v := d.judgeLocked(p, routing.ClaimReceiver, a.To); v != routing.Allow {
+				if bad == 0 {
+					first, why = a, v
+				}
+				bad++
+				return
+			}
+		}
+		freed += d.rt.outbox.Ack(a)
+	})
 	if freed > 0 {
 		d.windowFreed()
 	}
 	d.rt.mu.Unlock()
-	return err
+	if err != nil {
+		return err
+	}
+	if bad > 0 {
+		return d.forged(p, "acknowledgements", routing.ClaimReceiver, first.To, why, bad)
+	}
+	return nil
 }
 
 // windowFreed wakes the senders waiting for acknowledgements to free
@@ -377,8 +427,23 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	}
 	var todo []resend
 	now := time.Now()
+	bad := 0
+	var first routing.Refusal
+	var why routing.Verdict
+	judging := judged(p)
 	d.rt.mu.Lock()
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
+		if judging {
+			// A refusal speaks for its receiving task: only a host it
+			// lives or lived on may say where it went.
+			if v := d.judgeLocked(p, routing.ClaimReceiver, rf.To); v != routing.Allow {
+				if bad == 0 {
+					first, why = rf, v
+				}
+				bad++
+				return
+			}
+		}
 		d.rt.routes.Update(rf.To, rf.Route)
 		if rf.Route.Host == 0 {
 			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.rt.outbox.Describe(rf.To))
@@ -391,7 +456,13 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	for _, r := range todo {
 		d.transmit(r.host, r.envs)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if bad > 0 {
+		return d.forged(p, "refusals", routing.ClaimReceiver, first.To, why, bad)
+	}
+	return nil
 }
 
 // transmit sends envelopes (resends) to host h.

@@ -284,6 +284,10 @@ type (
 	hostArgs struct {
 		Host string `msgpack:"h"`
 	}
+	// cancelArgs names a call of the caller's, on the same connection.
+	cancelArgs struct {
+		ID uint64 `msgpack:"i"`
+	}
 )
 
 // Control methods.
@@ -310,4 +314,5 @@ const (
 	mHalt        = "halt"         // at the master: stop the virtual machine
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
 	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
+	mCancel      = "call.cancel"  // anywhere: cancel a call of the caller's under way
 )

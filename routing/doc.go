@@ -20,6 +20,19 @@
 //     duplicates. Together they keep the invariant that every message is
 //     delivered exactly once, in per-pair order, through losses,
 //     duplicates, reordering and moves of the receiver.
+//   - Claims (claim.go): Judge decides whether a host may say what a frame
+//     says about a task (its sender, receiver, exit, action), from where
+//     the judging daemon knows the task lives and has lived (Table.Past):
+//     a host speaks only for the tasks it hosts, and for those that lived
+//     on it while what they left there is settled.
+//   - Routes on demand (route): each host's route cache, with each task's
+//     origin host as the authority for its route. A move's route goes to
+//     the task's origin, old and new host only; other senders learn it
+//     from the old host's refusal, which names the newest route it knows,
+//     or by asking the origin (the master, once the origin is deleted).
+//     Its cost per move does not grow with the hosts; route's simulation
+//     checks exactly-once delivery through it. The daemon still
+//     broadcasts every route (see "Switching to routes on demand").
 //   - Failure detection (swim): the hosts probe each other, SWIM with
 //     Lifeguard's suspicion and local health, and tell the master only of
 //     suspicions, deaths and refutations; the master deletes a host only
@@ -53,4 +66,42 @@
 //   - Its push-pull anti-entropy exchanges whole member lists (O(n) per
 //     exchange); the host list is the master's, and swim carries only
 //     deltas of liveness.
+//
+// # Switching to routes on demand
+//
+// The daemon broadcasts every route today: setRoute (daemon/migrate.go)
+// and a job's restore (daemon/jobs.go) send an evRoute event to every
+// host, and every host applies it to its Table and its Outbox. The switch
+// to route.Cache, the next step, changes:
+//
+//   - The master sends a move's route (a move.SetRoute action) to the
+//     task's origin host, its old host (the move's From) and its new host
+//     (the Route's, or From on the way back), not to every host: an
+//     evRoute event to those three. A job's restore sends each restored
+//     task's route to its origin and its new host. The master keeps its
+//     Table: it answers queries for the tasks of deleted hosts.
+//   - Each daemon's Table becomes a route.Cache, built with
+//     route.New(cfg.HostID, route.Config{Retry: cfg.RTO}) (RTO is
+//     daemon.Config's; a separate Config.RouteRetry is not needed). The
+//     evRoute handler feeds route.EvSet; a KindRefuse frame feeds
+//     route.EvRefused with the Outbox's Route for the task, and the cache
+//     hands the refusal back (DoRefusal) for Outbox.Refused; a message for
+//     a task not here and not moving feeds route.EvMiss, whose DoRefuse
+//     is the refusal to send; a deleted host (evHostDel) feeds
+//     route.EvHostLost; the daemon's retransmission tick feeds
+//     route.EvTick; a send along a route to a deleted host holds the
+//     message and feeds route.EvHeld.
+//   - Two frame kinds join frame.go: KindRouteAsk (binary: u64 TIDs, 8
+//     bytes each), sent to a task's origin host (to the master for a
+//     deleted origin), answered by KindRouteAnswer (binary: the Refusal
+//     layout, 21 bytes per route: TID, host, epoch, in transit). Both
+//     batch per connection like KindRefuse, and a reader bounds them by
+//     the frame maximum. A host answers an ask with route.EvAsk's
+//     DoAnswer; an answer feeds route.EvAnswer.
+//
+// The master's route traffic per move is then three frames for each route
+// the move sets (the way there, and the way back when it aborts after the
+// suspend), whatever the number of hosts, and hosts that neither take part
+// nor send to the task handle none: go test ./routing/route -run
+// TestMoveCost -v.
 package routing

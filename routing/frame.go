@@ -83,6 +83,41 @@ type Reader struct {
 	max int
 	hdr [headerBytes]byte
 	buf []byte
+	// budget, when set, accounts the bodies of BudgetFrom bytes or more;
+	// held is what the current frame holds of it.
+	budget Budget
+	held   int
+}
+
+// Budget bounds the memory of the frame bodies readers hold, across
+// readers (see Reader.SetBudget). Acquire takes n bytes, waiting for room
+// if need be, or fails (the reader's Next then fails with its error);
+// Release gives them back.
+type Budget interface {
+	Acquire(n int) error
+	Release(n int)
+}
+
+// BudgetFrom is the body size from which a Reader with a budget accounts a
+// frame: smaller ones (every batch of small messages) are read without,
+// and a connection keeps a buffer no larger than this between frames.
+const BudgetFrom = 1 << 20
+
+// SetBudget makes the reader account every frame body of BudgetFrom bytes
+// or more in b, from before it is allocated until the next call to Next
+// (or Free): a large frame waits until b has room for it.
+func (fr *Reader) SetBudget(b Budget) { fr.budget = b }
+
+// Free gives back what the current frame holds of the reader's budget,
+// and the buffer it was read into. Call it when the stream ends (Next
+// does it for the frame before).
+func (fr *Reader) Free() {
+	if fr.held == 0 {
+		return
+	}
+	fr.budget.Release(fr.held)
+	fr.held = 0
+	fr.buf = nil
 }
 
 // NewReader returns a frame reader on r accepting frames of at most max
@@ -98,6 +133,7 @@ func NewReader(r io.Reader, max int) *Reader {
 // unless the caller copies it. Errors other than io.EOF are fatal for the
 // stream: the caller closes the connection.
 func (fr *Reader) Next() (Frame, error) {
+	fr.Free()
 	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return Frame{}, fmt.Errorf("frame header: %w", ErrMalformed)
@@ -115,7 +151,14 @@ func (fr *Reader) Next() (Frame, error) {
 	if k < 1 || k > maxKind {
 		return Frame{}, fmt.Errorf("%v: %w", k, ErrUnknownKind)
 	}
+	if fr.budget != nil && n-1 >= BudgetFrom {
+		if err := fr.budget.Acquire(n - 1); err != nil {
+			return Frame{}, fmt.Errorf("%v frame of %d bytes: %w", k, n-1, err)
+		}
+		fr.held = n - 1
+	}
 	if err := fr.readBody(n - 1); err != nil {
+		fr.Free()
 		return Frame{}, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
 	}
 	return Frame{Kind: k, Body: fr.buf}, nil

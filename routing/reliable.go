@@ -73,7 +73,18 @@ type fifo struct {
 type outMsg struct {
 	env    Envelope
 	sentAt time.Time
+	// timeouts counts the resends Due made since the message was last
+	// sent otherwise: each doubles the wait for the next (MaxBackoff).
+	timeouts uint8
 }
+
+// MaxBackoff bounds how many times Due doubles a message's wait: an
+// unacknowledged message is resent after rto, 2·rto, 4·rto, then every
+// 8·rto. A receiver that keeps a large message unacknowledged (its
+// mailbox is full) is not sent it again faster than that; a lost message
+// on a live connection is rare (QUIC does not lose), and the first resend
+// keeps its pace.
+const MaxBackoff = 3
 
 // each calls fn on every message of q, pair by pair in sender order, each
 // pair's in the order sent: a deterministic order.
@@ -294,7 +305,7 @@ func (o *Outbox) Refused(rf Refusal, from task.HostID, now time.Time) (task.Host
 func (q *outQueue) all(now time.Time) []Envelope {
 	out := make([]Envelope, 0, q.n)
 	q.each(func(m *outMsg) {
-		m.sentAt = now
+		m.sentAt, m.timeouts = now, 0
 		out = append(out, m.env)
 	})
 	return out
@@ -322,20 +333,22 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 	return r.Host, q.all(now)
 }
 
-// Due returns the unacknowledged messages, not held, sent at or before
-// now−rto, grouped by the host to resend them to, and marks them sent at
-// now. Over QUIC this matters only after a connection is lost; on a lossy
-// transport it is what makes delivery reliable.
+// Due returns the unacknowledged messages, not held, whose wait is over,
+// grouped by the host to resend them to, and marks them sent at now. A
+// message waits rto after it was sent, and twice as long after each
+// resend Due made (at most 2^MaxBackoff·rto), until it is acknowledged or
+// sent again otherwise (a new route, a new connection). Over QUIC this
+// matters only after a connection is lost; on a lossy transport it is
+// what makes delivery reliable.
 func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelope {
 	var out map[task.HostID][]Envelope
-	cut := now.Add(-rto)
 	for _, to := range sortedKeys(o.queues) {
 		q := o.queues[to]
 		if q.held {
 			continue
 		}
 		q.each(func(m *outMsg) {
-			if m.sentAt.After(cut) {
+			if now.Sub(m.sentAt) < rto<<min(m.timeouts, MaxBackoff) {
 				return
 			}
 			if out == nil {
@@ -343,6 +356,9 @@ func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelop
 			}
 			out[q.route.Host] = append(out[q.route.Host], m.env)
 			m.sentAt = now
+			if m.timeouts < MaxBackoff {
+				m.timeouts++
+			}
 		})
 	}
 	return out

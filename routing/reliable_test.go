@@ -3,6 +3,7 @@ package routing
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -601,5 +602,34 @@ func TestExitedRefusalOnlyFromTheRoute(t *testing.T) {
 	o.Refused(Refusal{To: b}, 2, now)
 	if got := o.Pending(b); got != 0 {
 		t.Fatalf("an exited refusal from the route's host left %d bytes queued", got)
+	}
+}
+
+// TestDueBacksOff: a message left unacknowledged is resent after the RTO,
+// then after twice, four and eight times as long, and no faster after
+// that; sent again on a new route, it starts again at the RTO.
+func TestDueBacksOff(t *testing.T) {
+	o := NewOutbox()
+	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+	now := time.Unix(1000, 0)
+	const rto = time.Second
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 60<<20)}}, Route{Host: 2}, now)
+	var resends []time.Duration
+	for s := 1; s <= 60; s++ {
+		at := now.Add(time.Duration(s) * rto)
+		if got := o.Due(at, rto); len(got[2]) == 1 {
+			resends = append(resends, at.Sub(now))
+		}
+	}
+	want := []time.Duration{1 * rto, 3 * rto, 7 * rto, 15 * rto, 23 * rto, 31 * rto, 39 * rto, 47 * rto, 55 * rto}
+	if !slices.Equal(resends, want) {
+		t.Fatalf("resent after %v, want %v", resends, want)
+	}
+	later := now.Add(60 * rto)
+	if h, envs := o.Reroute(b, Route{Host: 3, Epoch: 1}, later); h != 3 || len(envs) != 1 {
+		t.Fatalf("reroute: %d to %v", len(envs), h)
+	}
+	if got := o.Due(later.Add(rto), rto); len(got[3]) != 1 {
+		t.Fatalf("after a reroute, Due at the RTO = %v, want the message", got)
 	}
 }

@@ -26,10 +26,25 @@ type Route struct {
 type Table struct {
 	m       map[task.TID]Route
 	version uint64
+	// past holds, for tasks that moved, the hosts they lived on before
+	// their current route's, newest first, at most MaxPast; retired lists
+	// the forgotten tasks whose past is kept, oldest first, at most
+	// MaxRetired (see Past).
+	past    map[task.TID][]task.HostID
+	retired []task.TID
 }
 
+// MaxPast is how many earlier hosts a Table remembers for each task.
+const MaxPast = 4
+
+// MaxRetired is how many forgotten (ended) tasks a Table remembers the
+// hosts of.
+const MaxRetired = 1 << 14
+
 // NewTable returns an empty table: every task lives on its origin host.
-func NewTable() *Table { return &Table{m: map[task.TID]Route{}} }
+func NewTable() *Table {
+	return &Table{m: map[task.TID]Route{}, past: map[task.TID][]task.HostID{}}
+}
 
 // Lookup returns tid's route: the entry if there is one, else the origin
 // host at epoch 0.
@@ -50,15 +65,58 @@ func (t *Table) Update(tid task.TID, r Route) bool {
 	if !newer {
 		return false
 	}
+	if r.Host != cur.Host {
+		t.remember(tid, cur.Host)
+	}
 	t.m[tid] = r
 	t.version++
 	return true
 }
 
-// Forget drops tid's entry (the task has exited).
+// remember records h as the host tid lived on before its current one.
+func (t *Table) remember(tid task.TID, h task.HostID) {
+	if h == 0 {
+		return
+	}
+	p := t.past[tid]
+	if len(p) > 0 && p[0] == h {
+		return
+	}
+	if len(p) < MaxPast {
+		p = append(p, 0)
+	}
+	copy(p[1:], p)
+	p[0] = h
+	t.past[tid] = p
+}
+
+// Past lists the hosts tid lived on before its current route's, newest
+// first, as far as this table has seen routes change (at most MaxPast);
+// for an ended task (Forget), the host it ended on first. A task that
+// never moved has none: its origin is in its TID.
+func (t *Table) Past(tid task.TID) []task.HostID { return t.past[tid] }
+
+// Forget drops tid's entry (the task has exited). The hosts it lived on
+// are kept, for the MaxRetired tasks that ended last, so that what they
+// sent before (resends of messages not yet acknowledged) is still known
+// to come from where they lived.
 func (t *Table) Forget(tid task.TID) {
+	if r, ok := t.m[tid]; ok && r.Host != tid.Host() {
+		t.remember(tid, r.Host)
+	}
 	delete(t.m, tid)
 	t.version++
+	if _, ok := t.past[tid]; !ok {
+		return
+	}
+	t.retired = append(t.retired, tid)
+	if len(t.retired) > MaxRetired {
+		old := t.retired[0]
+		t.retired = t.retired[1:]
+		if _, live := t.m[old]; !live {
+			delete(t.past, old)
+		}
+	}
 }
 
 // Version changes whenever a route changes: a caller that remembers what

@@ -28,8 +28,11 @@ const maxReplay = 1024
 //
 // A Comm must be an exported field of the task's struct: it is part of the
 // task's state. Its collectives (Barrier, Bcast, SendRecv, AllReduce,
-// CommGather, CommScatter) are safe points while they wait, so a task
-// blocked in one can be checkpointed or moved. What a collective has sent
+// CommReduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
+// CommGather, Gatherv, CommScatter, Scatterv, Split, Dup, CartCreate,
+// CartSub) and the waits of its non-blocking operations (Wait, Waitall,
+// Waitany) are safe points while they wait, so a task blocked in one can
+// be checkpointed or moved. What a collective has sent
 // and received so far, and the results of the collectives completed since
 // the task's last SafePoint, are kept in the Comm; when Run is called again
 // on the restored state and reaches the same collectives again, the
@@ -38,8 +41,9 @@ const maxReplay = 1024
 // make the same collective calls in the same order with the same arguments
 // when it re-enters: compute from fields, and change fields that a
 // collective's arguments depend on only after the step's last collective
-// (then call SafePoint). A task that makes more than 1024 collective calls
-// between safe points is not checkpointed inside the later ones.
+// (then call SafePoint). Isend, Irecv and the waits are replayed the same
+// way (see Irecv). A task that makes more than 1024 such calls between
+// safe points is not checkpointed inside the later ones.
 //
 // Every member calls each collective in the same order. Messages between
 // two members arrive in the order sent, so a collective's messages never
@@ -63,7 +67,48 @@ type Comm struct {
 	// without being safe points.
 	Overflow bool `msgpack:",omitempty"`
 
-	next int // collectives called since Run (re-)entered or the last safe point
+	// ID tells this communicator's messages from those of others with
+	// members in common (Dup, Split and CartCreate give each new one its
+	// own); the communicator SpawnComm makes is 0.
+	ID int `msgpack:",omitempty"`
+	// Dims and Periods are the Cartesian topology CartCreate gave it:
+	// the extent of each dimension, row-major (the last varies fastest),
+	// and whether it wraps.
+	Dims    []int  `msgpack:",omitempty"`
+	Periods []bool `msgpack:",omitempty"`
+	// Reqs are the non-blocking operations started and not yet completed,
+	// and those completed since the last safe point (for replay); LastReq
+	// is the number of the last one started.
+	Reqs    []ReqState `msgpack:",omitempty"`
+	LastReq int        `msgpack:",omitempty"`
+	// StepReq is LastReq at the last safe point: the requests started
+	// since are numbered from it on, in order, so a replayed Isend or
+	// Irecv knows its number without a record.
+	StepReq int `msgpack:",omitempty"`
+
+	next   int         // calls replayed or recorded since Run (re-)entered or the last safe point
+	starts int         // requests started or replayed since then
+	dst    map[int]any // where each receive request's message is decoded to
+	// lazy are results of several parts whose places in Done are
+	// placeholders: packed into Done only when the task is checkpointed
+	// (flush), so that a call that completes without a checkpoint does not
+	// copy them.
+	lazy map[int][]Payload
+}
+
+// flush packs the results kept in parts into their places in Done.
+func (m *Comm) flush() error {
+	for i, parts := range m.lazy {
+		if i < len(m.Done) {
+			p, err := packParts(parts)
+			if err != nil {
+				return err
+			}
+			m.Done[i] = p
+		}
+	}
+	m.lazy = nil
+	return nil
 }
 
 // Size is the number of members.
@@ -104,8 +149,70 @@ func (m *Comm) check(what string, ranks ...int) error {
 // resetStep forgets the results kept since the last safe point: the task's
 // state is a fresh starting point for Run.
 func (m *Comm) resetStep() {
-	m.Done, m.next, m.Overflow = nil, 0, false
+	clear(m.Done) // kept for the next step's records, emptied
+	m.Done, m.next, m.Overflow, m.lazy = m.Done[:0], 0, false, nil
+	m.StepReq, m.starts = m.LastReq, 0
+	m.dropWaited()
 }
+
+// replay returns the recorded result of the next call when Run, re-entered,
+// has not yet caught up with the calls made before the checkpoint.
+func (m *Comm) replay() (Payload, bool) {
+	if m.next < len(m.Done) {
+		m.next++
+		return m.Done[m.next-1], true
+	}
+	return Payload{}, false
+}
+
+// record keeps res as the result of the call just completed, for replay.
+func (m *Comm) record(res Payload) {
+	if !m.Overflow && len(m.Done) < maxReplay {
+		m.Done = append(m.Done, res)
+	} else {
+		m.Done, m.Overflow, m.lazy = nil, true, nil
+		m.dropWaited()
+	}
+	m.next++
+}
+
+// recordParts is record for a result of several parts, packed only if the
+// task is checkpointed before its next safe point.
+func (m *Comm) recordParts(parts []Payload) {
+	m.record(Payload{})
+	if !m.Overflow {
+		if m.lazy == nil {
+			m.lazy = map[int][]Payload{}
+		}
+		m.lazy[len(m.Done)-1] = parts
+	}
+}
+
+// Tags of communicator traffic. A communicator of ID k sends its
+// collectives' messages on CommTag-k and its point-to-point messages of
+// tag t on commP2PBase + k<<15 + t; both ranges lie above every tag below
+// commP2PBase, which programs' own messages should use.
+const (
+	// MaxCommTag is the largest tag of a point-to-point message on a
+	// communicator (MPI_TAG_UB).
+	MaxCommTag = 1<<15 - 1
+	// maxCommID bounds communicator IDs, so that the two ranges of tags
+	// stay apart.
+	maxCommID   = 1<<14 - 1
+	commP2PBase = 1 << 30
+)
+
+// collTag is the tag of m's collectives' messages (CommTag for a nil m:
+// the set-up message).
+func (m *Comm) collTag() int {
+	if m == nil {
+		return CommTag
+	}
+	return CommTag - m.ID
+}
+
+// p2pTag is the tag of m's point-to-point messages of tag t.
+func (m *Comm) p2pTag(t int) int { return commP2PBase + m.ID<<15 + t }
 
 // SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
 // communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
@@ -211,6 +318,11 @@ func (c *Ctx) waitPoint() error {
 	if c.critical.Load() > 0 {
 		return nil
 	}
+	for _, m := range c.comms {
+		if err := m.flush(); err != nil {
+			return err
+		}
+	}
 	return c.ep.SafePoint(c.task)
 }
 
@@ -220,7 +332,7 @@ func (c *Ctx) waitPoint() error {
 func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	if (m != nil && m.Overflow) || c.critical.Load() > 0 {
 		c.enter()
-		msg, _, err := c.ep.Recv(c.ep.Context(), from, CommTag, true)
+		msg, _, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), true)
 		c.leave()
 		if err != nil {
 			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
@@ -229,7 +341,7 @@ func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	}
 	for {
 		c.enter()
-		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, CommTag)
+		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, m.collTag())
 		c.leave()
 		if err != nil {
 			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
@@ -254,7 +366,7 @@ func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
 	}
 	c.enter()
 	defer c.leave()
-	return c.ep.Mcast(c.ep.Context(), to, CommTag, p)
+	return c.ep.Mcast(c.ep.Context(), to, m.collTag(), p)
 }
 
 // collective runs one collective on m: send (once, even across a
@@ -264,9 +376,8 @@ func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
 // recorded before Run re-entered. An ErrSuspended comes back unwrapped.
 func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got []Payload) (Payload, error)) (res Payload, replayed bool, err error) {
 	c.track(m)
-	if m.next < len(m.Done) {
-		m.next++
-		return m.Done[m.next-1], true, nil
+	if p, ok := m.replay(); ok {
+		return p, true, nil
 	}
 	if !m.Sent {
 		if send != nil {
@@ -295,13 +406,12 @@ func (m *Comm) collective(c *Ctx, send func() error, from []int, result func(got
 	if err != nil {
 		return Payload{}, false, err
 	}
-	m.Sent, m.Have, m.Got = false, nil, nil
-	if !m.Overflow && len(m.Done) < maxReplay {
-		m.Done = append(m.Done, res)
-	} else {
-		m.Done, m.Overflow = nil, true
-	}
-	m.next++
+	// Kept for the next collective, emptied: a task calling collective
+	// after collective allocates them once.
+	m.Sent = false
+	clear(m.Have)
+	clear(m.Got)
+	m.record(res)
 	return res, false, nil
 }
 

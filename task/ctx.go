@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -239,7 +240,9 @@ func (c *Ctx) Critical(f func() error) error {
 // migration pending, SafePoint takes it and returns ErrSuspended, which Run
 // must return at once, unchanged; the runtime calls Run again on the
 // restored state (possibly on another host). It returns ErrKilled when the
-// task has been killed. Inside a critical section it does nothing.
+// task has been killed. Inside a critical section it does nothing, and so
+// while a receive request is outstanding on a communicator (see
+// Comm.Irecv).
 //
 // Tasks that compute for long between messages should call SafePoint
 // regularly (at least once per iteration): a task that never reaches one
@@ -249,10 +252,24 @@ func (c *Ctx) SafePoint() error {
 	if c.critical.Load() > 0 {
 		return nil
 	}
+	if c.recvPending() {
+		return nil // see Comm.Irecv
+	}
 	for _, m := range c.comms {
 		m.resetStep()
 	}
 	return c.ep.SafePoint(c.task)
+}
+
+// recvPending reports whether a receive request is outstanding on one of
+// the task's communicators: SafePoint is then no safe point.
+func (c *Ctx) recvPending() bool {
+	for _, m := range c.comms {
+		if m.pendingRecv() {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxResult bounds the encoded size of a task's result.
@@ -448,10 +465,11 @@ type SafeSender interface {
 // checkpointed. Like RecvSafe, it returns ErrSuspended when the task has
 // been checkpointed, the message not sent (Run must return it); the task
 // resumes in Run, so call SendSafe where Run's fields say the task is
-// about to send v. Inside a critical section it is Send.
+// about to send v. Inside a critical section, or while a receive request
+// is outstanding on a communicator (see Comm.Irecv), it is Send.
 func (c *Ctx) SendSafe(to TID, tag int, v any) error {
 	ss, ok := c.ep.(SafeSender)
-	if !ok || c.critical.Load() > 0 {
+	if !ok || c.critical.Load() > 0 || c.recvPending() {
 		return c.Send(to, tag, v)
 	}
 	p, err := sendPayload(to, tag, v, Encode)
@@ -474,9 +492,10 @@ func (c *Ctx) SendSafe(to TID, tag int, v any) error {
 	}
 }
 
-// Mcast sends v with the given tag to every task in to, encoding it once.
-// It fails with ErrNoSuchTask if a receiver does not exist; the others
-// still get the message.
+// Mcast sends v with the given tag to every task in to but the caller,
+// encoding it once: as pvm_mcast, the caller does not get the message
+// even when it is listed. It fails with ErrNoSuchTask if a receiver does
+// not exist; the others still get the message.
 func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("mcast: %w", err)
@@ -484,6 +503,12 @@ func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 	p, err := Encode(v)
 	if err != nil {
 		return fmt.Errorf("mcast: %w", err)
+	}
+	if self := c.MyTID(); slices.Contains(to, self) {
+		to = slices.DeleteFunc(slices.Clone(to), func(t TID) bool { return t == self })
+		if len(to) == 0 {
+			return nil
+		}
 	}
 	c.enter()
 	defer c.leave()
@@ -550,8 +575,12 @@ func (c *Ctx) RecvTimeout(from TID, tag int, v any, d time.Duration) (Status, er
 // come it is a safe point, so the task can be moved while it waits. Like
 // SafePoint, it returns ErrSuspended when the task has been checkpointed
 // (Run must return it); the task resumes in Run, so call RecvSafe where
-// Run's fields say the task is waiting.
+// Run's fields say the task is waiting. While a receive request is
+// outstanding on a communicator (see Comm.Irecv) it is Recv.
 func (c *Ctx) RecvSafe(from TID, tag int, v any) (Status, error) {
+	if c.recvPending() { // SafePoint would not be one: wait as Recv does
+		return c.Recv(from, tag, v)
+	}
 	for {
 		c.enter()
 		m, ok, err := c.ep.RecvSafe(c.ep.Context(), from, tag)

@@ -45,9 +45,13 @@
 // calls JoinComm on its own Comm field and knows its rank, the team's size
 // and every peer's TID. SpawnTeam starts a team the spawner is not part of
 // (ranks 0..n-1), for a root that only watches its workers. Collectives
-// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, CommGather,
-// CommScatter. Each is a safe point while it waits (see Comm for the one
-// rule that makes this work).
+// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, CommReduce, Scan,
+// Exscan, ReduceScatter, Allgather(v), Alltoall(v), CommGather, Gatherv,
+// CommScatter, Scatterv; so do non-blocking Isend and Irecv with their
+// Requests (Wait, Waitall, Waitany, Test). Split, Dup, CartCreate and
+// CartSub make new communicators from a Comm, Cartesian grids with
+// Coords, CartRank and CartShift. Each wait is a safe point (see Comm for
+// the one rule that makes this work).
 //
 // Group names are scoped to the job: two runs of one program never share a
 // group. A name beginning with VMWide names a group of the whole virtual

@@ -40,26 +40,28 @@
 // task checkpoint missing (ErrIncomplete), of another size or SHA-256
 // (ErrTampered), or readable by others (ErrMode).
 //
-// # Manifest format, version 2
+// # Manifest format, version 3
 //
 // The manifest is framed and authenticated like a task checkpoint
 // (integers little endian):
 //
 //	magic    8 bytes  "DPVMJOBM"
-//	version  uint16   FormatVersion (2)
+//	version  uint16   FormatVersion (3)
 //	flags    uint16   0
 //	length   uint32   the body's length
 //	key id   8 bytes  the identifier of the key of the MAC (zero: none)
 //	body     msgpack map: job, seq, created, root, program, args, entries,
 //	         and prev_seq, prev_sha256 (the previous complete set: its
 //	         sequence number and its manifest file's SHA-256) when there
-//	         is one; each entry a map: tid, type, host, file, bytes, sha256
+//	         is one, and owner (the user whose job it is) when there is
+//	         one; each entry a map: tid, type, host, file, bytes, sha256
 //	mac      32 bytes HMAC-SHA256, under the cluster's manifest key, of
 //	         every byte before it
 //
-// Version 1 has no key id and no prev fields; it is still read, under the
-// key the reader gives. A reader of version 2 with several keys picks the
-// one named (ReadManifestWith).
+// Version 2 has no owner, version 1 no key id and no prev fields either;
+// both are still read, version 1 under the key the reader gives. A reader
+// of version 2 or 3 with several keys picks the one named
+// (ReadManifestWith).
 //
 // LatestName in a job's directory is a copy of the newest complete set's
 // manifest (WriteLatestRecord): it outlives the sets, so a reader meeting

@@ -19,8 +19,9 @@ import (
 const (
 	// FormatVersion is the manifest format this build writes and the
 	// newest it reads. Version 2 adds the key id, the epoch and the link to
-	// the previous set; version 1 manifests are read with none of them.
-	FormatVersion = 2
+	// the previous set; version 3 the job's owner. Version 1 manifests are
+	// read with none of them, version 2 without an owner.
+	FormatVersion = 3
 	// KeySize is the length of the key that authenticates manifests.
 	KeySize = 32
 	// MaxManifestSize bounds a manifest file; a larger one is refused
@@ -93,7 +94,15 @@ type Manifest struct {
 	// whose successor it has seen can tell that newer sets existed.
 	PrevSeq    uint64
 	PrevSHA256 [32]byte
+	// Owner is the name on the user certificate of the person whose job
+	// the set is (format 3; empty in older formats and for a job no
+	// person started): a daemon restarts the set as that person's job,
+	// and only for them or an admin.
+	Owner string
 }
+
+// MaxOwnerLen bounds a manifest's owner name, in bytes.
+const MaxOwnerLen = 256
 
 // wireManifest and wireEntry are the msgpack body of format version 2
 // (version 1: without epoch). Field names are part of the format: never
@@ -110,6 +119,8 @@ type wireManifest struct {
 	// Format 2.
 	PrevSeq    uint64 `msgpack:"prev_seq,omitempty"`
 	PrevSHA256 []byte `msgpack:"prev_sha256,omitempty"`
+	// Format 3.
+	Owner string `msgpack:"owner,omitempty"`
 }
 
 type wireEntry struct {
@@ -135,6 +146,9 @@ func (m *Manifest) validate() error {
 	}
 	if len(m.Entries) == 0 {
 		return errors.New("no task checkpoints")
+	}
+	if len(m.Owner) > MaxOwnerLen {
+		return fmt.Errorf("owner name of %d bytes, at most %d", len(m.Owner), MaxOwnerLen)
 	}
 	tids := make(map[string]bool, len(m.Entries))
 	files := make(map[string]bool, len(m.Entries))
@@ -185,17 +199,19 @@ func checkPlace(setDir string, m *Manifest) error {
 // The format (integers little endian):
 //
 //	magic    8 bytes  "DPVMJOBM"
-//	version  uint16   FormatVersion (2)
+//	version  uint16   FormatVersion (3)
 //	flags    uint16   0
 //	length   uint32   the body's length
 //	key id   8 bytes  m.KeyID, the key's identifier (from format 2 on)
 //	body     msgpack map: job, seq, created, root, program, args, entries
 //	         (each entry a map: tid, type, host, file, bytes, sha256),
 //	         and from format 2 on epoch (left out when 0), prev_seq and
-//	         prev_sha256 when the set has a predecessor
+//	         prev_sha256 when the set has a predecessor, and from format
+//	         3 on owner (left out when empty)
 //	mac      32 bytes HMAC-SHA256 under key of every byte before it
 //
-// Format 1 has no key id and no prev fields; it is still read.
+// Format 2 has no owner, format 1 no key id and no prev fields; both are
+// still read.
 func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := checkKey(key); err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
@@ -206,7 +222,7 @@ func EncodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("jobset: encode manifest: %w", err)
 	}
-	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args, Epoch: m.Epoch, PrevSeq: m.PrevSeq}
+	w := wireManifest{Job: m.Job, Seq: m.Seq, Created: m.Created.UTC(), Root: m.Root, Program: m.Program, Args: m.Args, Epoch: m.Epoch, PrevSeq: m.PrevSeq, Owner: m.Owner}
 	if m.PrevSeq != 0 {
 		w.PrevSHA256 = m.PrevSHA256[:]
 	}
@@ -396,6 +412,11 @@ func decodeManifest(dec *msgpack.Decoder, r *bytes.Reader, version uint16) (*Man
 				return nil, fmt.Errorf("field epoch in a version %d manifest", version)
 			}
 			m.Epoch, err = dec.DecodeUint64()
+		case "owner":
+			if version < 3 {
+				return nil, fmt.Errorf("field owner in a version %d manifest", version)
+			}
+			m.Owner, err = dec.DecodeString()
 		case "prev_seq":
 			m.PrevSeq, err = dec.DecodeUint64()
 		case "prev_sha256":

@@ -3,6 +3,7 @@ package jobset
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -133,7 +134,7 @@ func TestNewerVersion(t *testing.T) {
 	path := filepath.Join(setDir, ManifestName)
 	must(t, os.WriteFile(path, newer, 0o600))
 	_, err = ReadManifest(setDir, testKey)
-	wantErr(t, err, []error{ErrVersion}, path, "version 3", "reads (2)")
+	wantErr(t, err, []error{ErrVersion}, path, fmt.Sprintf("version %d", FormatVersion+1), fmt.Sprintf("reads (%d)", FormatVersion))
 	// Refused whatever follows the version: its framing may differ.
 	must(t, os.WriteFile(path, newer[:headerLen], 0o600))
 	_, err = ReadManifest(setDir, testKey)
@@ -141,8 +142,8 @@ func TestNewerVersion(t *testing.T) {
 
 	m.Version = FormatVersion + 1
 	_, err = EncodeManifest(m, testKey)
-	if err == nil || !strings.Contains(err.Error(), "version 3") {
-		t.Errorf("encoding version 3: %v", err)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("version %d", FormatVersion+1)) {
+		t.Errorf("encoding version %d: %v", FormatVersion+1, err)
 	}
 }
 
@@ -267,8 +268,8 @@ func TestManifestEpoch(t *testing.T) {
 	must(t, err)
 	got, err := DecodeManifest(data, testKey)
 	must(t, err)
-	if got.Epoch != m.Epoch || got.Version != 2 {
-		t.Fatalf("read back epoch %d (version %d), want %d (version 2)", got.Epoch, got.Version, m.Epoch)
+	if got.Epoch != m.Epoch || got.Version != FormatVersion {
+		t.Fatalf("read back epoch %d (version %d), want %d (version %d)", got.Epoch, got.Version, m.Epoch, FormatVersion)
 	}
 	body := data[headerLen+KeyIDSize : len(data)-macLen]
 	if _, err := DecodeManifest(seal(1, [KeyIDSize]byte{}, body, testKey), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "epoch") {
@@ -343,4 +344,37 @@ func TestKeyIDAndLink(t *testing.T) {
 	}
 	_, err = ReadManifestWith(setDir, other, keyFor)
 	wantErr(t, err, []error{ErrTampered})
+}
+
+// TestManifestOwner: version 3 keeps the job's owner; a version 2
+// manifest (no owner) is still read, with Owner empty, and one that names
+// an owner is refused as corrupt, as is an owner name past MaxOwnerLen.
+func TestManifestOwner(t *testing.T) {
+	jobDir := newJobDir(t)
+	_, m := makeSet(t, jobDir, 1, 2, false)
+	m.Owner = "bob"
+	data, err := EncodeManifest(m, testKey)
+	must(t, err)
+	got, err := DecodeManifest(data, testKey)
+	must(t, err)
+	if got.Owner != "bob" || got.Version != 3 {
+		t.Fatalf("read back owner %q (version %d), want bob (version 3)", got.Owner, got.Version)
+	}
+	body := data[headerLen+KeyIDSize : len(data)-macLen]
+	if _, err := DecodeManifest(seal(2, m.KeyID, body, testKey), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "owner") {
+		t.Fatalf("a version 2 manifest with an owner: %v, want ErrCorrupt", err)
+	}
+	m.Owner = ""
+	data, err = EncodeManifest(m, testKey)
+	must(t, err)
+	body = data[headerLen+KeyIDSize : len(data)-macLen]
+	got, err = DecodeManifest(seal(2, m.KeyID, body, testKey), testKey)
+	must(t, err)
+	if got.Owner != "" || got.Version != 2 {
+		t.Fatalf("a version 2 manifest: owner %q, version %d", got.Owner, got.Version)
+	}
+	m.Owner = strings.Repeat("x", MaxOwnerLen+1)
+	if _, err := EncodeManifest(m, testKey); err == nil {
+		t.Fatal("an owner name past MaxOwnerLen was written")
+	}
 }

@@ -482,7 +482,7 @@ func migrateControl() controlCommand {
 				"directory the daemons were started with, --shared-dir). Waits for the move to\n" +
 				"commit and prints the time it took and the checkpoint's size.",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>)"},
+				&cli.StringFlag{Name: "to", Usage: "host to move the task to (name or h<ID>; name:N or id:hN where a name is another host's ID)"},
 				&cli.StringFlag{Name: "via", Value: "direct", Usage: "direct or indirect"},
 				jsonFlag(),
 			},

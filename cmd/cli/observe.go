@@ -25,9 +25,11 @@ import (
 func observeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics at http://ADDR/metrics (recent moves as JSON at /events, the daemon's health at /healthz); loopback only unless --metrics-public (default: off)"},
-		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach"},
+		&cli.BoolFlag{Name: "metrics-public", Usage: "let --metrics-listen bind an address other hosts can reach (needs --metrics-token-file)"},
+		&cli.StringFlag{Name: "metrics-token-file", Usage: "file whose first line is the token the metrics and events require (Authorization: Bearer TOKEN, or ?token=TOKEN; /healthz needs none)"},
 		&cli.StringFlag{Name: "pprof", Usage: "serve Go's profiles at http://ADDR/debug/pprof/; loopback only unless --pprof-public (default: off)"},
-		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach"},
+		&cli.BoolFlag{Name: "pprof-public", Usage: "let --pprof bind an address other hosts can reach (needs --pprof-token-file)"},
+		&cli.StringFlag{Name: "pprof-token-file", Usage: "file whose first line is the token the profiles require (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
 		&cli.StringFlag{Name: "http", Usage: "master: serve the live status page at http://ADDR/; loopback only unless --http-public (default: off)"},
 		&cli.BoolFlag{Name: "http-public", Usage: "let --http bind an address other hosts can reach (needs --http-token-file)"},
 		&cli.StringFlag{Name: "http-token-file", Usage: "file whose first line is the token the status page requires (Authorization: Bearer TOKEN, or ?token=TOKEN)"},
@@ -47,20 +49,27 @@ func statusToken(c *cli.Context) (string, error) {
 	if err := metrics.CheckLoopback(addr, c.Bool("http-public")); err != nil {
 		return "", fmt.Errorf("--http: %w", err)
 	}
+	return endpointToken(c, "http", "an exposed status page")
+}
+
+// endpointToken reads the token of an HTTP endpoint (flag NAME-token-file;
+// "" for none): one exposed to other hosts (NAME-public) needs one, as
+// the status page does.
+func endpointToken(c *cli.Context, name, what string) (string, error) {
 	token := ""
-	if f := c.String("http-token-file"); f != "" {
+	if f := c.String(name + "-token-file"); f != "" {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return "", fmt.Errorf("--http-token-file: %w", err)
+			return "", fmt.Errorf("--%s-token-file: %w", name, err)
 		}
 		token, _, _ = strings.Cut(string(b), "\n")
 		token = strings.TrimSpace(token)
 		if len(token) < 16 {
-			return "", fmt.Errorf("--http-token-file %s: the token must be at least 16 characters", f)
+			return "", fmt.Errorf("--%s-token-file %s: the token must be at least 16 characters", name, f)
 		}
 	}
-	if c.Bool("http-public") && token == "" {
-		return "", errors.New("--http-public: an exposed status page needs a token (--http-token-file)")
+	if c.Bool(name+"-public") && token == "" {
+		return "", fmt.Errorf("--%s-public: %s needs a token (--%s-token-file)", name, what, name)
 	}
 	return token, nil
 }
@@ -117,21 +126,22 @@ func (o *observers) started(d *daemon.Daemon) { o.health.d.Store(d) }
 // address is printed on w.
 func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers, error) {
 	o := &observers{}
-	metricsHandler := func() http.Handler {
+	// Health probes need no token; metrics and events do, when one is set.
+	metricsHandler := func(token string) http.Handler {
 		mux := http.NewServeMux()
 		mux.Handle("GET "+healthPath, &o.health)
-		mux.Handle("/", metrics.Handler(m))
+		mux.Handle("/", metrics.RequireToken(metrics.Handler(m), token))
 		return mux
 	}
 	type srv struct {
-		flag, addr string
-		public     bool
-		h          func() http.Handler
-		path, what string
+		flag, name, addr string
+		public           bool
+		h                func(token string) http.Handler
+		path, what       string
 	}
 	for _, s := range []srv{
-		{"--metrics-listen", c.String("metrics-listen"), c.Bool("metrics-public"), metricsHandler, "/metrics", "metrics"},
-		{"--pprof", c.String("pprof"), c.Bool("pprof-public"), metrics.PprofHandler, "/debug/pprof/", "profiles"},
+		{"--metrics-listen", "metrics", c.String("metrics-listen"), c.Bool("metrics-public"), metricsHandler, "/metrics", "metrics"},
+		{"--pprof", "pprof", c.String("pprof"), c.Bool("pprof-public"), func(token string) http.Handler { return metrics.RequireToken(metrics.PprofHandler(), token) }, "/debug/pprof/", "profiles"},
 	} {
 		if s.addr == "" {
 			continue
@@ -140,7 +150,12 @@ func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers
 			o.close()
 			return nil, fmt.Errorf("%s: %w", s.flag, err)
 		}
-		server, err := metrics.Serve(s.addr, s.h())
+		token, err := endpointToken(c, s.name, "an exposed "+s.what+" endpoint")
+		if err != nil {
+			o.close()
+			return nil, err
+		}
+		server, err := metrics.Serve(s.addr, s.h(token))
 		if err != nil {
 			o.close()
 			return nil, fmt.Errorf("%s: %w", s.flag, err)

@@ -117,6 +117,9 @@ func TestObserveFlagsRefuse(t *testing.T) {
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--metrics-listen", "0.0.0.0:0"}, "--metrics-listen: address \"0.0.0.0:0\": not a loopback address"},
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--pprof", ":0"}, "--pprof: address \":0\": not a loopback address"},
 		{[]string{"--log-format", "xml", "daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem")}, `--log-format "xml": want text or json`},
+		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--metrics-listen", "0.0.0.0:0", "--metrics-public"}, "--metrics-public: an exposed metrics endpoint needs a token (--metrics-token-file)"},
+		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--pprof", ":0", "--pprof-public"}, "--pprof-public: an exposed profiles endpoint needs a token (--pprof-token-file)"},
+		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--pprof", "127.0.0.1:0", "--pprof-token-file", short}, "--pprof-token-file " + short + ": the token must be at least 16 characters"},
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--http", "0.0.0.0:0"}, "--http: address \"0.0.0.0:0\": not a loopback address"},
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--http", "0.0.0.0:0", "--http-public"}, "--http-public: an exposed status page needs a token"},
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--http", "127.0.0.1:0", "--http-token-file", short}, "the token must be at least 16 characters"},
@@ -139,5 +142,61 @@ func TestDaemonHealthStarting(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", healthPath, nil))
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "starting") {
 		t.Errorf("health before start: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// TestMetricsAndProfilesTokens runs `dpvm daemon --master` with token
+// files for its metrics and profiles: they answer only requests that
+// carry the token, and the health probe needs none.
+func TestMetricsAndProfilesTokens(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "vm.key")
+	if code := Run([]string{"dpvm", "keygen", "--out", key, "--master-name", "h1"}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("keygen: %d", code)
+	}
+	const token = "s3cret-token-0123456789"
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run([]string{"dpvm", "daemon", "--master", "--listen", "127.0.0.1:0",
+			"--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--load-source", "static",
+			"--metrics-listen", "127.0.0.1:0", "--metrics-token-file", file, "--pprof", "127.0.0.1:0", "--pprof-token-file", file}, io.Discard, &stderr)
+	}()
+	addr := waitMatch(t, &stderr, regexp.MustCompile(`listening on (\S+)`), done)[1]
+	metricsURL := waitMatch(t, &stderr, regexp.MustCompile(`metrics on (http://\S+)`), done)[1]
+	pprofURL := waitMatch(t, &stderr, regexp.MustCompile(`profiles on (http://\S+)`), done)[1]
+	for _, c := range []struct {
+		url, bearer string
+		want        int
+	}{
+		{metricsURL, "", 401},
+		{metricsURL, "wrong-token-0123456789", 401},
+		{metricsURL, token, 200},
+		{metricsURL + "?token=" + token, "", 200},
+		{strings.TrimSuffix(metricsURL, "/metrics") + "/events", "", 401},
+		{pprofURL, "", 401},
+		{pprofURL, token, 200},
+	} {
+		if code, body := metricstest.Fetch(t, c.url, c.bearer); code != c.want {
+			t.Errorf("GET %s (token %q): %d, want %d: %s", c.url, c.bearer, code, c.want, body)
+		}
+	}
+	health := strings.TrimSuffix(metricsURL, "/metrics") + "/healthz"
+	if code, body := metricstest.Fetch(t, health, ""); code == 401 {
+		t.Errorf("GET %s without a token: %d %s, want no token needed", health, code, body)
+	}
+	if code := Run([]string{"dpvm", "halt", "--master", addr, "--credential", filepath.Join(key, "admin.pem")}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("halt: %d", code)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("daemon exited %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop after halt")
 	}
 }

@@ -54,6 +54,7 @@ type Metrics struct {
 	schedChecks   prometheus.Counter
 	schedListings prometheus.Counter
 	schedDecide   *prometheus.CounterVec
+	forged        *prometheus.CounterVec
 }
 
 // Options tunes New. The zero value is the default.
@@ -101,13 +102,25 @@ func New(o Options) *Metrics {
 	m.schedDecide = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "sched_decisions_total",
 		Help: "Per-process outcomes of the scheduler's checks that listed: reason it is a candidate (delay, memory, users, or a '+' combination) and action (candidate: counted, not yet selected; migrate; stay: selected, nowhere better)."},
 		[]string{"reason", "action"})
-	m.reg.MustRegister(m.moves, m.freeze, m.moveSeconds, m.ckptBytes, m.transfer, m.transfers,
+	m.forged = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "forged_claims_total",
+		Help: "Claims about tasks refused because the daemon that sent them does not host the task, by kind (source, receiver, notice, act, exit) and peer host."},
+		[]string{"kind", "peer"})
+	m.reg.MustRegister(m.forged, m.moves, m.freeze, m.moveSeconds, m.ckptBytes, m.transfer, m.transfers,
 		m.jobCkpts, m.jobCkptSecs, m.rollbacks, m.rollbackSecs, m.schedChecks, m.schedListings, m.schedDecide,
 		stateCollector{m})
 	if !o.NoRuntime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m
+}
+
+// ClaimRefused counts a claim about a task that peer, a daemon, does not
+// host, refused (kind: what it claimed, as routing.ClaimKind names it).
+func (m *Metrics) ClaimRefused(kind, peer string) {
+	if m == nil {
+		return
+	}
+	m.forged.WithLabelValues(kind, peer).Inc()
 }
 
 // Fresh returns new metrics made with the same options as m (nil for a

@@ -2,12 +2,14 @@ package metrics
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,6 +65,28 @@ func Handler(m *Metrics) http.Handler {
 		}{seen, moves})
 	})
 	return mux
+}
+
+// RequireToken wraps h so that every request must carry token, as
+// "Authorization: Bearer TOKEN" or ?token=TOKEN (compared in constant
+// time); others get 401. An empty token returns h unchanged.
+func RequireToken(h http.Handler, token string) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.URL.Query().Get("token")
+		if a, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			got = a
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dpvm"`)
+			http.Error(w, "a token is required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // PprofHandler serves Go's profiles under /debug/pprof/ on a mux of its

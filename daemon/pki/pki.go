@@ -422,6 +422,9 @@ type Peer struct {
 	Name   string
 	Master bool   // the master's host certificate
 	Serial string // the certificate's serial number, in hex
+	// NotAfter is when the certificate expires (zero: unknown). A daemon
+	// whose certificate expires while connected loses its membership.
+	NotAfter time.Time
 }
 
 func (p Peer) String() string {
@@ -456,7 +459,7 @@ func peerOf(c *x509.Certificate) (Peer, error) {
 	if err := CheckName(c.Subject.CommonName); err != nil {
 		return Peer{}, fmt.Errorf("peer certificate: %w", err)
 	}
-	return Peer{Role: r, Name: c.Subject.CommonName, Master: master, Serial: hex.EncodeToString(c.SerialNumber.Bytes())}, nil
+	return Peer{Role: r, Name: c.Subject.CommonName, Master: master, Serial: hex.EncodeToString(c.SerialNumber.Bytes()), NotAfter: c.NotAfter}, nil
 }
 
 // Chain is the credential's certificate chain, leaf first, as it presents

@@ -1,9 +1,24 @@
-// Package member holds the pure machines of host membership that the
+// Package member holds the pure machine of host membership that the
 // master daemon drives: a failure detector that suspects a silent host
 // before it confirms it dead, and the admission control that paces
 // registrations, with the jittered backoff hosts retry by. Like the rest of
 // routing it performs no I/O and reads no clock: time and random numbers
 // are parameters, and none of its types is safe for concurrent use.
+//
+// # The seam
+//
+// Machine holds the detector and the admission bucket behind one seam,
+// Step(now, Event) []Effect, the shape of routing/move's machines. Events:
+// Join (a host asks to register), Watch and Forget (a host registered,
+// deleted, and why), Heard (when a host was last heard from), Tick (every
+// heartbeat) and Return (a host the master does not count as a member
+// registers again). Effects: Admit or Busy (retry after), Suspect, Clear
+// and Delete (a host's verdict: show the suspicion, clear it, delete the
+// host), Health (the observer's health changed, and with it the death
+// timeout), and Readmit or Refuse (a host deleted for its silence comes
+// back under its old ID with none of its tasks; an operator's deletion is
+// final). The driver feeds the events and performs the effects; what a
+// verdict leads to is the machine's, not the driver's.
 //
 // # Failure detection
 //

@@ -4,11 +4,18 @@
 // takes no locks and reads no clock: the master's daemon drives the
 // Machine, and every daemon its own Host.
 //
-// The shape is etcd-io/raft's: the driver feeds events in (Start, Result,
-// HostLost, Tick, Adopt, each with the current time), the machine appends
-// the actions it wants done (call a step at a host, set a route, finish a
-// move), and the driver takes them with Ready, performs them, and reports
-// each call's outcome back with Result. A move reads
+// The shape is etcd-io/raft's: the driver feeds each event (Start, Result,
+// HostLost, Tick, Adopt, Drop, DropJob, Hold, Release, and at a recovered
+// master Report and Resolve) with the current
+// time through the one seam, Machine.Step, which returns the actions the
+// machine wants done (call a step at a host, set a route, finish a move,
+// reject the event); the driver performs them, and feeds each call's
+// outcome back as a Result event. The policy is the machine's: which step
+// follows which, each call's timeout, when a failed abort or commit step
+// goes again, which moves a host's loss or a job's rollback ends, that no
+// move of a job starts while its kill is under way, and that a move a
+// previous master left half done is adopted once both its hosts are back.
+// A move reads
 //
 //	Preparing → Freezing → Transferring → Restoring → Committing → Done
 //

@@ -42,6 +42,7 @@ type world struct {
 	ids      []task.HostID
 	tids     []task.TID
 	calls    []flight
+	acts     []Action // the machine's actions not drained yet
 	epoch    uint64
 	routes   map[task.TID]uint64
 	started  map[ID]bool
@@ -176,8 +177,12 @@ func (w *world) do(a Action) (Outcome, error) {
 // drain takes the machine's actions: calls go in flight, routes and
 // finishes are checked.
 func (w *world) drain(t *testing.T) {
-	for _, a := range w.m.Ready() {
+	acts := w.acts
+	w.acts = nil
+	for _, a := range acts {
 		switch a.Kind {
+		case Reject:
+			t.Fatalf("rejected: %v", a.Err)
 		case Call:
 			if a.Notify {
 				_, _ = w.do(a)
@@ -225,9 +230,14 @@ func (w *world) drain(t *testing.T) {
 
 func (w *world) report(t *testing.T, f flight, o Outcome, err error) {
 	// A move that ended or went on without this step refuses it.
-	if e := w.m.Result(f.a.Move, f.a.Step, o, err, w.now); e != nil && !errors.Is(e, ErrStale) {
-		t.Fatalf("result of %v: %v", f.a, e)
+	acts := w.m.Step(w.now, Event{Kind: Result, Move: f.a.Move, Step: f.a.Step, Outcome: o, Err: err})
+	if e := rejected(acts); e != nil {
+		if !errors.Is(e, ErrStale) {
+			t.Fatalf("result of %v: %v", f.a, e)
+		}
+		return
 	}
+	w.acts = append(w.acts, acts...)
 }
 
 // event applies one event chosen by op and arg.
@@ -246,13 +256,17 @@ func (w *world) event(t *testing.T, op, arg byte) {
 		if from == 0 || !w.hosts[to].alive {
 			return
 		}
-		id, err := w.m.Start(Spec{TID: tid, From: from, To: to, Epoch: w.routes[tid], Timeouts: testTimeouts}, w.now)
-		if err == nil {
-			w.started[id] = true
-			w.from[id] = from
-		} else if !errors.Is(err, ErrMoving) && !errors.Is(err, ErrSameHost) {
-			t.Fatal(err)
+		acts := w.m.Step(w.now, Event{Kind: Start, Spec: Spec{TID: tid, From: from, To: to, Epoch: w.routes[tid], Timeouts: testTimeouts}})
+		if err := rejected(acts); err != nil {
+			if !errors.Is(err, ErrMoving) && !errors.Is(err, ErrSameHost) {
+				t.Fatal(err)
+			}
+			break
 		}
+		id := acts[0].Move
+		w.started[id] = true
+		w.from[id] = from
+		w.acts = append(w.acts, acts...)
 	case 2, 3: // a step done and answered
 		if len(w.calls) == 0 {
 			return
@@ -300,14 +314,14 @@ func (w *world) event(t *testing.T, op, arg byte) {
 					w.lost[tid] = true
 				}
 			}
-			w.m.HostLost(id, w.now)
+			w.acts = append(w.acts, w.m.Step(w.now, Event{Kind: HostLost, Host: id})...)
 		}
 	case 8:
 		if arg&1 == 1 {
 			w.noSafe = true
 		}
 		w.now = w.now.Add(time.Duration(arg) * 10 * time.Millisecond)
-		w.m.Tick(w.now)
+		w.acts = append(w.acts, w.m.Step(w.now, Event{Kind: Tick})...)
 	}
 	w.drain(t)
 }
@@ -336,7 +350,7 @@ func (w *world) settle(t *testing.T) {
 			continue
 		}
 		w.now = w.now.Add(time.Second)
-		w.m.Tick(w.now)
+		w.acts = append(w.acts, w.m.Step(w.now, Event{Kind: Tick})...)
 		w.drain(t)
 	}
 	if ms := w.m.Moves(); len(ms) > 0 {

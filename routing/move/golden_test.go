@@ -23,13 +23,20 @@ var testTimeouts = Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transfe
 
 // TestTranscripts replays the scripted scenarios of testdata/*.txt. A
 // script is a sequence of blocks: a command, a line "----", and the
-// transcript it produces (the actions Ready hands over, errors, states),
+// transcript it produces (the actions Step returns, rejections, states),
 // then a blank line. Commands:
 //
-//	start <tid> <from> <to> <epoch>     a move
+//	start <tid> <from> <to> <epoch> [job] a move
 //	adopt <move> <tid> <from> <to> <epoch> <at-dest>
 //	result <move> <step> <outcome> [error text]
 //	lost <host>                          a host deleted
+//	drop <tid> <cause…>                  the task's job rolls back
+//	drop-job <job> <cause…>              the job's tasks' moves end
+//	hold <job> | release <job>           a kill of the job starts, ends
+//	report <host> [<move> <tid> <dest> <epoch>]… [running <tid>…]
+//	                                     a host registers again with a
+//	                                     recovered master
+//	resolve <host>…                      the hosts back
 //	tick <duration>                      advance the clock and tick
 //	observe <epoch> | next-epoch         the epoch clock
 //	moves                                the moves under way
@@ -111,32 +118,59 @@ func runScript(t *testing.T, path string, run func(cmd string) string) {
 func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 	f := strings.Fields(cmd)
 	var lines []string
-	fail := func(err error) {
-		if err != nil {
-			lines = append(lines, "error: "+err.Error())
-		}
-	}
+	var ev Event
 	switch f[0] {
 	case "start":
-		_, err := m.Start(Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}, *now)
-		fail(err)
+		ev = Event{Kind: Start, Spec: Spec{TID: tid(t, f[1]), From: host(t, f[2]), To: host(t, f[3]), Epoch: num(t, f[4]), Timeouts: testTimeouts}}
+		if len(f) > 5 {
+			ev.Spec.Job = num(t, f[5])
+		}
 	case "adopt":
-		fail(m.Adopt(ID(num(t, strings.TrimPrefix(f[1], "m"))), tid(t, f[2]), host(t, f[3]), routing.Route{Host: host(t, f[4]), Epoch: num(t, f[5])}, f[6] == "true", testTimeouts, *now))
+		ev = Event{Kind: Adopt, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), AtDest: f[6] == "true",
+			Spec: Spec{TID: tid(t, f[2]), From: host(t, f[3]), To: host(t, f[4]), Epoch: num(t, f[5]), Timeouts: testTimeouts}}
 	case "result":
 		var cause error
 		if len(f) > 4 {
 			cause = errors.New(strings.Join(f[4:], " "))
 		}
-		fail(m.Result(ID(num(t, strings.TrimPrefix(f[1], "m"))), parseStep(t, f[2]), parseOutcome(t, f[3]), cause, *now))
+		ev = Event{Kind: Result, Move: ID(num(t, strings.TrimPrefix(f[1], "m"))), Step: parseStep(t, f[2]), Outcome: parseOutcome(t, f[3]), Err: cause}
 	case "lost":
-		m.HostLost(host(t, f[1]), *now)
+		ev = Event{Kind: HostLost, Host: host(t, f[1])}
+	case "drop":
+		ev = Event{Kind: Drop, TID: tid(t, f[1]), Err: errors.New(strings.Join(f[2:], " "))}
+	case "drop-job":
+		ev = Event{Kind: DropJob, Job: num(t, f[1]), Err: errors.New(strings.Join(f[2:], " "))}
+	case "hold":
+		ev = Event{Kind: Hold, Job: num(t, f[1])}
+	case "release":
+		ev = Event{Kind: Release, Job: num(t, f[1])}
+	case "report":
+		ev = Event{Kind: Report, Host: host(t, f[1])}
+		rest := f[2:]
+		for len(rest) >= 4 && rest[0] != "running" {
+			ev.Orphans = append(ev.Orphans, Orphan{Move: ID(num(t, strings.TrimPrefix(rest[0], "m"))), TID: tid(t, rest[1]),
+				Dest: routing.Route{Host: host(t, rest[2]), Epoch: num(t, rest[3])}})
+			rest = rest[4:]
+		}
+		if len(rest) > 0 && rest[0] == "running" {
+			for _, x := range rest[1:] {
+				ev.Running = append(ev.Running, tid(t, x))
+			}
+		} else if len(rest) > 0 {
+			t.Fatalf("report: cannot parse %q", rest)
+		}
+	case "resolve":
+		ev = Event{Kind: Resolve, Spec: Spec{Timeouts: testTimeouts}}
+		for _, x := range f[1:] {
+			ev.Hosts = append(ev.Hosts, host(t, x))
+		}
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {
 			t.Fatal(err)
 		}
 		*now = now.Add(d)
-		m.Tick(*now)
+		ev = Event{Kind: Tick}
 	case "observe":
 		m.Observe(num(t, f[1]))
 		lines = append(lines, fmt.Sprintf("epoch %d", m.Epoch()))
@@ -149,8 +183,10 @@ func runCommand(t *testing.T, m *Machine, now *time.Time, cmd string) string {
 	default:
 		t.Fatalf("unknown command %q", cmd)
 	}
-	for _, a := range m.Ready() {
-		lines = append(lines, a.String())
+	if ev.Kind != 0 {
+		for _, a := range m.Step(*now, ev) {
+			lines = append(lines, a.String())
+		}
 	}
 	if len(lines) == 0 {
 		return "ok"

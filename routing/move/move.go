@@ -28,6 +28,12 @@ var (
 	ErrStale = errors.New("stale move step")
 	// ErrBadTimeouts: a move was started without its timeouts.
 	ErrBadTimeouts = errors.New("move timeouts must be positive")
+	// ErrHeld: the moves of the task's job are held (its kill is under
+	// way: a move would take the task out of every host's task table,
+	// where the kill would miss it).
+	ErrHeld = errors.New("moves of the task's job are held")
+	// ErrBadEvent: an event the machine does not know.
+	ErrBadEvent = errors.New("unknown move event")
 )
 
 // ID identifies one move. IDs are never reused by a Machine; the driver
@@ -143,9 +149,12 @@ const (
 	// Finish: the move has ended; Err is nil when the task runs at the
 	// destination.
 	Finish
+	// Reject: the event was refused with Err (a move that cannot start, a
+	// stale result); nothing changed.
+	Reject
 )
 
-var kindNames = [...]string{"", "call", "route", "finish"}
+var kindNames = [...]string{"", "call", "route", "finish", "reject"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && k != 0 {
@@ -194,8 +203,126 @@ func (a Action) String() string {
 			return fmt.Sprintf("finish %v %v ok", a.Move, a.TID)
 		}
 		return fmt.Sprintf("finish %v %v: %v", a.Move, a.TID, a.Err)
+	case Reject:
+		return fmt.Sprintf("reject: %v", a.Err)
 	}
 	return a.Kind.String()
+}
+
+// EventKind is the kind of an Event of the Machine.
+type EventKind uint8
+
+// Machine events. Each names the fields of Event it reads.
+const (
+	// Start: begin a move of Spec; the destination is asked to prepare.
+	// A task already moving, a move to where the task runs, and a task of
+	// a held job (Hold) are rejected.
+	Start EventKind = iota + 1
+	// Result: the outcome (Outcome, Err) of Step of Move, a call the
+	// machine asked for. One the move does not wait for is rejected with
+	// ErrStale.
+	Result
+	// Tick: the clock moved; failed abort and commit steps whose retry
+	// time has come are tried again. The driver ticks every heartbeat.
+	Tick
+	// HostLost: Host was deleted from the virtual machine.
+	HostLost
+	// Adopt: take over Move, which a previous master left half done, as
+	// the hosts reported it: Spec.TID suspended at Spec.From for a move to
+	// the destination route (Spec.To, Spec.Epoch); AtDest says whether the
+	// destination runs it.
+	Adopt
+	// Drop: end TID's move under way, if any, as aborted with Err (its
+	// job rolls back).
+	Drop
+	// DropJob: Drop every move of Job's tasks, with Err.
+	DropJob
+	// Hold: a kill of Job is under way; no move of its tasks starts until
+	// the matching Release. Holds nest.
+	Hold
+	// Release: one Hold of Job is over.
+	Release
+	// Report: Host, registering again with a recovered master, reports
+	// the moves it is the origin of that a previous master left half done
+	// (Orphans) and the tasks it runs (Running). They are kept until both
+	// hosts of a move are back (Resolve).
+	Report
+	// Resolve: Hosts are in the virtual machine now. Every reported move
+	// whose origin and destination are among them is adopted (as Adopt,
+	// with Spec.Timeouts), in task order: it commits if its destination
+	// reported the task running, and aborts otherwise.
+	Resolve
+)
+
+var eventNames = [...]string{"", "start", "result", "tick", "host-lost", "adopt", "drop", "drop-job", "hold", "release", "report", "resolve"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is one event of the Machine.
+type Event struct {
+	Kind EventKind
+	// Spec (Start, Adopt) is the move.
+	Spec Spec
+	// Move, Step, Outcome and Err (Result) are a call's outcome; Err is
+	// also the cause of a Drop or DropJob.
+	Move    ID
+	Step    Step
+	Outcome Outcome
+	Err     error
+	// Host (HostLost) is the host deleted.
+	Host task.HostID
+	// TID (Drop) is the task whose move ends.
+	TID task.TID
+	// Job (DropJob, Hold, Release) is the job.
+	Job uint64
+	// AtDest (Adopt): the destination runs the task.
+	AtDest bool
+	// Orphans and Running (Report) are what Host reports; Hosts
+	// (Resolve) are the hosts of the virtual machine.
+	Orphans []Orphan
+	Running []task.TID
+	Hosts   []task.HostID
+}
+
+// Orphan is a move a previous master left half done, as its origin
+// reports it: its task is suspended there for Move to Dest.
+type Orphan struct {
+	Move ID
+	TID  task.TID
+	Dest routing.Route
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case Start:
+		return fmt.Sprintf("start %v %v→%v e%d job %d", e.Spec.TID, e.Spec.From, e.Spec.To, e.Spec.Epoch, e.Spec.Job)
+	case Result:
+		s := fmt.Sprintf("result %v %v %v", e.Move, e.Step, e.Outcome)
+		if e.Err != nil {
+			s += ": " + e.Err.Error()
+		}
+		return s
+	case HostLost:
+		return fmt.Sprintf("host-lost %v", e.Host)
+	case Adopt:
+		return fmt.Sprintf("adopt %v %v from %v to %v e%d at-dest %v", e.Move, e.Spec.TID, e.Spec.From, e.Spec.To, e.Spec.Epoch, e.AtDest)
+	case Drop:
+		return fmt.Sprintf("drop %v: %v", e.TID, e.Err)
+	case DropJob:
+		return fmt.Sprintf("drop-job %d: %v", e.Job, e.Err)
+	case Hold, Release:
+		return fmt.Sprintf("%v job %d", e.Kind, e.Job)
+	case Report:
+		return fmt.Sprintf("report %v: %d orphans, %d running", e.Host, len(e.Orphans), len(e.Running))
+	case Resolve:
+		return fmt.Sprintf("resolve %v", e.Hosts)
+	}
+	return e.Kind.String()
 }
 
 // Timeouts bound a move's steps. The driver takes them from its
@@ -219,13 +346,28 @@ func (t Timeouts) valid() bool {
 	return t.Step > 0 && t.Suspend > 0 && t.Transfer > 0 && t.Retry > 0
 }
 
+// Course is a move's longest course without a lost answer: its suspend,
+// its transfer (the write and the restore are bounded each, but a restore
+// of a written checkpoint is quick) and the control steps around them.
+// A driver waiting for moves to settle (before a kill) waits this long at
+// most.
+func (t Timeouts) Course() time.Duration { return t.Suspend + t.Transfer + 4*t.Step }
+
+// Unwind is the longest a move to a lost host takes to end: the transfer
+// under way, then the resume at the origin and its answer. A driver
+// waiting for those moves (before it drops what was routed to the host)
+// waits this long at most.
+func (t Timeouts) Unwind() time.Duration { return t.Transfer + 2*t.Step }
+
 // Spec asks for a move.
 type Spec struct {
 	TID task.TID
 	// From is where the task runs (the master's route), To where it goes.
 	From, To task.HostID
 	// Epoch is the task's current route epoch.
-	Epoch    uint64
+	Epoch uint64
+	// Job is the task's job (0: none): DropJob and Hold act on it.
+	Job      uint64
 	Timeouts Timeouts
 }
 
@@ -233,6 +375,7 @@ type Spec struct {
 type Move struct {
 	ID       ID
 	TID      task.TID
+	Job      uint64
 	From, To task.HostID
 	// Epoch is the route epoch at the destination; Back is the route
 	// epoch of the way back (0 until an abort hands one out).
@@ -256,18 +399,74 @@ type Machine struct {
 	lastID ID
 	byTID  map[task.TID]*Move
 	byID   map[ID]*Move
+	held   map[uint64]int // Hold counts per job
 	acts   []Action
+	// A recovered master: the moves reported half done, by task, with
+	// their origins, and where the reporting hosts run their tasks.
+	orphans   map[task.TID]orphan
+	runningAt map[task.TID]task.HostID
+}
+
+type orphan struct {
+	Orphan
+	from task.HostID
 }
 
 // New returns a machine whose epoch clock starts at epoch and whose move
 // IDs start above lastID.
 func New(epoch uint64, lastID ID) *Machine {
-	return &Machine{epoch: epoch, lastID: lastID, byTID: map[task.TID]*Move{}, byID: map[ID]*Move{}}
+	return &Machine{epoch: epoch, lastID: lastID, byTID: map[task.TID]*Move{}, byID: map[ID]*Move{}, held: map[uint64]int{}}
 }
 
-// Ready hands over the actions appended since the last call, in order,
-// and forgets them: the driver performs each once.
-func (m *Machine) Ready() []Action {
+// Step feeds one event to the machine at now and returns the actions it
+// wants done, in order: the driver performs each once (a Call's outcome
+// comes back as a Result event). It is the machine's one seam; the epoch
+// clock (Observe, NextEpoch) and the queries are beside it.
+func (m *Machine) Step(now time.Time, ev Event) []Action {
+	var err error
+	switch ev.Kind {
+	case Start:
+		err = m.start(ev.Spec)
+	case Result:
+		err = m.result(ev.Move, ev.Step, ev.Outcome, ev.Err, now)
+	case Tick:
+		m.tick(now)
+	case HostLost:
+		m.hostLost(ev.Host)
+	case Adopt:
+		err = m.adopt(ev.Move, ev.Spec, ev.AtDest)
+	case Drop:
+		m.drop(ev.TID, ev.Err)
+	case DropJob:
+		for _, mv := range m.Moves() {
+			if ev.Job != 0 && mv.Job == ev.Job {
+				m.drop(mv.TID, ev.Err)
+			}
+		}
+	case Hold:
+		m.held[ev.Job]++
+	case Release:
+		if m.held[ev.Job]--; m.held[ev.Job] <= 0 {
+			delete(m.held, ev.Job)
+		}
+	case Report:
+		if m.orphans == nil {
+			m.orphans, m.runningAt = map[task.TID]orphan{}, map[task.TID]task.HostID{}
+		}
+		for _, o := range ev.Orphans {
+			m.orphans[o.TID] = orphan{Orphan: o, from: ev.Host}
+		}
+		for _, tid := range ev.Running {
+			m.runningAt[tid] = ev.Host
+		}
+	case Resolve:
+		m.resolve(ev.Hosts, ev.Spec.Timeouts)
+	default:
+		err = fmt.Errorf("%v: %w", ev.Kind, ErrBadEvent)
+	}
+	if err != nil {
+		m.acts = append(m.acts, Action{Kind: Reject, Move: ev.Move, TID: ev.Spec.TID, Err: err})
+	}
 	a := m.acts
 	m.acts = nil
 	return a
@@ -305,42 +504,48 @@ func (m *Machine) Moves() []Move {
 	return out
 }
 
-// Start begins a move: the destination is asked to prepare. It refuses a
-// task already moving and a move to where the task runs.
-func (m *Machine) Start(s Spec, now time.Time) (ID, error) {
+// start begins a move: the destination is asked to prepare. It refuses a
+// task already moving, a move to where the task runs and a task of a held
+// job.
+func (m *Machine) start(s Spec) error {
 	if !s.Timeouts.valid() {
-		return 0, ErrBadTimeouts
+		return ErrBadTimeouts
 	}
 	if m.byTID[s.TID] != nil {
-		return 0, fmt.Errorf("%v: %w", s.TID, ErrMoving)
+		return fmt.Errorf("%v: %w", s.TID, ErrMoving)
 	}
 	if s.From == s.To {
-		return 0, fmt.Errorf("%v on %v: %w", s.TID, s.To, ErrSameHost)
+		return fmt.Errorf("%v on %v: %w", s.TID, s.To, ErrSameHost)
+	}
+	if s.Job != 0 && m.held[s.Job] > 0 {
+		return fmt.Errorf("job %d: %w", s.Job, ErrHeld)
 	}
 	m.Observe(s.Epoch)
 	m.lastID++
-	mv := &Move{ID: m.lastID, TID: s.TID, From: s.From, To: s.To, Epoch: m.NextEpoch(), State: Preparing, t: s.Timeouts, prev: s.Epoch}
+	mv := &Move{ID: m.lastID, TID: s.TID, Job: s.Job, From: s.From, To: s.To, Epoch: m.NextEpoch(), State: Preparing, t: s.Timeouts, prev: s.Epoch}
 	m.byTID[s.TID], m.byID[mv.ID] = mv, mv
 	m.call(mv, StepPrepare, mv.To, mv.fwd(), mv.t.Step)
-	return mv.ID, nil
+	return nil
 }
 
-// Adopt takes over move id, which a previous master left half done, as
-// the hosts reported it to a recovered master: the task was suspended at
-// from for a move to the destination route dest; atDest says whether the
-// destination runs it. A move that reached the destination commits; any
-// other aborts the usual way (the destination drops the arrival, then the
-// origin resumes). The move keeps its ID, which the hosts know it by.
-func (m *Machine) Adopt(id ID, tid task.TID, from task.HostID, dest routing.Route, atDest bool, t Timeouts, now time.Time) error {
-	if !t.valid() {
+// adopt takes over move id, which a previous master left half done, as
+// the hosts reported it to a recovered master: the task s.TID was
+// suspended at s.From for a move to the destination route (s.To,
+// s.Epoch); atDest says whether the destination runs it. A move that
+// reached the destination commits; any other aborts the usual way (the
+// destination drops the arrival, then the origin resumes). The move keeps
+// its ID, which the hosts know it by.
+func (m *Machine) adopt(id ID, s Spec, atDest bool) error {
+	if !s.Timeouts.valid() {
 		return ErrBadTimeouts
 	}
+	tid := s.TID
 	if m.byTID[tid] != nil || m.byID[id] != nil {
 		return fmt.Errorf("%v (%v): %w", tid, id, ErrMoving)
 	}
-	m.Observe(dest.Epoch)
+	m.Observe(s.Epoch)
 	m.ObserveMove(id)
-	mv := &Move{ID: id, TID: tid, From: from, To: dest.Host, Epoch: dest.Epoch, t: t}
+	mv := &Move{ID: id, TID: tid, Job: s.Job, From: s.From, To: s.To, Epoch: s.Epoch, t: s.Timeouts}
 	m.byTID[tid], m.byID[mv.ID] = mv, mv
 	if atDest {
 		mv.State = Committing
@@ -351,14 +556,35 @@ func (m *Machine) Adopt(id ID, tid task.TID, from task.HostID, dest routing.Rout
 	return nil
 }
 
+// resolve adopts the reported moves whose two hosts are among hosts, in
+// task order; one that cannot be adopted (the task moves already) is
+// rejected and forgotten.
+func (m *Machine) resolve(hosts []task.HostID, t Timeouts) {
+	var tids []task.TID
+	for tid, o := range m.orphans {
+		if slices.Contains(hosts, o.from) && slices.Contains(hosts, o.Dest.Host) {
+			tids = append(tids, tid)
+		}
+	}
+	slices.Sort(tids)
+	for _, tid := range tids {
+		o := m.orphans[tid]
+		delete(m.orphans, tid)
+		s := Spec{TID: tid, From: o.from, To: o.Dest.Host, Epoch: o.Dest.Epoch, Timeouts: t}
+		if err := m.adopt(o.Move, s, m.runningAt[tid] == o.Dest.Host); err != nil {
+			m.acts = append(m.acts, Action{Kind: Reject, Move: o.Move, TID: tid, Err: err})
+		}
+	}
+}
+
 // ObserveMove raises the move IDs handed out above id, one a host knows
 // (a recovered master learns them from the hosts' reports).
 func (m *Machine) ObserveMove(id ID) { m.lastID = max(m.lastID, id) }
 
-// Result reports the outcome of a step the machine asked for. err is the
+// result takes the outcome of a step the machine asked for. err is the
 // step's error, the cause recorded when the move aborts. A result the
 // move does not wait for is refused with ErrStale and changes nothing.
-func (m *Machine) Result(id ID, step Step, o Outcome, err error, now time.Time) error {
+func (m *Machine) result(id ID, step Step, o Outcome, err error, now time.Time) error {
 	mv := m.byID[id]
 	if mv == nil || mv.pending != step || step == 0 {
 		return fmt.Errorf("%v %v (%v): %w", id, step, o, ErrStale)
@@ -448,11 +674,11 @@ func (m *Machine) Result(id ID, step Step, o Outcome, err error, now time.Time) 
 	return nil
 }
 
-// HostLost tells the machine that host h was deleted from the virtual
-// machine: moves to it abort (the origin resumes without waiting for the
-// lost destination), moves from it end with ErrLost unless the
-// destination already restores the task.
-func (m *Machine) HostLost(h task.HostID, now time.Time) {
+// hostLost takes the deletion of host h from the virtual machine: moves
+// to it abort (the origin resumes without waiting for the lost
+// destination), moves from it end with ErrLost unless the destination
+// already restores the task.
+func (m *Machine) hostLost(h task.HostID) {
 	for _, mv := range m.Moves() {
 		mv := m.byID[mv.ID]
 		switch {
@@ -511,26 +737,28 @@ func (m *Machine) originLost(mv *Move) {
 	}
 }
 
-// Drop ends tid's move under way, if any, as aborted with cause, and
-// returns its ID: the task's job rolls back, and its hosts drop both the
-// origin's suspended copy and the destination's arrival, so there is
-// nothing to resume or commit. A result of a step the move waited for is
-// refused as stale from now on.
-func (m *Machine) Drop(tid task.TID, cause error) (ID, bool) {
+// drop ends tid's move under way, if any, as aborted with cause: the
+// task's job rolls back, and its hosts drop both the origin's suspended
+// copy and the destination's arrival, so there is nothing to resume or
+// commit. A result of a step the move waited for is refused as stale from
+// now on.
+func (m *Machine) drop(tid task.TID, cause error) {
 	mv := m.byTID[tid]
 	if mv == nil {
-		return 0, false
+		return
+	}
+	if cause == nil {
+		cause = errors.New("dropped")
 	}
 	if !errors.Is(cause, ErrAborted) {
 		cause = fmt.Errorf("%w: %w", ErrAborted, cause)
 	}
 	mv.Cause = cause
 	m.end(mv, Aborted, cause)
-	return mv.ID, true
 }
 
-// Tick retries the abort and commit steps whose retry time has come.
-func (m *Machine) Tick(now time.Time) {
+// tick retries the abort and commit steps whose retry time has come.
+func (m *Machine) tick(now time.Time) {
 	for _, mv := range m.Moves() {
 		mv := m.byID[mv.ID]
 		if mv.pending != 0 || mv.retryAt.IsZero() || now.Before(mv.retryAt) {

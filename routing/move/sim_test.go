@@ -349,9 +349,11 @@ func (n *mNet) broadcast(en routing.Entry) {
 
 // drain takes the machine's actions: routes are set and finishes counted
 // at once, in order (as the daemon does); calls wait to be done.
-func (n *mNet) drain() {
-	for _, a := range n.m.Ready() {
+func (n *mNet) drain(acts []move.Action) {
+	for _, a := range acts {
 		switch a.Kind {
+		case move.Reject:
+			n.t.Fatalf("rejected: %v", a.Err)
 		case move.SetRoute:
 			en := routing.Entry{TID: a.TID, Route: a.Route}
 			for _, h := range n.sorted() {
@@ -384,13 +386,13 @@ func (n *mNet) begin(tid task.TID, to task.HostID) {
 	if a == nil || a.id == to || n.moving[tid] {
 		return
 	}
-	id, err := n.m.Start(move.Spec{TID: tid, From: a.id, To: to, Epoch: n.master.Lookup(tid).Epoch, Timeouts: simTimeouts}, n.now)
-	if err != nil {
-		n.t.Fatal(err)
+	acts := n.m.Step(n.now, move.Event{Kind: move.Start, Spec: move.Spec{TID: tid, From: a.id, To: to, Epoch: n.master.Lookup(tid).Epoch, Timeouts: simTimeouts}})
+	if len(acts) == 0 || acts[0].Kind != move.Call {
+		n.t.Fatalf("start: %v", acts)
 	}
-	n.from[id] = a.id
+	n.from[acts[0].Move] = a.id
 	n.moving[tid] = true
-	n.drain()
+	n.drain(acts)
 }
 
 // restore installs a moving task's state on host h (arrived with move
@@ -540,10 +542,7 @@ func (n *mNet) doStep() {
 	if c.Notify {
 		return
 	}
-	if err := n.m.Result(c.Move, c.Step, o, nil, n.now); err != nil {
-		n.t.Fatal(err)
-	}
-	n.drain()
+	n.drain(n.m.Step(n.now, move.Event{Kind: move.Result, Move: c.Move, Step: c.Step, Outcome: o}))
 }
 
 func runMigrationSim(t *testing.T, seed uint64) *mNet {

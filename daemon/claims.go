@@ -1,0 +1,174 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+// A host speaks only for what it hosts: every claim a daemon's frame makes
+// about a task (a message's sender, an acknowledgement's or a refusal's
+// receiver, an exit, an output line, a barrier arrival, a group, spawn or
+// notify call) is judged by routing.Judge against the identity of the
+// connection that carried it (the host its certificate names, checked at
+// the handshake) and this daemon's route table. A refused claim is
+// dropped (a message or an acknowledgement is not taken, an event is
+// ignored, a call fails with ErrForged), logged (rate-limited) and counted
+// (dpvm_forged_claims_total); a connection that sends Config.MaxForgeries
+// frames with refused claims within Config.ForgeryWindow is closed.
+
+// ErrForged is a call or frame refused because it claims a task its host
+// does not hold.
+var ErrForged = fmt.Errorf("%w: a host speaks only for the tasks it hosts", ErrForbidden)
+
+// Defaults of Config.MaxForgeries and Config.ForgeryWindow.
+const (
+	DefaultMaxForgeries  = 64
+	DefaultForgeryWindow = 10 * time.Second
+)
+
+// forgeCount counts a connection's frames with refused claims in the
+// current window.
+type forgeCount struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+}
+
+// add counts one frame at now and reports whether the connection has
+// reached max within window.
+func (f *forgeCount) add(now time.Time, max int, window time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now.Sub(f.start) >= window {
+		f.start, f.n = now, 0
+	}
+	f.n++
+	return f.n >= max
+}
+
+// judged reports whether p's claims are judged: a daemon's are. A client
+// makes none (it may send only calls, which act for no task).
+func judged(p *peer) bool { return p != nil && p.role == pki.RoleDaemon }
+
+// judgeLocked judges p's claim of kind k about tid (d.rt.mu held).
+func (d *Daemon) judgeLocked(p *peer, k routing.ClaimKind, tid task.TID) routing.Verdict {
+	return d.rt.routes.Judge(routing.Claim{Kind: k, Task: tid, By: p.info.ID}, MasterID)
+}
+
+// judge is judgeLocked, taking d.rt.mu.
+func (d *Daemon) judge(p *peer, k routing.ClaimKind, tid task.TID) routing.Verdict {
+	d.rt.mu.Lock()
+	defer d.rt.mu.Unlock()
+	return d.judgeLocked(p, k, tid)
+}
+
+// forged records a frame from p whose claims were refused: n of them,
+// the first of kind k about tid, with verdict v, in a frame carrying what.
+// It logs (rate-limited) and counts them, and returns an error wrapping
+// ErrForged once p has sent Config.MaxForgeries such frames within
+// Config.ForgeryWindow: the caller closes the connection.
+func (d *Daemon) forged(p *peer, what string, k routing.ClaimKind, tid task.TID, v routing.Verdict, n int) error {
+	for range n {
+		d.met.ClaimRefused(k.String(), p.info.Name)
+	}
+	now := time.Now()
+	ok, suppressed := d.forgeLog.allow(now)
+	if suppressed > 0 {
+		d.log.Warn("refused claims not logged", "count", suppressed, "window", refusalWindow)
+	}
+	if ok {
+		d.log.Warn("refused a claim about a task", "peer", p.info.ID, "peer_name", p.info.Name, "serial", p.cert.Serial,
+			"frame", what, "claim", k.String(), "tid", tid, "verdict", v.String(), "claims", n)
+	}
+	if p.forgeries.add(now, d.cfg.MaxForgeries, d.cfg.ForgeryWindow) {
+		return fmt.Errorf("%s: %d frames with claims about tasks it does not host within %v: %w",
+			p.name(), d.cfg.MaxForgeries, d.cfg.ForgeryWindow, ErrForged)
+	}
+	return nil
+}
+
+// refuseClaim judges p's claim and, if refused, records it (forged) and
+// returns why: ErrForged, and the connection is closed when p has sent
+// too many. It is for claims that fail alone (an event, a call).
+func (d *Daemon) refuseClaim(p *peer, what string, k routing.ClaimKind, tid task.TID) error {
+	if !judged(p) {
+		return nil
+	}
+	v := d.judge(p, k, tid)
+	if v == routing.Allow {
+		return nil
+	}
+	if err := d.forged(p, what, k, tid, v, 1); err != nil {
+		p.close(err)
+		return err
+	}
+	return fmt.Errorf("%s for %v from %s: %s: %w", what, tid, p.name(), v, ErrForged)
+}
+
+// hostCallClaim judges the task a daemon's call acts for: the member of a
+// group call, the parent of a spawn, the watcher of a notify call (a
+// task may kill or move any task: those calls name no actor). Halting the
+// machine, deleting a host, injecting load, killing or checkpointing a
+// job and running a program are a person's calls, refused from a daemon
+// but the master (authorize leaves them open to daemons). Other calls
+// that act for no task pass.
+func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
+	if !judged(p) {
+		return nil
+	}
+	var tid task.TID
+	switch method {
+	case mHalt, mDelete, mInject, mKillJob, mCheckpoint, mRun:
+		// A person's calls (admin or user): no daemon makes them.
+		if p.cert.Master {
+			return nil
+		}
+		return fmt.Errorf("method %q is a person's to call, not host %s's: %w", method, p.cert.Name, ErrForbidden)
+	case mJoin, mLeave, mBarrier, mLeaveAll:
+		var a groupArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		tid = a.TID
+	case mSpawn:
+		var a spawnArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		if a.Parent.IsZero() {
+			return nil // a root: a person's spawn, not a task's
+		}
+		tid = a.Parent
+	case mNotify:
+		var a notifyArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		tid = a.Watcher
+	default:
+		return nil
+	}
+	return d.refuseClaim(p, "call "+method, routing.ClaimAct, tid)
+}
+
+// outputClaim judges an output event from p: the writing task must run on
+// p, and p must be recorded with tasks of the job the line is for (or
+// tasks of it being started there).
+func (d *Daemon) outputClaim(p *peer, e *event) error {
+	if err := d.refuseClaim(p, "output event", routing.ClaimAct, e.TID); err != nil || !judged(p) || e.Job == 0 {
+		return err
+	}
+	if d.reg.runs(p.info.ID, e.Job) {
+		return nil
+	}
+	if err := d.forged(p, fmt.Sprintf("output event for job %d", e.Job), routing.ClaimAct, e.TID, routing.RefuseElsewhere, 1); err != nil {
+		p.close(err)
+		return err
+	}
+	return fmt.Errorf("output of job %d from %s, which runs none of its tasks: %w", e.Job, p.name(), ErrForged)
+}

@@ -1,0 +1,442 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+// forgeFrame sends a raw frame from daemon from to host to over from's
+// own connection (authenticated with from's host certificate), then a
+// no-op call on it: frames on a connection are handled in order, so when
+// forgeFrame returns the receiver has handled the frame. It reports the
+// call's error (the receiver may have closed the connection).
+func forgeFrame(t *testing.T, from *Daemon, to task.HostID, k routing.Kind, body []byte) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := from.peerFor(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.frame(k, body)
+	return from.callPeer(ctx, p, mSendCheck, nil, nil)
+}
+
+// forgeEvent sends event e from daemon from to the master (forgeFrame).
+func forgeEvent(t *testing.T, from *Daemon, e *event) {
+	t.Helper()
+	b, err := encodeMsg(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := forgeFrame(t, from, MasterID, routing.KindEvent, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forgedCount is daemon d's dpvm_forged_claims_total, all labels.
+func forgedCount(t *testing.T, d *Daemon) float64 {
+	t.Helper()
+	fams, err := d.met.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() == metrics.Namespace+"_forged_claims_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// waitKnown waits until daemon d knows host h (the master's broadcast
+// of it has arrived).
+func waitKnown(t *testing.T, ctx context.Context, d *Daemon, h task.HostID) {
+	t.Helper()
+	for !d.hostKnown(h) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never heard of %v", d.cfg.Name, h)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// startFn starts body as a task on daemon d, placed there by the
+// master m.
+func startFn(t *testing.T, m, d *Daemon, body func(c *task.Ctx, arg int) error) task.TID {
+	t.Helper()
+	return spawnOn(t, m, d.cfg.Name, fn(t, body))
+}
+
+// TestForgedClaimsAreRefused: over the in-memory network, host h3 sends,
+// on its own authenticated connections, frames that claim tasks of other
+// hosts: a message from a task of h2, an acknowledgement and a refusal
+// for a task of the master, an exit, an output line, a barrier arrival
+// and a group call for a task of h2. Each is refused, logged and counted,
+// and changes nothing: the victim receives the real message (which the
+// forged one, taken, would have made a duplicate), the sender's window
+// stays taken, the route stays, the task stays in its group, the job's
+// output is clean.
+func TestForgedClaimsAreRefused(t *testing.T) {
+	var logs syncBuffer
+	vm := startMemVM(t, 3, &faults{}, Config{
+		MailboxHigh: 1 << 10, // a receiver that does not read holds its acknowledgements
+		Metrics:     metrics.New(metrics.Options{NoRuntime: true}),
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The victim, on the master, reports what it receives.
+	got := make(chan string, 8)
+	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+		for {
+			var s string
+			st, err := c.Recv(task.AnyTask, 1, &s)
+			if err != nil {
+				return err
+			}
+			got <- st.From.String() + " " + s
+		}
+	})
+	// A task of h2, in group "g", which sends to the victim when told.
+	goAhead := make(chan struct{})
+	joined := make(chan error, 1)
+	sender := startFn(t, m, h2, func(c *task.Ctx, _ int) error {
+		_, err := c.Join("g")
+		joined <- err
+		select {
+		case <-goAhead:
+		case <-c.Context().Done():
+			return c.Context().Err()
+		}
+		if err := c.Send(victim, 1, "real"); err != nil {
+			return err
+		}
+		var x int
+		_, err = c.Recv(task.AnyTask, 99, &x) // until the test ends
+		return err
+	})
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+
+	// A message "from" h2's task.
+	p, err := task.Encode("forged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := routing.AppendEnvelope(nil, &routing.Envelope{From: sender, To: victim, Seq: 1, Tag: 1, Body: p})
+	if err := forgeFrame(t, h3, MasterID, routing.KindMsgs, body); err != nil {
+		t.Fatal(err)
+	}
+	close(goAhead)
+	if s := <-got; s != sender.String()+" real" {
+		t.Fatalf("the victim received %q first, want the real message of %v", s, sender)
+	}
+
+	// An exit, a barrier arrival and a group call for h2's task.
+	forgeEvent(t, h3, &event{Kind: evExited, TID: sender})
+	forgeEvent(t, h3, &event{Kind: evBarrier, Group: "g", TIDs: []task.TID{sender}, Count: 1})
+	if ms := m.groups.memberships(sender); len(ms) != 1 || !strings.HasSuffix(ms[0].Group, "g") {
+		t.Fatalf("after a forged exit, %v is in groups %+v, want g", sender, ms)
+	}
+	pm, err := h3.peerFor(ctx, MasterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h3.callPeer(ctx, pm, mJoin, groupArgs{Group: "other", TID: sender}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a group call for another host's task: %v, want ErrForbidden", err)
+	}
+	if ms := m.groups.memberships(sender); len(ms) != 1 {
+		t.Fatalf("after a refused join, %v is in groups %+v", sender, ms)
+	}
+
+	// Output into a job: for a task of h2, and for a task of h3 in a job
+	// h3 runs no task of.
+	var out syncBuffer
+	const job = 4242
+	m.reg.setOutput(job, &out)
+	mine := startFn(t, m, h3, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: sender, Output: []byte("forged for h2's task\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: mine, Output: []byte("forged into another job\n")})
+	m.reg.jobsOn(h3.cfg.HostID, []uint64{job}, false)
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: mine, Output: []byte("mine\n")})
+	if s := out.String(); s != "mine\n" {
+		t.Fatalf("the job's output: %q, want only h3's own task's line", s)
+	}
+
+	waitKnown(t, ctx, h2, h3.cfg.HostID)
+	// An acknowledgement for the victim's messages, which the master
+	// holds back while the victim does not read: h2's window for it stays
+	// taken. And a refusal saying the victim moved to h3.
+	if err := m.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	hold := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	})
+	sent := make(chan error, 1)
+	big := startFn(t, m, h2, func(c *task.Ctx, _ int) error {
+		err := c.Send(hold, 1, bytes.Repeat([]byte{7}, 4<<10))
+		sent <- err
+		return err
+	})
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int {
+		h2.rt.mu.Lock()
+		defer h2.rt.mu.Unlock()
+		return h2.rt.outbox.Pending(hold)
+	}
+	held := pending() // bytes; the master acknowledges none while hold does not read
+	if held == 0 {
+		t.Fatalf("h2 holds nothing for %v", hold)
+	}
+	acks := routing.AppendAck(nil, routing.Ack{From: big, To: hold, Seq: 1})
+	if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != held {
+		t.Fatalf("after forged acknowledgements h2 holds %d bytes for %v, want %d", n, hold, held)
+	}
+	// A person's calls: refused from a host.
+	for _, method := range []string{mHalt, mDelete, mKillJob} {
+		if err := h3.callPeer(ctx, pm, method, hostArgs{Host: "h2"}, nil); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("a host calling %s: %v, want ErrForbidden", method, err)
+		}
+	}
+	if !m.hostKnown(h2.cfg.HostID) {
+		t.Fatal("a host deleted another")
+	}
+	// Starting tasks on h2 is the master's to ask.
+	p2, err := h3.peerFor(ctx, h2.cfg.HostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(h2.Tasks(false))
+	if err := h3.callPeer(ctx, p2, mStart, spawnArgs{Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}}, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a host starting tasks on another: %v, want ErrForbidden", err)
+	}
+	if n := len(h2.Tasks(false)); n != before {
+		t.Fatalf("h2 runs %d tasks after a refused start, %d before", n, before)
+	}
+	refusal := routing.AppendRefusal(nil, routing.Refusal{To: hold, Route: routing.Route{Host: h3.cfg.HostID, Epoch: 99}})
+	if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindRefuse, refusal); err != nil {
+		t.Fatal(err)
+	}
+	if r := h2.rt.lookup(hold); r.Host == h3.cfg.HostID || r.Epoch == 99 {
+		t.Fatalf("a forged refusal moved %v to %+v", hold, r)
+	}
+
+	// Refused, logged and counted where they arrived.
+	if n := forgedCount(t, m); n != 6 {
+		t.Errorf("the master counted %v forged claims, want 6 (message, exit, barrier, join, two outputs)", n)
+	}
+	if n := forgedCount(t, h2); n != 2 {
+		t.Errorf("h2 counted %v forged claims, want 2 (the acknowledgement, the refusal)", n)
+	}
+	if !strings.Contains(logs.String(), `msg="refused a claim about a task"`) {
+		t.Errorf("no refusal logged:\n%s", logs.String())
+	}
+}
+
+// TestForgeriesCloseTheConnection: a host that keeps sending frames with
+// claims about tasks it does not host has its connection closed after
+// Config.MaxForgeries of them; one under the limit leaves it open.
+func TestForgeriesCloseTheConnection(t *testing.T) {
+	var logs syncBuffer
+	vm := startMemVM(t, 3, &faults{}, Config{MaxForgeries: 3, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	})
+	waitKnown(t, ctx, h2, h3.cfg.HostID)
+	p, err := h3.peerFor(ctx, h2.cfg.HostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := routing.AppendAck(nil, routing.Ack{From: task.NewTID(h2.cfg.HostID, 1), To: victim, Seq: 1})
+	for range 2 {
+		if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+			t.Fatalf("under the limit: %v", err)
+		}
+	}
+	p.frame(routing.KindAcks, acks)
+	select {
+	case <-p.closed:
+	case <-ctx.Done():
+		t.Fatal("the connection of a host forging claims stayed open")
+	}
+	if !strings.Contains(logs.String(), "frames with claims about tasks it does not host") {
+		t.Errorf("h2 did not say why it closed the connection:\n%s", logs.String())
+	}
+}
+
+// TestResolveHost: a host is found by name or by ID; a word that is one
+// host's name and another's ID is refused unless a prefix says which.
+func TestResolveHost(t *testing.T) {
+	hosts := []HostInfo{{ID: 1, Name: "master"}, {ID: 2, Name: "h2"}, {ID: 3, Name: "h1"}, {ID: 4, Name: "db"}}
+	cases := []struct {
+		in   string
+		want task.HostID
+		err  error
+	}{
+		{"master", 1, nil},
+		{"h2", 2, nil}, // its name and its ID: the same host
+		{"db", 4, nil},
+		{"h4", 4, nil},
+		{"h1", 0, ErrAmbiguousHost}, // h3's name, the master's ID
+		{"name:h1", 3, nil},
+		{"id:h1", 1, nil},
+		{"id:db", 0, task.ErrNoSuchHost},
+		{"name:h4", 0, task.ErrNoSuchHost},
+		{"h9", 0, task.ErrNoSuchHost},
+		{"", 0, task.ErrNoSuchHost},
+	}
+	for _, c := range cases {
+		got, err := resolveHost(hosts, c.in)
+		if got != c.want || !errors.Is(err, c.err) {
+			t.Errorf("resolveHost(%q) = %v, %v; want %v, %v", c.in, got, err, c.want, c.err)
+		}
+	}
+}
+
+// TestSimByzantine: the simulation's job (a ring with periodic
+// checkpoints) runs over four daemons on the in-memory network, with
+// delays from the seed, while one of them, byzantine, forges on its own
+// authenticated connections, every millisecond of virtual time, a claim
+// about a task of the job that another daemon hosts: a message from it to
+// another task of the job (sequence numbers and contents from the seed),
+// acknowledgements and refusals speaking for it, its exit, output for it,
+// a barrier arrival and a group join for it. The job must print the
+// fault-free run's result, and the daemons must have refused the claims.
+func TestSimByzantine(t *testing.T) {
+	want := simReference(t)
+	for seed := range memSeeds(t, 3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			dir := simDir(t)
+			synctest.Test(t, func(t *testing.T) {
+				out := &syncBuffer{}
+				cfg := simCfg(dir, out)
+				cfg.MaxForgeries = 1 << 30 // judged and refused, but its connections stay
+				cfg.Metrics = metrics.New(metrics.Options{NoRuntime: true})
+				vm := startMemVM(t, 4, &faults{seed: uint64(seed), delay: 300}, cfg)
+				bad := vm.Daemons[3]
+				stop := make(chan struct{})
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					byzantine(bad, vm.Daemons, rand.New(rand.NewPCG(uint64(seed), 36)), stop)
+				}()
+				got, _ := simJob(t, vm.Master(), out, nil, nil)
+				close(stop)
+				<-done
+				if got != want {
+					t.Fatalf("with a byzantine host the job printed %s, want %s", got, want)
+				}
+				n := 0.0
+				for _, d := range vm.Daemons {
+					n += forgedCount(t, d)
+				}
+				if n == 0 {
+					t.Fatal("no forged claim was refused: the byzantine host forged nothing")
+				}
+				t.Logf("%v claims refused", n)
+			})
+		})
+	}
+}
+
+// byzantine forges claims from daemon bad about the tasks the other
+// daemons host, until stop is closed.
+func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) {
+	ctx := context.Background()
+	type victim struct {
+		tid  task.TID
+		host task.HostID
+		job  uint64
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Millisecond):
+		}
+		var vs []victim
+		for _, d := range ds {
+			if d == bad {
+				continue
+			}
+			d.ht.mu.Lock()
+			for tid, h := range d.ht.tasks {
+				vs = append(vs, victim{tid, d.cfg.HostID, h.job})
+			}
+			d.ht.mu.Unlock()
+		}
+		if len(vs) < 2 {
+			continue
+		}
+		slices.SortFunc(vs, func(a, b victim) int { return int(a.tid - b.tid) })
+		v, other := vs[rng.IntN(len(vs))], vs[rng.IntN(len(vs))]
+		send := func(h task.HostID, k routing.Kind, body []byte) {
+			if p, err := bad.peerFor(ctx, h); err == nil {
+				p.frame(k, body)
+			}
+		}
+		toMaster := func(e *event) {
+			if b, err := encodeMsg(e); err == nil {
+				send(MasterID, routing.KindEvent, b)
+			}
+		}
+		switch rng.IntN(7) {
+		case 0:
+			p, _ := task.Encode(rng.IntN(1000))
+			env := routing.Envelope{From: v.tid, To: other.tid, Seq: uint64(1 + rng.IntN(64)), Tag: int32(rng.IntN(8)), Body: p}
+			send(other.host, routing.KindMsgs, routing.AppendEnvelope(nil, &env))
+		case 1:
+			send(other.host, routing.KindAcks, routing.AppendAck(nil, routing.Ack{From: other.tid, To: v.tid, Seq: 1 << 40}))
+		case 2:
+			send(other.host, routing.KindRefuse, routing.AppendRefusal(nil, routing.Refusal{To: v.tid, Route: routing.Route{Host: bad.cfg.HostID, Epoch: 1 << 40}}))
+		case 3:
+			toMaster(&event{Kind: evExited, TID: v.tid})
+		case 4:
+			toMaster(&event{Kind: evOutput, Job: v.job, TID: v.tid, Output: []byte("sum 1\n")})
+		case 5:
+			toMaster(&event{Kind: evBarrier, Group: "j" + fmt.Sprint(v.job) + ":ring", TIDs: []task.TID{v.tid}, Count: 2})
+		case 6:
+			if p, err := bad.peerFor(ctx, MasterID); err == nil {
+				_ = bad.callPeer(ctx, p, mJoin, groupArgs{Group: "j" + fmt.Sprint(v.job) + ":ring", TID: v.tid}, nil)
+			}
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package route
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+// Config is what a Cache needs of the daemon's configuration.
+type Config struct {
+	// Retry is how long an unanswered (or unhelpful) query to a task's
+	// origin waits before it is asked again.
+	Retry time.Duration
+}
+
+// Cache is one host's routes: the authoritative route of every task whose
+// origin it is (the host in the task's TID), and the routes it has learnt
+// of other tasks, from the master (as a move's origin, old or new host),
+// from refusals and from origins' answers. It also holds the queries it
+// has outstanding at origins. It is pure and not safe for concurrent use.
+type Cache struct {
+	self   task.HostID
+	cfg    Config
+	routes map[task.TID]routing.Route
+	asks   map[task.TID]*ask
+	lost   map[task.HostID]bool // hosts deleted from the virtual machine
+}
+
+// ask is a query outstanding at a task's origin: the sender's messages are
+// stuck on route stuck (held, or refused by a host that knows nothing
+// newer) until a route that supersedes it is learnt.
+type ask struct {
+	stuck routing.Route
+	due   time.Time
+}
+
+// New returns the route cache of host self: it knows no route, so every
+// task lives at its origin, at epoch 0.
+func New(self task.HostID, cfg Config) *Cache {
+	return &Cache{self: self, cfg: cfg, routes: map[task.TID]routing.Route{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}}
+}
+
+// Lookup returns the newest route the cache knows for tid: its entry, or
+// the origin at epoch 0.
+func (c *Cache) Lookup(tid task.TID) routing.Route {
+	if r, ok := c.routes[tid]; ok {
+		return r
+	}
+	return routing.Route{Host: tid.Host()}
+}
+
+// Authority reports whether this host is tid's origin, the authority for
+// its route.
+func (c *Cache) Authority(tid task.TID) bool { return tid.Host() == c.self }
+
+// Asked is the host a query for tid goes to: its origin, or the master
+// (host 0, which holds every route) once the origin has been deleted.
+func (c *Cache) Asked(tid task.TID) task.HostID {
+	if c.lost[tid.Host()] {
+		return 0
+	}
+	return tid.Host()
+}
+
+// Lost reports whether host h has been deleted (EvHostLost): a route
+// naming it leads nowhere, and a sender holds its messages and asks
+// (EvHeld) instead of sending them there.
+func (c *Cache) Lost(h task.HostID) bool { return c.lost[h] }
+
+// Len is the number of routes the cache holds.
+func (c *Cache) Len() int { return len(c.routes) }
+
+// Queries is the number of queries outstanding at origins.
+func (c *Cache) Queries() int { return len(c.asks) }
+
+// Asking reports whether a query for tid is outstanding.
+func (c *Cache) Asking(tid task.TID) bool { _, ok := c.asks[tid]; return ok }
+
+// Supersedes reports whether route r is newer than cur: a larger epoch,
+// or the same epoch committing a move that was in transit. It is the
+// order of routing.Table and routing.Outbox.
+func Supersedes(r, cur routing.Route) bool {
+	return r.Epoch > cur.Epoch ||
+		(r.Epoch == cur.Epoch && cur.InTransit && !r.InTransit && r.Host == cur.Host)
+}
+
+// learn records r for tid if it is newer than what the cache holds, and
+// reports whether it did. It settles a query that r answers.
+func (c *Cache) learn(tid task.TID, r routing.Route) bool {
+	if r.Host == 0 || !Supersedes(r, c.Lookup(tid)) {
+		return false
+	}
+	c.routes[tid] = r
+	if a := c.asks[tid]; a != nil && Supersedes(r, a.stuck) {
+		delete(c.asks, tid)
+	}
+	return true
+}
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+// Events of a Cache.
+const (
+	// EvSet: the master tells this host (tid's origin, old or new host)
+	// of a move's route, Route.
+	EvSet EventKind = iota + 1
+	// EvAnswer: tid's origin answers a query with Route.
+	EvAnswer
+	// EvRefused: host Peer refused messages for tid, naming Route; Using
+	// is the route the outbox sent them by (routing.Outbox.Route).
+	EvRefused
+	// EvMiss: messages for tid came from host Peer and tid is neither
+	// here nor moving here or away: they are refused.
+	EvMiss
+	// EvAsk: host Peer asks this host, tid's origin, for tid's route.
+	EvAsk
+	// EvHeld: the outbox holds messages for tid on route Using (it learnt
+	// an in-transit route, or a send found the task moving away from
+	// here): its origin is asked when the move commits.
+	EvHeld
+	// EvForget: tid has exited, or this host no longer sends to it: its
+	// route and query go (an origin keeps its authority's entry until
+	// the task has exited).
+	EvForget
+	// EvTick: the clock; queries due are asked again.
+	EvTick
+	// EvHostLost: the master has deleted host Peer. Queries for the tasks
+	// it was the origin of go to the master from now on, and those open
+	// are asked there at once.
+	EvHostLost
+)
+
+var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is one input of a Cache.
+type Event struct {
+	Kind  EventKind
+	TID   task.TID
+	Route routing.Route // EvSet, EvAnswer, EvRefused: the route named
+	Using routing.Route // EvRefused, EvHeld: the outbox's route for tid
+	Peer  task.HostID   // EvRefused, EvMiss, EvAsk: the other host
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case EvTick:
+		return "tick"
+	case EvSet, EvAnswer:
+		return fmt.Sprintf("%v %v %s", e.Kind, e.TID, fmtRoute(e.Route))
+	case EvRefused:
+		return fmt.Sprintf("%v %v by %v naming %s using %s", e.Kind, e.TID, e.Peer, fmtRoute(e.Route), fmtRoute(e.Using))
+	case EvHeld:
+		return fmt.Sprintf("%v %v using %s", e.Kind, e.TID, fmtRoute(e.Using))
+	case EvMiss, EvAsk:
+		return fmt.Sprintf("%v %v from %v", e.Kind, e.TID, e.Peer)
+	case EvHostLost:
+		return fmt.Sprintf("%v %v", e.Kind, e.Peer)
+	}
+	return fmt.Sprintf("%v %v", e.Kind, e.TID)
+}
+
+// EffectKind is the kind of an Effect.
+type EffectKind uint8
+
+// Effects of a Cache.
+const (
+	// DoReroute: a newer route is known; the shell calls
+	// routing.Outbox.Reroute(TID, Route).
+	DoReroute EffectKind = iota + 1
+	// DoRefusal: the shell hands the refusal (TID, Route) from Host to
+	// routing.Outbox.Refused.
+	DoRefusal
+	// DoRefuse: refuse the messages for TID from Host, naming Route (the
+	// newest this host knows; Host 0 when TID has exited).
+	DoRefuse
+	// DoAsk: ask Host, TID's origin, for TID's route (Host 0: the
+	// master, when the origin has been deleted).
+	DoAsk
+	// DoAnswer: tell Host that TID's route is Route.
+	DoAnswer
+)
+
+var effectNames = [...]string{"", "reroute", "refusal", "refuse", "ask", "answer"}
+
+func (k EffectKind) String() string {
+	if int(k) < len(effectNames) && k != 0 {
+		return effectNames[k]
+	}
+	return "effect(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Effect is something a Cache wants done.
+type Effect struct {
+	Kind  EffectKind
+	TID   task.TID
+	Host  task.HostID
+	Route routing.Route
+}
+
+func (e Effect) String() string {
+	switch e.Kind {
+	case DoReroute:
+		return fmt.Sprintf("%v %v %s", e.Kind, e.TID, fmtRoute(e.Route))
+	case DoAsk:
+		if e.Host == 0 {
+			return fmt.Sprintf("%v %v at the master", e.Kind, e.TID)
+		}
+		return fmt.Sprintf("%v %v at %v", e.Kind, e.TID, e.Host)
+	}
+	return fmt.Sprintf("%v %v %v %s", e.Kind, e.TID, e.Host, fmtRoute(e.Route))
+}
+
+func fmtRoute(r routing.Route) string {
+	s := fmt.Sprintf("%v e%d", r.Host, r.Epoch)
+	if r.Host == 0 {
+		s = fmt.Sprintf("none e%d", r.Epoch)
+	}
+	if r.InTransit {
+		s += " in transit"
+	}
+	return s
+}
+
+// Step feeds the cache one event at now and returns what it wants done,
+// in order.
+//
+// The rules. A route replaces another only if it supersedes it, so a
+// host's epochs never go back. The master tells a move's route to the
+// task's origin, old host and new host only (EvSet); everyone else learns
+// it when it next sends. A host that is sent messages for a task it does
+// not have refuses them naming the newest route it knows (EvMiss), or the
+// task's origin at epoch 0 when it knows none. A sender that is refused
+// hands the refusal to its outbox (DoRefusal); when the route named does
+// not supersede the one its messages went by, or is in transit, it has
+// nothing better and asks the task's origin (DoAsk), once, then again
+// every Config.Retry until it learns a route that supersedes the one it
+// is stuck on. The origin answers with the newest committed route, which
+// it always knows: the master tells it of every move before the move can
+// commit.
+func (c *Cache) Step(now time.Time, e Event) []Effect {
+	var out []Effect
+	switch e.Kind {
+	case EvSet, EvAnswer:
+		if c.learn(e.TID, e.Route) {
+			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: c.Lookup(e.TID)})
+		}
+	case EvRefused:
+		c.learn(e.TID, e.Route)
+		out = append(out, Effect{Kind: DoRefusal, TID: e.TID, Host: e.Peer, Route: e.Route})
+		if e.Route.Host == 0 && e.Peer == e.Using.Host {
+			delete(c.asks, e.TID) // exited: the outbox drops its messages
+			break
+		}
+		stuck := e.Using
+		if Supersedes(e.Route, stuck) {
+			stuck = e.Route
+		}
+		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
+			// The cache knows better than the refusal and the outbox.
+			delete(c.asks, e.TID)
+			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: cur})
+			break
+		}
+		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
+			break // the refusal itself names a better route
+		}
+		out = c.ask(now, e.TID, stuck, out)
+	case EvHeld:
+		out = c.ask(now, e.TID, e.Using, out)
+	case EvMiss:
+		r := c.Lookup(e.TID)
+		switch {
+		case r.Host == c.self && c.Authority(e.TID) && r.Epoch == 0:
+			r = routing.Route{} // born here, not here, never moved: exited
+		case r.Host == c.self:
+			// An entry naming this host for a task that is not here:
+			// the task left by a move this host has not heard of yet.
+			// Send the sender to the authority.
+			r = routing.Route{Host: e.TID.Host()}
+			if c.Authority(e.TID) {
+				r = routing.Route{}
+			}
+		}
+		out = append(out, Effect{Kind: DoRefuse, TID: e.TID, Host: e.Peer, Route: r})
+	case EvAsk:
+		out = append(out, Effect{Kind: DoAnswer, TID: e.TID, Host: e.Peer, Route: c.Lookup(e.TID)})
+	case EvForget:
+		delete(c.asks, e.TID)
+		delete(c.routes, e.TID)
+	case EvHostLost:
+		c.lost[e.Peer] = true
+		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
+			if tid.Host() == e.Peer {
+				c.asks[tid].due = now.Add(c.cfg.Retry)
+				out = append(out, Effect{Kind: DoAsk, TID: tid, Host: 0})
+			}
+		}
+	case EvTick:
+		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
+			a := c.asks[tid]
+			if now.Before(a.due) {
+				continue
+			}
+			a.due = now.Add(c.cfg.Retry)
+			out = append(out, Effect{Kind: DoAsk, TID: tid, Host: c.Asked(tid)})
+		}
+	}
+	return out
+}
+
+// ask opens (or keeps) a query for tid, stuck on route stuck. A query
+// already open is asked again only when due; one settled by what the
+// cache knows now is not asked.
+func (c *Cache) ask(now time.Time, tid task.TID, stuck routing.Route, out []Effect) []Effect {
+	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
+		// The cache knows better than the outbox (and not a deleted host):
+		// reroute.
+		delete(c.asks, tid)
+		return append(out, Effect{Kind: DoReroute, TID: tid, Route: cur})
+	}
+	if c.Authority(tid) {
+		// This host is the authority: there is no one to ask. The master
+		// tells it the committed route (EvSet).
+		return out
+	}
+	if a := c.asks[tid]; a != nil {
+		if Supersedes(stuck, a.stuck) {
+			a.stuck = stuck
+		}
+		return out
+	}
+	c.asks[tid] = &ask{stuck: stuck, due: now.Add(c.cfg.Retry)}
+	return append(out, Effect{Kind: DoAsk, TID: tid, Host: c.Asked(tid)})
+}

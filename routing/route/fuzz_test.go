@@ -1,0 +1,65 @@
+package route
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+// FuzzCache feeds one host's cache any sequence of events (over three
+// tasks of two origins, four hosts and small epochs, so that they meet)
+// and checks its rules after each: a task's route epoch never goes back
+// (until the task is forgotten) and never names no host; queries go only to the task's origin and
+// never from the origin itself; a refusal never names this host; an
+// answer is the route the cache holds.
+//
+//	go test ./routing/route -run '^$' -fuzz FuzzCache -fuzztime 20s
+func FuzzCache(f *testing.F) {
+	f.Add([]byte{0, 0, 2, 1, 2, 0, 1, 3, 1, 4, 7, 0, 2, 0, 3, 5})
+	f.Add([]byte{2, 1, 9, 1, 6, 1, 0, 0, 7, 0, 0, 0, 7, 0, 0, 0, 1, 1, 9, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		const self = task.HostID(2)
+		c := New(self, Config{Retry: time.Second})
+		tids := []task.TID{task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(3, 1)}
+		last := map[task.TID]uint64{}
+		now := time.Unix(0, 0)
+		route := func(x, y byte) routing.Route {
+			return routing.Route{Host: task.HostID(x % 5), Epoch: uint64(y % 8), InTransit: y&8 != 0}
+		}
+		for ; len(b) >= 4; b = b[4:] {
+			tid := tids[int(b[1])%len(tids)]
+			e := Event{Kind: EventKind(1 + b[0]%9), TID: tid, Route: route(b[2], b[3]), Using: route(b[3], b[2]>>3), Peer: task.HostID(1 + b[2]%4)}
+			if e.Kind == EvTick {
+				now = now.Add(time.Duration(b[3]) * 100 * time.Millisecond)
+			}
+			if e.Kind == EvForget {
+				delete(last, tid) // the task has exited: its route goes with it
+			}
+			for _, x := range c.Step(now, e) {
+				switch x.Kind {
+				case DoAsk:
+					if x.Host != c.Asked(x.TID) || c.Authority(x.TID) {
+						t.Fatalf("%v: %v: a query goes to the task's origin, from another host", e, x)
+					}
+				case DoRefuse:
+					if x.Route.Host == self {
+						t.Fatalf("%v: %v: a refusal names the refuser", e, x)
+					}
+				case DoAnswer:
+					if x.Route != c.Lookup(x.TID) {
+						t.Fatalf("%v: %v: answers what it does not hold (%v)", e, x, c.Lookup(x.TID))
+					}
+				}
+			}
+			for _, id := range tids {
+				r := c.Lookup(id)
+				if r.Host == 0 || r.Epoch < last[id] {
+					t.Fatalf("after %v: %v's route %+v (epoch was %d)", e, id, r, last[id])
+				}
+				last[id] = r.Epoch
+			}
+		}
+	})
+}

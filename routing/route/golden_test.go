@@ -1,0 +1,186 @@
+package route
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/task"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts under testdata/ with what the cache does now")
+
+var testConfig = Config{Retry: time.Second}
+
+// TestTranscripts replays testdata/*.txt. A script is a sequence of
+// blocks: a command, a line "----", the effects it produces (or the
+// answer of lookup), then a blank line; lines starting with # are
+// comments. Commands (a route is host/epoch, with /t when in transit):
+//
+//	host <h>                               a new cache for host h
+//	set <tid> <route> | answer <tid> <route>
+//	refused <tid> <peer> <route> <using>
+//	miss <tid> <peer> | ask <tid> <peer>
+//	held <tid> <using> | forget <tid> | lost <host>
+//	tick <duration>
+//	lookup <tid>
+//
+// go test ./routing/route -run TestTranscripts -rewrite updates them.
+func TestTranscripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var c *Cache
+			now := time.Unix(0, 0).UTC()
+			runScript(t, f, func(cmd string) string { return runCommand(t, &c, &now, cmd) })
+		})
+	}
+}
+
+// runScript replays the script at path, each command through run, and
+// compares (or, with -rewrite, replaces) the transcripts.
+func runScript(t *testing.T, path string, run func(cmd string) string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	line := 0
+	var comments []string
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		if l == "" {
+			continue
+		}
+		if strings.HasPrefix(l, "#") {
+			comments = append(comments, l)
+			continue
+		}
+		cmdLine := line
+		if !sc.Scan() || sc.Text() != "----" {
+			t.Fatalf("%s:%d: want ---- after the command", path, line)
+		}
+		line++
+		var want []string
+		for sc.Scan() {
+			line++
+			if sc.Text() == "" {
+				break
+			}
+			want = append(want, sc.Text())
+		}
+		got := run(l)
+		if !*rewrite && got != strings.Join(want, "\n") {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, cmdLine, l, got, strings.Join(want, "\n"))
+		}
+		for _, c := range comments {
+			fmt.Fprintln(&out, c)
+		}
+		comments = nil
+		fmt.Fprintf(&out, "%s\n----\n%s\n\n", l, got)
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
+	f := strings.Fields(cmd)
+	if f[0] == "host" {
+		*c = New(parseHost(t, f[1]), testConfig)
+		return "ok"
+	}
+	if *c == nil {
+		t.Fatalf("%s: no host yet", cmd)
+	}
+	var e Event
+	switch f[0] {
+	case "set", "answer":
+		e = Event{Kind: EvSet, TID: parseTID(t, f[1]), Route: parseRoute(t, f[2])}
+		if f[0] == "answer" {
+			e.Kind = EvAnswer
+		}
+	case "refused":
+		e = Event{Kind: EvRefused, TID: parseTID(t, f[1]), Peer: parseHost(t, f[2]), Route: parseRoute(t, f[3]), Using: parseRoute(t, f[4])}
+	case "miss", "ask":
+		e = Event{Kind: EvMiss, TID: parseTID(t, f[1]), Peer: parseHost(t, f[2])}
+		if f[0] == "ask" {
+			e.Kind = EvAsk
+		}
+	case "held":
+		e = Event{Kind: EvHeld, TID: parseTID(t, f[1]), Using: parseRoute(t, f[2])}
+	case "lost":
+		e = Event{Kind: EvHostLost, Peer: parseHost(t, f[1])}
+	case "forget":
+		e = Event{Kind: EvForget, TID: parseTID(t, f[1])}
+	case "tick":
+		d, err := time.ParseDuration(f[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		*now = now.Add(d)
+		e = Event{Kind: EvTick}
+	case "lookup":
+		tid := parseTID(t, f[1])
+		return fmt.Sprintf("%s asking %v", fmtRoute((*c).Lookup(tid)), (*c).Asking(tid))
+	default:
+		t.Fatalf("unknown command %q", cmd)
+	}
+	var lines []string
+	for _, x := range (*c).Step(*now, e) {
+		lines = append(lines, x.String())
+	}
+	if len(lines) == 0 {
+		return "nothing"
+	}
+	return strings.Join(lines, "\n")
+}
+
+func parseTID(t *testing.T, s string) task.TID {
+	tid, err := task.ParseTID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tid
+}
+
+func parseHost(t *testing.T, s string) task.HostID {
+	n, err := strconv.ParseUint(strings.TrimPrefix(s, "h"), 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task.HostID(n)
+}
+
+// parseRoute parses host/epoch[/t]; host 0 is "none".
+func parseRoute(t *testing.T, s string) routing.Route {
+	p := strings.Split(s, "/")
+	if len(p) < 2 {
+		t.Fatalf("route %q: want host/epoch[/t]", s)
+	}
+	var r routing.Route
+	if p[0] != "none" {
+		r.Host = parseHost(t, p[0])
+	}
+	e, err := strconv.ParseUint(p[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Epoch = e
+	r.InTransit = len(p) > 2 && p[2] == "t"
+	return r
+}

@@ -141,6 +141,14 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	if p != nil {
 		p.close(fmt.Errorf("host deleted: %s", why))
 	}
+	var rolling []chan struct{}
+	if d.cfg.Master {
+		// The jobs that lost tasks first: dropping the messages for the
+		// lost tasks tells their senders "no such task", and a job's root
+		// may end on that; a job that cannot roll back must be marked
+		// lost before, so that its end is its loss.
+		rolling = d.rollBackJobsOf(id)
+	}
 	dropped := d.rt.dropHost(id)
 	if len(dropped) > 0 {
 		d.log.Log(d.ctx, d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
@@ -156,7 +164,6 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 		// The exits of tasks lost with the host are told once the jobs
 		// that lost them have rolled back: a task restored lives on, and
 		// its loss is no failure of its job.
-		rolling := d.rollBackJobsOf(id)
 		d.goFunc(func() {
 			for _, ch := range rolling {
 				select {

@@ -301,6 +301,7 @@ func TestSurviveKillOfProcesses(t *testing.T) {
 		pick := rng.IntN(1 << 20)
 		line, killed, ok := surviveRun(t, class, every, at, fromStart, pick)
 		lines = append(lines, fmt.Sprintf("run %d: %s", i+1, line))
+		t.Logf("run %d: %s", i+1, line)
 		switch {
 		case !killed:
 			early++
@@ -348,10 +349,17 @@ func surviveRun(t *testing.T, class, every string, after time.Duration, fromStar
 		return fmt.Sprintf("ended %v after its start, before its kill", time.Since(began).Round(time.Millisecond)), false, false
 	case <-time.After(time.Until(base.Add(after))):
 	}
-	code, out, _ := dpvm(t, v.env, "ps", "--json")
+	// ps can fail while a loaded host answers late: it is asked again.
 	var ts []psTask
-	if err := json.Unmarshal([]byte(out), &ts); code != 0 || err != nil {
-		t.Fatalf("ps: %d %v %s", code, err, out)
+	for try := 1; ; try++ {
+		code, out, errOut := dpvm(t, v.env, "ps", "--json")
+		err := json.Unmarshal([]byte(out), &ts)
+		if code == 0 && err == nil {
+			break
+		}
+		if try == 10 {
+			t.Fatalf("ps, 10 tries: %d %v %s %s", code, err, out, errOut)
+		}
 	}
 	var job []psTask
 	for _, x := range ts {

@@ -28,8 +28,8 @@ import (
 //     when the process was last judged;
 //   - it is selected and stayed at an earlier check, and a host that
 //     changed since could now take it (fast enough, with the memory it
-//     needs), or its own host has received a process earlier in the same
-//     check. A process that stayed stays otherwise, since no host that
+//     needs), or its own host has received or sent a process earlier in
+//     the same check. A process that stayed stays otherwise, since no host that
 //     refused it has changed.
 //
 // The hosts are kept in the location policy's preference order between
@@ -103,7 +103,9 @@ type CheckResult struct {
 	Stay []string
 	// Staying is how many selected processes stay, visited or not.
 	Staying int
-	// Decisions has one entry per visited process, in ascending tid order.
+	// Decisions has one entry per visited process, in ascending tid order;
+	// as in StepResult, a migrated process's Counter is the one before
+	// the migration reset it.
 	Decisions []Decision
 	// DirtyHosts is how many hosts had changed since the last check.
 	DirtyHosts int
@@ -457,9 +459,11 @@ func (x *Incremental) Check() CheckResult {
 		move(&x.hosts[from], &x.hosts[to], p.Mem)
 		x.order.fix(from)
 		x.order.fix(to)
-		d.Counter = 0
 		res.Migrations = append(res.Migrations, Migration{TID: p.TID, From: loc.From, To: loc.To, Location: loc})
 		push(tid, x.sel[to])
+		// Those on the origin stay (it is faster now), but their
+		// decisions name its new figures: place them again too.
+		push(tid, x.sel[from])
 		// A stayer that the origin, now faster, admits needs no visit:
 		// the destination took the process's memory need, which is the
 		// origin's free memory after the move, and is faster than the
@@ -478,18 +482,22 @@ func (x *Incremental) Check() CheckResult {
 	for tid, d := range dec {
 		p := x.procs[tid]
 		i := x.slot[p.Host]
-		p.Counter, p.e0, p.rising, p.limit, p.reason = d.Counter, e, d.Reason != 0, d.Limit, d.Reason
+		c := d.Counter
+		if d.Location.To != "" {
+			c = 0 // migrated (Decision keeps the counter before the reset, as Step's)
+		}
+		p.Counter, p.e0, p.rising, p.limit, p.reason = c, e, d.Reason != 0, d.Limit, d.Reason
 		x.gen++
 		p.gen = x.gen
 		delete(x.sel[i], tid)
 		switch {
-		case d.Counter >= d.Limit:
+		case c >= d.Limit:
 			x.sel[i][tid] = struct{}{} // stays; falling, it is released later
 			if !p.rising {
-				x.events[e+d.Counter-d.Limit+1] = append(x.events[e+d.Counter-d.Limit+1], event{tid, p.gen})
+				x.events[e+c-d.Limit+1] = append(x.events[e+c-d.Limit+1], event{tid, p.gen})
 			}
 		case p.rising:
-			x.events[e+d.Limit-d.Counter] = append(x.events[e+d.Limit-d.Counter], event{tid, p.gen})
+			x.events[e+d.Limit-c] = append(x.events[e+d.Limit-c], event{tid, p.gen})
 		}
 		res.Decisions = append(res.Decisions, *d)
 	}

@@ -178,6 +178,17 @@ func TestIncrementalMatchesStep(t *testing.T) {
 					t.Fatalf("seed %d step %d: incremental says %s stays, Step does not (%v)", seed, step, tid, want.Stay)
 				}
 			}
+			// Every judged process's decision (its reason, counter, limit
+			// and the location's figures) is Step's.
+			byTID := map[string]Decision{}
+			for _, d := range want.Decisions {
+				byTID[d.Process.TID] = d
+			}
+			for _, d := range got.Decisions {
+				if !reflect.DeepEqual(d, byTID[d.Process.TID]) {
+					t.Fatalf("seed %d step %d: decision %+v, Step's %+v", seed, step, d, byTID[d.Process.TID])
+				}
+			}
 			visited += len(got.Decisions)
 			total += len(want.Decisions)
 			for tid, c := range want.Counters {

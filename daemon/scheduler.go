@@ -49,8 +49,9 @@ type SchedStatus struct {
 	Migrations   int             `json:"migrations" msgpack:"m"` // made since the start
 	Failed       int             `json:"failed" msgpack:"f"`
 	// ListSeconds is how long the last listing of every host's processes
-	// took, and StepSeconds the policy's step on it (sched.Step): the
-	// cost of a check that lists, on the master.
+	// took, and StepSeconds the policy's check on it (the scheduler's
+	// sched.Incremental brought up to date and checked): the cost of a
+	// check that lists, on the master.
 	ListSeconds float64 `json:"list_seconds" msgpack:"lt"`
 	StepSeconds float64 `json:"step_seconds" msgpack:"st"`
 	// ListedHosts is how many hosts the last listing called: those whose
@@ -116,6 +117,12 @@ type schedState struct {
 	// tids their TIDs by name.
 	procs []sched.Process
 	tids  map[string]task.TID
+	// inc is the cluster as the policy sees it, kept from one check to
+	// the next: each check gives it the hosts' figures and the listed
+	// processes that changed, and its Check judges only what changed
+	// (sched.Incremental). It holds the selection counters. Owned by the
+	// scheduler's loop; nil before the first check that lists.
+	inc *sched.Incremental
 	// all is set when the next check that lists must list every host;
 	// otherwise it lists the hosts in dirtyHosts (under mu), whose
 	// processes changed, and refreshes the oldest of the others (see
@@ -501,7 +508,7 @@ func (d *Daemon) schedCheck(now time.Time) {
 		}
 		byTID[ti.TID.String()] = ti.TID
 		snap.Processes = append(snap.Processes, sched.Process{TID: ti.TID.String(), Host: ti.Host,
-			Class: d.classOf(ti, snap), Mem: float64(ti.MemBytes) / (1 << 20), Counter: st.counters[ti.TID]})
+			Class: d.classOf(ti, snap), Mem: float64(ti.MemBytes) / (1 << 20), Counter: d.schedCounter(ti.TID.String())})
 	}
 	// A host's reported load may trail the task count the lists show: the
 	// policy needs the listed processes counted.
@@ -517,33 +524,17 @@ func (d *Daemon) schedCheck(now time.Time) {
 		st.procs = []sched.Process{}
 	}
 	stepStart := time.Now()
-	res, err := sched.Step(snap)
+	res, err := d.schedStep(snap)
 	if err != nil {
 		d.log.Error("scheduler: step", "error", err)
 		return
 	}
 	stepped := time.Since(stepStart)
-	counters := map[task.TID]int{}
-	for s, c := range res.Counters {
-		counters[byTID[s]] = c
-	}
-	st.counters = counters
 	status := SchedStatus{Enabled: true, Period: cfg.Period, Checks: st.status.Checks + 1, Listings: st.status.Listings + 1,
 		At: now, Classes: snap.Classes, Availability: sched.Availability(snap), Hosts: hostStatus(snap.Hosts),
 		Migrations: st.status.Migrations, Failed: st.status.Failed,
 		ListSeconds: listed.Seconds(), StepSeconds: stepped.Seconds(), ListedHosts: called}
-	for _, dec := range res.Decisions {
-		ps := ProcessStatus{TID: byTID[dec.Process.TID], Host: dec.Process.Host, Class: dec.Process.Class, MemMiB: dec.Process.Mem,
-			Counter: dec.Counter, Limit: dec.Limit}
-		if dec.Reason != 0 {
-			ps.Candidate = dec.Reason.String()
-		}
-		if dec.Selected {
-			ps.Decision = dec.Location.String()
-		}
-		status.Processes = append(status.Processes, ps)
-	}
-	sort.Slice(status.Processes, func(i, j int) bool { return status.Processes[i].TID < status.Processes[j].TID })
+	status.Processes = d.schedProcessStatus(snap, res, byTID)
 	if len(res.Stay) > 0 {
 		// One line per check, not one per process: with every process of
 		// a large machine selected, a line each would be the master's
@@ -587,6 +578,104 @@ func (d *Daemon) schedCheck(now time.Time) {
 	d.schedObserved(now, true, status.Processes)
 }
 
+// schedCounter is the selection counter process tid has after the last
+// check (0 for a process the scheduler has not judged).
+func (d *Daemon) schedCounter(tid string) int {
+	if d.sched.inc == nil {
+		return 0
+	}
+	p, _ := d.sched.inc.Process(tid)
+	return p.Counter
+}
+
+// schedStep runs the policy on the check's snapshot (its hosts' loads
+// counting the listed processes): it brings the scheduler's incremental
+// snapshot up to date with what changed since the last check (hosts
+// joined, left or reporting new figures; processes started, moved,
+// changed or ended) and makes its check, which decides what sched.Step
+// decides on snap while judging only what changed.
+func (d *Daemon) schedStep(snap *sched.Snapshot) (sched.CheckResult, error) {
+	st := d.sched
+	if st.inc == nil {
+		inc, err := sched.NewIncremental(snap.Classes, snap.Params)
+		if err != nil {
+			return sched.CheckResult{}, err
+		}
+		st.inc = inc
+	}
+	inc := st.inc
+	hosts := make(map[string]bool, len(snap.Hosts))
+	for _, h := range snap.Hosts {
+		hosts[h.Name] = true
+		if err := inc.SetHost(h); err != nil {
+			return sched.CheckResult{}, err
+		}
+	}
+	// What inc holds beyond the check's hosts and processes has left or
+	// ended: when the counts differ, find it.
+	if n, _ := inc.Len(); n > len(hosts) {
+		for _, h := range inc.Snapshot().Hosts {
+			if !hosts[h.Name] {
+				inc.RemoveHost(h.Name)
+			}
+		}
+	}
+	procs := make(map[string]bool, len(snap.Processes))
+	for _, p := range snap.Processes {
+		procs[p.TID] = true
+		if err := inc.SetProcess(p); err != nil {
+			return sched.CheckResult{}, err
+		}
+	}
+	if _, n := inc.Len(); n > len(procs) {
+		for _, p := range inc.Snapshot().Processes {
+			if !procs[p.TID] {
+				inc.RemoveProcess(p.TID)
+			}
+		}
+	}
+	return inc.Check(), nil
+}
+
+// schedProcessStatus lists every process of the check for the status, in
+// TID order: those the check judged with its decision, the others with
+// their last status and the counter they have now (their host and they
+// are unchanged, so their reason, limit and decision stand).
+func (d *Daemon) schedProcessStatus(snap *sched.Snapshot, res sched.CheckResult, byTID map[string]task.TID) []ProcessStatus {
+	st := d.sched
+	st.mu.Lock()
+	prev := make(map[task.TID]ProcessStatus, len(st.status.Processes))
+	for _, ps := range st.status.Processes {
+		prev[ps.TID] = ps
+	}
+	st.mu.Unlock()
+	judged := make(map[string]sched.Decision, len(res.Decisions))
+	for _, dec := range res.Decisions {
+		judged[dec.Process.TID] = dec
+	}
+	out := make([]ProcessStatus, 0, len(snap.Processes))
+	for _, p := range snap.Processes {
+		tid := byTID[p.TID]
+		dec, ok := judged[p.TID]
+		if !ok {
+			ps := prev[tid]
+			ps.TID, ps.Host, ps.Class, ps.MemMiB, ps.Counter = tid, p.Host, p.Class, p.Mem, d.schedCounter(p.TID)
+			out = append(out, ps)
+			continue
+		}
+		ps := ProcessStatus{TID: tid, Host: p.Host, Class: p.Class, MemMiB: p.Mem, Counter: dec.Counter, Limit: dec.Limit}
+		if dec.Reason != 0 {
+			ps.Candidate = dec.Reason.String()
+		}
+		if dec.Selected {
+			ps.Decision = dec.Location.String()
+		}
+		out = append(out, ps)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TID < out[j].TID })
+	return out
+}
+
 // quietCheck makes the check without listing any host's processes when
 // that cannot change its outcome (master): nothing started, ended or moved
 // since the last listing, no process is backed off, and on the hosts'
@@ -605,7 +694,7 @@ func (d *Daemon) quietCheck(now time.Time, hosts []HostInfo, snap *sched.Snapsho
 	q := snap.Clone()
 	listed := map[string]int{}
 	for _, p := range st.procs {
-		p.Counter = st.counters[st.tids[p.TID]]
+		p.Counter = d.schedCounter(p.TID)
 		q.Processes = append(q.Processes, p)
 		listed[p.Host]++
 	}

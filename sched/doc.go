@@ -21,11 +21,13 @@
 // shortest expected delay time and says how many processes go to each host.
 // The master spawns them and records the class in each Process.
 //
-// Step is one check period, run every δT (Params.DeltaT). The master builds
-// a Snapshot with the counters of the previous StepResult, calls Step, and
-// carries out StepResult.Migrations in order; each Decision says why (the
-// Definition 1 Reason, the counter against its limit, the Location rule with
-// its figures) so that every decision can be logged. A migration that cannot
+// Step is one check period, run every δT (Params.DeltaT), on a whole
+// Snapshot: each Decision says why (the Definition 1 Reason, the counter
+// against its limit, the Location rule with its figures) so that every
+// decision can be logged. The master keeps an Incremental instead: it
+// feeds it the hosts' and processes' changes, and its Check decides what
+// Step would on the same cluster while judging only the processes the
+// changes concern; the master carries out CheckResult.Migrations in order. A migration that cannot
 // be carried out (the task never reaches a safe point) is simply absent from
 // the next snapshot's picture: the process is still on its origin, and the
 // master may keep its counter at the limit so that it is retried.

@@ -534,8 +534,8 @@ func (d *Daemon) prepareArrival(a migStep) error {
 func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	// The machine compares the move with the route held here: one newer
 	// than the move's means the task came back or was restored since.
-	cur := d.rt.lookup(a.TID).Epoch
-	d.ht.mu.Lock()
+	d.ht.mu.Lock() // the node's lock: the route and the task
+	cur := d.rt.routes.Lookup(a.TID).Epoch
 	h := d.ht.tasks[a.TID]
 	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: a.Host, Epoch: a.Epoch}, Type: a.Type, Job: a.Job, Local: move.Local{Route: cur}}))

@@ -666,18 +666,19 @@ func newDaemon(cfg Config) *Daemon {
 	}
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	rt := newRouter()
 	d := &Daemon{
 		cfg:      cfg,
 		ctx:      ctx,
 		cancel:   cancel,
 		groups:   newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
 		reg:      newRegistry(),
-		ht:       newHosting(),
+		ht:       newHosting(rt),
 		mv:       newMover(),
 		arrivals: newArrivals(),
 		load:     load.NewInjected(cfg.Load),
 		sched:    &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
-		rt:       newRouter(),
+		rt:       rt,
 		done:     make(chan struct{}),
 		rep:      reports{kick: make(chan struct{}, 1)},
 		self:     HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},

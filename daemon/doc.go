@@ -27,17 +27,27 @@
 // write loop, a goroutine), and the part's methods take that lock
 // themselves; the Daemon's methods combine them.
 //
-//   - Message routing (router, router.go; Daemon.rt), under rt.mu: the
-//     route cache (authoritative at the master), and reliable delivery's
-//     Outbox and Inbox (package routing, pure). Every message a task
-//     sends takes rt.mu once. The send and receive paths (remote.go,
-//     endpoint.go) drive it.
-//   - Task hosting (hosting, hosting.go; Daemon.ht), under ht.mu: the
-//     tasks running here, the exited ones (`ps -a`), notify
-//     registrations, this host's half of job checkpoints and its halves
-//     of moves. A task's mailbox has its own locks (mailbox.go).
-//   - The host half of job checkpoints (ht.ckpts, a routing/jobck.Host),
-//     under ht.mu: a pure machine that decides every step of a job's
+//   - The host node (routing/host.Node, pure; router.node, router.go;
+//     Daemon.rt) and its lock, rt.mu, the daemon's one protocol lock:
+//     the node owns the route cache (authoritative at the master),
+//     reliable delivery's Outbox and Inbox, the host half of moves and
+//     the host half of job checkpoints, with one seam, Step(now, Event)
+//     []Effect, that delegates each event to its part. The send and
+//     receive paths (remote.go, endpoint.go) use the node's parts
+//     directly under rt.mu: every message a task sends takes rt.mu once
+//     and allocates nothing for the node.
+//   - Task hosting (hosting, hosting.go; Daemon.ht): the tasks running
+//     here, the exited ones (`ps -a`), notify registrations, and the
+//     shell's records of the host halves' pauses, departures and
+//     arrivals. ht.mu is rt.mu (the same mutex): the node and the task
+//     table are one piece of state behind one lock, so the critical
+//     sections that see both (suspend, install, cancelArrival,
+//     receiveMsgs, transmit, applyRoutes, sendSystem, captureMeta,
+//     report) take it once. A task's mailbox has its own locks
+//     (mailbox.go).
+//   - The host half of job checkpoints (the node's routing/jobck.Host,
+//     stepped through the node's seam by ht.ckpts.Step), under the
+//     node's lock: a pure machine that decides every step of a job's
 //     checkpoint or restart round at this host — pause (refused for a
 //     round already resumed, or while a task of the job moves), the
 //     pause's end (a late task or a cancelled step lets the tasks go on),
@@ -48,7 +58,7 @@
 //     job the newest round the master resumed (gone with the job's last
 //     task here), and the staged tasks. The step handlers (jobckpt.go;
 //     a restart's in jobs.go) feed it each step with what the task table
-//     knows of the tasks (jobck.Local), under ht.mu, and perform its
+//     knows of the tasks (jobck.Local), under the node's lock, and perform its
 //     effects; they keep what is no decision (pauses: the channels a
 //     paused task and the pause step block on, found by the task through
 //     hosted.pause without a lock; staged: the tasks read from the
@@ -56,8 +66,9 @@
 //     A task's checkpoint write and its release are ordered by the
 //     machine: a release waits, with ht.mu released, for a write under
 //     way (DoWait), and a write after the release is refused.
-//   - The host half of moves (ht.moves, a routing/move.Host), under
-//     ht.mu: a pure machine that decides every step of a move at this
+//   - The host half of moves (the node's routing/move.Host, stepped
+//     through the node's seam by ht.stepMove), under the node's lock: a
+//     pure machine that decides every step of a move at this
 //     host — prepare, suspend and the capture at the task's safe point,
 //     the checkpoint's write and its direct stream, restore and install,
 //     commit, resume, cancel, a job's drop, a task given up or ended — and
@@ -169,9 +180,11 @@
 // daemon makes to itself skips the codec (callLocal). A client's calls
 // run under a context that ends with its connection.
 //
-// Lock order: rep.mu, then rt.mu, then ht.mu, then nw.mu; mv.mu, then
-// nw.mu (mv.mu is never taken with rt.mu or ht.mu held, nor held while
-// they are taken); a job's jobState.mu, then reg.mu, then nw.mu; whyMu (why the daemon stops) last, after any of them. The
+// Lock order: rep.mu, then rt.mu (which is ht.mu: the host node's one
+// lock, never taken twice), then nw.mu; mv.mu, then nw.mu (mv.mu is
+// never taken with rt.mu held, nor held while it is taken); a job's
+// jobState.mu, then reg.mu, then nw.mu; whyMu (why the daemon stops)
+// last, after any of them. The
 // registry, the scheduler's locks, groups, arrivals, mailboxes and the
 // move machine lock on their own and call nothing that locks. No lock is
 // held across a call to another daemon: a move's steps run with mv.mu

@@ -6,23 +6,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
 // hosting is a daemon's task hosting part: the tasks running here and the
-// exited ones (`ps -a`), notify registrations, the host half of job
-// checkpoints (routing/jobck.Host) with the shell's records of its pauses
-// and staged tasks, and this host's two halves of a move — the host move
-// machine (routing/move.Host), which decides every step, and what the
-// shell keeps for its departures and arrivals: tasks suspended here while
-// they move away, and tasks prepared here on their way in. One lock, mu,
-// owns it all; where a critical section must also see the routes (a
-// message received for a task, a move's suspend or install) it takes the
-// router's lock first (see doc.go).
+// exited ones (`ps -a`), notify registrations, the shell's records of the
+// pauses and staged tasks of job checkpoints, and what the shell keeps for
+// the departures and arrivals of moves: tasks suspended here while they
+// move away, and tasks prepared here on their way in. The host halves of
+// moves and job checkpoints, which decide every step, are parts of the
+// host node (routing/host.Node), stepped through its seam (stepMove,
+// ckpts.Step). mu is the host node's lock (router.mu): one lock owns the
+// node and all of this, so a critical section that also sees the routes
+// (a message received for a task, a move's suspend or install) takes it
+// once (see doc.go).
 type hosting struct {
-	mu      sync.Mutex
+	mu      *sync.Mutex
 	tasks   map[task.TID]*hosted   // running tasks
 	exited  []*hosted              // most recent last, at most Config.KeepExited
 	gone    map[task.TID]*hosted   // exited tasks by TID (the same set)
@@ -34,28 +36,34 @@ type hosting struct {
 	lossWatch map[task.TID][]watcher
 	halted    bool                // the daemon is stopping: no task starts
 	staged    map[task.TID]staged // tasks read from a job checkpoint, waiting to start
-	// moves is the host half of moves: it decides every step of a move
-	// here and holds, per task, the departure, the arrival and the floor
-	// (the newest move this host cancelled or resumed the task for).
-	moves *move.Host
+	// node is the host node (router.node); its host half of moves decides
+	// every step of a move here and holds, per task, the departure, the
+	// arrival and the floor (the newest move this host cancelled or
+	// resumed the task for).
+	node *host.Node
 	// What the shell keeps for moves, as moves' effects tell it: tasks
 	// suspended here while they move away (a departure each), and tasks
 	// prepared here that are on their way in (an arrival each, or, with
 	// move 0, a job restore's staged task).
 	moving   map[task.TID]*leaving
 	incoming map[task.TID]*arriving
-	// ckpts is the host half of job checkpoints: it decides every step
-	// of a job's checkpoint or restart round here (pause, quiet, write,
-	// resume, kill, stage, start, drop) and holds, per task, the pause
-	// under way, per job the newest round resumed, and the staged tasks.
-	ckpts *jobck.Host
+	// ckpts steps the node's host half of job checkpoints: it decides
+	// every step of a job's checkpoint or restart round here (pause,
+	// quiet, write, resume, kill, stage, start, drop) and holds, per
+	// task, the pause under way, per job the newest round resumed, and
+	// the staged tasks.
+	ckpts ckptSeam
 	// pauses are the shell's records of the pauses ckpts holds, made and
 	// dropped as its effects say (jobckpt.go).
 	pauses map[task.TID]*pauseReq
 }
 
-func newHosting() *hosting {
+// newHosting makes the hosting part of rt's host node, under its lock.
+func newHosting(rt *router) *hosting {
 	return &hosting{
+		mu:        &rt.mu,
+		node:      rt.node,
+		ckpts:     ckptSeam{rt.node},
 		tasks:     map[task.TID]*hosted{},
 		gone:      map[task.TID]*hosted{},
 		watch:     map[task.TID][]watcher{},
@@ -63,8 +71,6 @@ func newHosting() *hosting {
 		staged:    map[task.TID]staged{},
 		moving:    map[task.TID]*leaving{},
 		incoming:  map[task.TID]*arriving{},
-		moves:     move.NewHost(),
-		ckpts:     jobck.NewHost(),
 		pauses:    map[task.TID]*pauseReq{},
 	}
 }
@@ -135,7 +141,17 @@ func (ht *hosting) stepMove(e move.HostEvent) []move.HostEffect {
 	if e.TID != 0 && e.Kind != move.EvSafePoint {
 		e.Local = ht.localLocked(e.TID, e.Local.Route)
 	}
-	return ht.moves.Step(time.Now(), e)
+	return host.MoveEffects(ht.node.Step(time.Now(), host.Event{Kind: host.EvMove, Move: e}))
+}
+
+// ckptSeam steps the host node's host half of job checkpoints (the
+// node's lock held).
+type ckptSeam struct{ node *host.Node }
+
+// Step feeds e to the host half of job checkpoints through the node's
+// seam and returns its effects; a step's answer is the last.
+func (c ckptSeam) Step(e jobck.HostEvent) []jobck.HostEffect {
+	return host.CkptEffects(c.node.Step(time.Time{}, host.Event{Kind: host.EvCkpt, Ckpt: e}))
 }
 
 // localLocked is what the task table knows of tid (mu held); route is the
@@ -178,7 +194,7 @@ func (ht *hosting) moveLost(tid task.TID) *leaving {
 // moveGone tells the host half of moves that tid has ended (mu held): its
 // floor against late steps goes with it.
 func (ht *hosting) moveGone(tid task.TID) {
-	ht.moves.Step(time.Now(), move.HostEvent{Kind: move.EvGone, TID: tid})
+	ht.node.Step(time.Now(), host.Event{Kind: host.EvMove, Move: move.HostEvent{Kind: move.EvGone, TID: tid}})
 }
 
 // remember records a task's group membership (inst < 0: it left).

@@ -388,16 +388,14 @@ func ckptFileName(tid task.TID) string { return fmt.Sprintf("task-%d-%d.ckpt", t
 // captureMeta describes a paused task for its checkpoint, leaving it as
 // it is: a copy of its mailbox, its sequence state and registrations.
 func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
-	d.rt.mu.Lock()
-	d.ht.mu.Lock()
+	d.rt.mu.Lock() // the node's lock: the inbox, the outbox and the tasks
 	defer d.rt.mu.Unlock()
-	defer d.ht.mu.Unlock()
 	return d.metaLocked(h, h.mb.snapshot())
 }
 
 // metaLocked describes task h for a checkpoint with the given mailbox:
 // its identity, group memberships as this host knows them, sequence state
-// and notify registrations (rt.mu and ht.mu held). A move then takes the task
+// and notify registrations (the node's lock held). A move then takes the task
 // out of service; a job checkpoint leaves it be.
 func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
 	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now(), Groups: h.memberships()}

@@ -489,13 +489,13 @@ func simDump(vm *LocalVM, tids []task.TID) string {
 				state = fmt.Sprintf(" hosted, %d in its mailbox;", n)
 			}
 			if l != nil {
-				dep, _ := d.ht.moves.Departure(tid)
+				dep, _ := d.ht.node.Moves().Departure(tid)
 				state += fmt.Sprintf(" suspended for %v (over %v, dest %+v, held %d)", l.move, dep.Over, l.dest, len(l.held))
 			}
 			if arr != nil {
 				state += fmt.Sprintf(" arriving for %v (held %d)", arr.move, len(arr.held))
 			}
-			floor, _ := d.ht.moves.Floor(tid)
+			floor, _ := d.ht.node.Moves().Floor(tid)
 			d.ht.mu.Unlock()
 			d.rt.mu.Lock()
 			r := d.rt.routes.Lookup(tid)

@@ -534,8 +534,8 @@ func (d *Daemon) prepareArrival(a migStep) error {
 func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 	// The machine compares the move with the route held here: one newer
 	// than the move's means the task came back or was restored since.
-	cur := d.rt.lookup(a.TID).Epoch
-	d.ht.mu.Lock()
+	d.ht.mu.Lock() // the node's lock: the route and the task
+	cur := d.rt.routes.Lookup(a.TID).Epoch
 	h := d.ht.tasks[a.TID]
 	x := stepAnswer(d.ht.stepMove(move.HostEvent{Kind: move.EvSuspend, TID: a.TID, Move: a.Move,
 		Route: routing.Route{Host: a.Host, Epoch: a.Epoch}, Type: a.Type, Job: a.Job, Local: move.Local{Route: cur}}))
@@ -578,8 +578,7 @@ func (d *Daemon) suspendForMove(ctx context.Context, a migStep) error {
 // is pending: it takes the task out of service and captures what moves
 // with it. Messages for it are refused from now on (senders hold them).
 func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
-	d.rt.mu.Lock()
-	d.ht.mu.Lock()
+	d.rt.mu.Lock() // the node's lock: the routes and the tasks
 	// The machine refuses a task no longer in service here (it exited),
 	// one whose job rolls back (killJob: it stays here to be killed rather
 	// than leave a copy in a move), and a move aborted while the request
@@ -588,7 +587,6 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 		Route: routing.Route{Host: req.to, Epoch: req.epoch},
 		Local: move.Local{Running: d.ht.tasks[h.tid] == h, Type: h.typ, Job: h.job, Quiet: h.quiet.Load()}}))
 	if x.Kind == move.DoRefuse {
-		d.ht.mu.Unlock()
 		d.rt.mu.Unlock()
 		req.done <- x.Err
 		if errors.Is(x.Err, task.ErrNoSuchTask) {
@@ -606,7 +604,6 @@ func (d *Daemon) suspend(h *hosted, req *moveRequest) error {
 	d.ht.moving[h.tid] = &leaving{h: h, move: req.move, meta: m, dest: x.Route, resolved: make(chan struct{})}
 	h.moved = true
 	h.mb.close()
-	d.ht.mu.Unlock()
 	d.rt.mu.Unlock()
 	h.cancel() // its goroutine ends now; calls it might still make fail
 	close(h.done)
@@ -862,8 +859,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		h.groups[g.Group] = g.Inst
 	}
 	acks := map[task.HostID][]byte{}
-	d.rt.mu.Lock()
-	d.ht.mu.Lock()
+	d.rt.mu.Lock() // the node's lock: the routes and the tasks
 	refused := (arr != nil && d.ht.incoming[m.TID] != arr) || (left != nil && d.ht.moving[m.TID] != left)
 	var err error
 	switch {
@@ -876,7 +872,6 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	}
 	if refused {
-		d.ht.mu.Unlock()
 		d.rt.mu.Unlock()
 		h.cancel()
 		if err == nil {
@@ -907,7 +902,6 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		d.ht.hostW = append(d.ht.hostW, hostWatcher{watcher: watcher{who: m.TID, tag: w.Tag}, kind: w.Kind, host: w.Host})
 	}
 	d.wg.Add(1)
-	d.ht.mu.Unlock()
 	d.tasksChanged()
 	for _, x := range held {
 		if x.env.Seq == 0 {
@@ -1019,17 +1013,15 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 	tid, back := a.TID, a.Route
 	// The arrival goes and the way back comes in one critical section
-	// (rt.mu, then ht.mu, as receiveMsgs takes them): a message that found
-	// neither would find this host's route to itself, the move's, and be
-	// refused as for a task that has exited, and its sender would drop
-	// every message it holds for the task.
+	// (under the node's lock, as receiveMsgs takes it): a message that
+	// found neither would find this host's route to itself, the move's,
+	// and be refused as for a task that has exited, and its sender would
+	// drop every message it holds for the task.
 	d.rt.mu.Lock()
-	d.ht.mu.Lock()
 	var arr *arriving // this move's arrival, if the machine drops it
 	for _, x := range d.ht.stepMove(move.HostEvent{Kind: move.EvCancel, TID: tid, Move: a.Move, Route: back}) {
 		switch x.Kind {
 		case move.DoInstalled:
-			d.ht.mu.Unlock()
 			d.rt.mu.Unlock()
 			return true
 		case move.DoDropArrival:
@@ -1039,7 +1031,6 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 			back = x.Route
 		}
 	}
-	d.ht.mu.Unlock()
 	d.rt.routes.Update(tid, back)
 	var held []heldMsg
 	if arr != nil {

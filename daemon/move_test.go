@@ -276,7 +276,7 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 		if err := d.resumeDeparture(ctx, migStep{TID: tid, Move: 5, Route: routing.Route{Host: 1, Epoch: 2}}); err != nil {
 			t.Fatal(err)
 		}
-		if floor := underMu(d, func() move.ID { f, _ := d.ht.moves.Floor(tid); return f }); floor != 5 {
+		if floor := underMu(d, func() move.ID { f, _ := d.ht.node.Moves().Floor(tid); return f }); floor != 5 {
 			t.Fatalf("floor of %v after the resume: %v, want move 5", tid, floor)
 		}
 		if err := d.Kill(tid); err != nil {
@@ -285,7 +285,7 @@ func TestMoveFloorTrimmedOnExit(t *testing.T) {
 		if _, err := d.Wait(ctx, tid); err != nil {
 			t.Fatal(err)
 		}
-		if underMu(d, func() bool { _, kept := d.ht.moves.Floor(tid); return kept }) {
+		if underMu(d, func() bool { _, kept := d.ht.node.Moves().Floor(tid); return kept }) {
 			t.Fatalf("%v exited and its move floor is still kept", tid)
 		}
 	})

@@ -72,6 +72,32 @@ func TestRouterParts(t *testing.T) {
 	}
 }
 
+// TestOneNodeLock checks that the host node and the task table are one
+// piece of state behind one lock: hosting's lock is the router's, and the
+// host halves of moves and job checkpoints are the node's parts, so the
+// critical sections that see routes and tasks together take one lock.
+func TestOneNodeLock(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	if d.ht.mu != &d.rt.mu {
+		t.Fatal("hosting's lock is not the router's")
+	}
+	if d.ht.node != d.rt.node || d.ht.ckpts.node != d.rt.node {
+		t.Fatal("hosting steps another host node than the router's")
+	}
+	if d.rt.routes != d.rt.node.Routes() || d.rt.outbox != d.rt.node.Outbox() || d.rt.inbox != d.rt.node.Inbox() {
+		t.Fatal("the router's parts are not its node's")
+	}
+	// A step through hosting's seam lands in the node's move half.
+	tid := task.NewTID(d.cfg.HostID, 99)
+	d.rt.mu.Lock()
+	d.ht.stepMove(move.HostEvent{Kind: move.EvPrepare, TID: tid, Move: 3, Route: routing.Route{Host: d.cfg.HostID, Epoch: 1}})
+	_, ok := d.rt.node.Moves().Arrival(tid)
+	d.rt.mu.Unlock()
+	if !ok {
+		t.Fatal("a prepare step through hosting left no arrival in the node")
+	}
+}
+
 // TestRegistryParts checks the job registry's records: numbers go up,
 // a report replaces a host's jobs while a spawn adds to them, and the
 // newest complete set of a name never goes back.

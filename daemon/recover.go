@@ -88,8 +88,7 @@ func (d *Daemon) report() rejoinReport {
 			r.MasterNum = max(r.MasterNum, t.Num())
 		}
 	}
-	d.rt.mu.Lock()
-	d.ht.mu.Lock()
+	d.rt.mu.Lock() // the node's lock: the routes and the tasks
 	for _, h := range d.ht.tasks {
 		rt := rejoinTask{TID: h.tid, Job: h.job, Epoch: d.rt.routes.Lookup(h.tid).Epoch, Groups: h.memberships()}
 		r.Tasks = append(r.Tasks, rt)
@@ -109,7 +108,7 @@ func (d *Daemon) report() rejoinReport {
 		r.MaxEpoch = max(r.MaxEpoch, a.epoch)
 		r.MaxMove = max(r.MaxMove, a.move)
 	}
-	r.MaxMove = max(r.MaxMove, d.ht.moves.MaxMove())
+	r.MaxMove = max(r.MaxMove, d.ht.node.Moves().MaxMove())
 	for _, h := range d.ht.tasks {
 		r.MaxMove = max(r.MaxMove, h.arrived)
 	}
@@ -117,7 +116,6 @@ func (d *Daemon) report() rejoinReport {
 		seen(e.TID)
 		r.MaxEpoch = max(r.MaxEpoch, e.Route.Epoch)
 	}
-	d.ht.mu.Unlock()
 	d.rt.mu.Unlock()
 	r.Arrivals = d.arrivals.waiting()
 	slices.SortFunc(r.Tasks, func(a, b rejoinTask) int { return cmp.Compare(a.TID, b.TID) })

@@ -211,17 +211,15 @@ func (d *Daemon) sendNear(src *hosted, to task.TID, tag int, p task.Payload, w s
 
 // placeOf is where a message to to goes now: its route, held (InTransit)
 // while the task moves through this daemon, and the task if it is hosted
-// here. The caller holds d.rt.mu.
+// here. The caller holds the node's lock (d.rt.mu, which is d.ht.mu).
 func (d *Daemon) placeOf(to task.TID) (routing.Route, *hosted) {
 	r := d.rt.routes.Lookup(to)
-	d.ht.mu.Lock()
 	h := d.ht.tasks[to]
 	var l *leaving
 	var arr *arriving
 	if h == nil {
 		l, arr = d.ht.moving[to], d.ht.incoming[to]
 	}
-	d.ht.mu.Unlock()
 	switch {
 	case h == nil && l != nil && r.Epoch < l.dest.Epoch:
 		// Suspended here, moving away, its new route not yet broadcast:
@@ -287,7 +285,6 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 				return nil // neither taken nor acknowledged
 			}
 		}
-		d.ht.mu.Lock()
 		h := d.ht.tasks[e.To]
 		_, gone := d.ht.gone[e.To]
 		l, arr := d.ht.moving[e.To], d.ht.incoming[e.To]
@@ -296,12 +293,10 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		case h == nil && arr != nil:
 			// On its way here: keep it, unacknowledged, until restored.
 			arr.held = append(arr.held, heldMsg{host: p.info.ID, env: e})
+			return nil
 		case back:
 			// Its move aborted and it resumes here: likewise.
 			l.held = append(l.held, heldMsg{host: p.info.ID, env: e})
-		}
-		d.ht.mu.Unlock()
-		if h == nil && (arr != nil || back) {
 			return nil
 		}
 		if h == nil && l != nil {
@@ -471,7 +466,6 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 		// The receiver is here now: accept them locally.
 		d.rt.mu.Lock()
 		for _, e := range envs {
-			d.ht.mu.Lock()
 			t := d.ht.tasks[e.To]
 			if arr := d.ht.incoming[e.To]; t == nil && arr != nil {
 				arr.held = append(arr.held, heldMsg{host: d.cfg.HostID, env: e})
@@ -479,7 +473,6 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 			if l := d.ht.moving[e.To]; t == nil && l != nil {
 				l.held = append(l.held, heldMsg{host: d.cfg.HostID, env: e})
 			}
-			d.ht.mu.Unlock()
 			if t == nil {
 				continue
 			}
@@ -530,10 +523,7 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 		// whose commit was learnt that way go now.
 		d.rt.routes.Update(e.TID, e.Route)
 		r := d.rt.routes.Lookup(e.TID)
-		d.ht.mu.Lock()
-		arriving := d.ht.incoming[e.TID] != nil
-		d.ht.mu.Unlock()
-		if arriving && r.Host == d.cfg.HostID {
+		if d.ht.incoming[e.TID] != nil && r.Host == d.cfg.HostID {
 			continue // what is held here for it is released when it is restored
 		}
 		if h, envs := d.rt.outbox.Reroute(e.TID, r, now); len(envs) > 0 {
@@ -551,12 +541,15 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 func (d *Daemon) sendSystem(from, to task.TID, tag int, p task.Payload) error {
 	d.rt.mu.Lock()
 	r := d.rt.routes.Lookup(to)
+	var (
+		h *hosted
+		l *leaving
+	)
+	if r.Host == d.cfg.HostID {
+		h, l = d.ht.tasks[to], d.ht.moving[to]
+	}
 	d.rt.mu.Unlock()
 	if r.Host == d.cfg.HostID {
-		d.ht.mu.Lock()
-		h := d.ht.tasks[to]
-		l := d.ht.moving[to]
-		d.ht.mu.Unlock()
 		if h == nil || !h.mb.put(envelope{from: from, tag: tag, body: p}) {
 			if l != nil {
 				d.forwardLater(l, routing.Envelope{From: from, To: to, Tag: int32(tag), Body: p})
@@ -656,7 +649,7 @@ func (d *Daemon) retransmit(now time.Time) {
 // resumes here: the master aborted the move, and the way back (a route to
 // this host newer than the move's) is known before the resume step has
 // come (the destination refuses naming it). Messages for it are then
-// kept for it, as for an arriving task, instead of refused (d.rt.mu and d.ht.mu
+// kept for it, as for an arriving task, instead of refused (the node's lock
 // held).
 func (d *Daemon) comingBack(tid task.TID, l *leaving) bool {
 	r := d.rt.routes.Lookup(tid)

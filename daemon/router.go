@@ -2,25 +2,31 @@ package daemon
 
 import (
 	"sync"
+	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/task"
 )
 
-// router is a daemon's message routing part: the route cache (at the
-// master, the routing table itself), and reliable delivery's sending side
-// (outbox: numbering, the window, what waits for an acknowledgement) and
-// receiving side (inbox: what came in order, what came early), all pure
-// state of package routing. One lock, mu, owns them all: every message a
-// task sends takes it once, and the critical sections that must see a
-// task's route together with its place here (a move's suspend and
-// install, receiving a message for a task) take mu before the hosting
-// lock (hosting.mu).
+// router holds the daemon's host node (routing/host.Node: the route
+// cache, at the master the routing table itself; reliable delivery's
+// sending side, outbox: numbering, the window, what waits for an
+// acknowledgement; its receiving side, inbox: what came in order, what
+// came early; and the host halves of moves and job checkpoints) and the
+// node's lock, mu. mu is the daemon's one protocol lock: hosting.mu is
+// the same lock, so a critical section that must see a task's route
+// together with its place here (a move's suspend and install, receiving
+// a message for a task) takes it once. Every message a task sends takes
+// it once.
 //
 // The methods below are the operations that need nothing else; each takes
 // mu itself and calls nothing that locks.
 type router struct {
-	mu     sync.Mutex
+	mu   sync.Mutex
+	node *host.Node
+	// routes, outbox and inbox are the node's parts, kept here for the
+	// send path (mu held).
 	routes *routing.Table
 	outbox *routing.Outbox
 	inbox  *routing.Inbox
@@ -30,7 +36,8 @@ type router struct {
 }
 
 func newRouter() *router {
-	return &router{routes: routing.NewTable(), outbox: routing.NewOutbox(), inbox: routing.NewInbox()}
+	n := host.New()
+	return &router{node: n, routes: n.Routes(), outbox: n.Outbox(), inbox: n.Inbox()}
 }
 
 // lookup is where the route cache says tid lives.
@@ -88,8 +95,7 @@ func (r *router) maxEpoch(tids []task.TID, floor uint64) uint64 {
 func (r *router) exited(tid task.TID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.inbox.Forget(tid)
-	r.outbox.ForgetSender(tid)
+	r.node.Step(time.Time{}, host.Event{Kind: host.EvExited, TID: tid})
 }
 
 // drop forgets everything of the tasks, as senders and as receivers:
@@ -99,11 +105,7 @@ func (r *router) exited(tid task.TID) {
 func (r *router) drop(tids ...task.TID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, tid := range tids {
-		r.outbox.DropReceiver(tid)
-		r.outbox.DropSender(tid)
-		r.inbox.Forget(tid)
-	}
+	r.node.Step(time.Time{}, host.Event{Kind: host.EvDrop, TIDs: tids})
 }
 
 // dropHost drops the messages held for tasks on host id (a host deleted)

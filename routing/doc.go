@@ -33,6 +33,11 @@
 //     Its cost per move does not grow with the hosts; route's simulation
 //     checks exactly-once delivery through it. The daemon still
 //     broadcasts every route (see "Switching to routes on demand").
+//   - The host node (host): one daemon's route table, Outbox and Inbox
+//     and the host halves of moves (move.Host) and job checkpoints
+//     (jobck.Host) as one pure value with one seam, Step(now, Event)
+//     []Effect, that delegates to its parts; the daemon holds it under
+//     one lock.
 //   - Failure detection (swim): the hosts probe each other, SWIM with
 //     Lifeguard's suspicion and local health, and tell the master only of
 //     suspicions, deaths and refutations; the master deletes a host only

@@ -225,7 +225,9 @@ func TestSlurmRequeueResumes(t *testing.T) {
 	flags := fmt.Sprintf("--port %d --master-host 127.0.0.1 --checkpoint-every 300ms --grace 20s --join-timeout 60s", freePort(t))
 	// sbatch from the submit directory: the shared directory's default
 	// is under it (SLURM_SUBMIT_DIR).
-	submit := sc.cmd("sbatch", "--parsable", "--output="+out,
+	// The test's nodes have one CPU each; the script asks for four a
+	// node (#SBATCH --cpus-per-task=4), which sbatch's own flag overrides.
+	submit := sc.cmd("sbatch", "--parsable", "--output="+out, "--cpus-per-task=1",
 		"--export=ALL,DPVM="+dpvmBin+",DPVM_SLURM_FLAGS="+flags,
 		script, "npb", "cg", "--class", "A", "--np", "2")
 	submit.Dir = sub

@@ -165,7 +165,6 @@ var errorCodes = map[string]error{
 	"forbidden":     ErrForbidden,
 	"outside":       ErrOutsideShared,
 	"aborted":       ErrAborted,
-	"no-such-job":   ErrNoJob,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

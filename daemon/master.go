@@ -484,15 +484,29 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 
 // KillTask kills tid wherever it runs.
 func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
-	d.settleMoves(ctx, func(t task.TID, _ uint64) bool { return t == tid })
-	h := d.routeHost(tid)
-	if h == d.cfg.HostID {
-		return d.Kill(tid)
+	// A kill follows its task: a move that begins after the moves were
+	// settled can take the task from the host the kill goes to, which
+	// then answers that it has no such task. The kill goes again, a few
+	// times, to where the route points once that move is settled.
+	const tries = 4
+	for try := 1; ; try++ {
+		d.settleMoves(ctx, func(t task.TID, _ uint64) bool { return t == tid })
+		h := d.routeHost(tid)
+		if h == d.cfg.HostID {
+			return d.Kill(tid)
+		}
+		if d.nw == nil || !d.hostKnown(h) {
+			return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
+		}
+		err := d.callHost(ctx, h, mKill, tidArgs{TID: tid}, nil)
+		if err == nil || !errors.Is(err, task.ErrNoSuchTask) || try == tries || ctx.Err() != nil {
+			return err
+		}
+		d.settleMoves(ctx, func(t task.TID, _ uint64) bool { return t == tid })
+		if d.routeHost(tid) == h {
+			return err // it did not move: it has ended
+		}
 	}
-	if d.nw == nil || !d.hostKnown(h) {
-		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
-	}
-	return d.callHost(ctx, h, mKill, tidArgs{TID: tid}, nil)
 }
 
 // registerExitWatch records a TaskExit registration (master): for the loss

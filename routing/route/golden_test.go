@@ -159,11 +159,11 @@ func parseTID(t *testing.T, s string) task.TID {
 }
 
 func parseHost(t *testing.T, s string) task.HostID {
-	n, err := strconv.ParseUint(strings.TrimPrefix(s, "h"), 10, 32)
+	h, err := task.ParseHostID(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return task.HostID(n)
+	return h
 }
 
 // parseRoute parses host/epoch[/t]; host 0 is "none".

@@ -1,11 +1,9 @@
 package move
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/internal/transcript"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -51,67 +50,8 @@ func TestTranscripts(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			m := New(0, 0)
 			now := time.Unix(0, 0).UTC()
-			runScript(t, f, func(cmd string) string { return runCommand(t, m, &now, cmd) })
+			transcript.Run(t, f, *rewrite, func(cmd string) string { return runCommand(t, m, &now, cmd) })
 		})
-	}
-}
-
-// runScript replays the script at path, each command through run, and
-// compares (or, with -rewrite, replaces) the transcripts.
-func runScript(t *testing.T, path string, run func(cmd string) string) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	type block struct {
-		cmd, want string
-		line      int
-	}
-	var blocks []block
-	var comments []string
-	line := 0
-	for sc.Scan() {
-		line++
-		l := sc.Text()
-		if l == "" {
-			continue
-		}
-		if strings.HasPrefix(l, "#") {
-			comments = append(comments, l)
-			continue
-		}
-		b := block{cmd: l, line: line}
-		if !sc.Scan() || sc.Text() != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", path, line)
-		}
-		line++
-		var want []string
-		for sc.Scan() {
-			line++
-			if sc.Text() == "" {
-				break
-			}
-			want = append(want, sc.Text())
-		}
-		b.want = strings.Join(want, "\n")
-		b.cmd = strings.Join(append(comments, b.cmd), "\n")
-		blocks = append(blocks, b)
-		comments = nil
-	}
-	for _, b := range blocks {
-		cmd := b.cmd[strings.LastIndex(b.cmd, "\n")+1:]
-		got := run(cmd)
-		if !*rewrite && got != b.want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, b.line, cmd, got, b.want)
-		}
-		fmt.Fprintf(&out, "%s\n----\n%s\n\n", b.cmd, got)
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

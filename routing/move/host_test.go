@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/internal/transcript"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -36,7 +37,7 @@ func TestHostTranscripts(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			hs := &hostScript{t: t, h: NewHost(), now: time.Unix(0, 0).UTC(), local: map[task.TID]Local{}}
-			runScript(t, f, hs.run)
+			transcript.Run(t, f, *rewrite, hs.run)
 		})
 	}
 }

@@ -1,10 +1,8 @@
 package route
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/internal/transcript"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -42,59 +41,8 @@ func TestTranscripts(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var c *Cache
 			now := time.Unix(0, 0).UTC()
-			runScript(t, f, func(cmd string) string { return runCommand(t, &c, &now, cmd) })
+			transcript.Run(t, f, *rewrite, func(cmd string) string { return runCommand(t, &c, &now, cmd) })
 		})
-	}
-}
-
-// runScript replays the script at path, each command through run, and
-// compares (or, with -rewrite, replaces) the transcripts.
-func runScript(t *testing.T, path string, run func(cmd string) string) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	line := 0
-	var comments []string
-	for sc.Scan() {
-		line++
-		l := sc.Text()
-		if l == "" {
-			continue
-		}
-		if strings.HasPrefix(l, "#") {
-			comments = append(comments, l)
-			continue
-		}
-		cmdLine := line
-		if !sc.Scan() || sc.Text() != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", path, line)
-		}
-		line++
-		var want []string
-		for sc.Scan() {
-			line++
-			if sc.Text() == "" {
-				break
-			}
-			want = append(want, sc.Text())
-		}
-		got := run(l)
-		if !*rewrite && got != strings.Join(want, "\n") {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, cmdLine, l, got, strings.Join(want, "\n"))
-		}
-		for _, c := range comments {
-			fmt.Fprintln(&out, c)
-		}
-		comments = nil
-		fmt.Fprintf(&out, "%s\n----\n%s\n\n", l, got)
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

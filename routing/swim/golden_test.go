@@ -1,11 +1,9 @@
 package swim
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/routing/internal/transcript"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -54,7 +53,7 @@ func TestTranscripts(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.ref = ref
-			runScript(t, f, s.run)
+			transcript.Run(t, f, *rewrite, s.run)
 		})
 	}
 }
@@ -220,57 +219,6 @@ func parseUpdate(s string) (Update, error) {
 		u.From, _ = task.ParseHostID(g[4])
 	}
 	return u, nil
-}
-
-// runScript replays the script at path, each command through run, and
-// compares (or, with -rewrite, replaces) the transcripts.
-func runScript(t *testing.T, path string, run func(cmd string) string) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	line := 0
-	var comments []string
-	for sc.Scan() {
-		line++
-		l := sc.Text()
-		if l == "" {
-			continue
-		}
-		if strings.HasPrefix(l, "#") {
-			comments = append(comments, l)
-			continue
-		}
-		at := line
-		if !sc.Scan() || sc.Text() != "----" {
-			t.Fatalf("%s:%d: want ---- after the command", path, line)
-		}
-		line++
-		var want []string
-		for sc.Scan() {
-			line++
-			if sc.Text() == "" {
-				break
-			}
-			want = append(want, sc.Text())
-		}
-		got := run(l)
-		if !*rewrite && got != strings.Join(want, "\n") {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, at, l, got, strings.Join(want, "\n"))
-		}
-		for _, c := range comments {
-			fmt.Fprintln(&out, c)
-		}
-		comments = nil
-		fmt.Fprintf(&out, "%s\n----\n%s\n\n", l, got)
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func host(t *testing.T, s string) task.HostID {

@@ -31,11 +31,11 @@ func (f *flooder) Run(c *task.Ctx) error {
 		msg[0] = byte(f.Sent)
 		var err error
 		if f.InPlace {
-			err = c.SendInPlace(f.To, 1, msg)
+			err = c.Send(f.To, 1, msg, task.InPlace())
 		} else if f.Plain {
 			err = c.Send(f.To, 1, msg)
 		} else {
-			err = c.SendSafe(f.To, 1, msg)
+			err = c.Send(f.To, 1, msg, task.Safe())
 		}
 		if err != nil {
 			return err
@@ -81,7 +81,7 @@ func (g *gatedReceiver) Run(c *task.Ctx) error {
 	}
 	var err error
 	for i := range g.Arg {
-		m, rerr := c.RecvMsg(c.Context(), task.AnyTask, 1)
+		m, rerr := c.Recv(task.AnyTask, 1, nil)
 		if rerr != nil {
 			err = rerr
 			break

@@ -406,7 +406,7 @@ func TestNoSafePointWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiter, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	}))
 	if err != nil {

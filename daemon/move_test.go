@@ -46,7 +46,7 @@ func init() { task.Register("daemon.test.gated", &gated{}) }
 func (g *gated) Run(c *task.Ctx) error {
 	for {
 		var n int
-		if _, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n); err != nil {
+		if _, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe()); err != nil {
 			return err
 		}
 		g.Sum += n

@@ -148,7 +148,7 @@ func TestRecvFunc(t *testing.T) {
 		even := func(st task.Status) bool { return st.Tag%2 == 0 }
 		for _, want := range []int{20, 40, 60} {
 			var v int
-			if _, err := c.RecvFunc(kid[0], task.AnyTag, even, &v); err != nil || v != want {
+			if _, err := c.Recv(kid[0], task.AnyTag, &v, task.Match(even)); err != nil || v != want {
 				return fmt.Errorf("even tag: %d %v, want %d", v, err, want)
 			}
 		}
@@ -162,7 +162,7 @@ func TestRecvFunc(t *testing.T) {
 			return err
 		}
 		var v int
-		st, err := c.RecvFunc(task.AnyTask, task.AnyTag, even, &v)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &v, task.Match(even))
 		if err != nil || v != 80 || st.Tag != 8 || st.From != kid[0] {
 			return fmt.Errorf("a later message: %d %+v %v", v, st, err)
 		}
@@ -213,7 +213,7 @@ func (s *reqRoot) Run(c *task.Ctx) error {
 		case reqReady <- c.MyTID():
 		default:
 		}
-		if _, err := c.RecvSafe(task.AnyTask, 9, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, 9, nil, task.Safe()); err != nil {
 			return err
 		}
 		s.Step = 2

@@ -138,7 +138,7 @@ func TestVMSlowReceiverBlocksSender(t *testing.T) {
 		for i := range 200 {
 			msg[0] = byte(i)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			err := c.SendContext(ctx, peer[0], 1, msg)
+			err := c.Send(peer[0], 1, msg, task.WithContext(ctx))
 			cancel()
 			if errors.Is(err, context.DeadlineExceeded) {
 				// Let the receiver drain, then send this message for real.
@@ -389,7 +389,7 @@ func TestRefusesStrangers(t *testing.T) {
 	got := make(chan error, 1)
 	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		victim <- c.MyTID()
-		_, err := c.RecvTimeout(task.AnyTask, task.AnyTag, nil, time.Second)
+		_, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Timeout(time.Second))
 		got <- err
 		return nil
 	}))
@@ -438,7 +438,7 @@ func init() { task.Register("daemon.test.mover", &movingTask{}) }
 func (m *movingTask) Run(c *task.Ctx) error {
 	for {
 		var n int
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe())
 		if err != nil {
 			return err
 		}

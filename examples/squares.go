@@ -82,7 +82,7 @@ func (w *SquaresWorker) Run(c *task.Ctx) error {
 	}
 	for !w.Done {
 		var i int
-		if _, err := c.RecvSafe(c.Parent(), tagNumber, &i); err != nil {
+		if _, err := c.Recv(c.Parent(), tagNumber, &i, task.Safe()); err != nil {
 			return err
 		}
 		if i < 0 {

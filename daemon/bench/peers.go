@@ -205,7 +205,7 @@ func (p *TaskPair) spawnHello(ctx context.Context, n int) (time.Duration, error)
 			return err
 		}
 		for range n {
-			if _, err := c.RecvContext(ctx, task.AnyTask, tagExited, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, tagExited, nil, task.WithContext(ctx)); err != nil {
 				return err
 			}
 		}
@@ -308,7 +308,7 @@ func collOp(c *task.Ctx, op, inst int, group string, size, iter int) error {
 			}
 			return nil
 		}
-		m, err := c.RecvMsg(c.Context(), c.Parent(), tagCollBc)
+		m, err := c.Recv(c.Parent(), tagCollBc, nil)
 		if err != nil {
 			return err
 		}
@@ -351,7 +351,7 @@ func peerColl(ctx context.Context, p *TaskPair, l *PeerLine, scale float64) erro
 			return err
 		}
 		for range peerGroupSize - 1 {
-			if _, err := c.RecvContext(ctx, task.AnyTask, tagCollJoin, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, tagCollJoin, nil, task.WithContext(ctx)); err != nil {
 				return err
 			}
 		}

@@ -99,7 +99,7 @@ func (r *Root) Run(c *task.Ctx) error {
 		r.Workers = tids
 	}
 	for {
-		m, err := c.RecvMsg(c.Context(), task.AnyTask, task.AnyTag)
+		m, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe()) // a safe point while it waits
 		if err != nil {
 			return err
 		}

@@ -111,7 +111,7 @@ func (g *GExample) Run(c *task.Ctx) error {
 	}
 	if g.Inst != 0 && g.NProc == 0 {
 		var in gexampleInit
-		if _, err := c.RecvSafe(task.AnyTask, gexampleInitTag, &in); err != nil {
+		if _, err := c.Recv(task.AnyTask, gexampleInitTag, &in, task.Safe()); err != nil {
 			return err
 		}
 		g.NProc, g.Dimension = in.NProc, in.Dimension
@@ -123,7 +123,7 @@ func (g *GExample) Run(c *task.Ctx) error {
 		g.Computed = true
 	}
 	for g.Inst == 0 && g.Exited < len(g.Children) {
-		if _, err := c.RecvSafe(task.AnyTask, gexampleExitTag, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, gexampleExitTag, nil, task.Safe()); err != nil {
 			return err
 		}
 		g.Exited++

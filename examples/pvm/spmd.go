@@ -82,7 +82,7 @@ func (s *SPMD) Run(c *task.Ctx) error {
 	}
 	for s.Exited < len(s.Siblings) {
 		var n task.Notice
-		if _, err := c.RecvSafe(task.AnyTask, spmdExitTag, &n); err != nil {
+		if _, err := c.Recv(task.AnyTask, spmdExitTag, &n, task.Safe()); err != nil {
 			return err
 		}
 		if n.Err != "" {
@@ -98,7 +98,7 @@ func (s *SPMD) Run(c *task.Ctx) error {
 func (t *SPMDTask) Run(c *task.Ctx) error {
 	if t.Siblings == nil {
 		var sibs []task.TID
-		if _, err := c.RecvSafe(c.Parent(), spmdSiblingsTag, &sibs); err != nil {
+		if _, err := c.Recv(c.Parent(), spmdSiblingsTag, &sibs, task.Safe()); err != nil {
 			return err
 		}
 		me := slices.Index(sibs, c.MyTID())
@@ -138,14 +138,14 @@ func (t *SPMDTask) dowork(c *task.Ctx) error {
 			}
 			t.Sent = true
 		}
-		if _, err := c.RecvSafe(src, spmdTokenTag, nil); err != nil {
+		if _, err := c.Recv(src, spmdTokenTag, nil, task.Safe()); err != nil {
 			return err
 		}
 		c.Printf("token ring done")
 		return nil
 	}
 	var token uint64
-	if _, err := c.RecvSafe(src, spmdTokenTag, &token); err != nil {
+	if _, err := c.Recv(src, spmdTokenTag, &token, task.Safe()); err != nil {
 		return err
 	}
 	return c.Send(dest, spmdTokenTag, token)

@@ -15,7 +15,7 @@ import (
 
 // commWorker runs commRound with its communicator, then reports what went
 // wrong (nothing, it is hoped) to rank 0. With Report set, rank 0 (a
-// worker, in a team SpawnTeam started) passes what it gathered and the
+// worker, in a team Spawn with Team started) passes what it gathered and the
 // members it knew to its spawner in a teamReport, on tag 1.
 type commWorker struct {
 	C      task.Comm
@@ -124,7 +124,7 @@ func commRound(c *task.Ctx, m *task.Comm, round int, pause func()) (string, erro
 // it fails unless every member saw the expected results.
 func commRoot(c *task.Ctx, workers, rounds int, pause func(m *task.Comm), opts ...task.SpawnOption) error {
 	var m task.Comm
-	if err := c.SpawnComm(&m, &commWorker{Rounds: rounds}, workers-1, opts...); err != nil {
+	if _, err := c.Spawn(&commWorker{Rounds: rounds}, workers-1, append(opts, task.WithComm(&m))...); err != nil {
 		return err
 	}
 	if m.Rank != 0 || m.Size() != workers || m.TID(0) != c.MyTID() {
@@ -177,14 +177,14 @@ type teamReport struct {
 	TIDs  []task.TID
 }
 
-// TestSpawnTeam: a team of 1, 2 and 4 workers that SpawnTeam starts is a
+// TestSpawnTeam: a team of 1, 2 and 4 workers that Spawn with Team starts is a
 // communicator of the workers alone, ranked in spawn order; every
 // collective works among them; a team of none is refused.
 func TestSpawnTeam(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	for _, n := range []int{1, 2, 4} {
 		runRoot(t, d, func(c *task.Ctx, _ int) error {
-			tids, err := c.SpawnTeam(&commWorker{Rounds: 2, Report: true}, n)
+			tids, err := c.Spawn(&commWorker{Rounds: 2, Report: true}, n, task.Team())
 			if err != nil {
 				return err
 			}
@@ -207,7 +207,7 @@ func TestSpawnTeam(t *testing.T) {
 		})
 	}
 	runRoot(t, d, func(c *task.Ctx, _ int) error {
-		if tids, err := c.SpawnTeam(&commWorker{}, 0); err == nil {
+		if tids, err := c.Spawn(&commWorker{}, 0, task.Team()); err == nil {
 			return fmt.Errorf("a team of none: %v", tids)
 		}
 		return nil
@@ -349,7 +349,7 @@ func BenchmarkAllReduce(b *testing.B) {
 					}
 				}
 				var m task.Comm
-				if err := c.SpawnComm(&m, &benchWorker{Group: group, N: b.N, Len: length}, members-1); err != nil {
+				if _, err := c.Spawn(&benchWorker{Group: group, N: b.N, Len: length}, members-1, task.WithComm(&m)); err != nil {
 					return err
 				}
 				if group != "" {

@@ -57,7 +57,7 @@ func TestRequestsSurviveAMove(t *testing.T) {
 	release := make(chan struct{})
 	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		var cm task.Comm
-		if err := c.SpawnComm(&cm, &reqWorker{}, 3, task.OnHost("h1")); err != nil {
+		if _, err := c.Spawn(&reqWorker{}, 3, task.OnHost("h1"), task.WithComm(&cm)); err != nil {
 			return err
 		}
 		// Every worker's send means it has started its receive too.
@@ -186,7 +186,7 @@ func init() { task.Register("daemon.test.reqroot", &reqRoot{}) }
 
 func (s *reqRoot) Run(c *task.Ctx) error {
 	if s.C.Size() == 0 {
-		if err := c.SpawnComm(&s.C, &reqWorker{}, 3); err != nil {
+		if _, err := c.Spawn(&reqWorker{}, 3, task.WithComm(&s.C)); err != nil {
 			return err
 		}
 	}

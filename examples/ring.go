@@ -52,7 +52,7 @@ func init() {
 // Run builds the ring (once) and waits for the token.
 func (r *Ring) Run(c *task.Ctx) error {
 	if r.Members == nil {
-		tids, err := c.SpawnTeam(&RingMember{Laps: r.Laps}, r.N)
+		tids, err := c.Spawn(&RingMember{Laps: r.Laps}, r.N, task.Team())
 		if err != nil {
 			return err
 		}

@@ -48,7 +48,7 @@ func init() {
 // top, so the fields say what is done already.
 func (m *Squares) Run(c *task.Ctx) error {
 	if m.C.Size() == 0 { // spawn the workers as ranks 1..Workers
-		if err := c.SpawnComm(&m.C, &SquaresWorker{}, m.Workers); err != nil {
+		if _, err := c.Spawn(&SquaresWorker{}, m.Workers, task.WithComm(&m.C)); err != nil {
 			return err
 		}
 	}

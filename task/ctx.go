@@ -98,6 +98,9 @@ type SpawnRequest struct {
 	Host string
 	// here asks for the spawning task's own host; Ctx.Spawn resolves it.
 	here bool
+	// comm and team ask Ctx.Spawn for a communicator (WithComm, Team).
+	comm *Comm
+	team bool
 }
 
 // SpawnOption adjusts a spawn.
@@ -112,6 +115,20 @@ func Anywhere() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = ""
 
 // Here places spawned tasks on the spawning task's own host.
 func Here() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = "", true } }
+
+// WithComm makes *m, which must be a field of the spawning task's struct,
+// a communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
+// spawn order); n may then be 0, for a communicator of the caller alone.
+// Each new task gets its copy of the communicator by calling JoinComm.
+func WithComm(m *Comm) SpawnOption { return func(r *SpawnRequest) { r.comm, r.team = m, false } }
+
+// Team makes the new tasks a communicator of their own that the caller is
+// not a member of (MPI_Comm_spawn's children): ranks 0..n-1 in spawn
+// order, the order of the TIDs Spawn returns. Each gets it by calling
+// JoinComm; its TIDs are the tasks' siblings (pvm_siblings), its Rank the
+// task's index among them. It is the form for a root that starts a job's
+// workers and only watches them.
+func Team() SpawnOption { return func(r *SpawnRequest) { r.comm, r.team = nil, true } }
 
 // Endpoint is what a Ctx needs from the daemon hosting its task. Package
 // daemon implements it; tests may implement it too. Methods taking a
@@ -301,22 +318,48 @@ func (c *Ctx) SetResult(v any) error {
 }
 
 // Spawn starts n tasks of proto's registered type, each with its state
-// initialised from a copy of proto, and returns their TIDs. By default the
+// initialised from a copy of proto (pvm_spawn; proto's fields are what
+// pvm_spawn's argv carries), and returns their TIDs. By default the
 // runtime places them (Anywhere); OnHost names a host, Here picks the
-// caller's. On error it returns
-// the TIDs of the tasks that did start.
+// caller's. WithComm and Team make the new tasks a communicator, with or
+// without the caller; the tasks then call JoinComm. On error Spawn returns
+// the TIDs of the tasks that did start, except with WithComm or Team,
+// where it kills them.
 func (c *Ctx) Spawn(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
-	if n < 1 {
+	var req SpawnRequest
+	for _, o := range opts {
+		o(&req)
+	}
+	if n < 1 && !(n == 0 && req.comm != nil) {
 		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", n)
 	}
+	if req.comm != nil {
+		tids, err := c.spawnMembers([]TID{c.MyTID()}, proto, n, req)
+		if err != nil {
+			return nil, fmt.Errorf("spawn communicator: %w", err)
+		}
+		*req.comm = Comm{Rank: 0, TIDs: tids}
+		c.track(req.comm)
+		return tids[1:], nil
+	}
+	if req.team {
+		tids, err := c.spawnMembers(nil, proto, n, req)
+		if err != nil {
+			return nil, fmt.Errorf("spawn team: %w", err)
+		}
+		return tids, nil
+	}
+	return c.spawn(proto, n, req)
+}
+
+// spawn starts the tasks req (with its placement options set) asks for.
+func (c *Ctx) spawn(proto Task, n int, req SpawnRequest) ([]TID, error) {
 	typ, state, err := EncodeState(proto)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
-	req := SpawnRequest{Type: typ, State: state, Count: n}
-	for _, o := range opts {
-		o(&req)
-	}
+	req.Type, req.State, req.Count = typ, state, n
+	req.comm, req.team = nil, false
 	if req.here {
 		req.Host, req.here = c.ep.HostName(), false
 	}

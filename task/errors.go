@@ -39,7 +39,7 @@ var (
 	// unchanged; the runtime calls Run again on the restored state.
 	ErrSuspended = errors.New("task suspended at a safe point")
 	// ErrNoComm: a collective was called on a communicator that is not
-	// set up (no SpawnComm or JoinComm filled it).
+	// set up (no Spawn, JoinComm or GroupComm filled it).
 	ErrNoComm = errors.New("communicator not set up")
 	// ErrHalted: the virtual machine is shutting down.
 	ErrHalted = errors.New("virtual machine halted")

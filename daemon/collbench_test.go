@@ -86,7 +86,7 @@ var collBenches = []collBench{
 		}},
 	{"reduce",
 		func(c *task.Ctx, m *task.Comm, data []float64) error {
-			return task.CommReduce(c, m, task.Sum[float64], data, 0)
+			return task.Reduce(c, m, task.Sum[float64], data, 0)
 		},
 		func(c *task.Ctx, m *task.Comm, data []float64) error {
 			if m.Rank != 0 {

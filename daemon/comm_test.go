@@ -44,7 +44,7 @@ func (w *commWorker) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	fails, err := task.Gather(c, &w.C, []string{w.Fail}, 0)
 	if err != nil || !w.Report || w.C.Rank != 0 {
 		return err
 	}
@@ -85,11 +85,11 @@ func commRound(c *task.Ctx, m *task.Comm, round int, pause func()) (string, erro
 			all = append(all, i+round)
 		}
 	}
-	mine, err := task.CommScatter(c, m, all, 0)
+	mine, err := task.Scatter(c, m, all, 0)
 	if err != nil {
 		return "", err
 	}
-	got, err := task.CommGather(c, m, []int{r + round}, n-1)
+	got, err := task.Gather(c, m, []int{r + round}, n-1)
 	if err != nil {
 		return "", err
 	}
@@ -147,7 +147,7 @@ func commRoot(c *task.Ctx, workers, rounds int, pause func(m *task.Comm), opts .
 			return err
 		}
 	}
-	got, err := task.CommGather(c, &m, []string{""}, 0)
+	got, err := task.Gather(c, &m, []string{""}, 0)
 	if err != nil {
 		return err
 	}
@@ -275,49 +275,41 @@ func TestCollectiveWaitIsASafePoint(t *testing.T) {
 }
 
 // benchWorker takes part in N all-reduces of Len float64s, through a
-// communicator or (Group set) through a group's Reduce then Bcast.
+// communicator.
 type benchWorker struct {
-	C     task.Comm
-	Group string
+	C task.Comm
+	// Bcast makes each step a Reduce to rank 0 and its Bcast, rather
+	// than an AllReduce.
+	Bcast bool
 	N     int
 	Len   int
 }
 
 func init() { task.Register("daemon.test.benchworker", &benchWorker{}) }
 
-const (
-	tagBenchReduce = 1
-	tagBenchBcast  = 2
-)
+// benchStep is one step of the benchmark on the communicator m: an
+// AllReduce of data, or a Reduce to rank 0 and its Bcast.
+func benchStep(c *task.Ctx, m *task.Comm, bcast bool, data []float64) error {
+	if !bcast {
+		return task.AllReduce(c, m, task.Sum[float64], data)
+	}
+	if err := task.Reduce(c, m, task.Sum[float64], data, 0); err != nil {
+		return err
+	}
+	return m.Bcast(c, &data, 0)
+}
 
 func (w *benchWorker) Run(c *task.Ctx) error {
 	if err := c.JoinComm(&w.C); err != nil {
 		return err
 	}
 	data := make([]float64, w.Len)
-	if w.Group != "" {
-		if _, err := c.Join(w.Group); err != nil {
-			return err
-		}
-		if err := c.Barrier(w.Group, w.C.Size()); err != nil {
-			return err
-		}
-	}
 	for range w.N {
 		for i := range data {
 			data[i] = float64(w.C.Rank + i)
 		}
-		if w.Group == "" {
-			if err := task.AllReduce(c, &w.C, task.Sum[float64], data); err != nil {
-				return err
-			}
-		} else {
-			if err := task.Reduce(c, task.Sum[float64], data, w.Group, tagBenchReduce, 0); err != nil {
-				return err
-			}
-			if _, err := c.Recv(w.C.TID(0), tagBenchBcast, &data); err != nil {
-				return err
-			}
+		if err := benchStep(c, &w.C, w.Bcast, data); err != nil {
+			return err
 		}
 		if err := c.SafePoint(); err != nil {
 			return err
@@ -327,35 +319,22 @@ func (w *benchWorker) Run(c *task.Ctx) error {
 }
 
 // BenchmarkAllReduce compares a communicator's AllReduce of 1024 float64s
-// over 4 members with what a program wrote before it: a group Reduce to
-// the root, then the root's Bcast, received with Recv.
+// over 4 members with a Reduce to rank 0 followed by rank 0's Bcast.
 //
 //	go test -run XXX -bench AllReduce -benchtime 2000x ./daemon/
 func BenchmarkAllReduce(b *testing.B) {
 	const members, length = 4, 1024
-	for _, group := range []string{"", "bench"} {
+	for _, bcast := range []bool{false, true} {
 		name := "allreduce"
-		if group != "" {
+		if bcast {
 			name = "reduce+bcast"
 		}
 		b.Run(name, func(b *testing.B) {
 			d, _ := newTestDaemon(b)
 			runRoot(b, d, func(c *task.Ctx, _ int) error {
-				if group != "" {
-					// Joined before the workers exist, the root is
-					// instance 0, the root of every Reduce.
-					if _, err := c.Join(group); err != nil {
-						return err
-					}
-				}
 				var m task.Comm
-				if _, err := c.Spawn(&benchWorker{Group: group, N: b.N, Len: length}, members-1, task.WithComm(&m)); err != nil {
+				if _, err := c.Spawn(&benchWorker{Bcast: bcast, N: b.N, Len: length}, members-1, task.WithComm(&m)); err != nil {
 					return err
-				}
-				if group != "" {
-					if err := c.Barrier(group, members); err != nil {
-						return err
-					}
 				}
 				data := make([]float64, length)
 				b.ResetTimer()
@@ -363,13 +342,7 @@ func BenchmarkAllReduce(b *testing.B) {
 					for i := range data {
 						data[i] = float64(i)
 					}
-					var err error
-					if group == "" {
-						err = task.AllReduce(c, &m, task.Sum[float64], data)
-					} else if err = task.Reduce(c, task.Sum[float64], data, group, tagBenchReduce, 0); err == nil {
-						err = c.Bcast(group, tagBenchBcast, data)
-					}
-					if err != nil {
+					if err := benchStep(c, &m, bcast, data); err != nil {
 						return err
 					}
 					if err := c.SafePoint(); err != nil {

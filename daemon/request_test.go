@@ -40,7 +40,7 @@ func (w *reqWorker) Run(c *task.Ctx) error {
 	if want := []float64{float64(10 * w.C.Rank), 0.5}; !slices.Equal(v, want) {
 		fail = fmt.Sprintf("rank %d received %v, want %v", w.C.Rank, v, want)
 	}
-	_, err = task.CommGather(c, &w.C, []string{c.HostName(), fail}, 0)
+	_, err = task.Gather(c, &w.C, []string{c.HostName(), fail}, 0)
 	return err
 }
 
@@ -83,7 +83,7 @@ func TestRequestsSurviveAMove(t *testing.T) {
 				return err
 			}
 		}
-		got, err := task.CommGather(c, &cm, []string{c.HostName(), ""}, 0)
+		got, err := task.Gather(c, &cm, []string{c.HostName(), ""}, 0)
 		if err != nil {
 			return err
 		}
@@ -226,7 +226,7 @@ func (s *reqRoot) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	got, err := task.CommGather(c, &s.C, []string{c.HostName(), ""}, 0)
+	got, err := task.Gather(c, &s.C, []string{c.HostName(), ""}, 0)
 	if err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func TestVMSlowReceiverBlocksSender(t *testing.T) {
 
 func TestVMCollectivesAcrossHosts(t *testing.T) {
 	vm := startVM(t, 3, Config{})
-	collectiveOn(t, vm.Master(), 7, bcastReduceGatherScatter)
+	collectiveOn(t, vm.Master(), 7, groupComm)
 }
 
 func TestVMNotifyKillAndPS(t *testing.T) {

@@ -73,9 +73,9 @@ func (m *Squares) Run(c *task.Ctx) error {
 	return c.SetResult(sum[0])
 }
 
-// Run is a worker: all its progress is in its fields, and it waits in
-// RecvSafe and AllReduce, which are safe points, so it can be checkpointed
-// or moved whenever it waits.
+// Run is a worker: all its progress is in its fields, and it waits in a
+// Recv with task.Safe and in AllReduce, which are safe points, so it can be
+// checkpointed or moved whenever it waits.
 func (w *SquaresWorker) Run(c *task.Ctx) error {
 	if err := c.JoinComm(&w.C); err != nil { // returns at once after a move
 		return err

@@ -30,8 +30,8 @@ const maxReplay = 1024
 //
 // A Comm must be an exported field of the task's struct: it is part of the
 // task's state. Its collectives (Barrier, Bcast, SendRecv, AllReduce,
-// CommReduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
-// CommGather, Gatherv, CommScatter, Scatterv, Split, Dup, CartCreate,
+// Reduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
+// Gather, Gatherv, Scatter, Scatterv, Split, Dup, CartCreate,
 // CartSub) and the waits of its non-blocking operations (Wait, Waitall,
 // Waitany) are safe points while they wait, so a task blocked in one can
 // be checkpointed or moved. What a collective has sent
@@ -561,10 +561,10 @@ func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	return nil
 }
 
-// CommGather collects every member's data at root, concatenated in rank
+// Gather collects every member's data at root, concatenated in rank
 // order: root gets the result, the others nil. It is a safe point while it
 // waits.
-func CommGather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+func Gather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	if err := m.check("gather", root); err != nil {
 		return nil, err
 	}
@@ -605,11 +605,11 @@ func CommGather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	return out, nil
 }
 
-// CommScatter hands out consecutive, equal chunks of root's data to the
+// Scatter hands out consecutive, equal chunks of root's data to the
 // members in rank order and returns the caller's chunk. Only root's data is
 // read; its length must be a multiple of the size. It is a safe point while
 // it waits.
-func CommScatter[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+func Scatter[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	if err := m.check("scatter", root); err != nil {
 		return nil, err
 	}

@@ -45,9 +45,9 @@
 // calls JoinComm on its own Comm field and knows its rank, the team's size
 // and every peer's TID. SpawnTeam starts a team the spawner is not part of
 // (ranks 0..n-1), for a root that only watches its workers. Collectives
-// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, CommReduce, Scan,
-// Exscan, ReduceScatter, Allgather(v), Alltoall(v), CommGather, Gatherv,
-// CommScatter, Scatterv; so do non-blocking Isend and Irecv with their
+// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, Reduce, Scan,
+// Exscan, ReduceScatter, Allgather(v), Alltoall(v), Gather, Gatherv,
+// Scatter, Scatterv; so do non-blocking Isend and Irecv with their
 // Requests (Wait, Waitall, Waitany, Test). Split, Dup, CartCreate and
 // CartSub make new communicators from a Comm, Cartesian grids with
 // Coords, CartRank and CartShift. Each wait is a safe point (see Comm for

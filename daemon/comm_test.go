@@ -362,7 +362,7 @@ func BenchmarkAllReduce(b *testing.B) {
 // TestNoSafePointWarned: a task that reaches no safe point while a move
 // waits makes the move fail with ErrNoSafePoint and a warning naming it and
 // the time since its last safe point; the task list shows that time, and 0
-// for a task waiting in RecvSafe.
+// for a task waiting in a Recv with task.Safe.
 func TestNoSafePointWarned(t *testing.T) {
 	var logs syncBuffer
 	cfg := Config{MoveTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -408,7 +408,7 @@ func TestNoSafePointWarned(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("since last safe point: busy %v ms, waiting in RecvSafe %v ms", since[busy], since[waiter])
+			t.Fatalf("since last safe point: busy %v ms, waiting in a Recv with task.Safe %v ms", since[busy], since[waiter])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -74,12 +74,12 @@ func TestTryRecvProbeTimeout(t *testing.T) {
 			return errors.New("Probe on empty mailbox found a message")
 		}
 		if _, err := c.Recv(task.AnyTask, 5, &v, task.Timeout(time.Millisecond)); !errors.Is(err, task.ErrTimeout) {
-			return fmt.Errorf("RecvTimeout = %v, want ErrTimeout", err)
+			return fmt.Errorf("Recv with Timeout = %v, want ErrTimeout", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		if _, err := c.Recv(task.AnyTask, 5, &v, task.WithContext(ctx)); !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("RecvContext with cancelled context = %v", err)
+			return fmt.Errorf("Recv with a cancelled context = %v", err)
 		}
 		if err := c.Send(c.MyTID(), 5, 77); err != nil {
 			return err

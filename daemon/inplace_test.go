@@ -22,7 +22,7 @@ func inPlaceChunk(i, size int) []int32 {
 // place to a receiver on h1 arrive as the root's own memory, once each
 // and in order. To a receiver on h2, over a network that loses frames,
 // they arrive as copies made at the send: the root clears each slice as
-// soon as SendInPlace returns (which it must not do with a receiver on
+// soon as Send with task.InPlace returns (which it must not do with a receiver on
 // its own host), and the receiver, whose messages the outbox resends,
 // still gets the values sent.
 func TestSendInPlaceLocalAndRemote(t *testing.T) {

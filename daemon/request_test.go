@@ -171,7 +171,7 @@ func TestRecvFunc(t *testing.T) {
 }
 
 // reqRoot starts a team of reqWorkers with itself as rank 0, takes each
-// worker's send, then waits at a safe point (RecvSafe, tag 9) to be told
+// worker's send, then waits at a safe point (a Recv with task.Safe, tag 9) to be told
 // to go on before it sends the workers the data their receives wait for.
 type reqRoot struct {
 	C     task.Comm

@@ -424,7 +424,7 @@ func TestRefusesStrangers(t *testing.T) {
 }
 
 // movingTask is a task that receives numbered messages and checks their order;
-// it waits in RecvSafe, so it can be moved at any time. Told to stop (tag
+// it waits in a Recv with task.Safe, so it can be moved at any time. Told to stop (tag
 // 2) with a count, it reports what it got to its parent once it has that
 // many (messages from other tasks may overtake its senders').
 type movingTask struct {

@@ -9,7 +9,7 @@ import (
 // them with errors.Is.
 var (
 	// ErrNoSuchTask: the addressed task does not exist or has exited
-	// (Kill, Migrate, a group instance or communicator rank that holds no
+	// (Kill, Migrate, a communicator rank that holds no
 	// task), or, for Send and Mcast, the TID is one no task can have.
 	ErrNoSuchTask = errors.New("no such task")
 	// ErrNoSuchHost: the named host is not part of the virtual machine.

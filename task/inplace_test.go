@@ -40,7 +40,7 @@ func sameMemory(p Payload, s any) bool {
 	return unsafe.Pointer(&p.Data[0]) == v.UnsafePointer() && uintptr(len(p.Data)) == uintptr(v.Len())*v.Type().Elem().Size()
 }
 
-// TestSendInPlace: through an endpoint that can, SendInPlace hands over a
+// TestSendInPlace: through an endpoint that can, Send with InPlace hands over a
 // []byte or numeric slice's memory (on a little-endian host, where that is
 // the wire's form; []int where int has the wire's 8 bytes), and the body
 // decodes to the values sent; other values, and empty slices, are encoded

@@ -62,7 +62,7 @@ func (e Encoding) elemSize() int {
 
 // Payload is an encoded message body. Its Data belongs to the payload: the
 // encoder copies the caller's value, so senders may reuse their values
-// (except with Ctx.SendInPlace, whose payload is the value's memory).
+// (except with the InPlace option of Ctx.Send, whose payload is the value's memory).
 type Payload struct {
 	Enc  Encoding
 	Data []byte
@@ -136,7 +136,7 @@ func Encode(v any) (Payload, error) {
 // inPlace is Encode without the copy where the value's memory is already
 // the wire's form: a []byte, or a slice of fixed-size numbers on a
 // little-endian host whose elements have the wire's size. The payload's
-// bytes are then the value's memory (see Ctx.SendInPlace).
+// bytes are then the value's memory (see InPlace).
 func inPlace(v any) (Payload, error) {
 	switch x := v.(type) {
 	case []byte:

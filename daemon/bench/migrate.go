@@ -650,7 +650,7 @@ func (d *migDriver) Run(c *task.Ctx) error {
 }
 
 // migHolder is the task that migrates: it fills Data with N elements of
-// its seeded pattern, then waits in RecvSafe (so it can be moved at any
+// its seeded pattern, then waits in a Recv with task.Safe (so it can be moved at any
 // time) for its parent to ask it to check the state or to stop.
 type migHolder struct {
 	Seed   uint64

@@ -19,7 +19,7 @@ type comm interface {
 	send(to, tag int, v any) error
 	// sendInPlace delivers v, a slice the caller gives up, to rank to:
 	// a receiver on the sender's host may get the slice's memory itself
-	// (task.Ctx.SendInPlace), so the sender must not write to it until
+	// (task.InPlace), so the sender must not write to it until
 	// the receiver has said, by a later message, that it is done with it.
 	sendInPlace(to, tag int, v any) error
 	// recv receives the next message with tag from rank from into v.

@@ -19,7 +19,7 @@ import (
 // instance 0 waits for the others to exit before it returns, since a
 // dpvm job ends with its root task while PVM's tasks outlive their parent.
 // The SPMD start (`spawn -N gexample`, the group of siblings) is left
-// out: dpvm has no sibling list.
+// out: instance 0 is the task that spawns the others.
 
 // GExample is a task of pvm.gexample: instance 0 of the group "matrix"
 // (the root) spawns the others, which are GExample tasks too.

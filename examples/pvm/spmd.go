@@ -12,10 +12,10 @@ import (
 // Port of PVM 3.4's examples/spmd.c.
 //
 // spmd.c is started as `spawn -4 spmd` from PVM's console and learns the
-// tasks spawned with it from pvm_siblings. dpvm has no sibling list: the
-// root task SPMD plays the console's part, spawning the N tasks in one
-// call, sending each the list of TIDs that call returned and waiting for
-// them to exit.
+// tasks spawned with it from pvm_siblings. The port keeps spmd.c's
+// ring: the root task SPMD plays the console's part, spawning the N tasks
+// in one call, sending each the list of TIDs that call returned (what
+// task.Team and JoinComm would give them) and waiting for them to exit.
 
 // SPMD is the root task of pvm.spmd: it spawns N SPMDTask tasks together,
 // hands them their sibling list and waits for them to end.

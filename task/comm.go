@@ -436,7 +436,7 @@ func (m *Comm) Bcast(c *Ctx, v any, root int) error {
 		return fmt.Errorf("bcast: no root")
 	}
 	if m.Rank == root {
-		p, err := Encode(v)
+		p, err := Encode(sliceOf(v)) // a pointer to a numeric slice travels raw
 		if err != nil {
 			return fmt.Errorf("bcast: %w", err)
 		}

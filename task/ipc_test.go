@@ -108,3 +108,28 @@ func TestOptionsRefused(t *testing.T) {
 		t.Errorf("a refused send was delivered")
 	}
 }
+
+// TestBcastSlicePointer: a pointer to a numeric slice, which Bcast sends
+// as the slice itself (raw), reaches every member whole, into slices of
+// any length.
+func TestBcastSlicePointer(t *testing.T) {
+	out, _ := runScript(t, 3, 0, func(c *Ctx, s *scriptTask) error {
+		got := []float64{9}
+		if s.C.Rank == 1 {
+			got = []float64{1.5, 2.5, 3.5}
+		}
+		if err := s.C.Bcast(c, &got, 1); err != nil {
+			return err
+		}
+		s.Got = got
+		return nil
+	})
+	for r, s := range out {
+		if !slices.Equal(s.Got, []float64{1.5, 2.5, 3.5}) {
+			t.Errorf("rank %d got %v", r, s.Got)
+		}
+	}
+	if p, err := Encode(sliceOf(&[]int32{1, 2})); err != nil || p.Enc != EncInt32s {
+		t.Errorf("a pointer to []int32 encodes as %v, %v; want raw int32s", p.Enc, err)
+	}
+}

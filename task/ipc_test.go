@@ -10,7 +10,7 @@ import (
 // there and resumed from the fields), takes a raw message, receives by
 // predicate without waiting, and checks that Mcast skips the caller.
 func TestRecvOptions(t *testing.T) {
-	out, _ := runScript(t, 2, 2, func(c *Ctx, s *scriptTask) error {
+	out, w := runScript(t, 2, 2, func(c *Ctx, s *scriptTask) error {
 		if s.C.Rank == 1 {
 			if s.Step == 0 {
 				for _, tag := range []int{1, 2, 3, 5, 6} {
@@ -74,6 +74,9 @@ func TestRecvOptions(t *testing.T) {
 		}
 		return nil
 	})
+	if n := w.eps[0].ckpts.Load(); n == 0 {
+		t.Error("rank 0 was never checkpointed while it waited by predicate")
+	}
 	if got := out[0].Ints; !slices.Equal(got, []int64{3, 2, 1}) {
 		t.Errorf("rank 0 received %v by predicate, want [3 2 1]", got)
 	}

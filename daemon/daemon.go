@@ -288,7 +288,9 @@ type Config struct {
 	// attached, so that tests can hold it there; and at each step of a
 	// job checkpoint round, before the master asks the hosts
 	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
-	// is made, and "ckpt:commit"), so that tests can lose a host there.
+	// is made, and "ckpt:commit"), and of a rollback, before the master
+	// asks the hosts to restore the job ("ckpt:restore"), so that tests
+	// can lose a host there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.

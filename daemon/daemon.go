@@ -1163,7 +1163,7 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 		case l != nil:
 			wait = l.resolved // suspended here: wait for the move to commit or abort
 		default:
-			host := d.routeHost(tid)
+			host := d.waitHost(tid)
 			if host != d.cfg.HostID && d.nw != nil && d.hostKnown(host) {
 				var info TaskInfo
 				if err := d.callHost(ctx, host, mWait, tidArgs{TID: tid}, &info); err != nil {
@@ -1189,6 +1189,22 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 			return info, nil
 		}
 	}
+}
+
+// waitHost is the host a wait for tid, which is not here, asks: where
+// the routing table places it, or, when that is its origin host and the
+// origin cannot answer (this daemon, or a host gone), the host it ended
+// on if the table remembers one. The master forgets the route of a task
+// that has ended, so that a task ended away from its origin — a job's
+// root moved off the master, or restored elsewhere by a rollback after
+// its origin host was lost — is found where it ended, which keeps its
+// final state (Config.KeepExited).
+func (d *Daemon) waitHost(tid task.TID) task.HostID {
+	rt, ended := d.rt.lookupEnded(tid)
+	if ended != 0 && ended != d.cfg.HostID && (rt.Host == d.cfg.HostID || !d.hostKnown(rt.Host)) {
+		return ended
+	}
+	return rt.Host
 }
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {

@@ -20,6 +20,11 @@ var simSurviveSeeds = flag.Int("survive-seeds", 3, "how many seeds TestSimSurviv
 // complete:
 //
 //   - root: the root is moved to a host, which crashes;
+//   - worker: a host with workers of the job (the root stays on the
+//     master's host) crashes;
+//   - checkpoint: a host with tasks of the job crashes at a step of the
+//     next checkpoint round the seed draws (the master's "ckpt:pause",
+//     "ckpt:quiet", "ckpt:write" or "ckpt:commit" fault point);
 //   - rollback: a host with tasks of the job crashes, and a second one
 //     crashes as the master is about to restore the job (the
 //     "ckpt:restore" fault point), so that the rollback loses a host;
@@ -29,13 +34,13 @@ var simSurviveSeeds = flag.Int("survive-seeds", 3, "how many seeds TestSimSurviv
 //     the task ("migrate:restored").
 //
 // Each job must print the fault-free run's sum (after a rollback in the
-// first two cases), and no task of it may run on two hosts meanwhile
-// (simJob).
+// cases but the moves'), and no task of it may run on two hosts
+// meanwhile (simJob).
 // The master's own loss is TestSim's last phase (a master recovered) and
 // TestMasterLossOfProcesses's (the job lost with it).
 func TestSimSurvive(t *testing.T) {
 	want := simReference(t)
-	for _, scenario := range []string{"root", "rollback", "move-origin", "move-destination"} {
+	for _, scenario := range []string{"root", "worker", "checkpoint", "rollback", "move-origin", "move-destination"} {
 		hit := 0
 		for seed := range *simSurviveSeeds {
 			t.Run(fmt.Sprintf("%s/%d", scenario, seed), func(t *testing.T) {
@@ -97,6 +102,7 @@ func simSurvive(t *testing.T, scenario string, seed uint64, dir, want string) bo
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	moved := make(chan error, 1)
+	step := "" // the checkpoint case's fault point
 	got, rb := simJob(t, m, out, live, func() {
 		js, err := m.job(1)
 		if err != nil {
@@ -104,10 +110,10 @@ func simSurvive(t *testing.T, scenario string, seed uint64, dir, want string) bo
 		}
 		root := js.root
 		// The root starts on the master's host, which no case crashes:
-		// but for the rollback case, it moves to a first (a move aborts
-		// when the task reaches no safe point within the move timeout:
-		// it is tried again).
-		for try := 1; scenario != "rollback"; try++ {
+		// but for the worker, checkpoint and rollback cases, it moves to
+		// a first (a move aborts when the task reaches no safe point
+		// within the move timeout: it is tried again).
+		for try := 1; scenario != "rollback" && scenario != "worker" && scenario != "checkpoint"; try++ {
 			_, err := m.Migrate(ctx, root, a.Name(), Direct)
 			if err == nil {
 				break
@@ -117,9 +123,14 @@ func simSurvive(t *testing.T, scenario string, seed uint64, dir, want string) bo
 			}
 		}
 		switch scenario {
-		case "root":
+		case "root", "worker":
 			dead[a] = true
 			a.crash()
+		case "checkpoint":
+			steps := []string{"ckpt:pause", "ckpt:quiet", "ckpt:write", "ckpt:commit"}
+			step = steps[next(uint64(len(steps)))]
+			victim.Store(a)
+			point.Store(step)
 		case "rollback":
 			victim.Store(b)
 			point.Store("ckpt:restore")
@@ -145,11 +156,14 @@ func simSurvive(t *testing.T, scenario string, seed uint64, dir, want string) bo
 	// A move's loss may take no task of the job with it: the origin's
 	// copy resumes when the destination is lost before the commit, and
 	// the origin may hold nothing else of the job.
-	if rb == 0 && (scenario == "root" || scenario == "rollback") {
+	reached := point.Load() == ""
+	if rb == 0 && (scenario == "root" || scenario == "worker" || scenario == "rollback" || scenario == "checkpoint" && reached) {
 		t.Fatalf("%s: the job did not roll back", scenario)
 	}
-	reached := point.Load() == ""
-	if scenario == "move-origin" || scenario == "move-destination" {
+	if scenario == "checkpoint" {
+		// The job may end before its next round reaches the step.
+		t.Logf("%s: %s lost at %s: %v; %d rollbacks", scenario, a.Name(), step, reached, rb)
+	} else if scenario == "move-origin" || scenario == "move-destination" {
 		err := <-moved
 		t.Logf("%s: the move of the root from %s to %s: %v; %d rollbacks; host lost at its point: %v", scenario, a.Name(), b.Name(), err, rb, reached)
 	} else if !reached {

@@ -277,7 +277,9 @@ type Config struct {
 	Throttle float64
 	// Fault injects a failure, for tests of failure handling:
 	// "exit-on-restore" makes the process exit at once, as if killed, when
-	// it is asked to restore a migrating task.
+	// it is asked to restore a migrating task; "exit-on-second-ckpt-write"
+	// when it is asked to write its tasks of a job checkpoint for the
+	// second time (in the middle of a round, a set before it complete).
 	Fault string
 	// FaultHook, if set, is called at named points of the migration
 	// protocol on the master ("migrate:sent", after the checkpoint has
@@ -573,6 +575,9 @@ type Daemon struct {
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
 	met     *metrics.Metrics // nil: no metrics (see observe.go)
+	// ckWrites counts the job checkpoint writes asked of this host, for
+	// Config.Fault "exit-on-second-ckpt-write".
+	ckWrites atomic.Int64
 
 	// Lifecycle: every goroutine is tracked and ends when ctx does.
 	ctx      context.Context

@@ -553,3 +553,67 @@ func TestHostLostDuringRootMoveOfProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestHostLostDuringCheckpointOfProcesses: `dpvm run --checkpoint-every
+// 200ms` of squares on a master (--no-tasks) and hosts h2 to h4, where
+// h3's daemon exits as if SIGKILLed in the middle of the job's second
+// checkpoint round, when asked to write its tasks' checkpoints
+// (DPVM_FAULT=exit-on-second-ckpt-write). The round is abandoned, the job
+// rolls back to its first set onto the hosts left and finishes with the
+// uninterrupted sum, and its checkpoints after the rollback complete in
+// sets numbered above the abandoned round's.
+func TestHostLostDuringCheckpointOfProcesses(t *testing.T) {
+	const n = 3_000_000
+	shared := t.TempDir()
+	c := newCreds(t)
+	common := []string{"--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s", "--shared-dir", shared}
+	v := &vm{creds: c}
+	v.master = start(t, "master", nil, append(append([]string{"daemon", "--master", "--no-tasks"}, c.master()...), common...)...)
+	v.addr = v.master.waitFor(listening, true)[1]
+	for i := 2; i <= 4; i++ {
+		var env []string
+		if i == 3 {
+			env = []string{"DPVM_FAULT=exit-on-second-ckpt-write"}
+		}
+		name := fmt.Sprintf("h%d", i)
+		h := start(t, "host "+name, env, append(append([]string{"daemon", "--join", v.addr}, c.host(name)...), common...)...)
+		h.waitFor(listening, true)
+		v.hosts = append(v.hosts, h)
+	}
+	v.env = []string{"DPVM_MASTER=" + v.addr, c.env()}
+	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
+		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	code := run.wait()
+	h3 := hostProc(t, v, "h3")
+	if !strings.Contains(h3.err.String(), "fault injected: exiting in the middle of a job checkpoint") {
+		t.Fatalf("h3 did not exit in the job's second checkpoint round (status %d):\n%s\n%s", code, h3.err.String(), run.err.String())
+	}
+	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
+	if code != 0 || !strings.Contains(run.out.String(), want) {
+		t.Fatalf("status %d, want %q\n%s\n%s\n%s", code, want, run.out.String(), run.err.String(), v.master.err.String())
+	}
+	m := regexp.MustCompile(`dpvm: job (\d+) lost host h3 and rolled back to checkpoint (\d+)`).FindStringSubmatch(run.err.String())
+	if m == nil {
+		t.Fatalf("the command did not say the job rolled back after losing h3:\n%s", run.err.String())
+	}
+	back, _ := strconv.Atoi(m[2])
+	log := v.master.err.String()
+	if strings.Contains(log, "file exists") {
+		t.Fatalf("a checkpoint collided with a set on disk:\n%s", log)
+	}
+	// The sets: the one gone back to, the abandoned round's (removed or
+	// left incomplete) and those after the rollback, numbered above both.
+	jobDir := filepath.Join(shared, "job-j"+m[1])
+	sets, _ := filepath.Glob(filepath.Join(jobDir, "ckpt-*", "MANIFEST"))
+	var after []int
+	for _, f := range sets {
+		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(f)), "ckpt-")); err == nil && s > back+1 {
+			after = append(after, s)
+		}
+	}
+	if len(after) == 0 {
+		entries, _ := os.ReadDir(jobDir)
+		t.Fatalf("no complete checkpoint numbered after the abandoned round %d: %v\n%s", back+1, entries, log)
+	}
+	t.Logf("rolled back to checkpoint %d; complete sets after: %v", back, after)
+}

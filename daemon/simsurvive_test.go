@@ -5,10 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dpvm/dpvm/ckpt/jobset"
 )
 
 var simSurviveSeeds = flag.Int("survive-seeds", 3, "how many seeds TestSimSurvive runs of each case")
@@ -36,26 +41,37 @@ var simSurviveSeeds = flag.Int("survive-seeds", 3, "how many seeds TestSimSurviv
 // Each job must print the fault-free run's sum (after a rollback in the
 // cases but the moves'), and no task of it may run on two hosts
 // meanwhile (simJob).
-// The master's own loss is TestSim's last phase (a master recovered) and
-// TestMasterLossOfProcesses's (the job lost with it).
+//
+// The master's loss, with its host placing no tasks (master-no-tasks)
+// and placing them (master), is simSurviveMaster's.
 func TestSimSurvive(t *testing.T) {
 	want := simReference(t)
-	for _, scenario := range []string{"root", "worker", "checkpoint", "rollback", "move-origin", "move-destination"} {
-		hit := 0
+	for _, scenario := range []string{"root", "worker", "checkpoint", "rollback", "move-origin", "move-destination", "master", "master-no-tasks"} {
+		ran, hit := 0, 0 // seeds run (not left out by -run), and those that lost the host
 		for seed := range *simSurviveSeeds {
 			t.Run(fmt.Sprintf("%s/%d", scenario, seed), func(t *testing.T) {
+				ran++
 				dir := simDir(t)
 				synctest.Test(t, func(t *testing.T) {
-					if simSurvive(t, scenario, uint64(seed), dir, want) {
+					reached := false
+					if strings.HasPrefix(scenario, "master") {
+						reached = simSurviveMaster(t, scenario == "master-no-tasks", uint64(seed), dir, want)
+					} else {
+						reached = simSurvive(t, scenario, uint64(seed), dir, want)
+					}
+					if reached {
 						hit++
 					}
 				})
 			})
 		}
-		if hit == 0 && !t.Failed() {
-			t.Errorf("%s: no seed of %d lost its host where it should", scenario, *simSurviveSeeds)
+		if ran == 0 {
+			continue
 		}
-		t.Logf("%s: %d of %d seeds lost the host where the case says", scenario, hit, *simSurviveSeeds)
+		if hit == 0 && !t.Failed() {
+			t.Errorf("%s: no seed of %d lost its host where it should", scenario, ran)
+		}
+		t.Logf("%s: %d of %d seeds lost the host where the case says", scenario, hit, ran)
 	}
 }
 
@@ -170,4 +186,89 @@ func simSurvive(t *testing.T, scenario string, seed uint64, dir, want string) bo
 		t.Fatalf("%s: the fault point %s was never reached", scenario, point.Load())
 	}
 	return reached
+}
+
+// simSurviveMaster runs the master's loss under seed: a client runs
+// simRing with a checkpoint every 100 ms (placed off the master's host
+// with noTasks), and once a checkpoint is complete the master crashes and
+// one is recovered at its address. A recovered master takes hosts and
+// tasks back, not jobs: the client, connected again, must end with
+// ErrJobLostWithMaster, having killed the job's tasks the hosts brought
+// back (none may run on), and a restart of the job's directory must print
+// the fault-free run's sum. It reports whether the master was lost while
+// the job ran.
+func simSurviveMaster(t *testing.T, noTasks bool, seed uint64, dir, want string) bool {
+	f := &faults{seed: seed, drop: 100, hold: 100, delay: 300, cut: 1000}
+	out := &syncBuffer{}
+	cfg := simCfg(dir, out)
+	cfg.FaultHook = f.admitPause
+	cfg.MasterNoTasks = noTasks
+	vm := startMemVM(t, 4, f, cfg)
+	m := vm.Master()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, err := DialNetwork(ctx, m.cfg.Network, m.Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ran := &syncBuffer{}
+	done := make(chan runOutcome, 1)
+	go func() {
+		info, err := cl.RunJob(ctx, "daemon.test.ringroot", mustState(t, simRing()), JobOptions{CheckpointEvery: 100 * time.Millisecond, Keep: 2}, ran)
+		done <- runOutcome{info, err}
+	}()
+	var js *jobState
+	for js == nil || js.seq() == 0 {
+		select {
+		case r := <-done:
+			t.Logf("the job ended before the master's loss: %+v %v", r.info, r.err)
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+		js, _ = m.job(1)
+	}
+	name := js.name
+	addr := m.Addr()
+	m.crash()
+	<-m.Done()
+	mc := simCfg(dir, out)
+	mc.Logger = m.cfg.Logger
+	mc.Network, mc.Heartbeat, mc.RTO, mc.MasterNoTasks = m.cfg.Network, m.cfg.Heartbeat, m.cfg.RTO, noTasks
+	mc.Listen, mc.Master, mc.Recover, mc.Credential, mc.Secret = addr, true, true, vm.Cluster.Master, vm.Cluster.Secret
+	m2, err := Start(ctx, mc)
+	if err != nil {
+		t.Fatalf("recover the master: %v", err)
+	}
+	vm.Daemons[0] = m2 // the machine's cleanup halts it
+	r := <-done
+	if !errors.Is(r.err, ErrJobLostWithMaster) {
+		t.Fatalf("the run after its master's loss: %+v %v, want ErrJobLostWithMaster", r.info, r.err)
+	}
+	if !strings.Contains(r.err.Error(), "dpvm restart DIR/job-"+name) {
+		t.Fatalf("the run's error does not say how to restart the job: %v", r.err)
+	}
+	// The client killed what the hosts brought back: nothing of the job
+	// runs on.
+	if err := simCheckJob(vm.Daemons, 1, true); err != nil {
+		t.Fatalf("after the run ended: %v", err)
+	}
+	jobDir, err := jobset.JobDir(dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2 := &syncBuffer{}
+	js2, _, err := m2.RestartJob(ctx, jobDir, JobOptions{}, func(uint64) io.Writer { return out2 })
+	if err != nil {
+		t.Fatalf("restart %s: %v", filepath.Base(jobDir), err)
+	}
+	if info, err := m2.waitJob(ctx, js2); err != nil || info.Status != 0 {
+		t.Fatalf("the restarted job: %+v %v\n%s", info, err, out2)
+	}
+	sums := ringSum.FindAllStringSubmatch(out2.String(), -1)
+	if len(sums) != 1 || sums[0][1] != want {
+		t.Fatalf("the restarted job printed %q, want sum %s", out2, want)
+	}
+	t.Logf("master lost (no tasks: %v): %v", noTasks, r.err)
+	return true
 }

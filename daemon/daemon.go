@@ -1200,9 +1200,9 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 // the routing table places it, or, when that is its origin host and the
 // origin cannot answer (this daemon, or a host gone), the host it ended
 // on if the table remembers one. The master forgets the route of a task
-// that has ended, so that a task ended away from its origin — a job's
-// root moved off the master, or restored elsewhere by a rollback after
-// its origin host was lost — is found where it ended, which keeps its
+// that has ended: a task that ended away from its origin — a job's root
+// moved off the master, or restored elsewhere by a rollback after its
+// origin host was lost — is then found where it ended, which keeps its
 // final state (Config.KeepExited).
 func (d *Daemon) waitHost(tid task.TID) task.HostID {
 	rt, ended := d.rt.lookupEnded(tid)

@@ -617,3 +617,64 @@ func TestHostLostDuringCheckpointOfProcesses(t *testing.T) {
 	}
 	t.Logf("rolled back to checkpoint %d; complete sets after: %v", back, after)
 }
+
+// TestRestartFollowsItsRollbackOfProcesses: `dpvm restart` follows the job
+// it restarts through a rollback as `dpvm run` does. squares runs with a
+// checkpoint every 200 ms on a master (--no-tasks) and hosts h2 to h4;
+// once a set is complete its command is interrupted (the job is killed)
+// and `dpvm restart` of the job's directory runs it again; once the
+// restarted job has completed a set of its own, the host of its root is
+// SIGKILLed. The restart command says the job rolled back, prints the
+// uninterrupted sum and exits 0. Before, it printed no note (it did not
+// listen for them).
+func TestRestartFollowsItsRollbackOfProcesses(t *testing.T) {
+	const n = 3_000_000
+	shared := t.TempDir()
+	v := startVM(t, 3, "--shared-dir", shared, "--no-tasks")
+	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
+		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	job := waitTasks(t, v, run, func(ts []psTask) bool { return len(ts) == 5 })
+	jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job[0].Job))
+	deadline := time.Now().Add(60 * time.Second)
+	for manifests(jobDir) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = run.cmd.Process.Signal(os.Interrupt)
+	if code := run.wait(); code == 0 {
+		t.Fatalf("the interrupted run exited 0:\n%s", run.out.String())
+	}
+	waitTasks(t, v, run, func(ts []psTask) bool { return len(ts) == 0 })
+	sets := manifests(jobDir)
+	re := start(t, "restart", v.env, "restart", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100", jobDir)
+	var root psTask
+	waitTasks(t, v, re, func(ts []psTask) bool {
+		for _, x := range ts {
+			if x.Type == "examples.squares" {
+				root = x
+			}
+		}
+		return len(ts) == 5 && root.TID != ""
+	})
+	deadline = time.Now().Add(60 * time.Second)
+	for manifests(jobDir) <= sets {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint of the restarted job within 60 s\n%s", re.err.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	host := hostProc(t, v, root.Host)
+	_ = host.cmd.Process.Signal(syscall.SIGKILL)
+	host.wait()
+	code := re.wait()
+	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
+	if code != 0 || !strings.Contains(re.out.String(), want) {
+		t.Fatalf("restart through the loss of its root's host %s: status %d, want %q\n%s\n%s\n%s", root.Host, code, want, re.out.String(), re.err.String(), v.master.err.String())
+	}
+	if !regexp.MustCompile(fmt.Sprintf(`dpvm: job %d lost host %s and rolled back to checkpoint \d+`, root.Job, root.Host)).MatchString(re.err.String()) {
+		t.Fatalf("the restart did not say its job rolled back:\n%s", re.err.String())
+	}
+	t.Logf("root %s on %s lost; the restart said:\n%s", root.TID, root.Host, re.err.String())
+}

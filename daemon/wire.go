@@ -165,6 +165,7 @@ var errorCodes = map[string]error{
 	"forbidden":     ErrForbidden,
 	"outside":       ErrOutsideShared,
 	"aborted":       ErrAborted,
+	"no-such-job":   ErrNoJob,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.

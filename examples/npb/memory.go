@@ -140,11 +140,14 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 		// (complex).
 		live = 16*n + 8*n + 16*n
 		if np > 1 {
-			// The transposed grid and each task's send and receive
-			// chunks; one chunk per pair of tasks in flight.
-			chunk := 16 * min(float64(ftChunk), n/nps/nps)
-			live += 16*n + nps*2*chunk
-			inflight = nps * (nps - 1) * chunk
+			// The inverse transform's two plane buffers on every task;
+			// the transposes send in place, so on one host nothing else
+			// is in flight, and between hosts a chunk per pair of tasks.
+			plane := 16 * float64(p.NX) * float64(p.NZ)
+			live += nps * 2 * plane
+			if hosts != 1 {
+				inflight = nps * (nps - 1) * 16 * min(float64(ftChunk), n/nps/nps)
+			}
 		}
 		return live, inflight
 	case "is":

@@ -309,6 +309,18 @@ func (c *Client) SpawnRoots(ctx context.Context, typ string, state []byte, count
 	return rep.TIDs, err
 }
 
+// SpawnOneJob starts count tasks as one new job with the checkpoints opts
+// asks for, as PVM's console starts 'spawn -count': the first task is the
+// job's root, and the tasks share the job's groups (a group name not
+// beginning with task.VMWide names the same group for all of them). If
+// not every task starts, those that did are killed. Their output goes to
+// the master's.
+func (c *Client) SpawnOneJob(ctx context.Context, typ string, state []byte, count int, host string, opts JobOptions) ([]task.TID, error) {
+	var rep tidsReply
+	err := c.call(ctx, mSpawn, spawnArgs{Req: task.SpawnRequest{Type: typ, State: state, Count: count, Host: host}, OneJob: true, Opts: opts}, &rep)
+	return rep.TIDs, err
+}
+
 // Wait waits for task tid to end and says how it ended.
 func (c *Client) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 	var info TaskInfo

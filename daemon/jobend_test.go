@@ -15,7 +15,7 @@ import (
 // and theirs to spawned.
 func spawnWaiters(t *testing.T, c *task.Ctx, n int, spawned chan<- []task.TID) error {
 	waiter := fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	})
 	kids, err := c.Spawn(waiter, n)
@@ -33,7 +33,7 @@ func waitingRoot(t *testing.T, n int, spawned chan<- []task.TID) task.Task {
 		if err := spawnWaiters(t, c, n, spawned); err != nil {
 			return err
 		}
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	})
 }

@@ -104,7 +104,7 @@ func (p *Ping) Run(c *task.Ctx) error {
 func (p *Pong) Run(c *task.Ctx) error {
 	var buf []byte
 	for {
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &buf)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &buf, task.Safe())
 		if err != nil {
 			return err
 		}

@@ -192,7 +192,7 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 	for p.Next < p.N {
 		for p.Next >= p.Credit {
 			var credit int
-			if _, err := c.RecvSafe(p.To, tagCredit, &credit); err != nil {
+			if _, err := c.Recv(p.To, tagCredit, &credit, task.Safe()); err != nil {
 				return err
 			}
 			p.Credit = max(p.Credit, credit)
@@ -206,7 +206,7 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 		}
 	}
 	// Stay until the consumer is done, so the driver can still move us.
-	_, err := c.RecvSafe(p.To, tagFinish, nil)
+	_, err := c.Recv(p.To, tagFinish, nil, task.Safe())
 	return err
 }
 
@@ -221,7 +221,7 @@ func (s *StreamConsumer) Run(c *task.Ctx) error {
 	}
 	for s.Received < s.N {
 		var n int
-		if _, err := c.RecvSafe(s.Producer, tagData, &n); err != nil {
+		if _, err := c.Recv(s.Producer, tagData, &n, task.Safe()); err != nil {
 			return err
 		}
 		s.Received++
@@ -271,7 +271,7 @@ func (s *StreamConsumer) Run(c *task.Ctx) error {
 		s.Done = true
 	}
 	// Stay until the driver has made its moves.
-	if _, err := c.RecvSafe(c.Parent(), tagFinish, nil); err != nil {
+	if _, err := c.Recv(c.Parent(), tagFinish, nil, task.Safe()); err != nil {
 		return err
 	}
 	return c.Send(s.Producer, tagFinish, nil)

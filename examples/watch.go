@@ -102,6 +102,6 @@ func (w *Watch) Run(c *task.Ctx) error {
 
 // Run waits for the stop message.
 func (w *WatchWorker) Run(c *task.Ctx) error {
-	_, err := c.RecvSafe(c.Parent(), watchDone, nil)
+	_, err := c.Recv(c.Parent(), watchDone, nil, task.Safe())
 	return err
 }

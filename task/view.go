@@ -9,7 +9,7 @@ import (
 // does for int32s: where the bytes have the slice's memory layout (a
 // little-endian host, 8-byte aligned) the slice is those bytes, not a
 // copy; elsewhere they are decoded into a new slice. For a payload sent
-// with Ctx.SendInPlace to a task of the same daemon the bytes are the
+// with the InPlace send option to a task of the same daemon the bytes are the
 // sender's memory: the receiver reads them until it tells the sender, by
 // a later message, that it is done, and must not write to them.
 func (p Payload) Float64s() ([]float64, error) {

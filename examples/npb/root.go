@@ -89,7 +89,7 @@ func (r *Root) Run(c *task.Ctx) error {
 			return err
 		}
 		proto.place().Iters = r.Iterations
-		tids, err := c.SpawnTeam(proto, r.NP) // ranks 0..NP-1; the root is not one
+		tids, err := c.Spawn(proto, r.NP, task.Team()) // ranks 0..NP-1; the root is not one
 		if err == nil {
 			err = c.Notify(task.TaskExit, tagExit, tids...)
 		}
@@ -99,7 +99,7 @@ func (r *Root) Run(c *task.Ctx) error {
 		r.Workers = tids
 	}
 	for {
-		m, err := c.RecvMsg(c.Context(), task.AnyTask, task.AnyTag)
+		m, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe()) // a safe point while it waits
 		if err != nil {
 			return err
 		}

@@ -132,12 +132,14 @@ func ghostPlanes(l *mgLevel, x []float64) (lo, hi []float64) {
 //
 // The boundary planes go in place (comm.sendInPlace) and each plane
 // received is copied once, from a view of the message, into its ghost
-// plane: between tasks of one daemon, one copy instead of two. So the
+// plane: between tasks of one daemon, one copy instead of two. The finest
+// u is the task's state (U), which its checkpoints read, so its planes
+// are sent as copies, as task.InPlace asks. For the others the
 // caller writes to x's boundary planes again only after it has received a
 // message that each neighbour sent after this exchange (the next exchange
 // of any array on a distributed level, a gather or a barrier): by then the
 // neighbours have copied the planes out. The V-cycle's order of stencils
-// gives that everywhere; the warm-up clears u after its barrier.
+// gives that everywhere.
 func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
 	ps, m3 := l.planeSize(), l.m3
 	lo, hi := ghostPlanes(l, x)
@@ -150,10 +152,14 @@ func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
 	}
 	me := cm.rank()
 	down, up := (me-1+np)%np, (me+1)%np
-	if err := cm.sendInPlace(down, tagHalo, first); err != nil {
+	send := cm.sendInPlace
+	if len(w.U) > 0 && &x[0] == &w.U[0] {
+		send = cm.send
+	}
+	if err := send(down, tagHalo, first); err != nil {
 		return err
 	}
-	if err := cm.sendInPlace(up, tagHalo+100, last); err != nil {
+	if err := send(up, tagHalo+100, last); err != nil {
 		return err
 	}
 	for _, h := range []struct {
@@ -791,13 +797,11 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		if err := w.mg3P(cm); err != nil {
 			return nil, err
 		}
-		// The barrier first: the neighbours may still be copying u's
-		// boundary planes, sent in place by the cycle's last exchange.
+		clear(fl.u)
+		w.Warm = true
 		if err := barrier(cm); err != nil {
 			return nil, err
 		}
-		clear(fl.u)
-		w.Warm = true
 		w.startTimer(cm, h)
 		if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
 			return nil, err

@@ -593,6 +593,8 @@ type Daemon struct {
 	// The parts every daemon has.
 	rt *router  // message routing: routes, outbox, inbox (router.go)
 	ht *hosting // task hosting: tasks, registrations, moves' halves here (hosting.go)
+	// shared holds the read-only values its tasks share (task.Shared).
+	shared sharedValues
 	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
 	mbMem  gauge
 	groups *groups // the group server's state (groups.go)

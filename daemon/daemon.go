@@ -535,6 +535,10 @@ type TaskInfo struct {
 	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
 	// nothing). For JSON, ResultValue decodes it.
 	Result task.Payload `json:"-"`
+	// JobFailures, in a job's end as a run reports it (the root's final
+	// state), are the job's other tasks that failed or were killed with
+	// it, in TID order; empty otherwise.
+	JobFailures []TaskInfo `json:"job_failures,omitempty"`
 }
 
 // ResultValue decodes the task's result into a generic value (maps,

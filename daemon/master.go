@@ -742,6 +742,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			}
 		}
 		js = d.newJob("", a.Req.Type, a.Opts)
+		js.killOnReturn = killsOnReturn(a.Req.Type, a.Req.State)
 		d.ownJob(ctx, js.id)
 		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
@@ -815,7 +816,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return
 		}
 	})
-	return d.waitJob(wctx, js)
+	return d.waitJobEnd(wctx, js)
 }
 
 // attachJob follows the running job for a client that ran it and whose
@@ -839,7 +840,7 @@ func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskI
 		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
 	}
 	d.log.Info("job attached", "job", job, "client", client.name())
-	return d.waitJob(ctx, js)
+	return d.waitJobEnd(ctx, js)
 }
 
 // clientOutput sends a job's output to the client that runs it.

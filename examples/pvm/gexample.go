@@ -15,8 +15,8 @@ import (
 // started from the console; dpvm tasks have no standard input, so the
 // port takes them as flags with those defaults. pvm_freezegroup becomes a
 // barrier of nproc members (both wait until nproc tasks have joined), and
-// instance 0 waits for the others to exit before it returns, since a
-// dpvm job ends with its root task while PVM's tasks outlive their parent.
+// instance 0 waits for the others to exit before it returns (its job
+// would wait for them too, as PVM's tasks outlive their parent).
 // The SPMD start (`spawn -N gexample`, the group of siblings) is left
 // out: dpvm has no sibling list.
 

@@ -797,6 +797,7 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 			for p := range d.nw.clients {
 				ps = append(ps, p)
 			}
+			ps = append(ps, d.nw.retiringTo(0)...)
 			d.nw.mu.Unlock()
 			var wg sync.WaitGroup
 			for _, p := range ps {

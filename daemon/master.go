@@ -134,7 +134,11 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	n.forgetHost(hi, why)
 	p := n.peers[id]
 	delete(n.peers, id)
+	retiring := n.retiringTo(id)
 	n.mu.Unlock()
+	for _, q := range retiring {
+		q.close(fmt.Errorf("host deleted: %s", why))
+	}
 	if hi == nil {
 		return
 	}

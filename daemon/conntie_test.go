@@ -69,6 +69,11 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			if !joined.retired() {
 				t.Fatal("the join's connection was not retired")
 			}
+			// A call made on the retired connection after its retirement
+			// goes on the one that won.
+			if err := m.callPeer(ctx, joined, mSendCheck, struct{}{}, nil); err != nil {
+				t.Errorf("a call made on the retired connection: %v", err)
+			}
 			synctest.Wait()
 			checkRetiredGone(t, joined, m, h)
 		})

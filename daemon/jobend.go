@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dpvm/dpvm/ckpt"
+	"github.com/dpvm/dpvm/ckpt/jobset"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -41,6 +43,32 @@ func killsOnReturn(typ string, state []byte) bool {
 	}
 	e, ok := t.(task.JobEnder)
 	return ok && e.JobEnd() == task.KillTasks
+}
+
+// restoredKillsOnReturn reports whether the root of the checkpoint set
+// setDir (manifest m) asks that its job's other tasks be killed when it
+// returns: its choice may depend on its state (task.JobEnder), so a job
+// restarted from the set asks the root's checkpoint, read only when the
+// root's type implements JobEnder at all.
+func (d *Daemon) restoredKillsOnReturn(setDir string, m *jobset.Manifest) bool {
+	for _, e := range m.Entries {
+		if e.TID != m.Root {
+			continue
+		}
+		if t, err := task.New(e.Type, nil); err != nil {
+			return false
+		} else if _, ok := t.(task.JobEnder); !ok {
+			return false
+		}
+		_, t, err := d.readCkptFile(ckpt.Dir{Path: setDir}, e.File)
+		if err != nil {
+			d.log.Warn("restart: the root's checkpoint does not say how its job ends; its tasks are waited for", "set", setDir, "root", e.TID, "error", err)
+			return false
+		}
+		je, ok := t.(task.JobEnder)
+		return ok && je.JobEnd() == task.KillTasks
+	}
+	return false
 }
 
 // settleJob follows job js to its end: its root's, then its other tasks',

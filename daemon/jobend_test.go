@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -430,6 +432,106 @@ func TestJobTaskKilledByItsJobIsNoFailure(t *testing.T) {
 		r := <-runJobAsync(ctx, m, root)
 		if r.err != nil || len(r.info.JobFailures) != 0 {
 			t.Fatalf("run: %v, failures %+v; want success", r.err, r.info.JobFailures)
+		}
+	})
+}
+
+// restartKillRoot is a root whose choice of how its job ends is in its
+// state (Kill): it spawns a child that waits for a message that never
+// comes, then waits at safe points until restartGo is set, and returns.
+type restartKillRoot struct {
+	Kill    bool
+	Spawned bool
+}
+
+// restartGo lets restartKillRoot return.
+var restartGo atomic.Bool
+
+func init() { task.Register("daemon.test.restartkill", &restartKillRoot{}) }
+
+// JobEnd kills the job's other tasks when Kill is set.
+func (r *restartKillRoot) JobEnd() task.JobEnd {
+	if r.Kill {
+		return task.KillTasks
+	}
+	return task.WaitForTasks
+}
+
+func (r *restartKillRoot) Run(c *task.Ctx) error {
+	if !r.Spawned {
+		waiter := &fnTask{Fn: restartWaiter}
+		if _, err := c.Spawn(waiter, 1); err != nil {
+			return err
+		}
+		r.Spawned = true
+	}
+	for !restartGo.Load() {
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// restartWaiter is the fn key of restartKillRoot's child.
+var restartWaiter = func() string {
+	key := "restart-waiter"
+	fnMu.Lock()
+	fns[key] = func(c *task.Ctx, _ int) error {
+		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		return err
+	}
+	fnMu.Unlock()
+	return key
+}()
+
+// TestRestartKeepsHowTheJobEnds: a job restarted from a checkpoint ends as
+// its root's checkpointed state asks (task.JobEnder): a root that asked
+// for its job's other tasks to be killed when it returns has them killed,
+// named, after the restart too. Before, the restarted job asked the
+// root type's zero value, which waits, and the job never ended.
+func TestRestartKeepsHowTheJobEnds(t *testing.T) {
+	shared := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		restartGo.Store(false)
+		t.Cleanup(func() { restartGo.Store(true) })
+		vm := startMemVMWith(t, 2, nil, Config{SharedDir: shared})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		job, root, err := m.StartJob(ctx, &restartKillRoot{Kill: true}, JobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the root spawned its child and waits at its safe points
+		ck, err := m.CheckpointJob(ctx, job, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.KillJob(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+
+		vm2 := startMemVMWith(t, 2, nil, Config{SharedDir: shared, Secret: vm.Cluster.Secret})
+		m2 := vm2.Master()
+		js2, _, err := m2.RestartJob(ctx, filepath.Dir(ck.Dir), JobOptions{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if js2.root != root {
+			t.Fatalf("restarted root %v, want %v", js2.root, root)
+		}
+		restartGo.Store(true)
+		info, err := m2.WaitJob(ctx, js2.id)
+		if err != nil {
+			t.Fatalf("the restarted job: %v", err)
+		}
+		if len(info.JobFailures) != 1 || info.JobFailures[0].State != Killed {
+			t.Fatalf("the restarted job's failures %+v, want its child killed with it", info.JobFailures)
+		}
+		if err := exitError(info); !errors.Is(err, ErrJobTasks) || !strings.Contains(err.Error(), "killed with its job") {
+			t.Errorf("the run's result %v, want the child named as killed with its job", err)
 		}
 	})
 }

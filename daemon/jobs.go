@@ -1258,6 +1258,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
+	js.killOnReturn = d.restoredKillsOnReturn(setDir, m)
 	if owner.name != "" {
 		d.owners.setJob(js.id, owner)
 	}

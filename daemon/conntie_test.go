@@ -79,13 +79,65 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 		})
 	})
 
+	// A call that has not yet reached its host when its connection loses
+	// the tie reaches it on that connection, runs once and is answered:
+	// the master's start of a task on a host, held on the join's
+	// connection while the master dials the host.
+	t.Run("RunsOnce", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &holdFrame{}
+			vm := startMemVMWith(t, 2, s, Config{})
+			m, h := vm.Daemons[0], vm.Daemons[1]
+			synctest.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			waiter := fn(t, func(c *task.Ctx, _ int) error {
+				_, err := c.RecvSafe(task.AnyTask, 1, nil)
+				return err
+			})
+			joined := currentPeer(m, h.HostID())
+			s.hold(routing.KindCall, m, h, 100*time.Millisecond)
+			started := make(chan error, 1)
+			var got tidsReply
+			go func() {
+				started <- m.callHost(ctx, h.HostID(), mStart, spawnArgs{Req: task.SpawnRequest{Type: "daemon.test.fn", State: mustState(t, waiter), Count: 1}}, &got)
+			}()
+			synctest.Wait() // the start is held on its way
+			select {
+			case err := <-started:
+				t.Fatalf("the start was not held: %v", err)
+			default:
+			}
+			if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+				t.Fatalf("the master dials %s: %v", h.Name(), err)
+			}
+			if p := currentPeer(m, h.HostID()); p == joined {
+				t.Fatal("the master's own connection did not win the tie")
+			}
+			if err := <-started; err != nil {
+				t.Fatalf("the start held on the connection that lost: %v", err)
+			}
+			var on []task.TID
+			for _, ti := range h.Tasks(true) {
+				if ti.Type == "daemon.test.fn" {
+					on = append(on, ti.TID)
+				}
+			}
+			if len(got.TIDs) != 1 || len(on) != 1 || on[0] != got.TIDs[0] {
+				t.Fatalf("the start answered %v; %s runs %v: want one task, the one answered", got.TIDs, h.Name(), on)
+			}
+			synctest.Wait()
+			checkRetiredGone(t, joined, m, h)
+		})
+	})
+
 	// Both hosts dial at once, and one side attaches the connection that
 	// loses before the one that wins: h2 sends a call on h3's connection,
 	// which h3 itself takes only after h2's (its answer to h3's hello is
 	// held back), and so retires at once; h3 must still read it.
 	t.Run("LostAtOnce", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := &holdHello{}
+			s := &holdFrame{}
 			vm := startMemVMWith(t, 3, s, Config{})
 			h2, h3 := vm.Daemons[1], vm.Daemons[2]
 			synctest.Wait() // h2 and h3 heard of each other
@@ -94,9 +146,7 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s.from.Store(h2.self.Addr)
-			s.to.Store(h3.self.Addr)
-			s.delay.Store(int64(100 * time.Millisecond))
+			s.hold(routing.KindHello, h2, h3, 100*time.Millisecond)
 			dialled := make(chan error, 2)
 			go func() { _, err := h3.dial(ctx, h2.HostID(), h2.self.Addr); dialled <- err }()
 			synctest.Wait() // h2 took h3's connection; its answer is on the way
@@ -156,15 +206,25 @@ func checkRetiredGone(t *testing.T, p *peer, ds ...*Daemon) {
 	}
 }
 
-// holdHello delays, once, the first hello frame from address from to
-// address to by delay.
-type holdHello struct {
+// holdFrame delays, once, the next frame of a kind from address from to
+// address to by delay, once armed (hold).
+type holdFrame struct {
+	kind     atomic.Uint32
 	from, to atomic.Value
 	delay    atomic.Int64
 }
 
-func (s *holdHello) Shape(u transport.Unit) transport.Decision {
-	if u.Index != 0 || len(u.Data) <= 4 || routing.Kind(u.Data[4]) != routing.KindHello {
+// hold arms s: the next frame of kind k from daemon from to daemon to is
+// delayed by delay.
+func (s *holdFrame) hold(k routing.Kind, from, to *Daemon, delay time.Duration) {
+	s.kind.Store(uint32(k))
+	s.from.Store(from.self.Addr)
+	s.to.Store(to.self.Addr)
+	s.delay.Store(int64(delay))
+}
+
+func (s *holdFrame) Shape(u transport.Unit) transport.Decision {
+	if len(u.Data) <= 4 || uint32(u.Data[4]) != s.kind.Load() {
 		return transport.Decision{}
 	}
 	if from, _ := s.from.Load().(string); from != u.From {

@@ -12,8 +12,8 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// flooder sends the numbers Sent.. N-1 to To with SendSafe (or Send when
-// Plain, SendInPlace when InPlace), one message each: its fields say
+// flooder sends the numbers Sent.. N-1 to To with Send and task.Safe (without it when
+// Plain, Send with task.InPlace when InPlace), one message each: its fields say
 // where it is, so it resumes where it stopped after a move.
 type flooder struct {
 	To      task.TID
@@ -31,11 +31,11 @@ func (f *flooder) Run(c *task.Ctx) error {
 		msg[0] = byte(f.Sent)
 		var err error
 		if f.InPlace {
-			err = c.SendInPlace(f.To, 1, msg)
+			err = c.Send(f.To, 1, msg, task.InPlace())
 		} else if f.Plain {
 			err = c.Send(f.To, 1, msg)
 		} else {
-			err = c.SendSafe(f.To, 1, msg)
+			err = c.Send(f.To, 1, msg, task.Safe())
 		}
 		if err != nil {
 			return err
@@ -81,7 +81,7 @@ func (g *gatedReceiver) Run(c *task.Ctx) error {
 	}
 	var err error
 	for i := range g.Arg {
-		m, rerr := c.RecvMsg(c.Context(), task.AnyTask, 1)
+		m, rerr := c.Recv(task.AnyTask, 1, nil)
 		if rerr != nil {
 			err = rerr
 			break
@@ -128,7 +128,7 @@ func (d *Daemon) mailboxOf(tid task.TID) *mailbox {
 // TestLocalSendWaitsForRoom: a task sending forever to one on the same
 // daemon that does not receive stops once the receiver's mailbox holds
 // MailboxHigh bytes, and goes on, every message delivered once and in
-// order, when the receiver takes them; with Send and with SendInPlace,
+// order, when the receiver takes them; with Send, plain and with task.InPlace,
 // whose messages are the sender's slices and are counted the same.
 func TestLocalSendWaitsForRoom(t *testing.T) {
 	for _, inPlace := range []bool{false, true} {
@@ -228,7 +228,7 @@ func TestDaemonMailboxBudget(t *testing.T) {
 	})
 }
 
-// TestBlockedSafeSenderMoves: a task waiting in SendSafe for room in a
+// TestBlockedSafeSenderMoves: a task waiting in Send with task.Safe for room in a
 // full mailbox is at a safe point: it suspends for a move; resumed, it
 // goes on, and the receiver gets every message once, in order.
 func TestBlockedSafeSenderMoves(t *testing.T) {
@@ -271,7 +271,7 @@ func TestBlockedSafeSenderMoves(t *testing.T) {
 }
 
 // TestReceiverMovesWhileSenderWaits: a task waits in a plain Send (or a
-// SendInPlace) for room in the mailbox of a task on its daemon that does
+// Send with task.InPlace) for room in the mailbox of a task on its daemon that does
 // not receive but reaches safe points; that task moves to another host,
 // its mailbox with it (in place, the queued messages are the sender's
 // slices, copied into the checkpoint). The waiting sender must not hold

@@ -46,7 +46,7 @@ func bulkOrder(t *testing.T, vm *LocalVM, rounds int) {
 	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
 		recv := fn(t, func(c *task.Ctx, n int) error {
 			for i := range n * (1 + small) {
-				m, err := c.RecvMsg(c.Context(), task.AnyTask, task.AnyTag)
+				m, err := c.Recv(task.AnyTask, task.AnyTag, nil)
 				if err != nil {
 					return err
 				}

@@ -86,7 +86,7 @@ var collBenches = []collBench{
 		}},
 	{"reduce",
 		func(c *task.Ctx, m *task.Comm, data []float64) error {
-			return task.CommReduce(c, m, task.Sum[float64], data, 0)
+			return task.Reduce(c, m, task.Sum[float64], data, 0)
 		},
 		func(c *task.Ctx, m *task.Comm, data []float64) error {
 			if m.Rank != 0 {
@@ -213,7 +213,7 @@ func BenchmarkCollectives(b *testing.B) {
 				worker.Arg = b.N
 				runRoot(b, d, func(c *task.Ctx, _ int) error {
 					var m task.Comm
-					if err := c.SpawnComm(&m, worker, members-1); err != nil {
+					if _, err := c.Spawn(worker, members-1, task.WithComm(&m)); err != nil {
 						return err
 					}
 					if err := m.Barrier(c); err != nil {

@@ -15,7 +15,7 @@ import (
 
 // commWorker runs commRound with its communicator, then reports what went
 // wrong (nothing, it is hoped) to rank 0. With Report set, rank 0 (a
-// worker, in a team SpawnTeam started) passes what it gathered and the
+// worker, in a team Spawn with Team started) passes what it gathered and the
 // members it knew to its spawner in a teamReport, on tag 1.
 type commWorker struct {
 	C      task.Comm
@@ -44,7 +44,7 @@ func (w *commWorker) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	fails, err := task.CommGather(c, &w.C, []string{w.Fail}, 0)
+	fails, err := task.Gather(c, &w.C, []string{w.Fail}, 0)
 	if err != nil || !w.Report || w.C.Rank != 0 {
 		return err
 	}
@@ -85,11 +85,11 @@ func commRound(c *task.Ctx, m *task.Comm, round int, pause func()) (string, erro
 			all = append(all, i+round)
 		}
 	}
-	mine, err := task.CommScatter(c, m, all, 0)
+	mine, err := task.Scatter(c, m, all, 0)
 	if err != nil {
 		return "", err
 	}
-	got, err := task.CommGather(c, m, []int{r + round}, n-1)
+	got, err := task.Gather(c, m, []int{r + round}, n-1)
 	if err != nil {
 		return "", err
 	}
@@ -124,7 +124,7 @@ func commRound(c *task.Ctx, m *task.Comm, round int, pause func()) (string, erro
 // it fails unless every member saw the expected results.
 func commRoot(c *task.Ctx, workers, rounds int, pause func(m *task.Comm), opts ...task.SpawnOption) error {
 	var m task.Comm
-	if err := c.SpawnComm(&m, &commWorker{Rounds: rounds}, workers-1, opts...); err != nil {
+	if _, err := c.Spawn(&commWorker{Rounds: rounds}, workers-1, append(opts, task.WithComm(&m))...); err != nil {
 		return err
 	}
 	if m.Rank != 0 || m.Size() != workers || m.TID(0) != c.MyTID() {
@@ -147,7 +147,7 @@ func commRoot(c *task.Ctx, workers, rounds int, pause func(m *task.Comm), opts .
 			return err
 		}
 	}
-	got, err := task.CommGather(c, &m, []string{""}, 0)
+	got, err := task.Gather(c, &m, []string{""}, 0)
 	if err != nil {
 		return err
 	}
@@ -177,14 +177,14 @@ type teamReport struct {
 	TIDs  []task.TID
 }
 
-// TestSpawnTeam: a team of 1, 2 and 4 workers that SpawnTeam starts is a
+// TestSpawnTeam: a team of 1, 2 and 4 workers that Spawn with Team starts is a
 // communicator of the workers alone, ranked in spawn order; every
 // collective works among them; a team of none is refused.
 func TestSpawnTeam(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	for _, n := range []int{1, 2, 4} {
 		runRoot(t, d, func(c *task.Ctx, _ int) error {
-			tids, err := c.SpawnTeam(&commWorker{Rounds: 2, Report: true}, n)
+			tids, err := c.Spawn(&commWorker{Rounds: 2, Report: true}, n, task.Team())
 			if err != nil {
 				return err
 			}
@@ -207,7 +207,7 @@ func TestSpawnTeam(t *testing.T) {
 		})
 	}
 	runRoot(t, d, func(c *task.Ctx, _ int) error {
-		if tids, err := c.SpawnTeam(&commWorker{}, 0); err == nil {
+		if tids, err := c.Spawn(&commWorker{}, 0, task.Team()); err == nil {
 			return fmt.Errorf("a team of none: %v", tids)
 		}
 		return nil
@@ -275,49 +275,41 @@ func TestCollectiveWaitIsASafePoint(t *testing.T) {
 }
 
 // benchWorker takes part in N all-reduces of Len float64s, through a
-// communicator or (Group set) through a group's Reduce then Bcast.
+// communicator.
 type benchWorker struct {
-	C     task.Comm
-	Group string
+	C task.Comm
+	// Bcast makes each step a Reduce to rank 0 and its Bcast, rather
+	// than an AllReduce.
+	Bcast bool
 	N     int
 	Len   int
 }
 
 func init() { task.Register("daemon.test.benchworker", &benchWorker{}) }
 
-const (
-	tagBenchReduce = 1
-	tagBenchBcast  = 2
-)
+// benchStep is one step of the benchmark on the communicator m: an
+// AllReduce of data, or a Reduce to rank 0 and its Bcast.
+func benchStep(c *task.Ctx, m *task.Comm, bcast bool, data []float64) error {
+	if !bcast {
+		return task.AllReduce(c, m, task.Sum[float64], data)
+	}
+	if err := task.Reduce(c, m, task.Sum[float64], data, 0); err != nil {
+		return err
+	}
+	return m.Bcast(c, &data, 0)
+}
 
 func (w *benchWorker) Run(c *task.Ctx) error {
 	if err := c.JoinComm(&w.C); err != nil {
 		return err
 	}
 	data := make([]float64, w.Len)
-	if w.Group != "" {
-		if _, err := c.Join(w.Group); err != nil {
-			return err
-		}
-		if err := c.Barrier(w.Group, w.C.Size()); err != nil {
-			return err
-		}
-	}
 	for range w.N {
 		for i := range data {
 			data[i] = float64(w.C.Rank + i)
 		}
-		if w.Group == "" {
-			if err := task.AllReduce(c, &w.C, task.Sum[float64], data); err != nil {
-				return err
-			}
-		} else {
-			if err := task.Reduce(c, task.Sum[float64], data, w.Group, tagBenchReduce, 0); err != nil {
-				return err
-			}
-			if _, err := c.Recv(w.C.TID(0), tagBenchBcast, &data); err != nil {
-				return err
-			}
+		if err := benchStep(c, &w.C, w.Bcast, data); err != nil {
+			return err
 		}
 		if err := c.SafePoint(); err != nil {
 			return err
@@ -327,35 +319,22 @@ func (w *benchWorker) Run(c *task.Ctx) error {
 }
 
 // BenchmarkAllReduce compares a communicator's AllReduce of 1024 float64s
-// over 4 members with what a program wrote before it: a group Reduce to
-// the root, then the root's Bcast, received with Recv.
+// over 4 members with a Reduce to rank 0 followed by rank 0's Bcast.
 //
 //	go test -run XXX -bench AllReduce -benchtime 2000x ./daemon/
 func BenchmarkAllReduce(b *testing.B) {
 	const members, length = 4, 1024
-	for _, group := range []string{"", "bench"} {
+	for _, bcast := range []bool{false, true} {
 		name := "allreduce"
-		if group != "" {
+		if bcast {
 			name = "reduce+bcast"
 		}
 		b.Run(name, func(b *testing.B) {
 			d, _ := newTestDaemon(b)
 			runRoot(b, d, func(c *task.Ctx, _ int) error {
-				if group != "" {
-					// Joined before the workers exist, the root is
-					// instance 0, the root of every Reduce.
-					if _, err := c.Join(group); err != nil {
-						return err
-					}
-				}
 				var m task.Comm
-				if err := c.SpawnComm(&m, &benchWorker{Group: group, N: b.N, Len: length}, members-1); err != nil {
+				if _, err := c.Spawn(&benchWorker{Bcast: bcast, N: b.N, Len: length}, members-1, task.WithComm(&m)); err != nil {
 					return err
-				}
-				if group != "" {
-					if err := c.Barrier(group, members); err != nil {
-						return err
-					}
 				}
 				data := make([]float64, length)
 				b.ResetTimer()
@@ -363,13 +342,7 @@ func BenchmarkAllReduce(b *testing.B) {
 					for i := range data {
 						data[i] = float64(i)
 					}
-					var err error
-					if group == "" {
-						err = task.AllReduce(c, &m, task.Sum[float64], data)
-					} else if err = task.Reduce(c, task.Sum[float64], data, group, tagBenchReduce, 0); err == nil {
-						err = c.Bcast(group, tagBenchBcast, data)
-					}
-					if err != nil {
+					if err := benchStep(c, &m, bcast, data); err != nil {
 						return err
 					}
 					if err := c.SafePoint(); err != nil {
@@ -389,7 +362,7 @@ func BenchmarkAllReduce(b *testing.B) {
 // TestNoSafePointWarned: a task that reaches no safe point while a move
 // waits makes the move fail with ErrNoSafePoint and a warning naming it and
 // the time since its last safe point; the task list shows that time, and 0
-// for a task waiting in RecvSafe.
+// for a task waiting in a Recv with task.Safe.
 func TestNoSafePointWarned(t *testing.T) {
 	var logs syncBuffer
 	cfg := Config{MoveTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -406,7 +379,7 @@ func TestNoSafePointWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiter, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	}))
 	if err != nil {
@@ -435,7 +408,7 @@ func TestNoSafePointWarned(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("since last safe point: busy %v ms, waiting in RecvSafe %v ms", since[busy], since[waiter])
+			t.Fatalf("since last safe point: busy %v ms, waiting in a Recv with task.Safe %v ms", since[busy], since[waiter])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -92,7 +92,7 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			waiter := fn(t, func(c *task.Ctx, _ int) error {
-				_, err := c.RecvSafe(task.AnyTask, 1, nil)
+				_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 				return err
 			})
 			joined := currentPeer(m, h.HostID())

@@ -277,7 +277,9 @@ type Config struct {
 	Throttle float64
 	// Fault injects a failure, for tests of failure handling:
 	// "exit-on-restore" makes the process exit at once, as if killed, when
-	// it is asked to restore a migrating task.
+	// it is asked to restore a migrating task; "exit-on-second-ckpt-write"
+	// when it is asked to write its tasks of a job checkpoint for the
+	// second time (in the middle of a round, a set before it complete).
 	Fault string
 	// FaultHook, if set, is called at named points of the migration
 	// protocol on the master ("migrate:sent", after the checkpoint has
@@ -288,7 +290,9 @@ type Config struct {
 	// attached, so that tests can hold it there; and at each step of a
 	// job checkpoint round, before the master asks the hosts
 	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
-	// is made, and "ckpt:commit"), so that tests can lose a host there.
+	// is made, and "ckpt:commit"), and of a rollback, before the master
+	// asks the hosts to restore the job ("ckpt:restore"), so that tests
+	// can lose a host there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.
@@ -575,6 +579,9 @@ type Daemon struct {
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
 	met     *metrics.Metrics // nil: no metrics (see observe.go)
+	// ckWrites counts the job checkpoint writes asked of this host, for
+	// Config.Fault "exit-on-second-ckpt-write".
+	ckWrites atomic.Int64
 
 	// Lifecycle: every goroutine is tracked and ends when ctx does.
 	ctx      context.Context
@@ -1166,7 +1173,7 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 		case l != nil:
 			wait = l.resolved // suspended here: wait for the move to commit or abort
 		default:
-			host := d.routeHost(tid)
+			host := d.waitHost(tid)
 			if host != d.cfg.HostID && d.nw != nil && d.hostKnown(host) {
 				var info TaskInfo
 				if err := d.callHost(ctx, host, mWait, tidArgs{TID: tid}, &info); err != nil {
@@ -1192,6 +1199,22 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 			return info, nil
 		}
 	}
+}
+
+// waitHost is the host a wait for tid, which is not here, asks: where
+// the routing table places it, or, when that is its origin host and the
+// origin cannot answer (this daemon, or a host gone), the host it ended
+// on if the table remembers one. The master forgets the route of a task
+// that has ended: a task that ended away from its origin — a job's root
+// moved off the master, or restored elsewhere by a rollback after its
+// origin host was lost — is then found where it ended, which keeps its
+// final state (Config.KeepExited).
+func (d *Daemon) waitHost(tid task.TID) task.HostID {
+	rt, ended := d.rt.lookupEnded(tid)
+	if ended != 0 && ended != d.cfg.HostID && (rt.Host == d.cfg.HostID || !d.hostKnown(rt.Host)) {
+		return ended
+	}
+	return rt.Host
 }
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {

@@ -73,13 +73,13 @@ func TestTryRecvProbeTimeout(t *testing.T) {
 		if _, ok := c.Probe(task.AnyTask, task.AnyTag); ok {
 			return errors.New("Probe on empty mailbox found a message")
 		}
-		if _, err := c.RecvTimeout(task.AnyTask, 5, &v, time.Millisecond); !errors.Is(err, task.ErrTimeout) {
-			return fmt.Errorf("RecvTimeout = %v, want ErrTimeout", err)
+		if _, err := c.Recv(task.AnyTask, 5, &v, task.Timeout(time.Millisecond)); !errors.Is(err, task.ErrTimeout) {
+			return fmt.Errorf("Recv with Timeout = %v, want ErrTimeout", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := c.RecvContext(ctx, task.AnyTask, 5, &v); !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("RecvContext with cancelled context = %v", err)
+		if _, err := c.Recv(task.AnyTask, 5, &v, task.WithContext(ctx)); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("Recv with a cancelled context = %v", err)
 		}
 		if err := c.Send(c.MyTID(), 5, 77); err != nil {
 			return err
@@ -89,9 +89,9 @@ func TestTryRecvProbeTimeout(t *testing.T) {
 			return fmt.Errorf("Probe = %+v, %v", st, ok)
 		}
 		// Probe leaves the message: TryRecv gets it.
-		st, ok, err := c.TryRecv(task.AnyTask, 5, &v)
-		if !ok || err != nil || v != 77 || st.Tag != 5 {
-			return fmt.Errorf("TryRecv = %+v %v %v %d", st, ok, err, v)
+		m, ok, err := c.TryRecv(task.AnyTask, 5, &v)
+		if !ok || err != nil || v != 77 || m.Tag != 5 {
+			return fmt.Errorf("TryRecv = %+v %v %v %d", m.Status(), ok, err, v)
 		}
 		if err := c.Send(c.MyTID(), -3, 1); !errors.Is(err, task.ErrBadTag) {
 			return fmt.Errorf("negative tag: %v", err)

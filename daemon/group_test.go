@@ -58,17 +58,8 @@ func TestGroupMembership(t *testing.T) {
 			}
 			kids = append(kids, id[0])
 		}
-		if n, err := c.GroupSize("g"); err != nil || n != 4 {
-			return fmt.Errorf("size = %d, %v", n, err)
-		}
-		if tid, err := c.GroupTID("g", 2); err != nil || tid != kids[1] {
-			return fmt.Errorf("GroupTID(2) = %v, %v", tid, err)
-		}
-		if inst, err := c.GroupInst("g", kids[2]); err != nil || inst != 3 {
-			return fmt.Errorf("GroupInst = %d, %v", inst, err)
-		}
-		if _, err := c.GroupInst("g", task.NewTID(1, 999)); !errors.Is(err, task.ErrNotInGroup) {
-			return fmt.Errorf("GroupInst of a stranger: %v", err)
+		if m, err := c.Members("g"); err != nil || !slices.Equal(m, append([]task.TID{c.MyTID()}, kids...)) {
+			return fmt.Errorf("members = %v, %v; want the root and %v", m, err, kids)
 		}
 		if err := c.Send(kids[1], 2, true); err != nil {
 			return err
@@ -76,8 +67,8 @@ func TestGroupMembership(t *testing.T) {
 		if _, err := c.Recv(kids[1], 3, nil); err != nil {
 			return err
 		}
-		if _, err := c.GroupTID("g", 2); !errors.Is(err, task.ErrNoSuchTask) {
-			return fmt.Errorf("GroupTID of a freed instance: %v", err)
+		if m, err := c.Members("g"); err != nil || len(m) != 4 || !m[2].IsZero() {
+			return fmt.Errorf("members after instance 2 left = %v, %v; want it free", m, err)
 		}
 		id, err := c.Spawn(joiner, 1)
 		if err != nil {
@@ -168,11 +159,11 @@ func barrierRounds(c *task.Ctx, inst, n int) error {
 		// it has all of the current one.
 		for r := range rounds {
 			if inst != 0 {
-				root, err := c.GroupTID("c", 0)
+				m, err := c.Members("c")
 				if err != nil {
 					return err
 				}
-				if err := c.Send(root, 20, r); err != nil {
+				if err := c.Send(m[0], 20, r); err != nil {
 					return err
 				}
 			} else {
@@ -194,137 +185,117 @@ func barrierRounds(c *task.Ctx, inst, n int) error {
 	}
 }
 
-func TestBcastReduceGatherScatter(t *testing.T) {
+func TestGroupComm(t *testing.T) {
 	d, _ := newTestDaemon(t)
-	collectiveOn(t, d, 5, bcastReduceGatherScatter)
+	collectiveOn(t, d, 5, groupComm)
 }
 
-// bcastReduceGatherScatter exercises every collective with n members.
-func bcastReduceGatherScatter(c *task.Ctx, inst, n int) error {
-	{
-		const root = 2
-		// Bcast from the root reaches everyone else.
-		if inst == root {
-			if err := c.Bcast("c", 30, "hi"); err != nil {
-				return err
-			}
-		} else {
-			var s string
-			if _, err := c.Recv(task.AnyTask, 30, &s); err != nil || s != "hi" {
-				return fmt.Errorf("bcast got %q, %v", s, err)
-			}
-		}
-		// Built-in reductions over numeric slices.
-		x := float64(inst + 1)
-		sum := []float64{x, 2 * x}
-		prod := []int64{int64(inst + 1)}
-		mn := []float64{x}
-		mx := []int32{int32(inst * 10)}
-		if err := task.Reduce(c, task.Sum[float64], sum, "c", 31, root); err != nil {
-			return err
-		}
-		if err := task.Reduce(c, task.Product[int64], prod, "c", 32, root); err != nil {
-			return err
-		}
-		if err := task.Reduce(c, task.Min[float64], mn, "c", 33, root); err != nil {
-			return err
-		}
-		if err := task.Reduce(c, task.Max[int32], mx, "c", 34, root); err != nil {
-			return err
-		}
-		// A user function: keep the instance numbers seen, as a bitmask.
-		mask := []uint64{1 << inst}
-		or := func(acc, in []uint64) {
-			for i := range acc {
-				acc[i] |= in[i]
-			}
-		}
-		if err := task.Reduce(c, or, mask, "c", 35, root); err != nil {
-			return err
-		}
-		if inst == root {
-			wantSum, wantProd := float64(n*(n+1)/2), int64(1)
-			for i := 2; i <= n; i++ {
-				wantProd *= int64(i)
-			}
-			if sum[0] != wantSum || sum[1] != 2*wantSum || prod[0] != wantProd || mn[0] != 1 || mx[0] != int32(10*(n-1)) || mask[0] != 1<<n-1 {
-				return fmt.Errorf("reductions at root: sum %v prod %v min %v max %v mask %b", sum, prod, mn, mx, mask[0])
-			}
-		} else if sum[0] != x || prod[0] != int64(inst+1) {
-			return fmt.Errorf("non-root data changed: %v %v", sum, prod)
-		}
-		// Gather in instance order, of structs (msgpack path).
-		type rec struct{ Inst int }
-		all, err := task.Gather(c, []rec{{inst}, {inst}}, "c", 36, root)
-		if err != nil {
-			return err
-		}
-		if inst == root {
-			for i, r := range all {
-				if r.Inst != i/2 {
-					return fmt.Errorf("gather: %v", all)
-				}
-			}
-			if len(all) != 2*n {
-				return fmt.Errorf("gather: %d elements", len(all))
-			}
-		} else if all != nil {
-			return fmt.Errorf("gather returned %v at a non-root", all)
-		}
-		// Scatter 3 ints per member.
-		var data []int
-		if inst == root {
-			for i := range 3 * n {
-				data = append(data, i)
-			}
-		}
-		mine, err := task.Scatter(c, data, 3, "c", 37, root)
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(mine, []int{3 * inst, 3*inst + 1, 3*inst + 2}) {
-			return fmt.Errorf("scatter gave instance %d %v", inst, mine)
-		}
-		return nil
+// groupComm makes the group "c" a communicator and runs collectives on it:
+// ranks follow instance numbers, every member agrees on its ID, and a
+// second group's communicator gets another.
+func groupComm(c *task.Ctx, inst, n int) error {
+	var m, other task.Comm
+	if err := c.GroupComm("c", n, &m); err != nil {
+		return err
 	}
+	members, err := c.Members("c")
+	if err != nil {
+		return err
+	}
+	if m.Size() != n || m.Rank != inst || !slices.Equal(m.TIDs, members) {
+		return fmt.Errorf("instance %d: rank %d of %v, members %v", inst, m.Rank, m.TIDs, members)
+	}
+	ids := []int64{int64(m.ID)}
+	if err := task.AllReduce(c, &m, task.Max[int64], ids); err != nil {
+		return err
+	}
+	if m.ID == 0 || ids[0] != int64(m.ID) {
+		return fmt.Errorf("instance %d: communicator ID %d, the highest among the members %d", inst, m.ID, ids[0])
+	}
+	if err := c.GroupComm("c", n, &m); err != nil || m.Rank != inst { // set: returns at once
+		return fmt.Errorf("GroupComm again: rank %d, %v", m.Rank, err)
+	}
+	const root = 2
+	s := ""
+	if inst == root {
+		s = "hi"
+	}
+	if err := m.Bcast(c, &s, root); err != nil || s != "hi" {
+		return fmt.Errorf("bcast got %q, %v", s, err)
+	}
+	sum := []float64{float64(inst + 1)}
+	if err := task.Reduce(c, &m, task.Sum[float64], sum, root); err != nil {
+		return err
+	}
+	if inst == root && sum[0] != float64(n*(n+1)/2) {
+		return fmt.Errorf("reduce at the root: %v", sum)
+	}
+	all, err := task.Gather(c, &m, []int{inst}, root)
+	if err != nil {
+		return err
+	}
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if inst == root && !slices.Equal(all, want) {
+		return fmt.Errorf("gather: %v", all)
+	}
+	// A group of the even instances: its own communicator, its own ID.
+	if inst%2 == 0 {
+		evenInst, err := c.Join("even")
+		if err != nil {
+			return err
+		}
+		if err := c.GroupComm("even", (n+1)/2, &other); err != nil {
+			return err
+		}
+		if other.Rank != evenInst || other.ID == m.ID {
+			return fmt.Errorf("instance %d of the even group: rank %d, ID %d (the whole group's %d)", evenInst, other.Rank, other.ID, m.ID)
+		}
+		if err := other.Barrier(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func TestCollectiveErrors(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	runRoot(t, d, func(c *task.Ctx, _ int) error {
-		if err := task.Reduce(c, task.Sum[int], []int{1}, "none", 1, 0); !errors.Is(err, task.ErrNoSuchGroup) {
-			return fmt.Errorf("reduce on a missing group: %v", err)
+		var m task.Comm
+		if err := c.GroupComm("none", 1, &m); !errors.Is(err, task.ErrNoSuchGroup) {
+			return fmt.Errorf("communicator of a missing group: %v", err)
 		}
 		if _, err := c.Join("solo"); err != nil {
 			return err
-		}
-		if err := task.Reduce(c, task.Sum[int], []int{1}, "solo", 1, 3); !errors.Is(err, task.ErrNoSuchTask) {
-			return fmt.Errorf("reduce with a missing root: %v", err)
 		}
 		if err := c.Barrier("none", 1); !errors.Is(err, task.ErrNoSuchGroup) {
 			return fmt.Errorf("barrier on a missing group: %v", err)
 		}
 		// A one-member group: collectives complete on their own.
+		if err := c.GroupComm("solo", 0, &m); err != nil || m.Size() != 1 {
+			return fmt.Errorf("solo communicator %v: %v", m.TIDs, err)
+		}
 		v := []int{4}
-		if err := task.Reduce(c, task.Sum[int], v, "solo", 1, 0); err != nil || v[0] != 4 {
+		if err := task.Reduce(c, &m, task.Sum[int], v, 0); err != nil || v[0] != 4 {
 			return fmt.Errorf("solo reduce = %v, %v", v, err)
 		}
 		if err := c.Barrier("solo", 0); err != nil {
 			return err
 		}
-		if _, err := task.Scatter(c, []int{1}, 2, "solo", 1, 0); err == nil {
-			return errors.New("scatter with too little data succeeded")
-		}
 		other := fn(t, func(c *task.Ctx, _ int) error {
 			err := c.Barrier("solo", 1)
-			return c.Send(c.Parent(), 1, errors.Is(err, task.ErrNotInGroup))
+			var m task.Comm
+			err2 := c.GroupComm("solo", 1, &m)
+			return c.Send(c.Parent(), 1, errors.Is(err, task.ErrNotInGroup) && errors.Is(err2, task.ErrNotInGroup))
 		})
 		if _, err := c.Spawn(other, 1); err != nil {
 			return err
 		}
 		var ok bool
 		if _, err := c.Recv(task.AnyTask, 1, &ok); err != nil || !ok {
-			return fmt.Errorf("barrier by a non-member was not refused (%v)", err)
+			return fmt.Errorf("barrier or communicator by a non-member was not refused (%v)", err)
 		}
 		return nil
 	})

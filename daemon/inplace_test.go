@@ -22,7 +22,7 @@ func inPlaceChunk(i, size int) []int32 {
 // place to a receiver on h1 arrive as the root's own memory, once each
 // and in order. To a receiver on h2, over a network that loses frames,
 // they arrive as copies made at the send: the root clears each slice as
-// soon as SendInPlace returns (which it must not do with a receiver on
+// soon as Send with task.InPlace returns (which it must not do with a receiver on
 // its own host), and the receiver, whose messages the outbox resends,
 // still gets the values sent.
 func TestSendInPlaceLocalAndRemote(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSendInPlaceLocalAndRemote(t *testing.T) {
 			arrived := make(chan arrival, msgs)
 			rx := fn(t, func(c *task.Ctx, _ int) error {
 				for i := range msgs {
-					msg, err := c.RecvMsg(c.Context(), c.Parent(), 1)
+					msg, err := c.Recv(c.Parent(), 1, nil)
 					if err != nil {
 						return err
 					}
@@ -63,7 +63,7 @@ func TestSendInPlaceLocalAndRemote(t *testing.T) {
 				sent := make([]*int32, msgs)
 				for i := range msgs {
 					s := inPlaceChunk(i, size)
-					if err := c.SendInPlace(tids[0], 1, s); err != nil {
+					if err := c.Send(tids[0], 1, s, task.InPlace()); err != nil {
 						return err
 					}
 					sent[i] = &s[0]

@@ -19,7 +19,7 @@ import (
 // and theirs to spawned.
 func spawnWaiters(t *testing.T, c *task.Ctx, n int, spawned chan<- []task.TID) error {
 	waiter := fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	})
 	kids, err := c.Spawn(waiter, n)
@@ -37,7 +37,7 @@ func waitingRoot(t *testing.T, n int, spawned chan<- []task.TID) task.Task {
 		if err := spawnWaiters(t, c, n, spawned); err != nil {
 			return err
 		}
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	})
 }
@@ -479,7 +479,7 @@ var restartWaiter = func() string {
 	key := "restart-waiter"
 	fnMu.Lock()
 	fns[key] = func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	}
 	fnMu.Unlock()

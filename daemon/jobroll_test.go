@@ -53,7 +53,7 @@ func (r *watchRoot) Run(c *task.Ctx) error {
 	}
 	for r.Exited < r.N {
 		var n task.Notice
-		if _, err := c.RecvSafe(task.AnyTask, 7, &n); err != nil {
+		if _, err := c.Recv(task.AnyTask, 7, &n, task.Safe()); err != nil {
 			return err
 		}
 		if n.Status != 0 || n.Err != "" {
@@ -67,7 +67,7 @@ func (r *watchRoot) Run(c *task.Ctx) error {
 
 func (w *watchWorker) Run(c *task.Ctx) error {
 	if !w.Armed {
-		if _, err := c.RecvSafe(task.AnyTask, 6, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, 6, nil, task.Safe()); err != nil {
 			return err
 		}
 		w.Armed = true

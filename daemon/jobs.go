@@ -1533,6 +1533,7 @@ func (d *Daemon) restoreRound(js *jobState, a jobck.Action) error {
 	}
 	d.noteSetSeq(js.name, js.seq())
 	d.checkSetSeq(js.name, m.Seq, setDir)
+	d.fault("ckpt:restore")
 	ctx, cancel := context.WithTimeout(d.ctx, 4*d.cfg.MoveTimeout)
 	defer cancel()
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {

@@ -95,7 +95,7 @@ func (r *ringRoot) Run(c *task.Ctx) error {
 	for r.Lap < r.Laps {
 		if r.Lap == r.Laps/2 && !r.Poked {
 			ringMid <- c.MyTID()
-			if _, err := c.RecvSafe(task.AnyTask, 99, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, 99, nil, task.Safe()); err != nil {
 				return err
 			}
 			r.Poked = true
@@ -107,7 +107,7 @@ func (r *ringRoot) Run(c *task.Ctx) error {
 			r.Sent = true
 		}
 		var tok ringToken
-		if _, err := c.RecvSafe(r.Workers[len(r.Workers)-1], 2, &tok); err != nil {
+		if _, err := c.Recv(r.Workers[len(r.Workers)-1], 2, &tok, task.Safe()); err != nil {
 			return err
 		}
 		r.Sum = tok.Sum
@@ -123,13 +123,13 @@ func (r *ringRoot) Run(c *task.Ctx) error {
 
 func (w *ringWorker) Run(c *task.Ctx) error {
 	if w.Next.IsZero() {
-		if _, err := c.RecvSafe(c.Parent(), 1, &w.Next); err != nil {
+		if _, err := c.Recv(c.Parent(), 1, &w.Next, task.Safe()); err != nil {
 			return err
 		}
 	}
 	for {
 		var tok ringToken
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &tok)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &tok, task.Safe())
 		if err != nil {
 			return err
 		}

@@ -145,6 +145,14 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	if p != nil {
 		p.close(fmt.Errorf("host deleted: %s", why))
 	}
+	var rolling []chan struct{}
+	if d.cfg.Master {
+		// The jobs that lost tasks first: dropping the messages for the
+		// lost tasks tells their senders "no such task", and a job's root
+		// may end on that; a job that cannot roll back must be marked
+		// lost before, so that its end is its loss.
+		rolling = d.rollBackJobsOf(id)
+	}
 	dropped := d.rt.dropHost(id)
 	if len(dropped) > 0 {
 		d.log.Log(d.ctx, d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
@@ -160,7 +168,6 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 		// The exits of tasks lost with the host are told once the jobs
 		// that lost them have rolled back: a task restored lives on, and
 		// its loss is no failure of its job.
-		rolling := d.rollBackJobsOf(id)
 		d.goFunc(func() {
 			for _, ch := range rolling {
 				select {
@@ -751,13 +758,27 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
-		done, err := d.admitSpawn(ctx, 0, js.id, 1)
-		if err != nil {
-			d.endJob(js)
-			return TaskInfo{}, err
+		// The root runs on the master's host, but where the master hosts
+		// no tasks: there it is placed as a spawn is (spawnAnywhere
+		// admits it), so that the master's loss takes no task of the job
+		// with it.
+		var tids []task.TID
+		var err error
+		if d.cfg.MasterNoTasks {
+			tids, err = d.spawnAnywhere(ctx, 0, js.id, a.Req)
+			if err == nil && len(tids) == 0 {
+				err = fmt.Errorf("start the root of job %d: no task started", js.id)
+			}
+		} else {
+			var done func([]task.TID)
+			done, err = d.admitSpawn(ctx, 0, js.id, 1)
+			if err != nil {
+				d.endJob(js)
+				return TaskInfo{}, err
+			}
+			tids, err = d.startLocal(ctx, 0, js.id, a.Req)
+			done(tids)
 		}
-		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
-		done(tids)
 		if err != nil {
 			d.endJob(js)
 			return TaskInfo{}, err

@@ -291,7 +291,7 @@ func TestMemNetCollectivesUnderFaults(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			vm := startMemVM(t, 3, f, Config{})
 			collectiveOn(t, vm.Master(), 6, barrierRounds)
-			collectiveOn(t, vm.Master(), 5, bcastReduceGatherScatter)
+			collectiveOn(t, vm.Master(), 5, groupComm)
 			t.Log(f)
 		})
 	}

@@ -62,7 +62,7 @@ func (b *ballast) Run(c *task.Ctx) error {
 	if err := c.Send(c.Parent(), 1, len(b.Data)); err != nil {
 		return err
 	}
-	_, err := c.RecvSafe(c.Parent(), 2, nil)
+	_, err := c.Recv(c.Parent(), 2, nil, task.Safe())
 	return err
 }
 

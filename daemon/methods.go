@@ -460,10 +460,15 @@ func (d *Daemon) checkRule(ctx context.Context, p *peer, r ownRule, args any) er
 }
 
 // serveSpawn places and starts tasks for a client or a host: a parallel
-// job mapped with SED, one job per root, or tasks of a job (or none).
+// job mapped with SED, one job per root, one job of all the tasks, or tasks
+// of a job (or none).
 func (d *Daemon) serveSpawn(ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
 	if a.MinSize > 0 || a.MaxSize > 0 {
 		tids, err := d.SpawnJob(ctx, a.Parent, a.Req, a.MinSize, a.MaxSize)
+		return tidsReply{TIDs: tids}, err
+	}
+	if a.OneJob && a.Parent.IsZero() {
+		tids, err := d.spawnOneJob(ctx, a.Req, a.Opts)
 		return tidsReply{TIDs: tids}, err
 	}
 	if a.Roots && a.Parent.IsZero() {

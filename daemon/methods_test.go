@@ -61,7 +61,7 @@ func TestMethodRulesEnforced(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	ctx := context.Background()
 	bobs, err := d.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	}))
 	if err != nil {
@@ -110,7 +110,7 @@ func TestLocalCallSkipsCodec(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	for range 3 {
 		if _, err := d.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
-			_, err := c.RecvSafe(task.AnyTask, 1, nil)
+			_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 			return err
 		})); err != nil {
 			t.Fatal(err)

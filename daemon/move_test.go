@@ -18,7 +18,7 @@ import (
 
 // gated is a task whose state's encoding waits at gates while they are
 // set: a test holds a checkpoint half written. It adds what it receives
-// and waits in RecvSafe, so it can be moved at any time.
+// and waits in a Recv with task.Safe, so it can be moved at any time.
 type gated struct {
 	Gate gate
 	Sum  int
@@ -46,7 +46,7 @@ func init() { task.Register("daemon.test.gated", &gated{}) }
 func (g *gated) Run(c *task.Ctx) error {
 	for {
 		var n int
-		if _, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n); err != nil {
+		if _, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe()); err != nil {
 			return err
 		}
 		g.Sum += n

@@ -44,7 +44,7 @@ func memUsers(t *testing.T, n int, cfg Config) (vm *LocalVM, alice, bob, admin *
 // waitingType is a task type that waits for a message that never comes.
 func waitingType(t *testing.T) (typ string, state []byte) {
 	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	}))
 	if err != nil {
@@ -225,13 +225,13 @@ func TestSpawnQuotas(t *testing.T) {
 	spawned := 0
 	_, _, err = m.StartJob(ctx, fn(t, func(c *task.Ctx, _ int) error {
 		w := fn(t, func(c *task.Ctx, _ int) error {
-			_, err := c.RecvSafe(task.AnyTask, 1, nil)
+			_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 			return err
 		})
 		for {
 			if _, err := c.Spawn(w, 1); err != nil {
 				got <- err
-				_, err := c.RecvSafe(task.AnyTask, 1, nil)
+				_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 				return err
 			}
 			spawned++

@@ -31,7 +31,7 @@ func (p *ponger) Run(c *task.Ctx) error {
 	}
 	for {
 		var n int
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe())
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func pingPong(t *testing.T, ctx context.Context, m *Daemon, a, b string) (po, pi
 	pongs := make(chan int, 1<<16)
 	pinger := fn(t, func(c *task.Ctx, _ int) error {
 		var to task.TID
-		if _, err := c.RecvSafe(c.Parent(), 1, &to); err != nil {
+		if _, err := c.Recv(c.Parent(), 1, &to, task.Safe()); err != nil {
 			return err
 		}
 		for i := 0; ; i++ {
@@ -238,7 +238,7 @@ func pingPong(t *testing.T, ctx context.Context, m *Daemon, a, b string) (po, pi
 				return err
 			}
 			var r int
-			if _, err := c.RecvSafe(to, 2, &r); err != nil {
+			if _, err := c.Recv(to, 2, &r, task.Safe()); err != nil {
 				return err
 			}
 			if r != i {

@@ -40,7 +40,7 @@ func (w *reqWorker) Run(c *task.Ctx) error {
 	if want := []float64{float64(10 * w.C.Rank), 0.5}; !slices.Equal(v, want) {
 		fail = fmt.Sprintf("rank %d received %v, want %v", w.C.Rank, v, want)
 	}
-	_, err = task.CommGather(c, &w.C, []string{c.HostName(), fail}, 0)
+	_, err = task.Gather(c, &w.C, []string{c.HostName(), fail}, 0)
 	return err
 }
 
@@ -57,7 +57,7 @@ func TestRequestsSurviveAMove(t *testing.T) {
 	release := make(chan struct{})
 	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		var cm task.Comm
-		if err := c.SpawnComm(&cm, &reqWorker{}, 3, task.OnHost("h1")); err != nil {
+		if _, err := c.Spawn(&reqWorker{}, 3, task.OnHost("h1"), task.WithComm(&cm)); err != nil {
 			return err
 		}
 		// Every worker's send means it has started its receive too.
@@ -83,7 +83,7 @@ func TestRequestsSurviveAMove(t *testing.T) {
 				return err
 			}
 		}
-		got, err := task.CommGather(c, &cm, []string{c.HostName(), ""}, 0)
+		got, err := task.Gather(c, &cm, []string{c.HostName(), ""}, 0)
 		if err != nil {
 			return err
 		}
@@ -148,7 +148,7 @@ func TestRecvFunc(t *testing.T) {
 		even := func(st task.Status) bool { return st.Tag%2 == 0 }
 		for _, want := range []int{20, 40, 60} {
 			var v int
-			if _, err := c.RecvFunc(kid[0], task.AnyTag, even, &v); err != nil || v != want {
+			if _, err := c.Recv(kid[0], task.AnyTag, &v, task.Match(even)); err != nil || v != want {
 				return fmt.Errorf("even tag: %d %v, want %d", v, err, want)
 			}
 		}
@@ -162,7 +162,7 @@ func TestRecvFunc(t *testing.T) {
 			return err
 		}
 		var v int
-		st, err := c.RecvFunc(task.AnyTask, task.AnyTag, even, &v)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &v, task.Match(even))
 		if err != nil || v != 80 || st.Tag != 8 || st.From != kid[0] {
 			return fmt.Errorf("a later message: %d %+v %v", v, st, err)
 		}
@@ -171,7 +171,7 @@ func TestRecvFunc(t *testing.T) {
 }
 
 // reqRoot starts a team of reqWorkers with itself as rank 0, takes each
-// worker's send, then waits at a safe point (RecvSafe, tag 9) to be told
+// worker's send, then waits at a safe point (a Recv with task.Safe, tag 9) to be told
 // to go on before it sends the workers the data their receives wait for.
 type reqRoot struct {
 	C     task.Comm
@@ -186,7 +186,7 @@ func init() { task.Register("daemon.test.reqroot", &reqRoot{}) }
 
 func (s *reqRoot) Run(c *task.Ctx) error {
 	if s.C.Size() == 0 {
-		if err := c.SpawnComm(&s.C, &reqWorker{}, 3); err != nil {
+		if _, err := c.Spawn(&reqWorker{}, 3, task.WithComm(&s.C)); err != nil {
 			return err
 		}
 	}
@@ -213,7 +213,7 @@ func (s *reqRoot) Run(c *task.Ctx) error {
 		case reqReady <- c.MyTID():
 		default:
 		}
-		if _, err := c.RecvSafe(task.AnyTask, 9, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, 9, nil, task.Safe()); err != nil {
 			return err
 		}
 		s.Step = 2
@@ -226,7 +226,7 @@ func (s *reqRoot) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	got, err := task.CommGather(c, &s.C, []string{c.HostName(), ""}, 0)
+	got, err := task.Gather(c, &s.C, []string{c.HostName(), ""}, 0)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func (r *heldRoot) Run(c *task.Ctx) error {
 			r.Sent = true
 		}
 		var reply int64
-		if _, err := c.RecvSafe(r.W, 2, &reply); err != nil {
+		if _, err := c.Recv(r.W, 2, &reply, task.Safe()); err != nil {
 			return err
 		}
 		r.Sum += reply
@@ -74,7 +74,7 @@ func (r *heldRoot) Run(c *task.Ctx) error {
 func (w *heldWorker) Run(c *task.Ctx) error {
 	for {
 		if !w.Have {
-			st, err := c.RecvSafe(c.Parent(), task.AnyTag, &w.Tok)
+			st, err := c.Recv(c.Parent(), task.AnyTag, &w.Tok, task.Safe())
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ func (w *heldWorker) Run(c *task.Ctx) error {
 		}
 		if w.Lap == w.HoldAt {
 			held <- c.MyTID()
-			if _, err := c.RecvSafe(task.AnyTask, 98, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, 98, nil, task.Safe()); err != nil {
 				return err
 			}
 		}

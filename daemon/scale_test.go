@@ -41,7 +41,7 @@ func (r *sumRoot) Run(c *task.Ctx) error {
 		sumSpawned <- c.MyTID()
 	}
 	if !r.Poked {
-		if _, err := c.RecvSafe(task.AnyTask, 99, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, 99, nil, task.Safe()); err != nil {
 			return err
 		}
 		r.Poked = true
@@ -54,7 +54,7 @@ func (r *sumRoot) Run(c *task.Ctx) error {
 	}
 	for r.Got < len(r.Workers) {
 		var sq int64
-		if _, err := c.RecvSafe(task.AnyTask, 2, &sq); err != nil {
+		if _, err := c.Recv(task.AnyTask, 2, &sq, task.Safe()); err != nil {
 			return err
 		}
 		r.Sum += sq
@@ -66,7 +66,7 @@ func (r *sumRoot) Run(c *task.Ctx) error {
 
 func (w *sumWorker) Run(c *task.Ctx) error {
 	var i int64
-	if _, err := c.RecvSafe(c.Parent(), 1, &i); err != nil {
+	if _, err := c.Recv(c.Parent(), 1, &i, task.Safe()); err != nil {
 		return err
 	}
 	return c.Send(c.Parent(), 2, i*i)

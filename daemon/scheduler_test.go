@@ -280,7 +280,7 @@ func TestSchedulerListsChangedHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	idle := fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, task.AnyTag, nil)
+		_, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe())
 		return err
 	})
 	ids := map[string]task.HostID{}

@@ -490,7 +490,7 @@ func spawnOn(t *testing.T, m *Daemon, host string, v task.Task) task.TID {
 // idler waits for a word, at safe points.
 func idler(t *testing.T) task.Task {
 	return fn(t, func(c *task.Ctx, _ int) error {
-		_, err := c.RecvSafe(task.AnyTask, 1, nil)
+		_, err := c.Recv(task.AnyTask, 1, nil, task.Safe())
 		return err
 	})
 }

@@ -138,7 +138,7 @@ func TestVMSlowReceiverBlocksSender(t *testing.T) {
 		for i := range 200 {
 			msg[0] = byte(i)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			err := c.SendContext(ctx, peer[0], 1, msg)
+			err := c.Send(peer[0], 1, msg, task.WithContext(ctx))
 			cancel()
 			if errors.Is(err, context.DeadlineExceeded) {
 				// Let the receiver drain, then send this message for real.
@@ -167,7 +167,7 @@ func TestVMSlowReceiverBlocksSender(t *testing.T) {
 
 func TestVMCollectivesAcrossHosts(t *testing.T) {
 	vm := startVM(t, 3, Config{})
-	collectiveOn(t, vm.Master(), 7, bcastReduceGatherScatter)
+	collectiveOn(t, vm.Master(), 7, groupComm)
 }
 
 func TestVMNotifyKillAndPS(t *testing.T) {
@@ -389,7 +389,7 @@ func TestRefusesStrangers(t *testing.T) {
 	got := make(chan error, 1)
 	tid, err := m.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		victim <- c.MyTID()
-		_, err := c.RecvTimeout(task.AnyTask, task.AnyTag, nil, time.Second)
+		_, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Timeout(time.Second))
 		got <- err
 		return nil
 	}))
@@ -424,7 +424,7 @@ func TestRefusesStrangers(t *testing.T) {
 }
 
 // movingTask is a task that receives numbered messages and checks their order;
-// it waits in RecvSafe, so it can be moved at any time. Told to stop (tag
+// it waits in a Recv with task.Safe, so it can be moved at any time. Told to stop (tag
 // 2) with a count, it reports what it got to its parent once it has that
 // many (messages from other tasks may overtake its senders').
 type movingTask struct {
@@ -438,7 +438,7 @@ func init() { task.Register("daemon.test.mover", &movingTask{}) }
 func (m *movingTask) Run(c *task.Ctx) error {
 	for {
 		var n int
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe())
 		if err != nil {
 			return err
 		}

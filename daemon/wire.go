@@ -165,6 +165,7 @@ var errorCodes = map[string]error{
 	"forbidden":     ErrForbidden,
 	"outside":       ErrOutsideShared,
 	"aborted":       ErrAborted,
+	"no-such-job":   ErrNoJob,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.
@@ -223,9 +224,11 @@ type (
 		// them; Req.Count is then ignored.
 		MinSize int `msgpack:"mn,omitempty"`
 		MaxSize int `msgpack:"mx,omitempty"`
-		// Roots makes each task the root of a job of its own, with Opts.
-		Roots bool       `msgpack:"ro,omitempty"`
-		Opts  JobOptions `msgpack:"o,omitempty"`
+		// Roots makes each task the root of a job of its own, with Opts;
+		// OneJob makes the tasks one new job with Opts, the first its root.
+		Roots  bool       `msgpack:"ro,omitempty"`
+		OneJob bool       `msgpack:"oj,omitempty"`
+		Opts   JobOptions `msgpack:"o,omitempty"`
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`

@@ -17,7 +17,7 @@
 // Each program is one file that compiles on its own — its tags and
 // constants are declared in it (jacobi_serial.go is jacobi's serial
 // reference for the tests) — keeps its whole progress in its exported
-// fields and waits at safe points (SafePoint, RecvSafe, the collectives,
+// fields and waits at safe points (SafePoint, a Recv with task.Safe, the collectives,
 // the waits of non-blocking requests),
 // so its tasks can be checkpointed and moved mid-run without changing the
 // result. The NAS Parallel Benchmark kernels live in

@@ -57,7 +57,7 @@ func (h *Hello) Run(c *task.Ctx) error {
 	}
 	for h.Got < h.N {
 		var g string
-		st, err := c.RecvSafe(task.AnyTask, helloGreeting, &g)
+		st, err := c.Recv(task.AnyTask, helloGreeting, &g, task.Safe())
 		if err != nil {
 			return err
 		}

@@ -56,7 +56,7 @@ func (s *Jacobi) Run(c *task.Ctx) error {
 	if s.Workers > 0 && s.C.Size() == 0 {
 		proto := *s
 		proto.Workers = 0
-		if err := c.SpawnComm(&s.C, &proto, s.Workers-1); err != nil {
+		if _, err := c.Spawn(&proto, s.Workers-1, task.WithComm(&s.C)); err != nil {
 			return err
 		}
 	}
@@ -104,7 +104,7 @@ func (s *Jacobi) Run(c *task.Ctx) error {
 	if err := task.AllReduce(c, &s.C, task.Max[float64], d); err != nil {
 		return err
 	}
-	grid, err := task.CommGather(c, &s.C, s.U[row:(last+1)*row], 0)
+	grid, err := task.Gather(c, &s.C, s.U[row:(last+1)*row], 0)
 	if err != nil || r != 0 {
 		return err
 	}

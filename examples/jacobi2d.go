@@ -62,7 +62,7 @@ func (s *Jacobi2D) Run(c *task.Ctx) error {
 	if s.Tasks > 0 && s.C.Size() == 0 {
 		proto := *s
 		proto.Tasks = 0
-		if err := c.SpawnComm(&s.C, &proto, s.Tasks-1); err != nil {
+		if _, err := c.Spawn(&proto, s.Tasks-1, task.WithComm(&s.C)); err != nil {
 			return err
 		}
 	}

@@ -71,7 +71,7 @@ func splitmix64(z uint64) uint64 {
 // hits, a safe point, so a move or job checkpoint may come meanwhile.
 func (p *Pi) Run(c *task.Ctx) error {
 	if p.C.Size() == 0 {
-		if err := c.SpawnComm(&p.C, &PiWorker{Samples: p.Samples}, p.Workers); err != nil {
+		if _, err := c.Spawn(&PiWorker{Samples: p.Samples}, p.Workers, task.WithComm(&p.C)); err != nil {
 			return err
 		}
 	}

@@ -86,7 +86,7 @@ func (p *Ping) Run(c *task.Ctx) error {
 			}
 			p.Waiting = true
 		}
-		if _, err := c.RecvSafe(p.Partner, pongTag, &in); err != nil {
+		if _, err := c.Recv(p.Partner, pongTag, &in, task.Safe()); err != nil {
 			if errors.Is(err, task.ErrSuspended) {
 				p.Elapsed += time.Since(start)
 			}
@@ -115,7 +115,7 @@ func (p *Ping) Run(c *task.Ctx) error {
 func (p *Pong) Run(c *task.Ctx) error {
 	var buf []byte
 	for {
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &buf)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &buf, task.Safe())
 		if err != nil {
 			return err
 		}

@@ -52,13 +52,13 @@ func init() {
 // Run builds the ring (once) and waits for the token.
 func (r *Ring) Run(c *task.Ctx) error {
 	if r.Members == nil {
-		tids, err := c.SpawnTeam(&RingMember{Laps: r.Laps}, r.N)
+		tids, err := c.Spawn(&RingMember{Laps: r.Laps}, r.N, task.Team())
 		if err != nil {
 			return err
 		}
 		r.Members = tids
 	}
-	if _, err := c.RecvSafe(r.Members[0], ringDone, &r.Result); err != nil {
+	if _, err := c.Recv(r.Members[0], ringDone, &r.Result, task.Safe()); err != nil {
 		return err
 	}
 	if want := r.N * r.Laps; r.Result != want {
@@ -83,7 +83,7 @@ func (m *RingMember) Run(c *task.Ctx) error {
 	next := m.C.TID((m.C.Rank + 1) % m.C.Size())
 	for m.Lap < m.Laps {
 		var token int
-		if _, err := c.RecvSafe(task.AnyTask, ringToken, &token); err != nil {
+		if _, err := c.Recv(task.AnyTask, ringToken, &token, task.Safe()); err != nil {
 			return err
 		}
 		m.Lap++

@@ -48,7 +48,7 @@ func init() {
 // top, so the fields say what is done already.
 func (m *Squares) Run(c *task.Ctx) error {
 	if m.C.Size() == 0 { // spawn the workers as ranks 1..Workers
-		if err := c.SpawnComm(&m.C, &SquaresWorker{}, m.Workers); err != nil {
+		if _, err := c.Spawn(&SquaresWorker{}, m.Workers, task.WithComm(&m.C)); err != nil {
 			return err
 		}
 	}
@@ -73,16 +73,16 @@ func (m *Squares) Run(c *task.Ctx) error {
 	return c.SetResult(sum[0])
 }
 
-// Run is a worker: all its progress is in its fields, and it waits in
-// RecvSafe and AllReduce, which are safe points, so it can be checkpointed
-// or moved whenever it waits.
+// Run is a worker: all its progress is in its fields, and it waits in a
+// Recv with task.Safe and in AllReduce, which are safe points, so it can be
+// checkpointed or moved whenever it waits.
 func (w *SquaresWorker) Run(c *task.Ctx) error {
 	if err := c.JoinComm(&w.C); err != nil { // returns at once after a move
 		return err
 	}
 	for !w.Done {
 		var i int
-		if _, err := c.RecvSafe(c.Parent(), tagNumber, &i); err != nil {
+		if _, err := c.Recv(c.Parent(), tagNumber, &i, task.Safe()); err != nil {
 			return err
 		}
 		if i < 0 {

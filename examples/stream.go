@@ -133,7 +133,7 @@ func (s *Stream) Run(c *task.Ctx) error {
 		s.ByVia = map[string]int{}
 	}
 	for s.Step < s.Moves {
-		if _, err := c.RecvSafe(s.Consumer, tagProgress, nil); err != nil {
+		if _, err := c.Recv(s.Consumer, tagProgress, nil, task.Safe()); err != nil {
 			return err
 		}
 		s.Step++
@@ -173,7 +173,7 @@ func (s *Stream) Run(c *task.Ctx) error {
 		s.ByVia[via]++
 	}
 	var rep StreamReport
-	if _, err := c.RecvSafe(s.Consumer, tagReport, &rep); err != nil {
+	if _, err := c.Recv(s.Consumer, tagReport, &rep, task.Safe()); err != nil {
 		return err
 	}
 	if err := c.Send(s.Consumer, tagFinish, nil); err != nil {
@@ -192,7 +192,7 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 	for p.Next < p.N {
 		for p.Next >= p.Credit {
 			var credit int
-			if _, err := c.RecvSafe(p.To, tagCredit, &credit); err != nil {
+			if _, err := c.Recv(p.To, tagCredit, &credit, task.Safe()); err != nil {
 				return err
 			}
 			p.Credit = max(p.Credit, credit)
@@ -206,7 +206,7 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 		}
 	}
 	// Stay until the consumer is done, so the driver can still move us.
-	_, err := c.RecvSafe(p.To, tagFinish, nil)
+	_, err := c.Recv(p.To, tagFinish, nil, task.Safe())
 	return err
 }
 
@@ -214,14 +214,14 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 // progress to the driver at evenly spaced points.
 func (s *StreamConsumer) Run(c *task.Ctx) error {
 	if s.Producer.IsZero() {
-		if _, err := c.RecvSafe(c.Parent(), tagPeer, &s.Producer); err != nil {
+		if _, err := c.Recv(c.Parent(), tagPeer, &s.Producer, task.Safe()); err != nil {
 			return err
 		}
 		s.Seen = make([]uint64, (s.N+63)/64)
 	}
 	for s.Received < s.N {
 		var n int
-		if _, err := c.RecvSafe(s.Producer, tagData, &n); err != nil {
+		if _, err := c.Recv(s.Producer, tagData, &n, task.Safe()); err != nil {
 			return err
 		}
 		s.Received++
@@ -271,7 +271,7 @@ func (s *StreamConsumer) Run(c *task.Ctx) error {
 		s.Done = true
 	}
 	// Stay until the driver has made its moves.
-	if _, err := c.RecvSafe(c.Parent(), tagFinish, nil); err != nil {
+	if _, err := c.Recv(c.Parent(), tagFinish, nil, task.Safe()); err != nil {
 		return err
 	}
 	return c.Send(s.Producer, tagFinish, nil)

@@ -68,7 +68,7 @@ func (w *Watch) Run(c *task.Ctx) error {
 	}
 	for len(w.Lost) < w.Expect || (w.Expect > 0 && w.Hosts == 0) {
 		var n task.Notice
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &n)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe())
 		if err != nil {
 			return err
 		}
@@ -102,6 +102,6 @@ func (w *Watch) Run(c *task.Ctx) error {
 
 // Run waits for the stop message.
 func (w *WatchWorker) Run(c *task.Ctx) error {
-	_, err := c.RecvSafe(c.Parent(), watchDone, nil)
+	_, err := c.Recv(c.Parent(), watchDone, nil, task.Safe())
 	return err
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // This file holds the collectives MPI programs reach for beyond Barrier,
-// Bcast, AllReduce, CommGather and CommScatter. Each exchanges its data
+// Bcast, AllReduce, Gather and Scatter. Each exchanges its data
 // directly between the members that need it, the messages a hand-written
 // version would send, and is a safe point while it waits (see Comm).
 
@@ -272,11 +272,11 @@ func fold[T any](op func(acc, in []T), acc []T, got []Payload, ranks []int) erro
 	return nil
 }
 
-// CommReduce combines data element-wise across the members with op, in
+// Reduce combines data element-wise across the members with op, in
 // rank order, and leaves the result in root's data (MPI_Reduce); the
 // others' data is left as it was. Every member passes data of the same
 // length. It is a safe point while it waits.
-func CommReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, root int) error {
+func Reduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T, root int) error {
 	if err := m.check("reduce", root); err != nil {
 		return err
 	}

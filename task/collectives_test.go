@@ -112,7 +112,7 @@ func TestCollectivesAgainstSerial(t *testing.T) {
 
 					for _, root := range []int{0, n - 1, n / 2} {
 						data := in(r, 3, 4)
-						if err := CommReduce(c, m, digits, data, root); err != nil {
+						if err := Reduce(c, m, digits, data, root); err != nil {
 							return err
 						}
 						want := in(r, 3, 4)
@@ -205,7 +205,7 @@ func TestCollectivesBadArguments(t *testing.T) {
 			"alltoallv of 1":      func() error { _, err := Alltoallv(c, m, [][]int64{{1}}); return err }(),
 			"reduce-scatter 3/2":  func() error { _, err := ReduceScatter(c, m, Sum[int64], []int64{1, 2, 3}, nil); return err }(),
 			"counts of 1":         func() error { _, err := ReduceScatter(c, m, Sum[int64], []int64{1}, []int{1}); return err }(),
-			"reduce to rank 5":    CommReduce(c, m, Sum[int64], []int64{1}, 5),
+			"reduce to rank 5":    Reduce(c, m, Sum[int64], []int64{1}, 5),
 			"gatherv to rank -3":  func() error { _, err := Gatherv(c, m, []int64{1}, -3); return err }(),
 		} {
 			if err == nil {

@@ -7,7 +7,7 @@ import (
 )
 
 // CommTag is the message tag of communicator traffic: the set-up message
-// SpawnComm sends and every collective's messages. Programs should not
+// Spawn sends with WithComm or Team, and every collective's messages. Programs should not
 // use it for their own messages, and a Recv with AnyTag may take
 // communicator traffic: receive with explicit tags in tasks that use a
 // communicator.
@@ -22,14 +22,16 @@ const NoRank = -1
 const maxReplay = 1024
 
 // Comm is a communicator: a fixed, ordered set of tasks of one job, each
-// knowing its rank (its index in TIDs) and every peer's TID. SpawnComm
-// makes one (the spawner is rank 0, the spawned tasks ranks 1..n in spawn
-// order) and JoinComm hands each spawned task its own copy.
+// knowing its rank (its index in TIDs) and every peer's TID. Spawn with
+// WithComm makes one (the spawner is rank 0, the spawned tasks ranks 1..n
+// in spawn order), Spawn with Team one of the spawned tasks alone, and
+// JoinComm hands each spawned task its own copy; GroupComm makes one of a
+// group's members.
 //
 // A Comm must be an exported field of the task's struct: it is part of the
 // task's state. Its collectives (Barrier, Bcast, SendRecv, AllReduce,
-// CommReduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
-// CommGather, Gatherv, CommScatter, Scatterv, Split, Dup, CartCreate,
+// Reduce, Scan, Exscan, ReduceScatter, Allgather(v), Alltoall(v),
+// Gather, Gatherv, Scatter, Scatterv, Split, Dup, CartCreate,
 // CartSub) and the waits of its non-blocking operations (Wait, Waitall,
 // Waitany) are safe points while they wait, so a task blocked in one can
 // be checkpointed or moved. What a collective has sent
@@ -69,7 +71,7 @@ type Comm struct {
 
 	// ID tells this communicator's messages from those of others with
 	// members in common (Dup, Split and CartCreate give each new one its
-	// own); the communicator SpawnComm makes is 0.
+	// own); the communicator Spawn makes is 0.
 	ID int `msgpack:",omitempty"`
 	// Dims and Periods are the Cartesian topology CartCreate gave it:
 	// the extent of each dimension, row-major (the last varies fastest),
@@ -214,46 +216,15 @@ func (m *Comm) collTag() int {
 // p2pTag is the tag of m's point-to-point messages of tag t.
 func (m *Comm) p2pTag(t int) int { return commP2PBase + m.ID<<15 + t }
 
-// SpawnComm starts n tasks of proto's type, as Spawn does, and makes m a
-// communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
-// spawn order); n may be 0. Each new task gets its copy of the
-// communicator by calling JoinComm; SpawnComm sends each one message, on
-// CommTag, to that end. On error the tasks that did start are killed.
-func (c *Ctx) SpawnComm(m *Comm, proto Task, n int, opts ...SpawnOption) error {
-	if n == 0 { // a communicator of the caller alone
-		*m = Comm{Rank: 0, TIDs: []TID{c.MyTID()}}
-		c.track(m)
-		return nil
+// spawnMembers starts n tasks of proto's type, placed as req says, and
+// sends each the communicator's members: lead followed by the new tasks,
+// which it returns. With n == 0 it returns lead. On error it kills the
+// tasks that did start.
+func (c *Ctx) spawnMembers(lead []TID, proto Task, n int, req SpawnRequest) ([]TID, error) {
+	if n == 0 {
+		return lead, nil
 	}
-	all, err := c.spawnMembers([]TID{c.MyTID()}, proto, n, opts)
-	if err != nil {
-		return fmt.Errorf("spawn communicator: %w", err)
-	}
-	*m = Comm{Rank: 0, TIDs: all}
-	c.track(m)
-	return nil
-}
-
-// SpawnTeam starts n tasks of proto's type, as Spawn does, as a
-// communicator of their own that the caller is not a member of: the new
-// tasks are ranks 0..n-1, in spawn order, and SpawnTeam returns their TIDs
-// by rank. It is the form for a root that starts a job's workers and only
-// watches them (MPI_Comm_spawn's children). Each new task gets its copy of
-// the communicator by calling JoinComm, as under SpawnComm; n must be at
-// least 1, as for Spawn. On error the tasks that did start are killed.
-func (c *Ctx) SpawnTeam(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
-	tids, err := c.spawnMembers(nil, proto, n, opts)
-	if err != nil {
-		return nil, fmt.Errorf("spawn team: %w", err)
-	}
-	return tids, nil
-}
-
-// spawnMembers starts n tasks of proto's type and sends each the
-// communicator's members: lead followed by the new tasks, which it returns.
-// On error it kills the tasks that did start.
-func (c *Ctx) spawnMembers(lead []TID, proto Task, n int, opts []SpawnOption) ([]TID, error) {
-	tids, err := c.Spawn(proto, n, opts...)
+	tids, err := c.spawn(proto, n, req)
 	if err == nil {
 		all := append(lead, tids...)
 		if err = c.Mcast(tids, CommTag, all); err == nil {
@@ -266,8 +237,8 @@ func (c *Ctx) spawnMembers(lead []TID, proto Task, n int, opts []SpawnOption) ([
 	return nil, err
 }
 
-// JoinComm fills m, the communicator field of a task started by SpawnComm
-// or SpawnTeam, with its rank and its peers. It returns at once when m is already set
+// JoinComm fills m, the communicator field of a task started by Spawn
+// with WithComm or Team, with its rank and its peers. It returns at once when m is already set
 // (Run re-entered after a move). While it waits for its spawner's message it
 // is a safe point.
 func (c *Ctx) JoinComm(m *Comm) error {
@@ -465,7 +436,7 @@ func (m *Comm) Bcast(c *Ctx, v any, root int) error {
 		return fmt.Errorf("bcast: no root")
 	}
 	if m.Rank == root {
-		p, err := Encode(v)
+		p, err := Encode(sliceOf(v)) // a pointer to a numeric slice travels raw
 		if err != nil {
 			return fmt.Errorf("bcast: %w", err)
 		}
@@ -590,10 +561,10 @@ func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	return nil
 }
 
-// CommGather collects every member's data at root, concatenated in rank
+// Gather collects every member's data at root, concatenated in rank
 // order: root gets the result, the others nil. It is a safe point while it
 // waits.
-func CommGather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+func Gather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	if err := m.check("gather", root); err != nil {
 		return nil, err
 	}
@@ -634,11 +605,11 @@ func CommGather[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	return out, nil
 }
 
-// CommScatter hands out consecutive, equal chunks of root's data to the
+// Scatter hands out consecutive, equal chunks of root's data to the
 // members in rank order and returns the caller's chunk. Only root's data is
 // read; its length must be a multiple of the size. It is a safe point while
 // it waits.
-func CommScatter[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
+func Scatter[T any](c *Ctx, m *Comm, data []T, root int) ([]T, error) {
 	if err := m.check("scatter", root); err != nil {
 		return nil, err
 	}

@@ -2,14 +2,11 @@ package task
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
-	"slices"
 	"sync/atomic"
-	"time"
 )
 
 // Status describes a received or probed message.
@@ -101,6 +98,9 @@ type SpawnRequest struct {
 	Host string
 	// here asks for the spawning task's own host; Ctx.Spawn resolves it.
 	here bool
+	// comm and team ask Ctx.Spawn for a communicator (WithComm, Team).
+	comm *Comm
+	team bool
 }
 
 // SpawnOption adjusts a spawn.
@@ -115,6 +115,20 @@ func Anywhere() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = ""
 
 // Here places spawned tasks on the spawning task's own host.
 func Here() SpawnOption { return func(r *SpawnRequest) { r.Host, r.here = "", true } }
+
+// WithComm makes *m, which must be a field of the spawning task's struct,
+// a communicator of the caller (rank 0) and the new tasks (ranks 1..n, in
+// spawn order); n may then be 0, for a communicator of the caller alone.
+// Each new task gets its copy of the communicator by calling JoinComm.
+func WithComm(m *Comm) SpawnOption { return func(r *SpawnRequest) { r.comm, r.team = m, false } }
+
+// Team makes the new tasks a communicator of their own that the caller is
+// not a member of (MPI_Comm_spawn's children): ranks 0..n-1 in spawn
+// order, the order of the TIDs Spawn returns. Each gets it by calling
+// JoinComm; its TIDs are the tasks' siblings (pvm_siblings), its Rank the
+// task's index among them. It is the form for a root that starts a job's
+// workers and only watches them.
+func Team() SpawnOption { return func(r *SpawnRequest) { r.comm, r.team = nil, true } }
 
 // Endpoint is what a Ctx needs from the daemon hosting its task. Package
 // daemon implements it; tests may implement it too. Methods taking a
@@ -304,22 +318,48 @@ func (c *Ctx) SetResult(v any) error {
 }
 
 // Spawn starts n tasks of proto's registered type, each with its state
-// initialised from a copy of proto, and returns their TIDs. By default the
+// initialised from a copy of proto (pvm_spawn; proto's fields are what
+// pvm_spawn's argv carries), and returns their TIDs. By default the
 // runtime places them (Anywhere); OnHost names a host, Here picks the
-// caller's. On error it returns
-// the TIDs of the tasks that did start.
+// caller's. WithComm and Team make the new tasks a communicator, with or
+// without the caller; the tasks then call JoinComm. On error Spawn returns
+// the TIDs of the tasks that did start, except with WithComm or Team,
+// where it kills them.
 func (c *Ctx) Spawn(proto Task, n int, opts ...SpawnOption) ([]TID, error) {
-	if n < 1 {
+	var req SpawnRequest
+	for _, o := range opts {
+		o(&req)
+	}
+	if n < 1 && !(n == 0 && req.comm != nil) {
 		return nil, fmt.Errorf("spawn %d tasks: count must be at least 1", n)
 	}
+	if req.comm != nil {
+		tids, err := c.spawnMembers([]TID{c.MyTID()}, proto, n, req)
+		if err != nil {
+			return nil, fmt.Errorf("spawn communicator: %w", err)
+		}
+		*req.comm = Comm{Rank: 0, TIDs: tids}
+		c.track(req.comm)
+		return tids[1:], nil
+	}
+	if req.team {
+		tids, err := c.spawnMembers(nil, proto, n, req)
+		if err != nil {
+			return nil, fmt.Errorf("spawn team: %w", err)
+		}
+		return tids, nil
+	}
+	return c.spawn(proto, n, req)
+}
+
+// spawn starts the tasks req (with its placement options set) asks for.
+func (c *Ctx) spawn(proto Task, n int, req SpawnRequest) ([]TID, error) {
 	typ, state, err := EncodeState(proto)
 	if err != nil {
 		return nil, fmt.Errorf("spawn: %w", err)
 	}
-	req := SpawnRequest{Type: typ, State: state, Count: n}
-	for _, o := range opts {
-		o(&req)
-	}
+	req.Type, req.State, req.Count = typ, state, n
+	req.comm, req.team = nil, false
 	if req.here {
 		req.Host, req.here = c.ep.HostName(), false
 	}
@@ -350,298 +390,6 @@ func (c *Ctx) Kill(tid TID) error {
 func (c *Ctx) Exit(status int) {
 	c.ep.Exit(status)
 	runtime.Goexit()
-}
-
-// MaxTag is the largest message tag; tags travel as 32-bit integers.
-const MaxTag = 1<<31 - 1
-
-func checkTag(tag int) error {
-	if tag < 0 || tag > MaxTag {
-		return fmt.Errorf("tag %d: %w", tag, ErrBadTag)
-	}
-	return nil
-}
-
-// Send sends v to task to with the given tag. v is encoded before Send
-// returns, so the caller may reuse it. Messages from one task to another
-// arrive in the order sent. Send does not tell whether the receiver lives:
-// a message to a task that has exited is dropped and Send returns nil,
-// wherever that task ran (its daemon may learn of the exit only after Send
-// has returned, so no answer could be the same everywhere); use
-// Notify(TaskExit) to learn of exits. Send fails with ErrNoSuchTask only
-// for a TID no task can have (the zero TID, AnyTask, a host not in the
-// virtual machine).
-func (c *Ctx) Send(to TID, tag int, v any) error {
-	return c.SendContext(c.ep.Context(), to, tag, v)
-}
-
-// SendContext is Send with a context: a send that must wait for buffer
-// space gives up when ctx is done.
-func (c *Ctx) SendContext(ctx context.Context, to TID, tag int, v any) error {
-	p, err := sendPayload(to, tag, v, Encode)
-	if err != nil {
-		return err
-	}
-	c.enter()
-	err = c.ep.Send(ctx, to, tag, p)
-	c.leave()
-	if err != nil {
-		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
-	}
-	return nil
-}
-
-// sendPayload checks a send's tag and encodes v for it with encode.
-func sendPayload(to TID, tag int, v any, encode func(any) (Payload, error)) (Payload, error) {
-	if err := checkTag(tag); err != nil {
-		return Payload{}, fmt.Errorf("send to %v: %w", to, err)
-	}
-	p, err := encode(v)
-	if err != nil {
-		return Payload{}, fmt.Errorf("send to %v: %w", to, err)
-	}
-	return p, nil
-}
-
-// InPlaceSender is implemented by endpoints that can hand a payload's bytes
-// to a receiver on their own host without copying them (the daemon's
-// does): SendInPlace delivers p like Endpoint.Send, except that p.Data is
-// the sending task's memory, which a receiver on the endpoint's host gets
-// as it is; for a receiver elsewhere the endpoint copies it.
-type InPlaceSender interface {
-	SendInPlace(ctx context.Context, to TID, tag int, p Payload) error
-}
-
-// SendInPlace is Send for a slice the caller gives up (PVM's
-// PvmDataInPlace, carried through to the receiver). A []byte, or a slice
-// of fixed-size numbers whose memory already has the wire's layout (a
-// little-endian host), is not copied for a receiver on the sender's host:
-// the message's body is the slice's memory, and the receiver's
-// Payload.Int32s (or Decode into *[]byte) returns that memory itself. A
-// receiver on another host, or one the message must wait for while it
-// moves, gets a copy made at the send, exactly as with Send; other values
-// are encoded as Send encodes them.
-//
-// From the call on, the slice belongs to the message and then to its
-// receiver: the sender must not write to it until it knows the receiver
-// is done with it (typically from a message the receiver sent after it
-// had finished with the slice), and must not read it while the receiver
-// may write to it. That holds while the message waits in a mailbox too,
-// where a checkpoint or a move of the receiver reads it. Do not send a
-// slice of the task's exported state this way: the task's own
-// checkpoints read it.
-//
-// Order, delivery, back-pressure and the limits on a message's size are
-// Send's: a message sent in place is counted in its receiver's mailbox by
-// its bytes, as any other.
-func (c *Ctx) SendInPlace(to TID, tag int, v any) error {
-	ips, ok := c.ep.(InPlaceSender)
-	if !ok {
-		return c.Send(to, tag, v)
-	}
-	p, err := sendPayload(to, tag, v, inPlace)
-	if err != nil {
-		return err
-	}
-	c.enter()
-	err = ips.SendInPlace(c.ep.Context(), to, tag, p)
-	c.leave()
-	if err != nil {
-		return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
-	}
-	return nil
-}
-
-// SafeSender is implemented by endpoints whose sends can wait at a safe
-// point (the daemon's does): SendSafe returns sent == false, having sent
-// nothing, when a checkpoint or move of the sender is pending.
-type SafeSender interface {
-	SendSafe(ctx context.Context, to TID, tag int, p Payload) (sent bool, err error)
-}
-
-// SendSafe is Send for a task that may wait long for room in the
-// receiver's mailbox (a receiver on the same host that does not keep up):
-// while it waits it is a safe point, so the task can be moved or
-// checkpointed. Like RecvSafe, it returns ErrSuspended when the task has
-// been checkpointed, the message not sent (Run must return it); the task
-// resumes in Run, so call SendSafe where Run's fields say the task is
-// about to send v. Inside a critical section, or while a receive request
-// is outstanding on a communicator (see Comm.Irecv), it is Send.
-func (c *Ctx) SendSafe(to TID, tag int, v any) error {
-	ss, ok := c.ep.(SafeSender)
-	if !ok || c.critical.Load() > 0 || c.recvPending() {
-		return c.Send(to, tag, v)
-	}
-	p, err := sendPayload(to, tag, v, Encode)
-	if err != nil {
-		return err
-	}
-	for {
-		c.enter()
-		sent, err := ss.SendSafe(c.ep.Context(), to, tag, p)
-		c.leave()
-		if err != nil {
-			return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
-		}
-		if sent {
-			return nil
-		}
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
-	}
-}
-
-// Mcast sends v with the given tag to every task in to but the caller,
-// encoding it once: as pvm_mcast, the caller does not get the message
-// even when it is listed. It fails with ErrNoSuchTask if a receiver does
-// not exist; the others still get the message.
-func (c *Ctx) Mcast(to []TID, tag int, v any) error {
-	if err := checkTag(tag); err != nil {
-		return fmt.Errorf("mcast: %w", err)
-	}
-	p, err := Encode(v)
-	if err != nil {
-		return fmt.Errorf("mcast: %w", err)
-	}
-	if self := c.MyTID(); slices.Contains(to, self) {
-		to = slices.DeleteFunc(slices.Clone(to), func(t TID) bool { return t == self })
-		if len(to) == 0 {
-			return nil
-		}
-	}
-	c.enter()
-	defer c.leave()
-	if err := c.ep.Mcast(c.ep.Context(), to, tag, p); err != nil {
-		return fmt.Errorf("mcast tag %d: %w", tag, err)
-	}
-	return nil
-}
-
-// RecvMsg blocks until a message matching from and tag arrives (AnyTask and
-// AnyTag are wildcards) or ctx is done, and returns it undecoded.
-func (c *Ctx) RecvMsg(ctx context.Context, from TID, tag int) (*Message, error) {
-	// Small enough to be inlined, so that a caller that keeps the message
-	// to itself has it on its stack.
-	m, err := c.recvMsg(ctx, from, tag)
-	if err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
-
-// recvMsg is RecvMsg returning the message itself.
-func (c *Ctx) recvMsg(ctx context.Context, from TID, tag int) (Message, error) {
-	c.enter()
-	m, _, err := c.ep.Recv(ctx, from, tag, true)
-	c.leave()
-	if err != nil {
-		return Message{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
-	}
-	return m, nil
-}
-
-// Recv blocks until a message matching from and tag arrives (AnyTask and
-// AnyTag are wildcards), decodes it into v (a pointer, or nil to discard
-// the body) and reports its source and tag. Messages match in arrival order.
-// A message that cannot be decoded into v is consumed and the error wraps
-// ErrDecode.
-func (c *Ctx) Recv(from TID, tag int, v any) (Status, error) {
-	return c.RecvContext(c.ep.Context(), from, tag, v)
-}
-
-// RecvContext is Recv that gives up when ctx is done, returning ctx's error.
-func (c *Ctx) RecvContext(ctx context.Context, from TID, tag int, v any) (Status, error) {
-	m, err := c.recvMsg(ctx, from, tag)
-	if err != nil {
-		return Status{}, err
-	}
-	return m.Status(), decodeInto(&m, v)
-}
-
-// RecvTimeout is Recv that gives up after d with an error wrapping
-// ErrTimeout.
-func (c *Ctx) RecvTimeout(from TID, tag int, v any, d time.Duration) (Status, error) {
-	ctx, cancel := context.WithTimeout(c.ep.Context(), d)
-	defer cancel()
-	st, err := c.RecvContext(ctx, from, tag, v)
-	if errors.Is(err, context.DeadlineExceeded) {
-		return st, fmt.Errorf("recv from %v tag %d after %v: %w", from, tag, d, ErrTimeout)
-	}
-	return st, err
-}
-
-// RecvSafe is Recv for a task that may wait long: while no message has
-// come it is a safe point, so the task can be moved while it waits. Like
-// SafePoint, it returns ErrSuspended when the task has been checkpointed
-// (Run must return it); the task resumes in Run, so call RecvSafe where
-// Run's fields say the task is waiting. While a receive request is
-// outstanding on a communicator (see Comm.Irecv) it is Recv.
-func (c *Ctx) RecvSafe(from TID, tag int, v any) (Status, error) {
-	if c.recvPending() { // SafePoint would not be one: wait as Recv does
-		return c.Recv(from, tag, v)
-	}
-	for {
-		c.enter()
-		m, ok, err := c.ep.RecvSafe(c.ep.Context(), from, tag)
-		c.leave()
-		if err != nil {
-			return Status{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
-		}
-		if ok {
-			return m.Status(), decodeInto(&m, v)
-		}
-		if err := c.SafePoint(); err != nil {
-			return Status{}, err
-		}
-	}
-}
-
-// TryRecv is a non-blocking Recv: ok is false when no message matches.
-func (c *Ctx) TryRecv(from TID, tag int, v any) (st Status, ok bool, err error) {
-	c.enter()
-	m, ok, err := c.ep.Recv(c.ep.Context(), from, tag, false)
-	c.leave()
-	if err != nil {
-		return Status{}, false, fmt.Errorf("tryrecv from %v tag %d: %w", from, tag, err)
-	}
-	if !ok {
-		return Status{}, false, nil
-	}
-	return m.Status(), true, decodeInto(&m, v)
-}
-
-// TryRecvMsg is a non-blocking RecvMsg: ok is false when no message
-// matches.
-func (c *Ctx) TryRecvMsg(from TID, tag int) (*Message, bool, error) {
-	c.enter()
-	m, ok, err := c.ep.Recv(c.ep.Context(), from, tag, false)
-	c.leave()
-	if err != nil {
-		return nil, false, fmt.Errorf("tryrecv from %v tag %d: %w", from, tag, err)
-	}
-	if !ok {
-		return nil, false, nil
-	}
-	return &m, true, nil
-}
-
-// Probe reports whether a message matching from and tag is waiting, without
-// receiving it.
-func (c *Ctx) Probe(from TID, tag int) (Status, bool) {
-	c.enter()
-	defer c.leave()
-	return c.ep.Probe(from, tag)
-}
-
-func decodeInto(m *Message, v any) error {
-	if v == nil {
-		return nil
-	}
-	if err := m.Decode(v); err != nil {
-		return fmt.Errorf("message from %v tag %d: %w", m.From, m.Tag, err)
-	}
-	return nil
 }
 
 // Notify asks for a message with the given tag when something happens:

@@ -26,32 +26,39 @@
 // is encoded with msgpack, so it must consist of exported, serializable
 // fields.
 //
-// The API follows PVM 3.4, expressed in Go: TIDs identify tasks for their
-// whole life; Send and Recv carry tagged messages, with AnyTask and AnyTag as
-// wildcards; Mcast sends to a list of tasks; groups give instance numbers,
-// barriers, broadcast, reduce, gather and scatter; Notify turns task exits
-// and host changes into messages. Every IPC call is a critical section, so a
-// task is never checkpointed half-way through a communication.
+// The API follows PVM 3.4, expressed in Go, with one call for each thing
+// and options for its variants: TIDs identify tasks for their whole life;
+// Spawn starts tasks (OnHost, Here, and WithComm or Team for a
+// communicator); Send and Recv carry tagged messages, with AnyTask and
+// AnyTag as wildcards, and take options (Safe makes a wait a safe point,
+// InPlace hands a slice over without copying it, Match receives by a
+// predicate, Timeout and WithContext bound a wait); Recv returns the
+// message itself besides decoding it; Mcast sends to a list of tasks, never
+// to the caller; groups give instance numbers, barriers and, through
+// GroupComm, a communicator; Notify turns task exits and host changes into
+// messages. Every IPC call is a critical section, so a task is never
+// checkpointed half-way through a communication.
 //
 // Messages from one task to another arrive in the order they were sent. No
 // order holds between messages from different senders. Send copies the
-// value; SendInPlace hands a slice the sender gives up to a receiver on
-// its host without copying it.
+// value; with InPlace it hands a slice the sender gives up to a receiver
+// on its host without copying it.
 //
 // # Ranks and communicators
 //
-// A parallel program's workers usually form a fixed team. SpawnComm starts
-// them as a communicator (a Comm) with the spawner as rank 0; each worker
-// calls JoinComm on its own Comm field and knows its rank, the team's size
-// and every peer's TID. SpawnTeam starts a team the spawner is not part of
-// (ranks 0..n-1), for a root that only watches its workers. Collectives
-// run on the Comm: Barrier, Bcast, SendRecv, AllReduce, CommReduce, Scan,
-// Exscan, ReduceScatter, Allgather(v), Alltoall(v), CommGather, Gatherv,
-// CommScatter, Scatterv; so do non-blocking Isend and Irecv with their
-// Requests (Wait, Waitall, Waitany, Test). Split, Dup, CartCreate and
-// CartSub make new communicators from a Comm, Cartesian grids with
-// Coords, CartRank and CartShift. Each wait is a safe point (see Comm for
-// the one rule that makes this work).
+// A parallel program's workers usually form a fixed team. Spawn with
+// WithComm starts them as a communicator (a Comm) with the spawner as rank
+// 0; each worker calls JoinComm on its own Comm field and knows its rank,
+// the team's size and every peer's TID. Spawn with Team starts a team the
+// spawner is not part of (ranks 0..n-1), for a root that only watches its
+// workers; GroupComm makes a named group's members one. Collectives run
+// on the Comm, with the communicator first and the root last: Barrier,
+// Bcast, SendRecv, Reduce, AllReduce, Scan, Exscan, ReduceScatter,
+// Allgather(v), Alltoall(v), Gather(v), Scatter(v); so do non-blocking
+// Isend and Irecv with their Requests (Wait, Waitall, Waitany, Test).
+// Split, Dup, CartCreate and CartSub make new communicators from a Comm,
+// Cartesian grids with Coords, CartRank and CartShift. Each wait is a
+// safe point (see Comm for the one rule that makes this work).
 //
 // Group names are scoped to the job: two runs of one program never share a
 // group. A name beginning with VMWide names a group of the whole virtual
@@ -62,27 +69,27 @@
 // Every error the API returns wraps one of these sentinels (test them with
 // errors.Is) or is an *ExitError:
 //
-//   - ErrNoSuchTask: Kill, Migrate, GroupTID, a communicator rank or a root
-//     instance names no task; Send and Mcast only for a TID no task can
-//     have (a message to a task that has exited is dropped, wherever it
-//     ran: use Notify to learn of exits).
+//   - ErrNoSuchTask: Kill, Migrate or a communicator rank names no task;
+//     Send and Mcast only for a TID no task can have (a message to a task
+//     that has exited is dropped, wherever it ran: use Notify to learn of
+//     exits).
 //   - ErrNoSuchHost: OnHost or Migrate names a host not in the machine.
 //   - ErrNoSuchGroup, ErrNotInGroup: group calls on an empty group, or by
 //     a non-member.
-//   - ErrNoComm: a collective on a Comm that SpawnComm or JoinComm has not
-//     filled.
+//   - ErrNoComm: a collective on a Comm that Spawn, JoinComm or GroupComm
+//     has not filled.
 //   - ErrUnknownType: Spawn of a type this binary has not registered.
 //   - ErrBadTID, ErrBadTag: a malformed TID or a tag out of range.
-//   - ErrTimeout: a receive with a timeout found nothing.
+//   - ErrTimeout: a Recv or Send with the Timeout option gave up.
 //   - ErrEncode, ErrDecode: a value that cannot be encoded, a message that
 //     does not decode into the value given.
-//   - ErrSuspended: from SafePoint, RecvSafe, JoinComm and collectives
-//     when the runtime has checkpointed the task to move it; Run must
-//     return it unchanged.
+//   - ErrSuspended: from SafePoint, Recv and Send with Safe, JoinComm and
+//     collectives when the runtime has checkpointed the task to move it;
+//     Run must return it unchanged.
 //   - ErrKilled: the task has been killed; Run should return.
 //   - ErrHalted: the virtual machine is shutting down.
-//   - context errors (context.Canceled, DeadlineExceeded) from the calls
-//     that take a context.
+//   - context errors (context.Canceled, DeadlineExceeded) from calls with
+//     the WithContext option.
 //
 // Package task performs no I/O itself: a Ctx talks to the daemon hosting its
 // task through the Endpoint interface, which package daemon implements.

@@ -9,7 +9,7 @@ import (
 // them with errors.Is.
 var (
 	// ErrNoSuchTask: the addressed task does not exist or has exited
-	// (Kill, Migrate, a group instance or communicator rank that holds no
+	// (Kill, Migrate, a communicator rank that holds no
 	// task), or, for Send and Mcast, the TID is one no task can have.
 	ErrNoSuchTask = errors.New("no such task")
 	// ErrNoSuchHost: the named host is not part of the virtual machine.
@@ -39,7 +39,7 @@ var (
 	// unchanged; the runtime calls Run again on the restored state.
 	ErrSuspended = errors.New("task suspended at a safe point")
 	// ErrNoComm: a collective was called on a communicator that is not
-	// set up (no SpawnComm or JoinComm filled it).
+	// set up (no Spawn, JoinComm or GroupComm filled it).
 	ErrNoComm = errors.New("communicator not set up")
 	// ErrHalted: the virtual machine is shutting down.
 	ErrHalted = errors.New("virtual machine halted")

@@ -40,7 +40,7 @@ func sameMemory(p Payload, s any) bool {
 	return unsafe.Pointer(&p.Data[0]) == v.UnsafePointer() && uintptr(len(p.Data)) == uintptr(v.Len())*v.Type().Elem().Size()
 }
 
-// TestSendInPlace: through an endpoint that can, SendInPlace hands over a
+// TestSendInPlace: through an endpoint that can, Send with InPlace hands over a
 // []byte or numeric slice's memory (on a little-endian host, where that is
 // the wire's form; []int where int has the wire's 8 bytes), and the body
 // decodes to the values sent; other values, and empty slices, are encoded
@@ -63,7 +63,7 @@ func TestSendInPlace(t *testing.T) {
 	rec := &inPlaceRecorder{}
 	c := NewCtx(rec, nil)
 	for _, v := range values {
-		if err := c.SendInPlace(NewTID(1, 2), 3, v); err != nil {
+		if err := c.Send(NewTID(1, 2), 3, v, InPlace()); err != nil {
 			t.Fatalf("%T: %v", v, err)
 		}
 	}
@@ -94,13 +94,13 @@ func TestSendInPlace(t *testing.T) {
 	plain := &sendRecorder{}
 	c = NewCtx(plain, nil)
 	s := []int32{1, 2, 3}
-	if err := c.SendInPlace(NewTID(1, 2), 3, s); err != nil {
+	if err := c.Send(NewTID(1, 2), 3, s, InPlace()); err != nil {
 		t.Fatal(err)
 	}
 	if plain.how[0] != "send" || sameMemory(plain.sent[0], s) {
 		t.Errorf("without InPlaceSender: sent by %s, the slice's memory: %v; want a copy by Send", plain.how[0], sameMemory(plain.sent[0], s))
 	}
-	if err := c.SendInPlace(NewTID(1, 2), -1, s); err == nil {
+	if err := c.Send(NewTID(1, 2), -1, s, InPlace()); err == nil {
 		t.Error("a bad tag was accepted")
 	}
 }

@@ -62,7 +62,7 @@ func (e Encoding) elemSize() int {
 
 // Payload is an encoded message body. Its Data belongs to the payload: the
 // encoder copies the caller's value, so senders may reuse their values
-// (except with Ctx.SendInPlace, whose payload is the value's memory).
+// (except with the InPlace option of Ctx.Send, whose payload is the value's memory).
 type Payload struct {
 	Enc  Encoding
 	Data []byte
@@ -133,10 +133,37 @@ func Encode(v any) (Payload, error) {
 	return Payload{EncMsgpack, bytes.Clone(pe.buf.Bytes())}, nil
 }
 
+// sliceOf returns the slice v points to when v is a pointer to a slice
+// that Encode carries raw, and v itself otherwise: a value passed by
+// pointer (Comm.Bcast's) then travels as fast as the slice would.
+func sliceOf(v any) any {
+	switch x := v.(type) {
+	case *[]byte:
+		return *x
+	case *[]float64:
+		return *x
+	case *[]float32:
+		return *x
+	case *[]int64:
+		return *x
+	case *[]int32:
+		return *x
+	case *[]int:
+		return *x
+	case *[]uint64:
+		return *x
+	case *[]uint32:
+		return *x
+	case *[]complex128:
+		return *x
+	}
+	return v
+}
+
 // inPlace is Encode without the copy where the value's memory is already
 // the wire's form: a []byte, or a slice of fixed-size numbers on a
 // little-endian host whose elements have the wire's size. The payload's
-// bytes are then the value's memory (see Ctx.SendInPlace).
+// bytes are then the value's memory (see InPlace).
 func inPlace(v any) (Payload, error) {
 	switch x := v.(type) {
 	case []byte:

@@ -3,6 +3,7 @@ package task
 import (
 	"flag"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"sync"
@@ -120,6 +121,24 @@ type Program struct {
 	// called after fs has been parsed (with the positional arguments that
 	// remain), builds the root task. It reports bad values as errors.
 	Setup func(fs *flag.FlagSet) func(args []string) (Task, error)
+}
+
+// Task builds the program's root task from its command-line arguments, as
+// `dpvm run NAME args...` does. It is pvm_spawn's argv for a task that
+// starts a program: c.Spawn(proto, n) with the task it returns starts n
+// copies of the program's root, each with the fields its flags set.
+func (p Program) Task(args ...string) (Task, error) {
+	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	build := p.Setup(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("program %s: %w", p.Name, err)
+	}
+	t, err := build(fs.Args())
+	if err != nil {
+		return nil, fmt.Errorf("program %s: %w", p.Name, err)
+	}
+	return t, nil
 }
 
 var programs = struct {

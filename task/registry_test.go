@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -83,6 +84,13 @@ func TestPrograms(t *testing.T) {
 	root, err := build(fs.Args())
 	if err != nil || root.(*regState).N != 5 {
 		t.Fatalf("built %+v, %v", root, err)
+	}
+	// Program.Task: the program's flags as a spawned task's argv.
+	if root, err := p.Task("-n", "7"); err != nil || root.(*regState).N != 7 {
+		t.Fatalf("Task(-n 7) = %+v, %v", root, err)
+	}
+	if _, err := p.Task("-nope"); err == nil || !strings.Contains(err.Error(), "task-test-prog") {
+		t.Errorf("Task with an unknown flag: %v", err)
 	}
 	if !slices.ContainsFunc(Programs(), func(p Program) bool { return p.Name == "task-test-prog" }) {
 		t.Error("Programs() lacks the program")

@@ -44,8 +44,8 @@ func (m *Comm) Split(c *Ctx, color, key int, out *Comm) error {
 			mine = append(mine, member{k, r})
 		}
 	}
-	if id > maxCommID {
-		return fmt.Errorf("split: more than %d communicators in use", maxCommID)
+	if id >= groupSetupID {
+		return fmt.Errorf("split: more than %d communicators in use", groupSetupID-1)
 	}
 	if color == NoColor {
 		*out = Comm{}

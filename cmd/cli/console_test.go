@@ -209,7 +209,7 @@ func TestConsoleSession(t *testing.T) {
 	}
 
 	// A task type on a chosen host, flags after the type: it runs until
-	// killed.
+	// killed. The two pongs are one job, pongs[0] its root.
 	pongs := spawned(t, tc.ok("spawn examples.pong -n 2 --host h2"), 2)
 	running := tc.ok("ps")
 	for _, p := range pongs {
@@ -229,11 +229,11 @@ func TestConsoleSession(t *testing.T) {
 	tc.bad(`spawn examples.pi.worker '{"Nope":1}'`, `unknown field "Nope"`)
 	tc.bad("spawn nosuchtype", "spawn: ")
 
-	// kill
-	tc.ok("kill " + pongs[0].String())
+	// kill: the pong that is not its job's root, so the job runs on.
+	tc.ok("kill " + pongs[1].String())
 	tc.waitFor("the killed pong to be listed as killed", func() bool {
 		ts := tc.tasks()
-		return ts[pongs[0]].State == daemon.Killed && ts[pongs[1]].State == daemon.Running
+		return ts[pongs[1]].State == daemon.Killed && ts[pongs[0]].State == daemon.Running && ts[pongs[0]].Job == ts[pongs[1]].Job
 	})
 	tc.bad("kill t9:9 nonsense", "kill: ")
 
@@ -243,14 +243,14 @@ func TestConsoleSession(t *testing.T) {
 	tc.bad(`spawn "hello`, "unterminated quote")
 	tc.bad("kill", "kill: no TID given")
 	tc.bad("help nosuch", `help: unknown command "nosuch"`)
-	tc.bad("migrate "+pongs[1].String(), "migrate: no destination: give --to HOST")
-	tc.bad("migrate "+pongs[1].String()+" --to h1 --via carrier-pigeon", `migration mode "carrier-pigeon": want direct or indirect`)
-	// A pong waits in RecvSafe, a safe point: it moves.
-	if out := tc.ok("migrate " + pongs[1].String() + " --to h1"); !strings.Contains(out, "migrated "+pongs[1].String()+" from h2 to h1 direct") {
+	tc.bad("migrate "+pongs[0].String(), "migrate: no destination: give --to HOST")
+	tc.bad("migrate "+pongs[0].String()+" --to h1 --via carrier-pigeon", `migration mode "carrier-pigeon": want direct or indirect`)
+	// A pong waits in a Recv with task.Safe, a safe point: it moves.
+	if out := tc.ok("migrate " + pongs[0].String() + " --to h1"); !strings.Contains(out, "migrated "+pongs[0].String()+" from h2 to h1 direct") {
 		t.Fatalf("migrate: %q", out)
 	}
 	tc.waitFor("ps shows the moved pong on h1", func() bool {
-		return tc.tasks()[pongs[1]].Host == "h1"
+		return tc.tasks()[pongs[0]].Host == "h1"
 	})
 	if out, errOut, leave := tc.do("  # only a comment"); out != "" || errOut != "" || leave {
 		t.Fatalf("comment: %q %q %v", out, errOut, leave)

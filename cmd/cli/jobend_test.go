@@ -54,10 +54,10 @@ func (r *jobEndRoot) Run(c *task.Ctx) error {
 
 func (ch *jobEndChild) Run(c *task.Ctx) error {
 	if ch.Mode == "stay" {
-		_, err := c.RecvSafe(c.Parent(), 2, nil)
+		_, err := c.Recv(c.Parent(), 2, nil, task.Safe())
 		return err
 	}
-	if _, err := c.RecvSafe(c.Parent(), 1, nil); err != nil {
+	if _, err := c.Recv(c.Parent(), 1, nil, task.Safe()); err != nil {
 		return err
 	}
 	if ch.Mode == "fail" {

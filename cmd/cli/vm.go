@@ -530,9 +530,11 @@ func spawnControl() controlCommand {
 				"registered task type (its initial state may follow as a JSON object of its fields).\n" +
 				"  dpvm spawn hello -- -n 8\n" +
 				"  dpvm spawn examples.pi.worker -n 2 --host h2 '{\"Lo\":0,\"Hi\":1000}'\n" +
+				"-n N starts N tasks as one job, as PVM's console 'spawn -N' does: the first is\n" +
+				"the job's root, and the tasks share the job's groups.\n" +
 				"Tasks' output is printed by the master daemon.",
 			Flags: []cli.Flag{jsonFlag(),
-				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks"},
+				&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of tasks, started as one job"},
 				&cli.IntFlag{Name: "min", Usage: "a parallel job mapped with Dynamic-SED: at least this many tasks (with --max)"},
 				&cli.IntFlag{Name: "max", Usage: "a parallel job mapped with Dynamic-SED: at most this many tasks (0: no bound)"},
 				&cli.StringFlag{Name: "host", Usage: "host to start them on (default: the master's placement)"},
@@ -555,7 +557,7 @@ func spawnControl() controlCommand {
 				if opts, err = jobOptions(c); err != nil {
 					return cli.Exit("spawn: "+err.Error(), 2)
 				}
-				tids, err = cl.SpawnRoots(ctx, typ, state, c.Int("count"), c.String("host"), opts)
+				tids, err = cl.SpawnOneJob(ctx, typ, state, c.Int("count"), c.String("host"), opts)
 			}
 			if len(tids) > 0 || err == nil {
 				if c.Bool("json") {

@@ -582,7 +582,7 @@ func (b *migBench) spawnHolder(ctx context.Context, n int, seed uint64) (task.TI
 			return fmt.Errorf("start the task: %w", err)
 		}
 		holder = tids[0]
-		if _, err := c.RecvContext(ctx, holder, tagHolderReady, nil); err != nil {
+		if _, err := c.Recv(holder, tagHolderReady, nil, task.WithContext(ctx)); err != nil {
 			return fmt.Errorf("wait for the task to fill its state: %w", err)
 		}
 		return nil
@@ -594,14 +594,14 @@ func (b *migBench) spawnHolder(ctx context.Context, n int, seed uint64) (task.TI
 // stops it.
 func (b *migBench) verify(ctx context.Context, holder task.TID, n int) error {
 	return b.do(ctx, func(c *task.Ctx) error {
-		if err := c.SendContext(ctx, holder, tagHolderVerify, nil); err != nil {
+		if err := c.Send(holder, tagHolderVerify, nil, task.WithContext(ctx)); err != nil {
 			return err
 		}
 		var got holderCheck
-		if _, err := c.RecvContext(ctx, holder, tagHolderChecked, &got); err != nil {
+		if _, err := c.Recv(holder, tagHolderChecked, &got, task.WithContext(ctx)); err != nil {
 			return fmt.Errorf("verify the state: %w", err)
 		}
-		if err := c.SendContext(ctx, holder, tagHolderStop, nil); err != nil {
+		if err := c.Send(holder, tagHolderStop, nil, task.WithContext(ctx)); err != nil {
 			return err
 		}
 		if got.Len != n || got.Bad != 0 {
@@ -650,7 +650,7 @@ func (d *migDriver) Run(c *task.Ctx) error {
 }
 
 // migHolder is the task that migrates: it fills Data with N elements of
-// its seeded pattern, then waits in RecvSafe (so it can be moved at any
+// its seeded pattern, then waits in a Recv with task.Safe (so it can be moved at any
 // time) for its parent to ask it to check the state or to stop.
 type migHolder struct {
 	Seed   uint64
@@ -678,7 +678,7 @@ func (h *migHolder) Run(c *task.Ctx) error {
 		}
 	}
 	for {
-		st, err := c.RecvSafe(c.Parent(), task.AnyTag, nil)
+		st, err := c.Recv(c.Parent(), task.AnyTag, nil, task.Safe())
 		if err != nil {
 			return err
 		}

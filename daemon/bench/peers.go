@@ -205,7 +205,7 @@ func (p *TaskPair) spawnHello(ctx context.Context, n int) (time.Duration, error)
 			return err
 		}
 		for range n {
-			if _, err := c.RecvContext(ctx, task.AnyTask, tagExited, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, tagExited, nil, task.WithContext(ctx)); err != nil {
 				return err
 			}
 		}
@@ -225,12 +225,11 @@ func (h *waitHelloTask) Run(c *task.Ctx) error {
 	return err
 }
 
-// Tags of the collectives (beyond those of tasks.go).
+// Tags of the collectives (beyond those of tasks.go); the next
+// operation, the timed broadcast and the reduction travel on the group's
+// communicator.
 const (
-	tagCollCtl   = 20 // root → members (bcast): the next operation
-	tagCollBc    = 21 // root → members (bcast): the timed broadcast's payload
 	tagCollBcAck = 22 // member → root: the broadcast arrived
-	tagCollRed   = 23 // the reduction
 	tagCollJoin  = 24 // member → root: joined
 	tagBye       = 25 // root → hello task: exit
 	tagExited    = 26 // notification: a hello task exited
@@ -255,6 +254,7 @@ func init() {
 type memberTask struct {
 	Group string
 	Size  int
+	C     task.Comm // the group as a communicator
 }
 
 func (m *memberTask) Run(c *task.Ctx) error {
@@ -265,9 +265,12 @@ func (m *memberTask) Run(c *task.Ctx) error {
 	if err := c.Send(c.Parent(), tagCollJoin, inst); err != nil {
 		return err
 	}
+	if err := c.GroupComm(m.Group, m.Size, &m.C); err != nil {
+		return err
+	}
 	for iter := 0; ; iter++ {
 		var op int
-		if _, err := c.Recv(c.Parent(), tagCollCtl, &op); err != nil {
+		if err := m.C.Bcast(c, &op, 0); err != nil {
 			return err
 		}
 		if op == opStop {
@@ -276,7 +279,7 @@ func (m *memberTask) Run(c *task.Ctx) error {
 		if err := c.Barrier(m.Group, m.Size); err != nil {
 			return err
 		}
-		if err := collOp(c, op, inst, m.Group, m.Size, iter); err != nil {
+		if err := collOp(c, &m.C, op, iter); err != nil {
 			return err
 		}
 	}
@@ -291,42 +294,46 @@ func collPayload(iter int) []byte {
 	return b
 }
 
-// collOp carries out one operation as instance inst (0 is the root).
-func collOp(c *task.Ctx, op, inst int, group string, size, iter int) error {
+// collOp carries out one operation as rank m.Rank of the group's
+// communicator (0 is the root).
+func collOp(c *task.Ctx, m *task.Comm, op, iter int) error {
 	switch op {
 	case opBarrier:
-		return c.Barrier(group, size)
+		return c.Barrier(collGroup(m), m.Size())
 	case opBcast:
-		if inst == 0 {
-			if err := c.Bcast(group, tagCollBc, collPayload(iter)); err != nil {
-				return err
-			}
-			for range size - 1 {
+		b := collPayload(iter)
+		if err := m.Bcast(c, &b, 0); err != nil {
+			return err
+		}
+		if m.Rank == 0 {
+			for range m.Size() - 1 {
 				if _, err := c.Recv(task.AnyTask, tagCollBcAck, nil); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
-		m, err := c.RecvMsg(c.Context(), c.Parent(), tagCollBc)
-		if err != nil {
-			return err
-		}
-		if string(m.Data) != string(collPayload(iter)) {
+		if string(b) != string(collPayload(iter)) {
 			return fmt.Errorf("broadcast %d: %w", iter, ErrEcho)
 		}
-		return c.Send(c.Parent(), tagCollBcAck, nil)
+		return c.Send(m.TID(0), tagCollBcAck, nil)
 	case opReduce:
-		x := []float64{float64(inst + 1)}
-		if err := task.Reduce(c, task.Sum[float64], x, group, tagCollRed, 0); err != nil {
+		x := []float64{float64(m.Rank + 1)}
+		if err := task.Reduce(c, m, task.Sum[float64], x, 0); err != nil {
 			return err
 		}
-		if inst == 0 && x[0] != float64(size*(size+1)/2) {
+		if size := m.Size(); m.Rank == 0 && x[0] != float64(size*(size+1)/2) {
 			return fmt.Errorf("reduction gave %v, want %d: %w", x[0], size*(size+1)/2, ErrEcho)
 		}
 		return nil
 	}
 	return fmt.Errorf("%w: collective operation %d", ErrOptions, op)
+}
+
+// collGroup is the name of the collectives' group: the root's TID makes it
+// the pair's own.
+func collGroup(m *task.Comm) string {
+	return "dpvm.bench.coll." + m.TID(0).String()
 }
 
 // peerColl times the barrier, the broadcast of 8 bytes until every member
@@ -340,6 +347,7 @@ func peerColl(ctx context.Context, p *TaskPair, l *PeerLine, scale float64) erro
 	iters := make([]int, 3)
 	err := p.do(ctx, func(ctx context.Context, c *task.Ctx, _ task.TID) error {
 		group := "dpvm.bench.coll." + c.MyTID().String()
+		var m task.Comm
 		inst, err := c.Join(group)
 		if err != nil {
 			return err
@@ -351,23 +359,26 @@ func peerColl(ctx context.Context, p *TaskPair, l *PeerLine, scale float64) erro
 			return err
 		}
 		for range peerGroupSize - 1 {
-			if _, err := c.RecvContext(ctx, task.AnyTask, tagCollJoin, nil); err != nil {
+			if _, err := c.Recv(task.AnyTask, tagCollJoin, nil, task.WithContext(ctx)); err != nil {
 				return err
 			}
+		}
+		if err := c.GroupComm(group, peerGroupSize, &m); err != nil {
+			return err
 		}
 		iter := 0
 		for op := opBarrier; op <= opReduce; op++ {
 			var ds []time.Duration
 			start := time.Now()
 			for range maxit {
-				if err := c.Bcast(group, tagCollCtl, op); err != nil {
+				if err := m.Bcast(c, &op, 0); err != nil {
 					return err
 				}
 				if err := c.Barrier(group, peerGroupSize); err != nil {
 					return err
 				}
 				t0 := time.Now()
-				if err := collOp(c, op, 0, group, peerGroupSize, iter); err != nil {
+				if err := collOp(c, &m, op, iter); err != nil {
 					return fmt.Errorf("operation %d: %w", op, err)
 				}
 				t1 := time.Now()
@@ -382,7 +393,8 @@ func peerColl(ctx context.Context, p *TaskPair, l *PeerLine, scale float64) erro
 			}
 			us[op-1], iters[op-1] = micros(Median(ds)), len(ds)
 		}
-		if err := c.Bcast(group, tagCollCtl, opStop); err != nil {
+		stop := opStop
+		if err := m.Bcast(c, &stop, 0); err != nil {
 			return err
 		}
 		return c.Leave(group)

@@ -364,7 +364,7 @@ func (t *scaleIdle) Run(c *task.Ctx) error {
 		}
 	}
 	for {
-		if _, err := c.RecvSafe(task.AnyTask, task.AnyTag, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe()); err != nil {
 			return err
 		}
 	}

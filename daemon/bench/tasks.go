@@ -94,7 +94,7 @@ func (e *echoTask) Run(c *task.Ctx) error {
 	ctx := c.Context()
 	window, count := 0, 0
 	for {
-		m, err := c.RecvMsg(ctx, c.Parent(), task.AnyTag)
+		m, err := c.Recv(c.Parent(), task.AnyTag, nil, task.WithContext(ctx))
 		if err != nil {
 			return err
 		}
@@ -240,10 +240,10 @@ func (p *TaskPair) RoundTrips(ctx context.Context, size, n int, maxTime time.Dur
 		for i := range n {
 			stamp(out, i)
 			t0 := time.Now()
-			if err := c.SendContext(ctx, echo, tagPing, out); err != nil {
+			if err := c.Send(echo, tagPing, out, task.WithContext(ctx)); err != nil {
 				return err
 			}
-			m, err := c.RecvMsg(ctx, echo, tagPong)
+			m, err := c.Recv(echo, tagPong, nil, task.WithContext(ctx))
 			t1 := time.Now()
 			if err != nil {
 				return err
@@ -273,7 +273,7 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 	}
 	var st Stream
 	err := p.do(ctx, func(ctx context.Context, c *task.Ctx, echo task.TID) error {
-		if err := c.SendContext(ctx, echo, tagRateStart, window); err != nil {
+		if err := c.Send(echo, tagRateStart, window, task.WithContext(ctx)); err != nil {
 			return err
 		}
 		// The body is boxed once: a []byte converted to an interface at
@@ -282,13 +282,13 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 		t0 := time.Now()
 		sent := 0
 		for sent < n {
-			if err := c.SendContext(ctx, echo, tagRate, msg); err != nil {
+			if err := c.Send(echo, tagRate, msg, task.WithContext(ctx)); err != nil {
 				return err
 			}
 			sent++
 			if sent%window == 0 && sent >= 2*window {
 				var got int
-				if _, err := c.RecvContext(ctx, echo, tagRateAck, &got); err != nil {
+				if _, err := c.Recv(echo, tagRateAck, &got, task.WithContext(ctx)); err != nil {
 					return err
 				}
 				if got != sent-window {
@@ -299,11 +299,11 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 				break
 			}
 		}
-		if err := c.SendContext(ctx, echo, tagRateEnd, sent); err != nil {
+		if err := c.Send(echo, tagRateEnd, sent, task.WithContext(ctx)); err != nil {
 			return err
 		}
 		var got int
-		if _, err := c.RecvContext(ctx, echo, tagRateFin, &got); err != nil {
+		if _, err := c.Recv(echo, tagRateFin, &got, task.WithContext(ctx)); err != nil {
 			return err
 		}
 		st = Stream{Messages: sent, Elapsed: time.Since(t0)}
@@ -351,7 +351,7 @@ func awaitHellos(ctx context.Context, c *task.Ctx, tids []task.TID) error {
 		want[t] = true
 	}
 	for range tids {
-		st, err := c.RecvContext(ctx, task.AnyTask, tagHello, nil)
+		st, err := c.Recv(task.AnyTask, tagHello, nil, task.WithContext(ctx))
 		if err != nil {
 			return err
 		}
@@ -389,7 +389,7 @@ func (p *TaskPair) Barrier(ctx context.Context, tasks, warm, rounds int) (time.D
 		var means []time.Duration
 		for range tasks {
 			var ns int64
-			if _, err := c.RecvContext(ctx, task.AnyTask, tagBarrier, &ns); err != nil {
+			if _, err := c.Recv(task.AnyTask, tagBarrier, &ns, task.WithContext(ctx)); err != nil {
 				return err
 			}
 			means = append(means, time.Duration(ns)/time.Duration(rounds))

@@ -30,7 +30,7 @@ type waiter struct{ Got int }
 func init() { task.Register("status.test.waiter", &waiter{}) }
 
 func (w *waiter) Run(c *task.Ctx) error {
-	_, err := c.RecvSafe(task.AnyTask, task.AnyTag, &w.Got)
+	_, err := c.Recv(task.AnyTask, task.AnyTag, &w.Got, task.Safe())
 	return err
 }
 

@@ -19,7 +19,7 @@ type comm interface {
 	send(to, tag int, v any) error
 	// sendInPlace delivers v, a slice the caller gives up, to rank to:
 	// a receiver on the sender's host may get the slice's memory itself
-	// (task.Ctx.SendInPlace), so the sender must not write to it until
+	// (task.InPlace), so the sender must not write to it until
 	// the receiver has said, by a later message, that it is done with it.
 	sendInPlace(to, tag int, v any) error
 	// recv receives the next message with tag from rank from into v.
@@ -82,7 +82,7 @@ func (t *taskComm) send(to, tag int, v any) error {
 	return t.c.Send(t.peers[to], tag, v)
 }
 func (t *taskComm) sendInPlace(to, tag int, v any) error {
-	return t.c.SendInPlace(t.peers[to], tag, v)
+	return t.c.Send(t.peers[to], tag, v, task.InPlace())
 }
 func (t *taskComm) recv(from, tag int, v any) error {
 	p, err := t.recvPayload(from, tag)
@@ -95,9 +95,9 @@ func (t *taskComm) recv(from, tag int, v any) error {
 	return nil
 }
 func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
-	m, err := t.poll(from, tag)
-	if m == nil && err == nil {
-		m, err = t.c.RecvMsg(t.c.Context(), t.peers[from], tag)
+	m, ok, err := t.poll(from, tag)
+	if !ok && err == nil {
+		m, err = t.c.Recv(t.peers[from], tag, nil)
 	}
 	if err != nil {
 		return task.Payload{}, err
@@ -109,26 +109,26 @@ func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
 // before the caller blocks: a task that blocks is parked, and waking it
 // takes the runtime tens of microseconds (another thread must be woken
 // to run it), where a kernel's collectives wait for a partner that is
-// usually microseconds away. It returns nil, and no error, when nothing
-// came.
-func (t *taskComm) poll(from, tag int) (*task.Message, error) {
+// usually microseconds away. It returns ok == false, and no error, when
+// nothing came.
+func (t *taskComm) poll(from, tag int) (task.Message, bool, error) {
 	if !t.oneHost {
-		return nil, nil
+		return task.Message{}, false, nil
 	}
 	budget := t.spin.budget()
 	if budget == 0 {
-		return nil, nil
+		return task.Message{}, false, nil
 	}
 	start := time.Now()
 	for {
-		m, ok, err := t.c.TryRecvMsg(t.peers[from], tag)
+		m, ok, err := t.c.TryRecv(t.peers[from], tag, nil)
 		if err != nil || ok {
 			t.spin.record(true)
-			return m, err
+			return m, ok, err
 		}
 		if time.Since(start) > budget {
 			t.spin.record(false)
-			return nil, nil
+			return task.Message{}, false, nil
 		}
 		osYield()
 	}

@@ -7,7 +7,7 @@
 // iteration and resumed elsewhere with the same result; arrays that are
 // derived (the CG matrix, MG's right-hand side, the IS keys, FT's
 // evolution factors) are rebuilt on resume. A Root task spawns np workers as a
-// communicator of their own (task.Ctx.SpawnTeam), relays rank 0's progress
+// communicator of their own (task.Ctx.Spawn with task.Team), relays rank 0's progress
 // and prints the report; each worker joins the communicator once (its
 // rank and its peers' TIDs), then talks through Send and Recv.
 //

@@ -9,8 +9,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -91,7 +89,7 @@ func (r *Root) Run(c *task.Ctx) error {
 			return err
 		}
 		proto.place().Iters = r.Iterations
-		tids, err := c.SpawnTeam(proto, r.NP) // ranks 0..NP-1; the root is not one
+		tids, err := c.Spawn(proto, r.NP, task.Team()) // ranks 0..NP-1; the root is not one
 		if err == nil {
 			err = c.Notify(task.TaskExit, tagExit, tids...)
 		}
@@ -101,15 +99,11 @@ func (r *Root) Run(c *task.Ctx) error {
 		r.Workers = tids
 	}
 	for {
-		// The root waits for its workers at a safe point, so that a job
-		// checkpoint or a move finds it ready; each message comes raw and
-		// is decoded by its tag.
-		var m rawMsg
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &m.data)
+		m, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe()) // a safe point while it waits
 		if err != nil {
 			return err
 		}
-		switch st.Tag {
+		switch m.Tag {
 		case tagProgress:
 			var p Progress
 			if err := m.Decode(&p); err == nil && r.Lines {
@@ -262,10 +256,3 @@ func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts 
 	}
 	return sink.report, nil
 }
-
-// rawMsg is a message to the root as it came, in msgpack, decoded once
-// its tag is known.
-type rawMsg struct{ data msgpack.RawMessage }
-
-// Decode decodes the message into v.
-func (m *rawMsg) Decode(v any) error { return task.UnmarshalMsgpack(m.data, v) }

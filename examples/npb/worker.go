@@ -10,7 +10,7 @@ import (
 
 // Place is a worker's position in its run, common to every kernel: its
 // class and its communicator (its rank and its peers). The root task
-// spawns the workers as a team (task.Ctx.SpawnTeam); each joins it once.
+// spawns the workers as a team (task.Ctx.Spawn with task.Team); each joins it once.
 type Place struct {
 	Class string
 	NP    int

@@ -13,12 +13,13 @@ import (
 // gexample.c reads the matrix dimension and the number of tasks from its
 // standard input when started from a shell, and uses 100 and 10 when
 // started from the console; dpvm tasks have no standard input, so the
-// port takes them as flags with those defaults. pvm_freezegroup becomes a
-// barrier of nproc members (both wait until nproc tasks have joined), and
-// instance 0 waits for the others to exit before it returns (its job
-// would wait for them too, as PVM's tasks outlive their parent).
+// port takes them as flags with those defaults. pvm_freezegroup becomes
+// GroupComm with nproc members (both wait until nproc tasks have joined),
+// whose communicator carries pvm_reduce's reductions, and instance 0
+// waits for the others to exit before it returns (its job would wait for
+// them too, as PVM's tasks outlive their parent).
 // The SPMD start (`spawn -N gexample`, the group of siblings) is left
-// out: dpvm has no sibling list.
+// out: instance 0 is the task that spawns the others.
 
 // GExample is a task of pvm.gexample: instance 0 of the group "matrix"
 // (the root) spawns the others, which are GExample tasks too.
@@ -30,15 +31,15 @@ type GExample struct {
 	Children  []task.TID // instance 0: the tasks it spawned
 	Told      bool       // instance 0: nproc and dimension multicast
 	Computed  bool       // reductions, results and barrier done
+	M         task.Comm  // the group "matrix" as a communicator, in instance order
 	Exited    int        // instance 0: children's exits received
 }
 
-// Tags and the group of gexample.c; gexampleExitTag is the port's.
+// Tags and the group of gexample.c (its reductions' tags are the
+// communicator's); gexampleExitTag is the port's.
 const (
 	gexampleGroup   = "matrix"
 	gexampleInitTag = 1000
-	gexampleSumTag  = gexampleInitTag + 1
-	gexampleProdTag = gexampleSumTag + 1
 	gexampleExitTag = 1100
 )
 
@@ -111,7 +112,7 @@ func (g *GExample) Run(c *task.Ctx) error {
 	}
 	if g.Inst != 0 && g.NProc == 0 {
 		var in gexampleInit
-		if _, err := c.RecvSafe(task.AnyTask, gexampleInitTag, &in); err != nil {
+		if _, err := c.Recv(task.AnyTask, gexampleInitTag, &in, task.Safe()); err != nil {
 			return err
 		}
 		g.NProc, g.Dimension = in.NProc, in.Dimension
@@ -123,7 +124,7 @@ func (g *GExample) Run(c *task.Ctx) error {
 		g.Computed = true
 	}
 	for g.Inst == 0 && g.Exited < len(g.Children) {
-		if _, err := c.RecvSafe(task.AnyTask, gexampleExitTag, nil); err != nil {
+		if _, err := c.Recv(task.AnyTask, gexampleExitTag, nil, task.Safe()); err != nil {
 			return err
 		}
 		g.Exited++
@@ -131,12 +132,13 @@ func (g *GExample) Run(c *task.Ctx) error {
 	return nil
 }
 
-// compute is gexample.c from pvm_freezegroup to pvm_lvgroup: no safe
-// point inside, so a checkpoint finds the task before or after it.
+// compute is gexample.c from pvm_freezegroup to pvm_lvgroup. Its only
+// safe points are the reductions' waits: Run re-entered there computes
+// the same blocks again, and the reductions carry on (see task.Comm).
 func (g *GExample) compute(c *task.Ctx) error {
 	// pvm_freezegroup(MATRIXGROUP, nproc): wait until nproc tasks have
-	// joined.
-	if err := c.Barrier(gexampleGroup, g.NProc); err != nil {
+	// joined; their communicator serves pvm_reduce.
+	if err := c.GroupComm(gexampleGroup, g.NProc, &g.M); err != nil {
 		return err
 	}
 	// Map matrix rows to processors.
@@ -173,11 +175,11 @@ func (g *GExample) compute(c *task.Ctx) error {
 			colprod[j] *= float64(gexampleAbs(int(itemp)))
 		}
 	}
-	if err := task.Reduce(c, task.Sum, colsum, gexampleGroup, gexampleSumTag, 0); err != nil {
+	if err := task.Reduce(c, &g.M, task.Sum, colsum, 0); err != nil {
 		c.Printf("pvm_reduce had an error: %v", err)
 		return err
 	}
-	if err := task.Reduce(c, calcprod, colprod, gexampleGroup, gexampleProdTag, 0); err != nil {
+	if err := task.Reduce(c, &g.M, calcprod, colprod, 0); err != nil {
 		return err
 	}
 	if g.Inst == 0 {

@@ -50,7 +50,7 @@ func (h *Hello) Run(c *task.Ctx) error {
 		h.Other = tids[0]
 	}
 	var buf string
-	st, err := c.RecvSafe(task.AnyTask, task.AnyTag, &buf)
+	st, err := c.Recv(task.AnyTask, task.AnyTag, &buf, task.Safe())
 	if err != nil {
 		return err
 	}

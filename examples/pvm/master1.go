@@ -101,7 +101,7 @@ func (m *Master1) Run(c *task.Ctx) error {
 	}
 	for m.Got < m.NProc {
 		var r Master1Result
-		if _, err := c.RecvSafe(task.AnyTask, master1ResultTag, &r); err != nil {
+		if _, err := c.Recv(task.AnyTask, master1ResultTag, &r, task.Safe()); err != nil {
 			return err
 		}
 		if r.Who < 0 || r.Who >= m.NProc {
@@ -123,7 +123,7 @@ func (m *Master1) Run(c *task.Ctx) error {
 func (s *Slave1) Run(c *task.Ctx) error {
 	if s.Init == nil {
 		var d Master1Data
-		if _, err := c.RecvSafe(task.AnyTask, master1DataTag, &d); err != nil {
+		if _, err := c.Recv(task.AnyTask, master1DataTag, &d, task.Safe()); err != nil {
 			return err
 		}
 		me := slices.Index(d.TIDs, c.MyTID())
@@ -145,7 +145,7 @@ func (s *Slave1) Run(c *task.Ctx) error {
 		s.Sent = true
 	}
 	if !s.Recvd {
-		if _, err := c.RecvSafe(task.AnyTask, master1RingTag, &s.PSum); err != nil {
+		if _, err := c.Recv(task.AnyTask, master1RingTag, &s.PSum, task.Safe()); err != nil {
 			return err
 		}
 		s.Recvd = true

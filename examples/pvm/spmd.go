@@ -12,10 +12,10 @@ import (
 // Port of PVM 3.4's examples/spmd.c.
 //
 // spmd.c is started as `spawn -4 spmd` from PVM's console and learns the
-// tasks spawned with it from pvm_siblings. dpvm has no sibling list: the
-// root task SPMD plays the console's part, spawning the N tasks in one
-// call, sending each the list of TIDs that call returned and waiting for
-// them to exit.
+// tasks spawned with it from pvm_siblings. The port keeps spmd.c's
+// ring: the root task SPMD plays the console's part, spawning the N tasks
+// in one call, sending each the list of TIDs that call returned (what
+// task.Team and JoinComm would give them) and waiting for them to exit.
 
 // SPMD is the root task of pvm.spmd: it spawns N SPMDTask tasks together,
 // hands them their sibling list and waits for them to end.
@@ -82,7 +82,7 @@ func (s *SPMD) Run(c *task.Ctx) error {
 	}
 	for s.Exited < len(s.Siblings) {
 		var n task.Notice
-		if _, err := c.RecvSafe(task.AnyTask, spmdExitTag, &n); err != nil {
+		if _, err := c.Recv(task.AnyTask, spmdExitTag, &n, task.Safe()); err != nil {
 			return err
 		}
 		if n.Err != "" {
@@ -98,7 +98,7 @@ func (s *SPMD) Run(c *task.Ctx) error {
 func (t *SPMDTask) Run(c *task.Ctx) error {
 	if t.Siblings == nil {
 		var sibs []task.TID
-		if _, err := c.RecvSafe(c.Parent(), spmdSiblingsTag, &sibs); err != nil {
+		if _, err := c.Recv(c.Parent(), spmdSiblingsTag, &sibs, task.Safe()); err != nil {
 			return err
 		}
 		me := slices.Index(sibs, c.MyTID())
@@ -138,14 +138,14 @@ func (t *SPMDTask) dowork(c *task.Ctx) error {
 			}
 			t.Sent = true
 		}
-		if _, err := c.RecvSafe(src, spmdTokenTag, nil); err != nil {
+		if _, err := c.Recv(src, spmdTokenTag, nil, task.Safe()); err != nil {
 			return err
 		}
 		c.Printf("token ring done")
 		return nil
 	}
 	var token uint64
-	if _, err := c.RecvSafe(src, spmdTokenTag, &token); err != nil {
+	if _, err := c.Recv(src, spmdTokenTag, &token, task.Safe()); err != nil {
 		return err
 	}
 	return c.Send(dest, spmdTokenTag, token)

@@ -73,7 +73,7 @@ func (t *Timing) Run(c *task.Ctx) error {
 		t.Slave = tids[0]
 	}
 	if !t.Ready {
-		if _, err := c.RecvSafe(t.Slave, timingReadyTag, nil); err != nil {
+		if _, err := c.Recv(t.Slave, timingReadyTag, nil, task.Safe()); err != nil {
 			return err
 		}
 		t.Ready = true
@@ -142,7 +142,7 @@ func (t *Timing) roundTrip(c *task.Ctx, p task.Payload) (int64, error) {
 		}
 		t.Waiting = true
 	}
-	if _, err := c.RecvSafe(task.AnyTask, task.AnyTag, nil); err != nil {
+	if _, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe()); err != nil {
 		return 0, err
 	}
 	t.Waiting = false
@@ -160,7 +160,7 @@ func (s *TimingSlave) Run(c *task.Ctx) error {
 	}
 	me := []int32{int32(c.MyTID().Num())}
 	for {
-		st, err := c.RecvSafe(task.AnyTask, task.AnyTag, nil)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, nil, task.Safe())
 		if err != nil {
 			return err
 		}

@@ -99,7 +99,7 @@ var gotExpecting = regexp.MustCompile(`^I got ([0-9.]+) from \d+; \(expecting ([
 // message a running peer is about to send), so every round completes.
 // Those marked peersWait have tasks that wait for one another outside a
 // safe point — NPB's workers inside a kernel's iteration, gexample's in
-// named-group barriers and reductions — and a round that pauses one peer
+// its group's barriers (GroupComm, Barrier) — and a round that pauses one peer
 // first finds the other waiting for it: such a round fails, the job goes
 // on, and the root is never what holds it up (NPB's root waits for its
 // workers at a safe point). stream moves its own tasks: a round may find

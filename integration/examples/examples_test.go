@@ -205,7 +205,7 @@ func TestExamplesUnderMigration(t *testing.T) {
 			t.Errorf("%s under migration: %q, want %q", c.name, out, c.want)
 		}
 		t.Logf("%s: %d moves", c.name, made)
-		// Ring and pingpong tasks wait in RecvSafe most of the time, so the
+		// Ring and pingpong tasks wait in a Recv with task.Safe most of the time, so the
 		// mover always gets some; pi's and hello's may finish first on a
 		// fast machine.
 		if (c.name == "ring" || c.name == "pingpong") && made == 0 {

@@ -535,3 +535,34 @@ func TestRestartKeepsHowTheJobEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestSpawnOneJobEndsAsItsRootAsks: a job spawned as one (dpvm spawn -n)
+// ends as its root's state asks (task.JobEnder), as a run's does: a root
+// with Kill set has its child killed when it returns, and the job's end
+// names it. Before, the job asked the type's zero value and waited for
+// the child for good.
+func TestSpawnOneJobEndsAsItsRootAsks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		restartGo.Store(true) // the root returns once it has spawned its child
+		vm := startMemVMWith(t, 2, nil, Config{})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		req := task.SpawnRequest{Type: "daemon.test.restartkill", State: mustState(t, &restartKillRoot{Kill: true}), Count: 1}
+		tids, err := m.spawnOneJob(ctx, req, JobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, err := m.Wait(ctx, tids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := m.WaitJob(ctx, root.Job)
+		if err != nil {
+			t.Fatalf("the job: %v", err)
+		}
+		if len(info.JobFailures) != 1 || info.JobFailures[0].State != Killed {
+			t.Fatalf("the job's failures %+v, want the root's child killed with it", info.JobFailures)
+		}
+	})
+}

@@ -363,8 +363,11 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // Run runs a program's root task (a registered type with its state) on the
 // virtual machine as a new job, copies the output of the job's tasks to out
-// as it arrives, and returns the root task's final state when it exits.
-// Closing the client (or cancelling ctx) kills the root task.
+// as it arrives, and returns the root task's final state once the job has
+// ended: its root and its other tasks (waited for, or killed as the root
+// asks: task.JobEnder), those that failed or were killed at the end in
+// TaskInfo.JobFailures; ExitError gives the run's verdict. Closing the
+// client (or cancelling ctx) kills the job.
 func (c *Client) Run(ctx context.Context, typ string, state []byte, out io.Writer) (TaskInfo, error) {
 	return c.RunJob(ctx, typ, state, JobOptions{}, out)
 }

@@ -539,6 +539,10 @@ type TaskInfo struct {
 	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
 	// nothing). For JSON, ResultValue decodes it.
 	Result task.Payload `json:"-"`
+	// JobFailures, in a job's end as a run reports it (the root's final
+	// state), are the job's other tasks that failed or were killed with
+	// it, in TID order; empty otherwise.
+	JobFailures []TaskInfo `json:"job_failures,omitempty"`
 }
 
 // ResultValue decodes the task's result into a generic value (maps,
@@ -802,6 +806,7 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 			for p := range d.nw.clients {
 				ps = append(ps, p)
 			}
+			ps = append(ps, d.nw.retiringTo(0)...)
 			d.nw.mu.Unlock()
 			var wg sync.WaitGroup
 			for _, p := range ps {

@@ -171,7 +171,11 @@
 // typed request and answer, who may call it and what a user's call must
 // own; serveMethod dispatches and authorizes from it alone, and a call a
 // daemon makes to itself skips the codec (callLocal). A client's calls
-// run under a context that ends with its connection.
+// run under a context that ends with its connection. Calls are not
+// deduplicated: each is sent once, on one connection, and answered on it.
+// When two daemons dial each other at once, the connection that loses the
+// tie (attach) is retired, not cut: it carries no new call and closes once
+// the calls under way on it in both directions are answered (retire.go).
 //
 // Lock order: rep.mu, then rt.mu (which is ht.mu: the host node's one
 // lock, never taken twice), then nw.mu; mv.mu, then nw.mu (mv.mu is

@@ -134,7 +134,11 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	n.forgetHost(hi, why)
 	p := n.peers[id]
 	delete(n.peers, id)
+	retiring := n.retiringTo(id)
 	n.mu.Unlock()
+	for _, q := range retiring {
+		q.close(fmt.Errorf("host deleted: %s", why))
+	}
 	if hi == nil {
 		return
 	}
@@ -749,6 +753,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			}
 		}
 		js = d.newJob("", a.Req.Type, a.Opts)
+		js.killOnReturn = killsOnReturn(a.Req.Type, a.Req.State)
 		d.ownJob(ctx, js.id)
 		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
@@ -836,7 +841,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return
 		}
 	})
-	return d.waitJob(wctx, js)
+	return d.waitJobEnd(wctx, js)
 }
 
 // attachJob follows the running job for a client that ran it and whose
@@ -860,7 +865,7 @@ func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskI
 		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
 	}
 	d.log.Info("job attached", "job", job, "client", client.name())
-	return d.waitJob(ctx, js)
+	return d.waitJobEnd(ctx, js)
 }
 
 // clientOutput sends a job's output to the client that runs it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing/member"
+	"github.com/dpvm/dpvm/routing/swim"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -50,6 +51,19 @@ type membership struct {
 	// pending are hosts registered again after their deletion, announced
 	// to the others once they have stopped their lost tasks.
 	pending map[task.HostID]bool
+	// ref is the swim detector's referee (Config.Detector "swim"; nil
+	// otherwise), and refOut its effects waiting for refFlush.
+	ref    *swim.Referee
+	refOut []swim.RefEffect
+	// accused are the hosts the referee shows suspected or dead (being
+	// checked): their liveness is "suspected".
+	accused map[task.HostID]bool
+}
+
+// swimAccused says whether the swim referee shows h suspected or being
+// checked (n.mu held).
+func (n *network) swimAccused(h task.HostID) bool {
+	return n.mem != nil && n.mem.accused[h]
 }
 
 // reasonSilent starts the reason of a deletion by the failure detector.
@@ -101,7 +115,15 @@ func (d *Daemon) startMembership() error {
 	if err != nil {
 		return err
 	}
-	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}, accused: map[task.HostID]bool{}}
+	if d.swimOn() {
+		if d.nw.mem.ref, err = swim.NewReferee(d.swimConfig()); err != nil {
+			return err
+		}
+		sc := d.swimConfig()
+		d.log.Info("failure detection by the hosts (swim): the master checks an accused host before it deletes it",
+			"probe_interval", sc.ProbeInterval, "check_timeout", sc.CheckTimeout, "check_tries", sc.CheckTries)
+	}
 	x := d.Detection()
 	d.log.Info("failure detection", "suspect_after", x.SuspectAfter, "dead_after", x.DeadAfter, "max_dead_after", x.MaxDead,
 		"join_rate", c.JoinRate, "join_burst", c.JoinBurst)
@@ -125,7 +147,7 @@ func (d *Daemon) Detection() Detection {
 	x.DeadNow = m.DeadTimeout()
 	x.MaxDead = c.DeadAfter * time.Duration(1+c.MaxHealth)
 	for id := range n.hosts {
-		if m.State(id) == member.Suspected {
+		if m.State(id) == member.Suspected || n.swimAccused(id) {
 			x.Suspected++
 		}
 	}
@@ -157,6 +179,7 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 func (n *network) watchHost(id task.HostID, now time.Time) {
 	if n.mem != nil {
 		n.mem.m.Step(now, member.Event{Kind: member.Watch, Host: id})
+		n.refStep(now, swim.RefEvent{Kind: swim.RefAdmit, Host: id})
 	}
 }
 
@@ -169,8 +192,10 @@ func (n *network) forgetHost(hi *HostInfo, why string) {
 	}
 	rejoining := n.mem.pending[hi.ID]
 	delete(n.mem.pending, hi.ID)
-	n.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
-		Silent: strings.HasPrefix(why, reasonSilent), Rejoining: rejoining})
+	now := time.Now()
+	n.mem.m.Step(now, member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
+		Silent: strings.HasPrefix(why, reasonSilent) || strings.HasPrefix(why, reasonSwimDead), Rejoining: rejoining})
+	n.refStep(now, swim.RefEvent{Kind: swim.RefRemove, Host: hi.ID})
 }
 
 // liveness fills in the hosts' liveness as the master sees it (n.mu held).
@@ -188,6 +213,9 @@ func (n *network) liveness(hs []HostInfo, now time.Time) {
 		if n.mem.pending[hs[i].ID] {
 			hs[i].Liveness = livenessRejoining
 		}
+		if n.swimAccused(hs[i].ID) {
+			hs[i].Liveness = member.Suspected.String()
+		}
 		if st == member.Suspected {
 			hs[i].SilentMS = n.mem.m.Silent(hs[i].ID, now).Milliseconds()
 		}
@@ -204,6 +232,14 @@ func (d *Daemon) checkHosts(now time.Time) {
 	n.mu.Lock()
 	if n.mem == nil {
 		n.mu.Unlock()
+		return
+	}
+	if n.mem.ref != nil {
+		// The hosts watch each other: the master only ticks its referee,
+		// whose checks fall due (refFlush performs them).
+		n.refStep(now, swim.RefEvent{Kind: swim.RefTick})
+		n.mu.Unlock()
+		d.refFlush()
 		return
 	}
 	m := n.mem.m
@@ -299,6 +335,7 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = now
 	n.mem.pending[info.ID] = true
+	n.refStep(now, swim.RefEvent{Kind: swim.RefAdmit, Host: info.ID})
 	// A connection to the host the master made meanwhile would win the
 	// tie between two connections (attach keeps the one dialled by the
 	// smaller ID) and this registration would never be answered.

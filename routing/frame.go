@@ -26,11 +26,12 @@ const (
 	KindPing    Kind = 8  // binary: heartbeat, with a sequence number
 	KindPong    Kind = 9  // binary: heartbeat answer
 	KindStream  Kind = 10 // msgpack: opens an extra stream (a direct checkpoint transfer)
-	maxKind     Kind = 10
+	KindSwim    Kind = 11 // binary: a failure detector's probe between hosts (routing/swim's Msg)
+	maxKind     Kind = 11
 	headerBytes      = 5 // u32 length (kind + body), u8 kind
 )
 
-var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream"}
+var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream", "swim"}
 
 func (k Kind) String() string {
 	if k >= 1 && k <= maxKind {

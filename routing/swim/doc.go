@@ -91,7 +91,10 @@
 // CheckTimeout apart, over its own connection to the host. An answer ends
 // it — the accused has refuted, and the reporters are told so
 // (RefGossip), as the hosts that could not reach it could not hear its
-// refutation — and the host stays. No answer: RefDelete, the master's
+// refutation — and the host stays. A death reported at an older
+// incarnation than the master knows is checked at the one it knows: the
+// reporters may have missed a refutation that reached only the master,
+// and the accused may have failed since. No answer: RefDelete, the master's
 // lost-host path; the reporters get the confirmation (RefGossip), the
 // deleted host is told when its connection is back, and a later report
 // of the death is answered with its confirmation. So a live host the master can reach is never deleted, whatever

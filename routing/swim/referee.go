@@ -219,8 +219,9 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 }
 
 // report takes one host's report. Reports from non-members (a host cut
-// off and deleted, which rejoins), about non-members, or about an older
-// incarnation than known are dropped.
+// off and deleted, which rejoins), about non-members, or of a suspicion or
+// refutation of an older incarnation than known are dropped; a death of an
+// older incarnation is checked at the known one.
 func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEffect) []RefEffect {
 	if r.hosts[from] == nil {
 		// Not a member: it was deleted, and learns it must rejoin.
@@ -235,7 +236,16 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 		return out
 	}
 	if u.Inc < x.inc {
-		return out
+		if u.State != Dead {
+			return out
+		}
+		// A death at an older incarnation: the reporter missed the
+		// accused's refutation, and still cannot reach it. The accused
+		// may have failed since (before its refutation spread, every
+		// report of its death would be of the older incarnation), so it
+		// is checked at the incarnation the master knows: a live host
+		// answers, and the reporter learns its refutation.
+		u.Inc = x.inc
 	}
 	switch u.State {
 	case Alive:

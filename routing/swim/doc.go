@@ -94,7 +94,11 @@
 // refutation — and the host stays. A death reported at an older
 // incarnation than the master knows is checked at the one it knows: the
 // reporters may have missed a refutation that reached only the master,
-// and the accused may have failed since. No answer: RefDelete, the master's
+// and the accused may have failed since. A referee stepped more than a
+// CheckTimeout after a try fell due was stalled (an overloaded master):
+// the accused's answer may be queued behind the stall, so that try does
+// not count, at most CheckTries times a check (a dead host is still
+// deleted within about twice the window). No answer: RefDelete, the master's
 // lost-host path; the reporters get the confirmation (RefGossip), the
 // deleted host is told when its connection is back, and a later report
 // of the death is answered with its confirmation. So a live host the master can reach is never deleted, whatever

@@ -125,6 +125,7 @@ type check struct {
 	seq       uint32
 	inc       uint32
 	tries     int
+	forgiven  int // late steps that did not count as tries (stalls)
 	next      time.Time
 	reporters []task.HostID
 }
@@ -197,6 +198,18 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 	for _, h := range due {
 		x := r.hosts[h]
 		c := x.check
+		if now.Sub(c.next) > r.cfg.CheckTimeout && c.forgiven < r.cfg.CheckTries {
+			// Stepped more than a check's timeout after the try was due:
+			// the master was stalled (overloaded), and the accused's
+			// answer may be queued behind the stall. The try does not
+			// count, at most CheckTries times a check, so that an
+			// overloaded master deletes nobody for its own lateness and a
+			// dead host is still deleted within about twice the window.
+			c.forgiven++
+			c.next = now.Add(r.cfg.CheckTimeout)
+			out = append(out, RefEffect{Kind: RefCheck, Host: h, Seq: c.seq, Inc: c.inc})
+			continue
+		}
 		if c.tries >= r.cfg.CheckTries {
 			delete(r.hosts, h)
 			r.gone[h] = c.inc

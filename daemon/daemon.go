@@ -107,12 +107,12 @@ type Config struct {
 	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
 	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
-	// Detector is how failed hosts are detected: DetectorMaster ("master",
-	// the default: every host pings the master each Heartbeat and the
-	// master judges their silence) or DetectorSwim ("swim": the hosts
-	// probe each other, routing/swim, and report deaths to the master,
-	// which checks the accused before it deletes it; hosts send the
-	// master no pings). Every daemon of a virtual machine must use the
+	// Detector is how failed hosts are detected: DetectorSwim ("swim",
+	// the default: the hosts probe each other, routing/swim, and report
+	// deaths to the master, which checks the accused before it deletes
+	// it; hosts send the master no pings) or DetectorMaster ("master":
+	// every host pings the master each Heartbeat and the master judges
+	// their silence). Every daemon of a virtual machine must use the
 	// same.
 	Detector string
 	// SuspectAfter is the least silence after which the master suspects
@@ -338,7 +338,7 @@ func (c *Config) setDefaults() {
 		c.DeadAfter = 5 * c.Heartbeat
 	}
 	if c.Detector == "" {
-		c.Detector = DetectorMaster
+		c.Detector = DetectorSwim
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64

@@ -532,11 +532,13 @@ func hostInfo(m *Daemon, name string) (HostInfo, bool) {
 // silence, and counted in the master's Detection; a rollback would restore
 // nothing on it.
 // Heard again, it is alive, with its tasks: nothing was lost, nothing
-// restarted.
+// restarted. (The master detector's: under swim a host cut off from the
+// master alone is heard by its peers, and TestSwimHostsApartNotDeleted
+// shows an accused host suspected.)
 func TestSuspectedHostShown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &partitions{}
-		vm := memberVM(t, 3, p, Config{DeadAfter: 10 * time.Second})
+		vm := memberVM(t, 3, p, Config{DeadAfter: 10 * time.Second, Detector: DetectorMaster})
 		m, h3 := vm.Master(), vm.Daemons[2]
 		tid := spawnOn(t, m, "h3", idler(t))
 		p.split(false, m.Addr(), h3.Addr())
@@ -570,11 +572,12 @@ func TestSuspectedHostShown(t *testing.T) {
 // no checkpointed job): its watcher is told it exited, lost with its host.
 // When the network heals, the host registers again under its host ID,
 // having stopped that task first; it runs new tasks, numbered after the
-// old.
+// old. (The master detector's: TestSwimPartitionedHostRejoins is its
+// counterpart under swim, where a host is cut off from everyone.)
 func TestRejoinAfterDeletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &partitions{}
-		vm := memberVM(t, 3, p, Config{})
+		vm := memberVM(t, 3, p, Config{Detector: DetectorMaster})
 		m, h3 := vm.Master(), vm.Daemons[2]
 		tid := spawnOn(t, m, "h3", idler(t))
 		notices := make(chan task.Notice, 1)

@@ -21,7 +21,7 @@ var (
 	simSeeds = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
 	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
-	simDet   = flag.String("detector", DetectorMaster, "the failure detector of TestSim and TestSimMembership: master or swim (go test ./daemon -run TestSim -detector swim)")
+	simDet   = flag.String("detector", "", "the failure detector of TestSim and TestSimMembership: swim or master (default the daemon's, swim; go test ./daemon -run TestSim -detector master)")
 	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
 )
 

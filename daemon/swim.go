@@ -53,7 +53,8 @@ func checkDetector(s string) error {
 }
 
 // helloDetector is this daemon's detector as its hello names it: "" for
-// DetectorMaster, so that a default hello is as it was.
+// DetectorMaster, the hello of a daemon that predates the field (it runs
+// the master detector).
 func (d *Daemon) helloDetector() string {
 	if d.cfg.Detector == DetectorMaster {
 		return ""

@@ -294,23 +294,29 @@ func FuzzSwimFrames(f *testing.F) {
 }
 
 // TestSwimDetectorMismatchRefused: a host whose failure detector is not
-// the master's is refused at its join, with the flag to fix it.
+// the master's is refused at its join, with the flag to fix it, either
+// way round (a master-detector host's hello names no detector, as one
+// from before the swim detector does).
 func TestSwimDetectorMismatchRefused(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		net := transport.NewMem(&partitions{}, frameLen)
-		vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
-			Detector: DetectorSwim, Output: &syncBuffer{}})
-		if err == nil {
-			_ = d.Halt(ctx)
-			t.Fatal("a swim host joined a master that runs the master detector")
-		}
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--detector") {
-			t.Errorf("join: %v", err)
-		}
-	})
+	for _, c := range []struct{ master, host string }{{DetectorMaster, DetectorSwim}, {DetectorSwim, DetectorMaster}} {
+		t.Run(c.master+"-master", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				net := transport.NewMem(&partitions{}, frameLen)
+				vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond, Detector: c.master})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
+					Detector: c.host, Output: &syncBuffer{}})
+				if err == nil {
+					_ = d.Halt(ctx)
+					t.Fatalf("a %s host joined a master that runs the %s detector", c.host, c.master)
+				}
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--detector") {
+					t.Errorf("join: %v", err)
+				}
+			})
+		})
+	}
 }
 
 // TestSwimSlowHostNotDeleted: a host whose every frame comes 100 ms late

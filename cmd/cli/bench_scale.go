@@ -48,7 +48,7 @@ func benchScaleCommand() *cli.Command {
 			&cli.BoolFlag{Name: "recover", Usage: "also kill the master and time a new one's recovery"},
 			&cli.IntFlag{Name: "join-parallel", Value: 64, Usage: "hosts started at once"},
 			&cli.StringFlag{Name: "master-pprof", Usage: "the master process serves Go's profiles at http://`ADDR`/debug/pprof/ (loopback), to profile it while it idles"},
-			&cli.StringFlag{Name: "detector", Value: daemon.DetectorMaster, Usage: "every daemon's failure detector: master (hosts ping the master every heartbeat) or swim (hosts probe each other)"},
+			&cli.StringFlag{Name: "detector", Value: daemon.DetectorSwim, Usage: "every daemon's failure detector: swim (hosts probe each other) or master (hosts ping the master every heartbeat)"},
 			&cli.BoolFlag{Name: "in-process-master", Usage: "run the master in this process (its CPU and memory are then not measured apart)"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "bound on each wait for the virtual machine (joins, barrier, recovery)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up the run after this long"},

@@ -74,8 +74,9 @@ type ScaleOptions struct {
 	// process serves Go's profiles (its --pprof), to profile it while it
 	// idles.
 	MasterPprof string
-	// Detector is every daemon's failure detector, daemon.DetectorMaster
-	// (the default) or daemon.DetectorSwim (Config.Detector).
+	// Detector is every daemon's failure detector, daemon.DetectorSwim
+	// (the default, as the daemon's) or daemon.DetectorMaster
+	// (Config.Detector).
 	Detector string
 }
 
@@ -108,7 +109,7 @@ func (o *ScaleOptions) setDefaults() {
 		o.Progress = io.Discard
 	}
 	if o.Detector == "" {
-		o.Detector = daemon.DetectorMaster
+		o.Detector = daemon.DetectorSwim
 	}
 }
 

@@ -142,8 +142,8 @@
 // # How the daemon drives it
 //
 // daemon/swim.go, under Config.Detector "swim" (dpvm daemon --detector
-// swim; the default stays the master's heartbeats). Each host daemon runs
-// a Node from one tracked loop: it steps EvJoin with the host list (this
+// swim, the default; --detector master keeps the master's heartbeats).
+// Each host daemon runs a Node from one tracked loop: it steps EvJoin with the host list (this
 // host included, the master not: it is no member) whenever the list
 // changes, checked every Heartbeat, and EvForget for a host the list
 // dropped; EvTick at Next (at most a Heartbeat away); EvMsg for every

@@ -80,6 +80,9 @@ func placeableLiveness(l string) bool { return l == "" || l == member.Alive.Stri
 // Detection is how the master detects failed hosts: the configured bounds
 // and where they stand now.
 type Detection struct {
+	// Detector is the failure detector (Config.Detector): DetectorSwim or
+	// DetectorMaster.
+	Detector     string        `msgpack:"det,omitempty" json:"detector,omitempty"`
 	Heartbeat    time.Duration `msgpack:"hb" json:"heartbeat_ns"`
 	SuspectAfter time.Duration `msgpack:"sa" json:"suspect_after_ns"`
 	DeadAfter    time.Duration `msgpack:"da" json:"dead_after_ns"`
@@ -96,6 +99,17 @@ type Detection struct {
 
 // String says it in one line, for conf and the log.
 func (x Detection) String() string {
+	if x.Detector == DetectorSwim {
+		// The referee checks an accused host every heartbeat, as many
+		// times as fit in DeadAfter; a stalled master's late checks do not
+		// count, as many times again (swimConfig, routing/swim's Referee).
+		s := fmt.Sprintf("the hosts probe each other every %v (swim); a host they accuse is checked by the master every %v and deleted after %v of unanswered checks (a stalled master's late checks do not count, up to %d of them)",
+			x.Heartbeat, x.Heartbeat, x.DeadAfter, max(1, int(x.DeadAfter/max(x.Heartbeat, 1))))
+		if x.Suspected > 0 {
+			s += fmt.Sprintf("; %d suspected now", x.Suspected)
+		}
+		return s
+	}
 	s := fmt.Sprintf("a silent host is suspected after %v (or its own pace), confirmed dead after %v", x.SuspectAfter, x.DeadNow)
 	if x.Health > 0 {
 		s += fmt.Sprintf(" (widened from %v: the master is overloaded, health %d of %d)", x.DeadAfter, x.Health, x.MaxHealth)
@@ -134,7 +148,7 @@ func (d *Daemon) startMembership() error {
 // the master reports its own DeadAfter alone (how long it waits for its
 // master).
 func (d *Daemon) Detection() Detection {
-	x := Detection{Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
+	x := Detection{Detector: d.cfg.Detector, Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
 	if d.nw == nil || d.nw.mem == nil {
 		return x
 	}

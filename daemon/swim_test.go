@@ -208,7 +208,8 @@ func TestSwimPartitionedHostRejoins(t *testing.T) {
 
 // TestSwimIdleMasterHearsNoPings: under swim an idle master receives no
 // per-host liveness frames (under the master detector it receives one a
-// host a heartbeat), and nobody is deleted.
+// host a heartbeat), and nobody is deleted; its Detection (conf's line)
+// names the detector that runs.
 func TestSwimIdleMasterHearsNoPings(t *testing.T) {
 	for _, det := range []string{DetectorMaster, DetectorSwim} {
 		t.Run(det, func(t *testing.T) {
@@ -231,6 +232,12 @@ func TestSwimIdleMasterHearsNoPings(t *testing.T) {
 				}
 				if len(m.Hosts()) != 5 || m.nw.swimChecks.Load() != 0 {
 					t.Errorf("%d hosts, %d checks while idle", len(m.Hosts()), m.nw.swimChecks.Load())
+				}
+				// conf's line says which detector runs, and its bounds.
+				want := map[string]string{DetectorSwim: "the hosts probe each other every 20ms (swim); a host they accuse is checked by the master every 20ms and deleted after 200ms of unanswered checks (a stalled master's late checks do not count, up to 10 of them)",
+					DetectorMaster: "a silent host is suspected after 40ms (or its own pace), confirmed dead after 200ms"}[det]
+				if x := m.Detection(); x.Detector != det || !strings.HasPrefix(x.String(), want) {
+					t.Errorf("detection %q (%s), want %q", x, x.Detector, want)
 				}
 			})
 		})

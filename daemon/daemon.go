@@ -100,12 +100,21 @@ type Config struct {
 	// is sent again (default the larger of 2s and two heartbeats). Over
 	// QUIC only a broken connection loses messages.
 	RTO time.Duration
-	// Heartbeat is how often a daemon pings the master (default 1s);
+	// Heartbeat is how often a daemon pings the master (default 1s; under
+	// DetectorSwim, how often a host probes another instead);
 	// DeadAfter is how long without a word before the master deletes a
 	// host it suspects, or a host gives up on the master (default 5
 	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
 	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
+	// Detector is how failed hosts are detected: DetectorSwim ("swim",
+	// the default: the hosts probe each other, routing/swim, and report
+	// deaths to the master, which checks the accused before it deletes
+	// it; hosts send the master no pings) or DetectorMaster ("master":
+	// every host pings the master each Heartbeat and the master judges
+	// their silence). Every daemon of a virtual machine must use the
+	// same.
+	Detector string
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
 	// most half of DeadAfter). A host whose own words come further apart
@@ -331,6 +340,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.Detector == "" {
+		c.Detector = DetectorSwim
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64
@@ -606,6 +618,7 @@ type Daemon struct {
 	arrivals *arrivals
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
 	orphan   atomic.Bool // a host that has lost its master and looks for one
+	sw       *swimHost   // a host's swim detector (Config.Detector "swim"; nil otherwise)
 
 	// Load: the injected overlays, the last sample, and (hosts) the
 	// reports to the master.
@@ -704,6 +717,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.Master == (cfg.Join != "") {
 		return nil, errors.New("start daemon: give either Master or Join")
+	}
+	if err := checkDetector(cfg.Detector); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	if err := checkCredential(&cfg); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)

@@ -954,6 +954,12 @@ func (d *Daemon) commitDeparture(a migStep) {
 	}
 	delete(d.ht.moving, a.TID)
 	d.ht.mu.Unlock()
+	// The task runs at the destination: its route there applies here now,
+	// whether or not the master's broadcast of it has come. Without it,
+	// this host would take the task for one that exited here and drop its
+	// own tasks' messages to it (daemon/sim found it: the broadcast can
+	// come after the commit step).
+	d.applyRoutes([]routing.Entry{{TID: a.TID, Route: x.Route}})
 	if l.file != "" {
 		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 	}

@@ -23,14 +23,20 @@ func (w *world) clock() time.Time { return base.Add(w.now) }
 // exactly-once invariant is checked at every delivery (shost.put).
 func (w *world) check() {
 	m := w.master
+	rolling := m.rollingBack()
 	for _, tid := range m.order {
 		mt := m.tasks[tid]
 		if mt.exited {
 			continue
 		}
 		var on []string
-		moving := false
+		// A task on a crashed host is lost with it until the job rolls
+		// back; during the rollback it is on no host.
+		moving := rolling || (mt.st != nil && mt.st.host.crashed)
 		for _, h := range w.hosts {
+			if h.crashed {
+				continue
+			}
 			if h.tasks[tid] != nil {
 				on = append(on, h.name)
 			}

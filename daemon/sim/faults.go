@@ -34,10 +34,23 @@ const (
 	// FaultMove moves tasks between hosts at seeded moments (the
 	// master's move machine against the hosts' move halves).
 	FaultMove
+	// FaultCheckpoint takes job checkpoints at a seeded period (the
+	// job checkpoint machine against the hosts' halves).
+	FaultCheckpoint
+	// FaultCrash crashes a host for good at a seeded moment: the master
+	// deems it lost, and the job rolls back to its newest complete
+	// checkpoint. With FaultCheckpoint the crash waits for one; without,
+	// the job is lost and the seed fails, saying so.
+	FaultCrash
 )
 
 // FaultAll is every kind of fault.
-const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove
+const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash
+
+// FaultDefault is every kind but job checkpoints and crashes: the
+// rollback path still fails some seeds (see README.md, "Known failures"),
+// and a program's test should fail for the program's own faults.
+const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash)
 
 var faultNames = []struct {
 	f    Fault
@@ -45,6 +58,7 @@ var faultNames = []struct {
 }{
 	{FaultLoss, "loss"}, {FaultDup, "dup"}, {FaultReorder, "reorder"}, {FaultDelay, "delay"},
 	{FaultPartition, "partition"}, {FaultFreeze, "freeze"}, {FaultMove, "move"},
+	{FaultCheckpoint, "checkpoint"}, {FaultCrash, "crash"},
 }
 
 // FaultNames lists the names ParseFaults takes, in order.
@@ -60,7 +74,7 @@ func FaultNames() []string {
 var ErrBadFault = errors.New("unknown fault")
 
 // ParseFaults parses a comma-separated list of fault names (see
-// FaultNames), "all" or "none".
+// FaultNames), "all", "default" (FaultDefault) or "none".
 func ParseFaults(s string) (Fault, error) {
 	var f Fault
 	for _, part := range strings.Split(s, ",") {
@@ -71,6 +85,9 @@ func ParseFaults(s string) (Fault, error) {
 		case "all":
 			f |= FaultAll
 			continue
+		case "default":
+			f |= FaultDefault
+			continue
 		}
 		found := false
 		for _, n := range faultNames {
@@ -80,7 +97,7 @@ func ParseFaults(s string) (Fault, error) {
 			}
 		}
 		if !found {
-			return 0, fmt.Errorf("%q (want all, none or a list of %s): %w", part, strings.Join(FaultNames(), ", "), ErrBadFault)
+			return 0, fmt.Errorf("%q (want all, default, none or a list of %s): %w", part, strings.Join(FaultNames(), ", "), ErrBadFault)
 		}
 	}
 	return f, nil
@@ -90,8 +107,11 @@ func (f Fault) String() string {
 	if f == 0 {
 		return "none"
 	}
-	if f == FaultAll {
+	switch f {
+	case FaultAll:
 		return "all"
+	case FaultDefault:
+		return "default"
 	}
 	var parts []string
 	for _, n := range faultNames {

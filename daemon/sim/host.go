@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/host"
+	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -31,6 +32,7 @@ type shost struct {
 
 	rtoArmed    bool
 	frozenUntil time.Duration
+	crashed     bool
 	// epochs is the largest route epoch this host's table has held per
 	// task (the epochs-monotone invariant).
 	epochs map[task.TID]uint64
@@ -96,6 +98,9 @@ func (h *shost) stepMove(e move.HostEvent) []move.HostEffect {
 		l := move.Local{Route: e.Local.Route}
 		if st := h.tasks[e.TID]; st != nil {
 			l.Running, l.Type, l.Job, l.Arrived = true, st.typ, st.job, st.arrived
+		}
+		if a := h.arriving[e.TID]; a != nil && a.move == 0 {
+			l.Restoring = true
 		}
 		e.Local = l
 	}
@@ -314,10 +319,14 @@ func (h *shost) taskEnded(st *stask) {
 	h.gone[st.tid] = true
 	h.node.Step(h.w.clock(), host.Event{Kind: host.EvExited, TID: st.tid})
 	h.stepMove(move.HostEvent{Kind: move.EvGone, TID: st.tid})
+	_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostGone, Job: st.job, TID: st.tid, JobLeft: len(h.tasks) == 0}), nil)
 	if p := st.moveReq; p != nil {
 		st.moveReq = nil
 		err := fmt.Errorf("%v: %w", st.tid, task.ErrNoSuchTask)
 		p.reply(suspendOutcome(err), err)
+	}
+	if st.quiet {
+		return // killed for the job's rollback: no exit to tell
 	}
 	h.w.master.exited(st)
 }
@@ -355,7 +364,7 @@ func (h *shost) install(m captured, t task.Task, arr *arriving, left *leaving) e
 	var err error
 	switch {
 	case refused:
-	case arr != nil:
+	case arr != nil && arr.move != 0:
 		x := answerOf(h.stepMove(move.HostEvent{Kind: move.EvInstall, TID: tid, Move: arr.move, Route: routing.Route{Epoch: m.epoch}, Type: m.typ}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	case left != nil:
@@ -575,7 +584,16 @@ func (h *shost) resume(a move.Action, reply func(o move.Outcome, err error)) {
 	}
 	h.updateRoute(tid, x.Route)
 	m := l.meta
-	if err := h.install(m, l.t, nil, l); err != nil {
+	// The task runs again from a decoded copy of its state, as after a
+	// restore: the object Run left at the safe point may hold what its
+	// checkpoint does not (a communicator's replay position), and Run
+	// re-enters expecting what a checkpoint gives it.
+	t, err := reload(l.t)
+	if err != nil {
+		reply(move.Failed, fmt.Errorf("resume %v: %w", tid, err))
+		return
+	}
+	if err := h.install(m, t, nil, l); err != nil {
 		reply(move.Failed, err)
 		return
 	}
@@ -612,4 +630,13 @@ func (h *shost) cancel(a move.Action, reply func(o move.Outcome, err error)) {
 	}
 	h.armRTO()
 	reply(move.OK, nil)
+}
+
+// reload returns a copy of t decoded from its encoded state.
+func reload(t task.Task) (task.Task, error) {
+	typ, state, err := task.EncodeState(t)
+	if err != nil {
+		return nil, err
+	}
+	return task.New(typ, state)
 }

@@ -31,6 +31,9 @@ type master struct {
 	barriers map[string][]*stask
 	watches  map[task.TID][]watch
 
+	ck   *ckState
+	lost map[task.HostID]bool // hosts deemed lost
+
 	runs    map[move.ID]*moveRun
 	calls   map[uint64]bool // control calls awaiting their answer
 	callSeq uint64
@@ -69,7 +72,7 @@ func newMaster(w *world) *master {
 		w: w, moves: move.New(0, 0), routes: routing.NewTable(),
 		tasks: map[task.TID]*mtask{}, nextLocal: map[task.HostID]uint32{},
 		groups: map[string][]task.TID{}, barriers: map[string][]*stask{}, watches: map[task.TID][]watch{},
-		runs: map[move.ID]*moveRun{}, calls: map[uint64]bool{},
+		runs: map[move.ID]*moveRun{}, calls: map[uint64]bool{}, lost: map[task.HostID]bool{},
 	}
 }
 
@@ -119,7 +122,8 @@ func (m *master) spawn(parent task.TID, job uint64, req task.SpawnRequest) ([]ta
 		}
 		h := at
 		if h == nil {
-			h = m.w.hosts[m.nextHost%len(m.w.hosts)]
+			alive := m.aliveHosts()
+			h = m.w.host(alive[m.nextHost%len(alive)])
 			m.nextHost++
 		}
 		tid := m.newTID(h.id)
@@ -283,18 +287,19 @@ func (m *master) barrier(group string, count int, st *stask) bool {
 func (m *master) randomMove() {
 	var live []task.TID
 	for _, tid := range m.order {
-		if mt := m.tasks[tid]; !mt.exited && !mt.killed {
+		if mt := m.tasks[tid]; !mt.exited && !mt.killed && !m.lost[m.routes.Lookup(tid).Host] {
 			live = append(live, tid)
 		}
 	}
-	if len(live) == 0 || len(m.w.hosts) < 2 {
+	alive := m.aliveHosts()
+	if len(live) == 0 || len(alive) < 2 || m.rollingBack() {
 		return
 	}
 	tid := live[m.w.rng.IntN(len(live))]
 	from := m.routes.Lookup(tid).Host
-	to := task.HostID(1 + m.w.rng.IntN(len(m.w.hosts)-1))
-	if to >= from {
-		to++
+	to := from
+	for to == from {
+		to = alive[m.w.rng.IntN(len(alive))]
 	}
 	if err := m.startMove(tid, to, nil); err != nil {
 		m.w.note(fmt.Sprintf("move %v refused: %v", tid, err))

@@ -100,6 +100,15 @@ func (w *world) planFaults() {
 			w.at(w.dur(0, hz), nil, "move a task", w.master.randomMove)
 		}
 	}
+	if f&FaultCheckpoint != 0 {
+		every := w.dur(hz/5, hz/2)
+		w.take(fmt.Sprintf("checkpoint every %v", every))
+		w.master.planCheckpoints(max(every, time.Microsecond))
+	}
+	if f&FaultCrash != 0 && len(w.hosts) > 1 {
+		h := w.hosts[w.rng.IntN(len(w.hosts))]
+		w.at(w.dur(hz/4, hz), nil, "crash "+h.name, func() { w.crash(h) })
+	}
 }
 
 // cutAt reports whether a and b are partitioned now.

@@ -41,12 +41,17 @@ type stask struct {
 	park      *parkReq
 	scheduled bool
 	moveReq   *moveReq
+	pause     *pauseRec // a job checkpoint's pause, while one holds it
 	killed    bool
-	suspended bool // captured for a move: its goroutine ends, the task does not
-	exitSet   bool
-	status    int
-	result    task.Payload
-	runErr    error
+	quiet     bool // killed for its job's rollback: its end is no exit
+	// lastSafe is when it last reached a safe point, safeEvery the
+	// longest interval between two it has shown (the pause budget).
+	lastSafe, safeEvery time.Duration
+	suspended           bool // captured for a move: its goroutine ends, the task does not
+	exitSet             bool
+	status              int
+	result              task.Payload
+	runErr              error
 }
 
 // answer is what the loop hands a task with the baton.
@@ -63,6 +68,7 @@ const (
 	parkRecv    parkKind = iota + 1 // a matching message
 	parkSafe                        // a matching message, or a move request
 	parkBarrier                     // the group's barrier
+	parkPause                       // a job checkpoint's pause to end
 )
 
 type parkReq struct {
@@ -87,6 +93,7 @@ var errKilledEnd = fmt.Errorf("the simulation ended: %w", task.ErrKilled)
 func (w *world) newTask(h *shost, tid, parent task.TID, typ string, job uint64, t task.Task, inc int) *stask {
 	st := &stask{w: w, tid: tid, parent: parent, typ: typ, job: job, host: h, t: t, inc: inc, baton: make(chan answer)}
 	st.ctx, st.stop = context.WithCancel(context.Background())
+	st.lastSafe = w.now
 	w.tasks = append(w.tasks, st)
 	return st
 }
@@ -150,6 +157,7 @@ func (st *stask) yield(cost time.Duration) answer {
 // the answer) and hands the baton back.
 func (st *stask) wait(p *parkReq) answer {
 	st.park = p
+	st.w.note(fmt.Sprintf("%v#%d waits: kind %d from %v tag %d", st.tid, st.inc, p.kind, p.from, p.tag))
 	st.w.yield <- st
 	return <-st.baton
 }
@@ -296,7 +304,7 @@ func (ep *endpoint) recv(from task.TID, tag int, wait, safe bool) (task.Message,
 		a := st.yield(st.cost())
 		return task.Message{}, false, a.err
 	}
-	if safe && st.moveReq != nil {
+	if safe && (st.moveReq != nil || st.pause != nil && !st.pause.arrived) {
 		a := st.yield(st.cost())
 		return task.Message{}, false, a.err
 	}
@@ -444,6 +452,20 @@ func (ep *endpoint) SafePoint(t task.Task) error {
 	st := ep.st()
 	if err := ep.check(); err != nil {
 		return err
+	}
+	st.safeEvery = max(st.safeEvery, st.w.now-st.lastSafe)
+	st.lastSafe = st.w.now
+	// A job checkpoint's pause goes before a move: the pause step took
+	// the task as one of the job's here (it was asked to move only
+	// after), and a task that left now would be written by no host,
+	// missing from a set that completes. The move waits for the round.
+	if p := st.pause; p != nil && !p.arrived {
+		// Held here for a job checkpoint until its round lets go.
+		p.arrived = true
+		if err := st.wait(&parkReq{kind: parkPause}).err; err != nil {
+			return err
+		}
+		st.lastSafe = st.w.now
 	}
 	if req := st.moveReq; req != nil {
 		st.moveReq = nil

@@ -193,6 +193,7 @@ func Run(cfg Config, root task.Task) Result {
 		pairs: map[[2]task.TID]uint64{},
 	}
 	w.master = newMaster(w)
+	w.master.ckInit()
 	for i := range cfg.Hosts {
 		w.hosts = append(w.hosts, newHost(w, task.HostID(i+1)))
 	}
@@ -265,6 +266,9 @@ func (w *world) fail(err error) {
 func (w *world) loop() {
 	for len(w.q) > 0 && !w.rootDone && w.failure == nil {
 		e := heap.Pop(&w.q).(*event)
+		if e.host != nil && e.host.crashed {
+			continue // a crashed host does nothing
+		}
 		if e.host != nil && e.host.frozenUntil > e.at {
 			// A frozen host does nothing until it thaws.
 			e.at = e.host.frozenUntil
@@ -330,7 +334,9 @@ func (w *world) stalled() string {
 			case p == nil:
 				s += " runnable"
 			case p.kind == parkBarrier:
-				s += " waits at a barrier"
+				s += " waits at a barrier or a move"
+			case p.kind == parkPause:
+				s += " is held for a job checkpoint"
 			default:
 				s += fmt.Sprintf(" waits for tag %d from %v", p.tag, p.from)
 			}

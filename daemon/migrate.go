@@ -1005,7 +1005,19 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 		}
 		d.rt.update(tid, x.Route)
 		m := l.meta
-		err := d.install(&m, l.h.t, nil, l)
+		// The task runs again from a decoded copy of its state, as after a
+		// restore: the object Run left at the safe point may hold what a
+		// checkpoint does not (a communicator's replay position, unexported),
+		// and Run re-enters expecting what a checkpoint gives it. A state
+		// that does not encode (the move may have aborted for it) resumes
+		// as it is.
+		t := l.h.t
+		if typ, state, err := task.EncodeState(t); err == nil {
+			if c, err := task.New(typ, state); err == nil {
+				t = c
+			}
+		}
+		err := d.install(&m, t, nil, l)
 		close(l.resolved)
 		return err
 	}

@@ -347,3 +347,34 @@ func TestFaultNames(t *testing.T) {
 		t.Errorf("meteor: %v", err)
 	}
 }
+
+// goldenTraces pin the trace hashes of a few seeds: a run depends on the
+// seed alone, not on the machine, GOMAXPROCS or the race detector. A
+// deliberate change to what the simulator draws or traces changes them:
+// then update them here (and check testdata/regressions.txt).
+var goldenTraces = []struct {
+	args   []string
+	faults string
+	seed   uint64
+	hash   string
+}{
+	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", 1, "f51300d20b2b35cecf74b185dc187c644dbfbc7b7122c816480e98033c46e64c"},
+	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", 3, "d22a34b65b5a6f42e276ffed7272017699c04a7fa41ce3a350e93fc1803bced1"},
+}
+
+// TestGoldenTraces: the pinned seeds give their pinned trace hashes.
+func TestGoldenTraces(t *testing.T) {
+	for _, g := range goldenTraces {
+		f, err := sim.ParseFaults(g.faults)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := sim.Check(sim.Config{Faults: f}, []uint64{g.seed}, program(t, g.args), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rep.Seeds[0]; r.TraceHash != g.hash {
+			t.Errorf("%v --faults %s seed %d: trace %s, want %s", g.args, g.faults, g.seed, r.TraceHash, g.hash)
+		}
+	}
+}

@@ -55,8 +55,9 @@ func simVMCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "first-seed", Value: 1, Usage: "the first seed"},
 			&cli.IntFlag{Name: "hosts", Value: 4, Usage: "hosts of the simulated virtual machine"},
 			&cli.StringFlag{Name: "faults", Value: "default", Usage: "faults the seeds may take: default, all, none, or a list of " + strings.Join(vmsim.FaultNames(), ",")},
+			&cli.BoolFlag{Name: "shrink", Usage: "for each failed seed, drop the kinds of fault one at a time while it still fails, and print the smallest --faults found with its replay command"},
 			&cli.StringFlag{Name: "trace", Usage: "write the trace of the run (every event, one per line) to `FILE` (with --seeds 1)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {program, args, hosts, faults, first_seed, failed, reference, seeds: [{seed, ok, result, trace_hash, events, virtual_ms, error, taken, replay}]}"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {program, args, hosts, faults, first_seed, failed, reference, seeds: [{seed, ok, result, trace_hash, events, virtual_ms, error, taken, replay, shrunk_faults, shrunk_replay}]}"},
 		},
 		Action: simVMAction,
 	}
@@ -75,6 +76,10 @@ type simVMSeed struct {
 	// and the command that runs it again.
 	Taken  []string `json:"taken,omitempty"`
 	Replay string   `json:"replay,omitempty"`
+	// ShrunkFaults and ShrunkReplay (--shrink): the fewest kinds of fault
+	// found under which the seed still fails, and its command.
+	ShrunkFaults string `json:"shrunk_faults,omitempty"`
+	ShrunkReplay string `json:"shrunk_replay,omitempty"`
 }
 
 // simVMReport is what `sim vm --json` prints.
@@ -143,7 +148,14 @@ func simVMAction(c *cli.Context) error {
 		for _, r := range rep.Seeds {
 			sc := cfg
 			sc.Seed = r.Seed
-			out.Seeds = append(out.Seeds, simVMLine(r, cmd, sc, name, args))
+			line := simVMLine(r, cmd, sc, name, args)
+			if !r.OK && c.Bool("shrink") {
+				if small, res, serr := vmsim.Shrink(sc, prog, rep.Reference); serr == nil && !res.OK {
+					line.ShrunkFaults = small.Faults.String()
+					line.ShrunkReplay = vmsim.ReplayCommand(cmd, small, name, args)
+				}
+			}
+			out.Seeds = append(out.Seeds, line)
 		}
 		out.Failed = rep.Failed()
 	}
@@ -207,6 +219,9 @@ func printSimVM(w io.Writer, r simVMReport) {
 			}
 		}
 		fmt.Fprintf(w, "  replay: %s\n", s.Replay)
+		if s.ShrunkFaults != "" {
+			fmt.Fprintf(w, "  fails with --faults %s too: %s\n", s.ShrunkFaults, s.ShrunkReplay)
+		}
 	}
 	fmt.Fprintf(w, "%d seeds, %d failed\n", len(r.Seeds), r.Failed)
 }

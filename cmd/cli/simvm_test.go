@@ -30,6 +30,9 @@ type simVMOut struct {
 		Error     string   `json:"error"`
 		Taken     []string `json:"taken"`
 		Replay    string   `json:"replay"`
+		// --shrink
+		ShrunkFaults string `json:"shrunk_faults"`
+		ShrunkReplay string `json:"shrunk_replay"`
 	} `json:"seeds"`
 }
 
@@ -153,6 +156,30 @@ func TestSimVMCatchesABrokenProgram(t *testing.T) {
 func jsonNum(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// TestSimVMShrink: --shrink names fewer kinds of fault under which a
+// failed seed still fails, moves among them, with a command that fails
+// the same way again.
+func TestSimVMShrink(t *testing.T) {
+	code, r, _ := simVM(t, "--seeds", "12", "--shrink", "clitest-forget")
+	if code != exitFailed || r.Failed == 0 {
+		t.Fatalf("status %d: %+v", code, r)
+	}
+	for _, s := range r.Seeds {
+		if s.OK {
+			continue
+		}
+		if !strings.Contains(s.ShrunkFaults, "move") || s.ShrunkFaults == "default" ||
+			s.ShrunkReplay != "dpvm sim vm --first-seed "+jsonNum(s.Seed)+" --seeds 1 --hosts 4 --faults "+s.ShrunkFaults+" clitest-forget" {
+			t.Fatalf("seed %d: shrunk to %q: %q", s.Seed, s.ShrunkFaults, s.ShrunkReplay)
+		}
+		code2, again, _ := simVM(t, strings.Fields(strings.TrimPrefix(s.ShrunkReplay, "dpvm sim vm "))...)
+		if code2 != exitFailed || again.Seeds[0].OK {
+			t.Errorf("%s: status %d, %+v", s.ShrunkReplay, code2, again.Seeds)
+		}
+		return
+	}
 }
 
 // TestSimVMUsage: bad flags and unknown programs are usage errors.

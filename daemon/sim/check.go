@@ -105,7 +105,7 @@ func Check(cfg Config, seeds []uint64, prog Program, procs int) (*Report, error)
 		return &Report{Reference: ref}, fmt.Errorf("the fault-free run failed: %w", ref.Err)
 	}
 	if cfg.Horizon <= 0 {
-		cfg.Horizon = max(ref.Time, time.Millisecond)
+		cfg.Horizon = horizon(ref)
 	}
 	if procs <= 0 {
 		procs = runtime.GOMAXPROCS(0)
@@ -145,3 +145,52 @@ func Check(cfg Config, seeds []uint64, prog Program, procs int) (*Report, error)
 	wg.Wait()
 	return rep, buildErr
 }
+
+// Shrink looks for fewer kinds of fault that still fail seed cfg.Seed of
+// prog, which failed under cfg: it drops the kinds of cfg.Faults one at a
+// time, in FaultNames order, keeping each drop under which the seed
+// still fails (any failure: a seed run under other faults is another
+// run). ref is the fault-free run Check compared with; a zero
+// cfg.Horizon is taken from it as Check takes it. It returns the
+// smallest set found and that run's result; the seed replays under it as
+// under any other faults.
+func Shrink(cfg Config, prog Program, ref Result) (Config, Result, error) {
+	if cfg.Horizon <= 0 {
+		cfg.Horizon = horizon(ref)
+	}
+	run := func(c Config) (Result, error) {
+		root, err := prog()
+		if err != nil {
+			return Result{}, err
+		}
+		r := Run(c, root)
+		if r.OK && r.Result != ref.Result {
+			r.OK = false
+			r.Err = fmt.Errorf("%w: %s, want %s", ErrWrongResult, r.Result, ref.Result)
+		}
+		return r, nil
+	}
+	best, err := run(cfg)
+	if err != nil || best.OK {
+		return cfg, best, err
+	}
+	for _, n := range faultNames {
+		if cfg.Faults&n.f == 0 {
+			continue
+		}
+		c := cfg
+		c.Faults &^= n.f
+		r, err := run(c)
+		if err != nil {
+			return cfg, best, err
+		}
+		if !r.OK {
+			cfg, best = c, r
+		}
+	}
+	return cfg, best, nil
+}
+
+// horizon is the stretch of virtual time Check places faults in: the
+// fault-free run's length.
+func horizon(ref Result) time.Duration { return max(ref.Time, time.Millisecond) }

@@ -256,6 +256,43 @@ func TestBrokenProgramCaught(t *testing.T) {
 	}
 }
 
+// TestShrink: a seed of the broken program that fails under the default
+// faults still fails under fewer kinds, among them the moves that lose
+// its field, and replays under them.
+func TestShrink(t *testing.T) {
+	args := []string{"simtest-forgetful", "-n", "300"}
+	p := program(t, args)
+	cfg := sim.Config{Faults: sim.FaultDefault}
+	rep, err := sim.Check(cfg, seeds(max(*simSeeds, 12)), p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Seeds {
+		if r.OK {
+			continue
+		}
+		c := cfg
+		c.Seed = r.Seed
+		small, res, err := sim.Shrink(c, p, rep.Reference)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.OK || small.Faults&sim.FaultMove == 0 || small.Faults&^cfg.Faults != 0 {
+			t.Fatalf("seed %d shrunk to %v: ok %v, %v", r.Seed, small.Faults, res.OK, res.Err)
+		}
+		again, err := sim.Check(small, []uint64{r.Seed}, p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := again.Seeds[0]; a.OK || a.TraceHash != res.TraceHash {
+			t.Errorf("seed %d under %v does not replay: %v %s, then %v %s", r.Seed, small.Faults, res.OK, res.TraceHash, a.OK, a.TraceHash)
+		}
+		t.Logf("seed %d: %v shrunk to %v", r.Seed, cfg.Faults, small.Faults)
+		return
+	}
+	t.Fatal("no seed failed")
+}
+
 // TestRegressions replays the seeds in testdata/regressions.txt, each a
 // run that once broke an invariant or gave a wrong result: each must
 // pass now. A line reads

@@ -68,12 +68,17 @@ func benchRoundTrip(b *testing.B, start func(*testing.B) Pair) {
 			}
 			b.SetBytes(int64(2 * size))
 			b.ResetTimer()
+			cpu := processCPU()
 			rtts, err := p.RoundTrips(ctx, size, b.N, 0)
+			cpu = processCPU() - cpu
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(micros(Median(rtts))/2, "oneway-µs")
+			// The CPU time of both ends per round trip: on a shared
+			// machine it moves less with the load than the time does.
+			b.ReportMetric(micros(cpu)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

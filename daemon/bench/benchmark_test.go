@@ -83,10 +83,19 @@ func benchRoundTrip(b *testing.B, start func(*testing.B) Pair) {
 	}
 }
 
-func BenchmarkRemoteRoundTrip(b *testing.B)       { benchRoundTrip(b, startRemote) }
-func BenchmarkRemoteNoBulkRoundTrip(b *testing.B) { benchRoundTrip(b, startRemoteNoBulk) }
-func BenchmarkLocalRoundTrip(b *testing.B)        { benchRoundTrip(b, startLocal) }
-func BenchmarkQUICRoundTrip(b *testing.B)         { benchRoundTrip(b, startQUIC) }
+// startRemoteSmallBulk is startRemote with small messages on the bulk
+// lane too (daemon.Config.BulkSmall), as with `dpvm bench pingpong
+// --small-bulk`.
+func startRemoteSmallBulk(b *testing.B) Pair {
+	return startConfigured(b, ModeRemote, daemon.Config{BulkSmall: true})
+}
+
+func BenchmarkRemoteRoundTrip(b *testing.B)          { benchRoundTrip(b, startRemote) }
+func BenchmarkRemoteSmallBulkRoundTrip(b *testing.B) { benchRoundTrip(b, startRemoteSmallBulk) }
+func BenchmarkRemoteSmallBulkStream(b *testing.B)    { benchStream(b, startRemoteSmallBulk) }
+func BenchmarkRemoteNoBulkRoundTrip(b *testing.B)    { benchRoundTrip(b, startRemoteNoBulk) }
+func BenchmarkLocalRoundTrip(b *testing.B)           { benchRoundTrip(b, startLocal) }
+func BenchmarkQUICRoundTrip(b *testing.B)            { benchRoundTrip(b, startQUIC) }
 
 func benchStream(b *testing.B, start func(*testing.B) Pair) {
 	ctx := context.Background()

@@ -22,7 +22,7 @@ import (
 // handshake with the same certificates and sealed under keys exported
 // from it (sealedConn): one QUIC connection is CPU-bound in its per-packet
 // work (packets of at most ~1450 bytes), while the lane moves records of
-// up to 64 KiB and leaves segmentation to the kernel. On transport.Mem the
+// up to 256 KiB and leaves segmentation to the kernel. On transport.Mem the
 // lane is a second kind of in-memory stream, so tests exercise it.
 type BulkConn interface {
 	Conn

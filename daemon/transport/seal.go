@@ -38,7 +38,7 @@ const (
 	sealTagBytes     = 16
 	sealHdrBytes     = 4
 	sealMaxRecord    = 256 << 10
-	sealWriteRecord  = 64 << 10 // records a large Write is cut into
+	sealWriteRecord  = 256 << 10 // records a large Write is cut into
 	sealRekeyRecords = 1 << 20
 
 	labelClientWrite = "EXPORTER-dpvm-bulk-client-write"
@@ -193,7 +193,11 @@ func (s *sealedConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := s.readRecord(p)
+	// An empty record yields nothing: read on, rather than return 0, nil.
+	n, err := 0, error(nil)
+	for n == 0 && err == nil {
+		n, err = s.readRecord(p)
+	}
 	if err != nil {
 		s.rerr = err
 	}

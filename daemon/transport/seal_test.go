@@ -186,6 +186,25 @@ func TestSealedConnRefuses(t *testing.T) {
 	}
 }
 
+// TestSealedConnEmptyRecord: an empty record is skipped: Read returns the
+// next record's bytes, never 0 bytes without an error.
+func TestSealedConnEmptyRecord(t *testing.T) {
+	c, s := handshake(t, true)
+	cc := c.(*sealedConn)
+	for _, p := range []string{"", "", "x"} {
+		cc.wmu.Lock()
+		err := cc.writeRecord([]byte(p))
+		cc.wmu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 64)
+	if n, err := s.Read(buf); n != 1 || err != nil || buf[0] != 'x' {
+		t.Fatalf("read %q, %v; want \"x\"", buf[:n], err)
+	}
+}
+
 // TestSealKeysRekey: both ends change keys at the same record, and a
 // record sealed under the old key does not open under the new one.
 func TestSealKeysRekey(t *testing.T) {

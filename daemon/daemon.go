@@ -206,10 +206,19 @@ type Config struct {
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
-	// daemon goes on the transport's bulk lane (transport.BulkConn: TLS
-	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
-	// negative: never).
+	// daemon goes on the transport's bulk lane (transport.BulkConn: TCP
+	// beside QUIC, sealed under a TLS handshake's keys) when the peer
+	// offers one (default 64 KiB; negative: never).
 	BulkThreshold int
+	// BulkSmall sends smaller messages on the bulk lane too once it is
+	// open (the daemon that dialled the connection opens it for them),
+	// where a round trip costs a write and a read on TCP instead of
+	// quic-go's hand-offs between goroutines. Off by default: messages on
+	// the lane may overtake the control frames sent after them on QUIC,
+	// which makes a sender wait more often on a queue its outbox still
+	// holds for a move whose commit it has learnt (TestLocalPairAcrossMoves
+	// on a loaded machine hangs so, rarer without it).
+	BulkSmall bool
 	// BulkCheckpointMin is the estimated state size from which a direct
 	// checkpoint travels on the bulk lane instead of a QUIC stream
 	// (default 1 MiB). A lane stream costs a TCP and TLS handshake of

@@ -713,7 +713,7 @@ func (d *Daemon) acceptStreams(p *peer) {
 
 // checkpointStream opens the stream a direct checkpoint of a state of
 // about size bytes travels on: for a large state, the bulk lane's when the
-// peer offers one (TLS on TCP moves a checkpoint several times faster than
+// peer offers one (the lane's TCP moves a checkpoint several times faster than
 // a QUIC stream), else a QUIC stream (no handshake: a small state moves
 // sooner on it, see Config.BulkCheckpointMin). On the lane it takes the
 // stream kept for the peer's next checkpoint if there is one (its

@@ -21,7 +21,7 @@ var controlMethods = []string{
 	mSendCheck, mCheckpoint,
 	mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
 	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
-	mCancel,
+	mCancel, mSiblings,
 }
 
 // TestControlMethodsListed: controlMethods and the table name the same

@@ -150,9 +150,15 @@ func (d *Daemon) releaseSpawn(hosts []task.HostID, tids []task.TID) {
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveStepTimeout)
 	defer cancel()
-	for _, h := range hosts {
-		if err := d.callHost(ctx, h, mSiblings, siblingsArgs{TIDs: tids}, nil); err != nil {
-			d.log.Warn("could not start a spawn's tasks held on a host", "host", h, "tasks", len(tids), "error", err)
-		}
+	var wg sync.WaitGroup
+	for _, h := range hosts { // every host at once, as eachHost
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.callHost(ctx, h, mSiblings, siblingsArgs{TIDs: tids}, nil); err != nil {
+				d.log.Warn("could not start a spawn's tasks held on a host", "host", h, "tasks", len(tids), "error", err)
+			}
+		}()
 	}
+	wg.Wait()
 }

@@ -230,14 +230,18 @@ func TestSiblingsOfOneJob(t *testing.T) {
 // spawn started here; one whose list never comes gives up after
 // MasterGrace and ends without running.
 func TestHeldSpawn(t *testing.T) {
-	d := New(Config{Output: &syncBuffer{}, MasterGrace: 200 * time.Millisecond})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Halt(ctx); err != nil {
-			t.Errorf("halt: %v", err)
-		}
-	})
+	standalone := func(grace time.Duration) *Daemon {
+		d := New(Config{Output: &syncBuffer{}, MasterGrace: grace})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := d.Halt(ctx); err != nil {
+				t.Errorf("halt: %v", err)
+			}
+		})
+		return d
+	}
+	d := standalone(time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ran := make(chan []task.TID, 2)
@@ -269,6 +273,7 @@ func TestHeldSpawn(t *testing.T) {
 		}
 	}
 
+	d = standalone(100 * time.Millisecond)
 	lost, err := d.startSpawn(ctx, 0, 0, req, true)
 	if err != nil || len(lost) != 2 {
 		t.Fatalf("held spawn: %v, %v", lost, err)

@@ -98,7 +98,7 @@ func (d *Daemon) awaitSiblings(h *hosted) error {
 	case <-h.ctx.Done():
 		return task.ErrKilled
 	case <-t.C:
-		return fmt.Errorf("%v: the master did not complete the spawn that started it within %v: %w", h.tid, wait, ErrAborted)
+		return fmt.Errorf("%v: the master did not complete the spawn that started it within %v", h.tid, wait)
 	}
 }
 

@@ -365,6 +365,11 @@ func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool) 
 			ps = append(ps, p)
 		}
 	}
+	for _, p := range n.retiringTo(0) {
+		if doomed(p.cert) {
+			ps = append(ps, p)
+		}
+	}
 	n.mu.Unlock()
 	for _, p := range ps {
 		d.log.Warn("dropped the connection of a certificate "+why, "certificate", p.cert.String(), "serial", p.cert.Serial, "from", p.conn.RemoteAddr())

@@ -363,8 +363,11 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // Run runs a program's root task (a registered type with its state) on the
 // virtual machine as a new job, copies the output of the job's tasks to out
-// as it arrives, and returns the root task's final state when it exits.
-// Closing the client (or cancelling ctx) kills the root task.
+// as it arrives, and returns the root task's final state once the job has
+// ended: its root and its other tasks (waited for, or killed as the root
+// asks: task.JobEnder), those that failed or were killed at the end in
+// TaskInfo.JobFailures; ExitError gives the run's verdict. Closing the
+// client (or cancelling ctx) kills the job.
 func (c *Client) Run(ctx context.Context, typ string, state []byte, out io.Writer) (TaskInfo, error) {
 	return c.RunJob(ctx, typ, state, JobOptions{}, out)
 }
@@ -399,10 +402,14 @@ func (c *Client) run(ctx context.Context, a runArgs, out io.Writer) (TaskInfo, e
 			break // not started, or not known to have started
 		}
 		if rerr := c.reconnect(ctx); rerr != nil {
-			err = fmt.Errorf("%w; job %d: %w", err, job, rerr)
+			err = fmt.Errorf("%w; job %d cannot be followed, no master at %s within %v (%w); once a master runs there again (`dpvm daemon --master --recover`), `dpvm restart DIR/job-j%d` (DIR: the shared directory) runs it from its newest checkpoint: %w",
+				err, job, c.addr, ReconnectFor, rerr, job, ErrJobLostWithMaster)
 			break
 		}
 		err = c.call(ctx, mRun, runArgs{Attach: job}, &rep)
+		if errors.Is(err, ErrNoJob) {
+			err = c.lostWithMaster(ctx, job, err)
+		}
 	}
 	if ctx.Err() != nil {
 		c.mu.Lock()
@@ -421,6 +428,58 @@ func (c *Client) run(ctx context.Context, a runArgs, out io.Writer) (TaskInfo, e
 	c.job = 0
 	c.mu.Unlock()
 	return rep.Info, err
+}
+
+// A run whose job was lost with its master kills the job's tasks that
+// the hosts bring back to the recovered master lostKillTries times,
+// lostKillEvery apart (the hosts register again within a second or two of
+// a master's return).
+const (
+	lostKillTries = 10
+	lostKillEvery = 500 * time.Millisecond
+)
+
+// ErrJobLostWithMaster is returned by a run whose job the master it
+// connected to again does not know: the master it started on was lost
+// (a master recovered with --recover takes hosts and tasks back, not
+// jobs), so the job's coordinator, output and result are gone.
+var ErrJobLostWithMaster = errors.New("the job was lost with its master")
+
+// lostWithMaster ends a run whose job the master does not know after a
+// reconnection (cause): it kills what is left of the job's tasks, which
+// no master would follow or checkpoint and which a restart of the job
+// would meet under the same TIDs, and returns ErrJobLostWithMaster
+// saying how to run the job again.
+func (c *Client) lostWithMaster(ctx context.Context, job uint64, cause error) error {
+	// The hosts register again with the recovered master at their own
+	// pace, each bringing its tasks back: kill for a while.
+	n := 0
+	var kerr error
+	for i := 0; i < lostKillTries; i++ {
+		if i > 0 {
+			select {
+			case <-time.After(lostKillEvery):
+			case <-ctx.Done():
+			}
+		}
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		var rep intReply
+		kerr = c.call(kctx, mKillJob, jobArgs{Job: job}, &rep)
+		cancel()
+		if errors.Is(kerr, ErrNoJob) {
+			kerr = nil // none of its tasks is back (yet)
+		}
+		n += rep.N
+		if kerr != nil || ctx.Err() != nil {
+			break
+		}
+	}
+	killed := fmt.Sprintf("its %d tasks left were killed", n)
+	if kerr != nil {
+		killed = fmt.Sprintf("killing its tasks left failed: %v", kerr)
+	}
+	return fmt.Errorf("job %d was lost with its master (%v; a master recovered with --recover does not take jobs back); %s; run it again from its newest checkpoint with `dpvm restart DIR/job-j%d` (DIR: the shared directory): %w",
+		job, cause, killed, job, ErrJobLostWithMaster)
 }
 
 // Checkpoint takes a coordinated checkpoint of a job now, into dir (every

@@ -100,12 +100,21 @@ type Config struct {
 	// is sent again (default the larger of 2s and two heartbeats). Over
 	// QUIC only a broken connection loses messages.
 	RTO time.Duration
-	// Heartbeat is how often a daemon pings the master (default 1s);
+	// Heartbeat is how often a daemon pings the master (default 1s; under
+	// DetectorSwim, how often a host probes another instead);
 	// DeadAfter is how long without a word before the master deletes a
 	// host it suspects, or a host gives up on the master (default 5
 	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
 	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
+	// Detector is how failed hosts are detected: DetectorSwim ("swim",
+	// the default: the hosts probe each other, routing/swim, and report
+	// deaths to the master, which checks the accused before it deletes
+	// it; hosts send the master no pings) or DetectorMaster ("master":
+	// every host pings the master each Heartbeat and the master judges
+	// their silence). Every daemon of a virtual machine must use the
+	// same.
+	Detector string
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
 	// most half of DeadAfter). A host whose own words come further apart
@@ -277,7 +286,9 @@ type Config struct {
 	Throttle float64
 	// Fault injects a failure, for tests of failure handling:
 	// "exit-on-restore" makes the process exit at once, as if killed, when
-	// it is asked to restore a migrating task.
+	// it is asked to restore a migrating task; "exit-on-second-ckpt-write"
+	// when it is asked to write its tasks of a job checkpoint for the
+	// second time (in the middle of a round, a set before it complete).
 	Fault string
 	// FaultHook, if set, is called at named points of the migration
 	// protocol on the master ("migrate:sent", after the checkpoint has
@@ -288,7 +299,9 @@ type Config struct {
 	// attached, so that tests can hold it there; and at each step of a
 	// job checkpoint round, before the master asks the hosts
 	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
-	// is made, and "ckpt:commit"), so that tests can lose a host there.
+	// is made, and "ckpt:commit"), and of a rollback, before the master
+	// asks the hosts to restore the job ("ckpt:restore"), so that tests
+	// can lose a host there.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.
@@ -327,6 +340,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.Detector == "" {
+		c.Detector = DetectorSwim
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64
@@ -535,6 +551,10 @@ type TaskInfo struct {
 	// Result is what the task recorded with Ctx.SetResult, encoded (empty:
 	// nothing). For JSON, ResultValue decodes it.
 	Result task.Payload `json:"-"`
+	// JobFailures, in a job's end as a run reports it (the root's final
+	// state), are the job's other tasks that failed or were killed with
+	// it, in TID order; empty otherwise.
+	JobFailures []TaskInfo `json:"job_failures,omitempty"`
 }
 
 // ResultValue decodes the task's result into a generic value (maps,
@@ -571,6 +591,9 @@ type Daemon struct {
 	// address and was given no --advertise (see learnOwnAddr).
 	ownAddr atomic.Pointer[string]
 	met     *metrics.Metrics // nil: no metrics (see observe.go)
+	// ckWrites counts the job checkpoint writes asked of this host, for
+	// Config.Fault "exit-on-second-ckpt-write".
+	ckWrites atomic.Int64
 
 	// Lifecycle: every goroutine is tracked and ends when ctx does.
 	ctx      context.Context
@@ -586,6 +609,8 @@ type Daemon struct {
 	// The parts every daemon has.
 	rt *router  // message routing: routes, outbox, inbox (router.go)
 	ht *hosting // task hosting: tasks, registrations, moves' halves here (hosting.go)
+	// shared holds the read-only values its tasks share (task.Shared).
+	shared sharedValues
 	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
 	mbMem  gauge
 	groups *groups // the group server's state (groups.go)
@@ -593,6 +618,7 @@ type Daemon struct {
 	arrivals *arrivals
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
 	orphan   atomic.Bool // a host that has lost its master and looks for one
+	sw       *swimHost   // a host's swim detector (Config.Detector "swim"; nil otherwise)
 
 	// Load: the injected overlays, the last sample, and (hosts) the
 	// reports to the master.
@@ -691,6 +717,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.Master == (cfg.Join != "") {
 		return nil, errors.New("start daemon: give either Master or Join")
+	}
+	if err := checkDetector(cfg.Detector); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	if err := checkCredential(&cfg); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
@@ -793,6 +822,7 @@ func (d *Daemon) shutdown(ctx context.Context, why error) error {
 			for p := range d.nw.clients {
 				ps = append(ps, p)
 			}
+			ps = append(ps, d.nw.retiringTo(0)...)
 			d.nw.mu.Unlock()
 			var wg sync.WaitGroup
 			for _, p := range ps {
@@ -1179,7 +1209,7 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 		case l != nil:
 			wait = l.resolved // suspended here: wait for the move to commit or abort
 		default:
-			host := d.routeHost(tid)
+			host := d.waitHost(tid)
 			if host != d.cfg.HostID && d.nw != nil && d.hostKnown(host) {
 				var info TaskInfo
 				if err := d.callHost(ctx, host, mWait, tidArgs{TID: tid}, &info); err != nil {
@@ -1205,6 +1235,22 @@ func (d *Daemon) Wait(ctx context.Context, tid task.TID) (TaskInfo, error) {
 			return info, nil
 		}
 	}
+}
+
+// waitHost is the host a wait for tid, which is not here, asks: where
+// the routing table places it, or, when that is its origin host and the
+// origin cannot answer (this daemon, or a host gone), the host it ended
+// on if the table remembers one. The master forgets the route of a task
+// that has ended: a task that ended away from its origin — a job's root
+// moved off the master, or restored elsewhere by a rollback after its
+// origin host was lost — is then found where it ended, which keeps its
+// final state (Config.KeepExited).
+func (d *Daemon) waitHost(tid task.TID) task.HostID {
+	rt, ended := d.rt.lookupEnded(tid)
+	if ended != 0 && ended != d.cfg.HostID && (rt.Host == d.cfg.HostID || !d.hostKnown(rt.Host)) {
+		return ended
+	}
+	return rt.Host
 }
 
 func (d *Daemon) infoLocked(h *hosted) TaskInfo {

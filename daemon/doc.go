@@ -153,6 +153,13 @@
 //     after releasing the lock. The hosts rejoining after their deletion,
 //     not yet announced, are the driver's (membership.pending: read by
 //     the network's handshake and peers).
+//   - The swim failure detector (Config.Detector "swim", the default; swim.go): a
+//     host's routing/swim.Node is its swim loop's alone (fed through a
+//     bounded channel by the frame readers and the master's calls); the
+//     master's swim.Referee lives in membership, under nw.mu, beside the
+//     membership machine, which then only admits and remembers hosts;
+//     its effects queue there and are performed after the lock
+//     (refFlush).
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.
@@ -171,7 +178,11 @@
 // typed request and answer, who may call it and what a user's call must
 // own; serveMethod dispatches and authorizes from it alone, and a call a
 // daemon makes to itself skips the codec (callLocal). A client's calls
-// run under a context that ends with its connection.
+// run under a context that ends with its connection. Calls are not
+// deduplicated: each is sent once, on one connection, and answered on it.
+// When two daemons dial each other at once, the connection that loses the
+// tie (attach) is retired, not cut: it carries no new call and closes once
+// the calls under way on it in both directions are answered (retire.go).
 //
 // Lock order: rep.mu, then rt.mu (which is ht.mu: the host node's one
 // lock, never taken twice), then nw.mu; mv.mu, then nw.mu (mv.mu is

@@ -21,7 +21,9 @@ var controlMethods = []string{
 	mSendCheck, mCheckpoint,
 	mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
 	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
-	mCancel, mSiblings,
+	mCancel,
+	mSwimReport, mSwimCheckAck, mSwimCheck, mSwimGossip,
+	mSiblings,
 }
 
 // TestControlMethodsListed: controlMethods and the table name the same

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -317,6 +318,10 @@ func (d *Daemon) quietJob(a ckStep) (ckReply, error) {
 // writeJob writes a checkpoint of each paused local task of the job into
 // the directory a.Dir (a set of the shared directory).
 func (d *Daemon) writeJob(a ckStep) (ckReply, error) {
+	if d.cfg.Fault == "exit-on-second-ckpt-write" && d.ckWrites.Add(1) == 2 {
+		d.log.Error("fault injected: exiting in the middle of a job checkpoint", "job", a.Job, "round", a.Round)
+		os.Exit(137)
+	}
 	var rep ckReply
 	dir := ckpt.Dir{Path: a.Dir}
 	key, keyID := d.keyID(labelCkpt)

@@ -46,6 +46,15 @@ type jobState struct {
 	// when its command goes away (runJob).
 	attach chan *peer
 	ended  sync.Once
+	// killOnReturn is the root's choice (task.JobEnder) to kill the
+	// job's other tasks when it returns rather than wait for them; set
+	// before the job runs (jobRunning).
+	killOnReturn bool
+	// settled is closed once the job's end is decided (settleJob): its
+	// root has ended and its other tasks too; final is then the root's
+	// final state with the job's failed or killed tasks in JobFailures.
+	settled chan struct{}
+	final   TaskInfo
 	// drivers counts the goroutines driving the job's machine. One is
 	// added only under mu and before the job is over (done closed), so
 	// that once forgotten is closed the count only falls.
@@ -326,7 +335,7 @@ type JobCheckpoint struct {
 // newJob registers a job (master).
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{}),
-		attach: make(chan *peer, 1)}
+		attach: make(chan *peer, 1), settled: make(chan struct{}), killOnReturn: killsOnReturn(typ, nil)}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -371,6 +380,7 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 		return nil, err
 	}
 	js := d.newJob("", typ, opts)
+	js.killOnReturn = killsOnReturn(typ, state)
 	tids, err := d.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 1})
 	if err != nil {
 		d.endJob(js)
@@ -394,7 +404,7 @@ func (d *Daemon) runEmbeddedJob(ctx context.Context, root task.Task, opts JobOpt
 	if notes != nil {
 		d.reg.setNotes(js.id, notes)
 	}
-	info, err := d.waitJob(ctx, js)
+	info, err := d.waitJobEnd(ctx, js)
 	if err != nil {
 		return info, err
 	}
@@ -443,6 +453,7 @@ func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts Job
 			return tids, fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
 		}
 		js := d.newJob("", req.Type, opts)
+		js.killOnReturn = killsOnReturn(req.Type, req.State)
 		d.ownJob(ctx, js.id)
 		release(1)
 		r := req
@@ -502,24 +513,15 @@ func (d *Daemon) forgetJob(js *jobState) {
 }
 
 // jobRunning records that job js runs with root as its root task: its
-// periodic checkpoints start, and it ends when the root does.
+// periodic checkpoints start, and it ends once its root has ended and
+// its other tasks too (settleJob).
 func (d *Daemon) jobRunning(js *jobState, root task.TID) {
 	js.root = root
 	if js.opts.CheckpointEvery > 0 {
 		d.goFunc(func() { d.checkpointLoop(js) })
 	}
 	d.goFunc(func() {
-		info, err := d.waitJob(d.ctx, js)
-		if err == nil && (info.State != Exited || info.Status != 0) {
-			// The root failed or was killed: the job ends whole.
-			ctx, cancel := context.WithTimeout(d.ctx, 2*d.cfg.MoveTimeout)
-			n, err := d.KillJob(ctx, js.id)
-			cancel()
-			if n > 0 || err != nil {
-				d.log.Warn("job ended with its root", "job", js.id, "root", info.TID, "state", info.State,
-					"status", info.Status, "tasks_killed", n, "error", err)
-			}
-		}
+		d.settleJob(js)
 		d.endJob(js)
 	})
 }
@@ -1256,6 +1258,7 @@ func (d *Daemon) RestartJob(ctx context.Context, dir string, opts JobOptions, ou
 	d.checkSetSeq(m.Job, m.Seq, setDir)
 	d.noteSetSeq(m.Job, m.Seq)
 	js := d.newJob(m.Job, m.Program, opts)
+	js.killOnReturn = d.restoredKillsOnReturn(setDir, m)
 	if owner.name != "" {
 		d.owners.setJob(js.id, owner)
 	}
@@ -1530,6 +1533,7 @@ func (d *Daemon) restoreRound(js *jobState, a jobck.Action) error {
 	}
 	d.noteSetSeq(js.name, js.seq())
 	d.checkSetSeq(js.name, m.Seq, setDir)
+	d.fault("ckpt:restore")
 	ctx, cancel := context.WithTimeout(d.ctx, 4*d.cfg.MoveTimeout)
 	defer cancel()
 	if err := d.restoreSet(ctx, js, setDir, m); err != nil {

@@ -134,12 +134,24 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	n.forgetHost(hi, why)
 	p := n.peers[id]
 	delete(n.peers, id)
+	retiring := n.retiringTo(id)
 	n.mu.Unlock()
+	for _, q := range retiring {
+		q.close(fmt.Errorf("host deleted: %s", why))
+	}
 	if hi == nil {
 		return
 	}
 	if p != nil {
 		p.close(fmt.Errorf("host deleted: %s", why))
+	}
+	var rolling []chan struct{}
+	if d.cfg.Master {
+		// The jobs that lost tasks first: dropping the messages for the
+		// lost tasks tells their senders "no such task", and a job's root
+		// may end on that; a job that cannot roll back must be marked
+		// lost before, so that its end is its loss.
+		rolling = d.rollBackJobsOf(id)
 	}
 	dropped := d.rt.dropHost(id)
 	if len(dropped) > 0 {
@@ -156,7 +168,6 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 		// The exits of tasks lost with the host are told once the jobs
 		// that lost them have rolled back: a task restored lives on, and
 		// its loss is no failure of its job.
-		rolling := d.rollBackJobsOf(id)
 		d.goFunc(func() {
 			for _, ch := range rolling {
 				select {
@@ -751,17 +762,32 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			}
 		}
 		js = d.newJob("", a.Req.Type, a.Opts)
+		js.killOnReturn = killsOnReturn(a.Req.Type, a.Req.State)
 		d.ownJob(ctx, js.id)
 		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
-		done, err := d.admitSpawn(ctx, 0, js.id, 1)
-		if err != nil {
-			d.endJob(js)
-			return TaskInfo{}, err
+		// The root runs on the master's host, but where the master hosts
+		// no tasks: there it is placed as a spawn is (spawnAnywhere
+		// admits it), so that the master's loss takes no task of the job
+		// with it.
+		var tids []task.TID
+		var err error
+		if d.cfg.MasterNoTasks {
+			tids, err = d.spawnAnywhere(ctx, 0, js.id, a.Req)
+			if err == nil && len(tids) == 0 {
+				err = fmt.Errorf("start the root of job %d: no task started", js.id)
+			}
+		} else {
+			var done func([]task.TID)
+			done, err = d.admitSpawn(ctx, 0, js.id, 1)
+			if err != nil {
+				d.endJob(js)
+				return TaskInfo{}, err
+			}
+			tids, err = d.startLocal(ctx, 0, js.id, a.Req)
+			done(tids)
 		}
-		tids, err := d.startLocal(ctx, 0, js.id, a.Req)
-		done(tids)
 		if err != nil {
 			d.endJob(js)
 			return TaskInfo{}, err
@@ -824,7 +850,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return
 		}
 	})
-	return d.waitJob(wctx, js)
+	return d.waitJobEnd(wctx, js)
 }
 
 // attachJob follows the running job for a client that ran it and whose
@@ -848,7 +874,7 @@ func (d *Daemon) attachJob(ctx context.Context, client *peer, job uint64) (TaskI
 		return TaskInfo{}, fmt.Errorf("attach to job %d: another command is attaching", job)
 	}
 	d.log.Info("job attached", "job", job, "client", client.name())
-	return d.waitJob(ctx, js)
+	return d.waitJobEnd(ctx, js)
 }
 
 // clientOutput sends a job's output to the client that runs it.

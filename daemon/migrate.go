@@ -955,6 +955,12 @@ func (d *Daemon) commitDeparture(a migStep) {
 	}
 	delete(d.ht.moving, a.TID)
 	d.ht.mu.Unlock()
+	// The task runs at the destination: its route there applies here now,
+	// whether or not the master's broadcast of it has come. Without it,
+	// this host would take the task for one that exited here and drop its
+	// own tasks' messages to it (daemon/sim found it: the broadcast can
+	// come after the commit step).
+	d.applyRoutes([]routing.Entry{{TID: a.TID, Route: x.Route}})
 	if l.file != "" {
 		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 	}
@@ -1000,7 +1006,19 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 		}
 		d.rt.update(tid, x.Route)
 		m := l.meta
-		err := d.install(&m, l.h.t, nil, l)
+		// The task runs again from a decoded copy of its state, as after a
+		// restore: the object Run left at the safe point may hold what a
+		// checkpoint does not (a communicator's replay position, unexported),
+		// and Run re-enters expecting what a checkpoint gives it. A state
+		// that does not encode (the move may have aborted for it) resumes
+		// as it is.
+		t := l.h.t
+		if typ, state, err := task.EncodeState(t); err == nil {
+			if c, err := task.New(typ, state); err == nil {
+				t = c
+			}
+		}
+		err := d.install(&m, t, nil, l)
 		close(l.resolved)
 		return err
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -42,17 +44,25 @@ type network struct {
 	tr transport.Endpoint
 	id *pki.Credential
 
-	mu      sync.Mutex
-	peers   map[task.HostID]*peer
-	dialing map[task.HostID]chan struct{}
-	clients map[*peer]bool
-	hosts   map[task.HostID]*HostInfo
-	master  *peer // hosts: the connection to the master
-	calls   pendingCalls
+	mu    sync.Mutex
+	peers map[task.HostID]*peer
+	// retiring are the connections to hosts that lost a tie to another
+	// connection (attach) and still carry calls (retire.go).
+	retiring map[*peer]bool
+	dialing  map[task.HostID]chan struct{}
+	clients  map[*peer]bool
+	hosts    map[task.HostID]*HostInfo
+	master   *peer // hosts: the connection to the master
+	calls    pendingCalls
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
 	mem      *membership
+	// pingsIn counts the liveness pings received (the master: one per
+	// host per heartbeat under the master detector, none under swim).
+	pingsIn atomic.Int64
+	// swimChecks counts the checks the master's swim referee sent.
+	swimChecks atomic.Int64
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -70,7 +80,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, dialing: map[task.HostID]chan struct{}{},
+	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, retiring: map[*peer]bool{}, dialing: map[task.HostID]chan struct{}{},
 		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{},
 		joined: map[task.HostID]time.Time{}}
 	d.nw = n
@@ -83,9 +93,16 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		n.nextHost = MasterID + 1
 		self := d.self
 		n.hosts[MasterID] = &self
-	} else if err := d.join(ctx); err != nil {
-		tr.Close()
-		return err
+	} else if d.swimOn() {
+		// Before the join: other hosts may probe this one as soon as it
+		// is announced.
+		d.sw = &swimHost{in: make(chan swimIn, swimInBuffer), dialing: map[task.HostID]bool{}}
+	}
+	if !c.Master {
+		if err := d.join(ctx); err != nil {
+			tr.Close()
+			return err
+		}
 	}
 	if c.Master {
 		if err := d.loadRevoked(); err != nil {
@@ -105,6 +122,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if !c.Master {
 		d.goFunc(d.reportOnKick)
 	}
+	if d.sw != nil {
+		d.goFunc(d.swimLoop)
+	}
 	if c.Master {
 		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
 	}
@@ -121,7 +141,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	err := d.joinRetry(ctx, d.cfg.JoinCallTimeout, func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
-			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
+			Dialled: d.cfg.Join, Join: true, Info: d.self, Detector: d.helloDetector()}, d.cfg.MaxFrame)
 		return err
 	})
 	if err != nil {
@@ -169,6 +189,15 @@ func (d *Daemon) join(ctx context.Context) error {
 		d.self.Addr = h.Seen
 	}
 	d.setLogName(d.cfg.Name)
+	d.rt.updateAll(h.Routes)
+	p := newPeer(d, conn, st, true)
+	p.info = h.Info
+	p.ctr = d.met.Peer(p.info.Name)
+	// The hosts and the master's connection in one critical section: a
+	// connection the master dials to this host is accepted only once the
+	// master is a known host, and it must then find this one to tie with
+	// (attach); set apart, the join's connection would overwrite the
+	// winner.
 	n := d.nw
 	n.mu.Lock()
 	for i := range h.Hosts {
@@ -180,12 +209,6 @@ func (d *Daemon) join(ctx context.Context) error {
 	}
 	self := d.self
 	n.hosts[d.self.ID] = &self
-	n.mu.Unlock()
-	d.rt.updateAll(h.Routes)
-	p := newPeer(d, conn, st, true)
-	p.info = h.Info
-	p.ctr = d.met.Peer(p.info.Name)
-	n.mu.Lock()
 	n.master = p
 	n.peers[MasterID] = p
 	n.mu.Unlock()
@@ -314,6 +337,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			refuse(fmt.Sprintf("%s cannot join as a host: it needs a host certificate of its own", cert))
 			return
 		}
+		if h.Detector != d.helloDetector() {
+			refuse(fmt.Sprintf("the host's failure detector is %q, the master's %q: give every daemon the same --detector",
+				cmp.Or(h.Detector, DetectorMaster), d.cfg.Detector))
+			return
+		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
 		if wait := d.admissionWait(h, time.Now()); wait > 0 {
 			// Over the admission rate: the host tries again later.
@@ -339,8 +367,10 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			d.fault("join:admitted")
 		}
 		// Attach before answering: once the new host hears back it may be
-		// addressed, and it must find this connection.
-		if !d.attach(p) {
+		// addressed, and it must find this connection. A registration
+		// that loses a tie (the master dialled the host meanwhile) is not
+		// answered: the host tries again.
+		if d.attach(p, false) != attachCurrent {
 			return
 		}
 		hosts, routes := d.helloLists()
@@ -381,17 +411,33 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			conn.Close("handshake failed")
 			return
 		}
-		if !d.attach(p) {
+		if d.attach(p, true) == attachRefused {
 			return
 		}
 	}
 	d.startPeer(p, r)
 }
 
+// attachResult is what became of a connection attach was given.
+type attachResult uint8
+
+const (
+	// attachCurrent: it is the connection to its host now.
+	attachCurrent attachResult = iota + 1
+	// attachRetired: it lost the tie to the connection there was; it is
+	// retired (retire.go) and must still be read.
+	attachRetired
+	// attachRefused: it was closed.
+	attachRefused
+)
+
 // attach records p as the connection to its host. If there already is one
 // (both daemons dialled at once), the connection dialled by the smaller
-// host ID wins; unacknowledged messages are resent on the winner.
-func (d *Daemon) attach(p *peer) bool {
+// host ID wins on both sides; the other is retired (retire.go), so that
+// the calls under way on it are answered, unless retire is false: then a
+// p that loses is closed. Unacknowledged messages are resent on the
+// winner.
+func (d *Daemon) attach(p *peer, retire bool) attachResult {
 	p.ctr = d.met.Peer(p.info.Name)
 	n := d.nw
 	n.mu.Lock()
@@ -401,7 +447,7 @@ func (d *Daemon) attach(p *peer) bool {
 		// told when it registers again; until then nothing goes to it.
 		n.mu.Unlock()
 		p.close(fmt.Errorf("host %v is not in the virtual machine", p.info.ID))
-		return false
+		return attachRefused
 	}
 	old := n.peers[p.info.ID]
 	keep := old == nil
@@ -414,22 +460,46 @@ func (d *Daemon) attach(p *peer) bool {
 		}
 		keep = dialer(p) < dialer(old)
 	}
-	if keep {
+	switch {
+	case keep:
 		n.peers[p.info.ID] = p
 		if p.info.ID == MasterID && !d.cfg.Master {
 			n.master = p
 		}
+		if old != nil {
+			n.retiring[old] = true
+		}
+	case retire:
+		n.retiring[p] = true
 	}
 	n.mu.Unlock()
 	if !keep {
-		p.close(errors.New("duplicate connection"))
-		return false
+		if !retire {
+			p.close(errors.New("duplicate connection"))
+			return attachRefused
+		}
+		d.log.Debug("connection retired: it lost the tie to another", "peer", p.info.ID, "dialled", p.dialr)
+		p.retireConn()
+		return attachRetired
 	}
 	if old != nil {
-		old.close(errors.New("replaced by a newer connection"))
+		d.log.Debug("connection retired: it lost the tie to another", "peer", old.info.ID, "dialled", old.dialr)
+		old.retireConn()
 	}
 	d.resendTo(p.info.ID, p)
-	return true
+	return attachCurrent
+}
+
+// retiringTo lists the retired connections to host h (every host: 0)
+// still open. The caller holds n.mu.
+func (n *network) retiringTo(h task.HostID) []*peer {
+	var ps []*peer
+	for p := range n.retiring {
+		if h == 0 || p.info.ID == h {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // peerFor returns the connection to host h, dialling it if need be.
@@ -525,8 +595,12 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 	g.r.SetBudget(d.budgetFor(g.conn))
 	p := newPeer(d, g.conn, g.st, true)
 	p.info = g.reply.Info
-	if !d.attach(p) {
-		return nil, nil // the other side's connection won: use it
+	switch d.attach(p, true) {
+	case attachRefused:
+		return nil, nil
+	case attachRetired:
+		d.startPeer(p, g.r) // the other side's connection won: use it, and drain this one
+		return nil, nil
 	}
 	d.startPeer(p, g.r)
 	return p, nil
@@ -538,6 +612,7 @@ func (d *Daemon) peerGone(p *peer) {
 	n := d.nw
 	n.mu.Lock()
 	delete(n.clients, p)
+	delete(n.retiring, p)
 	wasCurrent := p.role == pki.RoleDaemon && n.peers[p.info.ID] == p
 	if wasCurrent {
 		delete(n.peers, p.info.ID)
@@ -591,7 +666,13 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		if err := decodeMsg(f.Body, &c); err != nil {
 			return err
 		}
-		d.goFunc(func() { d.serveCall(p, &c) })
+		p.serving()
+		d.goFunc(func() {
+			defer p.served()
+			d.serveCall(p, &c)
+		})
+	case routing.KindRetire:
+		p.peerRetired()
 	case routing.KindReply:
 		var r reply
 		if err := decodeMsg(f.Body, &r); err != nil {
@@ -604,7 +685,10 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 			return err
 		}
 		return d.handleEvent(p, &e)
+	case routing.KindSwim:
+		return d.receiveSwim(p, f.Body)
 	case routing.KindPing:
+		d.nw.pingsIn.Add(1)
 		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {
 			return nil
 		}
@@ -619,13 +703,24 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 }
 
 // callPeer sends a control request to p and waits for its reply, decoding
-// the reply's body into out (if not nil).
+// the reply's body into out (if not nil). A call is sent once, on one
+// connection: if p was retired before the call went out (it lost a tie,
+// attach), the call goes on the connection to p's host that won; once
+// sent, its reply comes back on p, which stays open for it (retire.go).
 func (d *Daemon) callPeer(ctx context.Context, p *peer, method string, args, out any) error {
 	id, ch, b, err := d.nw.calls.start(method, args)
 	if err != nil {
 		return err
 	}
-	p.frame(routing.KindCall, b)
+	for !p.sendCall(b) {
+		q, err := d.peerFor(ctx, p.info.ID)
+		if err != nil {
+			d.nw.calls.forget(id)
+			return fmt.Errorf("%s to %s: %w", method, p.name(), err)
+		}
+		p = q
+	}
+	defer p.callEnded()
 	err = d.nw.calls.await(ctx, id, ch, p.closed, func() error {
 		return fmt.Errorf("connection to %s lost", p.name())
 	}, out)
@@ -881,6 +976,13 @@ func (d *Daemon) heartbeatLoop() {
 		m := n.master
 		n.mu.Unlock()
 		if m == nil {
+			return true
+		}
+		if d.sw != nil {
+			// Under swim the host does not ping the master: the master's
+			// loss shows as its connection's (QUIC's keep-alive and idle
+			// timeout). Load reports keep their own pace (ReportEvery).
+			d.sendReport(false)
 			return true
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {

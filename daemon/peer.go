@@ -49,9 +49,15 @@ type peer struct {
 	acks     map[routing.Pair]uint64
 	ackTimer *time.Timer // signals the writer; made once
 	ackArmed bool        // ackTimer is running
-	closed   chan struct{}
-	once     sync.Once
-	err      error
+	// retire is the connection's part in a tie between two connections
+	// to its host (retire.go).
+	retire retirement
+	// finned is closed once the writer has closed the sending side at
+	// the end of a drain.
+	finned chan struct{}
+	closed chan struct{}
+	once   sync.Once
+	err    error
 	// ctx is the daemon's, ended when the connection is: the calls of a
 	// client run under it, so that work done for a client stops when it
 	// goes.
@@ -71,7 +77,7 @@ type peer struct {
 
 func newPeer(d *Daemon, conn transport.Conn, st transport.Stream, dialed bool) *peer {
 	p := &peer{d: d, conn: conn, st: st, dialr: dialed, role: conn.Peer().Role, cert: conn.Peer(),
-		msgsOff: -1, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+		msgsOff: -1, kick: make(chan struct{}, 1), finned: make(chan struct{}), closed: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(d.ctx)
 	p.lastHeard.Store(time.Now().UnixNano())
 	if p.role == pki.RoleDaemon {
@@ -287,10 +293,122 @@ func (p *peer) writeLoop() {
 		p.wmu.Unlock()
 		if done {
 			_ = p.st.Close() // FIN: the peer hangs up when it has read everything
+			close(p.finned)
 			<-p.closed
 			return
 		}
 	}
+}
+
+// sendCall queues a call frame with body b, unless the connection is
+// retired: then it reports false and the call must go on the connection
+// that replaced it. A call sent is counted until callEnded.
+func (p *peer) sendCall(b []byte) bool {
+	p.wmu.Lock()
+	if !p.retire.startCall() {
+		p.wmu.Unlock()
+		return false
+	}
+	p.buf = routing.AppendFrame(p.buf, routing.KindCall, b)
+	p.msgsOff = -1
+	p.wmu.Unlock()
+	p.signal()
+	return true
+}
+
+// callEnded counts a call sent with sendCall as over.
+func (p *peer) callEnded() {
+	p.wmu.Lock()
+	done := p.retire.endCall()
+	p.wmu.Unlock()
+	if done {
+		p.finish()
+	}
+}
+
+// serving counts a call received on the connection; served counts its
+// reply as queued.
+func (p *peer) serving() {
+	p.wmu.Lock()
+	p.retire.startServe()
+	p.wmu.Unlock()
+}
+
+func (p *peer) served() {
+	p.wmu.Lock()
+	done := p.retire.endServe()
+	p.wmu.Unlock()
+	if done {
+		p.finish()
+	}
+}
+
+// retireConn retires the connection (it lost a tie, attach): it sends
+// the retire frame after whatever is queued and carries no new call. If
+// the peer has not retired it too within the handshake timeout, it is
+// closed.
+func (p *peer) retireConn() {
+	p.wmu.Lock()
+	first, done := p.retire.retire()
+	if first {
+		p.buf = routing.AppendFrame(p.buf, routing.KindRetire, nil)
+		p.msgsOff = -1
+	}
+	p.wmu.Unlock()
+	p.signal()
+	if done {
+		p.finish()
+	}
+	if !first {
+		return
+	}
+	p.d.goFunc(func() {
+		t := time.NewTimer(p.d.cfg.HandshakeTimeout)
+		defer t.Stop()
+		select {
+		case <-p.closed:
+			return
+		case <-t.C:
+		}
+		p.wmu.Lock()
+		abandoned := !p.retire.peerRetired
+		p.wmu.Unlock()
+		if abandoned {
+			p.close(fmt.Errorf("connection to %s retired, and never retired by the peer", p.name()))
+		}
+	})
+}
+
+// peerRetired records the peer's retire frame.
+func (p *peer) peerRetired() {
+	p.wmu.Lock()
+	done := p.retire.peerRetire()
+	p.wmu.Unlock()
+	if done {
+		p.finish()
+	}
+}
+
+// finished reports whether the connection is retired and neither side is
+// owed anything on it.
+func (p *peer) finished() bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	return p.retire.finished
+}
+
+// retired reports whether this side retired the connection.
+func (p *peer) retired() bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	return p.retire.retired
+}
+
+// finish drains a retired connection that neither side owes a reply: what
+// is queued goes out, then the sending side closes; the connection closes
+// when the peer's end is read (readLoop), or after the handshake timeout.
+func (p *peer) finish() {
+	p.d.goFunc(func() { p.drain(p.d.cfg.HandshakeTimeout) })
 }
 
 // drain flushes what is queued, closes the sending side, and waits until
@@ -333,8 +451,15 @@ func (p *peer) readLoop(r *routing.Reader) {
 				return
 			default:
 			}
-			if err != nil {
+			switch {
+			case err != nil && p.finished():
+				// A retired connection both sides were done with: the
+				// peer closed it before its end was read.
+				p.d.log.Debug("retired connection ended", "peer", p.name(), "error", err)
+			case err != nil:
 				p.d.log.Info("connection ended", "peer", p.name(), "error", err)
+			case p.retired():
+				p.finishRead()
 			}
 			p.close(err)
 			return
@@ -345,6 +470,24 @@ func (p *peer) readLoop(r *routing.Reader) {
 			p.close(err)
 			return
 		}
+	}
+}
+
+// finishRead, on a retired connection whose peer closed its sending side
+// (the peer owes nothing more and is owed nothing), lets what this side
+// queued meanwhile (an event, an acknowledgement) go out before the
+// connection closes.
+func (p *peer) finishRead() {
+	p.wmu.Lock()
+	p.draining = true
+	p.wmu.Unlock()
+	p.signal()
+	t := time.NewTimer(p.d.cfg.HandshakeTimeout)
+	defer t.Stop()
+	select {
+	case <-p.finned:
+	case <-p.closed:
+	case <-t.C:
 	}
 }
 

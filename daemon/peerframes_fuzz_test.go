@@ -11,7 +11,7 @@ import (
 
 // peerKinds are the frames a daemon takes from another daemon after the
 // handshake, besides calls (FuzzControlHandlers) and replies.
-var peerKinds = []routing.Kind{routing.KindMsgs, routing.KindAcks, routing.KindRefuse, routing.KindEvent, routing.KindPing, routing.KindPong, routing.KindHello}
+var peerKinds = []routing.Kind{routing.KindMsgs, routing.KindAcks, routing.KindRefuse, routing.KindEvent, routing.KindPing, routing.KindPong, routing.KindHello, routing.KindRetire}
 
 // FuzzPeerFrames gives the master of a two-daemon virtual machine on the
 // in-memory network arbitrary frames as if host h2 had sent them: a frame

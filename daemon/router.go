@@ -47,6 +47,21 @@ func (r *router) lookup(tid task.TID) routing.Route {
 	return r.routes.Lookup(tid)
 }
 
+// lookupEnded is lookup, and for a task whose route the cache has
+// forgotten (the master's: it ended) after it lived away from its origin
+// host, the host it ended on (routing.Table.Past); 0 for any other.
+func (r *router) lookupEnded(tid task.TID) (routing.Route, task.HostID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt := r.routes.Lookup(tid)
+	if rt.Epoch == 0 { // no entry: the origin host, or forgotten
+		if p := r.routes.Past(tid); len(p) > 0 {
+			return rt, p[0]
+		}
+	}
+	return rt, 0
+}
+
 // update records route rt for tid, unless the cache holds a newer one,
 // and reports whether it did.
 func (r *router) update(tid task.TID, rt routing.Route) bool {

@@ -44,10 +44,14 @@ type RunOptions struct {
 // ErrUnsupported is returned for options this build cannot honour yet.
 var ErrUnsupported = errors.New("not supported")
 
-// Run starts an embedded virtual machine, runs root as the program's root
-// task to completion, kills whatever tasks remain and stops the machine. It
-// returns nil when the root task exited with status 0; otherwise an error
-// that errors.As turns into a *task.ExitError carrying the status.
+// Run starts an embedded virtual machine, runs root as the root task of a
+// job to its end and stops the machine. The job ends when its root has and
+// its other tasks too: they are waited for, or killed when the root failed
+// or asks for it (task.JobEnder). Run returns nil when the root task
+// exited with status 0 and no other task of the job failed or was killed;
+// otherwise an error that errors.As turns into a *task.ExitError carrying
+// the root's status (1 when only other tasks failed), naming the failed
+// tasks (errors.Is ErrJobTasks).
 func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	if opts.Hosts == 0 {
 		opts.Hosts = 1
@@ -84,22 +88,15 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 		defer vm.Halt(opts.HaltTimeout)
 		d = vm.Master()
 	}
-	var info TaskInfo
-	if opts.Hosts > 1 {
-		// The machine stops only once the job is over: a checkpoint round
-		// still running would see its hosts leave as lost.
-		var err error
-		if info, err = d.runEmbeddedJob(ctx, root, opts.Job, opts.OnJobNote); err != nil {
-			return fmt.Errorf("run: %w", err)
-		}
-	} else {
-		tid, err := d.SpawnTask(root)
-		if err != nil {
-			return fmt.Errorf("run: %w", err)
-		}
-		if info, err = d.Wait(ctx, tid); err != nil {
-			return fmt.Errorf("run: %w", err)
-		}
+	// The machine stops only once the job is over: a checkpoint round
+	// still running would see its hosts leave as lost, and the job's
+	// other tasks are waited for (or killed, as the root asks) first.
+	if opts.Hosts == 1 {
+		opts.Job = JobOptions{} // checkpoints need several hosts
+	}
+	info, err := d.runEmbeddedJob(ctx, root, opts.Job, opts.OnJobNote)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	if opts.Result != nil && len(info.Result.Data) > 0 {
 		if err := info.Result.Decode(opts.Result); err != nil {
@@ -109,18 +106,27 @@ func Run(ctx context.Context, root task.Task, opts RunOptions) error {
 	return exitError(info)
 }
 
-// exitError turns a root task's final state into Run's result.
+// exitError turns a job's end, its root task's final state, into Run's
+// result: nil for a clean exit of the root with no other task of the job
+// failed or killed.
 func exitError(info TaskInfo) error {
-	if info.State == Exited && info.Status == 0 {
+	rootOK := info.State == Exited && info.Status == 0
+	if rootOK && len(info.JobFailures) == 0 {
 		return nil
 	}
 	err := &task.ExitError{Status: info.Status}
-	if info.Status <= 0 {
+	if info.Status <= 0 || rootOK {
 		err.Status = 1
+	}
+	if rootOK {
+		return fmt.Errorf("task %v (%s) exited, but %w: %s: %w", info.TID, info.Type, ErrJobTasks, failedList(info.JobFailures), err)
 	}
 	msg := info.Err
 	if msg == "" {
 		msg = info.State.String()
+	}
+	if len(info.JobFailures) > 0 {
+		return fmt.Errorf("task %v (%s) %s: %w; %w: %s", info.TID, info.Type, msg, err, ErrJobTasks, failedList(info.JobFailures))
 	}
 	return fmt.Errorf("task %v (%s) %s: %w", info.TID, info.Type, msg, err)
 }

@@ -24,6 +24,7 @@ func (d *Daemon) spawnOneJob(ctx context.Context, req task.SpawnRequest, opts Jo
 	}
 	defer release(1) // what is left of the reservation
 	js := d.newJob("", req.Type, opts)
+	js.killOnReturn = killsOnReturn(req.Type, req.State)
 	d.ownJob(ctx, js.id)
 	release(1)
 	tids, err := d.spawnAnywhere(ctx, 0, js.id, req)

@@ -26,6 +26,10 @@ type hello struct {
 	// as it is; otherwise the master takes the IP its connection came
 	// from, with Addr's port.
 	Advertised bool `msgpack:"ad,omitempty"`
+	// Detector is a joining host's failure detector when it is not the
+	// master's heartbeats (Config.Detector): the master refuses a host
+	// whose detector is not its own.
+	Detector string `msgpack:"det,omitempty"`
 	// Dialled is the address a joining host reached the master by.
 	Dialled string `msgpack:"dl,omitempty"`
 	// Seen is, in the master's answer, the address it records for the
@@ -165,6 +169,7 @@ var errorCodes = map[string]error{
 	"forbidden":     ErrForbidden,
 	"outside":       ErrOutsideShared,
 	"aborted":       ErrAborted,
+	"no-such-job":   ErrNoJob,
 }
 
 // codeOf returns the code of the sentinel err wraps, if any.
@@ -324,4 +329,10 @@ const (
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
 	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
 	mCancel      = "call.cancel"  // anywhere: cancel a call of the caller's under way
+	// The swim failure detector (swim.go): a host's reports and answers to
+	// the master's checks, and the master's checks and news to a host.
+	mSwimReport   = "swim.report"
+	mSwimCheckAck = "swim.checkack"
+	mSwimCheck    = "swim.check"
+	mSwimGossip   = "swim.gossip"
 )

@@ -2,6 +2,7 @@ package examples
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -19,6 +20,9 @@ type Ping struct {
 	Partner task.TID
 	Start   time.Time
 	Elapsed time.Duration // time spent in completed runs of Run
+	// Waiting says round trip I's ping is sent and its echo awaited (at a
+	// safe point: the task may be checkpointed or moved there).
+	Waiting bool
 }
 
 // Pong echoes every message back to its sender until told to stop.
@@ -76,12 +80,19 @@ func (p *Ping) Run(c *task.Ctx) error {
 	var in []byte
 	for ; p.I < p.N; p.I++ {
 		out = pattern(out, p.I)
-		if err := c.Send(p.Partner, pingTag, out); err != nil {
+		if !p.Waiting {
+			if err := c.Send(p.Partner, pingTag, out); err != nil {
+				return err
+			}
+			p.Waiting = true
+		}
+		if _, err := c.Recv(p.Partner, pongTag, &in, task.Safe()); err != nil {
+			if errors.Is(err, task.ErrSuspended) {
+				p.Elapsed += time.Since(start)
+			}
 			return err
 		}
-		if _, err := c.Recv(p.Partner, pongTag, &in); err != nil {
-			return err
-		}
+		p.Waiting = false
 		if !bytes.Equal(in, out) {
 			return fmt.Errorf("round trip %d: echo differs from what was sent", p.I)
 		}

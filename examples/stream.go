@@ -133,7 +133,7 @@ func (s *Stream) Run(c *task.Ctx) error {
 		s.ByVia = map[string]int{}
 	}
 	for s.Step < s.Moves {
-		if _, err := c.Recv(s.Consumer, tagProgress, nil); err != nil {
+		if _, err := c.Recv(s.Consumer, tagProgress, nil, task.Safe()); err != nil {
 			return err
 		}
 		s.Step++
@@ -173,7 +173,7 @@ func (s *Stream) Run(c *task.Ctx) error {
 		s.ByVia[via]++
 	}
 	var rep StreamReport
-	if _, err := c.Recv(s.Consumer, tagReport, &rep); err != nil {
+	if _, err := c.Recv(s.Consumer, tagReport, &rep, task.Safe()); err != nil {
 		return err
 	}
 	if err := c.Send(s.Consumer, tagFinish, nil); err != nil {
@@ -214,7 +214,7 @@ func (p *StreamProducer) Run(c *task.Ctx) error {
 // progress to the driver at evenly spaced points.
 func (s *StreamConsumer) Run(c *task.Ctx) error {
 	if s.Producer.IsZero() {
-		if _, err := c.Recv(c.Parent(), tagPeer, &s.Producer); err != nil {
+		if _, err := c.Recv(c.Parent(), tagPeer, &s.Producer, task.Safe()); err != nil {
 			return err
 		}
 		s.Seen = make([]uint64, (s.N+63)/64)

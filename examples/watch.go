@@ -68,7 +68,7 @@ func (w *Watch) Run(c *task.Ctx) error {
 	}
 	for len(w.Lost) < w.Expect || (w.Expect > 0 && w.Hosts == 0) {
 		var n task.Notice
-		st, err := c.Recv(task.AnyTask, task.AnyTag, &n)
+		st, err := c.Recv(task.AnyTask, task.AnyTag, &n, task.Safe())
 		if err != nil {
 			return err
 		}

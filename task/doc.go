@@ -42,7 +42,10 @@
 // Messages from one task to another arrive in the order they were sent. No
 // order holds between messages from different senders. Send copies the
 // value; with InPlace it hands a slice the sender gives up to a receiver
-// on its host without copying it.
+// on its host without copying it, and Payload.Int32s, Float64s and
+// Complex128s read a received slice where it lies. Shared gives the tasks
+// of a job on one host one copy of read-only derived data (a matrix, a
+// table), which a task that moves or is restored asks for again.
 //
 // # Ranks and communicators
 //

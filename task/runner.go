@@ -8,9 +8,10 @@ import (
 // Runner runs a program's root task as a job — in an embedded virtual
 // machine or on a running one, as the runtime that provides the Runner
 // decides — copying the output of the job's tasks to out as it arrives,
-// and returns when the root task has exited: nil for a clean exit, an
-// *ExitError for a non-zero status, another error when the job could not
-// run or was lost. It lets a program drive runs of its own tasks (as
+// and returns when the job has ended (its root task and its other tasks;
+// see JobEnder): nil for a clean exit, an *ExitError for a non-zero status
+// of the root or a task of the job that failed or was killed at its end,
+// another error when the job could not run or was lost. It lets a program drive runs of its own tasks (as
 // examples/npb does) through this package alone.
 type Runner interface {
 	RunTask(ctx context.Context, root Task, out io.Writer) error

@@ -136,6 +136,7 @@ func restartCommand() *cli.Command {
 			if c.Bool("json") {
 				out = c.App.ErrWriter
 			}
+			cl.OnJobNote(jobNoteTo(c.App.ErrWriter))
 			info, err := cl.Restart(ctx, dir, opts, out)
 			if err == nil {
 				err = daemon.ExitError(info)

@@ -118,6 +118,7 @@ func (con *console) startJob(ctx context.Context, what string, do func(context.C
 	jctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n := con.jobs.add(what, cancel)
 	fmt.Fprintf(con.errOut, "[%d] %s: started; its output follows as it comes\n", n, what)
+	cl.OnJobNote(func(note daemon.JobNote) { fmt.Fprintf(con.errOut, "[%d] %s: %s\n", n, what, note) })
 	go func() {
 		defer con.jobs.done(n)
 		defer cancel()

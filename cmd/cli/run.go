@@ -27,7 +27,9 @@ func runCommand() *cli.Command {
 		ArgsUsage: "PROGRAM [program flags and arguments]",
 		Description: "Starts a virtual machine inside this process (or, with --master or DPVM_MASTER\n" +
 			"set, uses the running one), runs PROGRAM's root task to completion, prints the\n" +
-			"tasks' output and exits with the root task's status. --master '' ignores DPVM_MASTER.\n" +
+			"tasks' output and exits with the root task's status. The job ends once its other\n" +
+			"tasks have too; one that failed, or was killed at the job's end, makes the run\n" +
+			"fail, named. --master '' ignores DPVM_MASTER.\n" +
 			"Everything after PROGRAM belongs to the program: 'dpvm run hello --help'\n" +
 			"shows its flags. 'dpvm run --list' lists the programs.",
 		Flags: []cli.Flag{

@@ -428,6 +428,7 @@ func slurmLaunch(c *cli.Context) error {
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
 	done := make(chan error, 1)
+	cl.OnJobNote(jobNoteTo(out)) // a rollback after a node was lost, or the job's loss
 	go func() { done <- runSlurmWork(ctx, cl, n, work, typ, state, rp, resume, job, out) }()
 	select {
 	case err = <-done:

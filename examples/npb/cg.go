@@ -23,6 +23,7 @@ type CGWorker struct {
 	r0, r1  int
 	bounds  []int
 	pFull   []float64
+	zFull   []float64 // z gathered for ||x - A·z||
 	q, r, z []float64
 }
 
@@ -239,6 +240,41 @@ func cgMakeATick(p CGParams, first, last int, tick func() error) (*csr, error) {
 	return m, nil
 }
 
+// cgMatrix returns rows [first, last) of CG's matrix. When every task of
+// the run is on this task's host, the whole matrix is built once there and
+// shared (task.Shared; each task reads its rows of it): one generation of
+// the matrix instead of one per task, and no safe point while it is built
+// or awaited. Otherwise, and after a move, the task generates its own
+// rows, calling tick as cgMakeATick does.
+func cgMatrix(cm comm, p CGParams, first, last int, tick func() error) (*csr, error) {
+	tc, ok := cm.(*taskComm)
+	if !ok || !tc.oneHost || tc.size() == 1 {
+		return cgMakeATick(p, first, last, tick)
+	}
+	key := fmt.Sprintf("npb/cg/matrix/%d/%d/%g", p.NA, p.Nonzer, p.Shift)
+	full, err := task.Shared(tc.c, key, func() (*csr, error) {
+		return cgMakeA(p, 0, p.NA), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return full.rows(first, last)
+}
+
+// rows is the block of rows [first, last) of m, a whole matrix: its
+// columns and values are m's memory, its row starts its own.
+func (m *csr) rows(first, last int) (*csr, error) {
+	if first < 0 || last < first || last >= len(m.rowstr) {
+		return nil, fmt.Errorf("cg: rows [%d, %d) of a matrix of %d", first, last, len(m.rowstr)-1)
+	}
+	base, end := m.rowstr[first], m.rowstr[last]
+	rowstr := make([]int32, last-first+1)
+	for j := range rowstr {
+		rowstr[j] = m.rowstr[first+j] - base
+	}
+	return newCSR(rowstr, m.colidx[base:end:end], m.a[base:end:end], m.ncol)
+}
+
 // spmv computes y = A·x for the block's rows: in assembly where there is
 // one (bit-identical), else spmvGo.
 func (m *csr) spmv(y, x []float64) {
@@ -296,7 +332,10 @@ func (w *CGWorker) conjGrad(cm comm) (float64, error) {
 		r[j] = x[j]
 		p[j] = x[j]
 	}
-	if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+	// The gathers send p's block in place: this task writes to it again
+	// only after an allsum, which every other task enters once it has
+	// copied the block out.
+	if err := allgathervLent(cm, w.pFull, w.bounds); err != nil {
 		return 0, err
 	}
 	s, err := allsum(cm, dot(r, r))
@@ -325,16 +364,17 @@ func (w *CGWorker) conjGrad(cm comm) (float64, error) {
 		for j, rj := range r {
 			p[j] = rj + beta*p[j]
 		}
-		if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+		if err := allgathervLent(cm, w.pFull, w.bounds); err != nil {
 			return 0, err
 		}
 	}
-	// ||r|| = ||x - A·z||, with z gathered into pFull.
-	copy(p, z)
-	if err := allgatherv(cm, w.pFull, w.bounds); err != nil {
+	// ||r|| = ||x - A·z||, with z gathered into zFull (pFull's block may
+	// still be read by the other tasks).
+	copy(w.zFull[w.r0:w.r1], z)
+	if err := allgathervLent(cm, w.zFull, w.bounds); err != nil {
 		return 0, err
 	}
-	w.m.spmv(r, w.pFull)
+	w.m.spmv(r, w.zFull)
 	var sum float64
 	for j, xj := range x {
 		d := xj - r[j]
@@ -375,10 +415,10 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 	w.bounds = blockBounds(p.NA, cm.size())
 	w.r0, w.r1 = w.bounds[cm.rank()], w.bounds[cm.rank()+1]
 	nloc := w.r1 - w.r0
-	if w.m, err = cgMakeATick(p, w.r0, w.r1, h.setup); err != nil {
+	if w.m, err = cgMatrix(cm, p, w.r0, w.r1, h.setup); err != nil {
 		return nil, err
 	}
-	w.pFull = make([]float64, p.NA)
+	w.pFull, w.zFull = make([]float64, p.NA), make([]float64, p.NA)
 	w.q, w.r, w.z = make([]float64, nloc), make([]float64, nloc), make([]float64, nloc)
 	if w.X == nil {
 		w.X = make([]float64, nloc)

@@ -301,6 +301,43 @@ func allgatherv(cm comm, full []float64, bounds []int) error {
 	return nil
 }
 
+// allgathervLent is allgatherv with every rank's block sent in place
+// (comm.sendInPlace) and read where it arrived (task.Payload.Float64s): a
+// block goes from its owner's full to every other's with one copy on a
+// host, where allgatherv copies it three times (encode, decode, and into
+// full). The caller must not write to its block of full again until every
+// other rank has sent it a message after this call returned: by then each
+// has copied the block out.
+func allgathervLent(cm comm, full []float64, bounds []int) error {
+	n, me := cm.size(), cm.rank()
+	if n == 1 {
+		return nil
+	}
+	mine := full[bounds[me]:bounds[me+1]]
+	for k := 1; k < n; k++ {
+		if err := cm.sendInPlace((me+k)%n, tagGather, mine); err != nil {
+			return fmt.Errorf("allgather: %w", err)
+		}
+	}
+	for k := 1; k < n; k++ {
+		r := (me - k + n) % n
+		lo, hi := bounds[r], bounds[r+1]
+		msg, err := cm.recvPayload(r, tagGather)
+		if err != nil {
+			return fmt.Errorf("allgather: %w", err)
+		}
+		in, err := msg.Float64s()
+		if err != nil {
+			return fmt.Errorf("allgather from rank %d: %w", r, err)
+		}
+		if len(in) != hi-lo {
+			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(in), hi-lo)
+		}
+		copy(full[lo:hi], in)
+	}
+	return nil
+}
+
 // blockBounds splits n items into np consecutive blocks as evenly as
 // possible: block r is [b[r], b[r+1]).
 func blockBounds(n, np int) []int {

@@ -49,21 +49,40 @@ func (c *localComm) send(to, tag int, v any) error {
 	return nil
 }
 
-// sendInPlace passes a []int32 as the task runtime does to a receiver on
-// its host: the payload's bytes are the slice's memory, so the race
-// detector sees a sender that writes to a slice its receiver still reads.
+// sendInPlace passes a []int32, []float64 or []complex128 as the task
+// runtime does to a receiver on its host: the payload's bytes are the
+// slice's memory, so the race detector sees a sender that writes to a
+// slice its receiver still reads.
 func (c *localComm) sendInPlace(to, tag int, v any) error {
-	s, ok := v.([]int32)
-	if !ok || len(s) == 0 {
+	var p task.Payload
+	switch s := v.(type) {
+	case []int32:
+		p = rawView(task.EncInt32s, s)
+	case []float64:
+		p = rawView(task.EncFloat64s, s)
+	case []complex128:
+		p = rawView(task.EncComplex128s, s)
+	}
+	if p.Data == nil {
 		return c.send(to, tag, v)
 	}
-	p := task.Payload{Enc: task.EncInt32s, Data: unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))}
 	c.net.mu.Lock()
 	c.net.boxes[to] = append(c.net.boxes[to], localMsg{c.me, tag, p})
 	c.net.mu.Unlock()
 	c.net.cond.Broadcast()
 	return nil
 }
+
+// rawView is a payload whose bytes are s's memory (nil Data for an empty
+// s, which sendInPlace then sends as a copy).
+func rawView[T int32 | float64 | complex128](enc task.Encoding, s []T) task.Payload {
+	if len(s) == 0 {
+		return task.Payload{}
+	}
+	var zero T
+	return task.Payload{Enc: enc, Data: unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(zero)))}
+}
+
 func (c *localComm) recv(from, tag int, v any) error {
 	p, err := c.recvPayload(from, tag)
 	if err != nil {

@@ -22,18 +22,19 @@ type FTWorker struct {
 	U0   []float64    // the spectrum (complex, re/im interleaved)
 	Sums [][2]float64 // checksums of the iterations done
 
-	p          FTParams
-	nzl, nyl   int // local planes in layouts A and B
-	z0, y0     int
-	spec       bool // true: the spectrum is in layout B
-	u1         []complex128
-	tw         []float64 // the evolution factors, in the spectrum's layout
-	roots      map[int][]complex128
-	x, y       []complex128 // transform scratch
-	sendBuf    []complex128
-	recvBuf    []complex128
-	transposed []complex128
-	chunk      int // values per transpose message; 0 is ftChunk
+	p        FTParams
+	nzl, nyl int // local planes in layouts A and B
+	z0, y0   int
+	spec     bool // true: the spectrum is in layout B
+	u1       []complex128
+	tw       []float64 // the evolution factors, in the spectrum's layout
+	roots    map[int][]complex128
+	x, y     []complex128 // transform scratch
+	// planes are the two y-planes (layout B) the inverse transform
+	// alternates between: each holds a plane's z-transforms while its
+	// lines go to the other tasks in place (see inverseZ).
+	planes [2][]complex128
+	chunk  int // values per transpose message; 0 is ftChunk
 }
 
 func (w *FTWorker) place() *Place { return &w.Place }
@@ -223,8 +224,8 @@ func stockham(x, y []complex128, n, b int, roots []complex128, inverse, vec bool
 }
 
 // forward transforms u (layout A) in 3-D and returns the spectrum: u itself
-// with one task, w.transposed (layout B) with more.
-func (w *FTWorker) forward(cm comm, u []complex128) ([]complex128, error) {
+// with one task; with more, spec (layout B), which u is transposed into.
+func (w *FTWorker) forward(cm comm, u, spec []complex128) ([]complex128, error) {
 	p := w.p
 	nx, ny, nz := p.NX, p.NY, p.NZ
 	for k := range w.nzl {
@@ -237,32 +238,31 @@ func (w *FTWorker) forward(cm comm, u []complex128) ([]complex128, error) {
 		}
 		return u, nil
 	}
-	v := w.transposed
-	if err := w.transposeAB(cm, u, v); err != nil {
+	if err := w.transposeAB(cm, u, spec); err != nil {
 		return nil, err
 	}
 	for j := range w.nyl {
-		w.fftLines(v, nx*nz*j, 1, nx, nz, nx, false)
+		w.fftLines(spec, nx*nz*j, 1, nx, nz, nx, false)
 	}
-	return v, nil
+	return spec, nil
 }
 
-// inverse transforms the spectrum s back in 3-D, leaving the result in out
-// (layout A); s is overwritten.
-func (w *FTWorker) inverse(cm comm, s []complex128, out []complex128) error {
+// evolveInverse multiplies the spectrum u0 by the evolution factors tw
+// (u0 keeps the product: it is the next iteration's spectrum) and
+// transforms the product back in 3-D into out (layout A). With one task
+// the product goes into out and is transformed there; with more,
+// inverseZ transforms and transposes it plane by plane, so no grid-sized
+// copy of the spectrum is made.
+func (w *FTWorker) evolveInverse(cm comm, u0 []complex128, tw []float64, out []complex128) error {
 	p := w.p
 	nx, ny, nz := p.NX, p.NY, p.NZ
 	if !w.spec {
+		evolve(u0, tw, out[:len(u0)])
 		for j := range ny {
-			w.fftLines(s, nx*j, 1, nx*ny, nz, nx, true)
+			w.fftLines(out, nx*j, 1, nx*ny, nz, nx, true)
 		}
-	} else {
-		for j := range w.nyl {
-			w.fftLines(s, nx*nz*j, 1, nx, nz, nx, true)
-		}
-		if err := w.transposeBA(cm, s, out); err != nil {
-			return err
-		}
+	} else if err := w.inverseZ(cm, u0, tw, out); err != nil {
+		return err
 	}
 	for k := range w.nzl {
 		w.fftLines(out, nx*ny*k, 1, nx, ny, nx, true)
@@ -271,15 +271,124 @@ func (w *FTWorker) inverse(cm comm, s []complex128, out []complex128) error {
 	return nil
 }
 
-// transposeAB redistributes u (layout A, z-slabs) into v (layout B,
-// y-slabs).
-func (w *FTWorker) transposeAB(cm comm, u, v []complex128) error {
-	return w.transpose(cm, u, v, w.lineA, w.lineB)
+// evolve multiplies u0 by tw element-wise, in place, and copies the
+// product into dst.
+func evolve(u0 []complex128, tw []float64, dst []complex128) {
+	tw, dst = tw[:len(u0)], dst[:len(u0)]
+	for i, t := range tw {
+		v := complex(real(u0[i])*t, imag(u0[i])*t)
+		u0[i], dst[i] = v, v
+	}
 }
 
-// transposeBA is the inverse of transposeAB.
-func (w *FTWorker) transposeBA(cm comm, v, u []complex128) error {
-	return w.transpose(cm, v, u, w.lineB, w.lineA)
+// inverseZ evolves the spectrum u0 (layout B) and runs its inverse z
+// transforms y-plane by y-plane, each in one of two plane buffers, and
+// sends each task the plane's lines of its z-planes straight from that
+// buffer, in place and in chunks of whole lines: the lines for a task are
+// consecutive there. It unpacks the lines received into out (layout A).
+//
+// A buffer is written again two planes later. By then this task has
+// received a chunk of the next plane from every other task, which that
+// task sent only after it had received, and unpacked, every chunk of this
+// plane: the receivers are done with the buffer.
+func (w *FTWorker) inverseZ(cm comm, u0 []complex128, tw []float64, out []complex128) error {
+	p := w.p
+	nx, nz, nzl := p.NX, p.NZ, w.nzl
+	np, me := cm.size(), cm.rank()
+	plane := nx * nz
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = ftChunk
+	}
+	step := max(1, chunk/nx)
+	for jl := range w.nyl {
+		pl := w.planes[jl%2]
+		evolve(u0[plane*jl:][:plane], tw[plane*jl:][:plane], pl)
+		w.fftLines(pl, 0, 1, nx, nz, nx, true)
+		for kl := range nzl {
+			d := w.lineA(me, jl, kl)
+			copy(out[d:d+nx], pl[nx*(me*nzl+kl):][:nx])
+		}
+		for l0 := 0; l0 < nzl; l0 += step {
+			l1 := min(nzl, l0+step)
+			m := (l1 - l0) * nx
+			for k := 1; k < np; k++ {
+				to, from := (me+k)%np, (me-k+np)%np
+				if err := cm.sendInPlace(to, tagTranspose, pl[nx*(to*nzl+l0):][:m]); err != nil {
+					return fmt.Errorf("FT transpose: %w", err)
+				}
+				in, err := recvComplex(cm, from, m)
+				if err != nil {
+					return err
+				}
+				for kl := l0; kl < l1; kl++ {
+					d := w.lineA(from, jl, kl)
+					copy(out[d:d+nx], in[nx*(kl-l0):][:nx])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// transposeAB moves every x-line of u (layout A, z-slabs) to spec (layout
+// B, y-slabs), z-plane by z-plane. The lines of a plane that go to one
+// task are consecutive in u, so each task gets them straight from u, in
+// place and in chunks of whole lines; the lines received are unpacked into
+// spec. u is written again only after the barrier that ends the
+// transpose, once every task has unpacked what it received.
+func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
+	nx, nyl := w.p.NX, w.nyl
+	np, me := cm.size(), cm.rank()
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = ftChunk
+	}
+	step := max(1, chunk/nx)
+	for kl := range w.nzl {
+		for jl := range nyl {
+			copy(spec[w.lineB(me, jl, kl):][:nx], u[w.lineA(me, jl, kl):][:nx])
+		}
+		for l0 := 0; l0 < nyl; l0 += step {
+			l1 := min(nyl, l0+step)
+			m := (l1 - l0) * nx
+			for k := 1; k < np; k++ {
+				to, from := (me+k)%np, (me-k+np)%np
+				if err := cm.sendInPlace(to, tagTranspose, u[w.lineA(to, l0, kl):][:m]); err != nil {
+					return fmt.Errorf("FT transpose: %w", err)
+				}
+				in, err := recvComplex(cm, from, m)
+				if err != nil {
+					return err
+				}
+				for jl := l0; jl < l1; jl++ {
+					copy(spec[w.lineB(from, jl, kl):][:nx], in[nx*(jl-l0):][:nx])
+				}
+			}
+		}
+	}
+	if err := barrier(cm); err != nil {
+		return fmt.Errorf("FT transpose: %w", err)
+	}
+	return nil
+}
+
+// recvComplex receives the next transpose chunk from rank from, which must
+// hold m values: the message's bytes, not a copy, where they can be
+// (task.Payload.Complex128s).
+func recvComplex(cm comm, from, m int) ([]complex128, error) {
+	msg, err := cm.recvPayload(from, tagTranspose)
+	if err != nil {
+		return nil, fmt.Errorf("FT transpose: %w", err)
+	}
+	in, err := msg.Complex128s()
+	if err != nil {
+		return nil, fmt.Errorf("FT transpose from rank %d: %w", from, err)
+	}
+	if len(in) != m {
+		return nil, fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(in), from, m)
+	}
+	return in, nil
 }
 
 // lineA is where x-line (jl, kl) of block q starts in layout A, whose
@@ -294,76 +403,10 @@ func (w *FTWorker) lineB(q, jl, kl int) int {
 	return w.p.NX * ((q*w.nzl + kl) + w.p.NZ*jl)
 }
 
-// transpose moves every x-line from src, laid out by from, to dst, laid
-// out by to, exchanging with every other task the block of lines it owns
-// in the other layout. Line l of a block is (jl, kl) = (l / nzl, l % nzl).
-func (w *FTWorker) transpose(cm comm, src, dst []complex128, from, to func(q, jl, kl int) int) error {
-	nx, nzl, me := w.p.NX, w.nzl, cm.rank()
-	pack := func(q, l0, l1 int, buf []complex128) {
-		for l := l0; l < l1; l++ {
-			s := from(q, l/nzl, l%nzl)
-			copy(buf[nx*(l-l0):][:nx], src[s:s+nx])
-		}
-	}
-	unpack := func(r, l0, l1 int, buf []complex128) {
-		for l := l0; l < l1; l++ {
-			d := to(r, l/nzl, l%nzl)
-			copy(dst[d:d+nx], buf[nx*(l-l0):][:nx])
-		}
-	}
-	// This task's own block goes straight from src to dst.
-	for l := range w.nyl * nzl {
-		s, d := from(me, l/nzl, l%nzl), to(me, l/nzl, l%nzl)
-		copy(dst[d:d+nx], src[s:s+nx])
-	}
-	return w.alltoall(cm, w.nyl*nzl, nx, pack, unpack)
-}
-
 // ftChunk is the most complex values one transpose message carries (2 MiB).
-// A task's block for another is sent in chunks of whole lines: the send
-// and receive buffers stay small, and so does each message's payload,
-// which the collector reclaims chunk by chunk instead of block by block.
+// A task's lines for another are sent in chunks of whole lines, so that
+// each message stays small.
 const ftChunk = 1 << 17
-
-// alltoall sends every other task its block (lines lines of n values,
-// packed by pack) and unpacks the blocks received from them (the caller
-// moves its own), in chunks of at most
-// w.chunk values (ftChunk by default; at least one line). Within a step
-// every task sends one chunk and then receives one, so at most a chunk per
-// pair of tasks is in flight.
-func (w *FTWorker) alltoall(cm comm, lines, n int, pack, unpack func(q, l0, l1 int, buf []complex128)) error {
-	np, me := cm.size(), cm.rank()
-	chunk := w.chunk
-	if chunk <= 0 {
-		chunk = ftChunk
-	}
-	step := max(1, chunk/n)
-	blk := min(lines, step) * n
-	if cap(w.sendBuf) < blk {
-		w.sendBuf, w.recvBuf = make([]complex128, blk), make([]complex128, blk)
-	}
-	sb := w.sendBuf[:blk]
-	for k := 1; k < np; k++ {
-		to, from := (me+k)%np, (me-k+np)%np
-		for l0 := 0; l0 < lines; l0 += step {
-			l1 := min(lines, l0+step)
-			m := (l1 - l0) * n
-			pack(to, l0, l1, sb[:m])
-			if err := cm.send(to, tagTranspose, sb[:m]); err != nil {
-				return fmt.Errorf("FT transpose: %w", err)
-			}
-			rb := w.recvBuf[:0:blk]
-			if err := cm.recv(from, tagTranspose, &rb); err != nil {
-				return fmt.Errorf("FT transpose: %w", err)
-			}
-			if len(rb) != m {
-				return fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(rb), from, m)
-			}
-			unpack(from, l0, l1, rb)
-		}
-	}
-	return nil
-}
 
 // initialConditions fills u (layout A) with the reference's random field:
 // one stream, 2·nx numbers per x-line.
@@ -441,7 +484,8 @@ func (w *FTWorker) setup(cm comm) error {
 	local := p.NX * p.NY * w.nzl
 	w.u1 = make([]complex128, local)
 	if w.spec {
-		w.transposed = make([]complex128, p.NX*p.NZ*w.nyl)
+		plane := p.NX * p.NZ
+		w.planes = [2][]complex128{make([]complex128, plane), make([]complex128, plane)}
 	}
 	w.tw = make([]float64, local)
 	w.roots = map[int][]complex128{}
@@ -451,20 +495,22 @@ func (w *FTWorker) setup(cm comm) error {
 }
 
 // spectrum computes the forward transform of the initial conditions into
-// U0.
+// U0: with more than one task u1 is transposed straight into it.
 func (w *FTWorker) spectrum(cm comm) error {
 	w.indexMap()
+	// The timed set-up recomputes the warm-up's spectrum: it reuses the
+	// array rather than leave a grid's worth of garbage.
+	if len(w.U0) != 2*len(w.tw) {
+		w.U0 = make([]float64, 2*len(w.tw))
+	}
 	w.initialConditions(w.u1)
-	s, err := w.forward(cm, w.u1)
+	s, err := w.forward(cm, w.u1, cplx(w.U0))
 	if err != nil {
 		return err
 	}
-	// The timed set-up recomputes the warm-up's spectrum: it reuses the
-	// array rather than leave a grid's worth of garbage.
-	if len(w.U0) != 2*len(s) {
-		w.U0 = make([]float64, 2*len(s))
+	if !w.spec {
+		copy(cplx(w.U0), s)
 	}
-	copy(cplx(w.U0), s)
 	return nil
 }
 
@@ -498,18 +544,7 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		if err := h.safe(); err != nil {
 			return nil, err
 		}
-		u0 := cplx(w.U0)
-		sp := w.u1
-		if w.spec {
-			sp = w.transposed
-		}
-		tw := w.tw[:len(u0)]
-		sp = sp[:len(u0)]
-		for i, t := range tw {
-			u0[i] = complex(real(u0[i])*t, imag(u0[i])*t)
-			sp[i] = u0[i]
-		}
-		if err := w.inverse(cm, sp, w.u1); err != nil {
+		if err := w.evolveInverse(cm, cplx(w.U0), w.tw, w.u1); err != nil {
 			return nil, err
 		}
 		s, err := w.checksum(cm, w.u1)

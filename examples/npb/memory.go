@@ -91,17 +91,25 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 	case "cg":
 		p, _ := CGParamsFor(class)
 		n, w := float64(p.NA), float64(p.Nonzer+1)
-		// Every task generates the whole stream of outer products: row
-		// lengths (int32), columns (int32) and values (float64).
-		gen := nps * n * (4 + 12*w)
+		// The whole stream of outer products (row lengths, int32;
+		// columns, int32; values, float64): generated once on one host,
+		// where the matrix is shared, else by every task.
+		gen := n * (4 + 12*w)
+		if hosts != 1 {
+			gen *= nps
+		}
 		// The matrix: each outer product adds at most w² entries (float64
 		// value, int32 column), and each task keeps those of its rows.
 		matrix := 12*n*w*w + 8*(n+nps)
-		// x, q, r, z over the rows, and the gathered p on every task.
-		vectors := 4*8*n + nps*8*n
+		// x, q, r, z over the rows, and the gathered p and z on every
+		// task.
+		vectors := 4*8*n + nps*2*8*n
 		live = gen + matrix + vectors
-		// An all-gather of p: every task's block to every other.
-		inflight = (nps - 1) * 8 * n
+		// An all-gather of p: every task's block to every other, sent in
+		// place (nothing in flight) between tasks of one host.
+		if hosts != 1 {
+			inflight = (nps - 1) * 8 * n
+		}
 		return live, inflight
 	case "mg":
 		p, _ := MGParamsFor(class)
@@ -140,11 +148,14 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 		// (complex).
 		live = 16*n + 8*n + 16*n
 		if np > 1 {
-			// The transposed grid and each task's send and receive
-			// chunks; one chunk per pair of tasks in flight.
-			chunk := 16 * min(float64(ftChunk), n/nps/nps)
-			live += 16*n + nps*2*chunk
-			inflight = nps * (nps - 1) * chunk
+			// The inverse transform's two plane buffers on every task;
+			// the transposes send in place, so on one host nothing else
+			// is in flight, and between hosts a chunk per pair of tasks.
+			plane := 16 * float64(p.NX) * float64(p.NZ)
+			live += nps * 2 * plane
+			if hosts != 1 {
+				inflight = nps * (nps - 1) * 16 * min(float64(ftChunk), n/nps/nps)
+			}
 		}
 		return live, inflight
 	case "is":

@@ -210,7 +210,9 @@ var ErrNoReport = errors.New("npb: the run ended without a report")
 // embedded virtual machine, or a running one's client) and returns the
 // report, verified (Verify) against this program's reference values. A
 // run that completes but does not verify returns its report (Verified
-// Unsuccessful or NotPerformed, with the reason) and no error.
+// Unsuccessful or NotPerformed, with the reason) and no error; one whose
+// root passed but whose job had a worker fail or be killed at its end
+// returns the report and an error (task.ErrJobTasks) naming it.
 func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts RunOptions) (*Report, error) {
 	root, err := NewRoot(kernel, class, np)
 	if err != nil {
@@ -242,8 +244,15 @@ func Run(ctx context.Context, r task.Runner, kernel, class string, np int, opts 
 		return nil, runErr
 	}
 	sink.report.Hosts = max(opts.Hosts, 1)
+	// A root that passed the report returned cleanly: a failed task of
+	// its job (a worker that failed, or was killed at the job's end,
+	// after the report) fails the run all the same, naming it.
+	rootPassed := sink.report.Passed()
 	// The verdict is this program's: the workers may run another build
 	// (on a running virtual machine) with other reference values.
 	Verify(sink.report)
+	if rootPassed && errors.Is(runErr, task.ErrJobTasks) {
+		return sink.report, fmt.Errorf("npb %s class %s np %d: %w", root.Kernel, root.Class, np, runErr)
+	}
 	return sink.report, nil
 }

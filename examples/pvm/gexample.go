@@ -15,9 +15,9 @@ import (
 // started from the console; dpvm tasks have no standard input, so the
 // port takes them as flags with those defaults. pvm_freezegroup becomes
 // GroupComm with nproc members (both wait until nproc tasks have joined),
-// whose communicator carries pvm_reduce's reductions, and
-// instance 0 waits for the others to exit before it returns, since a
-// dpvm job ends with its root task while PVM's tasks outlive their parent.
+// whose communicator carries pvm_reduce's reductions, and instance 0
+// waits for the others to exit before it returns (its job would wait for
+// them too, as PVM's tasks outlive their parent).
 // The SPMD start (`spawn -N gexample`, the group of siblings) is left
 // out: instance 0 is the task that spawns the others.
 

@@ -1,0 +1,42 @@
+package task
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Float64s returns the float64s of a payload sent as []float64, as Int32s
+// does for int32s: where the bytes have the slice's memory layout (a
+// little-endian host, 8-byte aligned) the slice is those bytes, not a
+// copy; elsewhere they are decoded into a new slice. For a payload sent
+// with the InPlace send option to a task of the same daemon the bytes are the
+// sender's memory: the receiver reads them until it tells the sender, by
+// a later message, that it is done, and must not write to them.
+func (p Payload) Float64s() ([]float64, error) {
+	return viewRaw[float64](p, EncFloat64s)
+}
+
+// Complex128s is Float64s for a payload sent as []complex128.
+func (p Payload) Complex128s() ([]complex128, error) {
+	return viewRaw[complex128](p, EncComplex128s)
+}
+
+// viewRaw views p's bytes as a []T where the layout allows, else decodes
+// them into a new slice.
+func viewRaw[T float64 | complex128](p Payload, enc Encoding) ([]T, error) {
+	es := enc.elemSize()
+	if p.Enc != enc || len(p.Data)%es != 0 {
+		return nil, fmt.Errorf("%v payload of %d bytes, want %v: %w", p.Enc, len(p.Data), enc, ErrDecode)
+	}
+	if len(p.Data) == 0 {
+		return nil, nil
+	}
+	if littleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%8 == 0 {
+		return unsafe.Slice((*T)(unsafe.Pointer(&p.Data[0])), len(p.Data)/es), nil
+	}
+	var s []T
+	if err := decodeRaw(p, &s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

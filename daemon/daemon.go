@@ -870,9 +870,11 @@ type hosted struct {
 	d      *Daemon
 	tid    task.TID
 	parent task.TID
-	job    uint64 // the job whose output this task's output joins (0: the daemon's)
-	typ    string
-	t      task.Task
+	// sibs is the spawn that started the task (nil: started alone).
+	sibs *spawnSet
+	job  uint64 // the job whose output this task's output joins (0: the daemon's)
+	typ  string
+	t    task.Task
 	// mb is allocated apart from the task's record, so that what keeps
 	// the mailbox (a sender's nearPeers) does not keep the task's state.
 	mb      *mailbox
@@ -961,8 +963,14 @@ func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnReque
 	return d.spawn(ctx, parent, 0, req)
 }
 
-// startLocal starts tasks of job on this daemon.
+// startLocal starts tasks of job on this daemon: a spawn of this host's
+// alone, whose tasks are each other's siblings.
 func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
+	return d.startSpawn(ctx, parent, job, req, false)
+}
+
+// startLocalSet starts tasks of job on this daemon, of the spawn set.
+func (d *Daemon) startLocalSet(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
@@ -980,7 +988,7 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 		if err != nil {
 			return tids, err
 		}
-		tid, err := d.start(parent, job, req.Type, t)
+		tid, err := d.start(parent, job, req.Type, t, set)
 		if err != nil {
 			return tids, err
 		}
@@ -996,10 +1004,12 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.start(0, 0, typ, t)
+	return d.start(0, 0, typ, t, nil)
 }
 
-func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (task.TID, error) {
+// start starts task t here, one of the spawn set (nil: a task started
+// alone).
+func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
 	d.ht.mu.Lock()
 	if d.ht.halted {
 		d.ht.mu.Unlock()
@@ -1008,6 +1018,10 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	d.ht.nextNum++
 	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
 	h := d.newHosted(tid, parent, job, typ, t)
+	h.sibs = set
+	if set != nil {
+		set.started(tid)
+	}
 	d.ht.tasks[tid] = h
 	d.wg.Add(1)
 	d.ht.mu.Unlock()
@@ -1053,6 +1067,10 @@ func (d *Daemon) run(h *hosted) {
 		}
 		d.finish(h, Exited, task.ExitStatus(err), msg)
 	}()
+	if err = d.awaitSiblings(h); err != nil {
+		returned = true
+		return
+	}
 	h.measure()
 	err = h.t.Run(task.NewCtx(h, h.t))
 	returned = true

@@ -24,6 +24,7 @@ var (
 
 func (h *hosted) Self() task.TID                                   { return h.tid }
 func (h *hosted) Parent() task.TID                                 { return h.parent }
+func (h *hosted) Siblings() []task.TID                             { return h.siblings() }
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
 func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job, h.tid} }

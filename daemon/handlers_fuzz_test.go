@@ -23,6 +23,7 @@ var controlMethods = []string{
 	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
 	mCancel,
 	mSwimReport, mSwimCheckAck, mSwimCheck, mSwimGossip,
+	mSiblings,
 }
 
 // TestControlMethodsListed: controlMethods and the table name the same

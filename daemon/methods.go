@@ -271,8 +271,11 @@ func declareMethods() []method {
 		// it placed (counted against the quotas: a host's spawns go
 		// through the master), and watching a task's exit.
 		op(mStart, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
-			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
+			tids, err := d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold)
 			return tidsReply{TIDs: tids}, err
+		}),
+		op(mSiblings, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *siblingsArgs) (none, error) {
+			return none{}, d.releaseSiblings(a.TIDs)
 		}),
 		op(mWatch, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (none, error) {
 			return none{}, d.watchLocal(*a)

@@ -852,6 +852,7 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 // restore's staged task is the shell's own.
 func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
 	h := d.newHosted(m.TID, m.Parent, m.Job, m.Type, t)
+	h.sibs = readySet(m.Siblings)
 	for _, g := range m.Groups { // the host's record, for a recovered master
 		if h.groups == nil {
 			h.groups = map[string]int{}

@@ -233,6 +233,13 @@ type (
 		Roots  bool       `msgpack:"ro,omitempty"`
 		OneJob bool       `msgpack:"oj,omitempty"`
 		Opts   JobOptions `msgpack:"o,omitempty"`
+		// Hold (mStart) says the spawn spans hosts: the tasks wait for
+		// the master's mSiblings before they run.
+		Hold bool `msgpack:"h,omitempty"`
+	}
+	// siblingsArgs are the tasks a spawn started, in spawn order.
+	siblingsArgs struct {
+		TIDs []task.TID `msgpack:"t"`
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`
@@ -298,12 +305,13 @@ type (
 
 // Control methods.
 const (
-	mRun         = "run"        // at the master: run a program's root task for a client, with its output
-	mSpawn       = "spawn"      // at the master: place and start tasks
-	mStart       = "start"      // at a daemon: start tasks here
-	mKill        = "kill"       // anywhere: kill a task (forwarded to its host)
-	mKillJob     = "job.kill"   // at the master: kill every task of a job
-	mJoin        = "group.join" // at the master: the group server
+	mRun         = "run"            // at the master: run a program's root task for a client, with its output
+	mSpawn       = "spawn"          // at the master: place and start tasks
+	mStart       = "start"          // at a daemon: start tasks here
+	mSiblings    = "start.siblings" // at a daemon: run the tasks held for their spawn's list
+	mKill        = "kill"           // anywhere: kill a task (forwarded to its host)
+	mKillJob     = "job.kill"       // at the master: kill every task of a job
+	mJoin        = "group.join"     // at the master: the group server
 	mLeave       = "group.leave"
 	mMembers     = "group.members"
 	mBarrier     = "group.barrier"

@@ -43,6 +43,7 @@ type shost struct {
 // metaLocked captures it), at the epoch of the move's destination.
 type captured struct {
 	tid, parent task.TID
+	siblings    []task.TID
 	typ         string
 	job         uint64
 	epoch       uint64
@@ -343,7 +344,7 @@ func (h *shost) capture(st *stask, req *moveReq) error {
 		return x.Err
 	}
 	delete(h.tasks, st.tid)
-	m := captured{tid: st.tid, parent: st.parent, typ: st.typ, job: st.job, epoch: req.dest.Epoch, inc: st.inc, mailbox: st.mb}
+	m := captured{tid: st.tid, parent: st.parent, siblings: st.siblings, typ: st.typ, job: st.job, epoch: req.dest.Epoch, inc: st.inc, mailbox: st.mb}
 	m.inSeq, m.early = h.node.Inbox().ReceiverState(st.tid)
 	m.outSeq = h.node.Outbox().SenderState(st.tid)
 	h.node.Inbox().Forget(st.tid)
@@ -378,6 +379,7 @@ func (h *shost) install(m captured, t task.Task, arr *arriving, left *leaving) e
 		return err
 	}
 	st := h.w.newTask(h, tid, m.parent, m.typ, m.job, t, m.inc+1)
+	st.siblings = m.siblings
 	st.mb = append(st.mb, m.mailbox...)
 	h.node.Inbox().SetReceiverState(tid, m.inSeq, m.early)
 	h.node.Outbox().SetSenderState(tid, m.outSeq)

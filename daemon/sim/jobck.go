@@ -567,7 +567,7 @@ func (h *shost) writeJob(r jobck.Round) (ckReply, error) {
 			return rep, err
 		}
 		_, state, encErr := task.EncodeState(st.t)
-		m := captured{tid: st.tid, parent: st.parent, typ: st.typ, job: st.job, inc: st.inc, mailbox: slices.Clone(st.mb)}
+		m := captured{tid: st.tid, parent: st.parent, siblings: st.siblings, typ: st.typ, job: st.job, inc: st.inc, mailbox: slices.Clone(st.mb)}
 		m.inSeq, m.early = h.node.Inbox().ReceiverState(st.tid)
 		m.outSeq = h.node.Outbox().SenderState(st.tid)
 		_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: job, TID: st.tid, Pause: p}), nil)

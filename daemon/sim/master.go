@@ -115,6 +115,12 @@ func (m *master) spawn(parent task.TID, job uint64, req task.SpawnRequest) ([]ta
 		}
 	}
 	var tids []task.TID
+	var started []*stask
+	defer func() { // the spawn's tasks run once the spawner yields
+		for _, st := range started {
+			st.siblings = tids
+		}
+	}()
 	for range req.Count {
 		t, err := task.New(req.Type, req.State)
 		if err != nil {
@@ -132,6 +138,7 @@ func (m *master) spawn(parent task.TID, job uint64, req task.SpawnRequest) ([]ta
 		m.w.note(fmt.Sprintf("spawn %v %s on %v", tid, req.Type, h.name))
 		h.startTask(st)
 		tids = append(tids, tid)
+		started = append(started, st)
 	}
 	return tids, nil
 }

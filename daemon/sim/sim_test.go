@@ -11,7 +11,8 @@ import (
 	"testing"
 
 	"github.com/dpvm/dpvm/daemon/sim"
-	_ "github.com/dpvm/dpvm/examples" // registers the example programs
+	_ "github.com/dpvm/dpvm/examples"     // registers the example programs
+	_ "github.com/dpvm/dpvm/examples/pvm" // and the PVM ports (pvm.spmd)
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -154,6 +155,36 @@ func TestCheckpointCrash(t *testing.T) {
 		t.Errorf("%d rollbacks, %d seeds passed", rollbacks, passed)
 	}
 	t.Logf("%d rollbacks, %d of %d seeds passed", rollbacks, passed, *simSeeds*len(progs))
+}
+
+// TestSiblingsUnderFaults runs pvm.spmd, whose tasks pass a token around
+// the ring c.Siblings gives them (pvm_siblings): under moves and the
+// network's faults every seed ends as the fault-free run does, some after
+// moving ring tasks (a moved task that lost its siblings would see a ring
+// of one, print it and end). Rollbacks are daemon/siblings_test.go's.
+func TestSiblingsUnderFaults(t *testing.T) {
+	args := []string{"pvm.spmd", "-n", "8"}
+	p := program(t, args)
+	cfg := sim.Config{Faults: sim.FaultDefault}
+	res, err := sim.Check(cfg, seeds(*simSeeds), p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, r := range res.Seeds {
+		if !r.OK {
+			report(t, args, cfg, r)
+		}
+		for _, l := range r.Taken {
+			if strings.Contains(l, " done") {
+				moved++
+			}
+		}
+	}
+	if moved == 0 {
+		t.Error("no seed moved a task")
+	}
+	t.Logf("%d moves", moved)
 }
 
 // forgetful is a deliberately broken program: its worker keeps its sum

@@ -22,6 +22,7 @@ import (
 type stask struct {
 	w           *world
 	tid, parent task.TID
+	siblings    []task.TID // the tasks its spawn started (nil: itself alone)
 	typ         string
 	job         uint64
 	inc         int // incarnation: 1 for the first
@@ -202,6 +203,9 @@ func (ep *endpoint) Self() task.TID { return ep.tid }
 
 // Parent implements task.Endpoint.
 func (ep *endpoint) Parent() task.TID { return ep.parent }
+
+// Siblings implements task.Endpoint.
+func (ep *endpoint) Siblings() []task.TID { return ep.siblings }
 
 // HostName implements task.Endpoint.
 func (ep *endpoint) HostName() string { return ep.host.name }

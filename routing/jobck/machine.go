@@ -301,8 +301,9 @@ type Machine struct {
 	tries uint64
 	seq   uint64 // the newest complete set (0: none)
 	// top is the largest set number of a checkpoint round abandoned when
-	// a host was lost: its writers may still be at work on the set, so a
-	// later round never takes that number again.
+	// a host was lost or after its write step began: its writers may
+	// still be at work on the set, so a later round never takes that
+	// number again.
 	top uint64
 	gen int // rollbacks completed
 
@@ -599,6 +600,12 @@ func (m *Machine) quiet(now, at time.Time) []Action {
 // abort ends a checkpoint round: the tasks go on and the set is removed.
 func (m *Machine) abort(err error) []Action {
 	r := m.round
+	if r.Kind == Checkpoint && (m.state == Writing || m.state == Committing) {
+		// Writers may have made the set's directory, and a commit that
+		// failed here may have happened there: the number is never taken
+		// again (Next).
+		m.top = max(m.top, r.Seq)
+	}
 	acts := []Action{
 		{Kind: ActResume, Round: r, Hosts: slices.Clone(m.hosts)},
 		{Kind: ActDiscard, Round: r},

@@ -346,7 +346,10 @@ var metricsOn = regexp.MustCompile(`metrics on (http://\S+)`)
 // the forger h3; it returns the master's metrics URL.
 func forgeryVM(t *testing.T, ctx context.Context) (*vm, *watchJob, *forger, string) {
 	t.Helper()
-	v := startVM(t, 1, "--metrics-listen", "127.0.0.1:0")
+	// The forger keeps its membership with the master's heartbeats and
+	// answers no peer's probes, so this VM runs the master's detector; the
+	// claims checked do not depend on how failures are detected.
+	v := startVM(t, 1, "--metrics-listen", "127.0.0.1:0", "--detector", "master")
 	url := v.master.waitFor(metricsOn, true)[1]
 	w := startWatch(t, v)
 	f := joinForger(t, ctx, v, "h3")

@@ -47,6 +47,13 @@ func forgeEvent(t *testing.T, from *Daemon, e *event) {
 	}
 }
 
+// reportNames reports whether daemon d's last load report names job.
+func reportNames(d *Daemon, job uint64) bool {
+	d.rep.mu.Lock()
+	defer d.rep.mu.Unlock()
+	return slices.Contains(d.rep.last.jobs, job)
+}
+
 // forgedCount is daemon d's dpvm_forged_claims_total, all labels.
 func forgedCount(t *testing.T, d *Daemon) float64 {
 	t.Helper()
@@ -182,7 +189,31 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	})
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: sender, Output: []byte("forged for h2's task\n")})
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: mine, Output: []byte("forged into another job\n")})
-	m.reg.jobsOn(h3.cfg.HostID, []uint64{job}, false)
+	// h3 now runs a task of the job. It must really run one: h3's load
+	// reports replace the master's record of the jobs it runs, so a job
+	// recorded at the master behind h3's back is forgotten at h3's next
+	// report (the report that mine's start triggers may come after). A
+	// report taken before the task started may still be on its way after
+	// the start's answer: wait for one that names the job, queued (in
+	// order) before the forged frame that follows.
+	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.spawnAnywhere(ctx, 0, job, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for !reportNames(h3, job) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("h3 never reported running job %d", job)
+		case <-time.After(time.Millisecond):
+		}
+	}
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: mine, Output: []byte("mine\n")})
 	if s := out.String(); s != "mine\n" {
 		t.Fatalf("the job's output: %q, want only h3's own task's line", s)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/load"
+	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/sched"
 	"github.com/dpvm/dpvm/task"
 )
@@ -444,19 +445,30 @@ func (d *Daemon) sendReport(force bool) {
 	if d.nw == nil || d.cfg.Master {
 		return
 	}
+	// The master replaces its record of the jobs this host runs with each
+	// report's, so reports must reach it in the order they were taken: a
+	// report is queued on the connection under rep.mu, and the connection
+	// is found (perhaps dialled) before.
+	p, err := d.peerFor(d.ctx, MasterID)
+	if err != nil {
+		d.log.Debug("load report", "error", err)
+		return
+	}
 	d.rep.mu.Lock()
+	defer d.rep.mu.Unlock()
 	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
 	slices.Sort(r.jobs)
 	d.rep.beats++
 	if !force && !reportDue(d.rep.last, r, d.rep.beats, d.cfg.ReportEvery) {
-		d.rep.mu.Unlock()
+		return
+	}
+	b, err := encodeMsg(&event{Kind: evLoad, Load: &r.info, Jobs: r.jobs})
+	if err != nil {
+		d.log.Error("encode load report", "error", err)
 		return
 	}
 	d.rep.last, d.rep.beats = r, 0
-	d.rep.mu.Unlock()
-	if err := d.sendEvent(d.ctx, MasterID, &event{Kind: evLoad, Load: &r.info, Jobs: r.jobs}); err != nil {
-		d.log.Debug("load report", "error", err)
-	}
+	p.frame(routing.KindEvent, b)
 }
 
 // injectAt applies an overlay on host h (master: forwards to the host).

@@ -83,8 +83,27 @@ type outMsg struct {
 // 8·rto. A receiver that keeps a large message unacknowledged (its
 // mailbox is full) is not sent it again faster than that; a lost message
 // on a live connection is rare (QUIC does not lose), and the first resend
-// keeps its pace.
+// keeps its pace. A large message starts further along (see PaceBytes).
 const MaxBackoff = 3
+
+// PaceBytes is the message size from which Due spaces resends more: a
+// message of n bytes starts its backoff log2(n/PaceBytes) doublings along
+// (a message of 8 MiB waits 2·rto before its first resend, one of 16 MiB
+// 4·rto, one of 32 MiB or more 8·rto), so that a receiver that turns large
+// messages away (Inbox.Admit) is not sent one faster than it could take
+// it, while the longest wait stays 8·rto.
+const PaceBytes = 4 << 20
+
+// sizeShift is how many doublings along a message of n bytes starts its
+// backoff (PaceBytes), at most MaxBackoff.
+func sizeShift(n int) uint8 {
+	var k uint8
+	for n >= 2*PaceBytes && k < MaxBackoff {
+		n /= 2
+		k++
+	}
+	return k
+}
 
 // each calls fn on every message of q, pair by pair in sender order, each
 // pair's in the order sent: a deterministic order.
@@ -123,7 +142,11 @@ func NewOutbox() *Outbox {
 type Counter struct {
 	n     uint64 // Outbox: the last number assigned; Inbox: the next expected (0 stands for 1)
 	early int    // Inbox: the pair's early arrivals
-	gone  bool
+	// Inbox: the first message of the pair Admit turned away (0: none);
+	// later ones are turned away too until it is accepted, so that none
+	// waits as an early arrival.
+	deferred uint64
+	gone     bool
 }
 
 // Gone reports whether the counter's box has let it go (see Counter).
@@ -335,8 +358,8 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 
 // Due returns the unacknowledged messages, not held, whose wait is over,
 // grouped by the host to resend them to, and marks them sent at now. A
-// message waits rto after it was sent, and twice as long after each
-// resend Due made (at most 2^MaxBackoff·rto), until it is acknowledged or
+// message waits rto after it was sent (longer when large: PaceBytes), and
+// twice as long after each resend Due made (at most 2^MaxBackoff·rto), until it is acknowledged or
 // sent again otherwise (a new route, a new connection). Over QUIC this
 // matters only after a connection is lost; on a lossy transport it is
 // what makes delivery reliable.
@@ -348,7 +371,8 @@ func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelop
 			continue
 		}
 		q.each(func(m *outMsg) {
-			if now.Sub(m.sentAt) < rto<<min(m.timeouts, MaxBackoff) {
+			k := min(m.timeouts+sizeShift(len(m.env.Body.Data)), MaxBackoff)
+			if now.Sub(m.sentAt) < rto<<k {
 				return
 			}
 			if out == nil {
@@ -523,6 +547,49 @@ func NewInbox() *Inbox {
 	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
 }
 
+// RecvLimits bounds the memory a receiving daemon gives to messages from
+// other daemons (Inbox.Admit): High bytes in one receiver's mailbox,
+// Budget bytes in all of the daemon's mailboxes together (<= 0: no
+// bound).
+type RecvLimits struct {
+	High, Budget int64
+}
+
+// Admit decides whether e, a sequenced message from another daemon for a
+// receiver hosted here whose mailbox holds held bytes while the daemon's
+// mailboxes hold total, is taken (Accept) now or turned away unacknowledged:
+// its sender keeps it and resends it (Outbox.Due), so a receiver's memory is
+// bounded by bytes whatever the size and number of messages in flight to
+// it. A message costs size bytes in a mailbox. It is taken when it fits
+// under both bounds, or when what it would not fit under is empty (a
+// message larger than a bound is taken alone, so that every message is
+// eventually taken). Duplicates are always taken (Accept drops them and
+// acknowledges again). Once a message of a pair is turned away, the
+// pair's later ones are too until it is taken: they would otherwise wait
+// as early arrivals, uncounted. Exactly-once and FIFO are Accept's, and
+// unchanged.
+func (in *Inbox) Admit(e Envelope, size, held, total int64, lim RecvLimits) bool {
+	c := pairCounter(in.expected, e.To, e.From)
+	next := max(c.n, 1)
+	if e.Seq < next {
+		return true
+	}
+	if c.deferred != 0 && e.Seq > c.deferred {
+		return false
+	}
+	fits := func(used, limit int64) bool { return limit <= 0 || used == 0 || used+size <= limit }
+	if fits(held, lim.High) && fits(total, lim.Budget) {
+		if c.deferred == e.Seq {
+			c.deferred = 0
+		}
+		return true
+	}
+	if c.deferred == 0 || e.Seq < c.deferred {
+		c.deferred = e.Seq
+	}
+	return false
+}
+
 // Counter returns the pair (from, to)'s counter, which Accept advances.
 func (in *Inbox) Counter(to, from task.TID) *Counter { return pairCounter(in.expected, to, from) }
 
@@ -576,6 +643,9 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 		}
 	}
 	c.n = next
+	if c.deferred != 0 && next > c.deferred {
+		c.deferred = 0 // what Admit turned away has come in order
+	}
 	return Ack{From: e.From, To: e.To, Seq: next - 1}
 }
 

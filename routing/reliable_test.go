@@ -613,7 +613,7 @@ func TestDueBacksOff(t *testing.T) {
 	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
 	now := time.Unix(1000, 0)
 	const rto = time.Second
-	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 60<<20)}}, Route{Host: 2}, now)
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 1<<20)}}, Route{Host: 2}, now)
 	var resends []time.Duration
 	for s := 1; s <= 60; s++ {
 		at := now.Add(time.Duration(s) * rto)
@@ -631,5 +631,113 @@ func TestDueBacksOff(t *testing.T) {
 	}
 	if got := o.Due(later.Add(rto), rto); len(got[3]) != 1 {
 		t.Fatalf("after a reroute, Due at the RTO = %v, want the message", got)
+	}
+}
+
+// TestDuePacedBySize: a large unacknowledged message starts its backoff
+// further along, by its size (PaceBytes), so it is not resent faster than
+// a receiver that turns it away could take it; the longest wait stays
+// 2^MaxBackoff·rto.
+func TestDuePacedBySize(t *testing.T) {
+	const rto = time.Second
+	for _, c := range []struct {
+		size int
+		want []time.Duration
+	}{
+		{PaceBytes, []time.Duration{1 * rto, 3 * rto, 7 * rto, 15 * rto, 23 * rto}},
+		{2 * PaceBytes, []time.Duration{2 * rto, 6 * rto, 14 * rto, 22 * rto}},
+		{4 * PaceBytes, []time.Duration{4 * rto, 12 * rto, 20 * rto}},
+		{60 << 20, []time.Duration{8 * rto, 16 * rto, 24 * rto}},
+	} {
+		o := NewOutbox()
+		a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+		now := time.Unix(1000, 0)
+		o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, c.size)}}, Route{Host: 2}, now)
+		var resends []time.Duration
+		for s := 1; s <= 25; s++ {
+			at := now.Add(time.Duration(s) * rto)
+			if got := o.Due(at, rto); len(got[2]) == 1 {
+				resends = append(resends, at.Sub(now))
+			}
+		}
+		if !slices.Equal(resends, c.want) {
+			t.Errorf("a message of %d bytes resent after %v, want %v", c.size, resends, c.want)
+		}
+	}
+}
+
+// TestInboxAdmitByBytes: a receiver's mailbox and its daemon's mailboxes
+// are bounded by bytes: a message that does not fit is turned away
+// unacknowledged, and the pair's later messages with it, until it is
+// resent and fits; a message larger than a bound is taken when what it
+// does not fit under is empty; duplicates are always taken; delivery
+// stays exactly-once and in order.
+func TestInboxAdmitByBytes(t *testing.T) {
+	in := NewInbox()
+	a, b, c := task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(3, 1)
+	lim := RecvLimits{High: 100, Budget: 250}
+	msg := func(from task.TID, seq uint64) Envelope { return Envelope{From: from, To: b, Seq: seq} }
+	var got []uint64
+	deliver := func(e Envelope) { got = append(got, e.Seq) }
+
+	// Fits under both: taken.
+	if !in.Admit(msg(a, 1), 40, 0, 0, lim) {
+		t.Fatal("a message that fits was turned away")
+	}
+	in.Accept(msg(a, 1), deliver)
+	// Over the mailbox's bound: turned away, and the pair's next message
+	// though it would fit, so that none waits as an early arrival.
+	if in.Admit(msg(a, 2), 70, 40, 40, lim) {
+		t.Fatal("a message over the mailbox's bound was taken")
+	}
+	if in.Admit(msg(a, 3), 1, 40, 40, lim) {
+		t.Fatal("a message after one turned away was taken")
+	}
+	// Another pair to the same receiver is judged on its own.
+	if !in.Admit(Envelope{From: c, To: b, Seq: 1}, 10, 40, 40, lim) {
+		t.Fatal("another pair's message that fits was turned away")
+	}
+	// A duplicate is taken (and dropped by Accept).
+	if !in.Admit(msg(a, 1), 40, 40, 40, lim) {
+		t.Fatal("a duplicate was turned away")
+	}
+	// The receiver took its message: resent, 2 fits, then 3.
+	if !in.Admit(msg(a, 2), 70, 0, 0, lim) || !in.Admit(msg(a, 3), 1, 70, 70, lim) {
+		t.Fatal("resent messages that fit were turned away")
+	}
+	in.Accept(msg(a, 2), deliver)
+	in.Accept(msg(a, 3), deliver)
+	// Over the daemon's budget though the mailbox has room.
+	if in.Admit(msg(a, 4), 20, 0, 240, lim) {
+		t.Fatal("a message over the daemon's budget was taken")
+	}
+	// Larger than the mailbox's bound: taken when the mailbox is empty
+	// and the daemon's mailboxes have room, not before.
+	if in.Admit(msg(a, 4), 150, 10, 10, lim) {
+		t.Fatal("a message larger than the bound was taken into a mailbox that holds some")
+	}
+	if !in.Admit(msg(a, 4), 150, 0, 100, lim) {
+		t.Fatal("a message larger than the mailbox's bound was turned away from an empty mailbox")
+	}
+	in.Accept(msg(a, 4), deliver)
+	// Larger than the budget: taken when all mailboxes are empty.
+	if in.Admit(msg(a, 5), 300, 0, 1, RecvLimits{High: 1000, Budget: 250}) {
+		t.Fatal("a message larger than the budget was taken while mailboxes hold some")
+	}
+	if !in.Admit(msg(a, 5), 300, 0, 0, RecvLimits{High: 1000, Budget: 250}) {
+		t.Fatal("a message larger than the budget was turned away with every mailbox empty")
+	}
+	in.Accept(msg(a, 5), deliver)
+	if !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) || in.Early() != 0 {
+		t.Fatalf("delivered %v with %d early, want 1..5 once each, in order, none early", got, in.Early())
+	}
+	// A pair's mark clears once its turned-away message comes in order by
+	// Accept alone (a later one that fits is no longer held back).
+	if in.Admit(msg(a, 6), 200, 50, 50, lim) {
+		t.Fatal("over the bound: taken")
+	}
+	in.Accept(msg(a, 6), deliver) // e.g. a local resend that bypasses Admit
+	if !in.Admit(msg(a, 7), 1, 0, 0, lim) {
+		t.Fatal("the pair's mark outlived the message it was for")
 	}
 }

@@ -257,6 +257,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rt.mu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
+	var deferred int64   // messages turned away for want of room
 	// Claims refused: how many, and the first.
 	var bad int
 	var badKind routing.ClaimKind
@@ -327,6 +328,13 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			h.mb.putEnvelope(e)
 			return nil
 		}
+		// Bounded by bytes: a message that does not fit in the receiver's
+		// mailbox or this daemon's mailboxes is turned away
+		// unacknowledged, and its sender resends it (routing.Inbox.Admit).
+		if !d.rt.inbox.Admit(e, h.mb.memory(), d.mbMem.n.Load(), d.recvLimits()) {
+			deferred++
+			return nil
+		}
 		a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
@@ -343,6 +351,9 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	}
 	d.rt.mu.Unlock()
 	p.ctr.Received(nRecv, bRecv)
+	if deferred > 0 {
+		d.recvDeferred.Add(deferred)
+	}
 	if err != nil {
 		return err
 	}
@@ -359,6 +370,17 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		return d.forged(p, "messages", badKind, badTID, badWhy, bad)
 	}
 	return nil
+}
+
+// recvLimits bounds the mailbox memory this daemon gives to messages from
+// other daemons (routing.Inbox.Admit): MailboxHigh plus Window in one
+// receiver's mailbox (a sender stops at Window unacknowledged and this
+// daemon withholds acknowledgements past MailboxHigh, so one sending
+// daemon alone never meets this bound; several, or one message larger
+// than Window, do), and MailboxBudget in all of them together, counted
+// as for MailboxHigh.
+func (d *Daemon) recvLimits() routing.RecvLimits {
+	return routing.RecvLimits{High: int64(d.cfg.MailboxHigh) + int64(d.cfg.Window), Budget: d.cfg.MailboxBudget}
 }
 
 // lastOfPair records a as its pair's latest acknowledgement in acks (a

@@ -359,8 +359,13 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 // Due returns the unacknowledged messages, not held, whose wait is over,
 // grouped by the host to resend them to, and marks them sent at now. A
 // message waits rto after it was sent (longer when large: PaceBytes), and
-// twice as long after each resend Due made (at most 2^MaxBackoff·rto), until it is acknowledged or
-// sent again otherwise (a new route, a new connection). Over QUIC this
+// twice as long after each resend Due made (at most 2^MaxBackoff·rto), until
+// it is acknowledged or sent again otherwise (a new route, a new
+// connection). Each pair's messages are resent from its oldest on, in
+// order, up to the first whose wait is not over and to PaceBytes in all
+// (at least one message): a receiver that turned the oldest away
+// (Inbox.Admit) turns the later ones away too, so they are not resent with
+// it; once it is acknowledged the next is due at once. Over QUIC this
 // matters only after a connection is lost; on a lossy transport it is
 // what makes delivery reliable.
 func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelope {
@@ -370,20 +375,26 @@ func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelop
 		if q.held {
 			continue
 		}
-		q.each(func(m *outMsg) {
-			k := min(m.timeouts+sizeShift(len(m.env.Body.Data)), MaxBackoff)
-			if now.Sub(m.sentAt) < rto<<k {
-				return
+		for _, from := range sortedKeys(q.pairs) {
+			f := q.pairs[from]
+			sent := 0
+			for i := f.head; i < len(f.msgs) && (sent == 0 || sent+len(f.msgs[i].env.Body.Data) <= PaceBytes); i++ {
+				m := &f.msgs[i]
+				k := min(m.timeouts+sizeShift(len(m.env.Body.Data)), MaxBackoff)
+				if now.Sub(m.sentAt) < rto<<k {
+					break
+				}
+				if out == nil {
+					out = map[task.HostID][]Envelope{}
+				}
+				out[q.route.Host] = append(out[q.route.Host], m.env)
+				sent += max(len(m.env.Body.Data), 1)
+				m.sentAt = now
+				if m.timeouts < MaxBackoff {
+					m.timeouts++
+				}
 			}
-			if out == nil {
-				out = map[task.HostID][]Envelope{}
-			}
-			out[q.route.Host] = append(out[q.route.Host], m.env)
-			m.sentAt = now
-			if m.timeouts < MaxBackoff {
-				m.timeouts++
-			}
-		})
+		}
 	}
 	return out
 }
@@ -540,35 +551,71 @@ type Inbox struct {
 	expected map[task.TID]map[task.TID]*Counter            // receiver → sender → next seq
 	early    map[task.TID]map[task.TID]map[uint64]Envelope // receiver → sender → seq → message
 	earlyN   int
+	// The memory of the early arrivals (MsgCost), by receiver and in all:
+	// Admit counts it with the mailboxes'.
+	earlyTo  map[task.TID]int64
+	earlyAll int64
+}
+
+// MsgOverhead is what a message held by a receiving daemon (in a mailbox,
+// or early in an Inbox) is counted for beyond its payload bytes: its
+// place in a queue and its slice, rounded up. Many empty messages are
+// bounded too.
+const MsgOverhead = 64
+
+// MsgCost is the memory e is counted for while a receiving daemon holds
+// it.
+func MsgCost(e *Envelope) int64 { return int64(len(e.Body.Data)) + MsgOverhead }
+
+// early notes that the inbox holds n bytes more (less when negative) of
+// early arrivals for to.
+func (in *Inbox) earlyBytes(to task.TID, n int64) {
+	in.earlyAll += n
+	if in.earlyTo[to] += n; in.earlyTo[to] <= 0 {
+		delete(in.earlyTo, to)
+	}
 }
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
-	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
+	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}, earlyTo: map[task.TID]int64{}}
 }
 
 // RecvLimits bounds the memory a receiving daemon gives to messages from
-// other daemons (Inbox.Admit): High bytes in one receiver's mailbox,
-// Budget bytes in all of the daemon's mailboxes together (<= 0: no
-// bound).
+// other daemons (Inbox.Admit): High bytes for one receiver, Budget bytes
+// for all of the daemon's receivers together (<= 0: no bound). Of each,
+// a quarter (EarlyShare) is for early arrivals, which wait in the Inbox
+// for a gap before them to fill, and the rest for messages in order,
+// which wait in the receivers' mailboxes: an early arrival cannot take
+// the room the message it waits for needs.
 type RecvLimits struct {
 	High, Budget int64
 }
 
+// EarlyShare is the part of each RecvLimits bound (1/EarlyShare) kept for
+// early arrivals.
+const EarlyShare = 4
+
 // Admit decides whether e, a sequenced message from another daemon for a
 // receiver hosted here whose mailbox holds held bytes while the daemon's
-// mailboxes hold total, is taken (Accept) now or turned away unacknowledged:
-// its sender keeps it and resends it (Outbox.Due), so a receiver's memory is
-// bounded by bytes whatever the size and number of messages in flight to
-// it. A message costs size bytes in a mailbox. It is taken when it fits
-// under both bounds, or when what it would not fit under is empty (a
-// message larger than a bound is taken alone, so that every message is
-// eventually taken). Duplicates are always taken (Accept drops them and
-// acknowledges again). Once a message of a pair is turned away, the
-// pair's later ones are too until it is taken: they would otherwise wait
-// as early arrivals, uncounted. Exactly-once and FIFO are Accept's, and
-// unchanged.
-func (in *Inbox) Admit(e Envelope, size, held, total int64, lim RecvLimits) bool {
+// mailboxes hold total, is taken (Accept) now or turned away
+// unacknowledged: its sender keeps it and resends it (Outbox.Due), so a
+// receiver's memory is bounded by bytes whatever the size and number of
+// messages in flight to it. A message costs MsgCost bytes. A message in
+// order is taken when it fits in the mailboxes' share of both bounds (held
+// and total), or when what it does not fit under is empty (a message
+// larger than a bound is taken alone, so that every message is eventually
+// taken). An early arrival is taken when it fits, with the inbox's other
+// early arrivals, in the early share of both bounds; when the message
+// before it comes, they all move to the mailbox, which may then hold up
+// to the early share more than its own (mailboxes and early arrivals
+// together stay within the bounds). Duplicates are always taken (Accept
+// drops them and acknowledges again). Once a message of a pair is turned
+// away, the pair's later ones are too until it is taken: they would
+// otherwise wait as early arrivals. Exactly-once and FIFO are Accept's,
+// and unchanged.
+func (in *Inbox) Admit(e Envelope, held, total int64, lim RecvLimits) bool {
+	size := MsgCost(&e)
 	c := pairCounter(in.expected, e.To, e.From)
 	next := max(c.n, 1)
 	if e.Seq < next {
@@ -577,8 +624,17 @@ func (in *Inbox) Admit(e Envelope, size, held, total int64, lim RecvLimits) bool
 	if c.deferred != 0 && e.Seq > c.deferred {
 		return false
 	}
-	fits := func(used, limit int64) bool { return limit <= 0 || used == 0 || used+size <= limit }
-	if fits(held, lim.High) && fits(total, lim.Budget) {
+	var ok bool
+	if e.Seq == next {
+		fits := func(used, limit int64) bool {
+			return limit <= 0 || used == 0 || used+size <= limit-limit/EarlyShare
+		}
+		ok = fits(held, lim.High) && fits(total, lim.Budget)
+	} else {
+		fits := func(used, limit int64) bool { return limit <= 0 || used+size <= limit/EarlyShare }
+		ok = fits(in.earlyTo[e.To], lim.High) && fits(in.earlyAll, lim.Budget)
+	}
+	if ok {
 		if c.deferred == e.Seq {
 			c.deferred = 0
 		}
@@ -617,6 +673,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 		if _, dup := m[e.Seq]; !dup {
 			m[e.Seq] = e
 			in.earlyN++
+			in.earlyBytes(e.To, MsgCost(&e))
 			c.early++
 		}
 	default:
@@ -633,6 +690,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 				}
 				delete(m, next)
 				in.earlyN--
+				in.earlyBytes(e.To, -MsgCost(&x))
 				c.early--
 				deliver(x)
 				next++
@@ -657,6 +715,8 @@ func (in *Inbox) Forget(to task.TID) {
 	for _, m := range in.early[to] {
 		in.earlyN -= len(m)
 	}
+	in.earlyAll -= in.earlyTo[to]
+	delete(in.earlyTo, to)
 	delete(in.early, to)
 	release(in.expected[to])
 	delete(in.expected, to)

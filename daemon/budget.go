@@ -7,10 +7,12 @@ import (
 	"github.com/dpvm/dpvm/daemon/transport"
 )
 
-// Defaults of Config.FrameBudget and Config.FrameBudgetPerCert.
+// Defaults of Config.FrameBudget, Config.FrameBudgetPerCert and
+// Config.HostWindow.
 const (
 	DefaultFrameBudget        = 512 << 20
 	DefaultFrameBudgetPerCert = 128 << 20
+	DefaultHostWindow         = 64 << 20
 )
 
 // frameBudget bounds the memory the readers of all this daemon's

@@ -219,6 +219,11 @@ type Config struct {
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
+	// HostWindow is how many bytes may be unacknowledged for the tasks
+	// of one other daemon together before senders to them wait (default
+	// DefaultHostWindow; not below Window). A message is sent while less
+	// is unacknowledged, whatever its size.
+	HostWindow int
 	// MailboxHigh is how many bytes a task's mailbox may hold before this
 	// daemon stops acknowledging messages for it, so that remote senders
 	// wait once their window is full (default 32 MiB). Acknowledgements
@@ -436,6 +441,10 @@ func (c *Config) setDefaults() {
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
+	if c.HostWindow <= 0 {
+		c.HostWindow = DefaultHostWindow
+	}
+	c.HostWindow = max(c.HostWindow, c.Window)
 	if c.BulkThreshold == 0 {
 		c.BulkThreshold = 64 << 10
 	}

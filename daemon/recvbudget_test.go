@@ -105,20 +105,7 @@ func TestRemoteFloodStaysInBudget(t *testing.T) {
 				t.Fatalf("receiver %d: %v", i, err)
 			}
 		case <-ctx.Done():
-			tids := sortedTIDs(h2)
-			m.rt.mu.Lock()
-			var d string
-			for _, to := range tids {
-				d += fmt.Sprintf(" %v: %s;", to, m.rt.outbox.Describe(to))
-			}
-			m.rt.mu.Unlock()
-			h2.rt.mu.Lock()
-			for _, to := range tids {
-				exp, early := h2.rt.inbox.ReceiverState(to)
-				d += fmt.Sprintf(" inbox %v expects %v, %d early, mailbox %d;", to, exp, len(early), h2.ht.tasks[to].mb.memory())
-			}
-			h2.rt.mu.Unlock()
-			t.Fatalf("receiver %d never got its %d messages: gauge %d;%s", i, n+i, h2.mbMem.n.Load(), d)
+			t.Fatalf("receiver %d never got its %d messages: %s", i, n+i, floodState(m, h2))
 		}
 	}
 	for _, tx := range senders {
@@ -258,4 +245,84 @@ func sortedTIDs(d *Daemon) []task.TID {
 		out = append(out, tid)
 	}
 	return out
+}
+
+// TestHostWindowHoldsSenders: four tasks on the master flood four tasks
+// on h2 that do not receive; h2 takes what fits its small mailbox budget
+// and turns the rest away. Each receiver's window (Window) alone would let
+// 4 × 2 MiB go unacknowledged towards h2; HostWindow holds the senders at
+// 3 MiB (plus the message that crossed it) for h2 as a whole. When the
+// receivers read, every message arrives once and in order.
+func TestHostWindowHoldsSenders(t *testing.T) {
+	const n, size, receivers = 40, 256 << 10, 4
+	const hostWindow = 3 << 20
+	vm := startMemVM(t, 2, &faults{}, Config{
+		Window:        2 << 20,
+		HostWindow:    hostWindow,
+		MailboxHigh:   1 << 30,
+		MailboxBudget: 2 << 20,
+	})
+	m, h2 := vm.Daemons[0], vm.Daemons[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitKnown(t, ctx, m, h2.cfg.HostID)
+	var gates []chan struct{}
+	var results []chan error
+	var senders []task.TID
+	for i := range receivers {
+		gate, res := newGate(t, n+i)
+		gates, results = append(gates, gate), append(results, res)
+		rx := spawnOn(t, m, h2.cfg.Name, &gatedReceiver{Arg: n + i})
+		senders = append(senders, spawnOn(t, m, m.cfg.Name, &flooder{To: rx, N: n + i, Size: size, Plain: true}))
+	}
+	pending := func() int {
+		m.rt.mu.Lock()
+		defer m.rt.mu.Unlock()
+		return m.rt.outbox.PendingHost(h2.cfg.HostID)
+	}
+	// The senders stop: h2 is full, and what they sent stays pending.
+	waitFor(t, ctx, "the senders to fill the host window", func() bool { return pending() >= hostWindow })
+	// h2 turns resent messages away meanwhile: the senders had every
+	// chance to send more.
+	waitFor(t, ctx, "h2 to turn messages away", func() bool { return h2.recvDeferred.Load() >= 8 })
+	if p := pending(); p > hostWindow+size+64 {
+		t.Fatalf("%d bytes unacknowledged towards h2, over the host window of %d", p, hostWindow)
+	}
+	for _, g := range gates {
+		close(g)
+	}
+	for i, res := range results {
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatalf("receiver %d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("receiver %d never got its messages: %s", i, floodState(m, h2))
+		}
+	}
+	for _, tx := range senders {
+		if _, err := m.Wait(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// floodState describes the sender's outbox towards h2's tasks and h2's
+// inbox and mailboxes, for a failure's message.
+func floodState(m, h2 *Daemon) string {
+	tids := sortedTIDs(h2)
+	m.rt.mu.Lock()
+	var d string
+	for _, to := range tids {
+		d += fmt.Sprintf(" %v: %s;", to, m.rt.outbox.Describe(to))
+	}
+	m.rt.mu.Unlock()
+	h2.rt.mu.Lock()
+	for _, to := range tids {
+		exp, early := h2.rt.inbox.ReceiverState(to)
+		d += fmt.Sprintf(" inbox %v expects %v, %d early, mailbox %d;", to, exp, len(early), h2.ht.tasks[to].mb.memory())
+	}
+	h2.rt.mu.Unlock()
+	return fmt.Sprintf("gauge %d, pending for h2 %d;%s", h2.mbMem.n.Load(), m.rt.outbox.PendingHost(h2.cfg.HostID), d)
 }

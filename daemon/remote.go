@@ -65,13 +65,14 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		var wait <-chan struct{}
 		if d.rt.outbox.Pending(to) >= d.cfg.Window {
 			// Too much is unacknowledged for to: wait for acknowledgements.
-			if d.rt.acked == nil {
-				d.rt.acked = make(chan struct{})
-			}
-			wait = d.rt.acked
+			wait = d.ackedChan()
 		} else {
 			r, h = d.placeOf(to)
-			if r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom {
+			switch {
+			case r.Host != d.cfg.HostID && d.rt.outbox.PendingHost(r.Host) >= d.cfg.HostWindow:
+				// Too much is unacknowledged for to's daemon: likewise.
+				wait = d.ackedChan()
+			case r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom:
 				wait = h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget)
 			}
 		}
@@ -428,6 +429,15 @@ func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 	return nil
 }
 
+// ackedChan returns the channel closed when acknowledgements free window
+// (windowFreed). The caller holds d.rt.mu.
+func (d *Daemon) ackedChan() <-chan struct{} {
+	if d.rt.acked == nil {
+		d.rt.acked = make(chan struct{})
+	}
+	return d.rt.acked
+}
+
 // windowFreed wakes the senders waiting for acknowledgements to free
 // window, if any wait. The caller holds d.rt.mu.
 func (d *Daemon) windowFreed() {
@@ -468,6 +478,7 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 		if h, envs := d.rt.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}
+		d.windowFreed() // what was dropped or rerouted may free a window
 	})
 	d.rt.mu.Unlock()
 	for _, r := range todo {

@@ -18,6 +18,7 @@ type Outbox struct {
 	next   map[task.TID]map[task.TID]*Counter // sender → receiver → last seq assigned
 	queues map[task.TID]*outQueue             // by receiver
 	bytes  int
+	byHost map[task.HostID]int // bytes by the host the queues are routed to
 
 	// Emptied queues and pair FIFOs kept for reuse: in a conversation
 	// (send, acknowledgement, send, …) each message would otherwise make
@@ -127,7 +128,29 @@ func sortedKeys[V any](m map[task.TID]V) []task.TID {
 
 // NewOutbox returns an empty outbox.
 func NewOutbox() *Outbox {
-	return &Outbox{next: map[task.TID]map[task.TID]*Counter{}, queues: map[task.TID]*outQueue{}}
+	return &Outbox{next: map[task.TID]map[task.TID]*Counter{}, queues: map[task.TID]*outQueue{}, byHost: map[task.HostID]int{}}
+}
+
+// setRoute routes q by r, its bytes with it.
+func (o *Outbox) setRoute(q *outQueue, r Route) {
+	if q.bytes != 0 && q.route.Host != r.Host {
+		o.hostBytes(q.route.Host, -q.bytes)
+		o.hostBytes(r.Host, q.bytes)
+	}
+	q.route = r
+}
+
+// addBytes counts n bytes more (less when negative) in q.
+func (o *Outbox) addBytes(q *outQueue, n int) {
+	q.bytes += n
+	o.bytes += n
+	o.hostBytes(q.route.Host, n)
+}
+
+func (o *Outbox) hostBytes(h task.HostID, n int) {
+	if o.byHost[h] += n; o.byHost[h] == 0 {
+		delete(o.byHost, h)
+	}
 }
 
 // Counter is one pair's sequence state as an Outbox or an Inbox holds it:
@@ -205,14 +228,15 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 		if q = popFree(&o.freeQ); q == nil {
 			q = &outQueue{pairs: map[task.TID]*fifo{}}
 		}
-		q.route = r
+		o.setRoute(q, r)
 		o.queues[e.To] = q
 	}
 	if !q.held && r.InTransit {
 		q.held = true
 	}
 	if !q.held && r.Epoch > q.route.Epoch {
-		q.route, q.resent = r, false
+		o.setRoute(q, r)
+		q.resent = false
 	}
 	n := EnvelopeSize(&e)
 	f := q.pairs[e.From]
@@ -224,8 +248,7 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	}
 	f.msgs = append(f.msgs, outMsg{env: e, sentAt: now})
 	q.n++
-	q.bytes += n
-	o.bytes += n
+	o.addBytes(q, n)
 	return !q.held
 }
 
@@ -269,8 +292,7 @@ func (o *Outbox) Ack(a Ack) int {
 		clear(f.msgs[k:])
 		f.msgs, f.head = f.msgs[:k], 0
 	}
-	q.bytes -= freed
-	o.bytes -= freed
+	o.addBytes(q, -freed)
 	if q.n == 0 && !q.held {
 		delete(o.queues, a.To)
 		if len(o.freeQ) < keepFree && len(q.pairs) == 0 {
@@ -347,7 +369,8 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 	if !newer {
 		return 0, nil
 	}
-	q.route, q.resent = r, false
+	o.setRoute(q, r)
+	q.resent = false
 	if r.InTransit {
 		q.held = true
 		return 0, nil
@@ -422,7 +445,7 @@ func (o *Outbox) DropReceiver(to task.TID) int {
 		return 0
 	}
 	delete(o.queues, to)
-	o.bytes -= q.bytes
+	o.addBytes(q, -q.bytes)
 	return q.n
 }
 
@@ -439,9 +462,7 @@ func (o *Outbox) DropSender(from task.TID) int {
 			continue
 		}
 		for i := f.head; i < len(f.msgs); i++ {
-			b := EnvelopeSize(&f.msgs[i].env)
-			q.bytes -= b
-			o.bytes -= b
+			o.addBytes(q, -EnvelopeSize(&f.msgs[i].env))
 			q.n--
 			n++
 		}
@@ -461,7 +482,7 @@ func (o *Outbox) DropHost(h task.HostID) []task.TID {
 	for to, q := range o.queues {
 		if q.route.Host == h && !q.held {
 			gone = append(gone, to)
-			o.bytes -= q.bytes
+			o.addBytes(q, -q.bytes)
 			delete(o.queues, to)
 		}
 	}
@@ -488,6 +509,11 @@ func (o *Outbox) Pending(to task.TID) int {
 	}
 	return 0
 }
+
+// PendingHost is the number of bytes unacknowledged or held for the
+// receivers routed to host h: what a sending daemon has in flight to one
+// receiving daemon, which a sender may bound.
+func (o *Outbox) PendingHost(h task.HostID) int { return o.byHost[h] }
 
 // PendingFrom is how many messages from sender are unacknowledged or held,
 // to any receiver.

@@ -816,3 +816,43 @@ func TestDueResendsAPairFromItsOldest(t *testing.T) {
 		t.Fatalf("after the oldest's acknowledgement, resent %v, want the next at once", s)
 	}
 }
+
+// TestPendingHost: the outbox counts what is unacknowledged or held by the
+// host the receivers are routed to, following reroutes, acknowledgements
+// and drops, and it always adds up to Bytes.
+func TestPendingHost(t *testing.T) {
+	o := NewOutbox()
+	a, b, c, d := task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(2, 2), task.NewTID(3, 1)
+	now := time.Unix(1000, 0)
+	push := func(to task.TID, h task.HostID, size int) int {
+		e := Envelope{From: a, To: to, Seq: o.Seq(a, to), Body: task.Payload{Data: make([]byte, size)}}
+		o.Push(e, Route{Host: h}, now)
+		return EnvelopeSize(&e)
+	}
+	check := func(what string, want map[task.HostID]int) {
+		t.Helper()
+		sum := 0
+		for h, n := range want {
+			if got := o.PendingHost(h); got != n {
+				t.Fatalf("%s: host %v has %d bytes pending, want %d", what, h, got, n)
+			}
+			sum += n
+		}
+		if o.Bytes() != sum {
+			t.Fatalf("%s: %d bytes in all, the hosts' add up to %d", what, o.Bytes(), sum)
+		}
+	}
+	b1, b2, c1, d1 := push(b, 2, 100), push(b, 2, 200), push(c, 2, 300), push(d, 3, 400)
+	check("pushed", map[task.HostID]int{2: b1 + b2 + c1, 3: d1})
+	o.Ack(Ack{From: a, To: b, Seq: 1})
+	check("acknowledged", map[task.HostID]int{2: b2 + c1, 3: d1})
+	o.Reroute(c, Route{Host: 3, Epoch: 1}, now) // c moved to host 3
+	check("rerouted", map[task.HostID]int{2: b2, 3: c1 + d1})
+	o.DropSender(a)
+	check("sender dropped", map[task.HostID]int{2: 0, 3: 0})
+	push(b, 2, 10)
+	o.DropHost(2)
+	push(d, 3, 10)
+	o.DropReceiver(d)
+	check("dropped", map[task.HostID]int{2: 0, 3: 0})
+}

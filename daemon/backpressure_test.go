@@ -96,7 +96,7 @@ func (g *gatedReceiver) Run(c *task.Ctx) error {
 }
 
 // newGate registers a gated receiver expecting n messages.
-func newGate(t *testing.T, n int) (chan struct{}, chan error) {
+func newGate(t testing.TB, n int) (chan struct{}, chan error) {
 	gate, res := make(chan struct{}), make(chan error, 1)
 	receiverMu.Lock()
 	receiverGates[n], receiverResults[n] = gate, res

@@ -7,22 +7,26 @@ import (
 	"github.com/dpvm/dpvm/daemon/transport"
 )
 
-// Defaults of Config.FrameBudget and Config.FrameBudgetPerCert.
+// Defaults of Config.FrameBudget, Config.FrameBudgetPerCert and
+// Config.HostWindow.
 const (
 	DefaultFrameBudget        = 512 << 20
 	DefaultFrameBudgetPerCert = 128 << 20
+	DefaultHostWindow         = 64 << 20
 )
 
 // frameBudget bounds the memory the readers of all this daemon's
-// connections hold in large frame bodies (routing.BudgetFrom bytes or
-// more: a control call with a large task state, a large message), from
-// before a body is allocated until the frame has been handled: at most
-// total bytes together, and at most perCert for the connections made with
-// one certificate. A frame that does not fit waits, and its connection is
-// not read meanwhile (the sender is held back by the transport's flow
-// control); a frame that could never fit is refused. Each connection
-// holds one frame at a time, and a frame is handled without waiting for
-// another connection, so the waits always end.
+// connections (their control streams and bulk lanes) hold in large frame
+// bodies (routing.BudgetFrom bytes or more: a control call with a large
+// task state, a large message), from before a body is allocated until the
+// frame has been handled: at most total bytes together, and at most
+// perCert for the connections made with one certificate. A frame that
+// does not fit waits, and its stream is not read meanwhile (the sender is
+// held back by the transport's flow control); a frame that could never
+// fit is refused. Each reader holds one frame at a time, and a frame is
+// handled without waiting for another reader, so the waits always end.
+// A message frame's decoded messages are counted from then on in their
+// mailboxes (Config.MailboxBudget), until their tasks receive them.
 type frameBudget struct {
 	total, perCert int
 
@@ -97,7 +101,11 @@ type connBudget struct {
 }
 
 func (c connBudget) Acquire(n int) error { return c.b.acquire(c.cert, n, c.conn, c.stop) }
-func (c connBudget) Release(n int)       { c.b.release(c.cert, n) }
+func (c connBudget) Release(n int) {
+	if n > 0 {
+		c.b.release(c.cert, n)
+	}
+}
 
 // budgetFor returns the budget the reader of a connection of cert uses.
 func (d *Daemon) budgetFor(conn transport.Conn) connBudget {

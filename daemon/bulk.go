@@ -365,10 +365,13 @@ func (d *Daemon) readBulk(p *peer, st transport.Stream, accepted bool) {
 	defer st.Close()
 	stop := context.AfterFunc(d.ctx, func() { _ = st.Close() })
 	defer stop()
+	budget := d.budgetFor(p.conn)
 	for first := true; ; first = false {
 		// Each frame in a buffer of its own, which its message keeps: a
-		// large message is copied once, from the connection.
-		f, err := routing.ReadFrameOwned(st, d.cfg.MaxFrame)
+		// large message is copied once, from the connection. A large
+		// body is counted in the frame budget until handled, as on the
+		// connection's streams.
+		f, held, err := routing.ReadFrameOwnedBudget(st, d.cfg.MaxFrame, budget)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				d.log.Debug("bulk stream ended", "peer", p.name(), "error", err)
@@ -376,10 +379,11 @@ func (d *Daemon) readBulk(p *peer, st transport.Stream, accepted bool) {
 			return
 		}
 		if first && f.Kind == routing.KindStream && len(f.Body) <= maxStreamHeader {
-			d.takeCheckpoint(p, st, f)
+			d.takeCheckpoint(p, st, f) // a small header: nothing held
 			return
 		}
 		if f.Kind != routing.KindMsgs {
+			budget.Release(held)
 			d.log.Warn("closing a bulk stream", "peer", p.name(), "frame", f.Kind)
 			return
 		}
@@ -387,7 +391,9 @@ func (d *Daemon) readBulk(p *peer, st transport.Stream, accepted bool) {
 			p.bulk.adopt(st)
 		}
 		p.lastHeard.Store(time.Now().UnixNano())
-		if err := d.receiveMsgs(p, f.Body, true); err != nil {
+		err = d.receiveMsgs(p, f.Body, true)
+		budget.Release(held)
+		if err != nil {
 			d.log.Warn("closing a bulk stream", "peer", p.name(), "error", err)
 			return
 		}

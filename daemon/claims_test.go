@@ -74,7 +74,7 @@ func forgedCount(t *testing.T, d *Daemon) float64 {
 
 // waitKnown waits until daemon d knows host h (the master's broadcast
 // of it has arrived).
-func waitKnown(t *testing.T, ctx context.Context, d *Daemon, h task.HostID) {
+func waitKnown(t testing.TB, ctx context.Context, d *Daemon, h task.HostID) {
 	t.Helper()
 	for !d.hostKnown(h) {
 		select {

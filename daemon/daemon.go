@@ -237,6 +237,11 @@ type Config struct {
 	// Window is how many bytes may be unacknowledged for one receiving
 	// task before its senders wait (default 8 MiB).
 	Window int
+	// HostWindow is how many bytes may be unacknowledged for the tasks
+	// of one other daemon together before senders to them wait (default
+	// DefaultHostWindow; not below Window). A message is sent while less
+	// is unacknowledged, whatever its size.
+	HostWindow int
 	// MailboxHigh is how many bytes a task's mailbox may hold before this
 	// daemon stops acknowledging messages for it, so that remote senders
 	// wait once their window is full (default 32 MiB). Acknowledgements
@@ -249,8 +254,17 @@ type Config struct {
 	// MailboxBudget bounds the memory of all the mailboxes of this
 	// daemon together, counted as for MailboxHigh (default 1 GiB): a task
 	// sending to another on this daemon waits while they hold as much.
-	// Messages from other daemons are bounded per mailbox by MailboxHigh
-	// and Window.
+	// Messages from other daemons, whatever their size and number, are
+	// taken only while they fit (routing.Inbox.Admit): in order, into
+	// mailboxes holding under three quarters of MailboxBudget, and of
+	// MailboxHigh plus Window for their receiver; early (waiting for a
+	// message before them), within the remaining quarter of each. A
+	// message that does not fit is not acknowledged, and its sender
+	// resends it (Config.RTO, spaced by size: routing.PaceBytes); one
+	// larger than a bound is taken when what it does not fit under is
+	// empty. A message's decoded copy is counted from when it is taken
+	// until its task receives it; before, its frame is counted in
+	// FrameBudget.
 	MailboxBudget int64
 	// Placer places tasks spawned anywhere (master; default round-robin).
 	Placer Placer
@@ -448,6 +462,10 @@ func (c *Config) setDefaults() {
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
+	if c.HostWindow <= 0 {
+		c.HostWindow = DefaultHostWindow
+	}
+	c.HostWindow = max(c.HostWindow, c.Window)
 	if c.BulkThreshold == 0 {
 		c.BulkThreshold = 64 << 10
 	}
@@ -621,8 +639,11 @@ type Daemon struct {
 	// shared holds the read-only values its tasks share (task.Shared).
 	shared sharedValues
 	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
-	mbMem  gauge
-	groups *groups // the group server's state (groups.go)
+	mbMem gauge
+	// recvDeferred counts the messages from other daemons turned away
+	// unacknowledged for want of room (recvLimits).
+	recvDeferred atomic.Int64
+	groups       *groups // the group server's state (groups.go)
 	// arrivals is this host's side of the master's barriers (arrivals.go).
 	arrivals *arrivals
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon

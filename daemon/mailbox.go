@@ -28,8 +28,9 @@ func (e *envelope) matchesFn(from task.TID, tag int, fn func(task.Status) bool) 
 
 // msgOverhead is what a queued message costs beyond its payload bytes (its
 // place in the queue and the payload's slice, rounded up): a mailbox full
-// of empty messages is bounded too.
-const msgOverhead = 64
+// of empty messages is bounded too. It is the inbox's (routing.MsgCost), so
+// that a message's cost is the same early and in a mailbox.
+const msgOverhead = routing.MsgOverhead
 
 // charge is the memory a queued message is counted for.
 func charge(e *envelope) int64 { return int64(len(e.body.Data)) + msgOverhead }
@@ -155,15 +156,27 @@ func (m *mailbox) chargedOut(n int64) {
 // report brings the mailbox's share of the daemon's gauge to its memory,
 // rounded up to a step. Either side may call it (holding its own lock):
 // the share is swapped atomically, and the gauge follows the last swap.
+//
+// Each reporter reads the memory again after its swap and swaps again
+// until what it swapped in is current: a reporter that read the memory
+// before the other side changed it, and swapped after the other's report,
+// would otherwise leave the gauge stale until the mailbox next changes,
+// and a receiving daemon that turns messages away by the gauge
+// (recvLimits) would wait for a fall that never comes.
 func (m *mailbox) report() {
 	if m.total == nil {
 		return
 	}
-	s := (max(m.memory(), 0) + totalStep - 1) / totalStep
-	if old := m.step.Swap(s); s > old {
-		m.total.add((s - old) * totalStep)
-	} else if s < old {
-		m.total.sub((old - s) * totalStep)
+	for {
+		s := (max(m.memory(), 0) + totalStep - 1) / totalStep
+		if old := m.step.Swap(s); s > old {
+			m.total.add((s - old) * totalStep)
+		} else if s < old {
+			m.total.sub((old - s) * totalStep)
+		}
+		if (max(m.memory(), 0)+totalStep-1)/totalStep == s {
+			return
+		}
 	}
 }
 
@@ -414,13 +427,22 @@ func (m *mailbox) stats() (n, bytes int) {
 // subtracting are one atomic operation each while nobody waits.
 type gauge struct {
 	n       atomic.Int64
+	peak    atomic.Int64 // the highest count yet, for the tests and the threat model's figures
 	waiting atomic.Bool
 	mu      sync.Mutex
 	ch      chan struct{} // closed at the next fall, while someone waits
 }
 
 // add raises the count by n and returns the new count.
-func (g *gauge) add(n int64) int64 { return g.n.Add(n) }
+func (g *gauge) add(n int64) int64 {
+	v := g.n.Add(n)
+	for {
+		p := g.peak.Load()
+		if v <= p || g.peak.CompareAndSwap(p, v) {
+			return v
+		}
+	}
+}
 
 // sub lowers the count by n, wakes the waiters, if any, and returns the
 // new count.

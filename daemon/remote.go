@@ -65,13 +65,14 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		var wait <-chan struct{}
 		if d.rt.outbox.Pending(to) >= d.cfg.Window {
 			// Too much is unacknowledged for to: wait for acknowledgements.
-			if d.rt.acked == nil {
-				d.rt.acked = make(chan struct{})
-			}
-			wait = d.rt.acked
+			wait = d.ackedChan()
 		} else {
 			r, h = d.placeOf(to)
-			if r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom {
+			switch {
+			case r.Host != d.cfg.HostID && d.rt.outbox.PendingHost(r.Host) >= d.cfg.HostWindow:
+				// Too much is unacknowledged for to's daemon: likewise.
+				wait = d.ackedChan()
+			case r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom:
 				wait = h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget)
 			}
 		}
@@ -257,6 +258,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var last []routing.Ack // the last message accepted of each pair, in order of first arrival
 	d.rt.mu.Lock()
 	var nRecv, bRecv int // for the metrics, counted per frame
+	var deferred int64   // messages turned away for want of room
 	// Claims refused: how many, and the first.
 	var bad int
 	var badKind routing.ClaimKind
@@ -327,6 +329,13 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			h.mb.putEnvelope(e)
 			return nil
 		}
+		// Bounded by bytes: a message that does not fit in the receiver's
+		// mailbox or this daemon's mailboxes is turned away
+		// unacknowledged, and its sender resends it (routing.Inbox.Admit).
+		if !d.rt.inbox.Admit(e, h.mb.memory(), d.mbMem.n.Load(), d.recvLimits()) {
+			deferred++
+			return nil
+		}
 		a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
@@ -343,6 +352,9 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	}
 	d.rt.mu.Unlock()
 	p.ctr.Received(nRecv, bRecv)
+	if deferred > 0 {
+		d.recvDeferred.Add(deferred)
+	}
 	if err != nil {
 		return err
 	}
@@ -359,6 +371,17 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		return d.forged(p, "messages", badKind, badTID, badWhy, bad)
 	}
 	return nil
+}
+
+// recvLimits bounds the mailbox memory this daemon gives to messages from
+// other daemons (routing.Inbox.Admit): MailboxHigh plus Window in one
+// receiver's mailbox (a sender stops at Window unacknowledged and this
+// daemon withholds acknowledgements past MailboxHigh, so one sending
+// daemon alone never meets this bound; several, or one message larger
+// than Window, do), and MailboxBudget in all of them together, counted
+// as for MailboxHigh.
+func (d *Daemon) recvLimits() routing.RecvLimits {
+	return routing.RecvLimits{High: int64(d.cfg.MailboxHigh) + int64(d.cfg.Window), Budget: d.cfg.MailboxBudget}
 }
 
 // lastOfPair records a as its pair's latest acknowledgement in acks (a
@@ -406,6 +429,15 @@ func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 	return nil
 }
 
+// ackedChan returns the channel closed when acknowledgements free window
+// (windowFreed). The caller holds d.rt.mu.
+func (d *Daemon) ackedChan() <-chan struct{} {
+	if d.rt.acked == nil {
+		d.rt.acked = make(chan struct{})
+	}
+	return d.rt.acked
+}
+
 // windowFreed wakes the senders waiting for acknowledgements to free
 // window, if any wait. The caller holds d.rt.mu.
 func (d *Daemon) windowFreed() {
@@ -446,6 +478,7 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 		if h, envs := d.rt.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}
+		d.windowFreed() // what was dropped or rerouted may free a window
 	})
 	d.rt.mu.Unlock()
 	for _, r := range todo {

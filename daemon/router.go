@@ -128,6 +128,12 @@ func (r *router) drop(tids ...task.TID) {
 func (r *router) dropHost(id task.HostID) []task.TID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.acked != nil {
+		// Senders waiting for room towards the host (Config.HostWindow,
+		// Window) wait no more: their sends fail or go elsewhere.
+		close(r.acked)
+		r.acked = nil
+	}
 	return r.outbox.DropHost(id)
 }
 

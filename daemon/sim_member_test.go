@@ -488,7 +488,7 @@ func memberVM(t *testing.T, n int, p *partitions, cfg Config) *LocalVM {
 }
 
 // spawnOn starts one task t on the named host (master).
-func spawnOn(t *testing.T, m *Daemon, host string, v task.Task) task.TID {
+func spawnOn(t testing.TB, m *Daemon, host string, v task.Task) task.TID {
 	t.Helper()
 	typ, state, err := task.EncodeState(v)
 	if err != nil {

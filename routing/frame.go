@@ -290,28 +290,47 @@ func decodeEnvelopes(b []byte, copied bool, fn func(Envelope) error) error {
 // whose bodies are handed on without a copy. A frame longer than max
 // bytes of body is refused before anything is allocated for it.
 func ReadFrameOwned(r io.Reader, max int) (Frame, error) {
+	f, _, err := ReadFrameOwnedBudget(r, max, nil)
+	return f, err
+}
+
+// ReadFrameOwnedBudget is ReadFrameOwned accounting a body of BudgetFrom
+// bytes or more in b (when not nil), from before it is allocated: it
+// returns how many bytes it took, which the caller releases when it has
+// handled the frame (on an error it has taken nothing).
+func ReadFrameOwnedBudget(r io.Reader, max int, b Budget) (Frame, int, error) {
 	var hdr [headerBytes]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return Frame{}, fmt.Errorf("frame header: %w", ErrMalformed)
+			return Frame{}, 0, fmt.Errorf("frame header: %w", ErrMalformed)
 		}
-		return Frame{}, err
+		return Frame{}, 0, err
 	}
 	n := int(binary.LittleEndian.Uint32(hdr[:4]))
 	k := Kind(hdr[4])
 	switch {
 	case n < 1:
-		return Frame{}, fmt.Errorf("frame length %d: %w", n, ErrMalformed)
+		return Frame{}, 0, fmt.Errorf("frame length %d: %w", n, ErrMalformed)
 	case n-1 > max:
-		return Frame{}, fmt.Errorf("%v frame of %d bytes, limit %d: %w", k, n-1, max, ErrFrameTooLarge)
+		return Frame{}, 0, fmt.Errorf("%v frame of %d bytes, limit %d: %w", k, n-1, max, ErrFrameTooLarge)
 	case k < 1 || k > maxKind:
-		return Frame{}, fmt.Errorf("%v: %w", k, ErrUnknownKind)
+		return Frame{}, 0, fmt.Errorf("%v: %w", k, ErrUnknownKind)
+	}
+	held := 0
+	if b != nil && n-1 >= BudgetFrom {
+		if err := b.Acquire(n - 1); err != nil {
+			return Frame{}, 0, fmt.Errorf("%v frame of %d bytes: %w", k, n-1, err)
+		}
+		held = n - 1
 	}
 	body := make([]byte, n-1)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return Frame{}, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
+		if held > 0 {
+			b.Release(held)
+		}
+		return Frame{}, 0, fmt.Errorf("%v frame body: %w: %v", k, ErrMalformed, err)
 	}
-	return Frame{Kind: k, Body: body}, nil
+	return Frame{Kind: k, Body: body}, held, nil
 }
 
 // Pair names a (sender, receiver) pair of tasks.

@@ -18,6 +18,7 @@ type Outbox struct {
 	next   map[task.TID]map[task.TID]*Counter // sender → receiver → last seq assigned
 	queues map[task.TID]*outQueue             // by receiver
 	bytes  int
+	byHost map[task.HostID]int // bytes by the host the queues are routed to
 
 	// Emptied queues and pair FIFOs kept for reuse: in a conversation
 	// (send, acknowledgement, send, …) each message would otherwise make
@@ -83,8 +84,27 @@ type outMsg struct {
 // 8·rto. A receiver that keeps a large message unacknowledged (its
 // mailbox is full) is not sent it again faster than that; a lost message
 // on a live connection is rare (QUIC does not lose), and the first resend
-// keeps its pace.
+// keeps its pace. A large message starts further along (see PaceBytes).
 const MaxBackoff = 3
+
+// PaceBytes is the message size from which Due spaces resends more: a
+// message of n bytes starts its backoff log2(n/PaceBytes) doublings along
+// (a message of 8 MiB waits 2·rto before its first resend, one of 16 MiB
+// 4·rto, one of 32 MiB or more 8·rto), so that a receiver that turns large
+// messages away (Inbox.Admit) is not sent one faster than it could take
+// it, while the longest wait stays 8·rto.
+const PaceBytes = 4 << 20
+
+// sizeShift is how many doublings along a message of n bytes starts its
+// backoff (PaceBytes), at most MaxBackoff.
+func sizeShift(n int) uint8 {
+	var k uint8
+	for n >= 2*PaceBytes && k < MaxBackoff {
+		n /= 2
+		k++
+	}
+	return k
+}
 
 // each calls fn on every message of q, pair by pair in sender order, each
 // pair's in the order sent: a deterministic order.
@@ -108,7 +128,29 @@ func sortedKeys[V any](m map[task.TID]V) []task.TID {
 
 // NewOutbox returns an empty outbox.
 func NewOutbox() *Outbox {
-	return &Outbox{next: map[task.TID]map[task.TID]*Counter{}, queues: map[task.TID]*outQueue{}}
+	return &Outbox{next: map[task.TID]map[task.TID]*Counter{}, queues: map[task.TID]*outQueue{}, byHost: map[task.HostID]int{}}
+}
+
+// setRoute routes q by r, its bytes with it.
+func (o *Outbox) setRoute(q *outQueue, r Route) {
+	if q.bytes != 0 && q.route.Host != r.Host {
+		o.hostBytes(q.route.Host, -q.bytes)
+		o.hostBytes(r.Host, q.bytes)
+	}
+	q.route = r
+}
+
+// addBytes counts n bytes more (less when negative) in q.
+func (o *Outbox) addBytes(q *outQueue, n int) {
+	q.bytes += n
+	o.bytes += n
+	o.hostBytes(q.route.Host, n)
+}
+
+func (o *Outbox) hostBytes(h task.HostID, n int) {
+	if o.byHost[h] += n; o.byHost[h] == 0 {
+		delete(o.byHost, h)
+	}
 }
 
 // Counter is one pair's sequence state as an Outbox or an Inbox holds it:
@@ -123,7 +165,11 @@ func NewOutbox() *Outbox {
 type Counter struct {
 	n     uint64 // Outbox: the last number assigned; Inbox: the next expected (0 stands for 1)
 	early int    // Inbox: the pair's early arrivals
-	gone  bool
+	// Inbox: the first message of the pair Admit turned away (0: none);
+	// later ones are turned away too until it is accepted, so that none
+	// waits as an early arrival.
+	deferred uint64
+	gone     bool
 }
 
 // Gone reports whether the counter's box has let it go (see Counter).
@@ -182,14 +228,15 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 		if q = popFree(&o.freeQ); q == nil {
 			q = &outQueue{pairs: map[task.TID]*fifo{}}
 		}
-		q.route = r
+		o.setRoute(q, r)
 		o.queues[e.To] = q
 	}
 	if !q.held && r.InTransit {
 		q.held = true
 	}
 	if !q.held && r.Epoch > q.route.Epoch {
-		q.route, q.resent = r, false
+		o.setRoute(q, r)
+		q.resent = false
 	}
 	n := EnvelopeSize(&e)
 	f := q.pairs[e.From]
@@ -201,8 +248,7 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	}
 	f.msgs = append(f.msgs, outMsg{env: e, sentAt: now})
 	q.n++
-	q.bytes += n
-	o.bytes += n
+	o.addBytes(q, n)
 	return !q.held
 }
 
@@ -246,8 +292,7 @@ func (o *Outbox) Ack(a Ack) int {
 		clear(f.msgs[k:])
 		f.msgs, f.head = f.msgs[:k], 0
 	}
-	q.bytes -= freed
-	o.bytes -= freed
+	o.addBytes(q, -freed)
 	if q.n == 0 && !q.held {
 		delete(o.queues, a.To)
 		if len(o.freeQ) < keepFree && len(q.pairs) == 0 {
@@ -324,7 +369,8 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 	if !newer {
 		return 0, nil
 	}
-	q.route, q.resent = r, false
+	o.setRoute(q, r)
+	q.resent = false
 	if r.InTransit {
 		q.held = true
 		return 0, nil
@@ -335,9 +381,14 @@ func (o *Outbox) Reroute(to task.TID, r Route, now time.Time) (task.HostID, []En
 
 // Due returns the unacknowledged messages, not held, whose wait is over,
 // grouped by the host to resend them to, and marks them sent at now. A
-// message waits rto after it was sent, and twice as long after each
-// resend Due made (at most 2^MaxBackoff·rto), until it is acknowledged or
-// sent again otherwise (a new route, a new connection). Over QUIC this
+// message waits rto after it was sent (longer when large: PaceBytes), and
+// twice as long after each resend Due made (at most 2^MaxBackoff·rto), until
+// it is acknowledged or sent again otherwise (a new route, a new
+// connection). Each pair's messages are resent from its oldest on, in
+// order, up to the first whose wait is not over and to PaceBytes in all
+// (at least one message): a receiver that turned the oldest away
+// (Inbox.Admit) turns the later ones away too, so they are not resent with
+// it; once it is acknowledged the next is due at once. Over QUIC this
 // matters only after a connection is lost; on a lossy transport it is
 // what makes delivery reliable.
 func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelope {
@@ -347,19 +398,26 @@ func (o *Outbox) Due(now time.Time, rto time.Duration) map[task.HostID][]Envelop
 		if q.held {
 			continue
 		}
-		q.each(func(m *outMsg) {
-			if now.Sub(m.sentAt) < rto<<min(m.timeouts, MaxBackoff) {
-				return
+		for _, from := range sortedKeys(q.pairs) {
+			f := q.pairs[from]
+			sent := 0
+			for i := f.head; i < len(f.msgs) && (sent == 0 || sent+len(f.msgs[i].env.Body.Data) <= PaceBytes); i++ {
+				m := &f.msgs[i]
+				k := min(m.timeouts+sizeShift(len(m.env.Body.Data)), MaxBackoff)
+				if now.Sub(m.sentAt) < rto<<k {
+					break
+				}
+				if out == nil {
+					out = map[task.HostID][]Envelope{}
+				}
+				out[q.route.Host] = append(out[q.route.Host], m.env)
+				sent += max(len(m.env.Body.Data), 1)
+				m.sentAt = now
+				if m.timeouts < MaxBackoff {
+					m.timeouts++
+				}
 			}
-			if out == nil {
-				out = map[task.HostID][]Envelope{}
-			}
-			out[q.route.Host] = append(out[q.route.Host], m.env)
-			m.sentAt = now
-			if m.timeouts < MaxBackoff {
-				m.timeouts++
-			}
-		})
+		}
 	}
 	return out
 }
@@ -387,7 +445,7 @@ func (o *Outbox) DropReceiver(to task.TID) int {
 		return 0
 	}
 	delete(o.queues, to)
-	o.bytes -= q.bytes
+	o.addBytes(q, -q.bytes)
 	return q.n
 }
 
@@ -404,9 +462,7 @@ func (o *Outbox) DropSender(from task.TID) int {
 			continue
 		}
 		for i := f.head; i < len(f.msgs); i++ {
-			b := EnvelopeSize(&f.msgs[i].env)
-			q.bytes -= b
-			o.bytes -= b
+			o.addBytes(q, -EnvelopeSize(&f.msgs[i].env))
 			q.n--
 			n++
 		}
@@ -426,7 +482,7 @@ func (o *Outbox) DropHost(h task.HostID) []task.TID {
 	for to, q := range o.queues {
 		if q.route.Host == h && !q.held {
 			gone = append(gone, to)
-			o.bytes -= q.bytes
+			o.addBytes(q, -q.bytes)
 			delete(o.queues, to)
 		}
 	}
@@ -453,6 +509,11 @@ func (o *Outbox) Pending(to task.TID) int {
 	}
 	return 0
 }
+
+// PendingHost is the number of bytes unacknowledged or held for the
+// receivers routed to host h: what a sending daemon has in flight to one
+// receiving daemon, which a sender may bound.
+func (o *Outbox) PendingHost(h task.HostID) int { return o.byHost[h] }
 
 // PendingFrom is how many messages from sender are unacknowledged or held,
 // to any receiver.
@@ -516,11 +577,99 @@ type Inbox struct {
 	expected map[task.TID]map[task.TID]*Counter            // receiver → sender → next seq
 	early    map[task.TID]map[task.TID]map[uint64]Envelope // receiver → sender → seq → message
 	earlyN   int
+	// The memory of the early arrivals (MsgCost), by receiver and in all:
+	// Admit counts it with the mailboxes'.
+	earlyTo  map[task.TID]int64
+	earlyAll int64
+}
+
+// MsgOverhead is what a message held by a receiving daemon (in a mailbox,
+// or early in an Inbox) is counted for beyond its payload bytes: its
+// place in a queue and its slice, rounded up. Many empty messages are
+// bounded too.
+const MsgOverhead = 64
+
+// MsgCost is the memory e is counted for while a receiving daemon holds
+// it.
+func MsgCost(e *Envelope) int64 { return int64(len(e.Body.Data)) + MsgOverhead }
+
+// early notes that the inbox holds n bytes more (less when negative) of
+// early arrivals for to.
+func (in *Inbox) earlyBytes(to task.TID, n int64) {
+	in.earlyAll += n
+	if in.earlyTo[to] += n; in.earlyTo[to] <= 0 {
+		delete(in.earlyTo, to)
+	}
 }
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
-	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}}
+	return &Inbox{expected: map[task.TID]map[task.TID]*Counter{}, early: map[task.TID]map[task.TID]map[uint64]Envelope{}, earlyTo: map[task.TID]int64{}}
+}
+
+// RecvLimits bounds the memory a receiving daemon gives to messages from
+// other daemons (Inbox.Admit): High bytes for one receiver, Budget bytes
+// for all of the daemon's receivers together (<= 0: no bound). Of each,
+// a quarter (EarlyShare) is for early arrivals, which wait in the Inbox
+// for a gap before them to fill, and the rest for messages in order,
+// which wait in the receivers' mailboxes: an early arrival cannot take
+// the room the message it waits for needs.
+type RecvLimits struct {
+	High, Budget int64
+}
+
+// EarlyShare is the part of each RecvLimits bound (1/EarlyShare) kept for
+// early arrivals.
+const EarlyShare = 4
+
+// Admit decides whether e, a sequenced message from another daemon for a
+// receiver hosted here whose mailbox holds held bytes while the daemon's
+// mailboxes hold total, is taken (Accept) now or turned away
+// unacknowledged: its sender keeps it and resends it (Outbox.Due), so a
+// receiver's memory is bounded by bytes whatever the size and number of
+// messages in flight to it. A message costs MsgCost bytes. A message in
+// order is taken when it fits in the mailboxes' share of both bounds (held
+// and total), or when what it does not fit under is empty (a message
+// larger than a bound is taken alone, so that every message is eventually
+// taken). An early arrival is taken when it fits, with the inbox's other
+// early arrivals, in the early share of both bounds; when the message
+// before it comes, they all move to the mailbox, which may then hold up
+// to the early share more than its own (mailboxes and early arrivals
+// together stay within the bounds). Duplicates are always taken (Accept
+// drops them and acknowledges again). Once a message of a pair is turned
+// away, the pair's later ones are too until it is taken: they would
+// otherwise wait as early arrivals. Exactly-once and FIFO are Accept's,
+// and unchanged.
+func (in *Inbox) Admit(e Envelope, held, total int64, lim RecvLimits) bool {
+	size := MsgCost(&e)
+	c := pairCounter(in.expected, e.To, e.From)
+	next := max(c.n, 1)
+	if e.Seq < next {
+		return true
+	}
+	if c.deferred != 0 && e.Seq > c.deferred {
+		return false
+	}
+	var ok bool
+	if e.Seq == next {
+		fits := func(used, limit int64) bool {
+			return limit <= 0 || used == 0 || used+size <= limit-limit/EarlyShare
+		}
+		ok = fits(held, lim.High) && fits(total, lim.Budget)
+	} else {
+		fits := func(used, limit int64) bool { return limit <= 0 || used+size <= limit/EarlyShare }
+		ok = fits(in.earlyTo[e.To], lim.High) && fits(in.earlyAll, lim.Budget)
+	}
+	if ok {
+		if c.deferred == e.Seq {
+			c.deferred = 0
+		}
+		return true
+	}
+	if c.deferred == 0 || e.Seq < c.deferred {
+		c.deferred = e.Seq
+	}
+	return false
 }
 
 // Counter returns the pair (from, to)'s counter, which Accept advances.
@@ -550,6 +699,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 		if _, dup := m[e.Seq]; !dup {
 			m[e.Seq] = e
 			in.earlyN++
+			in.earlyBytes(e.To, MsgCost(&e))
 			c.early++
 		}
 	default:
@@ -566,6 +716,7 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 				}
 				delete(m, next)
 				in.earlyN--
+				in.earlyBytes(e.To, -MsgCost(&x))
 				c.early--
 				deliver(x)
 				next++
@@ -576,6 +727,9 @@ func (in *Inbox) Accept(e Envelope, deliver func(Envelope)) Ack {
 		}
 	}
 	c.n = next
+	if c.deferred != 0 && next > c.deferred {
+		c.deferred = 0 // what Admit turned away has come in order
+	}
 	return Ack{From: e.From, To: e.To, Seq: next - 1}
 }
 
@@ -587,6 +741,8 @@ func (in *Inbox) Forget(to task.TID) {
 	for _, m := range in.early[to] {
 		in.earlyN -= len(m)
 	}
+	in.earlyAll -= in.earlyTo[to]
+	delete(in.earlyTo, to)
 	delete(in.early, to)
 	release(in.expected[to])
 	delete(in.expected, to)

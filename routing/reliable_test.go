@@ -613,7 +613,7 @@ func TestDueBacksOff(t *testing.T) {
 	a, b := task.NewTID(1, 1), task.NewTID(2, 1)
 	now := time.Unix(1000, 0)
 	const rto = time.Second
-	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 60<<20)}}, Route{Host: 2}, now)
+	o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 1<<20)}}, Route{Host: 2}, now)
 	var resends []time.Duration
 	for s := 1; s <= 60; s++ {
 		at := now.Add(time.Duration(s) * rto)
@@ -632,4 +632,227 @@ func TestDueBacksOff(t *testing.T) {
 	if got := o.Due(later.Add(rto), rto); len(got[3]) != 1 {
 		t.Fatalf("after a reroute, Due at the RTO = %v, want the message", got)
 	}
+}
+
+// TestDuePacedBySize: a large unacknowledged message starts its backoff
+// further along, by its size (PaceBytes), so it is not resent faster than
+// a receiver that turns it away could take it; the longest wait stays
+// 2^MaxBackoff·rto.
+func TestDuePacedBySize(t *testing.T) {
+	const rto = time.Second
+	for _, c := range []struct {
+		size int
+		want []time.Duration
+	}{
+		{PaceBytes, []time.Duration{1 * rto, 3 * rto, 7 * rto, 15 * rto, 23 * rto}},
+		{2 * PaceBytes, []time.Duration{2 * rto, 6 * rto, 14 * rto, 22 * rto}},
+		{4 * PaceBytes, []time.Duration{4 * rto, 12 * rto, 20 * rto}},
+		{60 << 20, []time.Duration{8 * rto, 16 * rto, 24 * rto}},
+	} {
+		o := NewOutbox()
+		a, b := task.NewTID(1, 1), task.NewTID(2, 1)
+		now := time.Unix(1000, 0)
+		o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, c.size)}}, Route{Host: 2}, now)
+		var resends []time.Duration
+		for s := 1; s <= 25; s++ {
+			at := now.Add(time.Duration(s) * rto)
+			if got := o.Due(at, rto); len(got[2]) == 1 {
+				resends = append(resends, at.Sub(now))
+			}
+		}
+		if !slices.Equal(resends, c.want) {
+			t.Errorf("a message of %d bytes resent after %v, want %v", c.size, resends, c.want)
+		}
+	}
+}
+
+// TestInboxAdmitByBytes: a receiver's mailbox and its daemon's mailboxes
+// are bounded by bytes: a message in order that does not fit in the
+// mailboxes' share (3/4) is turned away unacknowledged, and the pair's
+// later messages with it, until it is resent and fits; a message larger
+// than a bound is taken when what it does not fit under is empty; early
+// arrivals have their own share (1/4), so they never hold back the
+// message they wait for; duplicates are always taken; delivery stays
+// exactly-once and in order.
+func TestInboxAdmitByBytes(t *testing.T) {
+	in := NewInbox()
+	a, c, b := task.NewTID(1, 1), task.NewTID(3, 1), task.NewTID(2, 1)
+	lim := RecvLimits{High: 1000, Budget: 2000} // mailboxes: 750 and 1500; early: 250 and 500
+	env := func(from task.TID, seq uint64, size int) Envelope {
+		return Envelope{From: from, To: b, Seq: seq, Body: task.Payload{Data: make([]byte, size-MsgOverhead)}}
+	}
+	msg := func(seq uint64, size int) Envelope { return env(a, seq, size) }
+	var got []uint64
+	deliver := func(e Envelope) { got = append(got, e.Seq) }
+
+	if !in.Admit(msg(1, 400), 0, 0, lim) {
+		t.Fatal("a message that fits was turned away")
+	}
+	in.Accept(msg(1, 400), deliver)
+	// Over the mailbox's share: turned away, and the pair's next message
+	// though it would fit, so that none waits as an early arrival.
+	if in.Admit(msg(2, 400), 400, 400, lim) {
+		t.Fatal("a message over the mailbox's bound was taken")
+	}
+	if in.Admit(msg(3, 64), 400, 400, lim) {
+		t.Fatal("a message after one turned away was taken")
+	}
+	// Another pair to the same receiver is judged on its own.
+	if !in.Admit(env(c, 1, 100), 400, 400, lim) {
+		t.Fatal("another pair's message that fits was turned away")
+	}
+	// A duplicate is taken (and dropped by Accept).
+	if !in.Admit(msg(1, 400), 700, 700, lim) {
+		t.Fatal("a duplicate was turned away")
+	}
+	// The receiver took its messages: resent, 2 fits, then 3.
+	if !in.Admit(msg(2, 400), 0, 0, lim) || !in.Admit(msg(3, 64), 400, 400, lim) {
+		t.Fatal("resent messages that fit were turned away")
+	}
+	in.Accept(msg(2, 400), deliver)
+	in.Accept(msg(3, 64), deliver)
+	// Over the daemon's share though the mailbox has room.
+	if in.Admit(msg(4, 200), 0, 1400, lim) {
+		t.Fatal("a message over the daemon's budget was taken")
+	}
+	// Larger than the mailbox's share: taken when the mailbox is empty
+	// and the daemon's mailboxes have room, not before.
+	if in.Admit(msg(4, 900), 10, 10, lim) {
+		t.Fatal("a message larger than the bound was taken into a mailbox that holds some")
+	}
+	if !in.Admit(msg(4, 900), 0, 600, lim) {
+		t.Fatal("a message larger than the mailbox's bound was turned away from an empty mailbox")
+	}
+	in.Accept(msg(4, 900), deliver)
+	// Larger than the budget: taken when all mailboxes are empty.
+	big := RecvLimits{High: 10000, Budget: 2000}
+	if in.Admit(msg(5, 3000), 0, 1, big) {
+		t.Fatal("a message larger than the budget was taken while mailboxes hold some")
+	}
+	if !in.Admit(msg(5, 3000), 0, 0, big) {
+		t.Fatal("a message larger than the budget was turned away with every mailbox empty")
+	}
+	in.Accept(msg(5, 3000), deliver)
+	// A pair's mark clears once its turned-away message comes in order by
+	// Accept alone.
+	if in.Admit(msg(6, 500), 500, 500, lim) {
+		t.Fatal("over the bound: taken")
+	}
+	in.Accept(msg(6, 500), deliver) // e.g. a local resend that bypasses Admit
+	if !in.Admit(msg(7, 64), 0, 0, lim) {
+		t.Fatal("the pair's mark outlived the message it was for")
+	}
+	in.Accept(msg(7, 64), deliver)
+	if !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7}) || in.Early() != 0 {
+		t.Fatalf("delivered %v with %d early, want 1..7 once each, in order, none early", got, in.Early())
+	}
+
+	// Early arrivals: a's 9 waits for its 8 within the early share; a's
+	// 10 would pass it and is turned away; c's 3 (c expects 1) likewise.
+	if !in.Admit(msg(9, 200), 0, 0, lim) {
+		t.Fatal("an early arrival that fits was turned away")
+	}
+	in.Accept(msg(9, 200), deliver)
+	if in.Admit(msg(10, 100), 0, 0, lim) {
+		t.Fatal("an early arrival over the receiver's early share was taken")
+	}
+	if in.Admit(env(c, 3, 100), 0, 0, lim) {
+		t.Fatal("another pair's early arrival over the receiver's early share was taken")
+	}
+	// The message 9 waits for is taken whatever the early arrivals hold,
+	// when the mailboxes have room, and brings 9 with it.
+	if in.Admit(msg(8, 700), 100, 100, lim) {
+		t.Fatal("a message in order over the mailbox's share was taken")
+	}
+	if !in.Admit(msg(8, 700), 0, 0, lim) {
+		t.Fatal("the gap's message was turned away with the mailboxes empty")
+	}
+	got = nil
+	in.Accept(msg(8, 700), deliver)
+	if !slices.Equal(got, []uint64{8, 9}) || in.Early() != 0 {
+		t.Fatalf("delivered %v with %d early, want 8, 9", got, in.Early())
+	}
+	// Nothing is early now: the early share is free again.
+	if !in.Admit(msg(11, 240), 0, 0, lim) {
+		t.Fatal("delivered early arrivals still counted")
+	}
+}
+
+// TestDueResendsAPairFromItsOldest: Due resends a pair's messages from the
+// oldest on, up to PaceBytes a round (at least one message): a receiver
+// that turned the oldest away would turn the later ones away too. Once
+// the oldest is acknowledged, the next is due at once; small messages go
+// together.
+func TestDueResendsAPairFromItsOldest(t *testing.T) {
+	o := NewOutbox()
+	a, c, b := task.NewTID(1, 1), task.NewTID(1, 2), task.NewTID(2, 1)
+	now := time.Unix(1000, 0)
+	const rto = time.Second
+	for range 4 {
+		o.Push(Envelope{From: a, To: b, Seq: o.Seq(a, b), Body: task.Payload{Data: make([]byte, 3<<20)}}, Route{Host: 2}, now)
+	}
+	for range 5 {
+		o.Push(Envelope{From: c, To: b, Seq: o.Seq(c, b), Body: task.Payload{Data: make([]byte, 1<<10)}}, Route{Host: 2}, now)
+	}
+	seqs := func(envs []Envelope, from task.TID) []uint64 {
+		var s []uint64
+		for _, e := range envs {
+			if e.From == from {
+				s = append(s, e.Seq)
+			}
+		}
+		return s
+	}
+	got := o.Due(now.Add(rto), rto)[2]
+	if s := seqs(got, a); !slices.Equal(s, []uint64{1}) {
+		t.Fatalf("large messages resent %v, want the oldest alone", s)
+	}
+	if s := seqs(got, c); !slices.Equal(s, []uint64{1, 2, 3, 4, 5}) {
+		t.Fatalf("small messages resent %v, want all five", s)
+	}
+	o.Ack(Ack{From: a, To: b, Seq: 1})
+	o.Ack(Ack{From: c, To: b, Seq: 5})
+	if s := seqs(o.Due(now.Add(rto), rto)[2], a); !slices.Equal(s, []uint64{2}) {
+		t.Fatalf("after the oldest's acknowledgement, resent %v, want the next at once", s)
+	}
+}
+
+// TestPendingHost: the outbox counts what is unacknowledged or held by the
+// host the receivers are routed to, following reroutes, acknowledgements
+// and drops, and it always adds up to Bytes.
+func TestPendingHost(t *testing.T) {
+	o := NewOutbox()
+	a, b, c, d := task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(2, 2), task.NewTID(3, 1)
+	now := time.Unix(1000, 0)
+	push := func(to task.TID, h task.HostID, size int) int {
+		e := Envelope{From: a, To: to, Seq: o.Seq(a, to), Body: task.Payload{Data: make([]byte, size)}}
+		o.Push(e, Route{Host: h}, now)
+		return EnvelopeSize(&e)
+	}
+	check := func(what string, want map[task.HostID]int) {
+		t.Helper()
+		sum := 0
+		for h, n := range want {
+			if got := o.PendingHost(h); got != n {
+				t.Fatalf("%s: host %v has %d bytes pending, want %d", what, h, got, n)
+			}
+			sum += n
+		}
+		if o.Bytes() != sum {
+			t.Fatalf("%s: %d bytes in all, the hosts' add up to %d", what, o.Bytes(), sum)
+		}
+	}
+	b1, b2, c1, d1 := push(b, 2, 100), push(b, 2, 200), push(c, 2, 300), push(d, 3, 400)
+	check("pushed", map[task.HostID]int{2: b1 + b2 + c1, 3: d1})
+	o.Ack(Ack{From: a, To: b, Seq: 1})
+	check("acknowledged", map[task.HostID]int{2: b2 + c1, 3: d1})
+	o.Reroute(c, Route{Host: 3, Epoch: 1}, now) // c moved to host 3
+	check("rerouted", map[task.HostID]int{2: b2, 3: c1 + d1})
+	o.DropSender(a)
+	check("sender dropped", map[task.HostID]int{2: 0, 3: 0})
+	push(b, 2, 10)
+	o.DropHost(2)
+	push(d, 3, 10)
+	o.DropReceiver(d)
+	check("dropped", map[task.HostID]int{2: 0, 3: 0})
 }

@@ -30,13 +30,15 @@ func seeds(n int) []uint64 {
 
 // examplePrograms are the examples the tests run: messages among several
 // tasks (ring, squares, jacobi), spawns (hello, and every other), a
-// communicator's collectives (pi, jacobi).
+// communicator's collectives (pi, jacobi), receives by predicate and
+// non-blocking ones (jacobi2d: task.Match, Irecv and Wait).
 var examplePrograms = [][]string{
 	{"ring", "-n", "5", "-laps", "20"},
 	{"hello", "-n", "6"},
 	{"squares", "-n", "100", "-workers", "4"},
 	{"pi", "-samples", "2000", "-workers", "4"},
 	{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"},
+	{"jacobi2d", "-n", "16", "-tasks", "4", "-iters", "60"},
 }
 
 func program(t *testing.T, args []string) sim.Program {

@@ -224,6 +224,10 @@ func (ep *endpoint) Output() io.Writer { return outWriter{ep.w} }
 // Logger implements task.Endpoint: the simulation drops tasks' logs.
 func (ep *endpoint) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// outWriter appends a task's prints to the job's output. What an
+// incarnation killed for its job's rollback prints while it ends comes,
+// as in the daemon, before the rollback's restore: with the output the
+// rollback undoes.
 type outWriter struct{ w *world }
 
 func (o outWriter) Write(p []byte) (int, error) {

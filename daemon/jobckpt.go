@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +115,10 @@ type (
 		Dir     string        `msgpack:"d,omitempty"`
 		// Groups are the group memberships of the job's tasks (write).
 		Groups map[task.TID][]ckpt.Membership `msgpack:"g,omitempty"`
+		// TIDs are every task the job has had (quiet): the unacknowledged
+		// messages here of each are counted, of tasks that moved away or
+		// ended too.
+		TIDs []task.TID `msgpack:"ts,omitempty"`
 	}
 	ckReply struct {
 		TIDs    []task.TID     `msgpack:"t,omitempty"` // the job's tasks here
@@ -300,7 +306,12 @@ func (d *Daemon) pauseJob(ctx context.Context, a ckStep) (ckReply, error) {
 }
 
 // quietJob reports the job's tasks here that are not paused (spawned
-// since the pause) and the messages from its tasks not yet acknowledged.
+// since the pause) and the messages not yet acknowledged here from the
+// job's tasks: those here and every one the master names (a.TIDs, every
+// task the job has had). A task that moved away or ended leaves its
+// unacknowledged messages in this host's outbox; uncounted, a set could
+// complete with one of them in flight, sent before the cut and received
+// by no restored task.
 func (d *Daemon) quietJob(a ckStep) (ckReply, error) {
 	var rep ckReply
 	err := d.stepCkpt(func() jobck.HostEvent { return d.ht.jobEvent(jobck.HostQuiet, a) }, func(x jobck.HostEffect) {
@@ -311,7 +322,14 @@ func (d *Daemon) quietJob(a ckStep) (ckReply, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Pending += d.rt.pendingFrom(rep.TIDs)
+	senders := make(map[task.TID]struct{}, len(a.TIDs)+len(rep.TIDs))
+	for _, t := range a.TIDs {
+		senders[t] = struct{}{}
+	}
+	for _, t := range rep.TIDs {
+		senders[t] = struct{}{}
+	}
+	rep.Pending += d.rt.pendingFrom(slices.Collect(maps.Keys(senders)))
 	return rep, nil
 }
 

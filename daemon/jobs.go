@@ -88,6 +88,13 @@ type jobState struct {
 	// round's pause answers named them, with those placed there since:
 	// what a host lost with no checkpoint to go back to took with it.
 	seen map[task.HostID][]task.TID
+	// had is every task the job has had, in the order the master started
+	// them, those that moved or ended too (hadSet the same as a set): a
+	// checkpoint's quiet step counts the unacknowledged messages of each,
+	// wherever they wait. It grows by one TID per task the job starts and
+	// goes with the job.
+	had    []task.TID
+	hadSet map[task.TID]struct{}
 }
 
 // placed records that the master started tids of the job on host h.
@@ -98,6 +105,34 @@ func (js *jobState) placed(h task.HostID, tids []task.TID) {
 		js.seen = map[task.HostID][]task.TID{}
 	}
 	js.seen[h] = append(js.seen[h], tids...)
+	js.hadLocked(tids)
+}
+
+// hadLocked records tids among the tasks the job has had (js.mu held).
+func (js *jobState) hadLocked(tids []task.TID) {
+	if js.hadSet == nil {
+		js.hadSet = map[task.TID]struct{}{}
+	}
+	for _, t := range tids {
+		if _, ok := js.hadSet[t]; !ok {
+			js.hadSet[t] = struct{}{}
+			js.had = append(js.had, t)
+		}
+	}
+}
+
+// hadTasks records tids among the tasks the job has had.
+func (js *jobState) hadTasks(tids ...task.TID) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.hadLocked(tids)
+}
+
+// allTasks is every task the job has had.
+func (js *jobState) allTasks() []task.TID {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return slices.Clone(js.had)
 }
 
 // roundWork is what the driver gathers during a round.
@@ -517,6 +552,7 @@ func (d *Daemon) forgetJob(js *jobState) {
 // its other tasks too (settleJob).
 func (d *Daemon) jobRunning(js *jobState, root task.TID) {
 	js.root = root
+	js.hadTasks(root)
 	if js.opts.CheckpointEvery > 0 {
 		d.goFunc(func() { d.checkpointLoop(js) })
 	}
@@ -807,6 +843,11 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 			return nil
 		}
 		d.fault("ckpt:quiet")
+		// Every task the job has had, moved and ended ones too: a task
+		// that left a host leaves its unacknowledged messages in that
+		// host's outbox, and a set that completed with one of them in
+		// flight would hold it in no restored task.
+		step.TIDs = js.allTasks()
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
 		defer cancel()
 		reps, errs := d.eachHost(ctx, a.Hosts, mCkQuiet, step)
@@ -1407,6 +1448,7 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		settle()
 	}
 	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
+	js.hadTasks(tids...)
 	return nil
 }
 

@@ -495,6 +495,9 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 		}
 		tids, err := d.startLocal(ctx, parent, job, req)
 		done(tids)
+		if js := d.reg.get(job); js != nil && job != 0 {
+			js.placed(d.cfg.HostID, tids)
+		}
 		return tids, err
 	}
 	var rep tidsReply

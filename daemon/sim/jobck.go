@@ -38,6 +38,11 @@ type ckptEntry struct {
 type ckptSet struct {
 	entries []ckptEntry
 	groups  map[string][]task.TID
+	// outLen is the length of the job's output at the set's cut: its
+	// write begins with every task of the job held at a safe point, so
+	// what they printed before is in no restored task's future, and what
+	// they print after is.
+	outLen int
 }
 
 // pauseRec is a task's pause for a job checkpoint (daemon/jobckpt.go's
@@ -258,7 +263,7 @@ func (m *master) ckPerform(acts []jobck.Action) {
 					Pending: rep.pending, Running: rep.running, Tasks: len(rep.tids)}
 			})
 		case jobck.ActWrite:
-			set := &ckptSet{}
+			set := &ckptSet{outLen: len(m.w.out)}
 			m.ck.pending[r.Seq] = set
 			m.ckCall("write", a.Hosts, moveTimeouts.Transfer, func(h *shost, reply func(ckReply, error)) {
 				reply(h.writeJob(r))
@@ -420,6 +425,13 @@ func (m *master) restore(seq uint64) error {
 		// the restored routes before its restored tasks run.
 		h := m.w.host(id)
 		m.w.send(masterNode, id, classRoute, "ck go", h.startStaged)
+	}
+	// The restored tasks print again what they printed after the cut:
+	// the output of the incarnations the rollback undid is taken out.
+	if n := len(m.w.out) - set.outLen; n > 0 {
+		m.w.undone += n
+		m.w.out = m.w.out[:set.outLen]
+		m.w.note(fmt.Sprintf("output after checkpoint %d undone: %d bytes", seq, n))
 	}
 	m.w.take(fmt.Sprintf("restored checkpoint %d: %d tasks at epoch %d", seq, len(set.entries), epoch))
 	return nil

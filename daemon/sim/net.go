@@ -19,8 +19,8 @@ const (
 	// timeout; never duplicated, as a call over a stream is not).
 	classCall
 	// classRoute: the master's route broadcasts and a checkpoint's
-	// stream: delayed and reordered, never lost (they travel on streams
-	// a lost connection replays).
+	// stream: delayed, never lost (they travel on streams a lost
+	// connection replays).
 	classRoute
 )
 
@@ -29,7 +29,10 @@ type netState struct {
 	loss, dup, delayP float64
 	reorder           bool
 	last              map[[2]task.HostID]time.Duration // per link, the last delivery (FIFO without reorder)
-	cuts              []cut
+	// lastCtl is, per link, the last delivery of a call, an answer or a
+	// route (FIFO with reorder too).
+	lastCtl map[[2]task.HostID]time.Duration
+	cuts    []cut
 }
 
 // cut is a partition between hosts a and b from from until until.
@@ -51,7 +54,7 @@ func nodeName(id task.HostID) string {
 // planFaults draws the run's faults from the seed.
 func (w *world) planFaults() {
 	f, n := w.cfg.Faults, &w.net
-	n.last = map[[2]task.HostID]time.Duration{}
+	n.last, n.lastCtl = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
 	pick := func(xs ...float64) float64 { return xs[w.rng.IntN(len(xs))] }
 	if f&FaultLoss != 0 {
 		n.loss = pick(0.01, 0.05, 0.15)
@@ -145,9 +148,17 @@ func (w *world) send(from, to task.HostID, c msgClass, what string, deliver func
 	}
 	t := w.now + d
 	link := [2]task.HostID{from, to}
-	if !n.reorder {
+	switch {
+	case !n.reorder:
 		t = max(t, n.last[link]+1)
 		n.last[link] = t
+	case c != classData:
+		// The daemon writes a connection's calls, answers and events
+		// into one stream (peer.frame): they keep their order while
+		// data messages overtake one another. The master's routes
+		// reach a host before the go step of a restore that follows.
+		t = max(t, n.lastCtl[link]+1)
+		n.lastCtl[link] = t
 	}
 	dst := w.host(to)
 	line := fmt.Sprintf("%v→%v %s", nodeName(from), nodeName(to), what)

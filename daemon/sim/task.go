@@ -73,9 +73,13 @@ const (
 )
 
 type parkReq struct {
-	kind     parkKind
-	from     task.TID
-	tag      int
+	kind parkKind
+	from task.TID
+	tag  int
+	// match, when set, must accept a message's status too (RecvFunc): it
+	// runs on the task's goroutine with the baton held, or on the loop's
+	// while the task is parked, never on both at once.
+	match    func(task.Status) bool
 	group    string
 	released bool
 }
@@ -194,7 +198,10 @@ func (st *stask) cost() time.Duration { return st.w.dur(time.Microsecond, 20*tim
 // endpoint is a task's task.Endpoint in the simulation.
 type endpoint stask
 
-var _ task.Endpoint = (*endpoint)(nil)
+var (
+	_ task.Endpoint     = (*endpoint)(nil)
+	_ task.FuncReceiver = (*endpoint)(nil)
+)
 
 func (ep *endpoint) st() *stask { return (*stask)(ep) }
 
@@ -221,6 +228,10 @@ func (ep *endpoint) Output() io.Writer { return outWriter{ep.w} }
 // Logger implements task.Endpoint: the simulation drops tasks' logs.
 func (ep *endpoint) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// outWriter appends a task's prints to the job's output. What an
+// incarnation killed for its job's rollback prints while it ends comes,
+// as in the daemon, before the rollback's restore: with the output the
+// rollback undoes.
 type outWriter struct{ w *world }
 
 func (o outWriter) Write(p []byte) (int, error) {
@@ -266,10 +277,10 @@ func (ep *endpoint) Mcast(ctx context.Context, to []task.TID, tag int, p task.Pa
 }
 
 // take removes and returns the first message in the mailbox from from
-// with tag tag (wildcards allowed).
-func (st *stask) take(from task.TID, tag int) (routing.Envelope, bool) {
+// with tag tag (wildcards allowed) that match, when set, accepts.
+func (st *stask) take(from task.TID, tag int, match func(task.Status) bool) (routing.Envelope, bool) {
 	for i, e := range st.mb {
-		if matches(e, from, tag) {
+		if matches(e, from, tag, match) {
 			st.mb = append(st.mb[:i], st.mb[i+1:]...)
 			return e, true
 		}
@@ -277,8 +288,17 @@ func (st *stask) take(from task.TID, tag int) (routing.Envelope, bool) {
 	return routing.Envelope{}, false
 }
 
-func matches(e routing.Envelope, from task.TID, tag int) bool {
-	return (from == task.AnyTask || e.From == from) && (tag == task.AnyTag || int(e.Tag) == tag)
+// matches says whether e is from from with tag tag (wildcards allowed)
+// and, when match is set, whether match accepts its status.
+func matches(e routing.Envelope, from task.TID, tag int, match func(task.Status) bool) bool {
+	if (from != task.AnyTask && e.From != from) || (tag != task.AnyTag && int(e.Tag) != tag) {
+		return false
+	}
+	if match == nil {
+		return true
+	}
+	m := message(e)
+	return match(m.Status())
 }
 
 func message(e routing.Envelope) task.Message {
@@ -287,20 +307,32 @@ func message(e routing.Envelope) task.Message {
 
 // Recv implements task.Endpoint.
 func (ep *endpoint) Recv(_ context.Context, from task.TID, tag int, wait bool) (task.Message, bool, error) {
-	return ep.recv(from, tag, wait, false)
+	return ep.recv(from, tag, nil, wait, false)
 }
 
 // RecvSafe implements task.Endpoint: a wait that a move request ends.
 func (ep *endpoint) RecvSafe(_ context.Context, from task.TID, tag int) (task.Message, bool, error) {
-	return ep.recv(from, tag, true, true)
+	return ep.recv(from, tag, nil, true, true)
 }
 
-func (ep *endpoint) recv(from task.TID, tag int, wait, safe bool) (task.Message, bool, error) {
+// RecvFunc implements task.FuncReceiver: Recv taking only a message
+// match accepts as well.
+func (ep *endpoint) RecvFunc(_ context.Context, from task.TID, tag int, match func(task.Status) bool, wait bool) (task.Message, bool, error) {
+	return ep.recv(from, tag, match, wait, false)
+}
+
+// RecvFuncSafe implements task.FuncReceiver: RecvSafe taking only a
+// message match accepts as well.
+func (ep *endpoint) RecvFuncSafe(_ context.Context, from task.TID, tag int, match func(task.Status) bool) (task.Message, bool, error) {
+	return ep.recv(from, tag, match, true, true)
+}
+
+func (ep *endpoint) recv(from task.TID, tag int, match func(task.Status) bool, wait, safe bool) (task.Message, bool, error) {
 	st := ep.st()
 	if err := ep.check(); err != nil {
 		return task.Message{}, false, err
 	}
-	if e, ok := st.take(from, tag); ok {
+	if e, ok := st.take(from, tag, match); ok {
 		a := st.yield(st.cost())
 		return message(e), a.err == nil, a.err
 	}
@@ -316,7 +348,7 @@ func (ep *endpoint) recv(from task.TID, tag int, wait, safe bool) (task.Message,
 	if safe {
 		k = parkSafe
 	}
-	a := st.wait(&parkReq{kind: k, from: from, tag: tag})
+	a := st.wait(&parkReq{kind: k, from: from, tag: tag, match: match})
 	if a.err != nil {
 		return task.Message{}, false, a.err
 	}
@@ -329,7 +361,7 @@ func (ep *endpoint) recv(from task.TID, tag int, wait, safe bool) (task.Message,
 // Probe implements task.Endpoint.
 func (ep *endpoint) Probe(from task.TID, tag int) (task.Status, bool) {
 	for _, e := range ep.mb {
-		if matches(e, from, tag) {
+		if matches(e, from, tag, nil) {
 			m := message(e)
 			return m.Status(), true
 		}
@@ -339,7 +371,7 @@ func (ep *endpoint) Probe(from task.TID, tag int) (task.Status, bool) {
 
 // deliver puts e into st's mailbox, or hands it to st if it waits for it.
 func (st *stask) deliver(e routing.Envelope) {
-	if p := st.park; p != nil && (p.kind == parkRecv || p.kind == parkSafe) && matches(e, p.from, p.tag) {
+	if p := st.park; p != nil && (p.kind == parkRecv || p.kind == parkSafe) && matches(e, p.from, p.tag, p.match) {
 		st.wake(answer{msg: e, ok: true})
 		return
 	}

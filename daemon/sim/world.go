@@ -72,8 +72,14 @@ type Result struct {
 	// failed (an invariant, the program's error, a stall), if it did.
 	Status int
 	Err    error
-	// Output is the job's output, as the tasks printed it.
+	// Output is the job's output as its incarnations that count printed
+	// it: what the tasks printed after the cut of the set a rollback went
+	// back to, and before that rollback, is taken out (Undone counts its
+	// bytes). The real daemon prints those lines as they come, and again
+	// as the restored tasks replay them (see README.md, "Output after a
+	// rollback"); the result is the output without the undone stretches.
 	Output []byte
+	Undone int
 	// Result is the run's result: the root's exit status and a hash of
 	// its output lines, sorted (see Summary).
 	Result string
@@ -167,7 +173,10 @@ type world struct {
 	// baton: a task goroutine hands control back to the loop on yield.
 	yield chan *stask
 
+	// out is the job's output, of the incarnations that count; undone
+	// is what rollbacks took out of it, its bytes.
 	out      []byte
+	undone   int
 	rootDone bool
 	rootTID  task.TID
 	status   int
@@ -206,7 +215,7 @@ func Run(cfg Config, root task.Task) Result {
 	}
 	w.endTasks()
 	res := Result{
-		Seed: cfg.Seed, Status: w.status, Output: w.out, Events: w.events, Time: w.now,
+		Seed: cfg.Seed, Status: w.status, Output: w.out, Undone: w.undone, Events: w.events, Time: w.now,
 		TraceHash: hex.EncodeToString(w.trace.Sum(nil)), Taken: w.taken, Tail: w.tail,
 	}
 	res.Result = Summary(w.status, w.out)

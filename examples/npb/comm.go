@@ -74,6 +74,42 @@ type taskComm struct {
 	// longer than a poll lasts.
 	oneHost bool
 	spin    spinPolicy
+	// team is the worker's task.Comm (a field of its struct), whose
+	// collectives are safe points (safeColl).
+	team *task.Comm
+}
+
+// safeColl is implemented by a comm whose collectives can wait at safe
+// points (taskComm): on the worker's task.Comm, which keeps a collective's
+// progress, so that Run re-entered in one makes the same call again and
+// carries on (task.Comm). A kernel calls them where its fields say where
+// it is: Run re-entered there computes the same arguments again.
+type safeColl interface {
+	safeBarrier() error
+	safeSum(data []float64) error
+}
+
+func (t *taskComm) safeBarrier() error { return t.team.Barrier(t.c) }
+func (t *taskComm) safeSum(data []float64) error {
+	return task.AllReduce(t.c, t.team, task.Sum[float64], data)
+}
+
+// barrierSafe is barrier, waiting at a safe point where cm can (safeColl).
+func barrierSafe(cm comm) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeBarrier()
+	}
+	return barrier(cm)
+}
+
+// sumSafe is allreduce with sumOp, waiting at a safe point where cm can
+// (safeColl). Both combine the ranks' data in rank order at rank 0, so the
+// sums are the same bits either way.
+func sumSafe(cm comm, data []float64) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeSum(data)
+	}
+	return allreduce(cm, data, sumOp[float64])
 }
 
 func (t *taskComm) rank() int { return t.me }

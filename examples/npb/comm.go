@@ -87,11 +87,38 @@ type taskComm struct {
 type safeColl interface {
 	safeBarrier() error
 	safeSum(data []float64) error
+	safeGather(full []float64, bounds []int) error
 }
 
 func (t *taskComm) safeBarrier() error { return t.team.Barrier(t.c) }
 func (t *taskComm) safeSum(data []float64) error {
 	return task.AllReduce(t.c, t.team, task.Sum[float64], data)
+}
+
+// safeGather fills full with every rank's block (bounds) from the rank's
+// own, as allgathervLent does but with copies.
+func (t *taskComm) safeGather(full []float64, bounds []int) error {
+	parts, err := task.Allgatherv(t.c, t.team, full[bounds[t.me]:bounds[t.me+1]])
+	if err != nil {
+		return err
+	}
+	for r, part := range parts {
+		lo, hi := bounds[r], bounds[r+1]
+		if len(part) != hi-lo {
+			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(part), hi-lo)
+		}
+		copy(full[lo:hi], part)
+	}
+	return nil
+}
+
+// gatherSafe is allgathervLent, waiting at a safe point where cm can
+// (safeColl).
+func gatherSafe(cm comm, full []float64, bounds []int) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeGather(full, bounds)
+	}
+	return allgathervLent(cm, full, bounds)
 }
 
 // barrierSafe is barrier, waiting at a safe point where cm can (safeColl).

@@ -88,6 +88,29 @@ type safeColl interface {
 	safeBarrier() error
 	safeSum(data []float64) error
 	safeGather(full []float64, bounds []int) error
+	// safeTeam is the task's Ctx and the worker's task.Comm, for the
+	// collectives of other types.
+	safeTeam() (*task.Ctx, *task.Comm)
+}
+
+func (t *taskComm) safeTeam() (*task.Ctx, *task.Comm) { return t.c, t.team }
+
+// teamOf returns what safeTeam does when cm is a safeColl of more than one
+// rank.
+func teamOf(cm comm) (*task.Ctx, *task.Comm, bool) {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		c, m := s.safeTeam()
+		return c, m, true
+	}
+	return nil, nil, false
+}
+
+// sumSafeInt64 is sumSafe for int64s.
+func sumSafeInt64(cm comm, data []int64) error {
+	if c, m, ok := teamOf(cm); ok {
+		return task.AllReduce(c, m, task.Sum[int64], data)
+	}
+	return allreduce(cm, data, sumOp[int64])
 }
 
 func (t *taskComm) safeBarrier() error { return t.team.Barrier(t.c) }

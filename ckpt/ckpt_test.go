@@ -130,6 +130,14 @@ func TestMetaRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(m, want) {
 		t.Fatalf("meta differs:\n got %+v\nwant %+v", m, want)
 	}
+	// Siblings, in their order.
+	want = sampleMeta()
+	want.Siblings = []task.TID{task.NewTID(3, 4), want.TID, task.NewTID(2, 6)}
+	m, _ = roundTrip(t, want, &empty{})
+	want.Type = "ckpt-test.empty"
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("meta with siblings differs:\n got %+v\nwant %+v", m, want)
+	}
 	// Nil and empty collections and a zero creation time survive as such.
 	bare := &Meta{TID: task.NewTID(2, 2), InSeq: map[task.TID]uint64{}, Groups: []Membership{}}
 	m, _ = roundTrip(t, bare, &empty{})
@@ -390,9 +398,18 @@ func TestCrafted(t *testing.T) {
 	if _, _, err := Read(bytes.NewReader(craft(t, testKey, wm, []byte{0x80})), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "TID") {
 		t.Fatalf("zero TID: %v", err)
 	}
+	// Siblings that leave the task out, or name the zero TID.
+	for _, sibs := range [][]uint64{{7, 8}, {uint64(sampleMeta().TID), 0}} {
+		wm = toWire(sampleMeta())
+		wm.Type, wm.Siblings = "ckpt-test.big", sibs
+		if _, _, err := Read(bytes.NewReader(craft(t, testKey, wm, []byte{0x80})), testKey); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "sibling") {
+			t.Fatalf("siblings %v: %v", sibs, err)
+		}
+	}
 	// Unknown fields are skipped, missing ones stay zero: a state written by
 	// a build whose type had other fields.
 	wm.TID = 1
+	wm.Siblings = nil
 	st := append([]byte{0x82}, append(mp("Gone"), append(mp([]string{"x"}), append(mp("Iter"), mp(5)...)...)...)...)
 	_, got, err := Read(bytes.NewReader(craft(t, testKey, wm, st)), testKey)
 	if err != nil || !reflect.DeepEqual(got, &big{Iter: 5}) {

@@ -89,6 +89,8 @@
 //	host_watches array   [kind, host, tag]: host-event registrations
 //	created      array   [seconds, nanoseconds] since 1970 UTC, absent for
 //	                     the zero time
+//	siblings     array   TIDs the task's spawn started, in spawn order, the
+//	                     task among them (pvm_siblings); absent when unknown
 //
 // The state section's content is one value in the state encoding of the
 // task's struct: msgpack, with the task's struct walked by this package

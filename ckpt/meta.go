@@ -42,6 +42,10 @@ type Meta struct {
 	Watchers []Watcher
 	// HostWatches are this task's host-event registrations.
 	HostWatches []HostWatch
+	// Siblings are the tasks the spawn that started the task started, in
+	// spawn order, the task among them (pvm_siblings); nil when unknown
+	// (the task then counts as started alone).
+	Siblings []task.TID
 	// Created is when the checkpoint was taken. It is stored to the
 	// nanosecond and read back in UTC, without a monotonic reading.
 	Created time.Time
@@ -87,6 +91,8 @@ type wireMeta struct {
 	// Created is [seconds, nanoseconds] since the Unix epoch, absent for
 	// the zero time.
 	Created []int64 `msgpack:"created,omitempty"`
+	// Siblings are TIDs, absent when unknown.
+	Siblings []uint64 `msgpack:"siblings,omitempty"`
 }
 
 type wireEnv struct {
@@ -151,6 +157,12 @@ func toWire(m *Meta) *wireMeta {
 		w.HostWatches = make([]wireHostW, len(m.HostWatches))
 		for i, x := range m.HostWatches {
 			w.HostWatches[i] = wireHostW{Kind: uint8(x.Kind), Host: uint32(x.Host), Tag: x.Tag}
+		}
+	}
+	if m.Siblings != nil {
+		w.Siblings = make([]uint64, len(m.Siblings))
+		for i, t := range m.Siblings {
+			w.Siblings[i] = uint64(t)
 		}
 	}
 	if !m.Created.IsZero() {
@@ -222,6 +234,20 @@ func fromWire(w *wireMeta) (*Meta, error) {
 		m.HostWatches = make([]HostWatch, len(w.HostWatches))
 		for i, x := range w.HostWatches {
 			m.HostWatches[i] = HostWatch{Kind: task.NotifyKind(x.Kind), Host: task.HostID(x.Host), Tag: x.Tag}
+		}
+	}
+	if w.Siblings != nil {
+		m.Siblings = make([]task.TID, len(w.Siblings))
+		self := false
+		for i, t := range w.Siblings {
+			if t == 0 {
+				return nil, fmt.Errorf("sibling %d: zero TID", i)
+			}
+			m.Siblings[i] = task.TID(t)
+			self = self || t == w.TID
+		}
+		if !self {
+			return nil, fmt.Errorf("task %v is not among its %d siblings", task.TID(w.TID), len(w.Siblings))
 		}
 	}
 	if w.Created != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -265,4 +266,131 @@ func TestCheckpointStreamKeptAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// smallShaper records, per bulk stream, which daemons wrote message
+// frames carrying envelopes on it, and resets every resetEvery-th such
+// unit's stream (0: none).
+type smallShaper struct {
+	resetEvery int64
+	mu         sync.Mutex
+	writers    map[[2]uint64]map[string]bool // (connection, stream) → writing endpoints
+	units      atomic.Int64
+	resets     atomic.Int64
+}
+
+func (s *smallShaper) Shape(u transport.Unit) transport.Decision {
+	// A message frame with at least one envelope (the lane's opening
+	// frame carries none).
+	if !u.Bulk || len(u.Data) <= 5 || routing.Kind(u.Data[4]) != routing.KindMsgs {
+		return transport.Decision{}
+	}
+	n := s.units.Add(1)
+	if s.resetEvery > 0 && n%s.resetEvery == 0 {
+		s.resets.Add(1)
+		return transport.Decision{Reset: true}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writers == nil {
+		s.writers = map[[2]uint64]map[string]bool{}
+	}
+	k := [2]uint64{u.Conn, uint64(u.Stream)}
+	if s.writers[k] == nil {
+		s.writers[k] = map[string]bool{}
+	}
+	s.writers[k][u.From] = true
+	return transport.Decision{}
+}
+
+// shared reports whether both daemons wrote messages on one bulk stream.
+func (s *smallShaper) shared() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.writers {
+		if len(w) == 2 {
+			return true
+		}
+	}
+	return false
+}
+
+// smallRounds has a task on h1 and one on h2 exchange small numbered
+// messages until done says so or rounds have passed, each checking that
+// it receives every number once, in order. It returns the rounds played.
+func smallRounds(t *testing.T, vm *LocalVM, rounds int, done func() bool) int {
+	t.Helper()
+	var played atomic.Int64
+	runRoot(t, vm.Master(), func(c *task.Ctx, _ int) error {
+		echo := fn(t, func(c *task.Ctx, _ int) error {
+			for i := 0; ; i++ {
+				m, err := c.Recv(c.Parent(), task.AnyTag, nil)
+				if err != nil {
+					return err
+				}
+				if m.Tag == 2 {
+					return nil
+				}
+				if got := int(binary.LittleEndian.Uint32(m.Payload.Data)); got != i {
+					return fmt.Errorf("echo: message %d carries %d", i, got)
+				}
+				if err := c.Send(c.Parent(), 1, m.Payload.Data); err != nil {
+					return err
+				}
+			}
+		})
+		r, err := c.Spawn(echo, 1, task.OnHost("h2"))
+		if err != nil {
+			return err
+		}
+		for i := range rounds {
+			b := binary.LittleEndian.AppendUint32(nil, uint32(i))
+			if err := c.Send(r[0], 1, b); err != nil {
+				return err
+			}
+			m, err := c.Recv(r[0], 1, nil)
+			if err != nil {
+				return err
+			}
+			if got := int(binary.LittleEndian.Uint32(m.Payload.Data)); got != i {
+				return fmt.Errorf("round %d: the answer carries %d", i, got)
+			}
+			played.Store(int64(i + 1))
+			if done() {
+				break
+			}
+		}
+		return c.Send(r[0], 2, nil)
+	})
+	return int(played.Load())
+}
+
+// TestBulkLaneSmallMessages: with BulkSmall, once the lane is open small
+// messages take it too, both daemons writing on the one stream the
+// dialling daemon opened; everything arrives once, in order. Without it
+// they stay on QUIC.
+func TestBulkLaneSmallMessages(t *testing.T) {
+	s := &smallShaper{}
+	vm := startMemVMWith(t, 2, s, Config{BulkSmall: true})
+	if n := smallRounds(t, vm, 5000, s.shared); !s.shared() {
+		t.Fatalf("after %d rounds no bulk stream carried messages both ways", n)
+	}
+	off := &smallShaper{}
+	vm = startMemVMWith(t, 2, off, Config{})
+	smallRounds(t, vm, 200, func() bool { return false })
+	if n := off.units.Load(); n != 0 {
+		t.Fatalf("without BulkSmall, %d units of small messages went on the lane", n)
+	}
+}
+
+// TestBulkLaneSmallBreaks: the lane carrying small messages both ways is
+// reset again and again; what it lost goes over QUIC, the lane opens
+// again, and every message still arrives once, in order.
+func TestBulkLaneSmallBreaks(t *testing.T) {
+	s := &smallShaper{resetEvery: 7}
+	vm := startMemVMWith(t, 2, s, Config{BulkSmall: true, BulkRetry: time.Millisecond})
+	smallRounds(t, vm, 5000, func() bool { return s.resets.Load() >= 5 })
+	if r := s.resets.Load(); r < 5 {
+		t.Fatalf("the lane broke %d times, want 5", r)
+	}
 }

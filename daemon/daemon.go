@@ -100,12 +100,21 @@ type Config struct {
 	// is sent again (default the larger of 2s and two heartbeats). Over
 	// QUIC only a broken connection loses messages.
 	RTO time.Duration
-	// Heartbeat is how often a daemon pings the master (default 1s);
+	// Heartbeat is how often a daemon pings the master (default 1s; under
+	// DetectorSwim, how often a host probes another instead);
 	// DeadAfter is how long without a word before the master deletes a
 	// host it suspects, or a host gives up on the master (default 5
 	// heartbeats). The master widens DeadAfter up to (1+MaxHealth) times
 	// while it is itself overloaded (package routing/member).
 	Heartbeat, DeadAfter time.Duration
+	// Detector is how failed hosts are detected: DetectorSwim ("swim",
+	// the default: the hosts probe each other, routing/swim, and report
+	// deaths to the master, which checks the accused before it deletes
+	// it; hosts send the master no pings) or DetectorMaster ("master":
+	// every host pings the master each Heartbeat and the master judges
+	// their silence). Every daemon of a virtual machine must use the
+	// same.
+	Detector string
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
 	// most half of DeadAfter). A host whose own words come further apart
@@ -197,10 +206,19 @@ type Config struct {
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
 	// BulkThreshold is the payload size from which a message to another
-	// daemon goes on the transport's bulk lane (transport.BulkConn: TLS
-	// on TCP beside QUIC) when the peer offers one (default 64 KiB;
-	// negative: never).
+	// daemon goes on the transport's bulk lane (transport.BulkConn: TCP
+	// beside QUIC, sealed under a TLS handshake's keys) when the peer
+	// offers one (default 64 KiB; negative: never).
 	BulkThreshold int
+	// BulkSmall sends smaller messages on the bulk lane too once it is
+	// open (the daemon that dialled the connection opens it for them),
+	// where a round trip costs a write and a read on TCP instead of
+	// quic-go's hand-offs between goroutines. Off by default: messages on
+	// the lane may overtake the control frames sent after them on QUIC,
+	// which makes a sender wait more often on a queue its outbox still
+	// holds for a move whose commit it has learnt (TestLocalPairAcrossMoves
+	// on a loaded machine hangs so, rarer without it).
+	BulkSmall bool
 	// BulkCheckpointMin is the estimated state size from which a direct
 	// checkpoint travels on the bulk lane instead of a QUIC stream
 	// (default 1 MiB). A lane stream costs a TCP and TLS handshake of
@@ -331,6 +349,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadAfter <= 0 {
 		c.DeadAfter = 5 * c.Heartbeat
+	}
+	if c.Detector == "" {
+		c.Detector = DetectorSwim
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64
@@ -606,6 +627,7 @@ type Daemon struct {
 	arrivals *arrivals
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
 	orphan   atomic.Bool // a host that has lost its master and looks for one
+	sw       *swimHost   // a host's swim detector (Config.Detector "swim"; nil otherwise)
 
 	// Load: the injected overlays, the last sample, and (hosts) the
 	// reports to the master.
@@ -704,6 +726,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if cfg.Master == (cfg.Join != "") {
 		return nil, errors.New("start daemon: give either Master or Join")
+	}
+	if err := checkDetector(cfg.Detector); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	if err := checkCredential(&cfg); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
@@ -845,9 +870,11 @@ type hosted struct {
 	d      *Daemon
 	tid    task.TID
 	parent task.TID
-	job    uint64 // the job whose output this task's output joins (0: the daemon's)
-	typ    string
-	t      task.Task
+	// sibs is the spawn that started the task (nil: started alone).
+	sibs *spawnSet
+	job  uint64 // the job whose output this task's output joins (0: the daemon's)
+	typ  string
+	t    task.Task
 	// mb is allocated apart from the task's record, so that what keeps
 	// the mailbox (a sender's nearPeers) does not keep the task's state.
 	mb      *mailbox
@@ -936,8 +963,14 @@ func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnReque
 	return d.spawn(ctx, parent, 0, req)
 }
 
-// startLocal starts tasks of job on this daemon.
+// startLocal starts tasks of job on this daemon: a spawn of this host's
+// alone, whose tasks are each other's siblings.
 func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
+	return d.startSpawn(ctx, parent, job, req, false)
+}
+
+// startLocalSet starts tasks of job on this daemon, of the spawn set.
+func (d *Daemon) startLocalSet(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
@@ -955,7 +988,7 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 		if err != nil {
 			return tids, err
 		}
-		tid, err := d.start(parent, job, req.Type, t)
+		tid, err := d.start(parent, job, req.Type, t, set)
 		if err != nil {
 			return tids, err
 		}
@@ -971,10 +1004,12 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 	if err != nil {
 		return 0, err
 	}
-	return d.start(0, 0, typ, t)
+	return d.start(0, 0, typ, t, nil)
 }
 
-func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (task.TID, error) {
+// start starts task t here, one of the spawn set (nil: a task started
+// alone).
+func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
 	d.ht.mu.Lock()
 	if d.ht.halted {
 		d.ht.mu.Unlock()
@@ -983,6 +1018,10 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task) (ta
 	d.ht.nextNum++
 	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
 	h := d.newHosted(tid, parent, job, typ, t)
+	h.sibs = set
+	if set != nil {
+		set.started(tid)
+	}
 	d.ht.tasks[tid] = h
 	d.wg.Add(1)
 	d.ht.mu.Unlock()
@@ -1028,6 +1067,10 @@ func (d *Daemon) run(h *hosted) {
 		}
 		d.finish(h, Exited, task.ExitStatus(err), msg)
 	}()
+	if err = d.awaitSiblings(h); err != nil {
+		returned = true
+		return
+	}
 	h.measure()
 	err = h.t.Run(task.NewCtx(h, h.t))
 	returned = true

@@ -153,6 +153,13 @@
 //     after releasing the lock. The hosts rejoining after their deletion,
 //     not yet announced, are the driver's (membership.pending: read by
 //     the network's handshake and peers).
+//   - The swim failure detector (Config.Detector "swim", the default; swim.go): a
+//     host's routing/swim.Node is its swim loop's alone (fed through a
+//     bounded channel by the frame readers and the master's calls); the
+//     master's swim.Referee lives in membership, under nw.mu, beside the
+//     membership machine, which then only admits and remembers hosts;
+//     its effects queue there and are performed after the lock
+//     (refFlush).
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.

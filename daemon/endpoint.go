@@ -24,6 +24,7 @@ var (
 
 func (h *hosted) Self() task.TID                                   { return h.tid }
 func (h *hosted) Parent() task.TID                                 { return h.parent }
+func (h *hosted) Siblings() []task.TID                             { return h.siblings() }
 func (h *hosted) HostName() string                                 { return h.d.cfg.Name }
 func (h *hosted) Context() context.Context                         { return h.ctx }
 func (h *hosted) Output() io.Writer                                { return jobWriter{h.d, h.job, h.tid} }
@@ -416,16 +417,21 @@ func (h *hosted) SafePoint(task.Task) error {
 		return err
 	}
 	h.safeSeen(time.Now())
+	// A job checkpoint's pause goes before a move: the pause step took the
+	// task as one of the job's here (a move asked first makes the step
+	// refuse), and a task that left now would be written by no host, its
+	// pause taken for an exit: the set would complete without it. The
+	// move is carried out at the next safe point, after the round.
+	if p := h.pause.Load(); p != nil {
+		if err := h.pauseHere(p); err != nil {
+			return err
+		}
+	}
 	if req := h.moveReq.Load(); req != nil && h.moveReq.CompareAndSwap(req, nil) {
 		return h.d.suspend(h, req)
 	}
 	if h.sizeWanted.Load() {
 		h.measure()
-	}
-	if p := h.pause.Load(); p != nil {
-		if err := h.pauseHere(p); err != nil {
-			return err
-		}
 	}
 	if h.d.cfg.Emulate {
 		return h.throttle()

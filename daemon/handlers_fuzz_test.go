@@ -22,6 +22,8 @@ var controlMethods = []string{
 	mMigrate, mMigInfo, mMigPrep, mMigSusp, mMigSend, mMigLoad, mMigDone, mMigBack, mMigDrop,
 	mCkPause, mCkQuiet, mCkWrite, mCkResume, mCkKill, mCkLoad, mCkGo, mCkDrop, mCkFloor,
 	mCancel,
+	mSwimReport, mSwimCheckAck, mSwimCheck, mSwimGossip,
+	mSiblings,
 }
 
 // TestControlMethodsListed: controlMethods and the table name the same

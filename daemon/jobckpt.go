@@ -403,7 +403,7 @@ func (d *Daemon) captureMeta(h *hosted) ckpt.Meta {
 // and notify registrations (the node's lock held). A move then takes the task
 // out of service; a job checkpoint leaves it be.
 func (d *Daemon) metaLocked(h *hosted, mailbox []envelope) ckpt.Meta {
-	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now(), Groups: h.memberships()}
+	m := ckpt.Meta{Type: h.typ, TID: h.tid, Parent: h.parent, Job: h.job, Created: time.Now(), Groups: h.memberships(), Siblings: h.sibs.list()}
 	for _, e := range mailbox {
 		m.Mailbox = append(m.Mailbox, routing.Envelope{From: e.from, To: h.tid, Tag: int32(e.tag), Body: e.body})
 	}

@@ -436,7 +436,7 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
 		settle := d.reg.expect(h, job) // their output may come before the answer is read
-		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r}, &rep)
+		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r, Hold: len(hosts) > 1}, &rep)
 		if job != 0 && len(rep.TIDs) > 0 {
 			// After the answer: a load report the host sent before it
 			// started them has been applied by now, and will not
@@ -453,12 +453,21 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 			errs = append(errs, fmt.Errorf("on %v: %w", h, err))
 		}
 	}
+	var started []task.HostID
+	for _, h := range hosts {
+		if len(got[h]) > 0 {
+			started = append(started, h)
+		}
+	}
 	tids := make([]task.TID, 0, len(places))
 	for _, h := range places {
 		if len(got[h]) > 0 {
 			tids = append(tids, got[h][0])
 			got[h] = got[h][1:]
 		}
+	}
+	if len(hosts) > 1 {
+		d.releaseSpawn(started, tids)
 	}
 	return tids, errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing/member"
+	"github.com/dpvm/dpvm/routing/swim"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -50,6 +51,19 @@ type membership struct {
 	// pending are hosts registered again after their deletion, announced
 	// to the others once they have stopped their lost tasks.
 	pending map[task.HostID]bool
+	// ref is the swim detector's referee (Config.Detector "swim"; nil
+	// otherwise), and refOut its effects waiting for refFlush.
+	ref    *swim.Referee
+	refOut []swim.RefEffect
+	// accused are the hosts the referee shows suspected or dead (being
+	// checked): their liveness is "suspected".
+	accused map[task.HostID]bool
+}
+
+// swimAccused says whether the swim referee shows h suspected or being
+// checked (n.mu held).
+func (n *network) swimAccused(h task.HostID) bool {
+	return n.mem != nil && n.mem.accused[h]
 }
 
 // reasonSilent starts the reason of a deletion by the failure detector.
@@ -66,6 +80,9 @@ func placeableLiveness(l string) bool { return l == "" || l == member.Alive.Stri
 // Detection is how the master detects failed hosts: the configured bounds
 // and where they stand now.
 type Detection struct {
+	// Detector is the failure detector (Config.Detector): DetectorSwim or
+	// DetectorMaster.
+	Detector     string        `msgpack:"det,omitempty" json:"detector,omitempty"`
 	Heartbeat    time.Duration `msgpack:"hb" json:"heartbeat_ns"`
 	SuspectAfter time.Duration `msgpack:"sa" json:"suspect_after_ns"`
 	DeadAfter    time.Duration `msgpack:"da" json:"dead_after_ns"`
@@ -82,6 +99,17 @@ type Detection struct {
 
 // String says it in one line, for conf and the log.
 func (x Detection) String() string {
+	if x.Detector == DetectorSwim {
+		// The referee checks an accused host every heartbeat, as many
+		// times as fit in DeadAfter; a stalled master's late checks do not
+		// count, as many times again (swimConfig, routing/swim's Referee).
+		s := fmt.Sprintf("the hosts probe each other every %v (swim); a host they accuse is checked by the master every %v and deleted after %v of unanswered checks (a stalled master's late checks do not count, up to %d of them)",
+			x.Heartbeat, x.Heartbeat, x.DeadAfter, max(1, int(x.DeadAfter/max(x.Heartbeat, 1))))
+		if x.Suspected > 0 {
+			s += fmt.Sprintf("; %d suspected now", x.Suspected)
+		}
+		return s
+	}
 	s := fmt.Sprintf("a silent host is suspected after %v (or its own pace), confirmed dead after %v", x.SuspectAfter, x.DeadNow)
 	if x.Health > 0 {
 		s += fmt.Sprintf(" (widened from %v: the master is overloaded, health %d of %d)", x.DeadAfter, x.Health, x.MaxHealth)
@@ -101,7 +129,15 @@ func (d *Daemon) startMembership() error {
 	if err != nil {
 		return err
 	}
-	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}, accused: map[task.HostID]bool{}}
+	if d.swimOn() {
+		if d.nw.mem.ref, err = swim.NewReferee(d.swimConfig()); err != nil {
+			return err
+		}
+		sc := d.swimConfig()
+		d.log.Info("failure detection by the hosts (swim): the master checks an accused host before it deletes it",
+			"probe_interval", sc.ProbeInterval, "check_timeout", sc.CheckTimeout, "check_tries", sc.CheckTries)
+	}
 	x := d.Detection()
 	d.log.Info("failure detection", "suspect_after", x.SuspectAfter, "dead_after", x.DeadAfter, "max_dead_after", x.MaxDead,
 		"join_rate", c.JoinRate, "join_burst", c.JoinBurst)
@@ -112,7 +148,7 @@ func (d *Daemon) startMembership() error {
 // the master reports its own DeadAfter alone (how long it waits for its
 // master).
 func (d *Daemon) Detection() Detection {
-	x := Detection{Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
+	x := Detection{Detector: d.cfg.Detector, Heartbeat: d.cfg.Heartbeat, DeadAfter: d.cfg.DeadAfter, DeadNow: d.cfg.DeadAfter, MaxDead: d.cfg.DeadAfter}
 	if d.nw == nil || d.nw.mem == nil {
 		return x
 	}
@@ -125,7 +161,7 @@ func (d *Daemon) Detection() Detection {
 	x.DeadNow = m.DeadTimeout()
 	x.MaxDead = c.DeadAfter * time.Duration(1+c.MaxHealth)
 	for id := range n.hosts {
-		if m.State(id) == member.Suspected {
+		if m.State(id) == member.Suspected || n.swimAccused(id) {
 			x.Suspected++
 		}
 	}
@@ -157,6 +193,7 @@ func (d *Daemon) admissionWait(h *hello, now time.Time) time.Duration {
 func (n *network) watchHost(id task.HostID, now time.Time) {
 	if n.mem != nil {
 		n.mem.m.Step(now, member.Event{Kind: member.Watch, Host: id})
+		n.refStep(now, swim.RefEvent{Kind: swim.RefAdmit, Host: id})
 	}
 }
 
@@ -169,8 +206,10 @@ func (n *network) forgetHost(hi *HostInfo, why string) {
 	}
 	rejoining := n.mem.pending[hi.ID]
 	delete(n.mem.pending, hi.ID)
-	n.mem.m.Step(time.Now(), member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
-		Silent: strings.HasPrefix(why, reasonSilent), Rejoining: rejoining})
+	now := time.Now()
+	n.mem.m.Step(now, member.Event{Kind: member.Forget, Host: hi.ID, Name: hi.Name,
+		Silent: strings.HasPrefix(why, reasonSilent) || strings.HasPrefix(why, reasonSwimDead), Rejoining: rejoining})
+	n.refStep(now, swim.RefEvent{Kind: swim.RefRemove, Host: hi.ID})
 }
 
 // liveness fills in the hosts' liveness as the master sees it (n.mu held).
@@ -188,6 +227,9 @@ func (n *network) liveness(hs []HostInfo, now time.Time) {
 		if n.mem.pending[hs[i].ID] {
 			hs[i].Liveness = livenessRejoining
 		}
+		if n.swimAccused(hs[i].ID) {
+			hs[i].Liveness = member.Suspected.String()
+		}
 		if st == member.Suspected {
 			hs[i].SilentMS = n.mem.m.Silent(hs[i].ID, now).Milliseconds()
 		}
@@ -204,6 +246,14 @@ func (d *Daemon) checkHosts(now time.Time) {
 	n.mu.Lock()
 	if n.mem == nil {
 		n.mu.Unlock()
+		return
+	}
+	if n.mem.ref != nil {
+		// The hosts watch each other: the master only ticks its referee,
+		// whose checks fall due (refFlush performs them).
+		n.refStep(now, swim.RefEvent{Kind: swim.RefTick})
+		n.mu.Unlock()
+		d.refFlush()
 		return
 	}
 	m := n.mem.m
@@ -299,6 +349,7 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 	n.hosts[info.ID] = &info
 	n.joined[info.ID] = now
 	n.mem.pending[info.ID] = true
+	n.refStep(now, swim.RefEvent{Kind: swim.RefAdmit, Host: info.ID})
 	// A connection to the host the master made meanwhile would win the
 	// tie between two connections (attach keeps the one dialled by the
 	// smaller ID) and this registration would never be answered.

@@ -258,13 +258,24 @@ func declareMethods() []method {
 		op(mNotify, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *notifyArgs) (none, error) {
 			return none{}, d.registerExitWatch(ctx, *a)
 		}),
+		// The swim failure detector's reports: a host speaks for itself
+		// (the reporter is the connection's host).
+		op(mSwimReport, callHost, ownNone, true, func(d *Daemon, ctx context.Context, p *peer, a *swimUpdate) (none, error) {
+			return d.serveSwimReport(ctx, p, a)
+		}),
+		op(mSwimCheckAck, callHost, ownNone, true, func(d *Daemon, ctx context.Context, p *peer, a *swimCheckArgs) (none, error) {
+			return d.serveSwimCheckAck(ctx, p, a)
+		}),
 
 		// The master's calls to a host for its tasks: starting the tasks
 		// it placed (counted against the quotas: a host's spawns go
 		// through the master), and watching a task's exit.
 		op(mStart, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
-			tids, err := d.startLocal(ctx, a.Parent, a.Job, a.Req)
+			tids, err := d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold)
 			return tidsReply{TIDs: tids}, err
+		}),
+		op(mSiblings, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *siblingsArgs) (none, error) {
+			return none{}, d.releaseSiblings(a.TIDs)
 		}),
 		op(mWatch, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *notifyArgs) (none, error) {
 			return none{}, d.watchLocal(*a)
@@ -341,6 +352,14 @@ func declareMethods() []method {
 		// Load injection on a host, which the master forwards.
 		op(mInjectHere, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *injectArgs) (none, error) {
 			return none{}, d.InjectLoad(a.Overlay, a.Clear)
+		}),
+		// The swim failure detector: the master checks an accused host, and
+		// tells a host what it learnt.
+		op(mSwimCheck, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, p *peer, a *swimCheckArgs) (none, error) {
+			return d.serveSwimCheck(ctx, p, a)
+		}),
+		op(mSwimGossip, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, p *peer, a *swimUpdate) (none, error) {
+			return d.serveSwimGossip(ctx, p, a)
 		}),
 	}
 }

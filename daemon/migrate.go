@@ -713,7 +713,7 @@ func (d *Daemon) acceptStreams(p *peer) {
 
 // checkpointStream opens the stream a direct checkpoint of a state of
 // about size bytes travels on: for a large state, the bulk lane's when the
-// peer offers one (TLS on TCP moves a checkpoint several times faster than
+// peer offers one (the lane's TCP moves a checkpoint several times faster than
 // a QUIC stream), else a QUIC stream (no handshake: a small state moves
 // sooner on it, see Config.BulkCheckpointMin). On the lane it takes the
 // stream kept for the peer's next checkpoint if there is one (its
@@ -852,6 +852,7 @@ func (d *Daemon) restoreArrival(ctx context.Context, a migStep) error {
 // restore's staged task is the shell's own.
 func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving) error {
 	h := d.newHosted(m.TID, m.Parent, m.Job, m.Type, t)
+	h.sibs = readySet(m.Siblings)
 	for _, g := range m.Groups { // the host's record, for a recovered master
 		if h.groups == nil {
 			h.groups = map[string]int{}
@@ -954,6 +955,12 @@ func (d *Daemon) commitDeparture(a migStep) {
 	}
 	delete(d.ht.moving, a.TID)
 	d.ht.mu.Unlock()
+	// The task runs at the destination: its route there applies here now,
+	// whether or not the master's broadcast of it has come. Without it,
+	// this host would take the task for one that exited here and drop its
+	// own tasks' messages to it (daemon/sim found it: the broadcast can
+	// come after the commit step).
+	d.applyRoutes([]routing.Entry{{TID: a.TID, Route: x.Route}})
 	if l.file != "" {
 		_ = ckpt.Dir{Path: d.cfg.SharedDir}.Remove(l.file)
 	}
@@ -999,7 +1006,19 @@ func (d *Daemon) resumeDeparture(ctx context.Context, a migStep) error {
 		}
 		d.rt.update(tid, x.Route)
 		m := l.meta
-		err := d.install(&m, l.h.t, nil, l)
+		// The task runs again from a decoded copy of its state, as after a
+		// restore: the object Run left at the safe point may hold what a
+		// checkpoint does not (a communicator's replay position, unexported),
+		// and Run re-enters expecting what a checkpoint gives it. A state
+		// that does not encode (the move may have aborted for it) resumes
+		// as it is.
+		t := l.h.t
+		if typ, state, err := task.EncodeState(t); err == nil {
+			if c, err := task.New(typ, state); err == nil {
+				t = c
+			}
+		}
+		err := d.install(&m, t, nil, l)
 		close(l.resolved)
 		return err
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -56,6 +58,11 @@ type network struct {
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
 	mem      *membership
+	// pingsIn counts the liveness pings received (the master: one per
+	// host per heartbeat under the master detector, none under swim).
+	pingsIn atomic.Int64
+	// swimChecks counts the checks the master's swim referee sent.
+	swimChecks atomic.Int64
 }
 
 // startNetwork listens and, for a host daemon, joins the master.
@@ -86,9 +93,16 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		n.nextHost = MasterID + 1
 		self := d.self
 		n.hosts[MasterID] = &self
-	} else if err := d.join(ctx); err != nil {
-		tr.Close()
-		return err
+	} else if d.swimOn() {
+		// Before the join: other hosts may probe this one as soon as it
+		// is announced.
+		d.sw = &swimHost{in: make(chan swimIn, swimInBuffer), dialing: map[task.HostID]bool{}}
+	}
+	if !c.Master {
+		if err := d.join(ctx); err != nil {
+			tr.Close()
+			return err
+		}
 	}
 	if c.Master {
 		if err := d.loadRevoked(); err != nil {
@@ -108,6 +122,9 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	if !c.Master {
 		d.goFunc(d.reportOnKick)
 	}
+	if d.sw != nil {
+		d.goFunc(d.swimLoop)
+	}
 	if c.Master {
 		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
 	}
@@ -124,7 +141,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	err := d.joinRetry(ctx, d.cfg.JoinCallTimeout, func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
-			Dialled: d.cfg.Join, Join: true, Info: d.self}, d.cfg.MaxFrame)
+			Dialled: d.cfg.Join, Join: true, Info: d.self, Detector: d.helloDetector()}, d.cfg.MaxFrame)
 		return err
 	})
 	if err != nil {
@@ -318,6 +335,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		}
 		if role != pki.RoleDaemon || cert.Master {
 			refuse(fmt.Sprintf("%s cannot join as a host: it needs a host certificate of its own", cert))
+			return
+		}
+		if h.Detector != d.helloDetector() {
+			refuse(fmt.Sprintf("the host's failure detector is %q, the master's %q: give every daemon the same --detector",
+				cmp.Or(h.Detector, DetectorMaster), d.cfg.Detector))
 			return
 		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
@@ -663,7 +685,10 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 			return err
 		}
 		return d.handleEvent(p, &e)
+	case routing.KindSwim:
+		return d.receiveSwim(p, f.Body)
 	case routing.KindPing:
+		d.nw.pingsIn.Add(1)
 		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {
 			return nil
 		}
@@ -951,6 +976,13 @@ func (d *Daemon) heartbeatLoop() {
 		m := n.master
 		n.mu.Unlock()
 		if m == nil {
+			return true
+		}
+		if d.sw != nil {
+			// Under swim the host does not ping the master: the master's
+			// loss shows as its connection's (QUIC's keep-alive and idle
+			// timeout). Load reports keep their own pace (ReportEvery).
+			d.sendReport(false)
 			return true
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {

@@ -171,6 +171,16 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 	d.log.Info("job mapped with SED", "type", req.Type, "class", m.Class, "size", m.Size, "edt", m.EDT, "placement", m.Placement)
 	var tids []task.TID
 	defer func() { done(tids) }()
+	var on, started []task.HostID
+	for _, h := range hosts {
+		if m.Placement[h.Name] > 0 {
+			on = append(on, h.ID)
+		}
+	}
+	hold := len(on) > 1
+	if hold {
+		defer func() { d.releaseSpawn(started, tids) }()
+	}
 	for _, h := range hosts {
 		n := m.Placement[h.Name]
 		if n == 0 {
@@ -179,7 +189,10 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		r := req
 		r.Count, r.Host = n, ""
 		var rep tidsReply
-		err := d.callHost(ctx, h.ID, mStart, spawnArgs{Parent: parent, Req: r}, &rep)
+		err := d.callHost(ctx, h.ID, mStart, spawnArgs{Parent: parent, Req: r, Hold: hold}, &rep)
+		if len(rep.TIDs) > 0 {
+			started = append(started, h.ID)
+		}
 		tids = append(tids, rep.TIDs...)
 		d.startedInClass(rep.TIDs, m.Class)
 		if err != nil {

@@ -155,6 +155,7 @@ func (d *Daemon) orphaned(cause error) {
 			cancel()
 			if err == nil {
 				d.orphan.Store(false)
+				d.swimRejoined()
 				return false
 			}
 			d.log.Debug("register again", "error", err)
@@ -191,7 +192,7 @@ func (d *Daemon) giveUp(cause error, grace time.Duration, last error) bool {
 func (d *Daemon) rejoin(ctx context.Context) error {
 	rep := d.report()
 	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
-		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join,
+		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join, Detector: d.helloDetector(),
 		Info: d.selfInfo(), Report: &rep}, d.cfg.MaxFrame)
 	if err != nil {
 		return err
@@ -210,6 +211,7 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 			lost[t] = true
 		}
 		d.forgetAbsent(h.Hosts)
+		d.swimDeleted()
 	}
 	n := d.nw
 	n.mu.Lock()

@@ -168,6 +168,18 @@ var memberShapes = []memberShape{
 		time.Sleep(time.Second)
 		s.p.slowDown("", 0)
 	}},
+	{name: "one host from everyone, past deletion", deletes: true, run: func(s *memberRun) {
+		h := 1 + s.rand(len(s.vm.Daemons)-1)
+		var others []string
+		for i, d := range s.vm.Daemons {
+			if i != h {
+				others = append(others, d.Addr())
+			}
+		}
+		s.p.split(false, s.vm.Daemons[h].Addr(), others...)
+		time.Sleep(time.Duration(1500+s.rand(1000)) * time.Millisecond)
+		s.p.split(true, s.vm.Daemons[h].Addr(), others...)
+	}},
 }
 
 // TestSimMembership runs a checkpointed job (a ring of workers on every
@@ -175,12 +187,14 @@ var memberShapes = []memberShape{
 // the network in a shape chosen by the seed: one host from the master,
 // shorter than suspicion or past deletion; the master from half of the
 // hosts; a flapping link; an overloaded master that hears and answers
-// late. Throughout, no task runs on two members at once (a member: a
+// late; one host from everyone past deletion (the shape in which the
+// swim detector's hosts accuse it). Throughout, no task runs on two members at once (a member: a
 // host the master counts, announced, and not itself looking for its
 // master); once the network heals, every host is a member again, alive in
 // the master's eyes, no task runs on two hosts at all, and the job ends
 // with the result of an uninterrupted run (rolled back if hosts were
-// deleted, never if none was).
+// deleted, never if none was). -detector picks the failure detector, as
+// for TestSim.
 func TestSimMembership(t *testing.T) {
 	const workers, laps = 8, 20
 	want := fmt.Sprintf("sum %d", ringExpect(workers, laps))
@@ -191,7 +205,7 @@ func TestSimMembership(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := &partitions{}
 				out := &syncBuffer{}
-				vm := startVM(t, 5, Config{Network: transport.NewMem(p, frameLen), Output: out, SharedDir: dir,
+				vm := startVM(t, 5, Config{Network: transport.NewMem(p, frameLen), Output: out, SharedDir: dir, Detector: *simDet,
 					Heartbeat: 20 * time.Millisecond, DeadAfter: 200 * time.Millisecond, MasterGrace: time.Minute,
 					RTO: 30 * time.Millisecond, MoveTimeout: time.Second})
 				m := vm.Master()
@@ -518,11 +532,13 @@ func hostInfo(m *Daemon, name string) (HostInfo, bool) {
 // silence, and counted in the master's Detection; a rollback would restore
 // nothing on it.
 // Heard again, it is alive, with its tasks: nothing was lost, nothing
-// restarted.
+// restarted. (The master detector's: under swim a host cut off from the
+// master alone is heard by its peers, and TestSwimHostsApartNotDeleted
+// shows an accused host suspected.)
 func TestSuspectedHostShown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &partitions{}
-		vm := memberVM(t, 3, p, Config{DeadAfter: 10 * time.Second})
+		vm := memberVM(t, 3, p, Config{DeadAfter: 10 * time.Second, Detector: DetectorMaster})
 		m, h3 := vm.Master(), vm.Daemons[2]
 		tid := spawnOn(t, m, "h3", idler(t))
 		p.split(false, m.Addr(), h3.Addr())
@@ -556,11 +572,12 @@ func TestSuspectedHostShown(t *testing.T) {
 // no checkpointed job): its watcher is told it exited, lost with its host.
 // When the network heals, the host registers again under its host ID,
 // having stopped that task first; it runs new tasks, numbered after the
-// old.
+// old. (The master detector's: TestSwimPartitionedHostRejoins is its
+// counterpart under swim, where a host is cut off from everyone.)
 func TestRejoinAfterDeletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &partitions{}
-		vm := memberVM(t, 3, p, Config{})
+		vm := memberVM(t, 3, p, Config{Detector: DetectorMaster})
 		m, h3 := vm.Master(), vm.Daemons[2]
 		tid := spawnOn(t, m, "h3", idler(t))
 		notices := make(chan task.Notice, 1)

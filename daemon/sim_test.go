@@ -21,6 +21,7 @@ var (
 	simSeeds = flag.Int("seeds", 8, "how many seeds TestSim runs (go test ./daemon -run TestSim -seeds 500)")
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
 	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
+	simDet   = flag.String("detector", "", "the failure detector of TestSim and TestSimMembership: swim or master (default the daemon's, swim; go test ./daemon -run TestSim -detector master)")
 	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
 )
 
@@ -177,7 +178,7 @@ func simRing() *ringRoot { return &ringRoot{N: 6, Laps: 40, Poked: true} }
 // short against the stalls, a host deleted after 1 s of silence, and
 // hosts that wait 30 s for a lost master.
 func simCfg(dir string, out *syncBuffer) Config {
-	return Config{SharedDir: dir, Output: out, DeadAfter: time.Second, MasterGrace: 30 * time.Second,
+	return Config{SharedDir: dir, Output: out, DeadAfter: time.Second, MasterGrace: 30 * time.Second, Detector: *simDet,
 		MoveTimeout: 100 * time.Millisecond, MoveStepTimeout: 100 * time.Millisecond, MoveTransferTimeout: 200 * time.Millisecond}
 }
 

@@ -334,19 +334,27 @@ func (d *Daemon) crash() {
 }
 
 // TestMasterLossStopsHosts: when the master disappears and none comes
-// back within the grace period, every host stops with ErrMasterLost.
+// back within the grace period, every host stops with ErrMasterLost. A
+// host finds its master lost by the master detector's silence
+// (DeadAfter), and under swim, which sends the master no pings, when its
+// QUIC connection to the master times out (here 2 s idle).
 func TestMasterLossStopsHosts(t *testing.T) {
-	vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second, MasterGrace: 300 * time.Millisecond})
-	vm.Master().crash()
-	for _, d := range vm.Daemons[1:] {
-		select {
-		case <-d.Done():
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s still runs without its master", d.Name())
-		}
-		if !errors.Is(d.Err(), ErrMasterLost) {
-			t.Errorf("%s stopped with %v, want ErrMasterLost", d.Name(), d.Err())
-		}
+	for _, det := range []string{DetectorMaster, DetectorSwim} {
+		t.Run(det, func(t *testing.T) {
+			vm := startVM(t, 3, Config{Heartbeat: 100 * time.Millisecond, DeadAfter: time.Second, MasterGrace: 300 * time.Millisecond,
+				Detector: det, Transport: transport.Config{IdleTimeout: 2 * time.Second}})
+			vm.Master().crash()
+			for _, d := range vm.Daemons[1:] {
+				select {
+				case <-d.Done():
+				case <-time.After(20 * time.Second):
+					t.Fatalf("%s still runs without its master", d.Name())
+				}
+				if !errors.Is(d.Err(), ErrMasterLost) {
+					t.Errorf("%s stopped with %v, want ErrMasterLost", d.Name(), d.Err())
+				}
+			}
+		})
 	}
 }
 

@@ -26,6 +26,10 @@ type hello struct {
 	// as it is; otherwise the master takes the IP its connection came
 	// from, with Addr's port.
 	Advertised bool `msgpack:"ad,omitempty"`
+	// Detector is a joining host's failure detector when it is not the
+	// master's heartbeats (Config.Detector): the master refuses a host
+	// whose detector is not its own.
+	Detector string `msgpack:"det,omitempty"`
 	// Dialled is the address a joining host reached the master by.
 	Dialled string `msgpack:"dl,omitempty"`
 	// Seen is, in the master's answer, the address it records for the
@@ -234,6 +238,13 @@ type (
 		Roots  bool       `msgpack:"ro,omitempty"`
 		OneJob bool       `msgpack:"oj,omitempty"`
 		Opts   JobOptions `msgpack:"o,omitempty"`
+		// Hold (mStart) says the spawn spans hosts: the tasks wait for
+		// the master's mSiblings before they run.
+		Hold bool `msgpack:"h,omitempty"`
+	}
+	// siblingsArgs are the tasks a spawn started, in spawn order.
+	siblingsArgs struct {
+		TIDs []task.TID `msgpack:"t"`
 	}
 	runReply struct {
 		Info TaskInfo `msgpack:"i"`
@@ -299,12 +310,13 @@ type (
 
 // Control methods.
 const (
-	mRun         = "run"        // at the master: run a program's root task for a client, with its output
-	mSpawn       = "spawn"      // at the master: place and start tasks
-	mStart       = "start"      // at a daemon: start tasks here
-	mKill        = "kill"       // anywhere: kill a task (forwarded to its host)
-	mKillJob     = "job.kill"   // at the master: kill every task of a job
-	mJoin        = "group.join" // at the master: the group server
+	mRun         = "run"            // at the master: run a program's root task for a client, with its output
+	mSpawn       = "spawn"          // at the master: place and start tasks
+	mStart       = "start"          // at a daemon: start tasks here
+	mSiblings    = "start.siblings" // at a daemon: run the tasks held for their spawn's list
+	mKill        = "kill"           // anywhere: kill a task (forwarded to its host)
+	mKillJob     = "job.kill"       // at the master: kill every task of a job
+	mJoin        = "group.join"     // at the master: the group server
 	mLeave       = "group.leave"
 	mMembers     = "group.members"
 	mBarrier     = "group.barrier"
@@ -322,4 +334,10 @@ const (
 	mSendCheck   = "ping"         // anywhere: a no-op round trip
 	mCheckpoint  = "checkpoint"   // at the master: checkpoint a job now
 	mCancel      = "call.cancel"  // anywhere: cancel a call of the caller's under way
+	// The swim failure detector (swim.go): a host's reports and answers to
+	// the master's checks, and the master's checks and news to a host.
+	mSwimReport   = "swim.report"
+	mSwimCheckAck = "swim.checkack"
+	mSwimCheck    = "swim.check"
+	mSwimGossip   = "swim.gossip"
 )

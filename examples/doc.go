@@ -10,7 +10,8 @@
 //   - jacobi: Jacobi iteration in strips on a communicator, with ghost-row
 //     exchange and a convergence all-reduce;
 //   - jacobi2d: the same iteration in blocks on a 2-D Cartesian
-//     communicator, exchanging edges with non-blocking sends and receives.
+//     communicator, exchanging edges with non-blocking sends and receives
+//     (jacobi2d.py is its mpi4py twin, which prints the same line).
 //
 // The ports of PVM 3.4's example programs live in examples/pvm.
 //

@@ -27,11 +27,12 @@ const (
 	KindPong    Kind = 9  // binary: heartbeat answer
 	KindStream  Kind = 10 // msgpack: opens an extra stream (a direct checkpoint transfer)
 	KindRetire  Kind = 11 // empty: the sender retired the connection (it lost a tie to another): no call of its follows
-	maxKind     Kind = 11
+	KindSwim    Kind = 12 // binary: a failure detector's probe between hosts (routing/swim's Msg)
+	maxKind     Kind = 12
 	headerBytes      = 5 // u32 length (kind + body), u8 kind
 )
 
-var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream", "retire"}
+var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream", "retire", "swim"}
 
 func (k Kind) String() string {
 	if k >= 1 && k <= maxKind {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 )
 
@@ -138,6 +139,10 @@ type Endpoint interface {
 	// Self and Parent are the task's and its spawner's TIDs.
 	Self() TID
 	Parent() TID
+	// Siblings are the tasks the spawn that started the task started, in
+	// spawn order, the task among them (the task alone for one started
+	// on its own). The caller must not modify the slice.
+	Siblings() []TID
 	// HostName is the name of the host the task runs on now.
 	HostName() string
 	// Context is cancelled when the task is killed or the VM halts.
@@ -209,6 +214,22 @@ func (c *Ctx) MyTID() TID { return c.ep.Self() }
 // Parent is the TID of the task that spawned this one, or the zero TID for a
 // task started by the runtime (a program's root task).
 func (c *Ctx) Parent() TID { return c.ep.Parent() }
+
+// Siblings returns the TIDs of the tasks started together with the caller
+// by one spawn, in spawn order (the order Spawn returned them in), and the
+// caller's index among them: PVM's pvm_siblings. A task started on its own
+// (a program's root) is its only sibling, at index 0. The tasks of a job
+// started by `dpvm spawn -n N` are siblings. The list never changes: it
+// travels with the task when it moves and in its checkpoints. The slice is
+// the caller's own.
+func (c *Ctx) Siblings() (tids []TID, me int) {
+	tids = slices.Clone(c.ep.Siblings())
+	me = slices.Index(tids, c.MyTID())
+	if me < 0 {
+		return []TID{c.MyTID()}, 0
+	}
+	return tids, me
+}
 
 // HostName is the name of the host the task runs on now; it changes when the
 // task migrates.

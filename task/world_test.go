@@ -69,6 +69,7 @@ func (w *world) ep(t TID) *worldEP {
 
 func (e *worldEP) Self() TID                { return e.self }
 func (e *worldEP) Parent() TID              { return 0 }
+func (e *worldEP) Siblings() []TID          { return e.w.tids() }
 func (e *worldEP) Context() context.Context { return context.Background() }
 func (e *worldEP) Output() io.Writer        { return io.Discard }
 func (e *worldEP) Logger() *slog.Logger     { return slog.New(slog.DiscardHandler) }

@@ -10,8 +10,9 @@ import (
 // good: after the program's name in `dpvm run`, the rest belongs to the
 // program.
 var passthrough = map[string]bool{
-	"run":   true,
-	"slurm": true,
+	"run":    true,
+	"slurm":  true,
+	"sim vm": true,
 }
 
 // reorderArgs lets users type flags after positional arguments

@@ -104,14 +104,16 @@ func benchPingpongCommand() *cli.Command {
 			"ratios and the runtime's performance targets. --metrics makes the daemons\n" +
 			"keep their Prometheus metrics (scraped once at the end); --compare --metrics\n" +
 			"measures dpvm without and with metrics in alternating rounds instead: their cost.\n" +
-			"Messages of 64 KiB and more between daemons go on the bulk lane, TLS 1.3 on TCP\n" +
-			"negotiated over the QUIC connection (--no-bulk: over QUIC). CPU per GB is the\n" +
+			"Messages of 64 KiB and more between daemons go on the bulk lane, TCP beside\n" +
+			"the QUIC connection, sealed under a TLS 1.3 handshake's keys (--no-bulk: over\n" +
+			"QUIC; --small-bulk: smaller ones too once it is open). CPU per GB is the\n" +
 			"process's CPU time (both ends) per 10^9 bytes carried by the timed round trips.",
 		Flags: append(benchFlags(true),
 			&cli.BoolFlag{Name: "local", Usage: "both tasks on one daemon"},
 			&cli.BoolFlag{Name: "compare", Usage: "measure raw quic-go too and print the ratios (with --metrics: dpvm without metrics)"},
 			&cli.BoolFlag{Name: "metrics", Usage: "the daemons keep their metrics, as with 'dpvm daemon --metrics-listen'"},
-			&cli.BoolFlag{Name: "no-bulk", Usage: "every message between daemons over QUIC: the bulk lane (TLS on TCP, from 64 KiB) off"},
+			&cli.BoolFlag{Name: "no-bulk", Usage: "every message between daemons over QUIC: the bulk lane (sealed TCP, from 64 KiB) off"},
+			&cli.BoolFlag{Name: "small-bulk", Usage: "messages under 64 KiB between daemons take the bulk lane too once it is open (daemon.Config.BulkSmall)"},
 		),
 		Action: func(c *cli.Context) error {
 			o, err := benchOptions(c)
@@ -127,6 +129,7 @@ func benchPingpongCommand() *cli.Command {
 			out := c.App.Writer
 			o.Metrics = c.Bool("metrics")
 			o.NoBulk = c.Bool("no-bulk")
+			o.SmallBulk = c.Bool("small-bulk")
 			if c.Bool("compare") && o.Metrics {
 				cmp, err := bench.CompareMetrics(ctx, mode, o, c.Int("rounds"))
 				if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/bench"
 )
 
@@ -28,8 +29,9 @@ func benchScaleCommand() *cli.Command {
 			"measures the time for every host to join; one spawn of the idle tasks (total\n" +
 			"and rate) and a barrier of all of them; the median of --moves moves of one\n" +
 			"task between two hosts, neither the master; the master's CPU while the machine\n" +
-			"idles (heartbeats, load reports, scheduler checks every --sched-period) and\n" +
-			"its memory; memory per host and per idle task on the hosts and on the master;\n" +
+			"idles (heartbeats, load reports, scheduler checks every --sched-period), the\n" +
+			"QUIC packets it receives per second meanwhile, and its memory (under\n" +
+			"--detector swim, every daemon's, the hosts probe each other, not the master); memory per host and per idle task on the hosts and on the master;\n" +
 			"the master's last listing check (listing, the hosts it called, sched.Step),\n" +
 			"its checks per second and CPU per check while idle, and sched.Step's\n" +
 			"allocations; with --recover, the time a new master started with --recover\n" +
@@ -46,6 +48,7 @@ func benchScaleCommand() *cli.Command {
 			&cli.BoolFlag{Name: "recover", Usage: "also kill the master and time a new one's recovery"},
 			&cli.IntFlag{Name: "join-parallel", Value: 64, Usage: "hosts started at once"},
 			&cli.StringFlag{Name: "master-pprof", Usage: "the master process serves Go's profiles at http://`ADDR`/debug/pprof/ (loopback), to profile it while it idles"},
+			&cli.StringFlag{Name: "detector", Value: daemon.DetectorSwim, Usage: "every daemon's failure detector: swim (hosts probe each other) or master (hosts ping the master every heartbeat)"},
 			&cli.BoolFlag{Name: "in-process-master", Usage: "run the master in this process (its CPU and memory are then not measured apart)"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "bound on each wait for the virtual machine (joins, barrier, recovery)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up the run after this long"},
@@ -66,7 +69,10 @@ func benchScaleCommand() *cli.Command {
 				SchedPeriod: c.Duration("sched-period"), Idle: c.Duration("idle"), Moves: c.Int("moves"),
 				Recover: c.Bool("recover"), JoinParallel: c.Int("join-parallel"), InProcessMaster: c.Bool("in-process-master"),
 				Wait: c.Duration("wait"), Logger: loggerFrom(c), MasterLogLevel: c.String("log-level"),
-				MasterPprof: c.String("master-pprof")}
+				MasterPprof: c.String("master-pprof"), Detector: c.String("detector")}
+			if d := o.Detector; d != daemon.DetectorMaster && d != daemon.DetectorSwim {
+				return benchUsage(fmt.Errorf("%w: --detector %q: want %s or %s", bench.ErrOptions, d, daemon.DetectorMaster, daemon.DetectorSwim))
+			}
 			if o.SchedPeriod == 0 {
 				o.SchedPeriod = -1 // off
 			}

@@ -174,7 +174,7 @@ func TestConsoleSession(t *testing.T) {
 	conf := tc.ok("conf")
 	lines := strings.Split(strings.TrimSpace(conf), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "h1 (master)") ||
-		!strings.HasPrefix(lines[4], "failure detection: a silent host is suspected after ") {
+		!strings.HasPrefix(lines[4], "failure detection: the hosts probe each other every ") {
 		t.Fatalf("conf:\n%s", conf)
 	}
 	if hs := tc.hosts(); len(hs) != 3 || !hs[0].Master || hs[2].Name != "h3" {

@@ -100,7 +100,8 @@ func TestDaemonServesMetricsAndProfiles(t *testing.T) {
 }
 
 // TestObserveFlagsRefuse checks the daemon refuses to expose metrics or
-// profiles beyond loopback unless told, and a bad --log-format.
+// profiles beyond loopback unless told, a bad --log-format, and an
+// unknown --detector.
 func TestObserveFlagsRefuse(t *testing.T) {
 	key := filepath.Join(t.TempDir(), "vm.key")
 	if code := Run([]string{"dpvm", "keygen", "--out", key, "--master-name", "h1"}, io.Discard, io.Discard); code != 0 {
@@ -124,6 +125,7 @@ func TestObserveFlagsRefuse(t *testing.T) {
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--http", "0.0.0.0:0", "--http-public"}, "--http-public: an exposed status page needs a token"},
 		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--http", "127.0.0.1:0", "--http-token-file", short}, "the token must be at least 16 characters"},
 		{[]string{"daemon", "--join", "127.0.0.1:1", "--credential", filepath.Join(key, "master.pem"), "--speed", "1", "--http", "127.0.0.1:0"}, "--http: the status page is the master's"},
+		{[]string{"daemon", "--master", "--credential", filepath.Join(key, "master.pem"), "--secret", filepath.Join(key, "secret.pem"), "--speed", "1", "--detector", "gossip"}, `--detector "gossip": want master or swim`},
 	} {
 		var stderr syncBuffer
 		code := Run(append([]string{"dpvm"}, c.args...), io.Discard, &stderr)

@@ -25,6 +25,7 @@ func simCommand() *cli.Command {
 			simIndexCommand(),
 			simWALCommand(),
 			simSEDCommand(),
+			simVMCommand(),
 		},
 	}
 }

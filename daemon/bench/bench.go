@@ -86,6 +86,9 @@ type Options struct {
 	// NoBulk keeps every message between daemons on QUIC: the bulk lane
 	// (daemon.Config.BulkThreshold) is off.
 	NoBulk bool
+	// SmallBulk sends messages under the bulk threshold on the bulk lane
+	// too once it is open (daemon.Config.BulkSmall).
+	SmallBulk bool
 	// Metrics makes the daemons of a run between tasks keep their metrics
 	// (package daemon/metrics), as `dpvm daemon --metrics-listen` does; the
 	// run then scrapes them once, at its end (Result.MetricsMessages).

@@ -68,20 +68,34 @@ func benchRoundTrip(b *testing.B, start func(*testing.B) Pair) {
 			}
 			b.SetBytes(int64(2 * size))
 			b.ResetTimer()
+			cpu := processCPU()
 			rtts, err := p.RoundTrips(ctx, size, b.N, 0)
+			cpu = processCPU() - cpu
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(micros(Median(rtts))/2, "oneway-µs")
+			// The CPU time of both ends per round trip: on a shared
+			// machine it moves less with the load than the time does.
+			b.ReportMetric(micros(cpu)/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
 
-func BenchmarkRemoteRoundTrip(b *testing.B)       { benchRoundTrip(b, startRemote) }
-func BenchmarkRemoteNoBulkRoundTrip(b *testing.B) { benchRoundTrip(b, startRemoteNoBulk) }
-func BenchmarkLocalRoundTrip(b *testing.B)        { benchRoundTrip(b, startLocal) }
-func BenchmarkQUICRoundTrip(b *testing.B)         { benchRoundTrip(b, startQUIC) }
+// startRemoteSmallBulk is startRemote with small messages on the bulk
+// lane too (daemon.Config.BulkSmall), as with `dpvm bench pingpong
+// --small-bulk`.
+func startRemoteSmallBulk(b *testing.B) Pair {
+	return startConfigured(b, ModeRemote, daemon.Config{BulkSmall: true})
+}
+
+func BenchmarkRemoteRoundTrip(b *testing.B)          { benchRoundTrip(b, startRemote) }
+func BenchmarkRemoteSmallBulkRoundTrip(b *testing.B) { benchRoundTrip(b, startRemoteSmallBulk) }
+func BenchmarkRemoteSmallBulkStream(b *testing.B)    { benchStream(b, startRemoteSmallBulk) }
+func BenchmarkRemoteNoBulkRoundTrip(b *testing.B)    { benchRoundTrip(b, startRemoteNoBulk) }
+func BenchmarkLocalRoundTrip(b *testing.B)           { benchRoundTrip(b, startLocal) }
+func BenchmarkQUICRoundTrip(b *testing.B)            { benchRoundTrip(b, startQUIC) }
 
 func benchStream(b *testing.B, start func(*testing.B) Pair) {
 	ctx := context.Background()

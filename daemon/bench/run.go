@@ -27,6 +27,7 @@ func Pingpong(ctx context.Context, mode string, o Options) (*Result, error) {
 	if o.NoBulk {
 		cfg.BulkThreshold = -1
 	}
+	cfg.BulkSmall = o.SmallBulk
 	p, err := startPair(ctx, mode, cfg)
 	if err != nil {
 		return nil, err

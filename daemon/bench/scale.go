@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/metrics"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/sched"
 	"github.com/dpvm/dpvm/task"
@@ -72,6 +74,10 @@ type ScaleOptions struct {
 	// process serves Go's profiles (its --pprof), to profile it while it
 	// idles.
 	MasterPprof string
+	// Detector is every daemon's failure detector, daemon.DetectorSwim
+	// (the default, as the daemon's) or daemon.DetectorMaster
+	// (Config.Detector).
+	Detector string
 }
 
 func (o *ScaleOptions) setDefaults() {
@@ -102,6 +108,9 @@ func (o *ScaleOptions) setDefaults() {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if o.Detector == "" {
+		o.Detector = daemon.DetectorSwim
+	}
 }
 
 // ScaleRow is one virtual machine's figures. A figure that could not be
@@ -110,6 +119,8 @@ func (o *ScaleOptions) setDefaults() {
 type ScaleRow struct {
 	Hosts int `json:"hosts"`
 	Tasks int `json:"tasks"`
+	// Detector is the daemons' failure detector (master or swim).
+	Detector string `json:"detector"`
 	// JoinSeconds: from the first host's start until the master lists
 	// every host. RecoverSeconds: from a new master's start (--recover)
 	// until it lists every host and task again.
@@ -132,6 +143,13 @@ type ScaleRow struct {
 	// SchedMS), in cores.
 	MasterCPU float64 `json:"master_cpu_cores"`
 	SchedMS   float64 `json:"sched_period_ms"`
+	// MasterPacketsPerSecond is the QUIC packets the master received per
+	// second over its connections to the hosts in the same idle spell
+	// (its metric dpvm_quic_received_packets_total summed over the
+	// peers): the heartbeats, load reports and listing replies that reach
+	// it, and the acknowledgements of what it sends; -1 if a connection
+	// was replaced meanwhile.
+	MasterPacketsPerSecond float64 `json:"master_packets_per_second"`
 	// MasterRSSMiB is the master's resident memory when idle with every
 	// host and task; MasterPerHostKiB and MasterPerTaskKiB its growth per
 	// host (before the tasks) and per task.
@@ -296,6 +314,9 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 			return nil, fmt.Errorf("bench scale: %d hosts: a move needs at least 2 hosts besides the master", n)
 		}
 	}
+	if err := checkScaleDetector(o.Detector); err != nil {
+		return nil, err
+	}
 	if !o.InProcessMaster && o.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -303,7 +324,7 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 		}
 		o.Binary = exe
 	}
-	rep := &ScaleReport{Setup: "master: " + masterSetup(o) + "; hosts: daemons in this process, each on its own UDP socket, QUIC over loopback"}
+	rep := &ScaleReport{Setup: "master: " + masterSetup(o) + "; hosts: daemons in this process, each on its own UDP socket, QUIC over loopback; detector: " + o.Detector}
 	for _, m := range o.Tasks {
 		for _, n := range o.Hosts {
 			fmt.Fprintf(o.Progress, "bench scale: %d hosts, %d tasks\n", n, m)
@@ -317,6 +338,14 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 	}
 	rep.Growth = Growths(rep.Rows)
 	return rep, nil
+}
+
+// checkScaleDetector refuses a detector other than master and swim.
+func checkScaleDetector(s string) error {
+	if s != daemon.DetectorMaster && s != daemon.DetectorSwim {
+		return fmt.Errorf("%w: detector %q: want %s or %s", ErrOptions, s, daemon.DetectorMaster, daemon.DetectorSwim)
+	}
+	return nil
 }
 
 func masterSetup(o ScaleOptions) string {
@@ -383,14 +412,22 @@ type scaleMaster struct {
 	cmd  *exec.Cmd
 	done chan error
 	d    *daemon.Daemon
+	// metricsURL is the master process's /metrics (its --metrics-listen);
+	// met the in-process master's metrics.
+	metricsURL string
+	met        *metrics.Metrics
 }
 
-var listeningRE = regexp.MustCompile(`listening on (\S+)`)
+var (
+	listeningRE = regexp.MustCompile(`listening on (\S+)`)
+	metricsRE   = regexp.MustCompile(`metrics on (http://\S+)`)
+)
 
 func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *pki.Cluster, listen string, recover bool) (*scaleMaster, error) {
 	if o.InProcessMaster {
+		met := metrics.New(metrics.Options{})
 		cfg := daemon.Config{Master: true, Listen: listen, Credential: cl.Master, Secret: cl.Secret, Heartbeat: o.Heartbeat, Logger: o.Logger,
-			MasterNoTasks: true, Recover: recover}
+			MasterNoTasks: true, Recover: recover, Detector: o.Detector, Metrics: met}
 		if o.SchedPeriod > 0 {
 			cfg.Sched.Period = o.SchedPeriod
 		}
@@ -398,11 +435,11 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *p
 		if err != nil {
 			return nil, err
 		}
-		return &scaleMaster{addr: d.Addr(), d: d}, nil
+		return &scaleMaster{addr: d.Addr(), d: d, met: met}, nil
 	}
 	args := []string{"--log-level", o.MasterLogLevel, "daemon", "--master", "--listen", listen,
 		"--credential", filepath.Join(credDir, pki.MasterFile), "--secret", filepath.Join(credDir, pki.SecretFile), "--no-tasks",
-		"--heartbeat", o.Heartbeat.String()}
+		"--heartbeat", o.Heartbeat.String(), "--detector", o.Detector, "--metrics-listen", "127.0.0.1:0"}
 	if o.SchedPeriod > 0 {
 		args = append(args, "--sched-period", o.SchedPeriod.String())
 	}
@@ -421,11 +458,16 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *p
 		return nil, fmt.Errorf("start the master: %w", err)
 	}
 	m := &scaleMaster{pid: cmd.Process.Pid, cmd: cmd, done: make(chan error, 1)}
-	addr := make(chan string, 1)
+	addr, murl := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		sent := false
+		sent, msent := false, false
 		for sc.Scan() {
+			if mm := metricsRE.FindStringSubmatch(sc.Text()); mm != nil && !msent {
+				murl <- mm[1]
+				msent = true
+				continue
+			}
 			if mm := listeningRE.FindStringSubmatch(sc.Text()); mm != nil && !sent {
 				addr <- mm[1]
 				sent = true
@@ -437,6 +479,11 @@ func startScaleMaster(ctx context.Context, o ScaleOptions, credDir string, cl *p
 	}()
 	select {
 	case m.addr = <-addr:
+		// The metrics line comes before the listening line.
+		select {
+		case m.metricsURL = <-murl:
+		default:
+		}
 		return m, nil
 	case err := <-m.done:
 		return nil, fmt.Errorf("the master exited before listening: %v", err)
@@ -476,6 +523,74 @@ func (m *scaleMaster) cpu() float64 {
 		return -1
 	}
 	return s
+}
+
+// packetsIn is the QUIC packets the master has received on its current
+// connections to peers (-1 if its metrics cannot be read).
+func (m *scaleMaster) packetsIn() float64 {
+	name := metrics.Namespace + "_quic_received_packets_total"
+	if m.met != nil {
+		fams, err := m.met.Registry().Gather()
+		if err != nil {
+			return -1
+		}
+		var sum float64
+		for _, f := range fams {
+			if f.GetName() == name {
+				for _, x := range f.GetMetric() {
+					sum += x.GetCounter().GetValue()
+				}
+			}
+		}
+		return sum
+	}
+	if m.metricsURL == "" {
+		return -1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.metricsURL, nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return -1
+	}
+	sum, err := sumCounter(io.LimitReader(resp.Body, 64<<20), name)
+	if err != nil {
+		return -1
+	}
+	return sum
+}
+
+// sumCounter sums the samples of the metric name in Prometheus' text
+// format.
+func sumCounter(r io.Reader, name string) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) < 1 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
 }
 
 // rssMiB is the master's resident memory (-1 in process).
@@ -540,7 +655,7 @@ func waitUntil(ctx context.Context, limit time.Duration, what string, cond func(
 }
 
 func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err error) {
-	row = ScaleRow{Hosts: n, Tasks: m, RecoverSeconds: -1, MasterCPU: -1, MasterRSSMiB: -1, MasterPerHostKiB: -1, MasterPerTaskKiB: -1,
+	row = ScaleRow{Hosts: n, Tasks: m, Detector: o.Detector, RecoverSeconds: -1, MasterPacketsPerSecond: -1, MasterCPU: -1, MasterRSSMiB: -1, MasterPerHostKiB: -1, MasterPerTaskKiB: -1,
 		SchedMS: float64(max(o.SchedPeriod, 0)) / 1e6}
 	dir, err := os.MkdirTemp("", "dpvm-scale")
 	if err != nil {
@@ -609,7 +724,7 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 				return
 			}
 			h, err := daemon.Start(ctx, daemon.Config{Join: master.addr, Listen: "127.0.0.1:0", Credential: cred,
-				Heartbeat: o.Heartbeat, Logger: o.Logger})
+				Heartbeat: o.Heartbeat, Logger: o.Logger, Detector: o.Detector})
 			hmu.Lock()
 			defer hmu.Unlock()
 			if err != nil {
@@ -700,7 +815,7 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 	if st, err := cl.SchedStatus(ctx); err == nil {
 		checks0 = st.Checks
 	}
-	c0 := master.cpu()
+	c0, p0 := master.cpu(), master.packetsIn()
 	t0 := time.Now()
 	select {
 	case <-time.After(o.Idle):
@@ -710,6 +825,9 @@ func scaleOnce(ctx context.Context, o ScaleOptions, n, m int) (row ScaleRow, err
 	spell := time.Since(t0).Seconds()
 	if c1 := master.cpu(); c0 >= 0 && c1 >= 0 {
 		row.MasterCPU = (c1 - c0) / spell
+	}
+	if p1 := master.packetsIn(); p0 >= 0 && p1 >= p0 {
+		row.MasterPacketsPerSecond = (p1 - p0) / spell
 	}
 	row.MasterRSSMiB = master.rssMiB()
 	row.CheckCPUMS = -1

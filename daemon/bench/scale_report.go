@@ -23,11 +23,11 @@ func fmtFig(v float64, format string) string {
 func WriteScaleText(w io.Writer, r *ScaleReport) error {
 	fmt.Fprintf(w, "dpvm bench scale — %s\n\n", r.Setup)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "hosts\ttasks\tjoin s\trecover s\tspawn s\tspawn/s\tbarrier s\tmove ms\tmaster CPU\tδT ms\tmaster MiB\tmaster KiB/host\tmaster KiB/task\thost KiB/host\thost KiB/task\tlist ms\tlisted hosts\tstep ms\tstep allocs\tchecks/s\tCPU/check ms\t")
+	fmt.Fprintln(tw, "hosts\ttasks\tdetector\tjoin s\trecover s\tspawn s\tspawn/s\tbarrier s\tmove ms\tmaster CPU\tmaster pkts/s\tδT ms\tmaster MiB\tmaster KiB/host\tmaster KiB/task\thost KiB/host\thost KiB/task\tlist ms\tlisted hosts\tstep ms\tstep allocs\tchecks/s\tCPU/check ms\t")
 	for _, x := range r.Rows {
-		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%s\t%.2f\t%.0f\t%.2f\t%.1f\t%s\t%.0f\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%d\t%.2f\t%.0f\t%.1f\t%s\t\n",
-			x.Hosts, x.Tasks, x.JoinSeconds, fmtFig(x.RecoverSeconds, "%.2f"), x.SpawnSeconds, x.SpawnRate, x.BarrierSeconds,
-			x.MoveMS, fmtFig(x.MasterCPU*100, "%.1f%%"), x.SchedMS, fmtFig(x.MasterRSSMiB, "%.1f"),
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%.2f\t%s\t%.2f\t%.0f\t%.2f\t%.1f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%.1f\t%.2f\t%.2f\t%d\t%.2f\t%.0f\t%.1f\t%s\t\n",
+			x.Hosts, x.Tasks, x.Detector, x.JoinSeconds, fmtFig(x.RecoverSeconds, "%.2f"), x.SpawnSeconds, x.SpawnRate, x.BarrierSeconds,
+			x.MoveMS, fmtFig(x.MasterCPU*100, "%.1f%%"), fmtFig(x.MasterPacketsPerSecond, "%.0f"), x.SchedMS, fmtFig(x.MasterRSSMiB, "%.1f"),
 			fmtFig(x.MasterPerHostKiB, "%.1f"), fmtFig(x.MasterPerTaskKiB, "%.2f"), x.HostPerHostKiB, x.HostPerTaskKiB,
 			x.ListMS, x.ListedHosts, x.StepMS, x.StepAllocs, x.ChecksPerSecond, fmtFig(x.CheckCPUMS, "%.1f"))
 	}

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpvm/dpvm/daemon"
 )
 
 func TestFitExponentAndClass(t *testing.T) {
@@ -113,5 +116,81 @@ func TestScaleSmall(t *testing.T) {
 	b, err := json.Marshal(rep)
 	if err != nil || !strings.Contains(string(b), `"barrier_seconds"`) {
 		t.Errorf("json: %v %s", err, b)
+	}
+}
+
+// A tiny scale bench under each failure detector, the master in this
+// process: each row names its detector, the master's received packets are
+// counted over the idle spell, and under swim, where the hosts send the
+// master no heartbeats, it receives fewer than under the master detector.
+// The heartbeat is short and the scheduler off so that the heartbeats are
+// most of what the idle master receives.
+func TestScaleDetectors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts virtual machines")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rate := map[string]float64{}
+	for _, det := range []string{daemon.DetectorMaster, daemon.DetectorSwim} {
+		rep, err := Scale(ctx, ScaleOptions{Hosts: []int{8}, Tasks: []int{100}, InProcessMaster: true, Detector: det,
+			Heartbeat: 100 * time.Millisecond, SchedPeriod: -1, Idle: 2 * time.Second, Moves: 2, Wait: time.Minute})
+		if err != nil {
+			t.Fatalf("%s: %v", det, err)
+		}
+		if len(rep.Rows) != 1 {
+			t.Fatalf("%s: %d rows, want 1", det, len(rep.Rows))
+		}
+		r := rep.Rows[0]
+		if r.Detector != det || r.JoinSeconds <= 0 || r.MoveMS <= 0 || r.MasterPacketsPerSecond < 0 {
+			t.Errorf("%s: a figure is missing: %+v", det, r)
+		}
+		rate[det] = r.MasterPacketsPerSecond
+		var text bytes.Buffer
+		if err := WriteScaleText(&text, rep); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"detector", "master pkts/s", "detector: " + det} {
+			if !strings.Contains(text.String(), want) {
+				t.Errorf("%s: text report lacks %q:\n%s", det, want, text.String())
+			}
+		}
+		b, err := json.Marshal(rep)
+		if err != nil || !strings.Contains(string(b), `"detector":"`+det+`"`) || !strings.Contains(string(b), `"master_packets_per_second":`) {
+			t.Errorf("%s: json: %v %s", det, err, b)
+		}
+	}
+	t.Logf("idle master, packets received per second: %v", rate)
+	// 8 hosts each pinging every 100 ms for 2 s: about 160 heartbeats.
+	if rate[daemon.DetectorMaster] < 8*5 {
+		t.Errorf("the master received %.1f packets/s idle under the master detector, want at least one per host per 200 ms", rate[daemon.DetectorMaster])
+	}
+	if rate[daemon.DetectorSwim] >= rate[daemon.DetectorMaster] {
+		t.Errorf("the master received %.1f packets/s idle under swim, not fewer than under the master detector (%.1f)",
+			rate[daemon.DetectorSwim], rate[daemon.DetectorMaster])
+	}
+}
+
+func TestScaleBadDetector(t *testing.T) {
+	_, err := Scale(context.Background(), ScaleOptions{Hosts: []int{2}, Tasks: []int{1}, InProcessMaster: true, Detector: "gossip"})
+	if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), "gossip") {
+		t.Errorf("detector gossip: %v, want ErrOptions naming it", err)
+	}
+}
+
+func TestSumCounter(t *testing.T) {
+	text := `# HELP dpvm_quic_received_packets_total Packets received.
+# TYPE dpvm_quic_received_packets_total counter
+dpvm_quic_received_packets_total{peer="s2"} 12
+dpvm_quic_received_packets_total{peer="s3"} 3.5e+01
+dpvm_quic_received_packets_total_other 100
+dpvm_quic_sent_packets_total{peer="s2"} 7
+`
+	got, err := sumCounter(strings.NewReader(text), "dpvm_quic_received_packets_total")
+	if err != nil || got != 47 {
+		t.Errorf("sum: %v %v, want 47", got, err)
+	}
+	if _, err := sumCounter(strings.NewReader("dpvm_quic_received_packets_total{peer=\"s2\"} x\n"), "dpvm_quic_received_packets_total"); err == nil {
+		t.Error("a bad sample summed without an error")
 	}
 }

@@ -17,11 +17,12 @@ import (
 )
 
 // BulkConn is a Conn that offers a bulk lane: byte streams to the same
-// peer by another path, for large payloads. Over QUIC the lane is TLS 1.3
-// on TCP, negotiated over the QUIC connection and authenticated with the
-// same certificates: one QUIC connection is CPU-bound in its per-packet
-// work (packets of at most ~1450 bytes), while TLS on TCP moves 16 KiB
-// records and leaves segmentation to the kernel. On transport.Mem the
+// peer by another path, for large payloads. Over QUIC the lane is TCP,
+// negotiated over the QUIC connection, authenticated by a TLS 1.3
+// handshake with the same certificates and sealed under keys exported
+// from it (sealedConn): one QUIC connection is CPU-bound in its per-packet
+// work (packets of at most ~1450 bytes), while the lane moves records of
+// up to 256 KiB and leaves segmentation to the kernel. On transport.Mem the
 // lane is a second kind of in-memory stream, so tests exercise it.
 type BulkConn interface {
 	Conn
@@ -76,7 +77,11 @@ func listenBulk(udp *net.UDPAddr, id *pki.Credential, handshake time.Duration, r
 	if err != nil {
 		return nil, fmt.Errorf("bulk lane: %w", err)
 	}
-	b := &bulkListener{ln: ln, tls: id.ServerConfig(), handshak: handshake, refused: refused,
+	// No session tickets: the server would send them after its
+	// handshake, where the client reads sealed records only.
+	conf := id.ServerConfig()
+	conf.SessionTicketsDisabled = true
+	b := &bulkListener{ln: ln, tls: conf, handshak: handshake, refused: refused,
 		conns: map[token]*quicConn{}, done: make(chan struct{})}
 	b.wg.Add(1)
 	go b.acceptLoop()
@@ -151,7 +156,7 @@ func (b *bulkListener) refuse(c net.Conn, err error) {
 func (b *bulkListener) serve(c net.Conn) error {
 	setNoDelay(c)
 	_ = c.SetDeadline(time.Now().Add(b.handshak))
-	tc := tls.Server(c, b.tls)
+	tc := tls.Server(&recordBounded{Conn: c}, b.tls)
 	if err := tc.Handshake(); err != nil {
 		return err
 	}
@@ -169,8 +174,12 @@ func (b *bulkListener) serve(c net.Conn) error {
 	if qc == nil || qc.peer != who {
 		return errors.New("bulk stream for no connection of its certificate")
 	}
+	sc, err := newSealedConn(c, tc, false)
+	if err != nil {
+		return err
+	}
 	_ = c.SetDeadline(time.Time{})
-	s := &bulkStream{c: tc, side: qc.bulk}
+	s := &bulkStream{c: sc, side: qc.bulk}
 	if !qc.bulk.deliver(s) {
 		return errors.New("bulk streams not accepted")
 	}
@@ -183,9 +192,10 @@ func setNoDelay(c net.Conn) {
 	}
 }
 
-// bulkStream is a bulk stream: TLS on TCP. Close closes both directions.
+// bulkStream is a bulk stream: sealed records on TCP after a TLS
+// handshake (see sealedConn). Close closes both directions.
 type bulkStream struct {
-	c    *tls.Conn
+	c    *sealedConn
 	side *bulkSide
 }
 
@@ -346,7 +356,7 @@ func (c *quicConn) OpenBulk(ctx context.Context) (Stream, error) {
 		return nil, fmt.Errorf("bulk lane to %s: %w", addr, err)
 	}
 	setNoDelay(nc)
-	tc := tls.Client(nc, c.client)
+	tc := tls.Client(&recordBounded{Conn: nc}, c.client)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
 		return nil, fmt.Errorf("bulk lane to %s: %w", addr, err)
@@ -360,7 +370,12 @@ func (c *quicConn) OpenBulk(ctx context.Context) (Stream, error) {
 		_ = nc.Close()
 		return nil, fmt.Errorf("bulk lane to %s: %w", addr, err)
 	}
-	s := &bulkStream{c: tc, side: c.bulk}
+	sc, err := newSealedConn(nc, tc, true)
+	if err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("bulk lane to %s: %w", addr, err)
+	}
+	s := &bulkStream{c: sc, side: c.bulk}
 	if !c.bulk.opened(s) {
 		_ = s.Close()
 		return nil, ErrConnLost

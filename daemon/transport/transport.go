@@ -2,8 +2,8 @@
 // connection is QUIC with mutual TLS under the cluster CA (package pki):
 // one connection per pair of endpoints, multiplexing long-lived streams.
 // Beside it, connections offer a bulk lane for large payloads (BulkConn:
-// TLS 1.3 on TCP, negotiated over the QUIC connection and authenticated
-// with the same certificates).
+// TCP, negotiated over the QUIC connection, authenticated by a TLS 1.3
+// handshake with the same certificates and sealed under its keys).
 //
 // The daemon sees connections through the small Conn and Stream
 // interfaces defined here, so the protocol code does not depend on

@@ -12,7 +12,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 )
 
-func identity(t *testing.T, k *pki.CA, role pki.Role, name string) *pki.Credential {
+func identity(t testing.TB, k *pki.CA, role pki.Role, name string) *pki.Credential {
 	t.Helper()
 	var id *pki.Credential
 	var err error

@@ -78,6 +78,25 @@ func newCSR(rowstr, colidx []int32, a []float64, ncol int) (*csr, error) {
 // [first, last) of it. Every task generates the same random stream; only
 // the outer products' entries that fall in its rows are stored.
 func cgMakeA(p CGParams, first, last int) *csr {
+	m, _ := cgMakeATick(p, first, last, nil)
+	return m
+}
+
+// cgTickRows is how many rows cgMakeATick generates or fills between two
+// calls of its tick.
+const cgTickRows = 2048
+
+// cgMakeATick is cgMakeA calling tick (when not nil) every cgTickRows rows
+// of each of its two passes over the outer products: class B's matrix
+// takes seconds to build, and a worker building it must reach safe
+// points. It returns tick's first error.
+func cgMakeATick(p CGParams, first, last int, tick func() error) (*csr, error) {
+	ticked := func(i int) error {
+		if tick == nil || i%cgTickRows != 0 {
+			return nil
+		}
+		return tick()
+	}
 	n, nonzer := p.NA, p.Nonzer
 	nn1 := 1
 	for nn1 < n {
@@ -93,6 +112,9 @@ func cgMakeA(p CGParams, first, last int) *csr {
 	iv := make([]int32, w)
 	v := make([]float64, w)
 	for io := range n {
+		if err := ticked(io); err != nil {
+			return nil, err
+		}
 		nzv := 0
 		for nzv < nonzer {
 			vecelt := Randlc(&tran, cgAmult)
@@ -155,6 +177,9 @@ func cgMakeA(p CGParams, first, last int) *csr {
 	size := 1.0
 	ratio := math.Pow(cgRcond, 1/float64(n))
 	for i := range n {
+		if err := ticked(i); err != nil {
+			return nil, err
+		}
 		ni := int(arow[i])
 		for nz := range ni {
 			j := int(acol[i*w+nz])
@@ -224,18 +249,19 @@ func cgMakeA(p CGParams, first, last int) *csr {
 	if err != nil {
 		panic(fmt.Sprintf("cg: internal error in sparse: %v", err))
 	}
-	return m
+	return m, nil
 }
 
 // cgMatrix returns rows [first, last) of CG's matrix. When every task of
 // the run is on this task's host, the whole matrix is built once there and
 // shared (task.Shared; each task reads its rows of it): one generation of
-// the matrix instead of one per task. Otherwise, and after a move, the
-// task generates its own rows.
-func cgMatrix(cm comm, p CGParams, first, last int) (*csr, error) {
+// the matrix instead of one per task, and no safe point while it is built
+// or awaited. Otherwise, and after a move, the task generates its own
+// rows, calling tick as cgMakeATick does.
+func cgMatrix(cm comm, p CGParams, first, last int, tick func() error) (*csr, error) {
 	tc, ok := cm.(*taskComm)
 	if !ok || !tc.oneHost || tc.size() == 1 {
-		return cgMakeA(p, first, last), nil
+		return cgMakeATick(p, first, last, tick)
 	}
 	key := fmt.Sprintf("npb/cg/matrix/%d/%d/%g", p.NA, p.Nonzer, p.Shift)
 	full, err := task.Shared(tc.c, key, func() (*csr, error) {
@@ -429,7 +455,7 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 	w.bounds = blockBounds(p.NA, cm.size())
 	w.r0, w.r1 = w.bounds[cm.rank()], w.bounds[cm.rank()+1]
 	nloc := w.r1 - w.r0
-	if w.m, err = cgMatrix(cm, p, w.r0, w.r1); err != nil {
+	if w.m, err = cgMatrix(cm, p, w.r0, w.r1, h.setup); err != nil {
 		return nil, err
 	}
 	w.pFull, w.zFull = make([]float64, p.NA), make([]float64, p.NA)
@@ -444,6 +470,9 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, fmt.Errorf("CG state: x has %d elements, want %d", len(w.X), nloc)
 	}
 	if !w.Warm {
+		if err := h.allReady(); err != nil {
+			return nil, err
+		}
 		// One untimed iteration, then x = 1 again.
 		if err := w.iterate(cm, h, p.Shift); err != nil {
 			return nil, err

@@ -44,6 +44,15 @@ type hooks struct {
 	// safePoint is called once per iteration of the main loop (nil in
 	// serial runs). A non-nil error ends the run with that error.
 	safePoint func() error
+	// setupPoint is called every few thousand rows while a kernel builds
+	// what it derives from its fields (CG's matrix): a safe point where
+	// Run, re-entered, starts its set-up over (nil: none, as in serial
+	// runs).
+	setupPoint func() error
+	// ready waits, at a safe point, for every rank to finish its set-up
+	// before the first exchange, so that none waits for a peer still
+	// setting up outside a safe point (nil: no wait).
+	ready func() error
 	// progress reports iterations done (rank 0; may be nil).
 	progress func(Progress)
 	// now is the clock timing the benchmark's timed region.
@@ -55,6 +64,22 @@ func (h *hooks) safe() error {
 		return nil
 	}
 	return h.safePoint()
+}
+
+// setup is setupPoint, if set.
+func (h *hooks) setup() error {
+	if h.setupPoint == nil {
+		return nil
+	}
+	return h.setupPoint()
+}
+
+// allReady is ready, if set.
+func (h *hooks) allReady() error {
+	if h.ready == nil {
+		return nil
+	}
+	return h.ready()
 }
 
 func (h *hooks) report(done, total int) {
@@ -99,7 +124,7 @@ func runWorker(c *task.Ctx, k worker) error {
 	if err != nil {
 		return err
 	}
-	h := &hooks{safePoint: c.SafePoint, now: time.Now}
+	h := &hooks{safePoint: c.SafePoint, setupPoint: c.SafePoint, ready: func() error { return p.C.Barrier(c) }, now: time.Now}
 	if p.C.Rank == 0 {
 		h.progress = func(pr Progress) { _ = c.Send(c.Parent(), tagProgress, pr) }
 	}

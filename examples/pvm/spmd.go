@@ -3,7 +3,6 @@ package pvm
 import (
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/dpvm/dpvm/task"
@@ -12,33 +11,33 @@ import (
 // Port of PVM 3.4's examples/spmd.c.
 //
 // spmd.c is started as `spawn -4 spmd` from PVM's console and learns the
-// tasks spawned with it from pvm_siblings. The port keeps spmd.c's
-// ring: the root task SPMD plays the console's part, spawning the N tasks
-// in one call, sending each the list of TIDs that call returned (what
-// task.Team and JoinComm would give them) and waiting for them to exit.
+// tasks spawned with it from pvm_siblings, as the port does from
+// c.Siblings. The root task SPMD plays the console's part, spawning the
+// N tasks in one call and waiting for them to exit; the tasks start the
+// ring once it watches them (a notify of a task already gone would say
+// it was lost).
 
-// SPMD is the root task of pvm.spmd: it spawns N SPMDTask tasks together,
-// hands them their sibling list and waits for them to end.
+// SPMD is the root task of pvm.spmd: it spawns N SPMDTask tasks together
+// and waits for them to end.
 type SPMD struct {
 	N        int
 	Siblings []task.TID // the tasks spawned, once spawned
-	Told     bool       // the sibling list sent, exit notices asked for
+	Told     bool       // exit notices asked for, the tasks told to start
 	Exited   int        // exit notices received
 }
 
 // SPMDTask is one task of the ring (spmd.c's main and dowork).
 type SPMDTask struct {
-	Siblings []task.TID // pvm_siblings' list, once received
-	Me       int        // index in Siblings
-	Printed  bool       // instance 0: the ring printed
-	Sent     bool       // the token passed on
+	Started bool // the root's word to start heard
+	Printed bool // instance 0: the ring printed
+	Sent    bool // the token passed on
 }
 
-// Message tags of spmd.c (token) and of the root (siblings, exits).
+// Message tags of spmd.c (token) and of the root (start, exits).
 const (
-	spmdTokenTag    = 4
-	spmdSiblingsTag = 100
-	spmdExitTag     = 101
+	spmdTokenTag = 4
+	spmdStartTag = 100
+	spmdExitTag  = 101
 )
 
 func init() {
@@ -59,7 +58,7 @@ func init() {
 	})
 }
 
-// Run spawns the ring, tells each task its siblings and waits for them.
+// Run spawns the ring and waits for it.
 func (s *SPMD) Run(c *task.Ctx) error {
 	if s.Siblings == nil {
 		tids, err := c.Spawn(&SPMDTask{}, s.N)
@@ -75,7 +74,7 @@ func (s *SPMD) Run(c *task.Ctx) error {
 		if err := c.Notify(task.TaskExit, spmdExitTag, s.Siblings...); err != nil {
 			return err
 		}
-		if err := c.Mcast(s.Siblings, spmdSiblingsTag, s.Siblings); err != nil {
+		if err := c.Mcast(s.Siblings, spmdStartTag, nil); err != nil {
 			return err
 		}
 		s.Told = true
@@ -96,42 +95,39 @@ func (s *SPMD) Run(c *task.Ctx) error {
 // Run learns its siblings, prints the ring if it is the first, and passes
 // the token.
 func (t *SPMDTask) Run(c *task.Ctx) error {
-	if t.Siblings == nil {
-		var sibs []task.TID
-		if _, err := c.Recv(c.Parent(), spmdSiblingsTag, &sibs, task.Safe()); err != nil {
+	if !t.Started {
+		if _, err := c.Recv(c.Parent(), spmdStartTag, nil, task.Safe()); err != nil {
 			return err
 		}
-		me := slices.Index(sibs, c.MyTID())
-		if me < 0 {
-			return fmt.Errorf("spmd: %v not in its sibling list", c.MyTID())
-		}
-		t.Siblings, t.Me = sibs, me
+		t.Started = true
 	}
-	ntids := len(t.Siblings)
-	if t.Me == 0 && !t.Printed {
+	sibs, me := c.Siblings() // pvm_siblings
+	ntids := len(sibs)
+	if me == 0 && !t.Printed {
 		// spmd.c prints the TIDs as decimal numbers, seven to the first
 		// line and six to each next one.
 		var b strings.Builder
 		fmt.Fprintf(&b, "Pass a token through the %3d tid ring:\n", ntids)
-		for i, tid := range t.Siblings {
+		for i, tid := range sibs {
 			fmt.Fprintf(&b, "%6d -> ", uint64(tid))
 			if i%6 == 0 && i > 0 {
 				b.WriteString("\n")
 			}
 		}
-		fmt.Fprintf(&b, "%6d \n", uint64(t.Siblings[0]))
+		fmt.Fprintf(&b, "%6d \n", uint64(sibs[0]))
 		c.Printf("%s", b.String())
 		t.Printed = true
 	}
-	return t.dowork(c)
+	return t.dowork(c, sibs, me)
 }
 
-// dowork passes the token around the ring (spmd.c's dowork).
-func (t *SPMDTask) dowork(c *task.Ctx) error {
-	nproc := len(t.Siblings)
-	src := t.Siblings[(t.Me+nproc-1)%nproc]
-	dest := t.Siblings[(t.Me+1)%nproc]
-	if t.Me == 0 {
+// dowork passes the token around the ring of sibs, in which the task is
+// me (spmd.c's dowork).
+func (t *SPMDTask) dowork(c *task.Ctx, sibs []task.TID, me int) error {
+	nproc := len(sibs)
+	src := sibs[(me+nproc-1)%nproc]
+	dest := sibs[(me+1)%nproc]
+	if me == 0 {
 		if !t.Sent {
 			if err := c.Send(dest, spmdTokenTag, uint64(dest)); err != nil {
 				return err

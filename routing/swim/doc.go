@@ -91,7 +91,14 @@
 // CheckTimeout apart, over its own connection to the host. An answer ends
 // it — the accused has refuted, and the reporters are told so
 // (RefGossip), as the hosts that could not reach it could not hear its
-// refutation — and the host stays. No answer: RefDelete, the master's
+// refutation — and the host stays. A death reported at an older
+// incarnation than the master knows is checked at the one it knows: the
+// reporters may have missed a refutation that reached only the master,
+// and the accused may have failed since. A referee stepped more than a
+// CheckTimeout after a try fell due was stalled (an overloaded master):
+// the accused's answer may be queued behind the stall, so that try does
+// not count, at most CheckTries times a check (a dead host is still
+// deleted within about twice the window). No answer: RefDelete, the master's
 // lost-host path; the reporters get the confirmation (RefGossip), the
 // deleted host is told when its connection is back, and a later report
 // of the death is answered with its confirmation. So a live host the master can reach is never deleted, whatever
@@ -132,29 +139,35 @@
 // MaxGossip, 64) and the length before it allocates, and refuses unknown
 // kinds and states.
 //
-// # How the daemon will drive it
+// # How the daemon drives it
 //
-// Each host daemon runs a Node from one loop: it steps EvJoin with the
-// host list it gets at registration, EvTick at Next (a timer reset after
-// every step), EvMsg for every swim frame from a peer, EvCheck, EvGossip
-// and EvRejoined for what the master says, and EvForget for a host the
-// master's host list drops (its tombstone stays; it is no longer
-// probed); it performs EffSend
-// as a frame on the peer connection (a new frame kind, KindSwim, whose
-// body is AppendMsg's), EffReport and EffCheckAck as control calls to the
-// master, and EffRejoin as the registration it already makes after its
-// deletion (readmit: the master answers whether it was still a member,
-// and the host stops the tasks it lost before it rejoins). The From of a
-// swim frame must be the peer's certificate's host, else the frame is
-// refused: the cluster's QUIC credentials authenticate every probe, and no
-// other key is needed. Config comes from the daemon's: ProbeInterval =
-// Heartbeat, ProbeTimeout = Heartbeat/2, CheckTimeout = 2·ProbeTimeout and
-// CheckTries such that CheckTries·CheckTimeout ≤ DeadAfter, RejoinEvery
-// and ReportEvery the join retry's base, the rest at their defaults. The master daemon runs the Referee under the lock that
-// owns membership: RefAdmit for every admitted host, RefReport and
-// RefCheckAck for the calls, RefTick at Next; it sends RefCheck and
-// RefGossip on the host's connection and calls removeHost for RefDelete.
-// The heartbeats to the master, and routing/member's Detector with them,
-// then go; the master keeps its connection to every host, idle, for its
-// calls and checks.
+// daemon/swim.go, under Config.Detector "swim" (dpvm daemon --detector
+// swim, the default; --detector master keeps the master's heartbeats).
+// Each host daemon runs a Node from one tracked loop: it steps EvJoin with the host list (this
+// host included, the master not: it is no member) whenever the list
+// changes, checked every Heartbeat, and EvForget for a host the list
+// dropped; EvTick at Next (at most a Heartbeat away); EvMsg for every
+// KindSwim frame from a peer; EvCheck and EvGossip for the master's calls
+// swim.check and swim.gossip; EvRejoined once it has registered again
+// with the master. It performs EffSend as a KindSwim frame (AppendMsg's
+// body) on the peer's connection, dialling one in the background if there
+// is none; EffReport and EffCheckAck as the host calls swim.report and
+// swim.checkack; EffRejoin by giving up its master connection and
+// registering again (readmit: the master says whether it is still a
+// member, and the host stops the tasks it lost before it rejoins). A
+// KindSwim frame whose From is not the connection's host, or whose To is
+// not this host, is refused and ends the connection: the cluster's QUIC
+// credentials authenticate every probe, and no other key is needed.
+// Config comes from the daemon's: ProbeInterval = Heartbeat, ProbeTimeout
+// = Heartbeat/2, CheckTimeout = Heartbeat and CheckTries =
+// DeadAfter/CheckTimeout, RejoinEvery and ReportEvery the join retry's
+// base, the rest at their defaults. The master daemon runs the Referee
+// under the lock that owns membership: RefAdmit for every admitted or
+// readmitted host, RefRemove for every deletion, RefReport and RefCheckAck
+// for the calls (the reporter is the connection's host), RefTick every
+// Heartbeat; it sends RefCheck and RefGossip as the calls swim.check and
+// swim.gossip and calls removeHost for RefDelete. Hosts send the master no
+// heartbeats (their load reports keep their own pace), and routing/member's
+// Detector is not stepped; the master keeps its connection to every host,
+// idle, for its calls and checks.
 package swim

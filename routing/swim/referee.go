@@ -125,6 +125,7 @@ type check struct {
 	seq       uint32
 	inc       uint32
 	tries     int
+	forgiven  int // late steps that did not count as tries (stalls)
 	next      time.Time
 	reporters []task.HostID
 }
@@ -197,6 +198,18 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 	for _, h := range due {
 		x := r.hosts[h]
 		c := x.check
+		if now.Sub(c.next) > r.cfg.CheckTimeout && c.forgiven < r.cfg.CheckTries {
+			// Stepped more than a check's timeout after the try was due:
+			// the master was stalled (overloaded), and the accused's
+			// answer may be queued behind the stall. The try does not
+			// count, at most CheckTries times a check, so that an
+			// overloaded master deletes nobody for its own lateness and a
+			// dead host is still deleted within about twice the window.
+			c.forgiven++
+			c.next = now.Add(r.cfg.CheckTimeout)
+			out = append(out, RefEffect{Kind: RefCheck, Host: h, Seq: c.seq, Inc: c.inc})
+			continue
+		}
 		if c.tries >= r.cfg.CheckTries {
 			delete(r.hosts, h)
 			r.gone[h] = c.inc
@@ -219,8 +232,9 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 }
 
 // report takes one host's report. Reports from non-members (a host cut
-// off and deleted, which rejoins), about non-members, or about an older
-// incarnation than known are dropped.
+// off and deleted, which rejoins), about non-members, or of a suspicion or
+// refutation of an older incarnation than known are dropped; a death of an
+// older incarnation is checked at the known one.
 func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEffect) []RefEffect {
 	if r.hosts[from] == nil {
 		// Not a member: it was deleted, and learns it must rejoin.
@@ -235,7 +249,16 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 		return out
 	}
 	if u.Inc < x.inc {
-		return out
+		if u.State != Dead {
+			return out
+		}
+		// A death at an older incarnation: the reporter missed the
+		// accused's refutation, and still cannot reach it. The accused
+		// may have failed since (before its refutation spread, every
+		// report of its death would be of the older incarnation), so it
+		// is checked at the incarnation the master knows: a live host
+		// answers, and the reporter learns its refutation.
+		u.Inc = x.inc
 	}
 	switch u.State {
 	case Alive:

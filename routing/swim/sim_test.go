@@ -603,3 +603,52 @@ func TestSimulationCatchesHastyMaster(t *testing.T) {
 	}
 	t.Logf("caught: %s", c.failed)
 }
+
+// TestRefutedThenCrashed: a host whose messages to the other hosts are
+// lost (one way: it hears them, they do not hear it) is suspected and
+// refutes, over and over; only the master, which hears its refutations,
+// knows its latest incarnation. Then it crashes. The others report the
+// death of the incarnation they hold, older than the master's, and the
+// master must still confirm it within the bound; while it was alive and
+// reachable it must not have been deleted.
+func TestRefutedThenCrashed(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			c := newCluster(t, 8, Config{}, seed)
+			start := c.now
+			victim := c.host(3)
+			cut := map[[2]task.HostID]bool{}
+			for _, o := range c.hosts {
+				if o != victim {
+					cut[[2]task.HostID{victim.id, o.id}] = true
+				}
+			}
+			c.cut = cut
+			// Run until a refutation has reached the master and not all
+			// the others: the moment to crash.
+			var inc uint32
+			for stale := 0; stale == 0; {
+				if c.now.Sub(start) > time.Minute {
+					t.Fatalf("in a minute the master never knew a later incarnation of %v than the others", victim.id)
+				}
+				c.run(c.now.Add(100*time.Millisecond), c.checkCrashes)
+				var ok bool
+				if inc, ok = c.ref.Member(victim.id); !ok {
+					t.Fatalf("%v deleted while the master reached it", victim.id)
+				}
+				for _, o := range c.hosts {
+					if _, held, _ := o.node.State(victim.id); o != victim && held < inc {
+						stale++
+					}
+				}
+			}
+			c.crash(victim)
+			c.cut = nil
+			c.run(c.now.Add(c.crashBound()+time.Minute), c.checkCrashes)
+			if d, ok := c.deleted[victim.id]; !ok || d < inc {
+				t.Fatalf("%v crashed at #%d: confirmed %v at #%d", victim.id, inc, ok, d)
+			}
+			c.checkConverged()
+		})
+	}
+}

@@ -1,0 +1,25 @@
+// Package sim is a deterministic simulation of a whole virtual machine:
+// the master, its hosts and the programs' tasks, on one goroutine under
+// a seeded scheduler of deliveries, timers and faults, in virtual time.
+// The same seed replays the same run event for event, on any machine:
+// Result.TraceHash is a hash of every event.
+//
+// It drives the real pure protocol parts the way the daemon does: each
+// host is a routing/host.Node (route table, reliable delivery's Outbox
+// and Inbox, the host half of moves) inside a shell that mirrors
+// daemon/remote.go and daemon/migrate.go, and the master runs the real
+// move machine (routing/move.Machine). It models nothing they decide.
+//
+// Tasks are the registered programs' own code: each incarnation runs Run
+// on a goroutine of its own, but only while it holds the baton the loop
+// hands it; every task.Endpoint call hands the baton back, so exactly one
+// goroutine runs at a time. A move captures a task at a safe point,
+// encodes its state with msgpack as a real checkpoint does, ends its
+// goroutine and restores it from the decoded state on the destination.
+//
+// After every event the run checks the virtual machine's invariants:
+// every task in service on at most one host, and on none only while it
+// moves; per sender and receiver, messages delivered in order and
+// exactly once; no route going back in epoch. Check compares each seed's
+// result with the program's fault-free run.
+package sim

@@ -1,0 +1,690 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/host"
+	"github.com/dpvm/dpvm/routing/jobck"
+	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/task"
+)
+
+// Job checkpoints, host crashes and rollbacks. The master drives the real
+// job checkpoint machine (routing/jobck.Machine) as daemon/jobs.go's
+// jobAction does: each action is a control call to the hosts, each
+// answer fed back as an event; the hosts serve the steps through the
+// real host half (jobck.Host, behind the host node's seam) as
+// daemon/jobckpt.go does. The shared directory is a map of sets in
+// memory: a set is complete once its manifest is "written" (commit).
+
+// detectAfter is how long the master takes to deem a crashed host lost.
+const detectAfter = 300 * time.Millisecond
+
+// ckptEntry is one task's checkpoint in a set: its program state
+// (msgpack) and what goes with it.
+type ckptEntry struct {
+	host  task.HostID // where it was written
+	meta  captured
+	state []byte
+}
+
+// ckptSet is a checkpoint set: its entries in TID order and the group
+// memberships when it was committed.
+type ckptSet struct {
+	entries []ckptEntry
+	groups  map[string][]task.TID
+}
+
+// pauseRec is a task's pause for a job checkpoint (daemon/jobckpt.go's
+// pauseReq): made and dropped as the host half says.
+type pauseRec struct {
+	id      uint64
+	arrived bool // the task waits at its safe point
+}
+
+// ckState is the master's side of the job's checkpoints.
+type ckState struct {
+	mc      *jobck.Machine
+	sets    map[uint64]*ckptSet // complete sets
+	pending map[uint64]*ckptSet // sets being written
+	every   time.Duration       // checkpoint period (0: none)
+	lostIn  task.HostID         // a host lost while the round ran
+}
+
+func (m *master) ckInit() {
+	m.ck = &ckState{
+		mc:      jobck.New(job, 0, jobck.Config{EndLost: true}),
+		sets:    map[uint64]*ckptSet{},
+		pending: map[uint64]*ckptSet{},
+	}
+}
+
+// aliveHosts lists the hosts not deemed lost, in ID order.
+func (m *master) aliveHosts() []task.HostID {
+	var out []task.HostID
+	for _, h := range m.w.hosts {
+		if !m.lost[h.id] {
+			out = append(out, h.id)
+		}
+	}
+	return out
+}
+
+// rollingBack reports whether the job's rollback is under way.
+func (m *master) rollingBack() bool {
+	s := m.ck.mc.State()
+	return s == jobck.Killing || s == jobck.Restoring
+}
+
+// planCheckpoints starts the job's periodic checkpoints.
+func (m *master) planCheckpoints(every time.Duration) {
+	m.ck.every = every
+	m.w.after(every, nil, "checkpoint timer", m.checkpointTick)
+}
+
+func (m *master) checkpointTick() {
+	if m.ck.mc.State() == jobck.Idle {
+		floor := uint64(0)
+		for s := range m.ck.sets {
+			floor = max(floor, s)
+		}
+		for s := range m.ck.pending {
+			floor = max(floor, s)
+		}
+		acts, err := m.ck.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: m.w.clock(), Hosts: m.aliveHosts(), Floor: floor})
+		if err != nil {
+			m.w.note("checkpoint refused: " + err.Error())
+		} else {
+			m.w.note("checkpoint round")
+			m.ckPerform(acts)
+		}
+	}
+	m.w.after(m.ck.every, nil, "checkpoint timer", m.checkpointTick)
+}
+
+// crash stops host h for good: its tasks, its moves' halves and what it
+// holds are gone; the master deems it lost after detectAfter.
+func (w *world) crash(h *shost) {
+	if h.crashed || len(w.master.aliveHosts()) < 2 {
+		return
+	}
+	if len(w.master.ck.sets) == 0 && w.cfg.Faults&FaultCheckpoint != 0 {
+		// Wait for a complete checkpoint, so that the crash tests the
+		// rollback rather than the job's loss.
+		w.after(10*time.Millisecond, nil, "crash "+h.name+" (waits for a checkpoint)", func() { w.crash(h) })
+		return
+	}
+	w.take("crash " + h.name)
+	h.crashed = true
+	w.after(detectAfter, nil, "lost "+h.name, func() { w.master.hostLost(h.id) })
+}
+
+// hostLost is the master deeming host id lost: its moves end, and the
+// job rolls back (or, with no checkpoint, ends).
+func (m *master) hostLost(id task.HostID) {
+	m.lost[id] = true
+	m.w.take("host lost " + nodeName(id))
+	m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.HostLost, Host: id}))
+	if m.ck.mc.State() != jobck.Idle && !m.rollingBack() {
+		m.ck.lostIn = id
+	}
+	acts, err := m.ck.mc.Step(jobck.Event{Kind: jobck.EvHostLost, Now: m.w.clock(), Host: id, Hosts: append(m.aliveHosts(), id)})
+	if err != nil {
+		m.w.fail(fmt.Errorf("job checkpoint machine: %w", err))
+		return
+	}
+	m.ckPerform(acts)
+}
+
+// ckCall performs a step at each of hosts, bounded by timeout, and feeds
+// each answer (or its timeout) back with event.
+func (m *master) ckCall(what string, hosts []task.HostID, timeout time.Duration,
+	serve func(h *shost, reply func(ckReply, error)), event func(h task.HostID, r ckReply, err error) jobck.Event) {
+	for _, id := range hosts {
+		m.callSeq++
+		cid := m.callSeq
+		m.calls[cid] = true
+		h := m.w.host(id)
+		done := func(r ckReply, err error) {
+			if !m.calls[cid] {
+				return
+			}
+			delete(m.calls, cid)
+			if event == nil {
+				return
+			}
+			line := fmt.Sprintf("ck answer %s %v", what, h.name)
+			if err != nil {
+				line += ": " + err.Error()
+			}
+			m.w.note(line)
+			acts, serr := m.ck.mc.Step(event(id, r, err))
+			if serr != nil && !errors.Is(serr, jobck.ErrStale) {
+				m.w.note("job checkpoint machine: " + serr.Error())
+			}
+			m.ckPerform(acts)
+		}
+		m.w.send(masterNode, id, classCall, "ck "+what, func() {
+			serve(h, func(r ckReply, err error) {
+				m.w.send(id, masterNode, classCall, "ck answer "+what, func() { done(r, err) })
+			})
+		})
+		if event != nil {
+			m.w.after(timeout, nil, fmt.Sprintf("ck timeout %s %v", what, h.name), func() {
+				done(ckReply{}, fmt.Errorf("%s at %v: no answer within %v", what, h.name, timeout))
+			})
+		}
+	}
+}
+
+// resumeAttempts bounds how many times a round's resume is asked of a
+// host (daemon/jobs.go's resumeAttempts): a host whose call failed may
+// never have heard it, and a task left paused would never run again.
+const resumeAttempts = 5
+
+// resumeHosts asks hosts to let the job's tasks go on after round r,
+// asking again those whose call failed (daemon/jobs.go's resumeHosts).
+func (m *master) resumeHosts(r jobck.Round, hosts []task.HostID, attempt int) {
+	for _, id := range hosts {
+		m.callSeq++
+		cid := m.callSeq
+		m.calls[cid] = true
+		h := m.w.host(id)
+		done := func(ok bool) {
+			if !m.calls[cid] {
+				return
+			}
+			delete(m.calls, cid)
+			if !ok && attempt < resumeAttempts && !m.lost[id] {
+				m.w.note(fmt.Sprintf("ck resume %v again (attempt %d)", h.name, attempt+1))
+				m.resumeHosts(r, []task.HostID{id}, attempt+1)
+			}
+		}
+		m.w.send(masterNode, id, classCall, "ck resume", func() {
+			h.resumeJob(r)
+			m.w.send(id, masterNode, classCall, "ck answer resume", func() { done(true) })
+		})
+		m.w.after(moveTimeouts.Step, nil, "ck timeout resume "+h.name, func() { done(false) })
+	}
+}
+
+// ckReply is a host's answer to a checkpoint step (daemon/jobckpt.go's
+// ckReply).
+type ckReply struct {
+	tids      []task.TID
+	pending   int
+	running   int
+	late      []task.TID
+	safeEvery time.Duration
+	files     []ckptEntry
+}
+
+// ckPerform carries out the job checkpoint machine's actions
+// (daemon/jobs.go's jobAction).
+func (m *master) ckPerform(acts []jobck.Action) {
+	for _, a := range acts {
+		m.w.note("ck action " + a.String())
+		r := a.Round
+		switch a.Kind {
+		case jobck.ActPause:
+			m.ckCall("pause", a.Hosts, a.Budget+moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
+				h.pauseJob(r, a.Budget, reply)
+			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
+				if err == nil && len(rep.late) > 0 {
+					err = fmt.Errorf("%v of job %d within %v: %w", rep.late, job, a.Budget, errNoSafePoint)
+				}
+				return jobck.Event{Kind: jobck.EvPaused, Now: m.w.clock(), Round: r, Host: h, Err: err, SafeEvery: rep.safeEvery}
+			})
+		case jobck.ActQuiet:
+			if !a.At.IsZero() {
+				m.w.at(a.At.Sub(base), nil, "ck quiet tick", func() {
+					acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvTick, Now: m.w.clock()})
+					m.ckPerform(acts)
+				})
+				continue
+			}
+			// Every task the job has had, exited ones too: an exited
+			// task's messages stay unacknowledged until received.
+			tids := slices.Clone(m.order)
+			m.ckCall("quiet", a.Hosts, moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
+				reply(h.quietJob(r, tids))
+			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
+				return jobck.Event{Kind: jobck.EvQuiet, Now: m.w.clock(), Round: r, Host: h, Err: err,
+					Pending: rep.pending, Running: rep.running, Tasks: len(rep.tids)}
+			})
+		case jobck.ActWrite:
+			set := &ckptSet{}
+			m.ck.pending[r.Seq] = set
+			m.ckCall("write", a.Hosts, moveTimeouts.Transfer, func(h *shost, reply func(ckReply, error)) {
+				reply(h.writeJob(r))
+			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
+				if err == nil {
+					set.entries = append(set.entries, rep.files...)
+				}
+				return jobck.Event{Kind: jobck.EvWritten, Now: m.w.clock(), Round: r, Host: h, Err: err, Tasks: len(rep.files)}
+			})
+		case jobck.ActCommit:
+			var err error
+			set := m.ck.pending[r.Seq]
+			switch {
+			case m.ck.lostIn != 0:
+				err = fmt.Errorf("%v with tasks of the job was lost during the round: %w", nodeName(m.ck.lostIn), jobck.ErrLost)
+			case set == nil:
+				err = fmt.Errorf("set %d: nothing written", r.Seq)
+			default:
+				delete(m.ck.pending, r.Seq)
+				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmpTID(x.meta.tid, y.meta.tid) })
+				set.groups = map[string][]task.TID{}
+				for g, ts := range m.groups {
+					set.groups[g] = slices.Clone(ts)
+				}
+				m.ck.sets[r.Seq] = set
+				m.w.note(fmt.Sprintf("checkpoint %d complete: %d tasks", r.Seq, len(set.entries)))
+			}
+			acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvCommitted, Now: m.w.clock(), Round: r, Err: err})
+			m.ckPerform(acts)
+		case jobck.ActResume:
+			m.resumeHosts(r, a.Hosts, 1)
+		case jobck.ActDiscard:
+			delete(m.ck.pending, r.Seq)
+		case jobck.ActDone:
+			m.ck.lostIn = 0
+			if a.Err != nil {
+				m.w.note("checkpoint round failed: " + a.Err.Error())
+			}
+		case jobck.ActKill:
+			m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.DropJob, Job: job, Err: errors.New("the job rolls back")}))
+			tids := slices.Clone(m.order)
+			m.ckCall("kill", a.Hosts, 2*moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
+				h.killJob(tids, reply)
+			}, func(h task.HostID, _ ckReply, err error) jobck.Event {
+				return jobck.Event{Kind: jobck.EvKilled, Now: m.w.clock(), Round: r, Host: h, Err: err}
+			})
+		case jobck.ActRestore:
+			err := m.restore(r.Seq)
+			acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvRestored, Now: m.w.clock(), Round: r, Err: err})
+			m.ckPerform(acts)
+		case jobck.ActRolledBack:
+			m.ck.lostIn = 0
+			if a.Err != nil {
+				m.jobLost(fmt.Errorf("rollback to checkpoint %d failed: %w", r.Seq, a.Err))
+			} else {
+				m.w.take(fmt.Sprintf("rolled back to checkpoint %d", r.Seq))
+			}
+		case jobck.ActUnrecoverable:
+			if a.End {
+				m.jobLost(fmt.Errorf("lost host %v with no complete checkpoint to roll back to", nodeName(a.Host)))
+			}
+		}
+	}
+}
+
+// ErrJobLost: the job lost tasks with a host and could not roll back.
+var ErrJobLost = errors.New("job lost")
+
+func (m *master) jobLost(err error) {
+	m.w.take("job lost: " + err.Error())
+	m.w.rootDone = true
+	m.w.status = 1
+	m.w.rootErr = fmt.Errorf("%w: %w", ErrJobLost, err)
+}
+
+func cmpTID(a, b task.TID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// restore starts set seq again on the hosts left (daemon/jobs.go's
+// restoreSet): stage everywhere, then route, then start.
+func (m *master) restore(seq uint64) error {
+	set := m.ck.sets[seq]
+	if set == nil {
+		return fmt.Errorf("no checkpoint %d to go back to", seq)
+	}
+	alive := m.aliveHosts()
+	if len(alive) == 0 {
+		return jobck.ErrNoHosts
+	}
+	epoch := m.moves.NextEpoch()
+	place := map[task.HostID][]ckptEntry{}
+	var order []task.HostID
+	next := 0
+	for _, e := range set.entries {
+		h := e.host
+		if m.lost[h] {
+			h = alive[next%len(alive)]
+			next++
+		}
+		if place[h] == nil {
+			order = append(order, h)
+		}
+		place[h] = append(place[h], e)
+	}
+	slices.Sort(order)
+	// Nothing of the old incarnations reaches the new ones: the pairs'
+	// delivery record starts again from the checkpoint's.
+	for k := range m.w.pairs {
+		if mt := m.tasks[k[1]]; mt != nil {
+			delete(m.w.pairs, k)
+		}
+	}
+	for _, e := range set.entries {
+		for from, n := range e.meta.inSeq {
+			if n > 1 {
+				m.w.pairs[[2]task.TID{from, e.meta.tid}] = n - 1
+			}
+		}
+	}
+	for _, id := range order {
+		if err := m.w.host(id).stage(place[id], epoch); err != nil {
+			for _, s := range order {
+				m.w.host(s).unstage()
+			}
+			return fmt.Errorf("on %v: %w", nodeName(id), err)
+		}
+	}
+	m.groups = map[string][]task.TID{}
+	for g, ts := range set.groups {
+		m.groups[g] = slices.Clone(ts)
+	}
+	m.barriers = map[string][]*stask{}
+	inSet := map[task.TID]bool{}
+	for _, id := range order {
+		for _, e := range place[id] {
+			m.setRoute(e.meta.tid, routing.Route{Host: id, Epoch: epoch})
+			mt := m.tasks[e.meta.tid]
+			mt.exited, mt.killed = false, false
+			inSet[e.meta.tid] = true
+		}
+	}
+	for _, tid := range m.order {
+		if !inSet[tid] {
+			// Spawned after the checkpoint: gone with the rollback (the
+			// restored job spawns its own again).
+			m.tasks[tid].exited = true
+		}
+	}
+	for _, id := range order {
+		// The go step travels after the routes' broadcast, as the
+		// daemon's call does: on a link that keeps order, the host knows
+		// the restored routes before its restored tasks run.
+		h := m.w.host(id)
+		m.w.send(masterNode, id, classRoute, "ck go", h.startStaged)
+	}
+	m.w.take(fmt.Sprintf("restored checkpoint %d: %d tasks at epoch %d", seq, len(set.entries), epoch))
+	return nil
+}
+
+// stepCk feeds the host half of job checkpoints through the node's seam.
+func (h *shost) stepCk(e jobck.HostEvent) []jobck.HostEffect {
+	return host.CkptEffects(h.node.Step(h.w.clock(), host.Event{Kind: host.EvCkpt, Ckpt: e}))
+}
+
+// jobTasks are the job's tasks in service here, in TID order.
+func (h *shost) jobTasks() []*stask {
+	var out []*stask
+	for _, tid := range slices.Sorted(maps.Keys(h.tasks)) {
+		out = append(out, h.tasks[tid])
+	}
+	return out
+}
+
+func pauseFacts(st *stask) jobck.Local {
+	return jobck.Local{TID: st.tid, MoveAsked: st.moveReq != nil, Arrived: st.pause != nil && st.pause.arrived}
+}
+
+// doCk performs the host half's effects that are the task table's
+// (daemon/jobckpt.go's doCkpt); it returns the step's refusal.
+func (h *shost) doCk(fx []jobck.HostEffect, perform func(jobck.HostEffect)) error {
+	var err error
+	for _, x := range fx {
+		h.w.note(fmt.Sprintf("%v ck %v", h.name, x))
+		st := h.tasks[x.TID]
+		switch x.Kind {
+		case jobck.DoRefuse:
+			err = x.Err
+		case jobck.DoPause:
+			if st != nil {
+				if x.New {
+					st.pause = &pauseRec{id: x.Pause}
+				}
+				if st.park != nil && st.park.kind == parkSafe {
+					st.wake(answer{}) // out of RecvSafe, to its safe point
+				}
+			}
+		case jobck.DoRelease:
+			if st != nil && st.pause != nil && st.pause.id == x.Pause {
+				arrived := st.pause.arrived
+				st.pause = nil
+				if arrived && st.park != nil && st.park.kind == parkPause {
+					st.wake(answer{})
+				}
+			}
+		case jobck.DoUnstage:
+			if a := h.arriving[x.TID]; a != nil && a.move == 0 {
+				delete(h.arriving, x.TID)
+			}
+		}
+		if perform != nil {
+			perform(x)
+		}
+	}
+	return err
+}
+
+func (h *shost) jobEvent(k jobck.HostEventKind, r jobck.Round) jobck.HostEvent {
+	e := jobck.HostEvent{Kind: k, Job: job, Round: r}
+	for _, st := range h.jobTasks() {
+		e.Tasks = append(e.Tasks, pauseFacts(st))
+	}
+	return e
+}
+
+// pauseJob holds the job's tasks here at their next safe point, within
+// budget (daemon/jobckpt.go's pauseJob).
+func (h *shost) pauseJob(r jobck.Round, budget time.Duration, reply func(ckReply, error)) {
+	var rep ckReply
+	var held []*stask
+	e := h.jobEvent(jobck.HostPause, r)
+	e.Departing = append(e.Departing, slices.Sorted(maps.Keys(h.leaving))...)
+	err := h.doCk(h.stepCk(e), func(x jobck.HostEffect) {
+		if st := h.tasks[x.TID]; x.Kind == jobck.DoPause && st != nil && st.pause != nil {
+			held = append(held, st)
+			rep.tids = append(rep.tids, x.TID)
+		}
+	})
+	if err != nil {
+		reply(rep, err)
+		return
+	}
+	deadline := h.w.now + budget
+	var poll func()
+	poll = func() {
+		if h.w.now < deadline {
+			for _, st := range held {
+				if !st.ended && h.tasks[st.tid] == st && (st.pause == nil || !st.pause.arrived) {
+					h.w.after(100*time.Microsecond, h, fmt.Sprintf("%v pause waits try %d", h.name, r.Try), poll)
+					return
+				}
+			}
+		}
+		for _, st := range held {
+			if st.ended || h.tasks[st.tid] != st {
+				continue // it exited, or moved: nothing to save here
+			}
+			if st.pause == nil || !st.pause.arrived {
+				rep.late = append(rep.late, st.tid)
+			}
+			rep.safeEvery = max(rep.safeEvery, st.safeEvery)
+		}
+		_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostPauseOver, Job: job, Round: r, Late: rep.late}), nil)
+		reply(rep, nil)
+	}
+	poll()
+}
+
+// quietJob reports the job's tasks here not held and the messages from
+// the job's tasks (jobTIDs, the master's registry: every task the job has
+// had) not yet acknowledged here. daemon/jobckpt.go's quietJob counts the
+// messages of the tasks hosted here only: a task that moved away or
+// exited leaves its unacknowledged messages in this host's outbox,
+// uncounted, and a set could complete with one of them in flight — sent
+// before the cut, not received in it, resent by no restored task.
+func (h *shost) quietJob(r jobck.Round, jobTIDs []task.TID) (ckReply, error) {
+	var rep ckReply
+	err := h.doCk(h.stepCk(h.jobEvent(jobck.HostQuiet, r)), func(x jobck.HostEffect) {
+		if x.Kind == jobck.DoReport {
+			rep.tids, rep.running = x.TIDs, x.Running
+		}
+	})
+	for _, tid := range jobTIDs {
+		rep.pending += h.node.Outbox().PendingFrom(tid)
+	}
+	return rep, err
+}
+
+// writeJob writes the checkpoint of each paused task of the job here.
+func (h *shost) writeJob(r jobck.Round) (ckReply, error) {
+	var rep ckReply
+	for _, st := range h.jobTasks() {
+		var p uint64
+		err := h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostWrite, Job: job, Round: r, Local: pauseFacts(st)}), func(x jobck.HostEffect) {
+			if x.Kind == jobck.DoWrite {
+				p = x.Pause
+			}
+		})
+		if err != nil {
+			return rep, err
+		}
+		_, state, encErr := task.EncodeState(st.t)
+		m := captured{tid: st.tid, parent: st.parent, siblings: st.siblings, typ: st.typ, job: st.job, inc: st.inc, mailbox: slices.Clone(st.mb)}
+		m.inSeq, m.early = h.node.Inbox().ReceiverState(st.tid)
+		m.outSeq = h.node.Outbox().SenderState(st.tid)
+		_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: job, TID: st.tid, Pause: p}), nil)
+		if encErr != nil {
+			return rep, fmt.Errorf("checkpoint of %v: %w", st.tid, encErr)
+		}
+		rep.files = append(rep.files, ckptEntry{host: h.id, meta: m, state: state})
+	}
+	return rep, nil
+}
+
+// resumeJob lets the job's tasks held here go on.
+func (h *shost) resumeJob(r jobck.Round) {
+	_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostResume, Job: job, Round: r}), nil)
+}
+
+// killJob ends the job's tasks here quietly for a rollback
+// (daemon/jobs.go's killJob): copies caught in a move go too, and nothing
+// the old incarnations sent or were sent reaches the new ones: of every
+// task of the job (jobTIDs, the master's registry), not only those here
+// now. daemon/jobs.go's killJob drops the state of the tasks it hosts
+// and of the copies caught in a move; a task that moved away left its
+// unacknowledged messages in this host's outbox, which would be resent
+// to its receiver's restored incarnation. It answers once every task has
+// ended.
+func (h *shost) killJob(jobTIDs []task.TID, reply func(ckReply, error)) {
+	tasks := h.jobTasks()
+	tids := slices.Clone(jobTIDs)
+	for _, fx := range h.stepMove(move.HostEvent{Kind: move.EvDropJob, Job: job}) {
+		switch fx.Kind {
+		case move.DoDropDeparture:
+			delete(h.leaving, fx.TID)
+			tids = append(tids, fx.TID)
+		case move.DoDropArrival:
+			if a := h.arriving[fx.TID]; a != nil && a.move == fx.Move {
+				delete(h.arriving, fx.TID)
+			}
+			tids = append(tids, fx.TID)
+		}
+	}
+	_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostKill, Job: job}), nil)
+	for _, st := range tasks {
+		st.quiet = true
+		st.killed = true
+		st.stop()
+		if st.park != nil {
+			st.wake(answer{err: fmt.Errorf("%v: the job rolls back: %w", st.tid, task.ErrKilled)})
+		}
+		tids = append(tids, st.tid)
+	}
+	var wait func(n int)
+	wait = func(n int) {
+		for _, st := range tasks {
+			if !st.ended && n < 100 {
+				h.w.after(time.Millisecond, h, h.name+" kill waits", func() { wait(n + 1) })
+				return
+			}
+		}
+		h.node.Step(h.w.clock(), host.Event{Kind: host.EvDrop, TIDs: tids})
+		var err error
+		for _, st := range tasks {
+			if !st.ended {
+				err = fmt.Errorf("%v of job %d not ended yet", st.tid, job)
+			}
+		}
+		reply(ckReply{}, err)
+	}
+	wait(0)
+}
+
+// stage keeps the set's tasks placed here, to start (daemon/jobs.go's
+// loadStaged).
+func (h *shost) stage(entries []ckptEntry, epoch uint64) error {
+	e := jobck.HostEvent{Kind: jobck.HostStage, Job: job}
+	for _, x := range entries {
+		tid := x.meta.tid
+		a := h.arriving[tid]
+		e.Tasks = append(e.Tasks, jobck.Local{TID: tid, Running: h.tasks[tid] != nil,
+			Moving: h.leaving[tid] != nil || (a != nil && a.move != 0), Arriving: a != nil && a.move == 0})
+	}
+	byTID := map[task.TID]ckptEntry{}
+	for _, x := range entries {
+		byTID[x.meta.tid] = x
+	}
+	return h.doCk(h.stepCk(e), func(fx jobck.HostEffect) {
+		if fx.Kind != jobck.DoStage {
+			return
+		}
+		x := byTID[fx.TID]
+		meta := x.meta
+		meta.epoch = epoch
+		h.arriving[fx.TID] = &arriving{typ: meta.typ, job: job, epoch: epoch, from: x.host, ckpt: &meta, ckptState: x.state}
+	})
+}
+
+func (h *shost) unstage() {
+	_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostUnstage, Job: job}), nil)
+}
+
+// startStaged starts the staged tasks (daemon/jobs.go's startStaged).
+func (h *shost) startStaged() {
+	_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostStart, Job: job}), func(fx jobck.HostEffect) {
+		if fx.Kind != jobck.DoStart {
+			return
+		}
+		a := h.arriving[fx.TID]
+		if a == nil || a.move != 0 || a.ckpt == nil {
+			return
+		}
+		t, err := task.New(a.ckpt.typ, a.ckptState)
+		if err != nil {
+			h.w.fail(fmt.Errorf("restore %v: %w", fx.TID, err))
+			return
+		}
+		h.node.Step(h.w.clock(), host.Event{Kind: host.EvRoute, TID: fx.TID, Route: routing.Route{Host: h.id, Epoch: a.epoch}})
+		if err := h.install(*a.ckpt, t, a, nil); err != nil {
+			h.w.fail(fmt.Errorf("restore %v: %w", fx.TID, err))
+		}
+	})
+}

@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// msgClass is what a message between daemons carries, for the faults
+// that apply to it.
+type msgClass uint8
+
+const (
+	// classData: messages, acknowledgements, refusals (reliable delivery
+	// copes with loss, duplication and reordering).
+	classData msgClass = iota
+	// classCall: a move's control call or its answer (lost: the caller's
+	// timeout; never duplicated, as a call over a stream is not).
+	classCall
+	// classRoute: the master's route broadcasts and a checkpoint's
+	// stream: delayed and reordered, never lost (they travel on streams
+	// a lost connection replays).
+	classRoute
+)
+
+// netState is the network's faults, drawn from the seed.
+type netState struct {
+	loss, dup, delayP float64
+	reorder           bool
+	last              map[[2]task.HostID]time.Duration // per link, the last delivery (FIFO without reorder)
+	cuts              []cut
+}
+
+// cut is a partition between hosts a and b from from until until.
+type cut struct {
+	a, b        task.HostID
+	from, until time.Duration
+}
+
+// master is node 0 of the network.
+const masterNode task.HostID = 0
+
+func nodeName(id task.HostID) string {
+	if id == masterNode {
+		return "master"
+	}
+	return fmt.Sprintf("h%d", id)
+}
+
+// planFaults draws the run's faults from the seed.
+func (w *world) planFaults() {
+	f, n := w.cfg.Faults, &w.net
+	n.last = map[[2]task.HostID]time.Duration{}
+	pick := func(xs ...float64) float64 { return xs[w.rng.IntN(len(xs))] }
+	if f&FaultLoss != 0 {
+		n.loss = pick(0.01, 0.05, 0.15)
+		w.take(fmt.Sprintf("loss %.2f", n.loss))
+	}
+	if f&FaultDup != 0 {
+		n.dup = pick(0.01, 0.05, 0.15)
+		w.take(fmt.Sprintf("dup %.2f", n.dup))
+	}
+	if f&FaultReorder != 0 && w.chance(0.7) {
+		n.reorder = true
+		w.take("reorder")
+	}
+	if f&FaultDelay != 0 {
+		n.delayP = pick(0.01, 0.05)
+		w.take(fmt.Sprintf("delay %.2f", n.delayP))
+	}
+	hz := w.cfg.Horizon
+	if f&FaultPartition != 0 && len(w.hosts) > 1 {
+		for range w.rng.IntN(3) {
+			a := task.HostID(1 + w.rng.IntN(len(w.hosts)))
+			b := task.HostID(1 + w.rng.IntN(len(w.hosts)-1))
+			if b >= a {
+				b++
+			}
+			from := w.dur(0, hz)
+			c := cut{a: a, b: b, from: from, until: from + w.dur(10*time.Millisecond, 500*time.Millisecond)}
+			n.cuts = append(n.cuts, c)
+			w.at(c.from, nil, fmt.Sprintf("partition %v|%v until %v", nodeName(a), nodeName(b), c.until), func() {
+				w.take(fmt.Sprintf("partition %v|%v for %v", nodeName(c.a), nodeName(c.b), c.until-c.from))
+			})
+		}
+	}
+	if f&FaultFreeze != 0 {
+		for range w.rng.IntN(3) {
+			h := w.hosts[w.rng.IntN(len(w.hosts))]
+			from, d := w.dur(0, hz), w.dur(10*time.Millisecond, 500*time.Millisecond)
+			w.at(from, nil, fmt.Sprintf("freeze %v for %v", h.name, d), func() {
+				w.take(fmt.Sprintf("freeze %v for %v", h.name, d))
+				h.frozenUntil = max(h.frozenUntil, w.now+d)
+			})
+		}
+	}
+	if f&FaultMove != 0 {
+		for range 1 + w.rng.IntN(6) {
+			w.at(w.dur(0, hz), nil, "move a task", w.master.randomMove)
+		}
+	}
+	if f&FaultCheckpoint != 0 {
+		every := w.dur(hz/5, hz/2)
+		w.take(fmt.Sprintf("checkpoint every %v", every))
+		w.master.planCheckpoints(max(every, time.Microsecond))
+	}
+	if f&FaultCrash != 0 && len(w.hosts) > 1 {
+		h := w.hosts[w.rng.IntN(len(w.hosts))]
+		w.at(w.dur(hz/4, hz), nil, "crash "+h.name, func() { w.crash(h) })
+	}
+}
+
+// cutAt reports whether a and b are partitioned now.
+func (n *netState) cutAt(a, b task.HostID, now time.Duration) bool {
+	for _, c := range n.cuts {
+		if now >= c.from && now < c.until && ((c.a == a && c.b == b) || (c.a == b && c.b == a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// send carries a message of class c from node from to node to and runs
+// deliver there, unless the network loses it; it may deliver it twice
+// (classData). what describes it in the trace.
+func (w *world) send(from, to task.HostID, c msgClass, what string, deliver func()) {
+	n := &w.net
+	if c != classRoute && from != to {
+		if n.cutAt(from, to, w.now) {
+			w.note(fmt.Sprintf("cut %v→%v %s", nodeName(from), nodeName(to), what))
+			return
+		}
+		if w.chance(n.loss) {
+			w.note(fmt.Sprintf("lost %v→%v %s", nodeName(from), nodeName(to), what))
+			return
+		}
+	}
+	d := w.dur(20*time.Microsecond, 200*time.Microsecond)
+	if from == to {
+		d = w.dur(time.Microsecond, 5*time.Microsecond)
+	}
+	if w.chance(n.delayP) {
+		d += w.dur(10*time.Millisecond, 80*time.Millisecond)
+	}
+	t := w.now + d
+	link := [2]task.HostID{from, to}
+	if !n.reorder {
+		t = max(t, n.last[link]+1)
+		n.last[link] = t
+	}
+	dst := w.host(to)
+	line := fmt.Sprintf("%v→%v %s", nodeName(from), nodeName(to), what)
+	w.at(t, dst, line, deliver)
+	if c == classData && w.chance(n.dup) {
+		w.at(t+w.dur(0, time.Millisecond), dst, "dup "+line, deliver)
+	}
+}

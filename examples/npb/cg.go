@@ -455,9 +455,13 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 	w.bounds = blockBounds(p.NA, cm.size())
 	w.r0, w.r1 = w.bounds[cm.rank()], w.bounds[cm.rank()+1]
 	nloc := w.r1 - w.r0
-	if w.m, err = cgMatrix(cm, p, w.r0, w.r1, h.setup); err != nil {
+	// The matrix is kept only once built: a set-up tick that suspended
+	// the task has handed its struct to the runtime, which reads it.
+	m, err := cgMatrix(cm, p, w.r0, w.r1, h.setup)
+	if err != nil {
 		return nil, err
 	}
+	w.m = m
 	w.pFull, w.zFull = make([]float64, p.NA), make([]float64, p.NA)
 	w.q = make([]float64, nloc)
 	if w.X == nil {
@@ -470,8 +474,13 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, fmt.Errorf("CG state: x has %d elements, want %d", len(w.X), nloc)
 	}
 	if !w.Warm {
-		if err := h.allReady(); err != nil {
-			return nil, err
+		// Before the warm-up's conjugate gradient starts only: Run
+		// re-entered inside it makes its steps' collectives again, and
+		// this barrier is not one of them.
+		if !w.InCG {
+			if err := h.allReady(); err != nil {
+				return nil, err
+			}
 		}
 		// One untimed iteration, then x = 1 again.
 		if err := w.iterate(cm, h, p.Shift); err != nil {

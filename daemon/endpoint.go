@@ -327,6 +327,36 @@ func (h *hosted) Members(ctx context.Context, group string) ([]task.TID, error) 
 }
 
 func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
+	return h.barrier(ctx, group, count, nil)
+}
+
+// BarrierSafe is Barrier that is a safe point while it waits
+// (task.SafeBarrierer): when a move or checkpoint of the task is pending it
+// withdraws the task's arrival and returns passed == false, unless the
+// barrier completed first.
+func (h *hosted) BarrierSafe(ctx context.Context, group string, count int) (bool, error) {
+	if err := h.ctxErr(ctx); err != nil {
+		return false, err
+	}
+	if h.moveReq.Load() != nil || h.pause.Load() != nil {
+		return false, nil
+	}
+	// Waiting here is a safe point: it does not count in the interval
+	// between the task's safe points.
+	h.safeSeen(time.Now())
+	h.safeWait.Store(true)
+	err := h.barrier(ctx, group, count, h.moveKick)
+	h.safeAt.Store(time.Now().UnixNano())
+	h.safeWait.Store(false)
+	if errors.Is(err, errInterrupted) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// barrier waits in the group's barrier; a signal on kick (nil: none) takes
+// the task out of it for a safe point (errInterrupted).
+func (h *hosted) barrier(ctx context.Context, group string, count int, kick <-chan struct{}) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
@@ -337,9 +367,9 @@ func (h *hosted) Barrier(ctx context.Context, group string, count int) error {
 	}
 	var err error
 	if h.d.isMaster() {
-		err = h.d.groups.wait(ctx, h.dead(), group, h.tid, count, h.d.releaseBarrier)
+		err = h.d.groups.wait(ctx, h.dead(), kick, group, h.tid, count, h.d.releaseBarrier)
 	} else {
-		err = h.d.remoteBarrier(ctx, h, group, count)
+		err = h.d.remoteBarrier(ctx, h, group, count, kick)
 	}
 	if err != nil && h.ctx.Err() != nil {
 		err = task.ErrKilled

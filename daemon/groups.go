@@ -3,6 +3,7 @@ package daemon
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -310,13 +311,16 @@ func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) 
 	return b, false, nil
 }
 
-// withdraw takes back a remote member's arrival (its wait was cancelled).
-func (g *groups) withdraw(name string, tid task.TID) {
+// withdraw takes back a remote member's arrival (its wait was cancelled,
+// or it goes to a safe point) and reports whether it did: false when the
+// member is in no barrier of the group now (the barrier it arrived at has
+// completed, and its release has been sent).
+func (g *groups) withdraw(name string, tid task.TID) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gr := g.m[name]
-	if gr == nil || gr.barrier == nil {
-		return
+	if gr == nil || gr.barrier == nil || !gr.barrier.arrived[tid] {
+		return false
 	}
 	b := gr.barrier
 	delete(b.arrived, tid)
@@ -328,12 +332,15 @@ func (g *groups) withdraw(name string, tid task.TID) {
 			}
 		}
 	}
+	return true
 }
 
 // wait blocks tid in the group's barrier until count members have arrived.
 // count <= 0 means all current members. release is called with the
-// barrier when this arrival completes it.
-func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, tid task.TID, count int, release func(*barrier)) error {
+// barrier when this arrival completes it. A signal on kick (nil: none)
+// withdraws the arrival and returns errInterrupted, unless the barrier
+// completed first (then it returns nil: tid passed).
+func (g *groups) wait(ctx context.Context, dead, kick <-chan struct{}, name string, tid task.TID, count int, release func(*barrier)) error {
 	b, done, err := g.arrive(name, tid, 0, count)
 	if err != nil {
 		return err
@@ -344,15 +351,17 @@ func (g *groups) wait(ctx context.Context, dead <-chan struct{}, name string, ti
 		}
 		return nil
 	}
-	return g.await(ctx, dead, b, tid)
+	return g.await(ctx, dead, kick, b, tid)
 }
 
-// await waits for a barrier tid has arrived at.
-func (g *groups) await(ctx context.Context, dead <-chan struct{}, b *barrier, tid task.TID) error {
+// await waits for a barrier tid has arrived at (see wait for kick).
+func (g *groups) await(ctx context.Context, dead, kick <-chan struct{}, b *barrier, tid task.TID) error {
 	var err error
 	select {
 	case <-b.done:
 		return nil
+	case <-kick:
+		err = errInterrupted
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-dead:
@@ -409,7 +418,10 @@ func (d *Daemon) sendRelease(h task.HostID, group string, tids []task.TID, faile
 // remoteBarrier waits in a barrier of the master's group server for a task
 // of this host: its arrival goes to the master as one message, and the
 // master releases all of this host's waiting members with one message.
-func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, count int) error {
+// A signal on kick (nil: none) withdraws the arrival, waiting for the
+// master's word, and returns errInterrupted, unless the barrier completed
+// first (then it returns nil: the task passed).
+func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, count int, kick <-chan struct{}) error {
 	a := arrival{group: group, count: count, tid: h.tid}
 	ch := d.arrivals.waitIn(a)
 	d.arrive(a)
@@ -417,6 +429,8 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 	select {
 	case err = <-ch:
 		return err
+	case <-kick:
+		return d.withdrawArrival(ctx, h, group, ch)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-h.dead():
@@ -434,6 +448,50 @@ func (d *Daemon) remoteBarrier(ctx context.Context, h *hosted, group string, cou
 	default:
 	}
 	return err
+}
+
+// withdrawArrival takes back a waiting task's arrival so that it can go to
+// a safe point: errInterrupted when it did, the barrier's outcome (nil:
+// passed) when the barrier completed first. An arrival not yet sent is
+// taken from the queue; one sent is withdrawn at the master, which answers
+// errBarrierWithdrawn on ch when it withdrew it and has otherwise already
+// sent the release (events on a connection keep their order, so the
+// release is then ahead of nothing the task waits for).
+func (d *Daemon) withdrawArrival(ctx context.Context, h *hosted, group string, ch chan error) error {
+	if d.unarrive(h.tid) {
+		d.arrivals.forget(h.tid)
+		select {
+		case rerr := <-ch: // its send failed meanwhile
+			return rerr
+		default:
+		}
+		return errInterrupted
+	}
+	err := d.sendEvent(d.ctx, MasterID, &event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{h.tid}})
+	if err == nil {
+		select {
+		case err = <-ch:
+			if errors.Is(err, errBarrierWithdrawn) {
+				return errInterrupted
+			}
+			return err
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-h.dead():
+			err = task.ErrKilled
+		case <-d.ctx.Done():
+			err = task.ErrHalted
+		}
+	}
+	d.arrivals.forget(h.tid)
+	select {
+	case rerr := <-ch:
+		if !errors.Is(rerr, errBarrierWithdrawn) {
+			return rerr
+		}
+	default:
+	}
+	return fmt.Errorf("withdraw from barrier %q: %w", group, err)
 }
 
 // arrive sends an arrival to the master. Arrivals that come while one is

@@ -322,7 +322,11 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 		if d.refuseClaim(p, "barrier-cancel event", routing.ClaimAct, e.TIDs[0]) != nil {
 			return nil
 		}
-		d.groups.withdraw(e.Group, e.TIDs[0])
+		if d.groups.withdraw(e.Group, e.TIDs[0]) {
+			// The host waits for this word before its task leaves the
+			// barrier for a safe point.
+			d.sendRelease(p.info.ID, e.Group, e.TIDs, errBarrierWithdrawn)
+		}
 	case evBarrierRelease:
 		if !fromMaster {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())

@@ -249,7 +249,7 @@ func declareMethods() []method {
 			return tidsReply{TIDs: m}, err
 		}),
 		op(mBarrier, callHost, ownNone, true, func(d *Daemon, ctx context.Context, _ *peer, a *groupArgs) (none, error) {
-			return none{}, d.groups.wait(ctx, d.ctx.Done(), a.Group, a.TID, a.Count, d.releaseBarrier)
+			return none{}, d.groups.wait(ctx, d.ctx.Done(), nil, a.Group, a.TID, a.Count, d.releaseBarrier)
 		}),
 		op(mLeaveAll, callHost, ownNone, true, func(d *Daemon, _ context.Context, _ *peer, a *groupArgs) (none, error) {
 			d.groups.leaveAll(a.TID)

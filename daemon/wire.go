@@ -170,7 +170,12 @@ var errorCodes = map[string]error{
 	"outside":       ErrOutsideShared,
 	"aborted":       ErrAborted,
 	"no-such-job":   ErrNoJob,
+	"withdrawn":     errBarrierWithdrawn,
 }
+
+// errBarrierWithdrawn is the master's answer to a barrier-cancel event
+// that took the task's arrival back.
+var errBarrierWithdrawn = errors.New("barrier arrival withdrawn")
 
 // codeOf returns the code of the sentinel err wraps, if any.
 func codeOf(err error) string {

@@ -86,7 +86,8 @@
 //   - ErrTimeout: a Recv or Send with the Timeout option gave up.
 //   - ErrEncode, ErrDecode: a value that cannot be encoded, a message that
 //     does not decode into the value given.
-//   - ErrSuspended: from SafePoint, Recv and Send with Safe, JoinComm and
+//   - ErrSuspended: from SafePoint, Recv, Send and Barrier with Safe,
+//     GroupComm, JoinComm and
 //     collectives when the runtime has checkpointed the task to move it;
 //     Run must return it unchanged.
 //   - ErrKilled: the task has been killed; Run should return.

@@ -2,6 +2,7 @@ package task
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 )
@@ -50,14 +51,58 @@ func (c *Ctx) Members(group string) ([]TID, error) {
 }
 
 // Barrier blocks until count members of the group have called Barrier for
-// it; count <= 0 means every current member. The caller must be a member.
-func (c *Ctx) Barrier(group string, count int) error {
-	c.enter()
-	defer c.leave()
-	if err := c.ep.Barrier(c.ep.Context(), group, count); err != nil {
-		return fmt.Errorf("barrier %q: %w", group, err)
+// it; count <= 0 means every current member (counted when the first of
+// them arrives). The caller must be a member.
+//
+// With Safe() the wait is a safe point: while the barrier has not
+// completed, the task can be moved or checkpointed. Its arrival is then
+// first withdrawn from the barrier (atomically at the group's server: the
+// barrier either completes with the caller, which then passes, or not
+// without it), so that a checkpoint never holds a task inside a barrier
+// the others have passed and a resumed task arrives again, counted once.
+// Like SafePoint, the call then returns ErrSuspended, which Run must
+// return unchanged; on re-entry Run calls Barrier again, so wait with
+// Safe where Run's fields say the task is about to enter the barrier.
+// Inside a critical section the wait is no safe point. Barrier takes no
+// other option.
+func (c *Ctx) Barrier(group string, count int, opts ...Option) error {
+	o, err := options("barrier", opts, optSafe)
+	if err != nil {
+		return err
 	}
-	return nil
+	sb, ok := c.ep.(SafeBarrierer)
+	if !o.safe || !ok || c.critical.Load() > 0 {
+		c.enter()
+		defer c.leave()
+		if err := c.ep.Barrier(c.ep.Context(), group, count); err != nil {
+			return fmt.Errorf("barrier %q: %w", group, err)
+		}
+		return nil
+	}
+	for {
+		c.enter()
+		passed, err := sb.BarrierSafe(c.ep.Context(), group, count)
+		c.leave()
+		if err != nil {
+			return fmt.Errorf("barrier %q: %w", group, err)
+		}
+		if passed {
+			return nil
+		}
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
+	}
+}
+
+// SafeBarrierer is implemented by endpoints whose group barrier can be a
+// safe point (the daemon's).
+type SafeBarrierer interface {
+	// BarrierSafe is a blocking Barrier that also returns, with passed ==
+	// false and no error, when the runtime wants the task at a safe
+	// point; the task's arrival has then been withdrawn and the barrier
+	// has not completed with it.
+	BarrierSafe(ctx context.Context, group string, count int) (passed bool, err error)
 }
 
 // GroupComm makes out a communicator of the group's members, ranked in
@@ -69,17 +114,20 @@ func (c *Ctx) Barrier(group string, count int) error {
 // their calls run. out, a field of the task's struct, gets an ID of its
 // own, so that its messages never mix with another communicator's. It
 // returns at once when out is already set (Run re-entered after a move).
-// It is no safe point: the members make it together, as one step.
+// Its wait in the barrier is a safe point, as Barrier's with Safe(): a
+// task moved or checkpointed there has not been counted and calls
+// GroupComm again on re-entry. Past the barrier the members make the rest
+// together, as one step, with no safe point.
 func (c *Ctx) GroupComm(group string, count int, out *Comm) error {
 	if len(out.TIDs) > 0 {
 		c.track(out)
 		return nil
 	}
+	if err := c.Barrier(group, count, Safe()); err != nil {
+		return collErr("group communicator", err)
+	}
 	c.enter()
 	defer c.leave()
-	if err := c.Barrier(group, count); err != nil {
-		return fmt.Errorf("group communicator: %w", err)
-	}
 	m, err := c.Members(group)
 	if err != nil {
 		return fmt.Errorf("group communicator: %w", err)

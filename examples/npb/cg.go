@@ -12,19 +12,31 @@ import (
 // gathers the whole search direction p before each matrix-vector product.
 type CGWorker struct {
 	Place
-	Warm bool      // the untimed warm-up iteration is done
-	It   int       // timed iterations done
-	X    []float64 // this task's block of x
-	Zeta float64
-	Rn   float64 // ||r|| of the last iteration
+	Warm  bool      // the untimed warm-up iteration is done
+	Timed bool      // the barrier before the timed region is passed
+	It    int       // timed iterations done
+	X     []float64 // this task's block of x
+	Zeta  float64
+	Rn    float64 // ||r|| of the last iteration
+
+	// The conjugate gradient of the iteration in progress (InCG), at the
+	// start of its step Step (cgItMax: every step done, ||x - A·z|| and
+	// the new x to come): rho and this task's blocks of z, r and p. Each
+	// step ends at a safe point, and its waits for other tasks are safe
+	// points (safeColl) where Run re-entered makes the step again.
+	InCG    bool
+	Step    int
+	Rho     float64
+	Z, R, P []float64
 
 	// Derived from the class and rank, rebuilt after a restore.
-	m       *csr
-	r0, r1  int
-	bounds  []int
-	pFull   []float64
-	zFull   []float64 // z gathered for ||x - A·z||
-	q, r, z []float64
+	m      *csr
+	r0, r1 int
+	bounds []int
+	pFull  []float64
+	zFull  []float64 // z gathered for ||x - A·z||
+	q      []float64
+	zn, rn []float64 // a step's new z and r, kept as Z and R when it ends
 }
 
 func (w *CGWorker) place() *Place { return &w.Place }
@@ -313,65 +325,83 @@ func dot(x, y []float64) float64 {
 	return s
 }
 
-// allsum sums v over all ranks.
+// allsum sums v over all ranks, waiting at a safe point where cm can
+// (sumSafe).
 func allsum(cm comm, v ...float64) ([]float64, error) {
-	if err := allreduce(cm, v, sumOp[float64]); err != nil {
+	if err := sumSafe(cm, v); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-// conjGrad runs NPB's 25 CG steps from x, leaving the result in w.z, and
-// returns ||x - A·z||.
-func (w *CGWorker) conjGrad(cm comm) (float64, error) {
-	x, z, r, q := w.X, w.z, w.r, w.q
-	p := w.pFull[w.r0:w.r1]
-	for j := range x {
-		q[j] = 0
-		z[j] = 0
-		r[j] = x[j]
-		p[j] = x[j]
+// conjGrad runs NPB's 25 CG steps from x, leaving the result in w.Z, and
+// returns ||x - A·z||. It resumes from the fields (InCG, Step, Rho, Z, R,
+// P) and reaches a safe point after each step: a step changes the fields
+// only once its last wait is over.
+func (w *CGWorker) conjGrad(cm comm, h *hooks) (float64, error) {
+	x, q := w.X, w.q
+	nloc := len(x)
+	if !w.InCG {
+		w.Z, w.R, w.P = resize(w.Z, nloc), resize(w.R, nloc), resize(w.P, nloc)
+		for j := range x {
+			w.Z[j] = 0
+			w.R[j] = x[j]
+			w.P[j] = x[j]
+		}
+		s, err := allsum(cm, dot(w.R, w.R))
+		if err != nil {
+			return 0, err
+		}
+		w.Rho, w.Step, w.InCG = s[0], 0, true
+		if err := h.safe(); err != nil {
+			return 0, err
+		}
 	}
-	// The gathers send p's block in place: this task writes to it again
-	// only after an allsum, which every other task enters once it has
-	// copied the block out.
-	if err := allgathervLent(cm, w.pFull, w.bounds); err != nil {
-		return 0, err
+	if len(w.Z) != nloc || len(w.R) != nloc || len(w.P) != nloc {
+		return 0, fmt.Errorf("CG state: z, r, p have %d, %d, %d elements, want %d", len(w.Z), len(w.R), len(w.P), nloc)
 	}
-	s, err := allsum(cm, dot(r, r))
-	if err != nil {
-		return 0, err
-	}
-	rho := s[0]
-	for range cgItMax {
+	w.zn, w.rn = resize(w.zn, nloc), resize(w.rn, nloc)
+	for w.Step < cgItMax {
+		// The gathers send p's block in place: this task writes to it
+		// again only after an allsum, which every other task enters once
+		// it has copied the block out.
+		copy(w.pFull[w.r0:w.r1], w.P)
+		if err := gatherSafe(cm, w.pFull, w.bounds); err != nil {
+			return 0, err
+		}
+		p := w.P
 		w.m.spmv(q, w.pFull)
 		s, err := allsum(cm, dot(p, q))
 		if err != nil {
 			return 0, err
 		}
-		alpha := rho / s[0]
-		rho0 := rho
-		q, r, z := q[:len(p)], r[:len(p)], z[:len(p)]
+		alpha := w.Rho / s[0]
+		q, r, z := q[:len(p)], w.rn[:len(p)], w.zn[:len(p)]
 		for j, pj := range p {
-			z[j] += alpha * pj
-			r[j] -= alpha * q[j]
+			z[j] = w.Z[j] + alpha*pj
+			r[j] = w.R[j] - alpha*q[j]
 		}
 		if s, err = allsum(cm, dot(r, r)); err != nil {
 			return 0, err
 		}
-		rho = s[0]
-		beta := rho / rho0
+		rho := s[0]
+		beta := rho / w.Rho
 		for j, rj := range r {
 			p[j] = rj + beta*p[j]
 		}
-		if err := allgathervLent(cm, w.pFull, w.bounds); err != nil {
+		w.Z, w.zn = w.zn, w.Z
+		w.R, w.rn = w.rn, w.R
+		w.Rho = rho
+		w.Step++
+		if err := h.safe(); err != nil {
 			return 0, err
 		}
 	}
 	// ||r|| = ||x - A·z||, with z gathered into zFull (pFull's block may
 	// still be read by the other tasks).
-	copy(w.zFull[w.r0:w.r1], z)
-	if err := allgathervLent(cm, w.zFull, w.bounds); err != nil {
+	r := w.rn
+	copy(w.zFull[w.r0:w.r1], w.Z)
+	if err := gatherSafe(cm, w.zFull, w.bounds); err != nil {
 		return 0, err
 	}
 	w.m.spmv(r, w.zFull)
@@ -380,29 +410,39 @@ func (w *CGWorker) conjGrad(cm comm) (float64, error) {
 		d := xj - r[j]
 		sum += d * d
 	}
-	if s, err = allsum(cm, sum); err != nil {
+	s, err := allsum(cm, sum)
+	if err != nil {
 		return 0, err
 	}
 	return math.Sqrt(s[0]), nil
 }
 
+// resize returns s with n elements, reusing its memory when it can.
+func resize(s []float64, n int) []float64 {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]float64, n)
+}
+
 // iterate does one iteration of the inverse power method: conj_grad, zeta
 // and x = z/||z||.
-func (w *CGWorker) iterate(cm comm, shift float64) error {
-	rn, err := w.conjGrad(cm)
+func (w *CGWorker) iterate(cm comm, h *hooks, shift float64) error {
+	rn, err := w.conjGrad(cm, h)
 	if err != nil {
 		return err
 	}
-	s, err := allsum(cm, dot(w.X, w.z), dot(w.z, w.z))
+	s, err := allsum(cm, dot(w.X, w.Z), dot(w.Z, w.Z))
 	if err != nil {
 		return err
 	}
 	w.Rn = rn
 	w.Zeta = shift + 1/s[0]
 	n2 := 1 / math.Sqrt(s[1])
-	for j, zj := range w.z {
+	for j, zj := range w.Z {
 		w.X[j] = n2 * zj
 	}
+	w.InCG = false
 	return nil
 }
 
@@ -415,11 +455,15 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 	w.bounds = blockBounds(p.NA, cm.size())
 	w.r0, w.r1 = w.bounds[cm.rank()], w.bounds[cm.rank()+1]
 	nloc := w.r1 - w.r0
-	if w.m, err = cgMatrix(cm, p, w.r0, w.r1, h.setup); err != nil {
+	// The matrix is kept only once built: a set-up tick that suspended
+	// the task has handed its struct to the runtime, which reads it.
+	m, err := cgMatrix(cm, p, w.r0, w.r1, h.setup)
+	if err != nil {
 		return nil, err
 	}
+	w.m = m
 	w.pFull, w.zFull = make([]float64, p.NA), make([]float64, p.NA)
-	w.q, w.r, w.z = make([]float64, nloc), make([]float64, nloc), make([]float64, nloc)
+	w.q = make([]float64, nloc)
 	if w.X == nil {
 		w.X = make([]float64, nloc)
 		for j := range w.X {
@@ -430,27 +474,38 @@ func (w *CGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, fmt.Errorf("CG state: x has %d elements, want %d", len(w.X), nloc)
 	}
 	if !w.Warm {
-		if err := h.allReady(); err != nil {
-			return nil, err
+		// Before the warm-up's conjugate gradient starts only: Run
+		// re-entered inside it makes its steps' collectives again, and
+		// this barrier is not one of them.
+		if !w.InCG {
+			if err := h.allReady(); err != nil {
+				return nil, err
+			}
 		}
 		// One untimed iteration, then x = 1 again.
-		if err := w.iterate(cm, p.Shift); err != nil {
+		if err := w.iterate(cm, h, p.Shift); err != nil {
 			return nil, err
 		}
 		for j := range w.X {
 			w.X[j] = 1
 		}
 		w.Zeta, w.Warm = 0, true
-		if err := barrier(cm); err != nil {
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+	}
+	if !w.Timed {
+		if err := barrierSafe(cm); err != nil {
 			return nil, err
 		}
 		w.startTimer(cm, h)
+		w.Timed = true
 		if err := h.safe(); err != nil {
 			return nil, err
 		}
 	}
 	for w.It < p.Niter {
-		if err := w.iterate(cm, p.Shift); err != nil {
+		if err := w.iterate(cm, h, p.Shift); err != nil {
 			return nil, err
 		}
 		w.It++

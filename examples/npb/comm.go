@@ -74,6 +74,92 @@ type taskComm struct {
 	// longer than a poll lasts.
 	oneHost bool
 	spin    spinPolicy
+	// team is the worker's task.Comm (a field of its struct), whose
+	// collectives are safe points (safeColl).
+	team *task.Comm
+}
+
+// safeColl is implemented by a comm whose collectives can wait at safe
+// points (taskComm): on the worker's task.Comm, which keeps a collective's
+// progress, so that Run re-entered in one makes the same call again and
+// carries on (task.Comm). A kernel calls them where its fields say where
+// it is: Run re-entered there computes the same arguments again.
+type safeColl interface {
+	safeBarrier() error
+	safeSum(data []float64) error
+	safeGather(full []float64, bounds []int) error
+	// safeTeam is the task's Ctx and the worker's task.Comm, for the
+	// collectives of other types.
+	safeTeam() (*task.Ctx, *task.Comm)
+}
+
+func (t *taskComm) safeTeam() (*task.Ctx, *task.Comm) { return t.c, t.team }
+
+// teamOf returns what safeTeam does when cm is a safeColl of more than one
+// rank.
+func teamOf(cm comm) (*task.Ctx, *task.Comm, bool) {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		c, m := s.safeTeam()
+		return c, m, true
+	}
+	return nil, nil, false
+}
+
+// sumSafeInt64 is sumSafe for int64s.
+func sumSafeInt64(cm comm, data []int64) error {
+	if c, m, ok := teamOf(cm); ok {
+		return task.AllReduce(c, m, task.Sum[int64], data)
+	}
+	return allreduce(cm, data, sumOp[int64])
+}
+
+func (t *taskComm) safeBarrier() error { return t.team.Barrier(t.c) }
+func (t *taskComm) safeSum(data []float64) error {
+	return task.AllReduce(t.c, t.team, task.Sum[float64], data)
+}
+
+// safeGather fills full with every rank's block (bounds) from the rank's
+// own, as allgathervLent does but with copies.
+func (t *taskComm) safeGather(full []float64, bounds []int) error {
+	parts, err := task.Allgatherv(t.c, t.team, full[bounds[t.me]:bounds[t.me+1]])
+	if err != nil {
+		return err
+	}
+	for r, part := range parts {
+		lo, hi := bounds[r], bounds[r+1]
+		if len(part) != hi-lo {
+			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(part), hi-lo)
+		}
+		copy(full[lo:hi], part)
+	}
+	return nil
+}
+
+// gatherSafe is allgathervLent, waiting at a safe point where cm can
+// (safeColl).
+func gatherSafe(cm comm, full []float64, bounds []int) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeGather(full, bounds)
+	}
+	return allgathervLent(cm, full, bounds)
+}
+
+// barrierSafe is barrier, waiting at a safe point where cm can (safeColl).
+func barrierSafe(cm comm) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeBarrier()
+	}
+	return barrier(cm)
+}
+
+// sumSafe is allreduce with sumOp, waiting at a safe point where cm can
+// (safeColl). Both combine the ranks' data in rank order at rank 0, so the
+// sums are the same bits either way.
+func sumSafe(cm comm, data []float64) error {
+	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
+		return s.safeSum(data)
+	}
+	return allreduce(cm, data, sumOp[float64])
 }
 
 func (t *taskComm) rank() int { return t.me }

@@ -15,6 +15,7 @@ import (
 type ISWorker struct {
 	Place
 	Warm   bool // the untimed ranking is done
+	Timed  bool // the barrier before the timed region is passed
 	It     int  // timed iterations done
 	Passed int  // partial checks this task passed
 
@@ -90,7 +91,7 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	// the last ranking's keys in place, as views of send (see exchange),
 	// and an all-reduce completes only once every task has finished that
 	// ranking and contributed to this one, so send is ours again.
-	if err := allreduce(cm, tot, sumOp[int64]); err != nil {
+	if err := sumSafeInt64(cm, tot); err != nil {
 		return 0, err
 	}
 	send := w.send[:len(keys)]
@@ -121,15 +122,37 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 			want += int(tot[b])
 		}
 		got := len(segs[0])
-		for k := 1; k < np; k++ {
-			to, from := (me+k)%np, (me-k+np)%np
-			var n int
-			var err error
-			segs, n, err = w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], segs)
+		if c, team, ok := teamOf(cm); ok {
+			// As a dpvm task: one Alltoallv on the worker's task.Comm,
+			// whose waits are safe points (copies, where exchange
+			// lends its keys).
+			out := make([][]int32, np)
+			for q := range np {
+				if q != me {
+					out[q] = send[local[bs[q]]:local[bs[q+1]]]
+				}
+			}
+			in, err := task.Alltoallv(c, team, out)
 			if err != nil {
 				return 0, err
 			}
-			got += n
+			for k := 1; k < np; k++ {
+				if part := in[(me-k+np)%np]; len(part) > 0 {
+					segs = append(segs, part)
+					got += len(part)
+				}
+			}
+		} else {
+			for k := 1; k < np; k++ {
+				to, from := (me+k)%np, (me-k+np)%np
+				var n int
+				var err error
+				segs, n, err = w.exchange(cm, to, from, send[local[bs[to]]:local[bs[to+1]]], segs)
+				if err != nil {
+					return 0, err
+				}
+				got += n
+			}
 		}
 		if got != want {
 			return 0, fmt.Errorf("IS: received %d keys for buckets %d..%d, want %d", got, bs[me], bs[me+1], want)
@@ -337,16 +360,31 @@ func (w *ISWorker) fullVerify(cm comm) (int64, error) {
 		if len(sorted) > 0 {
 			last[0] = sorted[len(sorted)-1]
 		}
-		if me+1 < np {
-			if err := cm.send(me+1, tagHalo, last); err != nil {
+		var prev []int32
+		if c, team, ok := teamOf(cm); ok {
+			to, from := me+1, me-1
+			if to == np {
+				to = task.NoRank
+			}
+			if from < 0 {
+				from = task.NoRank
+			}
+			if err := team.SendRecv(c, to, last, from, &prev); err != nil {
 				return 0, err
+			}
+		} else {
+			if me+1 < np {
+				if err := cm.send(me+1, tagHalo, last); err != nil {
+					return 0, err
+				}
+			}
+			if me > 0 {
+				if err := cm.recv(me-1, tagHalo, &prev); err != nil {
+					return 0, err
+				}
 			}
 		}
 		if me > 0 {
-			var prev []int32
-			if err := cm.recv(me-1, tagHalo, &prev); err != nil {
-				return 0, err
-			}
 			if len(prev) != 1 {
 				return 0, fmt.Errorf("IS: bad boundary message of %d keys", len(prev))
 			}
@@ -380,20 +418,35 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 	for it := 1; it <= w.It; it++ {
 		w.edit(it)
 	}
+	// Each ranking ends at a safe point, except the last: what follows it
+	// reads its buckets, which are not kept in fields. Run re-entered
+	// after it ranks again, its collectives replayed by the worker's
+	// task.Comm (their waits are safe points where cm can: safeColl).
 	if !w.Warm {
 		if _, err := w.rank(cm, 1); err != nil {
 			return nil, err
 		}
 		w.Warm = true
-		if err := barrier(cm); err != nil {
-			return nil, err
-		}
-		w.startTimer(cm, h)
-	}
-	for w.It < isIterations {
 		if err := h.safe(); err != nil {
 			return nil, err
 		}
+	}
+	if !w.Timed {
+		if err := barrierSafe(cm); err != nil {
+			return nil, err
+		}
+		w.startTimer(cm, h)
+		w.Timed = true
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
+	}
+	if w.It == isIterations && w.segs == nil {
+		if _, err := w.rank(cm, w.It); err != nil {
+			return nil, err
+		}
+	}
+	for w.It < isIterations {
 		passed, err := w.rank(cm, w.It+1)
 		if err != nil {
 			return nil, err
@@ -401,8 +454,13 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 		w.Passed += passed
 		w.It++
 		h.report(w.It, isIterations)
+		if w.It < isIterations {
+			if err := h.safe(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if err := barrier(cm); err != nil {
+	if err := barrierSafe(cm); err != nil {
 		return nil, err
 	}
 	var t float64
@@ -414,7 +472,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	sums := []int64{int64(w.Passed), bad}
-	if err := allreduce(cm, sums, sumOp[int64]); err != nil {
+	if err := sumSafeInt64(cm, sums); err != nil {
 		return nil, err
 	}
 	if cm.rank() != 0 {

@@ -32,7 +32,7 @@ func (p *Place) attach(c *task.Ctx) (comm, error) {
 	if p.C.Size() != p.NP {
 		return nil, fmt.Errorf("npb worker: a team of %d, want %d", p.C.Size(), p.NP)
 	}
-	tc := &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs}
+	tc := &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs, team: &p.C}
 	if hs, err := c.Hosts(); err == nil && len(hs) == 1 {
 		tc.oneHost = true
 	}
@@ -124,7 +124,17 @@ func runWorker(c *task.Ctx, k worker) error {
 	if err != nil {
 		return err
 	}
-	h := &hooks{safePoint: c.SafePoint, setupPoint: c.SafePoint, ready: func() error { return p.C.Barrier(c) }, now: time.Now}
+	// A set-up tick is a safe point only while the team's task.Comm keeps
+	// no results to replay: Run re-entered inside a step (CG's, IS's)
+	// must make its collectives again before its next safe point, which
+	// would drop them.
+	setup := func() error {
+		if len(p.C.Done) > 0 {
+			return nil
+		}
+		return c.SafePoint()
+	}
+	h := &hooks{safePoint: c.SafePoint, setupPoint: setup, ready: func() error { return p.C.Barrier(c) }, now: time.Now}
 	if p.C.Rank == 0 {
 		h.progress = func(pr Progress) { _ = c.Send(c.Parent(), tagProgress, pr) }
 	}

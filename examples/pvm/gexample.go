@@ -30,6 +30,7 @@ type GExample struct {
 	Inst      int        // instance number in the group
 	Children  []task.TID // instance 0: the tasks it spawned
 	Told      bool       // instance 0: nproc and dimension multicast
+	Reduced   bool       // reductions done and results printed
 	Computed  bool       // reductions, results and barrier done
 	M         task.Comm  // the group "matrix" as a communicator, in instance order
 	Exited    int        // instance 0: children's exits received
@@ -132,10 +133,32 @@ func (g *GExample) Run(c *task.Ctx) error {
 	return nil
 }
 
-// compute is gexample.c from pvm_freezegroup to pvm_lvgroup. Its only
-// safe points are the reductions' waits: Run re-entered there computes
-// the same blocks again, and the reductions carry on (see task.Comm).
+// compute is gexample.c from pvm_freezegroup to pvm_lvgroup. Its safe
+// points are GroupComm's wait, the reductions' waits and the last
+// barrier's: Run re-entered in the first two computes the same blocks
+// again, and the reductions carry on (see task.Comm); re-entered in the
+// barrier (Reduced set) it arrives at the barrier again.
 func (g *GExample) compute(c *task.Ctx) error {
+	if !g.Reduced {
+		if err := g.reduce(c); err != nil {
+			return err
+		}
+		g.Reduced = true
+	}
+	// Make sure the processes are finished.
+	if err := c.Barrier(gexampleGroup, -1, task.Safe()); err != nil {
+		if !errors.Is(err, task.ErrKilled) && !errors.Is(err, task.ErrSuspended) {
+			c.Printf("Barrier failed with result code %v", err)
+		}
+		return err
+	}
+	return c.Leave(gexampleGroup)
+}
+
+// reduce makes the group's communicator, computes the task's block of rows
+// and reduces the column sums and products to instance 0, which prints
+// them.
+func (g *GExample) reduce(c *task.Ctx) error {
 	// pvm_freezegroup(MATRIXGROUP, nproc): wait until nproc tasks have
 	// joined; their communicator serves pvm_reduce.
 	if err := c.GroupComm(gexampleGroup, g.NProc, &g.M); err != nil {
@@ -192,14 +215,7 @@ func (g *GExample) compute(c *task.Ctx) error {
 		c.Printf(" The product of column 1 is %.6g  ", colprod[0])
 		c.Printf(" ( Should be %d factorial)", dimension)
 	}
-	// Make sure the processes are finished.
-	if err := c.Barrier(gexampleGroup, -1); err != nil {
-		if !errors.Is(err, task.ErrKilled) {
-			c.Printf("Barrier failed with result code %v", err)
-		}
-		return err
-	}
-	return c.Leave(gexampleGroup)
+	return nil
 }
 
 // calcprod is gexample.c's user-defined reduction: x[i] *= y[i].

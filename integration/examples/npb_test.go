@@ -173,7 +173,10 @@ func TestKernelsVerifyUnderMigration(t *testing.T) {
 		}
 		root.Lines = true
 		sink := &reportSink{}
-		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		// EP's, CG's and IS's workers can be moved in every wait, so the
+		// mover moves them hundreds of times (a CG run under the race
+		// detector takes some 35 s): a generous deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 		vm, err := daemon.StartLocalVM(ctx, 3, daemon.Config{Output: sink, SharedDir: t.TempDir(), MoveTimeout: 5 * time.Second, Logger: testLogger()})
 		if err != nil {
 			t.Fatal(err)

@@ -421,8 +421,12 @@ func (h *hosted) SafePoint(task.Task) error {
 	// task as one of the job's here (a move asked first makes the step
 	// refuse), and a task that left now would be written by no host, its
 	// pause taken for an exit: the set would complete without it. The
-	// move is carried out at the next safe point, after the round.
-	if p := h.pause.Load(); p != nil {
+	// move is carried out at the next safe point, after the round. A
+	// round that let the task go may be followed at once by the next
+	// round's pause, asked while the task was held: it is taken here too,
+	// before the move (a round's release clears h.pause before it closes
+	// resume, so a pause seen again is a new round's).
+	for p, last := h.pause.Load(), (*pauseReq)(nil); p != nil && p != last; p, last = h.pause.Load(), p {
 		if err := h.pauseHere(p); err != nil {
 			return err
 		}

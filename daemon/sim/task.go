@@ -495,7 +495,9 @@ func (ep *endpoint) SafePoint(t task.Task) error {
 	// the task as one of the job's here (it was asked to move only
 	// after), and a task that left now would be written by no host,
 	// missing from a set that completes. The move waits for the round.
-	if p := st.pause; p != nil && !p.arrived {
+	// As in the daemon, a next round's pause asked while the task was held
+	// is taken before the move.
+	for p := st.pause; p != nil && !p.arrived; p = st.pause {
 		// Held here for a job checkpoint until its round lets go.
 		p.arrived = true
 		if err := st.wait(&parkReq{kind: parkPause}).err; err != nil {

@@ -604,7 +604,7 @@ func (h *shost) resumeJob(r jobck.Round) {
 // and of the copies caught in a move; a task that moved away left its
 // unacknowledged messages in this host's outbox, which would be resent
 // to its receiver's restored incarnation. It answers once every task has
-// ended.
+// ended and a ping to every host has come back (see world.ping).
 func (h *shost) killJob(jobTIDs []task.TID, reply func(ckReply, error)) {
 	tasks := h.jobTasks()
 	tids := slices.Clone(jobTIDs)
@@ -645,7 +645,28 @@ func (h *shost) killJob(jobTIDs []task.TID, reply func(ckReply, error)) {
 				err = fmt.Errorf("%v of job %d not ended yet", st.tid, job)
 			}
 		}
-		reply(ckReply{}, err)
+		// A ping to every host (itself included) before the answer: what
+		// the old incarnations sent from here has arrived, and the
+		// refusals it drew (its receivers killed too: "exited") are back
+		// and find nothing to drop. Without it such a refusal, late, could
+		// reach this host after the restore and drop what the restored
+		// sender sent since: its receiver would wait for it forever.
+		left := 0
+		for _, o := range h.w.hosts {
+			if !o.crashed {
+				left++
+			}
+		}
+		for _, o := range h.w.hosts {
+			if o.crashed {
+				continue
+			}
+			h.w.ping(h.id, o.id, func() {
+				if left--; left == 0 {
+					reply(ckReply{}, err)
+				}
+			})
+		}
 	}
 	wait(0)
 }

@@ -32,6 +32,9 @@ type netState struct {
 	// lastCtl is, per link, the last delivery of a call, an answer or a
 	// route (FIFO with reorder too).
 	lastCtl map[[2]task.HostID]time.Duration
+	// lastAny is, per link, the last delivery of anything sent on it, its
+	// duplicates included: a ping (flush) arrives after it.
+	lastAny map[[2]task.HostID]time.Duration
 	cuts    []cut
 }
 
@@ -54,7 +57,7 @@ func nodeName(id task.HostID) string {
 // planFaults draws the run's faults from the seed.
 func (w *world) planFaults() {
 	f, n := w.cfg.Faults, &w.net
-	n.last, n.lastCtl = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
+	n.last, n.lastCtl, n.lastAny = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
 	pick := func(xs ...float64) float64 { return xs[w.rng.IntN(len(xs))] }
 	if f&FaultLoss != 0 {
 		n.loss = pick(0.01, 0.05, 0.15)
@@ -163,7 +166,36 @@ func (w *world) send(from, to task.HostID, c msgClass, what string, deliver func
 	dst := w.host(to)
 	line := fmt.Sprintf("%v→%v %s", nodeName(from), nodeName(to), what)
 	w.at(t, dst, line, deliver)
+	n.lastAny[link] = max(n.lastAny[link], t)
 	if c == classData && w.chance(n.dup) {
-		w.at(t+w.dur(0, time.Millisecond), dst, "dup "+line, deliver)
+		td := t + w.dur(0, time.Millisecond)
+		w.at(td, dst, "dup "+line, deliver)
+		n.lastAny[link] = max(n.lastAny[link], td)
 	}
+}
+
+// ping is daemon/jobs.go's killJob's round trip (mSendCheck) from host
+// from to host to, over the connection the hosts' messages, refusals and
+// acknowledgements travel on: the ping reaches to after everything from
+// sent it before, and its answer reaches from after everything to sent
+// from before answering (the refusals of what it received included).
+// done runs at from when the answer arrives. Never lost: the daemon
+// ignores a ping that fails, and the refusal it would have waited for
+// is then lost with the connection. A frozen host answers once it
+// thaws; a crashed one at once, as the daemon's ping fails.
+func (w *world) ping(from, to task.HostID, done func()) {
+	n := &w.net
+	hop := func(a, b task.HostID) time.Duration {
+		return max(w.now+w.dur(20*time.Microsecond, 200*time.Microsecond), n.lastAny[[2]task.HostID{a, b}]+1)
+	}
+	line := fmt.Sprintf("%v→%v ping", nodeName(from), nodeName(to))
+	var arrive func()
+	arrive = func() {
+		if dst := w.host(to); !dst.crashed && dst.frozenUntil > w.now {
+			w.at(dst.frozenUntil, nil, line+" (frozen)", arrive)
+			return
+		}
+		w.at(hop(to, from), w.host(from), fmt.Sprintf("%v→%v pong", nodeName(to), nodeName(from)), done)
+	}
+	w.at(hop(from, to), nil, line, arrive)
 }

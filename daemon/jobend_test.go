@@ -543,7 +543,8 @@ func TestRestartKeepsHowTheJobEnds(t *testing.T) {
 // the child for good.
 func TestSpawnOneJobEndsAsItsRootAsks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		restartGo.Store(true) // the root returns once it has spawned its child
+		restartGo.Store(false) // the root waits until the job is waited for
+		t.Cleanup(func() { restartGo.Store(true) })
 		vm := startMemVMWith(t, 2, nil, Config{})
 		m := vm.Master()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -553,11 +554,32 @@ func TestSpawnOneJobEndsAsItsRootAsks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		root, err := m.Wait(ctx, tids[0])
+		ts, err := m.AllTasks(ctx, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := m.WaitJob(ctx, root.Job)
+		var job uint64
+		for _, ti := range ts {
+			if ti.TID == tids[0] {
+				job = ti.Job
+			}
+		}
+		if job == 0 {
+			t.Fatalf("the root %v is in no job: %+v", tids[0], ts)
+		}
+		type waited struct {
+			info TaskInfo
+			err  error
+		}
+		done := make(chan waited, 1)
+		go func() {
+			info, err := m.WaitJob(ctx, job)
+			done <- waited{info, err}
+		}()
+		synctest.Wait() // the job is waited for before its root returns
+		restartGo.Store(true)
+		w := <-done
+		info, err := w.info, w.err
 		if err != nil {
 			t.Fatalf("the job: %v", err)
 		}

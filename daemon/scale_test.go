@@ -84,7 +84,9 @@ func TestScaleVM(t *testing.T) {
 	}
 	shared := t.TempDir()
 	out := &syncBuffer{}
-	vm := startMemVM(t, hosts, &faults{}, Config{SharedDir: shared, Output: out, DeadAfter: 10 * time.Minute})
+	// Correctness, not speed: the checkpoint's write step (two move
+	// timeouts) writes 5001 tasks under -race on a shared machine.
+	vm := startMemVM(t, hosts, &faults{}, Config{SharedDir: shared, Output: out, DeadAfter: 10 * time.Minute, MoveTimeout: 2 * time.Minute})
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

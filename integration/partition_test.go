@@ -29,7 +29,9 @@ func (ns *netns) cut(t *testing.T, i int, down bool) {
 func TestHostRejoinsAfterPartition(t *testing.T) {
 	ns := newNetns(t, 3)
 	c := newCreds(t)
-	common := []string{"--listen", "0.0.0.0:7072", "--heartbeat", "200ms", "--dead-after", "1s"}
+	// The master's detector: this test follows its suspicion and deletion
+	// by heartbeats (swim's partitions: daemon's TestSwimPartitionedHostRejoins).
+	common := []string{"--listen", "0.0.0.0:7072", "--heartbeat", "200ms", "--dead-after", "1s", "--detector", "master"}
 	master := ns.startIn(t, 1, "master", append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
 	master.waitFor(listening, true)
 	var hosts []*proc

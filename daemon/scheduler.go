@@ -447,21 +447,29 @@ func (d *Daemon) sendReport(force bool) {
 	}
 	// The master replaces its record of the jobs this host runs with each
 	// report's, so reports must reach it in the order they were taken: a
-	// report is queued on the connection under rep.mu, and the connection
-	// is found (perhaps dialled) before.
-	p, err := d.peerFor(d.ctx, MasterID)
-	if err != nil {
-		d.log.Debug("load report", "error", err)
-		return
-	}
+	// report is taken and queued on the connection under rep.mu. The
+	// connection is found (perhaps dialled) outside the lock, and only
+	// when a report is due, so that a heartbeat never waits on a dial
+	// that is not needed.
 	d.rep.mu.Lock()
-	defer d.rep.mu.Unlock()
 	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
 	slices.Sort(r.jobs)
 	d.rep.beats++
 	if !force && !reportDue(d.rep.last, r, d.rep.beats, d.cfg.ReportEvery) {
+		d.rep.mu.Unlock()
 		return
 	}
+	d.rep.mu.Unlock()
+	p, err := d.peerFor(d.ctx, MasterID)
+	d.rep.mu.Lock()
+	defer d.rep.mu.Unlock()
+	if err != nil {
+		d.rep.last, d.rep.beats = r, 0 // tried: the next is due as after a report sent
+		d.log.Debug("load report", "error", err)
+		return
+	}
+	r = loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true} // the newest, queued in order
+	slices.Sort(r.jobs)
 	b, err := encodeMsg(&event{Kind: evLoad, Load: &r.info, Jobs: r.jobs})
 	if err != nil {
 		d.log.Error("encode load report", "error", err)

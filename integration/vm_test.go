@@ -250,7 +250,9 @@ func TestVMOfProcesses(t *testing.T) {
 	if code != 0 || !strings.Contains(out, sp.TIDs[0]) || !strings.Contains(out, "examples.watch.worker") {
 		t.Fatalf("ps: %d\n%s", code, out)
 	}
-	if code, _, errOut := dpvm(t, v.env, "kill", sp.TIDs[0], sp.TIDs[1]); code != 0 {
+	// The second task first: the first is the job's root (`spawn -n` starts
+	// one job), whose kill ends the job and its other tasks with it.
+	if code, _, errOut := dpvm(t, v.env, "kill", sp.TIDs[1], sp.TIDs[0]); code != 0 {
 		t.Fatalf("kill: %d %s", code, errOut)
 	}
 	if code, _, errOut := dpvm(t, v.env, "kill", sp.TIDs[0]); code == 0 || !strings.Contains(errOut, "no such task") {

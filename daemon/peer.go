@@ -365,16 +365,26 @@ func (p *peer) retireConn() {
 	p.d.goFunc(func() {
 		t := time.NewTimer(p.d.cfg.HandshakeTimeout)
 		defer t.Stop()
-		select {
-		case <-p.closed:
-			return
-		case <-t.C:
-		}
-		p.wmu.Lock()
-		abandoned := !p.retire.peerRetired
-		p.wmu.Unlock()
-		if abandoned {
-			p.close(fmt.Errorf("connection to %s retired, and never retired by the peer", p.name()))
+		for {
+			select {
+			case <-p.closed:
+				return
+			case <-t.C:
+			}
+			p.wmu.Lock()
+			abandoned := !p.retire.peerRetired
+			busy := p.retire.calls > 0 || p.retire.serving > 0
+			p.wmu.Unlock()
+			if !abandoned {
+				return
+			}
+			if !busy {
+				p.close(fmt.Errorf("connection to %s retired, and never retired by the peer", p.name()))
+				return
+			}
+			// A call still under way on it (a long checkpoint write) is
+			// answered or given up by its own deadline first.
+			t.Reset(p.d.cfg.HandshakeTimeout)
 		}
 	})
 }

@@ -14,8 +14,9 @@ package daemon
 // side flushes what it queued and closes its sending side; a side that
 // reads the other's end closes the connection. A peer that never retires
 // it (its side of the other connection failed) does not keep it: the
-// retiring side closes it after Config.HandshakeTimeout, failing the calls
-// still on it as any lost connection would.
+// retiring side closes it after Config.HandshakeTimeout, once no call is
+// under way on it in either direction (a call is answered or given up by
+// its own deadline first).
 
 // retirement is a connection's state in that exchange: pure, kept under
 // its peer's wmu.

@@ -2,12 +2,11 @@ package cli
 
 import (
 	"encoding/json"
-	"flag"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/dpvm/dpvm/task"
+	"github.com/dpvm/dpvm/daemon/sim/simtest" // registers simtest-forgetful
 )
 
 // simVMOut is the part of `sim vm --json` the tests read.
@@ -75,61 +74,12 @@ func TestSimVMJSON(t *testing.T) {
 	}
 }
 
-// simvmForget is a broken program for TestSimVMCatchesABrokenProgram: its
-// worker's sum is unexported, so a move loses it.
-type simvmForget struct {
-	Worker task.TID
-}
-
-type simvmForgetWorker struct {
-	I   int
-	sum int
-}
-
-func init() {
-	task.Register("clitest.simvm.forget", &simvmForget{})
-	task.Register("clitest.simvm.forget.worker", &simvmForgetWorker{})
-	task.RegisterProgram(task.Program{
-		Name:    "clitest-forget",
-		Summary: "a worker whose state forgets its sum across a move (sim vm's test)",
-		Setup: func(*flag.FlagSet) func([]string) (task.Task, error) {
-			return func([]string) (task.Task, error) { return &simvmForget{}, nil }
-		},
-	})
-}
-
-func (f *simvmForget) Run(c *task.Ctx) error {
-	if f.Worker == 0 {
-		tids, err := c.Spawn(&simvmForgetWorker{}, 1)
-		if err != nil {
-			return err
-		}
-		f.Worker = tids[0]
-	}
-	var sum int
-	if _, err := c.Recv(f.Worker, 1, &sum, task.Safe()); err != nil {
-		return err
-	}
-	c.Printf("sum %d", sum)
-	return nil
-}
-
-func (w *simvmForgetWorker) Run(c *task.Ctx) error {
-	for ; w.I < 300; w.I++ {
-		w.sum += w.I
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
-	}
-	return c.Send(c.Parent(), 1, w.sum)
-}
-
 // TestSimVMCatchesABrokenProgram: a program that forgets a field across a
 // move fails some seed; sim vm exits 1, prints the seed with the moves it
 // took and the command that replays it, and that command fails the same
 // way with the same trace.
 func TestSimVMCatchesABrokenProgram(t *testing.T) {
-	code, r, _ := simVM(t, "--seeds", "12", "--faults", "move", "clitest-forget")
+	code, r, _ := simVM(t, "--seeds", "12", "--faults", "move", simtest.Forgetful)
 	if code != exitFailed || r.Failed == 0 {
 		t.Fatalf("status %d, %d failed: %+v", code, r.Failed, r)
 	}
@@ -137,7 +87,7 @@ func TestSimVMCatchesABrokenProgram(t *testing.T) {
 		if s.OK {
 			continue
 		}
-		want := "dpvm sim vm --first-seed " + jsonNum(s.Seed) + " --seeds 1 --hosts 4 --faults move clitest-forget"
+		want := "dpvm sim vm --first-seed " + jsonNum(s.Seed) + " --seeds 1 --hosts 4 --faults move " + simtest.Forgetful
 		if s.Replay != want || !strings.Contains(s.Error, "differs from the fault-free run") || len(s.Taken) == 0 {
 			t.Fatalf("seed %d: %+v, want replay %q", s.Seed, s, want)
 		}
@@ -162,7 +112,7 @@ func jsonNum(n uint64) string {
 // failed seed still fails, moves among them, with a command that fails
 // the same way again.
 func TestSimVMShrink(t *testing.T) {
-	code, r, _ := simVM(t, "--seeds", "12", "--shrink", "clitest-forget")
+	code, r, _ := simVM(t, "--seeds", "12", "--shrink", simtest.Forgetful)
 	if code != exitFailed || r.Failed == 0 {
 		t.Fatalf("status %d: %+v", code, r)
 	}
@@ -171,7 +121,7 @@ func TestSimVMShrink(t *testing.T) {
 			continue
 		}
 		if !strings.Contains(s.ShrunkFaults, "move") || s.ShrunkFaults == "default" ||
-			s.ShrunkReplay != "dpvm sim vm --first-seed "+jsonNum(s.Seed)+" --seeds 1 --hosts 4 --faults "+s.ShrunkFaults+" clitest-forget" {
+			s.ShrunkReplay != "dpvm sim vm --first-seed "+jsonNum(s.Seed)+" --seeds 1 --hosts 4 --faults "+s.ShrunkFaults+" "+simtest.Forgetful {
 			t.Fatalf("seed %d: shrunk to %q: %q", s.Seed, s.ShrunkFaults, s.ShrunkReplay)
 		}
 		code2, again, _ := simVM(t, strings.Fields(strings.TrimPrefix(s.ShrunkReplay, "dpvm sim vm "))...)

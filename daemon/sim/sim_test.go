@@ -11,8 +11,9 @@ import (
 	"testing"
 
 	"github.com/dpvm/dpvm/daemon/sim"
-	_ "github.com/dpvm/dpvm/examples"     // registers the example programs
-	_ "github.com/dpvm/dpvm/examples/pvm" // and the PVM ports (pvm.spmd)
+	"github.com/dpvm/dpvm/daemon/sim/simtest" // registers simtest-forgetful
+	_ "github.com/dpvm/dpvm/examples"         // registers the example programs
+	_ "github.com/dpvm/dpvm/examples/pvm"     // and the PVM ports (pvm.spmd)
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -189,64 +190,12 @@ func TestSiblingsUnderFaults(t *testing.T) {
 	t.Logf("%d moves", moved)
 }
 
-// forgetful is a deliberately broken program: its worker keeps its sum
-// in an unexported field, which its checkpoint (msgpack of the exported
-// fields) leaves out, so a move of the worker loses what it had summed.
-type forgetful struct {
-	N      int
-	Worker task.TID
-}
-
-type forgetfulWorker struct {
-	N, I int
-	sum  int // lost across a move: the bug
-}
-
-func init() {
-	task.Register("simtest.forgetful", &forgetful{})
-	task.Register("simtest.forgetful.worker", &forgetfulWorker{})
-	task.RegisterProgram(task.Program{
-		Name:    "simtest-forgetful",
-		Summary: "a worker whose state forgets its sum across a move (the simulation's test)",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			n := fs.Int("n", 300, "numbers to sum")
-			return func([]string) (task.Task, error) { return &forgetful{N: *n}, nil }
-		},
-	})
-}
-
-func (f *forgetful) Run(c *task.Ctx) error {
-	if f.Worker == 0 {
-		tids, err := c.Spawn(&forgetfulWorker{N: f.N}, 1)
-		if err != nil {
-			return err
-		}
-		f.Worker = tids[0]
-	}
-	var sum int
-	if _, err := c.Recv(f.Worker, 1, &sum, task.Safe()); err != nil {
-		return err
-	}
-	c.Printf("sum %d", sum)
-	return nil
-}
-
-func (w *forgetfulWorker) Run(c *task.Ctx) error {
-	for ; w.I < w.N; w.I++ {
-		w.sum += w.I
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
-	}
-	return c.Send(c.Parent(), 1, w.sum)
-}
-
 // TestBrokenProgramCaught: a program whose state forgets a field across
 // a move gives a wrong result on some seed, which the check reports
 // with the command that replays it; the replay fails the same way, with
 // the same trace.
 func TestBrokenProgramCaught(t *testing.T) {
-	args := []string{"simtest-forgetful", "-n", "300"}
+	args := []string{simtest.Forgetful, "-n", "300"}
 	p := program(t, args)
 	cfg := sim.Config{Faults: sim.FaultMove}
 	rep, err := sim.Check(cfg, seeds(max(*simSeeds, 12)), p, 0)
@@ -293,7 +242,7 @@ func TestBrokenProgramCaught(t *testing.T) {
 // faults still fails under fewer kinds, among them the moves that lose
 // its field, and replays under them.
 func TestShrink(t *testing.T) {
-	args := []string{"simtest-forgetful", "-n", "300"}
+	args := []string{simtest.Forgetful, "-n", "300"}
 	p := program(t, args)
 	cfg := sim.Config{Faults: sim.FaultDefault}
 	rep, err := sim.Check(cfg, seeds(max(*simSeeds, 12)), p, 0)

@@ -62,6 +62,22 @@ type leaving struct {
 	dest    routing.Route
 	held    []heldMsg
 	waiters []func() // resumes waiting for the checkpoint's write
+
+	// state is t encoded, once (encoded): the checkpoint carries it, and
+	// a resume decodes its copy of the task from it.
+	state   []byte
+	encErr  error
+	encDone bool
+}
+
+// encoded is the departing task's state, encoded with msgpack as a
+// checkpoint's is, on the first call only.
+func (l *leaving) encoded() ([]byte, error) {
+	if !l.encDone {
+		_, l.state, l.encErr = task.EncodeState(l.t)
+		l.encDone = true
+	}
+	return l.state, l.encErr
 }
 
 // arriving is a task prepared here (the destination) for a move.
@@ -543,7 +559,7 @@ func (h *shost) sendCheckpoint(a move.Action, reply func(o move.Outcome, err err
 		}
 		reply(move.OK, nil)
 	}
-	_, state, err := task.EncodeState(l.t)
+	state, err := l.encoded()
 	if err != nil {
 		sent(fmt.Errorf("checkpoint of %v: %w", tid, err))
 		return
@@ -589,11 +605,15 @@ func (h *shost) resume(a move.Action, reply func(o move.Outcome, err error)) {
 	// The task runs again from a decoded copy of its state, as after a
 	// restore: the object Run left at the safe point may hold what its
 	// checkpoint does not (a communicator's replay position), and Run
-	// re-enters expecting what a checkpoint gives it.
-	t, err := reload(l.t)
-	if err != nil {
-		reply(move.Failed, fmt.Errorf("resume %v: %w", tid, err))
-		return
+	// re-enters expecting what a checkpoint gives it. The copy comes from
+	// the bytes the checkpoint's send encoded, if it came. A state that
+	// does not encode (the move may have failed for it) resumes as it
+	// is, as in daemon/migrate.go's resumeDeparture.
+	t := l.t
+	if state, err := l.encoded(); err == nil {
+		if c, err := task.New(m.typ, state); err == nil {
+			t = c
+		}
 	}
 	if err := h.install(m, t, nil, l); err != nil {
 		reply(move.Failed, err)
@@ -632,13 +652,4 @@ func (h *shost) cancel(a move.Action, reply func(o move.Outcome, err error)) {
 	}
 	h.armRTO()
 	reply(move.OK, nil)
-}
-
-// reload returns a copy of t decoded from its encoded state.
-func reload(t task.Task) (task.Task, error) {
-	typ, state, err := task.EncodeState(t)
-	if err != nil {
-		return nil, err
-	}
-	return task.New(typ, state)
 }

@@ -29,7 +29,7 @@ func (w *world) check() {
 		if mt.exited {
 			continue
 		}
-		var on []string
+		on := 0
 		// A task on a crashed host is lost with it until the job rolls
 		// back; during the rollback it is on no host.
 		moving := rolling || (mt.st != nil && mt.st.host.crashed)
@@ -38,27 +38,39 @@ func (w *world) check() {
 				continue
 			}
 			if h.tasks[tid] != nil {
-				on = append(on, h.name)
+				on++
 			}
 			if h.leaving[tid] != nil || h.arriving[tid] != nil {
 				moving = true
 			}
-			e := h.node.Routes().Lookup(tid).Epoch
-			if e < h.epochs[tid] {
-				w.fail(fmt.Errorf("%w: %v's route for %v went back from epoch %d to %d", ErrInvariant, h.name, tid, h.epochs[tid], e))
+			switch e, last := h.node.Routes().Lookup(tid).Epoch, h.epochs[tid]; {
+			case e < last:
+				w.fail(fmt.Errorf("%w: %v's route for %v went back from epoch %d to %d", ErrInvariant, h.name, tid, last, e))
 				return
+			case e > last:
+				h.epochs[tid] = e
 			}
-			h.epochs[tid] = e
 		}
 		switch {
-		case len(on) > 1:
-			w.fail(fmt.Errorf("%w: %v runs on %v at once", ErrInvariant, tid, on))
+		case on > 1:
+			w.fail(fmt.Errorf("%w: %v runs on %v at once", ErrInvariant, tid, w.runningOn(tid)))
 			return
-		case len(on) == 0 && !moving:
+		case on == 0 && !moving:
 			w.fail(fmt.Errorf("%w: %v is on no host and in no move", ErrInvariant, tid))
 			return
 		}
 	}
+}
+
+// runningOn names the hosts not crashed that have tid in service.
+func (w *world) runningOn(tid task.TID) []string {
+	var on []string
+	for _, h := range w.hosts {
+		if !h.crashed && h.tasks[tid] != nil {
+			on = append(on, h.name)
+		}
+	}
+	return on
 }
 
 // ErrWrongResult: a seed's run ended with another result than the

@@ -2,13 +2,18 @@ package sim_test
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpvm/dpvm/daemon/sim"
 	"github.com/dpvm/dpvm/daemon/sim/simtest" // registers simtest-forgetful
@@ -447,19 +452,53 @@ var goldenTraces = []struct {
 	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", 3, "3949d7af1cb1b2268dd38559d313b90f2cfc592c0ad3f738e1017928d7904da9"},
 }
 
-// TestGoldenTraces: the pinned seeds give their pinned trace hashes.
+// TestGoldenTraces: the pinned seeds give their pinned trace hashes; the
+// trace written to Config.Trace is what was hashed, and the result's
+// tail is its last lines.
 func TestGoldenTraces(t *testing.T) {
 	for _, g := range goldenTraces {
 		f, err := sim.ParseFaults(g.faults)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := sim.Check(sim.Config{Faults: f}, []uint64{g.seed}, program(t, g.args), 1)
+		var trace bytes.Buffer
+		rep, err := sim.Check(sim.Config{Faults: f, Trace: &trace}, []uint64{g.seed}, program(t, g.args), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := rep.Seeds[0]; r.TraceHash != g.hash {
+		r := rep.Seeds[0]
+		if r.TraceHash != g.hash {
 			t.Errorf("%v --faults %s seed %d: trace %s, want %s", g.args, g.faults, g.seed, r.TraceHash, g.hash)
 		}
+		if sum := sha256.Sum256(trace.Bytes()); hex.EncodeToString(sum[:]) != r.TraceHash {
+			t.Errorf("%v seed %d: the trace written hashes to %x, the result says %s", g.args, g.seed, sum, r.TraceHash)
+		}
+		lines := strings.Split(strings.TrimSuffix(trace.String(), "\n"), "\n")
+		if len(lines) < r.Events || !slices.Equal(r.Tail, lines[len(lines)-40:]) {
+			t.Errorf("%v seed %d: %d events, %d lines written; tail %q, last lines %q", g.args, g.seed, r.Events, len(lines), r.Tail, lines[max(0, len(lines)-40):])
+		}
 	}
+}
+
+// BenchmarkRun runs one seed of jacobi under the default faults per
+// iteration: the simulation's cost per event (ns/event), its tasks'
+// own work included.
+func BenchmarkRun(b *testing.B) {
+	p, err := sim.ProgramFromArgs("jacobi", []string{"-n", "16", "-workers", "3", "-iters", "60"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	events := 0
+	for b.Loop() {
+		root, err := p()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := sim.Run(sim.Config{Seed: 3, Faults: sim.FaultDefault, Horizon: 50 * time.Millisecond}, root)
+		if !r.OK {
+			b.Fatal(r.Err)
+		}
+		events += r.Events
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
 }

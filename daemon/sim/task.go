@@ -41,6 +41,7 @@ type stask struct {
 	// is in the event queue.
 	park      *parkReq
 	scheduled bool
+	runLine   string // the trace's line of a run of it
 	moveReq   *moveReq
 	pause     *pauseRec // a job checkpoint's pause, while one holds it
 	killed    bool
@@ -96,7 +97,8 @@ var errKilledEnd = fmt.Errorf("the simulation ended: %w", task.ErrKilled)
 
 // newTask makes an incarnation of tid on h, not yet running.
 func (w *world) newTask(h *shost, tid, parent task.TID, typ string, job uint64, t task.Task, inc int) *stask {
-	st := &stask{w: w, tid: tid, parent: parent, typ: typ, job: job, host: h, t: t, inc: inc, baton: make(chan answer)}
+	st := &stask{w: w, tid: tid, parent: parent, typ: typ, job: job, host: h, t: t, inc: inc, baton: make(chan answer),
+		runLine: fmt.Sprintf("run %v#%d on %v", tid, inc, h.name)}
 	st.ctx, st.stop = context.WithCancel(context.Background())
 	st.lastSafe = w.now
 	w.tasks = append(w.tasks, st)
@@ -131,7 +133,7 @@ func (st *stask) schedule(d time.Duration, a answer) {
 		return
 	}
 	st.scheduled = true
-	st.w.after(d, st.host, fmt.Sprintf("run %v#%d on %v", st.tid, st.inc, st.host.name), func() {
+	st.w.after(d, st.host, st.runLine, func() {
 		st.scheduled = false
 		st.w.runTask(st, a)
 	})

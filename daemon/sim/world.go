@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -151,6 +152,12 @@ func (q *eventQueue) Pop() any {
 // tailLen is how many of the last events a result keeps.
 const tailLen = 40
 
+// tailEvent is an event of the trace's tail: its time and its line.
+type tailEvent struct {
+	at   time.Duration
+	line string
+}
+
 // world is one run: the master, the hosts, the tasks, the network and the
 // event queue, all driven by one goroutine (run's caller). Task goroutines
 // run only while the loop hands them the baton (see stask).
@@ -163,7 +170,10 @@ type world struct {
 	events int
 
 	trace hash.Hash
-	tail  []string
+	line  []byte // the trace line being written (reused)
+	// tail is a ring of the last tailLen events, next its next slot.
+	tail  [tailLen]tailEvent
+	next  int
 	taken []string
 
 	master *master
@@ -216,7 +226,7 @@ func Run(cfg Config, root task.Task) Result {
 	w.endTasks()
 	res := Result{
 		Seed: cfg.Seed, Status: w.status, Output: w.out, Undone: w.undone, Events: w.events, Time: w.now,
-		TraceHash: hex.EncodeToString(w.trace.Sum(nil)), Taken: w.taken, Tail: w.tail,
+		TraceHash: hex.EncodeToString(w.trace.Sum(nil)), Taken: w.taken, Tail: w.tailLines(),
 	}
 	res.Result = Summary(w.status, w.out)
 	switch {
@@ -242,18 +252,32 @@ func (w *world) at(t time.Duration, h *shost, what string, fn func()) {
 // after schedules fn d from now.
 func (w *world) after(d time.Duration, h *shost, what string, fn func()) { w.at(w.now+d, h, what, fn) }
 
-// note records a line in the trace (and its tail) at the current time.
+// note records a line in the trace (and its tail) at the current time:
+// "NANOSECONDS LINE\n", hashed and written to Config.Trace. It formats
+// nothing: an event's line is made when it is scheduled.
 func (w *world) note(line string) {
-	s := fmt.Sprintf("%d %s\n", w.now, line)
-	w.trace.Write([]byte(s))
+	b := strconv.AppendInt(w.line[:0], int64(w.now), 10)
+	b = append(b, ' ')
+	b = append(b, line...)
+	b = append(b, '\n')
+	w.line = b
+	w.trace.Write(b)
 	if w.cfg.Trace != nil {
-		_, _ = io.WriteString(w.cfg.Trace, s)
+		_, _ = w.cfg.Trace.Write(b)
 	}
-	if len(w.tail) == tailLen {
-		copy(w.tail, w.tail[1:])
-		w.tail = w.tail[:tailLen-1]
+	w.tail[w.next%tailLen] = tailEvent{at: w.now, line: line}
+	w.next++
+}
+
+// tailLines is the trace's last events, oldest first, as note wrote them
+// (without the newline).
+func (w *world) tailLines() []string {
+	var out []string
+	for i := max(0, w.next-tailLen); i < w.next; i++ {
+		e := w.tail[i%tailLen]
+		out = append(out, strconv.FormatInt(int64(e.at), 10)+" "+e.line)
 	}
-	w.tail = append(w.tail, strings.TrimSuffix(s, "\n"))
+	return out
 }
 
 // take records a fault or move the run takes.

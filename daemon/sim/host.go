@@ -109,12 +109,12 @@ func newHost(w *world, id task.HostID) *shost {
 
 // stepMove feeds the host half of moves through the node's one seam,
 // with what the task table knows of the task (as daemon/hosting.go's
-// stepMove does).
+// stepMove and localLocked do).
 func (h *shost) stepMove(e move.HostEvent) []move.HostEffect {
 	if e.TID != 0 && e.Kind != move.EvSafePoint {
 		l := move.Local{Route: e.Local.Route}
 		if st := h.tasks[e.TID]; st != nil {
-			l.Running, l.Type, l.Job, l.Arrived = true, st.typ, st.job, st.arrived
+			l.Running, l.Type, l.Job, l.Arrived, l.Quiet = true, st.typ, st.job, st.arrived, st.quiet
 		}
 		if a := h.arriving[e.TID]; a != nil && a.move == 0 {
 			l.Restoring = true
@@ -125,10 +125,11 @@ func (h *shost) stepMove(e move.HostEvent) []move.HostEffect {
 	return fx
 }
 
-// answerOf is a step's answer among its effects: the last one.
+// answerOf is a step's answer among its effects: the last one, DoOK if
+// none (daemon/hosting.go's stepAnswer).
 func answerOf(fx []move.HostEffect) move.HostEffect {
 	if len(fx) == 0 {
-		return move.HostEffect{}
+		return move.HostEffect{Kind: move.DoOK}
 	}
 	return fx[len(fx)-1]
 }
@@ -354,7 +355,7 @@ func (h *shost) taskEnded(st *stask) {
 // goroutine ends with ErrSuspended.
 func (h *shost) capture(st *stask, req *moveReq) error {
 	x := answerOf(h.stepMove(move.HostEvent{Kind: move.EvSafePoint, TID: st.tid, Move: req.move, Route: req.dest,
-		Local: move.Local{Running: h.tasks[st.tid] == st, Type: st.typ, Job: st.job}}))
+		Local: move.Local{Running: h.tasks[st.tid] == st, Type: st.typ, Job: st.job, Quiet: st.quiet}}))
 	if x.Kind == move.DoRefuse {
 		req.reply(suspendOutcome(x.Err), x.Err)
 		return x.Err

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -283,7 +284,7 @@ func (m *master) ckPerform(acts []jobck.Action) {
 				err = fmt.Errorf("set %d: nothing written", r.Seq)
 			default:
 				delete(m.ck.pending, r.Seq)
-				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmpTID(x.meta.tid, y.meta.tid) })
+				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmp.Compare(x.meta.tid, y.meta.tid) })
 				set.groups = map[string][]task.TID{}
 				for g, ts := range m.groups {
 					set.groups[g] = slices.Clone(ts)
@@ -337,16 +338,6 @@ func (m *master) jobLost(err error) {
 	m.w.rootDone = true
 	m.w.status = 1
 	m.w.rootErr = fmt.Errorf("%w: %w", ErrJobLost, err)
-}
-
-func cmpTID(a, b task.TID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // restore starts set seq again on the hosts left (daemon/jobs.go's

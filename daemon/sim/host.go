@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/jobck"
@@ -38,20 +39,24 @@ type shost struct {
 	epochs map[task.TID]uint64
 }
 
-// captured is what a task's move carries besides its program state: its
-// mailbox and reliable delivery's state (as daemon/jobckpt.go's
-// metaLocked captures it), at the epoch of the move's destination.
+// captured is what a task's move or job checkpoint carries besides its
+// program state: a checkpoint's meta (package ckpt), the fields the
+// simulation keeps filled as metaOf fills them, and the incarnation it
+// ends (its restore is the next).
 type captured struct {
-	tid, parent task.TID
-	siblings    []task.TID
-	typ         string
-	job         uint64
-	epoch       uint64
-	inc         int
-	mailbox     []routing.Envelope
-	inSeq       map[task.TID]uint64
-	early       []routing.Envelope
-	outSeq      map[task.TID]uint64
+	ckpt.Meta
+	inc int
+}
+
+// metaOf is what a checkpoint of st carries besides its program state,
+// at route epoch epoch (daemon/jobckpt.go's metaLocked): who it is, its
+// mailbox and reliable delivery's state here. Groups and watches stay
+// with the master's registry.
+func (h *shost) metaOf(st *stask, epoch uint64) captured {
+	m := captured{Meta: ckpt.Meta{Type: st.typ, TID: st.tid, Parent: st.parent, Job: st.job, Epoch: epoch,
+		Mailbox: slices.Clone(st.mb), OutSeq: h.node.Outbox().SenderState(st.tid), Siblings: st.siblings}, inc: st.inc}
+	m.InSeq, m.Early = h.node.Inbox().ReceiverState(st.tid)
+	return m
 }
 
 // leaving is a task suspended here (the origin) while it moves.
@@ -361,9 +366,7 @@ func (h *shost) capture(st *stask, req *moveReq) error {
 		return x.Err
 	}
 	delete(h.tasks, st.tid)
-	m := captured{tid: st.tid, parent: st.parent, siblings: st.siblings, typ: st.typ, job: st.job, epoch: req.dest.Epoch, inc: st.inc, mailbox: st.mb}
-	m.inSeq, m.early = h.node.Inbox().ReceiverState(st.tid)
-	m.outSeq = h.node.Outbox().SenderState(st.tid)
+	m := h.metaOf(st, req.dest.Epoch)
 	h.node.Inbox().Forget(st.tid)
 	h.node.Outbox().ForgetSender(st.tid)
 	st.mb = nil
@@ -377,13 +380,13 @@ func (h *shost) capture(st *stask, req *moveReq) error {
 // (daemon/migrate.go's install): from its arrival arr, or back from its
 // departure left.
 func (h *shost) install(m captured, t task.Task, arr *arriving, left *leaving) error {
-	tid := m.tid
+	tid := m.TID
 	refused := (arr != nil && h.arriving[tid] != arr) || (left != nil && h.leaving[tid] != left)
 	var err error
 	switch {
 	case refused:
 	case arr != nil && arr.move != 0:
-		x := answerOf(h.stepMove(move.HostEvent{Kind: move.EvInstall, TID: tid, Move: arr.move, Route: routing.Route{Epoch: m.epoch}, Type: m.typ}))
+		x := answerOf(h.stepMove(move.HostEvent{Kind: move.EvInstall, TID: tid, Move: arr.move, Route: routing.Route{Epoch: m.Epoch}, Type: m.Type}))
 		refused, err = x.Kind == move.DoRefuse, x.Err
 	case left != nil:
 		x := answerOf(h.stepMove(move.HostEvent{Kind: move.EvInstall, TID: tid, Move: left.move, Back: true}))
@@ -395,11 +398,11 @@ func (h *shost) install(m captured, t task.Task, arr *arriving, left *leaving) e
 		}
 		return err
 	}
-	st := h.w.newTask(h, tid, m.parent, m.typ, m.job, t, m.inc+1)
-	st.siblings = m.siblings
-	st.mb = append(st.mb, m.mailbox...)
-	h.node.Inbox().SetReceiverState(tid, m.inSeq, m.early)
-	h.node.Outbox().SetSenderState(tid, m.outSeq)
+	st := h.w.newTask(h, tid, m.Parent, m.Type, m.Job, t, m.inc+1)
+	st.siblings = m.Siblings
+	st.mb = append(st.mb, m.Mailbox...)
+	h.node.Inbox().SetReceiverState(tid, m.InSeq, m.Early)
+	h.node.Outbox().SetSenderState(tid, m.OutSeq)
 	var held []heldMsg
 	if arr != nil {
 		held = arr.held
@@ -493,7 +496,7 @@ func (h *shost) step(a move.Action, from task.HostID, typ string, job uint64, re
 			reply(move.Failed, fmt.Errorf("%v: no checkpoint arrived", tid))
 			return
 		}
-		t, err := task.New(arr.ckpt.typ, arr.ckptState)
+		t, err := task.New(arr.ckpt.Type, arr.ckptState)
 		if err != nil {
 			reply(move.Failed, fmt.Errorf("restore %v: %w", tid, err))
 			return
@@ -612,7 +615,7 @@ func (h *shost) resume(a move.Action, reply func(o move.Outcome, err error)) {
 	// is, as in daemon/migrate.go's resumeDeparture.
 	t := l.t
 	if state, err := l.encoded(); err == nil {
-		if c, err := task.New(m.typ, state); err == nil {
+		if c, err := task.New(m.Type, state); err == nil {
 			t = c
 		}
 	}

@@ -284,7 +284,7 @@ func (m *master) ckPerform(acts []jobck.Action) {
 				err = fmt.Errorf("set %d: nothing written", r.Seq)
 			default:
 				delete(m.ck.pending, r.Seq)
-				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmp.Compare(x.meta.tid, y.meta.tid) })
+				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmp.Compare(x.meta.TID, y.meta.TID) })
 				set.groups = map[string][]task.TID{}
 				for g, ts := range m.groups {
 					set.groups[g] = slices.Clone(ts)
@@ -375,9 +375,9 @@ func (m *master) restore(seq uint64) error {
 		}
 	}
 	for _, e := range set.entries {
-		for from, n := range e.meta.inSeq {
+		for from, n := range e.meta.InSeq {
 			if n > 1 {
-				m.w.pairs[[2]task.TID{from, e.meta.tid}] = n - 1
+				m.w.pairs[[2]task.TID{from, e.meta.TID}] = n - 1
 			}
 		}
 	}
@@ -397,10 +397,10 @@ func (m *master) restore(seq uint64) error {
 	inSet := map[task.TID]bool{}
 	for _, id := range order {
 		for _, e := range place[id] {
-			m.setRoute(e.meta.tid, routing.Route{Host: id, Epoch: epoch})
-			mt := m.tasks[e.meta.tid]
+			m.setRoute(e.meta.TID, routing.Route{Host: id, Epoch: epoch})
+			mt := m.tasks[e.meta.TID]
 			mt.exited, mt.killed = false, false
-			inSet[e.meta.tid] = true
+			inSet[e.meta.TID] = true
 		}
 	}
 	for _, tid := range m.order {
@@ -570,9 +570,7 @@ func (h *shost) writeJob(r jobck.Round) (ckReply, error) {
 			return rep, err
 		}
 		_, state, encErr := task.EncodeState(st.t)
-		m := captured{tid: st.tid, parent: st.parent, siblings: st.siblings, typ: st.typ, job: st.job, inc: st.inc, mailbox: slices.Clone(st.mb)}
-		m.inSeq, m.early = h.node.Inbox().ReceiverState(st.tid)
-		m.outSeq = h.node.Outbox().SenderState(st.tid)
+		m := h.metaOf(st, 0)
 		_ = h.doCk(h.stepCk(jobck.HostEvent{Kind: jobck.HostWriteOver, Job: job, TID: st.tid, Pause: p}), nil)
 		if encErr != nil {
 			return rep, fmt.Errorf("checkpoint of %v: %w", st.tid, encErr)
@@ -667,14 +665,14 @@ func (h *shost) killJob(jobTIDs []task.TID, reply func(ckReply, error)) {
 func (h *shost) stage(entries []ckptEntry, epoch uint64) error {
 	e := jobck.HostEvent{Kind: jobck.HostStage, Job: job}
 	for _, x := range entries {
-		tid := x.meta.tid
+		tid := x.meta.TID
 		a := h.arriving[tid]
 		e.Tasks = append(e.Tasks, jobck.Local{TID: tid, Running: h.tasks[tid] != nil,
 			Moving: h.leaving[tid] != nil || (a != nil && a.move != 0), Arriving: a != nil && a.move == 0})
 	}
 	byTID := map[task.TID]ckptEntry{}
 	for _, x := range entries {
-		byTID[x.meta.tid] = x
+		byTID[x.meta.TID] = x
 	}
 	return h.doCk(h.stepCk(e), func(fx jobck.HostEffect) {
 		if fx.Kind != jobck.DoStage {
@@ -682,8 +680,8 @@ func (h *shost) stage(entries []ckptEntry, epoch uint64) error {
 		}
 		x := byTID[fx.TID]
 		meta := x.meta
-		meta.epoch = epoch
-		h.arriving[fx.TID] = &arriving{typ: meta.typ, job: job, epoch: epoch, from: x.host, ckpt: &meta, ckptState: x.state}
+		meta.Epoch = epoch
+		h.arriving[fx.TID] = &arriving{typ: meta.Type, job: job, epoch: epoch, from: x.host, ckpt: &meta, ckptState: x.state}
 	})
 }
 
@@ -701,7 +699,7 @@ func (h *shost) startStaged() {
 		if a == nil || a.move != 0 || a.ckpt == nil {
 			return
 		}
-		t, err := task.New(a.ckpt.typ, a.ckptState)
+		t, err := task.New(a.ckpt.Type, a.ckptState)
 		if err != nil {
 			h.w.fail(fmt.Errorf("restore %v: %w", fx.TID, err))
 			return

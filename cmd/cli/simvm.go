@@ -45,8 +45,7 @@ func simVMCommand() *cli.Command {
 			"(tasks moved between hosts at seeded moments; their state goes through a real\n" +
 			"msgpack checkpoint), checkpoint (job checkpoints at a seeded period), crash (a\n" +
 			"host crashed for good; the job rolls back to its newest checkpoint). default is\n" +
-			"every kind but checkpoint and crash, whose rollback path still fails some seeds\n" +
-			"of the runtime's own (daemon/sim/README.md); 'default,checkpoint,crash' adds them.\n" +
+			"every kind but checkpoint and crash; 'default,checkpoint,crash' (all) adds them.\n" +
 			"\n" +
 			"Flags go before PROGRAM; everything after it belongs to the program. Exits 1 if\n" +
 			"any seed fails.",

@@ -47,9 +47,8 @@ const (
 // FaultAll is every kind of fault.
 const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash
 
-// FaultDefault is every kind but job checkpoints and crashes: the
-// rollback path still fails some seeds (see README.md, "Known failures"),
-// and a program's test should fail for the program's own faults.
+// FaultDefault is every kind but job checkpoints and crashes (FaultAll
+// adds them): moves and the network's faults.
 const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash)
 
 var faultNames = []struct {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	vmsim "github.com/dpvm/dpvm/daemon/sim"
-	"github.com/dpvm/dpvm/task"
 )
 
 // simVMMaxSeeds bounds --seeds (each seed's result is kept until the end).
@@ -119,11 +119,11 @@ func simVMAction(c *cli.Context) error {
 		return usage(fmt.Sprintf("--first-seed %d with --seeds %d: past the largest seed", first, n))
 	}
 	name, args := c.Args().First(), c.Args().Tail()
-	if _, ok := task.LookupProgram(name); !ok {
-		return usage(fmt.Sprintf("unknown program %q; known programs: %s", name, programNames()))
-	}
 	prog, err := vmsim.ProgramFromArgs(name, args)
-	if err != nil {
+	switch {
+	case errors.Is(err, vmsim.ErrUnknownProgram):
+		return usage(fmt.Sprintf("unknown program %q; known programs: %s", name, programNames()))
+	case err != nil:
 		return usage(fmt.Sprintf("%s: %v (see 'dpvm run %s --help')", name, err, name))
 	}
 	cfg := vmsim.Config{Hosts: hosts, Faults: faults}

@@ -134,17 +134,20 @@ func TestSimVMShrink(t *testing.T) {
 
 // TestSimVMUsage: bad flags and unknown programs are usage errors.
 func TestSimVMUsage(t *testing.T) {
-	for _, args := range [][]string{
-		{"sim", "vm"},
-		{"sim", "vm", "no-such-program"},
-		{"sim", "vm", "--faults", "meteor", "ring"},
-		{"sim", "vm", "--seeds", "0", "ring"},
-		{"sim", "vm", "--hosts", "0", "ring"},
-		{"sim", "vm", "ring", "-laps", "zero"},
-		{"sim", "vm", "--trace", "x", "--seeds", "2", "ring"},
+	for _, c := range []struct {
+		args []string
+		says string // what the error names
+	}{
+		{[]string{"sim", "vm"}, "no program named"},
+		{[]string{"sim", "vm", "no-such-program"}, `unknown program "no-such-program"; known programs: `},
+		{[]string{"sim", "vm", "--faults", "meteor", "ring"}, "--faults"},
+		{[]string{"sim", "vm", "--seeds", "0", "ring"}, "--seeds 0"},
+		{[]string{"sim", "vm", "--hosts", "0", "ring"}, "--hosts 0"},
+		{[]string{"sim", "vm", "ring", "-laps", "zero"}, "see 'dpvm run ring --help'"},
+		{[]string{"sim", "vm", "--trace", "x", "--seeds", "2", "ring"}, "--trace needs --seeds 1"},
 	} {
-		if code, out, errOut := dpvm(t, args...); code != exitUsage || !strings.Contains(errOut, "sim vm") {
-			t.Errorf("%v: status %d\nstdout:\n%s\nstderr:\n%s", args, code, out, errOut)
+		if code, out, errOut := dpvm(t, c.args...); code != exitUsage || !strings.Contains(errOut, "sim vm") || !strings.Contains(errOut, c.says) {
+			t.Errorf("%v: status %d, want %d saying %q\nstdout:\n%s\nstderr:\n%s", c.args, code, exitUsage, c.says, out, errOut)
 		}
 	}
 }

@@ -538,11 +538,10 @@ func (h *shost) pauseJob(r jobck.Round, budget time.Duration, reply func(ckReply
 
 // quietJob reports the job's tasks here not held and the messages from
 // the job's tasks (jobTIDs, the master's registry: every task the job has
-// had) not yet acknowledged here. daemon/jobckpt.go's quietJob counts the
-// messages of the tasks hosted here only: a task that moved away or
-// exited leaves its unacknowledged messages in this host's outbox,
-// uncounted, and a set could complete with one of them in flight — sent
-// before the cut, not received in it, resent by no restored task.
+// had) not yet acknowledged here (daemon/jobckpt.go's quietJob): a task
+// that moved away or exited leaves its unacknowledged messages in this
+// host's outbox, and a set that completed with one of them in flight
+// would hold it in no restored task.
 func (h *shost) quietJob(r jobck.Round, jobTIDs []task.TID) (ckReply, error) {
 	var rep ckReply
 	err := h.doCk(h.stepCk(h.jobEvent(jobck.HostQuiet, r)), func(x jobck.HostEffect) {

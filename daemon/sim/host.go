@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/dpvm/dpvm/ckpt"
@@ -191,8 +192,9 @@ func (h *shost) put(st *stask, e routing.Envelope) {
 	st.deliver(e)
 }
 
+// envLine describes e in the trace: "FROM→TO #SEQ tag TAG".
 func envLine(e routing.Envelope) string {
-	return fmt.Sprintf("%v→%v #%d tag %d", e.From, e.To, e.Seq, e.Tag)
+	return e.From.String() + "→" + e.To.String() + " #" + strconv.FormatUint(e.Seq, 10) + " tag " + strconv.Itoa(int(e.Tag))
 }
 
 // transmit sends envelopes to host to (daemon/remote.go's transmit).

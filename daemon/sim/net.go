@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dpvm/dpvm/task"
@@ -51,7 +52,15 @@ func nodeName(id task.HostID) string {
 	if id == masterNode {
 		return "master"
 	}
-	return fmt.Sprintf("h%d", id)
+	return "h" + strconv.FormatUint(uint64(id), 10)
+}
+
+// nodeName is node id's name, made once for the hosts of the run.
+func (w *world) nodeName(id task.HostID) string {
+	if h := w.host(id); h != nil {
+		return h.name
+	}
+	return nodeName(id)
 }
 
 // planFaults draws the run's faults from the seed.
@@ -134,11 +143,11 @@ func (w *world) send(from, to task.HostID, c msgClass, what string, deliver func
 	n := &w.net
 	if c != classRoute && from != to {
 		if n.cutAt(from, to, w.now) {
-			w.note(fmt.Sprintf("cut %v→%v %s", nodeName(from), nodeName(to), what))
+			w.note("cut " + w.nodeName(from) + "→" + w.nodeName(to) + " " + what)
 			return
 		}
 		if w.chance(n.loss) {
-			w.note(fmt.Sprintf("lost %v→%v %s", nodeName(from), nodeName(to), what))
+			w.note("lost " + w.nodeName(from) + "→" + w.nodeName(to) + " " + what)
 			return
 		}
 	}
@@ -164,7 +173,7 @@ func (w *world) send(from, to task.HostID, c msgClass, what string, deliver func
 		n.lastCtl[link] = t
 	}
 	dst := w.host(to)
-	line := fmt.Sprintf("%v→%v %s", nodeName(from), nodeName(to), what)
+	line := w.nodeName(from) + "→" + w.nodeName(to) + " " + what
 	w.at(t, dst, line, deliver)
 	n.lastAny[link] = max(n.lastAny[link], t)
 	if c == classData && w.chance(n.dup) {

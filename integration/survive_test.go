@@ -54,6 +54,54 @@ func manifests(jobDir string) int {
 	return len(m)
 }
 
+// waitSets polls the job's directory until it holds more than n complete
+// sets, for up to 60 s; run is the command whose log a failure shows.
+func waitSets(t *testing.T, jobDir string, n int, run *proc) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for manifests(jobDir) <= n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no complete checkpoint beyond %d within 60 s in %s\n%s", n, jobDir, run.err.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// setsAbove lists the complete sets of a job's directory numbered above
+// seq.
+func setsAbove(jobDir string, seq int) []int {
+	ms, _ := filepath.Glob(filepath.Join(jobDir, "ckpt-*", "MANIFEST"))
+	var above []int
+	for _, m := range ms {
+		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(m)), "ckpt-")); err == nil && s > seq {
+			above = append(above, s)
+		}
+	}
+	return above
+}
+
+// squaresN is how many squares the squares runs below sum.
+const squaresN = 3_000_000
+
+// runSquares starts `dpvm run --checkpoint-every 200ms --keep 100 squares`
+// of squaresN on v: four workers, every set kept.
+func runSquares(t *testing.T, v *vm) *proc {
+	t.Helper()
+	return start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
+		"squares", "-n", fmt.Sprint(squaresN), "-workers", "4")
+}
+
+// wantSquaresSum fails the test unless p, a run of runSquares's (or its
+// restart) that exited with code, exited 0 with the sum of an
+// uninterrupted run.
+func wantSquaresSum(t *testing.T, v *vm, p *proc, code int) {
+	t.Helper()
+	want := fmt.Sprintf("sum of %d squares = %s", squaresN, squaresSum(squaresN))
+	if code != 0 || !strings.Contains(p.out.String(), want) {
+		t.Fatalf("%s: status %d, want %q\n%s\n%s\n%s", p.name, code, want, p.out.String(), p.err.String(), v.master.err.String())
+	}
+}
+
 // TestRootHostLossOfProcesses: `dpvm run --checkpoint-every` of squares on
 // a machine of three daemon processes; its root is moved to h2, and once
 // a checkpoint has completed since, h2's daemon is SIGKILLed. The master
@@ -63,11 +111,9 @@ func manifests(jobDir string) int {
 // command failed with "wait …: host unreachable: connection to h2 lost"
 // and the job was not rolled back.
 func TestRootHostLossOfProcesses(t *testing.T) {
-	const n = 3_000_000
 	shared := t.TempDir()
 	v := startVM(t, 2, "--shared-dir", shared)
-	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
-		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	run := runSquares(t, v)
 	var root psTask
 	waitTasks(t, v, run, func(ts []psTask) bool {
 		for _, x := range ts {
@@ -81,21 +127,10 @@ func TestRootHostLossOfProcesses(t *testing.T) {
 		t.Fatalf("migrate the root: %d %s %s", code, out, errOut)
 	}
 	jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", root.Job))
-	before := manifests(jobDir)
-	deadline := time.Now().Add(60 * time.Second)
-	for manifests(jobDir) <= before {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint after the root's move within 60 s\n%s\n%s", run.err.String(), v.master.err.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSets(t, jobDir, manifests(jobDir), run)        // a set after the root's move
 	_ = v.hosts[0].cmd.Process.Signal(syscall.SIGKILL) // h2, the root's host
 	v.hosts[0].wait()
-	code := run.wait()
-	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
-	if code != 0 || !strings.Contains(run.out.String(), want) {
-		t.Fatalf("run through the loss of its root's host: status %d, want %q\n%s\n%s\n%s", code, want, run.out.String(), run.err.String(), v.master.err.String())
-	}
+	wantSquaresSum(t, v, run, run.wait())
 	note := regexp.MustCompile(fmt.Sprintf(`dpvm: job %d lost host h2 and rolled back to checkpoint (\d+)`, root.Job))
 	m := note.FindStringSubmatch(run.err.String())
 	if m == nil {
@@ -108,18 +143,12 @@ func TestRootHostLossOfProcesses(t *testing.T) {
 	if strings.Contains(log, "file exists") {
 		t.Fatalf("a checkpoint collided with a set on disk:\n%s", log)
 	}
-	sets, _ := filepath.Glob(filepath.Join(jobDir, "ckpt-*", "MANIFEST"))
-	var after []int
-	for _, m := range sets {
-		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(m)), "ckpt-")); err == nil && s > back {
-			after = append(after, s)
-		}
-	}
+	after := setsAbove(jobDir, back)
 	if len(after) == 0 {
 		entries, _ := os.ReadDir(jobDir)
 		t.Fatalf("no complete checkpoint after the rollback to %d: %v\n%s", back, entries, log)
 	}
-	t.Logf("rolled back to checkpoint %d; checkpoints %v after; %s", back, after, want)
+	t.Logf("rolled back to checkpoint %d; checkpoints %v after", back, after)
 }
 
 // TestLostWithoutCheckpointOfProcesses: a job asking for a checkpoint
@@ -212,13 +241,7 @@ func TestMasterLossOfProcesses(t *testing.T) {
 				}
 			}
 			jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job))
-			deadline := time.Now().Add(60 * time.Second)
-			for manifests(jobDir) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitSets(t, jobDir, 0, run)
 			_ = v.master.cmd.Process.Signal(syscall.SIGKILL)
 			v.master.wait()
 			m2 := start(t, "recovered master", nil, append(append([]string{"daemon", "--master", "--recover", "--listen", v.addr,
@@ -414,26 +437,13 @@ func surviveRun(t *testing.T, class, every string, after time.Duration, fromStar
 // rolled back, and exit 0; it returns what the command said.
 func squaresUnderLoss(t *testing.T, fault func(v *vm, run *proc, job []psTask)) string {
 	t.Helper()
-	const n = 3_000_000
 	shared := t.TempDir()
 	v := startVM(t, 3, "--shared-dir", shared, "--no-tasks")
-	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
-		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	run := runSquares(t, v)
 	job := waitTasks(t, v, run, func(ts []psTask) bool { return len(ts) == 5 })
-	jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job[0].Job))
-	deadline := time.Now().Add(60 * time.Second)
-	for manifests(jobDir) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSets(t, filepath.Join(shared, fmt.Sprintf("job-j%d", job[0].Job)), 0, run)
 	fault(v, run, job)
-	code := run.wait()
-	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
-	if code != 0 || !strings.Contains(run.out.String(), want) {
-		t.Fatalf("status %d, want %q\n%s\n%s\n%s", code, want, run.out.String(), run.err.String(), v.master.err.String())
-	}
+	wantSquaresSum(t, v, run, run.wait())
 	if !regexp.MustCompile(fmt.Sprintf(`dpvm: job %d lost host h\d+ and rolled back to checkpoint \d+`, job[0].Job)).MatchString(run.err.String()) {
 		t.Fatalf("the command did not say the job rolled back:\n%s", run.err.String())
 	}
@@ -563,35 +573,20 @@ func TestHostLostDuringRootMoveOfProcesses(t *testing.T) {
 // uninterrupted sum, and its checkpoints after the rollback complete in
 // sets numbered above the abandoned round's.
 func TestHostLostDuringCheckpointOfProcesses(t *testing.T) {
-	const n = 3_000_000
 	shared := t.TempDir()
-	c := newCreds(t)
-	common := []string{"--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s", "--shared-dir", shared}
-	v := &vm{creds: c}
-	v.master = start(t, "master", nil, append(append([]string{"daemon", "--master", "--no-tasks"}, c.master()...), common...)...)
-	v.addr = v.master.waitFor(listening, true)[1]
-	for i := 2; i <= 4; i++ {
-		var env []string
-		if i == 3 {
-			env = []string{"DPVM_FAULT=exit-on-second-ckpt-write"}
+	v := startVMEnv(t, 3, nil, func(name string) []string {
+		if name == "h3" {
+			return []string{"DPVM_FAULT=exit-on-second-ckpt-write"}
 		}
-		name := fmt.Sprintf("h%d", i)
-		h := start(t, "host "+name, env, append(append([]string{"daemon", "--join", v.addr}, c.host(name)...), common...)...)
-		h.waitFor(listening, true)
-		v.hosts = append(v.hosts, h)
-	}
-	v.env = []string{"DPVM_MASTER=" + v.addr, c.env()}
-	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
-		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+		return nil
+	}, "--shared-dir", shared, "--no-tasks")
+	run := runSquares(t, v)
 	code := run.wait()
 	h3 := hostProc(t, v, "h3")
 	if !strings.Contains(h3.err.String(), "fault injected: exiting in the middle of a job checkpoint") {
 		t.Fatalf("h3 did not exit in the job's second checkpoint round (status %d):\n%s\n%s", code, h3.err.String(), run.err.String())
 	}
-	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
-	if code != 0 || !strings.Contains(run.out.String(), want) {
-		t.Fatalf("status %d, want %q\n%s\n%s\n%s", code, want, run.out.String(), run.err.String(), v.master.err.String())
-	}
+	wantSquaresSum(t, v, run, code)
 	m := regexp.MustCompile(`dpvm: job (\d+) lost host h3 and rolled back to checkpoint (\d+)`).FindStringSubmatch(run.err.String())
 	if m == nil {
 		t.Fatalf("the command did not say the job rolled back after losing h3:\n%s", run.err.String())
@@ -604,13 +599,7 @@ func TestHostLostDuringCheckpointOfProcesses(t *testing.T) {
 	// The sets: the one gone back to, the abandoned round's (removed or
 	// left incomplete) and those after the rollback, numbered above both.
 	jobDir := filepath.Join(shared, "job-j"+m[1])
-	sets, _ := filepath.Glob(filepath.Join(jobDir, "ckpt-*", "MANIFEST"))
-	var after []int
-	for _, f := range sets {
-		if s, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(f)), "ckpt-")); err == nil && s > back+1 {
-			after = append(after, s)
-		}
-	}
+	after := setsAbove(jobDir, back+1)
 	if len(after) == 0 {
 		entries, _ := os.ReadDir(jobDir)
 		t.Fatalf("no complete checkpoint numbered after the abandoned round %d: %v\n%s", back+1, entries, log)
@@ -628,20 +617,12 @@ func TestHostLostDuringCheckpointOfProcesses(t *testing.T) {
 // uninterrupted sum and exits 0. Before, it printed no note (it did not
 // listen for them).
 func TestRestartFollowsItsRollbackOfProcesses(t *testing.T) {
-	const n = 3_000_000
 	shared := t.TempDir()
 	v := startVM(t, 3, "--shared-dir", shared, "--no-tasks")
-	run := start(t, "squares with checkpoints", v.env, "run", "--master", v.addr, "--checkpoint-every", "200ms", "--keep", "100",
-		"squares", "-n", fmt.Sprint(n), "-workers", "4")
+	run := runSquares(t, v)
 	job := waitTasks(t, v, run, func(ts []psTask) bool { return len(ts) == 5 })
 	jobDir := filepath.Join(shared, fmt.Sprintf("job-j%d", job[0].Job))
-	deadline := time.Now().Add(60 * time.Second)
-	for manifests(jobDir) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint within 60 s\n%s", run.err.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSets(t, jobDir, 0, run)
 	_ = run.cmd.Process.Signal(os.Interrupt)
 	if code := run.wait(); code == 0 {
 		t.Fatalf("the interrupted run exited 0:\n%s", run.out.String())
@@ -658,21 +639,11 @@ func TestRestartFollowsItsRollbackOfProcesses(t *testing.T) {
 		}
 		return len(ts) == 5 && root.TID != ""
 	})
-	deadline = time.Now().Add(60 * time.Second)
-	for manifests(jobDir) <= sets {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint of the restarted job within 60 s\n%s", re.err.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSets(t, jobDir, sets, re) // a set of the restarted job's
 	host := hostProc(t, v, root.Host)
 	_ = host.cmd.Process.Signal(syscall.SIGKILL)
 	host.wait()
-	code := re.wait()
-	want := fmt.Sprintf("sum of %d squares = %s", n, squaresSum(n))
-	if code != 0 || !strings.Contains(re.out.String(), want) {
-		t.Fatalf("restart through the loss of its root's host %s: status %d, want %q\n%s\n%s\n%s", root.Host, code, want, re.out.String(), re.err.String(), v.master.err.String())
-	}
+	wantSquaresSum(t, v, re, re.wait())
 	if !regexp.MustCompile(fmt.Sprintf(`dpvm: job %d lost host %s and rolled back to checkpoint \d+`, root.Job, root.Host)).MatchString(re.err.String()) {
 		t.Fatalf("the restart did not say its job rolled back:\n%s", re.err.String())
 	}

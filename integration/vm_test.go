@@ -186,16 +186,26 @@ func startVM(t *testing.T, hosts int, extra ...string) *vm {
 // hosts are named h2, h3, …
 func startVMWith(t *testing.T, hosts int, c *creds, extra ...string) *vm {
 	t.Helper()
+	return startVMEnv(t, hosts, c, nil, extra...)
+}
+
+// startVMEnv is startVMWith with env(name) added to the environment of
+// the daemon named name (h1 the master), when env is not nil.
+func startVMEnv(t *testing.T, hosts int, c *creds, env func(name string) []string, extra ...string) *vm {
+	t.Helper()
 	if c == nil {
 		c = newCreds(t)
 	}
+	if env == nil {
+		env = func(string) []string { return nil }
+	}
 	v := &vm{creds: c}
 	common := append([]string{"--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}, extra...)
-	v.master = start(t, "master", nil, append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
+	v.master = start(t, "master", env("h1"), append(append([]string{"daemon", "--master"}, c.master()...), common...)...)
 	v.addr = v.master.waitFor(listening, true)[1]
 	for i := range hosts {
 		name := fmt.Sprintf("h%d", i+2)
-		h := start(t, fmt.Sprintf("host %d", i+2), nil, append(append([]string{"daemon", "--join", v.addr}, c.host(name)...), common...)...)
+		h := start(t, fmt.Sprintf("host %d", i+2), env(name), append(append([]string{"daemon", "--join", v.addr}, c.host(name)...), common...)...)
 		h.waitFor(listening, true)
 		v.hosts = append(v.hosts, h)
 	}

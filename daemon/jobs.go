@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,13 +89,11 @@ type jobState struct {
 	// round's pause answers named them, with those placed there since:
 	// what a host lost with no checkpoint to go back to took with it.
 	seen map[task.HostID][]task.TID
-	// had is every task the job has had, in the order the master started
-	// them, those that moved or ended too (hadSet the same as a set): a
-	// checkpoint's quiet step counts the unacknowledged messages of each,
-	// wherever they wait. It grows by one TID per task the job starts and
-	// goes with the job.
-	had    []task.TID
-	hadSet map[task.TID]struct{}
+	// had is every task the job has had, those that moved or ended too:
+	// a checkpoint's quiet step counts the unacknowledged messages of
+	// each, wherever they wait. It grows by one TID per task the job
+	// starts and goes with the job.
+	had map[task.TID]struct{}
 }
 
 // placed records that the master started tids of the job on host h.
@@ -110,14 +109,11 @@ func (js *jobState) placed(h task.HostID, tids []task.TID) {
 
 // hadLocked records tids among the tasks the job has had (js.mu held).
 func (js *jobState) hadLocked(tids []task.TID) {
-	if js.hadSet == nil {
-		js.hadSet = map[task.TID]struct{}{}
+	if js.had == nil {
+		js.had = map[task.TID]struct{}{}
 	}
 	for _, t := range tids {
-		if _, ok := js.hadSet[t]; !ok {
-			js.hadSet[t] = struct{}{}
-			js.had = append(js.had, t)
-		}
+		js.had[t] = struct{}{}
 	}
 }
 
@@ -132,7 +128,7 @@ func (js *jobState) hadTasks(tids ...task.TID) {
 func (js *jobState) allTasks() []task.TID {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	return slices.Clone(js.had)
+	return slices.Collect(maps.Keys(js.had))
 }
 
 // roundWork is what the driver gathers during a round.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -322,14 +321,7 @@ func (d *Daemon) quietJob(a ckStep) (ckReply, error) {
 	if err != nil {
 		return rep, err
 	}
-	senders := make(map[task.TID]struct{}, len(a.TIDs)+len(rep.TIDs))
-	for _, t := range a.TIDs {
-		senders[t] = struct{}{}
-	}
-	for _, t := range rep.TIDs {
-		senders[t] = struct{}{}
-	}
-	rep.Pending += d.rt.pendingFrom(slices.Collect(maps.Keys(senders)))
+	rep.Pending += d.rt.pendingFrom(append(slices.Clip(a.TIDs), rep.TIDs...))
 	return rep, nil
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -102,4 +103,32 @@ func TestQuietCountsMessagesOfTasksGone(t *testing.T) {
 			t.Fatalf("checkpoint %+v: no set", ck)
 		}
 	})
+}
+
+// BenchmarkPendingFrom: a host's count for the quiet step of a job that
+// has had n tasks (every one the master names), with q receivers that
+// have a message waiting each.
+func BenchmarkPendingFrom(b *testing.B) {
+	for _, n := range []int{256, 4096} {
+		for _, q := range []int{64, 1024} {
+			b.Run(fmt.Sprintf("had=%d/queues=%d", n, q), func(b *testing.B) {
+				r := newRouter()
+				var tids []task.TID
+				for i := range n {
+					tids = append(tids, task.NewTID(1, uint32(i+1)))
+				}
+				for i := range q {
+					from, to := tids[i%n], task.NewTID(2, uint32(i+1))
+					e := routing.Envelope{From: from, To: to, Seq: r.outbox.Seq(from, to), Body: task.Payload{Data: []byte("x")}}
+					r.outbox.Push(e, routing.Route{Host: 2, Epoch: 2}, time.Unix(0, 0))
+				}
+				b.ResetTimer()
+				for range b.N {
+					if r.pendingFrom(tids) != q {
+						b.Fatal("count")
+					}
+				}
+			})
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,13 +89,11 @@ type jobState struct {
 	// round's pause answers named them, with those placed there since:
 	// what a host lost with no checkpoint to go back to took with it.
 	seen map[task.HostID][]task.TID
-	// had is every task the job has had, in the order the master started
-	// them, those that moved or ended too (hadSet the same as a set): a
-	// checkpoint's quiet step counts the unacknowledged messages of each,
-	// wherever they wait. It grows by one TID per task the job starts and
-	// goes with the job.
-	had    []task.TID
-	hadSet map[task.TID]struct{}
+	// had is every task the job has had, those that moved or ended too:
+	// a checkpoint's quiet step counts the unacknowledged messages of
+	// each, wherever they wait. It grows by one TID per task the job
+	// starts and goes with the job.
+	had map[task.TID]struct{}
 }
 
 // placed records that the master started tids of the job on host h.
@@ -110,14 +109,11 @@ func (js *jobState) placed(h task.HostID, tids []task.TID) {
 
 // hadLocked records tids among the tasks the job has had (js.mu held).
 func (js *jobState) hadLocked(tids []task.TID) {
-	if js.hadSet == nil {
-		js.hadSet = map[task.TID]struct{}{}
+	if js.had == nil {
+		js.had = map[task.TID]struct{}{}
 	}
 	for _, t := range tids {
-		if _, ok := js.hadSet[t]; !ok {
-			js.hadSet[t] = struct{}{}
-			js.had = append(js.had, t)
-		}
+		js.had[t] = struct{}{}
 	}
 }
 
@@ -132,7 +128,7 @@ func (js *jobState) hadTasks(tids ...task.TID) {
 func (js *jobState) allTasks() []task.TID {
 	js.mu.Lock()
 	defer js.mu.Unlock()
-	return slices.Clone(js.had)
+	return slices.Collect(maps.Keys(js.had))
 }
 
 // roundWork is what the driver gathers during a round.
@@ -367,10 +363,12 @@ type JobCheckpoint struct {
 	PausedMS float64 `json:"paused_ms" msgpack:"p"`
 }
 
-// newJob registers a job (master).
+// newJob registers a job (master). How it ends (killOnReturn) and whose
+// it is are its caller's to set before it runs: newRootJob for a new job,
+// RestartJob for one restarted from a checkpoint set.
 func (d *Daemon) newJob(name, typ string, opts JobOptions) *jobState {
 	js := &jobState{id: d.reg.newID(), name: name, typ: typ, opts: opts, done: make(chan struct{}), forgotten: make(chan struct{}),
-		attach: make(chan *peer, 1), settled: make(chan struct{}), killOnReturn: killsOnReturn(typ, nil)}
+		attach: make(chan *peer, 1), settled: make(chan struct{})}
 	if js.name == "" {
 		js.name = d.freshJobName(js.id)
 	}
@@ -414,9 +412,9 @@ func (d *Daemon) startJob(ctx context.Context, root task.Task, opts JobOptions) 
 	if err != nil {
 		return nil, err
 	}
-	js := d.newJob("", typ, opts)
-	js.killOnReturn = killsOnReturn(typ, state)
-	tids, err := d.startLocal(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 1})
+	req := task.SpawnRequest{Type: typ, State: state, Count: 1}
+	js := d.newRootJob(ctx, req, opts)
+	tids, err := d.startLocal(ctx, 0, js.id, req)
 	if err != nil {
 		d.endJob(js)
 		return nil, err
@@ -467,18 +465,35 @@ func (js *jobState) over() bool {
 	}
 }
 
+// admitCallerJobs reserves n new jobs against the quota of the person the
+// control call of ctx came from (master; none for a call of no person):
+// release(k) gives k of the reservation back (owners.admitJobs).
+func (d *Daemon) admitCallerJobs(ctx context.Context, n int) (release func(k int), err error) {
+	if c, ok := callerOwner(ctx); ok {
+		return d.owners.admitJobs(c, n, d.quota())
+	}
+	return func(int) {}, nil
+}
+
+// newRootJob registers a new job whose root is started from req (master):
+// the root's state says how the job ends (task.JobEnder), and the person
+// the control call of ctx came from, if any, owns it.
+func (d *Daemon) newRootJob(ctx context.Context, req task.SpawnRequest, opts JobOptions) *jobState {
+	js := d.newJob("", req.Type, opts)
+	js.killOnReturn = killsOnReturn(req.Type, req.State)
+	d.ownJob(ctx, js.id)
+	return js
+}
+
 // spawnRoots places and starts req.Count tasks, each the root of a job of
 // its own (master).
 func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts JobOptions) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
-	release := func(int) {}
-	if c, ok := callerOwner(ctx); ok {
-		var err error
-		if release, err = d.owners.admitJobs(c, req.Count, d.quota()); err != nil {
-			return nil, err
-		}
+	release, err := d.admitCallerJobs(ctx, req.Count)
+	if err != nil {
+		return nil, err
 	}
 	defer release(req.Count) // what is left of the reservation
 	tids := make([]task.TID, 0, prealloc(req.Count))
@@ -487,9 +502,7 @@ func (d *Daemon) spawnRoots(ctx context.Context, req task.SpawnRequest, opts Job
 			// The caller is gone: the jobs started so far go on.
 			return tids, fmt.Errorf("spawn %d jobs: stopped after %d: %w", req.Count, len(tids), err)
 		}
-		js := d.newJob("", req.Type, opts)
-		js.killOnReturn = killsOnReturn(req.Type, req.State)
-		d.ownJob(ctx, js.id)
+		js := d.newRootJob(ctx, req, opts)
 		release(1)
 		r := req
 		r.Count = 1

@@ -761,16 +761,11 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 			return TaskInfo{}, err
 		}
 	} else {
-		release := func(int) {}
-		if c, ok := callerOwner(ctx); ok {
-			var err error
-			if release, err = d.owners.admitJobs(c, 1, d.quota()); err != nil {
-				return TaskInfo{}, err
-			}
+		release, err := d.admitCallerJobs(ctx, 1)
+		if err != nil {
+			return TaskInfo{}, err
 		}
-		js = d.newJob("", a.Req.Type, a.Opts)
-		js.killOnReturn = killsOnReturn(a.Req.Type, a.Req.State)
-		d.ownJob(ctx, js.id)
+		js = d.newRootJob(ctx, a.Req, a.Opts)
 		release(1)
 		d.reg.setOutput(js.id, &clientOutput{p: client, job: js.id})
 		a.Req.Count = 1
@@ -779,7 +774,6 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 		// admits it), so that the master's loss takes no task of the job
 		// with it.
 		var tids []task.TID
-		var err error
 		if d.cfg.MasterNoTasks {
 			tids, err = d.spawnAnywhere(ctx, 0, js.id, a.Req)
 			if err == nil && len(tids) == 0 {

@@ -138,13 +138,17 @@ func (r *router) dropHost(id task.HostID) []task.TID {
 }
 
 // pendingFrom counts the messages the tasks sent that are not yet
-// acknowledged.
+// acknowledged (a task named twice counts once): one pass over the
+// outbox's waiting messages under the lock, not one per task.
 func (r *router) pendingFrom(tids []task.TID) int {
+	senders := make(map[task.TID]struct{}, len(tids))
+	for _, t := range tids {
+		senders[t] = struct{}{}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for _, tid := range tids {
-		n += r.outbox.PendingFrom(tid)
-	}
-	return n
+	return r.outbox.PendingFromAny(func(t task.TID) bool {
+		_, ok := senders[t]
+		return ok
+	})
 }

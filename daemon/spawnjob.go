@@ -15,17 +15,11 @@ func (d *Daemon) spawnOneJob(ctx context.Context, req task.SpawnRequest, opts Jo
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
-	release := func(int) {}
-	if c, ok := callerOwner(ctx); ok {
-		var err error
-		if release, err = d.owners.admitJobs(c, 1, d.quota()); err != nil {
-			return nil, err
-		}
+	release, err := d.admitCallerJobs(ctx, 1)
+	if err != nil {
+		return nil, err
 	}
-	defer release(1) // what is left of the reservation
-	js := d.newJob("", req.Type, opts)
-	js.killOnReturn = killsOnReturn(req.Type, req.State)
-	d.ownJob(ctx, js.id)
+	js := d.newRootJob(ctx, req, opts)
 	release(1)
 	tids, err := d.spawnAnywhere(ctx, 0, js.id, req)
 	if err == nil && len(tids) < req.Count {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -72,5 +73,40 @@ func TestSpawnOneJob(t *testing.T) {
 	req.Count = 0
 	if _, err := m.spawnOneJob(ctx, req, JobOptions{}); err == nil {
 		t.Error("spawn -n 0 succeeded")
+	}
+}
+
+// TestSpawnOneJobCountsAsOneJobOfItsCaller: a user's 'dpvm spawn -n 3' is
+// one job, theirs, counted once against their quota of jobs: its
+// reservation is given back once the job is counted, and a second such
+// spawn past the quota is refused and starts no job.
+func TestSpawnOneJobCountsAsOneJobOfItsCaller(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm, alice, _, _, _ := memUsers(t, 2, Config{MaxUserTasks: 8, MaxUserJobs: 1, MaxJobTasks: 8})
+	m := vm.Master()
+	typ, state := waitingType(t)
+	tids, err := alice.SpawnOneJob(ctx, typ, state, 3, "", JobOptions{})
+	if err != nil || len(tids) != 3 {
+		t.Fatalf("alice spawns 3 tasks as one job: %v, %v", tids, err)
+	}
+	job, err := m.taskJob(ctx, tids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := m.owners.job(job); !ok || w.name != "alice" {
+		t.Errorf("job %d of alice's spawn owned by %+v (%v), want alice", job, w, ok)
+	}
+	m.owners.mu.Lock()
+	jobs, pend := len(m.owners.userJobs["alice"]), m.owners.pendJobs["alice"]
+	m.owners.mu.Unlock()
+	if jobs != 1 || pend != 0 {
+		t.Errorf("alice holds %d jobs with %d reserved, want 1 and 0", jobs, pend)
+	}
+	if _, err := alice.SpawnOneJob(ctx, typ, state, 2, "", JobOptions{}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("alice spawned a second job, quota 1: %v", err)
+	}
+	if n := jobCount(m); n != 1 {
+		t.Fatalf("%d jobs after a refused spawn, want 1", n)
 	}
 }

@@ -527,6 +527,22 @@ func (o *Outbox) PendingFrom(sender task.TID) int {
 	return n
 }
 
+// PendingFromAny is how many messages from the senders that in names are
+// unacknowledged or held, to any receiver: one pass over the pairs with
+// messages waiting, however many senders in names (PendingFrom for each
+// would pass over every receiver's queue once per sender).
+func (o *Outbox) PendingFromAny(in func(task.TID) bool) int {
+	n := 0
+	for _, q := range o.queues {
+		for from, f := range q.pairs {
+			if in(from) {
+				n += len(f.msgs) - f.head
+			}
+		}
+	}
+	return n
+}
+
 // Bytes is the total unacknowledged or held.
 func (o *Outbox) Bytes() int { return o.bytes }
 

@@ -413,12 +413,21 @@ func TestOutboxDropSender(t *testing.T) {
 		o.Push(Envelope{From: p[0], To: p[1], Seq: o.Seq(p[0], p[1]), Body: task.Payload{Data: []byte("ab")}}, Route{Host: 3, Epoch: 1}, now)
 	}
 	o.Refused(Refusal{To: y, Route: Route{Host: 3, Epoch: 1}}, 3, now) // y moves away: held
+	among := func(ts ...task.TID) func(task.TID) bool {
+		return func(t task.TID) bool { return slices.Contains(ts, t) }
+	}
+	if n := o.PendingFromAny(among(a, c)); n != 4 {
+		t.Fatalf("%d messages from a and c, held or unacknowledged; want 4", n)
+	}
 	before := o.Bytes()
 	if n := o.DropSender(a); n != 3 {
 		t.Fatalf("dropped %d of a's messages, want 3", n)
 	}
 	if o.PendingFrom(a) != 0 || o.PendingFrom(b) != 1 || o.PendingFrom(c) != 1 {
 		t.Fatalf("left a %d, b %d, c %d", o.PendingFrom(a), o.PendingFrom(b), o.PendingFrom(c))
+	}
+	if n := o.PendingFromAny(among(a, b, c)); n != 2 {
+		t.Fatalf("%d messages left from a, b and c; want 2", n)
 	}
 	if got, want := o.Bytes(), before-3*EnvelopeSize(&Envelope{Body: task.Payload{Data: []byte("ab")}}); got != want {
 		t.Fatalf("%d bytes pending, want %d", got, want)

@@ -71,7 +71,7 @@ func (c *Ctx) Barrier(group string, count int, opts ...Option) error {
 		return err
 	}
 	sb, ok := c.ep.(SafeBarrierer)
-	if !o.safe || !ok || c.critical.Load() > 0 {
+	if !o.safe() || !ok || c.critical.Load() > 0 {
 		c.enter()
 		defer c.leave()
 		if err := c.ep.Barrier(c.ep.Context(), group, count); err != nil {

@@ -91,7 +91,7 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	// the last ranking's keys in place, as views of send (see exchange),
 	// and an all-reduce completes only once every task has finished that
 	// ranking and contributed to this one, so send is ours again.
-	if err := sumSafeInt64(cm, tot); err != nil {
+	if err := sumSafe(cm, tot); err != nil {
 		return 0, err
 	}
 	send := w.send[:len(keys)]
@@ -421,7 +421,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 	// Each ranking ends at a safe point, except the last: what follows it
 	// reads its buckets, which are not kept in fields. Run re-entered
 	// after it ranks again, its collectives replayed by the worker's
-	// task.Comm (their waits are safe points where cm can: safeColl).
+	// task.Comm (their waits are safe points where cm can: teamOf).
 	if !w.Warm {
 		if _, err := w.rank(cm, 1); err != nil {
 			return nil, err
@@ -472,7 +472,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	sums := []int64{int64(w.Passed), bad}
-	if err := sumSafeInt64(cm, sums); err != nil {
+	if err := sumSafe(cm, sums); err != nil {
 		return nil, err
 	}
 	if cm.rank() != 0 {

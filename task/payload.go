@@ -296,20 +296,7 @@ func decodeRaw[T fixedNumber](p Payload, dst *[]T) error {
 // bytes are its receiver's, so the slice may be kept and changed.
 // Elsewhere they are decoded into a new slice.
 func (p Payload) Int32s() ([]int32, error) {
-	if p.Enc != EncInt32s || len(p.Data)%4 != 0 {
-		return nil, fmt.Errorf("%v payload of %d bytes, want int32s: %w", p.Enc, len(p.Data), ErrDecode)
-	}
-	if len(p.Data) == 0 {
-		return nil, nil
-	}
-	if littleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%4 == 0 {
-		return unsafe.Slice((*int32)(unsafe.Pointer(&p.Data[0])), len(p.Data)/4), nil
-	}
-	var s []int32
-	if err := decodeRaw(p, &s); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return viewRaw[int32](p, EncInt32s)
 }
 
 // Decode decodes the payload into v, which must be a non-nil pointer. A

@@ -194,19 +194,16 @@ func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
-	encode := Encode
 	ips, inPlaceOK := c.ep.(InPlaceSender)
-	if o.inPlace() && inPlaceOK {
-		encode = inPlace
-	}
-	p, err := encode(v)
+	lend := o.inPlace() && inPlaceOK
+	p, err := encode(v, lend)
 	if err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
 	ctx, cancel := c.waitContext(&o)
 	defer cancel()
 	switch ss, safeOK := c.ep.(SafeSender); {
-	case o.inPlace() && inPlaceOK:
+	case lend:
 		c.enter()
 		err = ips.SendInPlace(ctx, to, tag, p)
 		c.leave()

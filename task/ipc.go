@@ -207,7 +207,7 @@ func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
 		c.enter()
 		err = ips.SendInPlace(ctx, to, tag, p)
 		c.leave()
-	case o.safe() && safeOK && c.critical.Load() == 0 && !c.recvPending():
+	case o.safe() && safeOK && c.mayStop():
 		for {
 			c.enter()
 			var sent bool
@@ -307,7 +307,7 @@ func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool)
 	if o.match != nil && !funcOK {
 		return Message{}, false, fmt.Errorf("recv by predicate: this runtime cannot")
 	}
-	if !o.safe() || !wait || c.critical.Load() > 0 || c.recvPending() {
+	if !o.safe() || !wait || !c.mayStop() {
 		c.enter()
 		defer c.leave()
 		if o.match != nil {

@@ -29,17 +29,21 @@ type comm interface {
 	recvPayload(from, tag int) (task.Payload, error)
 }
 
-// recvInt32s receives the next message with tag from rank from, a slice of
-// int32 (sent as []int32), and returns it: the message's bytes, not a
-// copy, where they can be (task.Payload.Int32s).
-func recvInt32s(cm comm, from, tag int) ([]int32, error) {
+// recvSlice receives the next message with tag from rank from, a slice
+// sent as []T, and returns it as view (task.Payload.Int32s, Float64s or
+// Complex128s) gives it: the message's bytes, not a copy, where they can
+// be. With n >= 0 the slice must hold n values.
+func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
 	p, err := cm.recvPayload(from, tag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := p.Int32s()
+	s, err := view(p)
 	if err != nil {
 		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
+	}
+	if n >= 0 && len(s) != n {
+		return nil, fmt.Errorf("recv from rank %d tag %d: %d values, want %d", from, tag, len(s), n)
 	}
 	return s, nil
 }
@@ -376,16 +380,9 @@ func allgathervLent(cm comm, full []float64, bounds []int) error {
 	for k := 1; k < n; k++ {
 		r := (me - k + n) % n
 		lo, hi := bounds[r], bounds[r+1]
-		msg, err := cm.recvPayload(r, tagGather)
+		in, err := recvSlice(cm, r, tagGather, hi-lo, task.Payload.Float64s)
 		if err != nil {
 			return fmt.Errorf("allgather: %w", err)
-		}
-		in, err := msg.Float64s()
-		if err != nil {
-			return fmt.Errorf("allgather from rank %d: %w", r, err)
-		}
-		if len(in) != hi-lo {
-			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(in), hi-lo)
 		}
 		copy(full[lo:hi], in)
 	}

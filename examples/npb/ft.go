@@ -353,9 +353,9 @@ func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex12
 			if err := cm.sendInPlace(dst, tagTranspose, from(dst, l0)[:m]); err != nil {
 				return fmt.Errorf("FT transpose: %w", err)
 			}
-			in, err := recvComplex(cm, src, m)
+			in, err := recvSlice(cm, src, tagTranspose, m, task.Payload.Complex128s)
 			if err != nil {
-				return err
+				return fmt.Errorf("FT transpose: %w", err)
 			}
 			for l := l0; l < l1; l++ {
 				to(src, l, in[nx*(l-l0):][:nx])
@@ -363,24 +363,6 @@ func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex12
 		}
 	}
 	return nil
-}
-
-// recvComplex receives the next transpose chunk from rank from, which must
-// hold m values: the message's bytes, not a copy, where they can be
-// (task.Payload.Complex128s).
-func recvComplex(cm comm, from, m int) ([]complex128, error) {
-	msg, err := cm.recvPayload(from, tagTranspose)
-	if err != nil {
-		return nil, fmt.Errorf("FT transpose: %w", err)
-	}
-	in, err := msg.Complex128s()
-	if err != nil {
-		return nil, fmt.Errorf("FT transpose from rank %d: %w", from, err)
-	}
-	if len(in) != m {
-		return nil, fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(in), from, m)
-	}
-	return in, nil
 }
 
 // lineA is where x-line (jl, kl) of block q starts in layout A, whose

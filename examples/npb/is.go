@@ -278,7 +278,7 @@ const isChunk = 1 << 19
 
 // exchange sends out to rank to and receives from rank from, in chunks of
 // w.chunk keys (isChunk by default). It appends the chunks received to segs
-// (each is the body of its message, not copied: see recvInt32s) and
+// (each is the body of its message, not copied: see recvSlice) and
 // returns them with the number of keys received. The chunks go in place:
 // a receiver on this task's host gets views of out, which it reads until
 // its next ranking starts, and its part in that ranking's all-reduce
@@ -299,7 +299,7 @@ func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) 
 			sent = end
 		}
 		if !recvDone {
-			part, err := recvInt32s(cm, from, tagKeys)
+			part, err := recvSlice(cm, from, tagKeys, -1, task.Payload.Int32s)
 			if err != nil {
 				return nil, 0, err
 			}

@@ -109,7 +109,7 @@ func (p *Place) iters(class int) int {
 	return class
 }
 
-// worker is a kernel task.s code: run executes the kernel (resuming from the
+// worker is a kernel task's code: run executes the kernel (resuming from the
 // worker's fields) and returns, on rank 0, the report (without Hosts).
 type worker interface {
 	task.Task

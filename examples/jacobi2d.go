@@ -12,17 +12,17 @@ import (
 // N×N grid, top edge held at 1, the others at 0) in blocks on a 2-D
 // Cartesian communicator, each block exchanging its edges with its four
 // neighbours by non-blocking sends and receives. A block holds the
-// interior's rows [R0, R1) and columns [C0, C1) with a ghost ring, all in
-// exported fields, so that it can be checkpointed and moved.
+// interior's rows and columns its rank has on the grid (blockOf) with a
+// ghost ring, in exported fields, so that it can be checkpointed and
+// moved.
 type Jacobi2D struct {
-	Tasks          int       // blocks in all; the root's only
-	C, G           task.Comm // the team; its Cartesian grid
-	N, MaxIter, K  int
-	Tol            float64
-	R0, R1, C0, C1 int
-	Iter           int
-	U              []float64 // (R1-R0+2) rows of (C1-C0+2) points
-	Diff           float64   // the largest change in the last iteration
+	Tasks         int       // blocks in all; the root's only
+	C, G          task.Comm // the team; its Cartesian grid
+	N, MaxIter, K int
+	Tol           float64
+	Iter          int
+	U             []float64 // the block's rows, a ghost ring around (blockOf)
+	Diff          float64   // the largest change in the last iteration
 }
 
 func init() {
@@ -77,10 +77,14 @@ func (s *Jacobi2D) Run(c *task.Ctx) error {
 		if err := s.C.CartCreate(c, dims, []bool{false, false}, &s.G); err != nil {
 			return err
 		}
-		s.R0, s.R1, s.C0, s.C1 = blockOf(&s.G, s.G.Rank, s.N)
-		s.U = make([]float64, (s.R1-s.R0+2)*(s.C1-s.C0+2))
-		if s.R0 == 0 {
-			for x := range s.C1 - s.C0 + 2 {
+	}
+	g := &s.G
+	r0, r1, c0, c1 := blockOf(g, g.Rank, s.N)
+	rows, w := r1-r0, c1-c0+2
+	if s.U == nil {
+		s.U = make([]float64, (rows+2)*w)
+		if r0 == 0 {
+			for x := range w {
 				s.U[x] = 1 // the top edge
 			}
 		}
@@ -88,72 +92,60 @@ func (s *Jacobi2D) Run(c *task.Ctx) error {
 			return err
 		}
 	}
-	g, rows, w := &s.G, s.R1-s.R0, s.C1-s.C0+2
 	up, down := g.CartShift(0, 1) // NoRank past the grid's edges
 	left, right := g.CartShift(1, 1)
-	for s.Iter < s.MaxIter {
-		if s.Iter > 0 && s.Iter%s.K == 0 {
-			d := []float64{s.Diff}
+	// Each edge as its neighbour gets it: the points at from, from+step,
+	// … go into the neighbour's ghost points at to, to+step, ….
+	edges := []struct{ peer, sendTag, recvTag, from, to, step, n int }{
+		{up, tagTopRow, tagBottomRow, w + 1, 1, 1, w - 2},
+		{down, tagBottomRow, tagTopRow, rows*w + 1, (rows+1)*w + 1, 1, w - 2},
+		{left, tagLeftCol, tagRightCol, w + 1, w, w, rows},
+		{right, tagRightCol, tagLeftCol, 2*w - 2, 2*w - 1, w, rows},
+	}
+	d := make([]float64, 1)
+	for {
+		if s.Iter == s.MaxIter || s.Iter > 0 && s.Iter%s.K == 0 {
+			d[0] = s.Diff
 			if err := task.AllReduce(c, g, task.Max[float64], d); err != nil {
 				return err
 			}
-			if d[0] <= s.Tol {
+			if s.Iter == s.MaxIter || d[0] <= s.Tol {
 				break
 			}
 		}
-		var top, bottom, west, east []float64
 		var reqs []task.Request
-		post := func(r task.Request, err error) error {
-			reqs = append(reqs, r)
-			return err
-		}
-		col := func(x int) []float64 {
-			out := make([]float64, rows)
-			for y := range rows {
-				out[y] = s.U[(y+1)*w+x]
-			}
-			return out
-		}
-		for _, e := range []struct {
-			peer, sendTag, recvTag int
-			edge                   []float64
-			ghost                  *[]float64
-		}{
-			{up, tagTopRow, tagBottomRow, s.U[w : 2*w], &top},
-			{down, tagBottomRow, tagTopRow, s.U[rows*w : (rows+1)*w], &bottom},
-			{left, tagLeftCol, tagRightCol, col(1), &west},
-			{right, tagRightCol, tagLeftCol, col(w - 2), &east},
-		} {
+		ghosts := make([][]float64, len(edges))
+		for i, e := range edges {
 			if e.peer == task.NoRank {
 				continue
 			}
-			if err := post(g.Irecv(c, e.peer, e.recvTag, e.ghost)); err != nil {
+			edge := make([]float64, e.n)
+			for k := range edge {
+				edge[k] = s.U[e.from+k*e.step]
+			}
+			rr, err := g.Irecv(c, e.peer, e.recvTag, &ghosts[i])
+			if err != nil {
 				return err
 			}
-			if err := post(g.Isend(c, e.peer, e.sendTag, e.edge)); err != nil {
+			sr, err := g.Isend(c, e.peer, e.sendTag, edge)
+			if err != nil {
 				return err
 			}
+			reqs = append(reqs, rr, sr)
 		}
 		if err := g.Waitall(c, reqs...); err != nil {
 			return err
 		}
-		copy(s.U, top) // nothing at the grid's edges
-		copy(s.U[(rows+1)*w:], bottom)
-		for y := range west {
-			s.U[(y+1)*w] = west[y]
-		}
-		for y := range east {
-			s.U[(y+1)*w+w-1] = east[y]
+		for i, e := range edges {
+			for k, v := range ghosts[i] { // none at the grid's edges
+				s.U[e.to+k*e.step] = v
+			}
 		}
 		s.U, s.Diff = jacobi2DStep(s.U, w)
 		s.Iter++
 		if err := c.SafePoint(); err != nil {
 			return err
 		}
-	}
-	d := []float64{s.Diff}
-	if err := task.AllReduce(c, g, task.Max[float64], d); err != nil {
-		return err
 	}
 	inner := make([]float64, 0, rows*(w-2))
 	for y := 1; y <= rows; y++ {

@@ -284,11 +284,8 @@ func (c *Ctx) Critical(f func() error) error {
 // cannot move, and a killed task ends only at its next SafePoint or IPC
 // call.
 func (c *Ctx) SafePoint() error {
-	if c.critical.Load() > 0 {
+	if !c.mayStop() {
 		return nil
-	}
-	if c.recvPending() {
-		return nil // see Comm.Irecv
 	}
 	for _, m := range c.comms {
 		m.resetStep()
@@ -296,15 +293,21 @@ func (c *Ctx) SafePoint() error {
 	return c.ep.SafePoint(c.task)
 }
 
-// recvPending reports whether a receive request is outstanding on one of
-// the task's communicators: SafePoint is then no safe point.
-func (c *Ctx) recvPending() bool {
+// mayStop reports whether SafePoint is a safe point now: it is not inside
+// a critical section, nor while a receive request is outstanding on one of
+// the task's communicators (see Comm.Irecv). A wait that ends by calling
+// SafePoint (Safe) asks it first, so that it does not loop on a safe point
+// that never comes.
+func (c *Ctx) mayStop() bool {
+	if c.critical.Load() > 0 {
+		return false
+	}
 	for _, m := range c.comms {
 		if m.pendingRecv() {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // MaxResult bounds the encoded size of a task's result.

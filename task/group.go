@@ -63,15 +63,16 @@ func (c *Ctx) Members(group string) ([]TID, error) {
 // Like SafePoint, the call then returns ErrSuspended, which Run must
 // return unchanged; on re-entry Run calls Barrier again, so wait with
 // Safe where Run's fields say the task is about to enter the barrier.
-// Inside a critical section the wait is no safe point. Barrier takes no
-// other option.
+// Inside a critical section, or while a receive request is outstanding on
+// a communicator (see Comm.Irecv), the wait is no safe point. Barrier
+// takes no other option.
 func (c *Ctx) Barrier(group string, count int, opts ...Option) error {
 	o, err := options("barrier", opts, optSafe)
 	if err != nil {
 		return err
 	}
 	sb, ok := c.ep.(SafeBarrierer)
-	if !o.safe || !ok || c.critical.Load() > 0 {
+	if !o.safe() || !ok || !c.mayStop() {
 		c.enter()
 		defer c.leave()
 		if err := c.ep.Barrier(c.ep.Context(), group, count); err != nil {

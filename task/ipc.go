@@ -10,22 +10,18 @@ import (
 
 // An Option adjusts a Send, Recv or TryRecv. Each call accepts the options
 // that mean something for it and fails with an error naming any other.
-type Option func(*ipcOptions)
-
-// ipcOptions are a call's options, applied on the caller's stack.
-type ipcOptions struct {
-	safe    bool
-	inPlace bool
+// An Option is a plain value, so that applying a call's options costs no
+// allocation on the message path.
+type Option struct {
+	kinds   int // the kinds of option it holds (optSafe, …)
 	match   func(Status) bool
 	timeout time.Duration
 	ctx     context.Context
-	kinds   int // the kinds of option given (optSafe, …)
 }
 
-var (
-	safeOpt    Option = func(o *ipcOptions) { o.safe, o.kinds = true, o.kinds|optSafe }
-	inPlaceOpt Option = func(o *ipcOptions) { o.inPlace, o.kinds = true, o.kinds|optInPlace }
-)
+// safe and inPlace report whether o holds Safe and InPlace.
+func (o *Option) safe() bool    { return o.kinds&optSafe != 0 }
+func (o *Option) inPlace() bool { return o.kinds&optInPlace != 0 }
 
 // Safe makes a Send's or Recv's wait a safe point: while no message has
 // come (Recv) or the receiver's mailbox has no room (Send), the task can
@@ -35,7 +31,7 @@ var (
 // Run's fields say the task is waiting. Inside a critical section, or
 // while a receive request is outstanding on a communicator (see
 // Comm.Irecv), the wait is no safe point.
-func Safe() Option { return safeOpt }
+func Safe() Option { return Option{kinds: optSafe} }
 
 // InPlace makes a Send hand over a slice the caller gives up (PVM's
 // PvmDataInPlace, carried through to the receiver). A []byte, or a slice
@@ -56,26 +52,26 @@ func Safe() Option { return safeOpt }
 // slice of the task's exported state this way: the task's own
 // checkpoints read it. Order, delivery, back-pressure and the limits on a
 // message's size are Send's. A send cannot be both InPlace and Safe.
-func InPlace() Option { return inPlaceOpt }
+func InPlace() Option { return Option{kinds: optInPlace} }
 
 // Match makes a Recv or TryRecv take the oldest message that matches its
 // source and tag and that f accepts (pvm_recvf): f sees each candidate's
 // status (source, tag, size, encoding) and must be quick, touch nothing
 // that other goroutines write, and not call the task's Ctx.
 func Match(f func(Status) bool) Option {
-	return func(o *ipcOptions) { o.match, o.kinds = f, o.kinds|optMatch }
+	return Option{kinds: optMatch, match: f}
 }
 
 // Timeout makes a Recv, or a Send waiting for room in the receiver's
 // mailbox, give up after d with an error wrapping ErrTimeout (pvm_trecv).
 func Timeout(d time.Duration) Option {
-	return func(o *ipcOptions) { o.timeout, o.kinds = d, o.kinds|optWait }
+	return Option{kinds: optTimeout, timeout: d}
 }
 
 // WithContext makes a Recv or a Send give up when ctx is done, returning
 // an error wrapping ctx's. Without it they wait until the task is killed.
 func WithContext(ctx context.Context) Option {
-	return func(o *ipcOptions) { o.ctx, o.kinds = ctx, o.kinds|optWait }
+	return Option{kinds: optContext, ctx: ctx}
 }
 
 // Option kinds, for checking that a call takes them.
@@ -83,18 +79,27 @@ const (
 	optSafe = 1 << iota
 	optInPlace
 	optMatch
-	optWait // Timeout, WithContext
+	optTimeout
+	optContext
+	optWait = optTimeout | optContext
 )
 
-var optNames = [...]string{"Safe", "InPlace", "Match", "Timeout or WithContext"}
+var optNames = [...]string{"Safe", "InPlace", "Match", "Timeout", "WithContext"}
 
-// options applies opts for the call named what, which takes the kinds of
+// options merges opts for the call named what, which takes the kinds of
 // option in takes; it returns an error naming any other.
-func options(what string, opts []Option, takes int) (ipcOptions, error) {
-	var o ipcOptions
-	for _, f := range opts {
-		if f != nil {
-			f(&o)
+func options(what string, opts []Option, takes int) (Option, error) {
+	var o Option
+	for _, x := range opts {
+		o.kinds |= x.kinds
+		if x.match != nil {
+			o.match = x.match
+		}
+		if x.timeout != 0 {
+			o.timeout = x.timeout
+		}
+		if x.ctx != nil {
+			o.ctx = x.ctx
 		}
 	}
 	if bad := o.kinds &^ takes; bad != 0 {
@@ -104,7 +109,7 @@ func options(what string, opts []Option, takes int) (ipcOptions, error) {
 			}
 		}
 	}
-	if o.safe && o.inPlace {
+	if o.safe() && o.inPlace() {
 		return o, fmt.Errorf("%s: a send cannot be both Safe and InPlace", what)
 	}
 	return o, nil
@@ -112,7 +117,7 @@ func options(what string, opts []Option, takes int) (ipcOptions, error) {
 
 // waitContext is the context a call with options o waits under, and its
 // cancel function.
-func (c *Ctx) waitContext(o *ipcOptions) (context.Context, context.CancelFunc) {
+func (c *Ctx) waitContext(o *Option) (context.Context, context.CancelFunc) {
 	ctx := o.ctx
 	if ctx == nil {
 		ctx = c.ep.Context()
@@ -125,7 +130,7 @@ func (c *Ctx) waitContext(o *ipcOptions) (context.Context, context.CancelFunc) {
 
 // timedOut rewrites err as ErrTimeout when it is o's own timeout that
 // expired (not a deadline of the caller's context).
-func timedOut(err error, o *ipcOptions, ctx context.Context) error {
+func timedOut(err error, o *Option, ctx context.Context) error {
 	if o.timeout > 0 && errors.Is(err, context.DeadlineExceeded) && (o.ctx == nil || o.ctx.Err() == nil) && ctx.Err() != nil {
 		return fmt.Errorf("after %v: %w", o.timeout, ErrTimeout)
 	}
@@ -189,23 +194,20 @@ func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
-	encode := Encode
 	ips, inPlaceOK := c.ep.(InPlaceSender)
-	if o.inPlace && inPlaceOK {
-		encode = inPlace
-	}
-	p, err := encode(v)
+	lend := o.inPlace() && inPlaceOK
+	p, err := encode(v, lend)
 	if err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
 	ctx, cancel := c.waitContext(&o)
 	defer cancel()
 	switch ss, safeOK := c.ep.(SafeSender); {
-	case o.inPlace && inPlaceOK:
+	case lend:
 		c.enter()
 		err = ips.SendInPlace(ctx, to, tag, p)
 		c.leave()
-	case o.safe && safeOK && c.critical.Load() == 0 && !c.recvPending():
+	case o.safe() && safeOK && c.mayStop():
 		for {
 			c.enter()
 			var sent bool
@@ -300,12 +302,12 @@ func (c *Ctx) TryRecv(from TID, tag int, v any, opts ...Option) (m Message, ok b
 }
 
 // recv takes the message a Recv (wait) or TryRecv with options o is for.
-func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *ipcOptions, wait bool) (Message, bool, error) {
+func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool) (Message, bool, error) {
 	fr, funcOK := c.ep.(FuncReceiver)
 	if o.match != nil && !funcOK {
 		return Message{}, false, fmt.Errorf("recv by predicate: this runtime cannot")
 	}
-	if !o.safe || !wait || c.critical.Load() > 0 || c.recvPending() {
+	if !o.safe() || !wait || !c.mayStop() {
 		c.enter()
 		defer c.leave()
 		if o.match != nil {

@@ -101,26 +101,38 @@ type pooledEncoder struct {
 // Encode encodes v into a payload. Slices of bytes and of fixed-size numbers
 // take a fast path (their memory copied as little-endian bytes); every other
 // value is encoded with msgpack.
-func Encode(v any) (Payload, error) {
+func Encode(v any) (Payload, error) { return encode(v, false) }
+
+// inPlace is Encode without the copy where the value's memory is already
+// the wire's form: a []byte, or a slice of fixed-size numbers on a
+// little-endian host whose elements have the wire's size. The payload's
+// bytes are then the value's memory (see InPlace).
+func inPlace(v any) (Payload, error) { return encode(v, true) }
+
+// encode is Encode, or inPlace when lend is set.
+func encode(v any, lend bool) (Payload, error) {
 	switch x := v.(type) {
 	case []byte:
+		if lend {
+			return Payload{EncBytes, x}, nil
+		}
 		return Payload{EncBytes, cloneBytes(x)}, nil
 	case []float64:
-		return rawPayload(EncFloat64s, x), nil
+		return numbers(EncFloat64s, x, lend), nil
 	case []float32:
-		return rawPayload(EncFloat32s, x), nil
+		return numbers(EncFloat32s, x, lend), nil
 	case []int64:
-		return rawPayload(EncInt64s, x), nil
+		return numbers(EncInt64s, x, lend), nil
 	case []int32:
-		return rawPayload(EncInt32s, x), nil
+		return numbers(EncInt32s, x, lend), nil
 	case []int:
-		return rawPayload(EncInts, x), nil
+		return numbers(EncInts, x, lend), nil
 	case []uint64:
-		return rawPayload(EncUint64s, x), nil
+		return numbers(EncUint64s, x, lend), nil
 	case []uint32:
-		return rawPayload(EncUint32s, x), nil
+		return numbers(EncUint32s, x, lend), nil
 	case []complex128:
-		return rawPayload(EncComplex128s, x), nil
+		return numbers(EncComplex128s, x, lend), nil
 	case Payload:
 		return Payload{x.Enc, cloneBytes(x.Data)}, nil
 	}
@@ -160,32 +172,13 @@ func sliceOf(v any) any {
 	return v
 }
 
-// inPlace is Encode without the copy where the value's memory is already
-// the wire's form: a []byte, or a slice of fixed-size numbers on a
-// little-endian host whose elements have the wire's size. The payload's
-// bytes are then the value's memory (see InPlace).
-func inPlace(v any) (Payload, error) {
-	switch x := v.(type) {
-	case []byte:
-		return Payload{EncBytes, x}, nil
-	case []float64:
-		return viewPayload(EncFloat64s, x), nil
-	case []float32:
-		return viewPayload(EncFloat32s, x), nil
-	case []int64:
-		return viewPayload(EncInt64s, x), nil
-	case []int32:
-		return viewPayload(EncInt32s, x), nil
-	case []int:
-		return viewPayload(EncInts, x), nil
-	case []uint64:
-		return viewPayload(EncUint64s, x), nil
-	case []uint32:
-		return viewPayload(EncUint32s, x), nil
-	case []complex128:
-		return viewPayload(EncComplex128s, x), nil
+// numbers is s's payload: its memory itself where lend is set and that
+// is the wire's form (viewPayload), else a copy (rawPayload).
+func numbers[T fixedNumber](enc Encoding, s []T, lend bool) Payload {
+	if lend {
+		return viewPayload(enc, s)
 	}
-	return Encode(v)
+	return rawPayload(enc, s)
 }
 
 // viewPayload is a payload whose bytes are s's memory where that is the
@@ -303,20 +296,7 @@ func decodeRaw[T fixedNumber](p Payload, dst *[]T) error {
 // bytes are its receiver's, so the slice may be kept and changed.
 // Elsewhere they are decoded into a new slice.
 func (p Payload) Int32s() ([]int32, error) {
-	if p.Enc != EncInt32s || len(p.Data)%4 != 0 {
-		return nil, fmt.Errorf("%v payload of %d bytes, want int32s: %w", p.Enc, len(p.Data), ErrDecode)
-	}
-	if len(p.Data) == 0 {
-		return nil, nil
-	}
-	if littleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%4 == 0 {
-		return unsafe.Slice((*int32)(unsafe.Pointer(&p.Data[0])), len(p.Data)/4), nil
-	}
-	var s []int32
-	if err := decodeRaw(p, &s); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return viewRaw[int32](p, EncInt32s)
 }
 
 // Decode decodes the payload into v, which must be a non-nil pointer. A

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
-	"slices"
 	"testing"
-	"unsafe"
 )
 
 type point struct {
@@ -161,43 +159,6 @@ func BenchmarkEncodeSmallStruct(b *testing.B) {
 	for b.Loop() {
 		if _, err := Encode(v); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// TestPayloadInt32s checks the view of a payload as int32s: the keys sent,
-// from aligned bytes (the bytes themselves on a little-endian host) and
-// unaligned ones, and an error for another encoding or a length that is
-// not a whole number of int32s.
-func TestPayloadInt32s(t *testing.T) {
-	keys := []int32{0, 1, -1, 1 << 30, -(1 << 31), 12345}
-	p, err := Encode(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := p.Int32s()
-	if err != nil || !slices.Equal(got, keys) {
-		t.Fatalf("aligned: %v, %v", got, err)
-	}
-	if littleEndian && &got[0] != (*int32)(unsafe.Pointer(&p.Data[0])) {
-		t.Error("aligned: a copy, not the payload's bytes")
-	}
-	odd := make([]byte, len(p.Data)+1)
-	copy(odd[1:], p.Data)
-	got, err = Payload{Enc: EncInt32s, Data: odd[1:]}.Int32s()
-	if err != nil || !slices.Equal(got, keys) {
-		t.Fatalf("unaligned: %v, %v", got, err)
-	}
-	if got, err := (Payload{Enc: EncInt32s}).Int32s(); err != nil || len(got) != 0 {
-		t.Fatalf("empty: %v, %v", got, err)
-	}
-	f, err := Encode([]float64{1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []Payload{f, {Enc: EncInt32s, Data: p.Data[:5]}} {
-		if _, err := bad.Int32s(); !errors.Is(err, ErrDecode) {
-			t.Errorf("%v payload of %d bytes: %v, want ErrDecode", bad.Enc, len(bad.Data), err)
 		}
 	}
 }

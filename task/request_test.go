@@ -1,6 +1,7 @@
 package task
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -190,6 +191,41 @@ func TestSafePointWithReceiveOutstanding(t *testing.T) {
 		}
 		return ErrSuspended
 	})
+}
+
+// barrierEP is a worldEP with a group barrier that passes at once,
+// counting the plain and the safe waits.
+type barrierEP struct {
+	*worldEP
+	plain, safe int
+}
+
+func (e *barrierEP) Barrier(context.Context, string, int) error { e.plain++; return nil }
+
+func (e *barrierEP) BarrierSafe(context.Context, string, int) (bool, error) {
+	e.safe++
+	return true, nil
+}
+
+// TestSafeBarrierWithReceiveOutstanding: Barrier with Safe waits at a safe
+// point, but not while a receive request is outstanding (SafePoint would
+// return nil there, so a wait that a pending move interrupts would only
+// come round again): it then waits as a plain Barrier.
+func TestSafeBarrierWithReceiveOutstanding(t *testing.T) {
+	w := newWorld(1, 0)
+	ep := &barrierEP{worldEP: w.eps[0]}
+	s := &scriptTask{C: Comm{TIDs: w.tids()}}
+	c := NewCtx(ep, s)
+	if err := c.Barrier("g", 1, Safe()); err != nil || ep.safe != 1 || ep.plain != 0 {
+		t.Fatalf("no request outstanding: %v, %d safe waits, %d plain", err, ep.safe, ep.plain)
+	}
+	var v int
+	if _, err := s.C.Irecv(c, 0, 3, &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Barrier("g", 1, Safe()); err != nil || ep.safe != 1 || ep.plain != 1 {
+		t.Fatalf("a receive outstanding: %v, %d safe waits, %d plain", err, ep.safe, ep.plain)
+	}
 }
 
 // TestNonBlockingBadArguments: ranks outside the communicator and tags

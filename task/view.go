@@ -21,9 +21,10 @@ func (p Payload) Complex128s() ([]complex128, error) {
 	return viewRaw[complex128](p, EncComplex128s)
 }
 
-// viewRaw views p's bytes as a []T where the layout allows, else decodes
-// them into a new slice.
-func viewRaw[T float64 | complex128](p Payload, enc Encoding) ([]T, error) {
+// viewRaw views p's bytes as a []T where the layout allows (a
+// little-endian host, the bytes aligned for T), else decodes them into a
+// new slice.
+func viewRaw[T int32 | float64 | complex128](p Payload, enc Encoding) ([]T, error) {
 	es := enc.elemSize()
 	if p.Enc != enc || len(p.Data)%es != 0 {
 		return nil, fmt.Errorf("%v payload of %d bytes, want %v: %w", p.Enc, len(p.Data), enc, ErrDecode)
@@ -31,7 +32,8 @@ func viewRaw[T float64 | complex128](p Payload, enc Encoding) ([]T, error) {
 	if len(p.Data) == 0 {
 		return nil, nil
 	}
-	if littleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%8 == 0 {
+	var zero T
+	if littleEndian && uintptr(unsafe.Pointer(&p.Data[0]))%unsafe.Alignof(zero) == 0 {
 		return unsafe.Slice((*T)(unsafe.Pointer(&p.Data[0])), len(p.Data)/es), nil
 	}
 	var s []T

@@ -23,7 +23,7 @@ type CGWorker struct {
 	// start of its step Step (cgItMax: every step done, ||x - A·z|| and
 	// the new x to come): rho and this task's blocks of z, r and p. Each
 	// step ends at a safe point, and its waits for other tasks are safe
-	// points (safeColl) where Run re-entered makes the step again.
+	// points (teamOf) where Run re-entered makes the step again.
 	InCG    bool
 	Step    int
 	Rho     float64

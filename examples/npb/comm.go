@@ -29,17 +29,21 @@ type comm interface {
 	recvPayload(from, tag int) (task.Payload, error)
 }
 
-// recvInt32s receives the next message with tag from rank from, a slice of
-// int32 (sent as []int32), and returns it: the message's bytes, not a
-// copy, where they can be (task.Payload.Int32s).
-func recvInt32s(cm comm, from, tag int) ([]int32, error) {
+// recvSlice receives the next message with tag from rank from, a slice
+// sent as []T, and returns it as view (task.Payload.Int32s, Float64s or
+// Complex128s) gives it: the message's bytes, not a copy, where they can
+// be. With n >= 0 the slice must hold n values.
+func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
 	p, err := cm.recvPayload(from, tag)
 	if err != nil {
 		return nil, err
 	}
-	s, err := p.Int32s()
+	s, err := view(p)
 	if err != nil {
 		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
+	}
+	if n >= 0 && len(s) != n {
+		return nil, fmt.Errorf("recv from rank %d tag %d: %d values, want %d", from, tag, len(s), n)
 	}
 	return s, nil
 }
@@ -63,65 +67,60 @@ func (soloComm) recvPayload(from, tag int) (task.Payload, error) {
 }
 
 // taskComm carries a worker's messages through the task API; ranks map to
-// TIDs through peers.
+// TIDs through the worker's task.Comm.
 type taskComm struct {
-	c     *task.Ctx
-	me    int
-	peers []task.TID
+	c *task.Ctx
+	// team is the worker's task.Comm (a field of its struct): its Rank
+	// and TIDs are the worker's rank and its peers', and its collectives
+	// are safe points (teamOf).
+	team *task.Comm
 	// oneHost is set when the virtual machine had one host as the task
 	// attached: all its peers are then on its daemon, where a receive
 	// polls before it blocks (spin); between daemons a message takes
 	// longer than a poll lasts.
 	oneHost bool
 	spin    spinPolicy
-	// team is the worker's task.Comm (a field of its struct), whose
-	// collectives are safe points (safeColl).
-	team *task.Comm
 }
 
-// safeColl is implemented by a comm whose collectives can wait at safe
-// points (taskComm): on the worker's task.Comm, which keeps a collective's
-// progress, so that Run re-entered in one makes the same call again and
-// carries on (task.Comm). A kernel calls them where its fields say where
-// it is: Run re-entered there computes the same arguments again.
-type safeColl interface {
-	safeBarrier() error
-	safeSum(data []float64) error
-	safeGather(full []float64, bounds []int) error
-	// safeTeam is the task's Ctx and the worker's task.Comm, for the
-	// collectives of other types.
-	safeTeam() (*task.Ctx, *task.Comm)
-}
-
-func (t *taskComm) safeTeam() (*task.Ctx, *task.Comm) { return t.c, t.team }
-
-// teamOf returns what safeTeam does when cm is a safeColl of more than one
-// rank.
+// teamOf returns the task's Ctx and the worker's task.Comm when cm is a
+// taskComm of more than one rank: the task.Comm's collectives wait at
+// safe points, and it keeps a collective's progress, so that Run
+// re-entered in one makes the same call again and carries on (task.Comm).
+// A kernel calls them where its fields say where it is: Run re-entered
+// there computes the same arguments again.
 func teamOf(cm comm) (*task.Ctx, *task.Comm, bool) {
-	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
-		c, m := s.safeTeam()
-		return c, m, true
+	if t, ok := cm.(*taskComm); ok && t.size() > 1 {
+		return t.c, t.team, true
 	}
 	return nil, nil, false
 }
 
-// sumSafeInt64 is sumSafe for int64s.
-func sumSafeInt64(cm comm, data []int64) error {
+// barrierSafe is barrier, waiting at a safe point where cm can (teamOf).
+func barrierSafe(cm comm) error {
 	if c, m, ok := teamOf(cm); ok {
-		return task.AllReduce(c, m, task.Sum[int64], data)
+		return m.Barrier(c)
 	}
-	return allreduce(cm, data, sumOp[int64])
+	return barrier(cm)
 }
 
-func (t *taskComm) safeBarrier() error { return t.team.Barrier(t.c) }
-func (t *taskComm) safeSum(data []float64) error {
-	return task.AllReduce(t.c, t.team, task.Sum[float64], data)
+// sumSafe is allreduce with sumOp, waiting at a safe point where cm can
+// (teamOf). Both combine the ranks' data in rank order, so the sums are
+// the same bits either way.
+func sumSafe[T int64 | float64](cm comm, data []T) error {
+	if c, m, ok := teamOf(cm); ok {
+		return task.AllReduce(c, m, task.Sum[T], data)
+	}
+	return allreduce(cm, data, sumOp[T])
 }
 
-// safeGather fills full with every rank's block (bounds) from the rank's
-// own, as allgathervLent does but with copies.
-func (t *taskComm) safeGather(full []float64, bounds []int) error {
-	parts, err := task.Allgatherv(t.c, t.team, full[bounds[t.me]:bounds[t.me+1]])
+// gatherSafe is allgathervLent, waiting at a safe point where cm can
+// (teamOf; the blocks are then copied).
+func gatherSafe(cm comm, full []float64, bounds []int) error {
+	c, m, ok := teamOf(cm)
+	if !ok {
+		return allgathervLent(cm, full, bounds)
+	}
+	parts, err := task.Allgatherv(c, m, full[bounds[m.Rank]:bounds[m.Rank+1]])
 	if err != nil {
 		return err
 	}
@@ -135,40 +134,13 @@ func (t *taskComm) safeGather(full []float64, bounds []int) error {
 	return nil
 }
 
-// gatherSafe is allgathervLent, waiting at a safe point where cm can
-// (safeColl).
-func gatherSafe(cm comm, full []float64, bounds []int) error {
-	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
-		return s.safeGather(full, bounds)
-	}
-	return allgathervLent(cm, full, bounds)
-}
-
-// barrierSafe is barrier, waiting at a safe point where cm can (safeColl).
-func barrierSafe(cm comm) error {
-	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
-		return s.safeBarrier()
-	}
-	return barrier(cm)
-}
-
-// sumSafe is allreduce with sumOp, waiting at a safe point where cm can
-// (safeColl). Both combine the ranks' data in rank order at rank 0, so the
-// sums are the same bits either way.
-func sumSafe(cm comm, data []float64) error {
-	if s, ok := cm.(safeColl); ok && cm.size() > 1 {
-		return s.safeSum(data)
-	}
-	return allreduce(cm, data, sumOp[float64])
-}
-
-func (t *taskComm) rank() int { return t.me }
-func (t *taskComm) size() int { return len(t.peers) }
+func (t *taskComm) rank() int { return t.team.Rank }
+func (t *taskComm) size() int { return t.team.Size() }
 func (t *taskComm) send(to, tag int, v any) error {
-	return t.c.Send(t.peers[to], tag, v)
+	return t.c.Send(t.team.TIDs[to], tag, v)
 }
 func (t *taskComm) sendInPlace(to, tag int, v any) error {
-	return t.c.Send(t.peers[to], tag, v, task.InPlace())
+	return t.c.Send(t.team.TIDs[to], tag, v, task.InPlace())
 }
 func (t *taskComm) recv(from, tag int, v any) error {
 	p, err := t.recvPayload(from, tag)
@@ -183,7 +155,7 @@ func (t *taskComm) recv(from, tag int, v any) error {
 func (t *taskComm) recvPayload(from, tag int) (task.Payload, error) {
 	m, ok, err := t.poll(from, tag)
 	if !ok && err == nil {
-		m, err = t.c.Recv(t.peers[from], tag, nil)
+		m, err = t.c.Recv(t.team.TIDs[from], tag, nil)
 	}
 	if err != nil {
 		return task.Payload{}, err
@@ -207,7 +179,7 @@ func (t *taskComm) poll(from, tag int) (task.Message, bool, error) {
 	}
 	start := time.Now()
 	for {
-		m, ok, err := t.c.TryRecv(t.peers[from], tag, nil)
+		m, ok, err := t.c.TryRecv(t.team.TIDs[from], tag, nil)
 		if err != nil || ok {
 			t.spin.record(true)
 			return m, ok, err
@@ -408,16 +380,9 @@ func allgathervLent(cm comm, full []float64, bounds []int) error {
 	for k := 1; k < n; k++ {
 		r := (me - k + n) % n
 		lo, hi := bounds[r], bounds[r+1]
-		msg, err := cm.recvPayload(r, tagGather)
+		in, err := recvSlice(cm, r, tagGather, hi-lo, task.Payload.Float64s)
 		if err != nil {
 			return fmt.Errorf("allgather: %w", err)
-		}
-		in, err := msg.Float64s()
-		if err != nil {
-			return fmt.Errorf("allgather from rank %d: %w", r, err)
-		}
-		if len(in) != hi-lo {
-			return fmt.Errorf("allgather: rank %d sent %d elements, want %d", r, len(in), hi-lo)
 		}
 		copy(full[lo:hi], in)
 	}

@@ -1,6 +1,7 @@
 package npb
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -259,5 +260,37 @@ func TestSpinPolicy(t *testing.T) {
 	s.record(true)
 	if got := polls(10); got != 10 {
 		t.Fatalf("after a success: %d of 10 receives polled", got)
+	}
+}
+
+// TestRecvSlice receives slices sent as they are and in place, and
+// refuses one of the wrong type or length, the message consumed.
+func TestRecvSlice(t *testing.T) {
+	net := newLocalNet(2)
+	a, b := &localComm{net, 0}, &localComm{net, 1}
+	want := []float64{1, 2, 3}
+	if err := a.send(1, 7, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sendInPlace(1, 7, []complex128{4i}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.send(1, 7, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.send(1, 7, []int32{5}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvSlice(b, 0, 7, 3, task.Payload.Float64s); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("3 float64s: %v %v", got, err)
+	}
+	if got, err := recvSlice(b, 0, 7, -1, task.Payload.Complex128s); err != nil || len(got) != 1 || got[0] != 4i {
+		t.Fatalf("a complex128 in place, any length: %v %v", got, err)
+	}
+	if got, err := recvSlice(b, 0, 7, 2, task.Payload.Float64s); err == nil {
+		t.Fatalf("3 float64s where 2 are wanted: %v, no error", got)
+	}
+	if got, err := recvSlice(b, 0, 7, 1, task.Payload.Float64s); !errors.Is(err, task.ErrDecode) {
+		t.Fatalf("int32s as float64s: %v %v, want ErrDecode", got, err)
 	}
 }

@@ -292,40 +292,16 @@ func evolve(u0 []complex128, tw []float64, dst []complex128) {
 // task sent only after it had received, and unpacked, every chunk of this
 // plane: the receivers are done with the buffer.
 func (w *FTWorker) inverseZ(cm comm, u0 []complex128, tw []float64, out []complex128) error {
-	p := w.p
-	nx, nz, nzl := p.NX, p.NZ, w.nzl
-	np, me := cm.size(), cm.rank()
-	plane := nx * nz
-	chunk := w.chunk
-	if chunk <= 0 {
-		chunk = ftChunk
-	}
-	step := max(1, chunk/nx)
+	nx, nzl := w.p.NX, w.nzl
+	plane := nx * w.p.NZ
 	for jl := range w.nyl {
 		pl := w.planes[jl%2]
 		evolve(u0[plane*jl:][:plane], tw[plane*jl:][:plane], pl)
-		w.fftLines(pl, 0, 1, nx, nz, nx, true)
-		for kl := range nzl {
-			d := w.lineA(me, jl, kl)
-			copy(out[d:d+nx], pl[nx*(me*nzl+kl):][:nx])
-		}
-		for l0 := 0; l0 < nzl; l0 += step {
-			l1 := min(nzl, l0+step)
-			m := (l1 - l0) * nx
-			for k := 1; k < np; k++ {
-				to, from := (me+k)%np, (me-k+np)%np
-				if err := cm.sendInPlace(to, tagTranspose, pl[nx*(to*nzl+l0):][:m]); err != nil {
-					return fmt.Errorf("FT transpose: %w", err)
-				}
-				in, err := recvComplex(cm, from, m)
-				if err != nil {
-					return err
-				}
-				for kl := l0; kl < l1; kl++ {
-					d := w.lineA(from, jl, kl)
-					copy(out[d:d+nx], in[nx*(kl-l0):][:nx])
-				}
-			}
+		w.fftLines(pl, 0, 1, nx, w.p.NZ, nx, true)
+		if err := w.exchangeLines(cm, nzl,
+			func(q, kl int) []complex128 { return pl[nx*(q*nzl+kl):] },
+			func(q, kl int, line []complex128) { copy(out[w.lineA(q, jl, kl):][:nx], line) }); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -338,33 +314,12 @@ func (w *FTWorker) inverseZ(cm comm, u0 []complex128, tw []float64, out []comple
 // spec. u is written again only after the barrier that ends the
 // transpose, once every task has unpacked what it received.
 func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
-	nx, nyl := w.p.NX, w.nyl
-	np, me := cm.size(), cm.rank()
-	chunk := w.chunk
-	if chunk <= 0 {
-		chunk = ftChunk
-	}
-	step := max(1, chunk/nx)
+	nx := w.p.NX
 	for kl := range w.nzl {
-		for jl := range nyl {
-			copy(spec[w.lineB(me, jl, kl):][:nx], u[w.lineA(me, jl, kl):][:nx])
-		}
-		for l0 := 0; l0 < nyl; l0 += step {
-			l1 := min(nyl, l0+step)
-			m := (l1 - l0) * nx
-			for k := 1; k < np; k++ {
-				to, from := (me+k)%np, (me-k+np)%np
-				if err := cm.sendInPlace(to, tagTranspose, u[w.lineA(to, l0, kl):][:m]); err != nil {
-					return fmt.Errorf("FT transpose: %w", err)
-				}
-				in, err := recvComplex(cm, from, m)
-				if err != nil {
-					return err
-				}
-				for jl := l0; jl < l1; jl++ {
-					copy(spec[w.lineB(from, jl, kl):][:nx], in[nx*(jl-l0):][:nx])
-				}
-			}
+		if err := w.exchangeLines(cm, w.nyl,
+			func(q, jl int) []complex128 { return u[w.lineA(q, jl, kl):] },
+			func(q, jl int, line []complex128) { copy(spec[w.lineB(q, jl, kl):][:nx], line) }); err != nil {
+			return err
 		}
 	}
 	if err := barrier(cm); err != nil {
@@ -373,22 +328,41 @@ func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
 	return nil
 }
 
-// recvComplex receives the next transpose chunk from rank from, which must
-// hold m values: the message's bytes, not a copy, where they can be
-// (task.Payload.Complex128s).
-func recvComplex(cm comm, from, m int) ([]complex128, error) {
-	msg, err := cm.recvPayload(from, tagTranspose)
-	if err != nil {
-		return nil, fmt.Errorf("FT transpose: %w", err)
+// exchangeLines is the all-to-all of a transpose: this task has n x-lines
+// for each task q, line l starting at from(q, l) (q's n lines consecutive
+// there), and hands every line l it gets from task q to to(q, l, line).
+// Its own lines go straight across; the others are sent in place, in
+// chunks of whole lines (w.chunk values at most, at least one line), and
+// handed over from the message they arrived in.
+func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex128, to func(q, l int, line []complex128)) error {
+	nx := w.p.NX
+	np, me := cm.size(), cm.rank()
+	for l := range n {
+		to(me, l, from(me, l)[:nx])
 	}
-	in, err := msg.Complex128s()
-	if err != nil {
-		return nil, fmt.Errorf("FT transpose from rank %d: %w", from, err)
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = ftChunk
 	}
-	if len(in) != m {
-		return nil, fmt.Errorf("FT transpose: got %d values from rank %d, want %d", len(in), from, m)
+	step := max(1, chunk/nx)
+	for l0 := 0; l0 < n; l0 += step {
+		l1 := min(n, l0+step)
+		m := (l1 - l0) * nx
+		for k := 1; k < np; k++ {
+			dst, src := (me+k)%np, (me-k+np)%np
+			if err := cm.sendInPlace(dst, tagTranspose, from(dst, l0)[:m]); err != nil {
+				return fmt.Errorf("FT transpose: %w", err)
+			}
+			in, err := recvSlice(cm, src, tagTranspose, m, task.Payload.Complex128s)
+			if err != nil {
+				return fmt.Errorf("FT transpose: %w", err)
+			}
+			for l := l0; l < l1; l++ {
+				to(src, l, in[nx*(l-l0):][:nx])
+			}
+		}
 	}
-	return in, nil
+	return nil
 }
 
 // lineA is where x-line (jl, kl) of block q starts in layout A, whose

@@ -91,7 +91,7 @@ func (w *ISWorker) rank(cm comm, it int) (int, error) {
 	// the last ranking's keys in place, as views of send (see exchange),
 	// and an all-reduce completes only once every task has finished that
 	// ranking and contributed to this one, so send is ours again.
-	if err := sumSafeInt64(cm, tot); err != nil {
+	if err := sumSafe(cm, tot); err != nil {
 		return 0, err
 	}
 	send := w.send[:len(keys)]
@@ -278,7 +278,7 @@ const isChunk = 1 << 19
 
 // exchange sends out to rank to and receives from rank from, in chunks of
 // w.chunk keys (isChunk by default). It appends the chunks received to segs
-// (each is the body of its message, not copied: see recvInt32s) and
+// (each is the body of its message, not copied: see recvSlice) and
 // returns them with the number of keys received. The chunks go in place:
 // a receiver on this task's host gets views of out, which it reads until
 // its next ranking starts, and its part in that ranking's all-reduce
@@ -299,7 +299,7 @@ func (w *ISWorker) exchange(cm comm, to, from int, out []int32, segs [][]int32) 
 			sent = end
 		}
 		if !recvDone {
-			part, err := recvInt32s(cm, from, tagKeys)
+			part, err := recvSlice(cm, from, tagKeys, -1, task.Payload.Int32s)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -421,7 +421,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 	// Each ranking ends at a safe point, except the last: what follows it
 	// reads its buckets, which are not kept in fields. Run re-entered
 	// after it ranks again, its collectives replayed by the worker's
-	// task.Comm (their waits are safe points where cm can: safeColl).
+	// task.Comm (their waits are safe points where cm can: teamOf).
 	if !w.Warm {
 		if _, err := w.rank(cm, 1); err != nil {
 			return nil, err
@@ -472,7 +472,7 @@ func (w *ISWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	sums := []int64{int64(w.Passed), bad}
-	if err := sumSafeInt64(cm, sums); err != nil {
+	if err := sumSafe(cm, sums); err != nil {
 		return nil, err
 	}
 	if cm.rank() != 0 {

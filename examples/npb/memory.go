@@ -101,9 +101,9 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 		// The matrix: each outer product adds at most w² entries (float64
 		// value, int32 column), and each task keeps those of its rows.
 		matrix := 12*n*w*w + 8*(n+nps)
-		// x, q, r, z over the rows, and the gathered p and z on every
-		// task.
-		vectors := 4*8*n + nps*2*8*n
+		// x, q, z, r, p and a step's new z and r over the rows, and the
+		// gathered p and z on every task.
+		vectors := 7*8*n + nps*2*8*n
 		live = gen + matrix + vectors
 		// An all-gather of p: every task's block to every other, sent in
 		// place (nothing in flight) between tasks of one host.

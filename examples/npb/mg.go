@@ -166,16 +166,9 @@ func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
 		from, tag int
 		dst       []float64
 	}{{up, tagHalo, hi}, {down, tagHalo + 100, lo}} {
-		msg, err := cm.recvPayload(h.from, h.tag)
+		in, err := recvSlice(cm, h.from, h.tag, len(h.dst), task.Payload.Float64s)
 		if err != nil {
 			return fmt.Errorf("MG halo: %w", err)
-		}
-		in, err := msg.Float64s()
-		if err != nil {
-			return fmt.Errorf("MG halo from rank %d: %w", h.from, err)
-		}
-		if len(in) != len(h.dst) {
-			return fmt.Errorf("MG halo: got %d points, want %d", len(in), len(h.dst))
 		}
 		copy(h.dst, in)
 	}

@@ -32,7 +32,7 @@ func (p *Place) attach(c *task.Ctx) (comm, error) {
 	if p.C.Size() != p.NP {
 		return nil, fmt.Errorf("npb worker: a team of %d, want %d", p.C.Size(), p.NP)
 	}
-	tc := &taskComm{c: c, me: p.C.Rank, peers: p.C.TIDs, team: &p.C}
+	tc := &taskComm{c: c, team: &p.C}
 	if hs, err := c.Hosts(); err == nil && len(hs) == 1 {
 		tc.oneHost = true
 	}
@@ -109,7 +109,7 @@ func (p *Place) iters(class int) int {
 	return class
 }
 
-// worker is a kernel task.s code: run executes the kernel (resuming from the
+// worker is a kernel task's code: run executes the kernel (resuming from the
 // worker's fields) and returns, on rank 0, the report (without Hosts).
 type worker interface {
 	task.Task

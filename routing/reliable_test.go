@@ -856,3 +856,29 @@ func TestPendingHost(t *testing.T) {
 	o.DropReceiver(d)
 	check("dropped", map[task.HostID]int{2: 0, 3: 0})
 }
+
+// BenchmarkConversation is one message of a conversation between two
+// daemons' tasks, both sides' per-message work: the sender's window checks
+// (Pending, PendingHost), Push, the receiver's Admit and Accept, and the
+// sender's Ack.
+func BenchmarkConversation(b *testing.B) {
+	o, in := NewOutbox(), NewInbox()
+	r := Route{Host: 2, Epoch: 1}
+	now := time.Unix(0, 0)
+	body := task.Payload{Data: make([]byte, 64)}
+	lim := RecvLimits{High: 1 << 30, Budget: 1 << 30}
+	const from, to = task.TID(1<<32 | 1), task.TID(2<<32 | 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if o.Pending(to) >= 1<<20 || o.PendingHost(r.Host) >= 1<<20 {
+			b.Fatal("window full")
+		}
+		e := Envelope{From: from, To: to, Seq: o.Seq(from, to), Tag: 1, Body: body}
+		o.Push(e, r, now)
+		if !in.Admit(e, 0, 0, lim) {
+			b.Fatal("turned away")
+		}
+		a := in.Accept(e, func(Envelope) {})
+		o.Ack(a)
+	}
+}

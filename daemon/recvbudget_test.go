@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -325,4 +327,70 @@ func floodState(m, h2 *Daemon) string {
 	}
 	h2.rt.mu.Unlock()
 	return fmt.Sprintf("gauge %d, pending for h2 %d;%s", h2.mbMem.n.Load(), m.rt.outbox.PendingHost(h2.cfg.HostID), d)
+}
+
+// ackLoser loses every acknowledgement frame: what a daemon sends is never
+// acknowledged.
+type ackLoser struct{}
+
+func (ackLoser) Shape(u transport.Unit) transport.Decision {
+	return transport.Decision{Drop: len(u.Data) > 4 && routing.Kind(u.Data[4]) == routing.KindAcks}
+}
+
+// TestHostWindowFreedByDrop: a sender waiting for room in the host window
+// towards h2 goes on once the messages that fill it are dropped (their
+// receiver's job rolls back: router.drop), though no acknowledgement is to
+// come. The outbox's accounting wakes the waiting senders whichever path
+// freed the room; before, only acknowledgements, refusals and a host's
+// removal did, each on its own, and the sender waited for ever.
+func TestHostWindowFreedByDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 4096
+		vm := startMemVMWith(t, 2, ackLoser{}, Config{Window: window, HostWindow: window})
+		m, h2 := vm.Daemons[0], vm.Daemons[1]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		waitKnown(t, ctx, m, h2.cfg.HostID)
+		idle := func(c *task.Ctx, _ int) error {
+			<-c.Context().Done()
+			return c.Context().Err()
+		}
+		r1, r2 := startFn(t, m, h2, idle), startFn(t, m, h2, idle)
+		// Two messages of 3000 bytes to r1, never acknowledged, fill the
+		// host window; their sender ends without waiting.
+		s1 := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+			for range 2 {
+				if err := c.Send(r1, 1, make([]byte, 3000)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if _, err := m.Wait(ctx, s1); err != nil {
+			t.Fatal(err)
+		}
+		sent := make(chan struct{})
+		startFn(t, m, m, func(c *task.Ctx, _ int) error {
+			defer close(sent)
+			return c.Send(r2, 1, 1)
+		})
+		synctest.Wait()
+		m.rt.mu.Lock()
+		pending := m.rt.outbox.PendingHost(h2.cfg.HostID)
+		m.rt.mu.Unlock()
+		select {
+		case <-sent:
+			t.Fatalf("the second sender did not wait with %d bytes pending towards h2: the test does not fill the host window", pending)
+		default:
+		}
+		if pending < window {
+			t.Fatalf("%d bytes pending towards h2, under the host window of %d", pending, window)
+		}
+		m.rt.drop(r1)
+		select {
+		case <-sent:
+		case <-ctx.Done():
+			t.Fatal("the second sender still waits for room in the host window, freed by the drop")
+		}
+	})
 }

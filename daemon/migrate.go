@@ -886,7 +886,6 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 	d.rt.inbox.SetReceiverState(m.TID, m.InSeq, m.Early)
 	d.rt.outbox.SetSenderState(m.TID, m.OutSeq)
 	var held []heldMsg
-	freed := 0 // bytes of this daemon's outbox acknowledged here
 	if arr != nil {
 		held = arr.held
 		h.arrived = arr.move
@@ -914,7 +913,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 			h.mb.putEnvelope(e)
 		})
 		if x.host == d.cfg.HostID {
-			freed += d.rt.outbox.Ack(a)
+			d.rt.outbox.Ack(a)
 		} else {
 			acks[x.host] = routing.AppendAck(acks[x.host], a)
 		}
@@ -928,13 +927,7 @@ func (d *Daemon) install(m *ckpt.Meta, t task.Task, arr *arriving, left *leaving
 		a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 			h.mb.putEnvelope(x)
 		})
-		freed += d.rt.outbox.Ack(a)
-	}
-	if freed > 0 {
-		// This daemon's senders may wait for their window to the task,
-		// full of what it just acknowledged: no other acknowledgement
-		// may come to wake them.
-		d.windowFreed()
+		d.rt.outbox.Ack(a)
 	}
 	d.rt.mu.Unlock()
 	for host, b := range acks {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -59,25 +63,62 @@ func checkHeld(t testing.TB, d *Daemon, mailboxes int) {
 	}
 }
 
-// floodSlowReceivers has two tasks on the master send n (and n+1)
-// messages of floodSize bytes each to two tasks on h2 that do not receive
-// until their gates open; it returns when h2 has turned messages away for
-// want of room, with the gates, the receivers' results and the senders.
-func floodSlowReceivers(t testing.TB, ctx context.Context, vm *LocalVM, n int) ([]chan struct{}, []chan error, []task.TID) {
+// flood is k tasks on the master sending to k tasks on h2 that do not
+// receive until their gates open: sender i sends n+i messages of size
+// bytes each to receiver i.
+type flood struct {
+	m, h2   *Daemon
+	n       int
+	gates   []chan struct{}
+	results []chan error
+	senders []task.TID
+}
+
+// startFlood starts a flood of k pairs (see flood) once m knows h2.
+func startFlood(t testing.TB, ctx context.Context, m, h2 *Daemon, k, n, size int) *flood {
 	t.Helper()
-	m, h2 := vm.Daemons[0], vm.Daemons[1]
 	waitKnown(t, ctx, m, h2.cfg.HostID)
-	var gates []chan struct{}
-	var results []chan error
-	var senders []task.TID
-	for i := range 2 {
+	f := &flood{m: m, h2: h2, n: n}
+	for i := range k {
 		gate, res := newGate(t, n+i)
-		gates, results = append(gates, gate), append(results, res)
+		f.gates, f.results = append(f.gates, gate), append(f.results, res)
 		rx := spawnOn(t, m, h2.cfg.Name, &gatedReceiver{Arg: n + i})
-		senders = append(senders, spawnOn(t, m, m.cfg.Name, &flooder{To: rx, N: n + i, Size: floodSize, Plain: true}))
+		f.senders = append(f.senders, spawnOn(t, m, m.cfg.Name, &flooder{To: rx, N: n + i, Size: size, Plain: true}))
 	}
-	waitFor(t, ctx, "h2 to turn messages away", func() bool { return h2.recvDeferred.Load() >= 4 })
-	return gates, results, senders
+	return f
+}
+
+// floodSlowReceivers starts a flood of two pairs of floodSize-byte
+// messages and returns when h2 has turned messages away for want of room.
+func floodSlowReceivers(t testing.TB, ctx context.Context, vm *LocalVM, n int) *flood {
+	t.Helper()
+	f := startFlood(t, ctx, vm.Daemons[0], vm.Daemons[1], 2, n, floodSize)
+	waitFor(t, ctx, "h2 to turn messages away", func() bool { return f.h2.recvDeferred.Load() >= 4 })
+	return f
+}
+
+// finish opens the gates and asserts that every receiver gets its
+// messages, once and in order (gatedReceiver), and every sender ends.
+func (f *flood) finish(t testing.TB, ctx context.Context) {
+	t.Helper()
+	for _, g := range f.gates {
+		close(g)
+	}
+	for i, res := range f.results {
+		select {
+		case err := <-res:
+			if err != nil {
+				t.Fatalf("receiver %d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("receiver %d never got its %d messages: %s", i, f.n+i, floodState(f.m, f.h2))
+		}
+	}
+	for _, tx := range f.senders {
+		if _, err := f.m.Wait(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestRemoteFloodStaysInBudget: two tasks flood two tasks on another
@@ -90,29 +131,12 @@ func floodSlowReceivers(t testing.TB, ctx context.Context, vm *LocalVM, n int) (
 func TestRemoteFloodStaysInBudget(t *testing.T) {
 	const n = 24
 	vm := startMemVM(t, 2, &faults{}, recvBudgetConfig())
-	m, h2 := vm.Daemons[0], vm.Daemons[1]
+	h2 := vm.Daemons[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	gates, results, senders := floodSlowReceivers(t, ctx, vm, n)
+	f := floodSlowReceivers(t, ctx, vm, n)
 	checkHeld(t, h2, 2)
-	for _, g := range gates {
-		close(g)
-	}
-	for i, res := range results {
-		select {
-		case err := <-res:
-			if err != nil {
-				t.Fatalf("receiver %d: %v", i, err)
-			}
-		case <-ctx.Done():
-			t.Fatalf("receiver %d never got its %d messages: %s", i, n+i, floodState(m, h2))
-		}
-	}
-	for _, tx := range senders {
-		if _, err := m.Wait(ctx, tx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.finish(t, ctx)
 	checkHeld(t, h2, 2)
 	t.Logf("h2: %d messages turned away; mailboxes' peak %d bytes (budget %d); frames' peak %d",
 		h2.recvDeferred.Load(), h2.mbMem.peak.Load(), floodBudget, func() int { _, p := h2.frames.held(); return p }())
@@ -204,25 +228,13 @@ func BenchmarkRemoteFloodHeap(b *testing.B) {
 		vm := startMemVM(b, 2, &faults{}, recvBudgetConfig())
 		h2 := vm.Daemons[1]
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		gates, results, _ := floodSlowReceivers(b, ctx, vm, n)
+		f := floodSlowReceivers(b, ctx, vm, n)
 		// What is live while the receivers hold back: both daemons, the
 		// senders' outboxes and h2's mailboxes.
 		var live runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&live)
-		for _, g := range gates {
-			close(g)
-		}
-		for _, res := range results {
-			select {
-			case err := <-res:
-				if err != nil {
-					b.Fatal(err)
-				}
-			case <-ctx.Done():
-				b.Fatal(ctx.Err())
-			}
-		}
+		f.finish(b, ctx)
 		cancel()
 		close(stop)
 		peak := <-peakc
@@ -234,17 +246,6 @@ func BenchmarkRemoteFloodHeap(b *testing.B) {
 		b.ReportMetric(float64(h2.recvDeferred.Load()), "turned-away")
 		checkHeld(b, h2, 2)
 	}
-}
-
-func sortedTIDs(d *Daemon) []task.TID {
-	d.ht.mu.Lock()
-	defer d.ht.mu.Unlock()
-	var out []task.TID
-	for tid, h := range d.ht.tasks {
-		_ = h
-		out = append(out, tid)
-	}
-	return out
 }
 
 // TestHostWindowHoldsSenders: four tasks on the master flood four tasks
@@ -265,16 +266,7 @@ func TestHostWindowHoldsSenders(t *testing.T) {
 	m, h2 := vm.Daemons[0], vm.Daemons[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	waitKnown(t, ctx, m, h2.cfg.HostID)
-	var gates []chan struct{}
-	var results []chan error
-	var senders []task.TID
-	for i := range receivers {
-		gate, res := newGate(t, n+i)
-		gates, results = append(gates, gate), append(results, res)
-		rx := spawnOn(t, m, h2.cfg.Name, &gatedReceiver{Arg: n + i})
-		senders = append(senders, spawnOn(t, m, m.cfg.Name, &flooder{To: rx, N: n + i, Size: size, Plain: true}))
-	}
+	f := startFlood(t, ctx, m, h2, receivers, n, size)
 	pending := func() int {
 		m.rt.mu.Lock()
 		defer m.rt.mu.Unlock()
@@ -288,41 +280,96 @@ func TestHostWindowHoldsSenders(t *testing.T) {
 	if p := pending(); p > hostWindow+size+64 {
 		t.Fatalf("%d bytes unacknowledged towards h2, over the host window of %d", p, hostWindow)
 	}
-	for _, g := range gates {
-		close(g)
-	}
-	for i, res := range results {
-		select {
-		case err := <-res:
-			if err != nil {
-				t.Fatalf("receiver %d: %v", i, err)
-			}
-		case <-ctx.Done():
-			t.Fatalf("receiver %d never got its messages: %s", i, floodState(m, h2))
-		}
-	}
-	for _, tx := range senders {
-		if _, err := m.Wait(ctx, tx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.finish(t, ctx)
 }
 
 // floodState describes the sender's outbox towards h2's tasks and h2's
 // inbox and mailboxes, for a failure's message.
 func floodState(m, h2 *Daemon) string {
-	tids := sortedTIDs(h2)
+	h2.ht.mu.Lock()
+	tids := slices.Sorted(maps.Keys(h2.ht.tasks))
+	mbs := make([]*mailbox, len(tids))
+	for i, to := range tids {
+		mbs[i] = h2.ht.tasks[to].mb
+	}
+	h2.ht.mu.Unlock()
 	m.rt.mu.Lock()
-	var d string
+	d := fmt.Sprintf("gauge %d, pending for h2 %d;", h2.mbMem.n.Load(), m.rt.outbox.PendingHost(h2.cfg.HostID))
 	for _, to := range tids {
 		d += fmt.Sprintf(" %v: %s;", to, m.rt.outbox.Describe(to))
 	}
 	m.rt.mu.Unlock()
 	h2.rt.mu.Lock()
-	for _, to := range tids {
+	for i, to := range tids {
 		exp, early := h2.rt.inbox.ReceiverState(to)
-		d += fmt.Sprintf(" inbox %v expects %v, %d early, mailbox %d;", to, exp, len(early), h2.ht.tasks[to].mb.memory())
+		d += fmt.Sprintf(" inbox %v expects %v, %d early, mailbox %d;", to, exp, len(early), mbs[i].memory())
 	}
 	h2.rt.mu.Unlock()
-	return fmt.Sprintf("gauge %d, pending for h2 %d;%s", h2.mbMem.n.Load(), m.rt.outbox.PendingHost(h2.cfg.HostID), d)
+	return d
+}
+
+// ackLoser loses every acknowledgement frame: what a daemon sends is never
+// acknowledged.
+type ackLoser struct{}
+
+func (ackLoser) Shape(u transport.Unit) transport.Decision {
+	return transport.Decision{Drop: len(u.Data) > 4 && routing.Kind(u.Data[4]) == routing.KindAcks}
+}
+
+// TestHostWindowFreedByDrop: a sender waiting for room in the host window
+// towards h2 goes on once the messages that fill it are dropped (their
+// receiver's job rolls back: router.drop), though no acknowledgement is to
+// come. The outbox's accounting wakes the waiting senders whichever path
+// freed the room; before, only acknowledgements, refusals and a host's
+// removal did, each on its own, and the sender waited for ever.
+func TestHostWindowFreedByDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 4096
+		vm := startMemVMWith(t, 2, ackLoser{}, Config{Window: window, HostWindow: window})
+		m, h2 := vm.Daemons[0], vm.Daemons[1]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		waitKnown(t, ctx, m, h2.cfg.HostID)
+		idle := func(c *task.Ctx, _ int) error {
+			<-c.Context().Done()
+			return c.Context().Err()
+		}
+		r1, r2 := startFn(t, m, h2, idle), startFn(t, m, h2, idle)
+		// Two messages of 3000 bytes to r1, never acknowledged, fill the
+		// host window; their sender ends without waiting.
+		s1 := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+			for range 2 {
+				if err := c.Send(r1, 1, make([]byte, 3000)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if _, err := m.Wait(ctx, s1); err != nil {
+			t.Fatal(err)
+		}
+		sent := make(chan struct{})
+		startFn(t, m, m, func(c *task.Ctx, _ int) error {
+			defer close(sent)
+			return c.Send(r2, 1, 1)
+		})
+		synctest.Wait()
+		m.rt.mu.Lock()
+		pending := m.rt.outbox.PendingHost(h2.cfg.HostID)
+		m.rt.mu.Unlock()
+		select {
+		case <-sent:
+			t.Fatalf("the second sender did not wait with %d bytes pending towards h2: the test does not fill the host window", pending)
+		default:
+		}
+		if pending < window {
+			t.Fatalf("%d bytes pending towards h2, under the host window of %d", pending, window)
+		}
+		m.rt.drop(r1)
+		select {
+		case <-sent:
+		case <-ctx.Done():
+			t.Fatal("the second sender still waits for room in the host window, freed by the drop")
+		}
+	})
 }

@@ -65,13 +65,13 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		var wait <-chan struct{}
 		if d.rt.outbox.Pending(to) >= d.cfg.Window {
 			// Too much is unacknowledged for to: wait for acknowledgements.
-			wait = d.ackedChan()
+			wait = d.rt.freedChan()
 		} else {
 			r, h = d.placeOf(to)
 			switch {
 			case r.Host != d.cfg.HostID && d.rt.outbox.PendingHost(r.Host) >= d.cfg.HostWindow:
 				// Too much is unacknowledged for to's daemon: likewise.
-				wait = d.ackedChan()
+				wait = d.rt.freedChan()
 			case r.Host == d.cfg.HostID && !r.InTransit && h != nil && w == waitRoom:
 				wait = h.mb.room(int64(d.cfg.MailboxHigh), d.cfg.MailboxBudget)
 			}
@@ -400,7 +400,7 @@ func lastOfPair(acks []routing.Ack, a routing.Ack) []routing.Ack {
 // its receiving task, which p must host (or have hosted).
 func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 	d.rt.mu.Lock()
-	freed, bad := 0, 0
+	bad := 0
 	var first routing.Ack
 	var why routing.Verdict
 	judging := judged(p)
@@ -414,11 +414,8 @@ func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 				return
 			}
 		}
-		freed += d.rt.outbox.Ack(a)
+		d.rt.outbox.Ack(a) // wakes the senders waiting for room (router.windowFreed)
 	})
-	if freed > 0 {
-		d.windowFreed()
-	}
 	d.rt.mu.Unlock()
 	if err != nil {
 		return err
@@ -427,24 +424,6 @@ func (d *Daemon) receiveAcks(p *peer, body []byte) error {
 		return d.forged(p, "acknowledgements", routing.ClaimReceiver, first.To, why, bad)
 	}
 	return nil
-}
-
-// ackedChan returns the channel closed when acknowledgements free window
-// (windowFreed). The caller holds d.rt.mu.
-func (d *Daemon) ackedChan() <-chan struct{} {
-	if d.rt.acked == nil {
-		d.rt.acked = make(chan struct{})
-	}
-	return d.rt.acked
-}
-
-// windowFreed wakes the senders waiting for acknowledgements to free
-// window, if any wait. The caller holds d.rt.mu.
-func (d *Daemon) windowFreed() {
-	if d.rt.acked != nil {
-		close(d.rt.acked)
-		d.rt.acked = nil
-	}
 }
 
 func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
@@ -478,7 +457,6 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 		if h, envs := d.rt.outbox.Refused(rf, p.info.ID, now); len(envs) > 0 {
 			todo = append(todo, resend{h, envs})
 		}
-		d.windowFreed() // what was dropped or rerouted may free a window
 	})
 	d.rt.mu.Unlock()
 	for _, r := range todo {
@@ -512,9 +490,7 @@ func (d *Daemon) transmit(h task.HostID, envs []routing.Envelope) {
 			a := d.rt.inbox.Accept(e, func(x routing.Envelope) {
 				t.mb.putEnvelope(x)
 			})
-			if d.rt.outbox.Ack(a) > 0 {
-				d.windowFreed()
-			}
+			d.rt.outbox.Ack(a)
 		}
 		d.rt.mu.Unlock()
 		return

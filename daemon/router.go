@@ -30,14 +30,38 @@ type router struct {
 	routes *routing.Table
 	outbox *routing.Outbox
 	inbox  *routing.Inbox
-	// acked is closed (and set to nil) when acknowledgements free room in
-	// a window; a sender that waits for room makes it.
-	acked chan struct{}
+	// freed is closed (and set to nil) when the outbox frees room in a
+	// window (windowFreed); a sender that waits for room makes it
+	// (freedChan).
+	freed chan struct{}
 }
 
 func newRouter() *router {
 	n := host.New()
-	return &router{node: n, routes: n.Routes(), outbox: n.Outbox(), inbox: n.Inbox()}
+	r := &router{node: n, routes: n.Routes(), outbox: n.Outbox(), inbox: n.Inbox()}
+	// Whatever frees room (an acknowledgement, a drop, a new route) goes
+	// through the outbox's accounting, which wakes the waiting senders:
+	// no path that frees it has to remember to.
+	r.outbox.OnFree(r.windowFreed)
+	return r
+}
+
+// freedChan returns the channel closed when the outbox next frees room in
+// a window. The caller holds mu.
+func (r *router) freedChan() <-chan struct{} {
+	if r.freed == nil {
+		r.freed = make(chan struct{})
+	}
+	return r.freed
+}
+
+// windowFreed wakes the senders waiting for room in a window, if any
+// wait: the outbox calls it (Outbox.OnFree), mu held.
+func (r *router) windowFreed() {
+	if r.freed != nil {
+		close(r.freed)
+		r.freed = nil
+	}
 }
 
 // lookup is where the route cache says tid lives.
@@ -128,12 +152,6 @@ func (r *router) drop(tids ...task.TID) {
 func (r *router) dropHost(id task.HostID) []task.TID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.acked != nil {
-		// Senders waiting for room towards the host (Config.HostWindow,
-		// Window) wait no more: their sends fail or go elsewhere.
-		close(r.acked)
-		r.acked = nil
-	}
 	return r.outbox.DropHost(id)
 }
 

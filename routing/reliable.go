@@ -18,7 +18,13 @@ type Outbox struct {
 	next   map[task.TID]map[task.TID]*Counter // sender → receiver → last seq assigned
 	queues map[task.TID]*outQueue             // by receiver
 	bytes  int
-	byHost map[task.HostID]int // bytes by the host the queues are routed to
+	// Bytes by the host the queues are routed to. An entry stays at zero
+	// until DropHost: in a conversation, deleting it at each
+	// acknowledgement (an emptied map is reseeded) and adding it again at
+	// the next send was a third of a message's accounting
+	// (BenchmarkConversation).
+	byHost map[task.HostID]int
+	onFree func() // see OnFree
 
 	// Emptied queues and pair FIFOs kept for reuse: in a conversation
 	// (send, acknowledgement, send, …) each message would otherwise make
@@ -147,11 +153,21 @@ func (o *Outbox) addBytes(q *outQueue, n int) {
 	o.hostBytes(q.route.Host, n)
 }
 
+// hostBytes counts n bytes more (less when negative) towards h; less is
+// room freed (OnFree).
 func (o *Outbox) hostBytes(h task.HostID, n int) {
-	if o.byHost[h] += n; o.byHost[h] == 0 {
-		delete(o.byHost, h)
+	o.byHost[h] += n
+	if n < 0 && o.onFree != nil {
+		o.onFree()
 	}
 }
+
+// OnFree sets fn, called whenever bytes stop counting towards a receiver
+// or a host (Pending, PendingHost): acknowledged, dropped, or routed to
+// another host. A sender that waits for room in a window waits for it,
+// whichever path freed the room. fn runs within the outbox's method, under
+// its caller's lock, and must not call the outbox.
+func (o *Outbox) OnFree(fn func()) { o.onFree = fn }
 
 // Counter is one pair's sequence state as an Outbox or an Inbox holds it:
 // for the Outbox, the last number assigned to the pair's messages; for the
@@ -485,6 +501,9 @@ func (o *Outbox) DropHost(h task.HostID) []task.TID {
 			o.addBytes(q, -q.bytes)
 			delete(o.queues, to)
 		}
+	}
+	if o.byHost[h] == 0 {
+		delete(o.byHost, h)
 	}
 	return gone
 }

@@ -51,12 +51,14 @@ const (
 // sealed, and is unusable.
 var ErrSealedRecord = errors.New("bulk stream: a record failed authentication")
 
-// sealKeys are one direction's keys: the AEAD of the current key and the
-// number of the next record.
+// sealKeys are one direction's keys: the AEAD of the current key, the
+// number of the next record and the nonce of the last (a field, so that
+// the AEAD, an interface, does not move a nonce to the heap per record).
 type sealKeys struct {
-	key  [sealKeyBytes]byte
-	aead cipher.AEAD
-	seq  uint64
+	key   [sealKeyBytes]byte
+	aead  cipher.AEAD
+	seq   uint64
+	nonce [12]byte
 }
 
 func newSealKeys(key []byte) (*sealKeys, error) {
@@ -74,23 +76,23 @@ func (k *sealKeys) setKey() error {
 	return err
 }
 
-// next returns the nonce of the next record and counts it, changing the
-// key first when the previous one has sealed sealRekeyRecords records.
-func (k *sealKeys) next() ([12]byte, error) {
-	var n [12]byte
+// next returns the nonce of the next record, valid until the next call,
+// and counts it, changing the key first when the previous one has sealed
+// sealRekeyRecords records.
+func (k *sealKeys) next() ([]byte, error) {
 	if k.seq > 0 && k.seq%sealRekeyRecords == 0 {
 		nk, err := hkdf.Expand(sha256.New, k.key[:], labelKeyUpdate, sealKeyBytes)
 		if err != nil {
-			return n, err
+			return nil, err
 		}
 		copy(k.key[:], nk)
 		if err := k.setKey(); err != nil {
-			return n, err
+			return nil, err
 		}
 	}
-	binary.BigEndian.PutUint64(n[4:], k.seq)
+	binary.BigEndian.PutUint64(k.nonce[4:], k.seq)
 	k.seq++
-	return n, nil
+	return k.nonce[:], nil
 }
 
 // sealedConn is a bulk stream's connection once its handshake is over:
@@ -102,11 +104,13 @@ type sealedConn struct {
 	wmu  sync.Mutex
 	out  *sealKeys
 	wb   []byte // the record being written
+	whdr [sealHdrBytes]byte
 	werr error
 
 	rmu     sync.Mutex
 	in      *sealKeys
 	rd      *bufio.Reader
+	rhdr    [sealHdrBytes]byte
 	rb      []byte // a record opened here, when the caller's buffer has no room for it
 	pending []byte // opened plaintext not yet returned (in rb)
 	rerr    error
@@ -168,9 +172,11 @@ func (s *sealedConn) writeRecord(p []byte) error {
 	if cap(s.wb) < need {
 		s.wb = make([]byte, need, max(need, sealHdrBytes+sealWriteRecord+sealTagBytes))
 	}
-	b := s.wb[:sealHdrBytes]
-	binary.LittleEndian.PutUint32(b, uint32(len(p)))
-	b = s.out.aead.Seal(b, nonce[:], p, b[:sealHdrBytes])
+	// The header is the additional data, which may not overlap Seal's
+	// dst: it is sealed from a copy of its own.
+	binary.LittleEndian.PutUint32(s.whdr[:], uint32(len(p)))
+	b := append(s.wb[:0], s.whdr[:]...)
+	b = s.out.aead.Seal(b, nonce, p, s.whdr[:])
 	_, err = s.c.Write(b)
 	return err
 }
@@ -205,14 +211,14 @@ func (s *sealedConn) Read(p []byte) (int, error) {
 }
 
 func (s *sealedConn) readRecord(p []byte) (int, error) {
-	var hdr [sealHdrBytes]byte
-	if _, err := io.ReadFull(s.rd, hdr[:]); err != nil {
+	hdr := s.rhdr[:]
+	if _, err := io.ReadFull(s.rd, hdr); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return 0, fmt.Errorf("%w: cut short", ErrSealedRecord)
 		}
 		return 0, err
 	}
-	l := int(binary.LittleEndian.Uint32(hdr[:]))
+	l := int(binary.LittleEndian.Uint32(hdr))
 	if l > sealMaxRecord {
 		return 0, fmt.Errorf("%w: a record of %d bytes, at most %d", ErrSealedRecord, l, sealMaxRecord)
 	}
@@ -233,7 +239,7 @@ func (s *sealedConn) readRecord(p []byte) (int, error) {
 	if _, err := io.ReadFull(s.rd, buf); err != nil {
 		return 0, fmt.Errorf("%w: cut short: %v", ErrSealedRecord, err)
 	}
-	plain, err := s.in.aead.Open(buf[:0], nonce[:], buf, hdr[:])
+	plain, err := s.in.aead.Open(buf[:0], nonce, buf, hdr)
 	if err != nil {
 		return 0, ErrSealedRecord
 	}

@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -21,15 +19,7 @@ func ProgramFromArgs(name string, args []string) (Program, error) {
 	if !ok {
 		return nil, fmt.Errorf("%q: %w", name, ErrUnknownProgram)
 	}
-	build := func() (task.Task, error) {
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		mk := p.Setup(fs)
-		if err := fs.Parse(args); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return mk(fs.Args())
-	}
+	build := func() (task.Task, error) { return p.Task(args...) }
 	if _, err := build(); err != nil {
 		return nil, err
 	}

@@ -325,11 +325,7 @@ func TestOwnership(t *testing.T) {
 		return cl
 	}
 	alice, bob := dial("alice", pki.RoleUser), dial("bob", pki.RoleUser)
-	admin, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminClient(t, ctx, vm)
 	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
 		_, err := c.Recv(task.AnyTask, task.AnyTag, nil)
 		return err

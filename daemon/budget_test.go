@@ -81,11 +81,7 @@ func TestFrameBudgetOfConnections(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
-		cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
+		cl := adminClient(t, ctx, vm)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

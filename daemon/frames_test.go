@@ -70,11 +70,7 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 		}
 	}
 	// A well-formed call still works on a new connection.
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	if err := cl.Ping(ctx); err != nil {
 		t.Fatalf("the daemon stopped serving: %v", err)
 	}

@@ -137,11 +137,7 @@ func TestJobEndsWhole(t *testing.T) {
 	})
 
 	t.Run("command goes away", func(t *testing.T) {
-		cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
+		cl := adminClient(t, ctx, vm)
 		typ, state, err := task.EncodeState(waitingRoot(t, 3, spawned))
 		if err != nil {
 			t.Fatal(err)
@@ -371,14 +367,9 @@ func TestJobKillsOnReturn(t *testing.T) {
 // and ExitError names them.
 func TestClientRunReportsJobFailures(t *testing.T) {
 	vm := startVM(t, 2, Config{})
-	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	spawned := make(chan []task.TID, 1)
 	typ, state, err := task.EncodeState(&fnKillTask{*fn(t, func(c *task.Ctx, _ int) error {
 		return spawnWaiters(t, c, 2, spawned)

@@ -89,11 +89,7 @@ func TestRunFollowsRollback(t *testing.T) {
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	var mu sync.Mutex
 	var notes []JobNote
 	cl.OnJobNote(func(n JobNote) {

@@ -24,11 +24,7 @@ import (
 func runWatch(t *testing.T, ctx context.Context, vm *LocalVM, n int, opts JobOptions) (notes func() []JobNote, out *syncBuffer, done chan runOutcome, job uint64, root task.TID) {
 	t.Helper()
 	m := vm.Master()
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	cl := adminClient(t, ctx, vm)
 	var mu sync.Mutex
 	var heard []JobNote
 	cl.OnJobNote(func(n JobNote) {
@@ -374,11 +370,7 @@ func TestRunFollowsItsJobThroughAReconnection(t *testing.T) {
 	m := vm.Master()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	out := &syncBuffer{}
 	done := make(chan runOutcome, 1)
 	go func() {

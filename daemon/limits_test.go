@@ -153,11 +153,7 @@ func TestConnsPerPeer(t *testing.T) {
 	m := vm.Master()
 	var cls []*Client
 	for range 2 {
-		cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
+		cl := adminClient(t, ctx, vm)
 		cls = append(cls, cl)
 	}
 	if cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin); err == nil {

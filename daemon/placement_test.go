@@ -84,11 +84,7 @@ func TestPlacementInVM(t *testing.T) {
 func TestSpawnJob(t *testing.T) {
 	vm := startVM(t, 3, Config{})
 	ctx := context.Background()
-	cl, err := Dial(ctx, vm.Master().Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	tids, err := cl.SpawnJob(ctx, "daemon.test.mover", nil, 2, 5)
 	if err != nil {
 		t.Fatal(err)

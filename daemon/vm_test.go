@@ -39,6 +39,18 @@ func startVM(t testing.TB, n int, cfg Config) *LocalVM {
 	return vm
 }
 
+// adminClient dials vm's master as the cluster's admin; the client is
+// closed when the test ends.
+func adminClient(t testing.TB, ctx context.Context, vm *LocalVM) *Client {
+	t.Helper()
+	cl, err := Dial(ctx, vm.Master().Addr(), vm.Cluster.Admin)
+	if err != nil {
+		t.Fatalf("dial the master as the admin: %v", err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // hostCred issues a host certificate named name under vm's CA, for another
 // daemon to join it.
 func hostCred(t testing.TB, vm *LocalVM, name string) *pki.Credential {
@@ -380,11 +392,7 @@ func TestRefusesStrangers(t *testing.T) {
 	if _, err := Dial(ctx, m.Addr(), other.Admin); err == nil {
 		t.Fatal("a client with another key connected")
 	}
-	cl, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := adminClient(t, ctx, vm)
 	if hs, err := cl.Hosts(ctx); err != nil || len(hs) != 2 {
 		t.Fatalf("client conf: %v %v", hs, err)
 	}
@@ -421,11 +429,7 @@ func TestRefusesStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The master still serves others.
-	cl2, err := Dial(ctx, m.Addr(), vm.Cluster.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl2.Close()
+	cl2 := adminClient(t, ctx, vm)
 	if err := cl2.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}

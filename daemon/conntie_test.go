@@ -79,6 +79,69 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 		})
 	})
 
+	// An event sent on a connection once it is retired goes on the one
+	// that won, in order with the events sent there after it. Before, it
+	// went on the retired connection, read apart from the winner: a host's
+	// load report held there reached the master after a later one and
+	// left the master's record of the host's jobs stale.
+	t.Run("EventsFollow", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &holdFrame{}
+			vm := startMemVMWith(t, 2, s, Config{})
+			m, h := vm.Daemons[0], vm.Daemons[1]
+			synctest.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			release := make(chan struct{})
+			var freed sync.Once
+			free := func() { freed.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the machine halts
+			blocker := fn(t, func(*task.Ctx, int) error { <-release; return nil })
+			onM, err := m.SpawnTask(&fnTask{Fn: blocker.Fn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined := currentPeer(h, MasterID)
+			// A call under way keeps the join's connection open once
+			// retired.
+			waited := make(chan error, 1)
+			go func() { waited <- h.callHost(ctx, MasterID, mWait, tidArgs{TID: onM}, &TaskInfo{}) }()
+			synctest.Wait()
+			if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+				t.Fatalf("the master dials %s: %v", h.Name(), err)
+			}
+			synctest.Wait()
+			if p := currentPeer(h, MasterID); p == joined || !joined.retired() {
+				t.Fatal("the join's connection was not retired")
+			}
+			report := func(job uint64) *event {
+				info := h.selfInfo()
+				return &event{Kind: evLoad, Load: &info, Jobs: []uint64{job}}
+			}
+			const stale, fresh = 4242, 4243
+			b, err := encodeMsg(report(stale))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.hold(routing.KindEvent, h, m, 100*time.Millisecond)
+			joined.frame(routing.KindEvent, b)
+			if err := h.sendEvent(ctx, MasterID, report(fresh)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the held report is delivered
+			synctest.Wait()
+			if m.reg.runs(h.HostID(), stale) {
+				t.Error("the report sent on the retired connection overtook the later one: the master keeps its stale jobs")
+			}
+			free()
+			if err := <-waited; err != nil {
+				t.Errorf("the call under way on the retired connection: %v", err)
+			}
+			synctest.Wait()
+			checkRetiredGone(t, joined, m, h)
+		})
+	})
+
 	// A call that has not yet reached its host when its connection loses
 	// the tie reaches it on that connection, runs once and is answered:
 	// the master's start of a task on a host, held on the join's

@@ -158,9 +158,23 @@ func (p *peer) ack(a routing.Ack) {
 	p.wmu.Unlock()
 }
 
-// frame queues a whole frame of kind k.
+// frame queues a whole frame of kind k. On a retired connection (it lost
+// a tie, attach) it goes on the connection that replaced it, as a call
+// does (callPeer): an event sent after the retirement must not travel
+// beside a later one on the winner, read by another reader and perhaps
+// overtaken (an output and its task's exit, two load reports). A reply or
+// a pong answers on the connection its call or ping came on; a retired
+// connection with no successor now still carries the frame.
 func (p *peer) frame(k routing.Kind, body []byte) {
 	p.wmu.Lock()
+	if p.retire.retired && k != routing.KindReply && k != routing.KindPong {
+		p.wmu.Unlock()
+		if q := p.d.nw.successor(p); q != nil {
+			q.frame(k, body)
+			return
+		}
+		p.wmu.Lock()
+	}
 	p.buf = routing.AppendFrame(p.buf, k, body)
 	p.msgsOff = -1
 	p.wmu.Unlock()

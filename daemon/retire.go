@@ -7,8 +7,9 @@ package daemon
 // run must be answered, never sent again (calls are not deduplicated: a
 // second "start" would start a second task). So each side, on retiring a
 // connection, sends a retire frame (routing.KindRetire) on it after its
-// last call and makes no new call on it (a call not yet sent goes on the
-// connection that won); it goes on reading the connection, serving the
+// last call and sends nothing new on it but replies and pongs (a call or
+// an event not yet sent goes on the connection that won: callPeer,
+// peer.frame); it goes on reading the connection, serving the
 // calls that came before the peer's retire frame and answering them on
 // it. Once both sides have retired it and neither is owed a reply, each
 // side flushes what it queued and closes its sending side; a side that

@@ -330,4 +330,28 @@ func TestRetirement(t *testing.T) {
 	if !q.peerRetire() {
 		t.Fatal("an idle connection retired by both sides is not done")
 	}
+	if abandoned, done := q.giveUp(); abandoned || done {
+		t.Fatalf("give up after the peer retired it and done was said: abandoned %v, done %v; want false, false", abandoned, done)
+	}
+
+	// A peer that never retires the connection: this side gives up
+	// waiting, and it may close once no call is under way on it.
+	var a retirement
+	a.startCall()
+	a.startServe()
+	a.retire()
+	if abandoned, done := a.giveUp(); !abandoned || done {
+		t.Fatalf("give up with calls under way: abandoned %v, done %v; want true, false", abandoned, done)
+	}
+	if a.endCall() {
+		t.Fatal("done with a call of the peer's unanswered")
+	}
+	if !a.endServe() {
+		t.Fatal("not done once given up and no reply is owed")
+	}
+	var g retirement
+	g.giveUp()
+	if g.startCall(); g.endCall() {
+		t.Fatal("done though this side never retired it")
+	}
 }

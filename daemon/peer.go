@@ -360,7 +360,7 @@ func (p *peer) served() {
 // retireConn retires the connection (it lost a tie, attach): it sends
 // the retire frame after whatever is queued and carries no new call. If
 // the peer has not retired it too within the handshake timeout, it is
-// closed.
+// closed once no call is under way on it (retirement.giveUp).
 func (p *peer) retireConn() {
 	p.wmu.Lock()
 	first, done := p.retire.retire()
@@ -379,26 +379,19 @@ func (p *peer) retireConn() {
 	p.d.goFunc(func() {
 		t := time.NewTimer(p.d.cfg.HandshakeTimeout)
 		defer t.Stop()
-		for {
-			select {
-			case <-p.closed:
-				return
-			case <-t.C:
-			}
-			p.wmu.Lock()
-			abandoned := !p.retire.peerRetired
-			busy := p.retire.calls > 0 || p.retire.serving > 0
-			p.wmu.Unlock()
-			if !abandoned {
-				return
-			}
-			if !busy {
-				p.close(fmt.Errorf("connection to %s retired, and never retired by the peer", p.name()))
-				return
-			}
-			// A call still under way on it (a long checkpoint write) is
-			// answered or given up by its own deadline first.
-			t.Reset(p.d.cfg.HandshakeTimeout)
+		select {
+		case <-p.closed:
+			return
+		case <-t.C:
+		}
+		p.wmu.Lock()
+		abandoned, done := p.retire.giveUp()
+		p.wmu.Unlock()
+		if abandoned {
+			p.d.log.Debug("retired connection never retired by the peer: it closes once no call is under way on it", "peer", p.name())
+		}
+		if done {
+			p.finish()
 		}
 	})
 }

@@ -24,6 +24,7 @@ package daemon
 type retirement struct {
 	retired     bool // this side retired it: it carries no new call
 	peerRetired bool // the peer's retire frame came: no call of its follows
+	gaveUp      bool // the peer's retire frame is not waited for (giveUp)
 	calls       int  // calls made on it still awaiting their replies
 	serving     int  // calls received on it whose replies are not yet queued
 	finished    bool // done has reported true
@@ -72,10 +73,19 @@ func (r *retirement) peerRetire() bool {
 	return r.done()
 }
 
-// done reports, once, that both sides retired the connection and that
-// neither is owed a reply on it.
+// giveUp stops waiting for the peer's retire frame (the handshake timeout
+// after this side's retirement passed): the connection may close without
+// it, once neither side is owed a reply on it. abandoned says the frame
+// had not come; done whether the connection may now close.
+func (r *retirement) giveUp() (abandoned, done bool) {
+	r.gaveUp = true
+	return !r.peerRetired, r.done()
+}
+
+// done reports, once, that both sides retired the connection (or this side
+// gave up waiting for the peer) and that neither is owed a reply on it.
 func (r *retirement) done() bool {
-	if r.finished || !r.retired || !r.peerRetired || r.calls > 0 || r.serving > 0 {
+	if r.finished || !r.retired || !(r.peerRetired || r.gaveUp) || r.calls > 0 || r.serving > 0 {
 		return false
 	}
 	r.finished = true

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,6 +241,72 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			}
 			checkRetiredGone(t, lost, h2, h3)
 		})
+	})
+}
+
+// TestRejoinTiesWithTheMastersDial: a host registering again with its
+// master while the master dials it (the master still counts it as a
+// member) ends with the master's connection on both sides, the
+// registration's retired. Before, the host set the registration's
+// connection over the master's, which the master had retired: the host
+// spoke to its master on a connection the master gave up.
+func TestRejoinTiesWithTheMastersDial(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &holdFrame{}
+		vm := startMemVMWith(t, 2, s, Config{})
+		m, h := vm.Daemons[0], vm.Daemons[1]
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		old := currentPeer(m, h.HostID())
+		// The master's answer to the registration is held on its way,
+		// while the master dials the host.
+		s.hold(routing.KindHello, m, h, 100*time.Millisecond)
+		h.orphaned(errors.New("test: the master's connection is given up"))
+		var reg *peer
+		for reg == nil || reg == old {
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			reg = currentPeer(m, h.HostID())
+		}
+		if reg.dialr {
+			t.Fatal("the master's connection to the host is its own, not the registration")
+		}
+		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+			t.Fatalf("the master dials %s: %v", h.Name(), err)
+		}
+		for h.orphan.Load() { // until the held answer is delivered and taken
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		won := currentPeer(m, h.HostID())
+		if won == reg || !won.dialr || !reg.retired() {
+			t.Fatal("the master's own connection did not win the tie at the master")
+		}
+		hp := currentPeer(h, MasterID)
+		h.nw.mu.Lock()
+		master := h.nw.master
+		h.nw.mu.Unlock()
+		switch {
+		case hp == nil:
+			t.Fatal("the host has no connection to the master")
+		case hp.dialr:
+			t.Fatal("the host's connection to the master is its registration, which the master retired; want the one the master dialled")
+		case master != hp:
+			t.Fatal("the host's master connection is not its current connection to the master")
+		}
+		time.Sleep(time.Minute) // past any retired connection's handshake timeout
+		synctest.Wait()
+		checkRetiredGone(t, reg, m, h)
+		if currentPeer(h, MasterID) != hp || h.orphan.Load() {
+			t.Fatal("the host lost its master's connection after the tie")
+		}
 	})
 }
 

@@ -330,15 +330,19 @@ func (p *peer) sendCall(b []byte) bool {
 	return true
 }
 
-// callEnded counts a call sent with sendCall as over.
-func (p *peer) callEnded() {
+// retireStep applies step to the connection's retirement state (under
+// wmu) and drains the connection if step reports it may now close.
+func (p *peer) retireStep(step func(*retirement) bool) {
 	p.wmu.Lock()
-	done := p.retire.endCall()
+	done := step(&p.retire)
 	p.wmu.Unlock()
 	if done {
 		p.finish()
 	}
 }
+
+// callEnded counts a call sent with sendCall as over.
+func (p *peer) callEnded() { p.retireStep((*retirement).endCall) }
 
 // serving counts a call received on the connection; served counts its
 // reply as queued.
@@ -348,14 +352,7 @@ func (p *peer) serving() {
 	p.wmu.Unlock()
 }
 
-func (p *peer) served() {
-	p.wmu.Lock()
-	done := p.retire.endServe()
-	p.wmu.Unlock()
-	if done {
-		p.finish()
-	}
-}
+func (p *peer) served() { p.retireStep((*retirement).endServe) }
 
 // retireConn retires the connection (it lost a tie, attach): it sends
 // the retire frame after whatever is queued and carries no new call. If
@@ -397,14 +394,7 @@ func (p *peer) retireConn() {
 }
 
 // peerRetired records the peer's retire frame.
-func (p *peer) peerRetired() {
-	p.wmu.Lock()
-	done := p.retire.peerRetire()
-	p.wmu.Unlock()
-	if done {
-		p.finish()
-	}
-}
+func (p *peer) peerRetired() { p.retireStep((*retirement).peerRetire) }
 
 // finished reports whether the connection is retired and neither side is
 // owed anything on it.

@@ -422,3 +422,55 @@ func TestRetirement(t *testing.T) {
 		t.Fatal("done though this side never retired it")
 	}
 }
+
+// TestRejoinDropsTheMastersEarlierConnection: a connection the master
+// dialled to a host that lost it, before the host registers again, is
+// closed by the master when it takes the registration (readmit); the host
+// ends on its registration's connection, whichever of the close and the
+// answer it takes first.
+func TestRejoinDropsTheMastersEarlierConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVM(t, 2, &faults{}, Config{})
+		m, h := vm.Daemons[0], vm.Daemons[1]
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		h.orphaned(errors.New("test: the master's connection is given up"))
+		synctest.Wait()
+		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+			t.Fatalf("the master dials %s: %v", h.Name(), err)
+		}
+		early := currentPeer(h, MasterID)
+		if early == nil || early.dialr {
+			t.Fatal("the host did not take the master's connection while it had none")
+		}
+		for h.orphan.Load() {
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		reg := currentPeer(m, h.HostID())
+		if reg == nil || reg.dialr {
+			t.Fatal("the master's connection to the host is not the registration")
+		}
+		hp := currentPeer(h, MasterID)
+		h.nw.mu.Lock()
+		master := h.nw.master
+		h.nw.mu.Unlock()
+		switch {
+		case hp == nil:
+			t.Fatal("the host has no connection to the master")
+		case !hp.dialr || hp.retired():
+			t.Fatal("the host's connection to the master is not its registration")
+		case master != hp:
+			t.Fatal("the host's master connection is not its current connection to the master")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if currentPeer(h, MasterID) != hp || currentPeer(m, h.HostID()) != reg || h.orphan.Load() {
+			t.Fatal("the registration's connection did not last")
+		}
+	})
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,6 +74,69 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			// goes on the one that won.
 			if err := m.callPeer(ctx, joined, mSendCheck, struct{}{}, nil); err != nil {
 				t.Errorf("a call made on the retired connection: %v", err)
+			}
+			synctest.Wait()
+			checkRetiredGone(t, joined, m, h)
+		})
+	})
+
+	// An event sent on a connection once it is retired goes on the one
+	// that won, in order with the events sent there after it. Before, it
+	// went on the retired connection, read apart from the winner: a host's
+	// load report held there reached the master after a later one and
+	// left the master's record of the host's jobs stale.
+	t.Run("EventsFollow", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &holdFrame{}
+			vm := startMemVMWith(t, 2, s, Config{})
+			m, h := vm.Daemons[0], vm.Daemons[1]
+			synctest.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			release := make(chan struct{})
+			var freed sync.Once
+			free := func() { freed.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the machine halts
+			blocker := fn(t, func(*task.Ctx, int) error { <-release; return nil })
+			onM, err := m.SpawnTask(&fnTask{Fn: blocker.Fn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined := currentPeer(h, MasterID)
+			// A call under way keeps the join's connection open once
+			// retired.
+			waited := make(chan error, 1)
+			go func() { waited <- h.callHost(ctx, MasterID, mWait, tidArgs{TID: onM}, &TaskInfo{}) }()
+			synctest.Wait()
+			if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+				t.Fatalf("the master dials %s: %v", h.Name(), err)
+			}
+			synctest.Wait()
+			if p := currentPeer(h, MasterID); p == joined || !joined.retired() {
+				t.Fatal("the join's connection was not retired")
+			}
+			report := func(job uint64) *event {
+				info := h.selfInfo()
+				return &event{Kind: evLoad, Load: &info, Jobs: []uint64{job}}
+			}
+			const stale, fresh = 4242, 4243
+			b, err := encodeMsg(report(stale))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.hold(routing.KindEvent, h, m, 100*time.Millisecond)
+			joined.frame(routing.KindEvent, b)
+			if err := h.sendEvent(ctx, MasterID, report(fresh)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the held report is delivered
+			synctest.Wait()
+			if m.reg.runs(h.HostID(), stale) {
+				t.Error("the report sent on the retired connection overtook the later one: the master keeps its stale jobs")
+			}
+			free()
+			if err := <-waited; err != nil {
+				t.Errorf("the call under way on the retired connection: %v", err)
 			}
 			synctest.Wait()
 			checkRetiredGone(t, joined, m, h)
@@ -180,6 +244,72 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 	})
 }
 
+// TestRejoinTiesWithTheMastersDial: a host registering again with its
+// master while the master dials it (the master still counts it as a
+// member) ends with the master's connection on both sides, the
+// registration's retired. Before, the host set the registration's
+// connection over the master's, which the master had retired: the host
+// spoke to its master on a connection the master gave up.
+func TestRejoinTiesWithTheMastersDial(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &holdFrame{}
+		vm := startMemVMWith(t, 2, s, Config{})
+		m, h := vm.Daemons[0], vm.Daemons[1]
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		old := currentPeer(m, h.HostID())
+		// The master's answer to the registration is held on its way,
+		// while the master dials the host.
+		s.hold(routing.KindHello, m, h, 100*time.Millisecond)
+		h.orphaned(errors.New("test: the master's connection is given up"))
+		var reg *peer
+		for reg == nil || reg == old {
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			reg = currentPeer(m, h.HostID())
+		}
+		if reg.dialr {
+			t.Fatal("the master's connection to the host is its own, not the registration")
+		}
+		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+			t.Fatalf("the master dials %s: %v", h.Name(), err)
+		}
+		for h.orphan.Load() { // until the held answer is delivered and taken
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		won := currentPeer(m, h.HostID())
+		if won == reg || !won.dialr || !reg.retired() {
+			t.Fatal("the master's own connection did not win the tie at the master")
+		}
+		hp := currentPeer(h, MasterID)
+		h.nw.mu.Lock()
+		master := h.nw.master
+		h.nw.mu.Unlock()
+		switch {
+		case hp == nil:
+			t.Fatal("the host has no connection to the master")
+		case hp.dialr:
+			t.Fatal("the host's connection to the master is its registration, which the master retired; want the one the master dialled")
+		case master != hp:
+			t.Fatal("the host's master connection is not its current connection to the master")
+		}
+		time.Sleep(time.Minute) // past any retired connection's handshake timeout
+		synctest.Wait()
+		checkRetiredGone(t, reg, m, h)
+		if currentPeer(h, MasterID) != hp || h.orphan.Load() {
+			t.Fatal("the host lost its master's connection after the tie")
+		}
+	})
+}
+
 // currentPeer is d's connection to host h, if any.
 func currentPeer(d *Daemon, h task.HostID) *peer {
 	d.nw.mu.Lock()
@@ -267,4 +397,80 @@ func TestRetirement(t *testing.T) {
 	if !q.peerRetire() {
 		t.Fatal("an idle connection retired by both sides is not done")
 	}
+	if abandoned, done := q.giveUp(); abandoned || done {
+		t.Fatalf("give up after the peer retired it and done was said: abandoned %v, done %v; want false, false", abandoned, done)
+	}
+
+	// A peer that never retires the connection: this side gives up
+	// waiting, and it may close once no call is under way on it.
+	var a retirement
+	a.startCall()
+	a.startServe()
+	a.retire()
+	if abandoned, done := a.giveUp(); !abandoned || done {
+		t.Fatalf("give up with calls under way: abandoned %v, done %v; want true, false", abandoned, done)
+	}
+	if a.endCall() {
+		t.Fatal("done with a call of the peer's unanswered")
+	}
+	if !a.endServe() {
+		t.Fatal("not done once given up and no reply is owed")
+	}
+	var g retirement
+	g.giveUp()
+	if g.startCall(); g.endCall() {
+		t.Fatal("done though this side never retired it")
+	}
+}
+
+// TestRejoinDropsTheMastersEarlierConnection: a connection the master
+// dialled to a host that lost it, before the host registers again, is
+// closed by the master when it takes the registration (readmit); the host
+// ends on its registration's connection, whichever of the close and the
+// answer it takes first.
+func TestRejoinDropsTheMastersEarlierConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVM(t, 2, &faults{}, Config{})
+		m, h := vm.Daemons[0], vm.Daemons[1]
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		h.orphaned(errors.New("test: the master's connection is given up"))
+		synctest.Wait()
+		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
+			t.Fatalf("the master dials %s: %v", h.Name(), err)
+		}
+		early := currentPeer(h, MasterID)
+		if early == nil || early.dialr {
+			t.Fatal("the host did not take the master's connection while it had none")
+		}
+		for h.orphan.Load() {
+			if ctx.Err() != nil {
+				t.Fatal("the host never registered again")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		reg := currentPeer(m, h.HostID())
+		if reg == nil || reg.dialr {
+			t.Fatal("the master's connection to the host is not the registration")
+		}
+		hp := currentPeer(h, MasterID)
+		h.nw.mu.Lock()
+		master := h.nw.master
+		h.nw.mu.Unlock()
+		switch {
+		case hp == nil:
+			t.Fatal("the host has no connection to the master")
+		case !hp.dialr || hp.retired():
+			t.Fatal("the host's connection to the master is not its registration")
+		case master != hp:
+			t.Fatal("the host's master connection is not its current connection to the master")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if currentPeer(h, MasterID) != hp || currentPeer(m, h.HostID()) != reg || h.orphan.Load() {
+			t.Fatal("the registration's connection did not last")
+		}
+	})
 }

@@ -502,6 +502,17 @@ func (n *network) retiringTo(h task.HostID) []*peer {
 	return ps
 }
 
+// successor is the connection to p's host that is current in p's stead
+// (p retired: attach), or nil if there is none now.
+func (n *network) successor(p *peer) *peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if q := n.peers[p.info.ID]; q != p {
+		return q
+	}
+	return nil
+}
+
 // peerFor returns the connection to host h, dialling it if need be.
 func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 	n := d.nw

@@ -158,9 +158,23 @@ func (p *peer) ack(a routing.Ack) {
 	p.wmu.Unlock()
 }
 
-// frame queues a whole frame of kind k.
+// frame queues a whole frame of kind k. On a retired connection (it lost
+// a tie, attach) it goes on the connection that replaced it, as a call
+// does (callPeer): an event sent after the retirement must not travel
+// beside a later one on the winner, read by another reader and perhaps
+// overtaken (an output and its task's exit, two load reports). A reply or
+// a pong answers on the connection its call or ping came on; a retired
+// connection with no successor now still carries the frame.
 func (p *peer) frame(k routing.Kind, body []byte) {
 	p.wmu.Lock()
+	if p.retire.retired && k != routing.KindReply && k != routing.KindPong {
+		p.wmu.Unlock()
+		if q := p.d.nw.successor(p); q != nil {
+			q.frame(k, body)
+			return
+		}
+		p.wmu.Lock()
+	}
 	p.buf = routing.AppendFrame(p.buf, k, body)
 	p.msgsOff = -1
 	p.wmu.Unlock()
@@ -316,15 +330,19 @@ func (p *peer) sendCall(b []byte) bool {
 	return true
 }
 
-// callEnded counts a call sent with sendCall as over.
-func (p *peer) callEnded() {
+// retireStep applies step to the connection's retirement state (under
+// wmu) and drains the connection if step reports it may now close.
+func (p *peer) retireStep(step func(*retirement) bool) {
 	p.wmu.Lock()
-	done := p.retire.endCall()
+	done := step(&p.retire)
 	p.wmu.Unlock()
 	if done {
 		p.finish()
 	}
 }
+
+// callEnded counts a call sent with sendCall as over.
+func (p *peer) callEnded() { p.retireStep((*retirement).endCall) }
 
 // serving counts a call received on the connection; served counts its
 // reply as queued.
@@ -334,19 +352,12 @@ func (p *peer) serving() {
 	p.wmu.Unlock()
 }
 
-func (p *peer) served() {
-	p.wmu.Lock()
-	done := p.retire.endServe()
-	p.wmu.Unlock()
-	if done {
-		p.finish()
-	}
-}
+func (p *peer) served() { p.retireStep((*retirement).endServe) }
 
 // retireConn retires the connection (it lost a tie, attach): it sends
 // the retire frame after whatever is queued and carries no new call. If
 // the peer has not retired it too within the handshake timeout, it is
-// closed.
+// closed once no call is under way on it (retirement.giveUp).
 func (p *peer) retireConn() {
 	p.wmu.Lock()
 	first, done := p.retire.retire()
@@ -365,39 +376,25 @@ func (p *peer) retireConn() {
 	p.d.goFunc(func() {
 		t := time.NewTimer(p.d.cfg.HandshakeTimeout)
 		defer t.Stop()
-		for {
-			select {
-			case <-p.closed:
-				return
-			case <-t.C:
-			}
-			p.wmu.Lock()
-			abandoned := !p.retire.peerRetired
-			busy := p.retire.calls > 0 || p.retire.serving > 0
-			p.wmu.Unlock()
-			if !abandoned {
-				return
-			}
-			if !busy {
-				p.close(fmt.Errorf("connection to %s retired, and never retired by the peer", p.name()))
-				return
-			}
-			// A call still under way on it (a long checkpoint write) is
-			// answered or given up by its own deadline first.
-			t.Reset(p.d.cfg.HandshakeTimeout)
+		select {
+		case <-p.closed:
+			return
+		case <-t.C:
+		}
+		p.wmu.Lock()
+		abandoned, done := p.retire.giveUp()
+		p.wmu.Unlock()
+		if abandoned {
+			p.d.log.Debug("retired connection never retired by the peer: it closes once no call is under way on it", "peer", p.name())
+		}
+		if done {
+			p.finish()
 		}
 	})
 }
 
 // peerRetired records the peer's retire frame.
-func (p *peer) peerRetired() {
-	p.wmu.Lock()
-	done := p.retire.peerRetire()
-	p.wmu.Unlock()
-	if done {
-		p.finish()
-	}
-}
+func (p *peer) peerRetired() { p.retireStep((*retirement).peerRetire) }
 
 // finished reports whether the connection is retired and neither side is
 // owed anything on it.

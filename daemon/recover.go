@@ -228,10 +228,14 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	d.applyRoutes(h.Routes)
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info
-	n.mu.Lock()
-	n.master = p
-	n.peers[MasterID] = p
-	n.mu.Unlock()
+	// Attached as any new connection: the master is a known host here
+	// (before this registration as after it), so a connection it dialled
+	// to this host meanwhile may be current already. The two tie, and the
+	// master's wins on both sides; set over it, this one would be the
+	// master's connection here while the master retired it. One that
+	// loses is retired, and still read (retire.go); on a host attach
+	// refuses none.
+	d.attach(p, true)
 	d.startPeer(p, r)
 	if h.Deleted {
 		if b, err := encodeMsg(&event{Kind: evRejoined}); err == nil {

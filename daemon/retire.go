@@ -7,8 +7,9 @@ package daemon
 // run must be answered, never sent again (calls are not deduplicated: a
 // second "start" would start a second task). So each side, on retiring a
 // connection, sends a retire frame (routing.KindRetire) on it after its
-// last call and makes no new call on it (a call not yet sent goes on the
-// connection that won); it goes on reading the connection, serving the
+// last call and sends nothing new on it but replies and pongs (a call or
+// an event not yet sent goes on the connection that won: callPeer,
+// peer.frame); it goes on reading the connection, serving the
 // calls that came before the peer's retire frame and answering them on
 // it. Once both sides have retired it and neither is owed a reply, each
 // side flushes what it queued and closes its sending side; a side that
@@ -23,6 +24,7 @@ package daemon
 type retirement struct {
 	retired     bool // this side retired it: it carries no new call
 	peerRetired bool // the peer's retire frame came: no call of its follows
+	gaveUp      bool // the peer's retire frame is not waited for (giveUp)
 	calls       int  // calls made on it still awaiting their replies
 	serving     int  // calls received on it whose replies are not yet queued
 	finished    bool // done has reported true
@@ -71,10 +73,19 @@ func (r *retirement) peerRetire() bool {
 	return r.done()
 }
 
-// done reports, once, that both sides retired the connection and that
-// neither is owed a reply on it.
+// giveUp stops waiting for the peer's retire frame (the handshake timeout
+// after this side's retirement passed): the connection may close without
+// it, once neither side is owed a reply on it. abandoned says the frame
+// had not come; done whether the connection may now close.
+func (r *retirement) giveUp() (abandoned, done bool) {
+	r.gaveUp = true
+	return !r.peerRetired, r.done()
+}
+
+// done reports, once, that both sides retired the connection (or this side
+// gave up waiting for the peer) and that neither is owed a reply on it.
 func (r *retirement) done() bool {
-	if r.finished || !r.retired || !r.peerRetired || r.calls > 0 || r.serving > 0 {
+	if r.finished || !r.retired || !(r.peerRetired || r.gaveUp) || r.calls > 0 || r.serving > 0 {
 		return false
 	}
 	r.finished = true

@@ -445,38 +445,41 @@ func (d *Daemon) sendReport(force bool) {
 	if d.nw == nil || d.cfg.Master {
 		return
 	}
-	// The master replaces its record of the jobs this host runs with each
-	// report's, so reports must reach it in the order they were taken: a
-	// report is taken and queued on the connection under rep.mu. The
-	// connection is found (perhaps dialled) outside the lock, and only
-	// when a report is due, so that a heartbeat never waits on a dial
-	// that is not needed.
 	d.rep.mu.Lock()
-	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
-	slices.Sort(r.jobs)
 	d.rep.beats++
-	if !force && !reportDue(d.rep.last, r, d.rep.beats, d.cfg.ReportEvery) {
-		d.rep.mu.Unlock()
+	due := force || reportDue(d.rep.last, d.takeReport(), d.rep.beats, d.cfg.ReportEvery)
+	d.rep.mu.Unlock()
+	if !due {
 		return
 	}
-	d.rep.mu.Unlock()
+	// The connection is found (perhaps dialled) outside rep.mu, and only
+	// when a report is due, so that a heartbeat never waits on a dial that
+	// is not needed.
 	p, err := d.peerFor(d.ctx, MasterID)
+	// The master replaces its record of the jobs this host runs with each
+	// report's, so reports must reach it in the order they were taken: the
+	// newest is taken and queued (p.frame does not block) under rep.mu.
 	d.rep.mu.Lock()
 	defer d.rep.mu.Unlock()
+	r := d.takeReport()
+	d.rep.last, d.rep.beats = r, 0 // tried or sent: the next is due as after a report sent
 	if err != nil {
-		d.rep.last, d.rep.beats = r, 0 // tried: the next is due as after a report sent
 		d.log.Debug("load report", "error", err)
 		return
 	}
-	r = loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true} // the newest, queued in order
-	slices.Sort(r.jobs)
 	b, err := encodeMsg(&event{Kind: evLoad, Load: &r.info, Jobs: r.jobs})
 	if err != nil {
 		d.log.Error("encode load report", "error", err)
 		return
 	}
-	d.rep.last, d.rep.beats = r, 0
 	p.frame(routing.KindEvent, b)
+}
+
+// takeReport takes this host's figures now, for a load report.
+func (d *Daemon) takeReport() loadReport {
+	r := loadReport{info: d.selfInfo(), jobs: d.ht.localJobs(), sent: true}
+	slices.Sort(r.jobs)
+	return r
 }
 
 // injectAt applies an overlay on host h (master: forwards to the host).

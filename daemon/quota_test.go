@@ -60,18 +60,6 @@ func jobCount(m *Daemon) int {
 	return len(m.reg.byID)
 }
 
-// pollFor polls cond until it holds, failing after a deadline.
-func pollFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestJobActionsCheckOwner: as alice, killing, checkpointing and moving
 // bob's job and its root are refused with ErrForbidden and audited as
 // refused; bob and the admin may.
@@ -152,7 +140,7 @@ func TestRestartCheckpointOwner(t *testing.T) {
 		restarted <- err
 	}()
 	var again uint64
-	pollFor(t, "the restarted job", func() bool {
+	waitFor(t, ctx, "the restarted job", func() bool {
 		m.owners.mu.Lock()
 		defer m.owners.mu.Unlock()
 		for j, o := range m.owners.jobs {
@@ -209,7 +197,7 @@ func TestSpawnQuotas(t *testing.T) {
 	if err := alice.Kill(ctx, tids[0]); err != nil {
 		t.Fatal(err)
 	}
-	pollFor(t, "the killed task to leave alice's count", func() bool {
+	waitFor(t, ctx, "the killed task to leave alice's count", func() bool {
 		n, _ := m.owners.held("alice")
 		return n == 4
 	})
@@ -259,10 +247,10 @@ func TestSpawnEndsWithCaller(t *testing.T) {
 		_, err := alice.SpawnRoots(ctx, typ, state, asked, "", JobOptions{})
 		spawned <- err
 	}()
-	pollFor(t, "the first jobs", func() bool { return jobCount(m) >= 3 })
+	waitFor(t, ctx, "the first jobs", func() bool { return jobCount(m) >= 3 })
 	alice.Close()
 	<-spawned
-	pollFor(t, "the spawn's call to end", func() bool {
+	waitFor(t, ctx, "the spawn's call to end", func() bool {
 		return strings.Contains(audit.String(), "method=spawn outcome=")
 	})
 	if n := jobCount(m); n >= asked {
@@ -346,12 +334,12 @@ func TestCancelledCallStops(t *testing.T) {
 		_, err := alice.SpawnRoots(callCtx, typ, state, asked, "", JobOptions{})
 		spawned <- err
 	}()
-	pollFor(t, "the first jobs", func() bool { return jobCount(m) >= 3 })
+	waitFor(t, ctx, "the first jobs", func() bool { return jobCount(m) >= 3 })
 	giveUp()
 	if err := <-spawned; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the given-up spawn: %v", err)
 	}
-	pollFor(t, "the spawn's call to end", func() bool {
+	waitFor(t, ctx, "the spawn's call to end", func() bool {
 		return strings.Contains(audit.String(), "method=spawn outcome=")
 	})
 	if n := jobCount(m); n >= asked {

@@ -38,18 +38,6 @@ func recvBudgetConfig() Config {
 	}
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
 // checkHeld asserts that d's own accounting of what it held never passed
 // its budgets: its mailboxes' gauge (each mailbox rounded up to a
 // totalStep, two mailboxes here) and its readers' large frame bodies.

@@ -51,6 +51,18 @@ func adminClient(t testing.TB, ctx context.Context, vm *LocalVM) *Client {
 	return cl
 }
 
+// waitFor polls cond until it holds or ctx ends.
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // hostCred issues a host certificate named name under vm's CA, for another
 // daemon to join it.
 func hostCred(t testing.TB, vm *LocalVM, name string) *pki.Credential {

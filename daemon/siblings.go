@@ -122,16 +122,23 @@ func (d *Daemon) releaseSiblings(tids []task.TID) error {
 	if len(tids) > d.cfg.MaxSpawn {
 		return fmt.Errorf("siblings: %d tasks, at most %d in one spawn: %w", len(tids), d.cfg.MaxSpawn, ErrLimit)
 	}
+	var listed map[task.TID]struct{} // tids as a set, made once a set here needs it
 	for _, t := range tids {
 		h := d.ht.task(t)
 		if h == nil || h.sibs == nil || h.sibs.list() != nil {
 			continue
 		}
+		if listed == nil {
+			listed = make(map[task.TID]struct{}, len(tids))
+			for _, l := range tids {
+				listed[l] = struct{}{}
+			}
+		}
 		h.sibs.mu.Lock()
 		local := slices.Clone(h.sibs.local)
 		h.sibs.mu.Unlock()
 		for _, l := range local {
-			if !slices.Contains(tids, l) {
+			if _, ok := listed[l]; !ok {
 				return fmt.Errorf("siblings: %v started here is not among the %d listed", l, len(tids))
 			}
 		}
@@ -142,8 +149,8 @@ func (d *Daemon) releaseSiblings(tids []task.TID) error {
 
 // releaseSpawn sends the tasks a spawn that spans hosts started, in spawn
 // order, to the hosts that started them (master), so that they run, even
-// when the spawn's caller has gone. A host that does not take it loses its share of the spawn: its tasks give
-// up waiting (awaitSiblings).
+// when the spawn's caller has gone. A host that does not take it loses its
+// share of the spawn: its tasks give up waiting (awaitSiblings).
 func (d *Daemon) releaseSpawn(hosts []task.HostID, tids []task.TID) {
 	if len(tids) == 0 {
 		return
@@ -151,7 +158,7 @@ func (d *Daemon) releaseSpawn(hosts []task.HostID, tids []task.TID) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveStepTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, h := range hosts { // every host at once, as eachHost
+	for _, h := range hosts { // every host at once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

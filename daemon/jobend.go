@@ -116,8 +116,9 @@ func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState, kill bool) []T
 	var failed []TaskInfo
 	for ctx.Err() == nil {
 		var todo []task.TID
-		add := func(t task.TID) {
-			if !waited[t] && !slices.Contains(todo, t) {
+		add := func(t task.TID) { // each task once, in this look or an earlier one
+			if !waited[t] {
+				waited[t] = true
 				todo = append(todo, t)
 			}
 		}
@@ -142,7 +143,6 @@ func (d *Daemon) awaitJobTasks(ctx context.Context, js *jobState, kill bool) []T
 		}
 		slices.Sort(todo)
 		for _, t := range todo {
-			waited[t] = true
 			killed := false
 			if kill {
 				err := d.KillTask(ctx, t)

@@ -111,17 +111,15 @@ func (h *hosted) SendSafe(ctx context.Context, to task.TID, tag int, p task.Payl
 	if h.sizeWanted.Load() {
 		h.measure()
 	}
-	if h.moveReq.Load() != nil || h.pause.Load() != nil {
+	if h.stopAsked() {
 		return false, nil
 	}
 	if h.d.cfg.Emulate {
 		h.charge()
 	}
-	h.safeSeen(time.Now())
-	h.safeWait.Store(true)
+	h.safeWaitBegin()
 	err := h.d.send(ctx, h, h.tid, to, tag, p, waitRoom, h.moveKick)
-	h.safeAt.Store(time.Now().UnixNano())
-	h.safeWait.Store(false)
+	h.safeWaitEnd()
 	switch {
 	case errors.Is(err, errInterrupted):
 		return false, nil
@@ -170,19 +168,15 @@ func (h *hosted) RecvFuncSafe(ctx context.Context, from task.TID, tag int, match
 	if h.sizeWanted.Load() {
 		h.measure()
 	}
-	if h.moveReq.Load() != nil || h.pause.Load() != nil {
+	if h.stopAsked() {
 		return task.Message{}, false, nil
 	}
 	if waited := h.waitStarted(); waited != nil {
 		defer waited()
 	}
-	// Waiting here is a safe point: it does not count in the interval
-	// between the task's safe points.
-	h.safeSeen(time.Now())
-	h.safeWait.Store(true)
+	h.safeWaitBegin()
 	e, ok, err := h.mb.getOr(ctx, h.dead(), h.moveKick, from, tag, match, true)
-	h.safeAt.Store(time.Now().UnixNano())
-	h.safeWait.Store(false)
+	h.safeWaitEnd()
 	if err != nil || !ok {
 		if err != nil && h.ctx.Err() != nil {
 			err = task.ErrKilled
@@ -338,16 +332,12 @@ func (h *hosted) BarrierSafe(ctx context.Context, group string, count int) (bool
 	if err := h.ctxErr(ctx); err != nil {
 		return false, err
 	}
-	if h.moveReq.Load() != nil || h.pause.Load() != nil {
+	if h.stopAsked() {
 		return false, nil
 	}
-	// Waiting here is a safe point: it does not count in the interval
-	// between the task's safe points.
-	h.safeSeen(time.Now())
-	h.safeWait.Store(true)
+	h.safeWaitBegin()
 	err := h.barrier(ctx, group, count, h.moveKick)
-	h.safeAt.Store(time.Now().UnixNano())
-	h.safeWait.Store(false)
+	h.safeWaitEnd()
 	if errors.Is(err, errInterrupted) {
 		return false, nil
 	}
@@ -525,3 +515,25 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 }
 
 func (h *hosted) hasDeferred() bool { return h.hasDef.Load() }
+
+// stopAsked reports whether a move or a job checkpoint's pause of the task
+// is pending: a wait that is a safe point then returns at once, before it
+// waits, so that the task goes to its safe point.
+func (h *hosted) stopAsked() bool {
+	return h.moveReq.Load() != nil || h.pause.Load() != nil
+}
+
+// safeWaitBegin marks the start of a wait that is a safe point (SendSafe,
+// RecvFuncSafe, BarrierSafe): the task is at a safe point, and the time it
+// waits does not count in the interval between its safe points;
+// safeWaitEnd marks the wait's end.
+func (h *hosted) safeWaitBegin() {
+	h.safeSeen(time.Now())
+	h.safeWait.Store(true)
+}
+
+// safeWaitEnd marks the end of a wait that safeWaitBegin began.
+func (h *hosted) safeWaitEnd() {
+	h.safeAt.Store(time.Now().UnixNano())
+	h.safeWait.Store(false)
+}

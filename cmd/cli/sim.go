@@ -26,6 +26,7 @@ func simCommand() *cli.Command {
 			simWALCommand(),
 			simSEDCommand(),
 			simVMCommand(),
+			simScaleCommand(),
 		},
 	}
 }

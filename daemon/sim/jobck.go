@@ -70,15 +70,19 @@ func (m *master) ckInit() {
 	}
 }
 
-// aliveHosts lists the hosts not deemed lost, in ID order.
+// aliveHosts lists the hosts not deemed lost, in ID order. The list is
+// kept until a host is lost (a spawn places each task with it: remade
+// each time, it made a spawn cost as much as the hosts); it is clipped,
+// so that a caller's append copies it.
 func (m *master) aliveHosts() []task.HostID {
-	var out []task.HostID
-	for _, h := range m.w.hosts {
-		if !m.lost[h.id] {
-			out = append(out, h.id)
+	if m.alive == nil {
+		for _, h := range m.w.hosts {
+			if !m.lost[h.id] {
+				m.alive = append(m.alive, h.id)
+			}
 		}
 	}
-	return out
+	return slices.Clip(m.alive)
 }
 
 // rollingBack reports whether the job's rollback is under way.
@@ -134,6 +138,7 @@ func (w *world) crash(h *shost) {
 // job rolls back (or, with no checkpoint, ends).
 func (m *master) hostLost(id task.HostID) {
 	m.lost[id] = true
+	m.alive = nil
 	m.w.take("host lost " + nodeName(id))
 	m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.HostLost, Host: id}))
 	if m.ck.mc.State() != jobck.Idle && !m.rollingBack() {

@@ -31,8 +31,9 @@ type master struct {
 	barriers map[string][]*stask
 	watches  map[task.TID][]watch
 
-	ck   *ckState
-	lost map[task.HostID]bool // hosts deemed lost
+	ck    *ckState
+	lost  map[task.HostID]bool // hosts deemed lost
+	alive []task.HostID        // the hosts not lost, in ID order (aliveHosts; nil: to be listed)
 
 	runs    map[move.ID]*moveRun
 	calls   map[uint64]bool // control calls awaiting their answer
@@ -140,7 +141,38 @@ func (m *master) spawn(parent task.TID, job uint64, req task.SpawnRequest) ([]ta
 		tids = append(tids, tid)
 		started = append(started, st)
 	}
+	m.meterSpawn(parent, req, started, tids)
 	return tids, nil
+}
+
+// meterSpawn counts a spawn's messages to and from the master in a scale
+// run, as daemon/master.go's spawn sends them: the spawner's call (from
+// its host), a start call to each host the tasks were placed on with its
+// answer, and the answer to the spawner. (A spawn spread over hosts also
+// releases its tasks with a call to each host, mSiblings: the scale run's
+// spawns start one task each, and the simulation does not count those.)
+func (m *master) meterSpawn(parent task.TID, req task.SpawnRequest, started []*stask, tids []task.TID) {
+	mt := m.w.meter
+	if mt == nil {
+		return
+	}
+	now := m.w.now
+	mt.in(KindSpawn, 1, mt.wire.SpawnCall(parent, req.Type, len(req.State), req.Count))
+	var hosts []task.HostID
+	on := map[task.HostID][]task.TID{}
+	for _, st := range started {
+		if on[st.host.id] == nil {
+			hosts = append(hosts, st.host.id)
+		}
+		on[st.host.id] = append(on[st.host.id], st.tid)
+	}
+	for _, h := range hosts {
+		mt.out(KindStart, h, mt.wire.StartCall(parent, req.Type, len(req.State), len(on[h])), now)
+		mt.in(KindStart, 1, mt.wire.TIDsReply(on[h]))
+	}
+	if p := m.tasks[parent]; p != nil && p.st != nil {
+		mt.out(KindSpawn, p.st.host.id, mt.wire.TIDsReply(tids), now)
+	}
 }
 
 // located records st as tid's incarnation in service (a restore); a task
@@ -400,8 +432,20 @@ func (m *master) call(a move.Action) {
 		m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.Result, Move: a.Move, Step: a.Step, Outcome: o, Err: err}))
 	}
 	what := fmt.Sprintf("call %v %v %v", a.Move, a.Step, a.TID)
+	kind := ""
+	if mt := m.w.meter; mt != nil {
+		kind = KindMoveCall + a.Step.String()
+		mt.out(kind, a.Host, mt.wire.MoveCall(a.Step, a.Move, a.TID, a.Route, typ, from, jb), m.w.now)
+	}
 	m.w.send(masterNode, a.Host, classCall, what, func() {
 		h.step(a, from, typ, jb, func(o move.Outcome, err error) {
+			if mt := m.w.meter; mt != nil {
+				n := 0
+				if l := h.leaving[a.TID]; l != nil && a.Step == move.StepSend {
+					n = len(l.state)
+				}
+				mt.in(kind, 1, mt.wire.MoveReply(a.Step, n))
+			}
 			m.w.send(a.Host, masterNode, classCall, fmt.Sprintf("answer %v %v %v", a.Move, a.Step, o), func() { result(o, err) })
 		})
 	})
@@ -415,8 +459,17 @@ func (m *master) call(a move.Action) {
 // setRoute records a route in the master's table and broadcasts it.
 func (m *master) setRoute(tid task.TID, r routing.Route) {
 	m.routes.Update(tid, r)
+	what := fmt.Sprintf("route %v %v e%d t%v", tid, nodeName(r.Host), r.Epoch, r.InTransit)
+	mt := m.w.meter
+	size := 0
+	if mt != nil {
+		size = mt.wire.Route(tid, r)
+	}
 	for _, h := range m.w.hosts {
-		m.w.send(masterNode, h.id, classRoute, fmt.Sprintf("route %v %v e%d t%v", tid, nodeName(r.Host), r.Epoch, r.InTransit), func() {
+		if mt != nil {
+			mt.out(KindRoute, h.id, size, m.w.now)
+		}
+		m.w.send(masterNode, h.id, classRoute, what, func() {
 			h.applyRoute(tid, r)
 		})
 	}

@@ -33,7 +33,8 @@ const (
 	MaxScaleIdle  = 24 * time.Hour
 )
 
-// The daemon's defaults the idle phase follows (daemon.Config): a host
+// The daemon's defaults the idle phase follows (daemon.Config, under the
+// master's failure detector, "master"; SWIM is not modelled): a host
 // pings the master every Heartbeat; the master answers a ping once it has
 // sent the host nothing for min(1.5 Heartbeat, DeadAfter/4)
 // (daemon/net.go's pongDue); a host whose figures do not change reports

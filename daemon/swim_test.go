@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -350,6 +351,59 @@ func TestSwimSlowHostNotDeleted(t *testing.T) {
 		}
 		if err := onceAtAll(vm); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestSwimDeletedWhileRegisteringRejoins: under swim a host hears nothing
+// from the master unless it is asked something, so the end of its
+// connection to the master is all that tells it it was deleted. A host
+// that learns it was declared dead registers again; the master deletes it
+// just as it is taken back, and closes the new connection before the host
+// has finished registering. The host must take that loss as any other and
+// register again, not run on as a member that the master no longer knows.
+func TestSwimDeletedWhileRegisteringRejoins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var vm *LocalVM
+		var armed atomic.Bool
+		hook := func(point string) {
+			if point != "rejoin:registered" || !armed.CompareAndSwap(true, false) {
+				return
+			}
+			m, h2 := vm.Master(), vm.Daemons[1]
+			m.removeHost(h2.HostID(), reasonSwimDead+" (the test deletes it as it registers again)")
+			// The host reads its connection's end before it is done
+			// registering.
+			for {
+				h2.nw.mu.Lock()
+				p := h2.nw.peers[MasterID]
+				h2.nw.mu.Unlock()
+				if p == nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		vm = swimVM(t, 3, &partitions{}, Config{FaultHook: hook})
+		m, h2 := vm.Master(), vm.Daemons[1]
+		armed.Store(true)
+		// The news that it is dead at its incarnation: it registers again.
+		h2.swimFeed(swim.Event{Kind: swim.EvGossip, Update: swim.Update{State: swim.Dead, Host: h2.HostID(), Inc: 0, From: vm.Daemons[2].HostID()}})
+		for i := 0; armed.Load(); i++ {
+			if i == 1000 {
+				t.Fatal("h2 did not register again within 10 s of the news of its death")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, ok := hostInfo(m, "h2"); ok {
+			t.Fatal("h2 still listed after its deletion")
+		}
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if hi, _ := hostInfo(m, "h2"); hi.ID != h2.HostID() {
+			t.Errorf("h2 came back as %v, want host ID %v", hi.ID, h2.HostID())
 		}
 	})
 }

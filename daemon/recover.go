@@ -145,10 +145,11 @@ func (d *Daemon) orphaned(cause error) {
 		deadline := time.Now().Add(grace)
 		rng := d.retryRand()
 		var next time.Time // a busy master asked to wait until then
+		var last error     // the last try's error, which next waits after
 		attempt := 0
 		d.every(d.cfg.Heartbeat, nil, func() bool {
 			if now := time.Now(); now.Before(next) {
-				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
+				return !now.After(deadline) || d.giveUp(cause, grace, last)
 			}
 			ctx, cancel := context.WithTimeout(d.ctx, d.cfg.JoinCallTimeout)
 			err := d.rejoin(ctx)
@@ -168,6 +169,7 @@ func (d *Daemon) orphaned(cause error) {
 				return false
 			}
 			d.log.Debug("register again", "error", err)
+			last = err
 			if hint, again := retryJoin(err); again {
 				// A master is there, under a storm: wait as it asks, and
 				// give it the time.

@@ -319,7 +319,10 @@ type Config struct {
 	// restored the task), so that tests can fail the master there; and
 	// "join:admitted" or "rejoin:admitted", when a host joining or
 	// registering again has been admitted and its connection is not yet
-	// attached, so that tests can hold it there; and at each step of a
+	// attached, so that tests can hold it there; on a host, once it has
+	// registered again with the master and runs its new connection
+	// ("rejoin:registered"), so that tests can lose that connection
+	// there; and at each step of a
 	// job checkpoint round, before the master asks the hosts
 	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
 	// is made, and "ckpt:commit"), and of a rollback, before the master

@@ -51,6 +51,12 @@ type membership struct {
 	// pending are hosts registered again after their deletion, announced
 	// to the others once they have stopped their lost tasks.
 	pending map[task.HostID]bool
+	// admitting counts, for each host the master still lists, the
+	// registrations of it under way (from readmit until the accept path
+	// has attached their connection): the master dials no connection to
+	// it meanwhile, which would win the tie (attach keeps the one
+	// dialled by the smaller ID) and leave the registration unanswered.
+	admitting map[task.HostID]int
 	// ref is the swim detector's referee (Config.Detector "swim"; nil
 	// otherwise), and refOut its effects waiting for refFlush.
 	ref    *swim.Referee
@@ -129,7 +135,7 @@ func (d *Daemon) startMembership() error {
 	if err != nil {
 		return err
 	}
-	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}, accused: map[task.HostID]bool{}}
+	d.nw.mem = &membership{m: m, pending: map[task.HostID]bool{}, admitting: map[task.HostID]int{}, accused: map[task.HostID]bool{}}
 	if d.swimOn() {
 		if d.nw.mem.ref, err = swim.NewReferee(d.swimConfig()); err != nil {
 			return err
@@ -311,6 +317,7 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 		}
 		old := n.peers[h.Host]
 		delete(n.peers, h.Host)
+		n.mem.admitting[h.Host]++ // until admitted (the accept path)
 		cur.Addr = reachableAddr(h, remote)
 		info = *cur
 		n.mem.m.Step(time.Now(), member.Event{Kind: member.Watch, Host: h.Host})
@@ -362,6 +369,19 @@ func (d *Daemon) readmit(h *hello, remote string) (info HostInfo, lost []task.TI
 	lost = reportedTasks(h)
 	d.log.Warn("host registered again after its deletion: it stops the tasks it had, then rejoins empty", "peer", info.ID, "peer_name", info.Name, "tasks", len(lost))
 	return info, lost, false, true, nil
+}
+
+// admitted ends a registration of host id that readmit counted in
+// admitting (master).
+func (n *network) admitted(id task.HostID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mem == nil || n.mem.admitting[id] == 0 {
+		return
+	}
+	if n.mem.admitting[id]--; n.mem.admitting[id] == 0 {
+		delete(n.mem.admitting, id)
+	}
 }
 
 // reportedTasks lists every task a host registering again reports:

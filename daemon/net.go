@@ -370,7 +370,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		// addressed, and it must find this connection. A registration
 		// that loses a tie (the master dialled the host meanwhile) is not
 		// answered: the host tries again.
-		if d.attach(p, false) != attachCurrent {
+		attached := d.attach(p, false)
+		if h.Rejoin {
+			n.admitted(info.ID)
+		}
+		if attached != attachCurrent {
 			return
 		}
 		hosts, routes := d.helloLists()
@@ -447,6 +451,13 @@ func (d *Daemon) attach(p *peer, retire bool) attachResult {
 		// told when it registers again; until then nothing goes to it.
 		n.mu.Unlock()
 		p.close(fmt.Errorf("host %v is not in the virtual machine", p.info.ID))
+		return attachRefused
+	}
+	if d.cfg.Master && p.dialr && n.mem != nil && n.mem.admitting[p.info.ID] > 0 {
+		// Dialled to a host that registers again meanwhile: the
+		// registration's connection is to be the one.
+		n.mu.Unlock()
+		p.close(fmt.Errorf("host %v is registering again", p.info.ID))
 		return attachRefused
 	}
 	old := n.peers[p.info.ID]
@@ -531,13 +542,14 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 			n.mu.Unlock() // only registering again reaches a master now
 			return nil, fmt.Errorf("%v: %w: the master is lost", h, ErrNotConnected)
 		}
-		if n.mem != nil && n.mem.pending[h] {
+		if n.mem != nil && (n.mem.pending[h] || n.mem.admitting[h] > 0) {
 			// A host registering again after its deletion connects to the
 			// master itself. A connection the master dialled meanwhile
 			// would win the tie between two connections (attach keeps
 			// the one dialled by the smaller ID) and its registration, or
 			// the word that it stopped its tasks, would be lost with the
-			// connection that lost.
+			// connection that lost. So would a registration of a host
+			// the master still lists (admitting).
 			n.mu.Unlock()
 			return nil, fmt.Errorf("%v: %w: it is registering again", h, ErrNotConnected)
 		}

@@ -145,20 +145,31 @@ func (d *Daemon) orphaned(cause error) {
 		deadline := time.Now().Add(grace)
 		rng := d.retryRand()
 		var next time.Time // a busy master asked to wait until then
+		var last error     // the last try's error, which next waits after
 		attempt := 0
 		d.every(d.cfg.Heartbeat, nil, func() bool {
 			if now := time.Now(); now.Before(next) {
-				return !now.After(deadline) || d.giveUp(cause, grace, ErrBusy)
+				return !now.After(deadline) || d.giveUp(cause, grace, last)
 			}
 			ctx, cancel := context.WithTimeout(d.ctx, d.cfg.JoinCallTimeout)
 			err := d.rejoin(ctx)
 			cancel()
 			if err == nil {
-				d.orphan.Store(false)
+				if lost := d.endOrphan(); lost != nil {
+					// The master dropped the connection this host just
+					// registered on (it deleted the host again, or took
+					// a newer registration) while the host still looked
+					// for a master, when a loss is not taken: look on.
+					cause = lost
+					deadline = time.Now().Add(grace)
+					d.log.Warn("the master's connection ended as this host registered again; registering again", "cause", lost)
+					return true
+				}
 				d.swimRejoined()
 				return false
 			}
 			d.log.Debug("register again", "error", err)
+			last = err
 			if hint, again := retryJoin(err); again {
 				// A master is there, under a storm: wait as it asks, and
 				// give it the time.
@@ -174,6 +185,38 @@ func (d *Daemon) orphaned(cause error) {
 			return true
 		})
 	})
+}
+
+// endOrphan ends the host's search for a master once rejoin has
+// registered it, unless the connection it registered on has ended
+// meanwhile: orphaned ignores a loss while the host looks for a master,
+// and the master may close the connection (delete the host again, or take
+// a newer registration) as soon as it has answered. Under the swim
+// detector nothing else would tell the host: it sends the master no pings,
+// and a deleted host is no longer probed by the others. The check and the
+// end are one step under n.mu, as is peerGone's removal of the connection:
+// a loss after it finds the host no longer orphaned, and is taken. It
+// returns why the connection ended, or nil once the search is over.
+func (d *Daemon) endOrphan() error {
+	n := d.nw
+	n.mu.Lock()
+	m := n.master
+	if m != nil && n.peers[MasterID] == m {
+		d.orphan.Store(false)
+		n.mu.Unlock()
+		return nil
+	}
+	n.master = nil
+	n.mu.Unlock()
+	cause := errors.New("the connection was closed")
+	if m != nil {
+		m.close(cause) // done already, unless something else took its place
+		<-m.closed
+		if m.err != nil {
+			cause = m.err
+		}
+	}
+	return cause
 }
 
 // giveUp stops a host that found no master within its grace; it returns
@@ -237,6 +280,7 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	// refuses none.
 	d.attach(p, true)
 	d.startPeer(p, r)
+	d.fault("rejoin:registered")
 	if h.Deleted {
 		if b, err := encodeMsg(&event{Kind: evRejoined}); err == nil {
 			p.frame(routing.KindEvent, b)

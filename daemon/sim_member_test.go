@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,6 +345,25 @@ func onceOn(ds []*Daemon) error {
 func onceAmongMembers(vm *LocalVM) error { return onceOn(members(vm)) }
 func onceAtAll(vm *LocalVM) error        { return onceOn(vm.Daemons) }
 
+// outsiders describes the daemons of vm that are not among ms: host ID,
+// whether they look for a master, and why they stopped if they did.
+func outsiders(vm *LocalVM, ms []*Daemon) string {
+	var b strings.Builder
+	for _, d := range vm.Daemons {
+		if slices.Contains(ms, d) || d.cfg.Master {
+			continue
+		}
+		var stopped error
+		select {
+		case <-d.Done():
+			stopped = d.Err()
+		default:
+		}
+		fmt.Fprintf(&b, "[%s %v orphan %v stopped %v]", d.Name(), d.HostID(), d.orphan.Load(), stopped)
+	}
+	return b.String()
+}
+
 // waitMembers waits until every daemon is a member, alive in the master's
 // eyes, and connected to it.
 func waitMembers(vm *LocalVM, limit time.Duration) error {
@@ -366,7 +386,7 @@ func waitMembers(vm *LocalVM, limit time.Duration) error {
 			for _, d := range ms {
 				names = append(names, d.Name())
 			}
-			return fmt.Errorf("after %v the members are %v (%v), want all %d daemons alive", limit, names, seen, len(vm.Daemons))
+			return fmt.Errorf("after %v the members are %v (%v), want all %d daemons alive; the others: %s", limit, names, seen, len(vm.Daemons), outsiders(vm, ms))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -22,7 +22,8 @@ var (
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
 	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
 	simDet   = flag.String("detector", "", "the failure detector of TestSim and TestSimMembership: swim or master (default the daemon's, swim; go test ./daemon -run TestSim -detector master)")
-	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' debug logs of each failing seed in this directory, as seed-N.log")
+	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' logs of each failing seed in this directory, as seed-N.log")
+	simLevel = flag.String("sim-log-level", "debug", "the level of the logs -sim-logs keeps: debug, info, warn or error")
 )
 
 // simRegressions are seeds that once broke an invariant or did not end;
@@ -128,8 +129,12 @@ func simSeed(t *testing.T, seed int, want string, st *simStats) {
 			cfg := simCfg(dir, out)
 			cfg.FaultHook = f.admitPause
 			if *simLogs != "" {
+				var lvl slog.Level
+				if err := lvl.UnmarshalText([]byte(*simLevel)); err != nil {
+					t.Fatalf("-sim-log-level: %v", err)
+				}
 				logs := &syncBuffer{}
-				cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+				cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: lvl}))
 				t.Cleanup(func() {
 					if t.Failed() {
 						name := filepath.Join(*simLogs, fmt.Sprintf("seed-%d.log", seed))

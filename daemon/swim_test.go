@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -350,6 +352,108 @@ func TestSwimSlowHostNotDeleted(t *testing.T) {
 		}
 		if err := onceAtAll(vm); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestSwimDeletedWhileRegisteringRejoins: under swim a host hears nothing
+// from the master unless it is asked something, so the end of its
+// connection to the master is all that tells it it was deleted. A host
+// that learns it was declared dead registers again; the master deletes it
+// just as it is taken back, and closes the new connection before the host
+// has finished registering. The host must take that loss as any other and
+// register again, not run on as a member that the master no longer knows.
+func TestSwimDeletedWhileRegisteringRejoins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var vm *LocalVM
+		var armed atomic.Bool
+		hook := func(point string) {
+			if point != "rejoin:registered" || !armed.CompareAndSwap(true, false) {
+				return
+			}
+			m, h2 := vm.Master(), vm.Daemons[1]
+			m.removeHost(h2.HostID(), reasonSwimDead+" (the test deletes it as it registers again)")
+			// The host reads its connection's end before it is done
+			// registering.
+			for {
+				h2.nw.mu.Lock()
+				p := h2.nw.peers[MasterID]
+				h2.nw.mu.Unlock()
+				if p == nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		vm = swimVM(t, 3, &partitions{}, Config{FaultHook: hook})
+		m, h2 := vm.Master(), vm.Daemons[1]
+		armed.Store(true)
+		// The news that it is dead at its incarnation: it registers again.
+		h2.swimFeed(swim.Event{Kind: swim.EvGossip, Update: swim.Update{State: swim.Dead, Host: h2.HostID(), Inc: 0, From: vm.Daemons[2].HostID()}})
+		for i := 0; armed.Load(); i++ {
+			if i == 1000 {
+				t.Fatal("h2 did not register again within 10 s of the news of its death")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, ok := hostInfo(m, "h2"); ok {
+			t.Fatal("h2 still listed after its deletion")
+		}
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if hi, _ := hostInfo(m, "h2"); hi.ID != h2.HostID() {
+			t.Errorf("h2 came back as %v, want host ID %v", hi.ID, h2.HostID())
+		}
+	})
+}
+
+// TestSwimMemberRegisteringAgainIsNotDialled: a host that learns it was
+// declared dead registers again while the master still lists it. A
+// connection the master dials to it meanwhile (a checkpoint round, a check
+// of the referee) would win the tie with the registration's connection
+// (attach keeps the one dialled by the smaller ID), and the registration
+// would go unanswered, again at every try while the master keeps dialling,
+// until the host gave up. The master dials no such connection: the
+// registration is answered at once.
+func TestSwimMemberRegisteringAgainIsNotDialled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var vm *LocalVM
+		var dials atomic.Int32
+		var dialErr atomic.Value
+		hook := func(point string) {
+			if point != "rejoin:admitted" {
+				return
+			}
+			dials.Add(1)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := vm.Master().peerFor(ctx, vm.Daemons[1].HostID())
+			dialErr.Store(fmt.Sprint(err))
+		}
+		vm = swimVM(t, 3, &partitions{}, Config{FaultHook: hook})
+		m, h2 := vm.Master(), vm.Daemons[1]
+		// The news that it is dead at its incarnation: it registers again,
+		// and the master, which never deleted it, still lists it.
+		h2.swimFeed(swim.Event{Kind: swim.EvGossip, Update: swim.Update{State: swim.Dead, Host: h2.HostID(), Inc: 0, From: vm.Daemons[2].HostID()}})
+		for i := 0; dials.Load() == 0 || h2.orphan.Load(); i++ {
+			if i == 1000 {
+				t.Fatalf("h2 not registered again within 10 s of the news of its death (%d registrations)", dials.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := dials.Load(); n != 1 {
+			t.Errorf("h2 registered %d times, want once", n)
+		}
+		if err, _ := dialErr.Load().(string); !strings.Contains(err, "registering again") {
+			t.Errorf("the master's dial during the registration: %s, want it refused as registering again", err)
+		}
+		if err := waitMembers(vm, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if hi, _ := hostInfo(m, "h2"); hi.ID != h2.HostID() {
+			t.Errorf("h2 is %v, want host ID %v", hi.ID, h2.HostID())
 		}
 	})
 }

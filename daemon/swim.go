@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/pki"
@@ -91,6 +92,17 @@ type swimHost struct {
 	// time each), under mu.
 	mu      sync.Mutex
 	dialing map[task.HostID]bool
+	// reports are the reports to the master waiting to go, by the host
+	// they are about, under mu: one call at a time each (see swimReport).
+	reports map[task.HostID]*reportQueue
+	// reportCalls counts the report calls made to the master.
+	reportCalls atomic.Int64
+}
+
+// reportQueue is the report about one host that waits while an earlier
+// one is sent (next, nil: none).
+type reportQueue struct {
+	next *swimUpdate
 }
 
 // swimIn is an event for a host's swim loop. deleted says the master
@@ -214,9 +226,7 @@ func (d *Daemon) swimPerform(effs []swim.Effect) {
 			d.swimSend(e.Msg.To, b)
 		case swim.EffReport:
 			u := e.Update
-			d.goFunc(func() {
-				d.swimCall(mSwimReport, swimUpdate{State: uint8(u.State), Host: u.Host, Inc: u.Inc, From: u.From})
-			})
+			d.swimReport(swimUpdate{State: uint8(u.State), Host: u.Host, Inc: u.Inc, From: u.From})
 		case swim.EffCheckAck:
 			a := swimCheckArgs{Seq: e.Seq, Inc: e.Inc}
 			d.goFunc(func() { d.swimCall(mSwimCheckAck, a) })
@@ -227,6 +237,42 @@ func (d *Daemon) swimPerform(effs []swim.Effect) {
 			}
 		}
 	}
+}
+
+// swimReport tells the master u, one call at a time for each host a
+// report is about: a report made while an earlier one about the same host
+// is under way waits for it, taking the place of any that waited before
+// (the node's newest word on a host says all its older ones did, and the
+// node reports an unconfirmed death again until the master confirms it).
+// A master slow to answer thus holds at most one call per host reported
+// on, not one per report, which would pile up with every report made
+// again while the master is behind.
+func (d *Daemon) swimReport(u swimUpdate) {
+	sw := d.sw
+	sw.mu.Lock()
+	if q := sw.reports[u.Host]; q != nil {
+		q.next = &u
+		sw.mu.Unlock()
+		return
+	}
+	if sw.reports == nil {
+		sw.reports = map[task.HostID]*reportQueue{}
+	}
+	sw.reports[u.Host] = &reportQueue{}
+	sw.mu.Unlock()
+	d.goFunc(func() {
+		for next := &u; next != nil; {
+			sw.reportCalls.Add(1)
+			d.swimCall(mSwimReport, *next)
+			sw.mu.Lock()
+			q := sw.reports[u.Host]
+			if next = q.next; next == nil {
+				delete(sw.reports, u.Host)
+			}
+			q.next = nil
+			sw.mu.Unlock()
+		}
+	})
 }
 
 // swimCall makes one call of the swim detector to the master, bounded by

@@ -157,18 +157,24 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 }
 
 // outputClaim judges an output event from p: the writing task must run on
-// p, and p must be recorded with tasks of the job the line is for (or
-// tasks of it being started there).
+// p; a task the master started must be of the job the line is for (p's
+// load reports, which say what jobs it runs, are its own word); and p
+// must be recorded with tasks of that job (or tasks of it being started
+// there).
 func (d *Daemon) outputClaim(p *peer, e *event) error {
 	if err := d.refuseClaim(p, "output event", routing.ClaimAct, e.TID); err != nil || !judged(p) || e.Job == 0 {
 		return err
 	}
-	if d.reg.runs(p.info.ID, e.Job) {
+	job, known := d.owners.jobOf(e.TID)
+	if (!known || job == e.Job) && d.reg.runs(p.info.ID, e.Job) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("output event for job %d", e.Job), routing.ClaimAct, e.TID, routing.RefuseElsewhere, 1); err != nil {
 		p.close(err)
 		return err
+	}
+	if known && job != e.Job {
+		return fmt.Errorf("output of job %d from %s for %v, a task of job %d: %w", e.Job, p.name(), e.TID, job, ErrForged)
 	}
 	return fmt.Errorf("output of job %d from %s, which runs none of its tasks: %w", e.Job, p.name(), ErrForged)
 }

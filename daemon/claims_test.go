@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -469,5 +470,53 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 				_ = bad.callPeer(ctx, p, mJoin, groupArgs{Group: "j" + fmt.Sprint(v.job) + ":ring", TID: v.tid}, nil)
 			}
 		}
+	}
+}
+
+// TestForgedOutputAfterFalseReport: h3 says in a load report that it runs
+// tasks of another job, then writes a line into that job's output for a
+// task of its own that the master started in another job, and one for a
+// task it runs outside any job. The master knows which job each task it
+// started belongs to: both lines are refused and counted, whatever the
+// report says.
+func TestForgedOutputAfterFalseReport(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h3 := vm.Daemons[0], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var victimOut syncBuffer
+	const victimJob, ownJob = 4242, 4343
+	m.reg.setOutput(victimJob, &victimOut)
+	block := func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}
+	typ, state, err := task.EncodeState(fn(t, block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnAnywhere(ctx, 0, ownJob, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inJob := tids[0]
+	alice := withCaller(ctx, pki.Peer{Role: pki.RoleUser, Name: "alice"})
+	tids, err = m.spawnAnywhere(alice, 0, 0, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := tids[0]
+	forgeEvent(t, h3, &event{Kind: evLoad, Load: &HostInfo{Name: h3.cfg.Name}, Jobs: []uint64{ownJob, victimJob}})
+	if !m.reg.runs(h3.cfg.HostID, victimJob) {
+		t.Fatal("the master did not take h3's report: the test forges nothing")
+	}
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: inJob, Output: []byte("forged by a task of another job\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: loose, Output: []byte("forged by a task of no job\n")})
+	if s := victimOut.String(); s != "" {
+		t.Fatalf("forged lines reached job %d's output: %q", victimJob, s)
+	}
+	if n := forgedCount(t, m); n != 2 {
+		t.Errorf("the master counted %v forged claims, want 2", n)
 	}
 }

@@ -596,3 +596,51 @@ func TestForgedOutputAfterFalseReport(t *testing.T) {
 		t.Errorf("the master counted %v forged claims, want 2", n)
 	}
 }
+
+// TestRefusedClaimsLogRateLimited: a host forging many claims costs the
+// receiver at most refusalBurst log lines a window, each refusal still
+// counted; the next window's first line says how many went unlogged.
+func TestRefusedClaimsLogRateLimited(t *testing.T) {
+	var logs syncBuffer
+	vm := startMemVM(t, 3, &faults{}, Config{
+		MaxForgeries: 1 << 20,
+		Metrics:      metrics.New(metrics.Options{NoRuntime: true}),
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	})
+	waitKnown(t, ctx, h2, h3.cfg.HostID)
+	const forged = refusalBurst + 10
+	acks := routing.AppendAck(nil, routing.Ack{From: task.NewTID(h2.cfg.HostID, 1), To: victim, Seq: 1})
+	for range forged {
+		if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := forgedCount(t, h2); n != forged {
+		t.Errorf("h2 counted %v forged claims, want %d", n, forged)
+	}
+	if n := strings.Count(logs.String(), `msg="refused a claim about a task"`); n != refusalBurst {
+		t.Errorf("h2 logged %d refused claims of %d, want %d (its burst)", n, forged, refusalBurst)
+	}
+	// The next window: its first refusal is logged, with the count of
+	// those the last one did not log.
+	h2.forgeLog.mu.Lock()
+	h2.forgeLog.start = h2.forgeLog.start.Add(-refusalWindow)
+	h2.forgeLog.mu.Unlock()
+	if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `msg="refused claims not logged" host=h2 count=10 `) {
+		t.Errorf("the next window does not say how many refusals went unlogged:\n%s", logs.String())
+	}
+	if n := strings.Count(logs.String(), `msg="refused a claim about a task"`); n != refusalBurst+1 {
+		t.Errorf("h2 logged %d refused claims, want %d", n, refusalBurst+1)
+	}
+}

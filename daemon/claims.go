@@ -140,10 +140,7 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 		if err := decodeMsg(body, &a); err != nil {
 			return err
 		}
-		if a.Parent.IsZero() {
-			return nil // a root: a person's spawn, not a task's
-		}
-		tid = a.Parent
+		return d.spawnClaim(p, &a)
 	case mNotify:
 		var a notifyArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -154,6 +151,37 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 		return nil
 	}
 	return d.refuseClaim(p, "call "+method, routing.ClaimAct, tid)
+}
+
+// spawnClaim judges a daemon's spawn: a task's, whose parent must run on
+// p and whose tasks go into the parent's job (as the master knows it,
+// when it started the parent), or a root (no parent), outside any job.
+func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
+	if a.Parent.IsZero() {
+		if a.Job == 0 || p.cert.Master {
+			return nil // a root: a person's spawn, not a task's
+		}
+		if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, 0, routing.RefuseNoTask, 1); err != nil {
+			p.close(err)
+			return err
+		}
+		return fmt.Errorf("spawn into job %d from %s for no task: %w", a.Job, p.name(), ErrForged)
+	}
+	if err := d.refuseClaim(p, "call spawn", routing.ClaimAct, a.Parent); err != nil {
+		return err
+	}
+	job, known := d.owners.jobOf(a.Parent)
+	if !known || job == a.Job || a.MinSize > 0 || a.MaxSize > 0 {
+		return nil
+	}
+	if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, a.Parent, routing.RefuseElsewhere, 1); err != nil {
+		p.close(err)
+		return err
+	}
+	if job == 0 {
+		return fmt.Errorf("spawn into job %d from %s for %v, a task outside any job: %w", a.Job, p.name(), a.Parent, ErrForged)
+	}
+	return fmt.Errorf("spawn into job %d from %s for %v, a task of job %d: %w", a.Job, p.name(), a.Parent, job, ErrForged)
 }
 
 // outputClaim judges an output event from p: the writing task must run on

@@ -392,10 +392,11 @@ func TestResolveHost(t *testing.T) {
 // about a task of the job that another daemon hosts (byzantine lists
 // them): a message or a notice from it, acknowledgements and refusals
 // speaking for it, its exit, output for it, a barrier arrival or
-// withdrawal, group, spawn and notify calls for it; or it calls a step of
-// a move or a checkpoint, or a person's call. The job must print the
-// fault-free run's result, every call must be refused, and the daemons
-// must have refused the claims.
+// withdrawal, group, spawn and notify calls for it, a spawn into its job
+// for no task; or it calls a step of a move or a checkpoint, or a
+// person's call. The job must print the fault-free run's result, no
+// forged line may reach its output, every call must be refused, and the
+// daemons must have refused claims of every kind.
 func TestSimByzantine(t *testing.T) {
 	want := simReference(t)
 	for seed := range memSeeds(t, 3) {
@@ -448,7 +449,7 @@ func TestSimByzantine(t *testing.T) {
 }
 
 // byzantineKinds is how many kinds of forgery byzantine tries.
-const byzantineKinds = 13
+const byzantineKinds = 14
 
 // forgedLine is the byzantine host's output: a line the job's result is
 // read from, were it taken.
@@ -542,9 +543,8 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 		case 12: // a person's calls
 			calls := []string{mHalt, mDelete, mKillJob, mCheckpoint, mRun, mInject}
 			call(MasterID, calls[rng.IntN(len(calls))], jobArgs{Job: v.job})
-		case 13: // a report that it runs the job, and output for a task of its own
-			toMaster(&event{Kind: evLoad, Load: &HostInfo{Name: bad.cfg.Name}, Jobs: []uint64{v.job}})
-			toMaster(&event{Kind: evOutput, Job: v.job, TID: task.NewTID(bad.cfg.HostID, uint32(1+rng.IntN(8))), Output: []byte(forgedLine)})
+		case 13: // a spawn into the job for no task
+			call(MasterID, mSpawn, spawnArgs{Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
 		}
 	}
 }
@@ -642,5 +642,62 @@ func TestRefusedClaimsLogRateLimited(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `msg="refused a claim about a task"`); n != refusalBurst+1 {
 		t.Errorf("h2 logged %d refused claims, want %d", n, refusalBurst+1)
+	}
+}
+
+// TestForgedSpawnIntoAnotherJob: h3 asks the master to spawn tasks into
+// a job it has no part in: as the child of a task of its own in another
+// job, of a task of its own outside any job, and of no task. Each is
+// refused with ErrForged (which reaches the caller as ErrForbidden),
+// counted, and starts nothing; a spawn into the parent's own job goes
+// ahead.
+func TestForgedSpawnIntoAnotherJob(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h3 := vm.Daemons[0], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const victimJob, ownJob = 4242, 4343
+	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name}
+	tids, err := m.spawnAnywhere(ctx, 0, ownJob, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inJob := tids[0]
+	alice := withCaller(ctx, pki.Peer{Role: pki.RoleUser, Name: "alice"})
+	if tids, err = m.spawnAnywhere(alice, 0, 0, req); err != nil {
+		t.Fatal(err)
+	}
+	loose := tids[0]
+	pm, err := h3.peerFor(ctx, MasterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []task.TID{inJob, loose, 0} {
+		var rep tidsReply
+		err := h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: parent, Job: victimJob, Req: req}, &rep)
+		if !errors.Is(err, ErrForbidden) {
+			t.Errorf("h3 spawned into job %d as %v's child: %v %v, want ErrForbidden", victimJob, parent, rep.TIDs, err)
+		}
+	}
+	if n := forgedCount(t, m); n != 3 {
+		t.Errorf("the master counted %v forged claims, want 3", n)
+	}
+	m.owners.mu.Lock()
+	n := len(m.owners.jobTasks[victimJob])
+	m.owners.mu.Unlock()
+	if n != 0 {
+		t.Errorf("job %d holds %d tasks after refused spawns", victimJob, n)
+	}
+	var rep tidsReply
+	if err := h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: inJob, Job: ownJob, Req: req}, &rep); err != nil || len(rep.TIDs) != 1 {
+		t.Fatalf("a spawn into the parent's own job: %v %v", rep.TIDs, err)
 	}
 }

@@ -140,10 +140,7 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 		if err := decodeMsg(body, &a); err != nil {
 			return err
 		}
-		if a.Parent.IsZero() {
-			return nil // a root: a person's spawn, not a task's
-		}
-		tid = a.Parent
+		return d.spawnClaim(p, &a)
 	case mNotify:
 		var a notifyArgs
 		if err := decodeMsg(body, &a); err != nil {
@@ -156,19 +153,56 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 	return d.refuseClaim(p, "call "+method, routing.ClaimAct, tid)
 }
 
+// spawnClaim judges a daemon's spawn: a task's, whose parent must run on
+// p and whose tasks go into the parent's job (as the master knows it,
+// when it started the parent), or a root (no parent), outside any job.
+func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
+	if a.Parent.IsZero() {
+		if a.Job == 0 || p.cert.Master {
+			return nil // a root: a person's spawn, not a task's
+		}
+		if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, 0, routing.RefuseNoTask, 1); err != nil {
+			p.close(err)
+			return err
+		}
+		return fmt.Errorf("spawn into job %d from %s for no task: %w", a.Job, p.name(), ErrForged)
+	}
+	if err := d.refuseClaim(p, "call spawn", routing.ClaimAct, a.Parent); err != nil {
+		return err
+	}
+	job, known := d.owners.jobOf(a.Parent)
+	if !known || job == a.Job || a.MinSize > 0 || a.MaxSize > 0 {
+		return nil
+	}
+	if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, a.Parent, routing.RefuseElsewhere, 1); err != nil {
+		p.close(err)
+		return err
+	}
+	if job == 0 {
+		return fmt.Errorf("spawn into job %d from %s for %v, a task outside any job: %w", a.Job, p.name(), a.Parent, ErrForged)
+	}
+	return fmt.Errorf("spawn into job %d from %s for %v, a task of job %d: %w", a.Job, p.name(), a.Parent, job, ErrForged)
+}
+
 // outputClaim judges an output event from p: the writing task must run on
-// p, and p must be recorded with tasks of the job the line is for (or
-// tasks of it being started there).
+// p; a task the master started must be of the job the line is for (p's
+// load reports, which say what jobs it runs, are its own word); and p
+// must be recorded with tasks of that job (or tasks of it being started
+// there).
 func (d *Daemon) outputClaim(p *peer, e *event) error {
 	if err := d.refuseClaim(p, "output event", routing.ClaimAct, e.TID); err != nil || !judged(p) || e.Job == 0 {
 		return err
 	}
-	if d.reg.runs(p.info.ID, e.Job) {
+	job, known := d.owners.jobOf(e.TID)
+	if (!known || job == e.Job) && d.reg.runs(p.info.ID, e.Job) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("output event for job %d", e.Job), routing.ClaimAct, e.TID, routing.RefuseElsewhere, 1); err != nil {
 		p.close(err)
 		return err
+	}
+	if known && job != e.Job {
+		return fmt.Errorf("output of job %d from %s for %v, a task of job %d: %w", e.Job, p.name(), e.TID, job, ErrForged)
 	}
 	return fmt.Errorf("output of job %d from %s, which runs none of its tasks: %w", e.Job, p.name(), ErrForged)
 }

@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/dpvm/dpvm/daemon/metrics"
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/task"
 )
@@ -70,6 +72,27 @@ func forgedCount(t *testing.T, d *Daemon) float64 {
 		}
 	}
 	return n
+}
+
+// forgedKinds adds daemon d's dpvm_forged_claims_total to by, by kind.
+func forgedKinds(t *testing.T, d *Daemon, by map[string]float64) {
+	t.Helper()
+	fams, err := d.met.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != metrics.Namespace+"_forged_claims_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					by[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
 }
 
 // waitKnown waits until daemon d knows host h (the master's broadcast
@@ -366,11 +389,14 @@ func TestResolveHost(t *testing.T) {
 // checkpoints) runs over four daemons on the in-memory network, with
 // delays from the seed, while one of them, byzantine, forges on its own
 // authenticated connections, every millisecond of virtual time, a claim
-// about a task of the job that another daemon hosts: a message from it to
-// another task of the job (sequence numbers and contents from the seed),
-// acknowledgements and refusals speaking for it, its exit, output for it,
-// a barrier arrival and a group join for it. The job must print the
-// fault-free run's result, and the daemons must have refused the claims.
+// about a task of the job that another daemon hosts (byzantine lists
+// them): a message or a notice from it, acknowledgements and refusals
+// speaking for it, its exit, output for it, a barrier arrival or
+// withdrawal, group, spawn and notify calls for it, a spawn into its job
+// for no task; or it calls a step of a move or a checkpoint, or a
+// person's call. The job must print the fault-free run's result, no
+// forged line may reach its output, every call must be refused, and the
+// daemons must have refused claims of every kind.
 func TestSimByzantine(t *testing.T) {
 	want := simReference(t)
 	for seed := range memSeeds(t, 3) {
@@ -385,32 +411,55 @@ func TestSimByzantine(t *testing.T) {
 				bad := vm.Daemons[3]
 				stop := make(chan struct{})
 				done := make(chan struct{})
+				var taken []string
+				var rounds int
 				go func() {
 					defer close(done)
-					byzantine(bad, vm.Daemons, rand.New(rand.NewPCG(uint64(seed), 36)), stop)
+					taken, rounds = byzantine(bad, vm.Daemons, rand.New(rand.NewPCG(uint64(seed), 36)), stop)
 				}()
+				end := sync.OnceFunc(func() { close(stop); <-done })
+				t.Cleanup(end) // the byzantine host stops before the bubble ends, on a failure too
 				got, _ := simJob(t, vm.Master(), out, nil, nil)
-				close(stop)
-				<-done
+				end()
+				if len(taken) > 0 {
+					t.Errorf("calls of the byzantine host not refused: %s", strings.Join(taken, "; "))
+				}
 				if got != want {
 					t.Fatalf("with a byzantine host the job printed %s, want %s", got, want)
 				}
-				n := 0.0
+				if strings.Contains(out.String(), forgedLine) {
+					t.Fatalf("forged output reached the job's:\n%s", out)
+				}
+				if rounds < byzantineKinds {
+					t.Fatalf("the job ended after %d forgeries, before the byzantine host tried all %d kinds", rounds, byzantineKinds)
+				}
+				byKind := map[string]float64{}
 				for _, d := range vm.Daemons {
-					n += forgedCount(t, d)
+					forgedKinds(t, d, byKind)
 				}
-				if n == 0 {
-					t.Fatal("no forged claim was refused: the byzantine host forged nothing")
+				for _, k := range []routing.ClaimKind{routing.ClaimSource, routing.ClaimReceiver, routing.ClaimNotice, routing.ClaimAct, routing.ClaimExit} {
+					if byKind[k.String()] == 0 {
+						t.Errorf("no forged claim of kind %s was refused (refused: %v)", k, byKind)
+					}
 				}
-				t.Logf("%v claims refused", n)
+				t.Logf("%d forgeries; claims refused by kind: %v", rounds, byKind)
 			})
 		})
 	}
 }
 
+// byzantineKinds is how many kinds of forgery byzantine tries.
+const byzantineKinds = 14
+
+// forgedLine is the byzantine host's output: a line the job's result is
+// read from, were it taken.
+const forgedLine = "FORGED: ring of 1, 1 laps: sum 1\n"
+
 // byzantine forges claims from daemon bad about the tasks the other
-// daemons host, until stop is closed.
-func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) {
+// daemons host, and makes calls that are not a host's to make, until
+// stop is closed, trying each kind in turn. It returns the calls that
+// were not refused with ErrForbidden, and how many forgeries it made.
+func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) (taken []string, rounds int) {
 	ctx := context.Background()
 	type victim struct {
 		tid  task.TID
@@ -420,7 +469,7 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 	for {
 		select {
 		case <-stop:
-			return
+			return taken, rounds
 		case <-time.After(time.Millisecond):
 		}
 		var vs []victim
@@ -449,25 +498,206 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 				send(MasterID, routing.KindEvent, b)
 			}
 		}
-		switch rng.IntN(7) {
-		case 0:
+		call := func(h task.HostID, method string, args any) {
+			p, err := bad.peerFor(ctx, h)
+			if err != nil {
+				return
+			}
+			if err := bad.callPeer(ctx, p, method, args, nil); !errors.Is(err, ErrForbidden) {
+				taken = append(taken, fmt.Sprintf("%s at %v: %v", method, h, err))
+			}
+		}
+		group := "j" + fmt.Sprint(v.job) + ":ring"
+		kind := rounds % byzantineKinds
+		rounds++
+		switch kind {
+		case 0: // a message (a resend, when its number was sent)
 			p, _ := task.Encode(rng.IntN(1000))
 			env := routing.Envelope{From: v.tid, To: other.tid, Seq: uint64(1 + rng.IntN(64)), Tag: int32(rng.IntN(8)), Body: p}
 			send(other.host, routing.KindMsgs, routing.AppendEnvelope(nil, &env))
-		case 1:
-			send(other.host, routing.KindAcks, routing.AppendAck(nil, routing.Ack{From: other.tid, To: v.tid, Seq: 1 << 40}))
+		case 1: // a notice: unsequenced
+			p, _ := task.Encode(task.Notice{Kind: task.TaskExit, TID: v.tid})
+			env := routing.Envelope{From: v.tid, To: other.tid, Tag: int32(rng.IntN(8)), Body: p}
+			send(other.host, routing.KindMsgs, routing.AppendEnvelope(nil, &env))
 		case 2:
-			send(other.host, routing.KindRefuse, routing.AppendRefusal(nil, routing.Refusal{To: v.tid, Route: routing.Route{Host: bad.cfg.HostID, Epoch: 1 << 40}}))
+			send(other.host, routing.KindAcks, routing.AppendAck(nil, routing.Ack{From: other.tid, To: v.tid, Seq: 1 << 40}))
 		case 3:
-			toMaster(&event{Kind: evExited, TID: v.tid})
+			send(other.host, routing.KindRefuse, routing.AppendRefusal(nil, routing.Refusal{To: v.tid, Route: routing.Route{Host: bad.cfg.HostID, Epoch: 1 << 40}}))
 		case 4:
-			toMaster(&event{Kind: evOutput, Job: v.job, TID: v.tid, Output: []byte("sum 1\n")})
+			toMaster(&event{Kind: evExited, TID: v.tid})
 		case 5:
-			toMaster(&event{Kind: evBarrier, Group: "j" + fmt.Sprint(v.job) + ":ring", TIDs: []task.TID{v.tid}, Count: 2})
+			toMaster(&event{Kind: evOutput, Job: v.job, TID: v.tid, Output: []byte(forgedLine)})
 		case 6:
-			if p, err := bad.peerFor(ctx, MasterID); err == nil {
-				_ = bad.callPeer(ctx, p, mJoin, groupArgs{Group: "j" + fmt.Sprint(v.job) + ":ring", TID: v.tid}, nil)
-			}
+			toMaster(&event{Kind: evBarrier, Group: group, TIDs: []task.TID{v.tid}, Count: 2})
+		case 7:
+			toMaster(&event{Kind: evBarrierCancel, Group: group, TIDs: []task.TID{v.tid}})
+		case 8:
+			call(MasterID, []string{mJoin, mLeave, mBarrier, mLeaveAll}[rng.IntN(4)], groupArgs{Group: group, TID: v.tid, Count: 2})
+		case 9:
+			call(MasterID, mSpawn, spawnArgs{Parent: v.tid, Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
+		case 10:
+			call(MasterID, mNotify, notifyArgs{Kind: task.TaskExit, Watcher: v.tid, TIDs: []task.TID{other.tid}})
+		case 11: // a step of a move or of a checkpoint: the master's
+			steps := []string{mStart, mMigSusp, mMigDone, mMigDrop, mCkPause, mCkKill, mCkWrite, mCkDrop, mWatch}
+			call(v.host, steps[rng.IntN(len(steps))], tidArgs{TID: v.tid})
+		case 12: // a person's calls
+			calls := []string{mHalt, mDelete, mKillJob, mCheckpoint, mRun, mInject}
+			call(MasterID, calls[rng.IntN(len(calls))], jobArgs{Job: v.job})
+		case 13: // a spawn into the job for no task
+			call(MasterID, mSpawn, spawnArgs{Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
 		}
+	}
+}
+
+// TestForgedOutputAfterFalseReport: h3 says in a load report that it runs
+// tasks of another job, then writes a line into that job's output for a
+// task of its own that the master started in another job, and one for a
+// task it runs outside any job. The master knows which job each task it
+// started belongs to: both lines are refused and counted, whatever the
+// report says.
+func TestForgedOutputAfterFalseReport(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h3 := vm.Daemons[0], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var victimOut syncBuffer
+	const victimJob, ownJob = 4242, 4343
+	m.reg.setOutput(victimJob, &victimOut)
+	block := func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}
+	typ, state, err := task.EncodeState(fn(t, block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnAnywhere(ctx, 0, ownJob, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inJob := tids[0]
+	alice := withCaller(ctx, pki.Peer{Role: pki.RoleUser, Name: "alice"})
+	tids, err = m.spawnAnywhere(alice, 0, 0, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := tids[0]
+	forgeEvent(t, h3, &event{Kind: evLoad, Load: &HostInfo{Name: h3.cfg.Name}, Jobs: []uint64{ownJob, victimJob}})
+	if !m.reg.runs(h3.cfg.HostID, victimJob) {
+		t.Fatal("the master did not take h3's report: the test forges nothing")
+	}
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: inJob, Output: []byte("forged by a task of another job\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: loose, Output: []byte("forged by a task of no job\n")})
+	if s := victimOut.String(); s != "" {
+		t.Fatalf("forged lines reached job %d's output: %q", victimJob, s)
+	}
+	if n := forgedCount(t, m); n != 2 {
+		t.Errorf("the master counted %v forged claims, want 2", n)
+	}
+}
+
+// TestRefusedClaimsLogRateLimited: a host forging many claims costs the
+// receiver at most refusalBurst log lines a window, each refusal still
+// counted; the next window's first line says how many went unlogged.
+func TestRefusedClaimsLogRateLimited(t *testing.T) {
+	var logs syncBuffer
+	vm := startMemVM(t, 3, &faults{}, Config{
+		MaxForgeries: 1 << 20,
+		Metrics:      metrics.New(metrics.Options{NoRuntime: true}),
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	})
+	waitKnown(t, ctx, h2, h3.cfg.HostID)
+	const forged = refusalBurst + 10
+	acks := routing.AppendAck(nil, routing.Ack{From: task.NewTID(h2.cfg.HostID, 1), To: victim, Seq: 1})
+	for range forged {
+		if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := forgedCount(t, h2); n != forged {
+		t.Errorf("h2 counted %v forged claims, want %d", n, forged)
+	}
+	if n := strings.Count(logs.String(), `msg="refused a claim about a task"`); n != refusalBurst {
+		t.Errorf("h2 logged %d refused claims of %d, want %d (its burst)", n, forged, refusalBurst)
+	}
+	// The next window: its first refusal is logged, with the count of
+	// those the last one did not log.
+	h2.forgeLog.mu.Lock()
+	h2.forgeLog.start = h2.forgeLog.start.Add(-refusalWindow)
+	h2.forgeLog.mu.Unlock()
+	if err := forgeFrame(t, h3, h2.cfg.HostID, routing.KindAcks, acks); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `msg="refused claims not logged" host=h2 count=10 `) {
+		t.Errorf("the next window does not say how many refusals went unlogged:\n%s", logs.String())
+	}
+	if n := strings.Count(logs.String(), `msg="refused a claim about a task"`); n != refusalBurst+1 {
+		t.Errorf("h2 logged %d refused claims, want %d", n, refusalBurst+1)
+	}
+}
+
+// TestForgedSpawnIntoAnotherJob: h3 asks the master to spawn tasks into
+// a job it has no part in: as the child of a task of its own in another
+// job, of a task of its own outside any job, and of no task. Each is
+// refused with ErrForged (which reaches the caller as ErrForbidden),
+// counted, and starts nothing; a spawn into the parent's own job goes
+// ahead.
+func TestForgedSpawnIntoAnotherJob(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h3 := vm.Daemons[0], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const victimJob, ownJob = 4242, 4343
+	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name}
+	tids, err := m.spawnAnywhere(ctx, 0, ownJob, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inJob := tids[0]
+	alice := withCaller(ctx, pki.Peer{Role: pki.RoleUser, Name: "alice"})
+	if tids, err = m.spawnAnywhere(alice, 0, 0, req); err != nil {
+		t.Fatal(err)
+	}
+	loose := tids[0]
+	pm, err := h3.peerFor(ctx, MasterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, parent := range []task.TID{inJob, loose, 0} {
+		var rep tidsReply
+		err := h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: parent, Job: victimJob, Req: req}, &rep)
+		if !errors.Is(err, ErrForbidden) {
+			t.Errorf("h3 spawned into job %d as %v's child: %v %v, want ErrForbidden", victimJob, parent, rep.TIDs, err)
+		}
+	}
+	if n := forgedCount(t, m); n != 3 {
+		t.Errorf("the master counted %v forged claims, want 3", n)
+	}
+	m.owners.mu.Lock()
+	n := len(m.owners.jobTasks[victimJob])
+	m.owners.mu.Unlock()
+	if n != 0 {
+		t.Errorf("job %d holds %d tasks after refused spawns", victimJob, n)
+	}
+	var rep tidsReply
+	if err := h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: inJob, Job: ownJob, Req: req}, &rep); err != nil || len(rep.TIDs) != 1 {
+		t.Fatalf("a spawn into the parent's own job: %v %v", rep.TIDs, err)
 	}
 }

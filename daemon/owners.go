@@ -143,6 +143,20 @@ func (o *owners) task(t task.TID) (owner, bool) {
 	return w, ok
 }
 
+// jobOf is the job the master started live task t in (0 for a task it
+// started outside any job), and whether it knows t at all: a task whose
+// spawn's answer is not in yet, or one started before a master recovery,
+// is unknown.
+func (o *owners) jobOf(t task.TID) (job uint64, known bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if j, ok := o.taskJob[t]; ok {
+		return j, true
+	}
+	_, ok := o.tasks[t]
+	return 0, ok
+}
+
 // quota is the bounds owners.admit checks a spawn against.
 type quota struct{ userTasks, userJobs, jobTasks int }
 

@@ -70,6 +70,11 @@ type (
 		TID   task.TID `msgpack:"t"`
 		Count int      `msgpack:"c,omitempty"`
 	}
+	fSpawnArgs struct {
+		Parent task.TID          `msgpack:"p"`
+		Job    uint64            `msgpack:"j,omitempty"`
+		Req    task.SpawnRequest `msgpack:"r"`
+	}
 )
 
 // fConn is one of the forger's connections: to the master (its
@@ -449,8 +454,9 @@ func TestForgedAcknowledgementsOfProcesses(t *testing.T) {
 
 // TestForgedOutputAndGroupCallOfProcesses: h3 writes lines into the watch
 // job's output, for the job's worker on h2 and for a task of its own, and
-// makes the worker on h2 join a group. The lines never reach the job's
-// client, and the join is refused.
+// makes the worker on h2 join a group, and spawns a task into the job for
+// no task of its own. The lines never reach the job's client, and the
+// join and the spawn are refused.
 func TestForgedOutputAndGroupCallOfProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -465,10 +471,17 @@ func TestForgedOutputAndGroupCallOfProcesses(t *testing.T) {
 	if r.Code != "forbidden" {
 		t.Errorf("a group call for h2's task: %q %q, want it forbidden", r.Err, r.Code)
 	}
+	r, err = f.master.call(ctx, "spawn", fSpawnArgs{Job: w.job, Req: task.SpawnRequest{Type: "examples.watch", Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Code != "forbidden" {
+		t.Errorf("a spawn into the job for no task: %q %q, want it forbidden", r.Err, r.Code)
+	}
 	if out := w.end(t); strings.Contains(out, "FORGED") {
 		t.Fatalf("forged output reached the job's client:\n%s", out)
 	}
-	if n := forgeries(t, url, "act"); n != 4 {
-		t.Errorf("the master counted %v forged claims of acts, want 4 (three output lines, a join)", n)
+	if n := forgeries(t, url, "act"); n != 5 {
+		t.Errorf("the master counted %v forged claims of acts, want 5 (three output lines, a join, a spawn)", n)
 	}
 }

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,8 +14,8 @@ import (
 
 // A host speaks only for what it hosts: every claim a daemon's frame makes
 // about a task (a message's sender, an acknowledgement's or a refusal's
-// receiver, an exit, an output line, a barrier arrival, a group, spawn or
-// notify call) is judged by routing.Judge against the identity of the
+// receiver, an exit, an output line, a barrier arrival, a group, spawn,
+// notify, kill or migrate call) is judged by routing.Judge against the identity of the
 // connection that carried it (the host its certificate names, checked at
 // the handshake) and this daemon's route table. A refused claim is
 // dropped (a message or an acknowledgement is not taken, an event is
@@ -67,12 +69,37 @@ func (d *Daemon) judge(p *peer, k routing.ClaimKind, tid task.TID) routing.Verdi
 	return d.judgeLocked(p, k, tid)
 }
 
+// refusal is why a claim was refused where routing.Judge did not refuse
+// it (forged logs either).
+type refusal string
+
+func (r refusal) String() string { return string(r) }
+
+// Refusals of a host's kill or migrate (hostCallClaim, checkActing).
+const (
+	refuseNotOwner  refusal = "the acting task's owner does not own the task"
+	refuseNotMaster refusal = "a host's kill goes through the master"
+)
+
 // forged records a frame from p whose claims were refused: n of them,
-// the first of kind k about tid, with verdict v, in a frame carrying what.
-// It logs (rate-limited) and counts them, and returns an error wrapping
-// ErrForged once p has sent Config.MaxForgeries such frames within
-// Config.ForgeryWindow: the caller closes the connection.
-func (d *Daemon) forged(p *peer, what string, k routing.ClaimKind, tid task.TID, v routing.Verdict, n int) error {
+// the first of kind k about tid, with verdict v (a routing.Verdict or a
+// refusal), in a frame carrying what. It logs (rate-limited) and counts
+// them, and returns an error wrapping ErrForged once p has sent
+// Config.MaxForgeries such frames within Config.ForgeryWindow: the caller
+// closes the connection.
+func (d *Daemon) forged(p *peer, what string, k routing.ClaimKind, tid task.TID, v fmt.Stringer, n int) error {
+	now := d.noteRefused(p, what, k, tid, v, n)
+	if p.forgeries.add(now, d.cfg.MaxForgeries, d.cfg.ForgeryWindow) {
+		return fmt.Errorf("%s: %d frames with claims about tasks it does not host within %v: %w",
+			p.name(), d.cfg.MaxForgeries, d.cfg.ForgeryWindow, ErrForged)
+	}
+	return nil
+}
+
+// noteRefused logs (rate-limited) and counts n refused claims from p, as
+// forged does, without counting the frame towards closing p's connection,
+// and returns the time it noted them at.
+func (d *Daemon) noteRefused(p *peer, what string, k routing.ClaimKind, tid task.TID, v fmt.Stringer, n int) time.Time {
 	for range n {
 		d.met.ClaimRefused(k.String(), p.info.Name)
 	}
@@ -85,11 +112,7 @@ func (d *Daemon) forged(p *peer, what string, k routing.ClaimKind, tid task.TID,
 		d.log.Warn("refused a claim about a task", "peer", p.info.ID, "peer_name", p.info.Name, "serial", p.cert.Serial,
 			"frame", what, "claim", k.String(), "tid", tid, "verdict", v.String(), "claims", n)
 	}
-	if p.forgeries.add(now, d.cfg.MaxForgeries, d.cfg.ForgeryWindow) {
-		return fmt.Errorf("%s: %d frames with claims about tasks it does not host within %v: %w",
-			p.name(), d.cfg.MaxForgeries, d.cfg.ForgeryWindow, ErrForged)
-	}
-	return nil
+	return now
 }
 
 // refuseClaim judges p's claim and, if refused, records it (forged) and
@@ -111,12 +134,14 @@ func (d *Daemon) refuseClaim(p *peer, what string, k routing.ClaimKind, tid task
 }
 
 // hostCallClaim judges the task a daemon's call acts for: the member of a
-// group call, the parent of a spawn, the watcher of a notify call (a
-// task may kill or move any task: those calls name no actor). Halting the
-// machine, deleting a host, injecting load, killing or checkpointing a
-// job and running a program are a person's calls, refused from a daemon
-// but the master (authorize leaves them open to daemons). Other calls
-// that act for no task pass.
+// group call, the parent of a spawn, the watcher of a notify call, the
+// task killing or moving another (By: checkActing then checks that its
+// owner owns the other). A host's kill goes to the master, which judges
+// it and forwards it to the task's host: a host refuses a kill from
+// another host but the master. Halting the machine, deleting a host,
+// injecting load, killing or checkpointing a job and running a program
+// are a person's calls, refused from a daemon but the master (authorize
+// leaves them open to daemons). Other calls that act for no task pass.
 func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 	if !judged(p) {
 		return nil
@@ -147,6 +172,28 @@ func (d *Daemon) hostCallClaim(p *peer, method string, body []byte) error {
 			return err
 		}
 		tid = a.Watcher
+	case mKill:
+		if p.cert.Master {
+			return nil // the master forwards a kill it judged
+		}
+		var a tidArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		if !d.isMaster() {
+			if err := d.forged(p, "call kill", routing.ClaimAct, a.By, refuseNotMaster, 1); err != nil {
+				p.close(err)
+				return err
+			}
+			return fmt.Errorf("kill of %v from %s: %s: %w", a.TID, p.name(), refuseNotMaster, ErrForged)
+		}
+		tid = a.By
+	case mMigrate:
+		var a migrateArgs
+		if err := decodeMsg(body, &a); err != nil {
+			return err
+		}
+		tid = a.By
 	default:
 		return nil
 	}
@@ -205,4 +252,53 @@ func (d *Daemon) outputClaim(p *peer, e *event) error {
 		return fmt.Errorf("output of job %d from %s for %v, a task of job %d: %w", e.Job, p.name(), e.TID, job, ErrForged)
 	}
 	return fmt.Errorf("output of job %d from %s, which runs none of its tasks: %w", e.Job, p.name(), ErrForged)
+}
+
+// checkActing checks that task by may kill or move target (master): its
+// owner — the person who started its job, or who spawned it outside any
+// job — must own target, under the rule a person's kill or migrate is
+// held to (checkTaskOwner), unless an admin. p is the host whose task by
+// is (hostCallClaim judged that it runs there), nil for a task of this
+// daemon; a client's calls are held to their own rule (checkRule) and a
+// zero by names no task acting (a person's call, the master's). A host's
+// refused call is logged and counted as a forgery is, but not towards
+// closing its connection: an honest host relays whatever kill its task
+// asks for, and a task's want of rights is not its host's lie (a task
+// could otherwise have its host cut off from the master).
+//
+// A task whose owner the master does not know may act on any task, as
+// before owners were recorded: a task of a job whose owner is not on
+// record (one running before a master recovery, or started by a program
+// in-process, without a certificate), one spawned outside jobs by no
+// person, or one whose spawn's answer is not in yet.
+func (d *Daemon) checkActing(ctx context.Context, p *peer, method string, by, target task.TID) error {
+	if by.IsZero() || by == target || !d.isMaster() || (p != nil && (!judged(p) || p.cert.Master)) {
+		return nil
+	}
+	who, ok := d.taskOwner(by)
+	if !ok || who.admin {
+		return nil
+	}
+	err := d.checkTaskOwner(ctx, who.name, target)
+	if err == nil || !errors.Is(err, ErrForbidden) {
+		return err
+	}
+	err = fmt.Errorf("%s of %v by %v (a task of %s's): %w", method, target, by, who.name, err)
+	if p == nil {
+		return err
+	}
+	d.noteRefused(p, "call "+method, routing.ClaimAct, by, refuseNotOwner, 1)
+	return err
+}
+
+// taskOwner is the owner of live task t as the master records it: the
+// person who spawned it outside any job, or its job's owner.
+func (d *Daemon) taskOwner(t task.TID) (owner, bool) {
+	if o, ok := d.owners.task(t); ok {
+		return o, true
+	}
+	if job, known := d.owners.jobOf(t); known && job != 0 {
+		return d.owners.job(job)
+	}
+	return owner{}, false
 }

@@ -701,3 +701,116 @@ func TestForgedSpawnIntoAnotherJob(t *testing.T) {
 		t.Fatalf("a spawn into the parent's own job: %v %v", rep.TIDs, err)
 	}
 }
+
+// TestForgedKillAndMigrate: h3 asks the master to kill and to move a task
+// of bob's on h2, naming no acting task, a task of h2's, and a task of
+// its own in a job of alice's, and asks h2 to kill it directly. Each is
+// refused with ErrForbidden and counted, and the task runs on where it
+// was. Through the task API, alice's task on h3 is refused bob's task
+// too, and kills and moves alice's tasks on h2.
+func TestForgedKillAndMigrate(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const bobJob, aliceJob = 4242, 4343
+	m.owners.setJob(bobJob, owner{name: "bob"})
+	m.owners.setJob(aliceJob, owner{name: "alice"})
+	spawnIn := func(job uint64, on *Daemon, body func(c *task.Ctx, arg int) error) task.TID {
+		t.Helper()
+		typ, state, err := task.EncodeState(fn(t, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tids, err := m.spawnAnywhere(ctx, 0, job, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: on.cfg.Name})
+		if err != nil || len(tids) != 1 {
+			t.Fatalf("spawn in job %d on %s: %v %v", job, on.cfg.Name, tids, err)
+		}
+		return tids[0]
+	}
+	idle := func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x, task.Safe())
+		return err
+	}
+	victim, bobs := spawnIn(bobJob, h2, idle), spawnIn(bobJob, h2, idle)
+	mine := spawnIn(aliceJob, h3, idle)
+	waitKnown(t, ctx, h3, h2.cfg.HostID)
+	pm, err := h3.peerFor(ctx, MasterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := h3.peerFor(ctx, h2.cfg.HostID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveTo := func(by task.TID) migrateArgs {
+		return migrateArgs{TID: victim, To: h3.cfg.Name, Via: Direct, By: by}
+	}
+	forgeries := []struct {
+		what   string
+		p      *peer
+		method string
+		args   any
+	}{
+		{"a kill naming no task", pm, mKill, tidArgs{TID: victim}},
+		{"a kill as a task of h2", pm, mKill, tidArgs{TID: victim, By: bobs}},
+		{"a kill as alice's task", pm, mKill, tidArgs{TID: victim, By: mine}},
+		{"a move naming no task", pm, mMigrate, moveTo(0)},
+		{"a move as a task of h2", pm, mMigrate, moveTo(bobs)},
+		{"a move as alice's task", pm, mMigrate, moveTo(mine)},
+		{"a kill sent to the task's host", p2, mKill, tidArgs{TID: victim, By: mine}},
+	}
+	for _, f := range forgeries {
+		if err := h3.callPeer(ctx, f.p, f.method, f.args, nil); !errors.Is(err, ErrForbidden) {
+			t.Errorf("%s of bob's task: %v, want ErrForbidden", f.what, err)
+		}
+	}
+	if h2.ht.task(victim) == nil || m.routeHost(victim) != h2.cfg.HostID {
+		t.Fatalf("after refused kills and moves, bob's task %v is not running on h2 (route %v)", victim, m.routeHost(victim))
+	}
+	if n := forgedCount(t, m); n != 6 {
+		t.Errorf("the master counted %v forged claims, want 6", n)
+	}
+	if n := forgedCount(t, h2); n != 1 {
+		t.Errorf("h2 counted %v forged claims, want 1", n)
+	}
+
+	// Through the task API: alice's task may not kill or move bob's, and
+	// kills and moves alice's, of its own job and of another of hers.
+	m.owners.setJob(aliceJob+1, owner{name: "alice"})
+	kin, other := spawnIn(aliceJob, h2, idle), spawnIn(aliceJob+1, h2, idle)
+	goAhead := make(chan struct{})
+	errs := make(chan error, 5)
+	spawnIn(aliceJob, h3, func(c *task.Ctx, _ int) error {
+		select {
+		case <-goAhead:
+		case <-c.Context().Done():
+			return c.Context().Err()
+		}
+		errs <- c.Kill(victim)
+		errs <- c.Migrate(victim, h3.cfg.Name, "direct")
+		errs <- c.Kill(kin)
+		errs <- c.Migrate(other, m.cfg.Name, "direct")
+		errs <- c.Kill(other)
+		return nil
+	})
+	close(goAhead) // the master knows the task's job once spawnIn returns
+	for i, want := range []error{ErrForbidden, ErrForbidden, nil, nil, nil} {
+		if err := <-errs; !errors.Is(err, want) {
+			t.Errorf("alice's task's call %d: %v, want %v", i, err, want)
+		}
+	}
+	if h2.ht.task(victim) == nil {
+		t.Fatal("alice's task killed bob's")
+	}
+	for _, tid := range []task.TID{kin, other} {
+		info, err := m.Wait(ctx, tid)
+		if err != nil || info.State != Killed {
+			t.Errorf("alice's task %v after alice's task killed it: %+v %v", tid, info, err)
+		}
+	}
+	if n := forgedCount(t, m); n != 8 {
+		t.Errorf("the master counted %v refused claims, want 8 (the two of alice's task's too)", n)
+	}
+}

@@ -207,11 +207,17 @@ func (h *hosted) Spawn(ctx context.Context, req task.SpawnRequest) ([]task.TID, 
 	return h.d.spawn(ctx, h.tid, h.job, req)
 }
 
+// Kill asks the master to kill tid as an act of this task, which the
+// master judges: this daemon must run the task, and the task's owner own
+// tid (checkActing). A daemon alone kills where the task runs.
 func (h *hosted) Kill(ctx context.Context, tid task.TID) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
 	}
-	return h.d.KillTask(ctx, tid)
+	if h.d.nw == nil {
+		return h.d.KillTask(ctx, tid)
+	}
+	return h.d.callMaster(ctx, mKill, tidArgs{TID: tid, By: h.tid}, nil)
 }
 
 func (h *hosted) Notify(ctx context.Context, kind task.NotifyKind, tag int, tids []task.TID) error {
@@ -488,8 +494,9 @@ func (h *hosted) waitStarted() func() {
 	return func() { h.meter.Waited(time.Since(t0)) }
 }
 
-// Migrate asks the master to move tid to host. A task moving itself is
-// suspended at its next safe point after the call returns.
+// Migrate asks the master to move tid to host, as an act of this task
+// (checked as Kill's). A task moving itself is suspended at its next safe
+// point after the call returns.
 func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err
@@ -498,7 +505,7 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 	if err != nil {
 		return err
 	}
-	args := migrateArgs{TID: tid, To: host, Via: v}
+	args := migrateArgs{TID: tid, To: host, Via: v, By: h.tid}
 	if tid == h.tid {
 		// The move needs this task at a safe point: ask, and let it go on
 		// to one.

@@ -509,8 +509,14 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 	return rep.TIDs, err
 }
 
-// KillTask kills tid wherever it runs.
+// KillTask kills tid wherever it runs (the master), or where it runs
+// here (a host: kills are the master's to route, and a host refuses
+// another host's; the master sends one again where its task went, should
+// it have moved meanwhile).
 func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
+	if !d.isMaster() {
+		return d.Kill(tid)
+	}
 	// A kill follows its task: a move that begins after the moves were
 	// settled can take the task from the host the kill goes to, which
 	// then answers that it has no such task. The kill goes again, a few

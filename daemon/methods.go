@@ -187,7 +187,10 @@ func declareMethods() []method {
 		// Clients' calls.
 		op(mRun, callUser, ownRun, true, (*Daemon).serveRun),
 		op(mSpawn, callUser, ownSpawn, true, (*Daemon).serveSpawn),
-		op(mKill, callUser, ownTask, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (none, error) {
+		op(mKill, callUser, ownTask, false, func(d *Daemon, ctx context.Context, p *peer, a *tidArgs) (none, error) {
+			if err := d.checkActing(ctx, p, mKill, a.By, a.TID); err != nil {
+				return none{}, err
+			}
 			return none{}, d.KillTask(ctx, a.TID)
 		}),
 		op(mKillJob, callUser, ownJob, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (intReply, error) {
@@ -197,7 +200,10 @@ func declareMethods() []method {
 		op(mCheckpoint, callUser, ownJobDir, true, func(d *Daemon, ctx context.Context, _ *peer, a *jobArgs) (JobCheckpoint, error) {
 			return d.CheckpointJob(ctx, a.Job, a.Dir)
 		}),
-		op(mMigrate, callUser, ownTask, true, func(d *Daemon, ctx context.Context, _ *peer, a *migrateArgs) (MigrateResult, error) {
+		op(mMigrate, callUser, ownTask, true, func(d *Daemon, ctx context.Context, p *peer, a *migrateArgs) (MigrateResult, error) {
+			if err := d.checkActing(ctx, p, mMigrate, a.By, a.TID); err != nil {
+				return MigrateResult{}, err
+			}
 			return d.Migrate(ctx, a.TID, a.To, a.Via)
 		}),
 		op(mWait, callUser, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *tidArgs) (TaskInfo, error) {

@@ -138,6 +138,9 @@ type (
 		To      string        `msgpack:"o"`
 		Via     Via           `msgpack:"v"`
 		Timeout time.Duration `msgpack:"w,omitempty"`
+		// By is, in a host's call, the task acting: one the host runs,
+		// whose owner must own TID (checkActing).
+		By task.TID `msgpack:"b,omitempty"`
 	}
 	migStep struct {
 		TID     task.TID      `msgpack:"t"`

@@ -387,9 +387,12 @@ func (d *Daemon) checkTaskOwner(ctx context.Context, user string, tid task.TID) 
 		}
 		return fmt.Errorf("%v is %s's: %w", tid, o.name, ErrForbidden)
 	}
-	job, err := d.taskJob(ctx, tid)
-	if err != nil {
-		return err
+	job, known := d.owners.jobOf(tid)
+	if !known {
+		var err error
+		if job, err = d.taskJob(ctx, tid); err != nil {
+			return err
+		}
 	}
 	return d.checkJobOwner(user, job, tid.String())
 }

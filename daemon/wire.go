@@ -270,6 +270,9 @@ type (
 	}
 	tidArgs struct {
 		TID task.TID `msgpack:"t"`
+		// By is, in a host's kill, the task acting: one the host runs,
+		// whose owner must own TID (checkActing).
+		By task.TID `msgpack:"b,omitempty"`
 	}
 	groupArgs struct {
 		Group string   `msgpack:"g"`

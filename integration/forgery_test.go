@@ -24,8 +24,8 @@ import (
 // The tests in this file forge, with a host certificate issued by the
 // cluster's CA, frames that claim tasks of other hosts, against daemons
 // running as processes: a message from another host's task, an exit, an
-// output line, an acknowledgement, a refusal and a group call for tasks
-// the forger does not host. The forger is a test-side daemon speaking the
+// output line, an acknowledgement, a refusal, a group call, a kill and a
+// move for tasks the forger does not host. The forger is a test-side daemon speaking the
 // wire protocol: it joins the virtual machine as host h3 with h3's
 // certificate, keeps its membership with heartbeats, answers every call
 // with an error, and sends what the test tells it to. Each forgery must
@@ -74,6 +74,16 @@ type (
 		Parent task.TID          `msgpack:"p"`
 		Job    uint64            `msgpack:"j,omitempty"`
 		Req    task.SpawnRequest `msgpack:"r"`
+	}
+	fKillArgs struct {
+		TID task.TID `msgpack:"t"`
+		By  task.TID `msgpack:"b,omitempty"`
+	}
+	fMigrateArgs struct {
+		TID task.TID   `msgpack:"t"`
+		To  string     `msgpack:"o"`
+		Via daemon.Via `msgpack:"v"`
+		By  task.TID   `msgpack:"b,omitempty"`
 	}
 )
 
@@ -483,5 +493,37 @@ func TestForgedOutputAndGroupCallOfProcesses(t *testing.T) {
 	}
 	if n := forgeries(t, url, "act"); n != 5 {
 		t.Errorf("the master counted %v forged claims of acts, want 5 (three output lines, a join, a spawn)", n)
+	}
+}
+
+// TestForgedKillAndMigrateOfProcesses: h3 asks the master to kill the
+// watch job's worker on h2, naming no acting task and naming the worker
+// on the master, and to move it to h3 as the worker on the master. Each
+// is refused: the worker is lost with h2, as the job expects (killed or
+// moved, it would not be).
+func TestForgedKillAndMigrateOfProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	_, w, f, url := forgeryVM(t, ctx)
+	calls := []struct {
+		method string
+		args   any
+	}{
+		{"kill", fKillArgs{TID: w.w2}},
+		{"kill", fKillArgs{TID: w.w2, By: w.w1}},
+		{"migrate", fMigrateArgs{TID: w.w2, To: "h3", Via: daemon.Direct, By: w.w1}},
+	}
+	for _, c := range calls {
+		r, err := f.master.call(ctx, c.method, c.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Code != "forbidden" {
+			t.Errorf("%s %+v from h3: %q %q, want it forbidden", c.method, c.args, r.Err, r.Code)
+		}
+	}
+	w.end(t)
+	if n := forgeries(t, url, "act"); n != 3 {
+		t.Errorf("the master counted %v forged claims of acts, want 3", n)
 	}
 }

@@ -393,7 +393,8 @@ func TestResolveHost(t *testing.T) {
 // them): a message or a notice from it, acknowledgements and refusals
 // speaking for it, its exit, output for it, a barrier arrival or
 // withdrawal, group, spawn and notify calls for it, a spawn into its job
-// for no task; or it calls a step of a move or a checkpoint, or a
+// for no task, a kill or a move of it naming no task or another host's
+// as the one acting; or it calls a step of a move or a checkpoint, or a
 // person's call. The job must print the fault-free run's result, no
 // forged line may reach its output, every call must be refused, and the
 // daemons must have refused claims of every kind.
@@ -449,7 +450,7 @@ func TestSimByzantine(t *testing.T) {
 }
 
 // byzantineKinds is how many kinds of forgery byzantine tries.
-const byzantineKinds = 14
+const byzantineKinds = 16
 
 // forgedLine is the byzantine host's output: a line the job's result is
 // read from, were it taken.
@@ -545,6 +546,18 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 			call(MasterID, calls[rng.IntN(len(calls))], jobArgs{Job: v.job})
 		case 13: // a spawn into the job for no task
 			call(MasterID, mSpawn, spawnArgs{Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
+		case 14: // a kill naming no task or another host's, or sent to the task's host
+			switch rng.IntN(3) {
+			case 0:
+				call(MasterID, mKill, tidArgs{TID: v.tid})
+			case 1:
+				call(MasterID, mKill, tidArgs{TID: v.tid, By: other.tid})
+			default:
+				call(v.host, mKill, tidArgs{TID: v.tid, By: other.tid})
+			}
+		case 15: // a move naming no task or another host's
+			by := []task.TID{0, other.tid}[rng.IntN(2)]
+			call(MasterID, mMigrate, migrateArgs{TID: v.tid, To: bad.cfg.Name, Via: Direct, By: by})
 		}
 	}
 }

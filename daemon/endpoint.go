@@ -209,7 +209,8 @@ func (h *hosted) Spawn(ctx context.Context, req task.SpawnRequest) ([]task.TID, 
 
 // Kill asks the master to kill tid as an act of this task, which the
 // master judges: this daemon must run the task, and the task's owner own
-// tid (checkActing). A daemon alone kills where the task runs.
+// tid (checkActing). A daemon without a network (a machine of one) kills
+// at once.
 func (h *hosted) Kill(ctx context.Context, tid task.TID) error {
 	if err := h.ctxErr(ctx); err != nil {
 		return err

@@ -509,10 +509,10 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 	return rep.TIDs, err
 }
 
-// KillTask kills tid wherever it runs (the master), or where it runs
-// here (a host: kills are the master's to route, and a host refuses
-// another host's; the master sends one again where its task went, should
-// it have moved meanwhile).
+// KillTask kills tid wherever it runs. On a host it kills only a task
+// that runs here: kills are the master's to route (a host refuses
+// another host's), and the master sends a kill again where its task
+// went, should it have moved meanwhile.
 func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
 	if !d.isMaster() {
 		return d.Kill(tid)

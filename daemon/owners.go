@@ -379,7 +379,8 @@ func (d *Daemon) taskJob(ctx context.Context, tid task.TID) (uint64, error) {
 }
 
 // checkTaskOwner says whether user may act on task tid: it is one they
-// spawned outside any job, or one of a job they own.
+// spawned outside any job, or one of a job they own (the job the master
+// started it in, else the one its host says it is of).
 func (d *Daemon) checkTaskOwner(ctx context.Context, user string, tid task.TID) error {
 	if o, ok := d.owners.task(tid); ok {
 		if o.name == user {

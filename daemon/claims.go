@@ -218,12 +218,15 @@ func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
 		return err
 	}
 	job, known := d.owners.jobOf(a.Parent)
-	if !known || job == a.Job || a.MinSize > 0 || a.MaxSize > 0 {
+	if a.MinSize > 0 || a.MaxSize > 0 || (known && job == a.Job) || (!known && d.unknownMaySpeak(p, a.Job)) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, a.Parent, routing.RefuseElsewhere, 1); err != nil {
 		p.close(err)
 		return err
+	}
+	if !known {
+		return fmt.Errorf("spawn into job %d from %s for %v, not a task of it the master started: %w", a.Job, p.name(), a.Parent, ErrForged)
 	}
 	if job == 0 {
 		return fmt.Errorf("spawn into job %d from %s for %v, a task outside any job: %w", a.Job, p.name(), a.Parent, ErrForged)
@@ -231,17 +234,39 @@ func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
 	return fmt.Errorf("spawn into job %d from %s for %v, a task of job %d: %w", a.Job, p.name(), a.Parent, job, ErrForged)
 }
 
+// unknownMaySpeak reports whether a task of p that the master does not
+// know may speak (write output, spawn) for job: one of job's, which the
+// master has registered, only while a start of job's tasks on p is under
+// way (its answer, which names the tasks, is not in yet). A TID of p's
+// own host ID is routed to p until a route says otherwise, so p could
+// otherwise make one up and, with a load report naming job, speak for it.
+// The master records the job of every task it starts or restores before
+// the task can speak after its start's answer (placeAndStart,
+// restoreSet); a moved task keeps its TID and its record. A job the
+// master has not registered — one running when it was recovered
+// (Config.Recover), whose tasks it never started, or one that has
+// ended — and job 0 keep the looser rule: a task the master does not
+// know may speak for them (outputClaim still asks that p be recorded
+// with tasks of the job: its load reports, its own word).
+func (d *Daemon) unknownMaySpeak(p *peer, job uint64) bool {
+	if job == 0 || d.reg.get(job) == nil {
+		return true
+	}
+	return d.reg.startingOn(p.info.ID, job)
+}
+
 // outputClaim judges an output event from p: the writing task must run on
-// p; a task the master started must be of the job the line is for (p's
-// load reports, which say what jobs it runs, are its own word); and p
-// must be recorded with tasks of that job (or tasks of it being started
-// there).
+// p; a task the master started must be of the job the line is for, and
+// one it does not know must be of a start under way there
+// (unknownMaySpeak); and p must be recorded with tasks of that job (or
+// tasks of it being started there; p's load reports, which say what jobs
+// it runs, are its own word).
 func (d *Daemon) outputClaim(p *peer, e *event) error {
 	if err := d.refuseClaim(p, "output event", routing.ClaimAct, e.TID); err != nil || !judged(p) || e.Job == 0 {
 		return err
 	}
 	job, known := d.owners.jobOf(e.TID)
-	if (!known || job == e.Job) && d.reg.runs(p.info.ID, e.Job) {
+	if ((known && job == e.Job) || (!known && d.unknownMaySpeak(p, e.Job))) && d.reg.runs(p.info.ID, e.Job) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("output event for job %d", e.Job), routing.ClaimAct, e.TID, routing.RefuseElsewhere, 1); err != nil {
@@ -250,6 +275,9 @@ func (d *Daemon) outputClaim(p *peer, e *event) error {
 	}
 	if known && job != e.Job {
 		return fmt.Errorf("output of job %d from %s for %v, a task of job %d: %w", e.Job, p.name(), e.TID, job, ErrForged)
+	}
+	if !known && d.reg.runs(p.info.ID, e.Job) {
+		return fmt.Errorf("output of job %d from %s for %v, not a task of it the master started: %w", e.Job, p.name(), e.TID, ErrForged)
 	}
 	return fmt.Errorf("output of job %d from %s, which runs none of its tasks: %w", e.Job, p.name(), ErrForged)
 }

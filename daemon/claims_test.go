@@ -394,8 +394,10 @@ func TestResolveHost(t *testing.T) {
 // speaking for it, its exit, output for it, a barrier arrival or
 // withdrawal, group, spawn and notify calls for it, a spawn into its job
 // for no task, a kill or a move of it naming no task or another host's
-// as the one acting; or it calls a step of a move or a checkpoint, or a
-// person's call. The job must print the fault-free run's result, no
+// as the one acting; or, as a task of its own host ID that the master
+// never started, after a load report that names the job, it writes output
+// into the job and spawns into it; or it calls a step of a move or a
+// checkpoint, or a person's call. The job must print the fault-free run's result, no
 // forged line may reach its output, every call must be refused, and the
 // daemons must have refused claims of every kind.
 func TestSimByzantine(t *testing.T) {
@@ -450,7 +452,7 @@ func TestSimByzantine(t *testing.T) {
 }
 
 // byzantineKinds is how many kinds of forgery byzantine tries.
-const byzantineKinds = 16
+const byzantineKinds = 17
 
 // forgedLine is the byzantine host's output: a line the job's result is
 // read from, were it taken.
@@ -510,6 +512,9 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 		}
 		group := "j" + fmt.Sprint(v.job) + ":ring"
 		kind := rounds % byzantineKinds
+		if kind == 16 && !madeUpRefused(ds, bad, v.job) {
+			continue
+		}
 		rounds++
 		switch kind {
 		case 0: // a message (a resend, when its number was sent)
@@ -558,8 +563,33 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 		case 15: // a move naming no task or another host's
 			by := []task.TID{0, other.tid}[rng.IntN(2)]
 			call(MasterID, mMigrate, migrateArgs{TID: v.tid, To: bad.cfg.Name, Via: Direct, By: by})
+		case 16: // a made-up task of its own, in a job it says it runs
+			r := bad.takeReport()
+			toMaster(&event{Kind: evLoad, Load: &r.info, Jobs: append(r.jobs, v.job)})
+			madeUp := task.NewTID(bad.cfg.HostID, 1<<30+uint32(rng.IntN(1<<20)))
+			toMaster(&event{Kind: evOutput, Job: v.job, TID: madeUp, Output: []byte(forgedLine)})
+			call(MasterID, mSpawn, spawnArgs{Parent: madeUp, Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
 		}
 	}
+}
+
+// madeUpRefused reports whether the master among ds refuses a task of
+// bad it does not know to speak for job: it is not starting tasks of job
+// on bad, whose tasks speak before the start's answer names them
+// (unknownMaySpeak), and the job's root has spawned its ring (the
+// simulation starts no other tasks but on a rollback, which restores
+// tasks the master knows).
+func madeUpRefused(ds []*Daemon, bad *Daemon, job uint64) bool {
+	for _, m := range ds {
+		if !m.cfg.Master {
+			continue
+		}
+		m.owners.mu.Lock()
+		n := len(m.owners.jobTasks[job])
+		m.owners.mu.Unlock()
+		return n > simRing().N && !m.reg.startingOn(bad.cfg.HostID, job)
+	}
+	return false
 }
 
 // TestForgedOutputAfterFalseReport: h3 says in a load report that it runs
@@ -825,5 +855,102 @@ func TestForgedKillAndMigrate(t *testing.T) {
 	}
 	if n := forgedCount(t, m); n != 8 {
 		t.Errorf("the master counted %v refused claims, want 8 (the two of alice's task's too)", n)
+	}
+}
+
+// TestForgedTaskOfItsOwnHost: h3 makes up a TID of its own host ID, of
+// a task the master never started, says in a load report that it runs
+// tasks of a job it has no part in, and as that task writes a line into
+// the job's output and asks for a spawn into it; it writes a line as
+// that task into its own job too. Each is refused and counted: the
+// master records the job of every task it starts before the task can
+// speak. A task of its own job that prints and spawns as soon as it
+// starts is heard, and so is its child; a task the master does not know
+// yet speaks for a job only while a start of the job's tasks on its host
+// is under way.
+func TestForgedTaskOfItsOwnHost(t *testing.T) {
+	vm := startMemVM(t, 3, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h3 := vm.Daemons[0], vm.Daemons[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	own, victim := m.newJob("", "test", JobOptions{}), m.newJob("", "test", JobOptions{})
+	var ownOut, victimOut syncBuffer
+	m.reg.setOutput(own.id, &ownOut)
+	m.reg.setOutput(victim.id, &victimOut)
+	block := func(c *task.Ctx, _ int) error {
+		var x int
+		_, err := c.Recv(task.AnyTask, 99, &x)
+		return err
+	}
+	child := fn(t, func(c *task.Ctx, a int) error {
+		c.Printf("child %v", c.MyTID())
+		return block(c, a)
+	})
+	parent := fn(t, func(c *task.Ctx, a int) error {
+		c.Printf("parent %v", c.MyTID())
+		if _, err := c.Spawn(child, 1, task.OnHost(h3.cfg.Name)); err != nil {
+			c.Printf("spawn: %v", err)
+		}
+		return block(c, a)
+	})
+	typ, state, err := task.EncodeState(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnAnywhere(ctx, 0, own.id, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h3.cfg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the parent's and its child's lines", func() bool {
+		return strings.Contains(ownOut.String(), fmt.Sprintf("parent %v\n", tids[0])) && strings.Contains(ownOut.String(), "child ")
+	})
+	if strings.Contains(ownOut.String(), "spawn:") {
+		t.Fatalf("the parent's spawn was refused:\n%s", ownOut.String())
+	}
+
+	madeUp := task.NewTID(h3.cfg.HostID, 1<<30)
+	forgeEvent(t, h3, &event{Kind: evLoad, Load: &HostInfo{Name: h3.cfg.Name}, Jobs: []uint64{own.id, victim.id}})
+	if !m.reg.runs(h3.cfg.HostID, victim.id) {
+		t.Fatal("the master did not take h3's report: the test forges nothing")
+	}
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("forged into another job\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: own.id, TID: madeUp, Output: []byte("forged into its own job\n")})
+	pm, err := h3.peerFor(ctx, MasterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep tidsReply
+	err = h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: madeUp, Job: victim.id, Req: task.SpawnRequest{Type: typ, State: state, Count: 1}}, &rep)
+	if !errors.Is(err, ErrForbidden) {
+		t.Errorf("h3 spawned into job %d as made-up %v: %v %v, want ErrForbidden", victim.id, madeUp, rep.TIDs, err)
+	}
+	if s := victimOut.String(); s != "" {
+		t.Errorf("forged lines reached job %d's output: %q", victim.id, s)
+	}
+	if strings.Contains(ownOut.String(), "forged") {
+		t.Errorf("a forged line reached job %d's output:\n%s", own.id, ownOut.String())
+	}
+	if n := forgedCount(t, m); n != 3 {
+		t.Errorf("the master counted %v forged claims, want 3", n)
+	}
+	m.owners.mu.Lock()
+	n := len(m.owners.jobTasks[victim.id])
+	m.owners.mu.Unlock()
+	if n != 0 {
+		t.Errorf("job %d holds %d tasks after a refused spawn", victim.id, n)
+	}
+
+	// While a start of the job's tasks on h3 is under way, the tasks it
+	// starts speak before the master knows them; once it is over, a task
+	// the master does not know speaks no more.
+	settle := m.reg.expect(h3.cfg.HostID, victim.id)
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("while a start is under way\n")})
+	settle()
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("after the start\n")})
+	if s := victimOut.String(); s != "while a start is under way\n" {
+		t.Errorf("job %d's output is %q, want the line written during the start alone", victim.id, s)
+	}
+	if n := forgedCount(t, m); n != 4 {
+		t.Errorf("the master counted %v forged claims, want 4", n)
 	}
 }

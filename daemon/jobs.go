@@ -1452,6 +1452,9 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	}
 	d.applyRoutes(entries)
 	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
+	// Recorded before they start: the master knows which job they speak
+	// for (outputClaim), and counts them against the quotas again.
+	d.owners.restoreJobTasks(js.id, tids)
 	for _, h := range order {
 		settle := d.reg.expect(h, js.id) // their output may come before the answer is read
 		if err := d.callHost(ctx, h, mCkGo, restoreArgs{Job: js.id}, nil); err != nil {
@@ -1460,7 +1463,6 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 		d.reg.jobsOn(h, []uint64{js.id}, false) // after the answer, as a spawn's
 		settle()
 	}
-	d.owners.addJobTasks(js.id, tids) // counted against the quotas again
 	js.hadTasks(tids...)
 	return nil
 }

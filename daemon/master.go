@@ -435,9 +435,13 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		var rep tidsReply
-		settle := d.reg.expect(h, job) // their output may come before the answer is read
+		// Until the answer names them, the tasks may speak (output, a
+		// spawn) for job as tasks of h that the master does not know
+		// (outputClaim); from the answer on, the master knows them.
+		settle := d.reg.expect(h, job)
 		err := d.callHost(ctx, h, mStart, spawnArgs{Parent: parent, Job: job, Req: r, Hold: len(hosts) > 1}, &rep)
 		if job != 0 && len(rep.TIDs) > 0 {
+			d.owners.addJobTasks(job, rep.TIDs)
 			// After the answer: a load report the host sent before it
 			// started them has been applied by now, and will not
 			// overwrite this.
@@ -498,6 +502,9 @@ func (d *Daemon) spawn(ctx context.Context, parent task.TID, job uint64, req tas
 			return nil, err
 		}
 		tids, err := d.startLocal(ctx, parent, job, req)
+		if job != 0 {
+			d.owners.addJobTasks(job, tids)
+		}
 		done(tids)
 		if js := d.reg.get(job); js != nil && job != 0 {
 			js.placed(d.cfg.HostID, tids)
@@ -793,6 +800,7 @@ func (d *Daemon) runJob(ctx context.Context, client *peer, a runArgs) (TaskInfo,
 				return TaskInfo{}, err
 			}
 			tids, err = d.startLocal(ctx, 0, js.id, a.Req)
+			d.owners.addJobTasks(js.id, tids)
 			done(tids)
 		}
 		if err != nil {

@@ -172,8 +172,14 @@ func (o *owners) userTasksLocked(name string) int {
 
 // admit reserves n tasks of job (0: none), spawned for who (nil: no
 // person, or the job's owner), against the job's and the person's quotas,
-// or refuses them with ErrLimit. The reservation stays until done records
-// the tasks that started (or none).
+// or refuses them with ErrLimit. The reservation stays until done: done
+// records the tasks outside any job that started (or none), and gives
+// the reservation back. Tasks of a job are recorded by their starter with
+// addJobTasks as soon as they have started, before done: the record says
+// which job a task speaks for (outputClaim), and is taken before the task
+// can speak once its start's answer is in. Between the two, the quotas
+// count those tasks twice (recorded and reserved): a spawn in the same
+// job meanwhile errs on the side of ErrLimit.
 func (o *owners) admit(who *owner, job uint64, n int, q quota) (done func(tids []task.TID), err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -207,9 +213,6 @@ func (o *owners) admit(who *owner, job uint64, n int, q quota) (done func(tids [
 		if o.pendUser[user] -= n; o.pendUser[user] <= 0 {
 			delete(o.pendUser, user)
 		}
-		if job != 0 {
-			o.addJobTasksLocked(job, tids)
-		}
 		o.mu.Unlock()
 		if loose != nil {
 			o.setTasks(tids, *loose)
@@ -232,12 +235,27 @@ func (o *owners) addJobTasksLocked(job uint64, tids []task.TID) {
 	}
 }
 
-// addJobTasks records tasks the master started in job outside admit (a
-// job's root, a restart's tasks).
+// addJobTasks records tasks the master started in job: a spawn's, as
+// each host's answer names them (placeAndStart) or as they start here.
+// A task whose end was heard first (ended) is not recorded.
 func (o *owners) addJobTasks(job uint64, tids []task.TID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.init()
+	o.addJobTasksLocked(job, tids)
+}
+
+// restoreJobTasks records the tasks a restore is about to start in job
+// (restoreSet), before they run: they keep the TIDs of the tasks they
+// were checkpointed from, whose ends, heard before (a rollback waits for
+// them), do not concern them.
+func (o *owners) restoreJobTasks(job uint64, tids []task.TID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.init()
+	for _, t := range tids {
+		delete(o.early, t) // left in earlyList, where it ages out
+	}
 	o.addJobTasksLocked(job, tids)
 }
 

@@ -294,6 +294,7 @@ func TestOwnersCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.addJobTasks(9, []task.TID{task.NewTID(3, 1), task.NewTID(3, 2)}) // as they start
 	done([]task.TID{task.NewTID(3, 1), task.NewTID(3, 2)})
 	if n, jobs := o.held("alice"); n != 4 || jobs != 1 {
 		t.Fatalf("alice holds %d tasks and %d jobs, want 4 and 1", n, jobs)

@@ -169,6 +169,14 @@ func (r *registry) runs(h task.HostID, job uint64) bool {
 	return r.hostJobs[h][job] || r.starting[h][job] > 0
 }
 
+// startingOn reports whether tasks of job are being started on host h:
+// their start's answer, which names them, is not in yet.
+func (r *registry) startingOn(h task.HostID, job uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starting[h][job] > 0
+}
+
 // hostsOf lists the hosts recorded with tasks of job.
 func (r *registry) hostsOf(job uint64) []task.HostID {
 	r.mu.Lock()

@@ -294,17 +294,25 @@ func (d *Daemon) outputClaim(p *peer, e *event) error {
 // asks for, and a task's want of rights is not its host's lie (a task
 // could otherwise have its host cut off from the master).
 //
-// A task whose owner the master does not know may act on any task, as
-// before owners were recorded: a task of a job whose owner is not on
-// record (one running before a master recovery, or started by a program
-// in-process, without a certificate), one spawned outside jobs by no
-// person, or one whose spawn's answer is not in yet.
+// A task whose owner the master does not know may act on any task whose
+// owner it does not know either, as before owners were recorded: a task
+// of a job whose owner is not on record (one running before a master
+// recovery, or started by a program in-process, without a certificate),
+// one spawned outside jobs by no person, or one whose spawn's answer is
+// not in yet. On a task whose owner is on record it may act only while a
+// start of that task's job on its host is under way (its own spawn's
+// answer may not be in yet: unknownMaySpeak's window); otherwise it is
+// refused, and a TID the master never started (made up by its host) is
+// counted against the host as a forgery.
 func (d *Daemon) checkActing(ctx context.Context, p *peer, method string, by, target task.TID) error {
 	if by.IsZero() || by == target || !d.isMaster() || (p != nil && (!judged(p) || p.cert.Master)) {
 		return nil
 	}
 	who, ok := d.taskOwner(by)
-	if !ok || who.admin {
+	if !ok {
+		return d.checkOwnerless(p, method, by, target)
+	}
+	if who.admin {
 		return nil
 	}
 	err := d.checkTaskOwner(ctx, who.name, target)
@@ -329,4 +337,28 @@ func (d *Daemon) taskOwner(t task.TID) (owner, bool) {
 		return d.owners.job(job)
 	}
 	return owner{}, false
+}
+
+// checkOwnerless is checkActing for a task by whose owner the master does
+// not know: it may act on target unless target's owner is on record and
+// no start of target's job on by's host is under way.
+func (d *Daemon) checkOwnerless(p *peer, method string, by, target task.TID) error {
+	if _, owned := d.taskOwner(target); !owned {
+		return nil
+	}
+	job, _ := d.owners.jobOf(target)
+	if p == nil || (job != 0 && d.reg.startingOn(p.info.ID, job)) {
+		return nil
+	}
+	err := fmt.Errorf("%s of %v by %v, a task of no owner on record: %w", method, target, by, ErrForbidden)
+	if _, known := d.owners.jobOf(by); known || d.cfg.Recover {
+		d.noteRefused(p, "call "+method, routing.ClaimAct, by, refuseNotOwner, 1)
+		return err
+	}
+	// A task the master never started (a recovering master knows only
+	// what the hosts brought back): its host made it up.
+	if ferr := d.forged(p, "call "+method, routing.ClaimAct, by, routing.RefuseElsewhere, 1); ferr != nil {
+		p.close(ferr)
+	}
+	return err
 }

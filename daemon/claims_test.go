@@ -803,6 +803,8 @@ func TestForgedKillAndMigrate(t *testing.T) {
 		{"a move as a task of h2", pm, mMigrate, moveTo(bobs)},
 		{"a move as alice's task", pm, mMigrate, moveTo(mine)},
 		{"a kill sent to the task's host", p2, mKill, tidArgs{TID: victim, By: mine}},
+		{"a kill as a task of h3 the master never started", pm, mKill, tidArgs{TID: victim, By: task.NewTID(h3.cfg.HostID, 1<<30)}},
+		{"a move as a task of h3 the master never started", pm, mMigrate, moveTo(task.NewTID(h3.cfg.HostID, 1<<30+1))},
 	}
 	for _, f := range forgeries {
 		if err := h3.callPeer(ctx, f.p, f.method, f.args, nil); !errors.Is(err, ErrForbidden) {
@@ -812,8 +814,8 @@ func TestForgedKillAndMigrate(t *testing.T) {
 	if h2.ht.task(victim) == nil || m.routeHost(victim) != h2.cfg.HostID {
 		t.Fatalf("after refused kills and moves, bob's task %v is not running on h2 (route %v)", victim, m.routeHost(victim))
 	}
-	if n := forgedCount(t, m); n != 6 {
-		t.Errorf("the master counted %v forged claims, want 6", n)
+	if n := forgedCount(t, m); n != 8 {
+		t.Errorf("the master counted %v forged claims, want 8", n)
 	}
 	if n := forgedCount(t, h2); n != 1 {
 		t.Errorf("h2 counted %v forged claims, want 1", n)
@@ -853,8 +855,8 @@ func TestForgedKillAndMigrate(t *testing.T) {
 			t.Errorf("alice's task %v after alice's task killed it: %+v %v", tid, info, err)
 		}
 	}
-	if n := forgedCount(t, m); n != 8 {
-		t.Errorf("the master counted %v refused claims, want 8 (the two of alice's task's too)", n)
+	if n := forgedCount(t, m); n != 10 {
+		t.Errorf("the master counted %v refused claims, want 10 (the two of alice's task's too)", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -327,7 +328,9 @@ type Config struct {
 	// ("ckpt:pause", "ckpt:quiet", "ckpt:write", once the set's directory
 	// is made, and "ckpt:commit"), and of a rollback, before the master
 	// asks the hosts to restore the job ("ckpt:restore"), so that tests
-	// can lose a host there.
+	// can lose a host there; and on a host, once it has served a start of
+	// tasks and before it answers ("start:served"), so that tests can
+	// lose the answer.
 	FaultHook func(point string)
 	// Metrics, if set, receives the daemon's metrics and move events
 	// (package metrics); nil: none are kept.
@@ -641,6 +644,11 @@ type Daemon struct {
 	ht *hosting // task hosting: tasks, registrations, moves' halves here (hosting.go)
 	// shared holds the read-only values its tasks share (task.Shared).
 	shared sharedValues
+	// starts are the starts this daemon served (starts.go); startIDs
+	// numbers the master's starts, from a random base so that a master
+	// started again gives no host an ID it remembers.
+	starts   startRecords
+	startIDs atomic.Uint64
 	// mbMem is the memory of all the tasks' mailboxes (see mailbox.total).
 	mbMem gauge
 	// recvDeferred counts the messages from other daemons turned away
@@ -725,6 +733,7 @@ func newDaemon(cfg Config) *Daemon {
 		met:      cfg.Metrics,
 		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert),
 	}
+	d.startIDs.Store(rand.Uint64())
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})
 	if cfg.Secret != nil {

@@ -277,7 +277,10 @@ func declareMethods() []method {
 		// it placed (counted against the quotas: a host's spawns go
 		// through the master), and watching a task's exit.
 		op(mStart, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
-			tids, err := d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold)
+			tids, err := d.starts.serve(ctx, a.Start, func() ([]task.TID, error) {
+				return d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold)
+			})
+			d.fault("start:served")
 			return tidsReply{TIDs: tids}, err
 		}),
 		op(mSiblings, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *siblingsArgs) (none, error) {

@@ -188,8 +188,7 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		}
 		r := req
 		r.Count, r.Host = n, ""
-		var rep tidsReply
-		err := d.callHost(ctx, h.ID, mStart, spawnArgs{Parent: parent, Req: r, Hold: hold}, &rep)
+		rep, err := d.startOn(ctx, h.ID, spawnArgs{Parent: parent, Req: r, Hold: hold})
 		if len(rep.TIDs) > 0 {
 			started = append(started, h.ID)
 		}

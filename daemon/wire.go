@@ -241,6 +241,9 @@ type (
 		// Hold (mStart) says the spawn spans hosts: the tasks wait for
 		// the master's mSiblings before they run.
 		Hold bool `msgpack:"h,omitempty"`
+		// Start (mStart) is the master's ID of the start: one asked
+		// again answers what the first did (starts.go).
+		Start uint64 `msgpack:"st,omitempty"`
 	}
 	// siblingsArgs are the tasks a spawn started, in spawn order.
 	siblingsArgs struct {

@@ -141,9 +141,10 @@ func (s *WireSizes) SpawnCall(parent task.TID, typ string, state, count int) int
 }
 
 // StartCall is the master's call starting count tasks of a spawn at the
-// host it placed them on.
+// host it placed them on (its start ID drawn from the whole uint64 range,
+// as startOn's are).
 func (s *WireSizes) StartCall(parent task.TID, typ string, state, count int) int {
-	return callLen(mStart, spawnArgs{Parent: parent, Job: 1, Req: task.SpawnRequest{Type: typ, State: make([]byte, state), Count: count}})
+	return callLen(mStart, spawnArgs{Parent: parent, Job: 1, Req: task.SpawnRequest{Type: typ, State: make([]byte, state), Count: count}, Start: 1 << 63})
 }
 
 // TIDsReply is the answer to a spawn or a start: the tasks' TIDs.

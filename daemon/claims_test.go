@@ -49,6 +49,21 @@ func forgeEvent(t *testing.T, from *Daemon, e *event) {
 	}
 }
 
+// falseReport has host h say in a load report that it runs tasks of the
+// jobs own and victim, until master m has taken it: m handles the report
+// after forgeEvent returns, and h's own reports (after a start) may come
+// after it and overwrite it.
+func falseReport(t *testing.T, ctx context.Context, m, h *Daemon, own, victim uint64) {
+	t.Helper()
+	waitFor(t, ctx, "the master to take "+h.cfg.Name+"'s false report", func() bool {
+		if m.reg.runs(h.cfg.HostID, victim) {
+			return true
+		}
+		forgeEvent(t, h, &event{Kind: evLoad, Load: &HostInfo{Name: h.cfg.Name}, Jobs: []uint64{own, victim}})
+		return false
+	})
+}
+
 // reportNames reports whether daemon d's last load report names job.
 func reportNames(d *Daemon, job uint64) bool {
 	d.rep.mu.Lock()
@@ -205,11 +220,7 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	var out syncBuffer
 	const job = 4242
 	m.reg.setOutput(job, &out)
-	mine := startFn(t, m, h3, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	})
+	mine := startFn(t, m, h3, waitPoked)
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: sender, Output: []byte("forged for h2's task\n")})
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: job, TID: mine, Output: []byte("forged into another job\n")})
 	// h3 now runs a task of the job. It must really run one: h3's load
@@ -219,11 +230,7 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	// report taken before the task started may still be on its way after
 	// the start's answer: wait for one that names the job, queued (in
 	// order) before the forged frame that follows.
-	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	}))
+	typ, state, err := task.EncodeState(fn(t, waitPoked))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,11 +256,7 @@ func TestForgedClaimsAreRefused(t *testing.T) {
 	if err := m.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	hold := startFn(t, m, m, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	})
+	hold := startFn(t, m, m, waitPoked)
 	sent := make(chan error, 1)
 	big := startFn(t, m, h2, func(c *task.Ctx, _ int) error {
 		err := c.Send(hold, 1, bytes.Repeat([]byte{7}, 4<<10))
@@ -329,11 +332,7 @@ func TestForgeriesCloseTheConnection(t *testing.T) {
 	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	})
+	victim := startFn(t, m, m, waitPoked)
 	waitKnown(t, ctx, h2, h3.cfg.HostID)
 	p, err := h3.peerFor(ctx, h2.cfg.HostID)
 	if err != nil {
@@ -606,12 +605,7 @@ func TestForgedOutputAfterFalseReport(t *testing.T) {
 	var victimOut syncBuffer
 	const victimJob, ownJob = 4242, 4343
 	m.reg.setOutput(victimJob, &victimOut)
-	block := func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	}
-	typ, state, err := task.EncodeState(fn(t, block))
+	typ, state, err := task.EncodeState(fn(t, waitPoked))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,10 +620,7 @@ func TestForgedOutputAfterFalseReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	loose := tids[0]
-	forgeEvent(t, h3, &event{Kind: evLoad, Load: &HostInfo{Name: h3.cfg.Name}, Jobs: []uint64{ownJob, victimJob}})
-	if !m.reg.runs(h3.cfg.HostID, victimJob) {
-		t.Fatal("the master did not take h3's report: the test forges nothing")
-	}
+	falseReport(t, ctx, m, h3, ownJob, victimJob)
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: inJob, Output: []byte("forged by a task of another job\n")})
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: victimJob, TID: loose, Output: []byte("forged by a task of no job\n")})
 	if s := victimOut.String(); s != "" {
@@ -653,11 +644,7 @@ func TestRefusedClaimsLogRateLimited(t *testing.T) {
 	m, h2, h3 := vm.Daemons[0], vm.Daemons[1], vm.Daemons[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	victim := startFn(t, m, m, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	})
+	victim := startFn(t, m, m, waitPoked)
 	waitKnown(t, ctx, h2, h3.cfg.HostID)
 	const forged = refusalBurst + 10
 	acks := routing.AppendAck(nil, routing.Ack{From: task.NewTID(h2.cfg.HostID, 1), To: victim, Seq: 1})
@@ -700,11 +687,7 @@ func TestForgedSpawnIntoAnotherJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const victimJob, ownJob = 4242, 4343
-	typ, state, err := task.EncodeState(fn(t, func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	}))
+	typ, state, err := task.EncodeState(fn(t, waitPoked))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -879,21 +862,16 @@ func TestForgedTaskOfItsOwnHost(t *testing.T) {
 	var ownOut, victimOut syncBuffer
 	m.reg.setOutput(own.id, &ownOut)
 	m.reg.setOutput(victim.id, &victimOut)
-	block := func(c *task.Ctx, _ int) error {
-		var x int
-		_, err := c.Recv(task.AnyTask, 99, &x)
-		return err
-	}
 	child := fn(t, func(c *task.Ctx, a int) error {
 		c.Printf("child %v", c.MyTID())
-		return block(c, a)
+		return waitPoked(c, a)
 	})
 	parent := fn(t, func(c *task.Ctx, a int) error {
 		c.Printf("parent %v", c.MyTID())
 		if _, err := c.Spawn(child, 1, task.OnHost(h3.cfg.Name)); err != nil {
 			c.Printf("spawn: %v", err)
 		}
-		return block(c, a)
+		return waitPoked(c, a)
 	})
 	typ, state, err := task.EncodeState(parent)
 	if err != nil {
@@ -911,10 +889,7 @@ func TestForgedTaskOfItsOwnHost(t *testing.T) {
 	}
 
 	madeUp := task.NewTID(h3.cfg.HostID, 1<<30)
-	forgeEvent(t, h3, &event{Kind: evLoad, Load: &HostInfo{Name: h3.cfg.Name}, Jobs: []uint64{own.id, victim.id}})
-	if !m.reg.runs(h3.cfg.HostID, victim.id) {
-		t.Fatal("the master did not take h3's report: the test forges nothing")
-	}
+	falseReport(t, ctx, m, h3, own.id, victim.id)
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("forged into another job\n")})
 	forgeEvent(t, h3, &event{Kind: evOutput, Job: own.id, TID: madeUp, Output: []byte("forged into its own job\n")})
 	pm, err := h3.peerFor(ctx, MasterID)
@@ -955,4 +930,12 @@ func TestForgedTaskOfItsOwnHost(t *testing.T) {
 	if n := forgedCount(t, m); n != 4 {
 		t.Errorf("the master counted %v forged claims, want 4", n)
 	}
+}
+
+// waitPoked is a task's body that waits for a message of tag 99 (poke)
+// and ends.
+func waitPoked(c *task.Ctx, _ int) error {
+	var x int
+	_, err := c.Recv(task.AnyTask, 99, &x)
+	return err
 }

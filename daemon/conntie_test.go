@@ -33,11 +33,7 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			m, h := vm.Daemons[0], vm.Daemons[1]
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			release := make(chan struct{})
-			var freed sync.Once
-			free := func() { freed.Do(func() { close(release) }) }
-			t.Cleanup(free) // before the machine halts
-			blocker := fn(t, func(*task.Ctx, int) error { <-release; return nil })
+			blocker, free := blockingTask(t)
 			onM, err := m.SpawnTask(&fnTask{Fn: blocker.Fn})
 			if err != nil {
 				t.Fatal(err)
@@ -93,11 +89,7 @@ func TestCallsSurviveAConnectionTie(t *testing.T) {
 			synctest.Wait()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			release := make(chan struct{})
-			var freed sync.Once
-			free := func() { freed.Do(func() { close(release) }) }
-			t.Cleanup(free) // before the machine halts
-			blocker := fn(t, func(*task.Ctx, int) error { <-release; return nil })
+			blocker, free := blockingTask(t)
 			onM, err := m.SpawnTask(&fnTask{Fn: blocker.Fn})
 			if err != nil {
 				t.Fatal(err)
@@ -473,4 +465,14 @@ func TestRejoinDropsTheMastersEarlierConnection(t *testing.T) {
 			t.Fatal("the registration's connection did not last")
 		}
 	})
+}
+
+// blockingTask returns a task that runs until free is called, and free,
+// which may be called more than once and is called when the test ends
+// (before a machine started earlier in the test halts).
+func blockingTask(t *testing.T) (blocker *fnTask, free func()) {
+	release := make(chan struct{})
+	free = sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	return fn(t, func(*task.Ctx, int) error { <-release; return nil }), free
 }

@@ -67,8 +67,8 @@ func (c *Ctx) Members(group string) ([]TID, error) {
 // a communicator (see Comm.Irecv), the wait is no safe point. Barrier
 // takes no other option.
 func (c *Ctx) Barrier(group string, count int, opts ...Option) error {
-	o, err := options("barrier", opts, optSafe)
-	if err != nil {
+	var o Option
+	if err := o.merge("barrier", opts, optSafe); err != nil {
 		return err
 	}
 	sb, ok := c.ep.(SafeBarrierer)

@@ -86,11 +86,13 @@ const (
 
 var optNames = [...]string{"Safe", "InPlace", "Match", "Timeout", "WithContext"}
 
-// options merges opts for the call named what, which takes the kinds of
-// option in takes; it returns an error naming any other.
-func options(what string, opts []Option, takes int) (Option, error) {
-	var o Option
-	for _, x := range opts {
+// merge merges opts into o (the zero Option) for the call named what,
+// which takes the kinds of option in takes; it returns an error naming
+// any other. It fills o in place: a Send or Recv, which calls it on every
+// call with options, copies no Option back.
+func (o *Option) merge(what string, opts []Option, takes int) error {
+	for i := range opts {
+		x := &opts[i]
 		o.kinds |= x.kinds
 		if x.match != nil {
 			o.match = x.match
@@ -105,14 +107,14 @@ func options(what string, opts []Option, takes int) (Option, error) {
 	if bad := o.kinds &^ takes; bad != 0 {
 		for i, name := range optNames {
 			if bad&(1<<i) != 0 {
-				return o, fmt.Errorf("%s does not take the option %s", what, name)
+				return fmt.Errorf("%s does not take the option %s", what, name)
 			}
 		}
 	}
 	if o.safe() && o.inPlace() {
-		return o, fmt.Errorf("%s: a send cannot be both Safe and InPlace", what)
+		return fmt.Errorf("%s: a send cannot be both Safe and InPlace", what)
 	}
-	return o, nil
+	return nil
 }
 
 // waitContext is the context a call with options o waits under, and its
@@ -187,9 +189,11 @@ type FuncReceiver interface {
 // Send fails with ErrNoSuchTask only for a TID no task can have (the zero
 // TID, AnyTask, a host not in the virtual machine).
 func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
-	o, err := options("send", opts, optSafe|optInPlace|optWait)
-	if err != nil {
-		return err
+	var o Option
+	if len(opts) > 0 {
+		if err := o.merge("send", opts, optSafe|optInPlace|optWait); err != nil {
+			return err
+		}
 	}
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
@@ -268,9 +272,11 @@ func (c *Ctx) Mcast(to []TID, tag int, v any) error {
 // a predicate accepts (pvm_recvf), Timeout (pvm_trecv) and WithContext
 // bound the wait; they combine.
 func (c *Ctx) Recv(from TID, tag int, v any, opts ...Option) (Message, error) {
-	o, err := options("recv", opts, optSafe|optMatch|optWait)
-	if err != nil {
-		return Message{}, err
+	var o Option
+	if len(opts) > 0 {
+		if err := o.merge("recv", opts, optSafe|optMatch|optWait); err != nil {
+			return Message{}, err
+		}
 	}
 	ctx, cancel := c.waitContext(&o)
 	defer cancel()
@@ -287,8 +293,8 @@ func (c *Ctx) Recv(from TID, tag int, v any, opts ...Option) (Message, error) {
 // TryRecv is a Recv that does not wait (pvm_nrecv): ok is false when no
 // message matches. It takes the option Match.
 func (c *Ctx) TryRecv(from TID, tag int, v any, opts ...Option) (m Message, ok bool, err error) {
-	o, err := options("tryrecv", opts, optMatch)
-	if err != nil {
+	var o Option
+	if err := o.merge("tryrecv", opts, optMatch); err != nil {
 		return Message{}, false, err
 	}
 	m, ok, err = c.recv(c.ep.Context(), from, tag, &o, false)
@@ -308,12 +314,19 @@ func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool)
 		return Message{}, false, fmt.Errorf("recv by predicate: this runtime cannot")
 	}
 	if !o.safe() || !wait || !c.mayStop() {
+		var (
+			m   Message
+			ok  bool
+			err error
+		)
 		c.enter()
-		defer c.leave()
 		if o.match != nil {
-			return fr.RecvFunc(ctx, from, tag, o.match, wait)
+			m, ok, err = fr.RecvFunc(ctx, from, tag, o.match, wait)
+		} else {
+			m, ok, err = c.ep.Recv(ctx, from, tag, wait)
 		}
-		return c.ep.Recv(ctx, from, tag, wait)
+		c.leave() // not deferred: the receive a stream makes per message
+		return m, ok, err
 	}
 	for {
 		var (

@@ -270,28 +270,14 @@ func TestRejoinTiesWithTheMastersDial(t *testing.T) {
 		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
 			t.Fatalf("the master dials %s: %v", h.Name(), err)
 		}
-		for h.orphan.Load() { // until the held answer is delivered and taken
-			if ctx.Err() != nil {
-				t.Fatal("the host never registered again")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		synctest.Wait()
+		awaitRegistered(t, ctx, h) // the held answer delivered and taken
 		won := currentPeer(m, h.HostID())
 		if won == reg || !won.dialr || !reg.retired() {
 			t.Fatal("the master's own connection did not win the tie at the master")
 		}
-		hp := currentPeer(h, MasterID)
-		h.nw.mu.Lock()
-		master := h.nw.master
-		h.nw.mu.Unlock()
-		switch {
-		case hp == nil:
-			t.Fatal("the host has no connection to the master")
-		case hp.dialr:
+		hp := hostsMaster(t, h)
+		if hp.dialr {
 			t.Fatal("the host's connection to the master is its registration, which the master retired; want the one the master dialled")
-		case master != hp:
-			t.Fatal("the host's master connection is not its current connection to the master")
 		}
 		time.Sleep(time.Minute) // past any retired connection's handshake timeout
 		synctest.Wait()
@@ -436,28 +422,14 @@ func TestRejoinDropsTheMastersEarlierConnection(t *testing.T) {
 		if early == nil || early.dialr {
 			t.Fatal("the host did not take the master's connection while it had none")
 		}
-		for h.orphan.Load() {
-			if ctx.Err() != nil {
-				t.Fatal("the host never registered again")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		synctest.Wait()
+		awaitRegistered(t, ctx, h)
 		reg := currentPeer(m, h.HostID())
 		if reg == nil || reg.dialr {
 			t.Fatal("the master's connection to the host is not the registration")
 		}
-		hp := currentPeer(h, MasterID)
-		h.nw.mu.Lock()
-		master := h.nw.master
-		h.nw.mu.Unlock()
-		switch {
-		case hp == nil:
-			t.Fatal("the host has no connection to the master")
-		case !hp.dialr || hp.retired():
+		hp := hostsMaster(t, h)
+		if !hp.dialr || hp.retired() {
 			t.Fatal("the host's connection to the master is not its registration")
-		case master != hp:
-			t.Fatal("the host's master connection is not its current connection to the master")
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
@@ -475,4 +447,34 @@ func blockingTask(t *testing.T) (blocker *fnTask, free func()) {
 	free = sync.OnceFunc(func() { close(release) })
 	t.Cleanup(free)
 	return fn(t, func(*task.Ctx, int) error { <-release; return nil }), free
+}
+
+// awaitRegistered waits until host h, looking for a master, has
+// registered again, and for what that set going to settle.
+func awaitRegistered(t *testing.T, ctx context.Context, h *Daemon) {
+	t.Helper()
+	for h.orphan.Load() {
+		if ctx.Err() != nil {
+			t.Fatal("the host never registered again")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	synctest.Wait()
+}
+
+// hostsMaster is host h's current connection to the master, which must
+// be the one h holds as its master's.
+func hostsMaster(t *testing.T, h *Daemon) *peer {
+	t.Helper()
+	hp := currentPeer(h, MasterID)
+	h.nw.mu.Lock()
+	master := h.nw.master
+	h.nw.mu.Unlock()
+	switch {
+	case hp == nil:
+		t.Fatal("the host has no connection to the master")
+	case master != hp:
+		t.Fatal("the host's master connection is not its current connection to the master")
+	}
+	return hp
 }

@@ -66,7 +66,6 @@ func (w *world) nodeName(id task.HostID) string {
 // planFaults draws the run's faults from the seed.
 func (w *world) planFaults() {
 	f, n := w.cfg.Faults, &w.net
-	n.last, n.lastCtl, n.lastAny = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
 	pick := func(xs ...float64) float64 { return xs[w.rng.IntN(len(xs))] }
 	if f&FaultLoss != 0 {
 		n.loss = pick(0.01, 0.05, 0.15)

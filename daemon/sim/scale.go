@@ -1,11 +1,9 @@
 package sim
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -171,21 +169,8 @@ func Scale(cfg ScaleConfig) (ScaleResult, error) {
 		cfg.Wire = zeroWire{}
 	}
 	vcfg := Config{Seed: cfg.Seed, Hosts: cfg.Hosts, MaxTime: 1 << 62, MaxEvents: 1<<63 - 1}.withDefaults()
-	w := &world{
-		cfg:   vcfg,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5ca1e5ca1e5ca1e5)),
-		trace: sha256.New(),
-		yield: make(chan *stask),
-		pairs: map[[2]task.TID]uint64{},
-		scale: true,
-		meter: newMeter(cfg.Wire, cfg.Hosts),
-	}
-	w.net.last, w.net.lastCtl, w.net.lastAny = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
-	w.master = newMaster(w)
-	w.master.ckInit()
-	for i := range cfg.Hosts {
-		w.hosts = append(w.hosts, newHost(w, task.HostID(i+1)))
-	}
+	w := newWorld(vcfg, 0x5ca1e5ca1e5ca1e5)
+	w.scale, w.meter = true, newMeter(cfg.Wire, cfg.Hosts)
 	res := &ScaleResult{Hosts: cfg.Hosts, Tasks: cfg.Tasks, Moves: cfg.Moves, Idle: cfg.Idle,
 		IdleMS: float64(cfg.Idle) / float64(time.Millisecond), Seed: cfg.Seed}
 	s := &scaleRun{w: w, cfg: cfg, res: res, start: time.Now()}

@@ -205,23 +205,34 @@ type world struct {
 	pairs map[[2]task.TID]uint64
 }
 
-// Run runs program root on a simulated virtual machine under cfg and
-// returns what it came to. It is deterministic: the same Config and
-// program give the same Result, TraceHash included.
-func Run(cfg Config, root task.Task) Result {
-	cfg = cfg.withDefaults()
+// newWorld is a virtual machine of cfg.Hosts hosts and its master, its
+// choices drawn from cfg.Seed with salt (one per kind of run, so that a
+// scale run and a program's run of one seed draw apart), no fault
+// planned yet.
+func newWorld(cfg Config, salt uint64) *world {
 	w := &world{
 		cfg:   cfg,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^salt)),
 		trace: sha256.New(),
 		yield: make(chan *stask),
 		pairs: map[[2]task.TID]uint64{},
 	}
+	n := &w.net
+	n.last, n.lastCtl, n.lastAny = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
 	w.master = newMaster(w)
 	w.master.ckInit()
 	for i := range cfg.Hosts {
 		w.hosts = append(w.hosts, newHost(w, task.HostID(i+1)))
 	}
+	return w
+}
+
+// Run runs program root on a simulated virtual machine under cfg and
+// returns what it came to. It is deterministic: the same Config and
+// program give the same Result, TraceHash included.
+func Run(cfg Config, root task.Task) Result {
+	cfg = cfg.withDefaults()
+	w := newWorld(cfg, 0x9e3779b97f4a7c15)
 	w.planFaults()
 	w.startRoot(root)
 	w.loop()

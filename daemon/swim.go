@@ -92,17 +92,12 @@ type swimHost struct {
 	// time each), under mu.
 	mu      sync.Mutex
 	dialing map[task.HostID]bool
-	// reports are the reports to the master waiting to go, by the host
-	// they are about, under mu: one call at a time each (see swimReport).
-	reports map[task.HostID]*reportQueue
+	// reports holds, under mu, a key for each host a report call to the
+	// master is under way about, and the report that waits for it (nil:
+	// none): one call at a time each (see swimReport).
+	reports map[task.HostID]*swimUpdate
 	// reportCalls counts the report calls made to the master.
 	reportCalls atomic.Int64
-}
-
-// reportQueue is the report about one host that waits while an earlier
-// one is sent (next, nil: none).
-type reportQueue struct {
-	next *swimUpdate
 }
 
 // swimIn is an event for a host's swim loop. deleted says the master
@@ -250,26 +245,26 @@ func (d *Daemon) swimPerform(effs []swim.Effect) {
 func (d *Daemon) swimReport(u swimUpdate) {
 	sw := d.sw
 	sw.mu.Lock()
-	if q := sw.reports[u.Host]; q != nil {
-		q.next = &u
+	if _, busy := sw.reports[u.Host]; busy {
+		sw.reports[u.Host] = &u
 		sw.mu.Unlock()
 		return
 	}
 	if sw.reports == nil {
-		sw.reports = map[task.HostID]*reportQueue{}
+		sw.reports = map[task.HostID]*swimUpdate{}
 	}
-	sw.reports[u.Host] = &reportQueue{}
+	sw.reports[u.Host] = nil
 	sw.mu.Unlock()
 	d.goFunc(func() {
 		for next := &u; next != nil; {
 			sw.reportCalls.Add(1)
 			d.swimCall(mSwimReport, *next)
 			sw.mu.Lock()
-			q := sw.reports[u.Host]
-			if next = q.next; next == nil {
+			if next = sw.reports[u.Host]; next == nil {
 				delete(sw.reports, u.Host)
+			} else {
+				sw.reports[u.Host] = nil
 			}
-			q.next = nil
 			sw.mu.Unlock()
 		}
 	})

@@ -483,8 +483,8 @@ func TestSwimReportsToASlowMasterDoNotPileUp(t *testing.T) {
 		}
 		h2.swimPerform(effs)
 		h2.sw.mu.Lock()
-		q := h2.sw.reports[about]
-		waiting := q != nil && q.next != nil && q.next.Inc == reports-1
+		next := h2.sw.reports[about]
+		waiting := next != nil && next.Inc == reports-1
 		h2.sw.mu.Unlock()
 		if !waiting {
 			t.Fatalf("after %d reports the newest does not wait for the first's call", reports)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,15 +141,21 @@ func TestRestartCheckpointOwner(t *testing.T) {
 		restarted <- err
 	}()
 	var again uint64
-	waitFor(t, ctx, "the restarted job", func() bool {
+	// The job's owner is recorded as the restart is admitted, before its
+	// tasks are restored: wait until its root runs, so that a kill finds it.
+	waitFor(t, ctx, "the restarted job's root to run", func() bool {
 		m.owners.mu.Lock()
-		defer m.owners.mu.Unlock()
 		for j, o := range m.owners.jobs {
 			if j != job && o.name == "bob" {
 				again = j
 			}
 		}
-		return again != 0
+		m.owners.mu.Unlock()
+		if again == 0 {
+			return false
+		}
+		ts, err := m.AllTasks(ctx, false)
+		return err == nil && slices.ContainsFunc(ts, func(ti TaskInfo) bool { return ti.Job == again })
 	})
 	if _, err := alice.KillJob(ctx, again); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("alice killed bob's restarted job: %v", err)

@@ -78,7 +78,8 @@
 // incarnation (or whom the master says it deleted, whatever its
 // incarnation) does not refute: it asks the master to take it back
 // (EffRejoin, again every RejoinEvery), and once answered (EvRejoined)
-// comes back with an incarnation above the one it died at. The master's
+// comes back with an incarnation above the one it died at, which it
+// reports to the master (taken back at none of its own). The master's
 // lost-host path has by then given its tasks up, and the host stops them
 // before it rejoins: nothing runs twice.
 //
@@ -86,7 +87,10 @@
 //
 // The Referee takes the reports of members only (a deleted host's report
 // is answered with its deletion, so it rejoins). A suspicion is shown to
-// operators, a refutation clears it. A reported death starts a check: the
+// operators, a refutation clears it. A suspicion with no death reported
+// after the longest suspicion timeout and a ReportEvery is checked as a
+// reported death is: the refutation, told to the master by one report,
+// may have been lost. A reported death starts a check: the
 // master sends the accused a check (EvCheck) up to CheckTries times,
 // CheckTimeout apart, over its own connection to the host. An answer ends
 // it — the accused has refuted, and the reporters are told so

@@ -561,7 +561,13 @@ func (n *Node) Step(now time.Time, ev Event) []Effect {
 		if n.rejoining {
 			n.rejoining = false
 			n.inc = max(n.inc, n.deadInc) + 1
-			n.enqueue(Update{State: Alive, Host: n.self, Inc: n.inc, From: n.self})
+			u := Update{State: Alive, Host: n.self, Inc: n.inc, From: n.self}
+			n.enqueue(u)
+			// The master took the host back at no incarnation of its
+			// own: told the new one, it drops a suspicion of the old
+			// one (a peer that could not reach the host while it
+			// registered again), which no refutation would answer.
+			n.out = append(n.out, Effect{Kind: EffReport, Update: u})
 		}
 	case EvForget:
 		if ev.Host != n.self {

@@ -118,6 +118,14 @@ type refHost struct {
 	inc   uint32
 	state State // Alive or Suspect: shown; a deleted host has no record
 	check *check
+	// recheck is when a suspicion shown with no death reported since is
+	// checked by the master itself (zero: none shown, or checked
+	// already): the accused's refutation, told to the master by one
+	// report that may be lost, or the death, reported within the
+	// longest suspicion timeout and a report period, would have come by
+	// then. Without it, a lost refutation would leave the host shown
+	// suspected for good.
+	recheck time.Time
 }
 
 // check is the verification of a reported death.
@@ -155,6 +163,9 @@ func (r *Referee) Next() time.Time {
 		if c := x.check; c != nil && (t.IsZero() || c.next.Before(t)) {
 			t = c.next
 		}
+		if x.check == nil && !x.recheck.IsZero() && (t.IsZero() || x.recheck.Before(t)) {
+			t = x.recheck
+		}
 	}
 	return t
 }
@@ -188,11 +199,24 @@ func (r *Referee) Step(now time.Time, ev RefEvent) []RefEffect {
 			out = r.show(ev.Host, x, Alive, out)
 		}
 	}
-	var due []task.HostID
+	var stale, due []task.HostID
 	for h, x := range r.hosts {
+		if x.check == nil && !x.recheck.IsZero() && !now.Before(x.recheck) {
+			stale = append(stale, h)
+		}
 		if x.check != nil && !now.Before(x.check.next) {
 			due = append(due, h)
 		}
+	}
+	slices.Sort(stale)
+	for _, h := range stale {
+		// Shown suspected, and no death reported since: checked as a
+		// reported death is, with no reporter to tell the outcome.
+		x := r.hosts[h]
+		x.recheck = time.Time{}
+		r.seq++
+		x.check = &check{seq: r.seq, inc: x.inc, tries: 1, next: now.Add(r.cfg.CheckTimeout)}
+		out = append(out, RefEffect{Kind: RefCheck, Host: h, Seq: r.seq, Inc: x.inc})
 	}
 	slices.Sort(due)
 	for _, h := range due {
@@ -272,6 +296,10 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 		return r.show(u.Host, x, Alive, out)
 	case Suspect:
 		x.inc = u.Inc
+		if x.check == nil && x.state == Alive {
+			_, hi, _ := suspicionBounds(r.cfg, len(r.hosts))
+			x.recheck = now.Add(hi + r.cfg.ReportEvery)
+		}
 		return r.show(u.Host, x, Suspect, out)
 	case Dead:
 		x.inc = u.Inc
@@ -282,6 +310,7 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 			return out
 		}
 		r.seq++
+		x.recheck = time.Time{}
 		x.check = &check{seq: r.seq, inc: u.Inc, tries: 1, next: now.Add(r.cfg.CheckTimeout), reporters: []task.HostID{from}}
 		out = r.show(u.Host, x, Suspect, out)
 		return append(out, RefEffect{Kind: RefCheck, Host: u.Host, Seq: r.seq, Inc: u.Inc})
@@ -290,6 +319,9 @@ func (r *Referee) report(now time.Time, from task.HostID, u Update, out []RefEff
 }
 
 func (r *Referee) show(h task.HostID, x *refHost, s State, out []RefEffect) []RefEffect {
+	if s == Alive {
+		x.recheck = time.Time{}
+	}
 	if x.state == s {
 		return out
 	}

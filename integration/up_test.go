@@ -456,6 +456,12 @@ func TestReadmeManyHosts(t *testing.T) {
 	if !strings.Contains(p.err.String(), "export DPVM_MASTER=10.213.0.1:7070 ") {
 		t.Errorf("dpvm up printed no export of the master's address:\n%s", p.err.String())
 	}
+	// up's host table: the host IDs follow the hostfile.
+	for i := 1; i <= 3; i++ {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^h%d +node%d( \(master\))? +10\.213\.0\.%d:7070 `, i, i, i)).MatchString(p.out.String()) {
+			t.Errorf("dpvm up's table has no h%d node%d at 10.213.0.%d:\n%s", i, i, i, p.out.String())
+		}
+	}
 
 	// Three daemons ran, one a host, and none is left; nor is a
 	// credential.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,10 +27,15 @@ func sshdBin() string {
 }
 
 // startSSHD starts an sshd in host namespace i, listening on its address,
-// that lets in the key whose public half is in authorized; it is killed
-// when the test ends.
+// that lets in the key whose public half is in authorized and runs every
+// command in a login directory of that host's own, dir/homeI, as on a
+// machine of its own; it is killed when the test ends.
 func startSSHD(t *testing.T, ns *netns, i int, dir, sshd, authorized string) {
 	t.Helper()
+	home := filepath.Join(dir, fmt.Sprintf("home%d", i))
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	hostKey := filepath.Join(dir, fmt.Sprintf("host%d_key", i))
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", hostKey).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
@@ -47,7 +53,8 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 LogLevel ERROR
-`, i, hostKey, authorized)
+ForceCommand cd %s && eval "$SSH_ORIGINAL_COMMAND"
+`, i, hostKey, authorized, home)
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -352,5 +359,134 @@ func TestUpFirstContact(t *testing.T) {
 	}
 	if table.Master != "10.213.0.1:7070" || len(table.Hosts) != 2 || table.Hosts[1].Addr != "10.213.0.2:7070" {
 		t.Fatalf("dpvm up through aliases: %+v", table)
+	}
+}
+
+// TestReadmeManyHosts runs the front README's "With a hostfile" commands
+// as written on three fresh hosts (network namespaces, each with an sshd,
+// a login directory of its own and no dpvm): ssh knows none of their keys
+// and reaches them by the aliases node1..node3 of an ssh configuration (an
+// ssh on the PATH that reads it stands in for ~/.ssh/config), and the one
+// dpvm on the PATH is the binary under test. The export line is the one
+// 'dpvm up' prints, as the README says. The NPB run verifies, and after
+// 'dpvm down' no daemon and no credential is left on the hosts.
+func TestReadmeManyHosts(t *testing.T) {
+	ns, dir, id := sshHosts(t, 3)
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "**With a hostfile.**")
+	if ok {
+		_, block, ok = strings.Cut(block, "```sh\n")
+	}
+	if !ok {
+		t.Fatal("the README's \"With a hostfile\" has no sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+
+	// The user's ssh configuration and PATH.
+	work := filepath.Join(dir, "work")
+	bin := filepath.Join(dir, "bin")
+	for _, d := range []string{work, bin} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(dir, "ssh_config")
+	var cfg strings.Builder
+	for i := 1; i <= 3; i++ {
+		fmt.Fprintf(&cfg, "Host node%d\n  HostName 10.213.0.%d\n", i, i)
+	}
+	fmt.Fprintf(&cfg, "Host *\n  IdentityFile %s\n  UserKnownHostsFile %s\n  LogLevel ERROR\n  ConnectTimeout 5\n", id, filepath.Join(dir, "known_hosts"))
+	if err := os.WriteFile(config, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sshPath, err := exec.LookPath("ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "ssh"), []byte("#!/bin/sh\nexec "+sshPath+" -F "+config+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dpvmBin, filepath.Join(bin, "dpvm")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The block as a script: each command as written (its comment
+	// dropped), 'dpvm up' keeping what it prints, and the export line
+	// replaced by the one up printed.
+	script := []string{"set -eu"}
+	comment := regexp.MustCompile(`\s+#\s.*$`)
+	exported := false
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		line = comment.ReplaceAllString(line, "")
+		switch {
+		case strings.HasPrefix(line, "dpvm up "):
+			script = append(script, line+" 2>up.err || { cat up.err >&2; exit 1; }", "cat up.err >&2")
+		case strings.HasPrefix(line, "export DPVM_MASTER="):
+			script = append(script, `line=$(grep -E '^ +export DPVM_MASTER=[^ ]+ DPVM_CREDENTIAL=' up.err)`, `eval "$line"`, `echo "$line" >&2`)
+			exported = true
+		case strings.HasPrefix(line, "dpvm down "):
+			// What 'dpvm up' started, to check it is gone after down.
+			script = append(script, `cat "$XDG_STATE_HOME"/dpvm/up-*.json > up.state`, line)
+		default:
+			script = append(script, line)
+		}
+	}
+	if !exported {
+		t.Fatalf("the README's block exports no DPVM_MASTER:\n%s", block)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns.names[0], "sh", "-c", strings.Join(script, "\n"))
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "XDG_STATE_HOME="+filepath.Join(dir, "state"))
+	p := startCmd(t, "the README's commands", cmd)
+	t.Cleanup(func() { // stops what is left should the script fail
+		c := exec.Command("ip", "netns", "exec", ns.names[0], dpvmBin, "down", filepath.Join(work, "hosts.txt"), "--stop-grace", "1s")
+		c.Env = cmd.Env
+		c.Dir = work
+		_ = c.Run()
+	})
+	if code := p.wait(); code != 0 {
+		t.Fatalf("the README's commands exited %d\n%s\n%s", code, p.out.String(), p.err.String())
+	}
+	if out := p.out.String(); !strings.Contains(out, "SUCCESSFUL") || strings.Contains(out, "UNSUCCESSFUL") {
+		t.Fatalf("the NPB run did not verify:\n%s", out)
+	}
+	if !strings.Contains(p.err.String(), "export DPVM_MASTER=10.213.0.1:7070 ") {
+		t.Errorf("dpvm up printed no export of the master's address:\n%s", p.err.String())
+	}
+	// up's host table: the host IDs follow the hostfile.
+	for i := 1; i <= 3; i++ {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^h%d +node%d( \(master\))? +10\.213\.0\.%d:7070 `, i, i, i)).MatchString(p.out.String()) {
+			t.Errorf("dpvm up's table has no h%d node%d at 10.213.0.%d:\n%s", i, i, i, p.out.String())
+		}
+	}
+
+	// Three daemons ran, one a host, and none is left; nor is a
+	// credential.
+	var st struct {
+		Hosts []struct {
+			Name string `json:"name"`
+			PID  int    `json:"pid"`
+		} `json:"hosts"`
+	}
+	sb, err := os.ReadFile(filepath.Join(work, "up.state"))
+	if err == nil {
+		err = json.Unmarshal(sb, &st)
+	}
+	if err != nil || len(st.Hosts) != 3 {
+		t.Fatalf("dpvm up's state: %v %+v\n%s", err, st, sb)
+	}
+	for i, h := range st.Hosts {
+		if h.Name != fmt.Sprintf("node%d", i+1) || h.PID <= 0 || !processGone(h.PID) {
+			t.Errorf("host %d after down: %+v (gone: %v)", i+1, h, h.PID > 0 && processGone(h.PID))
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		pems, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("home%d", i), ".dpvm", "*.pem"))
+		if len(pems) != 0 {
+			t.Errorf("credentials left on node%d: %v", i, pems)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/urfave/cli/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -363,4 +365,153 @@ func derefMode(m *int32) int32 {
 		return 0
 	}
 	return *m
+}
+
+// kubeShims stand in for docker and kubectl when the README's Kubernetes
+// commands run: kubectl create secret generic NAME --from-file=... writes
+// the Secret's files into secrets/NAME (KEY=FILE, FILE, or every file of
+// DIR/); apply and exec need a cluster and do nothing; anything else fails.
+const kubeShims = `set -eu
+docker() { :; }
+kubectl() {
+	case "$1 ${2:-}" in
+	"create secret")
+		[ "$3" = generic ] || { echo "kubectl shim: $*" >&2; return 1; }
+		name=$4; shift 4
+		mkdir -p "secrets/$name"
+		for a; do
+			case $a in
+			--from-file=*=*) kv=${a#--from-file=}; cp "${kv#*=}" "secrets/$name/${kv%%=*}" ;;
+			--from-file=*/) cp "${a#--from-file=}"* "secrets/$name/" ;;
+			--from-file=*) cp "${a#--from-file=}" "secrets/$name/" ;;
+			*) echo "kubectl shim: $a" >&2; return 1 ;;
+			esac
+		done ;;
+	"apply -f"|"exec "*) ;;
+	*) echo "kubectl shim: $*" >&2; return 1 ;;
+	esac
+}
+`
+
+// TestKubernetesSecretsRun runs the README's Kubernetes commands (dpvm
+// itself, the shell around it, and docker and kubectl as kubeShims) in a
+// temporary directory, then gives every pod of the manifest the files of
+// its Secret at its mount and runs the daemon's own checks on its
+// arguments as it starts: its credential loads, is a daemon's, names the
+// pod and is the master's exactly on the master; the master's cluster
+// secret loads; the metrics endpoint, reachable from the kubelet, has its
+// token.
+func TestKubernetesSecretsRun(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(deployDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block string
+	for _, b := range strings.Split(string(readme), "```")[1:] {
+		if strings.Contains(b, "kubectl apply -f") && strings.Contains(b, "dpvm keygen") {
+			block = strings.TrimPrefix(b, "\n")
+			break
+		}
+	}
+	if block == "" {
+		t.Fatal("the README has no block of Kubernetes commands")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(bin, "dpvm")); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("sh", "-c", kubeShims+block)
+	sh.Dir = dir
+	sh.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("the README's Kubernetes commands: %v\n%s", err, out)
+	}
+
+	objs := decodeManifest(t, filepath.Join(deployDir, "kubernetes", "dpvm.yaml"))
+	for _, s := range objs.sets {
+		pod := s.Spec.Template.Spec
+		c := pod.Containers[0]
+		secrets := map[string]string{} // mount path: the Secret's files here
+		for _, m := range c.VolumeMounts {
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.Secret != nil {
+					secrets[m.MountPath] = filepath.Join(dir, "secrets", v.Secret.SecretName)
+				}
+			}
+		}
+		if len(secrets) == 0 {
+			t.Fatalf("%s mounts no Secret", s.Name)
+		}
+		replicas := int32(1)
+		if s.Spec.Replicas != nil {
+			replicas = *s.Spec.Replicas
+		}
+		for r := range replicas {
+			podName := fmt.Sprintf("%s-%d", s.Name, r)
+			vars := map[string]string{}
+			for _, e := range c.Env {
+				vars[e.Name] = e.Value
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					vars[e.Name] = podName
+				}
+				if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+					vars[e.Name] = "2"
+				}
+			}
+			var args []string
+			for _, a := range c.Args {
+				a = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(a, func(ref string) string { return vars[ref[2:len(ref)-1]] })
+				for mount, local := range secrets {
+					if strings.HasPrefix(a, mount+"/") {
+						a = local + strings.TrimPrefix(a, mount)
+					}
+				}
+				args = append(args, a)
+			}
+			if err := daemonPreflight(args); err != nil {
+				t.Errorf("pod %s: dpvm %s: %v", podName, strings.Join(args, " "), err)
+			}
+		}
+	}
+}
+
+// daemonPreflight parses args with the daemon command's flags and makes
+// the checks the daemon makes of them before it starts, without starting
+// it.
+func daemonPreflight(args []string) error {
+	cmd := daemonCommand()
+	cmd.Action = func(c *cli.Context) error {
+		cred, err := loadCredential(c)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cred.Role != pki.RoleDaemon:
+			return fmt.Errorf("%s: a %s certificate", c.String("credential"), cred.Role)
+		case c.String("name") != "" && c.String("name") != cred.Name:
+			return fmt.Errorf("--name %s: the certificate names %s", c.String("name"), cred.Name)
+		case cred.Master != c.Bool("master"):
+			return fmt.Errorf("--master %v: the certificate's master mark is %v", c.Bool("master"), cred.Master)
+		}
+		if c.Bool("master") {
+			if _, err := pki.LoadKeyring(c.String("secret")); err != nil {
+				return err
+			}
+		}
+		if _, err := statusToken(c); err != nil {
+			return err
+		}
+		_, err = endpointTokens(c)
+		return err
+	}
+	app := &cli.App{Name: "dpvm", Writer: io.Discard, ErrWriter: io.Discard, Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+	return app.Run(append([]string{"dpvm"}, args...))
 }

@@ -120,48 +120,72 @@ func (h *daemonHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // started tells the health probes that d runs.
 func (o *observers) started(d *daemon.Daemon) { o.health.d.Store(d) }
 
+// endpoint is an HTTP endpoint of the daemon besides the status page:
+// its address flag, the name of its -public and -token-file flags, what it
+// serves and the path printed when it starts.
+type endpoint struct{ flag, name, what, path string }
+
+var endpoints = []endpoint{
+	{"metrics-listen", "metrics", "metrics", "/metrics"},
+	{"pprof", "pprof", "profiles", "/debug/pprof/"},
+}
+
+// endpointTokens checks the flags of the endpoints asked for, as the
+// daemon does before it starts: an address other hosts can reach needs its
+// -public flag and a token read from its -token-file. It returns each
+// endpoint's token ("" for none) by flag.
+func endpointTokens(c *cli.Context) (map[string]string, error) {
+	tokens := map[string]string{}
+	for _, e := range endpoints {
+		addr := c.String(e.flag)
+		if addr == "" {
+			continue
+		}
+		if err := metrics.CheckLoopback(addr, c.Bool(e.name+"-public")); err != nil {
+			return nil, fmt.Errorf("--%s: %w", e.flag, err)
+		}
+		token, err := endpointToken(c, e.name, "an exposed "+e.what+" endpoint")
+		if err != nil {
+			return nil, err
+		}
+		tokens[e.flag] = token
+	}
+	return tokens, nil
+}
+
 // startObservers checks the observability flags and starts the servers
 // they ask for: metrics from m (made by the caller when --metrics-listen
 // is given), with the daemon's health at /healthz; profiles. Each one's
 // address is printed on w.
 func startObservers(c *cli.Context, m *metrics.Metrics, w io.Writer) (*observers, error) {
+	tokens, err := endpointTokens(c)
+	if err != nil {
+		return nil, err
+	}
 	o := &observers{}
-	// Health probes need no token; metrics and events do, when one is set.
-	metricsHandler := func(token string) http.Handler {
-		mux := http.NewServeMux()
-		mux.Handle("GET "+healthPath, &o.health)
-		mux.Handle("/", metrics.RequireToken(metrics.Handler(m), token))
-		return mux
+	// Made only for the endpoints asked for: m is nil without metrics.
+	handlers := map[string]func() http.Handler{
+		"metrics-listen": func() http.Handler {
+			// Health probes need no token; metrics and events do, when one is set.
+			mux := http.NewServeMux()
+			mux.Handle("GET "+healthPath, &o.health)
+			mux.Handle("/", metrics.RequireToken(metrics.Handler(m), tokens["metrics-listen"]))
+			return mux
+		},
+		"pprof": func() http.Handler { return metrics.RequireToken(metrics.PprofHandler(), tokens["pprof"]) },
 	}
-	type srv struct {
-		flag, name, addr string
-		public           bool
-		h                func(token string) http.Handler
-		path, what       string
-	}
-	for _, s := range []srv{
-		{"--metrics-listen", "metrics", c.String("metrics-listen"), c.Bool("metrics-public"), metricsHandler, "/metrics", "metrics"},
-		{"--pprof", "pprof", c.String("pprof"), c.Bool("pprof-public"), func(token string) http.Handler { return metrics.RequireToken(metrics.PprofHandler(), token) }, "/debug/pprof/", "profiles"},
-	} {
-		if s.addr == "" {
+	for _, e := range endpoints {
+		addr := c.String(e.flag)
+		if addr == "" {
 			continue
 		}
-		if err := metrics.CheckLoopback(s.addr, s.public); err != nil {
-			o.close()
-			return nil, fmt.Errorf("%s: %w", s.flag, err)
-		}
-		token, err := endpointToken(c, s.name, "an exposed "+s.what+" endpoint")
+		server, err := metrics.Serve(addr, handlers[e.flag]())
 		if err != nil {
 			o.close()
-			return nil, err
-		}
-		server, err := metrics.Serve(s.addr, s.h(token))
-		if err != nil {
-			o.close()
-			return nil, fmt.Errorf("%s: %w", s.flag, err)
+			return nil, fmt.Errorf("--%s: %w", e.flag, err)
 		}
 		o.servers = append(o.servers, server)
-		fmt.Fprintf(w, "dpvm daemon: %s on http://%s%s\n", s.what, server.Addr(), s.path)
+		fmt.Fprintf(w, "dpvm daemon: %s on http://%s%s\n", e.what, server.Addr(), e.path)
 	}
 	return o, nil
 }

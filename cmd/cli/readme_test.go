@@ -347,7 +347,11 @@ func proseParagraphs(md string) []string {
 
 var (
 	isoDate = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}\b`)
-	hexWord = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
+	// A date with its month's name ("28 November"; "Nov 28, 2026", with
+	// its year, since "March 3" may be a verb and a number) or a time of
+	// day in UTC ("14:52 UTC").
+	namedDate = regexp.MustCompile(`\b\d{1,2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\b|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2},? \d{4}\b|\b\d{1,2}:\d{2}(:\d{2})?( ?[–-] ?\d{1,2}:\d{2}(:\d{2})?)? UTC\b`)
+	hexWord   = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
 )
 
 // notCommits are words of hexadecimal digits that name something other
@@ -355,10 +359,13 @@ var (
 var notCommits = []string{"ed25519"}
 
 // datedNarrative returns what makes a prose paragraph narrate a run: an
-// ISO date, or a word of 7 to 40 hexadecimal digits holding both a digit
+// ISO date, a date with its month's name, a time of day in UTC, or a word of 7 to 40 hexadecimal digits holding both a digit
 // and a letter (a commit). It returns "" for a paragraph that does not.
 func datedNarrative(p string) string {
 	if d := isoDate.FindString(p); d != "" {
+		return d
+	}
+	if d := namedDate.FindString(p); d != "" {
 		return d
 	}
 	for _, w := range hexWord.FindAllString(p, -1) {
@@ -374,14 +381,17 @@ func TestDatedNarrative(t *testing.T) {
 		"Measured on 2026-11-28:\n\n" +
 		"| figure | value | date |\n|---|---|---|\n| one-way 8 B | 8.8 µs | 2026-11-25 |\n\n" +
 		"```\n$ git log 90e54e0 --since 2026-11-01\n```\n\n" +
-		"Keys are ed25519; the seed is 314159265; the build deadbee has no digit.\n"
+		"Keys are ed25519; the seed is 314159265; the build deadbee has no digit.\n\n" +
+		"On 28 November the table moved.\n\nRun at 14:52–14:54 UTC on machine B.\n\n" +
+		"Migrations fall between 10:00 and 19:00; March 3 tasks along the ring.\n\n" +
+		"Taken Nov 28, 2026.\n"
 	var got []string
 	for _, p := range proseParagraphs(md) {
 		if w := datedNarrative(p); w != "" {
 			got = append(got, w)
 		}
 	}
-	if want := []string{"90e54e0", "2026-11-28"}; !slices.Equal(got, want) {
+	if want := []string{"90e54e0", "2026-11-28", "28 November", "14:52–14:54 UTC", "Nov 28, 2026"}; !slices.Equal(got, want) {
 		t.Errorf("dated paragraphs found %q, want %q", got, want)
 	}
 }

@@ -41,7 +41,7 @@ func vmWithAMove(t *testing.T, token string) (string, task.TID) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	vm, err := daemon.StartLocalVM(ctx, 3, daemon.Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	vm, err := daemon.StartLocalVM(ctx, 3, daemon.Config{Speed: 0.584990766007926, Metrics: metrics.New(metrics.Options{NoRuntime: true})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,8 @@ func TestStatusToken(t *testing.T) {
 
 // TestStatusPageInChromium loads the page in headless Chromium (Debian's
 // chromium package), lets its script fetch the state, and checks the move
-// and the hosts are on the page; it saves a screenshot (-screenshot).
+// and the hosts are on the page, each host's speed as dpvm conf prints it;
+// it saves a screenshot (-screenshot).
 func TestStatusPageInChromium(t *testing.T) {
 	browser, err := exec.LookPath("chromium")
 	if err != nil {
@@ -158,7 +159,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		return string(out)
 	}
 	dom := run("--dump-dom", url)
-	for _, want := range []string{"h1 (master)", ">h2<", ">h3<", tid.String(), "h2 → h3", ">committed<", ">direct<", "Job checkpoint progress", ">none<"} {
+	for _, want := range []string{"h1 (master)", ">h2<", ">h3<", tid.String(), "h2 → h3", ">committed<", ">direct<", "Job checkpoint progress", ">none<", `<td class="num">0.585</td>`} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page lacks %q:\n%s", want, dom)
 		}

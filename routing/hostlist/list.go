@@ -228,4 +228,3 @@ func (l *List) set(e Entry, ch []Change) []Change {
 	}
 	return ch
 }
-

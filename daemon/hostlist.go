@@ -133,6 +133,7 @@ func (d *Daemon) sendHostList(p *peer) {
 		return
 	}
 	p.frame(routing.KindEvent, e)
+	n.listsAsked.Add(1)
 }
 
 // applyDeltas applies the master's deltas to this host's list, in

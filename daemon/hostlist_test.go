@@ -78,8 +78,8 @@ func sameLists(m *Daemon, ds []*Daemon, limit time.Duration) error {
 
 // TestHostListStorm: hosts join and leave at once, in a storm; every
 // host ends with the master's list, at its version, each host on it
-// known, and the list went out as deltas (each host's changes, the
-// master's whole list once per join).
+// known, and the list went out as deltas: no host found a gap and asked
+// for the whole list, which each host got once, when it joined.
 func TestHostListStorm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		vm := memberVM(t, 4, &partitions{}, Config{})
@@ -133,6 +133,9 @@ func TestHostListStorm(t *testing.T) {
 		if want := uint64(1 + 3 + 18 + len(leaving)); v != want {
 			t.Errorf("the master's list at version %d, want %d", v, want)
 		}
+		if n := m.nw.listsAsked.Load(); n != 0 {
+			t.Errorf("hosts asked for the whole list %d times", n)
+		}
 	})
 }
 
@@ -174,6 +177,9 @@ func TestHostListGap(t *testing.T) {
 		}
 		if _, err := a.peerFor(context.Background(), c.cfg.HostID); err != nil {
 			t.Errorf("a cannot reach c after the whole list: %v", err)
+		}
+		if n := m.nw.listsAsked.Load(); n != 1 {
+			t.Errorf("the whole list sent %d times to hosts that asked, want once (a)", n)
 		}
 
 		// b cut off from the master while e joins and d leaves: its

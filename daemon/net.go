@@ -72,7 +72,11 @@ type network struct {
 	// listID names the master's list: drawn by the master at its start,
 	// and heard by a host in the answer to its registration.
 	listID uint64
-	calls  pendingCalls
+	// listsAsked counts the whole lists the master sent hosts that asked
+	// (a gap in their deltas, or behind it), not counting the answers
+	// to registrations.
+	listsAsked atomic.Int64
+	calls      pendingCalls
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time

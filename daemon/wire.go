@@ -14,7 +14,7 @@ import (
 
 // protocolVersion is checked in the handshake: daemons of different
 // versions do not form one virtual machine.
-const protocolVersion = 1
+const protocolVersion = 2 // 2: the host list as versioned deltas (hostlist.go)
 
 // hello opens every connection, in both directions.
 type hello struct {

@@ -68,7 +68,11 @@ func TestAdmitAddressesAndBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, _ := m.helloLists()
+	list, _ := m.helloLists()
+	_, _, hosts, err := decodeHostList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if info.Addr != "10.1.0.2:7070" {
 		t.Errorf("host recorded at %q, want 10.1.0.2:7070", info.Addr)
 	}

@@ -20,7 +20,7 @@ func nested(n int) []byte {
 func TestCheckDepth(t *testing.T) {
 	ok := [][]byte{
 		nested(maxMsgDepth),
-		mustMarshal(t, &hello{Version: 1, Hosts: []HostInfo{{ID: 1}, {ID: 2}}, Routes: []routing.Entry{{}}}),
+		mustMarshal(t, &hello{Version: 1, HostList: []byte{1, 0}, Routes: []routing.Entry{{}}}),
 		mustMarshal(t, map[string]any{"a": []any{1, "x", []byte("yz"), map[string]any{"b": 2.5}}, "c": nil}),
 	}
 	for i, b := range ok {

@@ -160,6 +160,13 @@
 //     membership machine, which then only admits and remembers hosts;
 //     its effects queue there and are performed after the lock
 //     (refFlush).
+//   - The host list as deltas (hostlist.go; routing/hostlist.List, pure):
+//     nw.list under nw.mu, beside the host registry. At the master it is
+//     the hosts announced, each change queued (nw.deltas) and sent by
+//     flushHosts under nw.sendMu, which orders the deltas and the whole
+//     lists on every connection; at a host it is the list as heard,
+//     applied under nw.applyMu, which keeps the changes acted on (hosts
+//     known, forgotten) in the list's order.
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.
@@ -187,7 +194,8 @@
 // Lock order: rep.mu, then rt.mu (which is ht.mu: the host node's one
 // lock, never taken twice), then nw.mu; mv.mu, then nw.mu (mv.mu is
 // never taken with rt.mu held, nor held while it is taken); a job's
-// jobState.mu, then reg.mu, then nw.mu; whyMu (why the daemon stops)
+// jobState.mu, then reg.mu, then nw.mu; nw.sendMu and nw.applyMu are
+// taken with no other lock held, before any of these; whyMu (why the daemon stops)
 // last, after any of them. The
 // registry, the scheduler's locks, groups, arrivals, mailboxes and the
 // move machine lock on their own and call nothing that locks. No lock is

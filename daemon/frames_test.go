@@ -10,6 +10,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -80,10 +81,10 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 // control message: they must return a value or an error, never panic.
 func FuzzControlDecode(f *testing.F) {
 	for _, v := range []any{
-		&hello{Version: 1, Host: 2, Name: "h2", Hosts: []HostInfo{{ID: 1, Name: "h1"}}},
+		&hello{Version: 1, Host: 2, Name: "h2", HostList: hostlist.AppendSnapshot(nil, 1, []hostlist.Entry{{ID: 1, Name: "h1"}})},
 		&call{ID: 1, Method: mSpawn, Body: msgpack.RawMessage{0x80}},
 		&reply{ID: 1, Err: "x", Code: "no-such-task"},
-		&event{Kind: evHostAdd, Host: &HostInfo{ID: 3}},
+		&event{Kind: evHosts, Deltas: hostlist.AppendDeltas(nil, []hostlist.Delta{{Seq: 2, Op: hostlist.OpAdd, Entry: hostlist.Entry{ID: 3}}})},
 		&spawnArgs{Req: taskSpawnRequest()},
 	} {
 		b, _ := msgpack.Marshal(v)

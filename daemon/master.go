@@ -12,6 +12,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/load"
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -95,27 +96,13 @@ func (d *Daemon) admit(h *hello, remote string) (HostInfo, error) {
 // everything announced before is in the lists. (Taken at admission, a
 // host admitted between the two was in neither and stayed unknown to it,
 // and its connections were refused as from an unknown host.)
-func (d *Daemon) helloLists() ([]HostInfo, []routing.Entry) {
+func (d *Daemon) helloLists() ([]byte, []routing.Entry) {
 	self := d.selfInfo()
 	routes := d.rt.entries()
 	n := d.nw
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.hostList(self), routes
-}
-
-// hostList lists the registered hosts, the master's own entry as self
-// (n.mu held).
-func (n *network) hostList(self HostInfo) []HostInfo {
-	hosts := make([]HostInfo, 0, len(n.hosts))
-	for _, x := range n.hosts {
-		if x.ID == MasterID {
-			hosts = append(hosts, self)
-		} else {
-			hosts = append(hosts, *x)
-		}
-	}
-	return hosts
+	return n.snapshot(self), routes
 }
 
 // removeHost deletes a host from the virtual machine (master), or forgets
@@ -131,6 +118,12 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	hi := n.hosts[id]
 	delete(n.hosts, id)
 	delete(n.joined, id)
+	delete(n.listSent, id)
+	if d.cfg.Master {
+		// Numbered with the deletion itself: a registration again after
+		// it is announced after it.
+		n.queueDelta(n.list.Remove(id, why))
+	}
 	n.forgetHost(hi, why)
 	p := n.peers[id]
 	delete(n.peers, id)
@@ -163,7 +156,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	}
 	d.log.Log(d.ctx, lvl, "host deleted", "peer", id, "peer_name", hi.Name, "reason", why)
 	if d.cfg.Master {
-		d.broadcast(&event{Kind: evHostDel, Host: hi, Reason: why}, id)
+		d.flushHosts()
 		d.lostFromGroups(id)
 		// The exits of tasks lost with the host are told once the jobs
 		// that lost them have rolled back: a task restored lives on, and
@@ -240,15 +233,29 @@ func (d *Daemon) isMaster() bool { return d.nw == nil || d.cfg.Master }
 func (d *Daemon) handleEvent(p *peer, e *event) error {
 	fromMaster := p.info.ID == MasterID && !d.cfg.Master
 	switch e.Kind {
-	case evHostAdd:
-		if !fromMaster || e.Host == nil {
+	case evHosts:
+		if !fromMaster {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
-		h := *e.Host
-		d.nw.mu.Lock()
-		d.nw.hosts[h.ID] = &h
-		d.nw.mu.Unlock()
-		d.hostNotice(task.HostAdd, h)
+		ds, err := hostlist.DecodeDeltas(e.Deltas)
+		if err != nil {
+			return fmt.Errorf("%s event: %w", e.Kind, err)
+		}
+		return d.applyDeltas(ds)
+	case evHostList:
+		if !fromMaster {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		v, es, err := hostlist.DecodeSnapshot(e.HostList)
+		if err != nil {
+			return fmt.Errorf("%s event: %w", e.Kind, err)
+		}
+		d.resetHosts(v, es)
+	case evHostsAsk:
+		if !d.cfg.Master {
+			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)
+		}
+		d.sendHostList(p)
 	case evHostDel:
 		if !fromMaster || e.Host == nil {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())

@@ -418,7 +418,7 @@ func (d *Daemon) rejoined(id task.HostID) error {
 	if !pending || info.ID == 0 {
 		return fmt.Errorf("%s event from %v, which is not registering again", evRejoined, id)
 	}
-	d.broadcast(&event{Kind: evHostAdd, Host: &info}, id)
+	d.announceHost(info)
 	d.hostNotice(task.HostAdd, info)
 	d.schedDirty()
 	d.log.Warn("host rejoined the virtual machine", "peer", id, "peer_name", info.Name)

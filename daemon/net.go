@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"runtime/debug"
 	"sort"
@@ -18,6 +19,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -53,7 +55,28 @@ type network struct {
 	clients  map[*peer]bool
 	hosts    map[task.HostID]*HostInfo
 	master   *peer // hosts: the connection to the master
-	calls    pendingCalls
+	// list is the host list as versioned deltas (hostlist.go): at the
+	// master, the hosts it has announced; at a host, the list as it
+	// heard it. deltas are the master's changes not yet sent, sent under
+	// sendMu (taken before mu); a host applies what it hears under
+	// applyMu (taken before mu). listSent is when the master last sent
+	// each host the whole list; wantV the newest version a host heard
+	// the master's list is at, asked when it last asked for it.
+	list     *hostlist.List
+	deltas   []hostlist.Delta
+	sendMu   sync.Mutex
+	applyMu  sync.Mutex
+	listSent map[task.HostID]time.Time
+	wantV    uint64
+	asked    time.Time
+	// listID names the master's list: drawn by the master at its start,
+	// and heard by a host in the answer to its registration.
+	listID uint64
+	// listsAsked counts the whole lists the master sent hosts that asked
+	// (a gap in their deltas, or behind it), not counting the answers
+	// to registrations.
+	listsAsked atomic.Int64
+	calls      pendingCalls
 	// Master only.
 	nextHost task.HostID
 	joined   map[task.HostID]time.Time
@@ -82,7 +105,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 	}
 	n := &network{tr: tr, id: id, peers: map[task.HostID]*peer{}, retiring: map[*peer]bool{}, dialing: map[task.HostID]chan struct{}{},
 		clients: map[*peer]bool{}, hosts: map[task.HostID]*HostInfo{},
-		joined: map[task.HostID]time.Time{}}
+		joined: map[task.HostID]time.Time{}, list: hostlist.New(), listSent: map[task.HostID]time.Time{}}
 	d.nw = n
 	d.self.Addr = tr.Addr()
 	if c.Advertise != "" {
@@ -93,6 +116,8 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		n.nextHost = MasterID + 1
 		self := d.self
 		n.hosts[MasterID] = &self
+		n.list.Add(entryOf(self))
+		n.listID = rand.Uint64() | 1
 	} else if d.swimOn() {
 		// Before the join: other hosts may probe this one as soon as it
 		// is announced.
@@ -189,6 +214,11 @@ func (d *Daemon) join(ctx context.Context) error {
 		d.self.Addr = h.Seen
 	}
 	d.setLogName(d.cfg.Name)
+	v, es, hosts, err := decodeHostList(h.HostList)
+	if err != nil {
+		conn.Close("bad host list")
+		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
+	}
 	d.rt.updateAll(h.Routes)
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info
@@ -200,8 +230,10 @@ func (d *Daemon) join(ctx context.Context) error {
 	// winner.
 	n := d.nw
 	n.mu.Lock()
-	for i := range h.Hosts {
-		hi := h.Hosts[i]
+	n.list.Reset(v, es)
+	n.listID = h.HostsID
+	for i := range hosts {
+		hi := hosts[i]
 		if hi.ID == MasterID {
 			hi.Addr = d.cfg.Join // reachable from here: we just reached it
 		}
@@ -343,6 +375,11 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says
+		if len(h.Name) > hostlist.MaxString || len(h.Addr) > hostlist.MaxString {
+			// Every host decodes the host list, which bounds them.
+			refuse(fmt.Sprintf("a host name of %d bytes or an address of %d: at most %d", len(h.Name), len(h.Addr), hostlist.MaxString))
+			return
+		}
 		if wait := d.admissionWait(h, time.Now()); wait > 0 {
 			// Over the admission rate: the host tries again later.
 			d.answerBusy(ctx, conn, st, wait)
@@ -361,6 +398,14 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		p.info = info
+		if announce {
+			// On the list from its admission, so that the lists the
+			// hosts joining meanwhile get hold it; the others hear of it
+			// once it is answered (flushHosts below, or any flush
+			// before). A host deleted after its deletion is listed again
+			// once it has stopped its lost tasks (rejoined).
+			d.listHost(info)
+		}
 		if h.Rejoin {
 			d.fault("rejoin:admitted")
 		} else {
@@ -380,7 +425,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		hosts, routes := d.helloLists()
 		floor := d.reg.floor(info.ID)
 		if err := writeHello(st, &hello{Host: MasterID, Name: d.cfg.Name, Info: d.selfInfo(), Assigned: info.ID, Seen: info.Addr,
-			Hosts: hosts, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials(),
+			HostList: hosts, HostsID: n.listID, Routes: routes, TIDFloor: floor, Secrets: d.secret.Load().Secrets(), Revoked: d.revoked.Load().Serials(),
 			Deleted: !announce, Lost: lost}); err != nil {
 			conn.Close("handshake failed")
 			if !h.Rejoin || !announce {
@@ -393,7 +438,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		if announce {
-			d.broadcast(&event{Kind: evHostAdd, Host: &info}, info.ID)
+			d.flushHosts()
 			d.hostNotice(task.HostAdd, info)
 			d.schedDirty() // a new host, or one registering again with its tasks
 			d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
@@ -411,11 +456,20 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			return
 		}
 		p.info = *hi
-		if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Info: d.self}); err != nil {
+		var v uint64
+		if d.cfg.Master {
+			v = d.listVersion()
+		}
+		if err := writeHello(st, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Info: d.self, HostsV: v}); err != nil {
 			conn.Close("handshake failed")
 			return
 		}
 		if d.attach(p, true) == attachRefused {
+			return
+		}
+		if h.Host == MasterID && !d.cfg.Master {
+			d.startPeer(p, r)
+			d.hostsBehind(h.HostsV)
 			return
 		}
 	}
@@ -596,7 +650,11 @@ func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
-	g, err := greet(ctx, d.nw.tr, addr, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self}, d.cfg.MaxFrame)
+	var v uint64
+	if d.cfg.Master {
+		v = d.listVersion()
+	}
+	g, err := greet(ctx, d.nw.tr, addr, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Info: d.self, HostsV: v}, d.cfg.MaxFrame)
 	if err != nil {
 		return nil, err
 	}
@@ -626,6 +684,9 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		return nil, nil
 	}
 	d.startPeer(p, g.r)
+	if h == MasterID && !d.cfg.Master {
+		d.hostsBehind(g.reply.HostsV)
+	}
 	return p, nil
 }
 
@@ -1006,6 +1067,7 @@ func (d *Daemon) heartbeatLoop() {
 			// loss shows as its connection's (QUIC's keep-alive and idle
 			// timeout). Load reports keep their own pace (ReportEvery).
 			d.sendReport(false)
+			d.askHosts(false)
 			return true
 		}
 		if now.Sub(time.Unix(0, m.lastHeard.Load())) > d.cfg.DeadAfter {
@@ -1014,6 +1076,7 @@ func (d *Daemon) heartbeatLoop() {
 		}
 		d.sendReport(false)
 		m.frame(routing.KindPing, pingPad[:])
+		d.askHosts(false)
 		return true
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -22,7 +23,7 @@ func FuzzPeerFrames(f *testing.F) {
 	good := []routing.Envelope{{From: task.TID(2<<32 | 1), To: task.TID(1<<32 | 1), Seq: 1, Tag: 3, Body: task.Payload{Enc: task.EncMsgpack, Data: []byte{0xc0}}}}
 	f.Add(uint8(0), routing.AppendEnvelope(nil, &good[0]))
 	f.Add(uint8(2), routing.AppendEnvelope(nil, &good[0]))
-	for _, e := range []event{{Kind: evHostAdd, Host: &HostInfo{ID: 3, Name: "h3"}}, {Kind: evRoute, Routes: []routing.Entry{{TID: task.TID(1<<32 | 1)}}}} {
+	for _, e := range []event{{Kind: evHosts, Deltas: hostlist.AppendDeltas(nil, []hostlist.Delta{{Seq: 2, Op: hostlist.OpAdd, Entry: hostlist.Entry{ID: 3, Name: "h3"}}})}, {Kind: evRoute, Routes: []routing.Entry{{TID: task.TID(1<<32 | 1)}}}} {
 		b, err := msgpack.Marshal(&e)
 		if err != nil {
 			f.Fatal(err)

@@ -245,6 +245,11 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 		conn.Close("bad handshake")
 		return fmt.Errorf("unexpected answer (host %v, assigned %v): %w", h.Host, h.Assigned, ErrRefused)
 	}
+	v, es, hosts, err := decodeHostList(h.HostList)
+	if err != nil {
+		conn.Close("bad host list")
+		return err
+	}
 	lost := map[task.TID]bool{}
 	if h.Deleted {
 		// Before the connection runs, so that nothing of these tasks
@@ -253,21 +258,20 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 		for _, t := range h.Lost {
 			lost[t] = true
 		}
-		d.forgetAbsent(h.Hosts)
+		d.forgetAbsent(hosts)
 		d.swimDeleted()
 	}
 	n := d.nw
 	n.mu.Lock()
-	for i := range h.Hosts {
-		hi := h.Hosts[i]
-		if hi.ID == MasterID {
-			hi.Addr = d.cfg.Join // reachable from here: we just reached it
-		}
-		if hi.ID != d.cfg.HostID {
-			n.hosts[hi.ID] = &hi
-		}
-	}
+	same := h.HostsID != 0 && h.HostsID == n.listID
 	n.mu.Unlock()
+	if same && !h.Deleted {
+		// The master this host is a member of: its list goes on from
+		// the one held, and the hosts that left meanwhile are forgotten.
+		d.resetHosts(v, es)
+	} else {
+		d.takeHosts(h.HostsID, v, es, hosts)
+	}
 	d.applyRoutes(h.Routes)
 	p := newPeer(d, conn, st, true)
 	p.info = h.Info

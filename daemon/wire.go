@@ -14,7 +14,7 @@ import (
 
 // protocolVersion is checked in the handshake: daemons of different
 // versions do not form one virtual machine.
-const protocolVersion = 1
+const protocolVersion = 2 // 2: the host list as versioned deltas (hostlist.go)
 
 // hello opens every connection, in both directions.
 type hello struct {
@@ -38,9 +38,17 @@ type hello struct {
 	Join bool     `msgpack:"j,omitempty"` // a new daemon asking the master for a host ID
 	Info HostInfo `msgpack:"i"`
 	// Set by the master in its answer to a join.
-	Assigned task.HostID     `msgpack:"as,omitempty"`
-	Hosts    []HostInfo      `msgpack:"hs,omitempty"`
+	Assigned task.HostID `msgpack:"as,omitempty"`
+	// HostList is the master's whole host list with its version
+	// (routing/hostlist's encoding), in its answer to a registration.
+	HostList []byte          `msgpack:"hl,omitempty"`
 	Routes   []routing.Entry `msgpack:"rt,omitempty"`
+	// HostsV is, in every hello of the master's, its host list's
+	// version: a host whose list is older asks for the whole list.
+	HostsV uint64 `msgpack:"hv,omitempty"`
+	// HostsID names, in the master's answer to a registration, its host
+	// list: a master started anew (recovering) has another.
+	HostsID uint64 `msgpack:"hi,omitempty"`
 	// Rejoin: a host registering again, with what it runs, after its
 	// master was lost (Host is its host ID).
 	Rejoin bool          `msgpack:"rj,omitempty"`
@@ -112,7 +120,7 @@ type reply struct {
 // event is a one-way notice: broadcasts from the master, reports to it.
 type event struct {
 	Kind   string          `msgpack:"k"`
-	Host   *HostInfo       `msgpack:"h,omitempty"` // host-add, host-delete
+	Host   *HostInfo       `msgpack:"h,omitempty"` // host-delete
 	Routes []routing.Entry `msgpack:"r,omitempty"` // route
 	TID    task.TID        `msgpack:"t,omitempty"` // exited
 	Output []byte          `msgpack:"o,omitempty"` // output
@@ -127,11 +135,21 @@ type event struct {
 	Note   *JobNote        `msgpack:"n,omitempty"`  // job-note
 	// Serials is the master's revocation list (revoked).
 	Serials []string `msgpack:"sr,omitempty"`
+	// Deltas are changes of the master's host list (hosts), HostList
+	// the whole list (host-list), in routing/hostlist's encodings.
+	Deltas   []byte `msgpack:"hd,omitempty"`
+	HostList []byte `msgpack:"hl,omitempty"`
 }
 
 // Event kinds.
 const (
-	evHostAdd = "host-add"
+	// evHosts: changes of the master's host list (hostlist.go); a host
+	// that finds a gap in them asks for the whole list (evHostsAsk) and
+	// the master answers with it (evHostList).
+	evHosts    = "hosts"
+	evHostsAsk = "hosts-ask"
+	evHostList = "host-list"
+	// evHostDel: the master tells a host it deletes that it is deleted.
 	evHostDel = "host-delete"
 	evRoute   = "route"
 	evExited  = "exited"   // a daemon tells the master a task has ended

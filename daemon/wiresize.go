@@ -7,6 +7,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -21,8 +22,9 @@ import (
 // leaves out the cluster secret and the revocation list (their size is
 // the operator's, not the virtual machine's). Use NewWireSizes.
 type WireSizes struct {
-	// hosts[n] is the encoded size of a list of the first n hosts'
-	// entries, without the list's header (joins list the hosts before).
+	// hosts[n] is the encoded size of the first n hosts' entries of the
+	// host list (routing/hostlist's encoding), without the list's header
+	// (joins list the hosts before).
 	hosts []int
 }
 
@@ -80,39 +82,64 @@ func (s *WireSizes) JoinHello(id task.HostID) int {
 }
 
 // JoinAnswer is the master's answer to host id's join when hosts hosts
-// (the master and the hosts that joined before id, id included) are
-// registered and routes routes are set: the host list and the routing
-// table (each route the same size as one of id's tasks').
+// are on its list (the master, the hosts before id, and id, listed at its
+// admission) and routes routes are set: the whole host list (hostlist's
+// encoding, at version hosts: one change per host) and the routing table
+// (each route the same size as one of id's tasks').
 func (s *WireSizes) JoinAnswer(id task.HostID, hosts, routes int) int {
 	for len(s.hosts) <= hosts {
 		n := len(s.hosts) - 1 // the entry of the n+1th host: the master, then h1, h2, …
-		info := simHost(task.HostID(n))
-		if n == 0 {
-			info.Name, info.Addr, info.Master = "master", "master:7946", true
-		}
-		b, err := msgpack.Marshal(&info)
-		if err != nil {
-			panic("wire size: " + err.Error())
-		}
-		s.hosts = append(s.hosts, s.hosts[n]+len(b))
+		e := entryOf(simListed(task.HostID(n)))
+		s.hosts = append(s.hosts, s.hosts[n]+len(hostlist.AppendSnapshot(nil, 0, []hostlist.Entry{e}))-2)
 	}
-	// The answer with one host and one route, then the lists' real
-	// sizes in place of those.
+	// The answer with a list of one byte and one route, then the lists'
+	// real sizes in place of those.
 	one := routing.Entry{TID: task.NewTID(id, 1), Route: routing.Route{Host: id, Epoch: 1}}
 	h := &hello{Version: protocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id,
-		Seen: simHost(id).Addr, Hosts: []HostInfo{simHost(id)}, Routes: []routing.Entry{one}}
+		Seen: simHost(id).Addr, HostList: []byte{0}, Routes: []routing.Entry{one}}
 	h.Info.Name, h.Info.Addr, h.Info.Master = "master", "master:7946", true
 	base := wireFrameLen(routing.KindHello, h)
-	b1, _ := msgpack.Marshal(&h.Hosts[0])
 	e1, _ := msgpack.Marshal(&one)
-	n := base - len(b1) - len(e1) - 2 // the two one-entry lists' headers are 1 byte each
-	n += arrayHeader(hosts) + s.hosts[hosts]
+	n := base - 2 - 1 - len(e1) - 1 // the list's bin header and byte; the routes' one-entry array
+	list := uvarintLen(uint64(hosts)) + uvarintLen(uint64(hosts)) + s.hosts[hosts]
+	n += binHeader(list) + list
 	if routes > 0 {
 		n += arrayHeader(routes) + routes*len(e1)
 	} else {
 		n -= 1 + len("rt") // an empty list is left out, its key too
 	}
 	return n
+}
+
+// simListed is the n+1th host on the simulation's list: the master, then
+// h1, h2, ….
+func simListed(n task.HostID) HostInfo {
+	info := simHost(n)
+	if n == 0 {
+		info.Name, info.Addr, info.Master = "master", "master:7946", true
+	}
+	return info
+}
+
+// uvarintLen is the size of v as an unsigned varint.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// binHeader is the size of msgpack's header of a byte string of n bytes.
+func binHeader(n int) int {
+	switch {
+	case n < 1<<8:
+		return 2
+	case n < 1<<16:
+		return 3
+	default:
+		return 5
+	}
 }
 
 // arrayHeader is the size of msgpack's header of an array of n items.
@@ -127,10 +154,12 @@ func arrayHeader(n int) int {
 	}
 }
 
-// HostAdd is the master's announcement of host id to each other host.
+// HostAdd is the master's announcement of host id to each other host:
+// the delta adding it to the host list, of version id+1 (the master's
+// entry, then one change per host before it).
 func (s *WireSizes) HostAdd(id task.HostID) int {
-	info := simHost(id)
-	return wireFrameLen(routing.KindEvent, &event{Kind: evHostAdd, Host: &info})
+	d := hostlist.Delta{Seq: uint64(id) + 1, Op: hostlist.OpAdd, Entry: entryOf(simHost(id))}
+	return wireFrameLen(routing.KindEvent, &event{Kind: evHosts, Deltas: hostlist.AppendDeltas(nil, []hostlist.Delta{d})})
 }
 
 // SpawnCall is a task's spawn of count tasks of typ with state bytes of

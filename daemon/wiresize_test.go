@@ -4,26 +4,26 @@ import (
 	"testing"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/hostlist"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
 // TestWireSizesJoinAnswer checks JoinAnswer's arithmetic against the
-// answer itself, encoded whole, on both sides of msgpack's array header
-// sizes (16 and 65,536 items) and with and without routes.
+// answer itself, encoded whole, on both sides of msgpack's byte string
+// and array header sizes and of the varints' and with and without
+// routes.
 func TestWireSizesJoinAnswer(t *testing.T) {
 	s := NewWireSizes()
-	for _, c := range []struct{ hosts, routes int }{{2, 0}, {15, 0}, {16, 3}, {17, 0}, {300, 20}, {70000, 0}} {
-		id := task.HostID(c.hosts - 1)
+	for _, c := range []struct{ hosts, routes int }{{1, 0}, {2, 0}, {9, 0}, {15, 0}, {16, 3}, {17, 0}, {127, 0}, {128, 0}, {300, 20}, {3000, 0}, {70000, 0}} {
+		id := task.HostID(c.hosts)
 		h := &hello{Version: protocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id, Seen: simHost(id).Addr}
 		h.Info.Name, h.Info.Addr, h.Info.Master = "master", "master:7946", true
+		var es []hostlist.Entry
 		for i := range c.hosts {
-			info := simHost(task.HostID(i))
-			if i == 0 {
-				info.Name, info.Addr, info.Master = "master", "master:7946", true
-			}
-			h.Hosts = append(h.Hosts, info)
+			es = append(es, entryOf(simListed(task.HostID(i))))
 		}
+		h.HostList = hostlist.AppendSnapshot(nil, uint64(c.hosts), es)
 		for range c.routes {
 			h.Routes = append(h.Routes, routing.Entry{TID: task.NewTID(id, 1), Route: routing.Route{Host: id, Epoch: 1}})
 		}

@@ -17,9 +17,10 @@ import (
 // simulation itself encodes none of these messages.
 type Wire interface {
 	// JoinHello is host id's hello asking to join; JoinAnswer the
-	// master's answer when hosts hosts (the master's own entry and id's
-	// included) and routes routes are registered; HostAdd the master's
-	// announcement of id to each host that joined before it.
+	// master's answer, with its whole host list, when hosts hosts (the
+	// master's own entry and id's included) are on the list and routes
+	// routes are registered; HostAdd the master's delta announcing id to
+	// each host that joined before it.
 	JoinHello(id task.HostID) int
 	JoinAnswer(id task.HostID, hosts, routes int) int
 	HostAdd(id task.HostID) int
@@ -46,14 +47,14 @@ type Wire interface {
 
 // Kinds of message a scale run counts (KindCount.Kind).
 const (
-	KindJoin     = "join.hello"     // a host's hello (in), the master's answer (out)
-	KindHostAdd  = "event.host-add" // the master's announcement of a new host (out)
-	KindSpawn    = "call.spawn"     // a task's spawn (in), its answer (out)
-	KindStart    = "call.start"     // the master's start at a host (out), its answer (in)
-	KindMoveCall = "call.move."     // + the step: a move's step (out), its answer (in)
-	KindRoute    = "event.route"    // a route broadcast to a host (out)
-	KindPing     = "ping"           // a host's heartbeat (in), the master's pong (out)
-	KindLoad     = "event.load"     // a host's load report (in)
+	KindJoin     = "join.hello"  // a host's hello (in), the master's answer (out)
+	KindHostAdd  = "event.hosts" // the master's delta announcing a new host (out)
+	KindSpawn    = "call.spawn"  // a task's spawn (in), its answer (out)
+	KindStart    = "call.start"  // the master's start at a host (out), its answer (in)
+	KindMoveCall = "call.move."  // + the step: a move's step (out), its answer (in)
+	KindRoute    = "event.route" // a route broadcast to a host (out)
+	KindPing     = "ping"        // a host's heartbeat (in), the master's pong (out)
+	KindLoad     = "event.load"  // a host's load report (in)
 )
 
 // KindCount is what the master sent and received of one kind of

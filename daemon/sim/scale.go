@@ -232,10 +232,10 @@ func (s *scaleRun) end(name string, count float64) {
 
 // joins counts the hosts' joins, one after another, as daemon/net.go's
 // handshake answers them: the host's hello (in), the master's answer
-// listing the hosts registered so far, the master's own entry and the
-// new host's included, and the routing table (out; empty: no task runs
-// yet), and the new host's announcement to each host that joined before
-// it (out). The simulation's hosts are members from the start: the join
+// with its whole host list so far, the master's own entry and the new
+// host's included, and the routing table (out; empty: no task runs yet),
+// and the delta adding the new host to the list, to each host that
+// joined before it (out; daemon/hostlist.go). The simulation's hosts are members from the start: the join
 // is counted, not played as events, and takes no virtual time.
 func (s *scaleRun) joins() {
 	mt, now := s.w.meter, s.w.now

@@ -119,10 +119,16 @@ func choicePayload(i int) Payload {
 // the request is complete at once. Messages on a communicator are its
 // own: only its Irecv calls receive them.
 func (m *Comm) Isend(c *Ctx, to, tag int, v any) (Request, error) {
+	return m.isend(c, to, tag, MaxCommTag, v)
+}
+
+// isend is Isend with tags up to maxTag (neighborTag for a neighbourhood
+// collective's messages).
+func (m *Comm) isend(c *Ctx, to, tag, maxTag int, v any) (Request, error) {
 	if err := m.check("isend", to); err != nil {
 		return 0, err
 	}
-	if to == NoRank || tag < 0 || tag > MaxCommTag {
+	if to == NoRank || tag < 0 || tag > maxTag {
 		return 0, fmt.Errorf("isend to rank %d tag %d: %w", to, tag, ErrBadTag)
 	}
 	c.track(m)
@@ -156,13 +162,19 @@ func (m *Comm) Isend(c *Ctx, to, tag int, v any) (Request, error) {
 // once, as in a critical section); the waits in Wait, Waitall and Waitany
 // are safe points.
 func (m *Comm) Irecv(c *Ctx, from, tag int, v any) (Request, error) {
+	return m.irecv(c, from, tag, MaxCommTag, v)
+}
+
+// irecv is Irecv with tags up to maxTag (neighborTag for a neighbourhood
+// collective's messages).
+func (m *Comm) irecv(c *Ctx, from, tag, maxTag int, v any) (Request, error) {
 	if err := m.check("irecv"); err != nil {
 		return 0, err
 	}
 	if from != AnyRank && (from < 0 || from >= len(m.TIDs)) {
 		return 0, fmt.Errorf("irecv from rank %d of a communicator of %d: %w", from, len(m.TIDs), ErrNoSuchTask)
 	}
-	if tag != AnyTag && (tag < 0 || tag > MaxCommTag) {
+	if tag != AnyTag && (tag < 0 || tag > maxTag) {
 		return 0, fmt.Errorf("irecv tag %d: %w", tag, ErrBadTag)
 	}
 	if _, ok := c.ep.(FuncReceiver); !ok {
@@ -192,7 +204,7 @@ func (m *Comm) matchReq(rs *ReqState, st Status) bool {
 		return false
 	}
 	t := st.Tag - m.p2pTag(0)
-	if t < 0 || t > MaxCommTag || (rs.Tag != AnyTag && rs.Tag != t) {
+	if t < 0 || t > neighborTag || (rs.Tag == AnyTag && t > MaxCommTag) || (rs.Tag != AnyTag && rs.Tag != t) {
 		return false
 	}
 	return rs.Peer == AnyRank || m.TIDs[rs.Peer] == st.From

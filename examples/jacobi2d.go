@@ -30,9 +30,8 @@ func init() {
 
 // Run starts the team and lays the grid out in blocks (both return at
 // once when Run re-enters after a move), then iterates as the jacobi
-// program does, from a safe point at the top of each iteration, every
-// wait a safe point too; at the end rank 0 gathers the grid and prints
-// its sum.
+// program does, each iteration ending at a safe point, every wait a safe
+// point too; at the end rank 0 gathers the grid and prints its sum.
 func (s *Jacobi2D) Run(c *task.Ctx) error {
 	if err := c.World(&s.C, s.Tasks); err != nil {
 		return err
@@ -42,10 +41,7 @@ func (s *Jacobi2D) Run(c *task.Ctx) error {
 	}
 	s.U.FillBoundary(grid.Top, 1)
 	d := []float64{0}
-	for ; ; s.Iter++ {
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
+	for {
 		if s.Iter == s.MaxIter || s.Iter > 0 && s.Iter%s.K == 0 {
 			d[0] = s.Diff
 			if err := task.AllReduce(c, &s.U.G, task.Max[float64], d); err != nil {
@@ -64,6 +60,10 @@ func (s *Jacobi2D) Run(c *task.Ctx) error {
 		s.Diff = s.U.Sweep(func(u []float64, i, w int) float64 {
 			return 0.25 * (u[i-w] + u[i+w] + u[i-1] + u[i+1])
 		})
+		s.Iter++
+		if err := c.SafePoint(); err != nil {
+			return err
+		}
 	}
 	all, err := s.U.Gather(c, 0)
 	if err != nil || s.U.G.Rank != 0 {

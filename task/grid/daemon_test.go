@@ -42,10 +42,7 @@ func (p *haloProbe) Run(c *task.Ctx) error {
 		b.FillBoundary(grid.Side(s), v)
 	}
 	w := b.Stride()
-	for ; p.Round < p.Rounds; p.Round++ {
-		if err := c.SafePoint(); err != nil {
-			return err
-		}
+	for p.Round < p.Rounds {
 		for y := range b.Rows {
 			for x := range b.Cols {
 				b.Data[(y+1)*w+x+1] = value(b.Y0+y, b.X0+x, p.Round)
@@ -79,6 +76,10 @@ func (p *haloProbe) Run(c *task.Ctx) error {
 					return fmt.Errorf("rank %d round %d: ghost point (%d, %d) of the array holds %g, want %g", b.G.Rank, p.Round, gy, gx, got, want)
 				}
 			}
+		}
+		p.Round++
+		if err := c.SafePoint(); err != nil {
+			return err
 		}
 	}
 	all, err := b.Gather(c, 0)

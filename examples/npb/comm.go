@@ -113,13 +113,37 @@ func sumSafe[T int64 | float64](cm comm, data []T) error {
 	return allreduce(cm, data, sumOp[T])
 }
 
+// allreduceSafe is allreduce, waiting at a safe point where cm can
+// (teamOf). Both combine the ranks' data in rank order, rank 0's first,
+// so the results are the same bits either way.
+func allreduceSafe[T any](cm comm, data []T, op func(acc, in []T)) error {
+	if c, m, ok := teamOf(cm); ok {
+		return task.AllReduce(c, m, op, data)
+	}
+	return allreduce(cm, data, op)
+}
+
 // gatherSafe is allgathervLent, waiting at a safe point where cm can
 // (teamOf; the blocks are then copied).
 func gatherSafe(cm comm, full []float64, bounds []int) error {
-	c, m, ok := teamOf(cm)
-	if !ok {
-		return allgathervLent(cm, full, bounds)
+	if c, m, ok := teamOf(cm); ok {
+		return teamAllgatherv(c, m, full, bounds)
 	}
+	return allgathervLent(cm, full, bounds)
+}
+
+// allgathervSafe is allgatherv, waiting at a safe point where cm can
+// (teamOf).
+func allgathervSafe(cm comm, full []float64, bounds []int) error {
+	if c, m, ok := teamOf(cm); ok {
+		return teamAllgatherv(c, m, full, bounds)
+	}
+	return allgatherv(cm, full, bounds)
+}
+
+// teamAllgatherv is allgatherv on the team's task.Comm: a safe point while
+// it waits; the blocks received are copied into full.
+func teamAllgatherv(c *task.Ctx, m *task.Comm, full []float64, bounds []int) error {
 	parts, err := task.Allgatherv(c, m, full[bounds[m.Rank]:bounds[m.Rank+1]])
 	if err != nil {
 		return err

@@ -248,8 +248,9 @@ func (w *FTWorker) forward(cm comm, u, spec []complex128) ([]complex128, error) 
 }
 
 // evolveInverse multiplies the spectrum u0 by the evolution factors tw
-// (u0 keeps the product: it is the next iteration's spectrum) and
-// transforms the product back in 3-D into out (layout A). With one task
+// and transforms the product back in 3-D into out (layout A); u0 is left
+// as it is (advance makes it the next iteration's spectrum once the
+// step's exchanges are done). With one task
 // the product goes into out and is transformed there; with more,
 // inverseZ transforms and transposes it plane by plane, so no grid-sized
 // copy of the spectrum is made.
@@ -271,14 +272,18 @@ func (w *FTWorker) evolveInverse(cm comm, u0 []complex128, tw []float64, out []c
 	return nil
 }
 
-// evolve multiplies u0 by tw element-wise, in place, and copies the
-// product into dst.
+// evolve writes the product of u0 and tw, element-wise, into dst.
 func evolve(u0 []complex128, tw []float64, dst []complex128) {
 	tw, dst = tw[:len(u0)], dst[:len(u0)]
 	for i, t := range tw {
-		v := complex(real(u0[i])*t, imag(u0[i])*t)
-		u0[i], dst[i] = v, v
+		dst[i] = complex(real(u0[i])*t, imag(u0[i])*t)
 	}
+}
+
+// advance multiplies u0 by tw element-wise, in place: the product evolve
+// computed, to the bit.
+func advance(u0 []complex128, tw []float64) {
+	evolve(u0, tw, u0)
 }
 
 // inverseZ evolves the spectrum u0 (layout B) and runs its inverse z
@@ -322,7 +327,7 @@ func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
 			return err
 		}
 	}
-	if err := barrier(cm); err != nil {
+	if err := barrierSafe(cm); err != nil {
 		return fmt.Errorf("FT transpose: %w", err)
 	}
 	return nil
@@ -334,6 +339,10 @@ func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
 // Its own lines go straight across; the others are sent in place, in
 // chunks of whole lines (w.chunk values at most, at least one line), and
 // handed over from the message they arrived in.
+//
+// On the team's task.Comm (teamOf) each chunk goes in one task.Alltoallv
+// (copied, not in place), a safe point while it waits, whose results Run
+// re-entered replays.
 func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex128, to func(q, l int, line []complex128)) error {
 	nx := w.p.NX
 	np, me := cm.size(), cm.rank()
@@ -345,9 +354,16 @@ func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex12
 		chunk = ftChunk
 	}
 	step := max(1, chunk/nx)
+	c, team, safe := teamOf(cm)
 	for l0 := 0; l0 < n; l0 += step {
 		l1 := min(n, l0+step)
 		m := (l1 - l0) * nx
+		if safe {
+			if err := w.exchangeChunk(c, team, l0, l1, from, to); err != nil {
+				return err
+			}
+			continue
+		}
 		for k := 1; k < np; k++ {
 			dst, src := (me+k)%np, (me-k+np)%np
 			if err := cm.sendInPlace(dst, tagTranspose, from(dst, l0)[:m]); err != nil {
@@ -360,6 +376,34 @@ func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex12
 			for l := l0; l < l1; l++ {
 				to(src, l, in[nx*(l-l0):][:nx])
 			}
+		}
+	}
+	return nil
+}
+
+// exchangeChunk is exchangeLines' all-to-all of lines l0..l1-1 on the
+// team's task.Comm.
+func (w *FTWorker) exchangeChunk(c *task.Ctx, team *task.Comm, l0, l1 int, from func(q, l int) []complex128, to func(q, l int, line []complex128)) error {
+	nx, m := w.p.NX, (l1-l0)*w.p.NX
+	send := make([][]complex128, team.Size())
+	for q := range send {
+		if q != team.Rank {
+			send[q] = from(q, l0)[:m]
+		}
+	}
+	got, err := task.Alltoallv(c, team, send)
+	if err != nil {
+		return fmt.Errorf("FT transpose: %w", err)
+	}
+	for q, in := range got {
+		if q == team.Rank {
+			continue
+		}
+		if len(in) != m {
+			return fmt.Errorf("FT transpose: %d values from rank %d, want %d", len(in), q, m)
+		}
+		for l := l0; l < l1; l++ {
+			to(q, l, in[nx*(l-l0):][:nx])
 		}
 	}
 	return nil
@@ -437,7 +481,7 @@ func (w *FTWorker) checksum(cm comm, u []complex128) (complex128, error) {
 		}
 	}
 	acc := []float64{real(s), imag(s)}
-	if err := allreduce(cm, acc, sumOp[float64]); err != nil {
+	if err := sumSafe(cm, acc); err != nil {
 		return 0, err
 	}
 	n := float64(nx) * float64(ny) * float64(nz)
@@ -493,21 +537,31 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	p := w.p
+	// Each step below runs from a safe point to the next, its waits safe
+	// points too (on the team's task.Comm): fields change only after a
+	// step's last exchange and the step ends at a safe point, so Run
+	// re-entered at a wait goes straight to the step and replays it.
 	if !w.Warm {
 		if err := w.spectrum(cm); err != nil {
 			return nil, err
 		}
-		w.Warm = true
-		if err := barrier(cm); err != nil {
+		if err := barrierSafe(cm); err != nil {
 			return nil, err
 		}
+		w.Warm = true
 		w.startTimer(cm, h)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if !w.Init {
 		if err := w.spectrum(cm); err != nil {
 			return nil, err
 		}
 		w.Init, w.It, w.Sums = true, 0, nil
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	} else {
 		w.indexMap()
 	}
@@ -515,9 +569,6 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, fmt.Errorf("FT state: spectrum of %d values, want %d", len(w.U0), want)
 	}
 	for w.It < p.Niter {
-		if err := h.safe(); err != nil {
-			return nil, err
-		}
 		if err := w.evolveInverse(cm, cplx(w.U0), w.tw, w.u1); err != nil {
 			return nil, err
 		}
@@ -525,9 +576,13 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		advance(cplx(w.U0), w.tw)
 		w.Sums = append(w.Sums, [2]float64{real(s), imag(s)})
 		w.It++
 		h.report(w.It, p.Niter)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if cm.rank() != 0 {
 		return nil, nil

@@ -46,6 +46,11 @@ type MGWorker struct {
 	RLo, RHi []float64
 	Init     bool // Charges hold zran3's charges
 
+	// work is the finest u a step works on: U, the state, is set from it
+	// only once the step's exchanges are done, so that U at every wait of
+	// the step is what the step started from (Run, re-entered there,
+	// replays the step from U).
+	work []float64
 	p    MGParams
 	lt   int
 	kr   int       // levels 1..kr are replicated (0: none)
@@ -130,11 +135,11 @@ func ghostPlanes(l *mgLevel, x []float64) (lo, hi []float64) {
 // exchange3 is comm3's exchange: it fills x's ghost planes with the
 // neighbouring slabs' boundary planes (their in-plane ghosts filled).
 //
-// The boundary planes go in place (comm.sendInPlace) and each plane
+// On the team's task.Comm (teamOf: a dpvm run of more than one task) the
+// planes go through SendRecv, safe points while they wait. Elsewhere the
+// boundary planes go in place (comm.sendInPlace) and each plane
 // received is copied once, from a view of the message, into its ghost
-// plane: between tasks of one daemon, one copy instead of two. The finest
-// u is the task's state (U), which its checkpoints read, so its planes
-// are sent as copies, as task.InPlace asks. For the others the
+// plane: between tasks of one daemon, one copy instead of two. The
 // caller writes to x's boundary planes again only after it has received a
 // message that each neighbour sent after this exchange (the next exchange
 // of any array on a distributed level, a gather or a barrier): by then the
@@ -152,14 +157,29 @@ func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
 	}
 	me := cm.rank()
 	down, up := (me-1+np)%np, (me+1)%np
-	send := cm.sendInPlace
-	if len(w.U) > 0 && &x[0] == &w.U[0] {
-		send = cm.send
+	if c, m, ok := teamOf(cm); ok {
+		// Two SendRecv calls on the team: safe points while they wait,
+		// replayed when Run re-enters mid-cycle. Each ghost plane is
+		// decoded where it lies (capacity reused), checked to be there.
+		for _, h := range []struct {
+			to, from int
+			plane    []float64
+			dst      []float64
+		}{{down, up, first, hi}, {up, down, last, lo}} {
+			got := h.dst[:0:len(h.dst)]
+			if err := m.SendRecv(c, h.to, h.plane, h.from, &got); err != nil {
+				return fmt.Errorf("MG halo: %w", err)
+			}
+			if len(got) != len(h.dst) || &got[0] != &h.dst[0] {
+				return fmt.Errorf("MG halo: %d points from rank %d, want %d", len(got), h.from, len(h.dst))
+			}
+		}
+		return nil
 	}
-	if err := send(down, tagHalo, first); err != nil {
+	if err := cm.sendInPlace(down, tagHalo, first); err != nil {
 		return err
 	}
-	if err := send(up, tagHalo+100, last); err != nil {
+	if err := cm.sendInPlace(up, tagHalo+100, last); err != nil {
 		return err
 	}
 	for _, h := range []struct {
@@ -440,7 +460,7 @@ func (w *MGWorker) norm2u3(cm comm, l *mgLevel, x []float64) (rnm2, rnmu float64
 		}
 	}
 	acc := []float64{s, mx}
-	if err := allreduce(cm, acc, func(acc, in []float64) {
+	if err := allreduceSafe(cm, acc, func(acc, in []float64) {
 		acc[0] += in[0]
 		acc[1] = max(acc[1], in[1])
 	}); err != nil {
@@ -511,9 +531,30 @@ func (w *MGWorker) zran3(cm comm) error {
 		}
 		return pts
 	}
+	pick := func() []float64 {
+		slices.SortFunc(hiPts, func(a, b mgPoint) int { return cmp.Compare(b.v, a.v) })
+		slices.SortFunc(loPts, func(a, b mgPoint) int { return cmp.Compare(a.v, b.v) })
+		return append(enc(hiPts[:min(10, len(hiPts))]), enc(loPts[:min(10, len(loPts))])...)
+	}
 	np, me := cm.size(), cm.rank()
 	var charges []float64
-	if me == 0 {
+	if c, m, ok := teamOf(cm); ok {
+		// Every rank gathers every rank's candidates, in rank order, at
+		// safe points, and picks what rank 0 picks below.
+		his, err := task.Allgatherv(c, m, enc(hiPts))
+		if err != nil {
+			return err
+		}
+		los, err := task.Allgatherv(c, m, enc(loPts))
+		if err != nil {
+			return err
+		}
+		hiPts, loPts = nil, nil
+		for r := range his {
+			hiPts, loPts = append(hiPts, dec(his[r])...), append(loPts, dec(los[r])...)
+		}
+		charges = pick()
+	} else if me == 0 {
 		for r := 1; r < np; r++ {
 			var hb, lb []float64
 			if err := cm.recv(r, tagGather, &hb); err != nil {
@@ -525,9 +566,7 @@ func (w *MGWorker) zran3(cm comm) error {
 			hiPts = append(hiPts, dec(hb)...)
 			loPts = append(loPts, dec(lb)...)
 		}
-		slices.SortFunc(hiPts, func(a, b mgPoint) int { return cmp.Compare(b.v, a.v) })
-		slices.SortFunc(loPts, func(a, b mgPoint) int { return cmp.Compare(a.v, b.v) })
-		charges = append(enc(hiPts[:min(10, len(hiPts))]), enc(loPts[:min(10, len(loPts))])...)
+		charges = pick()
 		for r := 1; r < np; r++ {
 			if err := cm.send(r, tagBcast, charges); err != nil {
 				return err
@@ -652,7 +691,7 @@ func (w *MGWorker) mg3P(cm comm) error {
 			bounds[r] = ps * (1 + r*(lv[kr].m3-2))
 		}
 		copy(f[kr].r[ps*(1+lv[kr].p0):], lv[kr].r[ps:ps*(lv[kr].m3-1)])
-		if err := allgatherv(cm, f[kr].r, bounds); err != nil {
+		if err := allgathervSafe(cm, f[kr].r, bounds); err != nil {
 			return err
 		}
 		if err := w.comm3(solo, &f[kr], f[kr].r); err != nil {
@@ -755,7 +794,9 @@ func (w *MGWorker) setup(cm comm) error {
 	} else {
 		w.RLo, w.RHi = make([]float64, ps), make([]float64, ps)
 	}
-	fl.u = w.U
+	w.work = make([]float64, size)
+	copy(w.work, w.U)
+	fl.u = w.work
 	w.v, fl.r = make([]float64, size), make([]float64, size)
 	w.a = [4]float64{-8.0 / 3.0, 0, 1.0 / 6.0, 1.0 / 12.0}
 	w.c = p.Smoother()
@@ -776,14 +817,22 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	p, fl := w.p, &w.lv[w.lt]
+	// Each step below runs from a safe point to the next, its waits
+	// safe points too (on the team's task.Comm): fields change only
+	// after a step's last exchange and the step ends at a safe point, so
+	// Run re-entered at a wait goes straight to the step (setup rebuilt v
+	// and r from the fields) and replays it.
 	if !w.Init {
 		if err := w.zran3(cm); err != nil {
 			return nil, err
 		}
 		w.Init = true
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if !w.Warm {
-		// Untimed: one V-cycle, then start again from u = 0.
+		// Untimed: one V-cycle, then start again from u = 0 (U stays 0).
 		if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
 			return nil, err
 		}
@@ -791,8 +840,7 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 			return nil, err
 		}
 		clear(fl.u)
-		w.Warm = true
-		if err := barrier(cm); err != nil {
+		if err := barrierSafe(cm); err != nil {
 			return nil, err
 		}
 		w.startTimer(cm, h)
@@ -802,21 +850,26 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		if _, _, err := w.norm2u3(cm, fl, fl.r); err != nil {
 			return nil, err
 		}
-	}
-	// Restored after a move: setup rebuilt v and r from the state.
-	for w.It < p.Nit {
+		w.Warm = true
 		w.saveGhosts(fl, fl.r)
 		if err := h.safe(); err != nil {
 			return nil, err
 		}
+	}
+	for w.It < p.Nit {
 		if err := w.mg3P(cm); err != nil {
 			return nil, err
 		}
 		if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
 			return nil, err
 		}
+		copy(w.U, fl.u)
 		w.It++
 		h.report(w.It, p.Nit)
+		w.saveGhosts(fl, fl.r)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	rnm2, _, err := w.norm2u3(cm, fl, fl.r)
 	if err != nil {

@@ -103,7 +103,7 @@ func defineFlags(fs *flag.FlagSet, v reflect.Value) (check func() error, err err
 // minCheck returns the check that the numeric field fv, set by flag
 // name, is at least min.
 func minCheck(name string, fv reflect.Value, min string) (func() error, error) {
-	bad := func(v any) error { return fmt.Errorf("-%s %v: at least %s", name, v, min) }
+	bad := func(v any) error { return fmt.Errorf("-%s must be at least %s, got %v", name, min, v) }
 	switch {
 	case fv.CanInt() && fv.Type() != reflect.TypeFor[time.Duration]():
 		lo, err := strconv.ParseInt(min, 10, 64)

@@ -70,9 +70,9 @@ func TestProgramFromProto(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-n", "0"}, "-n 0: at least 1"},
-		{[]string{"-u", "1", "-tol", "-1"}, "-u 1: at least 2"},
-		{[]string{"-tol", "-1"}, "-tol -1: at least 0"},
+		{[]string{"-n", "0"}, "-n must be at least 1, got 0"},
+		{[]string{"-u", "1", "-tol", "-1"}, "-u must be at least 2, got 1"},
+		{[]string{"-tol", "-1"}, "-tol must be at least 0, got -1"},
 		{[]string{"-name", "abcd"}, "name longer than -n"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"-state", "1"}, "flag provided but not defined: -state"},

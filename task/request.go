@@ -32,6 +32,9 @@ type ReqState struct {
 	From   int     `msgpack:",omitempty"`
 	GotTag int     `msgpack:",omitempty"`
 	Got    Payload `msgpack:",omitempty"`
+	// Of lists the requests a request of several (IneighborAlltoall's)
+	// stands for: it is complete when they all are.
+	Of []int `msgpack:",omitempty"`
 }
 
 // CommStatus describes a completed receive on a communicator.
@@ -200,7 +203,7 @@ func (m *Comm) rankOf(tid TID) int { return slices.Index(m.TIDs, tid) }
 // matchReq reports whether the message of status st is one receive request
 // rs waits for.
 func (m *Comm) matchReq(rs *ReqState, st Status) bool {
-	if rs.Done {
+	if rs.Done || rs.Of != nil {
 		return false
 	}
 	t := st.Tag - m.p2pTag(0)
@@ -291,6 +294,9 @@ func (m *Comm) Wait(c *Ctx, r Request) (CommStatus, error) {
 	if r < 0 || int(r) > m.LastReq {
 		return CommStatus{}, fmt.Errorf("wait: no request %d on this communicator", r)
 	}
+	if s := m.req(r); s != nil && s.Of != nil {
+		return CommStatus{}, m.waitOf(c, r)
+	}
 	one := [1]Request{r}
 	_, st, err := m.waitAny(c, one[:], true)
 	return st, err
@@ -312,6 +318,11 @@ func (m *Comm) Waitall(c *Ctx, rs ...Request) error {
 // or -1 when none is left to report; it is a safe point while it waits.
 // Replayed after a move, it returns what it returned before.
 func (m *Comm) Waitany(c *Ctx, rs ...Request) (int, CommStatus, error) {
+	for _, r := range rs {
+		if s := m.req(r); s != nil && s.Of != nil {
+			return -1, CommStatus{}, fmt.Errorf("waitany: request %d is a neighbourhood collective's: complete it with Wait, Waitall or Test", r)
+		}
+	}
 	return m.waitAny(c, rs, false)
 }
 
@@ -380,6 +391,9 @@ func (m *Comm) Test(c *Ctx, r Request) (bool, CommStatus, error) {
 	s := m.req(r)
 	if s == nil {
 		return false, CommStatus{}, fmt.Errorf("test: no request %d on this communicator", r)
+	}
+	if s.Of != nil {
+		return m.testOf(c, r)
 	}
 	for !s.Done {
 		ok, err := m.progress(c, false)

@@ -54,9 +54,9 @@ type Block struct {
 	Data []float64
 
 	// The halo exchange under way: what the neighbours send, and the
-	// requests that bring it (FinishHalo).
+	// request that brings it (FinishHalo); 0 when none is.
 	recv [][]float64
-	reqs []task.Request
+	req  task.Request
 }
 
 // span is part i of n items cut into parts nearly equal parts, in order.
@@ -173,11 +173,11 @@ func (b *Block) edge(side Side, ghost bool) (from, step, n int) {
 
 // StartHalo starts the halo exchange: each side of the interior goes to
 // the neighbour beyond it, and what the neighbours send will fill the
-// ghost ring (task.IneighborAlltoall on G). FinishHalo completes it; the
+// ghost ring (task.IneighborAlltoall on G). FinishHalo completes it (Wait); the
 // block's points must not change in between. Every member of G calls
 // it.
 func (b *Block) StartHalo(c *task.Ctx) error {
-	if b.reqs != nil {
+	if b.req != 0 {
 		return fmt.Errorf("grid: start halo: an exchange is under way")
 	}
 	send := make([][]float64, 4)
@@ -189,11 +189,11 @@ func (b *Block) StartHalo(c *task.Ctx) error {
 		}
 	}
 	b.recv = make([][]float64, 4)
-	reqs, err := task.IneighborAlltoall(c, &b.G, send, b.recv)
+	req, err := task.IneighborAlltoall(c, &b.G, send, b.recv)
 	if err != nil {
 		return fmt.Errorf("grid: start halo: %w", err)
 	}
-	b.reqs = reqs
+	b.req = req
 	return nil
 }
 
@@ -202,12 +202,12 @@ func (b *Block) StartHalo(c *task.Ctx) error {
 // points on its side; ghost points on the whole array's edge are left as
 // they are.
 func (b *Block) FinishHalo(c *task.Ctx) error {
-	if b.reqs == nil {
+	if b.req == 0 {
 		return fmt.Errorf("grid: finish halo: no exchange under way")
 	}
-	err := b.G.Waitall(c, b.reqs...)
+	_, err := b.G.Wait(c, b.req)
 	recv := b.recv
-	b.recv, b.reqs = nil, nil
+	b.recv, b.req = nil, 0
 	if err != nil {
 		return fmt.Errorf("grid: finish halo: %w", err)
 	}

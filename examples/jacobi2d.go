@@ -24,8 +24,8 @@ type Jacobi2D struct {
 }
 
 func init() {
-	task.RegisterProgram(task.Program{Name: "jacobi2d", Summary: "Jacobi iteration in blocks on a 2-D Cartesian communicator, non-blocking halo exchange",
-		Proto: &Jacobi2D{Tasks: 4, N: 64, MaxIter: 2000, K: 10, Tol: 1e-6}})
+	task.RegisterProgram(task.Program{Name: "jacobi2d", Proto: &Jacobi2D{Tasks: 4, N: 64, MaxIter: 2000, K: 10, Tol: 1e-6},
+		Summary: "Jacobi iteration in blocks on a 2-D Cartesian communicator, non-blocking halo exchange"})
 }
 
 // Run starts the team and lays the grid out in blocks (both return at

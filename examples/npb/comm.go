@@ -38,6 +38,11 @@ func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, e
 	if err != nil {
 		return nil, err
 	}
+	return viewSlice(p, from, tag, n, view)
+}
+
+// viewSlice is recvSlice's view of a message received.
+func viewSlice[T any](p task.Payload, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
 	s, err := view(p)
 	if err != nil {
 		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
@@ -46,6 +51,25 @@ func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, e
 		return nil, fmt.Errorf("recv from rank %d tag %d: %d values, want %d", from, tag, len(s), n)
 	}
 	return s, nil
+}
+
+// recvSliceSafe is recvSlice whose wait is a safe point where cm is a
+// team's (teamOf; after the spin policy's poll): the caller's fields must
+// then say that the task waits there, for Run re-entered to receive the
+// message again (task.Safe).
+func recvSliceSafe[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
+	t, ok := cm.(*taskComm)
+	if !ok || t.size() == 1 {
+		return recvSlice(cm, from, tag, n, view)
+	}
+	m, ok, err := t.poll(from, tag)
+	if !ok && err == nil {
+		m, err = t.c.Recv(t.team.TIDs[from], tag, nil, task.Safe())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return viewSlice(m.Payload, from, tag, n, view)
 }
 
 // soloComm is a single rank with nobody to talk to.

@@ -123,7 +123,7 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 			plane := (nk + 2) * (nk + 2)
 			arrays := 2.0 // u and r
 			if k == lt {
-				arrays = 4 // u, the step's u, v and r on the finest grid
+				arrays = 3 // u, v and r on the finest grid
 			}
 			if k >= kr {
 				// Slabs of nk/np planes and two ghosts on every task.
@@ -148,14 +148,14 @@ func memArrays(kernel, class string, np, hosts int) (live, inflight float64) {
 		// (complex).
 		live = 16*n + 8*n + 16*n
 		if np > 1 {
-			// The inverse transform's two plane buffers on every task,
-			// and the lines a step's transposes receive, kept until the
-			// step's safe point (task.Alltoallv's results, replayed when
-			// a task re-enters the step); a chunk per pair of tasks in
-			// flight.
+			// The inverse transform's two plane buffers on every task;
+			// the transposes send in place, so on one host nothing else
+			// is in flight, and between hosts a chunk per pair of tasks.
 			plane := 16 * float64(p.NX) * float64(p.NZ)
-			live += nps*2*plane + 16*n
-			inflight = nps * (nps - 1) * 16 * min(float64(ftChunk), n/nps/nps)
+			live += nps * 2 * plane
+			if hosts != 1 {
+				inflight = nps * (nps - 1) * 16 * min(float64(ftChunk), n/nps/nps)
+			}
 		}
 		return live, inflight
 	case "is":

@@ -33,7 +33,7 @@ func TestResumeIdentical(t *testing.T) {
 func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report {
 	t.Helper()
 	return runRanks(t, kernel, class, np, func(w worker, cm comm) (*Report, error) {
-		restored, err := suspendAndRestore(w, cm, stopAt)
+		restored, err := suspendAndRestore(w, cm, stopAt, false)
 		if err != nil {
 			return nil, err
 		}
@@ -43,10 +43,10 @@ func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report 
 
 // suspendAndRestore runs w until its stopAt-th safe point, where it is
 // suspended, and returns the worker restored from its encoded state (what
-// a checkpoint does), not yet run.
-func suspendAndRestore(w worker, cm comm, stopAt int) (worker, error) {
+// a checkpoint does), not yet run. stages is hooks.stages.
+func suspendAndRestore(w worker, cm comm, stopAt int, stages bool) (worker, error) {
 	n := 0
-	h := &hooks{now: time.Now, safePoint: func() error {
+	h := &hooks{now: time.Now, stages: stages, safePoint: func() error {
 		if n++; n == stopAt {
 			return task.ErrSuspended
 		}

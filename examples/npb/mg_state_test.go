@@ -227,6 +227,12 @@ func TestMGBadState(t *testing.T) {
 		{"a partial charge", func(w *MGWorker) { w.Charges = w.Charges[:59] }},
 		{"no charges", func(w *MGWorker) { w.Charges = nil }},
 		{"warm without charges", func(w *MGWorker) { w.Init = false }},
+		{"unknown stage", func(w *MGWorker) { w.Stage = mgSmoothed + 1 }},
+		{"negative stage", func(w *MGWorker) { w.Stage = -1 }},
+		{"halo messages at an iteration's start", func(w *MGWorker) { w.Halo = 1 }},
+		{"halo messages past the stage's", func(w *MGWorker) { w.Stage, w.Halo = mgInterpolated, mgHaloMsgs+1 }},
+		{"negative halo messages", func(w *MGWorker) { w.Stage, w.Halo = mgSmoothed, -1 }},
+		{"a stage before the warm-up", func(w *MGWorker) { w.Stage, w.Warm = mgInterpolated, false }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x, err := task.New("npb.mg.worker", good)

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"flag"
 	"fmt"
 	"slices"
 
@@ -11,7 +10,7 @@ import (
 // Hello is the root task of the hello program: it spawns N children and
 // prints their greetings in TID order.
 type Hello struct {
-	N        int
+	N        int `flag:"n,number of children" min:"1"`
 	Children []task.TID
 	Greeting []string // by child index
 	Got      int
@@ -33,15 +32,7 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "hello",
 		Summary: "a parent spawns N children and collects their greetings",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			n := fs.Int("n", 4, "number of children")
-			return func([]string) (task.Task, error) {
-				if *n < 1 {
-					return nil, fmt.Errorf("-n must be at least 1, got %d", *n)
-				}
-				return &Hello{N: *n}, nil
-			}
-		},
+		Proto:   &Hello{N: 4},
 	})
 }
 

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"flag"
 	"fmt"
 	"math"
 
@@ -12,17 +11,19 @@ import (
 // equation on an N×N grid (top edge held at 1, the others at 0), split into
 // horizontal strips, one per task. A strip holds rows [Lo, Hi) of the
 // interior, with a ghost row above and below, all in exported fields so
-// that it can be checkpointed at every iteration and moved. The root, the
-// strip with Workers set, spawns the others as a communicator.
+// that it can be checkpointed at every iteration and moved. Its flags are
+// its tagged fields.
 type Jacobi struct {
-	Workers      int // strips in all; the root's only
-	C            task.Comm
-	N, MaxIter   int
-	K            int     // check convergence every K iterations
-	Tol          float64 // stop when no point changes by more
-	Lo, Hi, Iter int
-	U            []float64 // (Hi-Lo+2) rows of N+2 points
-	Diff         float64   // the largest change in the last iteration
+	Workers int `flag:"workers,strips (tasks)" min:"1"`
+	C       task.Comm
+	N       int     `flag:"n,grid size" min:"1"`
+	MaxIter int     `flag:"iters,at most this many iterations" min:"0"`
+	K       int     `flag:"k,check convergence every k iterations" min:"1"`
+	Tol     float64 `flag:"tol,convergence threshold"` // stop when no point changes by more
+	Lo, Hi  int
+	Iter    int
+	U       []float64 // (Hi-Lo+2) rows of N+2 points
+	Diff    float64   // the largest change in the last iteration
 }
 
 func init() {
@@ -30,37 +31,25 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "jacobi",
 		Summary: "Jacobi iteration on a grid in strips: ghost rows, a convergence all-reduce",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			n := fs.Int("n", 64, "grid size")
-			w := fs.Int("workers", 4, "strips (tasks)")
-			it := fs.Int("iters", 2000, "at most this many iterations")
-			k := fs.Int("k", 10, "check convergence every k iterations")
-			tol := fs.Float64("tol", 1e-6, "convergence threshold")
-			return func([]string) (task.Task, error) {
-				if *n < 1 || *w < 1 || *w > *n || *it < 0 || *k < 1 {
-					return nil, fmt.Errorf("need -n >= 1, 1 <= -workers <= n, -iters >= 0, -k >= 1")
-				}
-				return &Jacobi{Workers: *w, N: *n, MaxIter: *it, K: *k, Tol: *tol}, nil
-			}
-		},
+		Proto:   &Jacobi{Workers: 4, N: 64, MaxIter: 2000, K: 10, Tol: 1e-6},
 	})
 }
 
-// Run spawns the other strips once (the root does), joins the
-// communicator (a no-op once C is set, as after a move), then iterates:
-// every K iterations an all-reduce of the largest change decides whether
-// to stop; each iteration swaps ghost rows with the neighbours, updates
-// the strip and ends at a safe point. At the end rank 0
-// gathers the grid and prints it summed.
-func (s *Jacobi) Run(c *task.Ctx) error {
-	if s.Workers > 0 && s.C.Size() == 0 {
-		proto := *s
-		proto.Workers = 0
-		if _, err := c.Spawn(&proto, s.Workers-1, task.WithComm(&s.C)); err != nil {
-			return err
-		}
+// Validate checks that no strip is empty.
+func (s *Jacobi) Validate() error {
+	if s.Workers > s.N {
+		return fmt.Errorf("-workers %d: at most -n (%d)", s.Workers, s.N)
 	}
-	if err := c.JoinComm(&s.C); err != nil {
+	return nil
+}
+
+// Run starts the strips (World: once, the root spawning the others as
+// its copies), then iterates: every K iterations an all-reduce of the
+// largest change decides whether to stop; each iteration swaps ghost rows
+// with the neighbours, updates the strip and ends at a safe point. At the
+// end rank 0 gathers the grid and prints it summed.
+func (s *Jacobi) Run(c *task.Ctx) error {
+	if err := c.World(&s.C, s.Workers); err != nil {
 		return err
 	}
 	r, w, row := s.C.Rank, s.C.Size(), s.N+2

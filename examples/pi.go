@@ -1,8 +1,6 @@
 package examples
 
 import (
-	"flag"
-	"fmt"
 	"math"
 
 	"github.com/dpvm/dpvm/task"
@@ -14,8 +12,8 @@ import (
 // same for any number of workers. The root (rank 0 of the communicator)
 // and the workers sum the hits with an all-reduce.
 type Pi struct {
-	Workers int
-	Samples int64
+	Workers int   `flag:"workers,number of worker tasks" min:"1"`
+	Samples int64 `flag:"samples,number of random points" min:"1"`
 	C       task.Comm
 }
 
@@ -38,16 +36,7 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "pi",
 		Summary: "master/worker Monte Carlo estimate of π with an all-reduce",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			w := fs.Int("workers", 4, "number of worker tasks")
-			s := fs.Int64("samples", 4_000_000, "number of random points")
-			return func([]string) (task.Task, error) {
-				if *w < 1 || *s < 1 {
-					return nil, fmt.Errorf("need -workers >= 1 and -samples >= 1, got %d and %d", *w, *s)
-				}
-				return &Pi{Workers: *w, Samples: *s}, nil
-			}
-		},
+		Proto:   &Pi{Workers: 4, Samples: 4_000_000},
 	})
 }
 

@@ -3,7 +3,6 @@ package examples
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -14,8 +13,8 @@ import (
 // Size bytes to a partner, which echoes each back, checks every echo and
 // reports the mean round-trip time.
 type Ping struct {
-	N       int
-	Size    int
+	N       int `flag:"n,number of round trips" min:"1"`
+	Size    int `flag:"size,message size in bytes" min:"0"`
 	I       int
 	Partner task.TID
 	Start   time.Time
@@ -43,16 +42,7 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "pingpong",
 		Summary: "two tasks bounce a message back and forth and time the round trips",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			n := fs.Int("n", 1000, "number of round trips")
-			size := fs.Int("size", 8, "message size in bytes")
-			return func([]string) (task.Task, error) {
-				if *n < 1 || *size < 0 {
-					return nil, fmt.Errorf("need -n >= 1 and -size >= 0, got %d and %d", *n, *size)
-				}
-				return &Ping{N: *n, Size: *size}, nil
-			}
-		},
+		Proto:   &Ping{N: 1000, Size: 8},
 	})
 }
 

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"flag"
 	"fmt"
 
 	"github.com/dpvm/dpvm/task"
@@ -12,7 +11,8 @@ import (
 // token to come back after K laps. Every hop adds one to the token, so it
 // must return as N·K.
 type Ring struct {
-	N, Laps int
+	N       int `flag:"n,number of tasks in the ring" min:"1"`
+	Laps    int `flag:"laps,laps the token makes" min:"1"`
 	Members []task.TID
 	Result  int
 }
@@ -36,16 +36,7 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "ring",
 		Summary: "a token goes K laps around a ring of N tasks",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			n := fs.Int("n", 4, "number of tasks in the ring")
-			laps := fs.Int("laps", 3, "laps the token makes")
-			return func([]string) (task.Task, error) {
-				if *n < 1 || *laps < 1 {
-					return nil, fmt.Errorf("need -n >= 1 and -laps >= 1, got %d and %d", *n, *laps)
-				}
-				return &Ring{N: *n, Laps: *laps}, nil
-			}
-		},
+		Proto:   &Ring{N: 4, Laps: 3},
 	})
 }
 

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"flag"
 	"fmt"
 	"slices"
 
@@ -14,8 +13,8 @@ import (
 // and a host deletion has been reported (kill a host daemon to see it);
 // then it stops the others.
 type Watch struct {
-	Workers int
-	Expect  int
+	Workers int `flag:"workers,number of workers (placed round-robin over the hosts)" min:"1"`
+	Expect  int `flag:"expect,how many workers to see lost before stopping the others" min:"0"`
 	Tids    []task.TID
 	Lost    []task.TID
 	Hosts   int // host deletions seen
@@ -37,17 +36,16 @@ func init() {
 	task.RegisterProgram(task.Program{
 		Name:    "watch",
 		Summary: "spawn workers across hosts and report, through notify, the ones lost with their host",
-		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
-			w := fs.Int("workers", 3, "number of workers (placed round-robin over the hosts)")
-			e := fs.Int("expect", 0, "how many workers to see lost before stopping the others")
-			return func([]string) (task.Task, error) {
-				if *w < 1 || *e < 0 || *e > *w {
-					return nil, fmt.Errorf("need -workers >= 1 and 0 <= -expect <= -workers, got %d and %d", *w, *e)
-				}
-				return &Watch{Workers: *w, Expect: *e}, nil
-			}
-		},
+		Proto:   &Watch{Workers: 3},
 	})
+}
+
+// Validate checks that no more workers are expected lost than there are.
+func (w *Watch) Validate() error {
+	if w.Expect > w.Workers {
+		return fmt.Errorf("need -expect <= -workers, got %d and %d", w.Expect, w.Workers)
+	}
+	return nil
 }
 
 // Run spawns and watches the workers.

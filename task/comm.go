@@ -197,7 +197,10 @@ func (m *Comm) recordParts(parts []Payload) {
 const (
 	// MaxCommTag is the largest tag of a point-to-point message on a
 	// communicator (MPI_TAG_UB).
-	MaxCommTag = 1<<15 - 1
+	MaxCommTag = 1<<15 - 2
+	// neighborTag is the tag of the neighbourhood collectives' messages
+	// (IneighborAlltoall), above every program's.
+	neighborTag = MaxCommTag + 1
 	// maxCommID bounds communicator IDs, so that the two ranges of tags
 	// stay apart.
 	maxCommID   = 1<<14 - 1

@@ -54,14 +54,21 @@
 // 0; each worker calls JoinComm on its own Comm field and knows its rank,
 // the team's size and every peer's TID. Spawn with Team starts a team the
 // spawner is not part of (ranks 0..n-1), for a root that only watches its
-// workers; GroupComm makes a named group's members one. Collectives run
+// workers; GroupComm makes a named group's members one; World makes an
+// SPMD program's ranks, copies of its root, as mpiexec does. Collectives run
 // on the Comm, with the communicator first and the root last: Barrier,
 // Bcast, SendRecv, Reduce, AllReduce, Scan, Exscan, ReduceScatter,
 // Allgather(v), Alltoall(v), Gather(v), Scatter(v); so do non-blocking
 // Isend and Irecv with their Requests (Wait, Waitall, Waitany, Test).
 // Split, Dup, CartCreate and CartSub make new communicators from a Comm,
-// Cartesian grids with Coords, CartRank and CartShift. Each wait is a
-// safe point (see Comm for the one rule that makes this work).
+// Cartesian grids with Coords, CartRank, CartShift, Neighbors and the
+// non-blocking IneighborAlltoall (package task/grid builds a distributed
+// 2-D array with a halo exchange on them). Each wait is a safe point (see
+// Comm for the one rule that makes this work).
+//
+// A Program given by its Proto takes its flags from the root task's
+// tagged fields (`flag:"name,usage"`, `min:"x"`) and checks them with its
+// Validate method (Validator).
 //
 // Group names are scoped to the job: two runs of one program never share a
 // group. A name beginning with VMWide names a group of the whole virtual

@@ -111,15 +111,27 @@ func EncodeState(t Task) (typeName string, state []byte, err error) {
 }
 
 // Program is a parallel program that `dpvm run` can start by name: it
-// defines its command-line flags and builds the root task from them.
+// defines its command-line flags and builds the root task from them,
+// either from Proto's tagged fields or by Setup.
 type Program struct {
 	// Name is what users type after `dpvm run`.
 	Name string
 	// Summary is a one-line description for listings.
 	Summary string
+	// Proto is the root task with its flags' defaults, a pointer to a
+	// struct. Each field tagged `flag:"name,usage"` (bool, int, int64,
+	// uint, uint64, float64, string or time.Duration) is a flag that sets
+	// it, its value in Proto the default; a numeric one tagged `min:"x"`
+	// too must be at least x. The root task is a copy of Proto with its
+	// flags applied, checked by its Validate method if it has one
+	// (Validator). Positional arguments are refused. RegisterProgram
+	// makes Setup from it, and registers Proto's type under Name if it is
+	// not registered yet.
+	Proto Task
 	// Setup defines the program's flags on fs and returns a function that,
 	// called after fs has been parsed (with the positional arguments that
-	// remain), builds the root task. It reports bad values as errors.
+	// remain), builds the root task. It reports bad values as errors. Set
+	// either Proto or Setup.
 	Setup func(fs *flag.FlagSet) func(args []string) (Task, error)
 }
 
@@ -147,10 +159,25 @@ var programs = struct {
 }{m: map[string]Program{}}
 
 // RegisterProgram makes p known to `dpvm run`. It panics on a duplicate
-// name or a Program without Name or Setup.
+// name, a Program without Name or with both or neither of Proto and Setup,
+// or a Proto that is not a pointer to a struct or whose flag tags are
+// wrong.
 func RegisterProgram(p Program) {
-	if p.Name == "" || p.Setup == nil {
-		panic("task.RegisterProgram: Name and Setup are required")
+	if p.Name == "" || (p.Setup == nil) == (p.Proto == nil) {
+		panic("task.RegisterProgram: Name and one of Proto and Setup are required")
+	}
+	if p.Proto != nil {
+		v := reflect.ValueOf(p.Proto)
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			panic(fmt.Sprintf("task.RegisterProgram(%q): Proto %T is not a pointer to a struct", p.Name, p.Proto))
+		}
+		if _, err := defineFlags(flag.NewFlagSet(p.Name, flag.ContinueOnError), reflect.New(v.Type().Elem()).Elem()); err != nil {
+			panic(fmt.Sprintf("task.RegisterProgram(%q): %v", p.Name, err))
+		}
+		if _, err := TypeName(p.Proto); err != nil {
+			Register(p.Name, p.Proto)
+		}
+		p.Setup = protoSetup(p.Proto)
 	}
 	programs.Lock()
 	defer programs.Unlock()

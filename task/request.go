@@ -32,6 +32,9 @@ type ReqState struct {
 	From   int     `msgpack:",omitempty"`
 	GotTag int     `msgpack:",omitempty"`
 	Got    Payload `msgpack:",omitempty"`
+	// Of lists the requests a request of several (IneighborAlltoall's)
+	// stands for: it is complete when they all are.
+	Of []int `msgpack:",omitempty"`
 }
 
 // CommStatus describes a completed receive on a communicator.
@@ -119,10 +122,16 @@ func choicePayload(i int) Payload {
 // the request is complete at once. Messages on a communicator are its
 // own: only its Irecv calls receive them.
 func (m *Comm) Isend(c *Ctx, to, tag int, v any) (Request, error) {
+	return m.isend(c, to, tag, MaxCommTag, v)
+}
+
+// isend is Isend with tags up to maxTag (neighborTag for a neighbourhood
+// collective's messages).
+func (m *Comm) isend(c *Ctx, to, tag, maxTag int, v any) (Request, error) {
 	if err := m.check("isend", to); err != nil {
 		return 0, err
 	}
-	if to == NoRank || tag < 0 || tag > MaxCommTag {
+	if to == NoRank || tag < 0 || tag > maxTag {
 		return 0, fmt.Errorf("isend to rank %d tag %d: %w", to, tag, ErrBadTag)
 	}
 	c.track(m)
@@ -156,13 +165,19 @@ func (m *Comm) Isend(c *Ctx, to, tag int, v any) (Request, error) {
 // once, as in a critical section); the waits in Wait, Waitall and Waitany
 // are safe points.
 func (m *Comm) Irecv(c *Ctx, from, tag int, v any) (Request, error) {
+	return m.irecv(c, from, tag, MaxCommTag, v)
+}
+
+// irecv is Irecv with tags up to maxTag (neighborTag for a neighbourhood
+// collective's messages).
+func (m *Comm) irecv(c *Ctx, from, tag, maxTag int, v any) (Request, error) {
 	if err := m.check("irecv"); err != nil {
 		return 0, err
 	}
 	if from != AnyRank && (from < 0 || from >= len(m.TIDs)) {
 		return 0, fmt.Errorf("irecv from rank %d of a communicator of %d: %w", from, len(m.TIDs), ErrNoSuchTask)
 	}
-	if tag != AnyTag && (tag < 0 || tag > MaxCommTag) {
+	if tag != AnyTag && (tag < 0 || tag > maxTag) {
 		return 0, fmt.Errorf("irecv tag %d: %w", tag, ErrBadTag)
 	}
 	if _, ok := c.ep.(FuncReceiver); !ok {
@@ -188,11 +203,11 @@ func (m *Comm) rankOf(tid TID) int { return slices.Index(m.TIDs, tid) }
 // matchReq reports whether the message of status st is one receive request
 // rs waits for.
 func (m *Comm) matchReq(rs *ReqState, st Status) bool {
-	if rs.Done {
+	if rs.Done || rs.Of != nil {
 		return false
 	}
 	t := st.Tag - m.p2pTag(0)
-	if t < 0 || t > MaxCommTag || (rs.Tag != AnyTag && rs.Tag != t) {
+	if t < 0 || t > neighborTag || (rs.Tag == AnyTag && t > MaxCommTag) || (rs.Tag != AnyTag && rs.Tag != t) {
 		return false
 	}
 	return rs.Peer == AnyRank || m.TIDs[rs.Peer] == st.From
@@ -279,6 +294,9 @@ func (m *Comm) Wait(c *Ctx, r Request) (CommStatus, error) {
 	if r < 0 || int(r) > m.LastReq {
 		return CommStatus{}, fmt.Errorf("wait: no request %d on this communicator", r)
 	}
+	if s := m.req(r); s != nil && s.Of != nil {
+		return CommStatus{}, m.waitOf(c, r)
+	}
 	one := [1]Request{r}
 	_, st, err := m.waitAny(c, one[:], true)
 	return st, err
@@ -300,6 +318,11 @@ func (m *Comm) Waitall(c *Ctx, rs ...Request) error {
 // or -1 when none is left to report; it is a safe point while it waits.
 // Replayed after a move, it returns what it returned before.
 func (m *Comm) Waitany(c *Ctx, rs ...Request) (int, CommStatus, error) {
+	for _, r := range rs {
+		if s := m.req(r); s != nil && s.Of != nil {
+			return -1, CommStatus{}, fmt.Errorf("waitany: request %d is a neighbourhood collective's: complete it with Wait, Waitall or Test", r)
+		}
+	}
 	return m.waitAny(c, rs, false)
 }
 
@@ -368,6 +391,9 @@ func (m *Comm) Test(c *Ctx, r Request) (bool, CommStatus, error) {
 	s := m.req(r)
 	if s == nil {
 		return false, CommStatus{}, fmt.Errorf("test: no request %d on this communicator", r)
+	}
+	if s.Of != nil {
+		return m.testOf(c, r)
 	}
 	for !s.Done {
 		ok, err := m.progress(c, false)

@@ -177,15 +177,25 @@ func DimsCreate(n, ndims int) ([]int, error) {
 
 // CartCreate makes out a communicator of m's first d0·d1·… members laid out
 // on a Cartesian grid of extents dims (row-major: the last dimension
-// varies fastest), wrapping in the dimensions periods says
-// (MPI_Cart_create, ranks kept). Every member of m calls it; a member past
-// the grid gets an empty out. It is a safe point while it waits.
+// varies fastest), wrapping in the dimensions periods says; nil periods
+// wrap none (MPI_Cart_create, ranks kept). A 0 in dims is filled in as
+// MPI_Dims_create does, from m's size and the extents given: {0, 0} lays
+// all of m out on a 2-D grid as square as its size allows (DimsCreate).
+// Every member of m calls it; a member past the grid gets an empty out. It
+// is a safe point while it waits.
 func (m *Comm) CartCreate(c *Ctx, dims []int, periods []bool, out *Comm) error {
 	if err := m.check("cart create"); err != nil {
 		return err
 	}
+	if periods == nil {
+		periods = make([]bool, len(dims))
+	}
 	if len(periods) != len(dims) || len(dims) == 0 {
 		return fmt.Errorf("cart create: %d dimensions, %d periods", len(dims), len(periods))
+	}
+	dims, err := fillDims(m.Size(), dims)
+	if err != nil {
+		return fmt.Errorf("cart create: %w", err)
 	}
 	n := 1
 	for _, d := range dims {
@@ -205,6 +215,40 @@ func (m *Comm) CartCreate(c *Ctx, dims []int, periods []bool, out *Comm) error {
 		out.Dims, out.Periods = slices.Clone(dims), slices.Clone(periods)
 	}
 	return nil
+}
+
+// fillDims returns dims with its zeros filled in as MPI_Dims_create does
+// for n members: the extents given fixed, the others as nearly equal as
+// the members left allow, the largest first.
+func fillDims(n int, dims []int) ([]int, error) {
+	fixed, free := 1, 0
+	for _, d := range dims {
+		switch {
+		case d < 0:
+			return nil, fmt.Errorf("a grid of %v", dims)
+		case d == 0:
+			free++
+		default:
+			fixed *= d
+		}
+	}
+	if free == 0 {
+		return dims, nil
+	}
+	if fixed > n || n%fixed != 0 {
+		return nil, fmt.Errorf("a grid of %v for %d members: %d does not divide %d", dims, n, fixed, n)
+	}
+	fill, err := DimsCreate(n/fixed, free)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(dims)
+	for i := range out {
+		if out[i] == 0 {
+			out[i], fill = fill[0], fill[1:]
+		}
+	}
+	return out, nil
 }
 
 // Coords returns the grid coordinates of the member of rank r

@@ -38,6 +38,11 @@ func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, e
 	if err != nil {
 		return nil, err
 	}
+	return viewSlice(p, from, tag, n, view)
+}
+
+// viewSlice is recvSlice's view of a message received.
+func viewSlice[T any](p task.Payload, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
 	s, err := view(p)
 	if err != nil {
 		return nil, fmt.Errorf("recv from rank %d tag %d: %w", from, tag, err)
@@ -46,6 +51,25 @@ func recvSlice[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, e
 		return nil, fmt.Errorf("recv from rank %d tag %d: %d values, want %d", from, tag, len(s), n)
 	}
 	return s, nil
+}
+
+// recvSliceSafe is recvSlice whose wait is a safe point where cm is a
+// team's (teamOf; after the spin policy's poll): the caller's fields must
+// then say that the task waits there, for Run re-entered to receive the
+// message again (task.Safe).
+func recvSliceSafe[T any](cm comm, from, tag, n int, view func(task.Payload) ([]T, error)) ([]T, error) {
+	t, ok := cm.(*taskComm)
+	if !ok || t.size() == 1 {
+		return recvSlice(cm, from, tag, n, view)
+	}
+	m, ok, err := t.poll(from, tag)
+	if !ok && err == nil {
+		m, err = t.c.Recv(t.team.TIDs[from], tag, nil, task.Safe())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return viewSlice(m.Payload, from, tag, n, view)
 }
 
 // soloComm is a single rank with nobody to talk to.
@@ -113,13 +137,37 @@ func sumSafe[T int64 | float64](cm comm, data []T) error {
 	return allreduce(cm, data, sumOp[T])
 }
 
+// allreduceSafe is allreduce, waiting at a safe point where cm can
+// (teamOf). Both combine the ranks' data in rank order, rank 0's first,
+// so the results are the same bits either way.
+func allreduceSafe[T any](cm comm, data []T, op func(acc, in []T)) error {
+	if c, m, ok := teamOf(cm); ok {
+		return task.AllReduce(c, m, op, data)
+	}
+	return allreduce(cm, data, op)
+}
+
 // gatherSafe is allgathervLent, waiting at a safe point where cm can
 // (teamOf; the blocks are then copied).
 func gatherSafe(cm comm, full []float64, bounds []int) error {
-	c, m, ok := teamOf(cm)
-	if !ok {
-		return allgathervLent(cm, full, bounds)
+	if c, m, ok := teamOf(cm); ok {
+		return teamAllgatherv(c, m, full, bounds)
 	}
+	return allgathervLent(cm, full, bounds)
+}
+
+// allgathervSafe is allgatherv, waiting at a safe point where cm can
+// (teamOf).
+func allgathervSafe(cm comm, full []float64, bounds []int) error {
+	if c, m, ok := teamOf(cm); ok {
+		return teamAllgatherv(c, m, full, bounds)
+	}
+	return allgatherv(cm, full, bounds)
+}
+
+// teamAllgatherv is allgatherv on the team's task.Comm: a safe point while
+// it waits; the blocks received are copied into full.
+func teamAllgatherv(c *task.Ctx, m *task.Comm, full []float64, bounds []int) error {
 	parts, err := task.Allgatherv(c, m, full[bounds[m.Rank]:bounds[m.Rank+1]])
 	if err != nil {
 		return err

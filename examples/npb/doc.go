@@ -3,8 +3,11 @@
 //
 // Each kernel is a worker task type whose exported fields are its whole
 // progress (iteration counters, partial sums, the arrays that evolve), so a
-// worker can be checkpointed at the safe point it reaches once per
-// iteration and resumed elsewhere with the same result; arrays that are
+// worker can be checkpointed at the safe point that ends each iteration,
+// or in any wait for its peers (the collectives of its team's task.Comm,
+// which Run re-entered replays, and MG's and FT's receives with
+// task.Safe, whose progress their fields record), and resumed elsewhere
+// with the same result; arrays that are
 // derived (the CG matrix, MG's right-hand side, the IS keys, FT's
 // evolution factors) are rebuilt on resume. A Root task spawns np workers as a
 // communicator of their own (task.Ctx.Spawn with task.Team), relays rank 0's progress

@@ -14,6 +14,14 @@ import (
 // into slabs of y-planes (layout B: x fastest, then z, then y), where the
 // spectrum then lives. With one task the z transforms run in place. The
 // evolving spectrum is the worker's state.
+//
+// With more than one task a step's waits are the transposes' receives
+// (safe points on the team's task.Comm) and its collectives, and the state
+// says where in the step the task is: Stage, the transpose's messages
+// done (Xfers, XSent), and during an iteration's inverse transform the
+// grid it fills (Lines). Run re-entered there carries on: it recomputes
+// the plane or grid its next messages come from, sends only what it had
+// not sent, and receives the rest.
 type FTWorker struct {
 	Place
 	Warm bool         // the untimed warm-up is done
@@ -21,6 +29,20 @@ type FTWorker struct {
 	It   int          // iterations done
 	U0   []float64    // the spectrum (complex, re/im interleaved)
 	Sums [][2]float64 // checksums of the iterations done
+
+	// Stage is where the step under way stands (ftStep, ftInverse,
+	// ftSummed, ftSpectrum).
+	Stage int `msgpack:",omitempty"`
+	// Xfers counts the exchanges of the transpose under way that are
+	// done: exchangeLines' messages, one sent to a task and one received
+	// from another per exchange, in its order. XSent is set once the
+	// next exchange's message is sent.
+	Xfers int  `msgpack:",omitempty"`
+	XSent bool `msgpack:",omitempty"`
+	// Lines is u1 (layout A, re/im interleaved) while an iteration's
+	// inverse transform fills it (Stage ftInverse) and its checksum is
+	// taken (ftSummed); nil between steps.
+	Lines []float64 `msgpack:",omitempty"`
 
 	p        FTParams
 	nzl, nyl int // local planes in layouts A and B
@@ -41,6 +63,22 @@ func (w *FTWorker) place() *Place { return &w.Place }
 
 // Run executes the worker as a dpvm task.
 func (w *FTWorker) Run(c *task.Ctx) error { return runWorker(c, w) }
+
+// Stages of an FT step (FTWorker.Stage).
+const (
+	ftStep     = iota // at a step's start (or in a set-up's transpose)
+	ftInverse         // in an iteration's inverse transform: U0 evolves plane by plane
+	ftSummed          // the iteration's inverse transform is in u1 and U0 evolved
+	ftSpectrum        // a set-up's spectrum is in U0
+)
+
+// floats views complex numbers as interleaved re/im floats.
+func floats(c []complex128) []float64 {
+	if len(c) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&c[0])), 2*len(c))
+}
 
 // cplx views interleaved re/im floats as complex numbers.
 func cplx(f []float64) []complex128 {
@@ -291,14 +329,24 @@ func evolve(u0 []complex128, tw []float64, dst []complex128) {
 // received a chunk of the next plane from every other task, which that
 // task sent only after it had received, and unpacked, every chunk of this
 // plane: the receivers are done with the buffer.
+//
+// Run re-entered in a plane's exchanges (w.Xfers, w.XSent) starts at that
+// plane, whose part of u0 has evolved already: its buffer is that part,
+// transformed again (the same bits), and the plane's exchanges carry on
+// where they stopped; the planes before it are in out.
 func (w *FTWorker) inverseZ(cm comm, u0 []complex128, tw []float64, out []complex128) error {
 	nx, nzl := w.p.NX, w.nzl
 	plane := nx * w.p.NZ
-	for jl := range w.nyl {
+	per := w.xfersPer(cm, nzl)
+	for jl := w.Xfers / per; jl < w.nyl; jl++ {
 		pl := w.planes[jl%2]
-		evolve(u0[plane*jl:][:plane], tw[plane*jl:][:plane], pl)
+		if w.Xfers > jl*per || w.XSent {
+			copy(pl, u0[plane*jl:][:plane])
+		} else {
+			evolve(u0[plane*jl:][:plane], tw[plane*jl:][:plane], pl)
+		}
 		w.fftLines(pl, 0, 1, nx, w.p.NZ, nx, true)
-		if err := w.exchangeLines(cm, nzl,
+		if err := w.exchangeLines(cm, jl*per, nzl,
 			func(q, kl int) []complex128 { return pl[nx*(q*nzl+kl):] },
 			func(q, kl int, line []complex128) { copy(out[w.lineA(q, jl, kl):][:nx], line) }); err != nil {
 			return err
@@ -312,54 +360,85 @@ func (w *FTWorker) inverseZ(cm comm, u0 []complex128, tw []float64, out []comple
 // task are consecutive in u, so each task gets them straight from u, in
 // place and in chunks of whole lines; the lines received are unpacked into
 // spec. u is written again only after the barrier that ends the
-// transpose, once every task has unpacked what it received.
+// transpose, once every task has unpacked what it received. Run re-entered
+// in the transpose (w.Xfers, w.XSent) carries on where it stopped: spec
+// (U0, the state) holds the lines received before.
 func (w *FTWorker) transposeAB(cm comm, u, spec []complex128) error {
 	nx := w.p.NX
-	for kl := range w.nzl {
-		if err := w.exchangeLines(cm, w.nyl,
+	per := w.xfersPer(cm, w.nyl)
+	for kl := w.Xfers / per; kl < w.nzl; kl++ {
+		if err := w.exchangeLines(cm, kl*per, w.nyl,
 			func(q, jl int) []complex128 { return u[w.lineA(q, jl, kl):] },
 			func(q, jl int, line []complex128) { copy(spec[w.lineB(q, jl, kl):][:nx], line) }); err != nil {
 			return err
 		}
 	}
-	if err := barrier(cm); err != nil {
+	if err := barrierSafe(cm); err != nil {
 		return fmt.Errorf("FT transpose: %w", err)
 	}
 	return nil
+}
+
+// linesPer is how many x-lines one transpose message carries: w.chunk
+// values at most (ftChunk when 0), at least one line.
+func (w *FTWorker) linesPer() int {
+	chunk := w.chunk
+	if chunk <= 0 {
+		chunk = ftChunk
+	}
+	return max(1, chunk/w.p.NX)
+}
+
+// xfersPer is how many exchanges exchangeLines makes for n lines per task:
+// one per chunk of lines and other task.
+func (w *FTWorker) xfersPer(cm comm, n int) int {
+	step := w.linesPer()
+	return (n + step - 1) / step * (cm.size() - 1)
 }
 
 // exchangeLines is the all-to-all of a transpose: this task has n x-lines
 // for each task q, line l starting at from(q, l) (q's n lines consecutive
 // there), and hands every line l it gets from task q to to(q, l, line).
 // Its own lines go straight across; the others are sent in place, in
-// chunks of whole lines (w.chunk values at most, at least one line), and
-// handed over from the message they arrived in.
-func (w *FTWorker) exchangeLines(cm comm, n int, from func(q, l int) []complex128, to func(q, l int, line []complex128)) error {
+// chunks of whole lines (linesPer), and handed over from the message they
+// arrived in.
+//
+// Each exchange sends one chunk to one task and receives one from another;
+// they are numbered from first on, and w.Xfers counts those of the
+// transpose that are done, w.XSent whether the next one's chunk is sent:
+// Run re-entered in a receive (a safe point on the team's task.Comm:
+// recvSliceSafe) makes only the exchanges not done and sends only what it
+// had not sent.
+func (w *FTWorker) exchangeLines(cm comm, first, n int, from func(q, l int) []complex128, to func(q, l int, line []complex128)) error {
 	nx := w.p.NX
 	np, me := cm.size(), cm.rank()
 	for l := range n {
 		to(me, l, from(me, l)[:nx])
 	}
-	chunk := w.chunk
-	if chunk <= 0 {
-		chunk = ftChunk
-	}
-	step := max(1, chunk/nx)
+	step := w.linesPer()
+	x := first
 	for l0 := 0; l0 < n; l0 += step {
 		l1 := min(n, l0+step)
 		m := (l1 - l0) * nx
-		for k := 1; k < np; k++ {
-			dst, src := (me+k)%np, (me-k+np)%np
-			if err := cm.sendInPlace(dst, tagTranspose, from(dst, l0)[:m]); err != nil {
-				return fmt.Errorf("FT transpose: %w", err)
+		for k := 1; k < np; k, x = k+1, x+1 {
+			if x < w.Xfers {
+				continue
 			}
-			in, err := recvSlice(cm, src, tagTranspose, m, task.Payload.Complex128s)
+			dst, src := (me+k)%np, (me-k+np)%np
+			if !w.XSent {
+				if err := cm.sendInPlace(dst, tagTranspose, from(dst, l0)[:m]); err != nil {
+					return fmt.Errorf("FT transpose: %w", err)
+				}
+				w.XSent = true
+			}
+			in, err := recvSliceSafe(cm, src, tagTranspose, m, task.Payload.Complex128s)
 			if err != nil {
 				return fmt.Errorf("FT transpose: %w", err)
 			}
 			for l := l0; l < l1; l++ {
 				to(src, l, in[nx*(l-l0):][:nx])
 			}
+			w.Xfers, w.XSent = x+1, false
 		}
 	}
 	return nil
@@ -437,7 +516,7 @@ func (w *FTWorker) checksum(cm comm, u []complex128) (complex128, error) {
 		}
 	}
 	acc := []float64{real(s), imag(s)}
-	if err := allreduce(cm, acc, sumOp[float64]); err != nil {
+	if err := sumSafe(cm, acc); err != nil {
 		return 0, err
 	}
 	n := float64(nx) * float64(ny) * float64(nz)
@@ -456,7 +535,14 @@ func (w *FTWorker) setup(cm comm) error {
 	w.z0, w.y0 = me*w.nzl, me*w.nyl
 	w.spec = np > 1
 	local := p.NX * p.NY * w.nzl
-	w.u1 = make([]complex128, local)
+	if err := w.checkStage(cm, local); err != nil {
+		return fmt.Errorf("FT state: %w", err)
+	}
+	if w.Lines != nil {
+		w.u1 = cplx(w.Lines) // Run re-entered in an iteration's inverse transform
+	} else {
+		w.u1 = make([]complex128, local)
+	}
 	if w.spec {
 		plane := p.NX * p.NZ
 		w.planes = [2][]complex128{make([]complex128, plane), make([]complex128, plane)}
@@ -468,14 +554,55 @@ func (w *FTWorker) setup(cm comm) error {
 	return nil
 }
 
+// checkStage checks the fields that say where a step stands against a
+// slab of local points: a stage that exists, exchanges within a
+// transpose's count, and Lines, when set, one slab (and set exactly in
+// the iteration's stages that fill it).
+func (w *FTWorker) checkStage(cm comm, local int) error {
+	inv := ftInverse <= w.Stage && w.Stage <= ftSummed
+	switch {
+	case w.Stage < ftStep || w.Stage > ftSpectrum:
+		return fmt.Errorf("stage %d", w.Stage)
+	case inv && !w.Init:
+		return fmt.Errorf("stage %d before the set-up", w.Stage)
+	case inv != (w.Lines != nil):
+		return fmt.Errorf("stage %d with %d values of u1", w.Stage, len(w.Lines))
+	case w.Stage == ftSpectrum && w.Warm && w.Init:
+		return fmt.Errorf("stage %d after the set-up", w.Stage)
+	case inv && len(w.Lines) != 2*local:
+		return fmt.Errorf("u1 of %d values, want %d", len(w.Lines), 2*local)
+	}
+	if cm.size() > 1 {
+		most := max(w.nzl*w.xfersPer(cm, w.nyl), w.nyl*w.xfersPer(cm, w.nzl))
+		if w.Xfers < 0 || w.Xfers > most || (w.XSent && w.Xfers == most) {
+			return fmt.Errorf("%d exchanges of a transpose done (sent: %v), of %d", w.Xfers, w.XSent, most)
+		}
+	}
+	return nil
+}
+
+// endStep marks the step done: the next starts afresh.
+func (w *FTWorker) endStep() {
+	w.Stage, w.Xfers, w.XSent, w.Lines = ftStep, 0, false, nil
+}
+
 // spectrum computes the forward transform of the initial conditions into
-// U0: with more than one task u1 is transposed straight into it.
+// U0: with more than one task u1 is transposed straight into it. Run
+// re-entered in the transpose recomputes u1 and carries on (transposeAB);
+// re-entered in a wait after the spectrum was made (ftSpectrum), it
+// replays the transpose's barrier.
 func (w *FTWorker) spectrum(cm comm) error {
 	w.indexMap()
 	// The timed set-up recomputes the warm-up's spectrum: it reuses the
 	// array rather than leave a grid's worth of garbage.
 	if len(w.U0) != 2*len(w.tw) {
 		w.U0 = make([]float64, 2*len(w.tw))
+	}
+	if w.Stage == ftSpectrum {
+		if w.spec {
+			return barrierSafe(cm)
+		}
+		return nil
 	}
 	w.initialConditions(w.u1)
 	s, err := w.forward(cm, w.u1, cplx(w.U0))
@@ -485,6 +612,7 @@ func (w *FTWorker) spectrum(cm comm) error {
 	if !w.spec {
 		copy(cplx(w.U0), s)
 	}
+	w.Stage, w.Xfers = ftSpectrum, 0
 	return nil
 }
 
@@ -493,21 +621,34 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, err
 	}
 	p := w.p
+	// Each step below runs from a safe point to the next, its waits safe
+	// points too (on the team's task.Comm): the fields say where in the
+	// step the task is (Stage, Xfers, XSent, Lines), so Run re-entered at
+	// a wait goes straight to it and carries on, its collectives since the
+	// step began replayed; the step ends at a safe point.
 	if !w.Warm {
 		if err := w.spectrum(cm); err != nil {
 			return nil, err
 		}
-		w.Warm = true
-		if err := barrier(cm); err != nil {
+		if err := barrierSafe(cm); err != nil {
 			return nil, err
 		}
+		w.Warm = true
+		w.endStep()
 		w.startTimer(cm, h)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if !w.Init {
 		if err := w.spectrum(cm); err != nil {
 			return nil, err
 		}
 		w.Init, w.It, w.Sums = true, 0, nil
+		w.endStep()
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	} else {
 		w.indexMap()
 	}
@@ -515,11 +656,16 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		return nil, fmt.Errorf("FT state: spectrum of %d values, want %d", len(w.U0), want)
 	}
 	for w.It < p.Niter {
-		if err := h.safe(); err != nil {
-			return nil, err
+		if w.Stage == ftStep {
+			// u1 is the state while the step fills it: the lines
+			// received so far.
+			w.Stage, w.Lines = ftInverse, floats(w.u1)
 		}
-		if err := w.evolveInverse(cm, cplx(w.U0), w.tw, w.u1); err != nil {
-			return nil, err
+		if w.Stage == ftInverse {
+			if err := w.evolveInverse(cm, cplx(w.U0), w.tw, w.u1); err != nil {
+				return nil, err
+			}
+			w.Stage = ftSummed
 		}
 		s, err := w.checksum(cm, w.u1)
 		if err != nil {
@@ -527,7 +673,11 @@ func (w *FTWorker) run(cm comm, h *hooks) (*Report, error) {
 		}
 		w.Sums = append(w.Sums, [2]float64{real(s), imag(s)})
 		w.It++
+		w.endStep()
 		h.report(w.It, p.Niter)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if cm.rank() != 0 {
 		return nil, nil

@@ -17,8 +17,8 @@ import (
 // computed by every task alike (they are tiny).
 //
 // The state is the finest u (this task's slab with its ghosts, all valid
-// at every safe point), zran3's 20 charges and the finest r's two ghost
-// planes; the dense finest v and r are rebuilt from them on restore, with
+// at every safe point that ends a step), zran3's 20 charges and the finest
+// r's two ghost planes; the dense finest v and r are rebuilt from them on restore, with
 // no communication (a task resuming after a move must not communicate
 // what its peers, which did not move, will not mirror), and bit-identical:
 //   - v is zero but for the charges: each of the slab's planes, ghost
@@ -29,6 +29,12 @@ import (
 //     and v by resid's own code, its in-plane ghosts by comm3's local
 //     part, and its ghost planes, which came from the neighbours, are the
 //     saved RLo and RHi (copied from r before each safe point).
+//
+// Inside a timed iteration on the team's task.Comm (iterStaged) the state
+// also says which of the iteration's steps on the finest grid it is in
+// (Stage) and how many of their messages are done (Halo); r is rebuilt the
+// same way and is what those steps need: the residual of u being
+// exchanged, its ghost planes received so far in RLo and RHi.
 //
 // The coarse levels are rebuilt from r by the next V-cycle. At class A
 // with two tasks the encoded state is 75.4 MiB per task; with the dense v
@@ -45,6 +51,17 @@ type MGWorker struct {
 	// slab, as of the latest safe point (valid when Warm).
 	RLo, RHi []float64
 	Init     bool // Charges hold zran3's charges
+
+	// Stage is where the timed iteration under way stands (mgStep,
+	// mgInterpolated, mgSmoothed) and Halo how many messages of the
+	// stage's exchanges of the finest grid are done (see iterStaged: on
+	// the team's task.Comm the steps that change U each end at a safe
+	// point).
+	Stage int `msgpack:",omitempty"`
+	Halo  int `msgpack:",omitempty"`
+
+	// sendPlanes are the copies of U's boundary planes haloStaged sends.
+	sendPlanes [2][]float64
 
 	p    MGParams
 	lt   int
@@ -130,12 +147,14 @@ func ghostPlanes(l *mgLevel, x []float64) (lo, hi []float64) {
 // exchange3 is comm3's exchange: it fills x's ghost planes with the
 // neighbouring slabs' boundary planes (their in-plane ghosts filled).
 //
-// The boundary planes go in place (comm.sendInPlace) and each plane
+// On the team's task.Comm (teamOf: a dpvm run of more than one task) the
+// planes go through SendRecv, safe points while they wait. Elsewhere the
+// boundary planes go in place (comm.sendInPlace) and each plane
 // received is copied once, from a view of the message, into its ghost
 // plane: between tasks of one daemon, one copy instead of two. The finest
 // u is the task's state (U), which its checkpoints read, so its planes
-// are sent as copies, as task.InPlace asks. For the others the
-// caller writes to x's boundary planes again only after it has received a
+// are sent as copies, as task.InPlace asks. For the others the caller
+// writes to x's boundary planes again only after it has received a
 // message that each neighbour sent after this exchange (the next exchange
 // of any array on a distributed level, a gather or a barrier): by then the
 // neighbours have copied the planes out. The V-cycle's order of stencils
@@ -152,6 +171,25 @@ func (w *MGWorker) exchange3(cm comm, l *mgLevel, x []float64) error {
 	}
 	me := cm.rank()
 	down, up := (me-1+np)%np, (me+1)%np
+	if c, m, ok := teamOf(cm); ok {
+		// Two SendRecv calls on the team: safe points while they wait,
+		// replayed when Run re-enters mid-cycle. Each ghost plane is
+		// decoded where it lies (capacity reused), checked to be there.
+		for _, h := range []struct {
+			to, from int
+			plane    []float64
+			dst      []float64
+		}{{down, up, first, hi}, {up, down, last, lo}} {
+			got := h.dst[:0:len(h.dst)]
+			if err := m.SendRecv(c, h.to, h.plane, h.from, &got); err != nil {
+				return fmt.Errorf("MG halo: %w", err)
+			}
+			if len(got) != len(h.dst) || &got[0] != &h.dst[0] {
+				return fmt.Errorf("MG halo: %d points from rank %d, want %d", len(got), h.from, len(h.dst))
+			}
+		}
+		return nil
+	}
 	send := cm.sendInPlace
 	if len(w.U) > 0 && &x[0] == &w.U[0] {
 		send = cm.send
@@ -269,12 +307,17 @@ func (w *MGWorker) eachRowSums(l *mgLevel, x []float64, row func(o int, s1, s2 [
 
 // psinv applies the smoother: u = u + C·r, and fills u's ghosts.
 func (w *MGWorker) psinv(cm comm, l *mgLevel, r, u []float64) error {
+	w.smooth(l, r, u)
+	return w.comm3(cm, l, u)
+}
+
+// smooth is psinv's compute part: u = u + C·r on the interior.
+func (w *MGWorker) smooth(l *mgLevel, r, u []float64) {
 	if useAVX {
 		w.psinvRows(l, r, u)
 	} else {
 		w.psinvScalar(l, r, u)
 	}
-	return w.comm3(cm, l, u)
 }
 
 // psinvScalar is psinv's interior in Go, one point at a time.
@@ -440,7 +483,7 @@ func (w *MGWorker) norm2u3(cm comm, l *mgLevel, x []float64) (rnm2, rnmu float64
 		}
 	}
 	acc := []float64{s, mx}
-	if err := allreduce(cm, acc, func(acc, in []float64) {
+	if err := allreduceSafe(cm, acc, func(acc, in []float64) {
 		acc[0] += in[0]
 		acc[1] = max(acc[1], in[1])
 	}); err != nil {
@@ -511,9 +554,30 @@ func (w *MGWorker) zran3(cm comm) error {
 		}
 		return pts
 	}
+	pick := func() []float64 {
+		slices.SortFunc(hiPts, func(a, b mgPoint) int { return cmp.Compare(b.v, a.v) })
+		slices.SortFunc(loPts, func(a, b mgPoint) int { return cmp.Compare(a.v, b.v) })
+		return append(enc(hiPts[:min(10, len(hiPts))]), enc(loPts[:min(10, len(loPts))])...)
+	}
 	np, me := cm.size(), cm.rank()
 	var charges []float64
-	if me == 0 {
+	if c, m, ok := teamOf(cm); ok {
+		// Every rank gathers every rank's candidates, in rank order, at
+		// safe points, and picks what rank 0 picks below.
+		his, err := task.Allgatherv(c, m, enc(hiPts))
+		if err != nil {
+			return err
+		}
+		los, err := task.Allgatherv(c, m, enc(loPts))
+		if err != nil {
+			return err
+		}
+		hiPts, loPts = nil, nil
+		for r := range his {
+			hiPts, loPts = append(hiPts, dec(his[r])...), append(loPts, dec(los[r])...)
+		}
+		charges = pick()
+	} else if me == 0 {
 		for r := 1; r < np; r++ {
 			var hb, lb []float64
 			if err := cm.recv(r, tagGather, &hb); err != nil {
@@ -525,9 +589,7 @@ func (w *MGWorker) zran3(cm comm) error {
 			hiPts = append(hiPts, dec(hb)...)
 			loPts = append(loPts, dec(lb)...)
 		}
-		slices.SortFunc(hiPts, func(a, b mgPoint) int { return cmp.Compare(b.v, a.v) })
-		slices.SortFunc(loPts, func(a, b mgPoint) int { return cmp.Compare(a.v, b.v) })
-		charges = append(enc(hiPts[:min(10, len(hiPts))]), enc(loPts[:min(10, len(loPts))])...)
+		charges = pick()
 		for r := 1; r < np; r++ {
 			if err := cm.send(r, tagBcast, charges); err != nil {
 				return err
@@ -628,8 +690,129 @@ func (w *MGWorker) saveGhosts(l *mgLevel, r []float64) {
 	copy(w.RHi, hi)
 }
 
+// Stages of a timed MG iteration (MGWorker.Stage).
+const (
+	mgStep         = iota // at the iteration's start
+	mgInterpolated        // the coarse correction is added to U
+	mgSmoothed            // the finest smoothing is in U's interior
+)
+
+// mgHaloMsgs is the number of messages of one ghost-plane exchange: two
+// planes sent, two received.
+const mgHaloMsgs = 4
+
 // mg3P is one V-cycle.
 func (w *MGWorker) mg3P(cm comm) error {
+	if err := w.coarse(cm); err != nil {
+		return err
+	}
+	f := &w.lv[w.lt]
+	w.interp(&w.lv[w.lt-1], w.lv[w.lt-1].u, f, f.u)
+	if err := w.resid(cm, f, f.u, w.v, f.r); err != nil {
+		return err
+	}
+	return w.psinv(cm, f, f.r, f.u)
+}
+
+// iterStaged is a timed iteration, mg3P and then the finest residual, on
+// the team's task.Comm: the steps that change U each end at a safe point
+// (w.Stage), so that U at every wait of a step is what the step started
+// from, and the finest grid's exchanges, the only waits after the first
+// of them, are haloStaged's, which Run re-entered carries on from where
+// they stopped (w.Halo). The way down to the coarsest grid and up to the
+// one below the finest reads the finest r and writes only the coarse
+// levels, which the cycle rebuilds: Run re-entered there replays it.
+func (w *MGWorker) iterStaged(cm comm, h *hooks) error {
+	f := &w.lv[w.lt]
+	if w.Stage == mgStep {
+		if err := w.coarse(cm); err != nil {
+			return err
+		}
+		w.interp(&w.lv[w.lt-1], w.lv[w.lt-1].u, f, f.u)
+		w.Stage, w.Halo = mgInterpolated, 0
+		if err := h.safe(); err != nil {
+			return err
+		}
+	}
+	if w.Stage == mgInterpolated {
+		w.residInterior(f, f.u, w.v, f.r)
+		planeGhosts(f, f.r, 1, f.m3-1)
+		if err := w.haloStaged(cm, f, f.r, 0); err != nil {
+			return err
+		}
+		w.smooth(f, f.r, f.u)
+		w.Stage, w.Halo = mgSmoothed, 0
+		if err := h.safe(); err != nil {
+			return err
+		}
+	}
+	if w.Halo < mgHaloMsgs {
+		planeGhosts(f, f.u, 1, f.m3-1)
+		if err := w.haloStaged(cm, f, f.u, 0); err != nil {
+			return err
+		}
+	}
+	w.residInterior(f, f.u, w.v, f.r)
+	planeGhosts(f, f.r, 1, f.m3-1)
+	return w.haloStaged(cm, f, f.r, mgHaloMsgs)
+}
+
+// haloStaged is exchange3 for x, the finest u or r, in a stage of
+// iterStaged: the same messages, numbered from first on, w.Halo counting
+// those of the stage that are done. Each receive is a safe point on the
+// team's task.Comm (recvSliceSafe), where Run re-entered makes only the
+// messages not done. r's boundary planes go in place, as exchange3's
+// do; U's are copied into w.sendPlanes first and go in place from
+// there (U is the state, which task.InPlace keeps for copies): a
+// neighbour has received them before it sends the finest r's planes that
+// this task receives before it writes them again, an iteration later.
+// The ghost planes received for r are also kept in RLo and RHi, from
+// which setup rebuilds them with r.
+func (w *MGWorker) haloStaged(cm comm, l *mgLevel, x []float64, first int) error {
+	ps, m3 := l.planeSize(), l.m3
+	lo, hi := ghostPlanes(l, x)
+	np, me := cm.size(), cm.rank()
+	down, up := (me-1+np)%np, (me+1)%np
+	isU := &x[0] == &w.U[0]
+	send := func(to, tag int, plane, buf []float64) error {
+		if isU {
+			copy(buf, plane)
+			plane = buf
+		}
+		return cm.sendInPlace(to, tag, plane)
+	}
+	recv := func(from, tag int, dst, keep []float64) error {
+		in, err := recvSliceSafe(cm, from, tag, len(dst), task.Payload.Float64s)
+		if err != nil {
+			return err
+		}
+		copy(dst, in)
+		if !isU {
+			copy(keep, in)
+		}
+		return nil
+	}
+	msgs := [mgHaloMsgs]func() error{
+		func() error { return send(down, tagHalo, x[ps:2*ps], w.sendPlanes[0]) },
+		func() error { return send(up, tagHalo+100, x[ps*(m3-2):ps*(m3-1)], w.sendPlanes[1]) },
+		func() error { return recv(up, tagHalo, hi, w.RHi) },
+		func() error { return recv(down, tagHalo+100, lo, w.RLo) },
+	}
+	for i, msg := range msgs {
+		if first+i < w.Halo {
+			continue
+		}
+		if err := msg(); err != nil {
+			return fmt.Errorf("MG halo: %w", err)
+		}
+		w.Halo = first + i + 1
+	}
+	return nil
+}
+
+// coarse is the V-cycle down to the coarsest grid and up to the one below
+// the finest, from the finest r: it leaves the correction in lv[lt-1].u.
+func (w *MGWorker) coarse(cm comm) error {
 	lt, kr := w.lt, w.kr
 	lv := w.lv
 	bottom := 1
@@ -652,7 +835,7 @@ func (w *MGWorker) mg3P(cm comm) error {
 			bounds[r] = ps * (1 + r*(lv[kr].m3-2))
 		}
 		copy(f[kr].r[ps*(1+lv[kr].p0):], lv[kr].r[ps:ps*(lv[kr].m3-1)])
-		if err := allgatherv(cm, f[kr].r, bounds); err != nil {
+		if err := allgathervSafe(cm, f[kr].r, bounds); err != nil {
 			return err
 		}
 		if err := w.comm3(solo, &f[kr], f[kr].r); err != nil {
@@ -685,12 +868,7 @@ func (w *MGWorker) mg3P(cm comm) error {
 			return err
 		}
 	}
-	f := &lv[lt]
-	w.interp(&lv[lt-1], lv[lt-1].u, f, f.u)
-	if err := w.resid(cm, f, f.u, w.v, f.r); err != nil {
-		return err
-	}
-	return w.psinv(cm, f, f.r, f.u)
+	return nil
 }
 
 // upStep does one level of the cycle's way up: u(k) = interp(u(k-1)),
@@ -755,7 +933,13 @@ func (w *MGWorker) setup(cm comm) error {
 	} else {
 		w.RLo, w.RHi = make([]float64, ps), make([]float64, ps)
 	}
+	if err := w.checkStage(); err != nil {
+		return fmt.Errorf("MG state: %w", err)
+	}
 	fl.u = w.U
+	if np > 1 {
+		w.sendPlanes = [2][]float64{make([]float64, ps), make([]float64, ps)}
+	}
 	w.v, fl.r = make([]float64, size), make([]float64, size)
 	w.a = [4]float64{-8.0 / 3.0, 0, 1.0 / 6.0, 1.0 / 12.0}
 	w.c = p.Smoother()
@@ -771,19 +955,42 @@ func (w *MGWorker) setup(cm comm) error {
 	return nil
 }
 
+// checkStage checks Stage and Halo: a stage that exists, past the start
+// only once warmed up, and messages within the stage's exchanges.
+func (w *MGWorker) checkStage() error {
+	most := map[int]int{mgStep: 0, mgInterpolated: mgHaloMsgs, mgSmoothed: 2 * mgHaloMsgs}
+	m, ok := most[w.Stage]
+	if !ok || (w.Stage != mgStep && !w.Warm) || w.Halo < 0 || w.Halo > m {
+		return fmt.Errorf("stage %d with %d halo messages done (warmed up: %v)", w.Stage, w.Halo, w.Warm)
+	}
+	return nil
+}
+
 func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 	if err := w.setup(cm); err != nil {
 		return nil, err
 	}
 	p, fl := w.p, &w.lv[w.lt]
+	// Each step below runs from a safe point to the next, its waits
+	// safe points too (on the team's task.Comm): U changes only after a
+	// step's last exchange, or at the start of the warm-up, which starts
+	// from U = 0, and the step ends at a safe point, so Run re-entered at
+	// a wait goes straight to the step (setup rebuilt v and r from the
+	// fields) and replays it.
+	_, _, staged := teamOf(cm)
+	staged = (staged || h.stages) && cm.size() > 1
 	if !w.Init {
 		if err := w.zran3(cm); err != nil {
 			return nil, err
 		}
 		w.Init = true
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	if !w.Warm {
-		// Untimed: one V-cycle, then start again from u = 0.
+		// Untimed: one V-cycle from u = 0, then start again from u = 0.
+		clear(fl.u)
 		if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
 			return nil, err
 		}
@@ -791,8 +998,7 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 			return nil, err
 		}
 		clear(fl.u)
-		w.Warm = true
-		if err := barrier(cm); err != nil {
+		if err := barrierSafe(cm); err != nil {
 			return nil, err
 		}
 		w.startTimer(cm, h)
@@ -802,21 +1008,31 @@ func (w *MGWorker) run(cm comm, h *hooks) (*Report, error) {
 		if _, _, err := w.norm2u3(cm, fl, fl.r); err != nil {
 			return nil, err
 		}
-	}
-	// Restored after a move: setup rebuilt v and r from the state.
-	for w.It < p.Nit {
+		w.Warm = true
 		w.saveGhosts(fl, fl.r)
 		if err := h.safe(); err != nil {
 			return nil, err
 		}
-		if err := w.mg3P(cm); err != nil {
-			return nil, err
+	}
+	for w.It < p.Nit {
+		if staged {
+			if err := w.iterStaged(cm, h); err != nil {
+				return nil, err
+			}
+		} else {
+			if err := w.mg3P(cm); err != nil {
+				return nil, err
+			}
+			if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
+				return nil, err
+			}
 		}
-		if err := w.resid(cm, fl, fl.u, w.v, fl.r); err != nil {
-			return nil, err
-		}
-		w.It++
+		w.It, w.Stage, w.Halo = w.It+1, mgStep, 0
 		h.report(w.It, p.Nit)
+		w.saveGhosts(fl, fl.r)
+		if err := h.safe(); err != nil {
+			return nil, err
+		}
 	}
 	rnm2, _, err := w.norm2u3(cm, fl, fl.r)
 	if err != nil {

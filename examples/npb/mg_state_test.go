@@ -112,7 +112,7 @@ func TestMGRebuildAtSafePoints(t *testing.T) {
 			t.Run(fmt.Sprintf("np%d/stop%d", np, stopAt), func(t *testing.T) {
 				got := runRanks(t, "mg", "S", np, func(wk worker, cm comm) (*Report, error) {
 					w := wk.(*MGWorker)
-					restored, err := suspendAndRestore(w, cm, stopAt)
+					restored, err := suspendAndRestore(w, cm, stopAt, false)
 					if err != nil {
 						return nil, err
 					}
@@ -133,6 +133,38 @@ func TestMGRebuildAtSafePoints(t *testing.T) {
 					t.Fatalf("resumed run: %s %+v, uninterrupted: %+v", got.Verified, got.Values, want.Values)
 				}
 			})
+		}
+	}
+}
+
+// TestMGStagesResume stops every rank of MG at each safe point of a run
+// that takes the safe points inside an iteration that a run on the
+// team's task.Comm takes (hooks.stages: after the coarse correction and
+// after the smoothing), restores it from its encoded state and checks
+// that the resumed run's result is bit-identical to an uninterrupted run.
+func TestMGStagesResume(t *testing.T) {
+	p, _ := MGParamsFor("S")
+	for _, np := range []int{2, 4} {
+		want := runLocal(t, "mg", "S", np)
+		// zran3's and the warm-up's, then three per iteration.
+		stages := map[int]bool{}
+		for stopAt := 1; stopAt <= 2+3*p.Nit; stopAt++ {
+			got := runRanks(t, "mg", "S", np, func(w worker, cm comm) (*Report, error) {
+				restored, err := suspendAndRestore(w, cm, stopAt, true)
+				if err != nil {
+					return nil, err
+				}
+				if cm.rank() == 0 {
+					stages[restored.(*MGWorker).Stage] = true
+				}
+				return restored.run(cm, &hooks{now: time.Now, stages: true})
+			})
+			if !sameValues(want.Values, got.Values) || got.Verified != Successful {
+				t.Fatalf("np %d stopped at safe point %d: %s %+v, uninterrupted: %+v", np, stopAt, got.Verified, got.Values, want.Values)
+			}
+		}
+		if !stages[mgInterpolated] || !stages[mgSmoothed] {
+			t.Errorf("np %d: stopped in stages %v, want both of an iteration's", np, stages)
 		}
 	}
 }
@@ -195,6 +227,12 @@ func TestMGBadState(t *testing.T) {
 		{"a partial charge", func(w *MGWorker) { w.Charges = w.Charges[:59] }},
 		{"no charges", func(w *MGWorker) { w.Charges = nil }},
 		{"warm without charges", func(w *MGWorker) { w.Init = false }},
+		{"unknown stage", func(w *MGWorker) { w.Stage = mgSmoothed + 1 }},
+		{"negative stage", func(w *MGWorker) { w.Stage = -1 }},
+		{"halo messages at an iteration's start", func(w *MGWorker) { w.Halo = 1 }},
+		{"halo messages past the stage's", func(w *MGWorker) { w.Stage, w.Halo = mgInterpolated, mgHaloMsgs+1 }},
+		{"negative halo messages", func(w *MGWorker) { w.Stage, w.Halo = mgSmoothed, -1 }},
+		{"a stage before the warm-up", func(w *MGWorker) { w.Stage, w.Warm = mgInterpolated, false }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x, err := task.New("npb.mg.worker", good)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestResumeIdentical(t *testing.T) {
 func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report {
 	t.Helper()
 	return runRanks(t, kernel, class, np, func(w worker, cm comm) (*Report, error) {
-		restored, err := suspendAndRestore(w, cm, stopAt)
+		restored, err := suspendAndRestore(w, cm, stopAt, false)
 		if err != nil {
 			return nil, err
 		}
@@ -43,10 +44,10 @@ func runInterrupted(t *testing.T, kernel, class string, np, stopAt int) *Report 
 
 // suspendAndRestore runs w until its stopAt-th safe point, where it is
 // suspended, and returns the worker restored from its encoded state (what
-// a checkpoint does), not yet run.
-func suspendAndRestore(w worker, cm comm, stopAt int) (worker, error) {
+// a checkpoint does), not yet run. stages is hooks.stages.
+func suspendAndRestore(w worker, cm comm, stopAt int, stages bool) (worker, error) {
 	n := 0
-	h := &hooks{now: time.Now, safePoint: func() error {
+	h := &hooks{now: time.Now, stages: stages, safePoint: func() error {
 		if n++; n == stopAt {
 			return task.ErrSuspended
 		}
@@ -85,4 +86,61 @@ func sameValues(a, b Values) bool {
 	fa, fb := a.FullVerified, b.FullVerified
 	return (pa == nil) == (pb == nil) && (pa == nil || *pa == *pb) &&
 		(fa == nil) == (fb == nil) && (fa == nil || *fa == *fb)
+}
+
+// TestFTBadState checks that a restored FT worker whose fields about the
+// step under way are inconsistent gets an error from its run, not a
+// panic.
+func TestFTBadState(t *testing.T) {
+	var good []byte
+	runRanks(t, "ft", "S", 1, func(w worker, cm comm) (*Report, error) {
+		restored, err := suspendAndRestore(w, cm, 2, false)
+		if err != nil {
+			return nil, err
+		}
+		_, good, err = task.EncodeState(restored)
+		return nil, err
+	})
+	local := 2 * 64 * 64 * 64 // class S: u1's floats
+	for _, c := range []struct {
+		name string
+		edit func(w *FTWorker)
+	}{
+		{"unknown stage", func(w *FTWorker) { w.Stage = ftSpectrum + 1 }},
+		{"negative stage", func(w *FTWorker) { w.Stage = -1 }},
+		{"inverse without u1", func(w *FTWorker) { w.Stage = ftInverse }},
+		{"summed with a short u1", func(w *FTWorker) { w.Stage, w.Lines = ftSummed, make([]float64, local-2) }},
+		{"u1 between steps", func(w *FTWorker) { w.Lines = make([]float64, local) }},
+		{"a set-up's spectrum after the set-up", func(w *FTWorker) { w.Stage = ftSpectrum }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x, err := task.New("npb.ft.worker", good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := x.(*FTWorker)
+			c.edit(w)
+			rep, err := runFTNoPanic(w)
+			if err == nil || !strings.Contains(err.Error(), "FT state") {
+				t.Fatalf("run gave %v, %v; want an FT state error", rep, err)
+			}
+		})
+	}
+	// The unedited state resumes and verifies.
+	x, err := task.New("npb.ft.worker", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := runFTNoPanic(x.(*FTWorker)); err != nil || rep.Verified != Successful {
+		t.Fatalf("unedited state: %+v, %v", rep, err)
+	}
+}
+
+func runFTNoPanic(w *FTWorker) (rep *Report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return w.run(soloComm{}, &hooks{now: time.Now})
 }

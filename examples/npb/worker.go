@@ -57,6 +57,10 @@ type hooks struct {
 	progress func(Progress)
 	// now is the clock timing the benchmark's timed region.
 	now func() time.Time
+	// stages makes a run of more than one rank outside the runtime take
+	// the safe points inside an iteration that a run on the team's
+	// task.Comm takes (MG's stages; tests).
+	stages bool
 }
 
 func (h *hooks) safe() error {

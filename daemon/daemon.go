@@ -20,7 +20,6 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
-	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -1002,32 +1001,34 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 	return d.startSpawn(ctx, parent, job, req, false)
 }
 
-// startLocalSet starts tasks of job on this daemon, of the spawn set.
-func (d *Daemon) startLocalSet(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]task.TID, error) {
+// admitTasks admits tasks of job on this daemon, of the spawn set, and
+// returns those it admitted (all of them, unless it fails), which the
+// caller must start (go d.run).
+func (d *Daemon) admitTasks(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]*hosted, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
-	hosted := d.ht.count()
-	if hosted+req.Count > d.cfg.MaxTasks {
+	here := d.ht.count()
+	if here+req.Count > d.cfg.MaxTasks {
 		return nil, fmt.Errorf("spawn %d tasks on %s, which hosts %d: at most %d tasks on one daemon: %w",
-			req.Count, d.cfg.Name, hosted, d.cfg.MaxTasks, ErrLimit)
+			req.Count, d.cfg.Name, here, d.cfg.MaxTasks, ErrLimit)
 	}
-	tids := make([]task.TID, 0, prealloc(req.Count))
+	hs := make([]*hosted, 0, prealloc(req.Count))
 	for range req.Count {
 		if err := ctx.Err(); err != nil {
-			return tids, err
+			return hs, err
 		}
 		t, err := task.New(req.Type, req.State)
 		if err != nil {
-			return tids, err
+			return hs, err
 		}
-		tid, err := d.start(parent, job, req.Type, t, set)
+		h, err := d.admitTask(parent, job, req.Type, t, set)
 		if err != nil {
-			return tids, err
+			return hs, err
 		}
-		tids = append(tids, tid)
+		hs = append(hs, h)
 	}
-	return tids, nil
+	return hs, nil
 }
 
 // SpawnTask starts t (a registered task type) as a root task and returns
@@ -1043,10 +1044,23 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 // start starts task t here, one of the spawn set (nil: a task started
 // alone).
 func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
+	h, err := d.admitTask(parent, job, typ, t, set)
+	if err != nil {
+		return 0, err
+	}
+	go d.run(h)
+	return h.tid, nil
+}
+
+// admitTask gives task t a TID and enters it in the task table, one of the
+// spawn set (nil: a task started alone): from then on messages to it wait
+// in its mailbox. The caller starts its goroutine (go d.run), which
+// d.wg counts already.
+func (d *Daemon) admitTask(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (*hosted, error) {
 	d.ht.mu.Lock()
 	if d.ht.halted {
 		d.ht.mu.Unlock()
-		return 0, task.ErrHalted
+		return nil, task.ErrHalted
 	}
 	d.ht.nextNum++
 	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
@@ -1060,8 +1074,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set
 	d.ht.mu.Unlock()
 	d.tasksChanged()
 	d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
-	go d.run(h)
-	return tid, nil
+	return h, nil
 }
 
 // run is the task's goroutine.
@@ -1154,11 +1167,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.ht.tasks, h.tid)
-	// It will not run here again: no step of a move of it can start
-	// anything, so the floor against late steps goes with it.
-	d.ht.moveGone(h.tid)
-	// Its pause goes, and its job's newest resume with its last task here.
-	_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}), nil)
+	d.ht.taskGone(h.tid, h.job)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)

@@ -1167,7 +1167,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.ht.tasks, h.tid)
-	d.ht.taskGone(h.tid, h.job)
+	d.ht.taskEnded(h.tid, h.job)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)

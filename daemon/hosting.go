@@ -191,7 +191,7 @@ func (ht *hosting) moveLost(tid task.TID) *leaving {
 	return left
 }
 
-// taskGone tells the host node that tid, of job, has ended here (mu held,
+// taskEnded tells the host node that tid, of job, has ended here (mu held,
 // the task out of the table): the host half of moves drops its floor
 // against late steps (no step of a move of it can start anything now),
 // that of job checkpoints the task's pause and, with the job's last task
@@ -200,10 +200,8 @@ func (ht *hosting) moveLost(tid task.TID) *leaving {
 // checkpoint round has met costs no step, no allocation and no scan of
 // the task table, and, on the task's goroutine, no stack deeper than its
 // sends needed (the parts' Step frames are large).
-func (ht *hosting) taskGone(tid task.TID, job uint64) {
-	if _, ok := ht.node.Moves().Floor(tid); ok {
-		ht.moveGone(tid)
-	}
+func (ht *hosting) taskEnded(tid task.TID, job uint64) {
+	ht.moveGone(tid)
 	ck := ht.node.Ckpts()
 	if _, paused := ck.Paused(tid); paused || ck.Resumed(job) != 0 {
 		_, _ = ht.doCkpt(ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: tid, Job: job, JobLeft: !ht.hostsJob(job)}), nil)
@@ -211,8 +209,12 @@ func (ht *hosting) taskGone(tid task.TID, job uint64) {
 }
 
 // moveGone tells the host half of moves that tid has ended (mu held): its
-// floor against late steps goes with it.
+// floor against late steps goes with it. Without a floor kept there is
+// nothing to forget, and no step (see taskEnded).
 func (ht *hosting) moveGone(tid task.TID) {
+	if _, ok := ht.node.Moves().Floor(tid); !ok {
+		return
+	}
 	ht.node.Step(time.Now(), host.Event{Kind: host.EvMove, Move: move.HostEvent{Kind: move.EvGone, TID: tid}})
 }
 

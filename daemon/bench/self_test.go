@@ -17,11 +17,11 @@ const tagSelf = 100
 const selfBatch = 64
 
 // BenchmarkLocalSelf times one Send and one Recv of an 8 B message by a
-// task to itself, each with WithContext as the stream's are, on one
+// task to itself, each with a WithContext option made at the call, on one
 // goroutine: the cost of the calls through the task API, the daemon's
 // local path and the mailbox, without a goroutine switch or a second core.
-// ns/op and allocs/op are per message (its payload's copy is the one
-// allocation).
+// ns/op, cpu-ns/op and allocs/op are per message (its payload's copy is
+// the one allocation).
 func BenchmarkLocalSelf(b *testing.B) {
 	ctx := context.Background()
 	p := startLocal(b).(*TaskPair)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -1001,10 +1002,13 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 	return d.startSpawn(ctx, parent, job, req, false)
 }
 
-// admitTasks admits tasks of job on this daemon, of the spawn set, and
-// returns those it admitted (all of them, unless it fails), which the
-// caller must start (go d.run).
-func (d *Daemon) admitTasks(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]*hosted, error) {
+// startTasks starts req.Count tasks of job on this daemon, of the spawn
+// set, and returns their TIDs in spawn order (those started, when it
+// fails). It makes every task from req.State first, so that a state that
+// cannot be decoded starts none, then takes their TIDs at once; with
+// complete set, the set's list is theirs before the first starts, and
+// each task starts, list known, while the next is admitted.
+func (d *Daemon) startTasks(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet, complete bool) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
@@ -1013,22 +1017,30 @@ func (d *Daemon) admitTasks(ctx context.Context, parent task.TID, job uint64, re
 		return nil, fmt.Errorf("spawn %d tasks on %s, which hosts %d: at most %d tasks on one daemon: %w",
 			req.Count, d.cfg.Name, here, d.cfg.MaxTasks, ErrLimit)
 	}
-	hs := make([]*hosted, 0, prealloc(req.Count))
+	ts := make([]task.Task, 0, prealloc(req.Count))
 	for range req.Count {
-		if err := ctx.Err(); err != nil {
-			return hs, err
-		}
 		t, err := task.New(req.Type, req.State)
 		if err != nil {
-			return hs, err
+			return nil, err
 		}
-		h, err := d.admitTask(parent, job, req.Type, t, set)
-		if err != nil {
-			return hs, err
-		}
-		hs = append(hs, h)
+		ts = append(ts, t)
 	}
-	return hs, nil
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tids := d.ht.newTIDs(d.cfg.HostID, len(ts))
+	if complete {
+		set.complete(slices.Clone(tids)) // the list is the tasks', tids the caller's
+	}
+	for i, t := range ts {
+		h, err := d.admitTask(tids[i], parent, job, req.Type, t, set)
+		if err != nil {
+			// The daemon halts: the tasks it started end with it.
+			return tids[:i], err
+		}
+		go d.run(h)
+	}
+	return tids, nil
 }
 
 // SpawnTask starts t (a registered task type) as a root task and returns
@@ -1044,7 +1056,7 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 // start starts task t here, one of the spawn set (nil: a task started
 // alone).
 func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
-	h, err := d.admitTask(parent, job, typ, t, set)
+	h, err := d.admitTask(d.ht.newTIDs(d.cfg.HostID, 1)[0], parent, job, typ, t, set)
 	if err != nil {
 		return 0, err
 	}
@@ -1052,18 +1064,16 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set
 	return h.tid, nil
 }
 
-// admitTask gives task t a TID and enters it in the task table, one of the
+// admitTask enters task t in the task table as tid (newTIDs'), one of the
 // spawn set (nil: a task started alone): from then on messages to it wait
-// in its mailbox. The caller starts its goroutine (go d.run), which
-// d.wg counts already.
-func (d *Daemon) admitTask(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (*hosted, error) {
+// in its mailbox. The caller starts its goroutine (go d.run), which d.wg
+// counts already.
+func (d *Daemon) admitTask(tid task.TID, parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (*hosted, error) {
 	d.ht.mu.Lock()
 	if d.ht.halted {
 		d.ht.mu.Unlock()
 		return nil, task.ErrHalted
 	}
-	d.ht.nextNum++
-	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
 	h := d.newHosted(tid, parent, job, typ, t)
 	h.sibs = set
 	if set != nil {
@@ -1073,7 +1083,9 @@ func (d *Daemon) admitTask(parent task.TID, job uint64, typ string, t task.Task,
 	d.wg.Add(1)
 	d.ht.mu.Unlock()
 	d.tasksChanged()
-	d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
+	if d.log.Enabled(d.ctx, slog.LevelDebug) { // its arguments would cost a spawn three allocations per task
+		d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
+	}
 	return h, nil
 }
 
@@ -1184,7 +1196,9 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	h.cancel()
 	close(h.done)
 	if state == Exited && status == 0 {
-		d.log.Debug("task exited", "tid", h.tid, "type", h.typ)
+		if d.log.Enabled(d.ctx, slog.LevelDebug) { // as in admitTask
+			d.log.Debug("task exited", "tid", h.tid, "type", h.typ)
+		}
 	} else {
 		d.log.Info("task ended", "tid", h.tid, "type", h.typ, "state", state, "status", status, "error", msg)
 	}

@@ -89,6 +89,18 @@ func (ht *hosting) count() int {
 	return len(ht.tasks)
 }
 
+// newTIDs hands out n TIDs of host, in order, none handed out before.
+func (ht *hosting) newTIDs(host task.HostID, n int) []task.TID {
+	tids := make([]task.TID, n)
+	ht.mu.Lock()
+	for i := range tids {
+		ht.nextNum++
+		tids[i] = task.NewTID(host, ht.nextNum)
+	}
+	ht.mu.Unlock()
+	return tids
+}
+
 // hostsJob reports whether a task of job runs here (mu held).
 func (ht *hosting) hostsJob(job uint64) bool {
 	for _, h := range ht.tasks {

@@ -104,25 +104,11 @@ func (d *Daemon) awaitSiblings(h *hosted) error {
 
 // startSpawn starts req.Count tasks of job on this daemon, as startLocal
 // does, sharing one spawnSet. With hold false the spawn is this host's
-// alone and the tasks' siblings are those it started; with hold true they
-// wait for the master's mSiblings. The tasks' goroutines start once all
-// are admitted, after a spawn of this host's alone has its list: none of
-// them waits for it (awaitSiblings), and no task runs while its spawner
-// still admits the others.
+// alone and the tasks' siblings are those it started, known before the
+// first runs (startTasks): none waits for them (awaitSiblings). With hold
+// true they wait for the master's mSiblings.
 func (d *Daemon) startSpawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, hold bool) ([]task.TID, error) {
-	set := newSpawnSet()
-	hs, err := d.admitTasks(ctx, parent, job, req, set)
-	tids := make([]task.TID, len(hs))
-	for i, h := range hs {
-		tids[i] = h.tid
-	}
-	if !hold {
-		set.complete(slices.Clone(tids)) // the list is the tasks', tids the caller's
-	}
-	for _, h := range hs {
-		go d.run(h)
-	}
-	return tids, err
+	return d.startTasks(ctx, parent, job, req, newSpawnSet(), !hold)
 }
 
 // releaseSiblings completes the held spawn whose tasks are tids, in spawn

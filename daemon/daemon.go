@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -20,7 +21,6 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
-	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -1002,30 +1002,43 @@ func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, re
 	return d.startSpawn(ctx, parent, job, req, false)
 }
 
-// startLocalSet starts tasks of job on this daemon, of the spawn set.
-func (d *Daemon) startLocalSet(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet) ([]task.TID, error) {
+// startTasks starts req.Count tasks of job on this daemon, of the spawn
+// set, and returns their TIDs in spawn order (those started, when it
+// fails). It makes every task from req.State first, so that a state that
+// cannot be decoded starts none, then takes their TIDs at once; with
+// complete set, the set's list is theirs before the first starts, and
+// each task starts, list known, while the next is admitted.
+func (d *Daemon) startTasks(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, set *spawnSet, complete bool) ([]task.TID, error) {
 	if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
 		return nil, err
 	}
-	hosted := d.ht.count()
-	if hosted+req.Count > d.cfg.MaxTasks {
+	here := d.ht.count()
+	if here+req.Count > d.cfg.MaxTasks {
 		return nil, fmt.Errorf("spawn %d tasks on %s, which hosts %d: at most %d tasks on one daemon: %w",
-			req.Count, d.cfg.Name, hosted, d.cfg.MaxTasks, ErrLimit)
+			req.Count, d.cfg.Name, here, d.cfg.MaxTasks, ErrLimit)
 	}
-	tids := make([]task.TID, 0, prealloc(req.Count))
+	ts := make([]task.Task, 0, prealloc(req.Count))
 	for range req.Count {
-		if err := ctx.Err(); err != nil {
-			return tids, err
-		}
 		t, err := task.New(req.Type, req.State)
 		if err != nil {
-			return tids, err
+			return nil, err
 		}
-		tid, err := d.start(parent, job, req.Type, t, set)
+		ts = append(ts, t)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tids := d.ht.newTIDs(d.cfg.HostID, len(ts))
+	if complete {
+		set.complete(slices.Clone(tids)) // the list is the tasks', tids the caller's
+	}
+	for i, t := range ts {
+		h, err := d.admitTask(tids[i], parent, job, req.Type, t, set)
 		if err != nil {
-			return tids, err
+			// The daemon halts: the tasks it started end with it.
+			return tids[:i], err
 		}
-		tids = append(tids, tid)
+		go d.run(h)
 	}
 	return tids, nil
 }
@@ -1043,13 +1056,24 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 // start starts task t here, one of the spawn set (nil: a task started
 // alone).
 func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
+	h, err := d.admitTask(d.ht.newTIDs(d.cfg.HostID, 1)[0], parent, job, typ, t, set)
+	if err != nil {
+		return 0, err
+	}
+	go d.run(h)
+	return h.tid, nil
+}
+
+// admitTask enters task t in the task table as tid (newTIDs'), one of the
+// spawn set (nil: a task started alone): from then on messages to it wait
+// in its mailbox. The caller starts its goroutine (go d.run), which d.wg
+// counts already.
+func (d *Daemon) admitTask(tid task.TID, parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (*hosted, error) {
 	d.ht.mu.Lock()
 	if d.ht.halted {
 		d.ht.mu.Unlock()
-		return 0, task.ErrHalted
+		return nil, task.ErrHalted
 	}
-	d.ht.nextNum++
-	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
 	h := d.newHosted(tid, parent, job, typ, t)
 	h.sibs = set
 	if set != nil {
@@ -1059,9 +1083,10 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set
 	d.wg.Add(1)
 	d.ht.mu.Unlock()
 	d.tasksChanged()
-	d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
-	go d.run(h)
-	return tid, nil
+	if d.log.Enabled(d.ctx, slog.LevelDebug) { // its arguments would cost a spawn three allocations per task
+		d.log.Debug("task started", "tid", tid, "type", typ, "parent", parent)
+	}
+	return h, nil
 }
 
 // run is the task's goroutine.
@@ -1154,11 +1179,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		req.done <- fmt.Errorf("%v exited before reaching a safe point: %w", h.tid, task.ErrNoSuchTask)
 	}
 	delete(d.ht.tasks, h.tid)
-	// It will not run here again: no step of a move of it can start
-	// anything, so the floor against late steps goes with it.
-	d.ht.moveGone(h.tid)
-	// Its pause goes, and its job's newest resume with its last task here.
-	_, _ = d.ht.doCkpt(d.ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: h.tid, Job: h.job, JobLeft: !d.ht.hostsJob(h.job)}), nil)
+	d.ht.taskEnded(h.tid, h.job)
 	h.state, h.status, h.err = state, status, msg
 	d.ht.gone[h.tid] = h
 	d.ht.exited = append(d.ht.exited, h)
@@ -1175,7 +1196,9 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 	h.cancel()
 	close(h.done)
 	if state == Exited && status == 0 {
-		d.log.Debug("task exited", "tid", h.tid, "type", h.typ)
+		if d.log.Enabled(d.ctx, slog.LevelDebug) { // as in admitTask
+			d.log.Debug("task exited", "tid", h.tid, "type", h.typ)
+		}
 	} else {
 		d.log.Info("task ended", "tid", h.tid, "type", h.typ, "state", state, "status", status, "error", msg)
 	}

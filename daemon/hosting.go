@@ -89,6 +89,18 @@ func (ht *hosting) count() int {
 	return len(ht.tasks)
 }
 
+// newTIDs hands out n TIDs of host, in order, none handed out before.
+func (ht *hosting) newTIDs(host task.HostID, n int) []task.TID {
+	tids := make([]task.TID, n)
+	ht.mu.Lock()
+	for i := range tids {
+		ht.nextNum++
+		tids[i] = task.NewTID(host, ht.nextNum)
+	}
+	ht.mu.Unlock()
+	return tids
+}
+
 // hostsJob reports whether a task of job runs here (mu held).
 func (ht *hosting) hostsJob(job uint64) bool {
 	for _, h := range ht.tasks {
@@ -191,9 +203,30 @@ func (ht *hosting) moveLost(tid task.TID) *leaving {
 	return left
 }
 
+// taskEnded tells the host node that tid, of job, has ended here (mu held,
+// the task out of the table): the host half of moves drops its floor
+// against late steps (no step of a move of it can start anything now),
+// that of job checkpoints the task's pause and, with the job's last task
+// here, the job's newest resume. A part that holds none of these has
+// nothing to forget and is not stepped: the exit of a task no move or
+// checkpoint round has met costs no step, no allocation and no scan of
+// the task table, and, on the task's goroutine, no stack deeper than its
+// sends needed (the parts' Step frames are large).
+func (ht *hosting) taskEnded(tid task.TID, job uint64) {
+	ht.moveGone(tid)
+	ck := ht.node.Ckpts()
+	if _, paused := ck.Paused(tid); paused || ck.Resumed(job) != 0 {
+		_, _ = ht.doCkpt(ht.ckpts.Step(jobck.HostEvent{Kind: jobck.HostGone, TID: tid, Job: job, JobLeft: !ht.hostsJob(job)}), nil)
+	}
+}
+
 // moveGone tells the host half of moves that tid has ended (mu held): its
-// floor against late steps goes with it.
+// floor against late steps goes with it. Without a floor kept there is
+// nothing to forget, and no step (see taskEnded).
 func (ht *hosting) moveGone(tid task.TID) {
+	if _, ok := ht.node.Moves().Floor(tid); !ok {
+		return
+	}
 	ht.node.Step(time.Now(), host.Event{Kind: host.EvMove, Move: move.HostEvent{Kind: move.EvGone, TID: tid}})
 }
 

@@ -104,15 +104,11 @@ func (d *Daemon) awaitSiblings(h *hosted) error {
 
 // startSpawn starts req.Count tasks of job on this daemon, as startLocal
 // does, sharing one spawnSet. With hold false the spawn is this host's
-// alone and the tasks' siblings are those it started; with hold true they
-// wait for the master's mSiblings.
+// alone and the tasks' siblings are those it started, known before the
+// first runs (startTasks): none waits for them (awaitSiblings). With hold
+// true they wait for the master's mSiblings.
 func (d *Daemon) startSpawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, hold bool) ([]task.TID, error) {
-	set := newSpawnSet()
-	tids, err := d.startLocalSet(ctx, parent, job, req, set)
-	if !hold {
-		set.complete(tids)
-	}
-	return tids, err
+	return d.startTasks(ctx, parent, job, req, newSpawnSet(), !hold)
 }
 
 // releaseSiblings completes the held spawn whose tasks are tids, in spawn

@@ -202,11 +202,22 @@ type Ctx struct {
 	task     Task
 	critical atomic.Int32
 	comms    []*Comm // communicators used, whose kept results SafePoint drops
+	// ep's optional interfaces, nil where it lacks them: looked up once
+	// here rather than on every Send and Recv.
+	fr  FuncReceiver
+	ips InPlaceSender
+	ss  SafeSender
 }
 
 // NewCtx returns the Ctx for task t hosted through ep. It is for runtimes;
 // programs receive their Ctx in Run.
-func NewCtx(ep Endpoint, t Task) *Ctx { return &Ctx{ep: ep, task: t} }
+func NewCtx(ep Endpoint, t Task) *Ctx {
+	c := &Ctx{ep: ep, task: t}
+	c.fr, _ = ep.(FuncReceiver)
+	c.ips, _ = ep.(InPlaceSender)
+	c.ss, _ = ep.(SafeSender)
+	return c
+}
 
 // MyTID is the calling task's TID.
 func (c *Ctx) MyTID() TID { return c.ep.Self() }

@@ -11,7 +11,9 @@ import (
 // An Option adjusts a Send, Recv or TryRecv. Each call accepts the options
 // that mean something for it and fails with an error naming any other.
 // An Option is a plain value, so that applying a call's options costs no
-// allocation on the message path.
+// allocation on the message path. A loop that passes the same options to
+// every call can make their slice once and pass it as opts...: the calls
+// then build nothing.
 type Option struct {
 	kinds   int // the kinds of option it holds (optSafe, …)
 	match   func(Status) bool
@@ -88,22 +90,36 @@ var optNames = [...]string{"Safe", "InPlace", "Match", "Timeout", "WithContext"}
 
 // merge merges opts into o (the zero Option) for the call named what,
 // which takes the kinds of option in takes; it returns an error naming
-// any other. It fills o in place: a Send or Recv, which calls it on every
-// call with options, copies no Option back.
+// any other. It fills o in place, and leaves the error's making to
+// refuse: a Send or Recv, which calls it on every call with options,
+// copies no Option back.
 func (o *Option) merge(what string, opts []Option, takes int) error {
 	for i := range opts {
-		x := &opts[i]
-		o.kinds |= x.kinds
-		if x.match != nil {
-			o.match = x.match
-		}
-		if x.timeout != 0 {
-			o.timeout = x.timeout
-		}
-		if x.ctx != nil {
-			o.ctx = x.ctx
-		}
+		o.add(&opts[i])
 	}
+	if o.kinds&^takes != 0 || o.safe() && o.inPlace() {
+		return o.refuse(what, takes)
+	}
+	return nil
+}
+
+// add merges x into o.
+func (o *Option) add(x *Option) {
+	o.kinds |= x.kinds
+	if x.match != nil {
+		o.match = x.match
+	}
+	if x.timeout != 0 {
+		o.timeout = x.timeout
+	}
+	if x.ctx != nil {
+		o.ctx = x.ctx
+	}
+}
+
+// refuse is merge's error for the options o of the call named what,
+// which takes the kinds in takes.
+func (o *Option) refuse(what string, takes int) error {
 	if bad := o.kinds &^ takes; bad != 0 {
 		for i, name := range optNames {
 			if bad&(1<<i) != 0 {
@@ -111,19 +127,27 @@ func (o *Option) merge(what string, opts []Option, takes int) error {
 			}
 		}
 	}
-	if o.safe() && o.inPlace() {
-		return fmt.Errorf("%s: a send cannot be both Safe and InPlace", what)
+	return fmt.Errorf("%s: a send cannot be both Safe and InPlace", what)
+}
+
+// plain reports whether o holds no option but WithContext: a Send or Recv
+// then waits under that context (or the task's) and nothing else, and
+// takes the short way of every message of a stream, which makes no
+// deadline and cancels none.
+func (o *Option) plain() bool { return o.kinds&^optContext == 0 }
+
+// context is the context o names, or else the task's.
+func (c *Ctx) context(o *Option) context.Context {
+	if o.ctx != nil {
+		return o.ctx
 	}
-	return nil
+	return c.ep.Context()
 }
 
 // waitContext is the context a call with options o waits under, and its
 // cancel function.
 func (c *Ctx) waitContext(o *Option) (context.Context, context.CancelFunc) {
-	ctx := o.ctx
-	if ctx == nil {
-		ctx = c.ep.Context()
-	}
+	ctx := c.context(o)
 	if o.timeout > 0 {
 		return context.WithTimeout(ctx, o.timeout)
 	}
@@ -142,12 +166,16 @@ func timedOut(err error, o *Option, ctx context.Context) error {
 // MaxTag is the largest message tag; tags travel as 32-bit integers.
 const MaxTag = 1<<31 - 1
 
+// checkTag is inlined; badTag, its error, is not.
 func checkTag(tag int) error {
-	if tag < 0 || tag > MaxTag {
-		return fmt.Errorf("tag %d: %w", tag, ErrBadTag)
+	if uint(tag) > MaxTag {
+		return badTag(tag)
 	}
 	return nil
 }
+
+// badTag is the error for a tag out of range.
+func badTag(tag int) error { return fmt.Errorf("tag %d: %w", tag, ErrBadTag) }
 
 // InPlaceSender is implemented by endpoints that can hand a payload's bytes
 // to a receiver on their own host without copying them (the daemon's
@@ -169,7 +197,10 @@ type SafeSender interface {
 // over a message's status (the daemon's does). RecvFunc is Endpoint.Recv
 // taking only a message that match accepts as well; RecvFuncSafe is
 // Endpoint.RecvSafe so. match runs while the mailbox is locked: it must be
-// quick and must not call the task's Ctx.
+// quick and must not call the task's Ctx. A nil match accepts every
+// message: a Ctx whose endpoint has RecvFunc receives through it alone,
+// so that the endpoint serves both kinds of receive with one body and
+// one call.
 type FuncReceiver interface {
 	RecvFunc(ctx context.Context, from TID, tag int, match func(Status) bool, wait bool) (Message, bool, error)
 	RecvFuncSafe(ctx context.Context, from TID, tag int, match func(Status) bool) (Message, bool, error)
@@ -198,24 +229,39 @@ func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
 	if err := checkTag(tag); err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
-	ips, inPlaceOK := c.ep.(InPlaceSender)
-	lend := o.inPlace() && inPlaceOK
+	lend := o.inPlace() && c.ips != nil
 	p, err := encode(v, lend)
 	if err != nil {
 		return fmt.Errorf("send to %v: %w", to, err)
 	}
-	ctx, cancel := c.waitContext(&o)
+	if o.plain() {
+		c.enter()
+		err = c.ep.Send(c.context(&o), to, tag, p)
+		c.leave()
+		if err != nil {
+			return fmt.Errorf("send to %v tag %d: %w", to, tag, err)
+		}
+		return nil
+	}
+	return c.sendWith(to, tag, p, &o, lend)
+}
+
+// sendWith is Send of the encoded p with options o beyond WithContext:
+// a Timeout, Safe, or InPlace (lend: the endpoint takes the slice itself).
+func (c *Ctx) sendWith(to TID, tag int, p Payload, o *Option, lend bool) error {
+	ctx, cancel := c.waitContext(o)
 	defer cancel()
-	switch ss, safeOK := c.ep.(SafeSender); {
+	var err error
+	switch {
 	case lend:
 		c.enter()
-		err = ips.SendInPlace(ctx, to, tag, p)
+		err = c.ips.SendInPlace(ctx, to, tag, p)
 		c.leave()
-	case o.safe() && safeOK && c.mayStop():
+	case o.safe() && c.ss != nil && c.mayStop():
 		for {
 			c.enter()
 			var sent bool
-			sent, err = ss.SendSafe(ctx, to, tag, p)
+			sent, err = c.ss.SendSafe(ctx, to, tag, p)
 			c.leave()
 			if err != nil || sent {
 				break
@@ -230,7 +276,7 @@ func (c *Ctx) Send(to TID, tag int, v any, opts ...Option) error {
 		c.leave()
 	}
 	if err != nil {
-		return fmt.Errorf("send to %v tag %d: %w", to, tag, timedOut(err, &o, ctx))
+		return fmt.Errorf("send to %v tag %d: %w", to, tag, timedOut(err, o, ctx))
 	}
 	return nil
 }
@@ -278,14 +324,43 @@ func (c *Ctx) Recv(from TID, tag int, v any, opts ...Option) (Message, error) {
 			return Message{}, err
 		}
 	}
-	ctx, cancel := c.waitContext(&o)
-	defer cancel()
-	m, _, err := c.recv(ctx, from, tag, &o, true)
+	if !o.plain() {
+		return c.recvWith(from, tag, v, &o)
+	}
+	// take's receive, written out: a Message is too large for registers,
+	// and each call it passes through copies it once more.
+	ctx := c.context(&o)
+	var (
+		m   Message
+		err error
+	)
+	c.enter()
+	if c.fr != nil {
+		m, _, err = c.fr.RecvFunc(ctx, from, tag, nil, true)
+	} else {
+		m, _, err = c.ep.Recv(ctx, from, tag, true)
+	}
+	c.leave()
 	if err != nil {
 		if errors.Is(err, ErrSuspended) {
 			return Message{}, err
 		}
-		return Message{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, timedOut(err, &o, ctx))
+		return Message{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, err)
+	}
+	return m, decodeInto(&m, v)
+}
+
+// recvWith is Recv with options o beyond WithContext: a Timeout, Safe or
+// Match.
+func (c *Ctx) recvWith(from TID, tag int, v any, o *Option) (Message, error) {
+	ctx, cancel := c.waitContext(o)
+	defer cancel()
+	m, _, err := c.recv(ctx, from, tag, o, true)
+	if err != nil {
+		if errors.Is(err, ErrSuspended) {
+			return Message{}, err
+		}
+		return Message{}, fmt.Errorf("recv from %v tag %d: %w", from, tag, timedOut(err, o, ctx))
 	}
 	return m, decodeInto(&m, v)
 }
@@ -309,24 +384,11 @@ func (c *Ctx) TryRecv(from TID, tag int, v any, opts ...Option) (m Message, ok b
 
 // recv takes the message a Recv (wait) or TryRecv with options o is for.
 func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool) (Message, bool, error) {
-	fr, funcOK := c.ep.(FuncReceiver)
-	if o.match != nil && !funcOK {
+	if o.match != nil && c.fr == nil {
 		return Message{}, false, fmt.Errorf("recv by predicate: this runtime cannot")
 	}
 	if !o.safe() || !wait || !c.mayStop() {
-		var (
-			m   Message
-			ok  bool
-			err error
-		)
-		c.enter()
-		if o.match != nil {
-			m, ok, err = fr.RecvFunc(ctx, from, tag, o.match, wait)
-		} else {
-			m, ok, err = c.ep.Recv(ctx, from, tag, wait)
-		}
-		c.leave() // not deferred: the receive a stream makes per message
-		return m, ok, err
+		return c.take(ctx, from, tag, o.match, wait)
 	}
 	for {
 		var (
@@ -336,7 +398,7 @@ func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool)
 		)
 		c.enter()
 		if o.match != nil {
-			m, ok, err = fr.RecvFuncSafe(ctx, from, tag, o.match)
+			m, ok, err = c.fr.RecvFuncSafe(ctx, from, tag, o.match)
 		} else {
 			m, ok, err = c.ep.RecvSafe(ctx, from, tag)
 		}
@@ -350,6 +412,21 @@ func (c *Ctx) recv(ctx context.Context, from TID, tag int, o *Option, wait bool)
 	}
 }
 
+// take is one receive from the endpoint, a critical section: through
+// RecvFunc when the endpoint has it (match nil: any message), else
+// through Recv (match nil; recv has checked). It is every Recv's way to
+// the mailbox unless the wait is a safe point.
+func (c *Ctx) take(ctx context.Context, from TID, tag int, match func(Status) bool, wait bool) (m Message, ok bool, err error) {
+	c.enter()
+	if c.fr != nil {
+		m, ok, err = c.fr.RecvFunc(ctx, from, tag, match, wait)
+	} else {
+		m, ok, err = c.ep.Recv(ctx, from, tag, wait)
+	}
+	c.leave() // not deferred: the receive a stream makes per message
+	return m, ok, err
+}
+
 // Probe reports whether a message matching from and tag is waiting, without
 // receiving it (pvm_probe).
 func (c *Ctx) Probe(from TID, tag int) (Status, bool) {
@@ -358,11 +435,17 @@ func (c *Ctx) Probe(from TID, tag int) (Status, bool) {
 	return c.ep.Probe(from, tag)
 }
 
-// decodeInto decodes m's body into v, if v is not nil.
+// decodeInto decodes m's body into v, if v is not nil. It is inlined;
+// decodeMsg, which decodes, is not.
 func decodeInto(m *Message, v any) error {
 	if v == nil {
 		return nil
 	}
+	return decodeMsg(m, v)
+}
+
+// decodeMsg decodes m's body into v.
+func decodeMsg(m *Message, v any) error {
 	if err := m.Decode(v); err != nil {
 		return fmt.Errorf("message from %v tag %d: %w", m.From, m.Tag, err)
 	}

@@ -180,7 +180,7 @@ func (m *Comm) irecv(c *Ctx, from, tag, maxTag int, v any) (Request, error) {
 	if tag != AnyTag && (tag < 0 || tag > maxTag) {
 		return 0, fmt.Errorf("irecv tag %d: %w", tag, ErrBadTag)
 	}
-	if _, ok := c.ep.(FuncReceiver); !ok {
+	if c.fr == nil {
 		return 0, fmt.Errorf("irecv: this runtime cannot receive by predicate")
 	}
 	c.track(m)
@@ -220,7 +220,7 @@ func (m *Comm) matchReq(rs *ReqState, st Status) bool {
 // log's bound), and returns false after the task was checkpointed there
 // with no error (the caller loops) — or ErrSuspended when it must return.
 func (m *Comm) progress(c *Ctx, wait bool) (bool, error) {
-	fr := c.ep.(FuncReceiver) // Irecv checked
+	fr := c.fr // Irecv checked that the endpoint has it
 	match := func(st Status) bool {
 		for i := range m.Reqs {
 			if m.matchReq(&m.Reqs[i], st) {

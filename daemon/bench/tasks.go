@@ -91,10 +91,9 @@ func (p *pinger) Run(c *task.Ctx) error {
 type echoTask struct{}
 
 func (e *echoTask) Run(c *task.Ctx) error {
-	ctx := c.Context()
 	window, count := 0, 0
 	for {
-		m, err := c.Recv(c.Parent(), task.AnyTag, nil, task.WithContext(ctx))
+		m, err := c.Recv(c.Parent(), task.AnyTag, nil) // until it is killed
 		if err != nil {
 			return err
 		}
@@ -236,14 +235,15 @@ func (p *TaskPair) RoundTrips(ctx context.Context, size, n int, maxTime time.Dur
 	rtts := make([]time.Duration, 0, n)
 	err := p.do(ctx, func(ctx context.Context, c *task.Ctx, echo task.TID) error {
 		out := pattern(size)
+		wait := []task.Option{task.WithContext(ctx)} // made once, for every call
 		var start time.Time
 		for i := range n {
 			stamp(out, i)
 			t0 := time.Now()
-			if err := c.Send(echo, tagPing, out, task.WithContext(ctx)); err != nil {
+			if err := c.Send(echo, tagPing, out, wait...); err != nil {
 				return err
 			}
-			m, err := c.Recv(echo, tagPong, nil, task.WithContext(ctx))
+			m, err := c.Recv(echo, tagPong, nil, wait...)
 			t1 := time.Now()
 			if err != nil {
 				return err
@@ -273,7 +273,8 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 	}
 	var st Stream
 	err := p.do(ctx, func(ctx context.Context, c *task.Ctx, echo task.TID) error {
-		if err := c.Send(echo, tagRateStart, window, task.WithContext(ctx)); err != nil {
+		wait := []task.Option{task.WithContext(ctx)} // made once, for every call
+		if err := c.Send(echo, tagRateStart, window, wait...); err != nil {
 			return err
 		}
 		// The body is boxed once: a []byte converted to an interface at
@@ -282,13 +283,13 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 		t0 := time.Now()
 		sent := 0
 		for sent < n {
-			if err := c.Send(echo, tagRate, msg, task.WithContext(ctx)); err != nil {
+			if err := c.Send(echo, tagRate, msg, wait...); err != nil {
 				return err
 			}
 			sent++
 			if sent%window == 0 && sent >= 2*window {
 				var got int
-				if _, err := c.Recv(echo, tagRateAck, &got, task.WithContext(ctx)); err != nil {
+				if _, err := c.Recv(echo, tagRateAck, &got, wait...); err != nil {
 					return err
 				}
 				if got != sent-window {
@@ -299,11 +300,11 @@ func (p *TaskPair) Stream(ctx context.Context, n, window int, maxTime time.Durat
 				break
 			}
 		}
-		if err := c.Send(echo, tagRateEnd, sent, task.WithContext(ctx)); err != nil {
+		if err := c.Send(echo, tagRateEnd, sent, wait...); err != nil {
 			return err
 		}
 		var got int
-		if _, err := c.Recv(echo, tagRateFin, &got, task.WithContext(ctx)); err != nil {
+		if _, err := c.Recv(echo, tagRateFin, &got, wait...); err != nil {
 			return err
 		}
 		st = Stream{Messages: sent, Elapsed: time.Since(t0)}

@@ -161,18 +161,24 @@ func (x Effect) String() string {
 // the part gives it.
 func (n *Node) Step(now time.Time, e Event) []Effect {
 	switch e.Kind {
+	// The effects are filled in place, field by field: an Effect built
+	// whole, or a copy of a part's effect, would be a temporary in Step's
+	// frame, and a task's goroutine, which steps the node as it ends,
+	// would need a larger stack for it.
 	case EvMove:
 		fx := n.moves.Step(now, e.Move)
 		out := make([]Effect, len(fx))
-		for i, x := range fx {
-			out[i] = Effect{Kind: FxMove, Move: x, TID: x.TID}
+		for i := range fx {
+			out[i].Kind, out[i].TID = FxMove, fx[i].TID
+			out[i].Move = fx[i]
 		}
 		return out
 	case EvCkpt:
 		fx := n.ckpts.Step(e.Ckpt)
 		out := make([]Effect, len(fx))
-		for i, x := range fx {
-			out[i] = Effect{Kind: FxCkpt, Ckpt: x, TID: x.TID}
+		for i := range fx {
+			out[i].Kind, out[i].TID = FxCkpt, fx[i].TID
+			out[i].Ckpt = fx[i]
 		}
 		return out
 	case EvRoute:

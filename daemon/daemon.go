@@ -685,6 +685,7 @@ type Daemon struct {
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
+	certEnds   certEnds                    // master: hosts whose certificate expired, being checked for a renewal
 	conns      connCount                   // accepted connections, by certificate
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 }

@@ -1000,7 +1000,7 @@ func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnReque
 // startLocal starts tasks of job on this daemon: a spawn of this host's
 // alone, whose tasks are each other's siblings.
 func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	return d.startSpawn(ctx, parent, job, req, false)
+	return d.startSpawn(ctx, parent, job, req, false, 0)
 }
 
 // startLocalSet starts tasks of job on this daemon, of the spawn set.
@@ -1049,8 +1049,7 @@ func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set
 		d.ht.mu.Unlock()
 		return 0, task.ErrHalted
 	}
-	d.ht.nextNum++
-	tid := task.NewTID(d.cfg.HostID, d.ht.nextNum)
+	tid := task.NewTID(d.cfg.HostID, set.number(d.ht))
 	h := d.newHosted(tid, parent, job, typ, t)
 	h.sibs = set
 	if set != nil {

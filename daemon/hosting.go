@@ -29,6 +29,7 @@ type hosting struct {
 	exited  []*hosted              // most recent last, at most Config.KeepExited
 	gone    map[task.TID]*hosted   // exited tasks by TID (the same set)
 	nextNum uint32                 // the last TID number handed out here
+	ownNum  uint32                 // the last this host took itself, or a floor raised it to (numbered)
 	watch   map[task.TID][]watcher // TaskExit registrations by watched task
 	hostW   []hostWatcher          // HostAdd/HostDelete registrations
 	// lossWatch (master) holds TaskExit registrations so they fire when a

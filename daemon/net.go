@@ -180,6 +180,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	d.self.ID = h.Assigned
 	d.ht.mu.Lock()
 	d.ht.nextNum = max(d.ht.nextNum, h.TIDFloor)
+	d.ht.ownNum = max(d.ht.ownNum, h.TIDFloor)
 	d.ht.mu.Unlock()
 	if d.cfg.Name == "" || d.cfg.Name == "h0" {
 		d.cfg.Name = h.Assigned.String()

@@ -473,11 +473,37 @@ func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool, 
 	}
 }
 
+// ErrCertificateExpired: this daemon's certificate has expired: it does
+// not start, and a host daemon that has lost its master with it stops.
+var ErrCertificateExpired = errors.New("this daemon's certificate has expired")
+
+// credentialCurrent refuses to start a daemon whose certificate has
+// expired: no daemon would take a connection with it (a host would try to
+// join until it gave up).
+func (d *Daemon) credentialCurrent(now time.Time) error {
+	c := d.credential()
+	if c == nil || c.NotAfter.IsZero() || !now.After(c.NotAfter) {
+		return nil
+	}
+	return fmt.Errorf("%w (%s, serial %s, at %s): issue a new one with 'dpvm cert host'",
+		ErrCertificateExpired, c.Name, c.Serial, c.NotAfter.UTC().Format(time.RFC3339))
+}
+
 // checkExpiry warns, at most once a day, when this daemon's certificate
-// expires within Config.ExpiryWarning.
+// expires within Config.ExpiryWarning. A host daemon whose certificate
+// has expired (no renewal taken up) and which has lost its master stops
+// at once: the master has deleted it or will (expiredHost), its jobs roll
+// back elsewhere, and it can connect to no daemon again with it, so its
+// tasks must not run on for MasterGrace.
 func (d *Daemon) checkExpiry(now time.Time) {
 	c := d.credential()
 	if c == nil {
+		return
+	}
+	if !d.cfg.Master && d.nw != nil && d.orphan.Load() && !c.NotAfter.IsZero() && now.After(c.NotAfter) {
+		d.log.Error("this daemon's certificate has expired and it lost its master: stopping; issue a new one with 'dpvm cert host' and start the daemon with it",
+			"name", c.Name, "serial", c.Serial, "expired", c.NotAfter.UTC().Format(time.RFC3339))
+		d.stopAsync(fmt.Errorf("%w (%s, serial %s, at %s): %w", ErrCertificateExpired, c.Name, c.Serial, c.NotAfter.UTC().Format(time.RFC3339), ErrMasterLost))
 		return
 	}
 	left := c.NotAfter.Sub(now)

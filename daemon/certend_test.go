@@ -156,7 +156,8 @@ func (w *certWorker) Run(c *task.Ctx) error {
 // is revoked) while it runs a worker of a checkpointed job is deleted by
 // the master as a lost host is; the job rolls back to its checkpoint on
 // the other hosts and prints the sum an uninterrupted run prints; and the
-// host cannot connect again with its certificate. A host that took up a
+// host cannot connect again with its certificate (an expired one: the
+// host stops at once, and a daemon does not start with it). A host that took up a
 // renewal before its certificate expired (renewed) stays, and its job
 // does not roll back. Four daemons on transport.Mem in a synctest bubble:
 // the worker computes for 6 s of virtual time, h4's certificate lasts 2 s.
@@ -271,15 +272,19 @@ func TestHostCertificateEndRollsBack(t *testing.T) {
 				if m.hostKnown(h4.cfg.HostID) {
 					t.Fatalf("the host whose certificate is %s is still a member", how)
 				}
-				// It cannot come back with its certificate: it gives up
-				// registering again, and a handshake with it is refused.
+				// It cannot come back with its certificate: it stops (at
+				// once with an expired one, after MasterGrace with a
+				// revoked one), and a handshake with it is refused.
 				select {
 				case <-h4.Done():
 				case <-ctx.Done():
 					t.Fatal("h4 runs on, out of the machine")
 				}
-				if err := h4.Err(); !errors.Is(err, ErrMasterLost) {
-					t.Fatalf("h4 stopped with %v, want ErrMasterLost", err)
+				if err := h4.Err(); !errors.Is(err, ErrMasterLost) || (how == "expired") != errors.Is(err, ErrCertificateExpired) {
+					t.Fatalf("h4 stopped with %v, want ErrMasterLost (and ErrCertificateExpired if expired)", err)
+				}
+				if stopped := time.Since(cred.NotAfter); how == "expired" && stopped >= hc.MasterGrace {
+					t.Fatalf("h4 stopped %v after its certificate expired, not at once", stopped)
 				}
 				if m.hostKnown(h4.cfg.HostID) || len(m.Hosts()) != 3 {
 					t.Fatalf("hosts %+v", m.Hosts())
@@ -299,6 +304,15 @@ func TestHostCertificateEndRollsBack(t *testing.T) {
 					g.conn.Close("done")
 				}
 				t.Logf("a join with h4's %s certificate: %v", how, err)
+				if how == "expired" {
+					// A daemon does not start with it.
+					if d, err := Start(ctx, hc); !errors.Is(err, ErrCertificateExpired) {
+						if err == nil {
+							d.Halt(ctx)
+						}
+						t.Fatalf("a daemon started with an expired certificate: %v, want ErrCertificateExpired", err)
+					}
+				}
 				if m.hostKnown(h4.cfg.HostID) || len(m.Hosts()) != 3 {
 					t.Fatalf("hosts %+v", m.Hosts())
 				}

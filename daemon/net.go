@@ -98,6 +98,10 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		// is announced.
 		d.sw = &swimHost{in: make(chan swimIn, swimInBuffer), dialing: map[task.HostID]bool{}}
 	}
+	if err := d.credentialCurrent(time.Now()); err != nil {
+		tr.Close()
+		return err
+	}
 	if !c.Master {
 		if err := d.join(ctx); err != nil {
 			tr.Close()

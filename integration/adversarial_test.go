@@ -22,6 +22,7 @@ import (
 	"github.com/dpvm/dpvm/daemon"
 	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 )
 
@@ -285,8 +286,10 @@ func seqOf(t *testing.T, setDir string) int {
 // certificate that expires 6 s later. Once it has, the master deletes the
 // host for it, as a lost host is deleted (a renewed host would go on over
 // a connection the master dials: daemon's TestHostCertificateEndRollsBack,
-// which also rolls a job back), and the host's attempts to register again
-// with it are refused at the handshake. The machine serves on without it.
+// which also rolls a job back); the host, cut off, stops at once, saying
+// why; a daemon started again with that certificate refuses to start, and
+// the master refuses a handshake with it. The machine serves on without
+// it.
 func TestExpiredHostCertificateOfProcesses(t *testing.T) {
 	v := startVM(t, 1)
 	cred, err := v.creds.cl.CA.IssueHost("h3", false, time.Now(), 6*time.Second)
@@ -297,18 +300,37 @@ func TestExpiredHostCertificateOfProcesses(t *testing.T) {
 	if err := pki.WriteCredential(file, cred); err != nil {
 		t.Fatal(err)
 	}
-	h3 := start(t, "host 3", nil, "daemon", "--join", v.addr, "--credential", file, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s")
+	args := []string{"daemon", "--join", v.addr, "--credential", file, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}
+	h3 := start(t, "host 3", nil, args...)
 	h3.waitFor(listening, true)
 	if code, out, errOut := dpvm(t, v.env, "conf"); code != 0 || !strings.Contains(out, "h3") {
 		t.Fatalf("conf with h3: %d\n%s\n%s", code, out, errOut)
 	}
 	v.master.waitFor(regexp.MustCompile(`msg="host deleted" host=h1 peer=h3 peer_name=h3 reason="the certificate of daemon h3 has expired, and no renewal: `), true)
+	if code := h3.wait(); code == 0 || !strings.Contains(h3.err.String(), "this daemon's certificate has expired") {
+		t.Fatalf("h3 exited with %d after its certificate expired, want a failure saying why:\n%s", code, h3.err.String())
+	}
+	again := start(t, "host 3 again", nil, args...)
+	if code := again.wait(); code == 0 || !strings.Contains(again.err.String(), "this daemon's certificate has expired") {
+		t.Fatalf("a daemon joining with an expired certificate exited with %d:\n%s", code, again.err.String())
+	}
+	// The master refuses a handshake with it.
 	refused := regexp.MustCompile(`msg="refused a connection" host=h1 from=\S+ reason="handshake: [^"]*certificate has expired[^"]*"`)
 	before := len(refused.FindAllString(v.master.err.String(), -1))
-	deadline := time.Now().Add(30 * time.Second)
-	for len(refused.FindAllString(v.master.err.String(), -1)) <= before {
-		if time.Now().After(deadline) {
-			t.Fatalf("h3 registering again with its expired certificate was not refused within 30 s:\n%s", h3.err.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, err := transport.Dialer(transport.LocalFor(v.addr), cred, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if c, err := ep.Dial(ctx, v.addr); err == nil {
+		c.Close("done") // TLS 1.3: the server judges the client's certificate after the client is done
+	}
+	var all []string
+	for all = refused.FindAllString(v.master.err.String(), -1); len(all) <= before; all = refused.FindAllString(v.master.err.String(), -1) {
+		if ctx.Err() != nil {
+			t.Fatal("the master did not refuse a handshake with the expired certificate")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -318,8 +340,7 @@ func TestExpiredHostCertificateOfProcesses(t *testing.T) {
 	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "2"); code != 0 || !strings.Contains(out, "2 children said hello") {
 		t.Fatalf("run after h3's certificate expired: %d\n%s\n%s", code, out, errOut)
 	}
-	all := refused.FindAllString(v.master.err.String(), -1)
-	t.Logf("h3 deleted for its certificate; %s", all[len(all)-1])
+	t.Logf("h3 deleted for its certificate; a handshake with it: %s", all[len(all)-1])
 }
 
 // TestLargeFramesOfProcesses: 16 user connections (8 users, 2 each) send

@@ -76,10 +76,11 @@ func (s *startRecords) serve(ctx context.Context, id uint64, start func() ([]tas
 // the master: a start on another host carries the numbers handed out for
 // it (registry.allocNums), which its tasks speak with until the answer is
 // in (a start outside any job too, so that the host's count and the
-// master's stay the same). A host that has taken those numbers already says up to which (a
-// master that lost count: recovered, or a task the host started by
-// itself) and is asked again with numbers above, at most 3 times. settle
-// ends the start's window once the caller has recorded the answer.
+// master's stay the same). A host that has taken those numbers already
+// says up to which (a master that lost count: recovered, or a task the
+// host started by itself) and is asked again with numbers above, at most
+// 3 times. settle ends the start's window once the caller has recorded
+// the answer.
 func (d *Daemon) startNumbered(ctx context.Context, h task.HostID, a spawnArgs) (rep tidsReply, settle func(), err error) {
 	for try := 1; ; try++ {
 		a.First = 0

@@ -70,6 +70,17 @@ func (d *Daemon) reserveNums(set *spawnSet, first uint32, n int) error {
 	return nil
 }
 
+// ownNums makes every task number this host has used or set aside so
+// far its own, as if it had taken them itself: a host registering again
+// may find a master that lost count of the numbers it handed out (one
+// recovered), whose starts numbered with them are then answered Taken
+// rather than start a task under a TID in use.
+func (d *Daemon) ownNums() {
+	d.ht.mu.Lock()
+	d.ht.ownNum = d.ht.nextNum
+	d.ht.mu.Unlock()
+}
+
 func newSpawnSet() *spawnSet { return &spawnSet{ready: make(chan struct{})} }
 
 // readySet is the set of a task whose siblings are known: tids.

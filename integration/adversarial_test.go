@@ -325,7 +325,14 @@ func TestExpiredHostCertificateOfProcesses(t *testing.T) {
 	}
 	defer ep.Close()
 	if c, err := ep.Dial(ctx, v.addr); err == nil {
-		c.Close("done") // TLS 1.3: the server judges the client's certificate after the client is done
+		// TLS 1.3: the server judges the client's certificate once the
+		// client is done; the server then closes the connection.
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			t.Fatal("the master kept a connection with an expired host certificate")
+		}
+		c.Close("done")
 	}
 	var all []string
 	for all = refused.FindAllString(v.master.err.String(), -1); len(all) <= before; all = refused.FindAllString(v.master.err.String(), -1) {

@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -336,27 +338,117 @@ func (d *Daemon) dropRevoked() {
 
 // dropExpired drops the connections whose certificates have expired by
 // now (a handshake checks a certificate's dates, a connection made before
-// it expired would otherwise live on). A host whose certificate expired
-// cannot connect again with it: unless it has taken up a renewal and
-// registers again (Config.MasterGrace), it is lost to the master's
-// failure detector, and its jobs roll back.
+// it expired would otherwise live on). At the master, a host whose
+// current connection's certificate expired ends its membership as a lost
+// host does (expiredHost), unless it presents a renewal.
 func (d *Daemon) dropExpired(now time.Time) {
 	if d.nw == nil {
 		return
 	}
-	d.dropCerts(func(c pki.Peer) bool { return !c.NotAfter.IsZero() && now.After(c.NotAfter) }, "expired", false)
+	expired := func(c pki.Peer) bool { return !c.NotAfter.IsZero() && now.After(c.NotAfter) }
+	var hosts []*peer
+	if d.cfg.Master {
+		n := d.nw
+		n.mu.Lock()
+		for id, p := range n.peers {
+			if id != MasterID && p.role == pki.RoleDaemon && expired(p.cert) {
+				hosts = append(hosts, p)
+			}
+		}
+		n.mu.Unlock()
+		for _, p := range hosts {
+			if d.certEnds.start(p.info.ID) {
+				d.goFunc(func() { d.expiredHost(p) })
+			}
+		}
+	}
+	d.dropCerts(func(c pki.Peer) bool { return expired(c) }, "expired", false, hosts...)
+}
+
+// certEnds is the master's set of hosts whose current connection's
+// certificate has expired and which it is asking for a renewal.
+type certEnds struct {
+	mu       sync.Mutex
+	checking map[task.HostID]bool
+}
+
+// start reports whether host id is to be checked now (it was not under
+// check), and marks it.
+func (c *certEnds) start(id task.HostID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.checking[id] {
+		return false
+	}
+	if c.checking == nil {
+		c.checking = map[task.HostID]bool{}
+	}
+	c.checking[id] = true
+	return true
+}
+
+// done ends host id's check.
+func (c *certEnds) done(id task.HostID) {
+	c.mu.Lock()
+	delete(c.checking, id)
+	c.mu.Unlock()
+}
+
+// expiredHost ends, at the master, the membership of a host whose
+// connection p carries an expired certificate, as a lost host's ends
+// (removeHost: its jobs roll back), unless the host holds a renewal. The
+// master dials the host (within HandshakeTimeout; p stays open meanwhile,
+// so a renewed host loses nothing): the handshake checks the certificate
+// the host presents now, and a connection the master dialled wins the tie
+// with p on both ends (attach), so a renewed host goes on over it. A host
+// that answers with the expired certificate, or not at all, is deleted;
+// it can never register again with that certificate.
+func (d *Daemon) expiredHost(p *peer) {
+	id := p.info.ID
+	defer d.certEnds.done(id)
+	why := fmt.Errorf("the certificate of %s has expired", p.cert)
+	n := d.nw
+	n.mu.Lock()
+	addr := ""
+	if hi := n.hosts[id]; hi != nil {
+		addr = hi.Addr
+	}
+	n.mu.Unlock()
+	var err error
+	if addr != "" {
+		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.HandshakeTimeout)
+		_, err = d.dial(ctx, id, addr)
+		cancel()
+	}
+	n.mu.Lock()
+	cur, member := n.peers[id], n.hosts[id] != nil
+	n.mu.Unlock()
+	now := time.Now()
+	switch {
+	case cur != nil && cur != p && cur.cert.NotAfter.After(now):
+		d.log.Info("a host whose certificate expired presents a renewal: it stays", "peer", id, "peer_name", p.info.Name,
+			"expired", p.cert.Serial, "renewal", cur.cert.Serial, "expires", cur.cert.NotAfter.UTC().Format(time.RFC3339))
+	case member && d.ctx.Err() == nil:
+		if err != nil {
+			why = fmt.Errorf("%w, and no renewal: %v", why, err)
+		}
+		d.log.Warn("deleting a host whose certificate expired", "peer", id, "peer_name", p.info.Name, "serial", p.cert.Serial, "error", err)
+		d.removeHost(id, why.Error())
+	}
+	p.close(why)
 }
 
 // dropCerts closes the connections whose certificates doomed says must
 // go, saying why (revoked, expired). With remove, at the master, a host
 // whose certificate goes is deleted at once as a lost host is (its jobs
 // roll back): it can never register again with it.
-func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool) {
+// Connections in spare are left to their caller.
+func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool, spare ...*peer) {
 	n := d.nw
 	n.mu.Lock()
 	var ps []*peer
 	for _, p := range n.peers {
-		if doomed(p.cert) {
+		if doomed(p.cert) && !slices.Contains(spare, p) {
 			ps = append(ps, p)
 		}
 	}
@@ -381,11 +473,37 @@ func (d *Daemon) dropCerts(doomed func(pki.Peer) bool, why string, remove bool) 
 	}
 }
 
+// ErrCertificateExpired: this daemon's certificate has expired: it does
+// not start, and a host daemon that has lost its master with it stops.
+var ErrCertificateExpired = errors.New("this daemon's certificate has expired")
+
+// credentialCurrent refuses to start a daemon whose certificate has
+// expired: no daemon would take a connection with it (a host would try to
+// join until it gave up).
+func (d *Daemon) credentialCurrent(now time.Time) error {
+	c := d.credential()
+	if c == nil || c.NotAfter.IsZero() || !now.After(c.NotAfter) {
+		return nil
+	}
+	return fmt.Errorf("%w (%s, serial %s, at %s): issue a new one with 'dpvm cert host'",
+		ErrCertificateExpired, c.Name, c.Serial, c.NotAfter.UTC().Format(time.RFC3339))
+}
+
 // checkExpiry warns, at most once a day, when this daemon's certificate
-// expires within Config.ExpiryWarning.
+// expires within Config.ExpiryWarning. A host daemon whose certificate
+// has expired (no renewal taken up) and which has lost its master stops
+// at once: the master has deleted it or will (expiredHost), its jobs roll
+// back elsewhere, and it can connect to no daemon again with it, so its
+// tasks must not run on for MasterGrace.
 func (d *Daemon) checkExpiry(now time.Time) {
 	c := d.credential()
 	if c == nil {
+		return
+	}
+	if !d.cfg.Master && d.nw != nil && d.orphan.Load() && !c.NotAfter.IsZero() && now.After(c.NotAfter) {
+		d.log.Error("this daemon's certificate has expired and it lost its master: stopping; issue a new one with 'dpvm cert host' and start the daemon with it",
+			"name", c.Name, "serial", c.Serial, "expired", c.NotAfter.UTC().Format(time.RFC3339))
+		d.stopAsync(fmt.Errorf("%w (%s, serial %s, at %s): %w", ErrCertificateExpired, c.Name, c.Serial, c.NotAfter.UTC().Format(time.RFC3339), ErrMasterLost))
 		return
 	}
 	left := c.NotAfter.Sub(now)

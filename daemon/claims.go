@@ -218,7 +218,7 @@ func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
 		return err
 	}
 	job, known := d.owners.jobOf(a.Parent)
-	if a.MinSize > 0 || a.MaxSize > 0 || (known && job == a.Job) || (!known && d.unknownMaySpeak(p, a.Job)) {
+	if a.MinSize > 0 || a.MaxSize > 0 || (known && job == a.Job) || (!known && d.unknownMaySpeak(p, a.Job, a.Parent)) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("call spawn into job %d", a.Job), routing.ClaimAct, a.Parent, routing.RefuseElsewhere, 1); err != nil {
@@ -234,25 +234,26 @@ func (d *Daemon) spawnClaim(p *peer, a *spawnArgs) error {
 	return fmt.Errorf("spawn into job %d from %s for %v, a task of job %d: %w", a.Job, p.name(), a.Parent, job, ErrForged)
 }
 
-// unknownMaySpeak reports whether a task of p that the master does not
-// know may speak (write output, spawn) for job: one of job's, which the
-// master has registered, only while a start of job's tasks on p is under
-// way (its answer, which names the tasks, is not in yet). A TID of p's
-// own host ID is routed to p until a route says otherwise, so p could
-// otherwise make one up and, with a load report naming job, speak for it.
-// The master records the job of every task it starts or restores before
-// the task can speak after its start's answer (placeAndStart,
-// restoreSet); a moved task keeps its TID and its record. A job the
-// master has not registered — one running when it was recovered
-// (Config.Recover), whose tasks it never started, or one that has
-// ended — and job 0 keep the looser rule: a task the master does not
-// know may speak for them (outputClaim still asks that p be recorded
-// with tasks of the job: its load reports, its own word).
-func (d *Daemon) unknownMaySpeak(p *peer, job uint64) bool {
+// unknownMaySpeak reports whether tid, a task of p that the master does
+// not know, may speak (write output, spawn) for job: one of job's, which
+// the master has registered, only while a start of job's tasks on p is
+// under way (its answer, which names the tasks, is not in yet), and only
+// as one of the TIDs the master numbered that start's tasks with
+// (registry.startedAs): a TID of p's own host ID is routed to p until a
+// route says otherwise, so p could otherwise make one up and, with a load
+// report naming job, speak for it. The master records the job of every
+// task it starts or restores before the task can speak after its start's
+// answer (placeAndStart, restoreSet); a moved task keeps its TID and its
+// record. A job the master has not registered — one running when it was
+// recovered (Config.Recover), whose tasks it never started, or one that
+// has ended — and job 0 keep the looser rule: a task the master does not
+// know may speak for them (outputClaim still asks that p be recorded with
+// tasks of the job: its load reports, its own word).
+func (d *Daemon) unknownMaySpeak(p *peer, job uint64, tid task.TID) bool {
 	if job == 0 || d.reg.get(job) == nil {
 		return true
 	}
-	return d.reg.startingOn(p.info.ID, job)
+	return d.reg.startedAs(p.info.ID, job, tid)
 }
 
 // outputClaim judges an output event from p: the writing task must run on
@@ -266,7 +267,7 @@ func (d *Daemon) outputClaim(p *peer, e *event) error {
 		return err
 	}
 	job, known := d.owners.jobOf(e.TID)
-	if ((known && job == e.Job) || (!known && d.unknownMaySpeak(p, e.Job))) && d.reg.runs(p.info.ID, e.Job) {
+	if ((known && job == e.Job) || (!known && d.unknownMaySpeak(p, e.Job, e.TID))) && d.reg.runs(p.info.ID, e.Job) {
 		return nil
 	}
 	if err := d.forged(p, fmt.Sprintf("output event for job %d", e.Job), routing.ClaimAct, e.TID, routing.RefuseElsewhere, 1); err != nil {
@@ -299,11 +300,12 @@ func (d *Daemon) outputClaim(p *peer, e *event) error {
 // of a job whose owner is not on record (one running before a master
 // recovery, or started by a program in-process, without a certificate),
 // one spawned outside jobs by no person, or one whose spawn's answer is
-// not in yet. On a task whose owner is on record it may act only while a
-// start of that task's job on its host is under way (its own spawn's
-// answer may not be in yet: unknownMaySpeak's window); otherwise it is
-// refused, and a TID the master never started (made up by its host) is
-// counted against the host as a forgery.
+// not in yet. On a task whose owner is on record it may act only as one
+// of the tasks of a start of that task's job on its host under way, with
+// a TID the master numbered it with (its own spawn's answer may not be in
+// yet: unknownMaySpeak's window); otherwise it is refused, and a TID the
+// master never started (made up by its host) is counted against the host
+// as a forgery.
 func (d *Daemon) checkActing(ctx context.Context, p *peer, method string, by, target task.TID) error {
 	if by.IsZero() || by == target || !d.isMaster() || (p != nil && (!judged(p) || p.cert.Master)) {
 		return nil
@@ -341,13 +343,14 @@ func (d *Daemon) taskOwner(t task.TID) (owner, bool) {
 
 // checkOwnerless is checkActing for a task by whose owner the master does
 // not know: it may act on target unless target's owner is on record and
-// no start of target's job on by's host is under way.
+// by is not one of the tasks of a start of target's job on its host
+// under way (unknownMaySpeak's window).
 func (d *Daemon) checkOwnerless(p *peer, method string, by, target task.TID) error {
 	if _, owned := d.taskOwner(target); !owned {
 		return nil
 	}
 	job, _ := d.owners.jobOf(target)
-	if p == nil || (job != 0 && d.reg.startingOn(p.info.ID, job)) {
+	if p == nil || (job != 0 && d.reg.startedAs(p.info.ID, job, by)) {
 		return nil
 	}
 	err := fmt.Errorf("%s of %v by %v, a task of no owner on record: %w", method, target, by, ErrForbidden)

@@ -395,7 +395,9 @@ func TestResolveHost(t *testing.T) {
 // for no task, a kill or a move of it naming no task or another host's
 // as the one acting; or, as a task of its own host ID that the master
 // never started, after a load report that names the job, it writes output
-// into the job and spawns into it; or it calls a step of a move or a
+// into the job and spawns into it (also while the master starts tasks of
+// the job on it: a TID the master did not number them with is refused);
+// or it calls a step of a move or a
 // checkpoint, or a person's call. The job must print the fault-free run's result, no
 // forged line may reach its output, every call must be refused, and the
 // daemons must have refused claims of every kind.
@@ -511,9 +513,6 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 		}
 		group := "j" + fmt.Sprint(v.job) + ":ring"
 		kind := rounds % byzantineKinds
-		if kind == 16 && !madeUpRefused(ds, bad, v.job) {
-			continue
-		}
 		rounds++
 		switch kind {
 		case 0: // a message (a resend, when its number was sent)
@@ -570,25 +569,6 @@ func byzantine(bad *Daemon, ds []*Daemon, rng *rand.Rand, stop <-chan struct{}) 
 			call(MasterID, mSpawn, spawnArgs{Parent: madeUp, Job: v.job, Req: task.SpawnRequest{Type: "daemon.test.fn", Count: 1}})
 		}
 	}
-}
-
-// madeUpRefused reports whether the master among ds refuses a task of
-// bad it does not know to speak for job: it is not starting tasks of job
-// on bad, whose tasks speak before the start's answer names them
-// (unknownMaySpeak), and the job's root has spawned its ring (the
-// simulation starts no other tasks but on a rollback, which restores
-// tasks the master knows).
-func madeUpRefused(ds []*Daemon, bad *Daemon, job uint64) bool {
-	for _, m := range ds {
-		if !m.cfg.Master {
-			continue
-		}
-		m.owners.mu.Lock()
-		n := len(m.owners.jobTasks[job])
-		m.owners.mu.Unlock()
-		return n > simRing().N && !m.reg.startingOn(bad.cfg.HostID, job)
-	}
-	return false
 }
 
 // TestForgedOutputAfterFalseReport: h3 says in a load report that it runs
@@ -918,17 +898,27 @@ func TestForgedTaskOfItsOwnHost(t *testing.T) {
 	}
 
 	// While a start of the job's tasks on h3 is under way, the tasks it
-	// starts speak before the master knows them; once it is over, a task
-	// the master does not know speaks no more.
-	settle := m.reg.expect(h3.cfg.HostID, victim.id)
-	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("while a start is under way\n")})
-	settle()
-	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("after the start\n")})
-	if s := victimOut.String(); s != "while a start is under way\n" {
-		t.Errorf("job %d's output is %q, want the line written during the start alone", victim.id, s)
+	// starts speak before the master knows them, with the numbers the
+	// master handed out for them; a TID it did not hand out (made up)
+	// speaks no more then than after, nor does one once the start is
+	// over.
+	first := m.reg.allocNums(h3.cfg.HostID, 2)
+	numbered := task.NewTID(h3.cfg.HostID, first+1)
+	settle := m.reg.expectNums(h3.cfg.HostID, victim.id, first, 2)
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: numbered, Output: []byte("numbered, while a start is under way\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: madeUp, Output: []byte("made up, while a start is under way\n")})
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: task.NewTID(h3.cfg.HostID, first+2), Output: []byte("past the numbers, while a start is under way\n")})
+	err = h3.callPeer(ctx, pm, mSpawn, spawnArgs{Parent: madeUp, Job: victim.id, Req: task.SpawnRequest{Type: typ, State: state, Count: 1}}, &rep)
+	if !errors.Is(err, ErrForbidden) {
+		t.Errorf("during a start, h3 spawned into job %d as made-up %v: %v %v, want ErrForbidden", victim.id, madeUp, rep.TIDs, err)
 	}
-	if n := forgedCount(t, m); n != 4 {
-		t.Errorf("the master counted %v forged claims, want 4", n)
+	settle()
+	forgeEvent(t, h3, &event{Kind: evOutput, Job: victim.id, TID: numbered, Output: []byte("numbered, after the start\n")})
+	if s := victimOut.String(); s != "numbered, while a start is under way\n" {
+		t.Errorf("job %d's output is %q, want the numbered task's line written during the start alone", victim.id, s)
+	}
+	if n := forgedCount(t, m); n != 7 {
+		t.Errorf("the master counted %v forged claims, want 7", n)
 	}
 }
 
@@ -938,4 +928,64 @@ func waitPoked(c *task.Ctx, _ int) error {
 	var x int
 	_, err := c.Recv(task.AnyTask, 99, &x)
 	return err
+}
+
+// TestStartNumbersTakenOnHost: the master numbers the tasks it starts on
+// a host, and a task it does not know yet speaks for its job with one of
+// those numbers only. A host that took numbers by itself (SpawnTask)
+// answers a start numbered with them that they are taken, and the master
+// starts the tasks again with numbers above: they start once, their
+// first line, written before the answer is in, is heard, and no claim
+// is counted as forged.
+func TestStartNumbersTakenOnHost(t *testing.T) {
+	vm := startMemVM(t, 2, &faults{}, Config{Metrics: metrics.New(metrics.Options{NoRuntime: true})})
+	m, h2 := vm.Daemons[0], vm.Daemons[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	idle := fn(t, waitPoked)
+	var own []task.TID
+	for range 3 {
+		tid, err := h2.SpawnTask(idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own = append(own, tid)
+	}
+	js := m.newJob("", "test", JobOptions{})
+	var out syncBuffer
+	m.reg.setOutput(js.id, &out)
+	talk := fn(t, func(c *task.Ctx, a int) error {
+		c.Printf("started %v", c.MyTID())
+		return waitPoked(c, a)
+	})
+	typ, state, err := task.EncodeState(talk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := m.spawnAnywhere(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 2, Host: h2.cfg.Name})
+	if err != nil || len(tids) != 2 {
+		t.Fatalf("spawn on h2: %v %v", tids, err)
+	}
+	for _, tid := range tids {
+		if tid.Host() != h2.cfg.HostID || tid.Num() <= own[len(own)-1].Num() {
+			t.Fatalf("h2's tasks %v, numbered at or below those it took itself %v", tids, own)
+		}
+	}
+	if tids[1].Num() != tids[0].Num()+1 {
+		t.Errorf("a start's tasks %v are not numbered in a row", tids)
+	}
+	waitFor(t, ctx, "both tasks' lines", func() bool {
+		return strings.Contains(out.String(), fmt.Sprintf("started %v\n", tids[0])) && strings.Contains(out.String(), fmt.Sprintf("started %v\n", tids[1]))
+	})
+	if n := h2.ht.count(); n != 5 {
+		t.Errorf("h2 hosts %d tasks, want 5 (3 of its own, 2 started once)", n)
+	}
+	if n := forgedCount(t, m); n != 0 {
+		t.Errorf("the master counted %v forged claims, want none", n)
+	}
+	// The master numbers the next start above: no retry needed.
+	more, err := m.spawnAnywhere(ctx, 0, js.id, task.SpawnRequest{Type: typ, State: state, Count: 1, Host: h2.cfg.Name})
+	if err != nil || len(more) != 1 || more[0].Num() != tids[1].Num()+1 {
+		t.Fatalf("the next spawn on h2: %v %v, want %v", more, err, task.NewTID(h2.cfg.HostID, tids[1].Num()+1))
+	}
 }

@@ -685,6 +685,7 @@ type Daemon struct {
 	revoked    atomic.Pointer[pki.Revoked] // certificates refused at the handshake
 	revokedAt  revokedStamp                // master: the revocation file as last read
 	credAt     credStamp                   // the credential file as last read
+	certEnds   certEnds                    // master: hosts whose certificate expired, being checked for a renewal
 	conns      connCount                   // accepted connections, by certificate
 	expiryWarn atomic.Int64                // unix nanoseconds of the last expiry warning
 }
@@ -999,7 +1000,7 @@ func (d *Daemon) Spawn(ctx context.Context, parent task.TID, req task.SpawnReque
 // startLocal starts tasks of job on this daemon: a spawn of this host's
 // alone, whose tasks are each other's siblings.
 func (d *Daemon) startLocal(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	return d.startSpawn(ctx, parent, job, req, false)
+	return d.startSpawn(ctx, parent, job, req, false, 0)
 }
 
 // startTasks starts req.Count tasks of job on this daemon, of the spawn
@@ -1028,7 +1029,7 @@ func (d *Daemon) startTasks(ctx context.Context, parent task.TID, job uint64, re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tids := d.ht.newTIDs(d.cfg.HostID, len(ts))
+	tids := d.ht.newTIDs(d.cfg.HostID, len(ts), set)
 	if complete {
 		set.complete(slices.Clone(tids)) // the list is the tasks', tids the caller's
 	}
@@ -1056,7 +1057,7 @@ func (d *Daemon) SpawnTask(t task.Task) (task.TID, error) {
 // start starts task t here, one of the spawn set (nil: a task started
 // alone).
 func (d *Daemon) start(parent task.TID, job uint64, typ string, t task.Task, set *spawnSet) (task.TID, error) {
-	h, err := d.admitTask(d.ht.newTIDs(d.cfg.HostID, 1)[0], parent, job, typ, t, set)
+	h, err := d.admitTask(d.ht.newTIDs(d.cfg.HostID, 1, set)[0], parent, job, typ, t, set)
 	if err != nil {
 		return 0, err
 	}

@@ -29,6 +29,7 @@ type hosting struct {
 	exited  []*hosted              // most recent last, at most Config.KeepExited
 	gone    map[task.TID]*hosted   // exited tasks by TID (the same set)
 	nextNum uint32                 // the last TID number handed out here
+	ownNum  uint32                 // the last this host took itself, or a floor raised it to (numbered)
 	watch   map[task.TID][]watcher // TaskExit registrations by watched task
 	hostW   []hostWatcher          // HostAdd/HostDelete registrations
 	// lossWatch (master) holds TaskExit registrations so they fire when a
@@ -89,13 +90,15 @@ func (ht *hosting) count() int {
 	return len(ht.tasks)
 }
 
-// newTIDs hands out n TIDs of host, in order, none handed out before.
-func (ht *hosting) newTIDs(host task.HostID, n int) []task.TID {
+// newTIDs hands out the TIDs of n tasks of host, of the spawn set (nil:
+// tasks started alone), in order, none handed out before: the numbers
+// the master handed out for the set, or the host's own next
+// (spawnSet.number).
+func (ht *hosting) newTIDs(host task.HostID, n int, set *spawnSet) []task.TID {
 	tids := make([]task.TID, n)
 	ht.mu.Lock()
 	for i := range tids {
-		ht.nextNum++
-		tids[i] = task.NewTID(host, ht.nextNum)
+		tids[i] = task.NewTID(host, set.number(ht))
 	}
 	ht.mu.Unlock()
 	return tids

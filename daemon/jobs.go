@@ -1211,6 +1211,7 @@ type staged struct {
 func (d *Daemon) raiseTIDFloor(floor uint32) {
 	d.ht.mu.Lock()
 	d.ht.nextNum = max(d.ht.nextNum, floor)
+	d.ht.ownNum = max(d.ht.ownNum, floor)
 	d.ht.mu.Unlock()
 }
 

@@ -442,10 +442,10 @@ func (d *Daemon) placeAndStart(ctx context.Context, parent task.TID, job uint64,
 		r := req
 		r.Count, r.Host = count[h], ""
 		// Until the answer names them, the tasks may speak (output, a
-		// spawn) for job as tasks of h that the master does not know
-		// (outputClaim); from the answer on, the master knows them.
-		settle := d.reg.expect(h, job)
-		rep, err := d.startOn(ctx, h, spawnArgs{Parent: parent, Job: job, Req: r, Hold: len(hosts) > 1})
+		// spawn) for job as tasks of h that the master does not know,
+		// with the numbers handed out for them (outputClaim); from the
+		// answer on, the master knows them.
+		rep, settle, err := d.startNumbered(ctx, h, spawnArgs{Parent: parent, Job: job, Req: r, Hold: len(hosts) > 1})
 		if job != 0 && len(rep.TIDs) > 0 {
 			d.owners.addJobTasks(job, rep.TIDs)
 			// After the answer: a load report the host sent before it

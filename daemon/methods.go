@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -278,9 +279,12 @@ func declareMethods() []method {
 		// through the master), and watching a task's exit.
 		op(mStart, callMaster, ownNone, false, func(d *Daemon, ctx context.Context, _ *peer, a *spawnArgs) (tidsReply, error) {
 			tids, err := d.starts.serve(ctx, a.Start, func() ([]task.TID, error) {
-				return d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold)
+				return d.startSpawn(ctx, a.Parent, a.Job, a.Req, a.Hold, a.First)
 			})
 			d.fault("start:served")
+			if taken := (errNumsTaken{}); errors.As(err, &taken) {
+				return tidsReply{Taken: taken.last}, nil // the master numbers them again
+			}
 			return tidsReply{TIDs: tids}, err
 		}),
 		op(mSiblings, callMaster, ownNone, false, func(d *Daemon, _ context.Context, _ *peer, a *siblingsArgs) (none, error) {

@@ -123,6 +123,10 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		// is announced.
 		d.sw = &swimHost{in: make(chan swimIn, swimInBuffer), dialing: map[task.HostID]bool{}}
 	}
+	if err := d.credentialCurrent(time.Now()); err != nil {
+		tr.Close()
+		return err
+	}
 	if !c.Master {
 		if err := d.join(ctx); err != nil {
 			tr.Close()
@@ -205,6 +209,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	d.self.ID = h.Assigned
 	d.ht.mu.Lock()
 	d.ht.nextNum = max(d.ht.nextNum, h.TIDFloor)
+	d.ht.ownNum = max(d.ht.ownNum, h.TIDFloor)
 	d.ht.mu.Unlock()
 	if d.cfg.Name == "" || d.cfg.Name == "h0" {
 		d.cfg.Name = h.Assigned.String()

@@ -39,6 +39,9 @@ func (d *Daemon) metricsSnapshot() metrics.Snapshot {
 		s.MailboxMaxMessages = max(s.MailboxMaxMessages, n)
 	}
 	d.ht.mu.Unlock()
+	if d.frames != nil {
+		s.FrameBytes, s.FramePeakBytes = d.frames.held()
+	}
 	sample := d.lastSample()
 	s.External = sample.External
 	s.Load = float64(s.Tasks[Running.String()]) + sample.External

@@ -188,7 +188,8 @@ func (d *Daemon) SpawnJob(ctx context.Context, parent task.TID, req task.SpawnRe
 		}
 		r := req
 		r.Count, r.Host = n, ""
-		rep, err := d.startOn(ctx, h.ID, spawnArgs{Parent: parent, Req: r, Hold: hold})
+		rep, settle, err := d.startNumbered(ctx, h.ID, spawnArgs{Parent: parent, Req: r, Hold: hold})
+		settle()
 		if len(rep.TIDs) > 0 {
 			started = append(started, h.ID)
 		}

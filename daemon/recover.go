@@ -233,6 +233,7 @@ func (d *Daemon) giveUp(cause error, grace time.Duration, last error) bool {
 // this host stops before its connection runs, and announces it once told
 // so (evRejoined); a recovering master rebuilds it from its report.
 func (d *Daemon) rejoin(ctx context.Context) error {
+	d.ownNums()
 	rep := d.report()
 	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
 		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join, Detector: d.helloDetector(),

@@ -60,6 +60,10 @@ func TestMasterRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(10)
+	h3 := vm.Daemons[2]
+	h3.ht.mu.Lock()
+	used := h3.ht.nextNum // the numbers of h3's ID the old master handed out
+	h3.ht.mu.Unlock()
 	m.crash()
 	<-m.Done()
 	// The hosts notice and run on; the ping-pong goes on without a master.
@@ -83,11 +87,12 @@ func TestMasterRecovery(t *testing.T) {
 	if h := m2.routeHost(po); h != 3 {
 		t.Fatalf("route of %v after recovery: %v", po, h)
 	}
-	// Spawning works, and numbers the master's tasks above any it had.
+	// Spawning works, and numbers the master's tasks above any it had,
+	// and a host's above any the old master handed out for it.
 	tid, err := m2.SpawnTask(fn(t, func(c *task.Ctx, _ int) error {
 		got, err := c.Spawn(fn(t, func(*task.Ctx, int) error { return nil }), 1, task.OnHost("h3"))
-		if err == nil && got[0].Host() != 3 {
-			err = fmt.Errorf("spawned %v, want it on h3", got)
+		if err == nil && (got[0].Host() != 3 || got[0].Num() <= used) {
+			err = fmt.Errorf("spawned %v, want it on h3, numbered above %d (numbers in use)", got, used)
 		}
 		return err
 	}))

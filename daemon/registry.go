@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"io"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +31,12 @@ type registry struct {
 	// there (a spawn's, a restore's, a move's), until their answer has
 	// been recorded in hostJobs: the tasks may speak (output) before.
 	starting map[task.HostID]map[uint64]int
+	// nums is, per host, the last task number the master handed out for
+	// starts there (allocNums), and numbered the starts under way with
+	// the numbers handed out for them: a task the master does not know
+	// yet speaks for a job only with one of those (startedAs).
+	nums     map[task.HostID]uint32
+	numbered map[task.HostID][]numRange
 	// rollbacks counts the job rollbacks made.
 	rollbacks atomic.Int64
 }
@@ -42,6 +50,8 @@ func newRegistry() *registry {
 		tidFloor:  map[task.HostID]uint32{},
 		hostJobs:  map[task.HostID]map[uint64]bool{},
 		starting:  map[task.HostID]map[uint64]int{},
+		nums:      map[task.HostID]uint32{},
+		numbered:  map[task.HostID][]numRange{},
 	}
 }
 
@@ -161,20 +171,89 @@ func (r *registry) expect(h task.HostID, job uint64) (settle func()) {
 	}
 }
 
+// numRange is the task numbers handed out for a start of job's tasks:
+// first to last.
+type numRange struct {
+	job         uint64
+	first, last uint32
+}
+
+// allocNums hands out n task numbers for a start on host h: above every
+// number handed out for h before, and above the TIDs of h restored
+// elsewhere (raiseFloor). It returns the first, or 0 when the numbers are
+// spent (the host then numbers the tasks itself).
+func (r *registry) allocNums(h task.HostID, n int) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := uint64(max(r.nums[h], r.tidFloor[h])) + 1
+	last := first + uint64(max(n, 1)) - 1
+	if last > math.MaxUint32 {
+		return 0
+	}
+	r.nums[h] = uint32(last)
+	return uint32(first)
+}
+
+// numsTaken records that host h has numbered tasks up to last: a start
+// it answered, or one whose numbers it had taken (the master hands out
+// numbers above).
+func (r *registry) numsTaken(h task.HostID, last uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nums[h] = max(r.nums[h], last)
+}
+
+// expectNums is expect for a start of n tasks of job numbered from first
+// (allocNums; 0: numbered by the host): until settled, those tasks of h
+// may speak for job before the master knows them (startedAs).
+func (r *registry) expectNums(h task.HostID, job uint64, first uint32, n int) (settle func()) {
+	settled := r.expect(h, job)
+	if job == 0 || first == 0 || n <= 0 {
+		return settled
+	}
+	nr := numRange{job: job, first: first, last: first + uint32(n) - 1}
+	r.mu.Lock()
+	r.numbered[h] = append(r.numbered[h], nr)
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		rs := r.numbered[h]
+		if i := slices.Index(rs, nr); i >= 0 {
+			rs = slices.Delete(rs, i, i+1)
+		}
+		if len(rs) == 0 {
+			delete(r.numbered, h)
+		} else {
+			r.numbered[h] = rs
+		}
+		r.mu.Unlock()
+		settled()
+	}
+}
+
+// startedAs reports whether tid is one of the tasks of a start of job's
+// on host h under way: a TID of h numbered with a number handed out for
+// it (expectNums).
+func (r *registry) startedAs(h task.HostID, job uint64, tid task.TID) bool {
+	if tid.Host() != h {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, nr := range r.numbered[h] {
+		if nr.job == job && tid.Num() >= nr.first && tid.Num() <= nr.last {
+			return true
+		}
+	}
+	return false
+}
+
 // runs reports whether host h is recorded with tasks of job, or tasks of
 // it are being started there.
 func (r *registry) runs(h task.HostID, job uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.hostJobs[h][job] || r.starting[h][job] > 0
-}
-
-// startingOn reports whether tasks of job are being started on host h:
-// their start's answer, which names them, is not in yet.
-func (r *registry) startingOn(h task.HostID, job uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.starting[h][job] > 0
 }
 
 // hostsOf lists the hosts recorded with tasks of job.

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -24,6 +25,60 @@ type spawnSet struct {
 
 	mu    sync.Mutex
 	local []task.TID // the spawn's tasks started here
+
+	// next is the number of the spawn's next task here, handed out by
+	// the master (0: the host numbers it); guarded by the hosting lock.
+	next uint32
+}
+
+// number is the number of a task of set (nil: a task started alone)
+// started now (ht.mu held): the next the master handed out for the set,
+// or the host's own next.
+func (s *spawnSet) number(ht *hosting) uint32 {
+	if s != nil && s.next != 0 {
+		n := s.next
+		s.next++
+		return n
+	}
+	ht.nextNum++
+	ht.ownNum = ht.nextNum
+	return ht.nextNum
+}
+
+// errNumsTaken is a start whose task numbers, handed out by the master,
+// this host has taken already: last is the last number it took.
+type errNumsTaken struct{ first, last uint32 }
+
+func (e errNumsTaken) Error() string {
+	return fmt.Sprintf("task numbers from %d are taken here (up to %d)", e.first, e.last)
+}
+
+// reserveNums sets aside the numbers first to first+n-1 that the master
+// handed out for a start of n tasks here, or says they are taken: this
+// host numbered a task with one of them by itself. Numbers the master
+// hands out for other starts are never the same, whatever order the
+// starts come in.
+func (d *Daemon) reserveNums(set *spawnSet, first uint32, n int) error {
+	d.ht.mu.Lock()
+	defer d.ht.mu.Unlock()
+	last := uint64(first) + uint64(max(n, 1)) - 1
+	if first <= d.ht.ownNum || last > math.MaxUint32 {
+		return errNumsTaken{first: first, last: d.ht.nextNum}
+	}
+	d.ht.nextNum = max(d.ht.nextNum, uint32(last))
+	set.next = first
+	return nil
+}
+
+// ownNums makes every task number this host has used or set aside so
+// far its own, as if it had taken them itself: a host registering again
+// may find a master that lost count of the numbers it handed out (one
+// recovered), whose starts numbered with them are then answered Taken
+// rather than start a task under a TID in use.
+func (d *Daemon) ownNums() {
+	d.ht.mu.Lock()
+	d.ht.ownNum = d.ht.nextNum
+	d.ht.mu.Unlock()
 }
 
 func newSpawnSet() *spawnSet { return &spawnSet{ready: make(chan struct{})} }
@@ -106,9 +161,19 @@ func (d *Daemon) awaitSiblings(h *hosted) error {
 // does, sharing one spawnSet. With hold false the spawn is this host's
 // alone and the tasks' siblings are those it started, known before the
 // first runs (startTasks): none waits for them (awaitSiblings). With hold
-// true they wait for the master's mSiblings.
-func (d *Daemon) startSpawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, hold bool) ([]task.TID, error) {
-	return d.startTasks(ctx, parent, job, req, newSpawnSet(), !hold)
+// true they wait for the master's mSiblings. With first not 0, the tasks
+// are numbered from first, as the master handed out (reserveNums).
+func (d *Daemon) startSpawn(ctx context.Context, parent task.TID, job uint64, req task.SpawnRequest, hold bool, first uint32) ([]task.TID, error) {
+	set := newSpawnSet()
+	if first != 0 {
+		if err := checkSpawnCount(req.Count, d.cfg.MaxSpawn); err != nil {
+			return nil, err
+		}
+		if err := d.reserveNums(set, first, req.Count); err != nil {
+			return nil, err
+		}
+	}
+	return d.startTasks(ctx, parent, job, req, set, !hold)
 }
 
 // releaseSiblings completes the held spawn whose tasks are tids, in spawn

@@ -250,7 +250,7 @@ func TestHeldSpawn(t *testing.T) {
 		ran <- tids
 		return nil
 	})), Count: 2}
-	held, err := d.startSpawn(ctx, 0, 0, req, true)
+	held, err := d.startSpawn(ctx, 0, 0, req, true, 0)
 	if err != nil || len(held) != 2 {
 		t.Fatalf("held spawn: %v, %v", held, err)
 	}
@@ -274,7 +274,7 @@ func TestHeldSpawn(t *testing.T) {
 	}
 
 	d = standalone(100 * time.Millisecond)
-	lost, err := d.startSpawn(ctx, 0, 0, req, true)
+	lost, err := d.startSpawn(ctx, 0, 0, req, true, 0)
 	if err != nil || len(lost) != 2 {
 		t.Fatalf("held spawn: %v, %v", lost, err)
 	}

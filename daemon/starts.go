@@ -72,6 +72,42 @@ func (s *startRecords) serve(ctx context.Context, id uint64, start func() ([]tas
 	return r.tids, r.err
 }
 
+// startNumbered starts the tasks of a on host h (startOn), numbered by
+// the master: a start on another host carries the numbers handed out for
+// it (registry.allocNums), which its tasks speak with until the answer is
+// in (a start outside any job too, so that the host's count and the
+// master's stay the same). A host that has taken those numbers already
+// says up to which (a master that lost count: recovered, or a task the
+// host started by itself) and is asked again with numbers above, at most
+// 3 times. settle ends the start's window once the caller has recorded
+// the answer.
+func (d *Daemon) startNumbered(ctx context.Context, h task.HostID, a spawnArgs) (rep tidsReply, settle func(), err error) {
+	for try := 1; ; try++ {
+		a.First = 0
+		if h != d.cfg.HostID {
+			a.First = d.reg.allocNums(h, a.Req.Count)
+		}
+		settle = d.reg.expectNums(h, a.Job, a.First, a.Req.Count)
+		rep, err = d.startOn(ctx, h, a)
+		if err == nil && len(rep.TIDs) == 0 && rep.Taken != 0 {
+			d.reg.numsTaken(h, rep.Taken)
+			if try < 3 {
+				settle()
+				continue
+			}
+			err = fmt.Errorf("start on %v: %w", h, errNumsTaken{first: a.First, last: rep.Taken})
+		}
+		var last uint32
+		for _, t := range rep.TIDs {
+			if t.Host() == h {
+				last = max(last, t.Num())
+			}
+		}
+		d.reg.numsTaken(h, last)
+		return rep, settle, err
+	}
+}
+
 // startOn asks host h to start the tasks of a (a.Start set here). When
 // the host cannot be reached — the connection the call went on was lost,
 // or the host is registering again after that loss — it asks again with

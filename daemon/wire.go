@@ -262,6 +262,11 @@ type (
 		// Start (mStart) is the master's ID of the start: one asked
 		// again answers what the first did (starts.go).
 		Start uint64 `msgpack:"st,omitempty"`
+		// First (mStart), when not 0, is the number of the first task:
+		// the master hands out the numbers of the tasks it starts on a
+		// host (First, First+1, …), and a task it does not know yet
+		// speaks for the job only with one of them (startedAs).
+		First uint32 `msgpack:"f,omitempty"`
 	}
 	// siblingsArgs are the tasks a spawn started, in spawn order.
 	siblingsArgs struct {
@@ -288,6 +293,11 @@ type (
 	}
 	tidsReply struct {
 		TIDs []task.TID `msgpack:"t"`
+		// Taken (mStart), with no TIDs, says the numbers from First were
+		// taken here (a master that lost count: recovered, or a task
+		// started here by SpawnTask): the last number this host took,
+		// above which the master hands out numbers again.
+		Taken uint32 `msgpack:"n,omitempty"`
 	}
 	tidArgs struct {
 		TID task.TID `msgpack:"t"`

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,7 +20,9 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt/jobset"
 	"github.com/dpvm/dpvm/daemon"
+	"github.com/dpvm/dpvm/daemon/metrics/metricstest"
 	"github.com/dpvm/dpvm/daemon/pki"
+	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 )
 
@@ -277,4 +280,142 @@ func seqOf(t *testing.T, setDir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestExpiredHostCertificateOfProcesses: a host daemon joins with a
+// certificate that expires 6 s later. Once it has, the master deletes the
+// host for it, as a lost host is deleted (a renewed host would go on over
+// a connection the master dials: daemon's TestHostCertificateEndRollsBack,
+// which also rolls a job back); the host, cut off, stops at once, saying
+// why; a daemon started again with that certificate refuses to start, and
+// the master refuses a handshake with it. The machine serves on without
+// it.
+func TestExpiredHostCertificateOfProcesses(t *testing.T) {
+	v := startVM(t, 1)
+	cred, err := v.creds.cl.CA.IssueHost("h3", false, time.Now(), 6*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "h3.pem")
+	if err := pki.WriteCredential(file, cred); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"daemon", "--join", v.addr, "--credential", file, "--listen", "127.0.0.1:0", "--heartbeat", "100ms", "--dead-after", "2s"}
+	h3 := start(t, "host 3", nil, args...)
+	h3.waitFor(listening, true)
+	if code, out, errOut := dpvm(t, v.env, "conf"); code != 0 || !strings.Contains(out, "h3") {
+		t.Fatalf("conf with h3: %d\n%s\n%s", code, out, errOut)
+	}
+	v.master.waitFor(regexp.MustCompile(`msg="host deleted" host=h1 peer=h3 peer_name=h3 reason="the certificate of daemon h3 has expired, and no renewal: `), true)
+	if code := h3.wait(); code == 0 || !strings.Contains(h3.err.String(), "this daemon's certificate has expired") {
+		t.Fatalf("h3 exited with %d after its certificate expired, want a failure saying why:\n%s", code, h3.err.String())
+	}
+	again := start(t, "host 3 again", nil, args...)
+	if code := again.wait(); code == 0 || !strings.Contains(again.err.String(), "this daemon's certificate has expired") {
+		t.Fatalf("a daemon joining with an expired certificate exited with %d:\n%s", code, again.err.String())
+	}
+	// The master refuses a handshake with it.
+	refused := regexp.MustCompile(`msg="refused a connection" host=h1 from=\S+ reason="handshake: [^"]*certificate has expired[^"]*"`)
+	before := len(refused.FindAllString(v.master.err.String(), -1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, err := transport.Dialer(transport.LocalFor(v.addr), cred, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if c, err := ep.Dial(ctx, v.addr); err == nil {
+		// TLS 1.3: the server judges the client's certificate once the
+		// client is done; the server then closes the connection.
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			t.Fatal("the master kept a connection with an expired host certificate")
+		}
+		c.Close("done")
+	}
+	var all []string
+	for all = refused.FindAllString(v.master.err.String(), -1); len(all) <= before; all = refused.FindAllString(v.master.err.String(), -1) {
+		if ctx.Err() != nil {
+			t.Fatal("the master did not refuse a handshake with the expired certificate")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, out, errOut := dpvm(t, v.env, "conf"); code != 0 || strings.Contains(out, "h3") || !strings.Contains(out, "h2") {
+		t.Fatalf("conf after h3's certificate expired: %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "2"); code != 0 || !strings.Contains(out, "2 children said hello") {
+		t.Fatalf("run after h3's certificate expired: %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("h3 deleted for its certificate; a handshake with it: %s", all[len(all)-1])
+}
+
+// TestLargeFramesOfProcesses: 16 user connections (8 users, 2 each) send
+// the master a 40 MiB call frame each, all at once: 640 MiB in flight,
+// over the daemon-wide frame budget (FrameBudget, 512 MiB; 128 MiB a
+// certificate, which none passes). The frames wait for room, their
+// streams unread; the master's frame bytes held at once
+// (dpvm_frame_peak_bytes) stay within the budget, every call is answered,
+// and the machine serves on. (Unbounded, 16 frames of 63 MiB took a
+// master from 175 MiB to 2.2 GiB.)
+func TestLargeFramesOfProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	v := startVM(t, 1, "--metrics-listen", "127.0.0.1:0")
+	url := v.master.waitFor(metricsOn, true)[1]
+	const users, conns, size, budget = 8, 2, 40 << 20, 512 << 20
+	var clients []*daemon.Client
+	for u := range users {
+		cred, err := v.creds.cl.User(fmt.Sprintf("user%d", u), pki.RoleUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range conns {
+			cl, err := daemon.Dial(ctx, v.addr, cred)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			clients = append(clients, cl)
+		}
+	}
+	// A msgpack bin of size bytes: a well-formed body, of the wrong type
+	// for the method.
+	body := make([]byte, 5+size)
+	body[0] = 0xc6
+	binary.BigEndian.PutUint32(body[1:], size)
+	rssBefore := rssMiB(t, v.master)
+	errs := make(chan error, len(clients))
+	for _, cl := range clients {
+		go func() {
+			_, err := cl.CallRaw(ctx, "ps", body)
+			errs <- err
+		}()
+	}
+	rssPeak := rssBefore
+	for range clients {
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-errs:
+				break wait
+			case <-time.After(20 * time.Millisecond):
+				rssPeak = max(rssPeak, rssMiB(t, v.master))
+			}
+		}
+		if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call of %d MiB: %v, want an answer refusing its body", size>>20, err)
+		}
+	}
+	fams := metricstest.Scrape(t, url)
+	peak, ok := metricstest.Value(fams, "dpvm_frame_peak_bytes")
+	if !ok || peak > budget || peak < 2*size {
+		t.Fatalf("the master held %v bytes of frames at most (reported: %v), want at least 2 frames and within the budget of %d", peak, ok, budget)
+	}
+	if code, out, errOut := dpvm(t, v.env, "run", "hello", "-n", "2"); code != 0 || !strings.Contains(out, "2 children said hello") {
+		t.Fatalf("run after the large frames: %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("%d calls of %d MiB at once: frames held at most %d MiB (budget %d MiB); master resident %d MiB before, %d MiB at most",
+		len(clients), size>>20, int(peak)>>20, budget>>20, rssBefore, rssPeak)
 }

@@ -81,3 +81,21 @@ func TestReaderBudget(t *testing.T) {
 		t.Fatalf("end: %v", err)
 	}
 }
+
+// TestReaderBudgetAllocatesOnce: a large frame whose bytes the budget
+// holds is read into one buffer of its size, not grown to up to twice it
+// as the bytes arrive (growing stays for a reader without a budget, whose
+// length claims nothing has accounted).
+func TestReaderBudgetAllocatesOnce(t *testing.T) {
+	big := bytes.Repeat([]byte{3}, 5*BudgetFrom+7)
+	stream := AppendFrame(nil, KindCall, big)
+	r := NewReader(bytes.NewReader(stream), 0)
+	r.SetBudget(&countBudget{})
+	f, err := r.Next()
+	if err != nil || !bytes.Equal(f.Body, big) {
+		t.Fatalf("a large frame: %d bytes, %v", len(f.Body), err)
+	}
+	if c := cap(f.Body); c != len(big) {
+		t.Fatalf("a budgeted body of %d bytes read into a buffer of %d", len(big), c)
+	}
+}

@@ -168,12 +168,15 @@ func (fr *Reader) Next() (Frame, error) {
 
 // growStep is how much of a frame's body the reader allocates before the
 // bytes arrive: a header's length is only a claim, so a larger body is
-// read into a buffer that at most doubles what has arrived.
+// read into a buffer that at most doubles what has arrived, unless the
+// reader's budget holds the body's bytes already.
 const growStep = 1 << 20
 
-// readBody reads n bytes of body into fr.buf, growing it as they arrive.
+// readBody reads n bytes of body into fr.buf, growing it as they arrive
+// (at once when the budget holds n bytes for it: growing would allocate
+// up to twice the body, half of it garbage, outside the budget).
 func (fr *Reader) readBody(n int) error {
-	if cap(fr.buf) >= n || n <= growStep {
+	if cap(fr.buf) >= n || n <= growStep || fr.held >= n {
 		if cap(fr.buf) < n {
 			fr.buf = make([]byte, n)
 		}

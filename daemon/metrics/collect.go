@@ -16,6 +16,10 @@ type Snapshot struct {
 	// MailboxMessages and MailboxBytes sum the undelivered messages of
 	// the running tasks; MailboxMaxMessages is the deepest mailbox.
 	MailboxMessages, MailboxBytes, MailboxMaxMessages int
+	// FrameBytes is the bytes of large frame bodies the connections'
+	// readers hold now (the daemon-wide frame budget's use), FramePeakBytes
+	// the most they held at once since the daemon started.
+	FrameBytes, FramePeakBytes int
 	// Load is the host's sampled load: runnable tasks plus External,
 	// the other runnable processes. Users is the interactive users
 	// logged in; MemFreeBytes the memory available (negative: unknown).
@@ -71,6 +75,8 @@ var (
 	descMbMsgs     = desc("mailbox_messages", "Undelivered messages in the mailboxes of this daemon's running tasks.")
 	descMbBytes    = desc("mailbox_bytes", "Payload bytes of the undelivered messages in this daemon's mailboxes.")
 	descMbMax      = desc("mailbox_max_messages", "Undelivered messages in this daemon's deepest mailbox.")
+	descFrames     = desc("frame_bytes", "Bytes of large frame bodies the readers of this daemon's connections hold (the frame budget's use).")
+	descFramePeak  = desc("frame_peak_bytes", "The most bytes of large frame bodies this daemon's connection readers held at once since it started.")
 	descLoad       = desc("host_load", "The host's sampled load: runnable tasks plus other runnable processes.")
 	descExternal   = desc("host_external_load", "Runnable processes on the host that are not this daemon's (sampled, smoothed).")
 	descUsers      = desc("host_users", "Interactive users logged in on the host (sampled).")
@@ -97,7 +103,7 @@ type stateCollector struct{ m *Metrics }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMsgsSent, descMsgsRecv, descByteSent, descByteRecv,
-		descTasks, descMbMsgs, descMbBytes, descMbMax, descLoad, descExternal, descUsers, descMemFree,
+		descTasks, descMbMsgs, descMbBytes, descMbMax, descFrames, descFramePeak, descLoad, descExternal, descUsers, descMemFree,
 		descRTT, descMinRTT, descQBytesSent, descQBytesRecv, descQPktSent, descQPktRecv, descQPktLost, descQCwnd,
 		descVMLoad, descVMTasks, descVMUsers, descVMMem, descVMSuspect, descVMSilent} {
 		ch <- d
@@ -132,6 +138,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descMbMsgs, float64(s.MailboxMessages))
 	gauge(descMbBytes, float64(s.MailboxBytes))
 	gauge(descMbMax, float64(s.MailboxMaxMessages))
+	gauge(descFrames, float64(s.FrameBytes))
+	gauge(descFramePeak, float64(s.FramePeakBytes))
 	gauge(descLoad, s.Load)
 	gauge(descExternal, s.External)
 	gauge(descUsers, float64(s.Users))

@@ -1,7 +1,9 @@
-// Command flood is dpvm with one more program, flood: a source task sends
-// messages forever (N of them) to a sink task that never receives. The
-// adversarial tests run it to check that the daemons' memory stays under
-// their budget: the source blocks, it is not buffered without end.
+// Command flood is dpvm with two more programs: flood, where a source
+// task sends messages forever (N of them) to a sink task that never
+// receives, and spawnloop, whose root spawns tasks that never end, in
+// batches, until a spawn fails, and then waits. The adversarial tests run them to check
+// that the daemons' memory stays under their budget (the source blocks,
+// it is not buffered without end) and that a job's spawns meet its quota.
 package main
 
 import (
@@ -35,6 +37,15 @@ func init() {
 	task.Register("flood.root", &Root{})
 	task.Register("flood.source", &Source{})
 	task.Register("flood.sink", &Sink{})
+	task.Register("flood.spawnloop", &SpawnLoop{})
+	task.RegisterProgram(task.Program{
+		Name:    "spawnloop",
+		Summary: "spawn tasks that never end, in batches, until a spawn fails",
+		Setup: func(fs *flag.FlagSet) func([]string) (task.Task, error) {
+			batch := fs.Int("batch", 1024, "tasks a spawn asks for")
+			return func([]string) (task.Task, error) { return &SpawnLoop{Batch: *batch}, nil }
+		},
+	})
 	task.RegisterProgram(task.Program{
 		Name:    "flood",
 		Summary: "a task sends to one that never receives",
@@ -72,7 +83,7 @@ func (s *Source) Run(c *task.Ctx) error {
 		if err := c.Send(s.To, tagData, buf); err != nil {
 			return err
 		}
-		if (i+1)%8 == 0 {
+		if (i+1)%8 == 0 || s.Size >= 8<<20 {
 			c.Printf("flood: sent %d", i+1)
 		}
 	}
@@ -84,6 +95,25 @@ func (s *Source) Run(c *task.Ctx) error {
 func (s *Sink) Run(c *task.Ctx) error {
 	_, err := c.Recv(task.AnyTask, tagNever, nil)
 	return err
+}
+
+// SpawnLoop spawns Sinks, Batch at a time, until a spawn fails; it says
+// how many it spawned and why the last spawn failed, and waits (the job
+// ends when its command goes).
+type SpawnLoop struct{ Batch int }
+
+// Run spawns in a loop.
+func (s *SpawnLoop) Run(c *task.Ctx) error {
+	n := 0
+	for {
+		tids, err := c.Spawn(&Sink{}, s.Batch)
+		n += len(tids)
+		if err != nil {
+			c.Printf("spawnloop: %d tasks spawned, then: %v", n, err)
+			_, err := c.Recv(task.AnyTask, tagNever, nil)
+			return err
+		}
+	}
 }
 
 func main() { cli.Main() }

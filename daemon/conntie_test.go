@@ -418,6 +418,7 @@ func TestRejoinDropsTheMastersEarlierConnection(t *testing.T) {
 		if _, err := m.dial(ctx, h.HostID(), h.self.Addr); err != nil {
 			t.Fatalf("the master dials %s: %v", h.Name(), err)
 		}
+		synctest.Wait() // the host's side of the dial attaches it
 		early := currentPeer(h, MasterID)
 		if early == nil || early.dialr {
 			t.Fatal("the host did not take the master's connection while it had none")

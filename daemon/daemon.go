@@ -116,12 +116,12 @@ type Config struct {
 	// their silence). Every daemon of a virtual machine must use the
 	// same.
 	Detector string
-	// Routes is how a move's route reaches the hosts: RoutesBroadcast
-	// ("broadcast", the default: the master sends it to every host) or
-	// RoutesDemand ("demand": to the task's origin host, its old host
+	// Routes is how a move's route reaches the hosts: RoutesDemand
+	// ("demand", the default: to the task's origin host, its old host
 	// and its new host; the others learn it from refusals and by asking
-	// the origin, routing/route). Every daemon of a virtual machine must
-	// use the same.
+	// the origin, routing/route) or RoutesBroadcast ("broadcast": the
+	// master sends it to every host). Every daemon of a virtual machine
+	// must use the same.
 	Routes string
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
@@ -381,7 +381,7 @@ func (c *Config) setDefaults() {
 		c.Detector = DetectorSwim
 	}
 	if c.Routes == "" {
-		c.Routes = RoutesBroadcast
+		c.Routes = RoutesDemand
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64

@@ -712,13 +712,15 @@ func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
 // time) or one broke; the receiving side drops duplicates.
 func (d *Daemon) retransmit(now time.Time) {
 	rto := d.cfg.RTO
+	var w routeWork
 	d.rt.mu.Lock()
 	due := d.rt.outbox.Due(now, rto)
+	d.routesTickLocked(now, &w)
 	d.rt.mu.Unlock()
 	for h, envs := range due {
 		d.transmit(h, envs)
 	}
-	d.routesTick(now)
+	d.performRouteWork(&w)
 }
 
 // comingBack reports whether task tid, suspended here for a move (l),

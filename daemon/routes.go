@@ -17,7 +17,7 @@ const (
 	// RoutesBroadcast: the master sends every route it sets to every
 	// host.
 	RoutesBroadcast = "broadcast"
-	// RoutesDemand: routes on demand (routing/route). The master tells a
+	// RoutesDemand (the default): routes on demand (routing/route). The master tells a
 	// move's route to the task's origin host, its old host and its new
 	// host only; each host keeps a route.Cache; other senders learn the
 	// route from a refusal, which names the newest route the refuser
@@ -50,8 +50,9 @@ type routeCache struct {
 	c *route.Cache
 	// verified is when this host last asked each task's origin after
 	// refusing a claim about the task (verifyRoutes), so that it asks
-	// at most once per RTO.
-	verified map[task.TID]time.Time
+	// at most once per RTO; answered when an answer about the task last
+	// came (its knowledge was then the origin's).
+	verified, answered map[task.TID]time.Time
 }
 
 // maxVerified bounds routeCache.verified: past it, entries older than
@@ -64,7 +65,7 @@ func newRouteCache(cfg Config, self task.HostID) *routeCache {
 	if cfg.Routes != RoutesDemand || cfg.Master {
 		return nil
 	}
-	return &routeCache{c: route.New(self, route.Config{Retry: cfg.RTO}), verified: map[task.TID]time.Time{}}
+	return &routeCache{c: route.New(self, route.Config{Retry: cfg.RTO}), verified: map[task.TID]time.Time{}, answered: map[task.TID]time.Time{}}
 }
 
 // joinedRoutes starts a host's route cache once the master has assigned
@@ -315,6 +316,9 @@ func (d *Daemon) receiveRouteAnswers(p *peer, body []byte) error {
 	for _, rf := range answers {
 		if d.routes != nil && !pastRecord(rf) {
 			d.stepCacheLocked(now, route.Event{Kind: route.EvAnswer, TID: rf.To, Route: rf.Route}, &w)
+			if _, ok := d.routes.verified[rf.To]; ok {
+				d.routes.answered[rf.To] = now
+			}
 		}
 	}
 	d.rt.mu.Unlock()
@@ -343,6 +347,7 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 		for t, at := range rc.verified {
 			if now.Sub(at) >= d.cfg.RTO {
 				delete(rc.verified, t)
+				delete(rc.answered, t)
 			}
 		}
 	}
@@ -373,30 +378,40 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 // refusedOnDemand handles claims of p's frame refused about tasks (the
 // first about tid): on demand, at a host that is not tid's origin, the
 // judge's knowledge may be stale (nobody told it of the move), so the
-// origins are asked (verifyRoutes) and the refusals are logged and
-// counted, but not against p's connection. It reports whether it did.
+// origins are asked (verifyRoutes). Until the origin's answer about tid
+// has come, the refusals are logged and counted, but not against p's
+// connection (it reports true); once it has, they count against it as
+// anywhere (false: the caller calls forged).
 func (d *Daemon) refusedOnDemand(p *peer, what string, k routing.ClaimKind, tid task.TID, v routing.Verdict, n int, tids []task.TID) bool {
-	if d.routes == nil || tid.Host() == d.cfg.HostID || v != routing.RefuseElsewhere {
+	if !d.onDemand() || tid.Host() == d.cfg.HostID || v != routing.RefuseElsewhere {
+		return false
+	}
+	d.rt.mu.Lock()
+	rc := d.routes
+	var fresh bool
+	if rc != nil {
+		asked, ok := rc.verified[tid]
+		at, got := rc.answered[tid]
+		fresh = ok && got && !at.Before(asked)
+	}
+	d.rt.mu.Unlock()
+	if rc == nil {
 		return false
 	}
 	d.verifyRoutes(tids)
+	if fresh {
+		return false
+	}
 	d.noteRefused(p, what, k, tid, v, n)
 	return true
 }
 
-// routesTick asks again the queries that are due (the retransmission
-// tick).
-func (d *Daemon) routesTick(now time.Time) {
-	if !d.onDemand() {
-		return
-	}
-	var w routeWork
-	d.rt.mu.Lock()
+// routesTickLocked asks again the queries that are due (the
+// retransmission tick; d.rt.mu held).
+func (d *Daemon) routesTickLocked(now time.Time, w *routeWork) {
 	if d.routes != nil && d.routes.c.Queries() > 0 {
-		d.stepCacheLocked(now, route.Event{Kind: route.EvTick}, &w)
+		d.stepCacheLocked(now, route.Event{Kind: route.EvTick}, w)
 	}
-	d.rt.mu.Unlock()
-	d.performRouteWork(&w)
 }
 
 // routesHostLost tells the cache that host id is deleted: queries for its

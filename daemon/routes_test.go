@@ -216,3 +216,39 @@ func FuzzRouteAnswerFrames(f *testing.F) {
 		}
 	})
 }
+
+// TestForgedSourceOnDemand: with routes on demand, a host that is not a
+// task's origin refuses a message "from" the task sent by a host it does
+// not know the task on, asks the origin, and does not count the frame
+// against the connection; once the origin's answer has come, such frames
+// count as anywhere, and enough of them close the connection.
+func TestForgedSourceOnDemand(t *testing.T) {
+	vm := startMemVM(t, 4, &faults{}, Config{Routes: RoutesDemand, MaxForgeries: 2})
+	h3 := vm.Daemons[2]
+	p4 := &peer{role: pki.RoleDaemon, info: HostInfo{ID: 4, Name: "h4"}}
+	from, to := task.NewTID(2, 1), task.NewTID(3, 1) // h2's first task, never moved
+	body := routing.AppendEnvelope(nil, &routing.Envelope{From: from, To: to, Seq: 1, Tag: 1})
+	if err := h3.receiveMsgs(p4, body, false); err != nil {
+		t.Fatalf("the first refused frame: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h3.rt.mu.Lock()
+		_, ok := h3.routes.answered[from]
+		h3.rt.mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("h2 did not answer h3's query for %v", from)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var err error
+	for i := 0; i < 2 && err == nil; i++ {
+		err = h3.receiveMsgs(p4, body, false)
+	}
+	if !errors.Is(err, ErrForged) {
+		t.Errorf("forged frames after the origin's answer: %v, want %v", err, ErrForged)
+	}
+}

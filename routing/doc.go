@@ -32,9 +32,10 @@
 //     or by asking the origin (the master, once the origin is deleted).
 //     Its cost per move does not grow with the hosts; route's simulation
 //     and the whole-VM simulation (daemon/sim, --routes demand) check
-//     exactly-once delivery through it. The daemon runs it with
-//     Config.Routes "demand" (dpvm daemon --routes demand); it broadcasts
-//     every route by default (see "Routes on demand in the daemon").
+//     exactly-once delivery through it. The daemon runs it by default
+//     (Config.Routes "demand"; "broadcast", dpvm daemon --routes
+//     broadcast, sends every route to every host instead): see "Routes
+//     on demand in the daemon".
 //   - The host node (host): one daemon's route table, Outbox and Inbox
 //     and the host halves of moves (move.Host) and job checkpoints
 //     (jobck.Host) as one pure value with one seam, Step(now, Event)
@@ -76,9 +77,9 @@
 //
 // # Routes on demand in the daemon
 //
-// Under Config.Routes "broadcast" (the default) setRoute
-// (daemon/migrate.go) and a job's restore (daemon/jobs.go) send an
-// evRoute event to every host. Under "demand" (daemon/routes.go):
+// Under Config.Routes "broadcast" setRoute (daemon/migrate.go) and a
+// job's restore (daemon/jobs.go) send an evRoute event to every host.
+// Under "demand", the default (daemon/routes.go):
 //
 //   - The master sends a move's route (a move.SetRoute action) to the
 //     task's origin host, the move's old host and its new host only, and
@@ -110,9 +111,10 @@
 //   - Claims (claim.go): a host not told of a move may refuse an honest
 //     sender's message from the task's new host, or an old host's resend.
 //     On demand a host that refuses a claim about a task it is not the
-//     origin of asks the origin (at most once per RTO per task), logs
-//     the refusal and does not count it against the connection; the
-//     answer's route and past let the resend through.
+//     origin of asks the origin (at most once per RTO per task); until
+//     the answer has come it logs the refusal without counting it
+//     against the connection, after it counts as anywhere. The answer's
+//     route and past let an honest resend through.
 //
 // Every daemon of a virtual machine must run the same protocol (a join
 // does not check it).

@@ -71,7 +71,7 @@ func daemonCommand() *cli.Command {
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
-			&cli.StringFlag{Name: "routes", Value: daemon.RoutesBroadcast, Usage: "how a move's route reaches the hosts, the same on every daemon: broadcast (to every host) or demand (to the task's origin, old and new host; the others learn it from refusals and by asking the origin)"},
+			&cli.StringFlag{Name: "routes", Value: daemon.RoutesDemand, Usage: "how a move's route reaches the hosts, the same on every daemon: demand (to the task's origin, old and new host; the others learn it from refusals and by asking the origin) or broadcast (to every host)"},
 			&cli.StringFlag{Name: "detector", Value: daemon.DetectorSwim, Usage: "failure detector, the same on every daemon: swim (hosts probe each other and report deaths; the master checks the accused before it deletes it, and hears no pings) or master (hosts ping the master every heartbeat)"},
 			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a suspected host (or the master) is given up (default 5 heartbeats; an overloaded master widens it up to --max-health+1 times)"},
 			&cli.DurationFlag{Name: "suspect-after", Usage: "master: least silence after which a host is suspected, shown by conf (default 2 heartbeats)"},

@@ -293,16 +293,17 @@ func (d *Daemon) receiveRouteAnswers(p *peer, body []byte) error {
 	}
 	var answers []routing.Refusal
 	var forged task.TID
+	bad := false
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
-		if p.info.ID != MasterID && rf.To.Host() != p.info.ID && forged == 0 {
-			forged = rf.To
+		if (rf.To.Host() == 0 || p.info.ID != MasterID && rf.To.Host() != p.info.ID) && !bad {
+			forged, bad = rf.To, true
 		}
 		answers = append(answers, rf)
 	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("%v frame: %w", routing.KindRouteAnswer, err)
-	case forged != 0:
+	case bad:
 		return fmt.Errorf("%v frame from %s about %v: %w", routing.KindRouteAnswer, p.name(), forged, errForgedAnswer)
 	}
 	var w routeWork

@@ -157,7 +157,7 @@ func (w *routeWork) addResend(h task.HostID, envs []routing.Envelope) {
 	w.resend[h] = append(w.resend[h], envs...)
 }
 
-// perform sends what w holds (d.rt.mu not held).
+// performRouteWork sends what w holds (d.rt.mu not held).
 func (d *Daemon) performRouteWork(w *routeWork) {
 	for _, h := range sortedHosts(w.resend) {
 		d.transmit(h, w.resend[h])
@@ -177,8 +177,8 @@ func sortedHosts[V any](m map[task.HostID]V) []task.HostID {
 }
 
 // sendRouteFrames sends each host its batch of kind k, split into frames
-// within the frame limit (records of size bytes each). A refusal to this
-// daemon itself is handled at once.
+// within the frame limit (records of size bytes each). Nothing goes to
+// this daemon itself: its cache neither asks nor refuses it.
 func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte, size int) {
 	most := max(size, (d.cfg.MaxFrame-64)/size*size)
 	for _, h := range sortedHosts(batches) {
@@ -221,8 +221,9 @@ func (d *Daemon) appendAnswerLocked(b []byte, tid task.TID, r routing.Route) []b
 	return b
 }
 
-// receiveRouteAnswers' records: a route, or (epoch 0, a host other than
-// the origin) a host the task lived on before.
+// pastRecord reports whether a record of a route answer names a host the
+// task lived on before (epoch 0, a host other than the origin) rather
+// than its route.
 func pastRecord(rf routing.Refusal) bool {
 	return rf.Route.Epoch == 0 && !rf.Route.InTransit && rf.Route.Host != 0 && rf.Route.Host != rf.To.Host()
 }

@@ -116,6 +116,13 @@ type Config struct {
 	// their silence). Every daemon of a virtual machine must use the
 	// same.
 	Detector string
+	// Routes is how a move's route reaches the hosts: RoutesDemand
+	// ("demand", the default: to the task's origin host, its old host
+	// and its new host; the others learn it from refusals and by asking
+	// the origin, routing/route) or RoutesBroadcast ("broadcast": the
+	// master sends it to every host). Every daemon of a virtual machine
+	// must use the same.
+	Routes string
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
 	// most half of DeadAfter). A host whose own words come further apart
@@ -372,6 +379,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Detector == "" {
 		c.Detector = DetectorSwim
+	}
+	if c.Routes == "" {
+		c.Routes = RoutesDemand
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64
@@ -660,6 +670,10 @@ type Daemon struct {
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
 	orphan   atomic.Bool // a host that has lost its master and looks for one
 	sw       *swimHost   // a host's swim detector (Config.Detector "swim"; nil otherwise)
+	// routes is a host's route cache on demand (Config.Routes "demand";
+	// nil otherwise), guarded by rt.mu (routes.go).
+	routes *routeCache
+	rstats routeStats // routes on demand's frames sent (routes.go)
 
 	// Load: the injected overlays, the last sample, and (hosts) the
 	// reports to the master.
@@ -762,6 +776,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, errors.New("start daemon: give either Master or Join")
 	}
 	if err := checkDetector(cfg.Detector); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	if err := checkRoutes(cfg.Routes); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	if err := checkCredential(&cfg); err != nil {

@@ -1451,8 +1451,20 @@ func (d *Daemon) restoreSet(ctx context.Context, js *jobState, setDir string, m 
 	for i, tid := range tids {
 		entries[i] = routing.Entry{TID: tid, Route: routing.Route{Host: place[i], Epoch: epoch}}
 	}
-	d.applyRoutes(entries)
-	d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
+	if d.onDemand() {
+		// On demand, each restored route goes to the task's origin and
+		// to every host the job is restored on: each knows its job's
+		// routes before its restored tasks start, as with the
+		// broadcast, at a cost of the job's size.
+		to := slices.Clone(order)
+		for _, tid := range tids {
+			to = append(to, tid.Host())
+		}
+		d.tellRoute(entries, to)
+	} else {
+		d.applyRoutes(entries)
+		d.broadcast(&event{Kind: evRoute, Routes: entries}, 0)
+	}
 	// Recorded before they start: the master knows which job they speak
 	// for (outputClaim), and counts them against the quotas again.
 	d.owners.restoreJobTasks(js.id, tids)

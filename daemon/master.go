@@ -150,6 +150,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 	if len(dropped) > 0 {
 		d.log.Log(d.ctx, d.lossLevel(), "messages for tasks lost with their host dropped", "lost_host", id, "tasks", dropped)
 	}
+	d.routesHostLost(id)
 	lvl := slog.LevelWarn
 	if why == reasonLeft {
 		lvl = slog.LevelInfo

@@ -321,7 +321,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 	for _, a := range acts {
 		switch a.Kind {
 		case move.SetRoute:
-			d.setRoute(a.TID, a.Route)
+			d.setMoveRoute(a)
 		case move.Finish:
 			d.mv.mu.Lock()
 			run := d.mv.runs[a.Move]
@@ -506,6 +506,23 @@ func (d *Daemon) moveTick() {
 	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.Tick})
 	d.mv.mu.Unlock()
 	d.perform(acts)
+}
+
+// setMoveRoute records a move's route in the master's table and tells
+// it: to every host, or on demand (Config.Routes) to the task's origin
+// host, the move's old host and its new host.
+func (d *Daemon) setMoveRoute(a move.Action) {
+	if !d.onDemand() {
+		d.setRoute(a.TID, a.Route)
+		return
+	}
+	to := []task.HostID{a.TID.Host(), a.Route.Host}
+	d.mv.mu.Lock()
+	if run := d.mv.runs[a.Move]; run != nil {
+		to = append(to, run.from, run.to)
+	}
+	d.mv.mu.Unlock()
+	d.tellRoute([]routing.Entry{{TID: a.TID, Route: a.Route}}, to)
 }
 
 // setRoute records a route in the master's table and broadcasts it.

@@ -207,6 +207,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	}
 	d.cfg.HostID = h.Assigned
 	d.self.ID = h.Assigned
+	d.joinedRoutes(h.Assigned)
 	d.ht.mu.Lock()
 	d.ht.nextNum = max(d.ht.nextNum, h.TIDFloor)
 	d.ht.ownNum = max(d.ht.ownNum, h.TIDFloor)
@@ -776,6 +777,10 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 		return d.handleEvent(p, &e)
 	case routing.KindSwim:
 		return d.receiveSwim(p, f.Body)
+	case routing.KindRouteAsk:
+		return d.receiveRouteAsks(p, f.Body)
+	case routing.KindRouteAnswer:
+		return d.receiveRouteAnswers(p, f.Body)
 	case routing.KindPing:
 		d.nw.pingsIn.Add(1)
 		if d.cfg.Master && p.role == pki.RoleDaemon && !pongDue(time.Since(time.Unix(0, p.lastWrite.Load())), d.cfg.Heartbeat, d.cfg.DeadAfter) {

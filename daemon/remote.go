@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -117,6 +118,20 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	if !r.InTransit && !d.hostKnown(r.Host) {
+		if d.routes != nil && !lent && len(p.Data) <= d.cfg.MaxFrame-64 {
+			// On demand, a route to a deleted host may be stale (the
+			// task restored elsewhere, this host not told): hold the
+			// message and ask.
+			held := r
+			held.InTransit = true
+			e := routing.Envelope{From: from, To: to, Seq: d.rt.outbox.Seq(from, to), Tag: int32(tag), Body: p}
+			d.rt.outbox.Push(e, held, time.Now())
+			var w routeWork
+			d.stepCacheLocked(time.Now(), route.Event{Kind: route.EvHeld, TID: to, Using: held}, &w)
+			d.rt.mu.Unlock()
+			d.performRouteWork(&w)
+			return nil
+		}
 		d.rt.mu.Unlock()
 		return fmt.Errorf("%v on %v: %w", to, r.Host, task.ErrNoSuchTask)
 	}
@@ -264,6 +279,7 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 	var badKind routing.ClaimKind
 	var badTID task.TID
 	var badWhy routing.Verdict
+	var badTIDs []task.TID // on demand: the tasks refused claims were about
 	judging := judged(p)
 	accept := func(e routing.Envelope) error {
 		nRecv++
@@ -283,6 +299,9 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 				if bad == 0 {
 					badKind, badTID, badWhy = k, who, v
 				}
+				if d.routes != nil && (len(badTIDs) == 0 || badTIDs[len(badTIDs)-1] != who) {
+					badTIDs = append(badTIDs, who)
+				}
 				bad++
 				return nil // neither taken nor acknowledged
 			}
@@ -292,6 +311,16 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		l, arr := d.ht.moving[e.To], d.ht.incoming[e.To]
 		back := h == nil && l != nil && d.comingBack(e.To, l)
 		switch {
+		case h == nil && arr != nil && d.routes != nil && arr.move != 0 && d.rt.routes.Lookup(e.To).Host != d.cfg.HostID:
+			// On demand, a prepared arrival keeps only what was sent by
+			// the move's route, which the master tells this host before
+			// the restore. Before it, the task lives where this host's
+			// route says, and the sender goes there (a prepare whose
+			// cancel was lost keeps nothing for ever).
+			if e.Seq != 0 {
+				refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: d.rt.routes.Lookup(e.To)})
+			}
+			return nil
 		case h == nil && arr != nil:
 			// On its way here: keep it, unacknowledged, until restored.
 			arr.held = append(arr.held, heldMsg{host: p.info.ID, env: e})
@@ -308,6 +337,12 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 			}
 			r := l.dest
 			r.InTransit = true
+			if cur := d.rt.routes.Lookup(e.To); d.routes != nil && cur.Epoch >= l.dest.Epoch && cur.Host != d.cfg.HostID {
+				// On demand: the master has set the route, and the
+				// destination keeps what comes for the task: the
+				// sender need not wait and ask.
+				r = cur
+			}
 			refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: r})
 			return nil
 		}
@@ -316,6 +351,18 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 				return nil // a notice for a task that is gone
 			}
 			r := d.rt.routes.Lookup(e.To)
+			if d.routes != nil && !(r.Host == d.cfg.HostID && gone) {
+				// On demand: the newest route this host knows, or the
+				// task's origin (route.EvMiss).
+				now := time.Now()
+				d.syncCacheLocked(now, e.To)
+				for _, x := range d.routes.c.Step(now, route.Event{Kind: route.EvMiss, TID: e.To, Peer: p.info.ID}) {
+					if x.Kind == route.DoRefuse {
+						refusals = routing.AppendRefusal(refusals, routing.Refusal{To: e.To, Route: x.Route})
+					}
+				}
+				return nil
+			}
 			if r.Host == d.cfg.HostID && (gone || !r.InTransit) {
 				r = routing.Route{} // it has exited: the sender drops its messages
 			}
@@ -368,6 +415,9 @@ func (d *Daemon) receiveMsgs(p *peer, body []byte, owned bool) error {
 		p.frame(routing.KindRefuse, refusals)
 	}
 	if bad > 0 {
+		if d.refusedOnDemand(p, "messages", badKind, badTID, badWhy, bad, badTIDs) {
+			return nil
+		}
 		return d.forged(p, "messages", badKind, badTID, badWhy, bad)
 	}
 	return nil
@@ -437,6 +487,7 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	var first routing.Refusal
 	var why routing.Verdict
 	judging := judged(p)
+	var w routeWork
 	d.rt.mu.Lock()
 	err := routing.DecodeRefusals(body, func(rf routing.Refusal) {
 		if judging {
@@ -450,6 +501,15 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 				return
 			}
 		}
+		if d.routes != nil {
+			// On demand: the cache learns from the refusal, hands it to
+			// the outbox, and asks the task's origin when the refusal
+			// names nothing better.
+			if using, _, ok := d.rt.outbox.Route(rf.To); ok {
+				d.stepCacheLocked(now, route.Event{Kind: route.EvRefused, TID: rf.To, Peer: p.info.ID, Route: rf.Route, Using: using}, &w)
+			}
+			return
+		}
 		d.rt.routes.Update(rf.To, rf.Route)
 		if rf.Route.Host == 0 {
 			d.log.Debug("messages dropped: their receiver has exited", "tid", rf.To, "refused_by", p.name(), "messages", d.rt.outbox.Describe(rf.To))
@@ -462,6 +522,7 @@ func (d *Daemon) receiveRefusals(p *peer, body []byte) error {
 	for _, r := range todo {
 		d.transmit(r.host, r.envs)
 	}
+	d.performRouteWork(&w)
 	if err != nil {
 		return err
 	}
@@ -527,6 +588,11 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 	now := time.Now()
 	d.rt.mu.Lock()
 	for _, e := range entries {
+		if d.routes != nil {
+			// On demand: a route from the master (this host is the
+			// task's origin, old or new host), or a move's own step.
+			d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route})
+		}
 		// The outbox follows the newest route known, even when the table
 		// knew it already (from a refusal): messages held for a move
 		// whose commit was learnt that way go now.
@@ -646,12 +712,15 @@ func (d *Daemon) forwardLater(l *leaving, e routing.Envelope) {
 // time) or one broke; the receiving side drops duplicates.
 func (d *Daemon) retransmit(now time.Time) {
 	rto := d.cfg.RTO
+	var w routeWork
 	d.rt.mu.Lock()
 	due := d.rt.outbox.Due(now, rto)
+	d.routesTickLocked(now, &w)
 	d.rt.mu.Unlock()
 	for h, envs := range due {
 		d.transmit(h, envs)
 	}
+	d.performRouteWork(&w)
 }
 
 // comingBack reports whether task tid, suspended here for a move (l),

@@ -22,6 +22,7 @@ var (
 	simFirst = flag.Int("first-seed", 0, "the first seed TestSim runs (to replay one: -first-seed N -seeds 1)")
 	simTrace = flag.Bool("sim-trace", false, "TestSim logs where each daemon has a moved task, and what it holds for it, after every move")
 	simDet   = flag.String("detector", "", "the failure detector of TestSim and TestSimMembership: swim or master (default the daemon's, swim; go test ./daemon -run TestSim -detector master)")
+	simRts   = flag.String("routes", "", "the route protocol of TestSim: broadcast or demand (default the daemon's; go test ./daemon -run TestSim -routes demand)")
 	simLogs  = flag.String("sim-logs", "", "TestSim keeps the daemons' logs of each failing seed in this directory, as seed-N.log")
 	simLevel = flag.String("sim-log-level", "debug", "the level of the logs -sim-logs keeps: debug, info, warn or error")
 )
@@ -183,7 +184,7 @@ func simRing() *ringRoot { return &ringRoot{N: 6, Laps: 40, Poked: true} }
 // short against the stalls, a host deleted after 1 s of silence, and
 // hosts that wait 30 s for a lost master.
 func simCfg(dir string, out *syncBuffer) Config {
-	return Config{SharedDir: dir, Output: out, DeadAfter: time.Second, MasterGrace: 30 * time.Second, Detector: *simDet,
+	return Config{SharedDir: dir, Output: out, DeadAfter: time.Second, MasterGrace: 30 * time.Second, Detector: *simDet, Routes: *simRts,
 		MoveTimeout: 100 * time.Millisecond, MoveStepTimeout: 100 * time.Millisecond, MoveTransferTimeout: 200 * time.Millisecond}
 }
 

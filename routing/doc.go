@@ -31,8 +31,11 @@
 //     from the old host's refusal, which names the newest route it knows,
 //     or by asking the origin (the master, once the origin is deleted).
 //     Its cost per move does not grow with the hosts; route's simulation
-//     checks exactly-once delivery through it. The daemon still
-//     broadcasts every route (see "Switching to routes on demand").
+//     and the whole-VM simulation (daemon/sim, --routes demand) check
+//     exactly-once delivery through it. The daemon runs it by default
+//     (Config.Routes "demand"; "broadcast", dpvm daemon --routes
+//     broadcast, sends every route to every host instead): see "Routes
+//     on demand in the daemon".
 //   - The host node (host): one daemon's route table, Outbox and Inbox
 //     and the host halves of moves (move.Host) and job checkpoints
 //     (jobck.Host) as one pure value with one seam, Step(now, Event)
@@ -72,41 +75,52 @@
 //     exchange); the host list is the master's, and swim carries only
 //     deltas of liveness.
 //
-// # Switching to routes on demand
+// # Routes on demand in the daemon
 //
-// The daemon broadcasts every route today: setRoute (daemon/migrate.go)
-// and a job's restore (daemon/jobs.go) send an evRoute event to every
-// host, and every host applies it to its Table and its Outbox. The switch
-// to route.Cache, the next step, changes:
+// Under Config.Routes "broadcast" setRoute (daemon/migrate.go) and a
+// job's restore (daemon/jobs.go) send an evRoute event to every host.
+// Under "demand", the default (daemon/routes.go):
 //
 //   - The master sends a move's route (a move.SetRoute action) to the
-//     task's origin host, its old host (the move's From) and its new host
-//     (the Route's, or From on the way back), not to every host: an
-//     evRoute event to those three. A job's restore sends each restored
-//     task's route to its origin and its new host. The master keeps its
-//     Table: it answers queries for the tasks of deleted hosts.
-//   - Each daemon's Table becomes a route.Cache, built with
-//     route.New(cfg.HostID, route.Config{Retry: cfg.RTO}) (RTO is
-//     daemon.Config's; a separate Config.RouteRetry is not needed). The
-//     evRoute handler feeds route.EvSet; a KindRefuse frame feeds
-//     route.EvRefused with the Outbox's Route for the task, and the cache
-//     hands the refusal back (DoRefusal) for Outbox.Refused; a message for
-//     a task not here and not moving feeds route.EvMiss, whose DoRefuse
-//     is the refusal to send; a deleted host (evHostDel) feeds
-//     route.EvHostLost; the daemon's retransmission tick feeds
-//     route.EvTick; a send along a route to a deleted host holds the
-//     message and feeds route.EvHeld.
-//   - Two frame kinds join frame.go: KindRouteAsk (binary: u64 TIDs, 8
-//     bytes each), sent to a task's origin host (to the master for a
-//     deleted origin), answered by KindRouteAnswer (binary: the Refusal
-//     layout, 21 bytes per route: TID, host, epoch, in transit). Both
-//     batch per connection like KindRefuse, and a reader bounds them by
-//     the frame maximum. A host answers an ask with route.EvAsk's
-//     DoAnswer; an answer feeds route.EvAnswer.
+//     task's origin host, the move's old host and its new host only, and
+//     a job's restored routes to each task's origin and to every host the
+//     job is restored on (each knows its job's routes before its restored
+//     tasks start, at a cost of the job's size, not the machine's). The
+//     master keeps its whole Table and answers queries for any task.
+//   - Each host keeps a route.Cache (Retry: Config.RTO) beside its Table,
+//     which follows it: evRoute feeds route.EvSet; a KindRefuse frame
+//     feeds route.EvRefused with the Outbox's Route for the task, and the
+//     cache hands the refusal back (DoRefusal) for Outbox.Refused; a
+//     message for a task not here and not moving feeds route.EvMiss,
+//     whose DoRefuse is the refusal sent; a prepared arrival keeps only
+//     what comes once the master has told it the move's route (before,
+//     it refuses naming the route it knows: a prepare whose cancel was
+//     lost keeps nothing for ever); a deleted host feeds route.EvHostLost
+//     and a send along a route to one holds the message (route.EvHeld);
+//     the retransmission tick feeds route.EvTick.
+//   - Two frame kinds (frame.go): KindRouteAsk (u64 TIDs, route.AppendAsk,
+//     decoded by route.DecodeAsks), to a task's origin host or, for a
+//     deleted origin, the master; KindRouteAnswer (the Refusal layout, 21
+//     bytes a record): the task's route, then the hosts it lived on
+//     before, newest first, each as a route of epoch 0 naming a host that
+//     is not the origin (which a route of epoch 0 always names).
+//     Batches are split to fit the frame maximum. A host answers only for
+//     the tasks it is the origin of (a query about another's closes the
+//     connection); an answer is taken only from the task's origin or the
+//     master (a frame with another answer closes the connection).
+//   - Claims (claim.go): a host not told of a move may refuse an honest
+//     sender's message from the task's new host, or an old host's resend.
+//     On demand a host that refuses a claim about a task it is not the
+//     origin of asks the origin (at most once per RTO per task); until
+//     the answer has come it logs the refusal without counting it
+//     against the connection, after it counts as anywhere. The answer's
+//     route and past let an honest resend through.
 //
-// The master's route traffic per move is then three frames for each route
-// the move sets (the way there, and the way back when it aborts after the
-// suspend), whatever the number of hosts, and hosts that neither take part
-// nor send to the task handle none: go test ./routing/route -run
-// TestMoveCost -v.
+// Every daemon of a virtual machine must run the same protocol (a join
+// does not check it).
+//
+// The master's route traffic per move is then at most three evRoute
+// frames for each route the move sets, whatever the number of hosts, and
+// hosts that neither take part nor send to the task handle none: go test
+// ./routing/route -run TestMoveCost -v; dpvm sim scale --routes demand.
 package routing

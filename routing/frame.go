@@ -28,11 +28,22 @@ const (
 	KindStream  Kind = 10 // msgpack: opens an extra stream (a direct checkpoint transfer)
 	KindRetire  Kind = 11 // empty: the sender retired the connection (it lost a tie to another): no call of its follows
 	KindSwim    Kind = 12 // binary: a failure detector's probe between hosts (routing/swim's Msg)
-	maxKind     Kind = 12
+	maxKind     Kind = 14
 	headerBytes      = 5 // u32 length (kind + body), u8 kind
 )
 
-var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream", "retire", "swim"}
+// Frame kinds of routes on demand (routing/route).
+const (
+	// KindRouteAsk: binary, u64 TIDs (route.AppendAsk): queries for the
+	// tasks' routes, to their origin host (to the master for a deleted
+	// origin's tasks).
+	KindRouteAsk Kind = 13
+	// KindRouteAnswer: binary, the Refusal layout (AppendRefusal): each
+	// task's route, the answer to a KindRouteAsk.
+	KindRouteAnswer Kind = 14
+)
+
+var kindNames = [...]string{"", "hello", "msgs", "acks", "call", "reply", "event", "refuse", "ping", "pong", "stream", "retire", "swim", "route-ask", "route-answer"}
 
 func (k Kind) String() string {
 	if k >= 1 && k <= maxKind {

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -267,6 +268,9 @@ func (o *Outbox) Push(e Envelope, r Route, now time.Time) bool {
 	o.addBytes(q, n)
 	return !q.held
 }
+
+// Receivers lists the tasks the outbox keeps messages for, in TID order.
+func (o *Outbox) Receivers() []task.TID { return slices.Sorted(maps.Keys(o.queues)) }
 
 // Route is where messages for to are currently sent, and whether they are
 // held.

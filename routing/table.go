@@ -3,6 +3,7 @@ package routing
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/dpvm/dpvm/task"
@@ -88,6 +89,18 @@ func (t *Table) remember(tid task.TID, h task.HostID) {
 	copy(p[1:], p)
 	p[0] = h
 	t.past[tid] = p
+}
+
+// AddPast records h as a host tid lived on before its current route's,
+// as the newest of them (unless it is already the newest): what a task's
+// origin host tells of its past, on demand (routing/route), to a host that
+// was not told of its moves. A host the current route names, or none, is
+// not recorded.
+func (t *Table) AddPast(tid task.TID, h task.HostID) {
+	if h == t.Lookup(tid).Host || slices.Contains(t.past[tid], h) {
+		return
+	}
+	t.remember(tid, h)
 }
 
 // Past lists the hosts tid lived on before its current route's, newest

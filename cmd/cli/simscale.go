@@ -38,7 +38,8 @@ func simScaleCommand() *cli.Command {
 			&cli.IntFlag{Name: "moves", Value: 100, Usage: "moves of idle tasks, one after another"},
 			&cli.DurationFlag{Name: "idle", Value: 10 * time.Second, Usage: "virtual time the virtual machine idles (heartbeats only)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the run's draws"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {hosts, tasks, moves, idle_ms, seed, phases: [{name, per, count, msgs_in, msgs_out, bytes_in, bytes_out, msgs_in_per, msgs_out_per, bytes_in_per, bytes_out_per, kinds: [{kind, msgs_in, msgs_out, bytes_in, bytes_out}], virtual_ms, wall_ms}], events, trace_hash, wall_ms, heap_mib, sys_mib, goroutines}"},
+			&cli.StringFlag{Name: "routes", Value: "broadcast", Usage: "how the master spreads a move's route: broadcast (to every host) or demand (to the task's origin, old and new host)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {hosts, tasks, moves, idle_ms, seed, routes, phases: [{name, per, count, msgs_in, msgs_out, bytes_in, bytes_out, msgs_in_per, msgs_out_per, bytes_in_per, bytes_out_per, kinds: [{kind, msgs_in, msgs_out, bytes_in, bytes_out}], virtual_ms, wall_ms}], events, trace_hash, wall_ms, heap_mib, sys_mib, goroutines}"},
 		},
 		Action: simScaleAction,
 	}
@@ -48,8 +49,12 @@ func simScaleAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit("sim scale: takes no arguments (see 'dpvm sim scale --help')", exitUsage)
 	}
+	routes, err := vmsim.ParseRoutes(c.String("routes"))
+	if err != nil {
+		return cli.Exit("sim scale: --routes: "+err.Error(), exitUsage)
+	}
 	cfg := vmsim.ScaleConfig{Hosts: c.Int("hosts"), Tasks: c.Int("tasks"), Moves: c.Int("moves"),
-		Idle: c.Duration("idle"), Seed: c.Uint64("seed"), Wire: daemon.NewWireSizes()}
+		Idle: c.Duration("idle"), Seed: c.Uint64("seed"), Wire: daemon.NewWireSizes(), Routes: routes}
 	res, err := vmsim.Scale(cfg)
 	if errors.Is(err, vmsim.ErrScaleConfig) {
 		return cli.Exit("sim scale: "+err.Error()+" (see 'dpvm sim scale --help')", exitUsage)
@@ -70,8 +75,8 @@ func simScaleAction(c *cli.Context) error {
 // printSimScale prints a scale run as a table of phases, each with its
 // kinds of message below it, then the simulator's own cost.
 func printSimScale(w io.Writer, r vmsim.ScaleResult) {
-	fmt.Fprintf(w, "%d hosts, %d tasks, %v idle, %d moves, seed %d: the master's messages and bytes\n",
-		r.Hosts, r.Tasks, r.Idle, r.Moves, r.Seed)
+	fmt.Fprintf(w, "%d hosts, %d tasks, %v idle, %d moves, seed %d, routes by %s: the master's messages and bytes\n",
+		r.Hosts, r.Tasks, r.Idle, r.Moves, r.Seed, r.Routes)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tper\tcount\tmsgs in\tmsgs out\tbytes in\tbytes out\tmsgs in/per\tmsgs out/per\tbytes in/per\tbytes out/per\tvirtual ms\twall ms\t")
 	for _, p := range r.Phases {

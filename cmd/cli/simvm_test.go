@@ -151,3 +151,31 @@ func TestSimVMUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestSimVMRoutes: `sim vm --routes demand` runs the seeds with routes on
+// demand (every seed the fault-free result, and other traces than the
+// broadcast's); a protocol that is neither is a usage error.
+func TestSimVMRoutes(t *testing.T) {
+	args := []string{"--seeds", "3", "--hosts", "4", "--faults", "all", "ring", "-n", "5", "-laps", "5"}
+	code, bc, errOut := simVM(t, args...)
+	if code != 0 || bc.Failed != 0 {
+		t.Fatalf("broadcast: status %d: %+v\nstderr:\n%s", code, bc, errOut)
+	}
+	code, od, errOut := simVM(t, append([]string{"--routes", "demand"}, args...)...)
+	if code != 0 || od.Failed != 0 || len(od.Seeds) != 3 {
+		t.Fatalf("demand: status %d: %+v\nstderr:\n%s", code, od, errOut)
+	}
+	differ := false
+	for i, s := range od.Seeds {
+		if !s.OK || s.Result != od.Reference.Result {
+			t.Errorf("demand seed %d: %+v", s.Seed, s)
+		}
+		differ = differ || s.TraceHash != bc.Seeds[i].TraceHash
+	}
+	if !differ {
+		t.Error("--routes demand gave the broadcast's traces")
+	}
+	if code, _, errOut := dpvm(t, "sim", "vm", "--routes", "rumour", "ring"); code != exitUsage || !strings.Contains(errOut, "--routes") {
+		t.Errorf("--routes rumour: status %d, stderr %q; want a usage error", code, errOut)
+	}
+}

@@ -71,6 +71,7 @@ func daemonCommand() *cli.Command {
 			&cli.Float64Flag{Name: "speed", Usage: "this host's speed factor α for the scheduler: 1 the reference machine, 2 twice as slow (default: calibrated at start)"},
 			&cli.IntFlag{Name: "cores", Usage: "cores to report (default: this machine's)"},
 			&cli.DurationFlag{Name: "heartbeat", Value: time.Second, Usage: "heartbeat period"},
+			&cli.StringFlag{Name: "routes", Value: daemon.RoutesDemand, Usage: "how a move's route reaches the hosts, the same on every daemon: demand (to the task's origin, old and new host; the others learn it from refusals and by asking the origin) or broadcast (to every host)"},
 			&cli.StringFlag{Name: "detector", Value: daemon.DetectorSwim, Usage: "failure detector, the same on every daemon: swim (hosts probe each other and report deaths; the master checks the accused before it deletes it, and hears no pings) or master (hosts ping the master every heartbeat)"},
 			&cli.DurationFlag{Name: "dead-after", Usage: "silence after which a suspected host (or the master) is given up (default 5 heartbeats; an overloaded master widens it up to --max-health+1 times)"},
 			&cli.DurationFlag{Name: "suspect-after", Usage: "master: least silence after which a host is suspected, shown by conf (default 2 heartbeats)"},
@@ -113,6 +114,9 @@ func daemonCommand() *cli.Command {
 			}
 			if det := c.String("detector"); det != daemon.DetectorMaster && det != daemon.DetectorSwim {
 				return cli.Exit(fmt.Sprintf("daemon: --detector %q: want %s or %s", det, daemon.DetectorMaster, daemon.DetectorSwim), 2)
+			}
+			if rt := c.String("routes"); rt != daemon.RoutesBroadcast && rt != daemon.RoutesDemand {
+				return cli.Exit(fmt.Sprintf("daemon: --routes %q: want %s or %s", rt, daemon.RoutesBroadcast, daemon.RoutesDemand), 2)
 			}
 			via, err := daemon.ParseVia(c.String("sched-via"))
 			if err != nil {
@@ -159,7 +163,7 @@ func daemonCommand() *cli.Command {
 			d, err := daemon.Start(ctx, daemon.Config{
 				Name: c.String("name"), Listen: c.String("listen"), Advertise: c.String("advertise"), Master: c.Bool("master"), Join: c.String("join"),
 				Credential: key, CredentialFile: c.String("credential"), Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
-				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"), SuspectAfter: c.Duration("suspect-after"), Detector: c.String("detector"),
+				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"), SuspectAfter: c.Duration("suspect-after"), Detector: c.String("detector"), Routes: c.String("routes"),
 				MaxHealth: c.Int("max-health"), JoinRate: c.Float64("join-rate"), JoinBurst: c.Int("join-burst"),
 				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),

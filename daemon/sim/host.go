@@ -13,6 +13,7 @@ import (
 	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -26,6 +27,10 @@ type shost struct {
 	id   task.HostID
 	name string
 	node *host.Node
+	// cache is the host's route cache on demand (Config.Routes); nil
+	// when the master broadcasts every route. The node's table follows
+	// it.
+	cache *route.Cache
 
 	tasks    map[task.TID]*stask
 	leaving  map[task.TID]*leaving
@@ -106,11 +111,15 @@ type heldMsg struct {
 }
 
 func newHost(w *world, id task.HostID) *shost {
-	return &shost{
+	h := &shost{
 		w: w, id: id, name: nodeName(id), node: host.New(),
 		tasks: map[task.TID]*stask{}, leaving: map[task.TID]*leaving{}, arriving: map[task.TID]*arriving{},
 		gone: map[task.TID]bool{}, epochs: map[task.TID]uint64{},
 	}
+	if w.demand() {
+		h.cache = route.New(id, route.Config{Retry: rto})
+	}
+	return h
 }
 
 // stepMove feeds the host half of moves through the node's one seam,
@@ -174,6 +183,14 @@ func (h *shost) sendMsg(from, to task.TID, tag int, p task.Payload) {
 		return
 	}
 	e := routing.Envelope{From: from, To: to, Seq: h.node.Outbox().Seq(from, to), Tag: int32(tag), Body: p}
+	if h.cache != nil && !r.InTransit && h.cache.Lost(r.Host) {
+		// On demand, a route to a deleted host leads nowhere: hold the
+		// message and ask.
+		r.InTransit = true
+		h.node.Outbox().Push(e, r, h.w.clock())
+		h.cacheStep(route.Event{Kind: route.EvHeld, TID: to, Using: r})
+		return
+	}
 	if h.node.Outbox().Push(e, r, h.w.clock()) {
 		h.transmit(r.Host, []routing.Envelope{e})
 	}
@@ -225,9 +242,11 @@ func (h *shost) transmit(to task.HostID, envs []routing.Envelope) {
 	}
 }
 
-// armRTO schedules the resend timer while anything is unacknowledged.
+// armRTO schedules the resend timer while anything is unacknowledged
+// (on demand, or a query is outstanding: the timer asks again what is
+// due).
 func (h *shost) armRTO() {
-	if h.rtoArmed || h.node.Outbox().Bytes() == 0 {
+	if h.rtoArmed || h.node.Outbox().Bytes() == 0 && (h.cache == nil || h.cache.Queries() == 0) {
 		return
 	}
 	h.rtoArmed = true
@@ -236,6 +255,9 @@ func (h *shost) armRTO() {
 		due := h.node.Outbox().Due(h.w.clock(), rto)
 		for _, to := range slices.Sorted(maps.Keys(due)) {
 			h.transmit(to, due[to])
+		}
+		if h.cache != nil {
+			h.cacheStep(route.Event{Kind: route.EvTick})
 		}
 		h.armRTO()
 	})
@@ -248,6 +270,14 @@ func (h *shost) receiveMsg(from task.HostID, e routing.Envelope) {
 	l, arr := h.leaving[e.To], h.arriving[e.To]
 	back := st == nil && l != nil && h.comingBack(e.To, l)
 	switch {
+	case st == nil && arr != nil && h.cache != nil && arr.move != 0 && h.node.Routes().Lookup(e.To).Host != h.id:
+		// On demand, a prepared arrival keeps only what was sent by the
+		// move's route, which the master tells this host before the
+		// restore. Before it, the task lives where this host's route
+		// says: a sender with an older route is sent there (a prepare
+		// whose cancel was lost must not keep messages for ever).
+		h.refuse(from, routing.Refusal{To: e.To, Route: h.node.Routes().Lookup(e.To)})
+		return
 	case st == nil && arr != nil:
 		arr.held = append(arr.held, heldMsg{host: from, env: e})
 		return
@@ -258,7 +288,21 @@ func (h *shost) receiveMsg(from task.HostID, e routing.Envelope) {
 	if st == nil && l != nil {
 		r := l.dest
 		r.InTransit = true
+		if cur := h.node.Routes().Lookup(e.To); h.cache != nil && cur.Epoch >= l.dest.Epoch && cur.Host != h.id {
+			// On demand: the master has set the route; the destination
+			// keeps what comes for the task, so the sender need not
+			// wait and ask.
+			r = cur
+		}
 		h.refuse(from, routing.Refusal{To: e.To, Route: r})
+		return
+	}
+	if st == nil && h.cache != nil {
+		if r := h.node.Routes().Lookup(e.To); r.Host == h.id && h.gone[e.To] {
+			h.refuse(from, routing.Refusal{To: e.To}) // exited here
+			return
+		}
+		h.cacheStep(route.Event{Kind: route.EvMiss, TID: e.To, Peer: from})
 		return
 	}
 	if st == nil {
@@ -298,6 +342,14 @@ func (h *shost) refuse(to task.HostID, rf routing.Refusal) {
 
 // receiveRefusal is daemon/remote.go's receiveRefusals, for one.
 func (h *shost) receiveRefusal(from task.HostID, rf routing.Refusal) {
+	if h.cache != nil {
+		using, _, ok := h.node.Outbox().Route(rf.To)
+		if !ok {
+			return // nothing is queued for the task any more
+		}
+		h.cacheStep(route.Event{Kind: route.EvRefused, TID: rf.To, Peer: from, Route: rf.Route, Using: using})
+		return
+	}
 	h.updateRoute(rf.To, rf.Route)
 	if to, envs := h.node.Outbox().Refused(rf, from, h.w.clock()); len(envs) > 0 {
 		h.transmit(to, envs)
@@ -305,8 +357,12 @@ func (h *shost) receiveRefusal(from task.HostID, rf routing.Refusal) {
 	h.armRTO()
 }
 
-// updateRoute applies a route to the host's table.
+// updateRoute applies a route to the host's table (and its cache: a
+// route from a move's own steps, which the master set).
 func (h *shost) updateRoute(tid task.TID, r routing.Route) bool {
+	if h.cache != nil {
+		h.cache.Step(h.w.clock(), route.Event{Kind: route.EvSet, TID: tid, Route: r})
+	}
 	return h.node.Routes().Update(tid, r)
 }
 
@@ -314,6 +370,9 @@ func (h *shost) updateRoute(tid task.TID, r routing.Route) bool {
 // what was held for the task (daemon/remote.go's applyRoutes): the outbox
 // follows the newest route known, even when the table knew it already.
 func (h *shost) applyRoute(tid task.TID, r routing.Route) {
+	if h.cache != nil {
+		h.cache.Step(h.w.clock(), route.Event{Kind: route.EvSet, TID: tid, Route: r})
+	}
 	h.node.Step(h.w.clock(), host.Event{Kind: host.EvRoute, TID: tid, Route: r})
 	r = h.node.Routes().Lookup(tid)
 	if h.arriving[tid] != nil && r.Host == h.id {

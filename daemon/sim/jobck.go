@@ -12,6 +12,7 @@ import (
 	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -140,6 +141,9 @@ func (m *master) hostLost(id task.HostID) {
 	m.lost[id] = true
 	m.alive = nil
 	m.w.take("host lost " + nodeName(id))
+	if m.w.demand() {
+		m.tellLost(id)
+	}
 	m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.HostLost, Host: id}))
 	if m.ck.mc.State() != jobck.Idle && !m.rollingBack() {
 		m.ck.lostIn = id
@@ -402,7 +406,17 @@ func (m *master) restore(seq uint64) error {
 	inSet := map[task.TID]bool{}
 	for _, id := range order {
 		for _, e := range place[id] {
-			m.setRoute(e.meta.TID, routing.Route{Host: id, Epoch: epoch})
+			if m.w.demand() {
+				// On demand, a restored task's route goes to its origin
+				// and to every host the job is restored on: each knows
+				// its job's routes before its restored tasks run, as
+				// with the broadcast, at a cost of the job's size.
+				r := routing.Route{Host: id, Epoch: epoch}
+				m.routes.Update(e.meta.TID, r)
+				m.tell(e.meta.TID, r, append([]task.HostID{e.meta.TID.Host()}, order...)...)
+			} else {
+				m.setRoute(e.meta.TID, routing.Route{Host: id, Epoch: epoch})
+			}
 			mt := m.tasks[e.meta.TID]
 			mt.exited, mt.killed = false, false
 			inSet[e.meta.TID] = true
@@ -707,6 +721,9 @@ func (h *shost) startStaged() {
 		if err != nil {
 			h.w.fail(fmt.Errorf("restore %v: %w", fx.TID, err))
 			return
+		}
+		if h.cache != nil {
+			h.cache.Step(h.w.clock(), route.Event{Kind: route.EvSet, TID: fx.TID, Route: routing.Route{Host: h.id, Epoch: a.epoch}})
 		}
 		h.node.Step(h.w.clock(), host.Event{Kind: host.EvRoute, TID: fx.TID, Route: routing.Route{Host: h.id, Epoch: a.epoch}})
 		if err := h.install(*a.ckpt, t, a, nil); err != nil {

@@ -62,6 +62,7 @@ type moveRun struct {
 	typ  string
 	job  uint64
 	from task.HostID
+	to   task.HostID
 	done func(error)
 }
 
@@ -362,7 +363,7 @@ func (m *master) startMove(tid task.TID, to task.HostID, done func(error)) error
 		}
 	}
 	if len(acts) > 0 {
-		m.runs[acts[0].Move] = &moveRun{typ: mt.typ, job: mt.job, from: r.Host, done: done}
+		m.runs[acts[0].Move] = &moveRun{typ: mt.typ, job: mt.job, from: r.Host, to: to, done: done}
 		m.w.take(fmt.Sprintf("move %v %v %v→%v", acts[0].Move, tid, nodeName(r.Host), nodeName(to)))
 	}
 	m.perform(acts)
@@ -377,7 +378,18 @@ func (m *master) perform(acts []move.Action) {
 		case move.Call:
 			m.call(a)
 		case move.SetRoute:
-			m.setRoute(a.TID, a.Route)
+			if !m.w.demand() {
+				m.setRoute(a.TID, a.Route)
+				break
+			}
+			// On demand: the task's origin, its old host and its new
+			// host are told, no one else.
+			m.routes.Update(a.TID, a.Route)
+			to := []task.HostID{a.TID.Host(), a.Route.Host}
+			if run := m.runs[a.Move]; run != nil {
+				to = append(to, run.from, run.to)
+			}
+			m.tell(a.TID, a.Route, to...)
 		case move.Finish:
 			run := m.runs[a.Move]
 			delete(m.runs, a.Move)

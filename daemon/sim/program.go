@@ -30,7 +30,11 @@ func ProgramFromArgs(name string, args []string) (Program, error) {
 // again, alone, as cfg ran it: program name with its args.
 func ReplayCommand(cmd string, cfg Config, name string, args []string) string {
 	parts := []string{cmd, "sim", "vm", "--first-seed", strconv.FormatUint(cfg.Seed, 10), "--seeds", "1",
-		"--hosts", strconv.Itoa(cfg.withDefaults().Hosts), "--faults", cfg.Faults.String(), name}
+		"--hosts", strconv.Itoa(cfg.withDefaults().Hosts), "--faults", cfg.Faults.String()}
+	if cfg.Routes != RoutesBroadcast {
+		parts = append(parts, "--routes", cfg.Routes.String())
+	}
+	parts = append(parts, name)
 	for _, a := range args {
 		parts = append(parts, quote(a))
 	}

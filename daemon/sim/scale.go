@@ -15,12 +15,14 @@ import (
 // time, Idle of virtual time with the hosts' heartbeats, and Moves moves
 // of idle tasks drawn from Seed, one after another. The run counts every
 // message the master sends and receives, by kind, with the bytes Wire
-// gives it (nil: counts only).
+// gives it (nil: counts only). Routes is how the master spreads a move's
+// route (Config.Routes).
 type ScaleConfig struct {
 	Hosts, Tasks, Moves int
 	Idle                time.Duration
 	Seed                uint64
 	Wire                Wire
+	Routes              Routes
 }
 
 // Bounds of a scale run: what a run with more is refused for.
@@ -79,7 +81,9 @@ type ScaleResult struct {
 	Idle   time.Duration `json:"-"`
 	IdleMS float64       `json:"idle_ms"`
 	Seed   uint64        `json:"seed"`
-	Phases []ScalePhase  `json:"phases"`
+	// Routes is the route protocol: broadcast or demand.
+	Routes string       `json:"routes"`
+	Phases []ScalePhase `json:"phases"`
 	// Events is the run's events; TraceHash the hex SHA-256 of its trace
 	// (the same seed and sizes give the same hash).
 	Events    int    `json:"events"`
@@ -168,11 +172,11 @@ func Scale(cfg ScaleConfig) (ScaleResult, error) {
 	if cfg.Wire == nil {
 		cfg.Wire = zeroWire{}
 	}
-	vcfg := Config{Seed: cfg.Seed, Hosts: cfg.Hosts, MaxTime: 1 << 62, MaxEvents: 1<<63 - 1}.withDefaults()
+	vcfg := Config{Seed: cfg.Seed, Hosts: cfg.Hosts, MaxTime: 1 << 62, MaxEvents: 1<<63 - 1, Routes: cfg.Routes}.withDefaults()
 	w := newWorld(vcfg, 0x5ca1e5ca1e5ca1e5)
 	w.scale, w.meter = true, newMeter(cfg.Wire, cfg.Hosts)
 	res := &ScaleResult{Hosts: cfg.Hosts, Tasks: cfg.Tasks, Moves: cfg.Moves, Idle: cfg.Idle,
-		IdleMS: float64(cfg.Idle) / float64(time.Millisecond), Seed: cfg.Seed}
+		IdleMS: float64(cfg.Idle) / float64(time.Millisecond), Seed: cfg.Seed, Routes: cfg.Routes.String()}
 	s := &scaleRun{w: w, cfg: cfg, res: res, start: time.Now()}
 	s.begin("join")
 	s.joins()
@@ -329,7 +333,8 @@ func (s *scaleRun) nextMove() {
 // time linear in its hosts, tasks and moved tasks' routes: every task not
 // ended is in service on exactly one host, the one the master's route
 // names, and nothing is left of a move; every host's route for a moved
-// task is the master's (the broadcasts reached every host).
+// task is the master's (the broadcasts reached every host), or on demand
+// the origin's is (the authority) and no host's is newer.
 func (w *world) checkScale() {
 	m := w.master
 	where := make(map[task.TID]*shost, len(m.order))
@@ -361,8 +366,14 @@ func (w *world) checkScale() {
 		}
 	}
 	for _, e := range m.routes.Entries() {
+		if w.demand() {
+			if r := w.host(e.TID.Host()).node.Routes().Lookup(e.TID); r != e.Route {
+				w.fail(fmt.Errorf("%w: the origin's route for %v is %v, the master's %v", ErrInvariant, e.TID, r, e.Route))
+				return
+			}
+		}
 		for _, h := range w.hosts {
-			if r := h.node.Routes().Lookup(e.TID); r != e.Route {
+			if r := h.node.Routes().Lookup(e.TID); w.demand() && r.Epoch > e.Route.Epoch || !w.demand() && r != e.Route {
 				w.fail(fmt.Errorf("%w: %v's route for %v is %v, the master's %v", ErrInvariant, h.name, e.TID, r, e.Route))
 				return
 			}

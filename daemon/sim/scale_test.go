@@ -157,3 +157,34 @@ func TestScaleBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleOnDemand checks a scale run's moves with routes on demand: a
+// move's route goes to the task's origin, its old host and its new host
+// (two or three hosts, whatever the hosts' number), the five steps' calls
+// are as by broadcast, and the run checks at its end that each moved
+// task's origin holds the master's route and no host a newer one.
+func TestScaleOnDemand(t *testing.T) {
+	const moves = 10
+	for _, hosts := range []int{50, 400} {
+		cfg := sim.ScaleConfig{Hosts: hosts, Tasks: 500, Moves: moves, Seed: 7, Wire: unitWire{}, Routes: sim.RoutesDemand}
+		r, err := sim.Scale(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Routes != "demand" {
+			t.Errorf("routes %q, want demand", r.Routes)
+		}
+		mv := r.Phases[3]
+		for _, s := range []move.Step{move.StepPrepare, move.StepSuspend, move.StepSend, move.StepRestore, move.StepCommit} {
+			if c := kindOf(mv, sim.KindMoveCall+s.String()); c.MsgsOut != moves || c.MsgsIn != moves {
+				t.Errorf("%d hosts, moves: %+v, want %d calls and %d answers", hosts, c, moves, moves)
+			}
+		}
+		if rt := kindOf(mv, sim.KindRoute); rt.MsgsOut < 2*moves || rt.MsgsOut > 3*moves || rt.BytesOut != 30*rt.MsgsOut {
+			t.Errorf("%d hosts, moves: routes %+v, want 2 or 3 per move", hosts, rt)
+		}
+		if mv.MsgsInPer != 5 || mv.MsgsOutPer > 8 {
+			t.Errorf("%d hosts, move phase %+v: want 5 answers in and at most 8 messages out per move", hosts, mv)
+		}
+	}
+}

@@ -23,9 +23,20 @@ import (
 )
 
 var (
-	simSeeds = flag.Int("simseeds", 12, "seeds per program the simulation's tests run")
-	simFirst = flag.Uint64("simfirst", 1, "the first of those seeds")
+	simSeeds  = flag.Int("simseeds", 12, "seeds per program the simulation's tests run")
+	simFirst  = flag.Uint64("simfirst", 1, "the first of those seeds")
+	simRoutes = flag.String("simroutes", "broadcast", "how the master spreads routes in TestReplay, TestCheckpointCrash and TestSiblingsUnderFaults: broadcast or demand")
 )
+
+// routes is the protocol -simroutes names.
+func routes(t *testing.T) sim.Routes {
+	t.Helper()
+	r, err := sim.ParseRoutes(*simRoutes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
 
 func seeds(n int) []uint64 {
 	out := make([]uint64, n)
@@ -96,7 +107,7 @@ func checkTwice(t *testing.T, cfg sim.Config, args []string, seeds []uint64) *si
 // seeds together must have taken moves (done and aborted), lost,
 // duplicated and delayed messages, partitions and frozen hosts.
 func TestReplay(t *testing.T) {
-	cfg := sim.Config{Faults: sim.FaultDefault}
+	cfg := sim.Config{Faults: sim.FaultDefault, Routes: routes(t)}
 	kinds := map[string]int{}
 	for _, args := range examplePrograms {
 		hashes := map[string]bool{}
@@ -132,7 +143,7 @@ func TestReplay(t *testing.T) {
 // other fault, twice: the same seed replays the same run, rollbacks
 // happen, and every seed ends with the fault-free run's result.
 func TestCheckpointCrash(t *testing.T) {
-	cfg := sim.Config{Faults: sim.FaultAll}
+	cfg := sim.Config{Faults: sim.FaultAll, Routes: routes(t)}
 	rollbacks := 0
 	for _, args := range [][]string{examplePrograms[0], examplePrograms[1], examplePrograms[4]} {
 		for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
@@ -160,7 +171,7 @@ func TestCheckpointCrash(t *testing.T) {
 func TestSiblingsUnderFaults(t *testing.T) {
 	args := []string{"pvm.spmd", "-n", "8"}
 	p := program(t, args)
-	cfg := sim.Config{Faults: sim.FaultDefault}
+	cfg := sim.Config{Faults: sim.FaultDefault, Routes: routes(t)}
 	res, err := sim.Check(cfg, seeds(*simSeeds), p, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -501,4 +512,57 @@ func BenchmarkRun(b *testing.B) {
 		events += r.Events
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+}
+
+// TestRoutesOnDemand runs seeds of three examples (messages, spawns and
+// exits, collectives) with routes on demand under every fault,
+// checkpoints and a crash included, twice: every invariant holds (a task
+// on at most one host, per-pair FIFO and exactly once, no route going
+// back), every seed replays and ends with the fault-free run's result.
+// The seeds together take the protocol's paths: hosts refused with the
+// newest route they know and asked tasks' origins, origins answered, and
+// a host asked the master for the task of a deleted origin.
+func TestRoutesOnDemand(t *testing.T) {
+	cfg := sim.Config{Faults: sim.FaultAll, Routes: sim.RoutesDemand}
+	for _, args := range [][]string{examplePrograms[0], examplePrograms[1], examplePrograms[4]} {
+		for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
+			if !r.OK {
+				report(t, args, cfg, r)
+			}
+		}
+	}
+	// What the protocol did, from the traces of a few seeds.
+	seen := map[string]int{}
+	for _, args := range [][]string{examplePrograms[0], examplePrograms[4]} {
+		p := program(t, args)
+		for _, seed := range seeds(*simSeeds) {
+			root, err := p()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var trace bytes.Buffer
+			c := cfg
+			c.Seed, c.Trace, c.Horizon = seed, &trace, 20*time.Millisecond
+			if r := sim.Run(c, root); !r.OK {
+				t.Fatalf("%v seed %d: %v", args, seed, r.Err)
+			}
+			sc := bufio.NewScanner(&trace)
+			for sc.Scan() {
+				l := sc.Text()
+				for _, k := range []string{"route ask", "route answer", "→master route ask", "host lost"} {
+					if strings.Contains(l, k) {
+						seen[k]++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("on demand: %v", seen)
+	if *simSeeds >= 12 {
+		for _, k := range []string{"route ask", "route answer", "→master route ask", "host lost"} {
+			if seen[k] == 0 {
+				t.Errorf("no seed's trace has %q", k)
+			}
+		}
+	}
 }

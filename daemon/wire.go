@@ -13,7 +13,8 @@ import (
 )
 
 // protocolVersion is checked in the handshake: daemons of different
-// versions do not form one virtual machine.
+// versions do not form one virtual machine. integration/forgery_test.go,
+// which speaks the wire by hand, sends it too.
 const protocolVersion = 2 // 2: the host list as versioned deltas (hostlist.go)
 
 // hello opens every connection, in both directions.

@@ -34,16 +34,15 @@ import (
 // The wire shapes the forger speaks (daemon/wire.go), by their msgpack keys.
 type (
 	fHello struct {
-		Version    int               `msgpack:"v"`
-		Host       task.HostID       `msgpack:"h"`
-		Name       string            `msgpack:"n"`
-		Addr       string            `msgpack:"a,omitempty"`
-		Advertised bool              `msgpack:"ad,omitempty"`
-		Join       bool              `msgpack:"j,omitempty"`
-		Info       daemon.HostInfo   `msgpack:"i"`
-		Assigned   task.HostID       `msgpack:"as,omitempty"`
-		Hosts      []daemon.HostInfo `msgpack:"hs,omitempty"`
-		Err        string            `msgpack:"e,omitempty"`
+		Version    int             `msgpack:"v"`
+		Host       task.HostID     `msgpack:"h"`
+		Name       string          `msgpack:"n"`
+		Addr       string          `msgpack:"a,omitempty"`
+		Advertised bool            `msgpack:"ad,omitempty"`
+		Join       bool            `msgpack:"j,omitempty"`
+		Info       daemon.HostInfo `msgpack:"i"`
+		Assigned   task.HostID     `msgpack:"as,omitempty"`
+		Err        string          `msgpack:"e,omitempty"`
 	}
 	fEvent struct {
 		Kind   string     `msgpack:"k"`
@@ -182,7 +181,6 @@ type forger struct {
 	id     task.HostID
 	tr     transport.Endpoint
 	master *fConn
-	hosts  []daemon.HostInfo
 }
 
 // greetAs opens a connection to addr and exchanges hellos.
@@ -197,7 +195,7 @@ func (f *forger) greetAs(ctx context.Context, addr string, h *fHello) (*fConn, *
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	h.Version = 1
+	h.Version = 2 // daemon/wire.go's protocolVersion
 	b, err := msgpack.Marshal(h)
 	if err != nil {
 		f.t.Fatal(err)
@@ -248,7 +246,7 @@ func joinForger(t *testing.T, ctx context.Context, v *vm, name string) *forger {
 	f := &forger{t: t, tr: tr}
 	info := daemon.HostInfo{Name: name, Cores: 1, Speed: 1, MemMiB: 1024, Build: hosts[0].Build}
 	c, ans := f.greetAs(ctx, v.addr, &fHello{Name: name, Addr: "127.0.0.1:9", Advertised: true, Join: true, Info: info})
-	f.id, f.master, f.hosts = ans.Assigned, c, ans.Hosts
+	f.id, f.master = ans.Assigned, c
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	go func() {

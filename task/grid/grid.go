@@ -205,12 +205,14 @@ func (b *Block) FinishHalo(c *task.Ctx) error {
 	if b.req == 0 {
 		return fmt.Errorf("grid: finish halo: no exchange under way")
 	}
-	_, err := b.G.Wait(c, b.req)
-	recv := b.recv
-	b.recv, b.req = nil, 0
-	if err != nil {
+	if _, err := b.G.Wait(c, b.req); err != nil {
+		// The block is left as it is: suspended for a move or a
+		// checkpoint, its state is being captured, and the exchange
+		// goes on where it is restored.
 		return fmt.Errorf("grid: finish halo: %w", err)
 	}
+	recv := b.recv
+	b.recv, b.req = nil, 0
 	for s, in := range recv {
 		if in == nil {
 			continue // no neighbour on that side

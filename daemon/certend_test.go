@@ -240,6 +240,15 @@ func TestHostCertificateEndRollsBack(t *testing.T) {
 				if err != nil || info.Status != 0 {
 					t.Fatalf("the job: %+v %v\n%s", info, err, out)
 				}
+				// Until the master has heard every task's exit the job is
+				// not over: a host halted by the test's cleanup before then
+				// would roll it back, and the restored tasks would outlive
+				// the halted daemons.
+				select {
+				case <-js.done:
+				case <-ctx.Done():
+					t.Fatal("the job's root returned, and its worker's end was never heard")
+				}
 				if got := fmt.Sprintf("cert sum %d\n", want); !strings.Contains(out.String(), got) {
 					t.Fatalf("the job printed %q, want %q", out.String(), got)
 				}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -159,7 +160,7 @@ func (w *routeWork) addResend(h task.HostID, envs []routing.Envelope) {
 
 // performRouteWork sends what w holds (d.rt.mu not held).
 func (d *Daemon) performRouteWork(w *routeWork) {
-	for _, h := range sortedHosts(w.resend) {
+	for _, h := range slices.Sorted(maps.Keys(w.resend)) {
 		d.transmit(h, w.resend[h])
 	}
 	d.sendRouteFrames(routing.KindRefuse, w.refuse, 21)
@@ -167,21 +168,12 @@ func (d *Daemon) performRouteWork(w *routeWork) {
 	d.sendRouteFrames(routing.KindRouteAnswer, w.answers, 21)
 }
 
-func sortedHosts[V any](m map[task.HostID]V) []task.HostID {
-	hs := make([]task.HostID, 0, len(m))
-	for h := range m {
-		hs = append(hs, h)
-	}
-	slices.Sort(hs)
-	return hs
-}
-
 // sendRouteFrames sends each host its batch of kind k, split into frames
 // within the frame limit (records of size bytes each). Nothing goes to
 // this daemon itself: its cache neither asks nor refuses it.
 func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte, size int) {
 	most := max(size, (d.cfg.MaxFrame-64)/size*size)
-	for _, h := range sortedHosts(batches) {
+	for _, h := range slices.Sorted(maps.Keys(batches)) {
 		b := batches[h]
 		if h == d.cfg.HostID || d.nw == nil {
 			continue

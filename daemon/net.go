@@ -170,7 +170,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	err := d.joinRetry(ctx, d.cfg.JoinCallTimeout, func(ctx context.Context) error {
 		var err error
 		g, err = greet(ctx, d.nw.tr, d.cfg.Join, &hello{Name: d.cfg.Name, Addr: d.self.Addr, Advertised: d.cfg.Advertise != "",
-			Dialled: d.cfg.Join, Join: true, Info: d.self, Detector: d.helloDetector()}, d.cfg.MaxFrame)
+			Dialled: d.cfg.Join, Join: true, Info: d.self, Detector: d.helloDetector(), RouteProto: d.helloRoutes()}, d.cfg.MaxFrame)
 		return err
 	})
 	if err != nil {
@@ -378,6 +378,14 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		if h.Detector != d.helloDetector() {
 			refuse(fmt.Sprintf("the host's failure detector is %q, the master's %q: give every daemon the same --detector",
 				cmp.Or(h.Detector, DetectorMaster), d.cfg.Detector))
+			return
+		}
+		if h.RouteProto != d.helloRoutes() {
+			// Under the broadcast no host asks an origin, and under routes
+			// on demand none hears a move it is not part of: a machine
+			// of both would lose track of moved tasks.
+			refuse(fmt.Sprintf("the host's route protocol is %q, the master's %q: give every daemon the same --routes",
+				cmp.Or(h.RouteProto, RoutesDemand), d.cfg.Routes))
 			return
 		}
 		h.Name = cert.Name // a host's name is its certificate's, whatever its hello says

@@ -236,7 +236,7 @@ func (d *Daemon) rejoin(ctx context.Context) error {
 	d.ownNums()
 	rep := d.report()
 	g, err := greet(ctx, d.nw.tr, d.cfg.Join, &hello{Host: d.cfg.HostID, Name: d.cfg.Name, Addr: d.self.Addr, Rejoin: true,
-		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join, Detector: d.helloDetector(),
+		Advertised: d.cfg.Advertise != "", Dialled: d.cfg.Join, Detector: d.helloDetector(), RouteProto: d.helloRoutes(),
 		Info: d.selfInfo(), Report: &rep}, d.cfg.MaxFrame)
 	if err != nil {
 		return err

@@ -39,6 +39,16 @@ func checkRoutes(s string) error {
 	return fmt.Errorf("%w %q: want %s or %s", ErrRoutes, s, RoutesBroadcast, RoutesDemand)
 }
 
+// helloRoutes is this daemon's route protocol as a hello names it: none
+// for routes on demand (the default, and what a hello that names none
+// means).
+func (d *Daemon) helloRoutes() string {
+	if d.cfg.Routes == RoutesDemand {
+		return ""
+	}
+	return d.cfg.Routes
+}
+
 // onDemand reports whether this daemon's routes are on demand.
 func (d *Daemon) onDemand() bool { return d.cfg.Routes == RoutesDemand }
 

@@ -328,6 +328,31 @@ func TestSwimDetectorMismatchRefused(t *testing.T) {
 	}
 }
 
+// TestRoutesMismatchRefused: a host whose route protocol is not the
+// master's is refused at its join, with the flag to fix it, either way
+// round (a hello of routes on demand names none).
+func TestRoutesMismatchRefused(t *testing.T) {
+	for _, c := range []struct{ master, host string }{{RoutesDemand, RoutesBroadcast}, {RoutesBroadcast, RoutesDemand}} {
+		t.Run(c.master+"-master", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				net := transport.NewMem(&partitions{}, frameLen)
+				vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond, Routes: c.master})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
+					Routes: c.host, Output: &syncBuffer{}})
+				if err == nil {
+					_ = d.Halt(ctx)
+					t.Fatalf("a %s host joined a master whose routes are %s", c.host, c.master)
+				}
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--routes") {
+					t.Errorf("join: %v", err)
+				}
+			})
+		})
+	}
+}
+
 // TestSwimSlowHostNotDeleted: a host whose every frame comes 100 ms late
 // (frozen, or behind a congested link) fails its peers' 10 ms probes and
 // is accused, but answers the master's checks within --dead-after: it is

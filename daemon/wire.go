@@ -31,6 +31,10 @@ type hello struct {
 	// master's heartbeats (Config.Detector): the master refuses a host
 	// whose detector is not its own.
 	Detector string `msgpack:"det,omitempty"`
+	// RouteProto is a joining host's route protocol when it is not routes
+	// on demand (Config.Routes): the master refuses a host whose
+	// protocol is not its own.
+	RouteProto string `msgpack:"rp,omitempty"`
 	// Dialled is the address a joining host reached the master by.
 	Dialled string `msgpack:"dl,omitempty"`
 	// Seen is, in the master's answer, the address it records for the

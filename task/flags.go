@@ -103,41 +103,28 @@ func defineFlags(fs *flag.FlagSet, v reflect.Value) (check func() error, err err
 // minCheck returns the check that the numeric field fv, set by flag
 // name, is at least min.
 func minCheck(name string, fv reflect.Value, min string) (func() error, error) {
-	bad := func(v any) error { return fmt.Errorf("-%s must be at least %s, got %v", name, min, v) }
 	switch {
 	case fv.CanInt() && fv.Type() != reflect.TypeFor[time.Duration]():
-		lo, err := strconv.ParseInt(min, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("min tag %q: %w", min, err)
-		}
-		return func() error {
-			if x := fv.Int(); x < lo {
-				return bad(x)
-			}
-			return nil
-		}, nil
+		return atLeast(name, min, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, fv.Int)
 	case fv.CanUint():
-		lo, err := strconv.ParseUint(min, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("min tag %q: %w", min, err)
-		}
-		return func() error {
-			if x := fv.Uint(); x < lo {
-				return bad(x)
-			}
-			return nil
-		}, nil
+		return atLeast(name, min, func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }, fv.Uint)
 	case fv.CanFloat():
-		lo, err := strconv.ParseFloat(min, 64)
-		if err != nil {
-			return nil, fmt.Errorf("min tag %q: %w", min, err)
-		}
-		return func() error {
-			if x := fv.Float(); x < lo {
-				return bad(x)
-			}
-			return nil
-		}, nil
+		return atLeast(name, min, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }, fv.Float)
 	}
 	return nil, fmt.Errorf("min tag on a %v", fv.Type())
+}
+
+// atLeast is minCheck for one kind of number: min parsed by parse, the
+// field's value read by get.
+func atLeast[T int64 | uint64 | float64](name, min string, parse func(string) (T, error), get func() T) (func() error, error) {
+	lo, err := parse(min)
+	if err != nil {
+		return nil, fmt.Errorf("min tag %q: %w", min, err)
+	}
+	return func() error {
+		if x := get(); x < lo {
+			return fmt.Errorf("-%s must be at least %s, got %v", name, min, x)
+		}
+		return nil
+	}, nil
 }

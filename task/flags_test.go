@@ -95,6 +95,18 @@ type badFlagMin struct {
 
 func (*badFlagMin) Run(*Ctx) error { return nil }
 
+type badFlagBound struct {
+	N int `flag:"n,count" min:"one"`
+}
+
+func (*badFlagBound) Run(*Ctx) error { return nil }
+
+type badFlagDuration struct {
+	D time.Duration `flag:"d,period" min:"1"`
+}
+
+func (*badFlagDuration) Run(*Ctx) error { return nil }
+
 type badFlagName struct {
 	N int `flag:",no name"`
 }
@@ -103,14 +115,18 @@ func (*badFlagName) Run(*Ctx) error { return nil }
 
 // TestProgramProtoRefused: RegisterProgram panics on a Proto whose tags
 // it cannot honour, and on a Program with both or neither of Proto and
-// Setup, and registers nothing.
+// Setup, and registers nothing: a flag of a type it cannot set, a min
+// tag on a string or a Duration or with a bound that is not a number, a
+// tag without a name.
 func TestProgramProtoRefused(t *testing.T) {
 	for name, p := range map[string]Program{
-		"task.test.badtype": {Proto: &badFlagType{}},
-		"task.test.badmin":  {Proto: &badFlagMin{}},
-		"task.test.badname": {Proto: &badFlagName{}},
-		"task.test.neither": {},
-		"task.test.both":    {Proto: &flagTask{}, Setup: protoSetup(&flagTask{})},
+		"task.test.badtype":  {Proto: &badFlagType{}},
+		"task.test.badmin":   {Proto: &badFlagMin{}},
+		"task.test.badname":  {Proto: &badFlagName{}},
+		"task.test.badbound": {Proto: &badFlagBound{}},
+		"task.test.baddur":   {Proto: &badFlagDuration{}},
+		"task.test.neither":  {},
+		"task.test.both":     {Proto: &flagTask{}, Setup: protoSetup(&flagTask{})},
 	} {
 		p.Name = name
 		func() {

@@ -592,6 +592,17 @@ func (n *network) successor(p *peer) *peer {
 	return nil
 }
 
+// host returns a copy of host id's record in the host list, and whether
+// the list has one.
+func (n *network) host(id task.HostID) (HostInfo, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if hi := n.hosts[id]; hi != nil {
+		return *hi, true
+	}
+	return HostInfo{}, false
+}
+
 // peerFor returns the connection to host h, dialling it if need be.
 func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 	n := d.nw
@@ -676,13 +687,8 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered as host %v", ErrRefused, addr, g.reply.Host)
 	}
-	n := d.nw
-	n.mu.Lock()
-	want := ""
-	if hi := n.hosts[h]; hi != nil {
-		want = hi.Name
-	}
-	n.mu.Unlock()
+	hi, _ := d.nw.host(h)
+	want := hi.Name
 	if c := g.conn.Peer(); c.Role != pki.RoleDaemon || c.Name != want || c.Master != (h == MasterID) {
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)

@@ -458,10 +458,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
 		}
 	default:
-		n.mu.Lock()
-		hi := n.hosts[h.Host]
-		n.mu.Unlock()
-		if hi == nil || h.Host == d.cfg.HostID {
+		hi, known := n.host(h.Host)
+		if !known || h.Host == d.cfg.HostID {
 			refuse(fmt.Sprintf("unknown host %v", h.Host))
 			return
 		}
@@ -469,7 +467,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			refuse(fmt.Sprintf("%s cannot speak for host %v (%s)", cert, h.Host, hi.Name))
 			return
 		}
-		p.info = *hi
+		p.info = hi
 		var v uint64
 		if d.cfg.Master {
 			v = d.listVersion()

@@ -408,16 +408,11 @@ func (d *Daemon) expiredHost(p *peer) {
 	defer d.certEnds.done(id)
 	why := fmt.Errorf("the certificate of %s has expired", p.cert)
 	n := d.nw
-	n.mu.Lock()
-	addr := ""
-	if hi := n.hosts[id]; hi != nil {
-		addr = hi.Addr
-	}
-	n.mu.Unlock()
+	hi, _ := n.host(id)
 	var err error
-	if addr != "" {
+	if hi.Addr != "" {
 		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.HandshakeTimeout)
-		_, err = d.dial(ctx, id, addr)
+		_, err = d.dial(ctx, id, hi.Addr)
 		cancel()
 	}
 	n.mu.Lock()

@@ -458,10 +458,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)
 		}
 	default:
-		n.mu.Lock()
-		hi := n.hosts[h.Host]
-		n.mu.Unlock()
-		if hi == nil || h.Host == d.cfg.HostID {
+		hi, known := n.host(h.Host)
+		if !known || h.Host == d.cfg.HostID {
 			refuse(fmt.Sprintf("unknown host %v", h.Host))
 			return
 		}
@@ -469,7 +467,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 			refuse(fmt.Sprintf("%s cannot speak for host %v (%s)", cert, h.Host, hi.Name))
 			return
 		}
-		p.info = *hi
+		p.info = hi
 		var v uint64
 		if d.cfg.Master {
 			v = d.listVersion()
@@ -592,6 +590,17 @@ func (n *network) successor(p *peer) *peer {
 	return nil
 }
 
+// host returns a copy of host id's record in the host list, and whether
+// the list has one.
+func (n *network) host(id task.HostID) (HostInfo, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if hi := n.hosts[id]; hi != nil {
+		return *hi, true
+	}
+	return HostInfo{}, false
+}
+
 // peerFor returns the connection to host h, dialling it if need be.
 func (d *Daemon) peerFor(ctx context.Context, h task.HostID) (*peer, error) {
 	n := d.nw
@@ -676,13 +685,8 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered as host %v", ErrRefused, addr, g.reply.Host)
 	}
-	n := d.nw
-	n.mu.Lock()
-	want := ""
-	if hi := n.hosts[h]; hi != nil {
-		want = hi.Name
-	}
-	n.mu.Unlock()
+	hi, _ := d.nw.host(h)
+	want := hi.Name
 	if c := g.conn.Peer(); c.Role != pki.RoleDaemon || c.Name != want || c.Master != (h == MasterID) {
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)

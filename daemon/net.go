@@ -177,7 +177,7 @@ func (d *Daemon) join(ctx context.Context) error {
 		return fmt.Errorf("join %s: %w", d.cfg.Join, err)
 	}
 	conn, st, r, h := g.conn, g.st, g.r, g.reply
-	if h.Version != protocolVersion || h.Assigned == 0 || h.Host != MasterID {
+	if h.Version != ProtocolVersion || h.Assigned == 0 || h.Host != MasterID {
 		conn.Close("bad handshake")
 		return fmt.Errorf("join %s: unexpected answer (version %d, host %v): %w", d.cfg.Join, h.Version, h.Assigned, ErrRefused)
 	}
@@ -349,8 +349,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		refuse(fmt.Sprintf("the certificate of %s (serial %s) is revoked", cert, cert.Serial))
 		return
 	}
-	if h.Version != protocolVersion {
-		refuse(fmt.Sprintf("protocol version %d, this daemon speaks %d", h.Version, protocolVersion))
+	if h.Version != ProtocolVersion {
+		refuse(fmt.Sprintf("protocol version %d, this daemon speaks %d", h.Version, ProtocolVersion))
 		return
 	}
 	role := cert.Role

@@ -578,7 +578,7 @@ func greet(ctx context.Context, tr transport.Endpoint, addr string, h *hello, ma
 
 // writeHello sends a hello frame directly (before the writer runs).
 func writeHello(st transport.Stream, h *hello) error {
-	h.Version = protocolVersion
+	h.Version = ProtocolVersion
 	b, err := encodeMsg(h)
 	if err != nil {
 		return err

@@ -12,10 +12,11 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// protocolVersion is checked in the handshake: daemons of different
-// versions do not form one virtual machine. integration/forgery_test.go,
-// which speaks the wire by hand, sends it too.
-const protocolVersion = 2 // 2: the host list as versioned deltas (hostlist.go)
+// ProtocolVersion is the version of the daemons' wire protocol, checked
+// in the handshake: daemons of different versions do not form one virtual
+// machine. A tool that speaks the wire by hand (integration's forger)
+// sends it.
+const ProtocolVersion = 2 // 2: the host list as versioned deltas (hostlist.go)
 
 // hello opens every connection, in both directions.
 type hello struct {

@@ -78,7 +78,7 @@ func simHost(id task.HostID) HostInfo {
 func (s *WireSizes) JoinHello(id task.HostID) int {
 	info := simHost(id)
 	info.ID = 0
-	return wireFrameLen(routing.KindHello, &hello{Version: protocolVersion, Name: info.Name, Addr: info.Addr, Join: true, Info: info})
+	return wireFrameLen(routing.KindHello, &hello{Version: ProtocolVersion, Name: info.Name, Addr: info.Addr, Join: true, Info: info})
 }
 
 // JoinAnswer is the master's answer to host id's join when hosts hosts
@@ -95,7 +95,7 @@ func (s *WireSizes) JoinAnswer(id task.HostID, hosts, routes int) int {
 	// The answer with a list of one byte and one route, then the lists'
 	// real sizes in place of those.
 	one := routing.Entry{TID: task.NewTID(id, 1), Route: routing.Route{Host: id, Epoch: 1}}
-	h := &hello{Version: protocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id,
+	h := &hello{Version: ProtocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id,
 		Seen: simHost(id).Addr, HostList: []byte{0}, Routes: []routing.Entry{one}}
 	h.Info.Name, h.Info.Addr, h.Info.Master = "master", "master:7946", true
 	base := wireFrameLen(routing.KindHello, h)

@@ -17,7 +17,7 @@ func TestWireSizesJoinAnswer(t *testing.T) {
 	s := NewWireSizes()
 	for _, c := range []struct{ hosts, routes int }{{1, 0}, {2, 0}, {9, 0}, {15, 0}, {16, 3}, {17, 0}, {127, 0}, {128, 0}, {300, 20}, {3000, 0}, {70000, 0}} {
 		id := task.HostID(c.hosts)
-		h := &hello{Version: protocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id, Seen: simHost(id).Addr}
+		h := &hello{Version: ProtocolVersion, Host: MasterID, Name: "master", Info: simHost(MasterID), Assigned: id, Seen: simHost(id).Addr}
 		h.Info.Name, h.Info.Addr, h.Info.Master = "master", "master:7946", true
 		var es []hostlist.Entry
 		for i := range c.hosts {

@@ -195,7 +195,7 @@ func (f *forger) greetAs(ctx context.Context, addr string, h *fHello) (*fConn, *
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	h.Version = 2 // daemon/wire.go's protocolVersion
+	h.Version = daemon.ProtocolVersion
 	b, err := msgpack.Marshal(h)
 	if err != nil {
 		f.t.Fatal(err)

@@ -195,10 +195,7 @@ func (d *Daemon) hostChange(c hostlist.Change) {
 	if id == d.cfg.HostID {
 		return // this host's own entry is its own
 	}
-	h := infoOf(c.Entry)
-	if id == MasterID {
-		h.Addr = d.cfg.Join // reachable from here: this host reached it
-	}
+	h := d.reachable(infoOf(c.Entry))
 	n := d.nw
 	n.mu.Lock()
 	n.hosts[id] = &h
@@ -260,15 +257,21 @@ func (d *Daemon) takeHosts(id, v uint64, es []hostlist.Entry, hosts []HostInfo) 
 	n.list = hostlist.New()
 	n.list.Reset(v, es)
 	n.wantV = v
-	for i := range hosts {
-		hi := hosts[i]
-		if hi.ID == MasterID {
-			hi.Addr = d.cfg.Join // reachable from here: this host reached it
-		}
+	for _, hi := range hosts {
 		if hi.ID != d.cfg.HostID {
+			hi = d.reachable(hi)
 			n.hosts[hi.ID] = &hi
 		}
 	}
+}
+
+// reachable is a host of the master's list as this host dials it: the
+// master at the address this host reached it by.
+func (d *Daemon) reachable(h HostInfo) HostInfo {
+	if h.ID == MasterID {
+		h.Addr = d.cfg.Join
+	}
+	return h
 }
 
 // decodeHostList decodes a whole list from the master as HostInfos, and

@@ -302,50 +302,37 @@ func FuzzSwimFrames(f *testing.F) {
 	})
 }
 
-// TestSwimDetectorMismatchRefused: a host whose failure detector is not
-// the master's is refused at its join, with the flag to fix it, either
-// way round (a master-detector host's hello names no detector, as one
-// from before the swim detector does).
-func TestSwimDetectorMismatchRefused(t *testing.T) {
-	for _, c := range []struct{ master, host string }{{DetectorMaster, DetectorSwim}, {DetectorSwim, DetectorMaster}} {
-		t.Run(c.master+"-master", func(t *testing.T) {
+// TestMismatchRefused: a host whose failure detector or route protocol
+// is not the master's is refused at its join, with the flag to fix it,
+// either way round (a hello of the master detector names no detector, as
+// one from before the swim detector does; a hello of routes on demand
+// names none).
+func TestMismatchRefused(t *testing.T) {
+	for _, c := range []struct {
+		flag, master, host string
+		set                func(*Config, string)
+	}{
+		{"--detector", DetectorMaster, DetectorSwim, func(c *Config, v string) { c.Detector = v }},
+		{"--detector", DetectorSwim, DetectorMaster, func(c *Config, v string) { c.Detector = v }},
+		{"--routes", RoutesDemand, RoutesBroadcast, func(c *Config, v string) { c.Routes = v }},
+		{"--routes", RoutesBroadcast, RoutesDemand, func(c *Config, v string) { c.Routes = v }},
+	} {
+		t.Run(c.flag[2:]+"-"+c.master+"-master", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				net := transport.NewMem(&partitions{}, frameLen)
-				vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond, Detector: c.master})
+				mc := Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond}
+				c.set(&mc, c.master)
+				vm := startVM(t, 1, mc)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
-					Detector: c.host, Output: &syncBuffer{}})
+				hc := Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net, Output: &syncBuffer{}}
+				c.set(&hc, c.host)
+				d, err := Start(ctx, hc)
 				if err == nil {
 					_ = d.Halt(ctx)
-					t.Fatalf("a %s host joined a master that runs the %s detector", c.host, c.master)
+					t.Fatalf("a host of %s %s joined a master of %s %s", c.flag, c.host, c.flag, c.master)
 				}
-				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--detector") {
-					t.Errorf("join: %v", err)
-				}
-			})
-		})
-	}
-}
-
-// TestRoutesMismatchRefused: a host whose route protocol is not the
-// master's is refused at its join, with the flag to fix it, either way
-// round (a hello of routes on demand names none).
-func TestRoutesMismatchRefused(t *testing.T) {
-	for _, c := range []struct{ master, host string }{{RoutesDemand, RoutesBroadcast}, {RoutesBroadcast, RoutesDemand}} {
-		t.Run(c.master+"-master", func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				net := transport.NewMem(&partitions{}, frameLen)
-				vm := startVM(t, 1, Config{Network: net, Heartbeat: 20 * time.Millisecond, RTO: 30 * time.Millisecond, Routes: c.master})
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				d, err := Start(ctx, Config{Listen: ":0", Join: vm.Master().Addr(), Credential: hostCred(t, vm, "h9"), Network: net,
-					Routes: c.host, Output: &syncBuffer{}})
-				if err == nil {
-					_ = d.Halt(ctx)
-					t.Fatalf("a %s host joined a master whose routes are %s", c.host, c.master)
-				}
-				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--routes") {
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.flag) {
 					t.Errorf("join: %v", err)
 				}
 			})

@@ -239,10 +239,7 @@ func (d *Daemon) join(ctx context.Context) error {
 	n.list.Reset(v, es)
 	n.listID = h.HostsID
 	for i := range hosts {
-		hi := hosts[i]
-		if hi.ID == MasterID {
-			hi.Addr = d.cfg.Join // reachable from here: we just reached it
-		}
+		hi := d.reachable(hosts[i])
 		n.hosts[hi.ID] = &hi
 	}
 	self := d.self

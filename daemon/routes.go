@@ -173,15 +173,20 @@ func (d *Daemon) performRouteWork(w *routeWork) {
 	for _, h := range slices.Sorted(maps.Keys(w.resend)) {
 		d.transmit(h, w.resend[h])
 	}
-	d.sendRouteFrames(routing.KindRefuse, w.refuse, 21)
-	d.sendRouteFrames(routing.KindRouteAsk, w.asks, 8)
-	d.sendRouteFrames(routing.KindRouteAnswer, w.answers, 21)
+	d.sendRouteFrames(routing.KindRefuse, w.refuse)
+	d.sendRouteFrames(routing.KindRouteAsk, w.asks)
+	d.sendRouteFrames(routing.KindRouteAnswer, w.answers)
 }
 
-// sendRouteFrames sends each host its batch of kind k, split into frames
-// within the frame limit (records of size bytes each). Nothing goes to
-// this daemon itself: its cache neither asks nor refuses it.
-func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte, size int) {
+// sendRouteFrames sends each host its batch of kind k (KindRefuse,
+// KindRouteAsk or KindRouteAnswer), split into frames within the frame
+// limit, each a whole number of the kind's records. Nothing goes to this
+// daemon itself: its cache neither asks nor refuses it.
+func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte) {
+	size := routing.RefusalSize // KindRefuse, KindRouteAnswer
+	if k == routing.KindRouteAsk {
+		size = route.AskSize
+	}
 	most := max(size, (d.cfg.MaxFrame-64)/size*size)
 	for _, h := range slices.Sorted(maps.Keys(batches)) {
 		b := batches[h]
@@ -247,7 +252,7 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 		if err != nil {
 			return err
 		}
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans}, 21)
+		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
 		return nil
 	}
 	// A host answers from its table, which holds what its cache knows
@@ -274,7 +279,7 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 		return err
 	}
 	if stray == 0 {
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans}, 21)
+		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
 	}
 	if stray != 0 {
 		return fmt.Errorf("%v frame from %s asks for %v, whose origin is %v: %w", routing.KindRouteAsk, p.name(), stray, stray.Host(), routing.ErrMalformed)
@@ -376,7 +381,7 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 		asks[to] = route.AppendAsk(asks[to], tid)
 	}
 	d.rt.mu.Unlock()
-	d.sendRouteFrames(routing.KindRouteAsk, asks, 8)
+	d.sendRouteFrames(routing.KindRouteAsk, asks)
 }
 
 // refusedOnDemand handles claims of p's frame refused about tasks (the

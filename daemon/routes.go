@@ -242,31 +242,18 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 	if !d.onDemand() || !judged(p) {
 		return fmt.Errorf("%v frame from %s: %w", routing.KindRouteAsk, p.name(), routing.ErrMalformed)
 	}
-	if d.cfg.Master {
-		var ans []byte
-		d.rt.mu.Lock()
-		err := route.DecodeAsks(body, func(tid task.TID) {
-			ans = d.appendAnswerLocked(ans, tid, d.rt.routes.Lookup(tid))
-		})
-		d.rt.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
-		return nil
-	}
-	// A host answers from its table, which holds what its cache knows
-	// and the routes a move's own steps set (route.EvAsk's answer, and
-	// the task's past).
+	// The master answers from its table, which holds every route; a host
+	// from its table too, which holds what its cache knows and the routes
+	// a move's own steps set (route.EvAsk's answer, and the task's past).
 	var ans []byte
 	var stray task.TID
 	d.rt.mu.Lock()
-	if d.routes == nil {
+	if !d.cfg.Master && d.routes == nil {
 		d.rt.mu.Unlock()
 		return fmt.Errorf("%v frame at a daemon without a route cache: %w", routing.KindRouteAsk, routing.ErrMalformed)
 	}
 	err := route.DecodeAsks(body, func(tid task.TID) {
-		if tid.Host() != d.cfg.HostID {
+		if !d.cfg.Master && tid.Host() != d.cfg.HostID {
 			if stray == 0 {
 				stray = tid
 			}
@@ -275,15 +262,13 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 		ans = d.appendAnswerLocked(ans, tid, d.rt.routes.Lookup(tid))
 	})
 	d.rt.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if stray == 0 {
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
-	}
-	if stray != 0 {
+	case stray != 0:
 		return fmt.Errorf("%v frame from %s asks for %v, whose origin is %v: %w", routing.KindRouteAsk, p.name(), stray, stray.Host(), routing.ErrMalformed)
 	}
+	d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
 	return nil
 }
 

@@ -173,15 +173,20 @@ func (d *Daemon) performRouteWork(w *routeWork) {
 	for _, h := range slices.Sorted(maps.Keys(w.resend)) {
 		d.transmit(h, w.resend[h])
 	}
-	d.sendRouteFrames(routing.KindRefuse, w.refuse, 21)
-	d.sendRouteFrames(routing.KindRouteAsk, w.asks, 8)
-	d.sendRouteFrames(routing.KindRouteAnswer, w.answers, 21)
+	d.sendRouteFrames(routing.KindRefuse, w.refuse)
+	d.sendRouteFrames(routing.KindRouteAsk, w.asks)
+	d.sendRouteFrames(routing.KindRouteAnswer, w.answers)
 }
 
-// sendRouteFrames sends each host its batch of kind k, split into frames
-// within the frame limit (records of size bytes each). Nothing goes to
-// this daemon itself: its cache neither asks nor refuses it.
-func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte, size int) {
+// sendRouteFrames sends each host its batch of kind k (KindRefuse,
+// KindRouteAsk or KindRouteAnswer), split into frames within the frame
+// limit, each a whole number of the kind's records. Nothing goes to this
+// daemon itself: its cache neither asks nor refuses it.
+func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte) {
+	size := routing.RefusalSize // KindRefuse, KindRouteAnswer
+	if k == routing.KindRouteAsk {
+		size = route.AskSize
+	}
 	most := max(size, (d.cfg.MaxFrame-64)/size*size)
 	for _, h := range slices.Sorted(maps.Keys(batches)) {
 		b := batches[h]
@@ -237,31 +242,18 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 	if !d.onDemand() || !judged(p) {
 		return fmt.Errorf("%v frame from %s: %w", routing.KindRouteAsk, p.name(), routing.ErrMalformed)
 	}
-	if d.cfg.Master {
-		var ans []byte
-		d.rt.mu.Lock()
-		err := route.DecodeAsks(body, func(tid task.TID) {
-			ans = d.appendAnswerLocked(ans, tid, d.rt.routes.Lookup(tid))
-		})
-		d.rt.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans}, 21)
-		return nil
-	}
-	// A host answers from its table, which holds what its cache knows
-	// and the routes a move's own steps set (route.EvAsk's answer, and
-	// the task's past).
+	// The master answers from its table, which holds every route; a host
+	// from its table too, which holds what its cache knows and the routes
+	// a move's own steps set (route.EvAsk's answer, and the task's past).
 	var ans []byte
 	var stray task.TID
 	d.rt.mu.Lock()
-	if d.routes == nil {
+	if !d.cfg.Master && d.routes == nil {
 		d.rt.mu.Unlock()
 		return fmt.Errorf("%v frame at a daemon without a route cache: %w", routing.KindRouteAsk, routing.ErrMalformed)
 	}
 	err := route.DecodeAsks(body, func(tid task.TID) {
-		if tid.Host() != d.cfg.HostID {
+		if !d.cfg.Master && tid.Host() != d.cfg.HostID {
 			if stray == 0 {
 				stray = tid
 			}
@@ -270,15 +262,13 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 		ans = d.appendAnswerLocked(ans, tid, d.rt.routes.Lookup(tid))
 	})
 	d.rt.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if stray == 0 {
-		d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans}, 21)
-	}
-	if stray != 0 {
+	case stray != 0:
 		return fmt.Errorf("%v frame from %s asks for %v, whose origin is %v: %w", routing.KindRouteAsk, p.name(), stray, stray.Host(), routing.ErrMalformed)
 	}
+	d.sendRouteFrames(routing.KindRouteAnswer, map[task.HostID][]byte{p.info.ID: ans})
 	return nil
 }
 
@@ -376,7 +366,7 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 		asks[to] = route.AppendAsk(asks[to], tid)
 	}
 	d.rt.mu.Unlock()
-	d.sendRouteFrames(routing.KindRouteAsk, asks, 8)
+	d.sendRouteFrames(routing.KindRouteAsk, asks)
 }
 
 // refusedOnDemand handles claims of p's frame refused about tasks (the

@@ -219,9 +219,10 @@ func FuzzRouteAnswerFrames(f *testing.F) {
 
 // TestForgedSourceOnDemand: with routes on demand, a host that is not a
 // task's origin refuses a message "from" the task sent by a host it does
-// not know the task on, asks the origin, and does not count the frame
-// against the connection; once the origin's answer has come, such frames
-// count as anywhere, and enough of them close the connection.
+// not know the task on, asks the origin (again at a resend an RTO later),
+// and does not count the frames against the connection; once the
+// origin's answer has come, such frames count as anywhere, and enough of
+// them close the connection.
 func TestForgedSourceOnDemand(t *testing.T) {
 	vm := startMemVM(t, 4, &faults{}, Config{Routes: RoutesDemand, MaxForgeries: 2})
 	h3 := vm.Daemons[2]
@@ -243,6 +244,13 @@ func TestForgedSourceOnDemand(t *testing.T) {
 			t.Fatalf("h2 did not answer h3's query for %v", from)
 		}
 		time.Sleep(5 * time.Millisecond)
+		// The sender's resend: h3 asks again once an RTO has passed (a
+		// query lost, or not sent while h3 did not know h2 yet), and
+		// until the answer has come the frame is not counted against
+		// the connection.
+		if err := h3.receiveMsgs(p4, body, false); err != nil {
+			t.Fatalf("a refused frame before the origin's answer: %v", err)
+		}
 	}
 	var err error
 	for i := 0; i < 2 && err == nil; i++ {

@@ -104,7 +104,7 @@ func TestFrameErrors(t *testing.T) {
 	if err := DecodeAcks(make([]byte, ackSize+1), func(Ack) {}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("bad acks: %v", err)
 	}
-	if err := DecodeRefusals(make([]byte, refusalSize+3), func(Refusal) {}); !errors.Is(err, ErrMalformed) {
+	if err := DecodeRefusals(make([]byte, RefusalSize+3), func(Refusal) {}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("bad refusals: %v", err)
 	}
 }

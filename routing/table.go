@@ -165,7 +165,9 @@ type Refusal struct {
 	Route Route
 }
 
-const refusalSize = 8 + 4 + 8 + 1
+// RefusalSize is the binary size of one Refusal (AppendRefusal): the
+// TID, the route's host and epoch, and the in-transit flag.
+const RefusalSize = 8 + 4 + 8 + 1
 
 // AppendRefusal appends r's binary encoding to dst.
 func AppendRefusal(dst []byte, r Refusal) []byte {
@@ -181,10 +183,10 @@ func AppendRefusal(dst []byte, r Refusal) []byte {
 
 // DecodeRefusals decodes the body of a KindRefuse frame.
 func DecodeRefusals(b []byte, fn func(Refusal)) error {
-	if len(b)%refusalSize != 0 {
+	if len(b)%RefusalSize != 0 {
 		return fmt.Errorf("refuse frame of %d bytes: %w", len(b), ErrMalformed)
 	}
-	for ; len(b) > 0; b = b[refusalSize:] {
+	for ; len(b) > 0; b = b[RefusalSize:] {
 		if b[20] > 1 {
 			return fmt.Errorf("refusal flag %d: %w", b[20], ErrMalformed)
 		}

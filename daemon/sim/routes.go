@@ -56,10 +56,10 @@ const (
 
 // Binary sizes of the query and answer frames: routing's 5-byte frame
 // header, then a TID (route.AppendAsk), or a TID and its route
-// (routing.AppendRefusal's 21 bytes).
+// (routing.AppendRefusal).
 const (
-	askFrameBytes    = 5 + 8
-	answerFrameBytes = 5 + 21
+	askFrameBytes    = 5 + route.AskSize
+	answerFrameBytes = 5 + routing.RefusalSize
 )
 
 // demand reports whether the run's routes are on demand.

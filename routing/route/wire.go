@@ -8,8 +8,8 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
-// askSize is the binary size of one query: the TID, u64 little-endian.
-const askSize = 8
+// AskSize is the binary size of one query: the TID, u64 little-endian.
+const AskSize = 8
 
 // AppendAsk appends the binary encoding of a query for tid's route to dst:
 // the body of the frame the daemon will send as KindRouteAsk, many
@@ -24,10 +24,10 @@ func AppendAsk(dst []byte, tid task.TID) []byte {
 // A body that is not a whole number of queries is refused with
 // routing.ErrMalformed before fn is called.
 func DecodeAsks(b []byte, fn func(task.TID)) error {
-	if len(b)%askSize != 0 {
+	if len(b)%AskSize != 0 {
 		return fmt.Errorf("route query frame of %d bytes: %w", len(b), routing.ErrMalformed)
 	}
-	for ; len(b) > 0; b = b[askSize:] {
+	for ; len(b) > 0; b = b[AskSize:] {
 		fn(task.TID(binary.LittleEndian.Uint64(b)))
 	}
 	return nil

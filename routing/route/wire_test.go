@@ -15,7 +15,7 @@ func TestAsksRoundTrip(t *testing.T) {
 	for _, tid := range want {
 		b = AppendAsk(b, tid)
 	}
-	if len(b) != len(want)*askSize {
+	if len(b) != len(want)*AskSize {
 		t.Fatalf("%d bytes for %d queries", len(b), len(want))
 	}
 	var got []task.TID

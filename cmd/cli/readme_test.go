@@ -318,7 +318,8 @@ func TestReadmeCommands(t *testing.T) {
 
 // proseParagraphs returns the paragraphs of md outside its fenced code
 // blocks and its tables, each joined into one line. Headings and list
-// items are prose; a table row is not, so a row may carry a date.
+// items are prose, each list item a paragraph of its own; a table row is
+// not, so a row may carry a date.
 func proseParagraphs(md string) []string {
 	var out, para []string
 	flush := func() {
@@ -338,12 +339,18 @@ func proseParagraphs(md string) []string {
 		case t == "" || strings.HasPrefix(t, "|"):
 			flush()
 		default:
+			if listItem.MatchString(t) {
+				flush()
+			}
 			para = append(para, t)
 		}
 	}
 	flush()
 	return out
 }
+
+// listItem matches the first line of a markdown list item.
+var listItem = regexp.MustCompile(`^(?:[-*+]|\d+[.)]) `)
 
 var (
 	isoDate = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}\b`)
@@ -396,20 +403,72 @@ func TestDatedNarrative(t *testing.T) {
 	}
 }
 
+var (
+	// A figure with its unit: a number or a range of numbers followed by a
+	// unit of time, size, rate or ratio ("8.8 µs", "6.4–7.5 KiB", "12%").
+	measuredFigure = regexp.MustCompile(`(?:^|[^\w.])\d[\d.,]*(?: ?[–-] ?\d[\d.,]*)? ?(?:ns|µs|ms|s|KiB|MiB|GiB|kB|MB|GB|MB/s|GB/s|%|×|k/s|M/s|msg/s)(?:[^\w/]|$)`)
+	// What a measurement carries: the machine it ran on ("machine A"), the
+	// load it ran at ("load 7–15", "load average 3–35") or its verdict
+	// against a target ("Met.", "Missed there", "(met, on the medians)").
+	measurementMark = regexp.MustCompile(`\b[Mm]achine [A-Z]\b|\bload (?:average )?\d|\b(?:Met|Missed)\b|\((?:met|missed)\b`)
+)
+
+// measuredProse returns what makes a prose paragraph report a measurement:
+// a figure with its unit together with the machine, the load or a verdict
+// against a target. Those are a table row's columns; a figure alone (a
+// default, a limit, a parameter) is not a measurement and passes, and so
+// does a machine or a verdict named without a figure. It returns "" for a
+// paragraph that reports none.
+func measuredProse(p string) string {
+	f := measuredFigure.FindString(p)
+	m := measurementMark.FindString(p)
+	if f == "" || m == "" {
+		return ""
+	}
+	return strings.TrimLeft(f, " (") + " … " + m
+}
+
+func TestMeasuredProse(t *testing.T) {
+	for _, c := range []struct {
+		p    string
+		want bool
+	}{
+		{"- **Memory per idle task** ≤ 16 KiB: 6.4–7.5 KiB on its host. Met.", true},
+		{"Spawning takes 4.3–5.0 s at load 7–15.", true},
+		{"quic-go is CPU-bound at 0.3–0.4 GB/s on one connection on machine A.", true},
+		{"Target: every kernel faster (met, on the medians) by 1.2×.", true},
+		{"Runs on a loaded machine (load average 3–35) scatter by 13%.", true},
+		{"- **Flow control**: at most 8 MiB per receiver (`Window`) may be unacknowledged.", false},
+		{"The defaults are δT = 3 min and a heartbeat of 1 s; missed heartbeats count.", false},
+		{"On machine A (see Machines), memory touched again faults in slowly.", false},
+		{"The default list takes 10–20 s; see the table for machine and date.", false},
+		{"A task that missed its checkpoint is retried; sizes 1 MiB and 64 MiB.", false},
+	} {
+		if got := measuredProse(c.p); (got != "") != c.want {
+			t.Errorf("measuredProse(%q) = %q, want a measurement: %v", c.p, got, c.want)
+		}
+	}
+}
+
 // TestReadmesAreReference checks that no README narrates: no prose
-// paragraph cites a commit or a date. A figure's command, machine and date
-// go in a table row beside it; the story of how it moved goes in the
-// commit message that moved it.
+// paragraph cites a commit or a date, nor reports a measurement (a figure
+// with the machine, the load or the verdict it was measured with). A
+// figure's command, machine and date go in a table row beside it; the
+// story of how it moved goes in the commit message that moved it.
 func TestReadmesAreReference(t *testing.T) {
 	checked := 0
 	for _, rel := range readmes(t) {
 		checked++
 		for _, p := range proseParagraphs(readRepo(t, rel)) {
+			short := p
+			if r := []rune(p); len(r) > 100 {
+				short = string(r[:100]) + "…"
+			}
 			if w := datedNarrative(p); w != "" {
-				if r := []rune(p); len(r) > 100 {
-					p = string(r[:100]) + "…"
-				}
-				t.Errorf("%s: a prose paragraph cites %q (put dated figures in a table row): %s", rel, w, p)
+				t.Errorf("%s: a prose paragraph cites %q (put dated figures in a table row): %s", rel, w, short)
+			}
+			if w := measuredProse(p); w != "" {
+				t.Errorf("%s: a prose paragraph reports a measurement, %q (put it in a table row with its command, machine and date): %s", rel, w, short)
 			}
 		}
 	}

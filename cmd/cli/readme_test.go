@@ -107,15 +107,36 @@ func mdParts(md string) (code, prose []string) {
 
 var inlineDpvm = regexp.MustCompile("`((?:go run \\./cmd/)?dpvm [^`]+)`")
 
-// commandLines returns the dpvm command lines of a README: lines of code
-// blocks that start with "dpvm " (after a "$ " prompt), and inline code
-// spans that do. splitWords (the console's) drops their shell comments.
+// indentedDpvm matches a line of an indented code block that runs dpvm.
+var indentedDpvm = regexp.MustCompile(`^(?: {4}|\t)+(?:\$ )?dpvm `)
+
+// shellTail matches where a shell line stops being dpvm's: a pipe into
+// another command (a "|" between a synopsis's alternatives is followed by
+// a flag or a bracket), a redirection, or a second command.
+var shellTail = regexp.MustCompile(` (?:\| [^-\[ ]|>|&&|;)`)
+
+// commandLines returns the dpvm command lines of a README: lines of
+// fenced or indented code blocks that start with "dpvm " (after a "$ "
+// prompt), and inline code spans that do. A code line is cut where the
+// shell takes over (a pipe, a redirection); splitWords (the console's)
+// drops its shell comments.
 func commandLines(md string) []string {
 	code, prose := mdParts(md)
+	fenced := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		} else if !fenced && indentedDpvm.MatchString(line) {
+			code = append(code, line)
+		}
+	}
 	var out []string
 	for _, line := range code {
 		line = strings.TrimPrefix(strings.TrimSpace(line), "$ ")
 		line = strings.TrimPrefix(line, "go run ./cmd/")
+		if loc := shellTail.FindStringIndex(line); loc != nil {
+			line = line[:loc[0]]
+		}
 		if strings.HasPrefix(line, "dpvm ") {
 			out = append(out, line)
 		}
@@ -174,7 +195,10 @@ func checkCommandLine(app *cli.App, words []string) error {
 				}
 				rest = rest[1:]
 			}
-		case cmd != nil && cmd.Name == "run" && cmd == findCommand(app.Commands, "run"):
+		case cmd != nil && runsProgram(app, cmd):
+			if isPlaceholder(tok) {
+				return nil // a synopsis: PROGRAM [program flags]
+			}
 			return checkProgram(tok, rest)
 		case len(subs) > 0 && isPlaceholder(tok):
 			cmd, subs, flags = subs[0], subs[0].Subcommands, subs[0].Flags
@@ -211,6 +235,16 @@ func checkCommandLine(app *cli.App, words []string) error {
 		return fmt.Errorf("no command")
 	}
 	return nil
+}
+
+// runsProgram reports whether cmd's first argument is a registered
+// program whose flags follow it: "dpvm run" and "dpvm sim vm".
+func runsProgram(app *cli.App, cmd *cli.Command) bool {
+	if cmd == findCommand(app.Commands, "run") {
+		return true
+	}
+	sim := findCommand(app.Commands, "sim")
+	return sim != nil && cmd == findCommand(sim.Subcommands, "vm")
 }
 
 // isPlaceholder reports whether a word is an upper-case placeholder of a
@@ -264,6 +298,9 @@ func TestCheckCommandLine(t *testing.T) {
 		{"dpvm npb zz", false},
 		{"dpvm run nosuchprogram", false},
 		{"dpvm run pi -bogus 1", false},
+		{"dpvm sim vm --seeds 10 ring -n 5 -laps 20", true},
+		{"dpvm sim vm ring -bogus 1", false},
+		{"dpvm sim vm [--seeds N] PROGRAM [program flags]", true},
 		{"dpvm run --master", false},
 		{"dpvm sched plan|step --json", true},
 		{"dpvm npb KERNEL --class S|W|A [--hosts H] [--json]", true},
@@ -279,6 +316,17 @@ func TestCheckCommandLine(t *testing.T) {
 		if err := checkCommandLine(app, words); (err == nil) != c.ok {
 			t.Errorf("%q: %v, want ok=%v", c.line, err, c.ok)
 		}
+	}
+}
+
+func TestCommandLines(t *testing.T) {
+	md := "Run `dpvm conf --json` or:\n\n```\n$ dpvm ps   # the tasks\ndpvm man | man -l -\n```\n\n" +
+		"    dpvm sim scale [--routes broadcast|demand] [--json]\n    dpvm completion zsh > ~/.zfunc/_dpvm\n\n" +
+		"```\n    dpvm sim sed [--trace FILE | --synthetic]\n```\n"
+	want := []string{"dpvm ps   # the tasks", "dpvm man", "dpvm sim sed [--trace FILE | --synthetic]",
+		"dpvm sim scale [--routes broadcast|demand] [--json]", "dpvm completion zsh", "dpvm conf --json"}
+	if got := commandLines(md); !slices.Equal(got, want) {
+		t.Errorf("commandLines:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -42,7 +42,7 @@
 //     []Effect, that delegates to its parts; the daemon holds it under
 //     one lock.
 //   - The master node (master): the master's registry of tasks and
-//     placement, its route table, the move machine and one job
+//     placement, groups, barriers and watches, its route table, the move machine and one job
 //     checkpoint coordinator (jobck.Machine) per job, with the drivers'
 //     policy (the move tick, periodic checkpoints, quiet polls, resume
 //     retries) as timer and call effects, behind one seam, Step(now,

@@ -66,6 +66,12 @@ type Entry struct {
 	Host task.HostID
 }
 
+// watch is a task to be told of another's end, with the tag to use.
+type watch struct {
+	who task.TID
+	tag int
+}
+
 // run is the node's record of a move: what a step's call carries besides
 // the machine's action.
 type run struct {
@@ -77,10 +83,14 @@ type run struct {
 // job is a job's coordinator and the sets it has written.
 type job struct {
 	mc      *jobck.Machine
-	every   time.Duration
+	every   time.Duration // the checkpoint period (0: none)
+	timed   bool          // a checkpoint timer is set
 	sets    map[uint64][]Entry // complete sets, entries in TID order
 	pending map[uint64][]Entry // sets being written
 	lostIn  task.HostID        // a host lost while a checkpoint round ran
+	// groups is each complete set's group memberships, as they were at
+	// its commit.
+	groups map[uint64]map[string][]task.TID
 	// The restore under way: where each task of the set goes, and at
 	// which epoch.
 	place []Entry
@@ -106,6 +116,10 @@ type Node struct {
 	ticking bool
 	jobs    map[uint64]*job
 
+	groups   map[string][]task.TID // members by instance; a free one holds 0
+	barriers map[string][]task.TID // arrivals at each group's barrier, in order
+	watches  map[task.TID][]watch  // who is told of each task's end
+
 	out []Effect // the effects of the Step under way
 }
 
@@ -117,6 +131,7 @@ func New(cfg Config, hosts []task.HostID) *Node {
 		moves: move.New(0, 0), routes: routing.NewTable(),
 		tasks: map[task.TID]*Task{}, nextLocal: map[task.HostID]uint32{},
 		runs: map[move.ID]*run{}, jobs: map[uint64]*job{},
+		groups: map[string][]task.TID{}, barriers: map[string][]task.TID{}, watches: map[task.TID][]watch{},
 	}
 }
 
@@ -132,6 +147,9 @@ func (n *Node) Task(tid task.TID) *Task { return n.tasks[tid] }
 
 // Order is every task registered, in order. Read-only for the shell.
 func (n *Node) Order() []task.TID { return n.order }
+
+// Members is group's members by instance (0: a free instance), a copy.
+func (n *Node) Members(group string) []task.TID { return slices.Clone(n.groups[group]) }
 
 // Lost reports whether host h is deemed lost.
 func (n *Node) Lost(h task.HostID) bool { return n.lost[h] }
@@ -205,7 +223,8 @@ const (
 	EvHostLost
 	// EvJobStart: Job's coordinator starts, configured by Jobck.
 	EvJobStart
-	// EvJobEvery: Job is checkpointed every Every from now.
+	// EvJobEvery: Job is checkpointed every Every from now (0: no more);
+	// a timer already set keeps running, at the new period.
 	EvJobEvery
 	// EvCk: Ck is an event of Job's coordinator (a host's answer to a
 	// step, a checkpoint asked for, the job ended). For an EvWritten
@@ -221,10 +240,21 @@ const (
 	EvResumed
 	// EvTimer: Timer is due.
 	EvTimer
+	// EvJoin: TID joins Group at its lowest free instance (FxAnswer with
+	// the instance; its own if it is a member already).
+	EvJoin
+	// EvLeave: TID leaves Group (FxAnswer; Err if it is no member).
+	EvLeave
+	// EvBarrier: TID arrives at Group's barrier of Count; when it is the
+	// Count-th, FxRelease names the others, who waited.
+	EvBarrier
+	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
+	// once if it has ended).
+	EvWatch
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
-	"job-start", "job-every", "ck", "staged", "resumed", "timer"}
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -255,6 +285,10 @@ type Event struct {
 	Round   jobck.Round
 	Attempt int
 	Timer   Timer
+	// Groups and watches.
+	Group string
+	Who   task.TID
+	Tag   int
 }
 
 func (e Event) String() string {
@@ -282,6 +316,12 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" %d %v %v attempt %d", e.Job, e.Round, e.Host, e.Attempt)
 	case EvTimer:
 		s += " " + e.Timer.String()
+	case EvJoin, EvLeave:
+		s += fmt.Sprintf(" %v %q", e.TID, e.Group)
+	case EvBarrier:
+		s += fmt.Sprintf(" %v %q of %d", e.TID, e.Group, e.Count)
+	case EvWatch:
+		s += fmt.Sprintf(" %v by %v tag %d", e.TID, e.Who, e.Tag)
 	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
@@ -375,10 +415,18 @@ const (
 	FxJobLost
 	// FxTimer: feed Timer back (EvTimer) at At.
 	FxTimer
+	// FxAnswer: the answer to a join (Count: the instance) or a leave
+	// (Err).
+	FxAnswer
+	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
+	FxRelease
+	// FxNotify: tell To, with Tag, that TID has ended.
+	FxNotify
 )
 
 var effectNames = [...]string{"", "refuse", "start", "exited", "kill", "move-started", "move", "route", "host-gone",
-	"job", "round", "call", "resume", "commit", "discard", "restore", "go", "job-lost", "timer"}
+	"job", "round", "call", "resume", "commit", "discard", "restore", "go", "job-lost", "timer",
+	"answer", "release", "notify"}
 
 func (k EffectKind) String() string {
 	if int(k) < len(effectNames) && k != 0 {
@@ -435,7 +483,12 @@ type Effect struct {
 	Attempt int
 	Timer   Timer
 	At      time.Time
-	Err     error
+	// To and Tag (FxNotify) are who is told and with which tag.
+	To  task.TID
+	Tag int
+	// Groups (FxCommit) are the group memberships the set records.
+	Groups map[string][]task.TID
+	Err    error
 }
 
 func (x Effect) String() string {
@@ -480,6 +533,9 @@ func (x Effect) String() string {
 		s += fmt.Sprintf(" %d [%v] %v attempt %d in %v", x.Job, x.Round, x.Host, x.Attempt, x.Timeout)
 	case FxCommit, FxDiscard:
 		s += fmt.Sprintf(" %d seq %d %v", x.Job, x.Round.Seq, x.Entries)
+		if len(x.Groups) > 0 {
+			s += fmt.Sprintf(" groups %v", x.Groups)
+		}
 	case FxRestore:
 		s += fmt.Sprintf(" %d seq %d e%d %v", x.Job, x.Round.Seq, x.Epoch, x.Entries)
 	case FxGo:
@@ -488,6 +544,12 @@ func (x Effect) String() string {
 		s += fmt.Sprintf(" %d %v", x.Job, x.Host)
 	case FxTimer:
 		s += fmt.Sprintf(" %v at %d", x.Timer, x.At.UnixMicro())
+	case FxAnswer:
+		s += fmt.Sprintf(" %d", x.Count)
+	case FxRelease:
+		s += fmt.Sprintf(" %v", x.TIDs)
+	case FxNotify:
+		s += fmt.Sprintf(" %v to %v tag %d", x.TID, x.To, x.Tag)
 	}
 	if x.Err != nil {
 		s += ": " + x.Err.Error()
@@ -503,10 +565,7 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 	case EvSpawn:
 		n.spawn(e)
 	case EvExited:
-		if t := n.tasks[e.TID]; t != nil && !t.Exited {
-			t.Exited = true
-			n.emit(Effect{Kind: FxExited, TID: e.TID})
-		}
+		n.exited(e.TID)
 	case EvKill:
 		switch t := n.tasks[e.TID]; {
 		case t == nil:
@@ -527,7 +586,8 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 		n.hostLost(now, e.Host)
 	case EvJobStart:
 		if n.jobs[e.Job] == nil {
-			n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{}}
+			n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{},
+				groups: map[uint64]map[string][]task.TID{}}
 		}
 	case EvJobEvery:
 		jb := n.jobs[e.Job]
@@ -536,7 +596,8 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 			break
 		}
 		jb.every = e.Every
-		if e.Every > 0 {
+		if e.Every > 0 && !jb.timed {
+			jb.timed = true
 			n.emit(Effect{Kind: FxTimer, Timer: Timer{Kind: TimerCheckpoint, Job: e.Job}, At: now.Add(e.Every)})
 		}
 	case EvCk:
@@ -549,6 +610,30 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 		}
 	case EvTimer:
 		n.timer(now, e.Timer)
+	case EvJoin:
+		n.emit(Effect{Kind: FxAnswer, Count: n.join(e.Group, e.TID)})
+	case EvLeave:
+		n.emit(Effect{Kind: FxAnswer, Err: n.leave(e.Group, e.TID)})
+	case EvBarrier:
+		b := append(n.barriers[e.Group], e.TID)
+		if len(b) < e.Count {
+			n.barriers[e.Group] = b
+			break
+		}
+		delete(n.barriers, e.Group)
+		var others []task.TID
+		for _, tid := range b {
+			if tid != e.TID {
+				others = append(others, tid)
+			}
+		}
+		n.emit(Effect{Kind: FxRelease, TIDs: others})
+	case EvWatch:
+		if t := n.tasks[e.TID]; t != nil && t.Exited {
+			n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
+			break
+		}
+		n.watches[e.TID] = append(n.watches[e.TID], watch{who: e.Who, tag: e.Tag})
 	}
 	out := n.out
 	n.out = nil
@@ -557,6 +642,66 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 
 func (n *Node) emit(x Effect)    { n.out = append(n.out, x) }
 func (n *Node) refuse(err error) { n.emit(Effect{Kind: FxRefuse, Err: err}) }
+
+// exited records that tid ended: its groups let go of it and its
+// watchers are told.
+func (n *Node) exited(tid task.TID) {
+	t := n.tasks[tid]
+	if t == nil || t.Exited {
+		return
+	}
+	t.Exited = true
+	n.emit(Effect{Kind: FxExited, TID: tid})
+	for _, g := range n.groups {
+		for i, m := range g {
+			if m == tid {
+				g[i] = 0
+			}
+		}
+	}
+	for _, w := range n.watches[tid] {
+		n.emit(Effect{Kind: FxNotify, TID: tid, To: w.who, Tag: w.tag})
+	}
+	delete(n.watches, tid)
+}
+
+// join adds tid to group at its lowest free instance and returns it.
+func (n *Node) join(group string, tid task.TID) int {
+	g := n.groups[group]
+	for i, t := range g {
+		if t == tid {
+			return i
+		}
+	}
+	for i, t := range g {
+		if t == 0 {
+			g[i] = tid
+			return i
+		}
+	}
+	n.groups[group] = append(g, tid)
+	return len(g)
+}
+
+// leave takes tid out of group.
+func (n *Node) leave(group string, tid task.TID) error {
+	for i, t := range n.groups[group] {
+		if t == tid {
+			n.groups[group][i] = 0
+			return nil
+		}
+	}
+	return fmt.Errorf("%v is not in group %q", tid, group)
+}
+
+// cloneGroups is a deep copy of groups.
+func cloneGroups(groups map[string][]task.TID) map[string][]task.TID {
+	out := make(map[string][]task.TID, len(groups))
+	for g, ts := range groups {
+		out[g] = slices.Clone(ts)
+	}
+	return out
+}
 
 // spawn registers and places e's tasks.
 func (n *Node) spawn(e Event) {
@@ -689,7 +834,11 @@ func (n *Node) timer(now time.Time, t Timer) {
 		n.moveStep(now, move.Event{Kind: move.Tick})
 	case TimerCheckpoint:
 		jb := n.jobs[t.Job]
-		if jb == nil || jb.every <= 0 {
+		if jb == nil {
+			return
+		}
+		if jb.every <= 0 {
+			jb.timed = false
 			return
 		}
 		if jb.mc.State() == jobck.Idle {
@@ -736,6 +885,9 @@ func (n *Node) ckEvent(now time.Time, e Event) {
 		}
 		ev.Floor = max(ev.Floor, jb.floor())
 	case jobck.EvCommitted:
+		if ev.Err != nil {
+			delete(jb.groups, ev.Round.Seq)
+		}
 		if ev.Err == nil {
 			if set, ok := jb.pending[ev.Round.Seq]; ok {
 				delete(jb.pending, ev.Round.Seq)
@@ -803,7 +955,9 @@ func (n *Node) ckActions(now time.Time, j uint64, acts []jobck.Action) {
 				n.ckStep(now, j, jobck.Event{Kind: jobck.EvCommitted, Round: r, Err: fmt.Errorf("set %d: nothing written", r.Seq)}, false)
 			default:
 				slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
-				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set)})
+				groups := cloneGroups(n.groups)
+				jb.groups[r.Seq] = groups
+				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: cloneGroups(groups)})
 			}
 		case jobck.ActResume:
 			for _, h := range a.Hosts {
@@ -900,6 +1054,9 @@ func (n *Node) staged(now time.Time, e Event) {
 	}
 	set, epoch := jb.place, jb.epoch
 	jb.place = nil
+	// The groups go back to the set's; no barrier waits any more.
+	n.groups = cloneGroups(jb.groups[r.Seq])
+	n.barriers = map[string][]task.TID{}
 	place := map[task.HostID][]task.TID{}
 	var order []task.HostID
 	for _, x := range set {

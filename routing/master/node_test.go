@@ -123,6 +123,7 @@ func TestConfigDefaults(t *testing.T) {
 //     host it names is one of the virtual machine's;
 //   - on demand, a route goes to hosts not lost, once each, in order;
 //   - TIDs are unique, and every task started is registered;
+//   - a group holds a task once at most;
 //   - the same events give the same effects (a node is deterministic).
 func FuzzStep(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 2, 2, 2, 2, 9, 10, 10, 10, 11, 11, 11, 12, 12, 12, 13, 14, 15})
@@ -179,7 +180,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			return Event{Kind: EvCk, Job: 1, Ck: jobck.Event{Kind: k, Round: round, Host: h, Err: err, Tasks: 1, SafeEvery: time.Millisecond}}
 		}
 		var e Event
-		switch b % 17 {
+		switch b % 21 {
 		case 0:
 			e = Event{Kind: EvSpawn, Job: 1, Type: "w", Count: 1 + int(b>>5)}
 		case 1:
@@ -191,7 +192,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			}
 			st := move.StepPrepare + move.Step(b>>5)%7
 			for _, m := range n.moves.Moves() {
-				if m.ID == id && b%17 == 2 {
+				if m.ID == id && b%21 == 2 {
 					st = stepOf[m.State] // the answer the move waits for
 				}
 			}
@@ -223,6 +224,14 @@ func runFuzz(t *testing.T, in []byte) string {
 			e = Event{Kind: EvTimer, Timer: Timer{Kind: TimerQuiet, Job: 1}}
 		case 16:
 			e = Event{Kind: EvStaged, Job: 1, Round: round, Err: err}
+		case 17:
+			e = Event{Kind: EvJoin, TID: pick(), Group: "g"}
+		case 18:
+			e = Event{Kind: EvLeave, TID: pick(), Group: "g"}
+		case 19:
+			e = Event{Kind: EvBarrier, TID: pick(), Group: "b", Count: 1 + int(b>>6)}
+		case 20:
+			e = Event{Kind: EvWatch, TID: pick(), Who: pick(), Tag: int(b)}
 		}
 		if r := n.Round(1); !r.IsZero() && r != prev {
 			prev = r
@@ -260,6 +269,15 @@ func runFuzz(t *testing.T, in []byte) string {
 						}
 					}
 				}
+			}
+		}
+		for _, g := range n.groups {
+			in := map[task.TID]bool{}
+			for _, tid := range g {
+				if tid != 0 && in[tid] {
+					t.Fatalf("step %d (%v): group %v holds %v twice", i, e, g, tid)
+				}
+				in[tid] = true
 			}
 		}
 		for _, tid := range n.Order() {

@@ -44,6 +44,8 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 //	staged 1 err=text
 //	resumed 1 host=1 attempt=1 err=text
 //	timer moves | timer checkpoint 1 | timer quiet 1
+//	join t1:1 g | leave t1:1 g | barrier t1:1 g count=2
+//	watch t1:1 who=t2:1 tag=7 | members g
 //
 // Job answers name the job's round under way. Each command's output is
 // the effects, one a line, and the node's state in a last line.
@@ -157,6 +159,17 @@ func (s *script) run(line string) string {
 			j, _ := strconv.ParseUint(pos[1], 10, 64)
 			e.Timer = Timer{Kind: TimerQuiet, Job: j}
 		}
+	case "join", "leave":
+		e.Kind, e.TID, e.Group = EvJoin, tid(pos[0]), pos[1]
+		if f[0] == "leave" {
+			e.Kind = EvLeave
+		}
+	case "barrier":
+		e.Kind, e.TID, e.Group, e.Count = EvBarrier, tid(pos[0]), pos[1], num("count")
+	case "watch":
+		e.Kind, e.TID, e.Who, e.Tag = EvWatch, tid(pos[0]), tid(args["who"]), num("tag")
+	case "members":
+		return fmt.Sprintf("%v", s.n.Members(pos[0]))
 	default:
 		return "unknown command " + f[0]
 	}

@@ -18,9 +18,9 @@ import (
 // an event; routes sent; timers set; tasks' incarnations started and
 // stopped. The node owns the registry of tasks, placement, groups,
 // barriers and watches, the route table, the move machine and the job's
-// checkpoint coordinator; the
-// shell keeps the tasks' incarnations, the checkpoint sets' contents (the
-// shared directory) and what waits for a move.
+// checkpoint coordinator; the shell keeps the tasks' incarnations, the
+// checkpoint sets' contents (the shared directory) and what waits for a
+// move.
 type master struct {
 	w    *world
 	node *mnode.Node

@@ -22,6 +22,13 @@
 //
 // # Parts and owners
 //
+// The master's decisions also exist as one pure node, routing/master.Node
+// (the registry of tasks and placement, groups, barriers and watches, the
+// route table, the move machine and each job's checkpoint coordinator,
+// with the drivers' timers and resume retries as effects), which the
+// whole-VM simulation (daemon/sim) runs. The daemon's master does not run
+// it yet: its parts below drive the same machines under their own locks.
+//
 // A Daemon is the driver of its parts. Each part is a type of its own
 // with one owner, a lock (or, for the scheduler's loop and a peer's
 // write loop, a goroutine), and the part's methods take that lock

@@ -41,6 +41,13 @@
 //     (jobck.Host) as one pure value with one seam, Step(now, Event)
 //     []Effect, that delegates to its parts; the daemon holds it under
 //     one lock.
+//   - The master node (master): the master's registry of tasks and
+//     placement, groups, barriers and watches, its route table, the move machine and one job
+//     checkpoint coordinator (jobck.Machine) per job, with the drivers'
+//     policy (the move tick, periodic checkpoints, quiet polls, resume
+//     retries) as timer and call effects, behind one seam, Step(now,
+//     Event) []Effect. The whole-VM simulation (daemon/sim) runs it; the
+//     daemon's master still drives the machines itself (daemon/doc.go).
 //   - Failure detection (swim): the hosts probe each other, SWIM with
 //     Lifeguard's suspicion and local health, and tell the master only of
 //     suspicions, deaths and refutations; the master deletes a host only

@@ -24,15 +24,15 @@ func (w *world) clock() time.Time { return base.Add(w.now) }
 func (w *world) check() {
 	m := w.master
 	rolling := m.rollingBack()
-	for _, tid := range m.order {
-		mt := m.tasks[tid]
-		if mt.exited {
+	for _, tid := range m.order() {
+		if m.task(tid).Exited {
 			continue
 		}
+		st := m.incs[tid]
 		on := 0
 		// A task on a crashed host is lost with it until the job rolls
 		// back; during the rollback it is on no host.
-		moving := rolling || (mt.st != nil && mt.st.host.crashed)
+		moving := rolling || (st != nil && st.host.crashed)
 		for _, h := range w.hosts {
 			if h.crashed {
 				continue

@@ -4,11 +4,16 @@
 // The same seed replays the same run event for event, on any machine:
 // Result.TraceHash is a hash of every event.
 //
-// It drives the real pure protocol parts the way the daemon does: each
-// host is a routing/host.Node (route table, reliable delivery's Outbox
-// and Inbox, the host half of moves) inside a shell that mirrors
-// daemon/remote.go and daemon/migrate.go, and the master runs the real
-// move machine (routing/move.Machine). It models nothing they decide.
+// It runs the real pure nodes: each host is a routing/host.Node (route
+// table, reliable delivery's Outbox and Inbox, the host halves of moves
+// and job checkpoints) inside a shell that mirrors daemon/remote.go and
+// daemon/migrate.go, and the master is a routing/master.Node (the
+// registry of tasks and placement, groups, barriers and watches, the
+// route table, the move machine and the job's checkpoint coordinator,
+// with their timers and retries) inside a shell that performs its
+// effects: calls over the simulated net, routes sent, timers, tasks'
+// incarnations started, stopped and woken, exit notices delivered, the
+// checkpoint sets' contents kept. It models nothing they decide.
 //
 // Tasks are the registered programs' own code: each incarnation runs Run
 // on a goroutine of its own, but only while it holds the baton the loop

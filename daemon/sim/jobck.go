@@ -11,15 +11,16 @@ import (
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/jobck"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
 
-// Job checkpoints, host crashes and rollbacks. The master drives the real
-// job checkpoint machine (routing/jobck.Machine) as daemon/jobs.go's
-// jobAction does: each action is a control call to the hosts, each
-// answer fed back as an event; the hosts serve the steps through the
+// Job checkpoints, host crashes and rollbacks. The master node decides
+// (its job checkpoint coordinator, routing/jobck.Machine); the shell
+// performs its effects as daemon/jobs.go's jobAction does: each call a
+// control call to the hosts, each answer fed back as an event; the hosts serve the steps through the
 // real host half (jobck.Host, behind the host node's seam) as
 // daemon/jobckpt.go does. The shared directory is a map of sets in
 // memory: a set is complete once its manifest is "written" (commit).
@@ -35,11 +36,10 @@ type ckptEntry struct {
 	state []byte
 }
 
-// ckptSet is a checkpoint set: its entries in TID order and the group
-// memberships when it was committed.
+// ckptSet is a checkpoint set: its entries in TID order (the node keeps
+// the group memberships when it was committed).
 type ckptSet struct {
 	entries []ckptEntry
-	groups  map[string][]task.TID
 	// outLen is the length of the job's output at the set's cut: its
 	// write begins with every task of the job held at a safe point, so
 	// what they printed before is in no restored task's future, and what
@@ -54,77 +54,29 @@ type pauseRec struct {
 	arrived bool // the task waits at its safe point
 }
 
-// ckState is the master's side of the job's checkpoints.
+// ckState is the shell's side of the job's checkpoints: the shared
+// directory's sets (the node knows their numbers and entries; this is
+// their contents).
 type ckState struct {
-	mc      *jobck.Machine
 	sets    map[uint64]*ckptSet // complete sets
 	pending map[uint64]*ckptSet // sets being written
-	every   time.Duration       // checkpoint period (0: none)
-	lostIn  task.HostID         // a host lost while the round ran
-}
-
-func (m *master) ckInit() {
-	m.ck = &ckState{
-		mc:      jobck.New(job, 0, jobck.Config{EndLost: true}),
-		sets:    map[uint64]*ckptSet{},
-		pending: map[uint64]*ckptSet{},
-	}
-}
-
-// aliveHosts lists the hosts not deemed lost, in ID order. The list is
-// kept until a host is lost (a spawn places each task with it: remade
-// each time, it made a spawn cost as much as the hosts); it is clipped,
-// so that a caller's append copies it.
-func (m *master) aliveHosts() []task.HostID {
-	if m.alive == nil {
-		for _, h := range m.w.hosts {
-			if !m.lost[h.id] {
-				m.alive = append(m.alive, h.id)
-			}
-		}
-	}
-	return slices.Clip(m.alive)
 }
 
 // rollingBack reports whether the job's rollback is under way.
-func (m *master) rollingBack() bool {
-	s := m.ck.mc.State()
-	return s == jobck.Killing || s == jobck.Restoring
-}
+func (m *master) rollingBack() bool { return m.node.RollingBack(job) }
 
 // planCheckpoints starts the job's periodic checkpoints.
 func (m *master) planCheckpoints(every time.Duration) {
-	m.ck.every = every
-	m.w.after(every, nil, "checkpoint timer", m.checkpointTick)
-}
-
-func (m *master) checkpointTick() {
-	if m.ck.mc.State() == jobck.Idle {
-		floor := uint64(0)
-		for s := range m.ck.sets {
-			floor = max(floor, s)
-		}
-		for s := range m.ck.pending {
-			floor = max(floor, s)
-		}
-		acts, err := m.ck.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: m.w.clock(), Hosts: m.aliveHosts(), Floor: floor})
-		if err != nil {
-			m.w.note("checkpoint refused: " + err.Error())
-		} else {
-			m.w.note("checkpoint round")
-			m.ckPerform(acts)
-		}
-	}
-	m.w.after(m.ck.every, nil, "checkpoint timer", m.checkpointTick)
+	m.do(m.step(mnode.Event{Kind: mnode.EvJobEvery, Job: job, Every: every}))
 }
 
 // crash stops host h for good: its tasks, its moves' halves and what it
 // holds are gone; the master deems it lost after detectAfter.
 func (w *world) crash(h *shost) {
-	if h.crashed || len(w.master.aliveHosts()) < 2 {
+	if h.crashed || len(w.master.node.Alive()) < 2 {
 		return
 	}
-	if len(w.master.ck.sets) == 0 && w.cfg.Faults&FaultCheckpoint != 0 {
+	if w.master.node.Sets(job) == 0 && w.cfg.Faults&FaultCheckpoint != 0 {
 		// Wait for a complete checkpoint, so that the crash tests the
 		// rollback rather than the job's loss.
 		w.after(10*time.Millisecond, nil, "crash "+h.name+" (waits for a checkpoint)", func() { w.crash(h) })
@@ -136,30 +88,17 @@ func (w *world) crash(h *shost) {
 }
 
 // hostLost is the master deeming host id lost: its moves end, and the
-// job rolls back (or, with no checkpoint, ends).
+// job rolls back (or, with no checkpoint, ends), as the node says.
 func (m *master) hostLost(id task.HostID) {
-	m.lost[id] = true
-	m.alive = nil
-	m.w.take("host lost " + nodeName(id))
-	if m.w.demand() {
-		m.tellLost(id)
+	if err := m.do(m.step(mnode.Event{Kind: mnode.EvHostLost, Host: id})); err != nil {
+		m.w.fail(err)
 	}
-	m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.HostLost, Host: id}))
-	if m.ck.mc.State() != jobck.Idle && !m.rollingBack() {
-		m.ck.lostIn = id
-	}
-	acts, err := m.ck.mc.Step(jobck.Event{Kind: jobck.EvHostLost, Now: m.w.clock(), Host: id, Hosts: append(m.aliveHosts(), id)})
-	if err != nil {
-		m.w.fail(fmt.Errorf("job checkpoint machine: %w", err))
-		return
-	}
-	m.ckPerform(acts)
 }
 
 // ckCall performs a step at each of hosts, bounded by timeout, and feeds
 // each answer (or its timeout) back with event.
 func (m *master) ckCall(what string, hosts []task.HostID, timeout time.Duration,
-	serve func(h *shost, reply func(ckReply, error)), event func(h task.HostID, r ckReply, err error) jobck.Event) {
+	serve func(h *shost, reply func(ckReply, error)), event func(h task.HostID, r ckReply, err error) mnode.Event) {
 	for _, id := range hosts {
 		m.callSeq++
 		cid := m.callSeq
@@ -170,62 +109,48 @@ func (m *master) ckCall(what string, hosts []task.HostID, timeout time.Duration,
 				return
 			}
 			delete(m.calls, cid)
-			if event == nil {
-				return
-			}
 			line := fmt.Sprintf("ck answer %s %v", what, h.name)
 			if err != nil {
 				line += ": " + err.Error()
 			}
 			m.w.note(line)
-			acts, serr := m.ck.mc.Step(event(id, r, err))
-			if serr != nil && !errors.Is(serr, jobck.ErrStale) {
-				m.w.note("job checkpoint machine: " + serr.Error())
+			if serr := m.do(m.step(event(id, r, err))); serr != nil {
+				m.w.note(serr.Error())
 			}
-			m.ckPerform(acts)
 		}
 		m.w.send(masterNode, id, classCall, "ck "+what, func() {
 			serve(h, func(r ckReply, err error) {
 				m.w.send(id, masterNode, classCall, "ck answer "+what, func() { done(r, err) })
 			})
 		})
-		if event != nil {
-			m.w.after(timeout, nil, fmt.Sprintf("ck timeout %s %v", what, h.name), func() {
-				done(ckReply{}, fmt.Errorf("%s at %v: no answer within %v", what, h.name, timeout))
-			})
-		}
+		m.w.after(timeout, nil, fmt.Sprintf("ck timeout %s %v", what, h.name), func() {
+			done(ckReply{}, fmt.Errorf("%s at %v: no answer within %v", what, h.name, timeout))
+		})
 	}
 }
 
-// resumeAttempts bounds how many times a round's resume is asked of a
-// host (daemon/jobs.go's resumeAttempts): a host whose call failed may
-// never have heard it, and a task left paused would never run again.
-const resumeAttempts = 5
-
-// resumeHosts asks hosts to let the job's tasks go on after round r,
-// asking again those whose call failed (daemon/jobs.go's resumeHosts).
-func (m *master) resumeHosts(r jobck.Round, hosts []task.HostID, attempt int) {
-	for _, id := range hosts {
-		m.callSeq++
-		cid := m.callSeq
-		m.calls[cid] = true
-		h := m.w.host(id)
-		done := func(ok bool) {
-			if !m.calls[cid] {
-				return
-			}
-			delete(m.calls, cid)
-			if !ok && attempt < resumeAttempts && !m.lost[id] {
-				m.w.note(fmt.Sprintf("ck resume %v again (attempt %d)", h.name, attempt+1))
-				m.resumeHosts(r, []task.HostID{id}, attempt+1)
-			}
+// resume asks host id to let the job's tasks go on after round r; the
+// node hears of the answer or the timeout and asks again as it decides
+// (daemon/jobs.go's resumeHosts).
+func (m *master) resume(r jobck.Round, id task.HostID, attempt int, timeout time.Duration) {
+	m.callSeq++
+	cid := m.callSeq
+	m.calls[cid] = true
+	h := m.w.host(id)
+	done := func(err error) {
+		if !m.calls[cid] {
+			return
 		}
-		m.w.send(masterNode, id, classCall, "ck resume", func() {
-			h.resumeJob(r)
-			m.w.send(id, masterNode, classCall, "ck answer resume", func() { done(true) })
-		})
-		m.w.after(moveTimeouts.Step, nil, "ck timeout resume "+h.name, func() { done(false) })
+		delete(m.calls, cid)
+		m.do(m.step(mnode.Event{Kind: mnode.EvResumed, Job: job, Round: r, Host: id, Attempt: attempt, Err: err}))
 	}
+	m.w.send(masterNode, id, classCall, "ck resume", func() {
+		h.resumeJob(r)
+		m.w.send(id, masterNode, classCall, "ck answer resume", func() { done(nil) })
+	})
+	m.w.after(timeout, nil, "ck timeout resume "+h.name, func() {
+		done(fmt.Errorf("resume at %v: no answer within %v", h.name, timeout))
+	})
 }
 
 // ckReply is a host's answer to a checkpoint step (daemon/jobckpt.go's
@@ -239,103 +164,105 @@ type ckReply struct {
 	files     []ckptEntry
 }
 
-// ckPerform carries out the job checkpoint machine's actions
-// (daemon/jobs.go's jobAction).
-func (m *master) ckPerform(acts []jobck.Action) {
-	for _, a := range acts {
+// ckEvent is a host's answer to a checkpoint step as the node's event.
+func ckEvent(k jobck.EventKind, r jobck.Round, h task.HostID, err error) mnode.Event {
+	return mnode.Event{Kind: mnode.EvCk, Job: job, Ck: jobck.Event{Kind: k, Round: r, Host: h, Err: err}}
+}
+
+// doJob performs an effect of the node's job checkpoints (daemon/jobs.go's
+// jobAction).
+func (m *master) doJob(x mnode.Effect) {
+	r := x.Round
+	switch x.Kind {
+	case mnode.FxJob:
+		a := x.Ck
 		m.w.note("ck action " + a.String())
-		r := a.Round
-		switch a.Kind {
-		case jobck.ActPause:
-			m.ckCall("pause", a.Hosts, a.Budget+moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
-				h.pauseJob(r, a.Budget, reply)
-			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
-				if err == nil && len(rep.late) > 0 {
-					err = fmt.Errorf("%v of job %d within %v: %w", rep.late, job, a.Budget, errNoSafePoint)
-				}
-				return jobck.Event{Kind: jobck.EvPaused, Now: m.w.clock(), Round: r, Host: h, Err: err, SafeEvery: rep.safeEvery}
-			})
-		case jobck.ActQuiet:
-			if !a.At.IsZero() {
-				m.w.at(a.At.Sub(base), nil, "ck quiet tick", func() {
-					acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvTick, Now: m.w.clock()})
-					m.ckPerform(acts)
-				})
-				continue
-			}
-			// Every task the job has had, exited ones too: an exited
-			// task's messages stay unacknowledged until received.
-			tids := slices.Clone(m.order)
-			m.ckCall("quiet", a.Hosts, moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
-				reply(h.quietJob(r, tids))
-			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
-				return jobck.Event{Kind: jobck.EvQuiet, Now: m.w.clock(), Round: r, Host: h, Err: err,
-					Pending: rep.pending, Running: rep.running, Tasks: len(rep.tids)}
-			})
-		case jobck.ActWrite:
-			set := &ckptSet{outLen: len(m.w.out)}
-			m.ck.pending[r.Seq] = set
-			m.ckCall("write", a.Hosts, moveTimeouts.Transfer, func(h *shost, reply func(ckReply, error)) {
-				reply(h.writeJob(r))
-			}, func(h task.HostID, rep ckReply, err error) jobck.Event {
-				if err == nil {
-					set.entries = append(set.entries, rep.files...)
-				}
-				return jobck.Event{Kind: jobck.EvWritten, Now: m.w.clock(), Round: r, Host: h, Err: err, Tasks: len(rep.files)}
-			})
-		case jobck.ActCommit:
-			var err error
-			set := m.ck.pending[r.Seq]
-			switch {
-			case m.ck.lostIn != 0:
-				err = fmt.Errorf("%v with tasks of the job was lost during the round: %w", nodeName(m.ck.lostIn), jobck.ErrLost)
-			case set == nil:
-				err = fmt.Errorf("set %d: nothing written", r.Seq)
-			default:
-				delete(m.ck.pending, r.Seq)
-				slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmp.Compare(x.meta.TID, y.meta.TID) })
-				set.groups = map[string][]task.TID{}
-				for g, ts := range m.groups {
-					set.groups[g] = slices.Clone(ts)
-				}
-				m.ck.sets[r.Seq] = set
-				m.w.note(fmt.Sprintf("checkpoint %d complete: %d tasks", r.Seq, len(set.entries)))
-			}
-			acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvCommitted, Now: m.w.clock(), Round: r, Err: err})
-			m.ckPerform(acts)
-		case jobck.ActResume:
-			m.resumeHosts(r, a.Hosts, 1)
-		case jobck.ActDiscard:
-			delete(m.ck.pending, r.Seq)
-		case jobck.ActDone:
-			m.ck.lostIn = 0
-			if a.Err != nil {
-				m.w.note("checkpoint round failed: " + a.Err.Error())
-			}
-		case jobck.ActKill:
-			m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.DropJob, Job: job, Err: errors.New("the job rolls back")}))
-			tids := slices.Clone(m.order)
-			m.ckCall("kill", a.Hosts, 2*moveTimeouts.Step, func(h *shost, reply func(ckReply, error)) {
-				h.killJob(tids, reply)
-			}, func(h task.HostID, _ ckReply, err error) jobck.Event {
-				return jobck.Event{Kind: jobck.EvKilled, Now: m.w.clock(), Round: r, Host: h, Err: err}
-			})
-		case jobck.ActRestore:
-			err := m.restore(r.Seq)
-			acts, _ := m.ck.mc.Step(jobck.Event{Kind: jobck.EvRestored, Now: m.w.clock(), Round: r, Err: err})
-			m.ckPerform(acts)
-		case jobck.ActRolledBack:
-			m.ck.lostIn = 0
-			if a.Err != nil {
-				m.jobLost(fmt.Errorf("rollback to checkpoint %d failed: %w", r.Seq, a.Err))
-			} else {
-				m.w.take(fmt.Sprintf("rolled back to checkpoint %d", r.Seq))
-			}
-		case jobck.ActUnrecoverable:
-			if a.End {
-				m.jobLost(fmt.Errorf("lost host %v with no complete checkpoint to roll back to", nodeName(a.Host)))
-			}
+		switch {
+		case a.Kind == jobck.ActDone && a.Err != nil:
+			m.w.note("checkpoint round failed: " + a.Err.Error())
+		case a.Kind == jobck.ActRolledBack && a.Err == nil:
+			m.w.take(fmt.Sprintf("rolled back to checkpoint %d", a.Round.Seq))
 		}
+	case mnode.FxRound:
+		if x.Err != nil {
+			m.w.note("checkpoint refused: " + x.Err.Error())
+		} else {
+			m.w.note("checkpoint round")
+		}
+	case mnode.FxCall:
+		m.ckDo(x)
+	case mnode.FxResume:
+		if x.Attempt > 1 {
+			m.w.note(fmt.Sprintf("ck resume %v again (attempt %d)", nodeName(x.Host), x.Attempt))
+		}
+		m.resume(r, x.Host, x.Attempt, x.Timeout)
+	case mnode.FxCommit:
+		set := m.ck.pending[r.Seq]
+		delete(m.ck.pending, r.Seq)
+		slices.SortFunc(set.entries, func(x, y ckptEntry) int { return cmp.Compare(x.meta.TID, y.meta.TID) })
+		m.ck.sets[r.Seq] = set
+		m.w.note(fmt.Sprintf("checkpoint %d complete: %d tasks", r.Seq, len(set.entries)))
+		m.do(m.step(ckEvent(jobck.EvCommitted, r, 0, nil)))
+	case mnode.FxDiscard:
+		delete(m.ck.pending, r.Seq)
+	case mnode.FxRestore:
+		err := m.restore(r.Seq, x.Epoch, x.Entries)
+		m.do(m.step(mnode.Event{Kind: mnode.EvStaged, Job: job, Round: r, Err: err}))
+	case mnode.FxGo:
+		m.startRestored(r.Seq, x.Epoch, x.Count, x.Hosts)
+	case mnode.FxJobLost:
+		m.jobLost(x.Err)
+	}
+}
+
+// ckDo performs a checkpoint step at the hosts (FxCall).
+func (m *master) ckDo(x mnode.Effect) {
+	r := x.Round
+	switch x.Call {
+	case mnode.CallPause:
+		budget := x.Budget
+		m.ckCall("pause", x.Hosts, x.Timeout, func(h *shost, reply func(ckReply, error)) {
+			h.pauseJob(r, budget, reply)
+		}, func(h task.HostID, rep ckReply, err error) mnode.Event {
+			if err == nil && len(rep.late) > 0 {
+				err = fmt.Errorf("%v of job %d within %v: %w", rep.late, job, budget, errNoSafePoint)
+			}
+			e := ckEvent(jobck.EvPaused, r, h, err)
+			e.Ck.SafeEvery = rep.safeEvery
+			return e
+		})
+	case mnode.CallQuiet:
+		tids := x.TIDs
+		m.ckCall("quiet", x.Hosts, x.Timeout, func(h *shost, reply func(ckReply, error)) {
+			reply(h.quietJob(r, tids))
+		}, func(h task.HostID, rep ckReply, err error) mnode.Event {
+			e := ckEvent(jobck.EvQuiet, r, h, err)
+			e.Ck.Pending, e.Ck.Running, e.Ck.Tasks = rep.pending, rep.running, len(rep.tids)
+			return e
+		})
+	case mnode.CallWrite:
+		set := &ckptSet{outLen: len(m.w.out)}
+		m.ck.pending[r.Seq] = set
+		m.ckCall("write", x.Hosts, x.Timeout, func(h *shost, reply func(ckReply, error)) {
+			reply(h.writeJob(r))
+		}, func(h task.HostID, rep ckReply, err error) mnode.Event {
+			e := ckEvent(jobck.EvWritten, r, h, err)
+			if err == nil {
+				set.entries = append(set.entries, rep.files...)
+				e.Ck.Tasks = len(rep.files)
+				for _, f := range rep.files {
+					e.TIDs = append(e.TIDs, f.meta.TID)
+				}
+			}
+			return e
+		})
+	case mnode.CallKill:
+		tids := x.TIDs
+		m.ckCall("kill", x.Hosts, x.Timeout, func(h *shost, reply func(ckReply, error)) {
+			h.killJob(tids, reply)
+		}, func(h task.HostID, _ ckReply, err error) mnode.Event {
+			return ckEvent(jobck.EvKilled, r, h, err)
+		})
 	}
 }
 
@@ -349,37 +276,28 @@ func (m *master) jobLost(err error) {
 	m.w.rootErr = fmt.Errorf("%w: %w", ErrJobLost, err)
 }
 
-// restore starts set seq again on the hosts left (daemon/jobs.go's
-// restoreSet): stage everywhere, then route, then start.
-func (m *master) restore(seq uint64) error {
+// restore stages set seq on the hosts as the node placed its tasks
+// (daemon/jobs.go's restoreSet): every host stages its tasks or none
+// does; the node then sets their routes and the hosts start them.
+func (m *master) restore(seq, epoch uint64, place []mnode.Entry) error {
 	set := m.ck.sets[seq]
-	if set == nil {
-		return fmt.Errorf("no checkpoint %d to go back to", seq)
-	}
-	alive := m.aliveHosts()
-	if len(alive) == 0 {
-		return jobck.ErrNoHosts
-	}
-	epoch := m.moves.NextEpoch()
-	place := map[task.HostID][]ckptEntry{}
-	var order []task.HostID
-	next := 0
+	byTID := make(map[task.TID]ckptEntry, len(set.entries))
 	for _, e := range set.entries {
-		h := e.host
-		if m.lost[h] {
-			h = alive[next%len(alive)]
-			next++
+		byTID[e.meta.TID] = e
+	}
+	byHost := map[task.HostID][]ckptEntry{}
+	var order []task.HostID
+	for _, p := range place {
+		if byHost[p.Host] == nil {
+			order = append(order, p.Host)
 		}
-		if place[h] == nil {
-			order = append(order, h)
-		}
-		place[h] = append(place[h], e)
+		byHost[p.Host] = append(byHost[p.Host], byTID[p.TID])
 	}
 	slices.Sort(order)
 	// Nothing of the old incarnations reaches the new ones: the pairs'
 	// delivery record starts again from the checkpoint's.
 	for k := range m.w.pairs {
-		if mt := m.tasks[k[1]]; mt != nil {
+		if mt := m.task(k[1]); mt != nil {
 			delete(m.w.pairs, k)
 		}
 	}
@@ -391,45 +309,20 @@ func (m *master) restore(seq uint64) error {
 		}
 	}
 	for _, id := range order {
-		if err := m.w.host(id).stage(place[id], epoch); err != nil {
+		if err := m.w.host(id).stage(byHost[id], epoch); err != nil {
 			for _, s := range order {
 				m.w.host(s).unstage()
 			}
 			return fmt.Errorf("on %v: %w", nodeName(id), err)
 		}
 	}
-	m.groups = map[string][]task.TID{}
-	for g, ts := range set.groups {
-		m.groups[g] = slices.Clone(ts)
-	}
-	m.barriers = map[string][]*stask{}
-	inSet := map[task.TID]bool{}
-	for _, id := range order {
-		for _, e := range place[id] {
-			if m.w.demand() {
-				// On demand, a restored task's route goes to its origin
-				// and to every host the job is restored on: each knows
-				// its job's routes before its restored tasks run, as
-				// with the broadcast, at a cost of the job's size.
-				r := routing.Route{Host: id, Epoch: epoch}
-				m.routes.Update(e.meta.TID, r)
-				m.tell(e.meta.TID, r, append([]task.HostID{e.meta.TID.Host()}, order...)...)
-			} else {
-				m.setRoute(e.meta.TID, routing.Route{Host: id, Epoch: epoch})
-			}
-			mt := m.tasks[e.meta.TID]
-			mt.exited, mt.killed = false, false
-			inSet[e.meta.TID] = true
-		}
-	}
-	for _, tid := range m.order {
-		if !inSet[tid] {
-			// Spawned after the checkpoint: gone with the rollback (the
-			// restored job spawns its own again).
-			m.tasks[tid].exited = true
-		}
-	}
-	for _, id := range order {
+	return nil
+}
+
+// startRestored has hosts start the staged tasks of set seq, once their
+// routes are sent (FxGo).
+func (m *master) startRestored(seq, epoch uint64, count int, hosts []task.HostID) {
+	for _, id := range hosts {
 		// The go step travels after the routes' broadcast, as the
 		// daemon's call does: on a link that keeps order, the host knows
 		// the restored routes before its restored tasks run.
@@ -438,13 +331,13 @@ func (m *master) restore(seq uint64) error {
 	}
 	// The restored tasks print again what they printed after the cut:
 	// the output of the incarnations the rollback undid is taken out.
+	set := m.ck.sets[seq]
 	if n := len(m.w.out) - set.outLen; n > 0 {
 		m.w.undone += n
 		m.w.out = m.w.out[:set.outLen]
 		m.w.note(fmt.Sprintf("output after checkpoint %d undone: %d bytes", seq, n))
 	}
-	m.w.take(fmt.Sprintf("restored checkpoint %d: %d tasks at epoch %d", seq, len(set.entries), epoch))
-	return nil
+	m.w.take(fmt.Sprintf("restored checkpoint %d: %d tasks at epoch %d", seq, count, epoch))
 }
 
 // stepCk feeds the host half of job checkpoints through the node's seam.

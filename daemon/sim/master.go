@@ -2,81 +2,64 @@ package sim
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
 
-// master is the simulated master: the registry of tasks, groups and
-// barriers, placement, the authoritative route table and the real move
-// machine (routing/move), driven as daemon/migrate.go drives it: each
-// Call action is a control call to a host, bounded by its timeout, whose
-// outcome is fed back as a Result; routes are set and broadcast; a Tick
-// runs while moves are under way.
+// master is the simulated master: the real master node
+// (routing/master.Node) in a shell that performs its effects as the
+// daemon does: each call a control call to a host over the simulated
+// net, bounded by its timeout, whose outcome (or timeout) is fed back as
+// an event; routes sent; timers set; tasks' incarnations started and
+// stopped. The node owns the registry of tasks, placement, groups,
+// barriers and watches, the route table, the move machine and the job's
+// checkpoint coordinator; the shell keeps the tasks' incarnations, the
+// checkpoint sets' contents (the shared directory) and what waits for a
+// move.
 type master struct {
-	w      *world
-	moves  *move.Machine
-	routes *routing.Table
+	w    *world
+	node *mnode.Node
 
-	tasks     map[task.TID]*mtask
-	order     []task.TID // every task spawned, in order
-	nextHost  int
-	nextLocal map[task.HostID]uint32
+	incs map[task.TID]*stask // each task's incarnation in service (or last in service)
 
-	groups   map[string][]task.TID // by instance; a free one holds 0
-	barriers map[string][]*stask
-	watches  map[task.TID][]watch
-
-	ck    *ckState
-	lost  map[task.HostID]bool // hosts deemed lost
-	alive []task.HostID        // the hosts not lost, in ID order (aliveHosts; nil: to be listed)
-
-	runs    map[move.ID]*moveRun
-	calls   map[uint64]bool // control calls awaiting their answer
+	ck      *ckState
+	waiters map[move.ID]func(error) // a move's caller, told of its end
+	calls   map[uint64]bool         // control calls awaiting their answer
 	callSeq uint64
-	ticking bool
-}
-
-// mtask is the master's record of a task.
-type mtask struct {
-	tid, parent task.TID
-	typ         string
-	job         uint64
-	st          *stask // its incarnation in service (or last in service)
-	exited      bool
-	killed      bool
-}
-
-type watch struct {
-	who task.TID
-	tag int
-}
-
-// moveRun is the driver's record of one move (daemon/migrate.go's
-// moveRun).
-type moveRun struct {
-	typ  string
-	job  uint64
-	from task.HostID
-	to   task.HostID
-	done func(error)
 }
 
 // job is the one job a run has.
 const job = 1
 
+// newMaster is w's master, with the master node for w's hosts.
 func newMaster(w *world) *master {
-	return &master{
-		w: w, moves: move.New(0, 0), routes: routing.NewTable(),
-		tasks: map[task.TID]*mtask{}, nextLocal: map[task.HostID]uint32{},
-		groups: map[string][]task.TID{}, barriers: map[string][]*stask{}, watches: map[task.TID][]watch{},
-		runs: map[move.ID]*moveRun{}, calls: map[uint64]bool{}, lost: map[task.HostID]bool{},
+	hosts := make([]task.HostID, len(w.hosts))
+	for i, h := range w.hosts {
+		hosts[i] = h.id
 	}
+	m := &master{
+		w: w, node: mnode.New(mnode.Config{Timeouts: moveTimeouts, TickEvery: tickEvery, Demand: w.demand()}, hosts),
+		incs:    map[task.TID]*stask{},
+		waiters: map[move.ID]func(error){}, calls: map[uint64]bool{},
+		ck: &ckState{sets: map[uint64]*ckptSet{}, pending: map[uint64]*ckptSet{}},
+	}
+	m.do(m.step(mnode.Event{Kind: mnode.EvJobStart, Job: job, Jobck: jobck.Config{EndLost: true}}))
+	return m
 }
+
+// step feeds the master node one event at the current virtual time.
+func (m *master) step(e mnode.Event) []mnode.Effect { return m.node.Step(m.w.clock(), e) }
+
+// task is the registry's record of tid (nil: none).
+func (m *master) task(tid task.TID) *mnode.Task { return m.node.Task(tid) }
+
+// order is every task spawned, in order.
+func (m *master) order() []task.TID { return m.node.Order() }
 
 // rtt is a call's round trip to the master.
 func (m *master) rtt() time.Duration { return m.w.dur(100*time.Microsecond, 400*time.Microsecond) }
@@ -89,58 +72,52 @@ func (w *world) startRoot(root task.Task) {
 		return
 	}
 	h := w.hosts[0]
-	tid := w.master.newTID(h.id)
+	m := w.master
+	fx := m.step(mnode.Event{Kind: mnode.EvSpawn, Job: job, Type: typ, Count: 1, Host: h.id})
+	tid := fx[0].TID
 	w.rootTID = tid
 	st := w.newTask(h, tid, 0, typ, job, root, 1)
-	w.master.register(st)
+	m.incs[tid] = st
 	w.note(fmt.Sprintf("start root %v %s on %v", tid, typ, h.name))
 	h.startTask(st)
-}
-
-func (m *master) newTID(h task.HostID) task.TID {
-	m.nextLocal[h]++
-	return task.NewTID(h, m.nextLocal[h])
-}
-
-func (m *master) register(st *stask) {
-	m.tasks[st.tid] = &mtask{tid: st.tid, parent: st.parent, typ: st.typ, job: st.job, st: st}
-	m.order = append(m.order, st.tid)
 }
 
 // spawn places and starts req's tasks (round robin over the hosts, or
 // on the host named).
 func (m *master) spawn(parent task.TID, job uint64, req task.SpawnRequest) ([]task.TID, error) {
-	var at *shost
+	var at task.HostID
 	if req.Host != "" {
-		if at = m.w.hostByName(req.Host); at == nil {
+		h := m.w.hostByName(req.Host)
+		if h == nil {
 			return nil, fmt.Errorf("no host %q: %w", req.Host, task.ErrNoSuchTask)
 		}
+		at = h.id
+	}
+	ts := make([]task.Task, req.Count)
+	for i := range ts {
+		t, err := task.New(req.Type, req.State)
+		if err != nil {
+			return nil, err
+		}
+		ts[i] = t
 	}
 	var tids []task.TID
 	var started []*stask
-	defer func() { // the spawn's tasks run once the spawner yields
-		for _, st := range started {
-			st.siblings = tids
+	for i, x := range m.step(mnode.Event{Kind: mnode.EvSpawn, Parent: parent, Job: job, Type: req.Type, Count: req.Count, Host: at}) {
+		if x.Kind == mnode.FxRefuse {
+			return tids, x.Err
 		}
-	}()
-	for range req.Count {
-		t, err := task.New(req.Type, req.State)
-		if err != nil {
-			return tids, err
-		}
-		h := at
-		if h == nil {
-			alive := m.aliveHosts()
-			h = m.w.host(alive[m.nextHost%len(alive)])
-			m.nextHost++
-		}
-		tid := m.newTID(h.id)
-		st := m.w.newTask(h, tid, parent, req.Type, job, t, 1)
-		m.register(st)
-		m.w.note(fmt.Sprintf("spawn %v %s on %v", tid, req.Type, h.name))
+		h := m.w.host(x.Host)
+		st := m.w.newTask(h, x.TID, parent, req.Type, job, ts[i], 1)
+		m.incs[x.TID] = st
+		m.w.note(fmt.Sprintf("spawn %v %s on %v", x.TID, req.Type, h.name))
 		h.startTask(st)
-		tids = append(tids, tid)
+		tids = append(tids, x.TID)
 		started = append(started, st)
+	}
+	// The spawn's tasks run once the spawner yields.
+	for _, st := range started {
+		st.siblings = tids
 	}
 	m.meterSpawn(parent, req, started, tids)
 	return tids, nil
@@ -171,64 +148,59 @@ func (m *master) meterSpawn(parent task.TID, req task.SpawnRequest, started []*s
 		mt.out(KindStart, h, mt.wire.StartCall(parent, req.Type, len(req.State), len(on[h])), now)
 		mt.in(KindStart, 1, mt.wire.TIDsReply(on[h]))
 	}
-	if p := m.tasks[parent]; p != nil && p.st != nil {
-		mt.out(KindSpawn, p.st.host.id, mt.wire.TIDsReply(tids), now)
+	if p := m.incs[parent]; p != nil {
+		mt.out(KindSpawn, p.host.id, mt.wire.TIDsReply(tids), now)
 	}
 }
 
 // located records st as tid's incarnation in service (a restore); a task
 // killed while it moved ends at once.
 func (m *master) located(tid task.TID, st *stask) {
-	mt := m.tasks[tid]
-	if mt == nil {
+	if m.task(tid) == nil {
 		return
 	}
-	mt.st = st
-	if mt.killed {
-		st.killed = true
-		st.stop()
+	m.incs[tid] = st
+	for _, x := range m.step(mnode.Event{Kind: mnode.EvLocated, TID: tid}) {
+		if x.Kind == mnode.FxKill {
+			st.killed = true
+			st.stop()
+		}
 	}
 }
 
 // kill ends tid.
 func (m *master) kill(tid task.TID) error {
-	mt := m.tasks[tid]
-	if mt == nil {
-		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
-	}
-	if mt.exited {
-		return nil
-	}
-	mt.killed = true
-	m.w.note(fmt.Sprintf("kill %v", tid))
-	if st := mt.st; st != nil && !st.ended {
-		st.killed = true
-		st.stop()
-		if st.park != nil {
-			st.wake(answer{err: fmt.Errorf("%v: %w", tid, task.ErrKilled)})
+	for _, x := range m.step(mnode.Event{Kind: mnode.EvKill, TID: tid}) {
+		switch x.Kind {
+		case mnode.FxRefuse:
+			return x.Err
+		case mnode.FxKill:
+			m.w.note(fmt.Sprintf("kill %v", tid))
+			if st := m.incs[tid]; st != nil && !st.ended {
+				st.killed = true
+				st.stop()
+				if st.park != nil {
+					st.wake(answer{err: fmt.Errorf("%v: %w", tid, task.ErrKilled)})
+				}
+			}
 		}
 	}
 	return nil
 }
 
 // exited records that st ended: watchers are told, its groups let go of
-// it, and the root's end ends the run.
+// it (the node), and the root's end ends the run.
 func (m *master) exited(st *stask) {
-	mt := m.tasks[st.tid]
-	if mt == nil || mt.exited {
-		return
+	fx := m.step(mnode.Event{Kind: mnode.EvExited, TID: st.tid})
+	if len(fx) == 0 {
+		return // unknown, or ended already
 	}
-	mt.exited = true
 	status := st.exitStatus()
 	m.w.note(fmt.Sprintf("exit %v status %d", st.tid, status))
-	for _, g := range slices.Sorted(maps.Keys(m.groups)) {
-		for i, t := range m.groups[g] {
-			if t == st.tid {
-				m.groups[g][i] = 0
-			}
+	for _, x := range fx {
+		if x.Kind != mnode.FxNotify {
+			continue
 		}
-	}
-	for _, wt := range m.watches[st.tid] {
 		n := task.Notice{Kind: task.TaskExit, TID: st.tid, Status: status}
 		if st.runErr != nil && status != 0 {
 			n.Err = st.runErr.Error()
@@ -238,9 +210,8 @@ func (m *master) exited(st *stask) {
 			m.w.fail(err)
 			return
 		}
-		m.notice(routing.Envelope{From: st.tid, To: wt.who, Tag: int32(wt.tag), Body: p})
+		m.notice(routing.Envelope{From: st.tid, To: x.To, Tag: int32(x.Tag), Body: p})
 	}
-	delete(m.watches, st.tid)
 	if st.tid == m.w.rootTID {
 		m.w.rootDone = true
 		m.w.status = status
@@ -252,91 +223,71 @@ func (m *master) exited(st *stask) {
 // once it is in service (a notice waits out a move).
 func (m *master) notice(e routing.Envelope) {
 	m.w.after(m.rtt(), nil, fmt.Sprintf("notice %v→%v tag %d", e.From, e.To, e.Tag), func() {
-		mt := m.tasks[e.To]
+		mt, st := m.task(e.To), m.incs[e.To]
 		switch {
-		case mt == nil || mt.exited:
-		case mt.st == nil || mt.st.suspended || mt.st.ended:
+		case mt == nil || mt.Exited:
+		case st == nil || st.suspended || st.ended:
 			m.notice(e)
 		default:
-			mt.st.deliver(e)
+			st.deliver(e)
 		}
 	})
 }
 
 func (m *master) watch(tid, who task.TID, tag int) {
-	if mt := m.tasks[tid]; mt != nil && mt.exited {
-		p, err := task.Encode(task.Notice{Kind: task.TaskExit, TID: tid, Status: mt.st.exitStatus()})
-		if err == nil {
-			m.notice(routing.Envelope{From: tid, To: who, Tag: int32(tag), Body: p})
+	for _, x := range m.step(mnode.Event{Kind: mnode.EvWatch, TID: tid, Who: who, Tag: tag}) {
+		if x.Kind != mnode.FxNotify {
+			continue
 		}
-		return
+		p, err := task.Encode(task.Notice{Kind: task.TaskExit, TID: tid, Status: m.incs[tid].exitStatus()})
+		if err == nil {
+			m.notice(routing.Envelope{From: tid, To: x.To, Tag: int32(x.Tag), Body: p})
+		}
 	}
-	m.watches[tid] = append(m.watches[tid], watch{who: who, tag: tag})
 }
 
 // join adds tid to group at its lowest free instance.
 func (m *master) join(group string, tid task.TID) int {
-	g := m.groups[group]
-	for i, t := range g {
-		if t == tid {
-			return i
-		}
-	}
-	for i, t := range g {
-		if t == 0 {
-			g[i] = tid
-			return i
-		}
-	}
-	m.groups[group] = append(g, tid)
-	return len(g)
+	return m.step(mnode.Event{Kind: mnode.EvJoin, Group: group, TID: tid})[0].Count
 }
 
 func (m *master) leave(group string, tid task.TID) error {
-	for i, t := range m.groups[group] {
-		if t == tid {
-			m.groups[group][i] = 0
-			return nil
-		}
-	}
-	return fmt.Errorf("%v is not in group %q", tid, group)
+	return m.step(mnode.Event{Kind: mnode.EvLeave, Group: group, TID: tid})[0].Err
 }
 
-func (m *master) members(group string) []task.TID {
-	return slices.Clone(m.groups[group])
-}
+func (m *master) members(group string) []task.TID { return m.node.Members(group) }
 
 // barrier records st's arrival at group's barrier of count; it reports
 // whether the barrier is complete (the others waiting are released).
 func (m *master) barrier(group string, count int, st *stask) bool {
-	b := append(m.barriers[group], st)
-	if len(b) < count {
-		m.barriers[group] = b
-		return false
-	}
-	delete(m.barriers, group)
-	for _, o := range b {
-		if o != st && o.park != nil && o.park.kind == parkBarrier {
-			o.wake(answer{})
+	for _, x := range m.step(mnode.Event{Kind: mnode.EvBarrier, Group: group, Count: count, TID: st.tid}) {
+		if x.Kind != mnode.FxRelease {
+			continue
 		}
+		for _, tid := range x.TIDs {
+			if o := m.incs[tid]; o != nil && o.park != nil && o.park.kind == parkBarrier {
+				o.wake(answer{})
+			}
+		}
+		return true
 	}
-	return true
+	return false
 }
 
 // randomMove moves a live task, drawn from the seed, to another host.
 func (m *master) randomMove() {
 	var live []task.TID
-	for _, tid := range m.order {
-		if mt := m.tasks[tid]; !mt.exited && !mt.killed && !m.lost[m.routes.Lookup(tid).Host] {
+	for _, tid := range m.order() {
+		if mt := m.task(tid); !mt.Exited && !mt.Killed && !m.node.Lost(m.node.Routes().Lookup(tid).Host) {
 			live = append(live, tid)
 		}
 	}
-	alive := m.aliveHosts()
+	alive := m.node.Alive()
 	if len(live) == 0 || len(alive) < 2 || m.rollingBack() {
 		return
 	}
 	tid := live[m.w.rng.IntN(len(live))]
-	from := m.routes.Lookup(tid).Host
+	from := m.node.Routes().Lookup(tid).Host
 	to := from
 	for to == from {
 		to = alive[m.w.rng.IntN(len(alive))]
@@ -349,84 +300,93 @@ func (m *master) randomMove() {
 // startMove starts a move of tid to host to; done (if not nil) is called
 // with the move's outcome.
 func (m *master) startMove(tid task.TID, to task.HostID, done func(error)) error {
-	mt := m.tasks[tid]
-	if mt == nil || mt.exited {
-		return fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask)
-	}
-	r := m.routes.Lookup(tid)
-	acts := m.moves.Step(m.w.clock(), move.Event{Kind: move.Start, Spec: move.Spec{
-		TID: tid, From: r.Host, To: to, Epoch: r.Epoch, Job: mt.job, Timeouts: moveTimeouts,
-	}})
-	for _, a := range acts {
-		if a.Kind == move.Reject {
-			return a.Err
+	fx := m.step(mnode.Event{Kind: mnode.EvMove, TID: tid, Host: to})
+	for _, x := range fx {
+		switch x.Kind {
+		case mnode.FxRefuse:
+			return x.Err
+		case mnode.FxMoveStarted:
+			if done != nil {
+				m.waiters[x.MoveID] = done
+			}
 		}
 	}
-	if len(acts) > 0 {
-		m.runs[acts[0].Move] = &moveRun{typ: mt.typ, job: mt.job, from: r.Host, to: to, done: done}
-		m.w.take(fmt.Sprintf("move %v %v %v→%v", acts[0].Move, tid, nodeName(r.Host), nodeName(to)))
-	}
-	m.perform(acts)
+	m.do(fx)
 	return nil
 }
 
-// perform carries out the move machine's actions (daemon/migrate.go's
-// perform).
-func (m *master) perform(acts []move.Action) {
-	for _, a := range acts {
-		switch a.Kind {
-		case move.Call:
-			m.call(a)
-		case move.SetRoute:
-			if !m.w.demand() {
-				m.setRoute(a.TID, a.Route)
-				break
+// do performs the master node's effects, in order, and returns the
+// first refusal among them (what it means is the caller's: the event
+// it fed).
+func (m *master) do(fx []mnode.Effect) error {
+	var refused error
+	for _, x := range fx {
+		switch x.Kind {
+		case mnode.FxRefuse:
+			if refused == nil {
+				refused = x.Err
 			}
-			// On demand: the task's origin, its old host and its new
-			// host are told, no one else.
-			m.routes.Update(a.TID, a.Route)
-			to := []task.HostID{a.TID.Host(), a.Route.Host}
-			if run := m.runs[a.Move]; run != nil {
-				to = append(to, run.from, run.to)
-			}
-			m.tell(a.TID, a.Route, to...)
-		case move.Finish:
-			run := m.runs[a.Move]
-			delete(m.runs, a.Move)
-			if a.Err == nil {
-				m.w.take(fmt.Sprintf("move %v %v done", a.Move, a.TID))
-			} else {
-				m.w.take(fmt.Sprintf("move %v %v ended: %v", a.Move, a.TID, a.Err))
-			}
-			if run != nil && run.done != nil {
-				run.done(a.Err)
-			}
-		case move.Reject:
-			m.w.note(fmt.Sprintf("move machine rejected: %v", a.Err))
+		case mnode.FxMoveStarted:
+			m.w.take(fmt.Sprintf("move %v %v %v→%v", x.MoveID, x.TID, nodeName(x.From), nodeName(x.Host)))
+		case mnode.FxMove:
+			m.doMove(x)
+		case mnode.FxRoute:
+			m.sendRoute(x)
+		case mnode.FxHostGone:
+			m.w.take("host lost " + nodeName(x.Host))
+			m.tellLost(x.Host, x.Hosts)
+		case mnode.FxTimer:
+			m.setTimer(x.Timer, x.At)
+		default:
+			m.doJob(x)
 		}
 	}
-	if !m.ticking && len(m.moves.Moves()) > 0 {
-		m.ticking = true
-		m.w.after(tickEvery, nil, "master tick", func() {
-			m.ticking = false
-			m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.Tick}))
-		})
+	return refused
+}
+
+// doMove performs an action of the move machine (daemon/migrate.go's
+// perform).
+func (m *master) doMove(x mnode.Effect) {
+	a := x.Move
+	switch a.Kind {
+	case move.Call:
+		m.call(a, x.From, x.Type, x.Job)
+	case move.Finish:
+		done := m.waiters[a.Move]
+		delete(m.waiters, a.Move)
+		if a.Err == nil {
+			m.w.take(fmt.Sprintf("move %v %v done", a.Move, a.TID))
+		} else {
+			m.w.take(fmt.Sprintf("move %v %v ended: %v", a.Move, a.TID, a.Err))
+		}
+		if done != nil {
+			done(a.Err)
+		}
+	case move.Reject:
+		m.w.note(fmt.Sprintf("move machine rejected: %v", a.Err))
 	}
 }
 
+// setTimer feeds timer t back to the node at at.
+func (m *master) setTimer(t mnode.Timer, at time.Time) {
+	what := "master tick"
+	switch t.Kind {
+	case mnode.TimerCheckpoint:
+		what = "checkpoint timer"
+	case mnode.TimerQuiet:
+		what = "ck quiet tick"
+	}
+	m.w.at(at.Sub(base), nil, what, func() {
+		m.do(m.step(mnode.Event{Kind: mnode.EvTimer, Timer: t}))
+	})
+}
+
 // call performs a step of a move at its host, bounded by its timeout,
-// and feeds the outcome back to the machine.
-func (m *master) call(a move.Action) {
+// and feeds the outcome back to the node.
+func (m *master) call(a move.Action, from task.HostID, typ string, jb uint64) {
 	m.callSeq++
 	id := m.callSeq
 	m.calls[id] = true
-	run := m.runs[a.Move]
-	var typ string
-	var jb uint64
-	var from task.HostID
-	if run != nil {
-		typ, jb, from = run.typ, run.job, run.from
-	}
 	h := m.w.host(a.Host)
 	result := func(o move.Outcome, err error) {
 		if !m.calls[id] {
@@ -441,7 +401,7 @@ func (m *master) call(a move.Action) {
 			line += ": " + err.Error()
 		}
 		m.w.note(line)
-		m.perform(m.moves.Step(m.w.clock(), move.Event{Kind: move.Result, Move: a.Move, Step: a.Step, Outcome: o, Err: err}))
+		m.do(m.step(mnode.Event{Kind: mnode.EvMoveResult, Move: a.Move, Step: a.Step, Outcome: o, Err: err}))
 	}
 	what := fmt.Sprintf("call %v %v %v", a.Move, a.Step, a.TID)
 	kind := ""
@@ -468,11 +428,22 @@ func (m *master) call(a move.Action) {
 	}
 }
 
-// setRoute records a route in the master's table and broadcasts it.
-func (m *master) setRoute(tid task.TID, r routing.Route) {
-	m.routes.Update(tid, r)
+// sendRoute sends a route the node set: to every host (broadcast), or to
+// the hosts it names (on demand).
+func (m *master) sendRoute(x mnode.Effect) {
+	tid, r := x.TID, x.Route
 	what := fmt.Sprintf("route %v %v e%d t%v", tid, nodeName(r.Host), r.Epoch, r.InTransit)
 	mt := m.w.meter
+	if !x.All {
+		for _, id := range x.Hosts {
+			h := m.w.host(id)
+			if mt != nil {
+				mt.out(KindRoute, id, mt.wire.Route(tid, r), m.w.now)
+			}
+			m.w.send(masterNode, id, classRoute, what, func() { h.applyRoute(tid, r) })
+		}
+		return
+	}
 	size := 0
 	if mt != nil {
 		size = mt.wire.Route(tid, r)

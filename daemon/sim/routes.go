@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/route"
@@ -133,7 +132,7 @@ func (h *shost) answer(to task.HostID, tid task.TID, r routing.Route) {
 // answerAsk is the master answering a host's query for the route of a
 // task whose origin it deleted: its table holds every route.
 func (m *master) answerAsk(h *shost, tid task.TID) {
-	r := m.routes.Lookup(tid)
+	r := m.node.Routes().Lookup(tid)
 	if mt := m.w.meter; mt != nil {
 		mt.out(KindRouteAnswer, h.id, answerFrameBytes, m.w.now)
 	}
@@ -142,36 +141,13 @@ func (m *master) answerAsk(h *shost, tid task.TID) {
 	})
 }
 
-// tell sends route r of tid from the master to each host of to (once
-// each, in ID order, the lost left out): on demand, a move's route goes
-// to the task's origin, old and new host, and a restored task's to its
-// origin and to the hosts its job is restored on.
-func (m *master) tell(tid task.TID, r routing.Route, to ...task.HostID) {
-	to = slices.Clone(to)
-	slices.Sort(to)
-	to = slices.Compact(to)
-	what := fmt.Sprintf("route %v %v e%d t%v", tid, nodeName(r.Host), r.Epoch, r.InTransit)
-	mt := m.w.meter
-	for _, id := range to {
-		h := m.w.host(id)
-		if h == nil || m.lost[id] {
-			continue
-		}
-		if mt != nil {
-			mt.out(KindRoute, id, mt.wire.Route(tid, r), m.w.now)
-		}
-		m.w.send(masterNode, id, classRoute, what, func() { h.applyRoute(tid, r) })
-	}
-}
-
-// tellLost tells every host left that host id is deleted (the daemon's
-// host-del event): on demand, queries for its tasks go to the master.
-func (m *master) tellLost(id task.HostID) {
-	for _, h := range m.w.hosts {
-		if h.id == id || m.lost[h.id] {
-			continue
-		}
-		m.w.send(masterNode, h.id, classRoute, "host lost "+nodeName(id), func() { h.hostLost(id) })
+// tellLost tells hosts (on demand: every host left) that host id is
+// deleted (the daemon's host-del event): queries for its tasks go to the
+// master.
+func (m *master) tellLost(id task.HostID, hosts []task.HostID) {
+	for _, to := range hosts {
+		h := m.w.host(to)
+		m.w.send(masterNode, to, classRoute, "host lost "+nodeName(id), func() { h.hostLost(id) })
 	}
 }
 
@@ -180,7 +156,7 @@ func (m *master) tellLost(id task.HostID) {
 // sends to id is asked for afresh.
 func (h *shost) hostLost(id task.HostID) {
 	h.cacheStep(route.Event{Kind: route.EvHostLost, Peer: id})
-	for _, tid := range h.w.master.order {
+	for _, tid := range h.w.master.order() {
 		if r, _, ok := h.node.Outbox().Route(tid); ok && r.Host == id {
 			h.cacheStep(route.Event{Kind: route.EvHeld, TID: tid, Using: r})
 		}

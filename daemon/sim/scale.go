@@ -310,8 +310,8 @@ func (s *scaleRun) nextMove() {
 	if s.moved >= s.cfg.Moves {
 		return
 	}
-	tid := m.order[1+w.rng.IntN(len(m.order)-1)] // the root (first) stays
-	from := m.routes.Lookup(tid).Host
+	tid := m.order()[1+w.rng.IntN(len(m.order())-1)] // the root (first) stays
+	from := m.node.Routes().Lookup(tid).Host
 	to := task.HostID(1 + w.rng.IntN(len(w.hosts)-1))
 	if to >= from {
 		to++
@@ -337,7 +337,7 @@ func (s *scaleRun) nextMove() {
 // the origin's is (the authority) and no host's is newer.
 func (w *world) checkScale() {
 	m := w.master
-	where := make(map[task.TID]*shost, len(m.order))
+	where := make(map[task.TID]*shost, len(m.order()))
 	for _, h := range w.hosts {
 		if len(h.leaving) > 0 || len(h.arriving) > 0 {
 			w.fail(fmt.Errorf("%w: %v holds %d departures and %d arrivals after the moves", ErrInvariant, h.name, len(h.leaving), len(h.arriving)))
@@ -351,12 +351,12 @@ func (w *world) checkScale() {
 			where[tid] = h
 		}
 	}
-	for _, tid := range m.order {
-		if m.tasks[tid].exited {
+	for _, tid := range m.order() {
+		if m.task(tid).Exited {
 			continue
 		}
 		h := where[tid]
-		switch r := m.routes.Lookup(tid); {
+		switch r := m.node.Routes().Lookup(tid); {
 		case h == nil:
 			w.fail(fmt.Errorf("%w: %v is on no host", ErrInvariant, tid))
 			return
@@ -365,7 +365,7 @@ func (w *world) checkScale() {
 			return
 		}
 	}
-	for _, e := range m.routes.Entries() {
+	for _, e := range m.node.Routes().Entries() {
 		if w.demand() {
 			if r := w.host(e.TID.Host()).node.Routes().Lookup(e.TID); r != e.Route {
 				w.fail(fmt.Errorf("%w: the origin's route for %v is %v, the master's %v", ErrInvariant, e.TID, r, e.Route))

@@ -222,11 +222,10 @@ func newWorld(cfg Config, salt uint64) *world {
 	}
 	n := &w.net
 	n.last, n.lastCtl, n.lastAny = map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}, map[[2]task.HostID]time.Duration{}
-	w.master = newMaster(w)
-	w.master.ckInit()
 	for i := range cfg.Hosts {
 		w.hosts = append(w.hosts, newHost(w, task.HostID(i+1)))
 	}
+	w.master = newMaster(w)
 	return w
 }
 
@@ -374,13 +373,12 @@ func (w *world) hostByName(name string) *shost {
 // the hosts hold unacknowledged for them.
 func (w *world) stalled() string {
 	var parts []string
-	for _, tid := range w.master.order {
-		mt := w.master.tasks[tid]
-		if mt.exited {
+	for _, tid := range w.master.order() {
+		if w.master.task(tid).Exited {
 			continue
 		}
 		s := fmt.Sprintf("%v", tid)
-		if st := mt.st; st != nil {
+		if st := w.master.incs[tid]; st != nil {
 			switch p := st.park; {
 			case st.suspended:
 				s += " suspended"

@@ -1,0 +1,1097 @@
+package master
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/jobck"
+	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/task"
+)
+
+// ErrUnknownJob: an event named a job the node has no coordinator for.
+var ErrUnknownJob = errors.New("master: no such job")
+
+// Config bounds the node. Timeouts must be valid for a move to start
+// (move.Timeouts); the zero values of the others mean their defaults.
+type Config struct {
+	// Timeouts bound a move's steps; a checkpoint's calls take theirs
+	// from them too: pause Budget+Step, quiet and resume Step, write
+	// Transfer, kill 2×Step.
+	Timeouts move.Timeouts
+	// TickEvery is how often the move machine is ticked while moves are
+	// under way (default 100 ms).
+	TickEvery time.Duration
+	// ResumeAttempts bounds how many times a round's resume is asked of
+	// a host (default 5): a host whose call failed may never have heard
+	// it, and a task left paused would never run again.
+	ResumeAttempts int
+	// Demand: routes on demand. A move's route goes to the task's origin,
+	// old and new host, a restored task's to its origin and the hosts its
+	// job is restored on, and a lost host is announced to every host
+	// left. Without it every route goes to every host.
+	Demand bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.TickEvery <= 0 {
+		c.TickEvery = 100 * time.Millisecond
+	}
+	if c.ResumeAttempts <= 0 {
+		c.ResumeAttempts = 5
+	}
+	return c
+}
+
+// Task is the registry's record of a task.
+type Task struct {
+	TID, Parent task.TID
+	Type        string
+	Job         uint64
+	// Exited: it ended (or its incarnation was undone by a rollback).
+	Exited bool
+	// Killed: a kill was asked and it has not ended since.
+	Killed bool
+}
+
+// Entry is one task's checkpoint in a set: the task and the host that
+// wrote it (or, in a restore, the host it is placed on).
+type Entry struct {
+	TID  task.TID
+	Host task.HostID
+}
+
+// watch is a task to be told of another's end, with the tag to use.
+type watch struct {
+	who task.TID
+	tag int
+}
+
+// run is the node's record of a move: what a step's call carries besides
+// the machine's action.
+type run struct {
+	typ      string
+	job      uint64
+	from, to task.HostID
+}
+
+// job is a job's coordinator and the sets it has written.
+type job struct {
+	mc      *jobck.Machine
+	every   time.Duration // the checkpoint period (0: none)
+	timed   bool          // a checkpoint timer is set
+	sets    map[uint64][]Entry // complete sets, entries in TID order
+	pending map[uint64][]Entry // sets being written
+	lostIn  task.HostID        // a host lost while a checkpoint round ran
+	// groups is each complete set's group memberships, as they were at
+	// its commit.
+	groups map[uint64]map[string][]task.TID
+	// The restore under way: where each task of the set goes, and at
+	// which epoch.
+	place []Entry
+	epoch uint64
+}
+
+// Node is a virtual machine's master node. It is not safe for concurrent
+// use.
+type Node struct {
+	cfg    Config
+	hosts  []task.HostID // every host, in ID order
+	lost   map[task.HostID]bool
+	alive  []task.HostID // the hosts not lost (nil: to be listed)
+	moves  *move.Machine
+	routes *routing.Table
+
+	tasks     map[task.TID]*Task
+	order     []task.TID // every task registered, in order
+	nextLocal map[task.HostID]uint32
+	nextHost  int
+
+	runs    map[move.ID]*run
+	ticking bool
+	jobs    map[uint64]*job
+
+	groups   map[string][]task.TID // members by instance; a free one holds 0
+	barriers map[string][]task.TID // arrivals at each group's barrier, in order
+	watches  map[task.TID][]watch  // who is told of each task's end
+
+	out []Effect // the effects of the Step under way
+}
+
+// New returns a node for a virtual machine of hosts, with no task, no
+// move and no job.
+func New(cfg Config, hosts []task.HostID) *Node {
+	return &Node{
+		cfg: cfg.withDefaults(), hosts: slices.Sorted(slices.Values(hosts)), lost: map[task.HostID]bool{},
+		moves: move.New(0, 0), routes: routing.NewTable(),
+		tasks: map[task.TID]*Task{}, nextLocal: map[task.HostID]uint32{},
+		runs: map[move.ID]*run{}, jobs: map[uint64]*job{},
+		groups: map[string][]task.TID{}, barriers: map[string][]task.TID{}, watches: map[task.TID][]watch{},
+	}
+}
+
+// Routes is the master's route table. The shell reads it; the node writes
+// it.
+func (n *Node) Routes() *routing.Table { return n.routes }
+
+// Moving reports tid's move under way, if any.
+func (n *Node) Moving(tid task.TID) (move.Move, bool) { return n.moves.Moving(tid) }
+
+// Task is tid's record (nil: none). Read-only for the shell.
+func (n *Node) Task(tid task.TID) *Task { return n.tasks[tid] }
+
+// Order is every task registered, in order. Read-only for the shell.
+func (n *Node) Order() []task.TID { return n.order }
+
+// Members is group's members by instance (0: a free instance), a copy.
+func (n *Node) Members(group string) []task.TID { return slices.Clone(n.groups[group]) }
+
+// Lost reports whether host h is deemed lost.
+func (n *Node) Lost(h task.HostID) bool { return n.lost[h] }
+
+// Alive lists the hosts not deemed lost, in ID order. The list is kept
+// until a host is lost (a spawn places each task with it); it is clipped,
+// so that a caller's append copies it.
+func (n *Node) Alive() []task.HostID {
+	if n.alive == nil {
+		for _, h := range n.hosts {
+			if !n.lost[h] {
+				n.alive = append(n.alive, h)
+			}
+		}
+	}
+	return slices.Clip(n.alive)
+}
+
+// JobState is job's coordinator's state (Idle for an unknown job).
+func (n *Node) JobState(j uint64) jobck.State {
+	if jb := n.jobs[j]; jb != nil {
+		return jb.mc.State()
+	}
+	return jobck.Idle
+}
+
+// Round is job's coordinator's round under way (zero: none).
+func (n *Node) Round(j uint64) jobck.Round {
+	if jb := n.jobs[j]; jb != nil {
+		return jb.mc.Round()
+	}
+	return jobck.Round{}
+}
+
+// RollingBack reports whether job's rollback is under way.
+func (n *Node) RollingBack(j uint64) bool {
+	s := n.JobState(j)
+	return s == jobck.Killing || s == jobck.Restoring
+}
+
+// Sets is how many complete checkpoint sets job has.
+func (n *Node) Sets(j uint64) int {
+	if jb := n.jobs[j]; jb != nil {
+		return len(jb.sets)
+	}
+	return 0
+}
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+// Events. Each names the fields of Event it reads.
+const (
+	// EvSpawn: start Count tasks of Type for Parent in Job, on Host or,
+	// with Host 0, placed round robin over the hosts not lost. Each gets
+	// a TID and an FxStart.
+	EvSpawn EventKind = iota + 1
+	// EvExited: TID ended (FxExited if it had not).
+	EvExited
+	// EvKill: end TID (FxKill; FxRefuse for an unknown task).
+	EvKill
+	// EvLocated: TID is in service again (a restore): a task killed
+	// while it moved ends at once (FxKill).
+	EvLocated
+	// EvMove: move TID to Host (FxMoveStarted and the machine's first
+	// actions; FxRefuse if it cannot start).
+	EvMove
+	// EvMoveResult: the outcome (Outcome, Err) of step Step of Move.
+	EvMoveResult
+	// EvHostLost: Host is deemed lost.
+	EvHostLost
+	// EvJobStart: Job's coordinator starts, configured by Jobck.
+	EvJobStart
+	// EvJobEvery: Job is checkpointed every Every from now (0: no more);
+	// a timer already set keeps running, at the new period.
+	EvJobEvery
+	// EvCk: Ck is an event of Job's coordinator (a host's answer to a
+	// step, a checkpoint asked for, the job ended). For an EvWritten
+	// answer, TIDs are the tasks whose checkpoints Ck.Host wrote; for
+	// EvCheckpoint, Hosts default to those not lost and Floor is raised
+	// to the node's newest set.
+	EvCk
+	// EvStaged: the tasks of Job's restore (FxRestore) are staged on the
+	// hosts, or not (Err).
+	EvStaged
+	// EvResumed: Job's resume of Round at Host, attempt Attempt, was
+	// answered (or not: Err).
+	EvResumed
+	// EvTimer: Timer is due.
+	EvTimer
+	// EvJoin: TID joins Group at its lowest free instance (FxAnswer with
+	// the instance; its own if it is a member already).
+	EvJoin
+	// EvLeave: TID leaves Group (FxAnswer; Err if it is no member).
+	EvLeave
+	// EvBarrier: TID arrives at Group's barrier of Count; when it is the
+	// Count-th, FxRelease names the others, who waited.
+	EvBarrier
+	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
+	// once if it has ended).
+	EvWatch
+)
+
+var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k != 0 {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one event of the master node. Kind says which fields count.
+type Event struct {
+	Kind   EventKind
+	TID    task.TID
+	Parent task.TID
+	Job    uint64
+	Type   string
+	Count  int
+	Host   task.HostID
+	// Move result.
+	Move    move.ID
+	Step    move.Step
+	Outcome move.Outcome
+	Err     error
+	// Jobs.
+	Jobck   jobck.Config
+	Every   time.Duration
+	Ck      jobck.Event
+	TIDs    []task.TID
+	Round   jobck.Round
+	Attempt int
+	Timer   Timer
+	// Groups and watches.
+	Group string
+	Who   task.TID
+	Tag   int
+}
+
+func (e Event) String() string {
+	s := e.Kind.String()
+	switch e.Kind {
+	case EvSpawn:
+		s += fmt.Sprintf(" %d %s for %v job %d on %v", e.Count, e.Type, e.Parent, e.Job, e.Host)
+	case EvExited, EvKill, EvLocated:
+		s += " " + e.TID.String()
+	case EvMove:
+		s += fmt.Sprintf(" %v to %v", e.TID, e.Host)
+	case EvMoveResult:
+		s += fmt.Sprintf(" %v %v %v", e.Move, e.Step, e.Outcome)
+	case EvHostLost:
+		s += " " + e.Host.String()
+	case EvJobStart:
+		s += fmt.Sprintf(" %d", e.Job)
+	case EvJobEvery:
+		s += fmt.Sprintf(" %d every %v", e.Job, e.Every)
+	case EvCk:
+		s += fmt.Sprintf(" %d %v %v %v", e.Job, e.Ck.Kind, e.Ck.Round, e.Ck.Host)
+	case EvStaged:
+		s += fmt.Sprintf(" %d %v", e.Job, e.Round)
+	case EvResumed:
+		s += fmt.Sprintf(" %d %v %v attempt %d", e.Job, e.Round, e.Host, e.Attempt)
+	case EvTimer:
+		s += " " + e.Timer.String()
+	case EvJoin, EvLeave:
+		s += fmt.Sprintf(" %v %q", e.TID, e.Group)
+	case EvBarrier:
+		s += fmt.Sprintf(" %v %q of %d", e.TID, e.Group, e.Count)
+	case EvWatch:
+		s += fmt.Sprintf(" %v by %v tag %d", e.TID, e.Who, e.Tag)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// TimerKind is what a Timer is for.
+type TimerKind uint8
+
+// Timers.
+const (
+	// TimerMoves: tick the move machine (failed abort and commit steps
+	// go again).
+	TimerMoves TimerKind = iota + 1
+	// TimerCheckpoint: Job's periodic checkpoint is due.
+	TimerCheckpoint
+	// TimerQuiet: Job's round asks its hosts again whether it is quiet.
+	TimerQuiet
+)
+
+// Timer names a timer the node set (FxTimer) and is fed back (EvTimer).
+type Timer struct {
+	Kind TimerKind
+	Job  uint64
+}
+
+func (t Timer) String() string {
+	switch t.Kind {
+	case TimerMoves:
+		return "moves"
+	case TimerCheckpoint:
+		return fmt.Sprintf("checkpoint j%d", t.Job)
+	case TimerQuiet:
+		return fmt.Sprintf("quiet j%d", t.Job)
+	}
+	return fmt.Sprintf("timer(%d)", uint8(t.Kind))
+}
+
+// EffectKind is the kind of an Effect.
+type EffectKind uint8
+
+// Effects. Each names the fields of Effect it sets.
+const (
+	// FxRefuse: the event was refused with Err; nothing changed.
+	FxRefuse EffectKind = iota + 1
+	// FxStart: start task TID of Type for Parent in Job on Host.
+	FxStart
+	// FxExited: TID has ended (its watchers are told, its groups let go).
+	FxExited
+	// FxKill: end TID's incarnation.
+	FxKill
+	// FxMoveStarted: Move of TID from From to Host has started.
+	FxMoveStarted
+	// FxMove: an action of the move machine (Move): a Call (whose task
+	// is of Type in Job and comes From), a Finish or a Reject.
+	FxMove
+	// FxRoute: send TID's Route to Hosts, or to every host with All.
+	// The node's table holds it already.
+	FxRoute
+	// FxHostGone: Host is deemed lost; tell Hosts (on demand: every host
+	// left) that it is deleted.
+	FxHostGone
+	// FxJob: an action (Ck) of Job's coordinator, as it decided it: for
+	// the shell's record. What it takes to carry it out follows it.
+	FxJob
+	// FxRound: Job's periodic checkpoint round began, or was refused
+	// (Err).
+	FxRound
+	// FxCall: ask each of Hosts to do Call for Job's Round, within
+	// Timeout (a pause within Budget; a quiet, write or kill of the
+	// job's TIDs); each answer comes back as EvCk.
+	FxCall
+	// FxResume: ask Host to let Job's tasks go on after Round (attempt
+	// Attempt) within Timeout; the answer comes back as EvResumed.
+	FxResume
+	// FxCommit: write the manifest of Job's set Round.Seq (Entries, in
+	// TID order); the outcome comes back as EvCk (EvCommitted).
+	FxCommit
+	// FxDiscard: remove Job's incomplete set Round.Seq.
+	FxDiscard
+	// FxRestore: stage Job's set Round.Seq on the hosts, each entry on
+	// its Entries' Host, at Epoch; the outcome comes back as EvStaged.
+	FxRestore
+	// FxGo: start the staged tasks of Job on Hosts (after their routes):
+	// the set Round.Seq of Count tasks, at Epoch.
+	FxGo
+	// FxJobLost: Job is lost (Err): with Host set, it lost tasks with it
+	// and had no set to go back to; else its rollback to Round.Seq
+	// failed.
+	FxJobLost
+	// FxTimer: feed Timer back (EvTimer) at At.
+	FxTimer
+	// FxAnswer: the answer to a join (Count: the instance) or a leave
+	// (Err).
+	FxAnswer
+	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
+	FxRelease
+	// FxNotify: tell To, with Tag, that TID has ended.
+	FxNotify
+)
+
+var effectNames = [...]string{"", "refuse", "start", "exited", "kill", "move-started", "move", "route", "host-gone",
+	"job", "round", "call", "resume", "commit", "discard", "restore", "go", "job-lost", "timer",
+	"answer", "release", "notify"}
+
+func (k EffectKind) String() string {
+	if int(k) < len(effectNames) && k != 0 {
+		return effectNames[k]
+	}
+	return fmt.Sprintf("effect(%d)", uint8(k))
+}
+
+// CallKind is a checkpoint step asked of hosts (FxCall).
+type CallKind uint8
+
+// Checkpoint calls.
+const (
+	CallPause CallKind = iota + 1
+	CallQuiet
+	CallWrite
+	CallKill
+)
+
+var callNames = [...]string{"", "pause", "quiet", "write", "kill"}
+
+func (k CallKind) String() string {
+	if int(k) < len(callNames) && k != 0 {
+		return callNames[k]
+	}
+	return fmt.Sprintf("call(%d)", uint8(k))
+}
+
+// Effect is something the master node wants done. Kind says which fields
+// count.
+type Effect struct {
+	Kind   EffectKind
+	TID    task.TID
+	Parent task.TID
+	Type   string
+	Job    uint64
+	Host   task.HostID
+	From   task.HostID
+	Hosts  []task.HostID
+	All    bool
+	Route  routing.Route
+	Move   move.Action
+	MoveID move.ID
+	Ck     jobck.Action
+	Call   CallKind
+	Round  jobck.Round
+	// Timeout bounds a call; Budget is a pause's.
+	Timeout time.Duration
+	Budget  time.Duration
+	TIDs    []task.TID
+	Entries []Entry
+	Epoch   uint64
+	Count   int
+	Attempt int
+	Timer   Timer
+	At      time.Time
+	// To and Tag (FxNotify) are who is told and with which tag.
+	To  task.TID
+	Tag int
+	// Groups (FxCommit) are the group memberships the set records.
+	Groups map[string][]task.TID
+	Err    error
+}
+
+func (x Effect) String() string {
+	s := x.Kind.String()
+	switch x.Kind {
+	case FxStart:
+		s += fmt.Sprintf(" %v %s for %v job %d on %v", x.TID, x.Type, x.Parent, x.Job, x.Host)
+	case FxExited, FxKill:
+		s += " " + x.TID.String()
+	case FxMoveStarted:
+		s += fmt.Sprintf(" %v %v %v→%v", x.MoveID, x.TID, x.From, x.Host)
+	case FxMove:
+		s += " " + x.Move.String()
+		if x.Move.Kind == move.Call {
+			s += fmt.Sprintf(" (%s job %d from %v)", x.Type, x.Job, x.From)
+		}
+	case FxRoute:
+		s += fmt.Sprintf(" %v %v e%d", x.TID, x.Route.Host, x.Route.Epoch)
+		if x.Route.InTransit {
+			s += " in transit"
+		}
+		if x.All {
+			s += " to all"
+		} else {
+			s += fmt.Sprintf(" to %v", x.Hosts)
+		}
+	case FxHostGone:
+		s += fmt.Sprintf(" %v tell %v", x.Host, x.Hosts)
+	case FxJob:
+		s += fmt.Sprintf(" %d %v", x.Job, x.Ck)
+	case FxRound:
+		s += fmt.Sprintf(" %d", x.Job)
+	case FxCall:
+		s += fmt.Sprintf(" %v %d [%v] %v in %v", x.Call, x.Job, x.Round, x.Hosts, x.Timeout)
+		if x.Call == CallPause {
+			s += fmt.Sprintf(" budget %v", x.Budget)
+		}
+		if x.Call == CallQuiet || x.Call == CallKill {
+			s += fmt.Sprintf(" tids %v", x.TIDs)
+		}
+	case FxResume:
+		s += fmt.Sprintf(" %d [%v] %v attempt %d in %v", x.Job, x.Round, x.Host, x.Attempt, x.Timeout)
+	case FxCommit, FxDiscard:
+		s += fmt.Sprintf(" %d seq %d %v", x.Job, x.Round.Seq, x.Entries)
+		if len(x.Groups) > 0 {
+			s += fmt.Sprintf(" groups %v", x.Groups)
+		}
+	case FxRestore:
+		s += fmt.Sprintf(" %d seq %d e%d %v", x.Job, x.Round.Seq, x.Epoch, x.Entries)
+	case FxGo:
+		s += fmt.Sprintf(" %d seq %d e%d %d tasks on %v", x.Job, x.Round.Seq, x.Epoch, x.Count, x.Hosts)
+	case FxJobLost:
+		s += fmt.Sprintf(" %d %v", x.Job, x.Host)
+	case FxTimer:
+		s += fmt.Sprintf(" %v at %d", x.Timer, x.At.UnixMicro())
+	case FxAnswer:
+		s += fmt.Sprintf(" %d", x.Count)
+	case FxRelease:
+		s += fmt.Sprintf(" %v", x.TIDs)
+	case FxNotify:
+		s += fmt.Sprintf(" %v to %v tag %d", x.TID, x.To, x.Tag)
+	}
+	if x.Err != nil {
+		s += ": " + x.Err.Error()
+	}
+	return s
+}
+
+// Step feeds the node one event at time now and returns the effects the
+// shell is to perform, in order. It is the node's one seam.
+func (n *Node) Step(now time.Time, e Event) []Effect {
+	n.out = nil
+	switch e.Kind {
+	case EvSpawn:
+		n.spawn(e)
+	case EvExited:
+		n.exited(e.TID)
+	case EvKill:
+		switch t := n.tasks[e.TID]; {
+		case t == nil:
+			n.refuse(fmt.Errorf("%v: %w", e.TID, task.ErrNoSuchTask))
+		case !t.Exited:
+			t.Killed = true
+			n.emit(Effect{Kind: FxKill, TID: e.TID})
+		}
+	case EvLocated:
+		if t := n.tasks[e.TID]; t != nil && t.Killed {
+			n.emit(Effect{Kind: FxKill, TID: e.TID})
+		}
+	case EvMove:
+		n.startMove(now, e.TID, e.Host)
+	case EvMoveResult:
+		n.moveStep(now, move.Event{Kind: move.Result, Move: e.Move, Step: e.Step, Outcome: e.Outcome, Err: e.Err})
+	case EvHostLost:
+		n.hostLost(now, e.Host)
+	case EvJobStart:
+		if n.jobs[e.Job] == nil {
+			n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{},
+				groups: map[uint64]map[string][]task.TID{}}
+		}
+	case EvJobEvery:
+		jb := n.jobs[e.Job]
+		if jb == nil {
+			n.refuse(fmt.Errorf("job %d: %w", e.Job, ErrUnknownJob))
+			break
+		}
+		jb.every = e.Every
+		if e.Every > 0 && !jb.timed {
+			jb.timed = true
+			n.emit(Effect{Kind: FxTimer, Timer: Timer{Kind: TimerCheckpoint, Job: e.Job}, At: now.Add(e.Every)})
+		}
+	case EvCk:
+		n.ckEvent(now, e)
+	case EvStaged:
+		n.staged(now, e)
+	case EvResumed:
+		if e.Err != nil && e.Attempt < n.cfg.ResumeAttempts && !n.lost[e.Host] {
+			n.emit(Effect{Kind: FxResume, Job: e.Job, Round: e.Round, Host: e.Host, Attempt: e.Attempt + 1, Timeout: n.cfg.Timeouts.Step})
+		}
+	case EvTimer:
+		n.timer(now, e.Timer)
+	case EvJoin:
+		n.emit(Effect{Kind: FxAnswer, Count: n.join(e.Group, e.TID)})
+	case EvLeave:
+		n.emit(Effect{Kind: FxAnswer, Err: n.leave(e.Group, e.TID)})
+	case EvBarrier:
+		b := append(n.barriers[e.Group], e.TID)
+		if len(b) < e.Count {
+			n.barriers[e.Group] = b
+			break
+		}
+		delete(n.barriers, e.Group)
+		var others []task.TID
+		for _, tid := range b {
+			if tid != e.TID {
+				others = append(others, tid)
+			}
+		}
+		n.emit(Effect{Kind: FxRelease, TIDs: others})
+	case EvWatch:
+		if t := n.tasks[e.TID]; t != nil && t.Exited {
+			n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
+			break
+		}
+		n.watches[e.TID] = append(n.watches[e.TID], watch{who: e.Who, tag: e.Tag})
+	}
+	out := n.out
+	n.out = nil
+	return out
+}
+
+func (n *Node) emit(x Effect)    { n.out = append(n.out, x) }
+func (n *Node) refuse(err error) { n.emit(Effect{Kind: FxRefuse, Err: err}) }
+
+// exited records that tid ended: its groups let go of it and its
+// watchers are told.
+func (n *Node) exited(tid task.TID) {
+	t := n.tasks[tid]
+	if t == nil || t.Exited {
+		return
+	}
+	t.Exited = true
+	n.emit(Effect{Kind: FxExited, TID: tid})
+	for _, g := range n.groups {
+		for i, m := range g {
+			if m == tid {
+				g[i] = 0
+			}
+		}
+	}
+	for _, w := range n.watches[tid] {
+		n.emit(Effect{Kind: FxNotify, TID: tid, To: w.who, Tag: w.tag})
+	}
+	delete(n.watches, tid)
+}
+
+// join adds tid to group at its lowest free instance and returns it.
+func (n *Node) join(group string, tid task.TID) int {
+	g := n.groups[group]
+	for i, t := range g {
+		if t == tid {
+			return i
+		}
+	}
+	for i, t := range g {
+		if t == 0 {
+			g[i] = tid
+			return i
+		}
+	}
+	n.groups[group] = append(g, tid)
+	return len(g)
+}
+
+// leave takes tid out of group.
+func (n *Node) leave(group string, tid task.TID) error {
+	for i, t := range n.groups[group] {
+		if t == tid {
+			n.groups[group][i] = 0
+			return nil
+		}
+	}
+	return fmt.Errorf("%v is not in group %q", tid, group)
+}
+
+// cloneGroups is a deep copy of groups.
+func cloneGroups(groups map[string][]task.TID) map[string][]task.TID {
+	out := make(map[string][]task.TID, len(groups))
+	for g, ts := range groups {
+		out[g] = slices.Clone(ts)
+	}
+	return out
+}
+
+// spawn registers and places e's tasks.
+func (n *Node) spawn(e Event) {
+	for range e.Count {
+		h := e.Host
+		if h == 0 {
+			alive := n.Alive()
+			if len(alive) == 0 {
+				n.refuse(jobck.ErrNoHosts)
+				return
+			}
+			h = alive[n.nextHost%len(alive)]
+			n.nextHost++
+		}
+		n.nextLocal[h]++
+		tid := task.NewTID(h, n.nextLocal[h])
+		n.tasks[tid] = &Task{TID: tid, Parent: e.Parent, Type: e.Type, Job: e.Job}
+		n.order = append(n.order, tid)
+		n.emit(Effect{Kind: FxStart, TID: tid, Parent: e.Parent, Type: e.Type, Job: e.Job, Host: h})
+	}
+}
+
+// startMove starts a move of tid to host to.
+func (n *Node) startMove(now time.Time, tid task.TID, to task.HostID) {
+	t := n.tasks[tid]
+	if t == nil || t.Exited {
+		n.refuse(fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
+		return
+	}
+	r := n.routes.Lookup(tid)
+	acts := n.moves.Step(now, move.Event{Kind: move.Start, Spec: move.Spec{
+		TID: tid, From: r.Host, To: to, Epoch: r.Epoch, Job: t.Job, Timeouts: n.cfg.Timeouts,
+	}})
+	for _, a := range acts {
+		if a.Kind == move.Reject {
+			n.refuse(a.Err)
+			return
+		}
+	}
+	if len(acts) > 0 {
+		n.runs[acts[0].Move] = &run{typ: t.Type, job: t.Job, from: r.Host, to: to}
+		n.emit(Effect{Kind: FxMoveStarted, MoveID: acts[0].Move, TID: tid, From: r.Host, Host: to})
+	}
+	n.moveActions(now, acts)
+}
+
+// moveStep steps the move machine and translates its actions.
+func (n *Node) moveStep(now time.Time, ev move.Event) {
+	n.moveActions(now, n.moves.Step(now, ev))
+}
+
+// moveActions translates the move machine's actions into effects, and
+// sets the tick's timer while moves are under way.
+func (n *Node) moveActions(now time.Time, acts []move.Action) {
+	for _, a := range acts {
+		switch a.Kind {
+		case move.Call:
+			x := Effect{Kind: FxMove, Move: a, TID: a.TID, Host: a.Host}
+			if r := n.runs[a.Move]; r != nil {
+				x.Type, x.Job, x.From = r.typ, r.job, r.from
+			}
+			n.emit(x)
+		case move.SetRoute:
+			n.routes.Update(a.TID, a.Route)
+			if !n.cfg.Demand {
+				n.emit(Effect{Kind: FxRoute, TID: a.TID, Route: a.Route, All: true})
+				break
+			}
+			to := []task.HostID{a.TID.Host(), a.Route.Host}
+			if r := n.runs[a.Move]; r != nil {
+				to = append(to, r.from, r.to)
+			}
+			n.emit(Effect{Kind: FxRoute, TID: a.TID, Route: a.Route, Hosts: n.tell(to)})
+		case move.Finish:
+			delete(n.runs, a.Move)
+			n.emit(Effect{Kind: FxMove, Move: a, TID: a.TID})
+		case move.Reject:
+			n.emit(Effect{Kind: FxMove, Move: a})
+		}
+	}
+	if !n.ticking && len(n.moves.Moves()) > 0 {
+		n.ticking = true
+		n.emit(Effect{Kind: FxTimer, Timer: Timer{Kind: TimerMoves}, At: now.Add(n.cfg.TickEvery)})
+	}
+}
+
+// tell is the hosts of to that are to hear a route: once each, in ID
+// order, known and not lost.
+func (n *Node) tell(to []task.HostID) []task.HostID {
+	slices.Sort(to)
+	to = slices.Compact(to)
+	out := to[:0]
+	for _, h := range to {
+		if _, ok := slices.BinarySearch(n.hosts, h); ok && !n.lost[h] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// hostLost deems host h lost: its moves end, and each job with tasks
+// rolls back (or ends, or goes on without them) as its coordinator says.
+func (n *Node) hostLost(now time.Time, h task.HostID) {
+	n.lost[h] = true
+	n.alive = nil
+	gone := Effect{Kind: FxHostGone, Host: h}
+	if n.cfg.Demand {
+		for _, o := range n.hosts {
+			if o != h && !n.lost[o] {
+				gone.Hosts = append(gone.Hosts, o)
+			}
+		}
+	}
+	n.emit(gone)
+	n.moveStep(now, move.Event{Kind: move.HostLost, Host: h})
+	for _, j := range slices.Sorted(maps.Keys(n.jobs)) {
+		jb := n.jobs[j]
+		if jb.mc.State() != jobck.Idle && !n.RollingBack(j) {
+			jb.lostIn = h
+		}
+		n.ckStep(now, j, jobck.Event{Kind: jobck.EvHostLost, Now: now, Host: h, Hosts: append(n.Alive(), h)}, true)
+	}
+}
+
+// timer handles a timer that is due.
+func (n *Node) timer(now time.Time, t Timer) {
+	switch t.Kind {
+	case TimerMoves:
+		n.ticking = false
+		n.moveStep(now, move.Event{Kind: move.Tick})
+	case TimerCheckpoint:
+		jb := n.jobs[t.Job]
+		if jb == nil {
+			return
+		}
+		if jb.every <= 0 {
+			jb.timed = false
+			return
+		}
+		if jb.mc.State() == jobck.Idle {
+			acts, err := jb.mc.Step(jobck.Event{Kind: jobck.EvCheckpoint, Now: now, Hosts: n.Alive(), Floor: jb.floor()})
+			n.emit(Effect{Kind: FxRound, Job: t.Job, Err: err})
+			if err == nil {
+				n.ckActions(now, t.Job, acts)
+			}
+		}
+		n.emit(Effect{Kind: FxTimer, Timer: t, At: now.Add(jb.every)})
+	case TimerQuiet:
+		if n.jobs[t.Job] != nil {
+			n.ckStep(now, t.Job, jobck.Event{Kind: jobck.EvTick, Now: now}, false)
+		}
+	}
+}
+
+// floor is the largest set number the job has, complete or being
+// written.
+func (jb *job) floor() uint64 {
+	var f uint64
+	for s := range jb.sets {
+		f = max(f, s)
+	}
+	for s := range jb.pending {
+		f = max(f, s)
+	}
+	return f
+}
+
+// ckEvent feeds a job's coordinator an event from the shell.
+func (n *Node) ckEvent(now time.Time, e Event) {
+	jb := n.jobs[e.Job]
+	if jb == nil {
+		n.refuse(fmt.Errorf("job %d: %w", e.Job, ErrUnknownJob))
+		return
+	}
+	ev := e.Ck
+	ev.Now = now
+	switch ev.Kind {
+	case jobck.EvCheckpoint:
+		if ev.Hosts == nil {
+			ev.Hosts = n.Alive()
+		}
+		ev.Floor = max(ev.Floor, jb.floor())
+	case jobck.EvCommitted:
+		if ev.Err != nil {
+			delete(jb.groups, ev.Round.Seq)
+		}
+		if ev.Err == nil {
+			if set, ok := jb.pending[ev.Round.Seq]; ok {
+				delete(jb.pending, ev.Round.Seq)
+				slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
+				jb.sets[ev.Round.Seq] = set
+			}
+		}
+	}
+	acts, err := jb.mc.Step(ev)
+	if err != nil && !errors.Is(err, jobck.ErrStale) {
+		n.refuse(fmt.Errorf("job checkpoint machine: %w", err))
+	}
+	if err == nil && ev.Kind == jobck.EvWritten && ev.Err == nil {
+		if set, ok := jb.pending[ev.Round.Seq]; ok {
+			for _, tid := range e.TIDs {
+				set = append(set, Entry{TID: tid, Host: ev.Host})
+			}
+			jb.pending[ev.Round.Seq] = set
+		}
+	}
+	n.ckActions(now, e.Job, acts)
+}
+
+// ckStep steps job j's coordinator with an event of the node's own (a
+// host lost, a timer, an outcome it decided); report says whether an
+// error of the machine is the shell's to hear (FxRefuse).
+func (n *Node) ckStep(now time.Time, j uint64, ev jobck.Event, report bool) {
+	ev.Now = now
+	acts, err := n.jobs[j].mc.Step(ev)
+	if err != nil && report {
+		n.refuse(fmt.Errorf("job checkpoint machine: %w", err))
+	}
+	n.ckActions(now, j, acts)
+}
+
+// ckActions translates job j's coordinator's actions into effects, each
+// recorded (FxJob) before what carries it out.
+func (n *Node) ckActions(now time.Time, j uint64, acts []jobck.Action) {
+	jb := n.jobs[j]
+	t := n.cfg.Timeouts
+	for _, a := range acts {
+		n.emit(Effect{Kind: FxJob, Job: j, Ck: a})
+		r := a.Round
+		switch a.Kind {
+		case jobck.ActPause:
+			n.emit(Effect{Kind: FxCall, Call: CallPause, Job: j, Round: r, Hosts: a.Hosts, Budget: a.Budget, Timeout: a.Budget + t.Step})
+		case jobck.ActQuiet:
+			if !a.At.IsZero() {
+				n.emit(Effect{Kind: FxTimer, Timer: Timer{Kind: TimerQuiet, Job: j}, At: a.At})
+				continue
+			}
+			// Every task the job has had, ended ones too: an ended task's
+			// messages stay unacknowledged until received.
+			n.emit(Effect{Kind: FxCall, Call: CallQuiet, Job: j, Round: r, Hosts: a.Hosts, Timeout: t.Step, TIDs: n.jobTIDs(j)})
+		case jobck.ActWrite:
+			jb.pending[r.Seq] = []Entry{}
+			n.emit(Effect{Kind: FxCall, Call: CallWrite, Job: j, Round: r, Hosts: a.Hosts, Timeout: t.Transfer})
+		case jobck.ActCommit:
+			set, ok := jb.pending[r.Seq]
+			switch {
+			case jb.lostIn != 0:
+				n.ckStep(now, j, jobck.Event{Kind: jobck.EvCommitted, Round: r,
+					Err: fmt.Errorf("%v with tasks of the job was lost during the round: %w", jb.lostIn, jobck.ErrLost)}, false)
+			case !ok:
+				n.ckStep(now, j, jobck.Event{Kind: jobck.EvCommitted, Round: r, Err: fmt.Errorf("set %d: nothing written", r.Seq)}, false)
+			default:
+				slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
+				groups := cloneGroups(n.groups)
+				jb.groups[r.Seq] = groups
+				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: cloneGroups(groups)})
+			}
+		case jobck.ActResume:
+			for _, h := range a.Hosts {
+				n.emit(Effect{Kind: FxResume, Job: j, Round: r, Host: h, Attempt: 1, Timeout: t.Step})
+			}
+		case jobck.ActDiscard:
+			delete(jb.pending, r.Seq)
+			n.emit(Effect{Kind: FxDiscard, Job: j, Round: r})
+		case jobck.ActDone:
+			jb.lostIn = 0
+		case jobck.ActKill:
+			// The job's moves end first: nothing it kills comes back
+			// with a move's resume.
+			n.moveStep(now, move.Event{Kind: move.DropJob, Job: j, Err: errors.New("the job rolls back")})
+			n.emit(Effect{Kind: FxCall, Call: CallKill, Job: j, Round: r, Hosts: a.Hosts, Timeout: 2 * t.Step, TIDs: n.jobTIDs(j)})
+		case jobck.ActRestore:
+			n.restore(now, j, r)
+		case jobck.ActRolledBack:
+			jb.lostIn = 0
+			if a.Err != nil {
+				n.emit(Effect{Kind: FxJobLost, Job: j, Round: r,
+					Err: fmt.Errorf("rollback to checkpoint %d failed: %w", r.Seq, a.Err)})
+			}
+		case jobck.ActUnrecoverable:
+			if a.End {
+				n.emit(Effect{Kind: FxJobLost, Job: j, Host: a.Host,
+					Err: fmt.Errorf("lost host %v with no complete checkpoint to roll back to", a.Host)})
+			}
+		}
+	}
+}
+
+// jobTIDs is every task job j has had, in order.
+func (n *Node) jobTIDs(j uint64) []task.TID {
+	var out []task.TID
+	for _, tid := range n.order {
+		if n.tasks[tid].Job == j {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// restore places job j's set r.Seq on the hosts left: each task on the
+// host that wrote it, or, if that host is lost, round robin over the
+// others; at an epoch above every one handed out.
+func (n *Node) restore(now time.Time, j uint64, r jobck.Round) {
+	set := n.jobs[j].sets[r.Seq]
+	alive := n.Alive()
+	var err error
+	switch {
+	case set == nil:
+		err = fmt.Errorf("no checkpoint %d to go back to", r.Seq)
+	case len(alive) == 0:
+		err = jobck.ErrNoHosts
+	}
+	if err != nil {
+		n.ckStep(now, j, jobck.Event{Kind: jobck.EvRestored, Round: r, Err: err}, false)
+		return
+	}
+	epoch := n.moves.NextEpoch()
+	place := make([]Entry, len(set))
+	next := 0
+	for i, e := range set {
+		h := e.Host
+		if n.lost[h] {
+			h = alive[next%len(alive)]
+			next++
+		}
+		place[i] = Entry{TID: e.TID, Host: h}
+	}
+	n.jobs[j].place, n.jobs[j].epoch = place, epoch
+	n.emit(Effect{Kind: FxRestore, Job: j, Round: r, Epoch: epoch, Entries: place})
+}
+
+// staged goes on with job j's restore once its tasks are staged: their
+// routes are set and sent, the registry goes back to the set, and the
+// hosts start them.
+func (n *Node) staged(now time.Time, e Event) {
+	jb := n.jobs[e.Job]
+	if jb == nil {
+		n.refuse(fmt.Errorf("job %d: %w", e.Job, ErrUnknownJob))
+		return
+	}
+	r := e.Round
+	if jb.place == nil || r != jb.mc.Round() {
+		n.refuse(fmt.Errorf("staged %v of job %d: no such restore under way: %w", r, e.Job, jobck.ErrStale))
+		return
+	}
+	if e.Err != nil {
+		jb.place = nil
+		n.ckStep(now, e.Job, jobck.Event{Kind: jobck.EvRestored, Round: r, Err: e.Err}, false)
+		return
+	}
+	set, epoch := jb.place, jb.epoch
+	jb.place = nil
+	// The groups go back to the set's; no barrier waits any more.
+	n.groups = cloneGroups(jb.groups[r.Seq])
+	n.barriers = map[string][]task.TID{}
+	place := map[task.HostID][]task.TID{}
+	var order []task.HostID
+	for _, x := range set {
+		if place[x.Host] == nil {
+			order = append(order, x.Host)
+		}
+		place[x.Host] = append(place[x.Host], x.TID)
+	}
+	slices.Sort(order)
+	inSet := map[task.TID]bool{}
+	for _, h := range order {
+		for _, tid := range place[h] {
+			rt := routing.Route{Host: h, Epoch: epoch}
+			n.routes.Update(tid, rt)
+			if n.cfg.Demand {
+				// A restored task's route goes to its origin and to every
+				// host the job is restored on: each knows its job's
+				// routes before its restored tasks run.
+				n.emit(Effect{Kind: FxRoute, TID: tid, Route: rt, Hosts: n.tell(append([]task.HostID{tid.Host()}, order...))})
+			} else {
+				n.emit(Effect{Kind: FxRoute, TID: tid, Route: rt, All: true})
+			}
+			if t := n.tasks[tid]; t != nil {
+				t.Exited, t.Killed = false, false
+			}
+			inSet[tid] = true
+		}
+	}
+	for _, tid := range n.order {
+		if t := n.tasks[tid]; t.Job == e.Job && !inSet[tid] {
+			// Spawned after the checkpoint: gone with the rollback (the
+			// restored job spawns its own again).
+			t.Exited = true
+		}
+	}
+	n.emit(Effect{Kind: FxGo, Job: e.Job, Round: r, Epoch: epoch, Hosts: order, Count: len(set)})
+	n.ckStep(now, e.Job, jobck.Event{Kind: jobck.EvRestored, Round: r}, false)
+}

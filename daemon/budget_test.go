@@ -21,7 +21,7 @@ func TestFrameBudget(t *testing.T) {
 }
 
 func testFrameBudget(t *testing.T) {
-	b := newFrameBudget(10, 6)
+	b := newFrameBudget(10, 6, 10)
 	never := make(chan struct{})
 	if err := b.acquire("alice", 6, never, never); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
@@ -419,7 +420,7 @@ func decodeCall(b []byte) (*call, error) {
 			at := len(b) - r.Len()
 			var size int
 			if size, err = task.MsgpackLen(b[at:], controlLimits); err == nil {
-				if key == "b" {
+				if key == "b" && b[at] != msgpcode.Nil { // nil: no body, as msgpack reads it
 					c.Body = msgpack.RawMessage(b[at : at+size : at+size])
 				}
 				_, err = r.Seek(int64(at+size), io.SeekStart)

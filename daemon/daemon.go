@@ -211,20 +211,25 @@ type Config struct {
 	// a window is a quarter of TrafficBudget over MaxConns, within
 	// MinConnWindow and MaxConnWindow, and MaxConns, when not set, is
 	// lowered so that the windows fit. It is raised to the sum of its
-	// parts where they are set larger, or raised to their least.
-	// Outside it: the answers queued for a client that does not read,
-	// each daemon connection's call being decoded (see FrameBudget), and
-	// one window for each connection this daemon dials (at most one a
-	// host). Go's collector lets the heap grow to twice what is live
-	// (GOGC=100) unless a memory limit (GOMEMLIMIT) says otherwise.
+	// parts where they are set larger or raised to their least (a
+	// FrameBudget of twice MaxFrame, one window a connection).
+	// Outside it: the arguments a handler decodes from a call (at most
+	// its body again), the answers queued for a client that does not
+	// read them, a daemon's call once decoded (see FrameBudget), and one
+	// window for each connection this daemon dials (at most one a host).
+	// It bounds live memory: Go's collector lets the heap grow past what
+	// is live by GOGC percent between collections unless a memory limit
+	// (GOMEMLIMIT) says otherwise.
 	TrafficBudget int64
 	// FrameBudget bounds the bytes of large frame bodies (of
 	// routing.BudgetFrom or more) the readers of all connections hold at
 	// once, from before a body is allocated until the frame has been
 	// handled, and clients' calls until they are answered (a call's body
 	// and callOverhead; a large call's body is its frame's buffer, not a
-	// copy); FrameBudgetPerCert bounds those of the connections made with
-	// one certificate (defaults a quarter of TrafficBudget,
+	// copy; a daemon's call is counted until it is decoded, as it may
+	// wait for other daemons' frames); FrameBudgetPerCert bounds those of
+	// the connections made with one certificate (defaults a quarter of
+	// TrafficBudget,
 	// DefaultFrameBudgetPerCert; neither below MaxFrame, FrameBudget not
 	// below twice MaxFrame). Clients' calls take at most FrameBudget less
 	// MaxFrame, so that a daemon's frame (a host's answer the call waits

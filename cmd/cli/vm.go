@@ -99,6 +99,9 @@ func daemonCommand() *cli.Command {
 			if c.Bool("master") == (c.String("join") != "") {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
 			}
+			if mib := c.Int("traffic-budget"); mib < 0 || mib > 1<<30 {
+				return cli.Exit(fmt.Sprintf("daemon: --traffic-budget %d: want MiB between 1 and %d (0: the default)", mib, 1<<30), 2)
+			}
 			key, err := loadCredential(c)
 			if err != nil {
 				return cli.Exit("daemon: "+err.Error(), 2)

@@ -203,13 +203,38 @@ type Config struct {
 	// resent.
 	MaxForgeries  int
 	ForgeryWindow time.Duration
+	// TrafficBudget is the memory this daemon gives to what the network
+	// brings it, all connections together (default
+	// DefaultTrafficBudget): FrameBudget, MailboxBudget and the QUIC
+	// receive windows of MaxConns connections (Transport.ConnWindow
+	// each). Those not set take a quarter, a half and a quarter of it:
+	// a window is a quarter of TrafficBudget over MaxConns, within
+	// MinConnWindow and MaxConnWindow, and MaxConns, when not set, is
+	// lowered so that the windows fit. It is raised to the sum of its
+	// parts where they are set larger or raised to their least (a
+	// FrameBudget of twice MaxFrame, one window a connection).
+	// Outside it: the arguments a handler decodes from a call (at most
+	// its body again), the answers queued for a client that does not
+	// read them, a daemon's call once decoded (see FrameBudget), and one
+	// window for each connection this daemon dials (at most one a host).
+	// It bounds live memory: Go's collector lets the heap grow past what
+	// is live by GOGC percent between collections unless a memory limit
+	// (GOMEMLIMIT) says otherwise.
+	TrafficBudget int64
 	// FrameBudget bounds the bytes of large frame bodies (of
 	// routing.BudgetFrom or more) the readers of all connections hold at
 	// once, from before a body is allocated until the frame has been
-	// handled, and FrameBudgetPerCert those of the connections made with
-	// one certificate (defaults DefaultFrameBudget,
-	// DefaultFrameBudgetPerCert; neither below MaxFrame): a frame that
-	// does not fit waits, and its connection is not read meanwhile.
+	// handled, and clients' calls until they are answered (a call's body
+	// and callOverhead; a large call's body is its frame's buffer, not a
+	// copy; a daemon's call is counted until it is decoded, as it may
+	// wait for other daemons' frames); FrameBudgetPerCert bounds those of
+	// the connections made with one certificate (defaults a quarter of
+	// TrafficBudget,
+	// DefaultFrameBudgetPerCert; neither below MaxFrame, FrameBudget not
+	// below twice MaxFrame). Clients' calls take at most FrameBudget less
+	// MaxFrame, so that a daemon's frame (a host's answer the call waits
+	// for) always finds room. A frame that does not fit waits, and its
+	// connection is not read meanwhile.
 	FrameBudget, FrameBudgetPerCert int
 	// MaxFrame is the largest frame accepted (default 64 MiB).
 	MaxFrame int
@@ -260,7 +285,8 @@ type Config struct {
 	// payload plus a fixed 64 bytes each.
 	MailboxHigh int
 	// MailboxBudget bounds the memory of all the mailboxes of this
-	// daemon together, counted as for MailboxHigh (default 1 GiB): a task
+	// daemon together, counted as for MailboxHigh (default half of
+	// TrafficBudget, 1 GiB): a task
 	// sending to another on this daemon waits while they hold as much.
 	// Messages from other daemons, whatever their size and number, are
 	// taken only while they fit (routing.Inbox.Admit): in order, into
@@ -449,9 +475,7 @@ func (c *Config) setDefaults() {
 	if c.MaxNotify <= 0 {
 		c.MaxNotify = DefaultMaxNotify
 	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = DefaultMaxConns
-	}
+	c.trafficParts()
 	if c.MaxConnsPerPeer <= 0 {
 		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
 	}
@@ -470,11 +494,10 @@ func (c *Config) setDefaults() {
 	if c.FrameBudgetPerCert <= 0 {
 		c.FrameBudgetPerCert = DefaultFrameBudgetPerCert
 	}
-	if c.FrameBudget <= 0 {
-		c.FrameBudget = DefaultFrameBudget
-	}
 	c.FrameBudgetPerCert = max(c.FrameBudgetPerCert, c.MaxFrame)
-	c.FrameBudget = max(c.FrameBudget, c.FrameBudgetPerCert)
+	// Clients' calls take at most FrameBudget less MaxFrame (budget.go):
+	// at least one frame of each kind fits.
+	c.FrameBudget = max(c.FrameBudget, c.FrameBudgetPerCert, 2*c.MaxFrame)
 	if c.Window <= 0 {
 		c.Window = 8 << 20
 	}
@@ -497,9 +520,9 @@ func (c *Config) setDefaults() {
 	if c.MailboxHigh <= 0 {
 		c.MailboxHigh = 32 << 20
 	}
-	if c.MailboxBudget <= 0 {
-		c.MailboxBudget = 1 << 30
-	}
+	// The parts of TrafficBudget raised to their least above: it is
+	// their sum at least.
+	c.TrafficBudget = max(c.TrafficBudget, int64(c.FrameBudget)+c.MailboxBudget+int64(c.MaxConns)*int64(c.Transport.ConnWindow))
 	if c.Placer == nil {
 		c.Placer = &RoundRobin{}
 	}
@@ -746,7 +769,7 @@ func newDaemon(cfg Config) *Daemon {
 		rep:      reports{kick: make(chan struct{}, 1)},
 		self:     HostInfo{ID: cfg.HostID, Name: cfg.Name, Cores: cfg.Cores, Speed: cfg.Speed, MemMiB: cfg.MemMiB, Build: ThisBuild()},
 		met:      cfg.Metrics,
-		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert),
+		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert, cfg.FrameBudget-cfg.MaxFrame),
 	}
 	d.startIDs.Store(rand.Uint64())
 	d.setLogName(cfg.Name)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -329,7 +330,8 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		return
 	}
 	r := routing.NewReader(st, d.cfg.MaxFrame)
-	r.SetBudget(d.budgetFor(conn))
+	rb := d.budgetFor(conn)
+	r.SetBudget(rb)
 	h, err := readHello(ctx, r)
 	r.Free() // the hello is decoded: a connection refused holds nothing
 	if err != nil {
@@ -353,6 +355,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 	role := cert.Role
 	n := d.nw
 	p := newPeer(d, conn, st, false)
+	p.rb = rb
 	switch {
 	case role.Client():
 		p.info = HostInfo{Name: string(role) + " " + cert.Name}
@@ -688,8 +691,10 @@ func (d *Daemon) dial(ctx context.Context, h task.HostID, addr string) (*peer, e
 		g.conn.Close("refused")
 		return nil, fmt.Errorf("%w: %s answered for host %v (%s) with the certificate of %s", ErrRefused, addr, h, want, c)
 	}
-	g.r.SetBudget(d.budgetFor(g.conn))
+	rb := d.budgetFor(g.conn)
+	g.r.SetBudget(rb)
 	p := newPeer(d, g.conn, g.st, true)
+	p.rb = rb
 	p.info = g.reply.Info
 	switch d.attach(p, true) {
 	case attachRefused:
@@ -761,14 +766,30 @@ func (d *Daemon) dispatch(p *peer, f routing.Frame) error {
 	case routing.KindRefuse:
 		return d.receiveRefusals(p, f.Body)
 	case routing.KindCall:
-		var c call
-		if err := decodeMsg(f.Body, &c); err != nil {
+		// A client's call holds its bytes of the frame budget until it is
+		// answered; a daemon's, until the reader reads on (a daemon's call
+		// may wait for frames from other daemons). The call is served
+		// from the frame's buffer where the reader gave it away.
+		body := f.Body
+		var hold callHold
+		if p.role.Client() {
+			var err error
+			if hold, body, err = p.rb.holdCall(body); err != nil {
+				return err
+			}
+		} else if p.rb == nil || p.rb.held == 0 {
+			body = bytes.Clone(body) // the reader reuses its buffer
+		}
+		c, err := decodeCall(body)
+		if err != nil {
+			hold.give()
 			return err
 		}
 		p.serving()
 		d.goFunc(func() {
 			defer p.served()
-			d.serveCall(p, &c)
+			defer hold.give()
+			d.serveCall(p, c)
 		})
 	case routing.KindRetire:
 		p.peerRetired()

@@ -30,6 +30,7 @@ type peer struct {
 	cert  pki.Peer // whom the connection's certificate names
 	conn  transport.Conn
 	st    transport.Stream
+	rb    *connBudget   // the reader's share of the frame budget (nil: none); the reader's alone
 	dialr bool          // we dialled this connection
 	ctr   *metrics.Peer // message counters of the peer host (nil: none kept); set before the peer is attached
 	bulk  *bulkLane     // large messages' lane (nil: none)

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
@@ -381,3 +384,51 @@ const (
 	mSwimCheck    = "swim.check"
 	mSwimGossip   = "swim.gossip"
 )
+
+// decodeCall decodes the body of a call frame as decodeMsg would, but the
+// call's Body is a slice of b, not a copy: msgpack's decoder copies a raw
+// field, growing its buffer as it reads (for a call of 40 MiB, 2.7 times
+// its size allocated), so a large call would otherwise live twice. b must
+// stay unchanged while the call is served (a copy of a reader's reused
+// buffer, or a frame the reader gave away).
+func decodeCall(b []byte) (*call, error) {
+	b, err := task.SafeMsgpack(b, controlLimits)
+	if err != nil {
+		return nil, fmt.Errorf("decode call: %w: %w", routing.ErrMalformed, err)
+	}
+	bad := func(err error) (*call, error) {
+		return nil, fmt.Errorf("decode call: %w: %v", routing.ErrMalformed, err)
+	}
+	r := bytes.NewReader(b) // a ByteScanner: the decoder reads it unbuffered
+	dec := msgpack.NewDecoder(r)
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return bad(err)
+	}
+	c := &call{}
+	for range max(n, 0) { // -1: nil, an empty call
+		key, err := dec.DecodeString()
+		if err != nil {
+			return bad(err)
+		}
+		switch key {
+		case "i":
+			c.ID, err = dec.DecodeUint64()
+		case "m":
+			c.Method, err = dec.DecodeString()
+		default: // the body, or a field this daemon does not know: passed over
+			at := len(b) - r.Len()
+			var size int
+			if size, err = task.MsgpackLen(b[at:], controlLimits); err == nil {
+				if key == "b" && b[at] != msgpcode.Nil { // nil: no body, as msgpack reads it
+					c.Body = msgpack.RawMessage(b[at : at+size : at+size])
+				}
+				_, err = r.Seek(int64(at+size), io.SeekStart)
+			}
+		}
+		if err != nil {
+			return bad(err)
+		}
+	}
+	return c, nil
+}

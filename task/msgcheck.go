@@ -54,6 +54,15 @@ func CheckMsgpack(data []byte) error { return CheckMsgpackLimits(data, MsgpackLi
 // their 4- and 8-byte forms begin so for some times; SafeMsgpack rewrites
 // those instead of refusing them.
 func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
+	_, err := walkMsgpack(data, lim, nil)
+	return err
+}
+
+// MsgpackLen returns how many bytes the msgpack value at the start of data
+// takes, checked as CheckMsgpackLimits checks it: where a value ends in a
+// buffer that holds more (a field of an encoded struct), found without
+// decoding or copying it.
+func MsgpackLen(data []byte, lim MsgpackLimits) (int, error) {
 	return walkMsgpack(data, lim, nil)
 }
 
@@ -64,7 +73,7 @@ func CheckMsgpackLimits(data []byte, lim MsgpackLimits) error {
 // payload begins with a byte below 0x3c.
 func SafeMsgpack(data []byte, lim MsgpackLimits) ([]byte, error) {
 	var times []int
-	if err := walkMsgpack(data, lim, &times); err != nil {
+	if _, err := walkMsgpack(data, lim, &times); err != nil {
 		return nil, err
 	}
 	if len(times) == 0 {
@@ -97,7 +106,7 @@ func SafeMsgpack(data []byte, lim MsgpackLimits) ([]byte, error) {
 		out = binary.BigEndian.AppendUint64(out, sec)
 	}
 	out = append(out, data[prev:]...)
-	if err := walkMsgpack(out, lim, nil); err != nil {
+	if _, err := walkMsgpack(out, lim, nil); err != nil {
 		return nil, fmt.Errorf("timestamps rewritten: %w", err)
 	}
 	return out, nil
@@ -112,9 +121,10 @@ func mapOrNil(c byte) bool {
 	return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf || c == 0xc0
 }
 
-// walkMsgpack is CheckMsgpackLimits; with times not nil, it notes where
-// each timestamp SafeMsgpack must rewrite begins instead of refusing it.
-func walkMsgpack(data []byte, lim MsgpackLimits, times *[]int) error {
+// walkMsgpack is CheckMsgpackLimits, returning the bytes the value takes;
+// with times not nil, it notes where each timestamp SafeMsgpack must
+// rewrite begins instead of refusing it.
+func walkMsgpack(data []byte, lim MsgpackLimits, times *[]int) (int, error) {
 	maxDepth := lim.MaxDepth
 	if maxDepth <= 0 || maxDepth > MaxMsgpackDepth {
 		maxDepth = MaxMsgpackDepth
@@ -199,13 +209,13 @@ func walkMsgpack(data []byte, lim MsgpackLimits, times *[]int) error {
 	for {
 		for left == 0 {
 			if len(stack) == 0 {
-				return nil
+				return i, nil
 			}
 			left = stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 		}
 		if i >= len(data) {
-			return fmt.Errorf("truncated at byte %d: %w", i, ErrMsgpackBounds)
+			return 0, fmt.Errorf("truncated at byte %d: %w", i, ErrMsgpackBounds)
 		}
 		c := data[i]
 		i++
@@ -275,7 +285,7 @@ func walkMsgpack(data []byte, lim MsgpackLimits, times *[]int) error {
 			err = fmt.Errorf("at byte %d: invalid byte %#x: %w", i-1, c, ErrMsgpackBounds)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
 }

@@ -92,11 +92,15 @@ func daemonCommand() *cli.Command {
 			&cli.DurationFlag{Name: "move-timeout", Value: 10 * time.Second, Usage: "how long a migrating task may take to reach a safe point"},
 			&cli.BoolFlag{Name: "no-tasks", Usage: "master: place no tasks on the master's host unless asked for by name (its loss then takes no task with it)"},
 			&cli.BoolFlag{Name: "recover", Usage: "master: rebuild a virtual machine whose master was lost from its hosts, which register again (same address and key)"},
+			&cli.IntFlag{Name: "traffic-budget", Usage: "`MIB` of memory this daemon gives to what the network brings it, all connections together: frames being read and clients' calls until answered (a quarter), messages not yet received (a half), QUIC receive windows (a quarter) (default 2048)"},
 			&cli.DurationFlag{Name: "master-grace", Value: time.Minute, Usage: "host: run on this long without a master, registering again with one restarted at its address, before stopping (0: stop at once)"},
 		}, observeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Bool("master") == (c.String("join") != "") {
 				return cli.Exit("daemon: give either --master or --join ADDR", 2)
+			}
+			if mib := c.Int("traffic-budget"); mib < 0 || mib > 1<<30 {
+				return cli.Exit(fmt.Sprintf("daemon: --traffic-budget %d: want MiB between 1 and %d (0: the default)", mib, 1<<30), 2)
 			}
 			key, err := loadCredential(c)
 			if err != nil {
@@ -165,7 +169,7 @@ func daemonCommand() *cli.Command {
 				Credential: key, CredentialFile: c.String("credential"), Secret: ring, RevokedFile: c.String("revoked"), AllowDirs: c.StringSlice("allow-dir"), Speed: 1 / speed.Alpha, Cores: c.Int("cores"),
 				Heartbeat: c.Duration("heartbeat"), DeadAfter: c.Duration("dead-after"), SuspectAfter: c.Duration("suspect-after"), Detector: c.String("detector"), Routes: c.String("routes"),
 				MaxHealth: c.Int("max-health"), JoinRate: c.Float64("join-rate"), JoinBurst: c.Int("join-burst"),
-				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"),
+				SharedDir: c.String("shared-dir"), MoveTimeout: c.Duration("move-timeout"), TrafficBudget: int64(c.Int("traffic-budget")) << 20,
 				Recover: c.Bool("recover"), MasterGrace: graceFlag(c.Duration("master-grace")), MasterNoTasks: c.Bool("no-tasks"),
 				Fault:  os.Getenv("DPVM_FAULT"), // failure injection for tests
 				Placer: placer,

@@ -102,4 +102,9 @@
 // leader's node already holds the group's state; it performs the effects
 // still due from there on, and the master's protocols, which retransmit
 // until answered, carry on where the old leader stopped.
+// A leader cut off from its group can believe it leads for up to two
+// election timeouts (until CheckQuorum deposes it), applying nothing new
+// but still holding what it applied; the effects it performs should
+// carry its term, so that hosts that have heard from a newer leader
+// refuse them.
 package replica

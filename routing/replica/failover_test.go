@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-var failoverSeeds = flag.Int("failover-seeds", 5, "TestFailover: seeded histories per group size")
+var failoverSeeds = flag.Int("failover-seeds", 5, "TestFailover: seeded histories per group size (2 with -short or -race)")
 
 // TestFailover measures, in virtual time, how long a group takes from
 // its leader's death to a new leader that has committed an entry of its
@@ -19,7 +19,7 @@ var failoverSeeds = flag.Int("failover-seeds", 5, "TestFailover: seeded historie
 // 2 s. -v prints the distribution.
 func TestFailover(t *testing.T) {
 	seeds := *failoverSeeds
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		seeds = 2
 	}
 	const maxDelay = 10 * time.Millisecond

@@ -38,7 +38,8 @@ var (
 // deterministic: every replica applies the same entries in the same order
 // and must reach the same state and return the same result. Snapshot
 // encodes the whole state; Restore replaces the state with a Snapshot's
-// (and refuses bytes it cannot read, losing nothing).
+// (and refuses bytes it cannot read, losing nothing). The entry and the
+// snapshot bytes are the replica's: copy what is kept.
 type StateMachine interface {
 	Apply(index uint64, entry []byte) (result []byte)
 	Snapshot() ([]byte, error)

@@ -663,8 +663,11 @@ func defaultSim(n int) simConfig {
 // end every acknowledged command is in every replica's state once.
 func TestSimulation(t *testing.T) {
 	seeds := 4
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		seeds = 1
+	case raceEnabled: // the package starts no goroutine: fewer seeds lose no race
+		seeds = 2
 	}
 	for _, n := range []int{3, 5} {
 		for seed := range uint64(seeds) {

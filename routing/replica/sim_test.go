@@ -147,7 +147,10 @@ type sim struct {
 	deathAt  time.Time   // a leader's death not yet followed by a new leader
 	deadTerm uint64
 
-	common    []string // the one applied sequence: "term/data" by index-1
+	common    []string          // the one applied sequence: "term/data" by index-1
+	results   []string          // what Apply returned at each index
+	first     map[string]string // a command's result where it first committed
+	twice     int               // commands committed more than once
 	leaderAt  map[uint64]uint64
 	stateAt   map[uint64][32]byte // snapshot data hash by index
 	acks      []ack
@@ -165,7 +168,7 @@ func newSim(t testing.TB, seed uint64, cfg simConfig) *sim {
 	s := &sim{
 		t: t, cfg: cfg, rnd: rand.New(rand.NewPCG(seed, 0x5eed)),
 		now: time.Unix(1_000_000, 0).UTC(), cut: map[[2]uint64]bool{},
-		leaderAt: map[uint64]uint64{}, stateAt: map[uint64][32]byte{},
+		leaderAt: map[uint64]uint64{}, stateAt: map[uint64][32]byte{}, first: map[string]string{},
 	}
 	s.end = s.now.Add(cfg.duration)
 	peers := make([]uint64, cfg.n)
@@ -342,8 +345,17 @@ func (s *sim) applied(n *simNode, e Effect) {
 		if s.common[e.Index-1] != entry {
 			s.fatalf("replica %d applied %q at %d where another applied %q", n.id, entry, e.Index, s.common[e.Index-1])
 		}
+		if s.results[e.Index-1] != string(e.Result) {
+			s.fatalf("replica %d's Apply at %d returned %q, another's %q", n.id, e.Index, e.Result, s.results[e.Index-1])
+		}
 	default:
 		s.common = append(s.common, entry)
+		s.results = append(s.results, string(e.Result))
+		if _, ok := s.first[string(e.Data)]; ok {
+			s.twice++ // a retry committed after its first copy: Dedup's case
+		} else if len(e.Data) > 0 {
+			s.first[string(e.Data)] = string(e.Result)
+		}
 	}
 	if n.app.dups > 0 {
 		s.fatalf("replica %d ran an op twice", n.id)
@@ -360,6 +372,9 @@ func (s *sim) applied(n *simNode, e Effect) {
 		}
 		if !bytes.Equal(e.Data, c.cmd) {
 			s.fatalf("client %d's entry at %d/%d is %q, not %q", c.id, e.Index, e.Term, e.Data, c.cmd)
+		}
+		if first := s.first[string(c.cmd)]; string(e.Result) != first {
+			s.fatalf("client %d's command answered %q, but it ran with %q", c.id, e.Result, first)
 		}
 		s.acks = append(s.acks, ack{index: e.Index, cmd: string(c.cmd)})
 		s.trace("client %d acked %d at %d", c.id, c.seq, e.Index)
@@ -658,9 +673,12 @@ func defaultSim(n int) simConfig {
 
 // TestSimulation runs seeded histories of 3 and 5 replicas and checks,
 // after every step: one leader a term at most; every replica's applied
-// entries are a prefix of one sequence; every restored snapshot equals
-// the state a replica had at its index; no op runs twice; and at the
-// end every acknowledged command is in every replica's state once.
+// entries are a prefix of one sequence, with the same results; every
+// restored snapshot equals the state a replica had at its index; no op
+// runs twice, and a client's answer is the result of its command's first
+// commit; at the end every acknowledged command is in every replica's
+// state once. Each history has retries committed twice, catch-ups by
+// snapshot and failovers.
 func TestSimulation(t *testing.T) {
 	seeds := 4
 	switch {
@@ -681,7 +699,11 @@ func TestSimulation(t *testing.T) {
 				if acked < 100 {
 					t.Errorf("only %d commands acknowledged", acked)
 				}
-				t.Logf("%d entries, %d acked, %d snapshots sent, %d restored, failovers %v, trace %x", len(s.common), acked, s.snapsSent, s.restores, s.failovers, s.hash[:6])
+				// The history must reach the cases it is for.
+				if s.twice == 0 || s.restores == 0 || len(s.failovers) == 0 {
+					t.Errorf("%d commands committed twice, %d snapshots restored, %d failovers: a case untried", s.twice, s.restores, len(s.failovers))
+				}
+				t.Logf("%d entries, %d acked, %d committed twice, %d snapshots sent, %d restored, failovers %v, trace %x", len(s.common), acked, s.twice, s.snapsSent, s.restores, s.failovers, s.hash[:6])
 			})
 		}
 	}

@@ -399,7 +399,7 @@ func New(cfg Config, sm StateMachine, st State) (*Replica, error) {
 		cfg: cfg, rn: rn, storage: storage, sm: sm,
 		cs:      snap.GetMetadata().GetConfState(),
 		applied: idx, snapIndex: idx, last: last,
-		state: raft.StateFollower,
+		state: raft.StateFollower, term: st.HardState.GetTerm(),
 	}, nil
 }
 

@@ -213,6 +213,9 @@ func (s *sim) start(n *simNode) {
 		s.fatalf("start %d: %v", n.id, err)
 	}
 	n.r = r
+	if _, term := r.Leader(); term != n.st.HardState.GetTerm() {
+		s.fatalf("replica %d restarted at term %d, persisted %d", n.id, term, n.st.HardState.GetTerm())
+	}
 	n.applied = n.st.Snapshot.GetMetadata().GetIndex()
 	if n.applied > 0 {
 		s.checkState(n, n.applied)

@@ -41,7 +41,8 @@
 //   - EffSnapshot: the replica snapshotted its StateMachine and compacted
 //     its log: persist the snapshot.
 //   - EffRejected: a message refused (not for this replica, not from a
-//     peer, not a kind peers send, or refused by raft); nothing changed.
+//     peer, not a kind peers send, or refused by raft) or an event of an
+//     unknown kind; nothing changed.
 //   - EffStopped: raft found an input contradicting its log (it panics on
 //     such input; Step recovers): the replica answers EffStopped to every
 //     event until the shell restarts it from what it persisted, which the

@@ -30,6 +30,8 @@ var (
 	// inconsistent with its log (a commit beyond the log, a snapshot the
 	// state machine refused): restart it from its persisted State.
 	ErrStopped = errors.New("replica: stopped")
+	// ErrBadEvent rejects an Event of an unknown kind.
+	ErrBadEvent = errors.New("replica: bad event")
 	// ErrConfig is a Config that cannot run.
 	ErrConfig = errors.New("replica: bad config")
 )
@@ -254,7 +256,8 @@ const (
 	// Snapshot's index and compacted its log: persist Snapshot
 	// (State.Persist); persisted entries it covers may be discarded.
 	EffSnapshot
-	// EffRejected: a message was rejected with Err; nothing changed.
+	// EffRejected: a message or event was rejected with Err; nothing
+	// changed.
 	EffRejected
 	// EffStopped: the replica stopped (Err wraps ErrStopped): restart
 	// it from its persisted State.
@@ -460,6 +463,8 @@ func (r *Replica) Step(now time.Time, ev Event) (effs []Effect) {
 		r.rn.ReportSnapshot(ev.Peer, status)
 	case EvUnreachable:
 		r.rn.ReportUnreachable(ev.Peer)
+	default:
+		r.reject(fmt.Errorf("%w: %v", ErrBadEvent, ev.Kind))
 	}
 	r.drain()
 	return r.effs

@@ -83,6 +83,9 @@ func TestRefusal(t *testing.T) {
 			t.Errorf("leader took a proposal of %d bytes: %v", len(bad), effs)
 		}
 	}
+	if effs := l.r.Step(s.now, Event{Kind: 99}); len(effs) != 1 || !errors.Is(effs[0].Err, ErrBadEvent) {
+		t.Errorf("an unknown event gave %v", effs)
+	}
 	effs = s.step(l, Event{Kind: EvPropose, Data: cmd})
 	if effs[0].Kind != EffAccepted || effs[0].Term != term {
 		t.Fatalf("leader answered %v", effs)

@@ -48,6 +48,10 @@
 //     retries) as timer and call effects, behind one seam, Step(now,
 //     Event) []Effect. The whole-VM simulation (daemon/sim) runs it; the
 //     daemon's master still drives the machines itself (daemon/doc.go).
+//   - Master replication (replica): a replicated state machine on
+//     etcd-io/raft, pure, behind the same kind of seam, for a group of
+//     three or five masters whose log is the master node's inputs; not
+//     yet wired into the daemon (routing/replica/README.md).
 //   - Failure detection (swim): the hosts probe each other, SWIM with
 //     Lifeguard's suspicion and local health, and tell the master only of
 //     suspicions, deaths and refutations; the master deletes a host only

@@ -83,8 +83,8 @@ type run struct {
 // job is a job's coordinator and the sets it has written.
 type job struct {
 	mc      *jobck.Machine
-	every   time.Duration // the checkpoint period (0: none)
-	timed   bool          // a checkpoint timer is set
+	every   time.Duration      // the checkpoint period (0: none)
+	timed   bool               // a checkpoint timer is set
 	sets    map[uint64][]Entry // complete sets, entries in TID order
 	pending map[uint64][]Entry // sets being written
 	lostIn  task.HostID        // a host lost while a checkpoint round ran

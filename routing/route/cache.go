@@ -195,15 +195,13 @@ func (c *Cache) forgetOld(keep task.TID, out *[]Effect) {
 	}
 	slices.SortFunc(cs, func(a, b cand) int { return cmp.Compare(a.used, b.used) })
 	n := min(len(cs), len(c.routes)-limit+limit/8)
-	gone := make([]task.TID, 0, n)
+	gone := make([]Effect, 0, n)
 	for _, x := range cs[:max(n, 0)] {
+		gone = append(gone, Effect{Kind: DoForget, TID: x.tid, Route: c.routes[x.tid].r})
 		delete(c.routes, x.tid)
-		gone = append(gone, x.tid)
 	}
-	slices.Sort(gone)
-	for _, tid := range gone {
-		*out = append(*out, Effect{Kind: DoForget, TID: tid})
-	}
+	slices.SortFunc(gone, func(a, b Effect) int { return cmp.Compare(a.TID, b.TID) })
+	*out = append(*out, gone...)
 }
 
 // end records that tid ended on a route of epoch e (unless the cache
@@ -340,8 +338,8 @@ const (
 	// DoAnswer: tell Host that TID's route is Route (host 0: TID has
 	// ended on a route of Route.Epoch).
 	DoAnswer
-	// DoForget: the cache has forgotten TID's route (Config.MaxRoutes);
-	// the shell forgets it too.
+	// DoForget: the cache has forgotten TID's route, Route
+	// (Config.MaxRoutes); the shell forgets it too.
 	DoForget
 	// DoEnded: TID has ended on a route of epoch Route.Epoch; the shell
 	// forgets its route and drops the messages it holds for it that went

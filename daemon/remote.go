@@ -157,6 +157,11 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 	now := time.Now()
 	if d.routes != nil {
 		d.routes.c.Step(now, route.Event{Kind: route.EvSent, TID: to}) // in use: the last the cache forgets
+		if q, _, ok := d.rt.outbox.Route(to); ok && q.Epoch > r.Epoch && q.Host != d.cfg.HostID {
+			// The outbox goes by a newer route than the cache, which
+			// forgot it (route.Config.MaxRoutes): so does this message.
+			r = q
+		}
 	}
 	transmit := d.rt.outbox.Push(e, r, now)
 	d.rt.mu.Unlock()
@@ -602,9 +607,13 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 		if d.routes != nil {
 			// On demand: a route from the master (this host is the
 			// task's origin, old or new host), or a move's own step.
-			d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route}))
+			absent := d.absentLocked(e.TID)
+			d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route, Absent: absent}))
 			if ended, ok := d.routes.c.Ended(e.TID); ok && e.Route.Epoch <= ended {
 				continue // a route of an incarnation that has ended
+			}
+			if absent && e.Route.Host == d.cfg.HostID {
+				continue // stale: the task is not here nor arriving (route.Event.Absent)
 			}
 		}
 		// The outbox follows the newest route known, even when the table

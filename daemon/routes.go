@@ -164,7 +164,7 @@ func (d *Daemon) stepCacheLocked(now time.Time, e route.Event, w *routeWork) {
 // exited are.
 func (d *Daemon) forgetLocked(x route.Effect) {
 	cur := d.rt.routes.Lookup(x.TID)
-	here := d.ht.tasks[x.TID] != nil || d.ht.incoming[x.TID] != nil || d.ht.moving[x.TID] != nil
+	here := !d.absentLocked(x.TID)
 	switch {
 	case here || cur.Epoch == 0: // no entry, or the task is here
 	case x.Kind == route.DoForget && cur == x.Route:
@@ -188,8 +188,15 @@ func (d *Daemon) forgetLocked(x route.Effect) {
 // make room the table forgets too.
 func (d *Daemon) syncCacheLocked(now time.Time, tid task.TID) {
 	if tid != 0 {
-		d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: tid, Route: d.rt.routes.Lookup(tid)}))
+		d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: tid, Route: d.rt.routes.Lookup(tid), Absent: d.absentLocked(tid)}))
 	}
+}
+
+// absentLocked reports whether tid is neither here nor arriving nor
+// leaving here (d.rt.mu held): a route naming this host is then stale
+// (route.Event.Absent).
+func (d *Daemon) absentLocked(tid task.TID) bool {
+	return d.ht.tasks[tid] == nil && d.ht.incoming[tid] == nil && d.ht.moving[tid] == nil
 }
 
 // forgetEffectsLocked performs the DoForget effects among fx (d.rt.mu
@@ -524,7 +531,7 @@ func (d *Daemon) endedLocked(tid task.TID) (uint64, bool) {
 		}
 		return d.rt.routes.Ended(tid)
 	}
-	if d.routes == nil || d.ht.tasks[tid] != nil || d.ht.incoming[tid] != nil || d.ht.moving[tid] != nil {
+	if d.routes == nil || !d.absentLocked(tid) {
 		return 0, false
 	}
 	if e, ok := d.routes.c.Ended(tid); ok && r.Epoch <= e {

@@ -296,6 +296,12 @@ type Event struct {
 	Route routing.Route // EvSet, EvAnswer, EvRefused: the route named; EvEnded: its epoch
 	Using routing.Route // EvRefused, EvHeld: the outbox's route for tid
 	Peer  task.HostID   // EvRefused, EvMiss, EvAsk: the other host
+	// Absent (EvSet): the shell says the task is neither here nor
+	// arriving nor leaving here, so a route naming this host is stale (a
+	// delayed route of a move that was cancelled or that it has left by
+	// since, whose newer route the cache may have forgotten) and is not
+	// taken.
+	Absent bool
 }
 
 func (e Event) String() string {
@@ -423,11 +429,20 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 			out = c.end(e.TID, e.Route.Epoch, out) // the origin (or the master) says it ended
 			break
 		}
+		if e.Route.Host == c.self && (e.Kind == EvAnswer || e.Absent) {
+			// Only the master, or the move's own steps, tell a host that
+			// a task lives here, and only while it is arriving or here:
+			// otherwise the route is stale (the cache may have
+			// forgotten the newer route it knew).
+			break
+		}
 		if c.learn(e.TID, e.Route, &out) {
 			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: c.Lookup(e.TID)})
 		}
 	case EvRefused:
-		c.learn(e.TID, e.Route, &out)
+		if e.Route.Host != c.self { // stale otherwise, as an answer
+			c.learn(e.TID, e.Route, &out)
+		}
 		c.touch(e.TID)
 		out = append(out, Effect{Kind: DoRefusal, TID: e.TID, Host: e.Peer, Route: e.Route})
 		if e.Route.Host == 0 && e.Peer == e.Using.Host {
@@ -454,6 +469,12 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 		}
 		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
 			break // the refusal itself names a better route
+		}
+		if e.Route == e.Using && e.Peer != e.Using.Host && !e.Using.InTransit {
+			// A host the messages no longer go to names the route they
+			// go by (they were sent by a route the cache had forgotten):
+			// the outbox resends them along it; nothing is stuck.
+			break
 		}
 		out = c.ask(now, e.TID, stuck, out)
 	case EvHeld:

@@ -46,6 +46,8 @@ var simSeed0 = flag.Uint64("seed0", 0, "the first seed TestRoutesOnDemand runs")
 
 var cacheConfig = route.Config{Retry: 40 * time.Millisecond}
 
+var simMaxRoutes = flag.Int("maxroutes", 0, "each host's route.Config.MaxRoutes in TestRoutesOnDemand (0: the default)")
+
 var simTimeouts = move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}
 
 type presence uint8
@@ -216,7 +218,7 @@ func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
 		trace: fnv.New64a(), cost: cost{hostFrames: map[task.HostID]int{}, hostBytes: map[task.HostID]int{}}}
 	for i := 1; i <= hosts; i++ {
 		id := task.HostID(i)
-		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, cacheConfig),
+		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: *simMaxRoutes}),
 			moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
 			kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
 		n.hosts[id] = h
@@ -323,6 +325,9 @@ func (n *mNet) send(h *mHost, s, t task.TID) {
 		// Not announced yet: the task still runs at its origin.
 	}
 	r := h.routes.Lookup(t)
+	if q, _, ok := h.out.Route(t); ok && q.Epoch > r.Epoch && q.Host != h.id {
+		r = q // the outbox's route, newer than a cache that forgot it (as the daemon's send)
+	}
 	if r.Host == h.id {
 		n.t.Fatalf("%v routes %v to itself, where it is not", h.id, t)
 	}
@@ -423,13 +428,27 @@ func (n *mNet) perform(h *mHost, fx []route.Effect) {
 			n.frame(mFrame{from: h.id, to: x.Host, kind: kindAnswer, ref: routing.Refusal{To: x.TID, Route: x.Route}})
 		case route.DoRefuse:
 			n.frame(mFrame{from: h.id, to: x.Host, kind: routing.KindRefuse, ref: routing.Refusal{To: x.TID, Route: x.Route}})
+		case route.DoForget:
+			n.forgot(h, x.TID)
 		}
+	}
+}
+
+// forgot is h's cache forgetting tid's route for its bound: its epoch may
+// go back to the origin's.
+func (n *mNet) forgot(h *mHost, tid task.TID) {
+	if m := n.epochs[h.id]; m != nil {
+		delete(m, tid)
 	}
 }
 
 // learn is h learning a route as a party to a move.
 func (n *mNet) learn(h *mHost, tid task.TID, r routing.Route) {
-	h.routes.Step(n.now, route.Event{Kind: route.EvSet, TID: tid, Route: r})
+	for _, x := range h.routes.Step(n.now, route.Event{Kind: route.EvSet, TID: tid, Route: r, Absent: h.presence(tid) == absent}) {
+		if x.Kind == route.DoForget {
+			n.forgot(h, x.TID)
+		}
+	}
 }
 
 // reroute makes h's outbox follow the newest route it knows for tid, but
@@ -448,7 +467,11 @@ func (n *mNet) reroute(h *mHost, tid task.TID) {
 // from an origin's answer: its outbox follows the newest route it knows,
 // even when the cache knew it already (from a refusal).
 func (n *mNet) applyRoute(h *mHost, kind route.EventKind, en routing.Entry) {
-	h.routes.Step(n.now, route.Event{Kind: kind, TID: en.TID, Route: en.Route})
+	for _, x := range h.routes.Step(n.now, route.Event{Kind: kind, TID: en.TID, Route: en.Route, Absent: h.presence(en.TID) == absent}) {
+		if x.Kind == route.DoForget {
+			n.forgot(h, x.TID)
+		}
+	}
 	n.reroute(h, en.TID)
 }
 

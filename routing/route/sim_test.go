@@ -204,13 +204,19 @@ type mNet struct {
 	cut      map[[2]task.HostID]int
 	steps    int
 
-	check  bool                                // check the invariants after every step
-	epochs map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
-	trace  hash.Hash64
-	cost   cost
+	check   bool                                // check the invariants after every step
+	epochs  map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
+	forgets int                                 // routes the caches forgot for their bound
+	trace   hash.Hash64
+	cost    cost
 }
 
 func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
+	return newMNetBounded(t, seed, hosts, md, *simMaxRoutes)
+}
+
+// newMNetBounded is newMNet with each cache's Config.MaxRoutes maxRoutes.
+func newMNetBounded(t *testing.T, seed uint64, hosts int, md mode, maxRoutes int) *mNet {
 	n := &mNet{t: t, rng: rand.New(rand.NewPCG(seed, 0xd5e)), mode: md, now: time.Unix(0, 0),
 		hosts: map[task.HostID]*mHost{}, master: routing.NewTable(), m: move.New(0, 0), moving: map[task.TID]bool{},
 		from: map[move.ID]task.HostID{}, to: map[move.ID]task.HostID{}, got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{},
@@ -218,7 +224,7 @@ func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
 		trace: fnv.New64a(), cost: cost{hostFrames: map[task.HostID]int{}, hostBytes: map[task.HostID]int{}}}
 	for i := 1; i <= hosts; i++ {
 		id := task.HostID(i)
-		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: *simMaxRoutes}),
+		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: maxRoutes}),
 			moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
 			kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
 		n.hosts[id] = h
@@ -437,6 +443,7 @@ func (n *mNet) perform(h *mHost, fx []route.Effect) {
 // forgot is h's cache forgetting tid's route for its bound: its epoch may
 // go back to the origin's.
 func (n *mNet) forgot(h *mHost, tid task.TID) {
+	n.forgets++
 	if m := n.epochs[h.id]; m != nil {
 		delete(m, tid)
 	}
@@ -881,6 +888,7 @@ type simSpec struct {
 	sends, moves        int
 	faults, check       bool
 	mode                mode
+	maxRoutes           int // each cache's Config.MaxRoutes (0: -maxroutes)
 }
 
 // run runs the simulation of seed: random sends, moves, steps, ticks and
@@ -888,7 +896,11 @@ type simSpec struct {
 // task to every task, run out the same way. It returns the net, whose
 // trace hash and counts the caller reads.
 func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
-	n := newMNet(t, seed, sp.hosts, sp.mode)
+	maxRoutes := *simMaxRoutes
+	if sp.maxRoutes != 0 {
+		maxRoutes = sp.maxRoutes
+	}
+	n := newMNetBounded(t, seed, sp.hosts, sp.mode, maxRoutes)
 	n.faults, n.check = sp.faults, sp.check
 	for h := 1; h <= sp.hosts; h++ {
 		for i := 1; i <= sp.tasksPerHost; i++ {
@@ -1017,4 +1029,31 @@ func TestRoutesOnDemand(t *testing.T) {
 		t.Fatalf("the seeds made %d moves, %d aborts, %d queries and %d hosts deleted: every path must be exercised", done, aborted, asks, crashes)
 	}
 	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries, %d hosts deleted", seeds, done, aborted, asks, crashes)
+}
+
+// TestRoutesOnDemandBounded is TestRoutesOnDemand with each host's cache
+// bounded to two routes it may forget (of ten tasks), so that routes are
+// forgotten all the time: every invariant still holds, and every sender
+// still reaches every moved task.
+func TestRoutesOnDemandBounded(t *testing.T) {
+	seeds := *simSeeds
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	sp := simSpecDefault
+	sp.maxRoutes = 2
+	forgets, done := 0, 0
+	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
+		a := runSim(t, seed, sp)
+		b := runSim(t, seed, sp)
+		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
+			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
+		}
+		forgets += a.forgets
+		done += a.done
+	}
+	if forgets == 0 || done == 0 {
+		t.Fatalf("%d routes forgotten, %d moves committed: the bound is not exercised", forgets, done)
+	}
+	t.Logf("%d seeds: %d moves committed, %d routes forgotten for the bound", seeds, done, forgets)
 }

@@ -261,11 +261,12 @@ func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte)
 }
 
 // appendAnswerLocked appends the answer for tid's route r to b: the
-// route (host 0: the task has ended), then the hosts the task lived on before it, newest first, each
-// as a route of epoch 0 (at most routing.MaxPast; a route of epoch 0
-// names the origin, so these cannot be taken for one): a host that was not
-// told of the task's moves then accepts what the task's old hosts resend
-// for it (routing.Judge). d.rt.mu held.
+// route (host 0: the task has ended), then the hosts the task lived on
+// before it, newest first, each as a route of epoch 0 (at most
+// routing.MaxPast; a route of epoch 0 names the origin, so these cannot
+// be taken for one): a host that was not told of the task's moves then
+// accepts what the task's old hosts resend for it (routing.Judge).
+// d.rt.mu held.
 func (d *Daemon) appendAnswerLocked(b []byte, tid task.TID, r routing.Route) []byte {
 	b = routing.AppendRefusal(b, routing.Refusal{To: tid, Route: r})
 	for _, h := range d.rt.routes.Past(tid) {
@@ -526,10 +527,13 @@ func (d *Daemon) tellRoute(es []routing.Entry, hosts []task.HostID) {
 func (d *Daemon) endedLocked(tid task.TID) (uint64, bool) {
 	r := d.rt.routes.Lookup(tid)
 	if d.cfg.Master {
+		if e, ok := d.rt.routes.Ended(tid); ok {
+			return e, true // before the loss of its origin: the epoch it ended on
+		}
 		if d.rt.lostFinal[r.Host] {
 			return r.Epoch, true
 		}
-		return d.rt.routes.Ended(tid)
+		return 0, false
 	}
 	if d.routes == nil || !d.absentLocked(tid) {
 		return 0, false

@@ -22,6 +22,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/move"
+	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -123,6 +124,10 @@ type Config struct {
 	// master sends it to every host). Every daemon of a virtual machine
 	// must use the same.
 	Routes string
+	// MaxRoutes bounds each host's route cache on demand: the routes it
+	// has learnt of other hosts' tasks, and the ended tasks it remembers
+	// (routing/route Config.MaxRoutes; default route.DefaultMaxRoutes).
+	MaxRoutes int
 	// SuspectAfter is the least silence after which the master suspects
 	// a host (shown by conf and the status page; default 2 heartbeats, at
 	// most half of DeadAfter). A host whose own words come further apart
@@ -408,6 +413,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Routes == "" {
 		c.Routes = RoutesDemand
+	}
+	if c.MaxRoutes <= 0 {
+		c.MaxRoutes = route.DefaultMaxRoutes
 	}
 	if c.JoinRate == 0 {
 		c.JoinRate = 64
@@ -1262,6 +1270,7 @@ func (d *Daemon) finish(h *hosted, state TaskState, status int, msg string) {
 		}
 	}
 	d.rt.exited(h.tid)
+	d.routesEnded(h.tid)
 }
 
 // notify delivers a notice to w as a message from from: sequenced (from's

@@ -171,6 +171,7 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 				}
 			}
 			d.taskLossNotices(id)
+			d.routesLossFinal(id)
 		})
 	}
 	d.hostNotice(task.HostDelete, *hi)
@@ -372,6 +373,7 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 
 // taskGone is the master's bookkeeping when a task ends anywhere.
 func (d *Daemon) taskGone(tid task.TID) {
+	last := d.rt.lookup(tid)
 	d.owners.ended(tid)
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
@@ -381,6 +383,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.ht.mu.Unlock()
 	d.rt.forgetRoute(tid)
 	d.forgetClass(tid)
+	d.tellEnded([]routing.Entry{{TID: tid, Route: last}})
 }
 
 // spawnAnywhere places and starts tasks (master), within the quotas of

@@ -118,6 +118,13 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		return fmt.Errorf("%v: %w", to, task.ErrNoSuchTask)
 	}
 	if !r.InTransit && !d.hostKnown(r.Host) {
+		if e, ended := d.routeEndedLocked(to); ended && r.Epoch <= e {
+			// On demand, the task's origin or the master has said it
+			// ended (lost for good with its host): as under the
+			// broadcast, where its route names the deleted host.
+			d.rt.mu.Unlock()
+			return fmt.Errorf("%v on %v: %w", to, r.Host, task.ErrNoSuchTask)
+		}
 		if d.routes != nil && !lent && len(p.Data) <= d.cfg.MaxFrame-64 {
 			// On demand, a route to a deleted host may be stale (the
 			// task restored elsewhere, this host not told): hold the
@@ -147,7 +154,16 @@ func (d *Daemon) sendMsg(ctx context.Context, src *hosted, from, to task.TID, ta
 		return d.sendMsg(ctx, src, from, to, tag, p, w, intr, false)
 	}
 	e := routing.Envelope{From: from, To: to, Seq: d.rt.outbox.Seq(from, to), Tag: int32(tag), Body: p}
-	transmit := d.rt.outbox.Push(e, r, time.Now())
+	now := time.Now()
+	if d.routes != nil {
+		d.routes.c.Step(now, route.Event{Kind: route.EvSent, TID: to}) // in use: the last the cache forgets
+		if q, _, ok := d.rt.outbox.Route(to); ok && q.Epoch > r.Epoch && q.Host != d.cfg.HostID {
+			// The outbox goes by a newer route than the cache, which
+			// forgot it (route.Config.MaxRoutes): so does this message.
+			r = q
+		}
+	}
+	transmit := d.rt.outbox.Push(e, r, now)
 	d.rt.mu.Unlock()
 	if !transmit {
 		return nil
@@ -591,7 +607,14 @@ func (d *Daemon) applyRoutes(entries []routing.Entry) {
 		if d.routes != nil {
 			// On demand: a route from the master (this host is the
 			// task's origin, old or new host), or a move's own step.
-			d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route})
+			absent := d.absentLocked(e.TID)
+			d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route, Absent: absent}))
+			if ended, ok := d.routes.c.Ended(e.TID); ok && e.Route.Epoch <= ended {
+				continue // a route of an incarnation that has ended
+			}
+			if absent && e.Route.Host == d.cfg.HostID {
+				continue // stale: the task is not here nor arriving (route.Event.Absent)
+			}
 		}
 		// The outbox follows the newest route known, even when the table
 		// knew it already (from a refusal): messages held for a move

@@ -34,6 +34,10 @@ type router struct {
 	// window (windowFreed); a sender that waits for room makes it
 	// (freedChan).
 	freed chan struct{}
+	// lostFinal (the master's, on demand) holds the deleted hosts whose
+	// losses are final: no rollback restores what they held
+	// (routesLossFinal).
+	lostFinal map[task.HostID]bool
 }
 
 func newRouter() *router {

@@ -76,7 +76,7 @@ func newRouteCache(cfg Config, self task.HostID) *routeCache {
 	if cfg.Routes != RoutesDemand || cfg.Master {
 		return nil
 	}
-	return &routeCache{c: route.New(self, route.Config{Retry: cfg.RTO}), verified: map[task.TID]time.Time{}, answered: map[task.TID]time.Time{}}
+	return &routeCache{c: route.New(self, route.Config{Retry: cfg.RTO, MaxRoutes: cfg.MaxRoutes}), verified: map[task.TID]time.Time{}, answered: map[task.TID]time.Time{}}
 }
 
 // joinedRoutes starts a host's route cache once the master has assigned
@@ -148,16 +148,64 @@ func (d *Daemon) stepCacheLocked(now time.Time, e route.Event, w *routeWork) {
 			w.add(&w.asks, to, func(b []byte) []byte { return route.AppendAsk(b, x.TID) })
 		case route.DoAnswer:
 			w.add(&w.answers, x.Host, func(b []byte) []byte { return d.appendAnswerLocked(b, x.TID, x.Route) })
+		case route.DoForget, route.DoEnded:
+			d.forgetLocked(x)
 		}
+	}
+}
+
+// forgetLocked performs the cache's DoForget and DoEnded (d.rt.mu held).
+// The table forgets the route too (Evict: the cache's bound; Forget: the
+// task ended), unless it holds a route the cache did not forget (one a
+// move's own steps recorded) or the task is here, arriving or leaving.
+// DoEnded drops the messages the outbox holds for the task by a route of
+// the incarnation that ended: they were sent to a task that no longer
+// exists (task.ErrNoSuchTask), and dropped as those to a task that has
+// exited are.
+func (d *Daemon) forgetLocked(x route.Effect) {
+	cur := d.rt.routes.Lookup(x.TID)
+	here := !d.absentLocked(x.TID)
+	switch {
+	case here || cur.Epoch == 0: // no entry, or the task is here
+	case x.Kind == route.DoForget && cur == x.Route:
+		d.rt.routes.Evict(x.TID)
+	case x.Kind == route.DoEnded && cur.Epoch <= x.Route.Epoch:
+		d.rt.routes.Forget(x.TID)
+	}
+	if x.Kind != route.DoEnded || here {
+		return
+	}
+	if r, _, ok := d.rt.outbox.Route(x.TID); ok && r.Epoch <= x.Route.Epoch {
+		desc := d.rt.outbox.Describe(x.TID)
+		d.rt.outbox.DropReceiver(x.TID)
+		d.log.Log(d.ctx, d.lossLevel(), "messages dropped: their receiver has ended", "tid", x.TID, "messages", desc, "error", task.ErrNoSuchTask)
 	}
 }
 
 // syncCacheLocked brings the cache's route for tid up to the table's: a
 // move's own steps (commit, resume, cancel), a restore and a join record
-// routes in the table alone (d.rt.mu held).
+// routes in the table alone (d.rt.mu held). What the cache forgets to
+// make room the table forgets too.
 func (d *Daemon) syncCacheLocked(now time.Time, tid task.TID) {
 	if tid != 0 {
-		d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: tid, Route: d.rt.routes.Lookup(tid)})
+		d.forgetEffectsLocked(d.routes.c.Step(now, route.Event{Kind: route.EvSet, TID: tid, Route: d.rt.routes.Lookup(tid), Absent: d.absentLocked(tid)}))
+	}
+}
+
+// absentLocked reports whether tid is neither here nor arriving nor
+// leaving here (d.rt.mu held): a route naming this host is then stale
+// (route.Event.Absent).
+func (d *Daemon) absentLocked(tid task.TID) bool {
+	return d.ht.tasks[tid] == nil && d.ht.incoming[tid] == nil && d.ht.moving[tid] == nil
+}
+
+// forgetEffectsLocked performs the DoForget effects among fx (d.rt.mu
+// held): the effects of a step whose other effects the caller needs not.
+func (d *Daemon) forgetEffectsLocked(fx []route.Effect) {
+	for _, x := range fx {
+		if x.Kind == route.DoForget {
+			d.forgetLocked(x)
+		}
 	}
 }
 
@@ -213,11 +261,12 @@ func (d *Daemon) sendRouteFrames(k routing.Kind, batches map[task.HostID][]byte)
 }
 
 // appendAnswerLocked appends the answer for tid's route r to b: the
-// route, then the hosts the task lived on before it, newest first, each
-// as a route of epoch 0 (at most routing.MaxPast; a route of epoch 0
-// names the origin, so these cannot be taken for one): a host that was not
-// told of the task's moves then accepts what the task's old hosts resend
-// for it (routing.Judge). d.rt.mu held.
+// route (host 0: the task has ended), then the hosts the task lived on
+// before it, newest first, each as a route of epoch 0 (at most
+// routing.MaxPast; a route of epoch 0 names the origin, so these cannot
+// be taken for one): a host that was not told of the task's moves then
+// accepts what the task's old hosts resend for it (routing.Judge).
+// d.rt.mu held.
 func (d *Daemon) appendAnswerLocked(b []byte, tid task.TID, r routing.Route) []byte {
 	b = routing.AppendRefusal(b, routing.Refusal{To: tid, Route: r})
 	for _, h := range d.rt.routes.Past(tid) {
@@ -257,6 +306,13 @@ func (d *Daemon) receiveRouteAsks(p *peer, body []byte) error {
 			if stray == 0 {
 				stray = tid
 			}
+			return
+		}
+		if e, ok := d.endedLocked(tid); ok {
+			// Ended, or lost for good: the asker drops its messages.
+			// The hosts it lived on still follow: what they resend of
+			// what it sent is its own.
+			ans = d.appendAnswerLocked(ans, tid, routing.Route{Epoch: e})
 			return
 		}
 		ans = d.appendAnswerLocked(ans, tid, d.rt.routes.Lookup(tid))
@@ -458,4 +514,101 @@ func (d *Daemon) tellRoute(es []routing.Entry, hosts []task.HostID) {
 		p.frame(routing.KindEvent, b)
 	}
 	d.rstats.told.Add(int64(len(ps)))
+}
+
+// endedLocked reports whether the task tid has ended, as the authority
+// for its route knows (d.rt.mu held), and the epoch of the route it ended
+// on: at its origin host, an end the cache remembers (the task exited
+// here, or the master said it ended elsewhere); at the master, a task
+// whose entry the table forgot when it ended (routing.Table.Ended), or
+// whose route names a host deleted with no rollback to restore what it
+// held (lost for good, routesLossFinal). A route newer than the end is a
+// later incarnation's.
+func (d *Daemon) endedLocked(tid task.TID) (uint64, bool) {
+	r := d.rt.routes.Lookup(tid)
+	if d.cfg.Master {
+		if e, ok := d.rt.routes.Ended(tid); ok {
+			return e, true // before the loss of its origin: the epoch it ended on
+		}
+		if d.rt.lostFinal[r.Host] {
+			return r.Epoch, true
+		}
+		return 0, false
+	}
+	if d.routes == nil || !d.absentLocked(tid) {
+		return 0, false
+	}
+	if e, ok := d.routes.c.Ended(tid); ok && r.Epoch <= e {
+		return e, true
+	}
+	return 0, false
+}
+
+// routesEnded tells a host's route cache that task tid, hosted here, has
+// ended (exited or killed) on its current route: the cache forgets its
+// route, and at its origin answers queries with its end. A task that
+// never moved needs nothing: no host holds a route of it, and its origin
+// refuses what comes for it as exited.
+func (d *Daemon) routesEnded(tid task.TID) {
+	var w routeWork
+	d.rt.mu.Lock()
+	if r := d.rt.routes.Lookup(tid); d.routes != nil && r.Epoch > 0 {
+		d.stepCacheLocked(time.Now(), route.Event{Kind: route.EvEnded, TID: tid, Route: routing.Route{Epoch: r.Epoch}}, &w)
+	}
+	d.rt.mu.Unlock()
+	d.performRouteWork(&w)
+}
+
+// tellEnded is the master, on demand, telling the origin host of tasks
+// that ended elsewhere (rs: each task's last route) of their ends, as
+// route answers of host 0 at the route's epoch: the origin forgets their
+// routes and answers queries with the end. A task that ended on its
+// origin, or whose origin is the master or is not in the virtual
+// machine, needs none.
+func (d *Daemon) tellEnded(rs []routing.Entry) {
+	if !d.onDemand() || d.nw == nil {
+		return
+	}
+	by := map[task.HostID][]byte{}
+	for _, e := range rs {
+		o := e.TID.Host()
+		if e.Route.Host == o || o == d.cfg.HostID || !d.hostKnown(o) {
+			continue
+		}
+		by[o] = routing.AppendRefusal(by[o], routing.Refusal{To: e.TID, Route: routing.Route{Epoch: e.Route.Epoch}})
+	}
+	d.sendRouteFrames(routing.KindRouteAnswer, by)
+}
+
+// routesLossFinal is the master marking the losses of deleted host id
+// final, once the jobs that lost tasks with it have rolled back (what a
+// rollback restored has a route elsewhere): a query for a task whose
+// route still names id is answered "ended", and the origin hosts of the
+// tasks lost there that moved are told so (tellEnded).
+func (d *Daemon) routesLossFinal(id task.HostID) {
+	if !d.onDemand() {
+		return
+	}
+	d.rt.mu.Lock()
+	if d.rt.lostFinal == nil {
+		d.rt.lostFinal = map[task.HostID]bool{}
+	}
+	d.rt.lostFinal[id] = true
+	var lost []routing.Entry
+	for _, e := range d.rt.routes.Entries() {
+		if e.Route.Host == id {
+			lost = append(lost, e)
+		}
+	}
+	d.rt.mu.Unlock()
+	d.tellEnded(lost)
+}
+
+// routeEndedLocked reports whether this host's route cache remembers that
+// tid ended, and the epoch of the route it ended on (d.rt.mu held).
+func (d *Daemon) routeEndedLocked(tid task.TID) (uint64, bool) {
+	if d.routes == nil {
+		return 0, false
+	}
+	return d.routes.c.Ended(tid)
 }

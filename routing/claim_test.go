@@ -78,9 +78,19 @@ func TestTablePast(t *testing.T) {
 	if v := tb.Judge(Claim{ClaimAct, tid, 4}, 1); v != RefuseElsewhere {
 		t.Errorf("an act from an old host: %v", v)
 	}
+	ended := tb.Lookup(tid).Epoch
 	tb.Forget(tid)
 	if p := tb.Past(tid); len(p) != MaxPast || p[0] != 7 {
 		t.Fatalf("past after the task ended: %v, want 7 first", p)
+	}
+	if e, ok := tb.Ended(tid); !ok || e != ended {
+		t.Errorf("Ended after Forget: e%d %v, want e%d", e, ok, ended)
+	}
+	ev := task.NewTID(8, 1)
+	tb.Update(ev, Route{Host: 3, Epoch: 2})
+	tb.Evict(ev)
+	if _, ok := tb.Ended(ev); ok || tb.Lookup(ev).Epoch != 0 || len(tb.Past(ev)) == 0 {
+		t.Errorf("after Evict: ended %v, route %v, past %v; want not ended, no entry, its past", ok, tb.Lookup(ev), tb.Past(ev))
 	}
 	if v := tb.Judge(Claim{ClaimSource, tid, 7}, 1); v != Allow {
 		t.Errorf("a resend from the host it ended on: %v", v)
@@ -94,8 +104,11 @@ func TestTablePast(t *testing.T) {
 	if p := tb.Past(tid); len(p) != 0 {
 		t.Fatalf("the past of a task ended long ago is kept: %v", p)
 	}
-	if len(tb.past) != MaxRetired {
-		t.Fatalf("%d pasts kept, want %d", len(tb.past), MaxRetired)
+	if len(tb.past) != MaxRetired || len(tb.endedAt) > MaxRetired {
+		t.Fatalf("%d pasts and %d ends kept, want %d", len(tb.past), len(tb.endedAt), MaxRetired)
+	}
+	if _, ok := tb.Ended(tid); ok {
+		t.Errorf("the end of a task ended long ago is kept")
 	}
 }
 

@@ -108,12 +108,18 @@
 //     it refuses naming the route it knows: a prepare whose cancel was
 //     lost keeps nothing for ever); a deleted host feeds route.EvHostLost
 //     and a send along a route to one holds the message (route.EvHeld);
-//     the retransmission tick feeds route.EvTick.
+//     the retransmission tick feeds route.EvTick. A task that ends on a
+//     host feeds route.EvEnded there; the master tells the origin of a
+//     task that ended elsewhere, and, once the rollbacks a host's
+//     deletion caused are over, the origins of the tasks lost with it,
+//     as route answers of host 0 (ended); route.DoEnded drops the
+//     outbox's messages for the task and route.DoForget (the cache's
+//     bound, Config.MaxRoutes) evicts its route from the Table.
 //   - Two frame kinds (frame.go): KindRouteAsk (u64 TIDs, route.AppendAsk,
 //     decoded by route.DecodeAsks), to a task's origin host or, for a
 //     deleted origin, the master; KindRouteAnswer (the Refusal layout, 21
-//     bytes a record): the task's route, then the hosts it lived on
-//     before, newest first, each as a route of epoch 0 naming a host that
+//     bytes a record): the task's route (host 0 when it has ended), then
+//     the hosts it lived on before, newest first, each as a route of epoch 0 naming a host that
 //     is not the origin (which a route of epoch 0 always names).
 //     Batches are split to fit the frame maximum. A host answers only for
 //     the tasks it is the origin of (a query about another's closes the

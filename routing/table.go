@@ -33,6 +33,9 @@ type Table struct {
 	// MaxRetired (see Past).
 	past    map[task.TID][]task.HostID
 	retired []task.TID
+	// endedAt holds, for the retired tasks that ended (Forget), the
+	// epoch of the route they ended on (see Ended).
+	endedAt map[task.TID]uint64
 }
 
 // MaxPast is how many earlier hosts a Table remembers for each task.
@@ -44,7 +47,7 @@ const MaxRetired = 1 << 14
 
 // NewTable returns an empty table: every task lives on its origin host.
 func NewTable() *Table {
-	return &Table{m: map[task.TID]Route{}, past: map[task.TID][]task.HostID{}}
+	return &Table{m: map[task.TID]Route{}, past: map[task.TID][]task.HostID{}, endedAt: map[task.TID]uint64{}}
 }
 
 // Lookup returns tid's route: the entry if there is one, else the origin
@@ -113,13 +116,24 @@ func (t *Table) Past(tid task.TID) []task.HostID { return t.past[tid] }
 // are kept, for the MaxRetired tasks that ended last, so that what they
 // sent before (resends of messages not yet acknowledged) is still known
 // to come from where they lived.
-func (t *Table) Forget(tid task.TID) {
-	if r, ok := t.m[tid]; ok && r.Host != tid.Host() {
+func (t *Table) Forget(tid task.TID) { t.drop(tid, true) }
+
+// Evict drops tid's entry without its task having ended (a route cache's
+// bound, routing/route): as Forget, but Ended does not report it.
+func (t *Table) Evict(tid task.TID) { t.drop(tid, false) }
+
+// drop is Forget (ended) and Evict.
+func (t *Table) drop(tid task.TID, ended bool) {
+	r, had := t.m[tid]
+	if had && r.Host != tid.Host() {
 		t.remember(tid, r.Host)
 	}
 	delete(t.m, tid)
 	t.version++
-	if _, ok := t.past[tid]; !ok {
+	if ended && had {
+		t.endedAt[tid] = r.Epoch
+	}
+	if _, ok := t.past[tid]; !ok && !(ended && had) {
 		return
 	}
 	t.retired = append(t.retired, tid)
@@ -128,8 +142,20 @@ func (t *Table) Forget(tid task.TID) {
 		t.retired = t.retired[1:]
 		if _, live := t.m[old]; !live {
 			delete(t.past, old)
+			delete(t.endedAt, old)
 		}
 	}
+}
+
+// Ended reports whether tid ended after it moved (Forget dropped its
+// entry, among the MaxRetired tasks retired last, and no route of it was
+// recorded since), and the epoch of the route it ended on.
+func (t *Table) Ended(tid task.TID) (uint64, bool) {
+	if _, live := t.m[tid]; live {
+		return 0, false
+	}
+	e, ok := t.endedAt[tid]
+	return e, ok
 }
 
 // Version changes whenever a route changes: a caller that remembers what

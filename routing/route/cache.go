@@ -1,6 +1,7 @@
 package route
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,19 +17,53 @@ type Config struct {
 	// Retry is how long an unanswered (or unhelpful) query to a task's
 	// origin waits before it is asked again.
 	Retry time.Duration
+	// MaxRoutes bounds the routes the cache has learnt (DefaultMaxRoutes
+	// when 0): past it, the least recently used of those it may forget
+	// go (DoForget). It may forget a route that is not its authority's,
+	// does not name this host and has no query open: a sender that goes
+	// by an older route is refused and learns it again. MaxRoutes bounds
+	// the ended tasks the cache remembers, too.
+	MaxRoutes int
+}
+
+// DefaultMaxRoutes is Config.MaxRoutes when it is 0.
+const DefaultMaxRoutes = 1 << 16
+
+// maxRoutes is cfg's bound.
+func (cfg Config) maxRoutes() int {
+	if cfg.MaxRoutes <= 0 {
+		return DefaultMaxRoutes
+	}
+	return cfg.MaxRoutes
 }
 
 // Cache is one host's routes: the authoritative route of every task whose
 // origin it is (the host in the task's TID), and the routes it has learnt
 // of other tasks, from the master (as a move's origin, old or new host),
-// from refusals and from origins' answers. It also holds the queries it
-// has outstanding at origins. It is pure and not safe for concurrent use.
+// from refusals and from origins' answers, at most Config.MaxRoutes of
+// those it may forget. It also holds the queries it has outstanding at
+// origins, and the ends of tasks it has heard of (EvEnded), at most
+// Config.MaxRoutes. It is pure and not safe for concurrent use.
 type Cache struct {
 	self   task.HostID
 	cfg    Config
-	routes map[task.TID]routing.Route
+	routes map[task.TID]entry
+	use    uint64 // counts the uses of entries: entry.used orders them
 	asks   map[task.TID]*ask
 	lost   map[task.HostID]bool // hosts deleted from the virtual machine
+	// ended holds the ended tasks this host has heard of, each with the
+	// epoch of the route it ended on; endedOrder lists them oldest first
+	// (with those since dropped from ended, skipped), to forget the
+	// oldest past Config.MaxRoutes.
+	ended      map[task.TID]uint64
+	endedOrder []task.TID
+}
+
+// entry is a route the cache holds, and when it was last used (a count of
+// uses, for forgetting the least recently used).
+type entry struct {
+	r    routing.Route
+	used uint64
 }
 
 // ask is a query outstanding at a task's origin: the sender's messages are
@@ -42,17 +77,28 @@ type ask struct {
 // New returns the route cache of host self: it knows no route, so every
 // task lives at its origin, at epoch 0.
 func New(self task.HostID, cfg Config) *Cache {
-	return &Cache{self: self, cfg: cfg, routes: map[task.TID]routing.Route{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}}
+	return &Cache{self: self, cfg: cfg, routes: map[task.TID]entry{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}, ended: map[task.TID]uint64{}}
 }
 
 // Lookup returns the newest route the cache knows for tid: its entry, or
 // the origin at epoch 0.
 func (c *Cache) Lookup(tid task.TID) routing.Route {
-	if r, ok := c.routes[tid]; ok {
-		return r
+	if e, ok := c.routes[tid]; ok {
+		return e.r
 	}
 	return routing.Route{Host: tid.Host()}
 }
+
+// Ended reports whether the cache has heard that tid ended (EvEnded, an
+// answer or refusal saying so) and knows no route of it since, and the
+// epoch of the route it ended on.
+func (c *Cache) Ended(tid task.TID) (uint64, bool) {
+	e, ok := c.ended[tid]
+	return e, ok
+}
+
+// EndedLen is the number of ended tasks the cache remembers.
+func (c *Cache) EndedLen() int { return len(c.ended) }
 
 // Authority reports whether this host is tid's origin, the authority for
 // its route.
@@ -89,17 +135,102 @@ func Supersedes(r, cur routing.Route) bool {
 		(r.Epoch == cur.Epoch && cur.InTransit && !r.InTransit && r.Host == cur.Host)
 }
 
-// learn records r for tid if it is newer than what the cache holds, and
-// reports whether it did. It settles a query that r answers.
-func (c *Cache) learn(tid task.TID, r routing.Route) bool {
+// learn records r for tid if it is newer than what the cache holds (and
+// than the route tid ended on, if it has), and reports whether it did. It
+// settles a query that r answers. A new entry past Config.MaxRoutes makes
+// the cache forget the least recently used it may (forgetOld).
+func (c *Cache) learn(tid task.TID, r routing.Route, out *[]Effect) bool {
 	if r.Host == 0 || !Supersedes(r, c.Lookup(tid)) {
 		return false
 	}
-	c.routes[tid] = r
+	if e, ok := c.ended[tid]; ok {
+		if r.Epoch <= e {
+			return false // a route of the incarnation that ended
+		}
+		delete(c.ended, tid) // restored (a job's rollback)
+	}
+	_, had := c.routes[tid]
+	c.use++
+	c.routes[tid] = entry{r: r, used: c.use}
 	if a := c.asks[tid]; a != nil && Supersedes(r, a.stuck) {
 		delete(c.asks, tid)
 	}
+	if !had && len(c.routes) > c.cfg.maxRoutes() {
+		c.forgetOld(tid, out)
+	}
 	return true
+}
+
+// touch marks tid's entry used now.
+func (c *Cache) touch(tid task.TID) {
+	if e, ok := c.routes[tid]; ok {
+		c.use++
+		e.used = c.use
+		c.routes[tid] = e
+	}
+}
+
+// pinned reports whether the cache must keep tid's entry: it is this
+// host's authority's, it names this host (the task lives here, or is on
+// its way), or a query for tid is open.
+func (c *Cache) pinned(tid task.TID, e entry) bool {
+	return c.Authority(tid) || e.r.Host == c.self || c.asks[tid] != nil
+}
+
+// forgetOld forgets the least recently used entries the cache may, down
+// to seven eighths of Config.MaxRoutes (so that it does not sort its
+// entries at every new one), each with a DoForget, in TID order; keep
+// (the entry just learnt) stays.
+func (c *Cache) forgetOld(keep task.TID, out *[]Effect) {
+	limit := c.cfg.maxRoutes()
+	type cand struct {
+		tid  task.TID
+		used uint64
+	}
+	var cs []cand
+	for tid, e := range c.routes {
+		if tid != keep && !c.pinned(tid, e) {
+			cs = append(cs, cand{tid, e.used})
+		}
+	}
+	slices.SortFunc(cs, func(a, b cand) int { return cmp.Compare(a.used, b.used) })
+	n := min(len(cs), len(c.routes)-limit+limit/8)
+	gone := make([]Effect, 0, n)
+	for _, x := range cs[:max(n, 0)] {
+		gone = append(gone, Effect{Kind: DoForget, TID: x.tid, Route: c.routes[x.tid].r})
+		delete(c.routes, x.tid)
+	}
+	slices.SortFunc(gone, func(a, b Effect) int { return cmp.Compare(a.TID, b.TID) })
+	*out = append(*out, gone...)
+}
+
+// end records that tid ended on a route of epoch e (unless the cache
+// knows a newer route, or has a query stuck on one: a later incarnation,
+// restored by a job's rollback): its entry and query go, the end is remembered (at most Config.MaxRoutes ends,
+// the oldest forgotten first), and DoEnded tells the shell to drop what
+// it holds for that incarnation.
+func (c *Cache) end(tid task.TID, e uint64, out []Effect) []Effect {
+	if a := c.asks[tid]; c.Lookup(tid).Epoch > e || a != nil && a.stuck.Epoch > e {
+		return out
+	}
+	delete(c.routes, tid)
+	delete(c.asks, tid)
+	if old, ok := c.ended[tid]; !ok || old < e {
+		if !ok {
+			c.endedOrder = append(c.endedOrder, tid)
+		}
+		c.ended[tid] = e
+	}
+	for len(c.ended) > c.cfg.maxRoutes() {
+		old := c.endedOrder[0]
+		c.endedOrder = c.endedOrder[1:]
+		delete(c.ended, old)
+	}
+	if len(c.endedOrder) > 2*len(c.ended)+16 {
+		// Drop what a restore took out of ended, keeping the order.
+		c.endedOrder = slices.DeleteFunc(c.endedOrder, func(t task.TID) bool { _, ok := c.ended[t]; return !ok })
+	}
+	return append(out, Effect{Kind: DoEnded, TID: tid, Route: routing.Route{Epoch: e}})
 }
 
 // EventKind is the kind of an Event.
@@ -134,9 +265,22 @@ const (
 	// it was the origin of go to the master from now on, and those open
 	// are asked there at once.
 	EvHostLost
+	// EvEnded: tid has ended on a route of epoch Route.Epoch: it exited
+	// or was killed here, or the master says it ended elsewhere or was
+	// lost for good with its host (no rollback restored it). Its route
+	// goes, its end is remembered (an origin answers queries and a host
+	// refuses messages with it: a route of host 0 at that epoch), and
+	// DoEnded drops what is held for it. An answer of host 0 (from the
+	// origin or the master), and a refusal of host 0 from the origin
+	// naming an epoch no older than the route the messages went by, are
+	// the same.
+	EvEnded
+	// EvSent: the shell sent a message to tid by the cache's route: its
+	// entry is the last the cache forgets.
+	EvSent
 )
 
-var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost"}
+var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost", "ended", "sent"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -149,9 +293,15 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind  EventKind
 	TID   task.TID
-	Route routing.Route // EvSet, EvAnswer, EvRefused: the route named
+	Route routing.Route // EvSet, EvAnswer, EvRefused: the route named; EvEnded: its epoch
 	Using routing.Route // EvRefused, EvHeld: the outbox's route for tid
 	Peer  task.HostID   // EvRefused, EvMiss, EvAsk: the other host
+	// Absent (EvSet): the shell says the task is neither here nor
+	// arriving nor leaving here, so a route naming this host is stale (a
+	// delayed route of a move that was cancelled or that it has left by
+	// since, whose newer route the cache may have forgotten) and is not
+	// taken.
+	Absent bool
 }
 
 func (e Event) String() string {
@@ -168,6 +318,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%v %v from %v", e.Kind, e.TID, e.Peer)
 	case EvHostLost:
 		return fmt.Sprintf("%v %v", e.Kind, e.Peer)
+	case EvEnded:
+		return fmt.Sprintf("%v %v e%d", e.Kind, e.TID, e.Route.Epoch)
 	}
 	return fmt.Sprintf("%v %v", e.Kind, e.TID)
 }
@@ -189,11 +341,21 @@ const (
 	// DoAsk: ask Host, TID's origin, for TID's route (Host 0: the
 	// master, when the origin has been deleted).
 	DoAsk
-	// DoAnswer: tell Host that TID's route is Route.
+	// DoAnswer: tell Host that TID's route is Route (host 0: TID has
+	// ended on a route of Route.Epoch).
 	DoAnswer
+	// DoForget: the cache has forgotten TID's route, Route
+	// (Config.MaxRoutes); the shell forgets it too.
+	DoForget
+	// DoEnded: TID has ended on a route of epoch Route.Epoch; the shell
+	// forgets its route and drops the messages it holds for it that went
+	// by a route of that epoch or older, as those to a task that has
+	// exited are (the send has returned; the drop is task.ErrNoSuchTask's
+	// to report).
+	DoEnded
 )
 
-var effectNames = [...]string{"", "reroute", "refusal", "refuse", "ask", "answer"}
+var effectNames = [...]string{"", "reroute", "refusal", "refuse", "ask", "answer", "forget", "ended"}
 
 func (k EffectKind) String() string {
 	if int(k) < len(effectNames) && k != 0 {
@@ -219,6 +381,10 @@ func (e Effect) String() string {
 			return fmt.Sprintf("%v %v at the master", e.Kind, e.TID)
 		}
 		return fmt.Sprintf("%v %v at %v", e.Kind, e.TID, e.Host)
+	case DoForget:
+		return fmt.Sprintf("%v %v", e.Kind, e.TID)
+	case DoEnded:
+		return fmt.Sprintf("%v %v e%d", e.Kind, e.TID, e.Route.Epoch)
 	}
 	return fmt.Sprintf("%v %v %v %s", e.Kind, e.TID, e.Host, fmtRoute(e.Route))
 }
@@ -238,30 +404,57 @@ func fmtRoute(r routing.Route) string {
 // in order.
 //
 // The rules. A route replaces another only if it supersedes it, so a
-// host's epochs never go back. The master tells a move's route to the
-// task's origin, old host and new host only (EvSet); everyone else learns
-// it when it next sends. A host that is sent messages for a task it does
-// not have refuses them naming the newest route it knows (EvMiss), or the
-// task's origin at epoch 0 when it knows none. A sender that is refused
-// hands the refusal to its outbox (DoRefusal); when the route named does
-// not supersede the one its messages went by, or is in transit, it has
-// nothing better and asks the task's origin (DoAsk), once, then again
-// every Config.Retry until it learns a route that supersedes the one it
-// is stuck on. The origin answers with the newest committed route, which
-// it always knows: the master tells it of every move before the move can
-// commit.
+// host's epochs never go back while it holds the task's entry. The master
+// tells a move's route to the task's origin, old host and new host only
+// (EvSet); everyone else learns it when it next sends. A host that is
+// sent messages for a task it does not have refuses them naming the
+// newest route it knows (EvMiss), or the task's origin at epoch 0 when it
+// knows none, or host 0 when it knows the task has ended. A sender that
+// is refused hands the refusal to its outbox (DoRefusal); when the route
+// named does not supersede the one its messages went by, or is in
+// transit, it has nothing better and asks the task's origin (DoAsk),
+// once, then again every Config.Retry until it learns a route that
+// supersedes the one it is stuck on, or that the task has ended. The
+// origin answers with the newest committed route, which it always knows:
+// the master tells it of every move before the move can commit, and of
+// the end of a task that ended elsewhere or was lost for good (EvEnded);
+// the origin then answers host 0 (ended), and the sender drops its
+// messages (DoEnded). Routes learnt go, least recently used first, past
+// Config.MaxRoutes (DoForget); an ended task's route goes at once.
 func (c *Cache) Step(now time.Time, e Event) []Effect {
 	var out []Effect
 	switch e.Kind {
 	case EvSet, EvAnswer:
-		if c.learn(e.TID, e.Route) {
+		if e.Kind == EvAnswer && e.Route.Host == 0 {
+			out = c.end(e.TID, e.Route.Epoch, out) // the origin (or the master) says it ended
+			break
+		}
+		if e.Route.Host == c.self && (e.Kind == EvAnswer || e.Absent) {
+			// Only the master, or the move's own steps, tell a host that
+			// a task lives here, and only while it is arriving or here:
+			// otherwise the route is stale (the cache may have
+			// forgotten the newer route it knew).
+			break
+		}
+		if c.learn(e.TID, e.Route, &out) {
 			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: c.Lookup(e.TID)})
 		}
 	case EvRefused:
-		c.learn(e.TID, e.Route)
+		if e.Route.Host != c.self { // stale otherwise, as an answer
+			c.learn(e.TID, e.Route, &out)
+		}
+		c.touch(e.TID)
 		out = append(out, Effect{Kind: DoRefusal, TID: e.TID, Host: e.Peer, Route: e.Route})
 		if e.Route.Host == 0 && e.Peer == e.Using.Host {
-			delete(c.asks, e.TID) // exited: the outbox drops its messages
+			// Exited there: the outbox drops its messages. (Not an end
+			// the cache remembers: only the authority's word is.)
+			delete(c.asks, e.TID)
+			break
+		}
+		if e.Route.Host == 0 && e.Peer == e.TID.Host() && e.Route.Epoch >= e.Using.Epoch {
+			// The origin, the authority, says it ended on a route no
+			// older than the messages went by.
+			out = c.end(e.TID, e.Route.Epoch, out)
 			break
 		}
 		stuck := e.Using
@@ -277,12 +470,23 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
 			break // the refusal itself names a better route
 		}
+		if e.Route == e.Using && e.Peer != e.Using.Host && !e.Using.InTransit {
+			// A host the messages no longer go to names the route they
+			// go by (they were sent by a route the cache had forgotten):
+			// the outbox resends them along it; nothing is stuck.
+			break
+		}
 		out = c.ask(now, e.TID, stuck, out)
 	case EvHeld:
+		c.touch(e.TID)
 		out = c.ask(now, e.TID, e.Using, out)
 	case EvMiss:
+		c.touch(e.TID)
 		r := c.Lookup(e.TID)
+		ee, ended := c.ended[e.TID]
 		switch {
+		case ended:
+			r = routing.Route{Epoch: ee} // it has ended
 		case r.Host == c.self && c.Authority(e.TID) && r.Epoch == 0:
 			r = routing.Route{} // born here, not here, never moved: exited
 		case r.Host == c.self:
@@ -296,10 +500,18 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 		}
 		out = append(out, Effect{Kind: DoRefuse, TID: e.TID, Host: e.Peer, Route: r})
 	case EvAsk:
-		out = append(out, Effect{Kind: DoAnswer, TID: e.TID, Host: e.Peer, Route: c.Lookup(e.TID)})
+		r := c.Lookup(e.TID)
+		if ee, ok := c.ended[e.TID]; ok {
+			r = routing.Route{Epoch: ee}
+		}
+		out = append(out, Effect{Kind: DoAnswer, TID: e.TID, Host: e.Peer, Route: r})
 	case EvForget:
 		delete(c.asks, e.TID)
 		delete(c.routes, e.TID)
+	case EvEnded:
+		out = c.end(e.TID, e.Route.Epoch, out)
+	case EvSent:
+		c.touch(e.TID)
 	case EvHostLost:
 		c.lost[e.Peer] = true
 		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
@@ -323,8 +535,16 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 
 // ask opens (or keeps) a query for tid, stuck on route stuck. A query
 // already open is asked again only when due; one settled by what the
-// cache knows now is not asked.
+// cache knows now is not asked; for a task known to have ended on a
+// route no older than stuck, the messages are dropped instead (DoEnded).
 func (c *Cache) ask(now time.Time, tid task.TID, stuck routing.Route, out []Effect) []Effect {
+	if ee, ok := c.ended[tid]; ok {
+		if stuck.Epoch <= ee {
+			delete(c.asks, tid)
+			return append(out, Effect{Kind: DoEnded, TID: tid, Route: routing.Route{Epoch: ee}})
+		}
+		delete(c.ended, tid) // the messages went by a later incarnation's route
+	}
 	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
 		// The cache knows better than the outbox (and not a deleted host):
 		// reroute.

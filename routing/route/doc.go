@@ -21,6 +21,12 @@
 //     route that supersedes the one it is stuck on.
 //   - The origin answers with the newest committed route (EvAsk →
 //     DoAnswer), which it always knows.
+//   - A task's end (EvEnded: here, or as the master tells the origin of
+//     an end elsewhere or a loss for good) drops its route; the origin
+//     answers queries with it (host 0 at the end's epoch) and the asker
+//     drops its messages (DoEnded) rather than ask for ever.
+//   - Config.MaxRoutes bounds the routes learnt (least recently used
+//     first, DoForget) and the ends remembered.
 //
 // Routes only go forward (Supersedes is routing.Table's order), so every
 // host's epochs are monotone. Reliable delivery is routing.Outbox's and

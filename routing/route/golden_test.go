@@ -23,13 +23,14 @@ var testConfig = Config{Retry: time.Second}
 // answer of lookup), then a blank line; lines starting with # are
 // comments. Commands (a route is host/epoch, with /t when in transit):
 //
-//	host <h>                               a new cache for host h
+//	host <h> [max <n>]                     a new cache for host h (MaxRoutes n)
 //	set <tid> <route> | answer <tid> <route>
 //	refused <tid> <peer> <route> <using>
 //	miss <tid> <peer> | ask <tid> <peer>
 //	held <tid> <using> | forget <tid> | lost <host>
+//	ended <tid> <epoch> | sent <tid>
 //	tick <duration>
-//	lookup <tid>
+//	lookup <tid> | size
 //
 // go test ./routing/route -run TestTranscripts -rewrite updates them.
 func TestTranscripts(t *testing.T) {
@@ -49,7 +50,15 @@ func TestTranscripts(t *testing.T) {
 func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 	f := strings.Fields(cmd)
 	if f[0] == "host" {
-		*c = New(parseHost(t, f[1]), testConfig)
+		cfg := testConfig
+		if len(f) == 4 && f[2] == "max" {
+			n, err := strconv.Atoi(f[3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxRoutes = n
+		}
+		*c = New(parseHost(t, f[1]), cfg)
 		return "ok"
 	}
 	if *c == nil {
@@ -75,6 +84,16 @@ func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 		e = Event{Kind: EvHostLost, Peer: parseHost(t, f[1])}
 	case "forget":
 		e = Event{Kind: EvForget, TID: parseTID(t, f[1])}
+	case "ended":
+		ep, err := strconv.ParseUint(f[2], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = Event{Kind: EvEnded, TID: parseTID(t, f[1]), Route: routing.Route{Epoch: ep}}
+	case "sent":
+		e = Event{Kind: EvSent, TID: parseTID(t, f[1])}
+	case "size":
+		return fmt.Sprintf("%d routes, %d ended, %d queries", (*c).Len(), (*c).EndedLen(), (*c).Queries())
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {
@@ -84,6 +103,9 @@ func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 		e = Event{Kind: EvTick}
 	case "lookup":
 		tid := parseTID(t, f[1])
+		if ep, ok := (*c).Ended(tid); ok {
+			return fmt.Sprintf("%s ended e%d asking %v", fmtRoute((*c).Lookup(tid)), ep, (*c).Asking(tid))
+		}
 		return fmt.Sprintf("%s asking %v", fmtRoute((*c).Lookup(tid)), (*c).Asking(tid))
 	default:
 		t.Fatalf("unknown command %q", cmd)

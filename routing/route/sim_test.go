@@ -46,6 +46,8 @@ var simSeed0 = flag.Uint64("seed0", 0, "the first seed TestRoutesOnDemand runs")
 
 var cacheConfig = route.Config{Retry: 40 * time.Millisecond}
 
+var simMaxRoutes = flag.Int("maxroutes", 0, "each host's route.Config.MaxRoutes in TestRoutesOnDemand (0: the default)")
+
 var simTimeouts = move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}
 
 type presence uint8
@@ -202,21 +204,29 @@ type mNet struct {
 	cut      map[[2]task.HostID]int
 	steps    int
 
-	check  bool                                // check the invariants after every step
-	epochs map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
-	trace  hash.Hash64
-	cost   cost
+	check   bool                                // check the invariants after every step
+	epochs  map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
+	forgets int                                 // routes the caches forgot for their bound
+	ended   map[task.TID]bool                   // tasks that have ended (simSpec.ends)
+	dropped int                                 // messages dropped for ended tasks (route.DoEnded)
+	trace   hash.Hash64
+	cost    cost
 }
 
 func newMNet(t *testing.T, seed uint64, hosts int, md mode) *mNet {
+	return newMNetBounded(t, seed, hosts, md, *simMaxRoutes)
+}
+
+// newMNetBounded is newMNet with each cache's Config.MaxRoutes maxRoutes.
+func newMNetBounded(t *testing.T, seed uint64, hosts int, md mode, maxRoutes int) *mNet {
 	n := &mNet{t: t, rng: rand.New(rand.NewPCG(seed, 0xd5e)), mode: md, now: time.Unix(0, 0),
 		hosts: map[task.HostID]*mHost{}, master: routing.NewTable(), m: move.New(0, 0), moving: map[task.TID]bool{},
 		from: map[move.ID]task.HostID{}, to: map[move.ID]task.HostID{}, got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{},
-		down: map[task.HostID]int{}, dead: map[task.HostID]bool{}, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{},
+		down: map[task.HostID]int{}, dead: map[task.HostID]bool{}, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{}, ended: map[task.TID]bool{},
 		trace: fnv.New64a(), cost: cost{hostFrames: map[task.HostID]int{}, hostBytes: map[task.HostID]int{}}}
 	for i := 1; i <= hosts; i++ {
 		id := task.HostID(i)
-		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, cacheConfig),
+		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: maxRoutes}),
 			moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
 			kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
 		n.hosts[id] = h
@@ -285,6 +295,9 @@ func (n *mNet) hostOf(tid task.TID) *mHost {
 // deliver is e delivered to its task: it must be the next of its pair.
 func (n *mNet) deliver(e routing.Envelope) {
 	p := routing.Pair{From: e.From, To: e.To}
+	if n.ended[e.To] {
+		n.t.Fatalf("%v→%v %d delivered after %v ended", e.From, e.To, e.Seq, e.To)
+	}
 	if want := uint64(len(n.got[p]) + 1); e.Seq != want {
 		n.t.Fatalf("%v→%v: delivered seq %d, want %d (in order, exactly once)", e.From, e.To, e.Seq, want)
 	}
@@ -323,6 +336,13 @@ func (n *mNet) send(h *mHost, s, t task.TID) {
 		// Not announced yet: the task still runs at its origin.
 	}
 	r := h.routes.Lookup(t)
+	if q, _, ok := h.out.Route(t); ok && q.Epoch > r.Epoch && q.Host != h.id {
+		r = q // the outbox's route, newer than a cache that forgot it (as the daemon's send)
+	}
+	if r.Host == h.id && n.ended[t] {
+		n.event("dropped: %v has ended here", t) // as the daemon's send to a task that exited here
+		return
+	}
 	if r.Host == h.id {
 		n.t.Fatalf("%v routes %v to itself, where it is not", h.id, t)
 	}
@@ -423,13 +443,35 @@ func (n *mNet) perform(h *mHost, fx []route.Effect) {
 			n.frame(mFrame{from: h.id, to: x.Host, kind: kindAnswer, ref: routing.Refusal{To: x.TID, Route: x.Route}})
 		case route.DoRefuse:
 			n.frame(mFrame{from: h.id, to: x.Host, kind: routing.KindRefuse, ref: routing.Refusal{To: x.TID, Route: x.Route}})
+		case route.DoForget:
+			n.forgot(h, x.TID)
+		case route.DoEnded:
+			if m := n.epochs[h.id]; m != nil {
+				delete(m, x.TID) // its route goes: the epoch may go back
+			}
+			if r, _, ok := h.out.Route(x.TID); ok && r.Epoch <= x.Route.Epoch {
+				n.dropped += h.out.DropReceiver(x.TID)
+			}
 		}
+	}
+}
+
+// forgot is h's cache forgetting tid's route for its bound: its epoch may
+// go back to the origin's.
+func (n *mNet) forgot(h *mHost, tid task.TID) {
+	n.forgets++
+	if m := n.epochs[h.id]; m != nil {
+		delete(m, tid)
 	}
 }
 
 // learn is h learning a route as a party to a move.
 func (n *mNet) learn(h *mHost, tid task.TID, r routing.Route) {
-	h.routes.Step(n.now, route.Event{Kind: route.EvSet, TID: tid, Route: r})
+	for _, x := range h.routes.Step(n.now, route.Event{Kind: route.EvSet, TID: tid, Route: r, Absent: h.presence(tid) == absent}) {
+		if x.Kind == route.DoForget {
+			n.forgot(h, x.TID)
+		}
+	}
 }
 
 // reroute makes h's outbox follow the newest route it knows for tid, but
@@ -448,7 +490,14 @@ func (n *mNet) reroute(h *mHost, tid task.TID) {
 // from an origin's answer: its outbox follows the newest route it knows,
 // even when the cache knew it already (from a refusal).
 func (n *mNet) applyRoute(h *mHost, kind route.EventKind, en routing.Entry) {
-	h.routes.Step(n.now, route.Event{Kind: kind, TID: en.TID, Route: en.Route})
+	for _, x := range h.routes.Step(n.now, route.Event{Kind: kind, TID: en.TID, Route: en.Route, Absent: h.presence(en.TID) == absent}) {
+		if x.Kind == route.DoForget || x.Kind == route.DoEnded {
+			n.perform(h, []route.Effect{x})
+		}
+	}
+	if _, ended := h.routes.Ended(en.TID); ended {
+		return // an answer that it has ended: nothing to follow
+	}
 	n.reroute(h, en.TID)
 }
 
@@ -482,7 +531,15 @@ func (n *mNet) step() {
 	}
 	if f.to == 0 { // a query to the master, which holds every route
 		n.event("frame %v→master %v", f.from, f.ref)
-		n.frame(mFrame{from: 0, to: f.from, kind: kindAnswer, ref: routing.Refusal{To: f.ref.To, Route: n.master.Lookup(f.ref.To)}})
+		r := n.master.Lookup(f.ref.To)
+		if e, ok := n.master.Ended(f.ref.To); ok {
+			r = routing.Route{Epoch: e} // it has ended (host 0)
+		} else if n.dead[r.Host] {
+			// Its host was deleted, and nothing is restored here: it is
+			// lost for good (the daemon's routesLossFinal).
+			r = routing.Route{Epoch: r.Epoch}
+		}
+		n.frame(mFrame{from: 0, to: f.from, kind: kindAnswer, ref: routing.Refusal{To: f.ref.To, Route: r}})
 		n.cost.masterFrames++
 		n.cost.masterBytes += routeBytes
 		return
@@ -491,6 +548,8 @@ func (n *mNet) step() {
 	n.handled(h.id, f)
 	n.event("frame %v→%v kind %v %v %v %v", f.from, f.to, f.kind, f.env.Seq, f.ack.Seq, f.ref)
 	switch {
+	case f.route != nil && f.route.Route.Host == 0:
+		n.applyRoute(h, route.EvAnswer, *f.route) // the master tells the origin of an end
 	case f.route != nil:
 		n.applyRoute(h, route.EvSet, *f.route)
 	case f.kind == routing.KindMsgs:
@@ -664,6 +723,32 @@ func (n *mNet) begin(tid task.TID, to task.HostID) {
 	n.drain(acts)
 }
 
+// end is task tid ending (exiting) on its host, when it runs there and
+// no move of it is under way, as the daemon's finish: the host's cache
+// forgets its route (route.EvEnded at the route's epoch, when it moved),
+// and the master forgets it and tells its origin, when it ended elsewhere,
+// with an answer of host 0. What it sent is still delivered; what is sent
+// to it after is dropped. It reports whether tid ended.
+func (n *mNet) end(tid task.TID) bool {
+	h := n.hostOf(tid)
+	if h == nil || n.moving[tid] || n.ended[tid] || !n.up(h.id) {
+		return false
+	}
+	n.event("end %v at %v", tid, h.id)
+	delete(h.tasks, tid)
+	n.ended[tid] = true
+	if e := h.routes.Lookup(tid).Epoch; e > 0 {
+		n.perform(h, h.routes.Step(n.now, route.Event{Kind: route.EvEnded, TID: tid, Route: routing.Route{Epoch: e}}))
+	}
+	last := n.master.Lookup(tid)
+	n.master.Forget(tid)
+	if o := tid.Host(); last.Host != o && !n.dead[o] {
+		// Over the master's stream, as its routes: delayed, not lost.
+		n.frame(mFrame{from: 0, to: o, route: &routing.Entry{TID: tid, Route: routing.Route{Epoch: last.Epoch}}})
+	}
+	return true
+}
+
 func (n *mNet) restore(h *mHost, tid task.TID, st moveState, id move.ID) {
 	h.in.SetReceiverState(tid, st.inSeq, st.early)
 	h.out.SetSenderState(tid, st.outSeq)
@@ -827,6 +912,16 @@ func (n *mNet) doStep() {
 // no host's route epoch for a task has gone back.
 func (n *mNet) invariants() {
 	for _, tid := range n.tasks {
+		if n.ended[tid] {
+			// Ended: it runs nowhere and is suspended nowhere (an arrival
+			// prepared for a move that aborted may linger, never restored).
+			for _, h := range n.list {
+				if p := h.presence(tid); p == hosted || p == leaving {
+					n.t.Fatalf("step %d: %v ended, and is %v on %v", n.steps, tid, p, h.id)
+				}
+			}
+			continue
+		}
 		running, kept := 0, 0
 		for _, h := range n.list {
 			switch h.presence(tid) {
@@ -858,6 +953,8 @@ type simSpec struct {
 	sends, moves        int
 	faults, check       bool
 	mode                mode
+	maxRoutes           int // each cache's Config.MaxRoutes (0: -maxroutes)
+	ends                int // how many tasks end (not moving) while messages fly
 }
 
 // run runs the simulation of seed: random sends, moves, steps, ticks and
@@ -865,7 +962,11 @@ type simSpec struct {
 // task to every task, run out the same way. It returns the net, whose
 // trace hash and counts the caller reads.
 func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
-	n := newMNet(t, seed, sp.hosts, sp.mode)
+	maxRoutes := *simMaxRoutes
+	if sp.maxRoutes != 0 {
+		maxRoutes = sp.maxRoutes
+	}
+	n := newMNetBounded(t, seed, sp.hosts, sp.mode, maxRoutes)
 	n.faults, n.check = sp.faults, sp.check
 	for h := 1; h <= sp.hosts; h++ {
 		for i := 1; i <= sp.tasksPerHost; i++ {
@@ -874,7 +975,7 @@ func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
 			n.tasks = append(n.tasks, tid)
 		}
 	}
-	sent, begun := 0, 0
+	sent, begun, ends := 0, 0, 0
 	n.loop(seed, func() bool {
 		switch x := n.rng.IntN(100); {
 		case x < 35 && sent < sp.sends:
@@ -886,6 +987,10 @@ func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
 		case x < 38 && begun < sp.moves:
 			n.begin(n.tasks[n.rng.IntN(len(n.tasks))], task.HostID(1+n.rng.IntN(sp.hosts)))
 			begun++
+		case x < 40 && ends < sp.ends:
+			if n.end(n.tasks[n.rng.IntN(len(n.tasks))]) {
+				ends++
+			}
 		default:
 			return false
 		}
@@ -901,6 +1006,9 @@ func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
 func (n *mNet) reachAll(seed uint64) {
 	for _, s := range n.tasks {
 		h := n.hostOf(s)
+		if h == nil {
+			continue // ended
+		}
 		for _, r := range n.tasks {
 			n.send(h, s, r)
 		}
@@ -952,6 +1060,9 @@ func (n *mNet) final(seed uint64) {
 		return int(a.To>>1) - int(b.To>>1)
 	}) {
 		want, got := n.sent[p], n.got[p]
+		if n.ended[p.To] && uint64(len(got)) <= want {
+			continue // what came after its end was dropped
+		}
 		if uint64(len(got)) != want {
 			n.t.Fatalf("seed %d: %v→%v: %d delivered of %d sent: %v", seed, p.From, p.To, len(got), want, got)
 		}
@@ -994,4 +1105,62 @@ func TestRoutesOnDemand(t *testing.T) {
 		t.Fatalf("the seeds made %d moves, %d aborts, %d queries and %d hosts deleted: every path must be exercised", done, aborted, asks, crashes)
 	}
 	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries, %d hosts deleted", seeds, done, aborted, asks, crashes)
+}
+
+// TestRoutesOnDemandBounded is TestRoutesOnDemand with each host's cache
+// bounded to two routes it may forget (of ten tasks), so that routes are
+// forgotten all the time: every invariant still holds, and every sender
+// still reaches every moved task.
+func TestRoutesOnDemandBounded(t *testing.T) {
+	seeds := *simSeeds
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	sp := simSpecDefault
+	sp.maxRoutes = 2
+	forgets, done := 0, 0
+	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
+		a := runSim(t, seed, sp)
+		b := runSim(t, seed, sp)
+		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
+			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
+		}
+		forgets += a.forgets
+		done += a.done
+	}
+	if forgets == 0 || done == 0 {
+		t.Fatalf("%d routes forgotten, %d moves committed: the bound is not exercised", forgets, done)
+	}
+	t.Logf("%d seeds: %d moves committed, %d routes forgotten for the bound", seeds, done, forgets)
+}
+
+// TestRoutesOnDemandEnds is TestRoutesOnDemand with three of the ten tasks
+// ending while messages fly, moved ones among them, and each cache
+// bounded to four routes: what they sent is delivered, nothing reaches
+// them after their end, and what is sent to them (every task sends to
+// every task at the end) is dropped, not asked about for ever; every
+// invariant holds for the others. (An origin remembers at most
+// Config.MaxRoutes ends: a bound below the ends would have it forget
+// them, and senders stuck on an ended task's last route ask for ever.)
+func TestRoutesOnDemandEnds(t *testing.T) {
+	seeds := *simSeeds
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	sp := simSpecDefault
+	sp.ends, sp.maxRoutes = 3, 4
+	ends, dropped := 0, 0
+	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
+		a := runSim(t, seed, sp)
+		b := runSim(t, seed, sp)
+		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
+			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
+		}
+		ends += len(a.ended)
+		dropped += a.dropped
+	}
+	if ends == 0 || dropped == 0 {
+		t.Fatalf("%d tasks ended, %d messages dropped by an end's answer: the ends are not exercised", ends, dropped)
+	}
+	t.Logf("%d seeds: %d tasks ended, %d messages dropped on an end's word", seeds, ends, dropped)
 }

@@ -38,7 +38,7 @@ func simScaleCommand() *cli.Command {
 			&cli.IntFlag{Name: "moves", Value: 100, Usage: "moves of idle tasks, one after another"},
 			&cli.DurationFlag{Name: "idle", Value: 10 * time.Second, Usage: "virtual time the virtual machine idles (heartbeats only)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of the run's draws"},
-			&cli.StringFlag{Name: "routes", Value: "broadcast", Usage: "how the master spreads a move's route: broadcast (to every host) or demand (to the task's origin, old and new host)"},
+			&cli.StringFlag{Name: "routes", Value: "demand", Usage: "how the master spreads a move's route: broadcast (to every host) or demand (to the task's origin, old and new host)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {hosts, tasks, moves, idle_ms, seed, routes, phases: [{name, per, count, msgs_in, msgs_out, bytes_in, bytes_out, msgs_in_per, msgs_out_per, bytes_in_per, bytes_out_per, kinds: [{kind, msgs_in, msgs_out, bytes_in, bytes_out}], virtual_ms, wall_ms}], events, trace_hash, wall_ms, heap_mib, sys_mib, goroutines}"},
 		},
 		Action: simScaleAction,

@@ -14,7 +14,7 @@ import (
 // and their bytes as the daemon encodes them; the same flags give the
 // same counts and trace again. The table prints every phase.
 func TestSimScaleJSON(t *testing.T) {
-	args := []string{"sim", "scale", "--json", "--hosts", "30", "--tasks", "200", "--moves", "5", "--idle", "2s", "--seed", "3"}
+	args := []string{"sim", "scale", "--json", "--hosts", "30", "--tasks", "200", "--moves", "5", "--idle", "2s", "--seed", "3", "--routes", "broadcast"}
 	run := func() vmsim.ScaleResult {
 		code, out, errOut := dpvm(t, args...)
 		var r vmsim.ScaleResult

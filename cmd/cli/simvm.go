@@ -54,7 +54,7 @@ func simVMCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "first-seed", Value: 1, Usage: "the first seed"},
 			&cli.IntFlag{Name: "hosts", Value: 4, Usage: "hosts of the simulated virtual machine"},
 			&cli.StringFlag{Name: "faults", Value: "default", Usage: "faults the seeds may take: default, all, none, or a list of " + strings.Join(vmsim.FaultNames(), ",")},
-			&cli.StringFlag{Name: "routes", Value: "broadcast", Usage: "how the master spreads a move's route: broadcast (to every host) or demand (to the task's origin, old and new host; the others learn it from refusals and the origin)"},
+			&cli.StringFlag{Name: "routes", Value: "demand", Usage: "how the master spreads a move's route: broadcast (to every host) or demand (to the task's origin, old and new host; the others learn it from refusals and the origin)"},
 			&cli.BoolFlag{Name: "shrink", Usage: "for each failed seed, drop the kinds of fault one at a time while it still fails, and print the smallest --faults found with its replay command"},
 			&cli.StringFlag{Name: "trace", Usage: "write the trace of the run (every event, one per line) to `FILE` (with --seeds 1)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: {program, args, hosts, faults, first_seed, failed, reference, seeds: [{seed, ok, result, trace_hash, events, virtual_ms, error, taken, replay, shrunk_faults, shrunk_replay}]}"},

@@ -152,12 +152,13 @@ func TestSimVMUsage(t *testing.T) {
 	}
 }
 
-// TestSimVMRoutes: `sim vm --routes demand` runs the seeds with routes on
-// demand (every seed the fault-free result, and other traces than the
-// broadcast's); a protocol that is neither is a usage error.
+// TestSimVMRoutes: `sim vm` runs the seeds with routes on demand by
+// default, the same as `--routes demand`, and `--routes broadcast` with
+// routes broadcast (every seed the fault-free result, and other traces
+// than on demand); a protocol that is neither is a usage error.
 func TestSimVMRoutes(t *testing.T) {
 	args := []string{"--seeds", "3", "--hosts", "4", "--faults", "all", "ring", "-n", "5", "-laps", "5"}
-	code, bc, errOut := simVM(t, args...)
+	code, bc, errOut := simVM(t, append([]string{"--routes", "broadcast"}, args...)...)
 	if code != 0 || bc.Failed != 0 {
 		t.Fatalf("broadcast: status %d: %+v\nstderr:\n%s", code, bc, errOut)
 	}
@@ -165,8 +166,15 @@ func TestSimVMRoutes(t *testing.T) {
 	if code != 0 || od.Failed != 0 || len(od.Seeds) != 3 {
 		t.Fatalf("demand: status %d: %+v\nstderr:\n%s", code, od, errOut)
 	}
+	code, def, errOut := simVM(t, args...)
+	if code != 0 || def.Failed != 0 || len(def.Seeds) != 3 {
+		t.Fatalf("default: status %d: %+v\nstderr:\n%s", code, def, errOut)
+	}
 	differ := false
 	for i, s := range od.Seeds {
+		if def.Seeds[i].TraceHash != s.TraceHash {
+			t.Errorf("seed %d: the default's trace %s, --routes demand's %s", s.Seed, def.Seeds[i].TraceHash, s.TraceHash)
+		}
 		if !s.OK || s.Result != od.Reference.Result {
 			t.Errorf("demand seed %d: %+v", s.Seed, s)
 		}

@@ -31,7 +31,7 @@ func ProgramFromArgs(name string, args []string) (Program, error) {
 func ReplayCommand(cmd string, cfg Config, name string, args []string) string {
 	parts := []string{cmd, "sim", "vm", "--first-seed", strconv.FormatUint(cfg.Seed, 10), "--seeds", "1",
 		"--hosts", strconv.Itoa(cfg.withDefaults().Hosts), "--faults", cfg.Faults.String()}
-	if cfg.Routes != RoutesBroadcast {
+	if cfg.Routes != RoutesDemand {
 		parts = append(parts, "--routes", cfg.Routes.String())
 	}
 	parts = append(parts, name)

@@ -13,23 +13,24 @@ import (
 type Routes uint8
 
 const (
+	// RoutesDemand: routes on demand (routing/route), the default, as
+	// the daemon's. The master tells a move's route to the task's
+	// origin, its old host and its new host only; each host keeps a
+	// route.Cache; other senders learn the route from a refusal, which
+	// names the newest route the refuser knows, or by asking the task's
+	// origin (the master, for a deleted origin).
+	RoutesDemand Routes = iota
 	// RoutesBroadcast: the master sends every route it sets to every
-	// host (the default).
-	RoutesBroadcast Routes = iota
-	// RoutesDemand: routes on demand (routing/route). The master tells a
-	// move's route to the task's origin, its old host and its new host
-	// only; each host keeps a route.Cache; other senders learn the route
-	// from a refusal, which names the newest route the refuser knows, or
-	// by asking the task's origin (the master, for a deleted origin).
-	RoutesDemand
+	// host (the daemon's --routes broadcast).
+	RoutesBroadcast
 )
 
 // String is the protocol's name, as ParseRoutes takes it.
 func (r Routes) String() string {
-	if r == RoutesDemand {
-		return "demand"
+	if r == RoutesBroadcast {
+		return "broadcast"
 	}
-	return "broadcast"
+	return "demand"
 }
 
 // ErrBadRoutes: a route protocol's name is neither broadcast nor demand.
@@ -38,10 +39,10 @@ var ErrBadRoutes = errors.New("unknown route protocol")
 // ParseRoutes reads a protocol's name: broadcast or demand.
 func ParseRoutes(s string) (Routes, error) {
 	switch s {
-	case "broadcast", "":
-		return RoutesBroadcast, nil
-	case "demand":
+	case "demand", "":
 		return RoutesDemand, nil
+	case "broadcast":
+		return RoutesBroadcast, nil
 	}
 	return 0, fmt.Errorf("%q (want broadcast or demand): %w", s, ErrBadRoutes)
 }

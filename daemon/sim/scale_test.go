@@ -51,7 +51,7 @@ func kindOf(p sim.ScalePhase, k string) sim.KindCount {
 // every host holds the master's route for each moved task).
 func TestScaleCounts(t *testing.T) {
 	const hosts, tasks, moves = 50, 500, 10
-	cfg := sim.ScaleConfig{Hosts: hosts, Tasks: tasks, Moves: moves, Idle: 10 * time.Second, Seed: 7, Wire: unitWire{}}
+	cfg := sim.ScaleConfig{Hosts: hosts, Tasks: tasks, Moves: moves, Idle: 10 * time.Second, Seed: 7, Wire: unitWire{}, Routes: sim.RoutesBroadcast}
 	r, err := sim.Scale(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 var (
 	simSeeds  = flag.Int("simseeds", 12, "seeds per program the simulation's tests run")
 	simFirst  = flag.Uint64("simfirst", 1, "the first of those seeds")
-	simRoutes = flag.String("simroutes", "broadcast", "how the master spreads routes in TestReplay, TestCheckpointCrash and TestSiblingsUnderFaults: broadcast or demand")
+	simRoutes = flag.String("simroutes", "demand", "how the master spreads routes in TestReplay, TestCheckpointCrash and TestSiblingsUnderFaults: broadcast or demand")
 )
 
 // routes is the protocol -simroutes names.
@@ -282,7 +282,9 @@ func TestShrink(t *testing.T) {
 // run that once broke an invariant or gave a wrong result: each must
 // pass now. A line reads
 //
-//	seed=S hosts=H faults=F PROGRAM [program flags]  # what it found
+//	seed=S hosts=H faults=F [routes=R] PROGRAM [program flags]  # what it found
+//
+// (routes: demand, the default, or broadcast).
 func TestRegressions(t *testing.T) {
 	f, err := os.Open("testdata/regressions.txt")
 	if err != nil {
@@ -412,6 +414,8 @@ func parseRegression(fields []string) (sim.Config, []string, error) {
 			cfg.Hosts, err = strconv.Atoi(v)
 		case "faults":
 			cfg.Faults, err = sim.ParseFaults(v)
+		case "routes":
+			cfg.Routes, err = sim.ParseRoutes(v)
 		default:
 			err = fmt.Errorf("unknown key %q", k)
 		}
@@ -456,11 +460,14 @@ func TestFaultNames(t *testing.T) {
 var goldenTraces = []struct {
 	args   []string
 	faults string
+	routes sim.Routes
 	seed   uint64
 	hash   string
 }{
-	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", 1, "f51300d20b2b35cecf74b185dc187c644dbfbc7b7122c816480e98033c46e64c"},
-	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", 3, "3949d7af1cb1b2268dd38559d313b90f2cfc592c0ad3f738e1017928d7904da9"},
+	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesBroadcast, 1, "f51300d20b2b35cecf74b185dc187c644dbfbc7b7122c816480e98033c46e64c"},
+	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesBroadcast, 3, "3949d7af1cb1b2268dd38559d313b90f2cfc592c0ad3f738e1017928d7904da9"},
+	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesDemand, 1, "ab04bfbae788dd3533d31a6e461d047ed53dea45a4636db7bb187973cb8e2a5b"},
+	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesDemand, 3, "f1c3d79fa184cc27750d26409122f5c537a7bf6a633578c0aa805bc4b3cdfc42"},
 }
 
 // TestGoldenTraces: the pinned seeds give their pinned trace hashes; the
@@ -473,13 +480,13 @@ func TestGoldenTraces(t *testing.T) {
 			t.Fatal(err)
 		}
 		var trace bytes.Buffer
-		rep, err := sim.Check(sim.Config{Faults: f, Trace: &trace}, []uint64{g.seed}, program(t, g.args), 1)
+		rep, err := sim.Check(sim.Config{Faults: f, Routes: g.routes, Trace: &trace}, []uint64{g.seed}, program(t, g.args), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := rep.Seeds[0]
 		if r.TraceHash != g.hash {
-			t.Errorf("%v --faults %s seed %d: trace %s, want %s", g.args, g.faults, g.seed, r.TraceHash, g.hash)
+			t.Errorf("%v --faults %s --routes %s seed %d: trace %s, want %s", g.args, g.faults, g.routes, g.seed, r.TraceHash, g.hash)
 		}
 		if sum := sha256.Sum256(trace.Bytes()); hex.EncodeToString(sum[:]) != r.TraceHash {
 			t.Errorf("%v seed %d: the trace written hashes to %x, the result says %s", g.args, g.seed, sum, r.TraceHash)

@@ -35,8 +35,8 @@ type Config struct {
 	MaxTime time.Duration
 	// MaxEvents bounds the run's events (default 5,000,000).
 	MaxEvents int
-	// Routes is how the master spreads a move's route: RoutesBroadcast
-	// (the default) or RoutesDemand.
+	// Routes is how the master spreads a move's route: RoutesDemand
+	// (the default) or RoutesBroadcast.
 	Routes Routes
 	// Trace, if set, gets every line of the trace as it is hashed.
 	Trace io.Writer

@@ -26,8 +26,10 @@
 // (the registry of tasks and placement, groups, barriers and watches, the
 // route table, the move machine and each job's checkpoint coordinator,
 // with the drivers' timers and resume retries as effects), which the
-// whole-VM simulation (daemon/sim) runs. The daemon's master does not run
-// it yet: its parts below drive the same machines under their own locks.
+// whole-VM simulation (daemon/sim) runs. The daemon runs it under one
+// lock, mn.mu (masterNode, masternode.go), for its groups and barriers
+// only; its other parts below still drive the same machines under their
+// own locks.
 //
 // A Daemon is the driver of its parts. Each part is a type of its own
 // with one owner, a lock (or, for the scheduler's loop and a peer's
@@ -177,7 +179,22 @@
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.
-//   - Groups, under groups.mu; a host's barrier arrivals, under their own
+//   - Groups and barriers (groups.go; Daemon.groups, on Daemon.mn): the
+//     master node decides, stepped under mn.mu — instance numbers,
+//     joins, leaves and rejoins (a restored or recovered task's
+//     memberships), the groups a task leaves when it ends or is lost
+//     with its host, a barrier's count (0: every member), who may arrive,
+//     withdrawals, and which waiters a completed barrier releases, and
+//     it bounds the groups (ErrLimit); groups answers the calls with the
+//     node's answers and keeps, under the same lock, who waits in a
+//     barrier (a channel here, or the host to tell), waking the ones a
+//     release names and sending one release per host after the lock.
+//     Which members a lost host takes with it is still read from the
+//     host's route table (lostFromGroups). Watches on a task's end are
+//     not the node's yet: they are registered at the task's host
+//     (hosting's notify registrations) and, for its loss, at the master
+//     (ht.lossWatch).
+//   - A host's barrier arrivals, under their own
 //     lock (arrivals.go); the network's peers and host registry, under
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
 //     kept for its next direct checkpoint, under that peer's ckpt.mu
@@ -204,8 +221,9 @@
 // jobState.mu, then reg.mu, then nw.mu; nw.sendMu and nw.applyMu are
 // taken with no other lock held, before any of these; whyMu (why the daemon stops)
 // last, after any of them. The
-// registry, the scheduler's locks, groups, arrivals, mailboxes and the
-// move machine lock on their own and call nothing that locks. No lock is
+// registry, the scheduler's locks, the master node's (mn.mu), arrivals,
+// mailboxes and the move machine lock on their own and call nothing that
+// locks. No lock is
 // held across a call to another daemon: a move's steps run with mv.mu
 // released, and a resume (of a move, or of a job's checkpoint) that must
 // wait for a checkpoint being written waits with ht.mu released.

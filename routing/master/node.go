@@ -36,6 +36,11 @@ type Config struct {
 	// job is restored on, and a lost host is announced to every host
 	// left. Without it every route goes to every host.
 	Demand bool
+	// MaxGroups, MaxGroupName and MaxGroupMembers bound the groups: how
+	// many exist at once, a name's length in bytes, and the instances of
+	// one group (0: no bound). A join or rejoin past one is refused with
+	// ErrLimit.
+	MaxGroups, MaxGroupName, MaxGroupMembers int
 }
 
 func (c Config) withDefaults() Config {
@@ -83,8 +88,8 @@ type run struct {
 // job is a job's coordinator and the sets it has written.
 type job struct {
 	mc      *jobck.Machine
-	every   time.Duration // the checkpoint period (0: none)
-	timed   bool          // a checkpoint timer is set
+	every   time.Duration      // the checkpoint period (0: none)
+	timed   bool               // a checkpoint timer is set
 	sets    map[uint64][]Entry // complete sets, entries in TID order
 	pending map[uint64][]Entry // sets being written
 	lostIn  task.HostID        // a host lost while a checkpoint round ran
@@ -116,9 +121,8 @@ type Node struct {
 	ticking bool
 	jobs    map[uint64]*job
 
-	groups   map[string][]task.TID // members by instance; a free one holds 0
-	barriers map[string][]task.TID // arrivals at each group's barrier, in order
-	watches  map[task.TID][]watch  // who is told of each task's end
+	groups  *groups              // groups and their barriers (groups.go)
+	watches map[task.TID][]watch // who is told of each task's end
 
 	out []Effect // the effects of the Step under way
 }
@@ -126,13 +130,15 @@ type Node struct {
 // New returns a node for a virtual machine of hosts, with no task, no
 // move and no job.
 func New(cfg Config, hosts []task.HostID) *Node {
-	return &Node{
+	n := &Node{
 		cfg: cfg.withDefaults(), hosts: slices.Sorted(slices.Values(hosts)), lost: map[task.HostID]bool{},
 		moves: move.New(0, 0), routes: routing.NewTable(),
 		tasks: map[task.TID]*Task{}, nextLocal: map[task.HostID]uint32{},
 		runs: map[move.ID]*run{}, jobs: map[uint64]*job{},
-		groups: map[string][]task.TID{}, barriers: map[string][]task.TID{}, watches: map[task.TID][]watch{},
+		watches: map[task.TID][]watch{},
 	}
+	n.groups = newGroups(n.cfg)
+	return n
 }
 
 // Routes is the master's route table. The shell reads it; the node writes
@@ -148,8 +154,25 @@ func (n *Node) Task(tid task.TID) *Task { return n.tasks[tid] }
 // Order is every task registered, in order. Read-only for the shell.
 func (n *Node) Order() []task.TID { return n.order }
 
-// Members is group's members by instance (0: a free instance), a copy.
-func (n *Node) Members(group string) []task.TID { return slices.Clone(n.groups[group]) }
+// Members is group's members by instance (0: a free instance), a copy;
+// task.ErrNoSuchGroup if it has none.
+func (n *Node) Members(group string) ([]task.TID, error) { return n.groups.members(group) }
+
+// Memberships lists the groups tid belongs to, with its instance in each,
+// by group name.
+func (n *Node) Memberships(tid task.TID) []Membership { return n.groups.memberships(tid) }
+
+// GroupTasks lists every task that is a member of some group, each once.
+func (n *Node) GroupTasks() []task.TID { return n.groups.all() }
+
+// Arrived is how many members wait at group's open barrier (0: none is
+// open).
+func (n *Node) Arrived(group string) int {
+	if gr := n.groups.m[group]; gr != nil && gr.barrier != nil {
+		return len(gr.barrier.arrived)
+	}
+	return 0
+}
 
 // Lost reports whether host h is deemed lost.
 func (n *Node) Lost(h task.HostID) bool { return n.lost[h] }
@@ -207,7 +230,9 @@ const (
 	// with Host 0, placed round robin over the hosts not lost. Each gets
 	// a TID and an FxStart.
 	EvSpawn EventKind = iota + 1
-	// EvExited: TID ended (FxExited if it had not).
+	// EvExited: TID ended (FxExited if it had not); it leaves every
+	// group, whether the registry holds it or not (a shell that keeps
+	// its own registry feeds the ends of tasks the node never placed).
 	EvExited
 	// EvKill: end TID (FxKill; FxRefuse for an unknown task).
 	EvKill
@@ -241,20 +266,34 @@ const (
 	// EvTimer: Timer is due.
 	EvTimer
 	// EvJoin: TID joins Group at its lowest free instance (FxAnswer with
-	// the instance; its own if it is a member already).
+	// the instance in Count; Err, and Count -1, for a member already, a
+	// TID that names no task, or past a bound: ErrLimit).
 	EvJoin
-	// EvLeave: TID leaves Group (FxAnswer; Err if it is no member).
+	// EvLeave: TID leaves Group (FxAnswer; Err task.ErrNoSuchGroup or
+	// task.ErrNotInGroup).
 	EvLeave
-	// EvBarrier: TID arrives at Group's barrier of Count; when it is the
-	// Count-th, FxRelease names the others, who waited.
+	// EvBarrier: TID, a member of Group, arrives at its barrier of Count
+	// (0 or less: every member now). When it is the Count-th, FxRelease
+	// names the others that waited, in their order of arrival, and TID
+	// passes; before, nothing (TID waits); FxAnswer with Err refuses it
+	// (no such group, not a member, a count other than the barrier's, or
+	// waiting already). A member that leaves takes its arrival back.
 	EvBarrier
 	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
 	// once if it has ended).
 	EvWatch
+	// EvWithdraw: TID takes back its arrival at Group's barrier (its
+	// wait was given up): FxAnswer, with Err ErrNotWaiting if it waits
+	// in no barrier of the group (its barrier completed first).
+	EvWithdraw
+	// EvRejoin: TID is instance Count of Group again (a task restored
+	// from a checkpoint): FxAnswer (Err if another task holds it, or
+	// past a bound); an instance TID holds besides is freed.
+	EvRejoin
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
-	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch"}
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "withdraw", "rejoin"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -316,8 +355,10 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" %d %v %v attempt %d", e.Job, e.Round, e.Host, e.Attempt)
 	case EvTimer:
 		s += " " + e.Timer.String()
-	case EvJoin, EvLeave:
+	case EvJoin, EvLeave, EvWithdraw:
 		s += fmt.Sprintf(" %v %q", e.TID, e.Group)
+	case EvRejoin:
+		s += fmt.Sprintf(" %v %q as %d", e.TID, e.Group, e.Count)
 	case EvBarrier:
 		s += fmt.Sprintf(" %v %q of %d", e.TID, e.Group, e.Count)
 	case EvWatch:
@@ -415,8 +456,8 @@ const (
 	FxJobLost
 	// FxTimer: feed Timer back (EvTimer) at At.
 	FxTimer
-	// FxAnswer: the answer to a join (Count: the instance) or a leave
-	// (Err).
+	// FxAnswer: the answer to a join (Count: the instance), a leave, a
+	// withdrawal or a rejoin (Err), or a barrier's refusal (Err).
 	FxAnswer
 	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
 	FxRelease
@@ -611,23 +652,26 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 	case EvTimer:
 		n.timer(now, e.Timer)
 	case EvJoin:
-		n.emit(Effect{Kind: FxAnswer, Count: n.join(e.Group, e.TID)})
+		inst, err := n.groups.join(e.Group, e.TID)
+		n.emit(Effect{Kind: FxAnswer, Count: inst, Err: err})
 	case EvLeave:
-		n.emit(Effect{Kind: FxAnswer, Err: n.leave(e.Group, e.TID)})
+		n.emit(Effect{Kind: FxAnswer, Err: n.groups.leave(e.Group, e.TID)})
+	case EvRejoin:
+		n.emit(Effect{Kind: FxAnswer, Count: e.Count, Err: n.groups.rejoin(e.Group, e.TID, e.Count)})
 	case EvBarrier:
-		b := append(n.barriers[e.Group], e.TID)
-		if len(b) < e.Count {
-			n.barriers[e.Group] = b
-			break
+		others, done, err := n.groups.arrive(e.Group, e.TID, e.Count)
+		switch {
+		case err != nil:
+			n.emit(Effect{Kind: FxAnswer, Err: err})
+		case done:
+			n.emit(Effect{Kind: FxRelease, TIDs: others})
 		}
-		delete(n.barriers, e.Group)
-		var others []task.TID
-		for _, tid := range b {
-			if tid != e.TID {
-				others = append(others, tid)
-			}
+	case EvWithdraw:
+		var err error
+		if !n.groups.withdraw(e.Group, e.TID) {
+			err = fmt.Errorf("%v in group %q: %w", e.TID, e.Group, ErrNotWaiting)
 		}
-		n.emit(Effect{Kind: FxRelease, TIDs: others})
+		n.emit(Effect{Kind: FxAnswer, Err: err})
 	case EvWatch:
 		if t := n.tasks[e.TID]; t != nil && t.Exited {
 			n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
@@ -646,61 +690,17 @@ func (n *Node) refuse(err error) { n.emit(Effect{Kind: FxRefuse, Err: err}) }
 // exited records that tid ended: its groups let go of it and its
 // watchers are told.
 func (n *Node) exited(tid task.TID) {
+	n.groups.leaveAll(tid)
 	t := n.tasks[tid]
 	if t == nil || t.Exited {
 		return
 	}
 	t.Exited = true
 	n.emit(Effect{Kind: FxExited, TID: tid})
-	for _, g := range n.groups {
-		for i, m := range g {
-			if m == tid {
-				g[i] = 0
-			}
-		}
-	}
 	for _, w := range n.watches[tid] {
 		n.emit(Effect{Kind: FxNotify, TID: tid, To: w.who, Tag: w.tag})
 	}
 	delete(n.watches, tid)
-}
-
-// join adds tid to group at its lowest free instance and returns it.
-func (n *Node) join(group string, tid task.TID) int {
-	g := n.groups[group]
-	for i, t := range g {
-		if t == tid {
-			return i
-		}
-	}
-	for i, t := range g {
-		if t == 0 {
-			g[i] = tid
-			return i
-		}
-	}
-	n.groups[group] = append(g, tid)
-	return len(g)
-}
-
-// leave takes tid out of group.
-func (n *Node) leave(group string, tid task.TID) error {
-	for i, t := range n.groups[group] {
-		if t == tid {
-			n.groups[group][i] = 0
-			return nil
-		}
-	}
-	return fmt.Errorf("%v is not in group %q", tid, group)
-}
-
-// cloneGroups is a deep copy of groups.
-func cloneGroups(groups map[string][]task.TID) map[string][]task.TID {
-	out := make(map[string][]task.TID, len(groups))
-	for g, ts := range groups {
-		out[g] = slices.Clone(ts)
-	}
-	return out
 }
 
 // spawn registers and places e's tasks.
@@ -955,9 +955,8 @@ func (n *Node) ckActions(now time.Time, j uint64, acts []jobck.Action) {
 				n.ckStep(now, j, jobck.Event{Kind: jobck.EvCommitted, Round: r, Err: fmt.Errorf("set %d: nothing written", r.Seq)}, false)
 			default:
 				slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
-				groups := cloneGroups(n.groups)
-				jb.groups[r.Seq] = groups
-				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: cloneGroups(groups)})
+				jb.groups[r.Seq] = n.groups.snapshot()
+				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: n.groups.snapshot()})
 			}
 		case jobck.ActResume:
 			for _, h := range a.Hosts {
@@ -1055,8 +1054,7 @@ func (n *Node) staged(now time.Time, e Event) {
 	set, epoch := jb.place, jb.epoch
 	jb.place = nil
 	// The groups go back to the set's; no barrier waits any more.
-	n.groups = cloneGroups(jb.groups[r.Seq])
-	n.barriers = map[string][]task.TID{}
+	n.groups.reset(jb.groups[r.Seq])
 	place := map[task.HostID][]task.TID{}
 	var order []task.HostID
 	for _, x := range set {

@@ -27,7 +27,7 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 // script runs transcript commands against a node. A command is a word,
 // positional words and key=value arguments; t=DURATION sets the time:
 //
-//	new hosts=1,2,3 demand
+//	new hosts=1,2,3 demand groups=2 name=8 members=3
 //	job 1 endlost
 //	every 1 100ms
 //	spawn job=1 type=w count=3 host=2 parent=t1:1
@@ -45,7 +45,8 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 //	resumed 1 host=1 attempt=1 err=text
 //	timer moves | timer checkpoint 1 | timer quiet 1
 //	join t1:1 g | leave t1:1 g | barrier t1:1 g count=2
-//	watch t1:1 who=t2:1 tag=7 | members g
+//	withdraw t1:1 g | rejoin t1:1 g inst=2
+//	watch t1:1 who=t2:1 tag=7 | members g | memberships t1:1
 //
 // Job answers name the job's round under way. Each command's output is
 // the effects, one a line, and the node's state in a last line.
@@ -91,7 +92,8 @@ func (s *script) run(line string) string {
 				hs = append(hs, task.HostID(n))
 			}
 		}
-		s.n = New(Config{Timeouts: timeouts, Demand: strings.Contains(line, " demand")}, hs)
+		s.n = New(Config{Timeouts: timeouts, Demand: strings.Contains(line, " demand"),
+			MaxGroups: num("groups"), MaxGroupName: num("name"), MaxGroupMembers: num("members")}, hs)
 		s.now = base
 		return s.status()
 	}
@@ -166,10 +168,20 @@ func (s *script) run(line string) string {
 		}
 	case "barrier":
 		e.Kind, e.TID, e.Group, e.Count = EvBarrier, tid(pos[0]), pos[1], num("count")
+	case "withdraw":
+		e.Kind, e.TID, e.Group = EvWithdraw, tid(pos[0]), pos[1]
+	case "rejoin":
+		e.Kind, e.TID, e.Group, e.Count = EvRejoin, tid(pos[0]), pos[1], num("inst")
 	case "watch":
 		e.Kind, e.TID, e.Who, e.Tag = EvWatch, tid(pos[0]), tid(args["who"]), num("tag")
 	case "members":
-		return fmt.Sprintf("%v", s.n.Members(pos[0]))
+		m, err := s.n.Members(pos[0])
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%v", m)
+	case "memberships":
+		return fmt.Sprintf("%v; in groups %v", s.n.Memberships(tid(pos[0])), s.n.GroupTasks())
 	default:
 		return "unknown command " + f[0]
 	}

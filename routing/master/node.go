@@ -145,6 +145,12 @@ func New(cfg Config, hosts []task.HostID) *Node {
 // it.
 func (n *Node) Routes() *routing.Table { return n.routes }
 
+// Moves lists the moves under way, in ID order.
+func (n *Node) Moves() []move.Move { return n.moves.Moves() }
+
+// Epoch is the epoch clock: the largest epoch handed out or observed.
+func (n *Node) Epoch() uint64 { return n.moves.Epoch() }
+
 // Moving reports tid's move under way, if any.
 func (n *Node) Moving(tid task.TID) (move.Move, bool) { return n.moves.Moving(tid) }
 
@@ -240,7 +246,10 @@ const (
 	// while it moved ends at once (FxKill).
 	EvLocated
 	// EvMove: move TID to Host (FxMoveStarted and the machine's first
-	// actions; FxRefuse if it cannot start).
+	// actions; FxRefuse if it cannot start). For a task the registry does
+	// not hold (a shell that keeps its own registry and routes), the
+	// event names what the move starts from: the route (From, Epoch) and
+	// the task's Type and Job.
 	EvMove
 	// EvMoveResult: the outcome (Outcome, Err) of step Step of Move.
 	EvMoveResult
@@ -290,10 +299,35 @@ const (
 	// from a checkpoint): FxAnswer (Err if another task holds it, or
 	// past a bound); an instance TID holds besides is freed.
 	EvRejoin
+	// EvHold: a kill of Job is under way: no move of its tasks starts
+	// until the matching EvRelease (holds nest).
+	EvHold
+	// EvRelease: one EvHold of Job is over.
+	EvRelease
+	// EvDropJob: every move of Job's tasks ends, aborted with Err (the
+	// job rolls back).
+	EvDropJob
+	// EvMoveReport: Host, registering again with a recovered master,
+	// reports the moves it is the origin of that a previous master left
+	// half done (Orphans) and the tasks it runs (TIDs); the epoch clock
+	// is raised to Epoch and move IDs to MoveFloor. The moves are kept
+	// until both their hosts are back (EvResolve).
+	EvMoveReport
+	// EvResolve: Hosts are in the virtual machine: every reported move
+	// whose two hosts are among them is adopted and settled (the move
+	// machine's actions follow).
+	EvResolve
+	// EvHostUp: Host is in the virtual machine (again): it is no longer
+	// deemed lost, and hears routes on demand.
+	EvHostUp
+	// EvNextEpoch: the epoch clock is raised to Epoch and the epoch after
+	// it handed out (FxAnswer with Epoch): a route the shell sets itself.
+	EvNextEpoch
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
-	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "withdraw", "rejoin"}
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "withdraw", "rejoin",
+	"hold", "release", "drop-job", "move-report", "resolve", "host-up", "next-epoch"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -328,6 +362,14 @@ type Event struct {
 	Group string
 	Who   task.TID
 	Tag   int
+	// Moves of tasks the registry does not hold (EvMove: the route it
+	// starts from), a recovered master's reports (EvMoveReport) and the
+	// epoch clock (EvNextEpoch).
+	From      task.HostID
+	Epoch     uint64
+	Orphans   []move.Orphan
+	MoveFloor move.ID
+	Hosts     []task.HostID
 }
 
 func (e Event) String() string {
@@ -339,9 +381,20 @@ func (e Event) String() string {
 		s += " " + e.TID.String()
 	case EvMove:
 		s += fmt.Sprintf(" %v to %v", e.TID, e.Host)
+		if e.From != 0 {
+			s += fmt.Sprintf(" from %v e%d (%s job %d)", e.From, e.Epoch, e.Type, e.Job)
+		}
+	case EvHold, EvRelease, EvDropJob:
+		s += fmt.Sprintf(" %d", e.Job)
+	case EvMoveReport:
+		s += fmt.Sprintf(" %v orphans %v running %v e%d %v", e.Host, e.Orphans, e.TIDs, e.Epoch, e.MoveFloor)
+	case EvResolve:
+		s += fmt.Sprintf(" %v", e.Hosts)
+	case EvNextEpoch:
+		s += fmt.Sprintf(" above e%d", e.Epoch)
 	case EvMoveResult:
 		s += fmt.Sprintf(" %v %v %v", e.Move, e.Step, e.Outcome)
-	case EvHostLost:
+	case EvHostLost, EvHostUp:
 		s += " " + e.Host.String()
 	case EvJobStart:
 		s += fmt.Sprintf(" %d", e.Job)
@@ -457,7 +510,8 @@ const (
 	// FxTimer: feed Timer back (EvTimer) at At.
 	FxTimer
 	// FxAnswer: the answer to a join (Count: the instance), a leave, a
-	// withdrawal or a rejoin (Err), or a barrier's refusal (Err).
+	// withdrawal or a rejoin (Err), a barrier's refusal (Err), or the
+	// epoch handed out (Epoch).
 	FxAnswer
 	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
 	FxRelease
@@ -587,6 +641,9 @@ func (x Effect) String() string {
 		s += fmt.Sprintf(" %v at %d", x.Timer, x.At.UnixMicro())
 	case FxAnswer:
 		s += fmt.Sprintf(" %d", x.Count)
+		if x.Epoch != 0 {
+			s += fmt.Sprintf(" e%d", x.Epoch)
+		}
 	case FxRelease:
 		s += fmt.Sprintf(" %v", x.TIDs)
 	case FxNotify:
@@ -620,7 +677,29 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 			n.emit(Effect{Kind: FxKill, TID: e.TID})
 		}
 	case EvMove:
-		n.startMove(now, e.TID, e.Host)
+		n.startMove(now, e)
+	case EvHold:
+		n.moves.Step(now, move.Event{Kind: move.Hold, Job: e.Job})
+	case EvRelease:
+		n.moves.Step(now, move.Event{Kind: move.Release, Job: e.Job})
+	case EvDropJob:
+		n.moveStep(now, move.Event{Kind: move.DropJob, Job: e.Job, Err: e.Err})
+	case EvMoveReport:
+		n.moves.Observe(e.Epoch)
+		n.moves.ObserveMove(e.MoveFloor)
+		n.moveStep(now, move.Event{Kind: move.Report, Host: e.Host, Orphans: e.Orphans, Running: e.TIDs})
+	case EvResolve:
+		n.resolve(now, e.Hosts)
+	case EvHostUp:
+		if _, ok := slices.BinarySearch(n.hosts, e.Host); !ok && len(n.hosts) > 0 {
+			n.hosts = append(n.hosts, e.Host)
+			slices.Sort(n.hosts)
+		}
+		delete(n.lost, e.Host)
+		n.alive = nil
+	case EvNextEpoch:
+		n.moves.Observe(e.Epoch)
+		n.emit(Effect{Kind: FxAnswer, Epoch: n.moves.NextEpoch()})
 	case EvMoveResult:
 		n.moveStep(now, move.Event{Kind: move.Result, Move: e.Move, Step: e.Step, Outcome: e.Outcome, Err: e.Err})
 	case EvHostLost:
@@ -724,14 +803,22 @@ func (n *Node) spawn(e Event) {
 	}
 }
 
-// startMove starts a move of tid to host to.
-func (n *Node) startMove(now time.Time, tid task.TID, to task.HostID) {
+// startMove starts the move e asks for: of e.TID to e.Host.
+func (n *Node) startMove(now time.Time, e Event) {
+	tid, to := e.TID, e.Host
 	t := n.tasks[tid]
-	if t == nil || t.Exited {
+	var r routing.Route
+	switch {
+	case t == nil && e.From != 0:
+		// The shell keeps this task's record and route.
+		t = &Task{TID: tid, Type: e.Type, Job: e.Job}
+		r = routing.Route{Host: e.From, Epoch: e.Epoch}
+	case t == nil || t.Exited:
 		n.refuse(fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
 		return
+	default:
+		r = n.routes.Lookup(tid)
 	}
-	r := n.routes.Lookup(tid)
 	acts := n.moves.Step(now, move.Event{Kind: move.Start, Spec: move.Spec{
 		TID: tid, From: r.Host, To: to, Epoch: r.Epoch, Job: t.Job, Timeouts: n.cfg.Timeouts,
 	}})
@@ -744,6 +831,26 @@ func (n *Node) startMove(now time.Time, tid task.TID, to task.HostID) {
 	if len(acts) > 0 {
 		n.runs[acts[0].Move] = &run{typ: t.Type, job: t.Job, from: r.Host, to: to}
 		n.emit(Effect{Kind: FxMoveStarted, MoveID: acts[0].Move, TID: tid, From: r.Host, Host: to})
+	}
+	n.moveActions(now, acts)
+}
+
+// resolve settles the moves a previous master left half done whose two
+// hosts are among hosts: each adopted move's record is made from the
+// machine's (the task's type and job are the origin's to check).
+func (n *Node) resolve(now time.Time, hosts []task.HostID) {
+	acts := n.moves.Step(now, move.Event{Kind: move.Resolve, Hosts: hosts, Spec: move.Spec{Timeouts: n.cfg.Timeouts}})
+	for _, a := range acts {
+		if a.Kind != move.Call || n.runs[a.Move] != nil {
+			continue
+		}
+		if mv, ok := n.moves.Moving(a.TID); ok && mv.ID == a.Move {
+			r := &run{from: mv.From, to: mv.To, job: mv.Job}
+			if t := n.tasks[a.TID]; t != nil {
+				r.typ = t.Type
+			}
+			n.runs[a.Move] = r
+		}
 	}
 	n.moveActions(now, acts)
 }
@@ -789,13 +896,13 @@ func (n *Node) moveActions(now time.Time, acts []move.Action) {
 }
 
 // tell is the hosts of to that are to hear a route: once each, in ID
-// order, known and not lost.
+// order, known (when the node was given its hosts) and not lost.
 func (n *Node) tell(to []task.HostID) []task.HostID {
 	slices.Sort(to)
 	to = slices.Compact(to)
 	out := to[:0]
 	for _, h := range to {
-		if _, ok := slices.BinarySearch(n.hosts, h); ok && !n.lost[h] {
+		if _, ok := slices.BinarySearch(n.hosts, h); (ok || len(n.hosts) == 0) && h != 0 && !n.lost[h] {
 			out = append(out, h)
 		}
 	}

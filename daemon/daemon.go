@@ -737,10 +737,9 @@ func newDaemon(cfg Config) *Daemon {
 		cfg:      cfg,
 		ctx:      ctx,
 		cancel:   cancel,
-		mn:       newMasterNode(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}.config()),
+		mn:       newMasterNode(masterNodeConfig(cfg)),
 		reg:      newRegistry(),
 		ht:       newHosting(rt),
-		mv:       newMover(),
 		arrivals: newArrivals(),
 		load:     load.NewInjected(cfg.Load),
 		sched:    &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
@@ -752,6 +751,7 @@ func newDaemon(cfg Config) *Daemon {
 		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert),
 	}
 	d.groups = d.mn.groups
+	d.mv = newMover(d.mn)
 	d.startIDs.Store(rand.Uint64())
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})

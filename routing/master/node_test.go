@@ -180,7 +180,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			return Event{Kind: EvCk, Job: 1, Ck: jobck.Event{Kind: k, Round: round, Host: h, Err: err, Tasks: 1, SafeEvery: time.Millisecond}}
 		}
 		var e Event
-		switch b % 23 {
+		switch b % 28 {
 		case 0:
 			e = Event{Kind: EvSpawn, Job: 1, Type: "w", Count: 1 + int(b>>5)}
 		case 1:
@@ -192,7 +192,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			}
 			st := move.StepPrepare + move.Step(b>>5)%7
 			for _, m := range n.moves.Moves() {
-				if m.ID == id && b%23 == 2 {
+				if m.ID == id && b%28 == 2 {
 					st = stepOf[m.State] // the answer the move waits for
 				}
 			}
@@ -236,6 +236,16 @@ func runFuzz(t *testing.T, in []byte) string {
 			e = Event{Kind: EvWithdraw, TID: pick(), Group: "g"}
 		case 22:
 			e = Event{Kind: EvRejoin, TID: pick(), Group: "g", Count: int(b>>5) % 4}
+		case 23:
+			e = Event{Kind: EvHold, Job: 1}
+		case 24:
+			e = Event{Kind: EvRelease, Job: 1}
+		case 25:
+			e = Event{Kind: EvDropJob, Job: 1, Err: errors.New("rolls back")}
+		case 26:
+			e = Event{Kind: EvHostUp, Host: h}
+		case 27:
+			e = Event{Kind: EvNextEpoch, Epoch: uint64(b >> 4)}
 		}
 		if r := n.Round(1); !r.IsZero() && r != prev {
 			prev = r

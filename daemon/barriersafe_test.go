@@ -45,12 +45,7 @@ func (w *barrierMover) Run(c *task.Ctx) error {
 // barrierArrivals is how many members of the job's safeBarrierGroup have
 // arrived at its open barrier, by the master's group server.
 func barrierArrivals(m *Daemon, job uint64) int {
-	m.groups.mu.Lock()
-	defer m.groups.mu.Unlock()
-	if gr := m.groups.m[jobGroup(job, safeBarrierGroup)]; gr != nil && gr.barrier != nil {
-		return len(gr.barrier.arrived)
-	}
-	return 0
+	return m.groups.arrivals(jobGroup(job, safeBarrierGroup))
 }
 
 // TestBarrierSafeSurvivesMoveAndCheckpoint: three workers wait in a group

@@ -695,7 +695,10 @@ type Daemon struct {
 	// recvDeferred counts the messages from other daemons turned away
 	// unacknowledged for want of room (recvLimits).
 	recvDeferred atomic.Int64
-	groups       *groups // the group server's state (groups.go)
+	// mn is the master node and its lock (masternode.go); groups, the
+	// group server's shell on it (groups.go), is mn.groups.
+	mn     *masterNode
+	groups *groups
 	// arrivals is this host's side of the master's barriers (arrivals.go).
 	arrivals *arrivals
 	nw       *network    // peers and host registry, under nw.mu; nil for a standalone daemon
@@ -765,10 +768,9 @@ func newDaemon(cfg Config) *Daemon {
 		cfg:      cfg,
 		ctx:      ctx,
 		cancel:   cancel,
-		groups:   newGroups(groupLimits{groups: cfg.MaxGroups, name: cfg.MaxGroupName, members: cfg.MaxGroupMembers}),
+		mn:       newMasterNode(masterNodeConfig(cfg)),
 		reg:      newRegistry(),
 		ht:       newHosting(rt),
-		mv:       newMover(),
 		arrivals: newArrivals(),
 		load:     load.NewInjected(cfg.Load),
 		sched:    &schedState{counters: map[task.TID]int{}, backoff: map[task.TID]time.Time{}, class: map[task.TID]int{}},
@@ -779,6 +781,8 @@ func newDaemon(cfg Config) *Daemon {
 		met:      cfg.Metrics,
 		frames:   newFrameBudget(cfg.FrameBudget, cfg.FrameBudgetPerCert, cfg.FrameBudget-cfg.MaxFrame),
 	}
+	d.groups = d.mn.groups
+	d.mv = newMover(d.mn)
 	d.startIDs.Store(rand.Uint64())
 	d.setLogName(cfg.Name)
 	d.log = cfg.Logger.With("host", logName{d})

@@ -26,8 +26,12 @@
 // (the registry of tasks and placement, groups, barriers and watches, the
 // route table, the move machine and each job's checkpoint coordinator,
 // with the drivers' timers and resume retries as effects), which the
-// whole-VM simulation (daemon/sim) runs. The daemon's master does not run
-// it yet: its parts below drive the same machines under their own locks.
+// whole-VM simulation (daemon/sim) runs. The daemon runs it under one
+// lock, mn.mu (masterNode, masternode.go), for its groups and barriers
+// and for its moves and the epoch clock; its registry, routes, host list
+// and jobs are still the parts below, which feed the node what it needs
+// of them (a move's starting route and the task's facts, the hosts lost
+// and back) and drive their own machines under their own locks.
 //
 // A Daemon is the driver of its parts. Each part is a type of its own
 // with one owner, a lock (or, for the scheduler's loop and a peer's
@@ -93,30 +97,40 @@
 //     tasks are not moves: the host half of job checkpoints stages them,
 //     and their arrivals (incoming with move 0) are the shell's, which
 //     the move machine learns of through move.Local.Restoring.
-//   - Moves (mover, mover.go; Daemon.mv, master), under mv.mu: the move
-//     machine (routing/move), which holds every move under way, the
-//     kills under way that hold a job's moves, what a recovered master
-//     learnt of the moves its predecessor left half done, and the virtual
-//     machine's epoch clock; the driver's record of each move (runs: what
-//     a step's request carries, the channel Migrate waits on, the
-//     measurements), and the type and job of the tasks moved before (facts:
-//     asked of the origin before a task's first move; the origin checks
-//     them at the suspend step, so a move on a stale record aborts before
-//     anything is captured). The machine decides, through its one seam,
-//     Step(now, Event) []Action: which step follows which, each step's
-//     timeout, when a failed abort or commit step goes again, which moves
-//     a host's loss or a job's rollback ends, which moves may start, and
-//     when and how a half-done move of a previous master is settled. The
-//     driver (migrate.go: Migrate, step, perform, moveTick, dropJobMoves,
+//   - Moves (mover, mover.go; Daemon.mv, master), through the master
+//     node under mn.mu: the node's move machine (routing/move) holds
+//     every move under way, the kills under way that hold a job's moves,
+//     what a recovered master learnt of the moves its predecessor left
+//     half done, and the virtual machine's epoch clock; the node keeps
+//     what each step's call carries (the task's type, job and origin) and
+//     decides which hosts hear a move's route. The shell keeps, under the
+//     same lock, its record of each move (runs: how it is carried, the
+//     channel Migrate waits on, the measurements), and the type and job
+//     of the tasks moved before (facts: asked of the origin before a
+//     task's first move, and given to the node with the move's starting
+//     route from this daemon's table; the origin checks them at the
+//     suspend step, so a move on a stale record aborts before anything is
+//     captured). The node decides, through its one seam, Step(now,
+//     Event) []Effect: which step follows which, each step's timeout,
+//     when a failed abort or commit step goes again, which moves a host's
+//     loss or a job's rollback ends, which moves may start, and when and
+//     how a half-done move of a previous master is settled. The driver
+//     (migrate.go: Migrate, step, perform, moveTick, dropJobMoves,
 //     movesHostLost; recover.go: recovering, resolveMoves) feeds it events
 //     (a move asked for, a step's answer translated into an outcome, a
-//     heartbeat tick, a host deleted, a job rolled back or killed, a
-//     host's report to a recovered master, the hosts back) and performs its
-//     actions after releasing mv.mu: it runs each step's call (on
-//     Migrate's own goroutine while its caller waits, else on a tracked
-//     goroutine) bounded by the action's timeout (from Config:
-//     MoveStepTimeout, MoveTimeout, MoveTransferTimeout), sets and
-//     broadcasts routes, and wakes whoever waits for a move; the
+//     heartbeat as the move timer, a host deleted or back, a job rolled
+//     back or killed, a host's report to a recovered master, the hosts
+//     back) and performs its effects after releasing mn.mu: it runs each
+//     step's call (on Migrate's own goroutine while its caller waits,
+//     else on a tracked goroutine) bounded by the action's timeout (from
+//     Config: MoveStepTimeout, MoveTimeout, MoveTransferTimeout), sends
+//     the routes the node set (to every host, or on demand to the hosts it
+//     names) and records them in this daemon's own table, which the
+//     master's other parts read: the node's table is the moves'
+//     authority, this daemon's table learns each route as it goes out,
+//     as a host's does, and stays the table of record for spawns, job
+//     restores and a recovered master's routes until those parts run
+//     through the node. It wakes whoever waits for a move; the
 //     goroutine that performed a move's step performs its next one. The
 //     hosts' move machines check the move ID of every step (a step of a
 //     move a host has cancelled or resumed the task for is refused), and,
@@ -177,7 +191,22 @@
 //   - The scheduler and placement (schedState, scheduler.go; Daemon.sched,
 //     master): its loop owns the listings; the status, classes and dirty
 //     hosts are under sched.mu; sched.placeMu serialises the Placer.
-//   - Groups, under groups.mu; a host's barrier arrivals, under their own
+//   - Groups and barriers (groups.go; Daemon.groups, on Daemon.mn): the
+//     master node decides, stepped under mn.mu — instance numbers,
+//     joins, leaves and rejoins (a restored or recovered task's
+//     memberships), the groups a task leaves when it ends or is lost
+//     with its host, a barrier's count (0: every member), who may arrive,
+//     withdrawals, and which waiters a completed barrier releases, and
+//     it bounds the groups (ErrLimit); groups answers the calls with the
+//     node's answers and keeps, under the same lock, who waits in a
+//     barrier (a channel here, or the host to tell), waking the ones a
+//     release names and sending one release per host after the lock.
+//     Which members a lost host takes with it is still read from the
+//     host's route table (lostFromGroups). Watches on a task's end are
+//     not the node's yet: they are registered at the task's host
+//     (hosting's notify registrations) and, for its loss, at the master
+//     (ht.lossWatch).
+//   - A host's barrier arrivals, under their own
 //     lock (arrivals.go); the network's peers and host registry, under
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream
 //     kept for its next direct checkpoint, under that peer's ckpt.mu
@@ -199,14 +228,15 @@
 // the calls under way on it in both directions are answered (retire.go).
 //
 // Lock order: rep.mu, then rt.mu (which is ht.mu: the host node's one
-// lock, never taken twice), then nw.mu; mv.mu, then nw.mu (mv.mu is
-// never taken with rt.mu held, nor held while it is taken); a job's
+// lock, never taken twice), then nw.mu; mn.mu (the master node's) is
+// never taken with rt.mu held, nor held while it is taken; a job's
 // jobState.mu, then reg.mu, then nw.mu; nw.sendMu and nw.applyMu are
 // taken with no other lock held, before any of these; whyMu (why the daemon stops)
 // last, after any of them. The
-// registry, the scheduler's locks, groups, arrivals, mailboxes and the
-// move machine lock on their own and call nothing that locks. No lock is
-// held across a call to another daemon: a move's steps run with mv.mu
+// registry, the scheduler's locks, the master node's (mn.mu), arrivals,
+// mailboxes and the move machine lock on their own and call nothing that
+// locks. No lock is
+// held across a call to another daemon: a move's steps run with mn.mu
 // released, and a resume (of a move, or of a job's checkpoint) that must
 // wait for a checkpoint being written waits with ht.mu released.
 //

@@ -1,162 +1,81 @@
 package daemon
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
-	"strings"
-	"sync"
 
 	"github.com/dpvm/dpvm/ckpt"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/task"
 )
 
-// groups is the group server: named groups with instance numbers, and
-// barriers. A group exists while it has members.
+// groups is the group server's shell. The master node decides
+// (routing/master: instance numbers, joins, leaves and rejoins, the
+// groups a task that ends or is lost leaves, barrier counts, arrivals,
+// withdrawals and releases), stepped under the master node's lock;
+// groups performs: it answers the calls with the node's answers and
+// wakes the waiters a release names. Its one record, waits (the tasks
+// waiting in a barrier, each woken through its channel here or by a
+// message to its host), is under the master node's lock too, so that a
+// waiter is registered in the same critical section as its arrival and
+// no release can pass it by.
 type groups struct {
-	mu  sync.Mutex
-	m   map[string]*group
-	lim groupLimits
+	mn    *masterNode
+	waits map[task.TID]*barrierWait // under mn.mu
+}
+
+// barrierWait is a task waiting in a barrier: on this host (done, closed
+// when the barrier releases it) or on another (host, told with one
+// message per host).
+type barrierWait struct {
+	done chan struct{}
+	host task.HostID
 }
 
 // groupLimits bound the group server (Config.MaxGroups, MaxGroupName,
 // MaxGroupMembers).
 type groupLimits struct{ groups, name, members int }
 
-// group is one named group. Every operation on a member costs the same
-// whatever the group's size: inst indexes the members by TID and free holds
-// the freed instance numbers below len(members), so that a group of
-// 100,000 tasks joining and passing a barrier costs the group server
-// 100,000 steps, not 100,000².
-type group struct {
-	members []task.TID // by instance number; zero = free
-	inst    map[task.TID]int
-	free    freeInsts
-	live    int
-	barrier *barrier
+// newGroups is a group server bounded by lim, on a master node of its own
+// (the daemon's is newMasterNode's).
+func newGroups(lim groupLimits) *groups { return newMasterNode(lim.config()).groups }
+
+// config is the master node's configuration for lim.
+func (lim groupLimits) config() mnode.Config {
+	return mnode.Config{MaxGroups: lim.groups, MaxGroupName: lim.name, MaxGroupMembers: lim.members}
 }
 
-func newGroup() *group { return &group{inst: map[task.TID]int{}} }
-
-// freeInsts is a min-heap of freed instance numbers. It may hold stale
-// entries (an instance taken again by rejoin, or cut off the end of
-// members): lowest drops them when they come to the top.
-type freeInsts []int
-
-func (h freeInsts) Len() int           { return len(h) }
-func (h freeInsts) Less(i, j int) bool { return h[i] < h[j] }
-func (h freeInsts) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-
-// Push implements heap.Interface.
-func (h *freeInsts) Push(x any) { *h = append(*h, x.(int)) }
-
-// Pop implements heap.Interface.
-func (h *freeInsts) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// lowestFree takes the lowest free instance number of gr, or -1 if every
-// instance below len(members) is taken.
-func (gr *group) lowestFree() int {
-	for gr.free.Len() > 0 {
-		i := heap.Pop(&gr.free).(int)
-		if i < len(gr.members) && gr.members[i].IsZero() {
-			return i
+// answer steps the node with e under its lock and returns its answer
+// (FxAnswer).
+func (g *groups) answer(e mnode.Event) (int, error) {
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	for _, x := range g.mn.stepLocked(e) {
+		if x.Kind == mnode.FxAnswer {
+			return x.Count, x.Err
 		}
 	}
-	return -1
-}
-
-// barrier is one generation of a group barrier: it releases when count
-// members have arrived.
-type barrier struct {
-	count   int
-	arrived map[task.TID]bool
-	done    chan struct{}
-	// remote are the members waiting on other hosts, released with one
-	// message per host.
-	remote map[task.HostID][]task.TID
-}
-
-func newGroups(lim groupLimits) *groups { return &groups{m: map[string]*group{}, lim: lim} }
-
-// groupLocked returns group name, made if need be within the bounds on
-// names and groups.
-func (g *groups) groupLocked(name string) (*group, error) {
-	if name == "" {
-		return nil, fmt.Errorf("empty group name")
-	}
-	if len(name) > g.lim.name {
-		return nil, fmt.Errorf("group name of %d bytes, at most %d: %w", len(name), g.lim.name, ErrLimit)
-	}
-	gr := g.m[name]
-	if gr == nil {
-		if len(g.m) >= g.lim.groups {
-			return nil, fmt.Errorf("group %q: %d groups exist, at most %d: %w", name, len(g.m), g.lim.groups, ErrLimit)
-		}
-		gr = newGroup()
-		g.m[name] = gr
-	}
-	return gr, nil
-}
-
-// memberTID refuses, with task.ErrBadTID, a TID that names no single task:
-// the zero TID, which members uses for a free slot (a zero member would be
-// cut off the end of members while inst still held it), and AnyTask.
-func memberTID(tid task.TID) error {
-	if tid.IsZero() || tid == task.AnyTask {
-		return fmt.Errorf("%v as a group member: %w", tid, task.ErrBadTID)
-	}
-	return nil
+	return -1, fmt.Errorf("group server: no answer to %v", e)
 }
 
 // join makes tid a member of group name at the lowest free instance,
 // which it returns.
 func (g *groups) join(name string, tid task.TID) (int, error) {
-	if err := memberTID(tid); err != nil {
-		return -1, fmt.Errorf("join %q: %w", name, err)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr, err := g.groupLocked(name)
-	if err != nil {
-		return -1, err
-	}
-	if i, ok := gr.inst[tid]; ok {
-		return -1, fmt.Errorf("%v is already instance %d", tid, i)
-	}
-	free := gr.lowestFree()
-	if free < 0 {
-		if len(gr.members) >= g.lim.members {
-			return -1, fmt.Errorf("group %q has %d members, at most %d: %w", name, len(gr.members), g.lim.members, ErrLimit)
-		}
-		free = len(gr.members)
-		gr.members = append(gr.members, 0)
-	}
-	gr.members[free] = tid
-	gr.inst[tid] = free
-	gr.live++
-	return free, nil
+	return g.answer(mnode.Event{Kind: mnode.EvJoin, Group: name, TID: tid})
 }
 
 // memberships lists the groups tid belongs to, with its instance in each,
 // by group name.
 func (g *groups) memberships(tid task.TID) []ckpt.Membership {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.mn.mu.Lock()
+	ms := g.mn.node.Memberships(tid)
+	g.mn.mu.Unlock()
 	var out []ckpt.Membership
-	for name, gr := range g.m {
-		if i, ok := gr.inst[tid]; ok {
-			out = append(out, ckpt.Membership{Group: name, Inst: i})
-		}
+	for _, m := range ms {
+		out = append(out, ckpt.Membership{Group: m.Group, Inst: m.Inst})
 	}
-	slices.SortFunc(out, func(a, b ckpt.Membership) int { return strings.Compare(a.Group, b.Group) })
 	return out
 }
 
@@ -164,151 +83,96 @@ func (g *groups) memberships(tid task.TID) []ckpt.Membership {
 // a job checkpoint), failing if another task holds that instance; an
 // instance tid holds besides is freed.
 func (g *groups) rejoin(name string, tid task.TID, inst int) error {
-	if name == "" || inst < 0 {
-		return fmt.Errorf("rejoin %q as instance %d: bad membership", name, inst)
-	}
-	if err := memberTID(tid); err != nil {
-		return fmt.Errorf("rejoin %q as instance %d: %w", name, inst, err)
-	}
-	if inst >= g.lim.members {
-		return fmt.Errorf("rejoin %q as instance %d: at most %d members: %w", name, inst, g.lim.members, ErrLimit)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr, err := g.groupLocked(name)
-	if err != nil {
-		return err
-	}
-	if t := gr.at(inst); !t.IsZero() && t != tid {
-		return fmt.Errorf("group %q instance %d is held by %v", name, inst, t)
-	}
-	if i, ok := gr.inst[tid]; ok && i != inst {
-		// It holds another instance now (it left and joined again since
-		// the checkpoint): it goes back to the checkpoint's.
-		gr.members[i] = 0
-		gr.live--
-		heap.Push(&gr.free, i)
-	}
-	for len(gr.members) <= inst {
-		if len(gr.members) < inst {
-			heap.Push(&gr.free, len(gr.members)) // a gap below inst
-		}
-		gr.members = append(gr.members, 0)
-	}
-	if gr.members[inst].IsZero() {
-		gr.live++
-	}
-	gr.members[inst] = tid
-	gr.inst[tid] = inst
-	for gr.members[len(gr.members)-1].IsZero() {
-		gr.members = gr.members[:len(gr.members)-1]
-	}
-	return nil
-}
-
-// at is the member at instance i, zero if none.
-func (gr *group) at(i int) task.TID {
-	if i < len(gr.members) {
-		return gr.members[i]
-	}
-	return 0
+	_, err := g.answer(mnode.Event{Kind: mnode.EvRejoin, Group: name, TID: tid, Count: inst})
+	return err
 }
 
 func (g *groups) leave(name string, tid task.TID) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil {
-		return task.ErrNoSuchGroup
-	}
-	if !g.removeLocked(name, gr, tid) {
-		return task.ErrNotInGroup
-	}
-	return nil
+	_, err := g.answer(mnode.Event{Kind: mnode.EvLeave, Group: name, TID: tid})
+	return err
 }
 
-// removeLocked removes tid from gr; it reports whether tid was a member.
-func (g *groups) removeLocked(name string, gr *group, tid task.TID) bool {
-	i, ok := gr.inst[tid]
-	if !ok {
-		return false
-	}
-	delete(gr.inst, tid)
-	gr.members[i] = 0
-	gr.live--
-	for len(gr.members) > 0 && gr.members[len(gr.members)-1].IsZero() {
-		gr.members = gr.members[:len(gr.members)-1]
-	}
-	if i < len(gr.members) {
-		heap.Push(&gr.free, i)
-	}
-	if gr.barrier != nil && gr.barrier.arrived[tid] {
-		delete(gr.barrier.arrived, tid)
-	}
-	if gr.live == 0 {
-		delete(g.m, name)
-	}
-	return true
-}
-
-// leaveAll removes tid from every group (when it exits).
+// leaveAll removes tid from every group (when it exits, or is lost with
+// its host): the node takes back its arrival at any barrier, and the
+// shell forgets its wait (a task that has ended is released by nobody).
 func (g *groups) leaveAll(tid task.TID) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for name, gr := range g.m {
-		g.removeLocked(name, gr, tid)
-	}
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	g.mn.stepLocked(mnode.Event{Kind: mnode.EvExited, TID: tid})
+	delete(g.waits, tid)
 }
 
 func (g *groups) members(name string) ([]task.TID, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil {
-		return nil, task.ErrNoSuchGroup
-	}
-	return append([]task.TID(nil), gr.members...), nil
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	return g.mn.node.Members(name)
 }
 
-// arrive records tid's arrival at the group's barrier. It returns the
-// barrier, and whether this arrival completed it (the caller then releases
-// the remote waiters). host, when not zero, says tid waits on another host.
-func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) (*barrier, bool, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil {
-		return nil, false, task.ErrNoSuchGroup
-	}
-	if _, member := gr.inst[tid]; !member {
-		return nil, false, task.ErrNotInGroup
-	}
-	if count <= 0 {
-		count = gr.live
-	}
-	b := gr.barrier
-	if b == nil {
-		b = &barrier{count: count, arrived: map[task.TID]bool{}, done: make(chan struct{})}
-		gr.barrier = b
-	} else if b.count != count {
-		return nil, false, fmt.Errorf("barrier count %d differs from the %d already waiting for", count, b.count)
-	}
-	if b.arrived[tid] {
-		return nil, false, fmt.Errorf("%v is already waiting in this barrier", tid)
-	}
-	b.arrived[tid] = true
-	if host != 0 {
-		if b.remote == nil {
-			b.remote = map[task.HostID][]task.TID{}
+// arrivals is how many members have arrived at group name's open barrier.
+func (g *groups) arrivals(name string) int {
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	return g.mn.node.Arrived(name)
+}
+
+// arrive records the arrival of tid, waiting on another host (host), at
+// the group's barrier of count (<= 0: all current members). When the
+// arrival completes the barrier, it reports so, with the waiters on other
+// hosts to be told (the caller sends the releases: releaseBarrier), tid
+// among them: the local ones are woken here.
+func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) (map[task.HostID][]task.TID, bool, error) {
+	remote, done, _, err := g.enter(name, tid, host, count)
+	return remote, done, err
+}
+
+// enter is arrive, for a task of this host too (host 0): its wait is
+// returned, to be awaited, unless the arrival completed the barrier.
+func (g *groups) enter(name string, tid task.TID, host task.HostID, count int) (remote map[task.HostID][]task.TID, done bool, w *barrierWait, err error) {
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	for _, x := range g.mn.stepLocked(mnode.Event{Kind: mnode.EvBarrier, Group: name, TID: tid, Count: count}) {
+		switch x.Kind {
+		case mnode.FxAnswer:
+			return nil, false, nil, x.Err
+		case mnode.FxRelease:
+			remote = g.releaseLocked(x.TIDs)
+			if host != 0 {
+				if remote == nil {
+					remote = map[task.HostID][]task.TID{}
+				}
+				remote[host] = append(remote[host], tid)
+			}
+			return remote, true, nil, nil
 		}
-		b.remote[host] = append(b.remote[host], tid)
 	}
-	if len(b.arrived) >= b.count {
-		gr.barrier = nil
-		close(b.done)
-		return b, true, nil
+	w = &barrierWait{host: host}
+	if host == 0 {
+		w.done = make(chan struct{})
 	}
-	return b, false, nil
+	g.waits[tid] = w
+	return nil, false, w, nil
+}
+
+// releaseLocked wakes the waiters a release names that wait here, and
+// returns the others by host (mn.mu held).
+func (g *groups) releaseLocked(tids []task.TID) map[task.HostID][]task.TID {
+	var remote map[task.HostID][]task.TID
+	for _, tid := range tids {
+		w := g.waits[tid]
+		if w == nil {
+			continue
+		}
+		delete(g.waits, tid)
+		if w.host == 0 {
+			close(w.done)
+			continue
+		}
+		if remote == nil {
+			remote = map[task.HostID][]task.TID{}
+		}
+		remote[w.host] = append(remote[w.host], tid)
+	}
+	return remote
 }
 
 // withdraw takes back a remote member's arrival (its wait was cancelled,
@@ -316,49 +180,42 @@ func (g *groups) arrive(name string, tid task.TID, host task.HostID, count int) 
 // member is in no barrier of the group now (the barrier it arrived at has
 // completed, and its release has been sent).
 func (g *groups) withdraw(name string, tid task.TID) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gr := g.m[name]
-	if gr == nil || gr.barrier == nil || !gr.barrier.arrived[tid] {
-		return false
-	}
-	b := gr.barrier
-	delete(b.arrived, tid)
-	for h, ts := range b.remote {
-		for i, t := range ts {
-			if t == tid {
-				b.remote[h] = append(ts[:i], ts[i+1:]...)
-				break
-			}
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	for _, x := range g.mn.stepLocked(mnode.Event{Kind: mnode.EvWithdraw, Group: name, TID: tid}) {
+		if x.Kind == mnode.FxAnswer && x.Err == nil {
+			delete(g.waits, tid)
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // wait blocks tid in the group's barrier until count members have arrived.
 // count <= 0 means all current members. release is called with the
-// barrier when this arrival completes it. A signal on kick (nil: none)
-// withdraws the arrival and returns errInterrupted, unless the barrier
-// completed first (then it returns nil: tid passed).
-func (g *groups) wait(ctx context.Context, dead, kick <-chan struct{}, name string, tid task.TID, count int, release func(*barrier)) error {
-	b, done, err := g.arrive(name, tid, 0, count)
+// waiters on other hosts when this arrival completes the barrier. A
+// signal on kick (nil: none) withdraws the arrival and returns
+// errInterrupted, unless the barrier completed first (then it returns
+// nil: tid passed).
+func (g *groups) wait(ctx context.Context, dead, kick <-chan struct{}, name string, tid task.TID, count int, release func(map[task.HostID][]task.TID)) error {
+	remote, done, w, err := g.enter(name, tid, 0, count)
 	if err != nil {
 		return err
 	}
 	if done {
 		if release != nil {
-			release(b)
+			release(remote)
 		}
 		return nil
 	}
-	return g.await(ctx, dead, kick, b, tid)
+	return g.await(ctx, dead, kick, name, w, tid)
 }
 
 // await waits for a barrier tid has arrived at (see wait for kick).
-func (g *groups) await(ctx context.Context, dead, kick <-chan struct{}, b *barrier, tid task.TID) error {
+func (g *groups) await(ctx context.Context, dead, kick <-chan struct{}, name string, w *barrierWait, tid task.TID) error {
 	var err error
 	select {
-	case <-b.done:
+	case <-w.done:
 		return nil
 	case <-kick:
 		err = errInterrupted
@@ -367,38 +224,33 @@ func (g *groups) await(ctx context.Context, dead, kick <-chan struct{}, b *barri
 	case <-dead:
 		err = task.ErrKilled
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
 	select {
-	case <-b.done: // released while we gave up: count it as passed
+	case <-w.done: // released while we gave up: count it as passed
 		return nil
 	default:
 	}
-	delete(b.arrived, tid)
+	// Not released: the arrival is taken back (if a leave has not taken
+	// it already).
+	g.mn.stepLocked(mnode.Event{Kind: mnode.EvWithdraw, Group: name, TID: tid})
+	if g.waits[tid] == w {
+		delete(g.waits, tid)
+	}
 	return err
 }
 
 // all lists every task that is a member of some group.
 func (g *groups) all() []task.TID {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[task.TID]bool{}
-	var out []task.TID
-	for _, gr := range g.m {
-		for _, t := range gr.members {
-			if !t.IsZero() && !seen[t] {
-				seen[t] = true
-				out = append(out, t)
-			}
-		}
-	}
-	return out
+	g.mn.mu.Lock()
+	defer g.mn.mu.Unlock()
+	return g.mn.node.GroupTasks()
 }
 
 // releaseBarrier tells the hosts of a completed barrier's remote members to
 // let them go: one message per host (master).
-func (d *Daemon) releaseBarrier(b *barrier) {
-	for h, tids := range b.remote {
+func (d *Daemon) releaseBarrier(remote map[task.HostID][]task.TID) {
+	for h, tids := range remote {
 		if len(tids) > 0 {
 			d.sendRelease(h, "", tids, nil)
 		}

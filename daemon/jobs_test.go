@@ -469,9 +469,7 @@ func TestRestartEpochAboveManifest(t *testing.T) {
 	m := vm.Master()
 	// The clock as many moves would have left it.
 	const high = 1 << 20
-	m.mv.mu.Lock()
-	m.mv.machine.Observe(high)
-	m.mv.mu.Unlock()
+	m.mv.nextEpoch(high)
 	job, root, err := m.StartJob(ctx, &ringRoot{N: 3, Laps: 4}, JobOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	mnode "github.com/dpvm/dpvm/routing/master"
 )
 
 // ErrLimit is returned when a request asks for more than a configured
@@ -11,7 +13,10 @@ import (
 // Config.MaxUserTasks, Config.MaxUserJobs and Config.MaxJobTasks). Counts that arrive from
 // the network or a client are checked against their bound before anything
 // is allocated for them.
-var ErrLimit = errors.New("over a configured limit")
+// The group server's bounds (Config.MaxGroups, MaxGroupName,
+// MaxGroupMembers) are the master node's, which refuses with this same
+// error.
+var ErrLimit = mnode.ErrLimit
 
 // ErrInternal is a call that failed inside the daemon (its handler
 // panicked): the call fails, the daemon goes on.

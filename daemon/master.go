@@ -317,11 +317,11 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			if d.refuseClaim(p, "barrier event", routing.ClaimAct, tid) != nil {
 				continue
 			}
-			b, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
+			remote, done, err := d.groups.arrive(e.Group, tid, p.info.ID, e.Count)
 			if err != nil {
 				d.sendRelease(p.info.ID, e.Group, []task.TID{tid}, err)
 			} else if done {
-				d.releaseBarrier(b)
+				d.releaseBarrier(remote)
 			}
 		}
 	case evBarrierCancel:

@@ -419,6 +419,7 @@ func (d *Daemon) rejoined(id task.HostID) error {
 		return fmt.Errorf("%s event from %v, which is not registering again", evRejoined, id)
 	}
 	d.announceHost(info)
+	d.mv.hostUp(info.ID)
 	d.hostNotice(task.HostAdd, info)
 	d.schedDirty()
 	d.log.Warn("host rejoined the virtual machine", "peer", id, "peer_name", info.Name)

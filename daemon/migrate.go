@@ -12,6 +12,7 @@ import (
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/daemon/transport"
 	"github.com/dpvm/dpvm/routing"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -192,8 +193,8 @@ var stepMethods = map[move.Step]string{
 	move.StepResume:  mMigBack,
 }
 
-// moveRun is the driver's record of one move of the machine (master,
-// guarded by mv.mu).
+// moveRun is the driver's record of one move of the master node (master,
+// guarded by the node's lock, mn.mu).
 type moveRun struct {
 	from, to task.HostID
 	typ      string
@@ -207,8 +208,11 @@ type moveRun struct {
 }
 
 // moveTimeouts are the move machine's timeouts, from the configuration.
-func (d *Daemon) moveTimeouts() move.Timeouts {
-	return move.Timeouts{Step: d.cfg.MoveStepTimeout, Suspend: d.cfg.MoveTimeout, Transfer: d.cfg.MoveTransferTimeout, Retry: d.cfg.Heartbeat}
+func (d *Daemon) moveTimeouts() move.Timeouts { return moveTimeoutsOf(d.cfg) }
+
+// moveTimeoutsOf is cfg's move timeouts.
+func moveTimeoutsOf(cfg Config) move.Timeouts {
+	return move.Timeouts{Step: cfg.MoveStepTimeout, Suspend: cfg.MoveTimeout, Transfer: cfg.MoveTransferTimeout, Retry: cfg.Heartbeat}
 }
 
 // Migrate moves task tid to the host named to (master): the protocol of
@@ -259,11 +263,13 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 			return fail(err)
 		}
 	}
-	d.mv.mu.Lock()
-	acts := d.mv.machine.Step(start, move.Event{Kind: move.Start, Spec: move.Spec{TID: tid, From: a, To: b, Epoch: cur.Epoch, Job: info.Job, Timeouts: d.moveTimeouts()}})
-	mv, ok := d.mv.machine.Moving(tid)
-	if err := rejection(acts); err != nil || !ok {
-		d.mv.mu.Unlock()
+	// The registry and the routes are this shell's: the move names the
+	// route it starts from and the task's facts.
+	d.mn.mu.Lock()
+	fx := d.mn.node.Step(start, mnode.Event{Kind: mnode.EvMove, TID: tid, Host: b, From: a, Epoch: cur.Epoch, Type: info.Type, Job: info.Job})
+	mv, ok := d.mn.node.Moving(tid)
+	if err := nodeRefusal(fx); err != nil || !ok {
+		d.mn.mu.Unlock()
 		if errors.Is(err, move.ErrHeld) {
 			err = fmt.Errorf("job %d is being killed: %w", info.Job, ErrKilling)
 		}
@@ -274,8 +280,8 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	res.Epoch, res.Move = mv.Epoch, id.String()
 	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
 	d.mv.runs[id] = run
-	d.mv.mu.Unlock()
-	if next, ok := d.performFor(acts, id); ok {
+	d.mn.mu.Unlock()
+	if next, ok := d.performFor(fx, id); ok {
 		d.callStep(ctx, next)
 	}
 	select {
@@ -286,9 +292,9 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 		// The hosts settle the move with a recovered master.
 		return fail(fmt.Errorf("move %v: the master stopped: %w", id, task.ErrHalted))
 	}
-	d.mv.mu.Lock()
+	d.mn.mu.Lock()
 	res, err, frozen = run.res, run.err, run.frozen
-	d.mv.mu.Unlock()
+	d.mn.mu.Unlock()
 	if err != nil {
 		d.mv.forgetFacts(tid) // the next move asks again
 		return fail(err)
@@ -299,14 +305,18 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	return res, nil
 }
 
-// perform carries out the move machine's actions (master): routes are set
-// and broadcast at once, in order; each call runs on its own tracked
-// goroutine, bounded by the step's timeout, and its outcome goes back to
-// the machine; a finish wakes whoever waits for the move. No lock is held
-// across a call.
-func (d *Daemon) perform(acts []move.Action) {
-	if a, ok := d.performFor(acts, 0); ok {
-		d.goFunc(func() { d.runSteps(a) })
+// perform carries out the master node's effects for moves (master):
+// routes are set and told at once, in order, to every host or to the
+// hosts the node names (recorded in this daemon's own table as they go
+// out); each call runs on its own tracked goroutine, bounded by the
+// step's timeout, and its outcome goes back to the node; a finish wakes
+// whoever waits for the move. No lock is held across a call. The node's
+// timer for its move machine is this daemon's heartbeat (moveTick), and
+// what it says of jobs and lost hosts is not the move part's: the shell's
+// other parts decide those still.
+func (d *Daemon) perform(fx []mnode.Effect) {
+	if x, ok := d.performFor(fx, 0); ok {
+		d.goFunc(func() { d.runSteps(x) })
 	}
 }
 
@@ -317,13 +327,19 @@ func (d *Daemon) perform(acts []move.Action) {
 // to a new goroutine: the machine waits for one step of a move at a time,
 // so the move's steps run one after another on one goroutine, as its
 // actions order them (a route set before the step that follows it).
-func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, ok bool) {
-	for _, a := range acts {
+func (d *Daemon) performFor(fx []mnode.Effect, id move.ID) (next mnode.Effect, ok bool) {
+	for _, x := range fx {
+		if x.Kind == mnode.FxRoute {
+			d.sendMoveRoute(x)
+			continue
+		}
+		if x.Kind != mnode.FxMove {
+			continue // the move timer is the heartbeat (moveTick); the rest is other parts'
+		}
+		a := x.Move
 		switch a.Kind {
-		case move.SetRoute:
-			d.setMoveRoute(a)
 		case move.Finish:
-			d.mv.mu.Lock()
+			d.mn.mu.Lock()
 			run := d.mv.runs[a.Move]
 			delete(d.mv.runs, a.Move)
 			if run != nil {
@@ -331,7 +347,7 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				run.res.Seconds = time.Since(run.start).Seconds()
 				close(run.ended)
 			}
-			d.mv.mu.Unlock()
+			d.mn.mu.Unlock()
 			if a.Err != nil {
 				d.log.Warn("move ended without moving the task", "move", a.Move, "tid", a.TID, "cause", a.Err)
 			}
@@ -345,10 +361,10 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 				continue // stopping: the hosts settle a half-done move with a recovered master
 			}
 			if !ok && !a.Notify && (id == 0 || a.Move == id) {
-				next, ok = a, true
+				next, ok = x, true
 				continue
 			}
-			d.goFunc(func() { d.runSteps(a) })
+			d.goFunc(func() { d.runSteps(x) })
 		}
 	}
 	return next, ok
@@ -362,9 +378,9 @@ func (d *Daemon) performFor(acts []move.Action, id move.ID) (next move.Action, o
 // caller's ctx ends, the steps left go on on a tracked goroutine, and the
 // caller is free after the step under way (each is bounded by its own
 // timeout). Elsewhere the steps run on a tracked goroutine (runSteps).
-func (d *Daemon) callStep(ctx context.Context, a move.Action) {
+func (d *Daemon) callStep(ctx context.Context, x mnode.Effect) {
 	for {
-		next, ok := d.step(a)
+		next, ok := d.step(x)
 		if !ok {
 			return
 		}
@@ -372,39 +388,39 @@ func (d *Daemon) callStep(ctx context.Context, a move.Action) {
 			d.goFunc(func() { d.runSteps(next) })
 			return
 		}
-		a = next
+		x = next
 	}
 }
 
 // runSteps is callStep on a tracked goroutine, with no caller to free:
 // it performs the move's steps until the machine asks for none (each is
 // bounded by its timeout under the daemon's context).
-func (d *Daemon) runSteps(a move.Action) {
+func (d *Daemon) runSteps(x mnode.Effect) {
 	for {
-		next, ok := d.step(a)
+		next, ok := d.step(x)
 		if !ok {
 			return
 		}
-		a = next
+		x = next
 	}
 }
 
-// step performs one step of a move at its host, reports the outcome to
-// the machine and performs the actions that follow, save the move's next
-// step, which it returns (see performFor).
-func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
+// step performs one step of a move at its host (x, the node's call:
+// the move's action, and the task's type, job and origin), reports the
+// outcome to the node and performs the effects that follow, save the
+// move's next step, which it returns (see performFor).
+func (d *Daemon) step(x mnode.Effect) (next mnode.Effect, ok bool) {
+	a := x.Move
 	ctx, cancel := context.WithTimeout(d.ctx, a.Timeout)
 	defer cancel()
-	d.mv.mu.Lock()
+	typ, from, job := x.Type, x.From, x.Job
+	d.mn.mu.Lock()
 	run := d.mv.runs[a.Move]
 	var via Via
-	var typ string
-	var from task.HostID
-	var job uint64
 	if run != nil {
-		via, typ, from, job = run.via, run.typ, run.from, run.job
+		via = run.via
 	}
-	d.mv.mu.Unlock()
+	d.mn.mu.Unlock()
 	s := migStep{TID: a.TID, Move: a.Move, Epoch: a.Route.Epoch, Route: a.Route}
 	switch a.Step {
 	case move.StepPrepare:
@@ -444,7 +460,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 		if err != nil {
 			d.log.Debug("move step", "move", a.Move, "step", a.Step, "host", a.Host, "error", err)
 		}
-		return move.Action{}, false
+		return mnode.Effect{}, false
 	}
 	if o == move.OK {
 		switch a.Step {
@@ -455,7 +471,7 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 		}
 	}
 	now := time.Now()
-	d.mv.mu.Lock()
+	d.mn.mu.Lock()
 	if run != nil && o == move.OK {
 		switch a.Step {
 		case move.StepSuspend:
@@ -466,17 +482,17 @@ func (d *Daemon) step(a move.Action) (next move.Action, ok bool) {
 			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
 		}
 	}
-	acts := d.mv.machine.Step(now, move.Event{Kind: move.Result, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
-	d.mv.mu.Unlock()
-	return d.performFor(acts, a.Move)
+	fx := d.mn.node.Step(now, mnode.Event{Kind: mnode.EvMoveResult, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
+	d.mn.mu.Unlock()
+	return d.performFor(fx, a.Move)
 }
 
-// rejection returns the error of the move machine's rejection of the event
-// that gave acts (nil: it took the event).
-func rejection(acts []move.Action) error {
-	for _, a := range acts {
-		if a.Kind == move.Reject {
-			return a.Err
+// nodeRefusal returns the error of the master node's refusal of the event
+// that gave fx (nil: it took the event).
+func nodeRefusal(fx []mnode.Effect) error {
+	for _, x := range fx {
+		if x.Kind == mnode.FxRefuse {
+			return x.Err
 		}
 	}
 	return nil
@@ -499,30 +515,23 @@ func checkpointName(tid task.TID, epoch uint64) string {
 	return fmt.Sprintf("%s-%d.ckpt", tid, epoch)
 }
 
-// moveTick drives the move machine's clock (master): abort and commit
-// steps that failed are tried again.
+// moveTick is the master node's move timer, fed every heartbeat
+// (master): abort and commit steps that failed are tried again.
 func (d *Daemon) moveTick() {
-	d.mv.mu.Lock()
-	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.Tick})
-	d.mv.mu.Unlock()
-	d.perform(acts)
+	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
 }
 
-// setMoveRoute records a move's route in the master's table and tells
-// it: to every host, or on demand (Config.Routes) to the task's origin
-// host, the move's old host and its new host.
-func (d *Daemon) setMoveRoute(a move.Action) {
-	if !d.onDemand() {
-		d.setRoute(a.TID, a.Route)
+// sendMoveRoute performs a route the master node set for a move: recorded
+// in this daemon's table (the master's host half learns it as it goes
+// out) and told to every host, or on demand (Config.Routes) to the hosts
+// the node names (the task's origin host, the move's old host and its
+// new host, less the lost ones).
+func (d *Daemon) sendMoveRoute(x mnode.Effect) {
+	if x.All {
+		d.setRoute(x.TID, x.Route)
 		return
 	}
-	to := []task.HostID{a.TID.Host(), a.Route.Host}
-	d.mv.mu.Lock()
-	if run := d.mv.runs[a.Move]; run != nil {
-		to = append(to, run.from, run.to)
-	}
-	d.mv.mu.Unlock()
-	d.tellRoute([]routing.Entry{{TID: a.TID, Route: a.Route}}, to)
+	d.tellRoute([]routing.Entry{{TID: x.TID, Route: x.Route}}, x.Hosts)
 }
 
 // setRoute records a route in the master's table and broadcasts it.
@@ -1101,10 +1110,7 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // ends aborted without a resume, and a late answer of one of its steps is
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
-	d.mv.mu.Lock()
-	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.DropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)})
-	d.mv.mu.Unlock()
-	d.perform(acts)
+	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvDropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)}))
 }
 
 // dropJobArrivals drops this host's copies of job's tasks caught in a
@@ -1145,14 +1151,14 @@ func (d *Daemon) dropJobArrivals(job uint64) []task.TID {
 // arriving for a move is in no host's task table, so a kill sent
 // meanwhile would miss it and the move would bring it back to life.
 func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job uint64) bool) {
-	d.mv.mu.Lock()
+	d.mn.mu.Lock()
 	var wait []chan struct{}
-	for _, mv := range d.mv.machine.Moves() {
+	for _, mv := range d.mn.node.Moves() {
 		if run := d.mv.runs[mv.ID]; run != nil && match(mv.TID, mv.Job) {
 			wait = append(wait, run.ended)
 		}
 	}
-	d.mv.mu.Unlock()
+	d.mn.mu.Unlock()
 	if len(wait) == 0 {
 		return
 	}
@@ -1178,16 +1184,16 @@ func (d *Daemon) settleMoves(ctx context.Context, match func(tid task.TID, job u
 // routed to the lost host, so that messages held for the task follow it
 // back instead of being dropped with the host.
 func (d *Daemon) movesHostLost(h task.HostID) {
-	d.mv.mu.Lock()
+	d.mn.mu.Lock()
 	var wait []chan struct{}
-	for _, mv := range d.mv.machine.Moves() {
+	for _, mv := range d.mn.node.Moves() {
 		if run := d.mv.runs[mv.ID]; run != nil && mv.To == h {
 			wait = append(wait, run.ended)
 		}
 	}
-	acts := d.mv.machine.Step(time.Now(), move.Event{Kind: move.HostLost, Host: h})
-	d.mv.mu.Unlock()
-	d.perform(acts)
+	fx := d.mn.stepLocked(mnode.Event{Kind: mnode.EvHostLost, Host: h})
+	d.mn.mu.Unlock()
+	d.perform(fx)
 	if len(wait) == 0 {
 		return
 	}

@@ -412,9 +412,9 @@ func TestMoveRemembersTaskFacts(t *testing.T) {
 		}
 
 		// A stale record: the origin refuses to suspend the task.
-		m.mv.mu.Lock()
+		m.mn.mu.Lock()
 		m.mv.rememberLocked(tid, migReply{Type: f.Type, Job: 99})
-		m.mv.mu.Unlock()
+		m.mn.mu.Unlock()
 		if _, err := m.Migrate(ctx, tid, "h2", Direct); !errors.Is(err, ErrAborted) {
 			t.Fatalf("move on a stale record: %v, want ErrAborted", err)
 		}

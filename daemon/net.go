@@ -453,6 +453,7 @@ func (d *Daemon) handshake(conn transport.Conn) {
 		}
 		if announce {
 			d.flushHosts()
+			d.mv.hostUp(info.ID)
 			d.hostNotice(task.HostAdd, info)
 			d.schedDirty() // a new host, or one registering again with its tasks
 			d.log.Info("host joined", "peer", info.ID, "peer_name", info.Name, "peer_addr", info.Addr)

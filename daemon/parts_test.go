@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dpvm/dpvm/routing"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -148,13 +149,9 @@ func TestRegistryParts(t *testing.T) {
 // TestMoverHolds checks that kills of a job hold its moves until the last
 // one ends.
 func TestMoverHolds(t *testing.T) {
-	m := newMover()
+	m := newMover(newMasterNode(mnode.Config{Timeouts: move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}}))
 	start := func() error {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		acts := m.machine.Step(time.Now(), move.Event{Kind: move.Start, Spec: move.Spec{TID: task.NewTID(2, 1), From: 2, To: 3, Job: 3,
-			Timeouts: move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}}})
-		return rejection(acts)
+		return nodeRefusal(m.step(mnode.Event{Kind: mnode.EvMove, TID: task.NewTID(2, 1), From: 2, Host: 3, Type: "w", Job: 3}))
 	}
 	r1 := m.holdMoves(3)
 	r2 := m.holdMoves(3)

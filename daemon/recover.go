@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpvm/dpvm/ckpt"
 	"github.com/dpvm/dpvm/routing"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/routing/move"
 	"github.com/dpvm/dpvm/task"
 )
@@ -381,21 +382,19 @@ func (d *Daemon) recoverHost(h *hello, remote string) (HostInfo, error) {
 // master left half done, and the tasks it runs; they are resolved once
 // both hosts of a move are back (resolveMoves).
 func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
-	ev := move.Event{Kind: move.Report, Host: from}
+	ev := mnode.Event{Kind: mnode.EvMoveReport, Host: from}
 	for _, m := range rep.Leaving {
 		ev.Orphans = append(ev.Orphans, move.Orphan{Move: m.Move, TID: m.TID, Dest: m.Dest})
 	}
 	for _, t := range rep.Tasks {
-		ev.Running = append(ev.Running, t.TID)
+		ev.TIDs = append(ev.TIDs, t.TID)
 	}
-	d.mv.mu.Lock()
-	d.mv.machine.Observe(rep.MaxEpoch)
-	d.mv.machine.ObserveMove(rep.MaxMove)
+	top := rep.MaxEpoch
 	for _, t := range rep.Tasks {
-		d.mv.machine.Observe(t.Epoch)
+		top = max(top, t.Epoch)
 	}
-	d.mv.machine.Step(time.Now(), ev)
-	d.mv.mu.Unlock()
+	ev.Epoch, ev.MoveFloor = top, rep.MaxMove
+	d.mv.step(ev)
 	d.goFunc(d.resolveMoves)
 }
 
@@ -411,21 +410,24 @@ func (d *Daemon) resolveMoves() {
 		hosts = append(hosts, id)
 	}
 	n.mu.Unlock()
-	d.mv.mu.Lock()
+	d.mn.mu.Lock()
 	now := time.Now()
-	acts := d.mv.machine.Step(now, move.Event{Kind: move.Resolve, Hosts: hosts, Spec: move.Spec{Timeouts: d.moveTimeouts()}})
-	for _, a := range acts {
-		switch {
+	fx := d.mn.node.Step(now, mnode.Event{Kind: mnode.EvResolve, Hosts: hosts})
+	for _, x := range fx {
+		if x.Kind != mnode.FxMove {
+			continue
+		}
+		switch a := x.Move; {
 		case a.Kind == move.Reject:
 			d.log.Warn("recover: a move the old master left half done", "tid", a.TID, "move", a.Move, "error", a.Err)
 		case a.Kind == move.Call && d.mv.runs[a.Move] == nil:
-			mv, _ := d.mv.machine.Moving(a.TID)
+			mv, _ := d.mn.node.Moving(a.TID)
 			d.mv.runs[a.Move] = &moveRun{from: mv.From, to: mv.To, start: now, ended: make(chan struct{})}
 			d.log.Warn("recover: settling a move the old master left half done", "tid", a.TID, "move", a.Move, "step", a.Step)
 		}
 	}
-	d.mv.mu.Unlock()
-	d.perform(acts)
+	d.mn.mu.Unlock()
+	d.perform(fx)
 }
 
 // fault calls the configured fault hook at a named point.

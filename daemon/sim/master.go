@@ -247,20 +247,25 @@ func (m *master) watch(tid, who task.TID, tag int) {
 }
 
 // join adds tid to group at its lowest free instance.
-func (m *master) join(group string, tid task.TID) int {
-	return m.step(mnode.Event{Kind: mnode.EvJoin, Group: group, TID: tid})[0].Count
+func (m *master) join(group string, tid task.TID) (int, error) {
+	x := m.step(mnode.Event{Kind: mnode.EvJoin, Group: group, TID: tid})[0]
+	return x.Count, x.Err
 }
 
 func (m *master) leave(group string, tid task.TID) error {
 	return m.step(mnode.Event{Kind: mnode.EvLeave, Group: group, TID: tid})[0].Err
 }
 
-func (m *master) members(group string) []task.TID { return m.node.Members(group) }
+func (m *master) members(group string) ([]task.TID, error) { return m.node.Members(group) }
 
 // barrier records st's arrival at group's barrier of count; it reports
-// whether the barrier is complete (the others waiting are released).
-func (m *master) barrier(group string, count int, st *stask) bool {
+// whether the barrier is complete (the others waiting are released), or
+// the node's refusal.
+func (m *master) barrier(group string, count int, st *stask) (bool, error) {
 	for _, x := range m.step(mnode.Event{Kind: mnode.EvBarrier, Group: group, Count: count, TID: st.tid}) {
+		if x.Kind == mnode.FxAnswer {
+			return false, x.Err
+		}
 		if x.Kind != mnode.FxRelease {
 			continue
 		}
@@ -269,9 +274,9 @@ func (m *master) barrier(group string, count int, st *stask) bool {
 				o.wake(answer{})
 			}
 		}
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // randomMove moves a live task, drawn from the seed, to another host.

@@ -443,9 +443,12 @@ func (ep *endpoint) Join(_ context.Context, group string) (int, error) {
 	if err := ep.check(); err != nil {
 		return 0, err
 	}
-	inst := ep.w.master.join(group, ep.tid)
+	inst, err := ep.w.master.join(group, ep.tid)
 	a := ep.st().yield(ep.w.master.rtt())
-	return inst, a.err
+	if err == nil {
+		err = a.err
+	}
+	return inst, err
 }
 
 // Leave implements task.Endpoint.
@@ -466,9 +469,12 @@ func (ep *endpoint) Members(_ context.Context, group string) ([]task.TID, error)
 	if err := ep.check(); err != nil {
 		return nil, err
 	}
-	m := ep.w.master.members(group)
+	m, err := ep.w.master.members(group)
 	a := ep.st().yield(ep.w.master.rtt())
-	return m, a.err
+	if err == nil {
+		err = a.err
+	}
+	return m, err
 }
 
 // Barrier implements task.Endpoint.
@@ -477,8 +483,12 @@ func (ep *endpoint) Barrier(_ context.Context, group string, count int) error {
 		return err
 	}
 	st := ep.st()
-	if ep.w.master.barrier(group, count, st) {
-		return st.yield(ep.w.master.rtt()).err
+	done, err := ep.w.master.barrier(group, count, st)
+	if err != nil || done {
+		if a := st.yield(ep.w.master.rtt()); err == nil {
+			err = a.err
+		}
+		return err
 	}
 	return st.wait(&parkReq{kind: parkBarrier, group: group}).err
 }

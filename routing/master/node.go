@@ -36,6 +36,11 @@ type Config struct {
 	// job is restored on, and a lost host is announced to every host
 	// left. Without it every route goes to every host.
 	Demand bool
+	// MaxGroups, MaxGroupName and MaxGroupMembers bound the groups: how
+	// many exist at once, a name's length in bytes, and the instances of
+	// one group (0: no bound). A join or rejoin past one is refused with
+	// ErrLimit.
+	MaxGroups, MaxGroupName, MaxGroupMembers int
 }
 
 func (c Config) withDefaults() Config {
@@ -116,9 +121,8 @@ type Node struct {
 	ticking bool
 	jobs    map[uint64]*job
 
-	groups   map[string][]task.TID // members by instance; a free one holds 0
-	barriers map[string][]task.TID // arrivals at each group's barrier, in order
-	watches  map[task.TID][]watch  // who is told of each task's end
+	groups  *groups              // groups and their barriers (groups.go)
+	watches map[task.TID][]watch // who is told of each task's end
 
 	out []Effect // the effects of the Step under way
 }
@@ -126,18 +130,26 @@ type Node struct {
 // New returns a node for a virtual machine of hosts, with no task, no
 // move and no job.
 func New(cfg Config, hosts []task.HostID) *Node {
-	return &Node{
+	n := &Node{
 		cfg: cfg.withDefaults(), hosts: slices.Sorted(slices.Values(hosts)), lost: map[task.HostID]bool{},
 		moves: move.New(0, 0), routes: routing.NewTable(),
 		tasks: map[task.TID]*Task{}, nextLocal: map[task.HostID]uint32{},
 		runs: map[move.ID]*run{}, jobs: map[uint64]*job{},
-		groups: map[string][]task.TID{}, barriers: map[string][]task.TID{}, watches: map[task.TID][]watch{},
+		watches: map[task.TID][]watch{},
 	}
+	n.groups = newGroups(n.cfg)
+	return n
 }
 
 // Routes is the master's route table. The shell reads it; the node writes
 // it.
 func (n *Node) Routes() *routing.Table { return n.routes }
+
+// Moves lists the moves under way, in ID order.
+func (n *Node) Moves() []move.Move { return n.moves.Moves() }
+
+// Epoch is the epoch clock: the largest epoch handed out or observed.
+func (n *Node) Epoch() uint64 { return n.moves.Epoch() }
 
 // Moving reports tid's move under way, if any.
 func (n *Node) Moving(tid task.TID) (move.Move, bool) { return n.moves.Moving(tid) }
@@ -148,8 +160,25 @@ func (n *Node) Task(tid task.TID) *Task { return n.tasks[tid] }
 // Order is every task registered, in order. Read-only for the shell.
 func (n *Node) Order() []task.TID { return n.order }
 
-// Members is group's members by instance (0: a free instance), a copy.
-func (n *Node) Members(group string) []task.TID { return slices.Clone(n.groups[group]) }
+// Members is group's members by instance (0: a free instance), a copy;
+// task.ErrNoSuchGroup if it has none.
+func (n *Node) Members(group string) ([]task.TID, error) { return n.groups.members(group) }
+
+// Memberships lists the groups tid belongs to, with its instance in each,
+// by group name.
+func (n *Node) Memberships(tid task.TID) []Membership { return n.groups.memberships(tid) }
+
+// GroupTasks lists every task that is a member of some group, each once.
+func (n *Node) GroupTasks() []task.TID { return n.groups.all() }
+
+// Arrived is how many members wait at group's open barrier (0: none is
+// open).
+func (n *Node) Arrived(group string) int {
+	if gr := n.groups.m[group]; gr != nil && gr.barrier != nil {
+		return len(gr.barrier.arrived)
+	}
+	return 0
+}
 
 // Lost reports whether host h is deemed lost.
 func (n *Node) Lost(h task.HostID) bool { return n.lost[h] }
@@ -207,7 +236,9 @@ const (
 	// with Host 0, placed round robin over the hosts not lost. Each gets
 	// a TID and an FxStart.
 	EvSpawn EventKind = iota + 1
-	// EvExited: TID ended (FxExited if it had not).
+	// EvExited: TID ended (FxExited if it had not); it leaves every
+	// group, whether the registry holds it or not (a shell that keeps
+	// its own registry feeds the ends of tasks the node never placed).
 	EvExited
 	// EvKill: end TID (FxKill; FxRefuse for an unknown task).
 	EvKill
@@ -215,7 +246,10 @@ const (
 	// while it moved ends at once (FxKill).
 	EvLocated
 	// EvMove: move TID to Host (FxMoveStarted and the machine's first
-	// actions; FxRefuse if it cannot start).
+	// actions; FxRefuse if it cannot start). For a task the registry does
+	// not hold (a shell that keeps its own registry and routes), the
+	// event names what the move starts from: the route (From, Epoch) and
+	// the task's Type and Job.
 	EvMove
 	// EvMoveResult: the outcome (Outcome, Err) of step Step of Move.
 	EvMoveResult
@@ -241,20 +275,59 @@ const (
 	// EvTimer: Timer is due.
 	EvTimer
 	// EvJoin: TID joins Group at its lowest free instance (FxAnswer with
-	// the instance; its own if it is a member already).
+	// the instance in Count; Err, and Count -1, for a member already, a
+	// TID that names no task, or past a bound: ErrLimit).
 	EvJoin
-	// EvLeave: TID leaves Group (FxAnswer; Err if it is no member).
+	// EvLeave: TID leaves Group (FxAnswer; Err task.ErrNoSuchGroup or
+	// task.ErrNotInGroup).
 	EvLeave
-	// EvBarrier: TID arrives at Group's barrier of Count; when it is the
-	// Count-th, FxRelease names the others, who waited.
+	// EvBarrier: TID, a member of Group, arrives at its barrier of Count
+	// (0 or less: every member now). When it is the Count-th, FxRelease
+	// names the others that waited, in their order of arrival, and TID
+	// passes; before, nothing (TID waits); FxAnswer with Err refuses it
+	// (no such group, not a member, a count other than the barrier's, or
+	// waiting already). A member that leaves takes its arrival back.
 	EvBarrier
 	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
 	// once if it has ended).
 	EvWatch
+	// EvWithdraw: TID takes back its arrival at Group's barrier (its
+	// wait was given up): FxAnswer, with Err ErrNotWaiting if it waits
+	// in no barrier of the group (its barrier completed first).
+	EvWithdraw
+	// EvRejoin: TID is instance Count of Group again (a task restored
+	// from a checkpoint): FxAnswer (Err if another task holds it, or
+	// past a bound); an instance TID holds besides is freed.
+	EvRejoin
+	// EvHold: a kill of Job is under way: no move of its tasks starts
+	// until the matching EvRelease (holds nest).
+	EvHold
+	// EvRelease: one EvHold of Job is over.
+	EvRelease
+	// EvDropJob: every move of Job's tasks ends, aborted with Err (the
+	// job rolls back).
+	EvDropJob
+	// EvMoveReport: Host, registering again with a recovered master,
+	// reports the moves it is the origin of that a previous master left
+	// half done (Orphans) and the tasks it runs (TIDs); the epoch clock
+	// is raised to Epoch and move IDs to MoveFloor. The moves are kept
+	// until both their hosts are back (EvResolve).
+	EvMoveReport
+	// EvResolve: Hosts are in the virtual machine: every reported move
+	// whose two hosts are among them is adopted and settled (the move
+	// machine's actions follow).
+	EvResolve
+	// EvHostUp: Host is in the virtual machine (again): it is no longer
+	// deemed lost, and hears routes on demand.
+	EvHostUp
+	// EvNextEpoch: the epoch clock is raised to Epoch and the epoch after
+	// it handed out (FxAnswer with Epoch): a route the shell sets itself.
+	EvNextEpoch
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
-	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch"}
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "withdraw", "rejoin",
+	"hold", "release", "drop-job", "move-report", "resolve", "host-up", "next-epoch"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -289,6 +362,14 @@ type Event struct {
 	Group string
 	Who   task.TID
 	Tag   int
+	// Moves of tasks the registry does not hold (EvMove: the route it
+	// starts from), a recovered master's reports (EvMoveReport) and the
+	// epoch clock (EvNextEpoch).
+	From      task.HostID
+	Epoch     uint64
+	Orphans   []move.Orphan
+	MoveFloor move.ID
+	Hosts     []task.HostID
 }
 
 func (e Event) String() string {
@@ -300,9 +381,20 @@ func (e Event) String() string {
 		s += " " + e.TID.String()
 	case EvMove:
 		s += fmt.Sprintf(" %v to %v", e.TID, e.Host)
+		if e.From != 0 {
+			s += fmt.Sprintf(" from %v e%d (%s job %d)", e.From, e.Epoch, e.Type, e.Job)
+		}
+	case EvHold, EvRelease, EvDropJob:
+		s += fmt.Sprintf(" %d", e.Job)
+	case EvMoveReport:
+		s += fmt.Sprintf(" %v orphans %v running %v e%d %v", e.Host, e.Orphans, e.TIDs, e.Epoch, e.MoveFloor)
+	case EvResolve:
+		s += fmt.Sprintf(" %v", e.Hosts)
+	case EvNextEpoch:
+		s += fmt.Sprintf(" above e%d", e.Epoch)
 	case EvMoveResult:
 		s += fmt.Sprintf(" %v %v %v", e.Move, e.Step, e.Outcome)
-	case EvHostLost:
+	case EvHostLost, EvHostUp:
 		s += " " + e.Host.String()
 	case EvJobStart:
 		s += fmt.Sprintf(" %d", e.Job)
@@ -316,8 +408,10 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" %d %v %v attempt %d", e.Job, e.Round, e.Host, e.Attempt)
 	case EvTimer:
 		s += " " + e.Timer.String()
-	case EvJoin, EvLeave:
+	case EvJoin, EvLeave, EvWithdraw:
 		s += fmt.Sprintf(" %v %q", e.TID, e.Group)
+	case EvRejoin:
+		s += fmt.Sprintf(" %v %q as %d", e.TID, e.Group, e.Count)
 	case EvBarrier:
 		s += fmt.Sprintf(" %v %q of %d", e.TID, e.Group, e.Count)
 	case EvWatch:
@@ -415,8 +509,9 @@ const (
 	FxJobLost
 	// FxTimer: feed Timer back (EvTimer) at At.
 	FxTimer
-	// FxAnswer: the answer to a join (Count: the instance) or a leave
-	// (Err).
+	// FxAnswer: the answer to a join (Count: the instance), a leave, a
+	// withdrawal or a rejoin (Err), a barrier's refusal (Err), or the
+	// epoch handed out (Epoch).
 	FxAnswer
 	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
 	FxRelease
@@ -546,6 +641,9 @@ func (x Effect) String() string {
 		s += fmt.Sprintf(" %v at %d", x.Timer, x.At.UnixMicro())
 	case FxAnswer:
 		s += fmt.Sprintf(" %d", x.Count)
+		if x.Epoch != 0 {
+			s += fmt.Sprintf(" e%d", x.Epoch)
+		}
 	case FxRelease:
 		s += fmt.Sprintf(" %v", x.TIDs)
 	case FxNotify:
@@ -579,7 +677,29 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 			n.emit(Effect{Kind: FxKill, TID: e.TID})
 		}
 	case EvMove:
-		n.startMove(now, e.TID, e.Host)
+		n.startMove(now, e)
+	case EvHold:
+		n.moves.Step(now, move.Event{Kind: move.Hold, Job: e.Job})
+	case EvRelease:
+		n.moves.Step(now, move.Event{Kind: move.Release, Job: e.Job})
+	case EvDropJob:
+		n.moveStep(now, move.Event{Kind: move.DropJob, Job: e.Job, Err: e.Err})
+	case EvMoveReport:
+		n.moves.Observe(e.Epoch)
+		n.moves.ObserveMove(e.MoveFloor)
+		n.moveStep(now, move.Event{Kind: move.Report, Host: e.Host, Orphans: e.Orphans, Running: e.TIDs})
+	case EvResolve:
+		n.resolve(now, e.Hosts)
+	case EvHostUp:
+		if _, ok := slices.BinarySearch(n.hosts, e.Host); !ok && len(n.hosts) > 0 {
+			n.hosts = append(n.hosts, e.Host)
+			slices.Sort(n.hosts)
+		}
+		delete(n.lost, e.Host)
+		n.alive = nil
+	case EvNextEpoch:
+		n.moves.Observe(e.Epoch)
+		n.emit(Effect{Kind: FxAnswer, Epoch: n.moves.NextEpoch()})
 	case EvMoveResult:
 		n.moveStep(now, move.Event{Kind: move.Result, Move: e.Move, Step: e.Step, Outcome: e.Outcome, Err: e.Err})
 	case EvHostLost:
@@ -611,23 +731,26 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 	case EvTimer:
 		n.timer(now, e.Timer)
 	case EvJoin:
-		n.emit(Effect{Kind: FxAnswer, Count: n.join(e.Group, e.TID)})
+		inst, err := n.groups.join(e.Group, e.TID)
+		n.emit(Effect{Kind: FxAnswer, Count: inst, Err: err})
 	case EvLeave:
-		n.emit(Effect{Kind: FxAnswer, Err: n.leave(e.Group, e.TID)})
+		n.emit(Effect{Kind: FxAnswer, Err: n.groups.leave(e.Group, e.TID)})
+	case EvRejoin:
+		n.emit(Effect{Kind: FxAnswer, Count: e.Count, Err: n.groups.rejoin(e.Group, e.TID, e.Count)})
 	case EvBarrier:
-		b := append(n.barriers[e.Group], e.TID)
-		if len(b) < e.Count {
-			n.barriers[e.Group] = b
-			break
+		others, done, err := n.groups.arrive(e.Group, e.TID, e.Count)
+		switch {
+		case err != nil:
+			n.emit(Effect{Kind: FxAnswer, Err: err})
+		case done:
+			n.emit(Effect{Kind: FxRelease, TIDs: others})
 		}
-		delete(n.barriers, e.Group)
-		var others []task.TID
-		for _, tid := range b {
-			if tid != e.TID {
-				others = append(others, tid)
-			}
+	case EvWithdraw:
+		var err error
+		if !n.groups.withdraw(e.Group, e.TID) {
+			err = fmt.Errorf("%v in group %q: %w", e.TID, e.Group, ErrNotWaiting)
 		}
-		n.emit(Effect{Kind: FxRelease, TIDs: others})
+		n.emit(Effect{Kind: FxAnswer, Err: err})
 	case EvWatch:
 		if t := n.tasks[e.TID]; t != nil && t.Exited {
 			n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
@@ -646,61 +769,17 @@ func (n *Node) refuse(err error) { n.emit(Effect{Kind: FxRefuse, Err: err}) }
 // exited records that tid ended: its groups let go of it and its
 // watchers are told.
 func (n *Node) exited(tid task.TID) {
+	n.groups.leaveAll(tid)
 	t := n.tasks[tid]
 	if t == nil || t.Exited {
 		return
 	}
 	t.Exited = true
 	n.emit(Effect{Kind: FxExited, TID: tid})
-	for _, g := range n.groups {
-		for i, m := range g {
-			if m == tid {
-				g[i] = 0
-			}
-		}
-	}
 	for _, w := range n.watches[tid] {
 		n.emit(Effect{Kind: FxNotify, TID: tid, To: w.who, Tag: w.tag})
 	}
 	delete(n.watches, tid)
-}
-
-// join adds tid to group at its lowest free instance and returns it.
-func (n *Node) join(group string, tid task.TID) int {
-	g := n.groups[group]
-	for i, t := range g {
-		if t == tid {
-			return i
-		}
-	}
-	for i, t := range g {
-		if t == 0 {
-			g[i] = tid
-			return i
-		}
-	}
-	n.groups[group] = append(g, tid)
-	return len(g)
-}
-
-// leave takes tid out of group.
-func (n *Node) leave(group string, tid task.TID) error {
-	for i, t := range n.groups[group] {
-		if t == tid {
-			n.groups[group][i] = 0
-			return nil
-		}
-	}
-	return fmt.Errorf("%v is not in group %q", tid, group)
-}
-
-// cloneGroups is a deep copy of groups.
-func cloneGroups(groups map[string][]task.TID) map[string][]task.TID {
-	out := make(map[string][]task.TID, len(groups))
-	for g, ts := range groups {
-		out[g] = slices.Clone(ts)
-	}
-	return out
 }
 
 // spawn registers and places e's tasks.
@@ -724,14 +803,22 @@ func (n *Node) spawn(e Event) {
 	}
 }
 
-// startMove starts a move of tid to host to.
-func (n *Node) startMove(now time.Time, tid task.TID, to task.HostID) {
+// startMove starts the move e asks for: of e.TID to e.Host.
+func (n *Node) startMove(now time.Time, e Event) {
+	tid, to := e.TID, e.Host
 	t := n.tasks[tid]
-	if t == nil || t.Exited {
+	var r routing.Route
+	switch {
+	case t == nil && e.From != 0:
+		// The shell keeps this task's record and route.
+		t = &Task{TID: tid, Type: e.Type, Job: e.Job}
+		r = routing.Route{Host: e.From, Epoch: e.Epoch}
+	case t == nil || t.Exited:
 		n.refuse(fmt.Errorf("%v: %w", tid, task.ErrNoSuchTask))
 		return
+	default:
+		r = n.routes.Lookup(tid)
 	}
-	r := n.routes.Lookup(tid)
 	acts := n.moves.Step(now, move.Event{Kind: move.Start, Spec: move.Spec{
 		TID: tid, From: r.Host, To: to, Epoch: r.Epoch, Job: t.Job, Timeouts: n.cfg.Timeouts,
 	}})
@@ -744,6 +831,26 @@ func (n *Node) startMove(now time.Time, tid task.TID, to task.HostID) {
 	if len(acts) > 0 {
 		n.runs[acts[0].Move] = &run{typ: t.Type, job: t.Job, from: r.Host, to: to}
 		n.emit(Effect{Kind: FxMoveStarted, MoveID: acts[0].Move, TID: tid, From: r.Host, Host: to})
+	}
+	n.moveActions(now, acts)
+}
+
+// resolve settles the moves a previous master left half done whose two
+// hosts are among hosts: each adopted move's record is made from the
+// machine's (the task's type and job are the origin's to check).
+func (n *Node) resolve(now time.Time, hosts []task.HostID) {
+	acts := n.moves.Step(now, move.Event{Kind: move.Resolve, Hosts: hosts, Spec: move.Spec{Timeouts: n.cfg.Timeouts}})
+	for _, a := range acts {
+		if a.Kind != move.Call || n.runs[a.Move] != nil {
+			continue
+		}
+		if mv, ok := n.moves.Moving(a.TID); ok && mv.ID == a.Move {
+			r := &run{from: mv.From, to: mv.To, job: mv.Job}
+			if t := n.tasks[a.TID]; t != nil {
+				r.typ = t.Type
+			}
+			n.runs[a.Move] = r
+		}
 	}
 	n.moveActions(now, acts)
 }
@@ -789,13 +896,13 @@ func (n *Node) moveActions(now time.Time, acts []move.Action) {
 }
 
 // tell is the hosts of to that are to hear a route: once each, in ID
-// order, known and not lost.
+// order, known (when the node was given its hosts) and not lost.
 func (n *Node) tell(to []task.HostID) []task.HostID {
 	slices.Sort(to)
 	to = slices.Compact(to)
 	out := to[:0]
 	for _, h := range to {
-		if _, ok := slices.BinarySearch(n.hosts, h); ok && !n.lost[h] {
+		if _, ok := slices.BinarySearch(n.hosts, h); (ok || len(n.hosts) == 0) && h != 0 && !n.lost[h] {
 			out = append(out, h)
 		}
 	}
@@ -955,9 +1062,8 @@ func (n *Node) ckActions(now time.Time, j uint64, acts []jobck.Action) {
 				n.ckStep(now, j, jobck.Event{Kind: jobck.EvCommitted, Round: r, Err: fmt.Errorf("set %d: nothing written", r.Seq)}, false)
 			default:
 				slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
-				groups := cloneGroups(n.groups)
-				jb.groups[r.Seq] = groups
-				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: cloneGroups(groups)})
+				jb.groups[r.Seq] = n.groups.snapshot()
+				n.emit(Effect{Kind: FxCommit, Job: j, Round: r, Entries: slices.Clone(set), Groups: n.groups.snapshot()})
 			}
 		case jobck.ActResume:
 			for _, h := range a.Hosts {
@@ -1055,8 +1161,7 @@ func (n *Node) staged(now time.Time, e Event) {
 	set, epoch := jb.place, jb.epoch
 	jb.place = nil
 	// The groups go back to the set's; no barrier waits any more.
-	n.groups = cloneGroups(jb.groups[r.Seq])
-	n.barriers = map[string][]task.TID{}
+	n.groups.reset(jb.groups[r.Seq])
 	place := map[task.HostID][]task.TID{}
 	var order []task.HostID
 	for _, x := range set {

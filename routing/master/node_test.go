@@ -180,7 +180,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			return Event{Kind: EvCk, Job: 1, Ck: jobck.Event{Kind: k, Round: round, Host: h, Err: err, Tasks: 1, SafeEvery: time.Millisecond}}
 		}
 		var e Event
-		switch b % 21 {
+		switch b % 28 {
 		case 0:
 			e = Event{Kind: EvSpawn, Job: 1, Type: "w", Count: 1 + int(b>>5)}
 		case 1:
@@ -192,7 +192,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			}
 			st := move.StepPrepare + move.Step(b>>5)%7
 			for _, m := range n.moves.Moves() {
-				if m.ID == id && b%21 == 2 {
+				if m.ID == id && b%28 == 2 {
 					st = stepOf[m.State] // the answer the move waits for
 				}
 			}
@@ -229,9 +229,23 @@ func runFuzz(t *testing.T, in []byte) string {
 		case 18:
 			e = Event{Kind: EvLeave, TID: pick(), Group: "g"}
 		case 19:
-			e = Event{Kind: EvBarrier, TID: pick(), Group: "b", Count: 1 + int(b>>6)}
+			e = Event{Kind: EvBarrier, TID: pick(), Group: "g", Count: int(b>>6) - 1}
 		case 20:
 			e = Event{Kind: EvWatch, TID: pick(), Who: pick(), Tag: int(b)}
+		case 21:
+			e = Event{Kind: EvWithdraw, TID: pick(), Group: "g"}
+		case 22:
+			e = Event{Kind: EvRejoin, TID: pick(), Group: "g", Count: int(b>>5) % 4}
+		case 23:
+			e = Event{Kind: EvHold, Job: 1}
+		case 24:
+			e = Event{Kind: EvRelease, Job: 1}
+		case 25:
+			e = Event{Kind: EvDropJob, Job: 1, Err: errors.New("rolls back")}
+		case 26:
+			e = Event{Kind: EvHostUp, Host: h}
+		case 27:
+			e = Event{Kind: EvNextEpoch, Epoch: uint64(b >> 4)}
 		}
 		if r := n.Round(1); !r.IsZero() && r != prev {
 			prev = r
@@ -271,13 +285,21 @@ func runFuzz(t *testing.T, in []byte) string {
 				}
 			}
 		}
-		for _, g := range n.groups {
+		for name, g := range n.groups.m {
 			in := map[task.TID]bool{}
-			for _, tid := range g {
-				if tid != 0 && in[tid] {
-					t.Fatalf("step %d (%v): group %v holds %v twice", i, e, g, tid)
+			live := 0
+			for inst, tid := range g.members {
+				if tid == 0 {
+					continue
+				}
+				if in[tid] || g.inst[tid] != inst {
+					t.Fatalf("step %d (%v): group %q holds %v twice, or indexes it wrong", i, e, name, tid)
 				}
 				in[tid] = true
+				live++
+			}
+			if live == 0 || live != g.live || len(g.inst) != live || g.members[len(g.members)-1] == 0 {
+				t.Fatalf("step %d (%v): group %q: %d members, live %d, indexed %d, %v", i, e, name, live, g.live, len(g.inst), g.members)
 			}
 		}
 		for _, tid := range n.Order() {

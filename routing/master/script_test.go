@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/internal/transcript"
 	"github.com/dpvm/dpvm/routing/jobck"
 	"github.com/dpvm/dpvm/routing/move"
@@ -27,12 +28,15 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 // script runs transcript commands against a node. A command is a word,
 // positional words and key=value arguments; t=DURATION sets the time:
 //
-//	new hosts=1,2,3 demand
+//	new hosts=1,2,3 demand groups=2 name=8 members=3
 //	job 1 endlost
 //	every 1 100ms
 //	spawn job=1 type=w count=3 host=2 parent=t1:1
 //	exited t1:1 | kill t1:1 | located t1:1
-//	move t1:1 to=2
+//	move t1:1 to=2 | move t1:1 to=2 from=1 epoch=3 type=w job=1
+//	hold 1 | release 1 | dropjob 1 err=text
+//	report host=1 orphans=m3/t1:1/2/e4,... running=t2:1,... epoch=5 floor=3
+//	resolve hosts=1,2 | nextepoch 7 | up 2
 //	result m1 prepare ok err=text
 //	lost 2
 //	checkpoint 1
@@ -45,7 +49,8 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 //	resumed 1 host=1 attempt=1 err=text
 //	timer moves | timer checkpoint 1 | timer quiet 1
 //	join t1:1 g | leave t1:1 g | barrier t1:1 g count=2
-//	watch t1:1 who=t2:1 tag=7 | members g
+//	withdraw t1:1 g | rejoin t1:1 g inst=2
+//	watch t1:1 who=t2:1 tag=7 | members g | memberships t1:1
 //
 // Job answers name the job's round under way. Each command's output is
 // the effects, one a line, and the node's state in a last line.
@@ -91,7 +96,8 @@ func (s *script) run(line string) string {
 				hs = append(hs, task.HostID(n))
 			}
 		}
-		s.n = New(Config{Timeouts: timeouts, Demand: strings.Contains(line, " demand")}, hs)
+		s.n = New(Config{Timeouts: timeouts, Demand: strings.Contains(line, " demand"),
+			MaxGroups: num("groups"), MaxGroupName: num("name"), MaxGroupMembers: num("members")}, hs)
 		s.now = base
 		return s.status()
 	}
@@ -110,6 +116,39 @@ func (s *script) run(line string) string {
 		e.TID = tid(pos[0])
 	case "move":
 		e.Kind, e.TID, e.Host = EvMove, tid(pos[0]), host("to")
+		e.From, e.Epoch, e.Type, e.Job = host("from"), uint64(num("epoch")), args["type"], uint64(num("job"))
+	case "hold", "release", "dropjob":
+		e.Kind = map[string]EventKind{"hold": EvHold, "release": EvRelease, "dropjob": EvDropJob}[f[0]]
+		e.Job = jobOf()
+	case "report":
+		e.Kind, e.Host, e.Epoch, e.MoveFloor = EvMoveReport, host("host"), uint64(num("epoch")), move.ID(num("floor"))
+		for _, o := range strings.Split(args["orphans"], ",") {
+			if p := strings.Split(o, "/"); len(p) == 4 {
+				id, _ := strconv.ParseUint(strings.TrimPrefix(p[0], "m"), 10, 64)
+				d, _ := strconv.Atoi(p[2])
+				ep, _ := strconv.ParseUint(strings.TrimPrefix(p[3], "e"), 10, 64)
+				e.Orphans = append(e.Orphans, move.Orphan{Move: move.ID(id), TID: tid(p[1]), Dest: routing.Route{Host: task.HostID(d), Epoch: ep}})
+			}
+		}
+		for _, x := range strings.Split(args["running"], ",") {
+			if x != "" {
+				e.TIDs = append(e.TIDs, tid(x))
+			}
+		}
+	case "resolve":
+		e.Kind = EvResolve
+		for _, x := range strings.Split(args["hosts"], ",") {
+			if n, err := strconv.Atoi(x); err == nil {
+				e.Hosts = append(e.Hosts, task.HostID(n))
+			}
+		}
+	case "nextepoch":
+		e.Kind = EvNextEpoch
+		n, _ := strconv.ParseUint(pos[0], 10, 64)
+		e.Epoch = n
+	case "up":
+		n, _ := strconv.Atoi(pos[0])
+		e.Kind, e.Host = EvHostUp, task.HostID(n)
 	case "result":
 		e.Kind = EvMoveResult
 		id, _ := strconv.ParseUint(strings.TrimPrefix(pos[0], "m"), 10, 64)
@@ -166,10 +205,20 @@ func (s *script) run(line string) string {
 		}
 	case "barrier":
 		e.Kind, e.TID, e.Group, e.Count = EvBarrier, tid(pos[0]), pos[1], num("count")
+	case "withdraw":
+		e.Kind, e.TID, e.Group = EvWithdraw, tid(pos[0]), pos[1]
+	case "rejoin":
+		e.Kind, e.TID, e.Group, e.Count = EvRejoin, tid(pos[0]), pos[1], num("inst")
 	case "watch":
 		e.Kind, e.TID, e.Who, e.Tag = EvWatch, tid(pos[0]), tid(args["who"]), num("tag")
 	case "members":
-		return fmt.Sprintf("%v", s.n.Members(pos[0]))
+		m, err := s.n.Members(pos[0])
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%v", m)
+	case "memberships":
+		return fmt.Sprintf("%v; in groups %v", s.n.Memberships(tid(pos[0])), s.n.GroupTasks())
 	default:
 		return "unknown command " + f[0]
 	}
@@ -200,7 +249,7 @@ func (s *script) status() string {
 		}
 		ts = append(ts, x)
 	}
-	return fmt.Sprintf("= moves %v; job1 %v sets %d; alive %v; tasks %v", ms, s.n.JobState(1), s.n.Sets(1), s.n.Alive(), ts)
+	return fmt.Sprintf("= moves %v; job1 %v sets %d; alive %v; tasks %v; e%d", ms, s.n.JobState(1), s.n.Sets(1), s.n.Alive(), ts, s.n.Epoch())
 }
 
 // TestTranscripts replays testdata/*.txt (routing/internal/transcript):

@@ -71,6 +71,20 @@ func TestCollectivesAgainstSerial(t *testing.T) {
 					}
 					errs = append(errs, check("allgather", all, slices.Concat(inputs(2, 1)...)))
 
+					// AllReduce in rank order (two members exchange
+					// their data, more go through rank 0), and on
+					// float64s, which it reads in place.
+					ar := in(r, 3, 11)
+					if err := AllReduce(c, m, digits, ar); err != nil {
+						return err
+					}
+					errs = append(errs, check("allreduce", ar, serialFold(digits, inputs(3, 11), 0, n)))
+					fs := []float64{float64(r) + 0.25, 2}
+					if err := AllReduce(c, m, Sum[float64], fs); err != nil {
+						return err
+					}
+					errs = append(errs, check("allreduce float64", fs, []float64{float64(n*(n-1))/2 + 0.25*float64(n), 2 * float64(n)}))
+
 					allv, err := Allgatherv(c, m, in(r, r+1, 2))
 					if err != nil {
 						return err

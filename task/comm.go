@@ -314,15 +314,17 @@ func (c *Ctx) waitPoint() error {
 
 // recvComm receives the next communicator message from `from`. It is a
 // safe point while it waits, unless m has overflowed or the caller is in a
-// critical section.
+// critical section. A message already there is taken at once, without
+// the bookkeeping of a safe wait: the collective does not wait for it.
 func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
-	if (m != nil && m.Overflow) || c.critical.Load() > 0 {
-		c.enter()
-		msg, _, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), true)
-		c.leave()
-		if err != nil {
-			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
-		}
+	wait := (m != nil && m.Overflow) || c.critical.Load() > 0
+	c.enter()
+	msg, ok, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), wait)
+	c.leave()
+	if err != nil {
+		return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
+	}
+	if ok || wait {
 		return msg.Payload, nil
 	}
 	for {
@@ -343,6 +345,11 @@ func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 
 // sendComm sends p to the members of the given ranks.
 func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
+	if len(ranks) == 1 { // the usual case of a small communicator: no list
+		c.enter()
+		defer c.leave()
+		return c.ep.Send(c.ep.Context(), m.TIDs[ranks[0]], m.collTag(), p)
+	}
 	to := make([]TID, 0, len(ranks))
 	for _, r := range ranks {
 		to = append(to, m.TIDs[r])
@@ -509,8 +516,9 @@ func (m *Comm) SendRecv(c *Ctx, to int, send any, from int, recv any) error {
 // Product, Min, Max, or a function of your own that folds in into acc) and
 // leaves the result in every member's data. Every member calls it with
 // data of the same length. Contributions are combined in rank order, so the
-// result is the same on every run and on every member. It is a safe point
-// while it waits.
+// result is the same on every run and on every member: two members send
+// each other their data, more send theirs to rank 0, which sends back the
+// result. It is a safe point while it waits.
 func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	if err := m.check("allreduce"); err != nil {
 		return err

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -9,40 +10,64 @@ import (
 )
 
 // The benchmarks below put each collective of the peer comparison beside
-// the same exchange written with Send and Recv (handOnce), on two tasks
-// of one daemon: ns/op is one operation, back to back, on both tasks, and
+// the same exchange written with Send and Recv (handOnce: "hand", and
+// "hand-safe" with receives that are safe points, as the collective's
+// are), on two tasks of one daemon (Local) or one on each of two
+// (Remote): ns/op is one operation, back to back, on both tasks, and
 // cpu-ns/op the process's CPU time for it.
 //
-//	go test -run '^$' -bench 'LocalColl/allreduce/1MiB' -benchtime 200x -cpuprofile cpu.out ./daemon/bench
+//	go test -run '^$' -bench 'LocalColl/allreduce/1_MiB' -benchtime 200x -cpuprofile cpu.out ./daemon/bench
 //	go tool pprof -top cpu.out
 
 func init() {
 	task.Register("dpvm.bench.collloop", &collLoopTask{})
 }
 
-// collLoopTask is rank 1 of collLoop's communicator.
+// collLoopTask is a member of collLoop's communicator of two: the lead
+// (rank 0) spawns the other on Host, and both run collLoopRank; the lead
+// then tells its parent. Fresh tasks, so that neither carries the
+// communicators of earlier runs (a task's safe points visit every
+// communicator it has used).
 type collLoopTask struct {
-	Op, Size, Iters int
-	Hand            bool
-	C               task.Comm
+	Op, Size, Iters, Via int
+	Lead                 bool
+	Host                 string
+	C                    task.Comm
 }
 
+// tagCollLoopDone is the lead's word to its parent: the loop is over.
+const tagCollLoopDone = 30
+
 func (t *collLoopTask) Run(c *task.Ctx) error {
-	if err := c.JoinComm(&t.C); err != nil {
+	if t.Lead {
+		member := *t
+		member.Lead = false
+		if _, err := c.Spawn(&member, 1, task.WithComm(&t.C), task.OnHost(t.Host)); err != nil {
+			return err
+		}
+	} else if err := c.JoinComm(&t.C); err != nil {
 		return err
 	}
-	return collLoopRank(c, &t.C, t.Op, t.Size, t.Iters, t.Hand)
+	err := collLoopRank(c, &t.C, t.Op, t.Size, t.Iters, t.Via)
+	if t.Lead {
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		return c.Send(c.Parent(), tagCollLoopDone, msg)
+	}
+	return err
 }
 
 // collLoopRank runs op on size bytes per rank iters times back to back,
 // each followed by a SafePoint as a program's step would be, then checks
 // one more run's result, then passes a barrier.
-func collLoopRank(c *task.Ctx, m *task.Comm, op, size, iters int, hand bool) error {
+func collLoopRank(c *task.Ctx, m *task.Comm, op, size, iters, via int) error {
 	n := size / 8
 	buf := make([]float64, n*m.Size())
 	in := collFill(op, m.Rank, m.Size(), 0, n, buf)
 	for range iters {
-		if _, err := collOnce(c, m, op, in, hand); err != nil {
+		if _, err := collOnce(c, m, op, in, via); err != nil {
 			return err
 		}
 		if err := c.SafePoint(); err != nil {
@@ -50,7 +75,7 @@ func collLoopRank(c *task.Ctx, m *task.Comm, op, size, iters int, hand bool) err
 		}
 	}
 	in = collFill(op, m.Rank, m.Size(), 1, n, buf)
-	res, err := collOnce(c, m, op, in, hand)
+	res, err := collOnce(c, m, op, in, via)
 	if err != nil {
 		return err
 	}
@@ -60,32 +85,38 @@ func collLoopRank(c *task.Ctx, m *task.Comm, op, size, iters int, hand bool) err
 	return m.Barrier(c)
 }
 
-// collLoop has the pair's pinger and a task on the echo's host run op
-// iters times (collLoopRank).
-func (p *TaskPair) collLoop(ctx context.Context, op, size, iters int, hand bool) error {
+// collLoop runs op iters times on a lead task on the pinger's host and a
+// member on the echo's (collLoopTask) and returns the lead's error.
+func (p *TaskPair) collLoop(ctx context.Context, op, size, iters, via int) error {
 	return p.do(ctx, func(ctx context.Context, c *task.Ctx, _ task.TID) error {
-		var m task.Comm
-		proto := &collLoopTask{Op: op, Size: size, Iters: iters, Hand: hand}
-		if _, err := c.Spawn(proto, 1, task.WithComm(&m), p.root.place); err != nil {
+		lead := &collLoopTask{Op: op, Size: size, Iters: iters, Via: via, Lead: true, Host: p.PeerHost}
+		tids, err := c.Spawn(lead, 1, task.Here())
+		if err != nil {
 			return err
 		}
-		return collLoopRank(c, &m, op, size, iters, hand)
+		var msg string
+		if _, err := c.Recv(tids[0], tagCollLoopDone, &msg, task.WithContext(ctx)); err != nil {
+			return err
+		}
+		if msg != "" {
+			return errors.New(msg)
+		}
+		return nil
 	})
 }
+
+// viaNames name collOnce's ways in the benchmarks' names.
+var viaNames = []string{viaColl: "coll", viaHand: "hand", viaHandSafe: "hand-safe"}
 
 func benchColl(b *testing.B, mode string) {
 	p := startTasks(b, mode).(*TaskPair)
 	for op, name := range PeerCollOps {
 		for _, size := range peerCollSizes {
-			for _, hand := range []bool{false, true} {
-				kind := "coll"
-				if hand {
-					kind = "hand"
-				}
+			for via, kind := range viaNames {
 				b.Run(fmt.Sprintf("%s/%s/%s", name, FormatSize(size), kind), func(b *testing.B) {
 					b.ReportAllocs()
 					cpu := processCPU()
-					if err := p.collLoop(context.Background(), op, size, b.N, hand); err != nil {
+					if err := p.collLoop(context.Background(), op, size, b.N, via); err != nil {
 						b.Fatal(err)
 					}
 					// The process's CPU time per operation, both tasks
@@ -120,9 +151,9 @@ func TestCollOnceMatchesHand(t *testing.T) {
 	}()
 	for op, name := range PeerCollOps {
 		for _, size := range peerCollSizes {
-			for _, hand := range []bool{false, true} {
-				if err := p.collLoop(context.Background(), op, size, 3, hand); err != nil {
-					t.Errorf("%s of %s (hand-written %v): %v", name, FormatSize(size), hand, err)
+			for via, kind := range viaNames {
+				if err := p.collLoop(context.Background(), op, size, 3, via); err != nil {
+					t.Errorf("%s of %s (%s): %v", name, FormatSize(size), kind, err)
 				}
 			}
 		}

@@ -140,12 +140,21 @@ func collCheck(op, rank, np, i, n int, out []float64) bool {
 	return true
 }
 
+// How collOnce runs an operation.
+const (
+	viaColl     = iota // the task API's collective
+	viaHand            // the same exchange written with Send and Recv
+	viaHandSafe        // the same with Recv(…, task.Safe()): a safe point while it waits, as the collective is
+)
+
 // collOnce runs op once on m with this rank's in (filled by collFill)
-// and returns its result: with the task API's collectives, or, with hand
-// set, the same exchange written with Send and Recv (two members only).
-func collOnce(c *task.Ctx, m *task.Comm, op int, in []float64, hand bool) ([]float64, error) {
-	if hand {
+// and returns its result, as via says (hand-written: two members only).
+func collOnce(c *task.Ctx, m *task.Comm, op int, in []float64, via int) ([]float64, error) {
+	switch via {
+	case viaHand:
 		return handOnce(c, m, op, in)
+	case viaHandSafe:
+		return handOnce(c, m, op, in, task.Safe())
 	}
 	switch op {
 	case collAllreduce:
@@ -176,7 +185,7 @@ const tagHand = 29
 
 // handOnce is collOnce's hand-written twin for two members: each sends
 // the other what it needs and combines what it receives, in rank order.
-func handOnce(c *task.Ctx, m *task.Comm, op int, in []float64) ([]float64, error) {
+func handOnce(c *task.Ctx, m *task.Comm, op int, in []float64, opts ...task.Option) ([]float64, error) {
 	if m.Size() != 2 {
 		return nil, fmt.Errorf("%w: a hand-written exchange of %d members", ErrOptions, m.Size())
 	}
@@ -188,7 +197,7 @@ func handOnce(c *task.Ctx, m *task.Comm, op int, in []float64) ([]float64, error
 			if err := c.Send(peer, tagHand, in); err != nil {
 				return nil, err
 			}
-		} else if _, err := c.Recv(peer, tagHand, &in); err != nil {
+		} else if _, err := c.Recv(peer, tagHand, &in, opts...); err != nil {
 			return nil, err
 		}
 		return in, collAck(c, m)
@@ -202,7 +211,7 @@ func handOnce(c *task.Ctx, m *task.Comm, op int, in []float64) ([]float64, error
 			return nil, err
 		}
 	}
-	if _, err := c.Recv(peer, tagHand, &got); err != nil {
+	if _, err := c.Recv(peer, tagHand, &got, opts...); err != nil {
 		return nil, err
 	}
 	switch op {
@@ -263,7 +272,7 @@ func collRun(ctx context.Context, c *task.Ctx, m *task.Comm, scale float64) ([]P
 					return nil, err
 				}
 				t0 := time.Now()
-				res, err := collOnce(c, m, op, in, false)
+				res, err := collOnce(c, m, op, in, viaColl)
 				t1 := time.Now()
 				if err != nil {
 					return nil, fmt.Errorf("%s of %s: %w", name, FormatSize(size), err)

@@ -427,8 +427,9 @@ func (m *Comm) others(skip int) []int {
 	return out
 }
 
-// Barrier returns once every member has called it. It is a safe point
-// while it waits.
+// Barrier returns once every member has called it: two members tell each
+// other, more tell rank 0, which tells them all once it has heard from
+// each. It is a safe point while it waits.
 func (m *Comm) Barrier(c *Ctx) error {
 	if err := m.check("barrier"); err != nil {
 		return err
@@ -436,7 +437,13 @@ func (m *Comm) Barrier(c *Ctx) error {
 	var send func() error
 	var from []int
 	result := func([]Payload) (Payload, error) { return Payload{}, nil }
-	if m.Rank == 0 {
+	if m.Size() == 2 {
+		// One message each way at once, where the general case takes a
+		// round trip through rank 0: both leave when they hear the other.
+		peer := 1 - m.Rank
+		send = func() error { return c.sendComm(m, Payload{}, peer) }
+		from = []int{peer}
+	} else if m.Rank == 0 {
 		from = m.others(0)
 		result = func([]Payload) (Payload, error) { return Payload{}, c.sendComm(m, Payload{}, m.others(0)...) }
 	} else {

@@ -160,17 +160,12 @@ func Allgather[T any](c *Ctx, m *Comm, data []T) ([]T, error) {
 	if err != nil {
 		return nil, collErr("allgather", err)
 	}
-	out := make([]T, 0, len(data)*len(parts))
-	var in []T
+	k := len(data)
+	out := make([]T, k*len(parts))
 	for r, q := range parts { // this member's too: replayed, it is the record's
-		in = in[:0]
-		if err := q.Decode(&in); err != nil {
+		if err := decodeSame(q, out[r*k:(r+1)*k]); err != nil {
 			return nil, fmt.Errorf("allgather: rank %d: %w", r, err)
 		}
-		if len(in) != len(data) {
-			return nil, fmt.Errorf("allgather: rank %d sent %d elements, this member %d", r, len(in), len(data))
-		}
-		out = append(out, in...)
 	}
 	return out, nil
 }
@@ -240,17 +235,11 @@ func Alltoall[T any](c *Ctx, m *Comm, data []T) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]T, 0, len(data))
-	var in []T
+	out := make([]T, len(data))
 	for r, q := range parts {
-		in = in[:0]
-		if err := q.Decode(&in); err != nil {
+		if err := decodeSame(q, out[r*k:(r+1)*k]); err != nil {
 			return nil, fmt.Errorf("alltoall: rank %d: %w", r, err)
 		}
-		if len(in) != k {
-			return nil, fmt.Errorf("alltoall: rank %d sent %d elements, want %d", r, len(in), k)
-		}
-		out = append(out, in...)
 	}
 	return out, nil
 }

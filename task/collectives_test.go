@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -70,6 +71,20 @@ func TestCollectivesAgainstSerial(t *testing.T) {
 						return err
 					}
 					errs = append(errs, check("allgather", all, slices.Concat(inputs(2, 1)...)))
+
+					// AllReduce in rank order (two members exchange
+					// their data, more go through rank 0), and on
+					// float64s, which it reads in place.
+					ar := in(r, 3, 11)
+					if err := AllReduce(c, m, digits, ar); err != nil {
+						return err
+					}
+					errs = append(errs, check("allreduce", ar, serialFold(digits, inputs(3, 11), 0, n)))
+					fs := []float64{float64(r) + 0.25, 2}
+					if err := AllReduce(c, m, Sum[float64], fs); err != nil {
+						return err
+					}
+					errs = append(errs, check("allreduce float64", fs, []float64{float64(n*(n-1))/2 + 0.25*float64(n), 2 * float64(n)}))
 
 					allv, err := Allgatherv(c, m, in(r, r+1, 2))
 					if err != nil {
@@ -214,4 +229,39 @@ func TestCollectivesBadArguments(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestBarrierWaitsForAll: no member leaves a Barrier before every member
+// has entered it, at np = 1..4 (two members tell each other, more go
+// through rank 0), round after round, with and without checkpoints.
+func TestBarrierWaitsForAll(t *testing.T) {
+	const rounds = 5
+	for n := 1; n <= 4; n++ {
+		for _, every := range []int{0, 2} {
+			// entered[k][r] is set when rank r enters round k's barrier.
+			var mu sync.Mutex
+			entered := make([][]bool, rounds)
+			for k := range entered {
+				entered[k] = make([]bool, n)
+			}
+			runScript(t, n, every, func(c *Ctx, s *scriptTask) error {
+				m := &s.C
+				for k := range rounds {
+					mu.Lock()
+					entered[k][m.Rank] = true
+					mu.Unlock()
+					if err := m.Barrier(c); err != nil {
+						return err
+					}
+					mu.Lock()
+					all := !slices.Contains(entered[k], false)
+					mu.Unlock()
+					if !all {
+						return fmt.Errorf("rank %d left barrier %d before every member entered it: %v", m.Rank, k, entered[k])
+					}
+				}
+				return nil
+			})
+		}
+	}
 }

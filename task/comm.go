@@ -94,23 +94,36 @@ type Comm struct {
 	// lazy are results of several parts whose places in Done are
 	// placeholders: packed into Done only when the task is checkpointed
 	// (flush), so that a call that completes without a checkpoint does not
-	// copy them.
-	lazy map[int][]Payload
+	// copy them. Emptied, not dropped, at a safe point: a task calling
+	// collectives step after step allocates it once.
+	lazy []lazyResult
 }
 
 // flush packs the results kept in parts into their places in Done.
 func (m *Comm) flush() error {
-	for i, parts := range m.lazy {
-		if i < len(m.Done) {
-			p, err := packParts(parts)
+	for _, l := range m.lazy {
+		if l.at < len(m.Done) {
+			p, err := packParts(l.parts)
 			if err != nil {
 				return err
 			}
-			m.Done[i] = p
+			m.Done[l.at] = p
 		}
 	}
-	m.lazy = nil
+	m.dropLazy()
 	return nil
+}
+
+// lazyResult is a result of several parts, kept for its place at in Done.
+type lazyResult struct {
+	at    int
+	parts []Payload
+}
+
+// dropLazy forgets the lazy results, keeping the slice for the next ones.
+func (m *Comm) dropLazy() {
+	clear(m.lazy)
+	m.lazy = m.lazy[:0]
 }
 
 // Size is the number of members.
@@ -152,7 +165,8 @@ func (m *Comm) check(what string, ranks ...int) error {
 // state is a fresh starting point for Run.
 func (m *Comm) resetStep() {
 	clear(m.Done) // kept for the next step's records, emptied
-	m.Done, m.next, m.Overflow, m.lazy = m.Done[:0], 0, false, nil
+	m.Done, m.next, m.Overflow = m.Done[:0], 0, false
+	m.dropLazy()
 	m.StepReq, m.starts = m.LastReq, 0
 	m.dropWaited()
 }
@@ -172,7 +186,8 @@ func (m *Comm) record(res Payload) {
 	if !m.Overflow && len(m.Done) < maxReplay {
 		m.Done = append(m.Done, res)
 	} else {
-		m.Done, m.Overflow, m.lazy = nil, true, nil
+		m.Done, m.Overflow = nil, true
+		m.dropLazy()
 		m.dropWaited()
 	}
 	m.next++
@@ -183,10 +198,7 @@ func (m *Comm) record(res Payload) {
 func (m *Comm) recordParts(parts []Payload) {
 	m.record(Payload{})
 	if !m.Overflow {
-		if m.lazy == nil {
-			m.lazy = map[int][]Payload{}
-		}
-		m.lazy[len(m.Done)-1] = parts
+		m.lazy = append(m.lazy, lazyResult{at: len(m.Done) - 1, parts: parts})
 	}
 }
 
@@ -302,15 +314,17 @@ func (c *Ctx) waitPoint() error {
 
 // recvComm receives the next communicator message from `from`. It is a
 // safe point while it waits, unless m has overflowed or the caller is in a
-// critical section.
+// critical section. A message already there is taken at once, without
+// the bookkeeping of a safe wait: the collective does not wait for it.
 func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
-	if (m != nil && m.Overflow) || c.critical.Load() > 0 {
-		c.enter()
-		msg, _, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), true)
-		c.leave()
-		if err != nil {
-			return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
-		}
+	wait := (m != nil && m.Overflow) || c.critical.Load() > 0
+	c.enter()
+	msg, ok, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), wait)
+	c.leave()
+	if err != nil {
+		return Payload{}, fmt.Errorf("recv from %v: %w", from, err)
+	}
+	if ok || wait {
 		return msg.Payload, nil
 	}
 	for {
@@ -331,6 +345,11 @@ func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 
 // sendComm sends p to the members of the given ranks.
 func (c *Ctx) sendComm(m *Comm, p Payload, ranks ...int) error {
+	if len(ranks) == 1 { // the usual case of a small communicator: no list
+		c.enter()
+		defer c.leave()
+		return c.ep.Send(c.ep.Context(), m.TIDs[ranks[0]], m.collTag(), p)
+	}
 	to := make([]TID, 0, len(ranks))
 	for _, r := range ranks {
 		to = append(to, m.TIDs[r])
@@ -408,8 +427,9 @@ func (m *Comm) others(skip int) []int {
 	return out
 }
 
-// Barrier returns once every member has called it. It is a safe point
-// while it waits.
+// Barrier returns once every member has called it: two members tell each
+// other, more tell rank 0, which tells them all once it has heard from
+// each. It is a safe point while it waits.
 func (m *Comm) Barrier(c *Ctx) error {
 	if err := m.check("barrier"); err != nil {
 		return err
@@ -417,7 +437,13 @@ func (m *Comm) Barrier(c *Ctx) error {
 	var send func() error
 	var from []int
 	result := func([]Payload) (Payload, error) { return Payload{}, nil }
-	if m.Rank == 0 {
+	if m.Size() == 2 {
+		// One message each way at once, where the general case takes a
+		// round trip through rank 0: both leave when they hear the other.
+		peer := 1 - m.Rank
+		send = func() error { return c.sendComm(m, Payload{}, peer) }
+		from = []int{peer}
+	} else if m.Rank == 0 {
 		from = m.others(0)
 		result = func([]Payload) (Payload, error) { return Payload{}, c.sendComm(m, Payload{}, m.others(0)...) }
 	} else {
@@ -497,11 +523,15 @@ func (m *Comm) SendRecv(c *Ctx, to int, send any, from int, recv any) error {
 // Product, Min, Max, or a function of your own that folds in into acc) and
 // leaves the result in every member's data. Every member calls it with
 // data of the same length. Contributions are combined in rank order, so the
-// result is the same on every run and on every member. It is a safe point
-// while it waits.
+// result is the same on every run and on every member: two members send
+// each other their data, more send theirs to rank 0, which sends back the
+// result. It is a safe point while it waits.
 func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	if err := m.check("allreduce"); err != nil {
 		return err
+	}
+	if m.Size() == 2 {
+		return allReduce2(c, m, op, data)
 	}
 	var (
 		send   func() error
@@ -561,6 +591,40 @@ func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	if len(out) > 0 && &out[0] != &data[0] {
 		copy(data, out)
 	}
+	return nil
+}
+
+// allReduce2 is AllReduce on two members: each sends the other its data
+// and both combine the two in rank order, one message each way at once
+// where the general case takes a round trip through rank 0. What was
+// received is read in place; the two parts are the replay's record.
+func allReduce2[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
+	p, err := Encode(data)
+	if err != nil {
+		return fmt.Errorf("allreduce: %w", err)
+	}
+	peer := 1 - m.Rank
+	parts, err := m.exchange(c, func() error { return c.sendComm(m, p, peer) }, []int{peer}, p)
+	if err != nil {
+		return collErr("allreduce", err)
+	}
+	// data becomes rank 0's part (on rank 0 it is already: a replay passes
+	// the same data), then rank 1's is folded in.
+	if m.Rank == 1 {
+		if err := decodeSame(parts[0], data); err != nil {
+			return fmt.Errorf("allreduce: rank 0: %w", err)
+		}
+	}
+	in, ok := viewOf[T](parts[1])
+	if !ok {
+		if in, err = decodeAs[T](parts[1]); err != nil {
+			return fmt.Errorf("allreduce: rank 1: %w", err)
+		}
+	}
+	if len(in) != len(data) {
+		return fmt.Errorf("allreduce: rank 1 sent %d elements, want %d", len(in), len(data))
+	}
+	op(data, in)
 	return nil
 }
 

@@ -42,3 +42,49 @@ func viewRaw[T int32 | float64 | complex128](p Payload, enc Encoding) ([]T, erro
 	}
 	return s, nil
 }
+
+// viewOf returns p's elements as a []T sharing p's bytes when p carries
+// T's raw encoding and the layout allows (a little-endian host, the bytes
+// aligned for T); ok is false otherwise, and the caller decodes instead.
+// The collectives read what they receive through it without a copy.
+func viewOf[T any](p Payload) (s []T, ok bool) {
+	var zero T
+	es := p.Enc.elemSize()
+	if !littleEndian || es == 0 || p.Enc != rawEncodingOf[T]() || int(unsafe.Sizeof(zero)) != es || len(p.Data)%es != 0 {
+		return nil, false
+	}
+	if len(p.Data) == 0 {
+		return []T{}, true
+	}
+	if uintptr(unsafe.Pointer(&p.Data[0]))%unsafe.Alignof(zero) != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&p.Data[0])), len(p.Data)/es), true
+}
+
+// rawEncodingOf is the encoding Encode gives a []T, for the numeric types
+// it carries raw; EncMsgpack for the others.
+func rawEncodingOf[T any]() Encoding {
+	var zero T
+	switch any(zero).(type) {
+	case byte:
+		return EncBytes
+	case float64:
+		return EncFloat64s
+	case float32:
+		return EncFloat32s
+	case int64:
+		return EncInt64s
+	case int32:
+		return EncInt32s
+	case int:
+		return EncInts
+	case uint64:
+		return EncUint64s
+	case uint32:
+		return EncUint32s
+	case complex128:
+		return EncComplex128s
+	}
+	return EncMsgpack
+}

@@ -29,7 +29,8 @@ func benchPeersCommand() *cli.Command {
 			"virtual machine, and measures in alternating rounds PVM through pvmd and with\n" +
 			"PvmRouteDirect, Open MPI over shared memory and TCP, raw TCP, and dpvm itself\n" +
 			"(two tasks on one daemon, two daemons over QUIC, and raw quic-go), each run\n" +
-			"being this binary with --line. Then it prints one table: medians over the\n" +
+			"being this binary with --line; Open MPI and dpvm also time allreduce, bcast,\n" +
+			"allgather and alltoall of two tasks at 8 B, 8 KiB and 1 MiB. Then it prints one table: medians over the\n" +
 			"rounds with their range, dpvm beside each peer, and dpvm's advantage (peer ÷\n" +
 			"dpvm for times, dpvm ÷ peer for bandwidth and rate; above 1, dpvm is better).\n" +
 			"--plot FILE.svg draws one-way latency against message size into FILE.svg and\n" +

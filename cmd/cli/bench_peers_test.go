@@ -11,7 +11,8 @@ import (
 )
 
 // TestBenchPeersLine: --line prints one line the harness's parser accepts,
-// with the spawn and collective rows on one daemon.
+// with the spawn and collective rows on one daemon and the collectives of
+// two tasks.
 func TestBenchPeersLine(t *testing.T) {
 	code, out, errOut := dpvm(t, "bench", "peers", "--line", "local", "--scale", "0.01")
 	if code != 0 {
@@ -23,6 +24,10 @@ func TestBenchPeersLine(t *testing.T) {
 	}
 	if l.System != "dpvm-local" || len(l.Results) != 4 || len(l.Spawn) != 3 || l.BarrierUS <= 0 || l.BcastUS <= 0 || l.ReduceUS <= 0 {
 		t.Errorf("line %+v", l)
+	}
+	// The collectives of two tasks, each checked as it ran: every row.
+	if l.CollNP != 2 || len(l.Coll) != len(peers.CollOps)*len(peers.CollSizes) {
+		t.Errorf("collectives of %d: %+v", l.CollNP, l.Coll)
 	}
 	if code, _, errOut := dpvm(t, "bench", "peers", "--line", "far"); code != 2 || !strings.Contains(errOut, "far") {
 		t.Errorf("--line far: status %d, stderr %q", code, errOut)

@@ -49,8 +49,8 @@ type PeerSpawn struct {
 }
 
 // PeerLine is one run in the peer harness's JSON line format: the latency
-// table and message rate, and on one daemon the spawn times and the
-// collectives of a group of 8. Raw quic-go's line has mode "remote", the
+// table, message rate and collectives of two tasks, and on one daemon the
+// spawn times and the collectives of a group of 8. Raw quic-go's line has mode "remote", the
 // mode of the systems it is compared with.
 type PeerLine struct {
 	System       string       `json:"system"`
@@ -64,6 +64,9 @@ type PeerLine struct {
 	BcastUS      float64      `json:"bcast_us,omitempty"`
 	ReduceUS     float64      `json:"reduce_us,omitempty"`
 	CollIters    []int        `json:"coll_iters,omitempty"`
+	// CollNP and Coll are the collectives of two tasks (peercoll.go).
+	CollNP int        `json:"coll_np,omitempty"`
+	Coll   []PeerColl `json:"coll,omitempty"`
 }
 
 // checkScale accepts the harness's scales, (0, 10].
@@ -76,9 +79,10 @@ func checkScale(scale float64) error {
 
 // PeerMeasure measures dpvm the way the peer harness measures its peers, at
 // scale (repetitions and time caps multiplied by it, as run.sh --scale):
-// mode ModeLocal (two tasks on one daemon, plus spawn of 1, 8 and 32 tasks
-// and the barrier, broadcast and reduction of a group of 8), ModeRemote
-// (two daemons over QUIC) or ModePeerQUIC (raw quic-go).
+// mode ModeLocal (two tasks on one daemon and their collectives, plus
+// spawn of 1, 8 and 32 tasks and the barrier, broadcast and reduction of a
+// group of 8), ModeRemote (two daemons over QUIC, and the collectives of a
+// task on each) or ModePeerQUIC (raw quic-go).
 func PeerMeasure(ctx context.Context, mode string, scale float64) (*PeerLine, error) {
 	if err := checkScale(scale); err != nil {
 		return nil, err
@@ -113,6 +117,9 @@ func PeerMeasure(ctx context.Context, mode string, scale float64) (*PeerLine, er
 		l.System = SystemRemote
 	}
 	err = peerP2P(ctx, p, l, scale)
+	if err == nil {
+		err = peerColls(ctx, p, l, scale)
+	}
 	if err == nil && mode == ModeLocal {
 		err = peerSpawn(ctx, p, l, scale)
 		if err == nil {

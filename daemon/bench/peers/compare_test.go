@@ -62,6 +62,11 @@ func TestWriteSideBySideGolden(t *testing.T) {
 	if !strings.Contains(b.String(), "| one-way 8 B (µs) | 1.10 (1.00–1.20) | 39.0 (38.0–40.0) | 35.5× |") {
 		t.Errorf("8 B row wrong:\n%s", b.String())
 	}
+	// The collectives of two tasks: dpvm's median allreduce of 8 B is
+	// 1.1 µs, Open MPI's 0.8 µs; the ratio is 0.727×.
+	if !strings.Contains(b.String(), "| allreduce sum 8 B, 2 tasks (µs) | 1.10 (1.00–1.20) | – | – | 0.800 | 0.727× |") {
+		t.Errorf("allreduce row wrong:\n%s", b.String())
+	}
 	// Between daemons, raw quic-go is faster than dpvm: the ratio is below 1.
 	if !strings.Contains(b.String(), "| one-way 8 B (µs) | 30.0 | 25.0 | 0.833× | 9.00 | 0.300× |") {
 		t.Errorf("remote 8 B row wrong:\n%s", b.String())

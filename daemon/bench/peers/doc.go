@@ -30,5 +30,7 @@
 // after it), WritePlots its latency and bandwidth charts, and WriteHarness
 // writes out the harness the dpvm binary carries (run.sh and csrc).
 //
-// Nothing here needs PVM or Open MPI installed: the tests use recorded lines.
+// The tests use recorded lines, and build and run mpi_bench.c on two ranks
+// at the smallest scale where mpicc and mpirun are installed (its
+// collectives check their results).
 package peers

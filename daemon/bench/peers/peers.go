@@ -48,6 +48,17 @@ type SpawnResult struct {
 	Reps  int     `json:"reps,omitempty"`
 }
 
+// CollResult is one collective's figure: the median over Reps iterations
+// of the slower rank's time for operation Op (allreduce, bcast, allgather,
+// alltoall) on Size bytes of float64s per rank, in a communicator of the
+// line's CollNP tasks.
+type CollResult struct {
+	Op   string  `json:"op"`
+	Size int     `json:"size"`
+	US   float64 `json:"us"`
+	Reps int     `json:"reps,omitempty"`
+}
+
 // Line is one run of one configuration. Fields a run did not measure are
 // zero (no measured time or rate is ever zero).
 type Line struct {
@@ -66,6 +77,10 @@ type Line struct {
 	// moves them into Spawn and BarrierUS when those are empty.
 	Spawn32MS  float64 `json:"spawn32_ms,omitempty"`
 	Barrier8US float64 `json:"barrier8_us,omitempty"`
+	// CollNP and Coll are the collectives of a communicator of CollNP
+	// tasks (mpi_bench.c and dpvm's lines).
+	CollNP int          `json:"coll_np,omitempty"`
+	Coll   []CollResult `json:"coll,omitempty"`
 }
 
 // maxLine bounds one input line; a result line is well under 2 KiB.
@@ -184,6 +199,21 @@ func (l Line) Validate() error {
 	if l.GroupSize < 0 {
 		return bad("group_size %d is negative", l.GroupSize)
 	}
+	if l.CollNP < 0 || (len(l.Coll) > 0 && l.CollNP == 0) {
+		return bad("coll_np %d with %d collectives", l.CollNP, len(l.Coll))
+	}
+	type opSize struct {
+		op   string
+		size int
+	}
+	ops := map[opSize]bool{}
+	for _, c := range l.Coll {
+		k := opSize{c.Op, c.Size}
+		if !slices.Contains(CollOps, c.Op) || c.Size <= 0 || ops[k] || !finiteNonNeg(c.US) || c.Reps < 0 {
+			return bad("collective %s of %d bytes: %v µs, %d reps (unknown, repeated or out of range)", c.Op, c.Size, c.US, c.Reps)
+		}
+		ops[k] = true
+	}
 	return nil
 }
 
@@ -220,6 +250,73 @@ func spawn(tasks int) func(Line) (float64, bool) {
 	}
 }
 
+// CollOps are the collective operations a line may report, in the
+// table's order; CollSizes their sizes (bytes per rank) and CollNP the
+// communicator's size of the table's rows.
+var (
+	CollOps   = []string{"allreduce", "bcast", "allgather", "alltoall"}
+	CollSizes = []int{8, 8 << 10, 1 << 20}
+)
+
+// CollNP is the number of tasks of the collectives' rows.
+const CollNP = 2
+
+// coll returns the time of op on size bytes per rank at CollNP tasks.
+func coll(op string, size int) func(Line) (float64, bool) {
+	return func(l Line) (float64, bool) {
+		if l.CollNP != CollNP {
+			return 0, false
+		}
+		for _, c := range l.Coll {
+			if c.Op == op && c.Size == size && c.US > 0 {
+				return c.US, true
+			}
+		}
+		return 0, false
+	}
+}
+
+// collMetrics are the collectives' rows: every operation at every size.
+func collMetrics() []Metric {
+	var ms []Metric
+	for _, op := range CollOps {
+		label := op
+		if op == "allreduce" {
+			label = "allreduce sum"
+		}
+		for _, size := range CollSizes {
+			ms = append(ms, Metric{
+				Key:   fmt.Sprintf("%s_%s", op, sizeKey(size)),
+				Label: fmt.Sprintf("%s %s, %d tasks (µs)", label, sizeLabel(size), CollNP),
+				Value: coll(op, size),
+			})
+		}
+	}
+	return ms
+}
+
+// sizeKey and sizeLabel name a size in a metric's key (8, 8k, 1m) and
+// label (8 B, 8 KiB, 1 MiB).
+func sizeKey(size int) string {
+	switch {
+	case size >= 1<<20 && size%(1<<20) == 0:
+		return fmt.Sprintf("%dm", size>>20)
+	case size >= 1<<10 && size%(1<<10) == 0:
+		return fmt.Sprintf("%dk", size>>10)
+	}
+	return fmt.Sprint(size)
+}
+
+func sizeLabel(size int) string {
+	switch {
+	case size >= 1<<20 && size%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", size>>20)
+	case size >= 1<<10 && size%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", size>>10)
+	}
+	return fmt.Sprintf("%d B", size)
+}
+
 func positive(f func(Line) float64) func(Line) (float64, bool) {
 	return func(l Line) (float64, bool) {
 		v := f(l)
@@ -227,8 +324,9 @@ func positive(f func(Line) float64) func(Line) (float64, bool) {
 	}
 }
 
-// Metrics are the table's rows, in order.
-var Metrics = []Metric{
+// Metrics are the table's rows, in order: the collectives of CollNP tasks
+// last.
+var Metrics = append([]Metric{
 	{Key: "oneway_8", Label: "one-way 8 B (µs)", Value: oneway(8)},
 	{Key: "oneway_1k", Label: "one-way 1 KiB (µs)", Value: oneway(1024)},
 	{Key: "oneway_64k", Label: "one-way 64 KiB (µs)", Value: oneway(64 << 10)},
@@ -247,7 +345,7 @@ var Metrics = []Metric{
 	{Key: "barrier", Label: "barrier, 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.BarrierUS })},
 	{Key: "bcast", Label: "bcast 8 B to 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.BcastUS })},
 	{Key: "reduce", Label: "reduce sum, 8 tasks (µs)", Value: positive(func(l Line) float64 { return l.ReduceUS })},
-}
+}, collMetrics()...)
 
 // Stat is the summary of one figure over the rounds of one system.
 type Stat struct {

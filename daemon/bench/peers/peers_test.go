@@ -77,6 +77,10 @@ func TestParseLinesErrors(t *testing.T) {
 		{"negative group", `{"system":"x","mode":"local","results":[],"group_size":-8}`, "group_size"},
 		{"wrong type", `{"system":"x","mode":"local","results":[{"size":"8"}]}`, "line 1"},
 		{"second line bad", "{\"mode\":\"local\",\"results\":[]}\n{\"mode\":1}", "line 2"},
+		{"collectives without np", `{"system":"x","mode":"local","results":[],"coll":[{"op":"bcast","size":8,"us":1}]}`, "coll_np"},
+		{"unknown collective", `{"system":"x","mode":"local","results":[],"coll_np":2,"coll":[{"op":"scan","size":8,"us":1}]}`, "scan"},
+		{"collective repeated", `{"system":"x","mode":"local","results":[],"coll_np":2,"coll":[{"op":"bcast","size":8,"us":1},{"op":"bcast","size":8,"us":2}]}`, "bcast"},
+		{"negative collective", `{"system":"x","mode":"local","results":[],"coll_np":2,"coll":[{"op":"bcast","size":8,"us":-1}]}`, "bcast"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -73,8 +73,61 @@ enum {
 	TAG_CTL = 10,
 	TAG_BC = 11,
 	TAG_BC_ACK = 12,
-	TAG_RED = 13
+	TAG_RED = 13,
+	TAG_COLL_TIMES = 14
 };
+
+/* Collectives of two ranks (mpi_bench.c; dpvm's twin is in
+ * daemon/bench/peers.go): every operation at every size, size being the
+ * bytes of doubles each rank contributes (allreduce: its vector; bcast: the
+ * root's vector; allgather: its chunk; alltoall: its chunk for each rank). */
+#define COLL_NP 2
+static const char *const coll_ops[] = {"allreduce", "bcast", "allgather", "alltoall"};
+#define COLL_NOPS ((int)(sizeof coll_ops / sizeof coll_ops[0]))
+enum { COLL_ALLREDUCE, COLL_BCAST, COLL_ALLGATHER, COLL_ALLTOALL };
+static const int coll_sizes[] = {8, 8192, 1048576};
+#define COLL_NSIZES ((int)(sizeof coll_sizes / sizeof coll_sizes[0]))
+/* Upper bounds on timed iterations per size; each operation and size
+ * stops early (after at least 10) once its timed iterations took 1 s. */
+static const int coll_reps[] = {2000, 1000, 100};
+
+/* coll_plan_for returns the plan of size k at the given scale. */
+static inline struct bench_plan coll_plan_for(int k, double scale)
+{
+	struct bench_plan p;
+	p.reps = (int)(coll_reps[k] * scale);
+	if (p.reps < 10)
+		p.reps = 10;
+	p.warm = p.reps / 10 < 5 ? 5 : p.reps / 10;
+	p.cap_us = 1e6 * scale;
+	return p;
+}
+
+/* coll_val is element j of what rank r contributes in iteration i (for
+ * alltoall, r is sender * 16 + receiver): small integers, so that sums
+ * are exact. */
+static inline double coll_val(int i, int r, int j)
+{
+	return (double)((i + 3 * r + j) % 4096);
+}
+
+/* One collective's figure: the median over the iterations of the slower
+ * rank's time. */
+struct coll_result {
+	double us[COLL_NOPS][COLL_NSIZES];
+	int reps[COLL_NOPS][COLL_NSIZES];
+};
+
+/* print_coll_fields prints ,"coll_np":…,"coll":[…] of the JSON line. */
+static inline void print_coll_fields(FILE *f, const struct coll_result *c)
+{
+	fprintf(f, ",\"coll_np\":%d,\"coll\":[", COLL_NP);
+	for (int o = 0; o < COLL_NOPS; o++)
+		for (int k = 0; k < COLL_NSIZES; k++)
+			fprintf(f, "%s{\"op\":\"%s\",\"size\":%d,\"us\":%.3f,\"reps\":%d}",
+				o || k ? "," : "", coll_ops[o], coll_sizes[k], c->us[o][k], c->reps[o][k]);
+	fprintf(f, "]");
+}
 
 /* now_us returns a monotonic clock reading in microseconds. */
 static inline double now_us(void)

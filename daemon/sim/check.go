@@ -19,7 +19,8 @@ func (w *world) clock() time.Time { return base.Add(w.now) }
 // check verifies the invariants after a step: every task that has not
 // ended is in service on at most one host, and, when on none, is caught
 // in a move (suspended at its origin or prepared at its destination);
-// no host's route for a task goes back in epoch. The per-pair FIFO and
+// no host's route for a task goes back in epoch; a task in service on a
+// host belongs to that incarnation of the host. The per-pair FIFO and
 // exactly-once invariant is checked at every delivery (shost.put).
 func (w *world) check() {
 	m := w.master
@@ -37,8 +38,15 @@ func (w *world) check() {
 			if h.crashed {
 				continue
 			}
-			if h.tasks[tid] != nil {
+			if ht := h.tasks[tid]; ht != nil {
 				on++
+				if ht.host != h {
+					// A restarted host's new incarnation holds a task of
+					// its old one.
+					w.fail(fmt.Errorf("%w: %v (incarnation %d) holds %v's incarnation %d of %v's incarnation %d",
+						ErrInvariant, h.name, h.inc, tid, ht.inc, ht.host.name, ht.host.inc))
+					return
+				}
 			}
 			if h.leaving[tid] != nil || h.arriving[tid] != nil {
 				moving = true

@@ -42,14 +42,25 @@ const (
 	// checkpoint. With FaultCheckpoint the crash waits for one; without,
 	// the job is lost and the seed fails, saying so.
 	FaultCrash
+	// FaultRestart crashes a host at a seeded moment and brings it back
+	// after the master has deemed it lost: empty, under its old host ID
+	// (daemon/membership.go's readmit), as a new incarnation. The job
+	// rolls back as for FaultCrash; what was in flight to the old
+	// incarnation dies with it, and what is sent to the host afterwards
+	// meets the new one, which refuses messages for tasks it lacks. With
+	// routes broadcast the master counts the host again (placement,
+	// moves, checkpoints); on demand it stays out of placement, as the
+	// other hosts' route caches keep it deleted (routing/route has no
+	// event for a host's return).
+	FaultRestart
 )
 
 // FaultAll is every kind of fault.
-const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash
+const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash | FaultRestart
 
-// FaultDefault is every kind but job checkpoints and crashes (FaultAll
-// adds them): moves and the network's faults.
-const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash)
+// FaultDefault is every kind but job checkpoints, crashes and restarts
+// (FaultAll adds them): moves and the network's faults.
+const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash | FaultRestart)
 
 var faultNames = []struct {
 	f    Fault
@@ -57,7 +68,7 @@ var faultNames = []struct {
 }{
 	{FaultLoss, "loss"}, {FaultDup, "dup"}, {FaultReorder, "reorder"}, {FaultDelay, "delay"},
 	{FaultPartition, "partition"}, {FaultFreeze, "freeze"}, {FaultMove, "move"},
-	{FaultCheckpoint, "checkpoint"}, {FaultCrash, "crash"},
+	{FaultCheckpoint, "checkpoint"}, {FaultCrash, "crash"}, {FaultRestart, "restart"},
 }
 
 // FaultNames lists the names ParseFaults takes, in order.

@@ -275,7 +275,11 @@ func (m *master) barrier(group string, count int, st *stask) bool {
 }
 
 // randomMove moves a live task, drawn from the seed, to another host.
-func (m *master) randomMove() {
+func (m *master) randomMove() { m.randomMoveTo(0) }
+
+// randomMoveTo moves a live task, drawn from the seed, to host to (0: to
+// another host drawn from the seed).
+func (m *master) randomMoveTo(to task.HostID) {
 	var live []task.TID
 	for _, tid := range m.order() {
 		if mt := m.task(tid); !mt.Exited && !mt.Killed && !m.node.Lost(m.node.Routes().Lookup(tid).Host) {
@@ -288,8 +292,10 @@ func (m *master) randomMove() {
 	}
 	tid := live[m.w.rng.IntN(len(live))]
 	from := m.node.Routes().Lookup(tid).Host
-	to := from
-	for to == from {
+	if to == from {
+		return
+	}
+	for to == 0 || to == from {
 		to = alive[m.w.rng.IntN(len(alive))]
 	}
 	if err := m.startMove(tid, to, nil); err != nil {

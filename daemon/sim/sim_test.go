@@ -163,6 +163,47 @@ func TestCheckpointCrash(t *testing.T) {
 	t.Logf("%d rollbacks", rollbacks)
 }
 
+// TestRestart runs seeds of every example under every fault, restarts
+// included, twice, on both route protocols: the same seed replays the
+// same run, every seed ends with the fault-free run's result, hosts
+// crashed and came back as new incarnations after the master deemed them
+// lost, and with routes broadcast some moves went to a restarted host.
+// What was in flight to an old incarnation reaching the new one's tasks
+// fails the seed (shost.put, world.check).
+func TestRestart(t *testing.T) {
+	for _, rt := range []sim.Routes{sim.RoutesBroadcast, sim.RoutesDemand} {
+		cfg := sim.Config{Faults: sim.FaultAll, Routes: rt}
+		restarts, movesTo := 0, 0
+		for _, args := range examplePrograms {
+			for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
+				if !r.OK {
+					report(t, args, cfg, r)
+				}
+				back := map[string]bool{}
+				for _, l := range r.Taken {
+					f := strings.Fields(l)
+					switch {
+					case len(f) >= 3 && f[1] == "restart":
+						restarts++
+						back[f[2]] = true
+					case len(f) == 5 && f[1] == "move" && strings.Contains(f[4], "→"):
+						if back[f[4][strings.Index(f[4], "→")+len("→"):]] {
+							movesTo++
+						}
+					}
+				}
+			}
+		}
+		if restarts == 0 {
+			t.Errorf("routes %v: no host restarted", rt)
+		}
+		if rt == sim.RoutesBroadcast && movesTo == 0 {
+			t.Errorf("routes %v: no task moved to a restarted host", rt)
+		}
+		t.Logf("routes %v: %d restarts, %d moves to a restarted host", rt, restarts, movesTo)
+	}
+}
+
 // TestSiblingsUnderFaults runs pvm.spmd, whose tasks pass a token around
 // the ring c.Siblings gives them (pvm_siblings): under moves and the
 // network's faults every seed ends as the fault-free run does, some after
@@ -439,11 +480,17 @@ func TestFaultNames(t *testing.T) {
 	if f, err := sim.ParseFaults("all"); err != nil || f != sim.FaultAll || f.String() != "all" {
 		t.Errorf("all: %v, %v", f, err)
 	}
-	if f, err := sim.ParseFaults("default"); err != nil || f != sim.FaultDefault || f.String() != "default" || f&sim.FaultCrash != 0 {
+	if f, err := sim.ParseFaults("default"); err != nil || f != sim.FaultDefault || f.String() != "default" || f&(sim.FaultCrash|sim.FaultRestart) != 0 {
 		t.Errorf("default: %v, %v", f, err)
 	}
 	if f, err := sim.ParseFaults("default,crash"); err != nil || f != sim.FaultDefault|sim.FaultCrash {
 		t.Errorf("default,crash: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("default,restart"); err != nil || f != sim.FaultDefault|sim.FaultRestart || f.String() != "loss,dup,reorder,delay,partition,freeze,move,restart" {
+		t.Errorf("default,restart: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("all"); err != nil || f&sim.FaultRestart == 0 {
+		t.Errorf("all lacks restart: %v, %v", f, err)
 	}
 	if f, err := sim.ParseFaults("none"); err != nil || f != 0 || f.String() != "none" {
 		t.Errorf("none: %v, %v", f, err)

@@ -251,10 +251,15 @@ const (
 	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
 	// once if it has ended).
 	EvWatch
+	// EvHostBack: Host, deemed lost, is a member again: it rejoined
+	// empty under its old ID (daemon/membership.go's readmit), and
+	// placement, moves and job checkpoints count it again. Nothing for a
+	// host not lost.
+	EvHostBack
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
-	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch"}
+	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "host-back"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -302,7 +307,7 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" %v to %v", e.TID, e.Host)
 	case EvMoveResult:
 		s += fmt.Sprintf(" %v %v %v", e.Move, e.Step, e.Outcome)
-	case EvHostLost:
+	case EvHostLost, EvHostBack:
 		s += " " + e.Host.String()
 	case EvJobStart:
 		s += fmt.Sprintf(" %d", e.Job)
@@ -584,6 +589,11 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 		n.moveStep(now, move.Event{Kind: move.Result, Move: e.Move, Step: e.Step, Outcome: e.Outcome, Err: e.Err})
 	case EvHostLost:
 		n.hostLost(now, e.Host)
+	case EvHostBack:
+		if n.lost[e.Host] {
+			delete(n.lost, e.Host)
+			n.alive = nil
+		}
 	case EvJobStart:
 		if n.jobs[e.Job] == nil {
 			n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{},

@@ -180,7 +180,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			return Event{Kind: EvCk, Job: 1, Ck: jobck.Event{Kind: k, Round: round, Host: h, Err: err, Tasks: 1, SafeEvery: time.Millisecond}}
 		}
 		var e Event
-		switch b % 21 {
+		switch b % 22 {
 		case 0:
 			e = Event{Kind: EvSpawn, Job: 1, Type: "w", Count: 1 + int(b>>5)}
 		case 1:
@@ -192,7 +192,7 @@ func runFuzz(t *testing.T, in []byte) string {
 			}
 			st := move.StepPrepare + move.Step(b>>5)%7
 			for _, m := range n.moves.Moves() {
-				if m.ID == id && b%21 == 2 {
+				if m.ID == id && b%22 == 2 {
 					st = stepOf[m.State] // the answer the move waits for
 				}
 			}
@@ -232,6 +232,8 @@ func runFuzz(t *testing.T, in []byte) string {
 			e = Event{Kind: EvBarrier, TID: pick(), Group: "b", Count: 1 + int(b>>6)}
 		case 20:
 			e = Event{Kind: EvWatch, TID: pick(), Who: pick(), Tag: int(b)}
+		case 21:
+			e = Event{Kind: EvHostBack, Host: h}
 		}
 		if r := n.Round(1); !r.IsZero() && r != prev {
 			prev = r

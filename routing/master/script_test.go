@@ -34,7 +34,7 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 //	exited t1:1 | kill t1:1 | located t1:1
 //	move t1:1 to=2
 //	result m1 prepare ok err=text
-//	lost 2
+//	lost 2 | back 2
 //	checkpoint 1
 //	paused 1 host=1 every=1ms err=text
 //	quiet 1 host=1 pending=0 running=0 tasks=2
@@ -127,6 +127,9 @@ func (s *script) run(line string) string {
 	case "lost":
 		n, _ := strconv.Atoi(pos[0])
 		e.Kind, e.Host = EvHostLost, task.HostID(n)
+	case "back":
+		n, _ := strconv.Atoi(pos[0])
+		e.Kind, e.Host = EvHostBack, task.HostID(n)
 	case "checkpoint", "paused", "quiet", "written", "committed", "killed":
 		j := jobOf()
 		kinds := map[string]jobck.EventKind{"checkpoint": jobck.EvCheckpoint, "paused": jobck.EvPaused, "quiet": jobck.EvQuiet,

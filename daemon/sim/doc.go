@@ -27,7 +27,8 @@
 // moves; per sender and receiver, messages delivered in order and
 // exactly once; no route going back in epoch; nothing for a restarted
 // host's old incarnation reaching its new one. Check compares each seed's
-// result with the program's fault-free run.
+// result with the program's fault-free run (or, after a crashed master,
+// accepts the job's documented loss with it).
 //
 // Scale runs the simulator on a large virtual machine (thousands of hosts,
 // hundreds of thousands of idle tasks) and counts every message the

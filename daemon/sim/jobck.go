@@ -335,6 +335,40 @@ func (m *master) ckDo(x mnode.Effect) {
 	}
 }
 
+// ErrJobLostWithMaster: the master crashed, and the job with it
+// (FaultMaster; the daemon's ErrJobLostWithMaster).
+var ErrJobLostWithMaster = errors.New("job lost with its master")
+
+// crashMaster crashes the master: its node does nothing from now on
+// (master.step), and the hosts learn it is gone after detectAfter.
+func (w *world) crashMaster() {
+	m := w.master
+	if m.down {
+		return
+	}
+	w.take("crash master")
+	m.down = true
+	w.after(detectAfter, nil, "master lost", w.lostWithMaster)
+}
+
+// lostWithMaster ends the job once its hosts learn the master is gone:
+// a job cannot survive its master (daemon/README.md), and the recovered
+// master's client kills the tasks the hosts bring back; none runs on.
+func (w *world) lostWithMaster() {
+	w.take("job lost with its master")
+	for _, h := range w.hosts {
+		for _, st := range h.jobTasks() {
+			st.quiet = true
+			st.killed = true
+			st.stop()
+		}
+	}
+	w.lostMaster = true
+	w.rootDone = true
+	w.status = 1
+	w.rootErr = ErrJobLostWithMaster
+}
+
 // ErrJobLost: the job lost tasks with a host and could not roll back.
 var ErrJobLost = errors.New("job lost")
 

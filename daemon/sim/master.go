@@ -31,6 +31,9 @@ type master struct {
 	waiters map[move.ID]func(error) // a move's caller, told of its end
 	calls   map[uint64]bool         // control calls awaiting their answer
 	callSeq uint64
+	// down: the master crashed (FaultMaster); its node hears and does
+	// nothing from then on.
+	down bool
 }
 
 // job is the one job a run has.
@@ -53,7 +56,13 @@ func newMaster(w *world) *master {
 }
 
 // step feeds the master node one event at the current virtual time.
-func (m *master) step(e mnode.Event) []mnode.Effect { return m.node.Step(m.w.clock(), e) }
+// A crashed master hears nothing and does nothing.
+func (m *master) step(e mnode.Event) []mnode.Effect {
+	if m.down {
+		return nil
+	}
+	return m.node.Step(m.w.clock(), e)
+}
 
 // task is the registry's record of tid (nil: none).
 func (m *master) task(tid task.TID) *mnode.Task { return m.node.Task(tid) }

@@ -127,6 +127,9 @@ func (w *world) planFaults() {
 		id := task.HostID(1 + w.rng.IntN(len(w.hosts)))
 		w.at(w.dur(hz/4, hz), nil, "crash "+nodeName(id)+" to restart", func() { w.crash(w.host(id), true) })
 	}
+	if f&FaultMaster != 0 {
+		w.at(w.dur(hz/4, hz), nil, "crash master", w.crashMaster)
+	}
 }
 
 // cutAt reports whether a and b are partitioned now.

@@ -204,6 +204,41 @@ func TestRestart(t *testing.T) {
 	}
 }
 
+// TestMasterCrash runs seeds of every example under every fault and a
+// crashed master, twice: the same seed replays the same run, no
+// invariant breaks (no task in service twice, before the crash or after),
+// and every seed ends either with the fault-free run's result (its root
+// ended before the crash) or with the job lost with its master, the
+// master's crash and the job's loss the last things it took.
+func TestMasterCrash(t *testing.T) {
+	cfg := sim.Config{Faults: sim.FaultAll | sim.FaultMaster, Routes: routes(t)}
+	lost := 0
+	for _, args := range examplePrograms {
+		for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
+			if !r.OK {
+				report(t, args, cfg, r)
+				continue
+			}
+			if !r.LostWithMaster {
+				continue
+			}
+			lost++
+			n := len(r.Taken)
+			if n < 2 || !strings.HasSuffix(r.Taken[n-1], " job lost with its master") ||
+				!slices.ContainsFunc(r.Taken, func(l string) bool { return strings.HasSuffix(l, " crash master") }) {
+				t.Errorf("%v seed %d lost with its master, but took: %s", args, r.Seed, strings.Join(r.Taken, "; "))
+			}
+			if r.Result != "job lost with its master" {
+				t.Errorf("%v seed %d lost with its master: result %q", args, r.Seed, r.Result)
+			}
+		}
+	}
+	if lost == 0 {
+		t.Error("no job was lost with its master")
+	}
+	t.Logf("%d seeds lost with the master", lost)
+}
+
 // TestSiblingsUnderFaults runs pvm.spmd, whose tasks pass a token around
 // the ring c.Siblings gives them (pvm_siblings): under moves and the
 // network's faults every seed ends as the fault-free run does, some after
@@ -489,8 +524,11 @@ func TestFaultNames(t *testing.T) {
 	if f, err := sim.ParseFaults("default,restart"); err != nil || f != sim.FaultDefault|sim.FaultRestart || f.String() != "loss,dup,reorder,delay,partition,freeze,move,restart" {
 		t.Errorf("default,restart: %v, %v", f, err)
 	}
-	if f, err := sim.ParseFaults("all"); err != nil || f&sim.FaultRestart == 0 {
-		t.Errorf("all lacks restart: %v, %v", f, err)
+	if f, err := sim.ParseFaults("all"); err != nil || f&sim.FaultRestart == 0 || f&sim.FaultMaster != 0 {
+		t.Errorf("all: restart, and not master: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("all,master"); err != nil || f != sim.FaultAll|sim.FaultMaster || !strings.HasSuffix(f.String(), ",restart,master") {
+		t.Errorf("all,master: %v, %v", f, err)
 	}
 	if f, err := sim.ParseFaults("none"); err != nil || f != 0 || f.String() != "none" {
 		t.Errorf("none: %v, %v", f, err)

@@ -44,8 +44,12 @@ func simVMCommand() *cli.Command {
 			"(two hosts cut apart for a while), freeze (a host stopped for a while), move\n" +
 			"(tasks moved between hosts at seeded moments; their state goes through a real\n" +
 			"msgpack checkpoint), checkpoint (job checkpoints at a seeded period), crash (a\n" +
-			"host crashed for good; the job rolls back to its newest checkpoint). default is\n" +
-			"every kind but checkpoint and crash; 'default,checkpoint,crash' (all) adds them.\n" +
+			"host crashed for good; the job rolls back to its newest checkpoint), restart (a\n" +
+			"host crashed, then back empty under its old ID once the master deemed it lost;\n" +
+			"the job rolls back as for crash), master (the master crashed: the job is lost\n" +
+			"with it once the hosts learn it, a seed's documented outcome beside the\n" +
+			"fault-free result). default is every kind but checkpoint, crash, restart and\n" +
+			"master; 'default,checkpoint,crash,restart' (all) adds all but master.\n" +
 			"\n" +
 			"Flags go before PROGRAM; everything after it belongs to the program. Exits 1 if\n" +
 			"any seed fails.",

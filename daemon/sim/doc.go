@@ -25,8 +25,10 @@
 // After every event the run checks the virtual machine's invariants:
 // every task in service on at most one host, and on none only while it
 // moves; per sender and receiver, messages delivered in order and
-// exactly once; no route going back in epoch. Check compares each seed's
-// result with the program's fault-free run.
+// exactly once; no route going back in epoch; nothing for a restarted
+// host's old incarnation reaching its new one. Check compares each seed's
+// result with the program's fault-free run (or, after a crashed master,
+// accepts the job's documented loss with it).
 //
 // Scale runs the simulator on a large virtual machine (thousands of hosts,
 // hundreds of thousands of idle tasks) and counts every message the

@@ -42,14 +42,37 @@ const (
 	// checkpoint. With FaultCheckpoint the crash waits for one; without,
 	// the job is lost and the seed fails, saying so.
 	FaultCrash
+	// FaultRestart crashes a host at a seeded moment and brings it back
+	// after the master has deemed it lost: empty, under its old host ID
+	// (daemon/membership.go's readmit), as a new incarnation. The job
+	// rolls back as for FaultCrash; what was in flight to the old
+	// incarnation dies with it, and what is sent to the host afterwards
+	// meets the new one, which refuses messages for tasks it lacks. With
+	// routes broadcast the master counts the host again (placement,
+	// moves, checkpoints); on demand it stays out of placement, as the
+	// other hosts' route caches keep it deleted (routing/route has no
+	// event for a host's return).
+	FaultRestart
+	// FaultMaster crashes the master at a seeded moment, as
+	// daemon/README.md describes its loss: the hosts run on, and their
+	// tasks keep computing and exchanging messages, but nothing that
+	// needs the master is answered (spawns, kills, groups, barriers,
+	// moves, checkpoints, rollbacks, the root's exit). A job cannot
+	// survive its master: once the hosts learn it is gone (after
+	// detectAfter) the job's tasks are killed and the run ends with
+	// ErrJobLostWithMaster, an outcome Check accepts beside the fault-free
+	// result (a root that ended before the crash gives the latter).
+	FaultMaster
 )
 
-// FaultAll is every kind of fault.
-const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash
+// FaultAll is every kind of fault but FaultMaster: a crashed master ends
+// the job in nearly every seed, and would leave the other faults little
+// to test; name it to add it.
+const FaultAll = FaultLoss | FaultDup | FaultReorder | FaultDelay | FaultPartition | FaultFreeze | FaultMove | FaultCheckpoint | FaultCrash | FaultRestart
 
-// FaultDefault is every kind but job checkpoints and crashes (FaultAll
-// adds them): moves and the network's faults.
-const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash)
+// FaultDefault is every kind but job checkpoints, crashes and restarts
+// (FaultAll adds them) and FaultMaster: moves and the network's faults.
+const FaultDefault = FaultAll &^ (FaultCheckpoint | FaultCrash | FaultRestart)
 
 var faultNames = []struct {
 	f    Fault
@@ -57,7 +80,7 @@ var faultNames = []struct {
 }{
 	{FaultLoss, "loss"}, {FaultDup, "dup"}, {FaultReorder, "reorder"}, {FaultDelay, "delay"},
 	{FaultPartition, "partition"}, {FaultFreeze, "freeze"}, {FaultMove, "move"},
-	{FaultCheckpoint, "checkpoint"}, {FaultCrash, "crash"},
+	{FaultCheckpoint, "checkpoint"}, {FaultCrash, "crash"}, {FaultRestart, "restart"}, {FaultMaster, "master"},
 }
 
 // FaultNames lists the names ParseFaults takes, in order.
@@ -73,7 +96,7 @@ func FaultNames() []string {
 var ErrBadFault = errors.New("unknown fault")
 
 // ParseFaults parses a comma-separated list of fault names (see
-// FaultNames), "all", "default" (FaultDefault) or "none".
+// FaultNames), "all" (FaultAll), "default" (FaultDefault) or "none".
 func ParseFaults(s string) (Fault, error) {
 	var f Fault
 	for _, part := range strings.Split(s, ",") {

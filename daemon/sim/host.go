@@ -40,6 +40,9 @@ type shost struct {
 	rtoArmed    bool
 	frozenUntil time.Duration
 	crashed     bool
+	// inc is the host's incarnation: 1, and one more at each restart
+	// (a restart replaces the shost; the old one stays crashed).
+	inc int
 	// epochs is the largest route epoch this host's table has held per
 	// task (the epochs-monotone invariant).
 	epochs map[task.TID]uint64
@@ -114,7 +117,7 @@ func newHost(w *world, id task.HostID) *shost {
 	h := &shost{
 		w: w, id: id, name: nodeName(id), node: host.New(),
 		tasks: map[task.TID]*stask{}, leaving: map[task.TID]*leaving{}, arriving: map[task.TID]*arriving{},
-		gone: map[task.TID]bool{}, epochs: map[task.TID]uint64{},
+		gone: map[task.TID]bool{}, epochs: map[task.TID]uint64{}, inc: 1,
 	}
 	if w.demand() {
 		h.cache = route.New(id, route.Config{Retry: rto})
@@ -199,6 +202,13 @@ func (h *shost) sendMsg(from, to task.TID, tag int, p task.Payload) {
 
 // put delivers e into st's mailbox, checking the pair's order.
 func (h *shost) put(st *stask, e routing.Envelope) {
+	if h.crashed || h.w.host(h.id) != h || st.host != h || h.tasks[st.tid] != st {
+		// A frame for a host's old incarnation, or for a task's, reached
+		// a mailbox.
+		h.w.fail(fmt.Errorf("%w: %v (incarnation %d) delivered %s to %v's incarnation %d on %v (incarnation %d)",
+			ErrInvariant, h.name, h.inc, envLine(e), st.tid, st.inc, st.host.name, st.host.inc))
+		return
+	}
 	if e.Seq != 0 {
 		k := [2]task.TID{e.From, e.To}
 		if last := h.w.pairs[k]; e.Seq != last+1 {

@@ -70,21 +70,90 @@ func (m *master) planCheckpoints(every time.Duration) {
 	m.do(m.step(mnode.Event{Kind: mnode.EvJobEvery, Job: job, Every: every}))
 }
 
-// crash stops host h for good: its tasks, its moves' halves and what it
-// holds are gone; the master deems it lost after detectAfter.
-func (w *world) crash(h *shost) {
+// crash stops host h: its tasks, its moves' halves and what it holds are
+// gone; the master deems it lost after detectAfter. With restart, the
+// host comes back (restart) a while after that.
+func (w *world) crash(h *shost, restart bool) {
 	if h.crashed || len(w.master.node.Alive()) < 2 {
 		return
+	}
+	what := "crash " + h.name
+	if restart {
+		what += " to restart"
 	}
 	if w.master.node.Sets(job) == 0 && w.cfg.Faults&FaultCheckpoint != 0 {
 		// Wait for a complete checkpoint, so that the crash tests the
 		// rollback rather than the job's loss.
-		w.after(10*time.Millisecond, nil, "crash "+h.name+" (waits for a checkpoint)", func() { w.crash(h) })
+		w.after(10*time.Millisecond, nil, what+" (waits for a checkpoint)", func() { w.crash(h, restart) })
 		return
 	}
-	w.take("crash " + h.name)
+	w.take(what)
 	h.crashed = true
-	w.after(detectAfter, nil, "lost "+h.name, func() { w.master.hostLost(h.id) })
+	id := h.id
+	w.after(detectAfter, nil, "lost "+h.name, func() { w.master.hostLost(id) })
+	if restart {
+		w.after(detectAfter+w.dur(10*time.Millisecond, 200*time.Millisecond), nil, "restart "+h.name, func() { w.restart(id) })
+	}
+}
+
+// restart brings host id back after a crash, once the master has deemed
+// it lost (daemon/membership.go's readmit of a deleted host): a new
+// incarnation under the same ID, with no task, move or checkpoint half
+// and an empty outbox and inbox. The old incarnation stays crashed, so
+// that every event still bound for it (deliveries in flight, its timers,
+// its tasks' turns) is dropped, as the old process's connections die
+// with it; what is sent to the host from now on meets the new one. Its
+// route table is the master's, which the daemon's join answer carries.
+// With routes broadcast the master counts it again (readmit); on demand
+// the other hosts' route caches keep it deleted, so the master keeps it
+// out of placement.
+func (w *world) restart(id task.HostID) {
+	old := w.host(id)
+	m := w.master
+	if !old.crashed || !m.node.Lost(id) || m.w.rootDone {
+		return
+	}
+	h := newHost(w, id)
+	h.inc = old.inc + 1
+	w.hosts[id-1] = h
+	w.take(fmt.Sprintf("restart %v (incarnation %d)", h.name, h.inc))
+	for _, tid := range m.order() {
+		r := m.node.Routes().Lookup(tid)
+		if r.Host == 0 {
+			continue
+		}
+		if h.cache != nil {
+			h.cache.Step(w.clock(), route.Event{Kind: route.EvSet, TID: tid, Route: r})
+		}
+		h.node.Step(w.clock(), host.Event{Kind: host.EvRoute, TID: tid, Route: r})
+		h.epochs[tid] = r.Epoch
+	}
+	if h.cache == nil {
+		m.readmit(id)
+	}
+}
+
+// readmit has the master count host id again (EvHostUp) once the job's
+// coordinator is idle: a rollback or checkpoint round under way keeps the
+// hosts it started with (routing/jobck has no event for a host's
+// return), and a rollback that placed tasks on the host without killing
+// there would find them in the way.
+func (m *master) readmit(id task.HostID) {
+	if m.w.rootDone || m.w.host(id).crashed {
+		return
+	}
+	if m.node.JobState(job) != jobck.Idle {
+		m.w.after(10*time.Millisecond, nil, "readmit "+nodeName(id)+" (waits for the job's round)", func() { m.readmit(id) })
+		return
+	}
+	m.w.take("readmit " + nodeName(id))
+	m.do(m.step(mnode.Event{Kind: mnode.EvHostUp, Host: id}))
+	if m.w.cfg.Faults&FaultMove != 0 {
+		// Tasks moved onto the new incarnation at seeded moments.
+		for range 1 + m.w.rng.IntN(3) {
+			m.w.after(m.w.dur(0, m.w.cfg.Horizon), nil, "move a task to "+nodeName(id), func() { m.randomMoveTo(id) })
+		}
+	}
 }
 
 // hostLost is the master deeming host id lost: its moves end, and the
@@ -264,6 +333,40 @@ func (m *master) ckDo(x mnode.Effect) {
 			return ckEvent(jobck.EvKilled, r, h, err)
 		})
 	}
+}
+
+// ErrJobLostWithMaster: the master crashed, and the job with it
+// (FaultMaster; the daemon's ErrJobLostWithMaster).
+var ErrJobLostWithMaster = errors.New("job lost with its master")
+
+// crashMaster crashes the master: its node does nothing from now on
+// (master.step), and the hosts learn it is gone after detectAfter.
+func (w *world) crashMaster() {
+	m := w.master
+	if m.down {
+		return
+	}
+	w.take("crash master")
+	m.down = true
+	w.after(detectAfter, nil, "master lost", w.lostWithMaster)
+}
+
+// lostWithMaster ends the job once its hosts learn the master is gone:
+// a job cannot survive its master (daemon/README.md), and the recovered
+// master's client kills the tasks the hosts bring back; none runs on.
+func (w *world) lostWithMaster() {
+	w.take("job lost with its master")
+	for _, h := range w.hosts {
+		for _, st := range h.jobTasks() {
+			st.quiet = true
+			st.killed = true
+			st.stop()
+		}
+	}
+	w.lostMaster = true
+	w.rootDone = true
+	w.status = 1
+	w.rootErr = ErrJobLostWithMaster
 }
 
 // ErrJobLost: the job lost tasks with a host and could not roll back.

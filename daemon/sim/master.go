@@ -31,6 +31,9 @@ type master struct {
 	waiters map[move.ID]func(error) // a move's caller, told of its end
 	calls   map[uint64]bool         // control calls awaiting their answer
 	callSeq uint64
+	// down: the master crashed (FaultMaster); its node hears and does
+	// nothing from then on.
+	down bool
 }
 
 // job is the one job a run has.
@@ -53,7 +56,13 @@ func newMaster(w *world) *master {
 }
 
 // step feeds the master node one event at the current virtual time.
-func (m *master) step(e mnode.Event) []mnode.Effect { return m.node.Step(m.w.clock(), e) }
+// A crashed master hears nothing and does nothing.
+func (m *master) step(e mnode.Event) []mnode.Effect {
+	if m.down {
+		return nil
+	}
+	return m.node.Step(m.w.clock(), e)
+}
 
 // task is the registry's record of tid (nil: none).
 func (m *master) task(tid task.TID) *mnode.Task { return m.node.Task(tid) }
@@ -280,7 +289,11 @@ func (m *master) barrier(group string, count int, st *stask) (bool, error) {
 }
 
 // randomMove moves a live task, drawn from the seed, to another host.
-func (m *master) randomMove() {
+func (m *master) randomMove() { m.randomMoveTo(0) }
+
+// randomMoveTo moves a live task, drawn from the seed, to host to (0: to
+// another host drawn from the seed).
+func (m *master) randomMoveTo(to task.HostID) {
 	var live []task.TID
 	for _, tid := range m.order() {
 		if mt := m.task(tid); !mt.Exited && !mt.Killed && !m.node.Lost(m.node.Routes().Lookup(tid).Host) {
@@ -293,8 +306,10 @@ func (m *master) randomMove() {
 	}
 	tid := live[m.w.rng.IntN(len(live))]
 	from := m.node.Routes().Lookup(tid).Host
-	to := from
-	for to == from {
+	if to == from {
+		return
+	}
+	for to == 0 || to == from {
 		to = alive[m.w.rng.IntN(len(alive))]
 	}
 	if err := m.startMove(tid, to, nil); err != nil {

@@ -121,7 +121,14 @@ func (w *world) planFaults() {
 	}
 	if f&FaultCrash != 0 && len(w.hosts) > 1 {
 		h := w.hosts[w.rng.IntN(len(w.hosts))]
-		w.at(w.dur(hz/4, hz), nil, "crash "+h.name, func() { w.crash(h) })
+		w.at(w.dur(hz/4, hz), nil, "crash "+h.name, func() { w.crash(h, false) })
+	}
+	if f&FaultRestart != 0 && len(w.hosts) > 1 {
+		id := task.HostID(1 + w.rng.IntN(len(w.hosts)))
+		w.at(w.dur(hz/4, hz), nil, "crash "+nodeName(id)+" to restart", func() { w.crash(w.host(id), true) })
+	}
+	if f&FaultMaster != 0 {
+		w.at(w.dur(hz/4, hz), nil, "crash master", w.crashMaster)
 	}
 }
 
@@ -197,13 +204,14 @@ func (w *world) ping(from, to task.HostID, done func()) {
 		return max(w.now+w.dur(20*time.Microsecond, 200*time.Microsecond), n.lastAny[[2]task.HostID{a, b}]+1)
 	}
 	line := fmt.Sprintf("%v→%v ping", nodeName(from), nodeName(to))
+	src := w.host(from) // the pong returns to this incarnation
 	var arrive func()
 	arrive = func() {
 		if dst := w.host(to); !dst.crashed && dst.frozenUntil > w.now {
 			w.at(dst.frozenUntil, nil, line+" (frozen)", arrive)
 			return
 		}
-		w.at(hop(to, from), w.host(from), fmt.Sprintf("%v→%v pong", nodeName(to), nodeName(from)), done)
+		w.at(hop(to, from), src, fmt.Sprintf("%v→%v pong", nodeName(to), nodeName(from)), done)
 	}
 	w.at(hop(from, to), nil, line, arrive)
 }

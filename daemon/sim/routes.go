@@ -133,6 +133,9 @@ func (h *shost) answer(to task.HostID, tid task.TID, r routing.Route) {
 // answerAsk is the master answering a host's query for the route of a
 // task whose origin it deleted: its table holds every route.
 func (m *master) answerAsk(h *shost, tid task.TID) {
+	if m.down {
+		return
+	}
 	r := m.node.Routes().Lookup(tid)
 	if mt := m.w.meter; mt != nil {
 		mt.out(KindRouteAnswer, h.id, answerFrameBytes, m.w.now)

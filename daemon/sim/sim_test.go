@@ -163,6 +163,82 @@ func TestCheckpointCrash(t *testing.T) {
 	t.Logf("%d rollbacks", rollbacks)
 }
 
+// TestRestart runs seeds of every example under every fault, restarts
+// included, twice, on both route protocols: the same seed replays the
+// same run, every seed ends with the fault-free run's result, hosts
+// crashed and came back as new incarnations after the master deemed them
+// lost, and with routes broadcast some moves went to a restarted host.
+// What was in flight to an old incarnation reaching the new one's tasks
+// fails the seed (shost.put, world.check).
+func TestRestart(t *testing.T) {
+	for _, rt := range []sim.Routes{sim.RoutesBroadcast, sim.RoutesDemand} {
+		cfg := sim.Config{Faults: sim.FaultAll, Routes: rt}
+		restarts, movesTo := 0, 0
+		for _, args := range examplePrograms {
+			for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
+				if !r.OK {
+					report(t, args, cfg, r)
+				}
+				back := map[string]bool{}
+				for _, l := range r.Taken {
+					f := strings.Fields(l)
+					switch {
+					case len(f) >= 3 && f[1] == "restart":
+						restarts++
+						back[f[2]] = true
+					case len(f) == 5 && f[1] == "move" && strings.Contains(f[4], "→"):
+						if back[f[4][strings.Index(f[4], "→")+len("→"):]] {
+							movesTo++
+						}
+					}
+				}
+			}
+		}
+		if restarts == 0 {
+			t.Errorf("routes %v: no host restarted", rt)
+		}
+		if rt == sim.RoutesBroadcast && movesTo == 0 {
+			t.Errorf("routes %v: no task moved to a restarted host", rt)
+		}
+		t.Logf("routes %v: %d restarts, %d moves to a restarted host", rt, restarts, movesTo)
+	}
+}
+
+// TestMasterCrash runs seeds of every example under every fault and a
+// crashed master, twice: the same seed replays the same run, no
+// invariant breaks (no task in service twice, before the crash or after),
+// and every seed ends either with the fault-free run's result (its root
+// ended before the crash) or with the job lost with its master, the
+// master's crash and the job's loss the last things it took.
+func TestMasterCrash(t *testing.T) {
+	cfg := sim.Config{Faults: sim.FaultAll | sim.FaultMaster, Routes: routes(t)}
+	lost := 0
+	for _, args := range examplePrograms {
+		for _, r := range checkTwice(t, cfg, args, seeds(*simSeeds)).Seeds {
+			if !r.OK {
+				report(t, args, cfg, r)
+				continue
+			}
+			if !r.LostWithMaster {
+				continue
+			}
+			lost++
+			n := len(r.Taken)
+			if n < 2 || !strings.HasSuffix(r.Taken[n-1], " job lost with its master") ||
+				!slices.ContainsFunc(r.Taken, func(l string) bool { return strings.HasSuffix(l, " crash master") }) {
+				t.Errorf("%v seed %d lost with its master, but took: %s", args, r.Seed, strings.Join(r.Taken, "; "))
+			}
+			if r.Result != "job lost with its master" {
+				t.Errorf("%v seed %d lost with its master: result %q", args, r.Seed, r.Result)
+			}
+		}
+	}
+	if lost == 0 {
+		t.Error("no job was lost with its master")
+	}
+	t.Logf("%d seeds lost with the master", lost)
+}
+
 // TestSiblingsUnderFaults runs pvm.spmd, whose tasks pass a token around
 // the ring c.Siblings gives them (pvm_siblings): under moves and the
 // network's faults every seed ends as the fault-free run does, some after
@@ -439,11 +515,20 @@ func TestFaultNames(t *testing.T) {
 	if f, err := sim.ParseFaults("all"); err != nil || f != sim.FaultAll || f.String() != "all" {
 		t.Errorf("all: %v, %v", f, err)
 	}
-	if f, err := sim.ParseFaults("default"); err != nil || f != sim.FaultDefault || f.String() != "default" || f&sim.FaultCrash != 0 {
+	if f, err := sim.ParseFaults("default"); err != nil || f != sim.FaultDefault || f.String() != "default" || f&(sim.FaultCrash|sim.FaultRestart) != 0 {
 		t.Errorf("default: %v, %v", f, err)
 	}
 	if f, err := sim.ParseFaults("default,crash"); err != nil || f != sim.FaultDefault|sim.FaultCrash {
 		t.Errorf("default,crash: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("default,restart"); err != nil || f != sim.FaultDefault|sim.FaultRestart || f.String() != "loss,dup,reorder,delay,partition,freeze,move,restart" {
+		t.Errorf("default,restart: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("all"); err != nil || f&sim.FaultRestart == 0 || f&sim.FaultMaster != 0 {
+		t.Errorf("all: restart, and not master: %v, %v", f, err)
+	}
+	if f, err := sim.ParseFaults("all,master"); err != nil || f != sim.FaultAll|sim.FaultMaster || !strings.HasSuffix(f.String(), ",restart,master") {
+		t.Errorf("all,master: %v, %v", f, err)
 	}
 	if f, err := sim.ParseFaults("none"); err != nil || f != 0 || f.String() != "none" {
 		t.Errorf("none: %v, %v", f, err)
@@ -464,10 +549,10 @@ var goldenTraces = []struct {
 	seed   uint64
 	hash   string
 }{
-	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesBroadcast, 1, "f51300d20b2b35cecf74b185dc187c644dbfbc7b7122c816480e98033c46e64c"},
-	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesBroadcast, 3, "3949d7af1cb1b2268dd38559d313b90f2cfc592c0ad3f738e1017928d7904da9"},
-	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesDemand, 1, "ab04bfbae788dd3533d31a6e461d047ed53dea45a4636db7bb187973cb8e2a5b"},
-	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesDemand, 3, "f1c3d79fa184cc27750d26409122f5c537a7bf6a633578c0aa805bc4b3cdfc42"},
+	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesBroadcast, 1, "ee1bcb3c25e5f7e456c2a890526c06639d0721354cd77b943c8b08885e74c0eb"},
+	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesBroadcast, 3, "5cd4aead57a1b5838f12ebc39f1666bb08e4c595cefa6d1444984c5c6209afb4"},
+	{[]string{"ring", "-n", "5", "-laps", "20"}, "default", sim.RoutesDemand, 1, "a874aa8c185e96768a32b4121497c633d85592db558fefcb1bad6bc73bf02634"},
+	{[]string{"jacobi", "-n", "16", "-workers", "3", "-iters", "60"}, "default,checkpoint,crash", sim.RoutesDemand, 3, "241ae69ea03c23eec01cc973f4da633ac7cf7cd330e408b2ae4d7c38e654c9c5"},
 }
 
 // TestGoldenTraces: the pinned seeds give their pinned trace hashes; the

@@ -71,6 +71,7 @@ const (
 	parkSafe                        // a matching message, or a move request
 	parkBarrier                     // the group's barrier
 	parkPause                       // a job checkpoint's pause to end
+	parkMaster                      // an answer from a crashed master (never)
 )
 
 type parkReq struct {
@@ -252,6 +253,19 @@ func (ep *endpoint) check() error {
 	return nil
 }
 
+// checkMaster is check for a call to the master: while the master is
+// down (FaultMaster) the call is never answered, and the task waits
+// until the run ends it.
+func (ep *endpoint) checkMaster() error {
+	if err := ep.check(); err != nil {
+		return err
+	}
+	if ep.w.master.down {
+		return ep.st().wait(&parkReq{kind: parkMaster}).err
+	}
+	return nil
+}
+
 // Send implements task.Endpoint.
 func (ep *endpoint) Send(_ context.Context, to task.TID, tag int, p task.Payload) error {
 	if err := ep.check(); err != nil {
@@ -396,7 +410,7 @@ func (ep *endpoint) Hosts(context.Context) ([]task.Host, error) {
 // Spawn implements task.Endpoint: the master places the tasks and their
 // hosts start them.
 func (ep *endpoint) Spawn(_ context.Context, req task.SpawnRequest) ([]task.TID, error) {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return nil, err
 	}
 	tids, err := ep.w.master.spawn(ep.tid, ep.job, req)
@@ -409,7 +423,7 @@ func (ep *endpoint) Spawn(_ context.Context, req task.SpawnRequest) ([]task.TID,
 
 // Kill implements task.Endpoint.
 func (ep *endpoint) Kill(_ context.Context, tid task.TID) error {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return err
 	}
 	err := ep.w.master.kill(tid)
@@ -426,7 +440,7 @@ func (ep *endpoint) Exit(status int) { ep.exitSet, ep.status = true, status }
 // Notify implements task.Endpoint: TaskExit notices are sent; host
 // notices never fire (no host joins or leaves the simulated machine).
 func (ep *endpoint) Notify(_ context.Context, kind task.NotifyKind, tag int, tids []task.TID) error {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return err
 	}
 	if kind == task.TaskExit {
@@ -440,7 +454,7 @@ func (ep *endpoint) Notify(_ context.Context, kind task.NotifyKind, tag int, tid
 
 // Join implements task.Endpoint.
 func (ep *endpoint) Join(_ context.Context, group string) (int, error) {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return 0, err
 	}
 	inst, err := ep.w.master.join(group, ep.tid)
@@ -453,7 +467,7 @@ func (ep *endpoint) Join(_ context.Context, group string) (int, error) {
 
 // Leave implements task.Endpoint.
 func (ep *endpoint) Leave(_ context.Context, group string) error {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return err
 	}
 	err := ep.w.master.leave(group, ep.tid)
@@ -466,7 +480,7 @@ func (ep *endpoint) Leave(_ context.Context, group string) error {
 
 // Members implements task.Endpoint.
 func (ep *endpoint) Members(_ context.Context, group string) ([]task.TID, error) {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return nil, err
 	}
 	m, err := ep.w.master.members(group)
@@ -479,7 +493,7 @@ func (ep *endpoint) Members(_ context.Context, group string) ([]task.TID, error)
 
 // Barrier implements task.Endpoint.
 func (ep *endpoint) Barrier(_ context.Context, group string, count int) error {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return err
 	}
 	st := ep.st()
@@ -534,7 +548,7 @@ func (ep *endpoint) SafePoint(t task.Task) error {
 // Migrate implements task.Endpoint: the master moves the task and the
 // caller waits for the move's end.
 func (ep *endpoint) Migrate(_ context.Context, tid task.TID, host, _ string) error {
-	if err := ep.check(); err != nil {
+	if err := ep.checkMaster(); err != nil {
 		return err
 	}
 	h := ep.w.hostByName(host)

@@ -97,7 +97,14 @@ type Result struct {
 	Taken []string
 	// Tail is the last events of the trace (for a failure's report).
 	Tail []string
+	// LostWithMaster: the master crashed before the root ended, and the
+	// job with it (FaultMaster): the documented outcome, which Check
+	// accepts beside the fault-free result. Result then says so.
+	LostWithMaster bool
 }
+
+// resultLostWithMaster is Result.Result for a job lost with its master.
+const resultLostWithMaster = "job lost with its master"
 
 // Summary is the result of a job with exit status status and output out:
 // the status and the first 16 hex digits of the SHA-256 of the output's
@@ -195,6 +202,8 @@ type world struct {
 	status   int
 	rootErr  error
 	failure  error
+	// lostMaster: the job was lost with its crashed master (FaultMaster).
+	lostMaster bool
 
 	net netState
 	// meter counts the master's messages (a scale run's; nil otherwise).
@@ -251,6 +260,8 @@ func Run(cfg Config, root task.Task) Result {
 	switch {
 	case w.failure != nil:
 		res.Err = w.failure
+	case w.lostMaster:
+		res.LostWithMaster, res.Result = true, resultLostWithMaster
 	case !w.rootDone:
 		res.Err = fmt.Errorf("%w within %v of virtual time and %d events: %s", ErrStalled, w.now, w.events, stall)
 	case w.rootErr != nil:
@@ -388,6 +399,8 @@ func (w *world) stalled() string {
 				s += " waits at a barrier or a move"
 			case p.kind == parkPause:
 				s += " is held for a job checkpoint"
+			case p.kind == parkMaster:
+				s += " waits for the crashed master"
 			default:
 				s += fmt.Sprintf(" waits for tag %d from %v", p.tag, p.from)
 			}

@@ -318,7 +318,9 @@ const (
 	// machine's actions follow).
 	EvResolve
 	// EvHostUp: Host is in the virtual machine (again): it is no longer
-	// deemed lost, and hears routes on demand.
+	// deemed lost, hears routes on demand, and placement, moves and job
+	// checkpoints count it again (a host deemed lost that rejoined empty
+	// under its old ID, as daemon/membership.go's readmit takes it back).
 	EvHostUp
 	// EvNextEpoch: the epoch clock is raised to Epoch and the epoch after
 	// it handed out (FxAnswer with Epoch): a route the shell sets itself.

@@ -38,7 +38,7 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 //	report host=1 orphans=m3/t1:1/2/e4,... running=t2:1,... epoch=5 floor=3
 //	resolve hosts=1,2 | nextepoch 7 | up 2
 //	result m1 prepare ok err=text
-//	lost 2
+//	lost 2 | back 2
 //	checkpoint 1
 //	paused 1 host=1 every=1ms err=text
 //	quiet 1 host=1 pending=0 running=0 tasks=2
@@ -166,6 +166,9 @@ func (s *script) run(line string) string {
 	case "lost":
 		n, _ := strconv.Atoi(pos[0])
 		e.Kind, e.Host = EvHostLost, task.HostID(n)
+	case "back":
+		n, _ := strconv.Atoi(pos[0])
+		e.Kind, e.Host = EvHostUp, task.HostID(n)
 	case "checkpoint", "paused", "quiet", "written", "committed", "killed":
 		j := jobOf()
 		kinds := map[string]jobck.EventKind{"checkpoint": jobck.EvCheckpoint, "paused": jobck.EvPaused, "quiet": jobck.EvQuiet,

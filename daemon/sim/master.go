@@ -248,7 +248,13 @@ func (m *master) watch(tid, who task.TID, tag int) {
 		if x.Kind != mnode.FxNotify {
 			continue
 		}
-		p, err := task.Encode(task.Notice{Kind: task.TaskExit, TID: tid, Status: m.incs[tid].exitStatus()})
+		n := task.Notice{Kind: task.TaskExit, TID: tid, Status: -1}
+		if x.Err != nil {
+			n.Err = x.Err.Error() // no such task
+		} else {
+			n.Status = m.incs[tid].exitStatus()
+		}
+		p, err := task.Encode(n)
 		if err == nil {
 			m.notice(routing.Envelope{From: tid, To: x.To, Tag: int32(x.Tag), Body: p})
 		}

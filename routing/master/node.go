@@ -17,6 +17,9 @@ import (
 // ErrUnknownJob: an event named a job the node has no coordinator for.
 var ErrUnknownJob = errors.New("master: no such job")
 
+// ErrLost: a watched task was lost with its host (FxNotify's Err).
+var ErrLost = errors.New("lost with its host")
+
 // Config bounds the node. Timeouts must be valid for a move to start
 // (move.Timeouts); the zero values of the others mean their defaults.
 type Config struct {
@@ -41,6 +44,9 @@ type Config struct {
 	// one group (0: no bound). A join or rejoin past one is refused with
 	// ErrLimit.
 	MaxGroups, MaxGroupName, MaxGroupMembers int
+	// MaxWatchers bounds the watches on one task (0: no bound); a watch
+	// past it is refused with ErrLimit.
+	MaxWatchers int
 }
 
 func (c Config) withDefaults() Config {
@@ -289,7 +295,14 @@ const (
 	// waiting already). A member that leaves takes its arrival back.
 	EvBarrier
 	// EvWatch: Who is to be told, with Tag, of TID's end (FxNotify at
-	// once if it has ended).
+	// once if it has ended). Of a task the registry does not hold (a
+	// shell that keeps its own registry, and tells a task's ordinary end
+	// at its host), the node tells only its loss (EvTasksLost): Host is
+	// where the shell's table places it, and with Host 0 (the shell
+	// knows no live host of it) or a host lost, Who is told at once that
+	// there is no such task (FxNotify, Err task.ErrNoSuchTask). A watch
+	// past Config.MaxWatchers is refused (FxRefuse, ErrLimit); one
+	// recorded has no effect.
 	EvWatch
 	// EvWithdraw: TID takes back its arrival at Group's barrier (its
 	// wait was given up): FxAnswer, with Err ErrNotWaiting if it waits
@@ -325,11 +338,21 @@ const (
 	// EvNextEpoch: the epoch clock is raised to Epoch and the epoch after
 	// it handed out (FxAnswer with Epoch): a route the shell sets itself.
 	EvNextEpoch
+	// EvTasksLost: TIDs, tasks the registry does not hold that the
+	// shell's table placed at Host, were lost with it (and not restored
+	// elsewhere): the watchers of each are told (FxNotify, Err ErrLost)
+	// and its watches dropped. TIDs watched by no one, and the
+	// registry's tasks (whose end is an EvExited), are passed over
+	// (Watched lists the tasks watched).
+	EvTasksLost
+	// EvUnwatch: the watches on TID are dropped, untold: a task the
+	// registry does not hold ended where it ran, which told its watchers.
+	EvUnwatch
 )
 
 var eventNames = [...]string{"", "spawn", "exited", "kill", "located", "move", "move-result", "host-lost",
 	"job-start", "job-every", "ck", "staged", "resumed", "timer", "join", "leave", "barrier", "watch", "withdraw", "rejoin",
-	"hold", "release", "drop-job", "move-report", "resolve", "host-up", "next-epoch"}
+	"hold", "release", "drop-job", "move-report", "resolve", "host-up", "next-epoch", "tasks-lost", "unwatch"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -418,6 +441,13 @@ func (e Event) String() string {
 		s += fmt.Sprintf(" %v %q of %d", e.TID, e.Group, e.Count)
 	case EvWatch:
 		s += fmt.Sprintf(" %v by %v tag %d", e.TID, e.Who, e.Tag)
+		if e.Host != 0 {
+			s += fmt.Sprintf(" at %v", e.Host)
+		}
+	case EvTasksLost:
+		s += fmt.Sprintf(" %v %v", e.Host, e.TIDs)
+	case EvUnwatch:
+		s += " " + e.TID.String()
 	}
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
@@ -517,7 +547,8 @@ const (
 	FxAnswer
 	// FxRelease: a barrier is complete; the tasks TIDs waited at it.
 	FxRelease
-	// FxNotify: tell To, with Tag, that TID has ended.
+	// FxNotify: tell To, with Tag, that TID has ended (Err: that it was
+	// lost with its host, ErrLost, or names no task, task.ErrNoSuchTask).
 	FxNotify
 )
 
@@ -754,11 +785,19 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 		}
 		n.emit(Effect{Kind: FxAnswer, Err: err})
 	case EvWatch:
-		if t := n.tasks[e.TID]; t != nil && t.Exited {
-			n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
-			break
+		n.watch(e)
+	case EvUnwatch:
+		delete(n.watches, e.TID)
+	case EvTasksLost:
+		for _, tid := range e.TIDs {
+			if n.tasks[tid] != nil {
+				continue // the registry's: its end is an EvExited
+			}
+			for _, w := range n.watches[tid] {
+				n.emit(Effect{Kind: FxNotify, TID: tid, To: w.who, Tag: w.tag, Err: ErrLost})
+			}
+			delete(n.watches, tid)
 		}
-		n.watches[e.TID] = append(n.watches[e.TID], watch{who: e.Who, tag: e.Tag})
 	}
 	out := n.out
 	n.out = nil
@@ -767,6 +806,26 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 
 func (n *Node) emit(x Effect)    { n.out = append(n.out, x) }
 func (n *Node) refuse(err error) { n.emit(Effect{Kind: FxRefuse, Err: err}) }
+
+// watch records e's watch on the end of e.TID, or tells it at once: a
+// task of the registry that has ended, or one the registry does not hold
+// that the shell places on no live host.
+func (n *Node) watch(e Event) {
+	t := n.tasks[e.TID]
+	switch {
+	case t != nil && t.Exited:
+		n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag})
+	case t == nil && (e.Host == 0 || n.lost[e.Host]):
+		n.emit(Effect{Kind: FxNotify, TID: e.TID, To: e.Who, Tag: e.Tag, Err: task.ErrNoSuchTask})
+	case n.cfg.MaxWatchers > 0 && len(n.watches[e.TID]) >= n.cfg.MaxWatchers:
+		n.refuse(fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", e.TID, n.cfg.MaxWatchers, n.cfg.MaxWatchers, ErrLimit))
+	default:
+		n.watches[e.TID] = append(n.watches[e.TID], watch{who: e.Who, tag: e.Tag})
+	}
+}
+
+// Watched lists, in order, the tasks with watches on their end.
+func (n *Node) Watched() []task.TID { return slices.Sorted(maps.Keys(n.watches)) }
 
 // exited records that tid ended: its groups let go of it and its
 // watchers are told.

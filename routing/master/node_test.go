@@ -232,6 +232,14 @@ func runFuzz(t *testing.T, in []byte) string {
 			e = Event{Kind: EvBarrier, TID: pick(), Group: "g", Count: int(b>>6) - 1}
 		case 20:
 			e = Event{Kind: EvWatch, TID: pick(), Who: pick(), Tag: int(b)}
+			switch b >> 6 {
+			case 1: // a task the shell keeps, placed at h (or nowhere)
+				e.TID, e.Host = task.NewTID(9, uint32(b>>3)%4+1), hosts[int(b>>3)%len(hosts)]
+			case 2: // the shell's tasks on h are lost
+				e = Event{Kind: EvTasksLost, Host: h, TIDs: n.Watched()}
+			case 3: // one ended at its host
+				e = Event{Kind: EvUnwatch, TID: task.NewTID(9, uint32(b>>3)%4+1)}
+			}
 		case 21:
 			e = Event{Kind: EvWithdraw, TID: pick(), Group: "g"}
 		case 22:
@@ -264,6 +272,10 @@ func runFuzz(t *testing.T, in []byte) string {
 					t.Fatalf("step %d: %v started twice or not registered", i, x.TID)
 				}
 				seen[x.TID] = true
+			case FxNotify:
+				if x.Err != nil && n.Task(x.TID) != nil {
+					t.Fatalf("step %d (%v): %v of a registered task", i, e, x)
+				}
 			case FxCall, FxResume:
 				if x.Timeout <= 0 {
 					t.Fatalf("step %d: unbounded call %v", i, x)
@@ -282,6 +294,13 @@ func runFuzz(t *testing.T, in []byte) string {
 							t.Fatalf("step %d: route told to lost %v", i, o)
 						}
 					}
+				}
+			}
+		}
+		if e.Kind == EvTasksLost {
+			for _, tid := range e.TIDs {
+				if n.Task(tid) == nil && slices.Contains(n.Watched(), tid) {
+					t.Fatalf("step %d (%v): %v still watched", i, e, tid)
 				}
 			}
 		}

@@ -97,7 +97,7 @@ func (s *script) run(line string) string {
 			}
 		}
 		s.n = New(Config{Timeouts: timeouts, Demand: strings.Contains(line, " demand"),
-			MaxGroups: num("groups"), MaxGroupName: num("name"), MaxGroupMembers: num("members")}, hs)
+			MaxGroups: num("groups"), MaxGroupName: num("name"), MaxGroupMembers: num("members"), MaxWatchers: num("watchers")}, hs)
 		s.now = base
 		return s.status()
 	}
@@ -111,8 +111,8 @@ func (s *script) run(line string) string {
 		e.Every, _ = time.ParseDuration(pos[1])
 	case "spawn":
 		e.Kind, e.Job, e.Type, e.Count, e.Host, e.Parent = EvSpawn, uint64(num("job")), args["type"], num("count"), host("host"), tid(args["parent"])
-	case "exited", "kill", "located":
-		e.Kind = map[string]EventKind{"exited": EvExited, "kill": EvKill, "located": EvLocated}[f[0]]
+	case "exited", "kill", "located", "unwatch":
+		e.Kind = map[string]EventKind{"exited": EvExited, "kill": EvKill, "located": EvLocated, "unwatch": EvUnwatch}[f[0]]
 		e.TID = tid(pos[0])
 	case "move":
 		e.Kind, e.TID, e.Host = EvMove, tid(pos[0]), host("to")
@@ -213,7 +213,14 @@ func (s *script) run(line string) string {
 	case "rejoin":
 		e.Kind, e.TID, e.Group, e.Count = EvRejoin, tid(pos[0]), pos[1], num("inst")
 	case "watch":
-		e.Kind, e.TID, e.Who, e.Tag = EvWatch, tid(pos[0]), tid(args["who"]), num("tag")
+		e.Kind, e.TID, e.Who, e.Tag, e.Host = EvWatch, tid(pos[0]), tid(args["who"]), num("tag"), host("at")
+	case "taskslost":
+		e.Kind, e.Host = EvTasksLost, host("host")
+		for _, x := range pos {
+			e.TIDs = append(e.TIDs, tid(x))
+		}
+	case "watched":
+		return fmt.Sprintf("%v", s.n.Watched())
 	case "members":
 		m, err := s.n.Members(pos[0])
 		if err != nil {

@@ -27,11 +27,13 @@
 // route table, the move machine and each job's checkpoint coordinator,
 // with the drivers' timers and resume retries as effects), which the
 // whole-VM simulation (daemon/sim) runs. The daemon runs it under one
-// lock, mn.mu (masterNode, masternode.go), for its groups and barriers
-// and for its moves and the epoch clock; its registry, routes, host list
-// and jobs are still the parts below, which feed the node what it needs
-// of them (a move's starting route and the task's facts, the hosts lost
-// and back) and drive their own machines under their own locks.
+// lock, mn.mu (masterNode, masternode.go), for its groups and barriers,
+// the watches on a task's loss with its host, and its moves and the
+// epoch clock; its registry, routes, host list and jobs are still the
+// parts below, which feed the node what it needs of them (a move's
+// starting route and the task's facts, where a watched task is, the
+// hosts lost and back, the watched tasks a lost host took with it) and
+// drive their own machines under their own locks.
 //
 // A Daemon is the driver of its parts. Each part is a type of its own
 // with one owner, a lock (or, for the scheduler's loop and a peer's
@@ -202,10 +204,20 @@
 //     barrier (a channel here, or the host to tell), waking the ones a
 //     release names and sending one release per host after the lock.
 //     Which members a lost host takes with it is still read from the
-//     host's route table (lostFromGroups). Watches on a task's end are
-//     not the node's yet: they are registered at the task's host
-//     (hosting's notify registrations) and, for its loss, at the master
-//     (ht.lossWatch).
+//     host's route table (lostFromGroups).
+//   - Watches on a task's end (master.go: registerExitWatch,
+//     taskLossNotices, taskGone; on Daemon.mn): a task's ordinary end is
+//     told at its host (hosting's notify registrations, which travel with
+//     it in its checkpoint); its loss with its host is the master node's,
+//     stepped under mn.mu. The node decides whether a watch is told at
+//     once that there is no such task (the shell's table places the task
+//     on no host known, or on one lost), refused past MaxWatchers
+//     (ErrLimit) or recorded, and, once the jobs a lost host took tasks
+//     of have rolled back, whom to tell of which task's loss; a task's
+//     end at its host drops its watches (EvUnwatch). The shell gives it
+//     where its route table places each task, registers a recorded
+//     watch at the task's host (watchAt: its own retries while the task
+//     moves) and sends the notices the node names, after the lock.
 //   - A host's barrier arrivals, under their own
 //     lock (arrivals.go); the network's peers and host registry, under
 //     nw.mu; a host's load reports, under rep.mu; a peer's bulk stream

@@ -32,11 +32,8 @@ type hosting struct {
 	ownNum  uint32                 // the last this host took itself, or a floor raised it to (numbered)
 	watch   map[task.TID][]watcher // TaskExit registrations by watched task
 	hostW   []hostWatcher          // HostAdd/HostDelete registrations
-	// lossWatch (master) holds TaskExit registrations so they fire when a
-	// task is lost with its host.
-	lossWatch map[task.TID][]watcher
-	halted    bool                // the daemon is stopping: no task starts
-	staged    map[task.TID]staged // tasks read from a job checkpoint, waiting to start
+	halted  bool                   // the daemon is stopping: no task starts
+	staged  map[task.TID]staged    // tasks read from a job checkpoint, waiting to start
 	// node is the host node (router.node); its host half of moves decides
 	// every step of a move here and holds, per task, the departure, the
 	// arrival and the floor (the newest move this host cancelled or
@@ -62,17 +59,16 @@ type hosting struct {
 // newHosting makes the hosting part of rt's host node, under its lock.
 func newHosting(rt *router) *hosting {
 	return &hosting{
-		mu:        &rt.mu,
-		node:      rt.node,
-		ckpts:     ckptSeam{rt.node},
-		tasks:     map[task.TID]*hosted{},
-		gone:      map[task.TID]*hosted{},
-		watch:     map[task.TID][]watcher{},
-		lossWatch: map[task.TID][]watcher{},
-		staged:    map[task.TID]staged{},
-		moving:    map[task.TID]*leaving{},
-		incoming:  map[task.TID]*arriving{},
-		pauses:    map[task.TID]*pauseReq{},
+		mu:       &rt.mu,
+		node:     rt.node,
+		ckpts:    ckptSeam{rt.node},
+		tasks:    map[task.TID]*hosted{},
+		gone:     map[task.TID]*hosted{},
+		watch:    map[task.TID][]watcher{},
+		staged:   map[task.TID]staged{},
+		moving:   map[task.TID]*leaving{},
+		incoming: map[task.TID]*arriving{},
+		pauses:   map[task.TID]*pauseReq{},
 	}
 }
 

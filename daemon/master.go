@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/hostlist"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -178,24 +180,35 @@ func (d *Daemon) removeHost(id task.HostID, why string) {
 }
 
 // taskLossNotices fires the exit notifications of tasks lost with host id
-// (master): those the routing table still places there.
+// (master): the master node tells the watchers of the watched tasks that
+// the routing table still places there (a task its job restored lives
+// on elsewhere).
 func (d *Daemon) taskLossNotices(id task.HostID) {
-	d.ht.mu.Lock()
-	watched := make(map[task.TID][]watcher, len(d.ht.lossWatch))
-	for tid, ws := range d.ht.lossWatch {
-		watched[tid] = ws
+	d.mn.mu.Lock()
+	watched := d.mn.node.Watched()
+	d.mn.mu.Unlock()
+	lost := slices.DeleteFunc(watched, func(tid task.TID) bool { return d.routeHost(tid) != id })
+	if len(lost) == 0 {
+		return
 	}
-	d.ht.mu.Unlock()
-	for tid, ws := range watched {
-		if d.routeHost(tid) != id {
+	d.mn.mu.Lock()
+	fx := d.mn.stepLocked(mnode.Event{Kind: mnode.EvTasksLost, Host: id, TIDs: lost})
+	d.mn.mu.Unlock()
+	d.performNotices(fx)
+}
+
+// performNotices sends the exit notices among the master node's effects fx
+// (no lock held): a task lost with its host, or none such.
+func (d *Daemon) performNotices(fx []mnode.Effect) {
+	for _, x := range fx {
+		if x.Kind != mnode.FxNotify {
 			continue
 		}
-		d.ht.mu.Lock()
-		delete(d.ht.lossWatch, tid)
-		d.ht.mu.Unlock()
-		for _, w := range ws {
-			d.notify(tid, w, task.Notice{Kind: task.TaskExit, TID: tid, Status: -1, Err: "lost with its host"}, false)
+		n := task.Notice{Kind: task.TaskExit, TID: x.TID, Status: -1}
+		if x.Err != nil {
+			n.Err = x.Err.Error()
 		}
+		d.notify(x.TID, watcher{who: x.To, tag: x.Tag}, n, false)
 	}
 }
 
@@ -377,8 +390,10 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.owners.ended(tid)
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
+	d.mn.mu.Lock()
+	d.mn.stepLocked(mnode.Event{Kind: mnode.EvUnwatch, TID: tid}) // told at its host
+	d.mn.mu.Unlock()
 	d.ht.mu.Lock()
-	delete(d.ht.lossWatch, tid)
 	d.ht.moveGone(tid) // the floor of an arrival cancelled here
 	d.ht.mu.Unlock()
 	d.rt.forgetRoute(tid)
@@ -560,27 +575,28 @@ func (d *Daemon) KillTask(ctx context.Context, tid task.TID) error {
 }
 
 // registerExitWatch records a TaskExit registration (master): for the loss
-// of the task's host here, and for its ordinary exit at its daemon.
+// of the task's host in the master node, and for its ordinary exit at its
+// daemon. The node decides: a task on no host known here is told at once
+// that there is no such task, a watch past Config.MaxWatchers is refused,
+// and a watch recorded goes on to the task's host (watchAt).
 func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 	if err := d.checkNotify(len(a.TIDs)); err != nil {
 		return err
 	}
-	w := watcher{who: a.Watcher, tag: a.Tag}
 	var errs []error
 	for _, t := range a.TIDs {
 		h := d.routeHost(t)
 		if !d.hostKnown(h) {
-			d.notify(t, w, task.Notice{Kind: task.TaskExit, TID: t, Status: -1, Err: "no such task"}, false)
-			continue
+			h = 0 // nowhere
 		}
-		d.ht.mu.Lock()
-		full := len(d.ht.lossWatch[t]) >= d.cfg.MaxWatchers
-		if !full {
-			d.ht.lossWatch[t] = append(d.ht.lossWatch[t], w)
-		}
-		d.ht.mu.Unlock()
-		if full {
-			errs = append(errs, fmt.Errorf("notify on %v: %d registrations watch it, at most %d: %w", t, d.cfg.MaxWatchers, d.cfg.MaxWatchers, ErrLimit))
+		d.mn.mu.Lock()
+		fx := d.mn.stepLocked(mnode.Event{Kind: mnode.EvWatch, TID: t, Who: a.Watcher, Tag: a.Tag, Host: h})
+		d.mn.mu.Unlock()
+		if len(fx) > 0 {
+			if x := fx[0]; x.Kind == mnode.FxRefuse {
+				errs = append(errs, x.Err)
+			}
+			d.performNotices(fx)
 			continue
 		}
 		if err := d.watchAt(ctx, t, a); err != nil {

@@ -12,8 +12,10 @@ import (
 // lock it is stepped under, mn.mu, with the shell's records of the parts
 // that run through it: the group server (groups.go: who waits in a
 // barrier) and moves (mover.go: each move's run, the tasks' facts). The
-// master's other parts (jobs, the registry, routes of spawns and
-// restores) still drive their machines under their own locks (doc.go).
+// watches on a task's loss with its host are the node's alone (master.go:
+// registerExitWatch, taskLossNotices). The master's other parts (jobs,
+// the registry, routes of spawns and restores) still drive their
+// machines under their own locks (doc.go).
 // mn.mu is a leaf: nothing that locks is called, and no call to another
 // daemon made, with it held.
 type masterNode struct {
@@ -30,6 +32,7 @@ func masterNodeConfig(cfg Config) mnode.Config {
 	c.Timeouts = moveTimeoutsOf(cfg)
 	c.TickEvery = cfg.Heartbeat
 	c.Demand = cfg.Routes == RoutesDemand
+	c.MaxWatchers = cfg.MaxWatchers
 	return c
 }
 

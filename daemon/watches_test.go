@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dpvm/dpvm/task"
+)
+
+// TestNotifyLossWatchesOnTheMasterNode: the master's watches on a task's
+// loss are the master node's. A watch on a task placed on a known host is
+// recorded (and registered at that host); one past MaxWatchers is refused
+// with ErrLimit; one on a task no host holds is told at once that there is
+// no such task. A task's end at its host drops its watch untold by the
+// master (the host tells the real exit), and the loss of the host tells
+// the watchers of the tasks still placed there, once.
+func TestNotifyLossWatchesOnTheMasterNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		vm := startMemVMWith(t, 2, &streamShaper{}, Config{MaxWatchers: 1})
+		m := vm.Master()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		notices := make(chan task.Notice, 8)
+		obs := spawnOn(t, m, "h1", fn(t, func(c *task.Ctx, _ int) error {
+			for {
+				var n task.Notice
+				if _, err := c.Recv(task.AnyTask, 7, &n); err != nil {
+					return err
+				}
+				notices <- n
+			}
+		}))
+		kept := spawnOn(t, m, "h2", &cargo{})
+		ended := spawnOn(t, m, "h2", &cargo{})
+		watch := func(tid task.TID) error {
+			return m.registerExitWatch(ctx, notifyArgs{Kind: task.TaskExit, Watcher: obs, Tag: 7, TIDs: []task.TID{tid}})
+		}
+		watched := func() []task.TID {
+			m.mn.mu.Lock()
+			defer m.mn.mu.Unlock()
+			return m.mn.node.Watched()
+		}
+		for _, tid := range []task.TID{kept, ended} {
+			if err := watch(tid); err != nil {
+				t.Fatalf("watch %v: %v", tid, err)
+			}
+		}
+		if err := watch(kept); !errors.Is(err, ErrLimit) {
+			t.Fatalf("a second watch on %v, at most 1: %v", kept, err)
+		}
+		if w := watched(); !slices.Equal(w, []task.TID{kept, ended}) {
+			t.Fatalf("watched %v, want [%v %v]", w, kept, ended)
+		}
+		nowhere := task.NewTID(77, 1)
+		if err := watch(nowhere); err != nil {
+			t.Fatalf("watch a task no host holds: %v", err)
+		}
+		if n := <-notices; n.TID != nowhere || n.Status != -1 || n.Err != "no such task" {
+			t.Fatalf("told of %v: %+v", nowhere, n)
+		}
+
+		if err := m.KillTask(ctx, ended); err != nil {
+			t.Fatal(err)
+		}
+		if n := <-notices; n.TID != ended || n.Err == "lost with its host" || n.Err == "no such task" {
+			t.Fatalf("told of %v's end: %+v", ended, n)
+		}
+		synctest.Wait()
+		if w := watched(); !slices.Equal(w, []task.TID{kept}) {
+			t.Fatalf("watched after %v ended: %v, want [%v]", ended, w, kept)
+		}
+
+		// The shell's half of a host's loss, once its jobs have rolled
+		// back: the watchers of the tasks still placed there are told.
+		m.taskLossNotices(m.routeHost(kept))
+		if n := <-notices; n.TID != kept || n.Status != -1 || n.Err != "lost with its host" {
+			t.Fatalf("told of %v's loss: %+v", kept, n)
+		}
+		if w := watched(); len(w) != 0 {
+			t.Fatalf("watched after the loss: %v", w)
+		}
+		m.taskLossNotices(m.routeHost(kept)) // told once
+		synctest.Wait()
+		select {
+		case n := <-notices:
+			t.Fatalf("told again: %+v", n)
+		default:
+		}
+	})
+}

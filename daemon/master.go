@@ -300,6 +300,12 @@ func (d *Daemon) handleEvent(p *peer, e *event) error {
 			return fmt.Errorf("%s event from %s", e.Kind, p.name())
 		}
 		d.stopAsync(fmt.Errorf("%w by the master: %s", task.ErrHalted, e.Reason))
+	case evHostBack:
+		if !fromMaster || e.Host == nil {
+			return fmt.Errorf("%s event from %s", e.Kind, p.name())
+		}
+		d.routesHostBack(e.Host.ID, e.Epoch)
+		return nil
 	case evRejoined:
 		if !d.cfg.Master {
 			return fmt.Errorf("%s event at a daemon that is not the master", e.Kind)

@@ -419,6 +419,7 @@ func (d *Daemon) rejoined(id task.HostID) error {
 		return fmt.Errorf("%s event from %v, which is not registering again", evRejoined, id)
 	}
 	d.announceHost(info)
+	d.routesHostBackMaster(info)
 	d.mv.hostUp(info.ID)
 	d.hostNotice(task.HostAdd, info)
 	d.schedDirty()

@@ -36,8 +36,13 @@ type router struct {
 	freed chan struct{}
 	// lostFinal (the master's, on demand) holds the deleted hosts whose
 	// losses are final: no rollback restores what they held
-	// (routesLossFinal).
-	lostFinal map[task.HostID]bool
+	// (routesLossFinal); each with the epoch up to which a route naming
+	// it is of a lost incarnation (math.MaxUint64 until it comes back).
+	lostFinal map[task.HostID]uint64
+	// backAt (the master's, on demand) holds the hosts readmitted after
+	// their deletion, each with the epoch clock at its return
+	// (routesHostBackMaster).
+	backAt map[task.HostID]uint64
 }
 
 func newRouter() *router {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -472,6 +473,7 @@ func (d *Daemon) routesHostLost(id task.HostID) {
 	}
 	var w routeWork
 	d.rt.mu.Lock()
+	delete(d.rt.backAt, id) // deleted again (the master's): a new return, a new epoch
 	if d.routes != nil {
 		now := time.Now()
 		d.stepCacheLocked(now, route.Event{Kind: route.EvHostLost, Peer: id}, &w)
@@ -483,6 +485,61 @@ func (d *Daemon) routesHostLost(id task.HostID) {
 	}
 	d.rt.mu.Unlock()
 	d.performRouteWork(&w)
+}
+
+// routesHostBack tells the cache that host id, deleted, is back
+// (readmitted under its old ID; the master's host-back event), with the
+// master's epoch clock at its return: routes naming it set since are
+// valid again, older ones stay of the incarnation deleted (route.EvHostUp).
+func (d *Daemon) routesHostBack(id task.HostID, floor uint64) {
+	if !d.onDemand() || id == d.cfg.HostID {
+		return
+	}
+	var w routeWork
+	d.rt.mu.Lock()
+	if d.routes != nil {
+		d.stepCacheLocked(time.Now(), route.Event{Kind: route.EvHostUp, Peer: id, Route: routing.Route{Epoch: floor}}, &w)
+	}
+	d.rt.mu.Unlock()
+	d.performRouteWork(&w)
+}
+
+// routesHostBackMaster is the master, on demand, taking back host info
+// after its deletion: it records its epoch clock now (every route it sets
+// naming the host from now on is newer), so that only routes from before
+// count as lost with the old incarnation (endedLocked), and tells every
+// host (evHostBack), after the host list that names it again.
+func (d *Daemon) routesHostBackMaster(info HostInfo) {
+	if !d.onDemand() || d.nw == nil {
+		return
+	}
+	floor := d.mv.epoch()
+	d.rt.mu.Lock()
+	if d.rt.backAt == nil {
+		d.rt.backAt = map[task.HostID]uint64{}
+	}
+	d.rt.backAt[info.ID] = floor
+	if _, ok := d.rt.lostFinal[info.ID]; ok {
+		d.rt.lostFinal[info.ID] = floor
+	}
+	d.rt.mu.Unlock()
+	b, err := encodeMsg(&event{Kind: evHostBack, Host: &info, Epoch: floor})
+	if err != nil {
+		d.log.Error("encode event", "error", err)
+		return
+	}
+	n := d.nw
+	n.mu.Lock()
+	var ps []*peer
+	for id, p := range n.peers {
+		if id != info.ID && id != d.cfg.HostID {
+			ps = append(ps, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range ps {
+		p.frame(routing.KindEvent, b)
+	}
 }
 
 // tellRoute is the master telling route e on demand: recorded in its own
@@ -530,7 +587,9 @@ func (d *Daemon) endedLocked(tid task.TID) (uint64, bool) {
 		if e, ok := d.rt.routes.Ended(tid); ok {
 			return e, true // before the loss of its origin: the epoch it ended on
 		}
-		if d.rt.lostFinal[r.Host] {
+		if f, ok := d.rt.lostFinal[r.Host]; ok && r.Epoch <= f && (r.Epoch > 0 || f == math.MaxUint64) {
+			// Of the incarnation lost (a route from before its return,
+			// epoch 0 aside: a task born on the new one).
 			return r.Epoch, true
 		}
 		return 0, false
@@ -591,12 +650,16 @@ func (d *Daemon) routesLossFinal(id task.HostID) {
 	}
 	d.rt.mu.Lock()
 	if d.rt.lostFinal == nil {
-		d.rt.lostFinal = map[task.HostID]bool{}
+		d.rt.lostFinal = map[task.HostID]uint64{}
 	}
-	d.rt.lostFinal[id] = true
+	f, back := d.rt.backAt[id]
+	if !back {
+		f = math.MaxUint64
+	}
+	d.rt.lostFinal[id] = f
 	var lost []routing.Entry
 	for _, e := range d.rt.routes.Entries() {
-		if e.Route.Host == id {
+		if e.Route.Host == id && e.Route.Epoch <= f {
 			lost = append(lost, e)
 		}
 	}

@@ -148,6 +148,9 @@ type event struct {
 	// the whole list (host-list), in routing/hostlist's encodings.
 	Deltas   []byte `msgpack:"hd,omitempty"`
 	HostList []byte `msgpack:"hl,omitempty"`
+	// Epoch (host-back) is the master's epoch clock when the host came
+	// back: every route it sets naming the host from then on is newer.
+	Epoch uint64 `msgpack:"ep,omitempty"`
 }
 
 // Event kinds.
@@ -160,13 +163,17 @@ const (
 	evHostList = "host-list"
 	// evHostDel: the master tells a host it deletes that it is deleted.
 	evHostDel = "host-delete"
-	evRoute   = "route"
-	evExited  = "exited"   // a daemon tells the master a task has ended
-	evOutput  = "output"   // task output forwarded to the master's console
-	evHalt    = "halt"     // the master tells a daemon to stop
-	evLoad    = "load"     // a daemon's periodic report to the master
-	evJobNote = "job-note" // the master tells a job's client what befell the job
-	evRevoked = "revoked"  // the master's revocation list, whole
+	// evHostBack: on demand, the master tells the hosts that a host it
+	// deleted is back (readmitted under its old ID), with its epoch
+	// clock then (route.EvHostUp).
+	evHostBack = "host-back"
+	evRoute    = "route"
+	evExited   = "exited"   // a daemon tells the master a task has ended
+	evOutput   = "output"   // task output forwarded to the master's console
+	evHalt     = "halt"     // the master tells a daemon to stop
+	evLoad     = "load"     // a daemon's periodic report to the master
+	evJobNote  = "job-note" // the master tells a job's client what befell the job
+	evRevoked  = "revoked"  // the master's revocation list, whole
 	// evRejoined: a host registered again after its deletion has stopped
 	// its lost tasks; the master announces it to the others.
 	evRejoined = "rejoined"

@@ -108,6 +108,10 @@
 //     it refuses naming the route it knows: a prepare whose cancel was
 //     lost keeps nothing for ever); a deleted host feeds route.EvHostLost
 //     and a send along a route to one holds the message (route.EvHeld);
+//     a deleted host readmitted under its old ID feeds route.EvHostUp
+//     (the master's host-back event, with its epoch clock then: only
+//     routes set since name the new incarnation, and the master answers
+//     "ended" only for routes from before);
 //     the retransmission tick feeds route.EvTick. A task that ends on a
 //     host feeds route.EvEnded there; the master tells the origin of a
 //     task that ended elsewhere, and, once the rollbacks a host's

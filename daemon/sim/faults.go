@@ -47,11 +47,10 @@ const (
 	// (daemon/membership.go's readmit), as a new incarnation. The job
 	// rolls back as for FaultCrash; what was in flight to the old
 	// incarnation dies with it, and what is sent to the host afterwards
-	// meets the new one, which refuses messages for tasks it lacks. With
-	// routes broadcast the master counts the host again (placement,
-	// moves, checkpoints); on demand it stays out of placement, as the
-	// other hosts' route caches keep it deleted (routing/route has no
-	// event for a host's return).
+	// meets the new one, which refuses messages for tasks it lacks. The
+	// master counts the host again (placement, moves, checkpoints); on
+	// demand the other hosts' route caches hear of its return
+	// (route.EvHostUp).
 	FaultRestart
 	// FaultMaster crashes the master at a seeded moment, as
 	// daemon/README.md describes its loss: the hosts run on, and their

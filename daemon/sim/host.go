@@ -186,9 +186,10 @@ func (h *shost) sendMsg(from, to task.TID, tag int, p task.Payload) {
 		return
 	}
 	e := routing.Envelope{From: from, To: to, Seq: h.node.Outbox().Seq(from, to), Tag: int32(tag), Body: p}
-	if h.cache != nil && !r.InTransit && h.cache.Lost(r.Host) {
-		// On demand, a route to a deleted host leads nowhere: hold the
-		// message and ask.
+	if h.cache != nil && !r.InTransit && h.cache.Gone(r) {
+		// On demand, a route to a deleted host (or to the incarnation of
+		// a host back that was deleted) leads nowhere: hold the message
+		// and ask.
 		r.InTransit = true
 		h.node.Outbox().Push(e, r, h.w.clock())
 		h.cacheStep(route.Event{Kind: route.EvHeld, TID: to, Using: r})

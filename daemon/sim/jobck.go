@@ -104,9 +104,7 @@ func (w *world) crash(h *shost, restart bool) {
 // its tasks' turns) is dropped, as the old process's connections die
 // with it; what is sent to the host from now on meets the new one. Its
 // route table is the master's, which the daemon's join answer carries.
-// With routes broadcast the master counts it again (readmit); on demand
-// the other hosts' route caches keep it deleted, so the master keeps it
-// out of placement.
+// The master counts it again (readmit).
 func (w *world) restart(id task.HostID) {
 	old := w.host(id)
 	m := w.master
@@ -117,6 +115,17 @@ func (w *world) restart(id task.HostID) {
 	h.inc = old.inc + 1
 	w.hosts[id-1] = h
 	w.take(fmt.Sprintf("restart %v (incarnation %d)", h.name, h.inc))
+	if h.cache != nil {
+		// Its cache starts knowing which hosts are deleted, and which
+		// came back (the host list the join answer carries).
+		for _, o := range w.hosts {
+			if o.id != id && m.node.Lost(o.id) {
+				h.cache.Step(w.clock(), route.Event{Kind: route.EvHostLost, Peer: o.id})
+			} else if f, ok := m.backAt[o.id]; ok && o.id != id {
+				h.cache.Step(w.clock(), route.Event{Kind: route.EvHostUp, Peer: o.id, Route: routing.Route{Epoch: f}})
+			}
+		}
+	}
 	for _, tid := range m.order() {
 		r := m.node.Routes().Lookup(tid)
 		if r.Host == 0 {
@@ -128,12 +137,11 @@ func (w *world) restart(id task.HostID) {
 		h.node.Step(w.clock(), host.Event{Kind: host.EvRoute, TID: tid, Route: r})
 		h.epochs[tid] = r.Epoch
 	}
-	if h.cache == nil {
-		m.readmit(id)
-	}
+	m.readmit(id)
 }
 
-// readmit has the master count host id again (EvHostUp) once the job's
+// readmit has the master count host id again (EvHostUp), and on demand
+// tells the other hosts (route.EvHostUp), once the job's
 // coordinator is idle: a rollback or checkpoint round under way keeps the
 // hosts it started with (routing/jobck has no event for a host's
 // return), and a rollback that placed tasks on the host without killing
@@ -148,6 +156,11 @@ func (m *master) readmit(id task.HostID) {
 	}
 	m.w.take("readmit " + nodeName(id))
 	m.do(m.step(mnode.Event{Kind: mnode.EvHostUp, Host: id}))
+	if m.w.demand() {
+		m.backAt[id] = m.node.Epoch()
+		m.tellBack(id, m.backAt[id])
+		m.resync(id)
+	}
 	if m.w.cfg.Faults&FaultMove != 0 {
 		// Tasks moved onto the new incarnation at seeded moments.
 		for range 1 + m.w.rng.IntN(3) {

@@ -31,6 +31,10 @@ type master struct {
 	waiters map[move.ID]func(error) // a move's caller, told of its end
 	calls   map[uint64]bool         // control calls awaiting their answer
 	callSeq uint64
+	// backAt holds, on demand, the hosts deleted that were readmitted,
+	// each with the epoch clock at its return (route.EvHostUp), for the
+	// caches of incarnations that start later.
+	backAt map[task.HostID]uint64
 	// down: the master crashed (FaultMaster); its node hears and does
 	// nothing from then on.
 	down bool
@@ -48,7 +52,7 @@ func newMaster(w *world) *master {
 	m := &master{
 		w: w, node: mnode.New(mnode.Config{Timeouts: moveTimeouts, TickEvery: tickEvery, Demand: w.demand()}, hosts),
 		incs:    map[task.TID]*stask{},
-		waiters: map[move.ID]func(error){}, calls: map[uint64]bool{},
+		waiters: map[move.ID]func(error){}, calls: map[uint64]bool{}, backAt: map[task.HostID]uint64{},
 		ck: &ckState{sets: map[uint64]*ckptSet{}, pending: map[uint64]*ckptSet{}},
 	}
 	m.do(m.step(mnode.Event{Kind: mnode.EvJobStart, Job: job, Jobck: jobck.Config{EndLost: true}}))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dpvm/dpvm/routing"
+	"github.com/dpvm/dpvm/routing/host"
 	"github.com/dpvm/dpvm/routing/route"
 	"github.com/dpvm/dpvm/task"
 )
@@ -165,4 +166,41 @@ func (h *shost) hostLost(id task.HostID) {
 			h.cacheStep(route.Event{Kind: route.EvHeld, TID: tid, Using: r})
 		}
 	}
+}
+
+// tellBack tells every other host (on demand) that host id, deleted, is
+// back (the daemon's host list delta that adds it again), with the
+// master's epoch clock at its return: every route the master sets naming
+// it from now on is newer, and those before are its old incarnation's.
+func (m *master) tellBack(id task.HostID, floor uint64) {
+	for _, to := range m.node.Alive() {
+		if to == id {
+			continue
+		}
+		h := m.w.host(to)
+		m.w.send(masterNode, to, classRoute, fmt.Sprintf("host back %s above e%d", nodeName(id), floor), func() {
+			h.cacheStep(route.Event{Kind: route.EvHostUp, Peer: id, Route: routing.Route{Epoch: floor}})
+		})
+	}
+}
+
+// resync sends host id, readmitted, the master's routes as they are now,
+// as the daemon's answer to its registration carries the master's table:
+// what moved or was restored (a rollback) while it was deleted, whose
+// routes went to no incarnation of it, the tasks it is the origin of
+// among them (on demand).
+func (m *master) resync(id task.HostID) {
+	var es []routing.Entry
+	for _, tid := range m.order() {
+		if r := m.node.Routes().Lookup(tid); r.Host != 0 && r.Host != id {
+			es = append(es, routing.Entry{TID: tid, Route: r})
+		}
+	}
+	h := m.w.host(id)
+	m.w.send(masterNode, id, classRoute, fmt.Sprintf("routes to %s (%d)", nodeName(id), len(es)), func() {
+		for _, e := range es {
+			h.node.Step(h.w.clock(), host.Event{Kind: host.EvRoute, TID: e.TID, Route: e.Route})
+			h.cacheStep(route.Event{Kind: route.EvSet, TID: e.TID, Route: e.Route})
+		}
+	})
 }

@@ -51,6 +51,10 @@ type Cache struct {
 	use    uint64 // counts the uses of entries: entry.used orders them
 	asks   map[task.TID]*ask
 	lost   map[task.HostID]bool // hosts deleted from the virtual machine
+	// back holds the hosts deleted that came back (EvHostUp), each with
+	// the epoch clock at its return: a route naming it at an epoch up to
+	// that one (but 0) is of the incarnation deleted.
+	back map[task.HostID]uint64
 	// ended holds the ended tasks this host has heard of, each with the
 	// epoch of the route it ended on; endedOrder lists them oldest first
 	// (with those since dropped from ended, skipped), to forget the
@@ -77,7 +81,7 @@ type ask struct {
 // New returns the route cache of host self: it knows no route, so every
 // task lives at its origin, at epoch 0.
 func New(self task.HostID, cfg Config) *Cache {
-	return &Cache{self: self, cfg: cfg, routes: map[task.TID]entry{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}, ended: map[task.TID]uint64{}}
+	return &Cache{self: self, cfg: cfg, routes: map[task.TID]entry{}, asks: map[task.TID]*ask{}, lost: map[task.HostID]bool{}, back: map[task.HostID]uint64{}, ended: map[task.TID]uint64{}}
 }
 
 // Lookup returns the newest route the cache knows for tid: its entry, or
@@ -105,18 +109,33 @@ func (c *Cache) EndedLen() int { return len(c.ended) }
 func (c *Cache) Authority(tid task.TID) bool { return tid.Host() == c.self }
 
 // Asked is the host a query for tid goes to: its origin, or the master
-// (host 0, which holds every route) once the origin has been deleted.
+// (host 0, which holds every route) once the origin has been deleted,
+// even after it came back (EvHostUp): its new incarnation does not know
+// the routes of the tasks it was the origin of before, nor their ends.
 func (c *Cache) Asked(tid task.TID) task.HostID {
-	if c.lost[tid.Host()] {
+	if _, back := c.back[tid.Host()]; c.lost[tid.Host()] || back {
 		return 0
 	}
 	return tid.Host()
 }
 
-// Lost reports whether host h has been deleted (EvHostLost): a route
-// naming it leads nowhere, and a sender holds its messages and asks
-// (EvHeld) instead of sending them there.
+// Lost reports whether host h has been deleted (EvHostLost) and has not
+// come back (EvHostUp).
 func (c *Cache) Lost(h task.HostID) bool { return c.lost[h] }
+
+// Gone reports whether route r leads nowhere: it names a host deleted
+// that has not come back, or one that came back at an epoch of the
+// incarnation deleted (a task's route from before the return; epoch 0,
+// a task that never moved from its origin, excepted: the origin refuses
+// what it lacks). A sender holds its messages and asks (EvHeld) instead
+// of sending them by such a route.
+func (c *Cache) Gone(r routing.Route) bool {
+	if c.lost[r.Host] {
+		return true
+	}
+	f, back := c.back[r.Host]
+	return back && r.Epoch > 0 && r.Epoch <= f
+}
 
 // Len is the number of routes the cache holds.
 func (c *Cache) Len() int { return len(c.routes) }
@@ -278,9 +297,20 @@ const (
 	// EvSent: the shell sent a message to tid by the cache's route: its
 	// entry is the last the cache forgets.
 	EvSent
+	// EvHostUp: host Peer, deleted, is in the virtual machine again (a
+	// new incarnation under its old ID, as daemon/membership.go's readmit
+	// takes it back), and Route.Epoch is the master's epoch clock at its
+	// return: every route the master sets naming it from now on is newer.
+	// A route naming it is valid again only past that epoch (or at epoch
+	// 0: a task born there that never moved, which the host refuses if
+	// it lacks it); an older one is of the incarnation deleted, and goes
+	// on leading nowhere (Gone). Queries for the tasks it is the origin
+	// of still go to the master. A query open on a route that is valid
+	// again is settled: the messages go by it (DoReroute).
+	EvHostUp
 )
 
-var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost", "ended", "sent"}
+var eventNames = [...]string{"", "set", "answer", "refused", "miss", "ask", "held", "forget", "tick", "host-lost", "ended", "sent", "host-up"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k != 0 {
@@ -318,6 +348,8 @@ func (e Event) String() string {
 		return fmt.Sprintf("%v %v from %v", e.Kind, e.TID, e.Peer)
 	case EvHostLost:
 		return fmt.Sprintf("%v %v", e.Kind, e.Peer)
+	case EvHostUp:
+		return fmt.Sprintf("%v %v above e%d", e.Kind, e.Peer, e.Route.Epoch)
 	case EvEnded:
 		return fmt.Sprintf("%v %v e%d", e.Kind, e.TID, e.Route.Epoch)
 	}
@@ -461,13 +493,13 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 		if Supersedes(e.Route, stuck) {
 			stuck = e.Route
 		}
-		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
+		if cur := c.Lookup(e.TID); Supersedes(cur, stuck) && !cur.InTransit && !c.Gone(cur) {
 			// The cache knows better than the refusal and the outbox.
 			delete(c.asks, e.TID)
 			out = append(out, Effect{Kind: DoReroute, TID: e.TID, Route: cur})
 			break
 		}
-		if Supersedes(e.Route, e.Using) && !e.Route.InTransit {
+		if Supersedes(e.Route, e.Using) && !e.Route.InTransit && !c.Gone(e.Route) {
 			break // the refusal itself names a better route
 		}
 		if e.Route == e.Using && e.Peer != e.Using.Host && !e.Using.InTransit {
@@ -520,6 +552,19 @@ func (c *Cache) Step(now time.Time, e Event) []Effect {
 				out = append(out, Effect{Kind: DoAsk, TID: tid, Host: 0})
 			}
 		}
+	case EvHostUp:
+		if f, ok := c.back[e.Peer]; ok && f >= e.Route.Epoch && !c.lost[e.Peer] {
+			break // a return told again
+		}
+		delete(c.lost, e.Peer)
+		c.back[e.Peer] = max(c.back[e.Peer], e.Route.Epoch)
+		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
+			if cur := c.Lookup(tid); cur.Host == e.Peer && !cur.InTransit && !c.Gone(cur) && !Supersedes(c.asks[tid].stuck, cur) {
+				// Stuck on a route to the host that is valid again.
+				delete(c.asks, tid)
+				out = append(out, Effect{Kind: DoReroute, TID: tid, Route: cur})
+			}
+		}
 	case EvTick:
 		for _, tid := range slices.Sorted(maps.Keys(c.asks)) {
 			a := c.asks[tid]
@@ -545,7 +590,7 @@ func (c *Cache) ask(now time.Time, tid task.TID, stuck routing.Route, out []Effe
 		}
 		delete(c.ended, tid) // the messages went by a later incarnation's route
 	}
-	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit && !c.lost[cur.Host] {
+	if cur := c.Lookup(tid); Supersedes(cur, stuck) && !cur.InTransit && !c.Gone(cur) {
 		// The cache knows better than the outbox (and not a deleted host):
 		// reroute.
 		delete(c.asks, tid)

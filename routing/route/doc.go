@@ -25,6 +25,10 @@
 //     an end elsewhere or a loss for good) drops its route; the origin
 //     answers queries with it (host 0 at the end's epoch) and the asker
 //     drops its messages (DoEnded) rather than ask for ever.
+//   - A deleted host that comes back under its old ID (EvHostUp, with the
+//     master's epoch clock at its return) is reached by the routes set
+//     after its return; an older route naming it is its old incarnation's
+//     and still leads nowhere (Gone): a task lost with it stays lost.
 //   - Config.MaxRoutes bounds the routes learnt (least recently used
 //     first, DoForget) and the ends remembered.
 //

@@ -17,7 +17,10 @@ import (
 // cache holds, or the end it remembers; a route forgotten for the bound
 // is none the cache must keep; a new entry past Config.MaxRoutes makes
 // room unless all the others must be kept; the ends remembered stay
-// within the bound; an ended task has no route and no query.
+// within the bound; an ended task has no route and no query; a route
+// naming a host deleted leads nowhere (Gone) until it is back
+// (EvHostUp), and then only if it is past the epoch of its return (or at
+// epoch 0), and queries for its tasks go to the master.
 //
 //	go test ./routing/route -run '^$' -fuzz FuzzCache -fuzztime 20s
 func FuzzCache(f *testing.F) {
@@ -29,18 +32,31 @@ func FuzzCache(f *testing.F) {
 		c := New(self, cfg)
 		tids := []task.TID{task.NewTID(1, 1), task.NewTID(2, 1), task.NewTID(3, 1)}
 		last := map[task.TID]uint64{}
+		lost := map[task.HostID]bool{}    // deleted and not back
+		back := map[task.HostID]uint64{}  // back, above this epoch
+		deleted := map[task.HostID]bool{} // deleted at some point
 		now := time.Unix(0, 0)
 		route := func(x, y byte) routing.Route {
 			return routing.Route{Host: task.HostID(x % 5), Epoch: uint64(y % 8), InTransit: y&8 != 0}
 		}
 		for ; len(b) >= 4; b = b[4:] {
 			tid := tids[int(b[1])%len(tids)]
-			e := Event{Kind: EventKind(1 + b[0]%11), TID: tid, Route: route(b[2], b[3]), Using: route(b[3], b[2]>>3), Peer: task.HostID(1 + b[2]%4)}
+			e := Event{Kind: EventKind(1 + b[0]%12), TID: tid, Route: route(b[2], b[3]), Using: route(b[3], b[2]>>3), Peer: task.HostID(1 + b[2]%4)}
 			if e.Kind == EvTick {
 				now = now.Add(time.Duration(b[3]) * 100 * time.Millisecond)
 			}
 			if e.Kind == EvForget {
 				delete(last, tid) // the shell forgets it: its route goes
+			}
+			switch e.Kind {
+			case EvHostLost:
+				lost[e.Peer], deleted[e.Peer] = true, true
+			case EvHostUp:
+				if f, ok := back[e.Peer]; !ok || f < e.Route.Epoch || lost[e.Peer] {
+					back[e.Peer] = max(f, e.Route.Epoch)
+				}
+				delete(lost, e.Peer)
+				deleted[e.Peer] = true // (a cache may hear of a return alone)
 			}
 			before := c.Len()
 			pinned := map[task.TID]bool{}
@@ -87,7 +103,19 @@ func FuzzCache(f *testing.F) {
 			if c.EndedLen() > cfg.MaxRoutes {
 				t.Fatalf("after %v: %d ends remembered, past a bound of %d", e, c.EndedLen(), cfg.MaxRoutes)
 			}
+			for h := task.HostID(1); h <= 4; h++ {
+				for ep := uint64(0); ep < 8; ep++ {
+					r := routing.Route{Host: h, Epoch: ep}
+					f, ok := back[h]
+					if want := lost[h] || ok && ep > 0 && ep <= f; c.Gone(r) != want {
+						t.Fatalf("after %v: Gone(%v) = %v, want %v", e, r, !want, want)
+					}
+				}
+			}
 			for _, id := range tids {
+				if want := task.HostID(0); !deleted[id.Host()] && c.Asked(id) != id.Host() || deleted[id.Host()] && c.Asked(id) != want {
+					t.Fatalf("after %v: %v asked at %v", e, id, c.Asked(id))
+				}
 				if _, ok := c.Ended(id); ok && (c.Asking(id) || c.Lookup(id) != routing.Route{Host: id.Host()}) {
 					t.Fatalf("after %v: %v ended, with route %v, asking %v", e, id, c.Lookup(id), c.Asking(id))
 				}

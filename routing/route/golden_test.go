@@ -28,9 +28,10 @@ var testConfig = Config{Retry: time.Second}
 //	refused <tid> <peer> <route> <using>
 //	miss <tid> <peer> | ask <tid> <peer>
 //	held <tid> <using> | forget <tid> | lost <host>
+//	up <host> <epoch>                      the host back, above the epoch
 //	ended <tid> <epoch> | sent <tid>
 //	tick <duration>
-//	lookup <tid> | size
+//	lookup <tid> | size | gone <route>
 //
 // go test ./routing/route -run TestTranscripts -rewrite updates them.
 func TestTranscripts(t *testing.T) {
@@ -82,6 +83,12 @@ func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 		e = Event{Kind: EvHeld, TID: parseTID(t, f[1]), Using: parseRoute(t, f[2])}
 	case "lost":
 		e = Event{Kind: EvHostLost, Peer: parseHost(t, f[1])}
+	case "up":
+		ep, err := strconv.ParseUint(f[2], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = Event{Kind: EvHostUp, Peer: parseHost(t, f[1]), Route: routing.Route{Epoch: ep}}
 	case "forget":
 		e = Event{Kind: EvForget, TID: parseTID(t, f[1])}
 	case "ended":
@@ -101,6 +108,8 @@ func runCommand(t *testing.T, c **Cache, now *time.Time, cmd string) string {
 		}
 		*now = now.Add(d)
 		e = Event{Kind: EvTick}
+	case "gone":
+		return fmt.Sprintf("%v", (*c).Gone(parseRoute(t, f[1])))
 	case "lookup":
 		tid := parseTID(t, f[1])
 		if ep, ok := (*c).Ended(tid); ok {

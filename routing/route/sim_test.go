@@ -196,13 +196,18 @@ type mNet struct {
 
 	// Faults: hosts down, pairs cut apart, each until a step; lossless
 	// turns off the random loss and duplication of frames.
-	faults   bool
-	lossless bool
-	down     map[task.HostID]int
-	dead     map[task.HostID]bool // deleted for good
-	crashes  int
-	cut      map[[2]task.HostID]int
-	steps    int
+	faults    bool
+	lossless  bool
+	down      map[task.HostID]int
+	dead      map[task.HostID]bool // deleted (for good, unless it comes back)
+	crashes   int
+	backAt    map[task.HostID]uint64 // hosts deleted then back: the master's epoch clock at the return
+	revived   int                    // hosts deleted that came back
+	ontoBack  int                    // moves begun onto a host that came back
+	reviveAt  int                    // the step the host deleted comes back at (0: never)
+	maxRoutes int
+	cut       map[[2]task.HostID]int
+	steps     int
 
 	check   bool                                // check the invariants after every step
 	epochs  map[task.HostID]map[task.TID]uint64 // the last route epoch each host held
@@ -222,17 +227,23 @@ func newMNetBounded(t *testing.T, seed uint64, hosts int, md mode, maxRoutes int
 	n := &mNet{t: t, rng: rand.New(rand.NewPCG(seed, 0xd5e)), mode: md, now: time.Unix(0, 0),
 		hosts: map[task.HostID]*mHost{}, master: routing.NewTable(), m: move.New(0, 0), moving: map[task.TID]bool{},
 		from: map[move.ID]task.HostID{}, to: map[move.ID]task.HostID{}, got: map[routing.Pair][]uint64{}, sent: map[routing.Pair]uint64{},
-		down: map[task.HostID]int{}, dead: map[task.HostID]bool{}, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{}, ended: map[task.TID]bool{},
+		down: map[task.HostID]int{}, dead: map[task.HostID]bool{}, backAt: map[task.HostID]uint64{}, maxRoutes: maxRoutes, cut: map[[2]task.HostID]int{}, epochs: map[task.HostID]map[task.TID]uint64{}, ended: map[task.TID]bool{},
 		trace: fnv.New64a(), cost: cost{hostFrames: map[task.HostID]int{}, hostBytes: map[task.HostID]int{}}}
 	for i := 1; i <= hosts; i++ {
 		id := task.HostID(i)
-		h := &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: maxRoutes}),
-			moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
-			kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
+		h := n.newHost(id)
 		n.hosts[id] = h
 		n.list = append(n.list, h)
 	}
 	return n
+}
+
+// newHost is host id as it starts: no task, an empty outbox and inbox,
+// and a cache that knows no route.
+func (n *mNet) newHost(id task.HostID) *mHost {
+	return &mHost{id: id, out: routing.NewOutbox(), in: routing.NewInbox(), routes: route.New(id, route.Config{Retry: cacheConfig.Retry, MaxRoutes: n.maxRoutes}),
+		moves: move.NewHost(), tasks: map[task.TID]move.ID{}, buf: map[task.TID][]buffered{},
+		kept: map[task.TID]moveState{}, ckpts: map[task.TID]received{}}
 }
 
 // event adds a line to the trace, whose hash two runs of a seed compare.
@@ -346,7 +357,7 @@ func (n *mNet) send(h *mHost, s, t task.TID) {
 	if r.Host == h.id {
 		n.t.Fatalf("%v routes %v to itself, where it is not", h.id, t)
 	}
-	if h.routes.Lost(r.Host) {
+	if h.routes.Gone(r) {
 		// The route leads to a deleted host: hold, and ask.
 		r.InTransit = true
 		h.out.Push(e, r, n.now)
@@ -504,6 +515,10 @@ func (n *mNet) applyRoute(h *mHost, kind route.EventKind, en routing.Entry) {
 func (n *mNet) step() {
 	n.steps++
 	n.now = n.now.Add(time.Millisecond)
+	if n.reviveAt != 0 && n.steps >= n.reviveAt {
+		n.reviveAt = 0
+		n.revive()
+	}
 	if n.faults {
 		n.fault()
 	}
@@ -534,7 +549,7 @@ func (n *mNet) step() {
 		r := n.master.Lookup(f.ref.To)
 		if e, ok := n.master.Ended(f.ref.To); ok {
 			r = routing.Route{Epoch: e} // it has ended (host 0)
-		} else if n.dead[r.Host] {
+		} else if f, back := n.backAt[r.Host]; n.dead[r.Host] || back && r.Epoch > 0 && r.Epoch <= f {
 			// Its host was deleted, and nothing is restored here: it is
 			// lost for good (the daemon's routesLossFinal).
 			r = routing.Route{Epoch: r.Epoch}
@@ -625,6 +640,9 @@ func (n *mNet) crash(a task.HostID) bool {
 	}
 	n.crashes++
 	n.dead[a] = true
+	if n.steps%2 == 0 {
+		n.reviveAt = n.steps + 50 // back in a while; otherwise deleted for good
+	}
 	n.event("crash %v", a)
 	n.drain(n.m.Step(n.now, move.Event{Kind: move.HostLost, Host: a}))
 	for _, o := range n.list {
@@ -636,6 +654,54 @@ func (n *mNet) crash(a task.HostID) bool {
 			if r, _, ok := o.out.Route(tid); ok && r.Host == a {
 				n.perform(o, o.routes.Step(n.now, route.Event{Kind: route.EvHeld, TID: tid, Using: r}))
 			}
+		}
+	}
+	return true
+}
+
+// revive brings the host deleted back, once, as daemon/membership.go's
+// readmit takes a deleted host back under its old ID: a new incarnation,
+// with no task, an empty outbox and inbox, and the routes of the
+// master's table (the join answer's). What was in flight to or from the
+// old one dies with its connections. Every other host hears of the
+// return with the master's epoch clock (route.EvHostUp): routes naming
+// the host past it are valid, older ones are the old incarnation's. From
+// then on tasks are moved onto it like onto any host, and one is at once.
+// It reports whether a host came back.
+func (n *mNet) revive() bool {
+	var a task.HostID
+	for _, h := range n.list {
+		if n.dead[h.id] {
+			a = h.id
+		}
+	}
+	if a == 0 || n.revived > 0 {
+		return false
+	}
+	n.revived++
+	delete(n.dead, a)
+	floor := n.m.Epoch()
+	n.backAt[a] = floor
+	n.event("back %v above e%d", a, floor)
+	n.flight = slices.DeleteFunc(n.flight, func(f mFrame) bool { return f.to == a || f.from == a })
+	h := n.newHost(a)
+	n.hosts[a] = h
+	n.list[a-1] = h
+	delete(n.epochs, a)
+	for _, tid := range n.tasks {
+		if r := n.master.Lookup(tid); r.Host != a {
+			n.perform(h, h.routes.Step(n.now, route.Event{Kind: route.EvSet, TID: tid, Route: r, Absent: true}))
+		}
+	}
+	for _, o := range n.list {
+		if o.id != a && !n.dead[o.id] {
+			n.perform(o, o.routes.Step(n.now, route.Event{Kind: route.EvHostUp, Peer: a, Route: routing.Route{Epoch: floor}}))
+		}
+	}
+	for _, tid := range n.tasks {
+		if !n.ended[tid] && !n.moving[tid] && n.hostOf(tid) != nil {
+			n.begin(tid, a)
+			break
 		}
 	}
 	return true
@@ -717,6 +783,9 @@ func (n *mNet) begin(tid task.TID, to task.HostID) {
 	}
 	id := acts[0].Move
 	n.event("begin %v %v→%v", tid, a.id, to)
+	if _, ok := n.backAt[to]; ok {
+		n.ontoBack++
+	}
 	n.from[id] = a.id
 	n.to[id] = to
 	n.moving[tid] = true
@@ -1089,7 +1158,7 @@ func TestRoutesOnDemand(t *testing.T) {
 	if testing.Short() {
 		seeds = min(seeds, 50)
 	}
-	var done, aborted, asks, crashes int
+	var done, aborted, asks, crashes, revived, ontoBack int
 	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
 		a := runSim(t, seed, simSpecDefault)
 		b := runSim(t, seed, simSpecDefault)
@@ -1100,11 +1169,13 @@ func TestRoutesOnDemand(t *testing.T) {
 		aborted += a.aborted
 		asks += a.asks
 		crashes += a.crashes
+		revived += a.revived
+		ontoBack += a.ontoBack
 	}
-	if done == 0 || aborted == 0 || asks == 0 || crashes == 0 {
-		t.Fatalf("the seeds made %d moves, %d aborts, %d queries and %d hosts deleted: every path must be exercised", done, aborted, asks, crashes)
+	if done == 0 || aborted == 0 || asks == 0 || crashes == 0 || seeds >= 50 && (revived == 0 || ontoBack == 0) {
+		t.Fatalf("the seeds made %d moves, %d aborts, %d queries, %d hosts deleted, %d back and %d moves onto one back: every path must be exercised", done, aborted, asks, crashes, revived, ontoBack)
 	}
-	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries, %d hosts deleted", seeds, done, aborted, asks, crashes)
+	t.Logf("%d seeds: %d moves committed, %d aborted, %d queries, %d hosts deleted, %d back, %d moves onto a host back", seeds, done, aborted, asks, crashes, revived, ontoBack)
 }
 
 // TestRoutesOnDemandBounded is TestRoutesOnDemand with each host's cache

@@ -194,17 +194,16 @@ var stepMethods = map[move.Step]string{
 }
 
 // moveRun is the driver's record of one move of the master node (master,
-// guarded by the node's lock, mn.mu).
+// guarded by the node's lock, mn.mu): how it is carried and measured,
+// and whom its end wakes. Its hosts, and its task's type and job, are
+// the node's (Moving, and each step's effect).
 type moveRun struct {
-	from, to task.HostID
-	typ      string
-	job      uint64 // the task's job (0: none)
-	via      Via
-	res      MigrateResult
-	start    time.Time
-	frozen   time.Time     // when the origin answered the suspend
-	ended    chan struct{} // closed when the move has finished
-	err      error         // why it did not happen (set before ended closes)
+	via    Via
+	res    MigrateResult
+	start  time.Time
+	frozen time.Time     // when the origin answered the suspend
+	ended  chan struct{} // closed when the move has finished
+	err    error         // why it did not happen (set before ended closes)
 }
 
 // moveTimeouts are the move machine's timeouts, from the configuration.
@@ -278,7 +277,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	id := mv.ID
 	d.mv.rememberLocked(tid, info)
 	res.Epoch, res.Move = mv.Epoch, id.String()
-	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
+	run := &moveRun{via: via, res: res, start: start, ended: make(chan struct{})}
 	d.mv.runs[id] = run
 	d.mn.mu.Unlock()
 	if next, ok := d.performFor(fx, id); ok {

@@ -517,7 +517,7 @@ func checkpointName(tid task.TID, epoch uint64) string {
 // moveTick is the master node's move timer, fed every heartbeat
 // (master): abort and commit steps that failed are tried again.
 func (d *Daemon) moveTick() {
-	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
+	d.perform(d.mn.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
 }
 
 // sendMoveRoute performs a route the master node set for a move: recorded
@@ -1109,7 +1109,7 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // ends aborted without a resume, and a late answer of one of its steps is
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
-	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvDropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)}))
+	d.perform(d.mn.step(mnode.Event{Kind: mnode.EvDropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)}))
 }
 
 // dropJobArrivals drops this host's copies of job's tasks caught in a

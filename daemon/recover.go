@@ -394,7 +394,7 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 		top = max(top, t.Epoch)
 	}
 	ev.Epoch, ev.MoveFloor = top, rep.MaxMove
-	d.mv.step(ev)
+	d.mn.step(ev)
 	d.goFunc(d.resolveMoves)
 }
 

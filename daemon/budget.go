@@ -62,12 +62,6 @@ func newFrameBudget(total, perCert, clientCap int) *frameBudget {
 	return &frameBudget{total: total, perCert: perCert, clientCap: clientCap, byCert: map[string]int{}}
 }
 
-// acquire takes n bytes for a frame of a daemon's connection of cert,
-// waiting for room until conn or stop is closed.
-func (b *frameBudget) acquire(cert string, n int, conn, stop <-chan struct{}) error {
-	return b.take(cert, false, n, conn, stop)
-}
-
 // take takes n bytes for a frame or a call of a connection of cert (a
 // client's, when client), waiting for room until conn or stop is closed.
 func (b *frameBudget) take(cert string, client bool, n int, conn, stop <-chan struct{}) error {
@@ -101,9 +95,6 @@ func (b *frameBudget) take(cert string, client bool, n int, conn, stop <-chan st
 		}
 	}
 }
-
-// release gives back n bytes of a daemon connection of cert's.
-func (b *frameBudget) release(cert string, n int) { b.give(cert, false, n) }
 
 // give gives back n bytes taken for cert (a client's, when client).
 func (b *frameBudget) give(cert string, client bool, n int) {

@@ -17,6 +17,16 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// acquire takes n bytes for a frame of a daemon's connection of cert,
+// waiting for room until conn or stop is closed (connBudget.Acquire's
+// take, without a connection).
+func (b *frameBudget) acquire(cert string, n int, conn, stop <-chan struct{}) error {
+	return b.take(cert, false, n, conn, stop)
+}
+
+// release gives back n bytes of a daemon connection of cert's.
+func (b *frameBudget) release(cert string, n int) { b.give(cert, false, n) }
+
 // TestFrameBudget: bytes are taken within the total and each
 // certificate's share, a taker waits for room and gets it when another
 // gives back, a wait ends with its connection, and a frame that could

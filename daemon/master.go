@@ -191,10 +191,7 @@ func (d *Daemon) taskLossNotices(id task.HostID) {
 	if len(lost) == 0 {
 		return
 	}
-	d.mn.mu.Lock()
-	fx := d.mn.stepLocked(mnode.Event{Kind: mnode.EvTasksLost, Host: id, TIDs: lost})
-	d.mn.mu.Unlock()
-	d.performNotices(fx)
+	d.performNotices(d.mn.step(mnode.Event{Kind: mnode.EvTasksLost, Host: id, TIDs: lost}))
 }
 
 // performNotices sends the exit notices among the master node's effects fx
@@ -396,9 +393,7 @@ func (d *Daemon) taskGone(tid task.TID) {
 	d.owners.ended(tid)
 	d.schedDirtyHost(d.routeHost(tid))
 	d.groups.leaveAll(tid)
-	d.mn.mu.Lock()
-	d.mn.stepLocked(mnode.Event{Kind: mnode.EvUnwatch, TID: tid}) // told at its host
-	d.mn.mu.Unlock()
+	d.mn.step(mnode.Event{Kind: mnode.EvUnwatch, TID: tid}) // told at its host
 	d.ht.mu.Lock()
 	d.ht.moveGone(tid) // the floor of an arrival cancelled here
 	d.ht.mu.Unlock()
@@ -595,9 +590,7 @@ func (d *Daemon) registerExitWatch(ctx context.Context, a notifyArgs) error {
 		if !d.hostKnown(h) {
 			h = 0 // nowhere
 		}
-		d.mn.mu.Lock()
-		fx := d.mn.stepLocked(mnode.Event{Kind: mnode.EvWatch, TID: t, Who: a.Watcher, Tag: a.Tag, Host: h})
-		d.mn.mu.Unlock()
+		fx := d.mn.step(mnode.Event{Kind: mnode.EvWatch, TID: t, Who: a.Watcher, Tag: a.Tag, Host: h})
 		if len(fx) > 0 {
 			if x := fx[0]; x.Kind == mnode.FxRefuse {
 				errs = append(errs, x.Err)

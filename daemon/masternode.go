@@ -45,5 +45,12 @@ func newMasterNode(cfg mnode.Config) *masterNode {
 	return mn
 }
 
+// step feeds the node one event at the current time under its lock.
+func (mn *masterNode) step(e mnode.Event) []mnode.Effect {
+	mn.mu.Lock()
+	defer mn.mu.Unlock()
+	return mn.stepLocked(e)
+}
+
 // stepLocked feeds the node one event at the current time (mn.mu held).
 func (mn *masterNode) stepLocked(e mnode.Event) []mnode.Effect { return mn.node.Step(time.Now(), e) }

@@ -194,17 +194,16 @@ var stepMethods = map[move.Step]string{
 }
 
 // moveRun is the driver's record of one move of the master node (master,
-// guarded by the node's lock, mn.mu).
+// guarded by the node's lock, mn.mu): how it is carried and measured,
+// and whom its end wakes. Its hosts, and its task's type and job, are
+// the node's (Moving, and each step's effect).
 type moveRun struct {
-	from, to task.HostID
-	typ      string
-	job      uint64 // the task's job (0: none)
-	via      Via
-	res      MigrateResult
-	start    time.Time
-	frozen   time.Time     // when the origin answered the suspend
-	ended    chan struct{} // closed when the move has finished
-	err      error         // why it did not happen (set before ended closes)
+	via    Via
+	res    MigrateResult
+	start  time.Time
+	frozen time.Time     // when the origin answered the suspend
+	ended  chan struct{} // closed when the move has finished
+	err    error         // why it did not happen (set before ended closes)
 }
 
 // moveTimeouts are the move machine's timeouts, from the configuration.
@@ -278,7 +277,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	id := mv.ID
 	d.mv.rememberLocked(tid, info)
 	res.Epoch, res.Move = mv.Epoch, id.String()
-	run := &moveRun{from: a, to: b, typ: info.Type, job: info.Job, via: via, res: res, start: start, ended: make(chan struct{})}
+	run := &moveRun{via: via, res: res, start: start, ended: make(chan struct{})}
 	d.mv.runs[id] = run
 	d.mn.mu.Unlock()
 	if next, ok := d.performFor(fx, id); ok {
@@ -518,7 +517,7 @@ func checkpointName(tid task.TID, epoch uint64) string {
 // moveTick is the master node's move timer, fed every heartbeat
 // (master): abort and commit steps that failed are tried again.
 func (d *Daemon) moveTick() {
-	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
+	d.perform(d.mn.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
 }
 
 // sendMoveRoute performs a route the master node set for a move: recorded
@@ -1110,7 +1109,7 @@ func (d *Daemon) cancelArrival(a migStep) (installed bool) {
 // ends aborted without a resume, and a late answer of one of its steps is
 // stale.
 func (d *Daemon) dropJobMoves(job uint64) {
-	d.perform(d.mv.step(mnode.Event{Kind: mnode.EvDropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)}))
+	d.perform(d.mn.step(mnode.Event{Kind: mnode.EvDropJob, Job: job, Err: fmt.Errorf("job %d rolls back", job)}))
 }
 
 // dropJobArrivals drops this host's copies of job's tasks caught in a

@@ -63,13 +63,6 @@ func newMover(mn *masterNode) *mover {
 	return &mover{mn: mn, runs: map[move.ID]*moveRun{}}
 }
 
-// step feeds the master node one event under its lock.
-func (m *mover) step(e mnode.Event) []mnode.Effect {
-	m.mn.mu.Lock()
-	defer m.mn.mu.Unlock()
-	return m.mn.stepLocked(e)
-}
-
 // epoch is the virtual machine's route epoch clock now.
 func (m *mover) epoch() uint64 {
 	m.mn.mu.Lock()
@@ -98,10 +91,10 @@ func (m *mover) moving(tid task.TID) bool {
 // function is called (a kill of the job under way): the node refuses
 // them (move.ErrHeld). Holds nest. Neither event yields an effect.
 func (m *mover) holdMoves(job uint64) (release func()) {
-	m.step(mnode.Event{Kind: mnode.EvHold, Job: job})
-	return func() { m.step(mnode.Event{Kind: mnode.EvRelease, Job: job}) }
+	m.mn.step(mnode.Event{Kind: mnode.EvHold, Job: job})
+	return func() { m.mn.step(mnode.Event{Kind: mnode.EvRelease, Job: job}) }
 }
 
 // hostUp tells the master node that host h is in the virtual machine
 // (again, after its deletion): it hears moves' routes on demand.
-func (m *mover) hostUp(h task.HostID) { m.step(mnode.Event{Kind: mnode.EvHostUp, Host: h}) }
+func (m *mover) hostUp(h task.HostID) { m.mn.step(mnode.Event{Kind: mnode.EvHostUp, Host: h}) }

@@ -151,7 +151,7 @@ func TestRegistryParts(t *testing.T) {
 func TestMoverHolds(t *testing.T) {
 	m := newMover(newMasterNode(mnode.Config{Timeouts: move.Timeouts{Step: time.Second, Suspend: time.Second, Transfer: time.Second, Retry: time.Second}}))
 	start := func() error {
-		return nodeRefusal(m.step(mnode.Event{Kind: mnode.EvMove, TID: task.NewTID(2, 1), From: 2, Host: 3, Type: "w", Job: 3}))
+		return nodeRefusal(m.mn.step(mnode.Event{Kind: mnode.EvMove, TID: task.NewTID(2, 1), From: 2, Host: 3, Type: "w", Job: 3}))
 	}
 	r1 := m.holdMoves(3)
 	r2 := m.holdMoves(3)

@@ -394,7 +394,7 @@ func (d *Daemon) recovering(from task.HostID, rep *rejoinReport) {
 		top = max(top, t.Epoch)
 	}
 	ev.Epoch, ev.MoveFloor = top, rep.MaxMove
-	d.mv.step(ev)
+	d.mn.step(ev)
 	d.goFunc(d.resolveMoves)
 }
 
@@ -421,8 +421,7 @@ func (d *Daemon) resolveMoves() {
 		case a.Kind == move.Reject:
 			d.log.Warn("recover: a move the old master left half done", "tid", a.TID, "move", a.Move, "error", a.Err)
 		case a.Kind == move.Call && d.mv.runs[a.Move] == nil:
-			mv, _ := d.mn.node.Moving(a.TID)
-			d.mv.runs[a.Move] = &moveRun{from: mv.From, to: mv.To, start: now, ended: make(chan struct{})}
+			d.mv.runs[a.Move] = &moveRun{start: now, ended: make(chan struct{})}
 			d.log.Warn("recover: settling a move the old master left half done", "tid", a.TID, "move", a.Move, "step", a.Step)
 		}
 	}

@@ -524,6 +524,10 @@ func (h *hosted) Migrate(ctx context.Context, tid task.TID, host, via string) er
 
 func (h *hosted) hasDeferred() bool { return h.hasDef.Load() }
 
+// StopAsked implements task.StopAsker: whether a move or a job
+// checkpoint's pause of the task waits for its next safe point.
+func (h *hosted) StopAsked() bool { return h.stopAsked() }
+
 // stopAsked reports whether a move or a job checkpoint's pause of the task
 // is pending: a wait that is a safe point then returns at once, before it
 // waits, so that the task goes to its safe point.

@@ -315,9 +315,14 @@ func (c *Ctx) waitPoint() error {
 // recvComm receives the next communicator message from `from`. It is a
 // safe point while it waits, unless m has overflowed or the caller is in a
 // critical section. A message already there is taken at once, without
-// the bookkeeping of a safe wait: the collective does not wait for it.
+// the bookkeeping of a safe wait: the collective does not wait for it;
+// but not while the runtime wants the task at a safe point (StopAsker),
+// so that a task whose partners are always ahead of it still stops.
 func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	wait := (m != nil && m.Overflow) || c.critical.Load() > 0
+	if !wait && c.sa != nil && c.sa.StopAsked() {
+		return c.recvCommSafe(m, from)
+	}
 	c.enter()
 	msg, ok, err := c.ep.Recv(c.ep.Context(), from, m.collTag(), wait)
 	c.leave()
@@ -327,6 +332,12 @@ func (c *Ctx) recvComm(m *Comm, from TID) (Payload, error) {
 	if ok || wait {
 		return msg.Payload, nil
 	}
+	return c.recvCommSafe(m, from)
+}
+
+// recvCommSafe waits for the next communicator message from `from` in
+// safe waits, stopping at a safe point whenever the runtime asks.
+func (c *Ctx) recvCommSafe(m *Comm, from TID) (Payload, error) {
 	for {
 		c.enter()
 		msg, ok, err := c.ep.RecvSafe(c.ep.Context(), from, m.collTag())

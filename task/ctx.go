@@ -207,6 +207,7 @@ type Ctx struct {
 	fr  FuncReceiver
 	ips InPlaceSender
 	ss  SafeSender
+	sa  StopAsker
 }
 
 // NewCtx returns the Ctx for task t hosted through ep. It is for runtimes;
@@ -216,6 +217,7 @@ func NewCtx(ep Endpoint, t Task) *Ctx {
 	c.fr, _ = ep.(FuncReceiver)
 	c.ips, _ = ep.(InPlaceSender)
 	c.ss, _ = ep.(SafeSender)
+	c.sa, _ = ep.(StopAsker)
 	return c
 }
 

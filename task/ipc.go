@@ -193,6 +193,16 @@ type SafeSender interface {
 	SendSafe(ctx context.Context, to TID, tag int, p Payload) (sent bool, err error)
 }
 
+// StopAsker is implemented by endpoints that can say whether the runtime
+// wants the task at a safe point now, a move or a job checkpoint's pause
+// being asked (the daemon's does). A collective that finds its message
+// already there takes it without a safe wait only while StopAsked is
+// false: a task whose partners are always ahead of it would otherwise
+// never reach a safe point inside its collectives.
+type StopAsker interface {
+	StopAsked() bool
+}
+
 // FuncReceiver is implemented by endpoints that can receive by a predicate
 // over a message's status (the daemon's does). RecvFunc is Endpoint.Recv
 // taking only a message that match accepts as well; RecvFuncSafe is

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -249,4 +250,53 @@ func TestNonBlockingBadArguments(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// stopEP is a world endpoint whose runtime wants the task at a safe point
+// (task.StopAsker) while ask is set.
+type stopEP struct {
+	*worldEP
+	ask bool
+}
+
+func (e *stopEP) StopAsked() bool { return e.ask }
+
+// RecvSafe returns at once, with ok == false, while a stop is asked, as
+// the daemon's does.
+func (e *stopEP) RecvSafe(ctx context.Context, from TID, tag int) (Message, bool, error) {
+	if e.ask {
+		return Message{}, false, nil
+	}
+	return e.worldEP.RecvSafe(ctx, from, tag)
+}
+
+// TestCollectiveStopsWhenAsked: a collective's receive that finds its
+// message already there takes it without a safe wait, but not while the
+// runtime asks for a safe point: then the task stops there (its
+// checkpoint taken, the message left for the restored task), so that a
+// task whose partners are always ahead of it can still be checkpointed.
+func TestCollectiveStopsWhenAsked(t *testing.T) {
+	w := newWorld(2, 0)
+	ep := &stopEP{worldEP: w.eps[0]}
+	s := &scriptTask{C: Comm{TIDs: w.tids()}}
+	c := NewCtx(ep, s)
+	from := w.eps[1].self
+	put := func() {
+		if err := w.eps[1].Send(context.Background(), ep.self, s.C.collTag(), Payload{Data: []byte{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put()
+	if p, err := c.recvComm(&s.C, from); err != nil || len(p.Data) != 1 || ep.ckpts.Load() != 0 {
+		t.Fatalf("nothing asked: %v, %v, %d checkpoints", p, err, ep.ckpts.Load())
+	}
+	put()
+	ep.ask = true
+	ep.want.Store(true) // the world's SafePoint checkpoints while want is set
+	if _, err := c.recvComm(&s.C, from); !errors.Is(err, ErrSuspended) || ep.ckpts.Load() != 1 {
+		t.Fatalf("a stop asked, the message there: %v, %d checkpoints; want ErrSuspended at a safe point", err, ep.ckpts.Load())
+	}
+	if _, ok := ep.Probe(from, s.C.collTag()); !ok {
+		t.Fatal("the message was taken by the task that stopped")
+	}
 }

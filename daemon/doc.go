@@ -28,8 +28,8 @@
 // with the drivers' timers and resume retries as effects), which the
 // whole-VM simulation (daemon/sim) runs. The daemon runs it under one
 // lock, mn.mu (masterNode, masternode.go), for its groups and barriers,
-// the watches on a task's loss with its host, and its moves and the
-// epoch clock; its registry, routes, host list and jobs are still the
+// the watches on a task's loss with its host, its moves and the epoch
+// clock, and whether a job's failed resume is asked again; its registry, routes, host list and jobs are still the
 // parts below, which feed the node what it needs of them (a move's
 // starting route and the task's facts, where a watched task is, the
 // hosts lost and back, the watched tasks a lost host took with it) and
@@ -157,8 +157,11 @@
 //     coordinator (routing/jobck) under the job's own lock, jobState.mu,
 //     held only to step it and keep its bookkeeping, never across a call
 //     to the hosts; driveJob carries out the machine's actions. A
-//     rollback asks again the hosts whose kill failed and starts again if
-//     its restore fails. Restart epochs come from
+//     round's resume is asked again of a host whose call failed as the
+//     master node decides (EvResumed → FxResume, up to its
+//     ResumeAttempts, never of a lost host; resumeHosts performs it with
+//     mn.mu released). A rollback asks again the hosts whose kill failed
+//     and starts again if its restore fails. Restart epochs come from
 //     the move machine's clock, so that they are above every epoch handed
 //     out before, also for tasks whose routes the master has forgotten.
 //   - Membership (master, membership.go): the membership machine

@@ -13,9 +13,10 @@ import (
 // that run through it: the group server (groups.go: who waits in a
 // barrier) and moves (mover.go: each move's run, the tasks' facts). The
 // watches on a task's loss with its host are the node's alone (master.go:
-// registerExitWatch, taskLossNotices). The master's other parts (jobs,
-// the registry, routes of spawns and restores) still drive their
-// machines under their own locks (doc.go).
+// registerExitWatch, taskLossNotices), and so are the retries of a job
+// round's failed resumes (jobs.go: resumeHosts). The master's other parts
+// (jobs' coordinators, the registry, routes of spawns and restores) still
+// drive their machines under their own locks (doc.go).
 // mn.mu is a leaf: nothing that locks is called, and no call to another
 // daemon made, with it held.
 type masterNode struct {

@@ -28,8 +28,10 @@
 // with the drivers' timers and resume retries as effects), which the
 // whole-VM simulation (daemon/sim) runs. The daemon runs it under one
 // lock, mn.mu (masterNode, masternode.go), for its groups and barriers,
-// the watches on a task's loss with its host, and its moves and the
-// epoch clock; its registry, routes, host list and jobs are still the
+// the watches on a task's loss with its host, its moves and the epoch
+// clock, and whether a job's failed resume is asked again; the timers
+// the node sets (FxTimer) are recorded at every step and fed back when
+// due by one tracked loop (runTimers); its registry, routes, host list and jobs are still the
 // parts below, which feed the node what it needs of them (a move's
 // starting route and the task's facts, where a watched task is, the
 // hosts lost and back, the watched tasks a lost host took with it) and
@@ -117,12 +119,12 @@
 //     when a failed abort or commit step goes again, which moves a host's
 //     loss or a job's rollback ends, which moves may start, and when and
 //     how a half-done move of a previous master is settled. The driver
-//     (migrate.go: Migrate, step, perform, moveTick, dropJobMoves,
-//     movesHostLost; recover.go: recovering, resolveMoves) feeds it events
-//     (a move asked for, a step's answer translated into an outcome, a
-//     heartbeat as the move timer, a host deleted or back, a job rolled
-//     back or killed, a host's report to a recovered master, the hosts
-//     back) and performs its effects after releasing mn.mu: it runs each
+//     (migrate.go: Migrate, step, perform, dropJobMoves, movesHostLost;
+//     recover.go: recovering, resolveMoves; masternode.go: runTimers)
+//     feeds it events (a move asked for, a step's answer translated into
+//     an outcome, the move timer the node set, a host deleted or back, a
+//     job rolled back or killed, a host's report to a recovered master,
+//     the hosts back) and performs its effects after releasing mn.mu: it runs each
 //     step's call (on Migrate's own goroutine while its caller waits,
 //     else on a tracked goroutine) bounded by the action's timeout (from
 //     Config: MoveStepTimeout, MoveTimeout, MoveTransferTimeout), sends
@@ -157,8 +159,11 @@
 //     coordinator (routing/jobck) under the job's own lock, jobState.mu,
 //     held only to step it and keep its bookkeeping, never across a call
 //     to the hosts; driveJob carries out the machine's actions. A
-//     rollback asks again the hosts whose kill failed and starts again if
-//     its restore fails. Restart epochs come from
+//     round's resume is asked again of a host whose call failed as the
+//     master node decides (EvResumed → FxResume, up to its
+//     ResumeAttempts, never of a lost host; resumeHosts performs it with
+//     mn.mu released). A rollback asks again the hosts whose kill failed
+//     and starts again if its restore fails. Restart epochs come from
 //     the move machine's clock, so that they are above every epoch handed
 //     out before, also for tasks whose routes the master has forgotten.
 //   - Membership (master, membership.go): the membership machine

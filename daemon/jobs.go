@@ -19,6 +19,7 @@ import (
 	"github.com/dpvm/dpvm/daemon/pki"
 	"github.com/dpvm/dpvm/routing"
 	"github.com/dpvm/dpvm/routing/jobck"
+	mnode "github.com/dpvm/dpvm/routing/master"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -919,7 +920,7 @@ func (d *Daemon) jobAction(js *jobState, a jobck.Action) []jobck.Action {
 		}
 		return d.feed(js, []jobck.Event{{Kind: jobck.EvCommitted, Now: time.Now(), Round: a.Round, Err: err}})
 	case jobck.ActResume:
-		d.resumeHosts(js.id, a.Hosts, step)
+		d.resumeHosts(js.id, a.Hosts, a.Round)
 	case jobck.ActDiscard:
 		if w != nil {
 			js.mu.Lock()
@@ -1020,40 +1021,61 @@ func listOr(s []string, none string) string {
 	return strings.Join(s, ", ")
 }
 
-// resumeAttempts bounds how many times a round's resume is asked of a host.
-const resumeAttempts = 5
+// resumeHosts asks hosts to let the job's tasks go on after round r:
+// each host's first attempt. Whether a host whose call failed (timed out:
+// it may never have heard it) is asked again is the master node's
+// decision (EvResumed: up to its Config.ResumeAttempts in all, never a
+// host deemed lost), which performResumes carries out: a task left paused
+// would never run again. A resume is idempotent, and a host refuses a
+// pause of a round it has resumed, so a late one does no harm.
+func (d *Daemon) resumeHosts(job uint64, hosts []task.HostID, r jobck.Round) {
+	fx := make([]mnode.Effect, len(hosts))
+	for i, h := range hosts {
+		fx[i] = mnode.Effect{Kind: mnode.FxResume, Job: job, Round: r, Host: h, Attempt: 1, Timeout: moveTimeoutsOf(d.cfg).Step}
+	}
+	if again := d.performResumes(fx); len(again) > 0 {
+		d.goFunc(func() {
+			for len(again) > 0 && d.ctx.Err() == nil {
+				again = d.performResumes(again)
+			}
+		})
+	}
+}
 
-// resumeHosts asks hosts to let the job's tasks go on after a round. A host
-// whose call failed (timed out: it may never have heard it) is asked again
-// from a tracked goroutine, up to resumeAttempts times in all: a task left
-// paused would never run again. A resume is idempotent, and a host refuses
-// a pause of a round it has resumed, so a late one does no harm.
-func (d *Daemon) resumeHosts(job uint64, hosts []task.HostID, step ckStep) {
-	try := func(hosts []task.HostID) []task.HostID {
-		ctx, cancel := context.WithTimeout(d.ctx, d.cfg.MoveTimeout)
-		defer cancel()
-		_, errs := d.eachHost(ctx, hosts, mCkResume, step)
-		var failed []task.HostID
-		for i, err := range errs {
-			// A host no longer in the machine took its tasks with it.
-			if err != nil && !errors.Is(err, task.ErrNoSuchHost) {
-				failed = append(failed, hosts[i])
+// performResumes performs the master node's resumes (FxResume), each
+// host's call at once with mn.mu released, feeds each outcome back
+// (EvResumed) and returns the resumes the node asks again.
+func (d *Daemon) performResumes(fx []mnode.Effect) []mnode.Effect {
+	errs := make([]error, len(fx))
+	var wg sync.WaitGroup
+	for i, x := range fx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.fault(fmt.Sprintf("ckpt:resume %d", x.Attempt))
+			ctx, cancel := context.WithTimeout(d.ctx, x.Timeout)
+			defer cancel()
+			if err := d.callHost(ctx, x.Host, mCkResume, ckStep{Job: x.Job, Round: x.Round}, nil); err != nil {
+				errs[i] = fmt.Errorf("%v (attempt %d): %w", x.Host, x.Attempt, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		d.log.Warn("job checkpoint: resume", "job", fx[0].Job, "error", err)
+	}
+	var again []mnode.Effect
+	d.mn.mu.Lock()
+	for i, x := range fx {
+		for _, y := range d.mn.stepLocked(mnode.Event{Kind: mnode.EvResumed, Job: x.Job, Round: x.Round, Host: x.Host, Attempt: x.Attempt, Err: errs[i]}) {
+			if y.Kind == mnode.FxResume {
+				again = append(again, y)
 			}
 		}
-		if err := errors.Join(errs...); err != nil {
-			d.log.Warn("job checkpoint: resume", "job", job, "error", err)
-		}
-		return failed
 	}
-	failed := try(hosts)
-	if len(failed) == 0 {
-		return
-	}
-	d.goFunc(func() {
-		for n := 2; n <= resumeAttempts && len(failed) > 0 && d.ctx.Err() == nil; n++ {
-			failed = try(failed)
-		}
-	})
+	d.mn.mu.Unlock()
+	d.fault(fmt.Sprintf("ckpt:resumed %d", len(again)))
+	return again
 }
 
 // writeSet asks the hosts to write their tasks' checkpoints into a new set

@@ -265,7 +265,7 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 	// The registry and the routes are this shell's: the move names the
 	// route it starts from and the task's facts.
 	d.mn.mu.Lock()
-	fx := d.mn.node.Step(start, mnode.Event{Kind: mnode.EvMove, TID: tid, Host: b, From: a, Epoch: cur.Epoch, Type: info.Type, Job: info.Job})
+	fx := d.mn.stepAt(start, mnode.Event{Kind: mnode.EvMove, TID: tid, Host: b, From: a, Epoch: cur.Epoch, Type: info.Type, Job: info.Job})
 	mv, ok := d.mn.node.Moving(tid)
 	if err := nodeRefusal(fx); err != nil || !ok {
 		d.mn.mu.Unlock()
@@ -310,9 +310,9 @@ func (d *Daemon) Migrate(ctx context.Context, tid task.TID, to string, via Via) 
 // out); each call runs on its own tracked goroutine, bounded by the
 // step's timeout, and its outcome goes back to the node; a finish wakes
 // whoever waits for the move. No lock is held across a call. The node's
-// timer for its move machine is this daemon's heartbeat (moveTick), and
-// what it says of jobs and lost hosts is not the move part's: the shell's
-// other parts decide those still.
+// timers (its move machine's tick while moves are under way) are the
+// timer loop's (runTimers), and what it says of jobs and lost hosts is
+// not the move part's: the shell's other parts decide those still.
 func (d *Daemon) perform(fx []mnode.Effect) {
 	if x, ok := d.performFor(fx, 0); ok {
 		d.goFunc(func() { d.runSteps(x) })
@@ -333,7 +333,7 @@ func (d *Daemon) performFor(fx []mnode.Effect, id move.ID) (next mnode.Effect, o
 			continue
 		}
 		if x.Kind != mnode.FxMove {
-			continue // the move timer is the heartbeat (moveTick); the rest is other parts'
+			continue // timers are the timer loop's (runTimers); the rest is other parts'
 		}
 		a := x.Move
 		switch a.Kind {
@@ -481,7 +481,7 @@ func (d *Daemon) step(x mnode.Effect) (next mnode.Effect, ok bool) {
 			run.res.FreezeMS = float64(now.Sub(run.frozen).Microseconds()) / 1e3
 		}
 	}
-	fx := d.mn.node.Step(now, mnode.Event{Kind: mnode.EvMoveResult, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
+	fx := d.mn.stepAt(now, mnode.Event{Kind: mnode.EvMoveResult, Move: a.Move, Step: a.Step, Outcome: o, Err: err})
 	d.mn.mu.Unlock()
 	return d.performFor(fx, a.Move)
 }
@@ -512,12 +512,6 @@ func suspendRefused(err error) bool {
 // checkpoint.
 func checkpointName(tid task.TID, epoch uint64) string {
 	return fmt.Sprintf("%s-%d.ckpt", tid, epoch)
-}
-
-// moveTick is the master node's move timer, fed every heartbeat
-// (master): abort and commit steps that failed are tried again.
-func (d *Daemon) moveTick() {
-	d.perform(d.mn.step(mnode.Event{Kind: mnode.EvTimer, Timer: mnode.Timer{Kind: mnode.TimerMoves}}))
 }
 
 // sendMoveRoute performs a route the master node set for a move: recorded

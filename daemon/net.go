@@ -156,7 +156,7 @@ func (d *Daemon) startNetwork(ctx context.Context) error {
 		d.goFunc(d.swimLoop)
 	}
 	if c.Master {
-		d.goFunc(func() { d.every(c.Heartbeat, nil, func() bool { d.moveTick(); return true }) })
+		d.goFunc(d.runTimers)
 	}
 	if c.Master && c.Sched.Period > 0 {
 		d.goFunc(d.schedLoop)

@@ -412,7 +412,7 @@ func (d *Daemon) resolveMoves() {
 	n.mu.Unlock()
 	d.mn.mu.Lock()
 	now := time.Now()
-	fx := d.mn.node.Step(now, mnode.Event{Kind: mnode.EvResolve, Hosts: hosts})
+	fx := d.mn.stepAt(now, mnode.Event{Kind: mnode.EvResolve, Hosts: hosts})
 	for _, x := range fx {
 		if x.Kind != mnode.FxMove {
 			continue

@@ -5,7 +5,9 @@
 // ends, the authoritative route table, the move machine
 // (routing/move.Machine) with the driver's record of each move, the
 // hosts deemed lost, and one job checkpoint coordinator
-// (routing/jobck.Machine) per job with the sets each has written.
+// (routing/jobck.Machine) per job with the sets each has written (or,
+// for a job restarted from a set, the set it started from: EvJobStart
+// with Round.Seq).
 //
 // Step feeds it one event with the current time and returns the effects
 // the shell is to perform, in order: calls to hosts (a move's step, a

@@ -17,6 +17,9 @@ import (
 // ErrUnknownJob: an event named a job the node has no coordinator for.
 var ErrUnknownJob = errors.New("master: no such job")
 
+// ErrBadSet: a restarted job's set does not pair each task with a host.
+var ErrBadSet = errors.New("master: malformed checkpoint set")
+
 // ErrLost: a watched task was lost with its host (FxNotify's Err).
 var ErrLost = errors.New("lost with its host")
 
@@ -106,6 +109,9 @@ type job struct {
 	// which epoch.
 	place []Entry
 	epoch uint64
+	// restored are the tasks of the set a restarted job started from
+	// that the registry does not hold: the job's too.
+	restored []task.TID
 }
 
 // Node is a virtual machine's master node. It is not safe for concurrent
@@ -261,7 +267,14 @@ const (
 	EvMoveResult
 	// EvHostLost: Host is deemed lost.
 	EvHostLost
-	// EvJobStart: Job's coordinator starts, configured by Jobck.
+	// EvJobStart: Job's coordinator starts, configured by Jobck. With
+	// Round.Seq set, the job is restarted from its complete set Round.Seq:
+	// the set's entries are TIDs[i] written on Hosts[i] (as long as each
+	// other), its group memberships Groups; the job's rounds number on
+	// from it, a rollback goes back to it, and its tasks are the job's
+	// (the calls that name the job's tasks name them) though the registry
+	// does not hold them. A restart whose entries do not pair is refused
+	// (FxRefuse, ErrBadSet) and starts nothing.
 	EvJobStart
 	// EvJobEvery: Job is checkpointed every Every from now (0: no more);
 	// a timer already set keeps running, at the new period.
@@ -383,6 +396,8 @@ type Event struct {
 	Round   jobck.Round
 	Attempt int
 	Timer   Timer
+	// Groups (EvJobStart of a restarted job) are its set's memberships.
+	Groups map[string][]task.TID
 	// Groups and watches.
 	Group string
 	Who   task.TID
@@ -423,6 +438,9 @@ func (e Event) String() string {
 		s += " " + e.Host.String()
 	case EvJobStart:
 		s += fmt.Sprintf(" %d", e.Job)
+		if e.Round.Seq != 0 {
+			s += fmt.Sprintf(" from set %d %v on %v", e.Round.Seq, e.TIDs, e.Hosts)
+		}
 	case EvJobEvery:
 		s += fmt.Sprintf(" %d every %v", e.Job, e.Every)
 	case EvCk:
@@ -738,10 +756,7 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 	case EvHostLost:
 		n.hostLost(now, e.Host)
 	case EvJobStart:
-		if n.jobs[e.Job] == nil {
-			n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{},
-				groups: map[uint64]map[string][]task.TID{}}
-		}
+		n.jobStart(e)
 	case EvJobEvery:
 		jb := n.jobs[e.Job]
 		if jb == nil {
@@ -1157,7 +1172,8 @@ func (n *Node) ckActions(now time.Time, j uint64, acts []jobck.Action) {
 	}
 }
 
-// jobTIDs is every task job j has had, in order.
+// jobTIDs is every task job j has had, in order: the registry's, then
+// those of the set a restarted job started from that it does not hold.
 func (n *Node) jobTIDs(j uint64) []task.TID {
 	var out []task.TID
 	for _, tid := range n.order {
@@ -1165,7 +1181,47 @@ func (n *Node) jobTIDs(j uint64) []task.TID {
 			out = append(out, tid)
 		}
 	}
+	if jb := n.jobs[j]; jb != nil {
+		for _, tid := range jb.restored {
+			if n.tasks[tid] == nil {
+				out = append(out, tid)
+			}
+		}
+	}
 	return out
+}
+
+// jobStart starts a job's coordinator (EvJobStart): a new job's, or, with
+// Round.Seq set, a job's restarted from its complete set Round.Seq.
+func (n *Node) jobStart(e Event) {
+	if n.jobs[e.Job] != nil {
+		return
+	}
+	seq := e.Round.Seq
+	if seq == 0 {
+		n.jobs[e.Job] = &job{mc: jobck.New(e.Job, 0, e.Jobck), sets: map[uint64][]Entry{}, pending: map[uint64][]Entry{},
+			groups: map[uint64]map[string][]task.TID{}}
+		return
+	}
+	if len(e.TIDs) != len(e.Hosts) || len(e.TIDs) == 0 {
+		n.refuse(fmt.Errorf("restart of job %d from set %d: %d tasks on %d hosts: %w", e.Job, seq, len(e.TIDs), len(e.Hosts), ErrBadSet))
+		return
+	}
+	set := make([]Entry, len(e.TIDs))
+	for i, tid := range e.TIDs {
+		set[i] = Entry{TID: tid, Host: e.Hosts[i]}
+	}
+	slices.SortFunc(set, func(x, y Entry) int { return cmp.Compare(x.TID, y.TID) })
+	restored := make([]task.TID, len(set))
+	for i, x := range set {
+		restored[i] = x.TID
+	}
+	groups := map[string][]task.TID{}
+	for name, members := range e.Groups {
+		groups[name] = slices.Clone(members)
+	}
+	n.jobs[e.Job] = &job{mc: jobck.New(e.Job, seq, e.Jobck), sets: map[uint64][]Entry{seq: set}, pending: map[uint64][]Entry{},
+		groups: map[uint64]map[string][]task.TID{seq: groups}, restored: restored}
 }
 
 // restore places job j's set r.Seq on the hosts left: each task on the

@@ -128,6 +128,7 @@ func TestConfigDefaults(t *testing.T) {
 func FuzzStep(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 2, 2, 2, 2, 2, 9, 10, 10, 10, 11, 11, 11, 12, 12, 12, 13, 14, 15})
 	f.Add([]byte{0, 1, 2, 2, 5, 6, 9, 10, 10, 6, 14, 14, 16, 3, 4})
+	f.Add([]byte{64, 9, 10, 10, 10, 11, 11, 11, 6, 14, 14, 16, 17, 9})
 	f.Add([]byte{128, 0, 0, 1, 9, 10, 10, 10, 11, 11, 11, 12, 12, 12, 13, 9, 10, 10, 10, 11, 11, 11, 12, 6, 14, 14, 16, 7})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 400 {
@@ -152,7 +153,15 @@ func runFuzz(t *testing.T, in []byte) string {
 	hosts := []task.HostID{1, 2, 3, 4}
 	demand := len(in) > 0 && in[0]&0x80 != 0
 	n := New(Config{Timeouts: timeouts, Demand: demand}, hosts)
-	n.Step(base, Event{Kind: EvJobStart, Job: 1, Jobck: jobck.Config{EndLost: len(in)%2 == 0}})
+	start := Event{Kind: EvJobStart, Job: 1, Jobck: jobck.Config{EndLost: len(in)%2 == 0}}
+	if len(in) > 0 && in[0]&0x40 != 0 {
+		// A job restarted from its set 2, of tasks the registry does not
+		// hold.
+		a, b := task.NewTID(9, 1), task.NewTID(9, 2)
+		start.Round.Seq, start.TIDs, start.Hosts = 2, []task.TID{a, b}, []task.HostID{1, 2}
+		start.Groups = map[string][]task.TID{"g": {a, b}}
+	}
+	n.Step(base, start)
 	now := base
 	epochs := map[task.TID]uint64{}
 	seen := map[task.TID]bool{}

@@ -29,7 +29,7 @@ var timeouts = move.Timeouts{Step: time.Second, Suspend: 2 * time.Second, Transf
 // positional words and key=value arguments; t=DURATION sets the time:
 //
 //	new hosts=1,2,3 demand groups=2 name=8 members=3
-//	job 1 endlost
+//	job 1 endlost | job 2 from=3 set=t5:1@1,t9:2@2 groups=g/t5:1/t9:2
 //	every 1 100ms
 //	spawn job=1 type=w count=3 host=2 parent=t1:1
 //	exited t1:1 | kill t1:1 | located t1:1
@@ -106,6 +106,23 @@ func (s *script) run(line string) string {
 	case "job":
 		e.Kind, e.Job = EvJobStart, jobOf()
 		e.Jobck.EndLost = strings.Contains(line, " endlost")
+		e.Round.Seq = uint64(num("from"))
+		if args["set"] != "" {
+			for _, x := range strings.Split(args["set"], ",") {
+				t, h, _ := strings.Cut(x, "@")
+				n, _ := strconv.Atoi(h)
+				e.TIDs, e.Hosts = append(e.TIDs, tid(t)), append(e.Hosts, task.HostID(n))
+			}
+		}
+		if args["groups"] != "" {
+			e.Groups = map[string][]task.TID{}
+			for _, g := range strings.Split(args["groups"], ",") {
+				parts := strings.Split(g, "/")
+				for _, t := range parts[1:] {
+					e.Groups[parts[0]] = append(e.Groups[parts[0]], tid(t))
+				}
+			}
+		}
 	case "every":
 		e.Kind, e.Job = EvJobEvery, jobOf()
 		e.Every, _ = time.ParseDuration(pos[1])

@@ -1070,6 +1070,27 @@ func runSim(t *testing.T, seed uint64, sp simSpec) *mNet {
 	return n
 }
 
+// eachSeed runs the simulation of sp for each of the -seeds seeds from
+// -seed (at most 50 with -short) twice, fails the test if the two runs'
+// traces or step counts differ, and hands the first run to count. It
+// returns how many seeds it ran.
+func eachSeed(t *testing.T, sp simSpec, count func(*mNet)) int {
+	t.Helper()
+	seeds := *simSeeds
+	if testing.Short() {
+		seeds = min(seeds, 50)
+	}
+	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
+		a := runSim(t, seed, sp)
+		b := runSim(t, seed, sp)
+		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
+			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
+		}
+		count(a)
+	}
+	return seeds
+}
+
 // reachAll has every task send to every task once the moves are over,
 // and runs until all is delivered: every sender reaches every moved task.
 func (n *mNet) reachAll(seed uint64) {
@@ -1154,24 +1175,15 @@ var simSpecDefault = simSpec{hosts: 5, tasksPerHost: 2, sends: 300, moves: 12, f
 // reorderings, partitions and hosts down; each seed runs twice and the
 // two traces must hash the same.
 func TestRoutesOnDemand(t *testing.T) {
-	seeds := *simSeeds
-	if testing.Short() {
-		seeds = min(seeds, 50)
-	}
 	var done, aborted, asks, crashes, revived, ontoBack int
-	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
-		a := runSim(t, seed, simSpecDefault)
-		b := runSim(t, seed, simSpecDefault)
-		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
-			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
-		}
+	seeds := eachSeed(t, simSpecDefault, func(a *mNet) {
 		done += a.done
 		aborted += a.aborted
 		asks += a.asks
 		crashes += a.crashes
 		revived += a.revived
 		ontoBack += a.ontoBack
-	}
+	})
 	if done == 0 || aborted == 0 || asks == 0 || crashes == 0 || seeds >= 50 && (revived == 0 || ontoBack == 0) {
 		t.Fatalf("the seeds made %d moves, %d aborts, %d queries, %d hosts deleted, %d back and %d moves onto one back: every path must be exercised", done, aborted, asks, crashes, revived, ontoBack)
 	}
@@ -1183,22 +1195,13 @@ func TestRoutesOnDemand(t *testing.T) {
 // forgotten all the time: every invariant still holds, and every sender
 // still reaches every moved task.
 func TestRoutesOnDemandBounded(t *testing.T) {
-	seeds := *simSeeds
-	if testing.Short() {
-		seeds = min(seeds, 50)
-	}
 	sp := simSpecDefault
 	sp.maxRoutes = 2
 	forgets, done := 0, 0
-	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
-		a := runSim(t, seed, sp)
-		b := runSim(t, seed, sp)
-		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
-			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
-		}
+	seeds := eachSeed(t, sp, func(a *mNet) {
 		forgets += a.forgets
 		done += a.done
-	}
+	})
 	if forgets == 0 || done == 0 {
 		t.Fatalf("%d routes forgotten, %d moves committed: the bound is not exercised", forgets, done)
 	}
@@ -1214,22 +1217,13 @@ func TestRoutesOnDemandBounded(t *testing.T) {
 // Config.MaxRoutes ends: a bound below the ends would have it forget
 // them, and senders stuck on an ended task's last route ask for ever.)
 func TestRoutesOnDemandEnds(t *testing.T) {
-	seeds := *simSeeds
-	if testing.Short() {
-		seeds = min(seeds, 50)
-	}
 	sp := simSpecDefault
 	sp.ends, sp.maxRoutes = 3, 4
 	ends, dropped := 0, 0
-	for seed := *simSeed0; seed < *simSeed0+uint64(seeds); seed++ {
-		a := runSim(t, seed, sp)
-		b := runSim(t, seed, sp)
-		if a.trace.Sum64() != b.trace.Sum64() || a.steps != b.steps {
-			t.Fatalf("seed %d: two runs differ: trace %x after %d steps, then %x after %d", seed, a.trace.Sum64(), a.steps, b.trace.Sum64(), b.steps)
-		}
+	seeds := eachSeed(t, sp, func(a *mNet) {
 		ends += len(a.ended)
 		dropped += a.dropped
-	}
+	})
 	if ends == 0 || dropped == 0 {
 		t.Fatalf("%d tasks ended, %d messages dropped by an end's answer: the ends are not exercised", ends, dropped)
 	}

@@ -548,12 +548,9 @@ func (r *Replica) drain() {
 }
 
 func (r *Replica) ready(rd raft.Ready) {
-	if rd.SoftState != nil {
-		r.state = rd.RaftState
-	}
 	lead, term := r.lead, r.term
 	if rd.SoftState != nil {
-		lead = rd.Lead
+		r.state, lead = rd.RaftState, rd.Lead
 	}
 	if rd.HardState != nil {
 		term = rd.HardState.GetTerm()

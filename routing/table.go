@@ -95,7 +95,7 @@ func (t *Table) remember(tid task.TID, h task.HostID) {
 }
 
 // AddPast records h as a host tid lived on before its current route's,
-// as the newest of them (unless it is already the newest): what a task's
+// as the newest of them (unless it is already among them): what a task's
 // origin host tells of its past, on demand (routing/route), to a host that
 // was not told of its moves. A host the current route names, or none, is
 // not recorded.

@@ -730,9 +730,9 @@ func (n *Node) Step(now time.Time, e Event) []Effect {
 	case EvMove:
 		n.startMove(now, e)
 	case EvHold:
-		n.moves.Step(now, move.Event{Kind: move.Hold, Job: e.Job})
+		n.moveStep(now, move.Event{Kind: move.Hold, Job: e.Job})
 	case EvRelease:
-		n.moves.Step(now, move.Event{Kind: move.Release, Job: e.Job})
+		n.moveStep(now, move.Event{Kind: move.Release, Job: e.Job})
 	case EvDropJob:
 		n.moveStep(now, move.Event{Kind: move.DropJob, Job: e.Job, Err: e.Err})
 	case EvMoveReport:

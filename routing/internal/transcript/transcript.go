@@ -1,5 +1,5 @@
 // Package transcript replays the golden transcripts of routing's pure
-// machines (routing/move, routing/route, routing/swim): scripted commands
+// machines (routing/master, routing/move, routing/route, routing/swim): scripted commands
 // under a package's testdata whose expected output is kept beside each.
 //
 // A script is a sequence of blocks: a command line, a line "----", the

@@ -1,6 +1,7 @@
 // Package transcript replays the golden transcripts of routing's pure
-// machines (routing/master, routing/move, routing/route, routing/swim): scripted commands
-// under a package's testdata whose expected output is kept beside each.
+// machines (routing/master, routing/move, routing/route, routing/swim):
+// scripted commands under a package's testdata whose expected output is
+// kept beside each.
 //
 // A script is a sequence of blocks: a command line, a line "----", the
 // output the command produces, and a blank line. Lines starting with '#'

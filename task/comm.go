@@ -589,18 +589,8 @@ func AllReduce[T any](c *Ctx, m *Comm, op func(acc, in []T), data []T) error {
 	}
 	// A numeric result of data's length decodes into data's own array;
 	// anything else decodes aside, leaving data as it was on error.
-	out := data[:0:len(data)]
-	if es := p.Enc.elemSize(); es == 0 || len(p.Data) != es*len(data) {
-		out = nil
-	}
-	if err := p.Decode(&out); err != nil {
+	if err := decodeSame(p, data); err != nil {
 		return fmt.Errorf("allreduce: %w", err)
-	}
-	if len(out) != len(data) {
-		return fmt.Errorf("allreduce: result of %d elements, want %d", len(out), len(data))
-	}
-	if len(out) > 0 && &out[0] != &data[0] {
-		copy(data, out)
 	}
 	return nil
 }

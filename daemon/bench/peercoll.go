@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dpvm/dpvm/daemon/bench/peers"
 	"github.com/dpvm/dpvm/task"
 )
 
@@ -29,20 +30,22 @@ const (
 )
 
 // PeerCollOps names the collective operations of the peer comparison, by
-// index (the "op" of a PeerColl).
-var PeerCollOps = []string{"allreduce", "bcast", "allgather", "alltoall"}
+// index (the "op" of a PeerColl): the harness's table (peers.CollOps).
+var PeerCollOps = peers.CollOps
 
 var (
 	// peerCollSizes are the bytes of float64s each rank contributes (its
-	// vector, the root's vector, its chunk, its chunk for each rank).
-	peerCollSizes = []int{8, 8 << 10, 1 << 20}
+	// vector, the root's vector, its chunk, its chunk for each rank): the
+	// harness's table (peers.CollSizes).
+	peerCollSizes = peers.CollSizes
 	// peerCollReps bound the timed iterations per size at scale 1.
 	peerCollReps = []int{2000, 1000, 100}
 )
 
 const (
-	// PeerCollNP is the size of the collectives' communicator.
-	PeerCollNP = 2
+	// PeerCollNP is the size of the collectives' communicator: the
+	// harness's (peers.CollNP).
+	PeerCollNP = peers.CollNP
 	// peerCollCap stops an operation's timed iterations (after at least
 	// minTimed) at scale 1.
 	peerCollCap = time.Second

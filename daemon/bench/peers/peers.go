@@ -298,23 +298,25 @@ func collMetrics() []Metric {
 // sizeKey and sizeLabel name a size in a metric's key (8, 8k, 1m) and
 // label (8 B, 8 KiB, 1 MiB).
 func sizeKey(size int) string {
-	switch {
-	case size >= 1<<20 && size%(1<<20) == 0:
-		return fmt.Sprintf("%dm", size>>20)
-	case size >= 1<<10 && size%(1<<10) == 0:
-		return fmt.Sprintf("%dk", size>>10)
-	}
-	return fmt.Sprint(size)
+	n, key, _ := sizeUnit(size)
+	return fmt.Sprintf("%d%s", n, key)
 }
 
 func sizeLabel(size int) string {
+	n, _, label := sizeUnit(size)
+	return fmt.Sprintf("%d %s", n, label)
+}
+
+// sizeUnit writes size in the largest binary unit that divides it, with
+// the unit's short key and its label.
+func sizeUnit(size int) (n int, key, label string) {
 	switch {
 	case size >= 1<<20 && size%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", size>>20)
+		return size >> 20, "m", "MiB"
 	case size >= 1<<10 && size%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", size>>10)
+		return size >> 10, "k", "KiB"
 	}
-	return fmt.Sprintf("%d B", size)
+	return size, "", "B"
 }
 
 func positive(f func(Line) float64) func(Line) (float64, bool) {

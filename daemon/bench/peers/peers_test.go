@@ -264,3 +264,23 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+// TestSizeKeyAndLabel pins the names of a collective's sizes in its
+// metric's key and label, which the JSON lines and the table carry.
+func TestSizeKeyAndLabel(t *testing.T) {
+	for _, c := range []struct {
+		size       int
+		key, label string
+	}{
+		{8, "8", "8 B"},
+		{1000, "1000", "1000 B"},
+		{8 << 10, "8k", "8 KiB"},
+		{3 << 10, "3k", "3 KiB"},
+		{1 << 20, "1m", "1 MiB"},
+		{1<<20 + 1<<10, "1025k", "1025 KiB"},
+	} {
+		if k, l := sizeKey(c.size), sizeLabel(c.size); k != c.key || l != c.label {
+			t.Errorf("size %d: key %q label %q, want %q %q", c.size, k, l, c.key, c.label)
+		}
+	}
+}

@@ -32,16 +32,24 @@ struct bench_plan {
 	double cap_us;
 };
 
-/* bench_plan_for returns the plan of row k at the given scale. */
-static inline struct bench_plan bench_plan_for(int k, double scale)
+/* bench_plan_scaled returns the plan of at most reps timed iterations
+ * (at least 10) capped at cap_us, both scaled; a tenth of them (at least
+ * 5) run untimed first. */
+static inline struct bench_plan bench_plan_scaled(int reps, double cap_us, double scale)
 {
 	struct bench_plan p;
-	p.reps = (int)(bench_reps[k] * scale);
+	p.reps = (int)(reps * scale);
 	if (p.reps < 10)
 		p.reps = 10;
 	p.warm = p.reps / 10 < 5 ? 5 : p.reps / 10;
-	p.cap_us = (k < 2 ? 2e6 : 4e6) * scale;
+	p.cap_us = cap_us * scale;
 	return p;
+}
+
+/* bench_plan_for returns the plan of row k at the given scale. */
+static inline struct bench_plan bench_plan_for(int k, double scale)
+{
+	return bench_plan_scaled(bench_reps[k], k < 2 ? 2e6 : 4e6, scale);
 }
 
 /* bench_max_reps returns the most timed round trips any row may take at
@@ -94,13 +102,7 @@ static const int coll_reps[] = {2000, 1000, 100};
 /* coll_plan_for returns the plan of size k at the given scale. */
 static inline struct bench_plan coll_plan_for(int k, double scale)
 {
-	struct bench_plan p;
-	p.reps = (int)(coll_reps[k] * scale);
-	if (p.reps < 10)
-		p.reps = 10;
-	p.warm = p.reps / 10 < 5 ? 5 : p.reps / 10;
-	p.cap_us = 1e6 * scale;
-	return p;
+	return bench_plan_scaled(coll_reps[k], 1e6, scale);
 }
 
 /* coll_val is element j of what rank r contributes in iteration i (for

@@ -523,23 +523,9 @@ func (d *Daemon) routesHostBackMaster(info HostInfo) {
 		d.rt.lostFinal[info.ID] = floor
 	}
 	d.rt.mu.Unlock()
-	b, err := encodeMsg(&event{Kind: evHostBack, Host: &info, Epoch: floor})
-	if err != nil {
-		d.log.Error("encode event", "error", err)
-		return
-	}
-	n := d.nw
-	n.mu.Lock()
-	var ps []*peer
-	for id, p := range n.peers {
-		if id != info.ID && id != d.cfg.HostID {
-			ps = append(ps, p)
-		}
-	}
-	n.mu.Unlock()
-	for _, p := range ps {
-		p.frame(routing.KindEvent, b)
-	}
+	// The master's peers never include itself, so every host but the
+	// one back is every peer but that one.
+	d.broadcast(&event{Kind: evHostBack, Host: &info, Epoch: floor}, info.ID)
 }
 
 // tellRoute is the master telling route e on demand: recorded in its own

@@ -386,7 +386,7 @@ func (d *Daemon) receiveRouteAnswers(p *peer, body []byte) error {
 // of every move); a lost answer is asked again at the next refused
 // resend.
 func (d *Daemon) verifyRoutes(tids []task.TID) {
-	var asks map[task.HostID][]byte
+	var w routeWork
 	now := time.Now()
 	d.rt.mu.Lock()
 	rc := d.routes
@@ -417,13 +417,10 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 		if to == 0 {
 			to = MasterID
 		}
-		if asks == nil {
-			asks = map[task.HostID][]byte{}
-		}
-		asks[to] = route.AppendAsk(asks[to], tid)
+		w.add(&w.asks, to, func(b []byte) []byte { return route.AppendAsk(b, tid) })
 	}
 	d.rt.mu.Unlock()
-	d.sendRouteFrames(routing.KindRouteAsk, asks)
+	d.sendRouteFrames(routing.KindRouteAsk, w.asks)
 }
 
 // refusedOnDemand handles claims of p's frame refused about tasks (the

@@ -110,7 +110,8 @@ func (mn *masterNode) dueLocked(now time.Time) (due []mnode.Timer, next time.Tim
 // the daemon stops): it sleeps until the master node's earliest timer
 // is due or a new one is set, and feeds each timer due back to the node
 // (EvTimer), performing what follows (perform). The times are the
-// node's, from its Config (a move's tick every Config.Heartbeat).
+// node's, from its Config (a move's tick every Config.Heartbeat). The
+// timer is not drained: since Go 1.23 a Reset discards a value not read.
 func (d *Daemon) runTimers() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -134,12 +135,6 @@ func (d *Daemon) runTimers() {
 			return
 		case <-d.mn.wake:
 		case <-fire:
-		}
-		if !t.Stop() && fire != nil {
-			select {
-			case <-t.C:
-			default:
-			}
 		}
 	}
 }

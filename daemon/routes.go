@@ -386,7 +386,7 @@ func (d *Daemon) receiveRouteAnswers(p *peer, body []byte) error {
 // of every move); a lost answer is asked again at the next refused
 // resend.
 func (d *Daemon) verifyRoutes(tids []task.TID) {
-	var asks map[task.HostID][]byte
+	var w routeWork
 	now := time.Now()
 	d.rt.mu.Lock()
 	rc := d.routes
@@ -417,13 +417,10 @@ func (d *Daemon) verifyRoutes(tids []task.TID) {
 		if to == 0 {
 			to = MasterID
 		}
-		if asks == nil {
-			asks = map[task.HostID][]byte{}
-		}
-		asks[to] = route.AppendAsk(asks[to], tid)
+		w.add(&w.asks, to, func(b []byte) []byte { return route.AppendAsk(b, tid) })
 	}
 	d.rt.mu.Unlock()
-	d.sendRouteFrames(routing.KindRouteAsk, asks)
+	d.sendRouteFrames(routing.KindRouteAsk, w.asks)
 }
 
 // refusedOnDemand handles claims of p's frame refused about tasks (the
@@ -523,23 +520,9 @@ func (d *Daemon) routesHostBackMaster(info HostInfo) {
 		d.rt.lostFinal[info.ID] = floor
 	}
 	d.rt.mu.Unlock()
-	b, err := encodeMsg(&event{Kind: evHostBack, Host: &info, Epoch: floor})
-	if err != nil {
-		d.log.Error("encode event", "error", err)
-		return
-	}
-	n := d.nw
-	n.mu.Lock()
-	var ps []*peer
-	for id, p := range n.peers {
-		if id != info.ID && id != d.cfg.HostID {
-			ps = append(ps, p)
-		}
-	}
-	n.mu.Unlock()
-	for _, p := range ps {
-		p.frame(routing.KindEvent, b)
-	}
+	// The master's peers never include itself, so every host but the
+	// one back is every peer but that one.
+	d.broadcast(&event{Kind: evHostBack, Host: &info, Epoch: floor}, info.ID)
 }
 
 // tellRoute is the master telling route e on demand: recorded in its own

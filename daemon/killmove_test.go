@@ -195,16 +195,7 @@ func TestWatchCatchesATaskMidMove(t *testing.T) {
 		m := vm.Master()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		notices := make(chan task.Notice, 4)
-		obs := spawnOn(t, m, "h1", fn(t, func(c *task.Ctx, _ int) error {
-			for {
-				var n task.Notice
-				if _, err := c.Recv(task.AnyTask, 7, &n); err != nil {
-					return err
-				}
-				notices <- n
-			}
-		}))
+		obs, notices := spawnNoticeObserver(t, m, "h1", 7, 4)
 		tid := spawnOn(t, m, "h2", &cargo{Data: make([]byte, 4<<10)})
 		moved := make(chan error, 1)
 		go func() {

@@ -11,6 +11,24 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// spawnNoticeObserver starts on the named host a task that passes every
+// notice it receives with the tag on to the channel returned (buffered
+// with room for buf), until its context ends.
+func spawnNoticeObserver(t testing.TB, m *Daemon, host string, tag, buf int) (task.TID, <-chan task.Notice) {
+	t.Helper()
+	notices := make(chan task.Notice, buf)
+	obs := spawnOn(t, m, host, fn(t, func(c *task.Ctx, _ int) error {
+		for {
+			var n task.Notice
+			if _, err := c.Recv(task.AnyTask, tag, &n); err != nil {
+				return err
+			}
+			notices <- n
+		}
+	}))
+	return obs, notices
+}
+
 // TestNotifyLossWatchesOnTheMasterNode: the master's watches on a task's
 // loss are the master node's. A watch on a task placed on a known host is
 // recorded (and registered at that host); one past MaxWatchers is refused
@@ -24,16 +42,7 @@ func TestNotifyLossWatchesOnTheMasterNode(t *testing.T) {
 		m := vm.Master()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		notices := make(chan task.Notice, 8)
-		obs := spawnOn(t, m, "h1", fn(t, func(c *task.Ctx, _ int) error {
-			for {
-				var n task.Notice
-				if _, err := c.Recv(task.AnyTask, 7, &n); err != nil {
-					return err
-				}
-				notices <- n
-			}
-		}))
+		obs, notices := spawnNoticeObserver(t, m, "h1", 7, 8)
 		kept := spawnOn(t, m, "h2", &cargo{})
 		ended := spawnOn(t, m, "h2", &cargo{})
 		watch := func(tid task.TID) error {

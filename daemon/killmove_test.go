@@ -218,7 +218,7 @@ func TestWatchCatchesATaskMidMove(t *testing.T) {
 		if err := m.KillTask(ctx, tid); err != nil {
 			t.Fatal(err)
 		}
-		n := <-notices
+		n := nextNotice(t, notices)
 		if n.TID != tid || n.Err == "no such task" {
 			t.Fatalf("after the kill: %+v", n)
 		}

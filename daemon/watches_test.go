@@ -11,6 +11,20 @@ import (
 	"github.com/dpvm/dpvm/task"
 )
 
+// nextNotice is the next notice the observer passes on, or a failure if
+// none comes within a minute (of the bubble's virtual time: the daemons'
+// timers keep synctest from ever calling a missing notice a deadlock).
+func nextNotice(t testing.TB, notices <-chan task.Notice) task.Notice {
+	t.Helper()
+	select {
+	case n := <-notices:
+		return n
+	case <-time.After(time.Minute):
+		t.Fatal("no notice within a minute")
+		return task.Notice{}
+	}
+}
+
 // spawnNoticeObserver starts on the named host a task that passes every
 // notice it receives with the tag on to the channel returned (buffered
 // with room for buf), until its context ends.
@@ -68,14 +82,14 @@ func TestNotifyLossWatchesOnTheMasterNode(t *testing.T) {
 		if err := watch(nowhere); err != nil {
 			t.Fatalf("watch a task no host holds: %v", err)
 		}
-		if n := <-notices; n.TID != nowhere || n.Status != -1 || n.Err != "no such task" {
+		if n := nextNotice(t, notices); n.TID != nowhere || n.Status != -1 || n.Err != "no such task" {
 			t.Fatalf("told of %v: %+v", nowhere, n)
 		}
 
 		if err := m.KillTask(ctx, ended); err != nil {
 			t.Fatal(err)
 		}
-		if n := <-notices; n.TID != ended || n.Err == "lost with its host" || n.Err == "no such task" {
+		if n := nextNotice(t, notices); n.TID != ended || n.Err == "lost with its host" || n.Err == "no such task" {
 			t.Fatalf("told of %v's end: %+v", ended, n)
 		}
 		synctest.Wait()
@@ -86,7 +100,7 @@ func TestNotifyLossWatchesOnTheMasterNode(t *testing.T) {
 		// The shell's half of a host's loss, once its jobs have rolled
 		// back: the watchers of the tasks still placed there are told.
 		m.taskLossNotices(m.routeHost(kept))
-		if n := <-notices; n.TID != kept || n.Status != -1 || n.Err != "lost with its host" {
+		if n := nextNotice(t, notices); n.TID != kept || n.Status != -1 || n.Err != "lost with its host" {
 			t.Fatalf("told of %v's loss: %+v", kept, n)
 		}
 		if w := watched(); len(w) != 0 {

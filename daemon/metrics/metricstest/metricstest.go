@@ -6,6 +6,7 @@ package metricstest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -61,12 +62,36 @@ func Get(t testing.TB, url string) string {
 // family name.
 func Scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(Get(t, url)))
+	fams, err := TryScrape(url)
 	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
+		t.Fatal(err)
 	}
 	return fams
+}
+
+// TryScrape is Scrape returning its error rather than failing a test: for
+// a poll that asks again while a loaded daemon answers late.
+func TryScrape(url string) (map[string]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, res.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	return fams, nil
 }
 
 // Value is the value of the first sample of family name whose labels
